@@ -1,0 +1,39 @@
+//===- Compiler.h - MLIR-free entry points into the compiler ----*- C++ -*-===//
+//
+// The driver talks to compiler/ through this header only, so that the files
+// that include it do not pay for MLIR's headers.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_COMPILER_COMPILER_H
+#define SLUICE_COMPILER_COMPILER_H
+
+#include "sluice/dsl/Spec.h"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace sluice::compiler {
+
+struct ExplainOptions {
+  /// Which form to print: "graph" (the sluice dialect after graph passes),
+  /// "kernels", "llvm" as they become available.
+  std::string ir = "graph";
+  bool printIrAfterAll = false;
+  /// Pass names (CLI form, e.g. "sluice-fuse-maps") not to run.
+  std::vector<std::string> disabledPasses;
+};
+
+/// Builds the `sluice` module for `spec`, verifies it, runs the graph passes
+/// and prints the requested form to `out`. Errors go to `err`, located in the
+/// spec file. Returns 0 on success, 1 on an internal/verification failure, 2
+/// on a usage error (unknown --ir or pass name).
+int explain(const dsl::Spec &spec, const ExplainOptions &opts,
+            std::ostream &out, std::ostream &err);
+
+/// Names of the graph passes that can be disabled.
+std::vector<std::string> graphPassNames();
+
+} // namespace sluice::compiler
+
+#endif // SLUICE_COMPILER_COMPILER_H

@@ -1,0 +1,22 @@
+//===- MLIRGen.h - A checked spec as a sluice module ------------*- C++ -*-===//
+#ifndef SLUICE_COMPILER_MLIRGEN_H
+#define SLUICE_COMPILER_MLIRGEN_H
+
+#include "sluice/dsl/Spec.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace sluice::compiler {
+
+/// Builds a module holding one `sluice.pipeline` for `spec`, with every op
+/// located at its YAML node (`FileLineColLoc(spec.file, line, col)` wrapped
+/// in a `NameLoc` of the step name). The module is verified; on failure the
+/// diagnostics have been emitted to the context and null is returned. The
+/// context must have the sluice dialect loaded.
+mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
+                                          const dsl::Spec &spec);
+
+} // namespace sluice::compiler
+
+#endif // SLUICE_COMPILER_MLIRGEN_H

@@ -1,0 +1,84 @@
+//===- Spec.h - A checked pipeline spec -------------------------*- C++ -*-===//
+//
+// The front end's output: the pipeline as written, every op resolved against
+// the registry, every parameter validated and defaulted, and the record type
+// known after every step. compiler/ turns this into the `sluice` dialect.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_DSL_SPEC_H
+#define SLUICE_DSL_SPEC_H
+
+#include "sluice/dsl/Diagnostics.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/ops/Types.h"
+#include "sluice/ops/Value.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::dsl {
+
+/// A source or a step.
+struct Step {
+  /// Unique name used by schedules and reports: the op name, with ".2",
+  /// ".3"... appended when an op occurs more than once ("map", "map.2").
+  std::string name;
+  std::string op;              ///< registry name
+  const OpDef *def = nullptr;  ///< registry entry
+  Value params;                ///< Map: validated, defaults filled
+  SourceLoc loc;               ///< where the op name is written
+  RecordType outputType;       ///< record type after this step
+};
+
+/// Per-step knobs of a fixed schedule; unset = let the runtime/autotuner pick.
+struct StepSchedule {
+  std::optional<int64_t> parallelism; ///< workers for an element step
+  std::optional<int64_t> prefetch;    ///< buffered outputs after the step
+  std::optional<std::string> cache;   ///< "memory" or "disk" after the step
+  SourceLoc loc;
+};
+
+struct Budget {
+  int64_t cores = 0;        ///< 0 = all cores of the host
+  int64_t memoryBytes = 0;  ///< 0 = no limit given
+  SourceLoc coresLoc, memoryLoc;
+};
+
+/// A checked pipeline.
+struct Spec {
+  std::string file;      ///< path as given on the command line
+  std::string pipeline;  ///< `pipeline:` name
+  uint64_t seed = 0;
+  Step source;
+  std::vector<Step> steps;
+  int64_t epochs = 1;
+  Budget budget;
+  bool scheduleAuto = true;
+  /// Keyed by Step::name ("default" applies to every step).
+  std::map<std::string, StepSchedule> schedule;
+  SourceLoc loc; ///< the document start
+
+  /// The record type the pipeline emits.
+  const RecordType &outputType() const {
+    return steps.empty() ? source.outputType : steps.back().outputType;
+  }
+};
+
+/// Parses and checks a spec. Returns null when there were errors; all of
+/// them are in `diags`.
+std::unique_ptr<Spec> parseSpec(DiagnosticEngine &diags);
+
+/// Reads a whole file; false (with `error` set) if it cannot be read.
+bool readFile(const std::string &path, std::string &contents,
+              std::string &error);
+
+/// `sluice check` output: one line per step with its record type.
+std::string renderTypedStages(const Spec &spec);
+
+} // namespace sluice::dsl
+
+#endif // SLUICE_DSL_SPEC_H

@@ -1,0 +1,196 @@
+//===- Registry.h - The op registry -----------------------------*- C++ -*-===//
+//
+// Every source and step of the pipeline language is described here once: its
+// parameters (types, defaults, ranges), its type rule, cost hints, and whether
+// the compiler may fuse it. The front end validates specs against this table,
+// `sluice ops` and docs/ops.md are generated from it, and the runtime looks up
+// kernels by the same names. MLIR-free.
+//
+// Adding an op: one `static OpRegistration` in an ops/lib/*Ops.cpp file.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_OPS_REGISTRY_H
+#define SLUICE_OPS_REGISTRY_H
+
+#include "sluice/ops/Types.h"
+#include "sluice/ops/Value.h"
+
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+/// What a parameter accepts. Front-end conversion from YAML follows this.
+enum class ParamKind {
+  Bool,
+  Int,
+  Float,      ///< ints are accepted and widened
+  String,
+  Enum,       ///< one of ParamSpec::choices
+  Size,       ///< byte size: 512MiB, 4GiB, 1000000, 64KB
+  Expr,       ///< an expression string, parsed and checked by the type rule
+  Field,      ///< the name of a field of the input record
+  FieldList,  ///< a list of field names of the input record
+  DType,      ///< an element type name: u8, i64, f32, ...
+  IntList,
+  FloatList,
+  StringList,
+  Struct,     ///< a mapping with its own ParamSpecs (members)
+  StructList, ///< a list of Struct
+  FieldMap,   ///< a mapping from input field names to new names (rename)
+};
+
+std::string_view paramKindName(ParamKind k);
+
+/// One parameter of an op.
+struct ParamSpec {
+  std::string name;
+  ParamKind kind = ParamKind::String;
+  bool required = false;
+  std::optional<Value> defaultValue; ///< filled in when the spec omits it
+  std::string doc;
+  /// Inclusive/exclusive numeric bounds (Int, Float, and list elements).
+  std::optional<double> min, max;
+  bool minExclusive = false, maxExclusive = false;
+  /// Length bounds for list kinds.
+  size_t minLen = 0, maxLen = std::numeric_limits<size_t>::max();
+  /// For list kinds: a scalar is accepted and read as a one-element list,
+  /// or, with broadcastTo > 0, repeated to that many elements.
+  bool scalarOk = false;
+  size_t broadcastTo = 0;
+  std::vector<std::string> choices; ///< Enum
+  std::vector<ParamSpec> members;   ///< Struct / StructList
+
+  // Fluent construction for registry entries.
+  ParamSpec &req() { required = true; return *this; }
+  ParamSpec &def(Value v) { defaultValue = std::move(v); return *this; }
+  ParamSpec &describe(std::string d) { doc = std::move(d); return *this; }
+  ParamSpec &atLeast(double v) { min = v; minExclusive = false; return *this; }
+  ParamSpec &above(double v) { min = v; minExclusive = true; return *this; }
+  ParamSpec &atMost(double v) { max = v; maxExclusive = false; return *this; }
+  ParamSpec &below(double v) { max = v; maxExclusive = true; return *this; }
+  ParamSpec &length(size_t lo, size_t hi) { minLen = lo; maxLen = hi; return *this; }
+  ParamSpec &scalar(size_t broadcast = 0) { scalarOk = true; broadcastTo = broadcast; return *this; }
+};
+
+/// Shorthands: `param("size", ParamKind::Int).req().atLeast(1)`.
+ParamSpec param(std::string name, ParamKind kind);
+ParamSpec enumParam(std::string name, std::vector<std::string> choices);
+ParamSpec structParam(std::string name, std::vector<ParamSpec> members,
+                      bool isList = false);
+
+/// What an op does to the stream, which decides how the runtime and the
+/// compiler treat it.
+enum class OpKind {
+  Source,  ///< produces records from files
+  Element, ///< one record in, one record out; may run in parallel
+  Record,  ///< works on the stream (filter, shuffle, batch, cache, ...)
+};
+
+/// How the compiler may fuse an element op.
+enum class FuseKind {
+  None,        ///< a library call (decode, hash, tokenize)
+  ElementWise, ///< out[i] = f(in[i]) (normalize, cast, clamp, map)
+  IndexRemap,  ///< out[i] = in[g(i)] (crop, flip, transpose, pad)
+};
+
+/// Rough per-element costs the autotuner starts from before it has a profile.
+struct CostHints {
+  double nsPerElement = 50;  ///< fixed cost per record
+  double nsPerByte = 0;      ///< cost per input byte of the main field
+  double outputBytesRatio = 1; ///< output bytes / input bytes
+};
+
+/// What a type rule sees and how it reports problems.
+class TypeContext {
+public:
+  virtual ~TypeContext();
+  /// The record type flowing into the op (empty for sources).
+  virtual const RecordType &input() const = 0;
+  /// The parameters: a Map, validated against the ParamSpecs, defaults filled.
+  virtual const Value &params() const = 0;
+  /// Reports an error at the location of `at` (a parameter value).
+  virtual void error(const Value &at, std::string message,
+                     std::string hint = "") = 0;
+  /// Reports an error at the op itself.
+  virtual void errorAtOp(std::string message, std::string hint = "") = 0;
+  /// Reports an error at a character offset inside a string value (for
+  /// expression errors).
+  virtual void errorInString(const Value &at, size_t offset,
+                             std::string message, std::string hint = "") = 0;
+  virtual bool failed() const = 0;
+  /// Resolves a path written in the spec: relative paths are relative to
+  /// the directory of the spec file.
+  virtual std::string resolvePath(const std::string &path) const = 0;
+
+  const Value &param(std::string_view name) const { return params()[name]; }
+  /// The type of a field named by parameter `paramName` (a Field param,
+  /// already checked to exist by the front end).
+  const FieldType &fieldType(std::string_view paramName) const;
+};
+
+/// Computes the output record type from the input type and the parameters.
+/// Reports through ctx and returns anything when ctx.failed().
+using TypeRule = std::function<RecordType(TypeContext &ctx)>;
+
+/// One op of the language.
+struct OpDef {
+  std::string name;
+  OpKind kind = OpKind::Element;
+  std::string summary;          ///< one line
+  std::string doc;              ///< a paragraph, markdown
+  std::string example;          ///< a YAML step, e.g. "- shuffle: {buffer: 4096}"
+  /// The type rule in words, for docs: "`field` becomes f32, same shape".
+  std::string typeDoc;
+  std::vector<ParamSpec> params;
+  /// The parameter bound when the op is written with a non-mapping value,
+  /// e.g. `select: [image, label]` binds `fields`; empty if none.
+  std::string shorthand;
+  TypeRule typeRule;
+  FuseKind fuse = FuseKind::None;
+  bool stochastic = false; ///< draws random numbers (seeded per element)
+  CostHints cost;
+
+  const ParamSpec *findParam(std::string_view name) const;
+};
+
+/// The table of all ops.
+class Registry {
+public:
+  static Registry &instance();
+  void add(OpDef def);
+  const OpDef *find(std::string_view name) const;
+  /// All ops, sorted by name, optionally of one kind.
+  std::vector<const OpDef *> all() const;
+  std::vector<const OpDef *> all(OpKind kind) const;
+  std::vector<std::string> names(std::optional<OpKind> kind = {}) const;
+
+private:
+  std::vector<OpDef> ops_;
+};
+
+/// Registers an op at static-initialization time.
+struct OpRegistration {
+  explicit OpRegistration(OpDef def) { Registry::instance().add(std::move(def)); }
+};
+
+/// The closest candidate within a small edit distance, or "" (for
+/// "did you mean 'X'?").
+std::string closestMatch(std::string_view word,
+                         const std::vector<std::string> &candidates);
+
+/// Parses "512MiB", "4GiB", "1.5GB", "1000000", "64KB", "64k"; nullopt if bad.
+std::optional<int64_t> parseByteSize(std::string_view text);
+/// Renders bytes as "4GiB", "512MiB", "1000B".
+std::string formatByteSize(int64_t bytes);
+
+/// Renders the registry as Markdown (docs/ops.md and `sluice ops`).
+std::string renderOpsMarkdown();
+
+} // namespace sluice
+
+#endif // SLUICE_OPS_REGISTRY_H

@@ -1,0 +1,97 @@
+//===- Tensor.h - Field values flowing through the runtime ------*- C++ -*-===//
+//
+// A Tensor holds one field of one record (or of a batch): a dense, 64-byte
+// aligned buffer for numeric element types, or a list of byte strings for
+// Bytes/String. Copies share the buffer (cache, shuffle and batch move
+// records around without copying pixels); writers call mutableData() only on
+// tensors they just created.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_OPS_TENSOR_H
+#define SLUICE_OPS_TENSOR_H
+
+#include "sluice/ops/Types.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+class Tensor {
+public:
+  Tensor() = default;
+  /// A numeric tensor with uninitialized contents.
+  static Tensor empty(ElemType elem, std::vector<int64_t> shape);
+  /// A numeric tensor filled with zeros.
+  static Tensor zeros(ElemType elem, std::vector<int64_t> shape);
+  /// A scalar numeric tensor.
+  template <typename T> static Tensor scalar(ElemType elem, T v) {
+    Tensor t = empty(elem, {});
+    *t.mutableData<T>() = v;
+    return t;
+  }
+  /// A Bytes/String tensor of the given shape with one string per element.
+  static Tensor strings(ElemType elem, std::vector<int64_t> shape,
+                        std::vector<std::string> values);
+  /// A scalar Bytes/String tensor.
+  static Tensor string(ElemType elem, std::string value) {
+    return strings(elem, {}, {std::move(value)});
+  }
+
+  bool valid() const { return buf_ != nullptr || strs_ != nullptr; }
+  ElemType elem() const { return elem_; }
+  const std::vector<int64_t> &shape() const { return shape_; }
+  size_t rank() const { return shape_.size(); }
+  int64_t dim(size_t i) const { return shape_[i]; }
+  int64_t numElements() const;
+  FieldType type() const { return FieldType(elem_, shape_); }
+  bool isNumeric() const { return sluice::isNumeric(elem_); }
+
+  /// Numeric storage (nbytes() = numElements() * elemTypeSize()).
+  template <typename T> const T *data() const {
+    return reinterpret_cast<const T *>(buf_.get());
+  }
+  template <typename T> T *mutableData() {
+    return reinterpret_cast<T *>(buf_.get());
+  }
+  const uint8_t *raw() const { return buf_.get(); }
+  uint8_t *mutableRaw() { return buf_.get(); }
+  size_t nbytes() const { return nbytes_; }
+
+  /// Bytes/String storage, one entry per element in row-major order.
+  const std::vector<std::string> &stringValues() const { return *strs_; }
+  std::vector<std::string> &mutableStringValues() { return *strs_; }
+  /// The single string of a scalar Bytes/String tensor.
+  const std::string &str() const { return (*strs_)[0]; }
+
+  /// Bytes this tensor keeps alive (for memory accounting).
+  size_t memoryBytes() const;
+
+  /// Same shape, type and contents (bitwise for numeric data).
+  bool sameAs(const Tensor &o) const;
+
+  /// A view with a different shape over the same buffer (same element count).
+  Tensor reshaped(std::vector<int64_t> shape) const;
+
+private:
+  ElemType elem_ = ElemType::U8;
+  std::vector<int64_t> shape_;
+  std::shared_ptr<uint8_t> buf_;
+  size_t nbytes_ = 0;
+  std::shared_ptr<std::vector<std::string>> strs_;
+};
+
+/// One record: field values in the order of its RecordType.
+struct Record {
+  std::vector<Tensor> fields;
+  /// Position of the record in its source's enumeration for this epoch; the
+  /// seed for every random choice made on it.
+  uint64_t index = 0;
+};
+
+} // namespace sluice
+
+#endif // SLUICE_OPS_TENSOR_H

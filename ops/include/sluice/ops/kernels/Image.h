@@ -1,0 +1,169 @@
+//===- Image.h - Decode, resize, crop and flip kernels ----------*- C++ -*-===//
+//
+// Image kernels over sluice::Tensor. Images are row-major HWC (rank 3) or HW
+// (rank 2, one channel). Geometry kernels (crop, flip) take any numeric
+// element type; resize takes u8 or f32.
+//
+// Semantics follow torchvision's tensor transforms (not PIL) so that models
+// trained with sluice see the pixels they would have seen with torchvision:
+//  - decode: libjpeg-turbo with its default accurate integer DCT and fancy
+//    upsampling (what PIL and torchvision.io use); PNG through libpng,
+//    16-bit samples reduced to their high byte, palette expanded, alpha
+//    dropped (not composited). RGB->gray uses ITU-R 601 luma in PIL's 16-bit
+//    fixed point: (19595 R + 38470 G + 7471 B + 32768) >> 16; color JPEGs
+//    decoded to one channel take libjpeg's Y plane, which is the same luma.
+//  - resize, Bilinear: torch.nn.functional.interpolate(mode="bilinear",
+//    align_corners=False, antialias=False): source coordinate
+//    (dst + 0.5) * in / out - 0.5, clamped below at 0; computed in float;
+//    u8 results rounded to nearest (ties to even, like torch.round) and
+//    saturated. No antialiasing: downscaling by more than 2x aliases, as in
+//    torchvision with antialias=False.
+//  - resize, Nearest: interpolate(mode="nearest"): src = floor(dst * in /
+//    out), in exact integer arithmetic (torch uses a float scale, which can
+//    differ by one pixel for some sizes).
+//  - resize, Area: interpolate(mode="area") = adaptive average pooling:
+//    out[i] averages in[floor(i*in/out) .. ceil((i+1)*in/out)); u8 rounded.
+//  - center_crop pads with zeros when the crop is larger than the image and
+//    rounds the offset like torchvision (Python round, ties to even).
+//  - random_resized_crop draws its box exactly like torchvision's
+//    RandomResizedCrop.get_params, with sluice's per-element Rng.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_OPS_KERNELS_IMAGE_H
+#define SLUICE_OPS_KERNELS_IMAGE_H
+
+#include "sluice/ops/Random.h"
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
+
+#include <cstdint>
+#include <string_view>
+
+namespace sluice {
+namespace kernels {
+
+/// Images larger than this per side, or with more pixels than
+/// kMaxImagePixels, are refused before anything is allocated: a corrupt or
+/// hostile header must not make a worker allocate gigabytes.
+constexpr int64_t kMaxImageSide = int64_t(1) << 15;
+constexpr int64_t kMaxImagePixels = int64_t(1) << 28;
+
+enum class ImageFormat { Jpeg, Png };
+
+/// What the header of an encoded image says, without decoding pixels.
+struct ImageInfo {
+  ImageFormat format = ImageFormat::Jpeg;
+  int64_t height = 0;
+  int64_t width = 0;
+  /// Channels stored in the file (1 gray, 2 gray+alpha, 3 color, 4 with
+  /// alpha or CMYK).
+  int channels = 0;
+};
+
+/// Reads format and dimensions from the header (JPEG: up to the frame
+/// header; PNG: the IHDR chunk). Fails with the same messages as decode.
+Expected<ImageInfo> readImageInfo(std::string_view bytes);
+
+/// A rectangle in pixel coordinates: rows [y, y+h), columns [x, x+w).
+struct CropBox {
+  int64_t y = 0, x = 0, h = 0, w = 0;
+  bool operator==(const CropBox &o) const {
+    return y == o.y && x == o.x && h == o.h && w == o.w;
+  }
+};
+
+/// Decodes a JPEG or PNG (sniffed from the magic bytes) to u8[H, W, channels]
+/// with channels 1 or 3. Errors name what is wrong: "not a JPEG or PNG
+/// (first bytes 3c 68 74 6d)", "corrupt JPEG data: <libjpeg message>",
+/// "truncated PNG data ...", or the refused dimensions.
+/// JPEG warnings other than "extraneous bytes before marker" (which real
+/// cameras write and which do not affect pixels) are errors, because
+/// libjpeg-turbo fills what it could not decode with gray.
+Expected<Tensor> decodeImage(std::string_view bytes, int channels);
+
+/// Decodes and crops in one step: the full image is decoded into a reused
+/// per-thread buffer and only the box is copied out, which saves allocating
+/// and faulting in a full-size tensor per image. The box may extend past
+/// the image; outside pixels are 0. Same pixels as crop(decodeImage(...)).
+/// (libjpeg-turbo 2.1's TurboJPEG API has no partial decode, so the whole
+/// image is still decoded; see decodeRandomResizedCrop for DCT scaling.)
+Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
+                                 CropBox box);
+
+enum class Interpolation { Nearest, Bilinear, Area };
+
+/// Parameters of random_resized_crop (torchvision's defaults).
+struct RandomResizedCropParams {
+  int64_t height = 224, width = 224; ///< output size
+  double scaleLo = 0.08, scaleHi = 1.0;
+  double ratioLo = 3.0 / 4.0, ratioHi = 4.0 / 3.0;
+  Interpolation interpolation = Interpolation::Bilinear;
+};
+
+/// The crop box of RandomResizedCrop.get_params: up to 10 attempts of
+/// area = H*W*U(scale), log-uniform aspect ratio, w = round(sqrt(area*r)),
+/// h = round(sqrt(area/r)); accepted if 0 < w <= W and 0 < h <= H, then
+/// the corner is uniform. Otherwise the central crop with the aspect ratio
+/// clamped to the ratio range. Always inside the image.
+CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
+                             double scaleHi, double ratioLo, double ratioHi,
+                             Rng &rng);
+
+/// Decodes, draws the random_resized_crop box from the full-size header
+/// dimensions, and crops + resizes straight from the decode buffer.
+/// Same result as randomResizedCrop(decodeImage(...)) with the same Rng
+/// state when allowDctScaling is false. With allowDctScaling, a JPEG whose
+/// box is at least 2x the output size is decoded at 1/2, 1/4 or 1/8 scale in
+/// the DCT (libjpeg-turbo scaling factors), which is several times faster on
+/// large photos but gives slightly different pixels.
+Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
+                                         const RandomResizedCropParams &params,
+                                         Rng &rng,
+                                         bool allowDctScaling = false);
+
+/// Gray u8[H,W,1] (or [H,W]) to u8[H,W,3] by replication.
+Expected<Tensor> grayToRgb(const Tensor &image);
+/// u8[H,W,3] to u8[H,W,1] with the ITU-R 601 luma above.
+Expected<Tensor> rgbToGray(const Tensor &image);
+
+/// Resizes a u8 or f32 image (HWC or HW) to outHeight x outWidth.
+Expected<Tensor> resize(const Tensor &image, int64_t outHeight,
+                        int64_t outWidth, Interpolation interpolation);
+
+/// Copies the box out of the image; the box must lie inside it.
+Expected<Tensor> crop(const Tensor &image, CropBox box);
+/// Copies the box out of the image; parts outside the image are `fill`.
+Expected<Tensor> cropPadded(const Tensor &image, CropBox box, double fill = 0);
+
+/// torchvision center_crop: top = round((H - h) / 2), left = round((W - w)
+/// / 2), zero padding when the crop is larger than the image.
+Expected<Tensor> centerCrop(const Tensor &image, int64_t height,
+                            int64_t width);
+
+/// torchvision RandomCrop(size, padding, pad_if_needed, fill=0): pads
+/// `padding` zeros on every side (and, with padIfNeeded, enough to reach the
+/// crop size), then takes a uniformly placed height x width window (top
+/// drawn before left). Fails if the padded image is still smaller.
+Expected<Tensor> randomCrop(const Tensor &image, int64_t height,
+                            int64_t width, int64_t padding, bool padIfNeeded,
+                            Rng &rng);
+
+/// random_resized_crop on a decoded image: randomResizedCropBox, then crop
+/// and resize in one pass (no intermediate crop tensor).
+Expected<Tensor> randomResizedCrop(const Tensor &image,
+                                   const RandomResizedCropParams &params,
+                                   Rng &rng);
+
+enum class FlipAxis { Width, Height };
+
+/// Mirrors the image along an axis (Width: left-right).
+Expected<Tensor> flip(const Tensor &image, FlipAxis axis);
+/// Flips with probability p (one Rng draw, always consumed); returns the
+/// input tensor itself (sharing its buffer) when not flipping.
+Expected<Tensor> randomFlip(const Tensor &image, FlipAxis axis, double p,
+                            Rng &rng);
+
+} // namespace kernels
+} // namespace sluice
+
+#endif // SLUICE_OPS_KERNELS_IMAGE_H

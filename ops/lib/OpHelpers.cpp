@@ -1,0 +1,207 @@
+//===- OpHelpers.cpp - Shared pieces of the registry entries --------------===//
+//
+// The common parameters and checks of ops/lib/*Ops.cpp, so that the same
+// mistake gets the same message whichever op it is made in.
+//
+//===----------------------------------------------------------------------===//
+#include "OpHelpers.h"
+#include "Internal.h"
+
+#include <cmath>
+#include <limits>
+
+namespace sluice::detail {
+
+ParamSpec fieldParam(std::string doc) {
+  return param("field", ParamKind::Field).req().describe(std::move(doc));
+}
+
+ParamSpec asParam() {
+  return param("as", ParamKind::String)
+      .describe("Write the result to this new field and keep `field` "
+                "unchanged; by default the result replaces `field`.");
+}
+
+ParamSpec onErrorParam() {
+  return enumParam("on_error", {"fail", "skip"})
+      .def(Value::string("fail"))
+      .describe("What to do with a record that cannot be read or parsed: "
+                "`fail` stops the run with the file and offset, `skip` counts "
+                "it (with the reason) and goes on.");
+}
+
+ParamSpec interpolationParam() {
+  return enumParam("interpolation", {"bilinear", "area", "nearest"})
+      .def(Value::string("bilinear"))
+      .describe("Resampling filter. `area` is best when shrinking a lot.");
+}
+
+std::string describeField(const std::string &name, const FieldType &t) {
+  return "field '" + name + "' is " + t.str();
+}
+
+std::string dimsText(const std::vector<int64_t> &dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i)
+      s += 'x';
+    s += dims[i] < 0 ? std::string("?") : std::to_string(dims[i]);
+  }
+  return s;
+}
+
+const std::string &fieldName(TypeContext &ctx) {
+  return ctx.param("field").asString();
+}
+
+bool requireFieldName(TypeContext &ctx, const Value &at) {
+  if (isIdentifier(at.asString()))
+    return true;
+  ctx.error(at,
+            "'" + at.asString() + "' is not a valid field name",
+            "field names are letters, digits and '_', not starting with a "
+            "digit, so that expressions can refer to them");
+  return false;
+}
+
+RecordType withResult(TypeContext &ctx, FieldType result) {
+  RecordType out = ctx.input();
+  const Value &as = ctx.param("as");
+  if (as.isString()) {
+    if (!requireFieldName(ctx, as))
+      return out;
+    out.set(as.asString(), std::move(result));
+  } else {
+    out.set(fieldName(ctx), std::move(result));
+  }
+  return out;
+}
+
+std::string nonNumericHint(const std::string &field, ElemType t) {
+  if (t == ElemType::Bytes)
+    return "decode it first, e.g. `- decode_image: {field: " + field +
+           ", as: image}`";
+  if (t == ElemType::String)
+    return "string fields hold text: turn it into numbers first with "
+           "`tokenize` or `hash_bucket`";
+  return "";
+}
+
+bool requireNumeric(TypeContext &ctx, const std::string &op,
+                    const std::string &what, bool allowBool) {
+  const FieldType &t = ctx.fieldType("field");
+  if (isNumeric(t.elem) && (allowBool || t.elem != ElemType::Bool))
+    return true;
+  std::string hint = nonNumericHint(fieldName(ctx), t.elem);
+  if (t.elem == ElemType::Bool)
+    hint = "cast it first, e.g. `- cast: {field: " + fieldName(ctx) +
+           ", dtype: f32}`";
+  ctx.error(ctx.param("field"),
+            op + " needs " + what + ", but field '" + fieldName(ctx) +
+                "' is " + t.str(),
+            hint);
+  return false;
+}
+
+bool requireRank(TypeContext &ctx, const std::string &op, size_t lo,
+                 size_t hi, const std::string &what) {
+  const FieldType &t = ctx.fieldType("field");
+  if (t.rank() >= lo && t.rank() <= hi)
+    return true;
+  ctx.error(ctx.param("field"),
+            op + " needs " + what + ", but " + describeField(fieldName(ctx), t));
+  return false;
+}
+
+bool fitsIn(ElemType t, double v) {
+  if (std::isnan(v))
+    return isFloat(t);
+  if (isFloat(t))
+    return t != ElemType::F16 || std::fabs(v) <= 65504.0 || std::isinf(v);
+  if (v != std::floor(v))
+    return false;
+  double lo = 0, hi = 0;
+  switch (t) {
+  case ElemType::U8:
+    lo = 0, hi = 255;
+    break;
+  case ElemType::I8:
+    lo = -128, hi = 127;
+    break;
+  case ElemType::U16:
+    lo = 0, hi = 65535;
+    break;
+  case ElemType::I16:
+    lo = -32768, hi = 32767;
+    break;
+  case ElemType::I32:
+    lo = -2147483648.0, hi = 2147483647.0;
+    break;
+  case ElemType::I64:
+    lo = -9.2233720368547758e18, hi = 9.2233720368547758e18;
+    break;
+  case ElemType::Bool:
+    lo = 0, hi = 1;
+    break;
+  default:
+    return false;
+  }
+  return v >= lo && v <= hi;
+}
+
+bool requireOrdered(TypeContext &ctx, const Value &at,
+                    const std::vector<double> &values, bool strict,
+                    const std::string &what) {
+  for (size_t i = 1; i < values.size(); ++i) {
+    bool bad = strict ? values[i] <= values[i - 1] : values[i] < values[i - 1];
+    if (!bad)
+      continue;
+    const Value &item =
+        at.isList() && i < at.items().size() ? at.items()[i] : at;
+    ctx.error(item,
+              what + " must be " +
+                  (strict ? "strictly increasing" : "in increasing order") +
+                  ", but " + formatDouble(values[i]) + " follows " +
+                  formatDouble(values[i - 1]));
+    return false;
+  }
+  return true;
+}
+
+ExprPtr parseExprParam(TypeContext &ctx, const std::string &paramName) {
+  const Value &v = ctx.param(paramName);
+  ExprError err;
+  ExprPtr e = parseExpr(v.asString(), err);
+  if (!e)
+    ctx.errorInString(v, err.offset, err.message);
+  return e;
+}
+
+void forEachVar(
+    const Expr &e,
+    const std::function<void(const Expr &var, const Expr *index)> &fn) {
+  if (e.kind == Expr::Kind::Var) {
+    fn(e, nullptr);
+    return;
+  }
+  if (e.kind == Expr::Kind::Index && !e.args.empty() &&
+      e.args[0]->kind == Expr::Kind::Var) {
+    fn(*e.args[0], &e);
+    return;
+  }
+  for (const ExprPtr &a : e.args)
+    forEachVar(*a, fn);
+}
+
+int64_t intOr(const Value &v, int64_t def) {
+  return v.isNumber() ? v.asInt() : def;
+}
+double doubleOr(const Value &v, double def) {
+  return v.isNumber() ? v.asDouble() : def;
+}
+bool boolOr(const Value &v, bool def) { return v.isBool() ? v.asBool() : def; }
+std::string stringOr(const Value &v, const std::string &def) {
+  return v.isString() ? v.asString() : def;
+}
+
+} // namespace sluice::detail

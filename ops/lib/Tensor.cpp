@@ -1,0 +1,104 @@
+//===- Tensor.cpp - Aligned, shared field buffers -------------------------===//
+//
+// Numeric buffers are 64-byte aligned and padded to a multiple of 64 bytes so
+// vectorized kernels may load whole cache lines at the tail without reading
+// past the allocation.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/ops/Tensor.h"
+
+#include <cassert>
+#include <cstdlib>
+#include <new>
+
+namespace sluice {
+
+namespace {
+constexpr size_t kAlignment = 64;
+
+std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
+  // Always allocate at least one line so that valid() holds for empty tensors.
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0)
+    rounded = kAlignment;
+  void *p = ::operator new(rounded, std::align_val_t(kAlignment));
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t *>(p), [](uint8_t *q) {
+    ::operator delete(q, std::align_val_t(kAlignment));
+  });
+}
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    assert(d >= 0 && "runtime tensors have static shapes");
+    n *= d;
+  }
+  return n;
+}
+} // namespace
+
+Tensor Tensor::empty(ElemType elem, std::vector<int64_t> shape) {
+  assert(sluice::isNumeric(elem) && "use Tensor::strings for bytes/string");
+  Tensor t;
+  t.elem_ = elem;
+  t.nbytes_ = static_cast<size_t>(product(shape)) * elemTypeSize(elem);
+  t.shape_ = std::move(shape);
+  t.buf_ = allocateAligned(t.nbytes_);
+  return t;
+}
+
+Tensor Tensor::zeros(ElemType elem, std::vector<int64_t> shape) {
+  Tensor t = empty(elem, std::move(shape));
+  std::memset(t.buf_.get(), 0, t.nbytes_);
+  return t;
+}
+
+Tensor Tensor::strings(ElemType elem, std::vector<int64_t> shape,
+                       std::vector<std::string> values) {
+  assert(!sluice::isNumeric(elem) && "use Tensor::empty for numeric types");
+  assert(static_cast<int64_t>(values.size()) == product(shape) &&
+         "one string per element");
+  Tensor t;
+  t.elem_ = elem;
+  t.shape_ = std::move(shape);
+  t.strs_ = std::make_shared<std::vector<std::string>>(std::move(values));
+  return t;
+}
+
+int64_t Tensor::numElements() const { return product(shape_); }
+
+size_t Tensor::memoryBytes() const {
+  if (strs_) {
+    size_t n = sizeof(std::vector<std::string>) +
+               strs_->capacity() * sizeof(std::string);
+    for (const std::string &s : *strs_)
+      // Short strings live inside the std::string object itself.
+      if (s.capacity() > sizeof(std::string))
+        n += s.capacity();
+    return n;
+  }
+  if (!buf_)
+    return 0;
+  size_t rounded = (nbytes_ + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+bool Tensor::sameAs(const Tensor &o) const {
+  if (elem_ != o.elem_ || shape_ != o.shape_ || valid() != o.valid())
+    return false;
+  if (!valid())
+    return true;
+  if (strs_ || o.strs_)
+    return strs_ && o.strs_ && *strs_ == *o.strs_;
+  return nbytes_ == o.nbytes_ &&
+         (nbytes_ == 0 || std::memcmp(buf_.get(), o.buf_.get(), nbytes_) == 0);
+}
+
+Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
+  assert(product(shape) == numElements() && "reshape keeps the element count");
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+} // namespace sluice

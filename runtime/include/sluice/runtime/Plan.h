@@ -1,0 +1,66 @@
+//===- Plan.h - What the runtime executes -----------------------*- C++ -*-===//
+//
+// A Plan is the plain, MLIR-free description of a pipeline that compiler/
+// derives from the optimized `sluice` module: the source and the stages in
+// stream order, each with its registry op, validated parameters, record types
+// and schedule knobs. The runtime builds its stage graph from a Plan; a
+// compiled executable embeds one (see serialize()).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_PLAN_H
+#define SLUICE_RUNTIME_PLAN_H
+
+#include "sluice/ops/Registry.h"
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Types.h"
+#include "sluice/ops/Value.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::runtime {
+
+/// One stage: the source, an element op, or a record op.
+struct PlanStage {
+  std::string name;     ///< unique step name ("decode_image", "map.2")
+  std::string op;       ///< registry op name
+  OpKind kind = OpKind::Element;
+  Value params;         ///< Map, validated and defaulted
+  RecordType inputType; ///< empty for the source
+  RecordType outputType;
+  SourceLoc loc;        ///< position in the spec, for error messages
+
+  // Schedule knobs; 0 / -1 / "" = decide at run time (autotuner).
+  int64_t parallelism = 0; ///< workers for element stages
+  int64_t prefetch = -1;   ///< buffered outputs after the stage
+  std::string cache;       ///< "", "memory" or "disk" after the stage
+};
+
+/// A whole pipeline.
+struct Plan {
+  std::string name;     ///< `pipeline:` name
+  std::string specFile; ///< for messages ("spec.yaml:12:5")
+  std::string baseDir;  ///< relative data paths resolve against this
+  uint64_t seed = 0;
+  int64_t epochs = 1;
+  int64_t cores = 0;       ///< budget; 0 = all cores of the host
+  int64_t memoryBytes = 0; ///< budget; 0 = no limit given
+  PlanStage source;
+  std::vector<PlanStage> stages;
+
+  const RecordType &outputType() const {
+    return stages.empty() ? source.outputType : stages.back().outputType;
+  }
+  /// "spec.yaml:12:5" for a stage, or the spec file alone.
+  std::string where(const PlanStage &s) const;
+
+  /// A self-contained text form (JSON) that deserialize() reads back exactly;
+  /// compiled executables embed it.
+  std::string serialize() const;
+  static Expected<Plan> deserialize(const std::string &text);
+};
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_PLAN_H

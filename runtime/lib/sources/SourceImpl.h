@@ -1,0 +1,205 @@
+//===- SourceImpl.h - Shared machinery of the source readers ----*- C++ -*-===//
+//
+// Internal to runtime/lib/sources: buffered (optionally gzip) file input,
+// glob expansion, parameter access and the factory of every source kind.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
+#define SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
+
+#include "sluice/runtime/Source.h"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::runtime::detail {
+
+/// Sequential reads from a file through a growable buffer. Names ending in
+/// ".gz" are gzip-decompressed (offsets then count decompressed bytes).
+/// Readers parse straight out of the buffer: data()/avail() is the window of
+/// bytes read but not yet consumed.
+class BufferedInput {
+public:
+  explicit BufferedInput(size_t blockSize = size_t(1) << 20);
+  ~BufferedInput();
+  BufferedInput(const BufferedInput &) = delete;
+  BufferedInput &operator=(const BufferedInput &) = delete;
+
+  /// Opens `path`; false with error() set on failure.
+  bool open(const std::string &path, bool decompress = true);
+  bool isOpen() const { return fd_ >= 0 || gz_ != nullptr; }
+  /// What went wrong ("cannot open: No such file or directory"); empty if
+  /// nothing did. A read error ends the stream (eof() becomes true).
+  const std::string &error() const { return error_; }
+  bool failed() const { return !error_.empty(); }
+
+  const char *data() const { return buf_.get() + pos_; }
+  size_t avail() const { return lim_ - pos_; }
+  /// True once the end of the stream (or a read error) has been reached:
+  /// the bytes in the window are all that is left.
+  bool eof() const { return eof_; }
+  /// Reads more bytes into the window (compacting or growing the buffer so
+  /// at least one block fits). False when nothing more could be read.
+  bool fill();
+  /// Makes at least n bytes available unless the stream ends first.
+  bool ensure(size_t n);
+  void consume(size_t n) { pos_ += n; }
+  /// Stream offset of data().
+  int64_t offset() const { return base_ + static_cast<int64_t>(pos_); }
+  /// Copies up to n bytes to dst; returns how many were copied (< n only at
+  /// the end of the stream or on error).
+  size_t read(void *dst, size_t n);
+  /// Skips up to n bytes; returns how many were skipped.
+  size_t skip(size_t n);
+  /// Bytes taken from storage (compressed bytes for .gz).
+  uint64_t bytesRead() const;
+  /// Size of the file on disk when it is not decompressed.
+  std::optional<uint64_t> rawSize() const { return rawSize_; }
+
+private:
+  long rawRead(char *dst, size_t n);
+
+  int fd_ = -1;
+  void *gz_ = nullptr; // gzFile
+  size_t blockSize_;
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0, pos_ = 0, lim_ = 0;
+  int64_t base_ = 0; // stream offset of buf_[0]
+  bool eof_ = false;
+  uint64_t rawBytes_ = 0;
+  std::optional<uint64_t> rawSize_;
+  std::string path_, error_;
+};
+
+/// Reads a whole file as raw bytes (no decompression).
+bool readWholeFile(const std::string &path, std::string &out,
+                   std::string &error);
+
+/// `path` if absolute, else baseDir/path.
+std::string joinPath(const std::string &baseDir, const std::string &path);
+/// True if `path` ends with `suffix`.
+inline bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+inline bool isGzipPath(std::string_view path) { return endsWith(path, ".gz"); }
+
+/// Expands the glob(s) of parameter `name` (a string or a list of strings)
+/// relative to baseDir into the sorted, de-duplicated regular files they
+/// match. Errors name the kind, the parameter and the pattern.
+Expected<std::vector<std::string>> expandFiles(const std::string &kind,
+                                               const Value &params,
+                                               const std::string &name,
+                                               const std::string &baseDir);
+
+/// A string or a list of strings as a list.
+std::vector<std::string> stringList(const Value &v);
+std::string stringParam(const Value &params, std::string_view name,
+                        const std::string &fallback);
+int64_t intParam(const Value &params, std::string_view name, int64_t fallback);
+bool boolParam(const Value &params, std::string_view name, bool fallback);
+
+/// "u8", "f32", ... or an error naming the kind and parameter.
+Expected<ElemType> elemTypeParam(const std::string &kind, const Value &v,
+                                 const std::string &what);
+
+/// Shared bookkeeping of readers: where fields go in the output record and
+/// the position in the shard.
+class ReaderBase : public ShardReader {
+public:
+  ReaderBase(std::string file, const std::vector<int> &slots)
+      : file_(std::move(file)), slots_(slots) {}
+
+protected:
+  /// Prepares `out` to receive slots_.size() fields.
+  void startRecord(Record &out) const {
+    out.fields.resize(slots_.size());
+    out.index = static_cast<uint64_t>(record_);
+  }
+  /// Stores the reader's natural field k.
+  void put(Record &out, size_t k, Tensor t) const {
+    out.fields[static_cast<size_t>(slots_[k])] = std::move(t);
+  }
+  /// An error at the current record of this file.
+  ReadResult fail(std::string reason, std::string detail, int64_t offset,
+                  bool recoverable, std::string field = "",
+                  int64_t line = -1) {
+    DataError e;
+    e.where.file = file_;
+    e.where.record = record_;
+    e.where.line = line;
+    e.where.offset = offset;
+    e.where.field = std::move(field);
+    e.reason = std::move(reason);
+    e.detail = std::move(detail);
+    e.recoverable = recoverable;
+    if (!recoverable)
+      done_ = true;
+    return ReadResult::error(std::move(e));
+  }
+  /// A non-recoverable I/O error of `in`.
+  ReadResult ioError(const BufferedInput &in) {
+    return fail("io: read error", in.error(), in.offset(), false);
+  }
+
+  std::string file_;
+  const std::vector<int> &slots_;
+  int64_t record_ = 0; ///< index of the record being read
+  bool done_ = false;  ///< no more records (end reached or fatal error)
+};
+
+/// Parses an integer/float/bool from text into element `i` of a numeric
+/// tensor of type `elem`. Returns "" on success, else what is wrong ("'abc'
+/// is not a valid i64", "300 does not fit u8").
+std::string parseNumber(std::string_view text, ElemType elem, void *dst,
+                        size_t i);
+
+/// IEEE half from float, round to nearest even.
+uint16_t floatToHalf(float f);
+
+// Factories: each returns a source with kind_ and type_ (natural order) set.
+using Factory = Expected<std::unique_ptr<Source>> (*)(const std::string &kind,
+                                                      const Value &params,
+                                                      const std::string &base);
+Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
+                                                    const Value &params,
+                                                    const std::string &base);
+Expected<std::unique_ptr<Source>> createFiles(const std::string &kind,
+                                              const Value &params,
+                                              const std::string &base);
+Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
+                                            const Value &params,
+                                            const std::string &base);
+Expected<std::unique_ptr<Source>> createTFRecord(const std::string &kind,
+                                                 const Value &params,
+                                                 const std::string &base);
+Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
+                                            const Value &params,
+                                            const std::string &base);
+Expected<std::unique_ptr<Source>> createNpy(const std::string &kind,
+                                            const Value &params,
+                                            const std::string &base);
+Expected<std::unique_ptr<Source>> createWebDataset(const std::string &kind,
+                                                   const Value &params,
+                                                   const std::string &base);
+Expected<std::unique_ptr<Source>> createTextLines(const std::string &kind,
+                                                  const Value &params,
+                                                  const std::string &base);
+
+/// Gives factories access to the protected members they must set.
+class SourceBase : public Source {
+public:
+  void setNaturalType(std::string kind, RecordType type) {
+    kind_ = std::move(kind);
+    type_ = std::move(type);
+  }
+  const std::vector<int> &slots() const { return slots_; }
+};
+
+} // namespace sluice::runtime::detail
+
+#endif // SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H

@@ -1,0 +1,19 @@
+# lit configuration: compiler (.mlir), spec error corpus and examples (.yaml,
+# .test). Tools come from the build tree's bin/ and LLVM's tools dir.
+import os
+import lit.formats
+
+config.name = "sluice"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".yaml", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.sluice_obj_root, "tests")
+config.excludes = ["unit", "tools", "CMakeLists.txt", "lit.cfg.py", "Inputs"]
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.sluice_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+config.substitutions.append(("%sluice_src", config.sluice_src_root))
+config.substitutions.append(("%examples", os.path.join(config.sluice_src_root, "examples")))
+import sys
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%expect_exit", sys.executable + " " + os.path.join(config.sluice_src_root, "tests", "tools", "expect_exit.py")))
