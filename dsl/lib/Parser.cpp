@@ -14,7 +14,10 @@
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 
-#include <yaml-cpp/yaml.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -69,75 +72,191 @@ SourceLoc locOf(const YAML::Mark &m) {
   return {m.line + 1, m.column + 1};
 }
 
-class Converter {
+/// Builds YNode trees straight from yaml-cpp's parser events. Going through
+/// events rather than YAML::LoadAll lets the front end bound everything
+/// itself: LoadAll loops forever on a document that starts with ',' (found
+/// by tools/fuzz), and aliases could otherwise expand exponentially.
+class TreeBuilder : public YAML::EventHandler {
 public:
-  explicit Converter(DiagnosticEngine &d) : diags(d) {}
-  bool tooDeep = false;
+  explicit TreeBuilder(DiagnosticEngine &d) : diags(d) {}
 
-  YNode convert(const YAML::Node &n, int depth) {
-    YNode out;
-    out.loc = locOf(n.Mark());
-    if (depth > kMaxDepth) {
-      if (!tooDeep)
-        diags.error(out.loc, "the spec is nested more than " +
-                                 std::to_string(kMaxDepth) + " levels deep",
-                    "a pipeline spec needs only a few levels; check for "
-                    "runaway brackets or indentation");
-      tooDeep = true;
-      return out;
-    }
-    switch (n.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      out.kind = YNode::Kind::Null;
-      break;
-    case YAML::NodeType::Scalar:
-      out.kind = YNode::Kind::Scalar;
-      out.text = n.Scalar();
-      out.quoted = n.Tag() == "!";
-      break;
-    case YAML::NodeType::Sequence:
-      out.kind = YNode::Kind::Seq;
-      for (const auto &item : n) {
-        out.items.push_back(convert(item, depth + 1));
-        if (tooDeep)
-          break;
-      }
-      break;
-    case YAML::NodeType::Map: {
-      out.kind = YNode::Kind::Map;
-      std::set<std::string> seen;
-      for (const auto &kv : n) {
-        YNode key = convert(kv.first, depth + 1);
-        if (tooDeep)
-          break;
-        if (key.kind != YNode::Kind::Scalar) {
-          diags.error(key.loc, std::string("a mapping key must be a plain "
-                                           "name, but this key is ") +
-                                   key.kindName());
-          continue;
-        }
-        if (!seen.insert(key.text).second) {
-          diags.error(key.loc, "duplicate key '" + key.text + "'",
-                      "each key may appear once in a mapping; remove or "
-                      "merge the repeated one");
-          continue;
-        }
-        YNode value = convert(kv.second, depth + 1);
-        if (!value.loc.valid())
-          value.loc = key.loc;
-        out.map.emplace_back(std::move(key), std::move(value));
-        if (tooDeep)
-          break;
-      }
-      break;
-    }
-    }
-    return out;
+  /// Parsed documents (normally one).
+  std::vector<YNode> docs;
+  /// Set once an error made the tree unusable; parsing stops.
+  bool failed = false;
+
+  void OnDocumentStart(const YAML::Mark &) override {
+    docs.emplace_back();
+    haveRoot = false;
   }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark &m, YAML::anchor_t anchor) override {
+    YNode n;
+    n.kind = YNode::Kind::Null;
+    n.loc = locOf(m);
+    add(std::move(n), anchor);
+  }
+  void OnAlias(const YAML::Mark &m, YAML::anchor_t anchor) override {
+    auto it = anchors.find(anchor);
+    if (it == anchors.end()) {
+      fail(locOf(m), "alias to an unknown anchor");
+      return;
+    }
+    YNode copy = it->second;
+    size_t size = countNodes(copy);
+    if (!charge(locOf(m), size))
+      return;
+    relocate(copy, locOf(m));
+    add(std::move(copy), 0, /*counted=*/true);
+  }
+  void OnScalar(const YAML::Mark &m, const std::string &tag,
+                YAML::anchor_t anchor, const std::string &value) override {
+    YNode n;
+    n.kind = YNode::Kind::Scalar;
+    n.loc = locOf(m);
+    n.text = value;
+    n.quoted = tag == "!";
+    add(std::move(n), anchor);
+  }
+  void OnSequenceStart(const YAML::Mark &m, const std::string &,
+                       YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(YNode::Kind::Seq, locOf(m), anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark &m, const std::string &,
+                  YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(YNode::Kind::Map, locOf(m), anchor);
+  }
+  void OnMapEnd() override { close(); }
 
 private:
+  /// Specs are tiny; these bound pathological inputs.
+  static constexpr size_t kMaxNodes = 200000;
+
+  struct Open {
+    YNode node;
+    YAML::anchor_t anchor;
+    bool haveKey = false; ///< maps: a key is waiting for its value
+    YNode key;
+  };
+
+  void fail(SourceLoc loc, std::string msg, std::string hint = "") {
+    if (!failed)
+      diags.error(loc, std::move(msg), std::move(hint));
+    failed = true;
+  }
+
+  bool charge(SourceLoc loc, size_t n) {
+    nodes += n;
+    if (nodes > kMaxNodes) {
+      fail(loc, "the spec expands to more than " + std::to_string(kMaxNodes) +
+                    " YAML nodes",
+           "a pipeline spec needs a few hundred; check for runaway aliases "
+           "(*name) or generated content");
+      return false;
+    }
+    return true;
+  }
+
+  static size_t countNodes(const YNode &n) {
+    size_t c = 1;
+    for (const auto &i : n.items)
+      c += countNodes(i);
+    for (const auto &kv : n.map)
+      c += countNodes(kv.first) + countNodes(kv.second);
+    return c;
+  }
+
+  /// An alias reports errors where it is used, not where its anchor was.
+  static void relocate(YNode &n, SourceLoc loc) {
+    n.loc = loc;
+    for (auto &i : n.items)
+      relocate(i, loc);
+    for (auto &kv : n.map) {
+      relocate(kv.first, loc);
+      relocate(kv.second, loc);
+    }
+  }
+
+  void open(YNode::Kind kind, SourceLoc loc, YAML::anchor_t anchor) {
+    if (failed || !charge(loc, 1))
+      return;
+    if (stack.size() >= static_cast<size_t>(kMaxDepth)) {
+      fail(loc,
+           "the spec is nested more than " + std::to_string(kMaxDepth) +
+               " levels deep",
+           "a pipeline spec needs only a few levels; check for runaway "
+           "brackets or indentation");
+      return;
+    }
+    Open o;
+    o.node.kind = kind;
+    o.node.loc = loc;
+    o.anchor = anchor;
+    stack.push_back(std::move(o));
+  }
+
+  void close() {
+    if (failed || stack.empty())
+      return;
+    Open o = std::move(stack.back());
+    stack.pop_back();
+    add(std::move(o.node), o.anchor, /*counted=*/true);
+  }
+
+  void add(YNode n, YAML::anchor_t anchor, bool counted = false) {
+    if (failed || (!counted && !charge(n.loc, 1)))
+      return;
+    if (anchor)
+      anchors[anchor] = n;
+    if (stack.empty()) {
+      if (docs.empty())
+        docs.emplace_back();
+      if (haveRoot) {
+        fail(n.loc, "unexpected content after the end of the document");
+        return;
+      }
+      docs.back() = std::move(n);
+      haveRoot = true;
+      return;
+    }
+    Open &top = stack.back();
+    if (top.node.kind == YNode::Kind::Seq) {
+      top.node.items.push_back(std::move(n));
+      return;
+    }
+    if (!top.haveKey) {
+      top.key = std::move(n);
+      top.haveKey = true;
+      return;
+    }
+    top.haveKey = false;
+    YNode key = std::move(top.key);
+    if (key.kind != YNode::Kind::Scalar) {
+      diags.error(key.loc, std::string("a mapping key must be a plain name, "
+                                       "but this key is ") +
+                               key.kindName());
+      return;
+    }
+    for (const auto &kv : top.node.map) {
+      if (kv.first.text == key.text) {
+        diags.error(key.loc, "duplicate key '" + key.text + "'",
+                    "each key may appear once in a mapping; remove or merge "
+                    "the repeated one");
+        return;
+      }
+    }
+    if (!n.loc.valid())
+      n.loc = key.loc;
+    top.node.map.emplace_back(std::move(key), std::move(n));
+  }
+
   DiagnosticEngine &diags;
+  std::vector<Open> stack;
+  std::map<YAML::anchor_t, YNode> anchors;
+  size_t nodes = 0;
+  bool haveRoot = false;
 };
 
 std::string quoteList(const std::vector<std::string> &names, size_t max = 12) {
@@ -218,6 +337,49 @@ bool parseBool(const std::string &s, bool &out) {
   if (s == "false" || s == "False" || s == "FALSE")
     return out = false, true;
   return false;
+}
+
+/// Returns 1 + the offset of the first byte that cannot be in a YAML text
+/// (invalid UTF-8, or a C0 control other than tab/LF/CR, or DEL), or 0 when
+/// the text is clean. `why` describes the byte.
+size_t findNonText(const std::string &s, std::string &why) {
+  auto hex = [](unsigned char c) {
+    const char *d = "0123456789abcdef";
+    return std::string("0x") + d[c >> 4] + d[c & 15];
+  };
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char c = s[i];
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+        why = c == 0 ? std::string("a NUL byte")
+                     : "the control byte " + hex(c);
+        return i + 1;
+      }
+      ++i;
+      continue;
+    }
+    int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
+              : (c & 0xF8) == 0xF0 ? 4 : 0;
+    bool ok = len != 0 && i + len <= n;
+    uint32_t cp = len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+    for (int k = 1; ok && k < len; ++k) {
+      unsigned char cc = s[i + k];
+      ok = (cc & 0xC0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (ok)
+      ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) &&
+           !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) &&
+           !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (!ok) {
+      why = "the byte " + hex(c) + ", which is not valid UTF-8";
+      return i + 1;
+    }
+    i += len;
+  }
+  return 0;
 }
 
 /// The generic parameter validator and the type-rule context.
@@ -977,44 +1139,53 @@ std::unique_ptr<Spec> SpecChecker::run() {
                 "document");
     return nullptr;
   }
-  if (text.find('\0') != std::string::npos) {
-    size_t pos = text.find('\0');
-    int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
-    size_t ls = text.rfind('\n', pos);
+  // YAML is Unicode text. yaml-cpp 0.7 can loop for minutes on some invalid
+  // UTF-8 (found by tools/fuzz), so bytes are checked before it sees them.
+  if (std::string why; size_t bad = findNonText(text, why)) {
+    size_t pos = bad - 1;
+    int line = 1 + static_cast<int>(
+                       std::count(text.begin(), text.begin() + pos, '\n'));
+    size_t ls = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
     int col = static_cast<int>(pos - (ls == std::string::npos ? 0 : ls + 1)) + 1;
-    diags.error({line, col}, "the spec contains a NUL byte: this is binary "
-                             "data, not YAML text");
+    diags.error({line, col}, "the spec contains " + why +
+                                 ": this is binary data, not YAML text",
+                "a spec must be UTF-8 text without control characters");
     return nullptr;
   }
-  YAML::Node root;
+  TreeBuilder builder(diags);
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1) {
-      diags.error({}, "the spec holds " + std::to_string(docs.size()) +
-                          " YAML documents; exactly one pipeline per file",
-                  "remove the extra '---' separated documents");
-      return nullptr;
-    }
-    if (!docs.empty())
-      root = docs[0];
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    // A document with content ends the loop after at most two rounds; the
+    // bound also stops yaml-cpp's endless empty documents on stray ','.
+    for (int round = 0; round < 3 && !builder.failed; ++round)
+      if (!parser.HandleNextDocument(builder))
+        break;
   } catch (const YAML::Exception &e) {
-    SourceLoc loc = locOf(e.mark);
-    diags.error(loc, "YAML syntax error: " + e.msg);
+    diags.error(locOf(e.mark), "YAML syntax error: " + e.msg);
     return nullptr;
   } catch (const std::exception &e) {
     diags.error({}, std::string("cannot read the spec as YAML: ") + e.what());
     return nullptr;
   }
-  Converter conv(diags);
-  YNode top;
-  try {
-    top = conv.convert(root, 0);
-  } catch (const std::exception &e) {
-    diags.error({}, std::string("cannot read the spec as YAML: ") + e.what());
+  if (builder.failed)
+    return nullptr;
+  if (builder.docs.size() > 1) {
+    // Real extra documents follow a '---' marker; otherwise yaml-cpp split
+    // the text at a stray flow indicator such as a top-level ','.
+    const YNode &extra = builder.docs[1];
+    bool marker = text.find("\n---") != std::string::npos ||
+                  text.find("\n...") != std::string::npos;
+    if (marker)
+      diags.error(extra.loc, "the spec holds more than one YAML document; "
+                             "exactly one pipeline per file",
+                  "remove the extra '---' separated documents");
+    else
+      diags.error(extra.loc, "YAML syntax error: unexpected text at the top "
+                             "level (a stray ',', ']' or '}'?)");
     return nullptr;
   }
-  if (conv.tooDeep)
-    return nullptr;
+  YNode top = builder.docs.empty() ? YNode() : std::move(builder.docs[0]);
   if (top.kind == YNode::Kind::Null) {
     diags.error({1, 1}, "the spec is empty",
                 "a spec is a mapping with at least 'pipeline', 'source' and "

@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Expr.h"
-#include "sluice/ops/Registry.h"
 #include "Internal.h"
+#include "sluice/ops/Registry.h"
 
 #include <cctype>
 #include <cerrno>
@@ -22,9 +22,9 @@ namespace sluice {
 
 const std::vector<ExprFunction> &exprFunctions() {
   static const std::vector<ExprFunction> kFunctions = {
-      {"abs", 1},   {"ceil", 1},    {"clamp", 3}, {"cos", 1},
-      {"exp", 1},   {"floor", 1},   {"log", 1},   {"log1p", 1},
-      {"max", 2},   {"min", 2},     {"pow", 2},   {"round", 1},
+      {"abs", 1},     {"ceil", 1},  {"clamp", 3}, {"cos", 1},
+      {"exp", 1},     {"floor", 1}, {"log", 1},   {"log1p", 1},
+      {"max", 2},     {"min", 2},   {"pow", 2},   {"round", 1},
       {"sigmoid", 1}, {"sin", 1},   {"sqrt", 1},  {"tanh", 1},
   };
   return kFunctions;
@@ -104,9 +104,7 @@ private:
       t.text = std::string(text_.substr(start, pos_ - start));
       return true;
     }
-    auto two = [&](std::string_view s) {
-      return text_.substr(pos_, 2) == s;
-    };
+    auto two = [&](std::string_view s) { return text_.substr(pos_, 2) == s; };
     t.kind = Tok::Punct;
     static const char *const kTwo[] = {"<=", ">=", "==", "!=", "&&", "||"};
     for (const char *op : kTwo) {
@@ -157,7 +155,8 @@ private:
     default:
       break;
     }
-    if (static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+    if (static_cast<unsigned char>(c) >= 0x20 &&
+        static_cast<unsigned char>(c) < 0x7f)
       return fail(start, std::string("unexpected character '") + c + "'");
     return fail(start, "unexpected non-ASCII character");
   }
@@ -198,7 +197,8 @@ private:
               text_[end] == '_' || text_[end] == '.'))
         ++end;
       return fail(start, "malformed number '" +
-                             std::string(text_.substr(start, end - start)) + "'");
+                             std::string(text_.substr(start, end - start)) +
+                             "'");
     }
     std::string s(text_.substr(start, pos_ - start));
     t.kind = Tok::Number;
@@ -353,8 +353,8 @@ private:
   static bool isComparison(const Token &t) {
     if (t.kind != Tok::Punct)
       return false;
-    return t.text == "<" || t.text == "<=" || t.text == ">" ||
-           t.text == ">=" || t.text == "==" || t.text == "!=";
+    return t.text == "<" || t.text == "<=" || t.text == ">" || t.text == ">=" ||
+           t.text == "==" || t.text == "!=";
   }
 
   ExprPtr comparison() {
@@ -418,16 +418,14 @@ private:
       size_t open = take().offset;
       if (e->kind != Expr::Kind::Var)
         return fail(open, "only fields can be indexed, e.g. 'dense[0]'");
-      bool negative = false;
-      if (isPunct("-")) {
-        take();
-        negative = true;
-      }
+      if (isPunct("-"))
+        return fail(peek().offset, "expected a constant non-negative integer "
+                                   "index, got '-'");
       const Token &idx = peek();
-      if (idx.kind != Tok::Number || !idx.isInt || negative)
+      if (idx.kind != Tok::Number || !idx.isInt)
         return fail(idx.offset, "expected a constant non-negative integer "
                                 "index, got " +
-                                    (negative ? "'-'" : describe(idx)));
+                                    describe(idx));
       take();
       if (!isPunct("]"))
         return fail(peek().offset, "expected ']' to close '[' at offset " +
@@ -482,10 +480,10 @@ private:
                                      describe(peek()));
     take();
     if (static_cast<int>(args.size()) != fn->arity)
-      return fail(name.offset, "'" + name.text + "' takes " +
-                                   std::to_string(fn->arity) +
-                                   (fn->arity == 1 ? " argument" : " arguments") +
-                                   ", got " + std::to_string(args.size()));
+      return fail(name.offset,
+                  "'" + name.text + "' takes " + std::to_string(fn->arity) +
+                      (fn->arity == 1 ? " argument" : " arguments") + ", got " +
+                      std::to_string(args.size()));
     return make(Expr::Kind::Call, name.text, name.offset, std::move(args));
   }
 
@@ -513,7 +511,8 @@ private:
         return e;
       }
       if (isKeyword(name.text))
-        return fail(name.offset, "expected an operand before '" + name.text + "'");
+        return fail(name.offset,
+                    "expected an operand before '" + name.text + "'");
       if (isPunct("("))
         return call(name);
       if (findFunction(name.text))
@@ -537,7 +536,8 @@ private:
       }
       return fail(t.offset, "expected an operand, got '" + t.text + "'");
     case Tok::End:
-      return fail(t.offset, "expected an operand, got the end of the expression");
+      return fail(t.offset,
+                  "expected an operand, got the end of the expression");
     case Tok::Error:
       break;
     }
@@ -734,8 +734,9 @@ public:
           !infer(*e.args[2], b))
         return false;
       if (c.elem != ElemType::Bool)
-        return fail(*e.args[0], "the condition before '?' must be a bool, but " +
-                                    quoted(*e.args[0]) + " is " + name(c));
+        return fail(*e.args[0],
+                    "the condition before '?' must be a bool, but " +
+                        quoted(*e.args[0]) + " is " + name(c));
       bool ba = a.elem == ElemType::Bool, bb = b.elem == ElemType::Bool;
       if (ba != bb)
         return fail(e, "the two branches of '?' must both be numbers or both "

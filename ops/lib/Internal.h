@@ -1,4 +1,5 @@
-//===- Internal.h - Helpers shared by the ops/lib implementation -*- C++ -*-===//
+//===- Internal.h - Helpers shared by the ops/lib implementation -*- C++
+//-*-===//
 //
 // Not installed: the number formatting and identifier rules that Value,
 // Expr and the registry entries must agree on.

@@ -57,8 +57,7 @@ const std::string &fieldName(TypeContext &ctx) {
 bool requireFieldName(TypeContext &ctx, const Value &at) {
   if (isIdentifier(at.asString()))
     return true;
-  ctx.error(at,
-            "'" + at.asString() + "' is not a valid field name",
+  ctx.error(at, "'" + at.asString() + "' is not a valid field name",
             "field names are letters, digits and '_', not starting with a "
             "digit, so that expressions can refer to them");
   return false;
@@ -97,19 +96,19 @@ bool requireNumeric(TypeContext &ctx, const std::string &op,
     hint = "cast it first, e.g. `- cast: {field: " + fieldName(ctx) +
            ", dtype: f32}`";
   ctx.error(ctx.param("field"),
-            op + " needs " + what + ", but field '" + fieldName(ctx) +
-                "' is " + t.str(),
+            op + " needs " + what + ", but field '" + fieldName(ctx) + "' is " +
+                t.str(),
             hint);
   return false;
 }
 
-bool requireRank(TypeContext &ctx, const std::string &op, size_t lo,
-                 size_t hi, const std::string &what) {
+bool requireRank(TypeContext &ctx, const std::string &op, size_t lo, size_t hi,
+                 const std::string &what) {
   const FieldType &t = ctx.fieldType("field");
   if (t.rank() >= lo && t.rank() <= hi)
     return true;
-  ctx.error(ctx.param("field"),
-            op + " needs " + what + ", but " + describeField(fieldName(ctx), t));
+  ctx.error(ctx.param("field"), op + " needs " + what + ", but " +
+                                    describeField(fieldName(ctx), t));
   return false;
 }
 

@@ -66,8 +66,9 @@ ExprPtr parseExprParam(TypeContext &ctx, const std::string &paramName);
 
 /// Visits every Var node (including the base of Index nodes) with the Index
 /// node around it, or null.
-void forEachVar(const Expr &e,
-                const std::function<void(const Expr &var, const Expr *index)> &fn);
+void forEachVar(
+    const Expr &e,
+    const std::function<void(const Expr &var, const Expr *index)> &fn);
 
 /// Integer value of `v`, or `def` when null (defaults are normally filled in
 /// by the front end; this keeps rules total).

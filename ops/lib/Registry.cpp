@@ -68,8 +68,8 @@ ParamSpec enumParam(std::string name, std::vector<std::string> choices) {
 
 ParamSpec structParam(std::string name, std::vector<ParamSpec> members,
                       bool isList) {
-  ParamSpec p =
-      param(std::move(name), isList ? ParamKind::StructList : ParamKind::Struct);
+  ParamSpec p = param(std::move(name),
+                      isList ? ParamKind::StructList : ParamKind::Struct);
   p.members = std::move(members);
   return p;
 }
@@ -154,8 +154,8 @@ size_t editDistance(const std::string &a, const std::string &b) {
   for (size_t i = 1; i <= n; ++i) {
     for (size_t j = 1; j <= m; ++j) {
       size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
-                          d[i - 1][j - 1] + cost});
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
@@ -232,13 +232,20 @@ std::optional<int64_t> parseByteSize(std::string_view text) {
   };
   constexpr __int128 K = 1000, Ki = 1024;
   static const Unit kUnits[] = {
-      {"", 1},           {"b", 1},
-      {"kb", K},         {"mb", K * K},
-      {"gb", K * K * K}, {"tb", K * K * K * K},
-      {"kib", Ki},       {"mib", Ki * Ki},
-      {"gib", Ki * Ki * Ki}, {"tib", Ki * Ki * Ki * Ki},
-      {"k", Ki},         {"m", Ki * Ki},
-      {"g", Ki * Ki * Ki}, {"t", Ki * Ki * Ki * Ki},
+      {"", 1},
+      {"b", 1},
+      {"kb", K},
+      {"mb", K * K},
+      {"gb", K * K * K},
+      {"tb", K * K * K * K},
+      {"kib", Ki},
+      {"mib", Ki * Ki},
+      {"gib", Ki * Ki * Ki},
+      {"tib", Ki * Ki * Ki * Ki},
+      {"k", Ki},
+      {"m", Ki * Ki},
+      {"g", Ki * Ki * Ki},
+      {"t", Ki * Ki * Ki * Ki},
   };
   const Unit *u = nullptr;
   for (const Unit &cand : kUnits)
@@ -324,7 +331,8 @@ std::string constraints(const ParamSpec &p) {
     parts.push_back(list ? "each " + range : range);
   if (list) {
     if (p.minLen == p.maxLen)
-      parts.push_back(std::to_string(p.minLen) + (p.minLen == 1 ? " value" : " values"));
+      parts.push_back(std::to_string(p.minLen) +
+                      (p.minLen == 1 ? " value" : " values"));
     else if (p.maxLen == std::numeric_limits<size_t>::max()) {
       if (p.minLen > 0)
         parts.push_back("at least " + std::to_string(p.minLen));
@@ -350,14 +358,16 @@ std::string constraints(const ParamSpec &p) {
   return out;
 }
 
-void paramRows(std::ostream &os, const ParamSpec &p, const std::string &prefix) {
-  std::string def = p.required ? "required"
+void paramRows(std::ostream &os, const ParamSpec &p,
+               const std::string &prefix) {
+  std::string def = p.required       ? "required"
                     : p.defaultValue ? "`" + p.defaultValue->str() + "`"
                                      : "optional";
   os << "| `" << prefix << p.name << "` | " << paramKindName(p.kind) << " | "
      << cell(def) << " | " << cell(constraints(p)) << " | " << cell(p.doc)
      << " |\n";
-  std::string sub = prefix + p.name + (p.kind == ParamKind::StructList ? "[]." : ".");
+  std::string sub =
+      prefix + p.name + (p.kind == ParamKind::StructList ? "[]." : ".");
   for (const ParamSpec &m : p.members)
     paramRows(os, m, sub);
 }
@@ -381,8 +391,8 @@ void renderOp(std::ostream &os, const OpDef &op) {
   if (!op.doc.empty())
     os << op.doc << "\n\n";
   if (!op.example.empty())
-    os << "```yaml\n" << op.example << (op.example.back() == '\n' ? "" : "\n")
-       << "```\n\n";
+    os << "```yaml\n"
+       << op.example << (op.example.back() == '\n' ? "" : "\n") << "```\n\n";
   if (op.params.empty()) {
     os << "No parameters.\n\n";
   } else {
@@ -392,9 +402,14 @@ void renderOp(std::ostream &os, const OpDef &op) {
       paramRows(os, p, "");
     os << "\n";
   }
-  if (!op.shorthand.empty())
-    os << "Shorthand: a value that is not a mapping binds `" << op.shorthand
-       << "` (`" << op.name << ": ...`).\n\n";
+  if (const ParamSpec *p = op.findParam(op.shorthand)) {
+    if (p->kind == ParamKind::FieldMap)
+      os << "Shorthand: `" << op.name << ": {old: new}` is short for `"
+         << op.name << ": {" << p->name << ": {old: new}}`.\n\n";
+    else
+      os << "Shorthand: a value that is not a mapping binds `" << p->name
+         << "` (`" << op.name << ": ...`).\n\n";
+  }
   if (!op.typeDoc.empty())
     os << "**Type:** " << op.typeDoc << "\n\n";
   if (op.kind == OpKind::Element) {
@@ -460,8 +475,7 @@ std::string renderOpsMarkdown() {
     os << "- " << g.title << ":";
     bool first = true;
     for (const OpDef *op : reg.all(g.kind)) {
-      os << (first ? " " : ", ") << "[" << op->name << "](#" << op->name
-         << ")";
+      os << (first ? " " : ", ") << "[" << op->name << "](#" << op->name << ")";
       first = false;
     }
     os << "\n";

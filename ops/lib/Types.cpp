@@ -20,12 +20,12 @@ struct ElemInfo {
 
 // Order matches the enum so that the table can be indexed by it.
 constexpr ElemInfo kElemInfo[] = {
-    {ElemType::U8, "u8", 1},         {ElemType::I8, "i8", 1},
-    {ElemType::U16, "u16", 2},       {ElemType::I16, "i16", 2},
-    {ElemType::I32, "i32", 4},       {ElemType::I64, "i64", 8},
-    {ElemType::F16, "f16", 2},       {ElemType::F32, "f32", 4},
-    {ElemType::F64, "f64", 8},       {ElemType::Bool, "bool", 1},
-    {ElemType::Bytes, "bytes", 0},   {ElemType::String, "string", 0},
+    {ElemType::U8, "u8", 1},       {ElemType::I8, "i8", 1},
+    {ElemType::U16, "u16", 2},     {ElemType::I16, "i16", 2},
+    {ElemType::I32, "i32", 4},     {ElemType::I64, "i64", 8},
+    {ElemType::F16, "f16", 2},     {ElemType::F32, "f32", 4},
+    {ElemType::F64, "f64", 8},     {ElemType::Bool, "bool", 1},
+    {ElemType::Bytes, "bytes", 0}, {ElemType::String, "string", 0},
 };
 constexpr size_t kNumElemTypes = sizeof(kElemInfo) / sizeof(kElemInfo[0]);
 

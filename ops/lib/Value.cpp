@@ -27,13 +27,24 @@ std::string formatDouble(double d) {
       break;
   }
   std::string s = buf;
+  // %g switches to an exponent early ("3e+02"); people read 300.0 better.
+  double mag = std::fabs(d);
+  if (s.find('e') != std::string::npos && mag >= 1e-4 && mag < 1e16) {
+    for (int decimals = 0; decimals <= 20; ++decimals) {
+      std::snprintf(buf, sizeof(buf), "%.*f", decimals, d);
+      if (std::strtod(buf, nullptr) == d)
+        break;
+    }
+    s = buf;
+  }
   if (s.find_first_of(".e") == std::string::npos)
     s += ".0";
   return s;
 }
 
 bool isIdentifier(std::string_view s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
+  if (s.empty() ||
+      !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
     return false;
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
@@ -208,7 +219,8 @@ std::string quote(const std::string &s) {
     default:
       if (static_cast<unsigned char>(c) < 0x20) {
         char buf[8];
-        std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
+        std::snprintf(buf, sizeof(buf), "\\x%02x",
+                      static_cast<unsigned char>(c));
         out += buf;
       } else {
         out += c;

@@ -211,8 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "budget: {cores: many}\n",
                     3, 17, "'budget.cores' must be an integer"},
         BadSpecCase{"twodocs",
-                    "pipeline: a\n---\npipeline: b\n", 0, 0,
-                    "2 YAML documents"}),
+                    "pipeline: a\n---\npipeline: b\n", 3, 1,
+                    "more than one YAML document"}),
     [](const ::testing::TestParamInfo<BadSpecCase> &i) {
       return std::string(i.param.name);
     });

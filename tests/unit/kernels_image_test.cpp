@@ -32,8 +32,9 @@ std::vector<uint8_t> gradient(int h, int w, int c, int seed = 0) {
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
       for (int ch = 0; ch < c; ++ch) {
-        double v = 127.5 + 100 * std::sin((x + 3 * ch + seed) * 0.07) *
-                               std::cos((y - 2 * ch) * 0.05) +
+        double v = 127.5 +
+                   100 * std::sin((x + 3 * ch + seed) * 0.07) *
+                       std::cos((y - 2 * ch) * 0.05) +
                    20 * ch;
         px[(size_t(y) * w + x) * c + ch] =
             uint8_t(std::lround(std::fmin(255, std::fmax(0, v))));
@@ -46,9 +47,9 @@ std::string encodeJpeg(const std::vector<uint8_t> &px, int h, int w, int c,
   tjhandle tj = tjInitCompress();
   unsigned char *buf = nullptr;
   unsigned long size = 0;
-  int rc = tjCompress2(tj, px.data(), w, w * c, h, c == 1 ? TJPF_GRAY : TJPF_RGB,
-                       &buf, &size, c == 1 ? TJSAMP_GRAY : subsamp, quality,
-                       0);
+  int rc =
+      tjCompress2(tj, px.data(), w, w * c, h, c == 1 ? TJPF_GRAY : TJPF_RGB,
+                  &buf, &size, c == 1 ? TJSAMP_GRAY : subsamp, quality, 0);
   EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
   std::string out(reinterpret_cast<char *>(buf), size);
   tjFree(buf);
@@ -147,7 +148,8 @@ TEST_P(PngDecode, ExactPixels) {
   std::vector<png_color> palette;
   if (pc.colorType == PNG_COLOR_TYPE_PALETTE)
     for (int i = 0; i < 256; ++i)
-      palette.push_back({png_byte(i), png_byte(255 - i), png_byte((i * 7) & 255)});
+      palette.push_back(
+          {png_byte(i), png_byte(255 - i), png_byte((i * 7) & 255)});
   std::vector<uint8_t> rgb8 = gradient(h, w, 3, 5);
   std::vector<std::vector<uint8_t>> rows(h);
   std::vector<uint8_t> expect(size_t(h) * w * pc.channels);
@@ -292,7 +294,8 @@ TEST(JpegDecode, RejectsBadChannelCount) {
 TEST(DecodeErrors, NotAnImageNamesTheFirstBytes) {
   Expected<Tensor> img = decodeImage("<html><body>404</body></html>", 3);
   ASSERT_FALSE(img);
-  EXPECT_EQ(img.status().message(), "not a JPEG or PNG (first bytes 3c 68 74 6d)");
+  EXPECT_EQ(img.status().message(),
+            "not a JPEG or PNG (first bytes 3c 68 74 6d)");
   Expected<Tensor> empty = decodeImage("", 3);
   ASSERT_FALSE(empty);
   EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
@@ -515,8 +518,8 @@ protected:
     auto [h, w, c, oh, ow, rank2] = GetParam();
     std::vector<uint8_t> px = gradient(h, w, c, 1);
     vals.assign(px.begin(), px.end());
-    std::vector<int64_t> shape = rank2 ? std::vector<int64_t>{h, w}
-                                       : std::vector<int64_t>{h, w, c};
+    std::vector<int64_t> shape =
+        rank2 ? std::vector<int64_t>{h, w} : std::vector<int64_t>{h, w, c};
     Tensor t = Tensor::empty(ElemType::U8, shape);
     std::memcpy(t.mutableRaw(), px.data(), px.size());
     return t;
@@ -613,9 +616,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ResizeCase{37, 53, 3, 224, 224, false},
                       ResizeCase{100, 90, 3, 13, 17, false}, // >2x down
                       ResizeCase{7, 5, 1, 3, 11, false},
-                      ResizeCase{7, 5, 1, 9, 2, true},      // HW
+                      ResizeCase{7, 5, 1, 9, 2, true}, // HW
                       ResizeCase{16, 16, 4, 5, 5, false},
-                      ResizeCase{9, 11, 5, 14, 6, false},   // generic C
+                      ResizeCase{9, 11, 5, 14, 6, false}, // generic C
                       ResizeCase{1, 1, 3, 4, 4, false},
                       ResizeCase{5, 8, 3, 1, 1, false}));
 
@@ -624,8 +627,8 @@ TEST(ResizeErrors, RejectsBadInput) {
   EXPECT_FALSE(resize(img, 0, 4, Interpolation::Bilinear));
   EXPECT_FALSE(resize(Tensor::zeros(ElemType::I32, {4, 4}), 2, 2,
                       Interpolation::Bilinear));
-  EXPECT_FALSE(resize(Tensor::zeros(ElemType::U8, {4}), 2, 2,
-                      Interpolation::Nearest));
+  EXPECT_FALSE(
+      resize(Tensor::zeros(ElemType::U8, {4}), 2, 2, Interpolation::Nearest));
 }
 
 //===----------------------------------------------------------------------===//
@@ -687,12 +690,13 @@ TEST_P(CenterCrop, MatchesTorchvisionOffsets) {
 // image is padded by (h - H) // 2 on top first.
 INSTANTIATE_TEST_SUITE_P(
     Torchvision, CenterCrop,
-    ::testing::Values(CenterCase{10, 10, 4, 4, 3, 3},
-                      CenterCase{5, 7, 2, 3, 2, 2},   // round(1.5)=2, round(2)=2
-                      CenterCase{6, 9, 3, 2, 2, 4},   // round(1.5)=2, round(3.5)=4
-                      CenterCase{8, 8, 3, 3, 2, 2},   // round(2.5)=2
-                      CenterCase{2, 2, 4, 5, -1, -1}, // pad 1 top, (5-2)//2=1 left
-                      CenterCase{3, 8, 6, 4, -1, 2}));
+    ::testing::Values(
+        CenterCase{10, 10, 4, 4, 3, 3},
+        CenterCase{5, 7, 2, 3, 2, 2},   // round(1.5)=2, round(2)=2
+        CenterCase{6, 9, 3, 2, 2, 4},   // round(1.5)=2, round(3.5)=4
+        CenterCase{8, 8, 3, 3, 2, 2},   // round(2.5)=2
+        CenterCase{2, 2, 4, 5, -1, -1}, // pad 1 top, (5-2)//2=1 left
+        CenterCase{3, 8, 6, 4, -1, 2}));
 
 TEST(RandomCrop, DeterministicInBoundsAndZeroPadded) {
   Tensor img = indexImage(12, 16, 3);

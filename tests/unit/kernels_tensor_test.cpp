@@ -52,7 +52,9 @@ TEST_P(Normalize, ExactVsReferenceAndWithinTwoUlpOfDivision) {
   Tensor in = Tensor::empty(nc.elem, nc.shape);
   int64_t n = in.numElements();
   for (int64_t i = 0; i < n; ++i)
-    storeFromDouble(nc.elem, double((i * 37) % 256) - (nc.elem == ElemType::U8 ? 0 : 100.25),
+    storeFromDouble(nc.elem,
+                    double((i * 37) % 256) -
+                        (nc.elem == ElemType::U8 ? 0 : 100.25),
                     in.mutableRaw(), size_t(i));
   std::vector<double> mean, stddev;
   for (size_t k = 0; k < nc.paramCount; ++k) {
@@ -110,8 +112,9 @@ struct CastCase {
 class CastFromF32 : public ::testing::TestWithParam<CastCase> {};
 
 const std::vector<float> kCastInputs = {
-    -1.7f, 300.5f, std::numeric_limits<float>::quiet_NaN(), 1e10f, -1e10f,
-    0.5f,  255.9f, -0.0f};
+    -1.7f,  300.5f, std::numeric_limits<float>::quiet_NaN(),
+    1e10f,  -1e10f, 0.5f,
+    255.9f, -0.0f};
 
 TEST_P(CastFromF32, TruncatesAndSaturates) {
   const CastCase &cc = GetParam();
@@ -134,8 +137,7 @@ INSTANTIATE_TEST_SUITE_P(
         CastCase{ElemType::I16, {-1, 300, 0, 32767, -32768, 0, 255, 0}},
         CastCase{ElemType::I32,
                  {-1, 300, 0, 2147483647.0, -2147483648.0, 0, 255, 0}},
-        CastCase{ElemType::I64,
-                 {-1, 300, 0, 1e10, -1e10, 0, 255, 0}},
+        CastCase{ElemType::I64, {-1, 300, 0, 1e10, -1e10, 0, 255, 0}},
         CastCase{ElemType::Bool, {1, 1, 1, 1, 1, 1, 1, 0}}));
 
 TEST(Cast, IntegerNarrowingSaturates) {
@@ -156,16 +158,18 @@ TEST(Cast, HalfBitsAreIeeeBinary16) {
   struct {
     float f;
     uint16_t bits;
-  } cases[] = {{1.0f, 0x3C00},     {-2.0f, 0xC000},    {65504.f, 0x7BFF},
-               {65520.f, 0x7C00},  {0.1f, 0x2E66},     {6e-8f, 0x0001},
-               {1e-8f, 0x0000},    {0.0f, 0x0000},     {-0.0f, 0x8000},
-               {6.1035156e-05f, 0x0400}, {0.33325195f, 0x3555},
-               {std::numeric_limits<float>::infinity(), 0x7C00}};
+  } cases[] = {
+      {1.0f, 0x3C00},        {-2.0f, 0xC000},
+      {65504.f, 0x7BFF},     {65520.f, 0x7C00},
+      {0.1f, 0x2E66},        {6e-8f, 0x0001},
+      {1e-8f, 0x0000},       {0.0f, 0x0000},
+      {-0.0f, 0x8000},       {6.1035156e-05f, 0x0400},
+      {0.33325195f, 0x3555}, {std::numeric_limits<float>::infinity(), 0x7C00}};
   for (auto &c : cases)
     EXPECT_EQ(floatToHalf(c.f), c.bits) << c.f;
   EXPECT_EQ(halfToFloat(0x3C00), 1.0f);
   EXPECT_EQ(halfToFloat(0x7BFF), 65504.f);
-  EXPECT_EQ(halfToFloat(0x0001), 0x1p-24f);   // smallest subnormal
+  EXPECT_EQ(halfToFloat(0x0001), 0x1p-24f); // smallest subnormal
   EXPECT_EQ(halfToFloat(0x2E66), 0.0999755859375f);
   EXPECT_EQ(halfToFloat(0xFC00), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(halfToFloat(floatToHalf(NAN))));
@@ -197,10 +201,9 @@ TEST_P(CastRoundTrip, SmallIntegersSurviveEveryPair) {
     EXPECT_EQ(mid->raw(), in.raw()); // same type: shared, not copied
 }
 
-const auto kNumericTypes =
-    ::testing::Values(ElemType::U8, ElemType::I8, ElemType::U16, ElemType::I16,
-                      ElemType::I32, ElemType::I64, ElemType::F16, ElemType::F32,
-                      ElemType::F64, ElemType::Bool);
+const auto kNumericTypes = ::testing::Values(
+    ElemType::U8, ElemType::I8, ElemType::U16, ElemType::I16, ElemType::I32,
+    ElemType::I64, ElemType::F16, ElemType::F32, ElemType::F64, ElemType::Bool);
 
 INSTANTIATE_TEST_SUITE_P(AllPairs, CastRoundTrip,
                          ::testing::Combine(kNumericTypes, kNumericTypes));
@@ -338,9 +341,10 @@ TEST(TransposeMisc, NoMoveSharesBufferAndHelpers) {
   EXPECT_TRUE(chwToHwc(*chw)->sameAs(img));
   Expected<Tensor> bad = transpose(img, {0, 0, 1});
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.status().message().find("not a permutation"), std::string::npos);
-  Tensor s = Tensor::strings(ElemType::String, {2, 3},
-                             {"a", "b", "c", "d", "e", "f"});
+  EXPECT_NE(bad.status().message().find("not a permutation"),
+            std::string::npos);
+  Tensor s =
+      Tensor::strings(ElemType::String, {2, 3}, {"a", "b", "c", "d", "e", "f"});
   Expected<Tensor> st = transpose(s, {1, 0});
   ASSERT_TRUE(st);
   EXPECT_EQ(st->stringValues(),
@@ -449,7 +453,8 @@ TEST(PaddedStack, PadsToLongestOrFixedShape) {
   ASSERT_TRUE(b) << b.status().message();
   EXPECT_EQ(b->shape(), (std::vector<int64_t>{3, 4}));
   std::vector<int32_t> got(b->data<int32_t>(), b->data<int32_t>() + 12);
-  EXPECT_EQ(got, (std::vector<int32_t>{1, 2, -1, -1, 3, 4, 5, 6, 7, -1, -1, -1}));
+  EXPECT_EQ(got,
+            (std::vector<int32_t>{1, 2, -1, -1, 3, 4, 5, 6, 7, -1, -1, -1}));
   Expected<Tensor> fixed = paddedStack(items, {6}, 0);
   ASSERT_TRUE(fixed);
   EXPECT_EQ(fixed->shape(), (std::vector<int64_t>{3, 6}));

@@ -38,14 +38,15 @@ TEST_P(PhiloxKat, MatchesRandom123) {
 
 INSTANTIATE_TEST_SUITE_P(
     Random123, PhiloxKat,
-    ::testing::Values(
-        Kat{{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-        Kat{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-            {0xffffffff, 0xffffffff},
-            {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-        Kat{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-            {0xa4093822, 0x299f31d0},
-            {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}));
+    ::testing::Values(Kat{{0, 0, 0, 0},
+                          {0, 0},
+                          {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+                      Kat{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                          {0xffffffff, 0xffffffff},
+                          {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+                      Kat{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                          {0xa4093822, 0x299f31d0},
+                          {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}));
 
 // SplitMix64 seeded with 0 outputs mix64(k * 0x9E3779B97F4A7C15) for k = 1..;
 // the first values are published with Vigna's splitmix64.c / xoshiro seeding.
@@ -64,7 +65,8 @@ TEST(Rng, DrawsArePhiloxBlocksOfTheDocumentedCounter) {
   for (uint32_t block = 0; block < 3; ++block) {
     auto expected = philox4x32_10({5, 1, 3, block}, k);
     for (int i = 0; i < 4; ++i)
-      EXPECT_EQ(rng.nextU32(), expected[i]) << "block " << block << " word " << i;
+      EXPECT_EQ(rng.nextU32(), expected[i])
+          << "block " << block << " word " << i;
   }
   EXPECT_EQ(rng.blocksUsed(), 3u);
 }
@@ -170,9 +172,9 @@ TEST_P(UniformInt, InRangeAndUnbiased) {
     ASSERT_GE(v, lo);
     ASSERT_LT(v, hi);
     uint64_t off = uint64_t(v) - uint64_t(lo);
-    size_t b = range <= 16 ? size_t(off)
-                           : size_t((static_cast<unsigned __int128>(off) * nb) /
-                                    range);
+    size_t b = range <= 16
+                   ? size_t(off)
+                   : size_t((static_cast<unsigned __int128>(off) * nb) / range);
     ++bins[b];
   }
   if (nb > 1)

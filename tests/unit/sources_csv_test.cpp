@@ -1,4 +1,5 @@
-//===- sources_csv_test.cpp - csv / tsv reader -----------------------------===//
+//===- sources_csv_test.cpp - csv / tsv reader
+//-----------------------------===//
 
 #include "sources_test_util.h"
 
@@ -45,10 +46,10 @@ class CsvEncodingTest : public ::testing::TestWithParam<Encoding> {};
 TEST_P(CsvEncodingTest, ReadsTypedColumnsWithQuoting) {
   const Encoding &enc = GetParam();
   std::string eol = enc.eol;
-  std::string text = "id,score,name,px0,px1,ok" + eol +      // header
-                     "1,2.5,alice,0,255,true" + eol +         //
+  std::string text = "id,score,name,px0,px1,ok" + eol +        // header
+                     "1,2.5,alice,0,255,true" + eol +          //
                      "-7,-1e3,\"smith, john\",10,20,0" + eol + //
-                     eol +                                    // blank: skipped
+                     eol +                                     // blank: skipped
                      "8,,\"say \"\"hi\"\"\",1,2,FALSE" + eol + //
                      "9,0.125,\"two" + eol + "lines\",3,4,1" + eol +
                      "\"10\",3,\"\",5,6,true"; // no final line break
@@ -57,8 +58,8 @@ TEST_P(CsvEncodingTest, ReadsTypedColumnsWithQuoting) {
     dir.writeGz("data.csv.gz", text);
   else
     dir.write("data.csv", text);
-  auto src = make("csv", csvParams("data.csv*", mixedColumns(), true),
-                  dir.path());
+  auto src =
+      make("csv", csvParams("data.csv*", mixedColumns(), true), dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(),
             "id: i64, score: f32, name: string, px: u8[2], ok: bool");
@@ -70,8 +71,8 @@ TEST_P(CsvEncodingTest, ReadsTypedColumnsWithQuoting) {
   std::vector<int64_t> ids = {1, -7, 8, 9, 10};
   std::vector<std::string> names = {"alice", "smith, john", "say \"hi\"",
                                     "two" + eol + "lines", ""};
-  std::vector<std::pair<int, int>> px = {{0, 255}, {10, 20}, {1, 2}, {3, 4},
-                                         {5, 6}};
+  std::vector<std::pair<int, int>> px = {
+      {0, 255}, {10, 20}, {1, 2}, {3, 4}, {5, 6}};
   std::vector<bool> oks = {true, false, false, true, true};
   for (size_t i = 0; i < r.size(); ++i) {
     SCOPED_TRACE(i);
@@ -90,13 +91,14 @@ TEST_P(CsvEncodingTest, ReadsTypedColumnsWithQuoting) {
   EXPECT_EQ(scalarOf<float>(*src, r[3], "score"), 0.125f);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Encodings, CsvEncodingTest,
-    ::testing::Values(Encoding{"lf", "\n", false},
-                      Encoding{"crlf", "\r\n", false},
-                      Encoding{"lf_gz", "\n", true},
-                      Encoding{"crlf_gz", "\r\n", true}),
-    [](const auto &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Encodings, CsvEncodingTest,
+                         ::testing::Values(Encoding{"lf", "\n", false},
+                                           Encoding{"crlf", "\r\n", false},
+                                           Encoding{"lf_gz", "\n", true},
+                                           Encoding{"crlf_gz", "\r\n", true}),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(CsvSource, TooFewColumnsHasExactLocationAndReaderContinues) {
   std::string text = "1,2,3\n"
@@ -146,9 +148,9 @@ TEST_P(CsvCellTest, ConvertsOrReportsTheCell) {
   std::string text = std::string("7,") + c.cell + "\n8,1\n";
   TempDir dir;
   dir.write("c.csv", text);
-  auto src = make("csv",
-                  csvParams("c.csv", {column("k", "i64"), column("v", c.type)}),
-                  dir.path());
+  auto src =
+      make("csv", csvParams("c.csv", {column("k", "i64"), column("v", c.type)}),
+           dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   if (std::string(c.reason).empty()) {
@@ -193,9 +195,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CsvSource, EmptyIntegerCellMessageNamesTheColumn) {
   TempDir dir;
   dir.write("e.csv", "1,2\n3,\n");
-  auto src = make("csv",
-                  csvParams("e.csv", {column("x", "i64"), column("label", "i64")}),
-                  dir.path());
+  auto src = make(
+      "csv", csvParams("e.csv", {column("x", "i64"), column("label", "i64")}),
+      dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   ASSERT_EQ(all.errors.size(), 1u);
@@ -206,11 +208,25 @@ TEST(CsvSource, EmptyIntegerCellMessageNamesTheColumn) {
       << all.errors[0].message();
 }
 
+TEST(CsvSource, ByteOrderMarkIsIgnored) {
+  TempDir dir;
+  dir.write("bom.csv", "\xEF\xBB\xBF"
+                       "41,x\n42,y\n");
+  auto src = make(
+      "csv", csvParams("bom.csv", {column("n", "i64"), column("s", "string")}),
+      dir.path());
+  ASSERT_TRUE(src);
+  ReadAll all = readAll(*src);
+  ASSERT_EQ(all.events, "rr") << all.errors[0].message();
+  EXPECT_EQ(*all.records[0].fields[0].data<int64_t>(), 41);
+}
+
 TEST(CsvSource, Hex32Values) {
   TempDir dir;
   dir.write("h.tsv", "68fd1e64\t0\tFFFFFFFF\t\t00000001\n");
-  auto src = make("tsv", params({{"files", str("h.tsv")},
-                                 {"columns", list({column("cat", "hex32", 5)})}}),
+  auto src = make("tsv",
+                  params({{"files", str("h.tsv")},
+                          {"columns", list({column("cat", "hex32", 5)})}}),
                   dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(), "cat: i64[5]");
@@ -225,8 +241,8 @@ TEST(CsvSource, TooManyColumnsAndVectorColumnNames) {
   TempDir dir;
   std::string text = "1,2,3\n1,2,3,4\n1,2,x\n";
   dir.write("m.csv", text);
-  auto src = make("csv", csvParams("m.csv", {column("v", "i64", 3)}),
-                  dir.path());
+  auto src =
+      make("csv", csvParams("m.csv", {column("v", "i64", 3)}), dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   EXPECT_EQ(all.events, "ree");
@@ -235,17 +251,16 @@ TEST(CsvSource, TooManyColumnsAndVectorColumnNames) {
   EXPECT_EQ(all.errors[0].where.line, 2);
   EXPECT_NE(all.errors[0].detail.find("v x3"), std::string::npos);
   EXPECT_EQ(all.errors[1].where.field, "v[2]");
-  EXPECT_EQ(all.errors[1].where.offset,
-            static_cast<int64_t>(text.rfind("x")));
+  EXPECT_EQ(all.errors[1].where.offset, static_cast<int64_t>(text.rfind("x")));
 }
 
 TEST(CsvSource, UnterminatedQuoteEndsTheFile) {
   TempDir dir;
   std::string text = "1,a\n2,\"never closed\n3,c\n";
   dir.write("u.csv", text);
-  auto src = make("csv",
-                  csvParams("u.csv", {column("n", "i64"), column("s", "string")}),
-                  dir.path());
+  auto src = make(
+      "csv", csvParams("u.csv", {column("n", "i64"), column("s", "string")}),
+      dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   EXPECT_EQ(all.events, "re");
@@ -262,8 +277,8 @@ TEST(CsvSource, FilesAreReadInSortedOrderOneShardEach) {
   dir.write("part-02.csv", "2\n");
   dir.write("part-01.csv", "1\n");
   dir.write("other.txt", "99\n");
-  auto src = make("csv", csvParams("part-*.csv", {column("n", "i64")}),
-                  dir.path());
+  auto src =
+      make("csv", csvParams("part-*.csv", {column("n", "i64")}), dir.path());
   ASSERT_TRUE(src);
   ASSERT_EQ(src->numShards(), 3u);
   EXPECT_EQ(src->shardName(0), dir / "part-01.csv");
@@ -279,9 +294,8 @@ TEST(CsvSource, FilesAreReadInSortedOrderOneShardEach) {
 TEST(CsvSource, CreateErrors) {
   TempDir dir;
   dir.write("a.csv", "1\n");
-  std::string msg =
-      createError("csv", csvParams("nope/*.csv", {column("n", "i64")}),
-                  dir.path());
+  std::string msg = createError(
+      "csv", csvParams("nope/*.csv", {column("n", "i64")}), dir.path());
   EXPECT_NE(msg.find("'nope/*.csv' matched no files"), std::string::npos)
       << msg;
   msg = createError("csv", csvParams("a.csv", {column("n", "complex")}),
@@ -292,8 +306,8 @@ TEST(CsvSource, CreateErrors) {
   msg = createError("csv", p, dir.path());
   EXPECT_NE(msg.find("delimiter must be one character"), std::string::npos);
   // The registry's type and the reader must agree.
-  msg = createError("csv", csvParams("a.csv", {column("n", "i64")}),
-                    dir.path(), RecordType({{"n", FieldType(ElemType::F32)}}));
+  msg = createError("csv", csvParams("a.csv", {column("n", "i64")}), dir.path(),
+                    RecordType({{"n", FieldType(ElemType::F32)}}));
   EXPECT_NE(msg.find("field 'n' is i64, expected f32"), std::string::npos)
       << msg;
   msg = createError("nosuch", csvParams("a.csv", {column("n", "i64")}),
@@ -304,11 +318,11 @@ TEST(CsvSource, CreateErrors) {
 TEST(CsvSource, FieldsFollowTheGivenTypeOrder) {
   TempDir dir;
   dir.write("o.csv", "1,hello\n");
-  RecordType type({{"s", FieldType(ElemType::String)},
-                   {"n", FieldType(ElemType::I64)}});
-  auto src = make("csv",
-                  csvParams("o.csv", {column("n", "i64"), column("s", "string")}),
-                  dir.path(), type);
+  RecordType type(
+      {{"s", FieldType(ElemType::String)}, {"n", FieldType(ElemType::I64)}});
+  auto src = make(
+      "csv", csvParams("o.csv", {column("n", "i64"), column("s", "string")}),
+      dir.path(), type);
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType(), type);
   ReadAll all = readAll(*src);
@@ -323,9 +337,9 @@ TEST(CsvSource, RecordsLargerThanTheReadBuffer) {
   std::string big(3 << 20, 'z');
   std::string text = "a,1\n\"" + big + "\",2\n" + big + ",3\nb,4\n";
   dir.write("big.csv", text);
-  auto src = make("csv",
-                  csvParams("big.csv", {column("s", "bytes"), column("n", "u8")}),
-                  dir.path());
+  auto src = make(
+      "csv", csvParams("big.csv", {column("s", "bytes"), column("n", "u8")}),
+      dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   ASSERT_TRUE(all.errors.empty()) << all.errors[0].message();
@@ -390,7 +404,8 @@ TEST(CsvSource, CriteoThroughput) {
                                             column("cat", "hex32", 26)})}}),
                   dir.path());
   ASSERT_TRUE(src);
-  EXPECT_EQ(src->recordType().str(), "label: i64, dense: f32[13], cat: i64[26]");
+  EXPECT_EQ(src->recordType().str(),
+            "label: i64, dense: f32[13], cat: i64[26]");
 
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<runtime::ShardReader> reader = src->open(0);

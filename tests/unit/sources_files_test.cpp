@@ -32,7 +32,8 @@ TEST(ImageFolderSource, ClassesFilesAndLabels) {
   ReadAll all = readAll(*src);
   ASSERT_TRUE(all.errors.empty()) << all.errors[0].message();
   ASSERT_EQ(all.records.size(), 4u);
-  std::vector<std::string> paths = {"train/bird/b1.JPG", "train/bird/sub/b2.png",
+  std::vector<std::string> paths = {"train/bird/b1.JPG",
+                                    "train/bird/sub/b2.png",
                                     "train/cat/c1.jpeg", "train/dog/d1.jpg"};
   std::vector<std::string> data = {"bird-1", "bird-2", "cat-1",
                                    std::string("\xff\xd8\xff\0dog", 7)};
@@ -82,10 +83,11 @@ TEST(ImageFolderSource, CreateErrors) {
   TempDir dir;
   dir.write("flat/a.jpg", "x");
   dir.write("nomatch/cls/a.bmp", "x");
-  std::string msg =
-      createError("image_folder", params({{"root", str("missing")}}), dir.path());
+  std::string msg = createError("image_folder",
+                                params({{"root", str("missing")}}), dir.path());
   EXPECT_NE(msg.find("is not a directory"), std::string::npos) << msg;
-  msg = createError("image_folder", params({{"root", str("flat")}}), dir.path());
+  msg =
+      createError("image_folder", params({{"root", str("flat")}}), dir.path());
   EXPECT_NE(msg.find("no class directories"), std::string::npos) << msg;
   msg = createError("image_folder", params({{"root", str("nomatch")}}),
                     dir.path());
@@ -144,8 +146,8 @@ TEST_P(TextLinesTest, SplitsLines) {
       dir.writeGz("t.txt.gz", c.text);
     else
       dir.write("t.txt", c.text);
-    auto src = make("text_lines", params({{"files", str("t.txt*")}}),
-                    dir.path());
+    auto src =
+        make("text_lines", params({{"files", str("t.txt*")}}), dir.path());
     ASSERT_TRUE(src);
     EXPECT_EQ(src->recordType().str(), "line: string");
     ReadAll all = readAll(*src);
@@ -161,15 +163,18 @@ TEST_P(TextLinesTest, SplitsLines) {
 
 INSTANTIATE_TEST_SUITE_P(
     Texts, TextLinesTest,
-    ::testing::Values(
-        LinesCase{"lf", "a\nbb\n\nccc\n", {"a", "bb", "", "ccc"}},
-        LinesCase{"crlf", "a\r\nbb\r\n\r\n", {"a", "bb", ""}},
-        LinesCase{"no_final_newline", "x\ny", {"x", "y"}},
-        LinesCase{"lone_cr_kept", "a\rb\n", {"a\rb"}},
-        LinesCase{"empty", "", {}},
-        LinesCase{"long_line",
-                  std::string(3 << 20, 'q') + "\nend",
-                  {std::string(3 << 20, 'q'), "end"}}),
+    ::testing::Values(LinesCase{"lf", "a\nbb\n\nccc\n", {"a", "bb", "", "ccc"}},
+                      LinesCase{"crlf", "a\r\nbb\r\n\r\n", {"a", "bb", ""}},
+                      LinesCase{"no_final_newline", "x\ny", {"x", "y"}},
+                      LinesCase{"lone_cr_kept", "a\rb\n", {"a\rb"}},
+                      LinesCase{"empty", "", {}},
+                      LinesCase{"utf8_bom",
+                                "\xEF\xBB\xBF"
+                                "first\nsecond",
+                                {"first", "second"}},
+                      LinesCase{"long_line",
+                                std::string(3 << 20, 'q') + "\nend",
+                                {std::string(3 << 20, 'q'), "end"}}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(Source, KindsAndOnError) {
@@ -188,7 +193,8 @@ TEST(Source, KindsAndOnError) {
   ASSERT_TRUE(skip);
   EXPECT_EQ(skip->onError(), runtime::OnError::Skip);
   std::string msg = createError(
-      "text_lines", params({{"files", str("t.txt")}, {"on_error", str("ignore")}}),
+      "text_lines",
+      params({{"files", str("t.txt")}, {"on_error", str("ignore")}}),
       dir.path());
   EXPECT_NE(msg.find("on_error must be 'fail' or 'skip'"), std::string::npos);
 }

@@ -1,4 +1,5 @@
-//===- sources_idx_test.cpp - idx reader on Fashion-MNIST and made-up files ===//
+//===- sources_idx_test.cpp - idx reader on Fashion-MNIST and made-up files
+//===//
 
 #include "sources_test_util.h"
 
@@ -41,9 +42,9 @@ std::string be32(uint32_t v) {
 TEST(IdxSource, FashionMnistTestSet) {
   std::string images = kDir + "/t10k-images-idx3-ubyte.gz";
   std::string labels = kDir + "/t10k-labels-idx1-ubyte.gz";
-  auto src = make("idx", params({{"images", str(images)},
-                                 {"labels", str(labels)}}),
-                  "/nonexistent-base-ignored-for-absolute-paths");
+  auto src =
+      make("idx", params({{"images", str(images)}, {"labels", str(labels)}}),
+           "/nonexistent-base-ignored-for-absolute-paths");
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(), "image: u8[28,28], label: i64");
   EXPECT_EQ(src->numShards(), 1u);
@@ -94,8 +95,8 @@ TEST(IdxSource, ImagesOnlyAndPlainFiles) {
   for (int i = 0; i < 12; ++i)
     img += static_cast<char>(i * 20);
   dir.write("imgs-idx3-ubyte", img);
-  auto src = make("idx", params({{"images", str("imgs-idx3-ubyte")}}),
-                  dir.path());
+  auto src =
+      make("idx", params({{"images", str("imgs-idx3-ubyte")}}), dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(), "image: u8[2,3]");
   ReadAll all = readAll(*src);
@@ -109,7 +110,8 @@ TEST(IdxSource, WiderElementTypesAreByteSwapped) {
   std::string img = be32(0x00000C02) + be32(2) + be32(2) + be32(1) +
                     be32(static_cast<uint32_t>(-2)) + be32(0x01020304) +
                     be32(7);
-  std::string lab = be32(0x00000B01) + be32(2) + std::string("\x01\x00\xff\xfe", 4);
+  std::string lab =
+      be32(0x00000B01) + be32(2) + std::string("\x01\x00\xff\xfe", 4);
   dir.write("i", img);
   dir.write("l", lab);
   auto src = make("idx", params({{"images", str("i")}, {"labels", str("l")}}),
@@ -126,8 +128,8 @@ TEST(IdxSource, WiderElementTypesAreByteSwapped) {
 
 TEST(IdxSource, HeaderProblemsAreCreateErrors) {
   TempDir dir;
-  std::string img = be32(0x00000803) + be32(3) + be32(2) + be32(2) +
-                    std::string(12, '\x01');
+  std::string img =
+      be32(0x00000803) + be32(3) + be32(2) + be32(2) + std::string(12, '\x01');
   dir.write("img", img);
   dir.write("short", img.substr(0, 20));
   dir.write("lab2", be32(0x00000801) + be32(2) + "\x01\x02");

@@ -1,4 +1,5 @@
-//===- sources_npy_test.cpp - .npy reader ----------------------------------===//
+//===- sources_npy_test.cpp - .npy reader
+//----------------------------------===//
 
 #include "sources_test_util.h"
 
@@ -43,10 +44,9 @@ TEST(NpySource, SlicesAlongAxisZeroAcrossFiles) {
             npy("{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": "
                 "(1, 3)}",
                 raw(b), /*v2=*/true));
-  auto src = make("npy",
-                  params({{"files", str("feat_*.npy")},
-                          {"field", str("features")}}),
-                  dir.path());
+  auto src = make(
+      "npy", params({{"files", str("feat_*.npy")}, {"field", str("features")}}),
+      dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(), "features: f32[3]");
   EXPECT_EQ(src->numShards(), 2u);
@@ -180,8 +180,11 @@ TEST(NpySource, FilesWrittenByNumpy) {
   std::string script =
       "import numpy as np\n"
       "a = np.arange(24, dtype=np.int16).reshape(4, 3, 2) * -3\n"
-      "np.save('" + (dir / "n.npy") + "', a)\n"
-      "np.save('" + (dir / "m.npy") + "', np.asfortranarray(np.ones(5)))\n";
+      "np.save('" +
+      (dir / "n.npy") +
+      "', a)\n"
+      "np.save('" +
+      (dir / "m.npy") + "', np.asfortranarray(np.ones(5)))\n";
   dir.write("gen.py", script);
   ASSERT_EQ(std::system(("/usr/bin/python3 " + (dir / "gen.py")).c_str()), 0);
   auto src = make("npy", params({{"files", str("n.npy")}}), dir.path());

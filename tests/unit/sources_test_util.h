@@ -29,8 +29,7 @@ class TempDir {
 public:
   TempDir() {
     std::string tmpl =
-        (std::filesystem::temp_directory_path() / "sluice-src-XXXXXX")
-            .string();
+        (std::filesystem::temp_directory_path() / "sluice-src-XXXXXX").string();
     char *made = ::mkdtemp(tmpl.data());
     EXPECT_NE(made, nullptr);
     path_ = tmpl;
@@ -72,8 +71,8 @@ private:
 };
 
 /// {{"files", str("*.csv")}, {"header", boolean(true)}}
-inline Value params(
-    std::initializer_list<std::pair<std::string, Value>> entries) {
+inline Value
+params(std::initializer_list<std::pair<std::string, Value>> entries) {
   Value v = Value::map();
   for (const auto &e : entries)
     v.set(e.first, e.second);
@@ -95,7 +94,8 @@ struct ReadAll {
 };
 
 /// Reads every shard to its end, collecting records and errors.
-inline ReadAll readAll(const runtime::Source &src, size_t maxEvents = 1u << 24) {
+inline ReadAll readAll(const runtime::Source &src,
+                       size_t maxEvents = 1u << 24) {
   ReadAll all;
   for (size_t s = 0; s < src.numShards(); ++s) {
     std::unique_ptr<runtime::ShardReader> reader = src.open(s);

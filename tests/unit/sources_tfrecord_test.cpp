@@ -114,8 +114,8 @@ std::string int64Feature(const std::vector<int64_t> &values, bool packed) {
 }
 
 /// An Example from (key, encoded Feature) pairs, in the given order.
-std::string example(
-    const std::vector<std::pair<std::string, std::string>> &features) {
+std::string
+example(const std::vector<std::pair<std::string, std::string>> &features) {
   std::string map;
   for (const auto &[key, feature] : features)
     map += lengthDelimited(1, lengthDelimited(1, key) +
@@ -142,27 +142,26 @@ Value feature(const std::string &name, const std::string &type,
 }
 
 Value tfParams(const std::string &files, std::vector<Value> features) {
-  return params({{"files", str(files)}, {"features", list(std::move(features))}});
+  return params(
+      {{"files", str(files)}, {"features", list(std::move(features))}});
 }
 
 std::vector<Value> standardFeatures() {
   return {feature("image/encoded", "bytes", {}, "data"),
-          feature("label", "i64"),
-          feature("bbox", "f32", {2, 2}),
-          feature("ids", "i64", {-1}),
-          feature("text", "string")};
+          feature("label", "i64"), feature("bbox", "f32", {2, 2}),
+          feature("ids", "i64", {-1}), feature("text", "string")};
 }
 
 std::string standardExample(int i, bool packed) {
   return example({
       {"unused", floatFeature({1, 2, 3}, packed)},
-      {"image/encoded", bytesFeature({std::string("\x89PNG\0", 5) +
-                                      std::to_string(i)})},
+      {"image/encoded",
+       bytesFeature({std::string("\x89PNG\0", 5) + std::to_string(i)})},
       {"label", int64Feature({i * 1000}, packed)},
-      {"bbox", floatFeature({0.5f, -1.25f, 3e10f, static_cast<float>(i)},
-                            packed)},
-      {"ids", int64Feature(std::vector<int64_t>(static_cast<size_t>(i), -i),
-                           packed)},
+      {"bbox",
+       floatFeature({0.5f, -1.25f, 3e10f, static_cast<float>(i)}, packed)},
+      {"ids",
+       int64Feature(std::vector<int64_t>(static_cast<size_t>(i), -i), packed)},
       {"text", bytesFeature({"hello " + std::to_string(i)})},
   });
 }
@@ -176,8 +175,8 @@ TEST_P(TFRecordTest, ReadsExampleFeatures) {
   for (int i = 0; i < 4; ++i)
     file += frame(standardExample(i, packed));
   dir.write("train-0.tfrecord", file);
-  auto src = make("tfrecord", tfParams("*.tfrecord", standardFeatures()),
-                  dir.path());
+  auto src =
+      make("tfrecord", tfParams("*.tfrecord", standardFeatures()), dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->recordType().str(),
             "data: bytes, label: i64, bbox: f32[2,2], ids: i64[?], "
@@ -238,7 +237,7 @@ TEST(TFRecordSource, TruncatedFileWithBadCrcReportsOffsets) {
   std::vector<size_t> starts;
   std::string file = threeRecords(starts);
   file[starts[1] + 9] ^= 0x40; // inside record 1's length CRC
-  file.resize(starts[2] + 20);  // cut inside record 2
+  file.resize(starts[2] + 20); // cut inside record 2
   TempDir dir;
   dir.write("bad.tfrecord", file);
   auto src = make("tfrecord", tfParams("bad.tfrecord", standardFeatures()),
@@ -263,8 +262,8 @@ TEST(TFRecordSource, TruncatedFileWithBadCrcReportsOffsets) {
 
 struct Damage {
   const char *name;
-  int record;    // which record is damaged
-  int at;        // byte within that record; negative: cut the file there
+  int record; // which record is damaged
+  int at;     // byte within that record; negative: cut the file there
   const char *events;
   const char *reason;
   bool recoverable;
@@ -302,14 +301,14 @@ TEST_P(TFRecordDamageTest, ReportsWhereAndWhetherToGoOn) {
 
 INSTANTIATE_TEST_SUITE_P(
     Damages, TFRecordDamageTest,
-    ::testing::Values(
-        Damage{"length_bit", 1, 2, "re", "tfrecord: length CRC mismatch",
-               false},
-        Damage{"data_bit", 1, 40, "rer", "tfrecord: data CRC mismatch", true},
-        Damage{"cut_in_header", 2, -5, "rre", "tfrecord: truncated record",
-               false},
-        Damage{"cut_in_data", 2, -30, "rre", "tfrecord: truncated record",
-               false}),
+    ::testing::Values(Damage{"length_bit", 1, 2, "re",
+                             "tfrecord: length CRC mismatch", false},
+                      Damage{"data_bit", 1, 40, "rer",
+                             "tfrecord: data CRC mismatch", true},
+                      Damage{"cut_in_header", 2, -5, "rre",
+                             "tfrecord: truncated record", false},
+                      Damage{"cut_in_data", 2, -30, "rre",
+                             "tfrecord: truncated record", false}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(TFRecordSource, DamagedDataCrcFieldCostsOneRecord) {
@@ -383,14 +382,14 @@ INSTANTIATE_TEST_SUITE_P(
                     "tfrecord: missing feature", "label"},
         ExampleCase{"wrong_type", withFeature("label", floatFeature({1}, true)),
                     "tfrecord: wrong feature type", "label"},
-        ExampleCase{"scalar_with_two", withFeature("label",
-                                                   int64Feature({1, 2}, false)),
+        ExampleCase{"scalar_with_two",
+                    withFeature("label", int64Feature({1, 2}, false)),
                     "tfrecord: wrong value count", "label"},
         ExampleCase{"static_shape_short",
                     withFeature("bbox", floatFeature({1, 2, 3}, false)),
                     "tfrecord: wrong value count", "bbox"},
-        ExampleCase{"not_protobuf", "\xff\xff\xff", "tfrecord: malformed Example",
-                    ""},
+        ExampleCase{"not_protobuf", "\xff\xff\xff",
+                    "tfrecord: malformed Example", ""},
         ExampleCase{"overlong_length", lengthDelimited(1, "abc").substr(0, 3),
                     "tfrecord: malformed Example", ""}),
     [](const auto &info) { return std::string(info.param.name); });
@@ -403,9 +402,9 @@ TEST(TFRecordSource, MissingFeatureListsWhatIsThere) {
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   ASSERT_EQ(all.errors.size(), 1u);
-  EXPECT_NE(all.errors[0].detail.find(
-                "it has: bbox, ids, image/encoded, label"),
-            std::string::npos)
+  EXPECT_NE(
+      all.errors[0].detail.find("it has: bbox, ids, image/encoded, label"),
+      std::string::npos)
       << all.errors[0].detail;
 }
 
@@ -437,8 +436,7 @@ TEST(TFRecordSource, CreateErrors) {
                     tfParams("a.tfrecord", {feature("x", "i64"),
                                             feature("y", "f32", {}, "x")}),
                     dir.path());
-  EXPECT_NE(msg.find("two features are read into field 'x'"),
-            std::string::npos)
+  EXPECT_NE(msg.find("two features are read into field 'x'"), std::string::npos)
       << msg;
   // An empty file is a valid file with no records.
   auto src = make("tfrecord", tfParams("a.tfrecord", {feature("x", "i64")}),

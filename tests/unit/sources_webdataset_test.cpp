@@ -1,4 +1,5 @@
-//===- sources_webdataset_test.cpp - webdataset tar shards -----------------===//
+//===- sources_webdataset_test.cpp - webdataset tar shards
+//-----------------===//
 //
 // The shards are written by Debian's GNU tar in its ustar, pax and gnu
 // formats (an independent writer), then damaged by hand for error cases.
@@ -53,6 +54,8 @@ Value wdsParams(const std::string &shards, std::vector<Value> fields) {
   return params({{"shards", str(shards)}, {"fields", list(std::move(fields))}});
 }
 
+// Longer than the 100-byte name field: ustar splits it into prefix + name,
+// gnu writes an 'L' long-name member, pax an extended header.
 const std::string kLongDir = "long/" + std::string(120, 'd') + "/";
 
 std::vector<std::pair<std::string, std::string>> sampleMembers() {
@@ -79,8 +82,6 @@ TEST_P(WebDatasetFormatTest, GroupsMembersIntoSamples) {
   if (!haveTar())
     GTEST_SKIP() << "tar is not installed";
   const std::string &format = GetParam();
-  if (format == "ustar") // ustar cannot store the long member names
-    GTEST_SKIP() << "covered by the gnu and pax formats";
   TempDir dir;
   makeTar(dir, format, "train-000.tar", sampleMembers());
   auto src = make("webdataset",
@@ -94,8 +95,8 @@ TEST_P(WebDatasetFormatTest, GroupsMembersIntoSamples) {
   ASSERT_EQ(all.records.size(), 4u);
   std::vector<std::string> keys = {"s/0001", "s/0002", "s/0004",
                                    kLongDir + "0005"};
-  std::vector<std::string> images = {"JPEG-1", std::string(1500, 'x'),
-                                     "JPEG-4", "JPEG-5"};
+  std::vector<std::string> images = {"JPEG-1", std::string(1500, 'x'), "JPEG-4",
+                                     "JPEG-5"};
   std::vector<int64_t> labels = {3, 7, -2, 5};
   for (size_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(i);
@@ -148,11 +149,11 @@ TEST(WebDatasetSource, UstarMultiDotExtensionsAndAlternatives) {
            {"x/2.seg.png", "S2"},
            {"x/2.txt", "second"},
            {"x/.hidden.txt", "skipped"}});
-  auto src = make("webdataset",
-                  wdsParams("a.tar", {field("png;jpeg", "image"),
-                                      field("seg.png", "mask"),
-                                      field("txt", "caption", "string")}),
-                  dir.path());
+  auto src = make(
+      "webdataset",
+      wdsParams("a.tar", {field("png;jpeg", "image"), field("seg.png", "mask"),
+                          field("txt", "caption", "string")}),
+      dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   ASSERT_EQ(all.events, "rr") << all.errors[0].message();
@@ -168,10 +169,10 @@ TEST(WebDatasetSource, BadLabelTextAndDuplicateMembers) {
   TempDir dir;
   makeTar(dir, "gnu", "b.tar",
           {{"1.jpg", "a"}, {"1.cls", "three"}, {"2.jpg", "b"}, {"2.cls", "2"}});
-  auto src = make("webdataset",
-                  wdsParams("b.tar", {field("jpg", "image"),
-                                      field("cls", "label", "i64")}),
-                  dir.path());
+  auto src = make(
+      "webdataset",
+      wdsParams("b.tar", {field("jpg", "image"), field("cls", "label", "i64")}),
+      dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   EXPECT_EQ(all.events, "er");
@@ -199,9 +200,7 @@ TEST(WebDatasetSource, CorruptHeaderAndTruncationEndTheShard) {
     GTEST_SKIP() << "tar is not installed";
   TempDir dir;
   makeTar(dir, "ustar", "good.tar",
-          {{"1.jpg", std::string(700, 'a')},
-           {"2.jpg", "b"},
-           {"3.jpg", "c"}});
+          {{"1.jpg", std::string(700, 'a')}, {"2.jpg", "b"}, {"3.jpg", "c"}});
   std::string tar = slurp(dir / "good.tar");
   size_t second = tar.find("2.jpg");
   ASSERT_EQ(second % 512, 0u);
@@ -219,8 +218,8 @@ TEST(WebDatasetSource, CorruptHeaderAndTruncationEndTheShard) {
   EXPECT_FALSE(all.errors[0].recoverable);
 
   dir.write("cut.tar", tar.substr(0, 512 + 300)); // inside 1.jpg's data
-  auto cut = make("webdataset", wdsParams("cut.tar", {field("jpg", "i")}),
-                  dir.path());
+  auto cut =
+      make("webdataset", wdsParams("cut.tar", {field("jpg", "i")}), dir.path());
   ASSERT_TRUE(cut);
   all = readAll(*cut);
   EXPECT_EQ(all.events, "e");
@@ -242,9 +241,9 @@ TEST(WebDatasetSource, GzippedShardsAndCreateErrors) {
   TempDir dir;
   makeTar(dir, "pax", "p.tar", {{"k.jpg", "data"}, {"k.cls", "1"}});
   dir.writeGz("p.tar.gz", slurp(dir / "p.tar"));
-  auto src = make("webdataset",
-                  wdsParams("p.tar.gz", {field("cls", "label", "i64")}),
-                  dir.path());
+  auto src =
+      make("webdataset", wdsParams("p.tar.gz", {field("cls", "label", "i64")}),
+           dir.path());
   ASSERT_TRUE(src);
   ReadAll all = readAll(*src);
   ASSERT_EQ(all.events, "r");
@@ -258,9 +257,9 @@ TEST(WebDatasetSource, GzippedShardsAndCreateErrors) {
                     dir.path());
   EXPECT_NE(msg.find("read by two fields"), std::string::npos) << msg;
   // Default names follow the registry: the extension with '.' -> '_'.
-  auto named = make("webdataset",
-                    wdsParams("p.tar", {params({{"ext", str("seg.png")}})}),
-                    dir.path());
+  auto named =
+      make("webdataset",
+           wdsParams("p.tar", {params({{"ext", str("seg.png")}})}), dir.path());
   ASSERT_TRUE(named);
   EXPECT_EQ(named->recordType().str(), "key: string, seg_png: bytes");
 }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
 #include <zlib.h>
@@ -318,6 +319,11 @@ std::string idxFile(unsigned char typeCode, const std::vector<uint32_t> &dims,
   return out;
 }
 
+bool &dataDirMade() {
+  static bool made = false;
+  return made;
+}
+
 /// A temp dir with the data files, made once per test run.
 const std::string &dataDir() {
   static const std::string dir = [] {
@@ -341,10 +347,23 @@ const std::string &dataDir() {
     std::string idx = idxFile(0x0D, {5, 4, 3}, 4);
     gzwrite(gz, idx.data(), static_cast<unsigned>(idx.size()));
     gzclose(gz);
+    dataDirMade() = true;
     return d;
   }();
   return dir;
 }
+
+/// Removes the data dir after the last test (if a test made it).
+class RemoveDataDir : public ::testing::Environment {
+public:
+  void TearDown() override {
+    std::error_code ec;
+    if (dataDirMade())
+      std::filesystem::remove_all(dataDir(), ec);
+  }
+};
+::testing::Environment *const kRemoveDataDir =
+    ::testing::AddGlobalTestEnvironment(new RemoveDataDir);
 
 //===----------------------------------------------------------------------===//
 // The table

@@ -29,6 +29,7 @@ const char *kUsage = R"(usage: sluice <command> [options]
 commands:
   check   SPEC                      validate; print the record type after each step
   explain SPEC [--ir graph|kernels|llvm] [--print-ir-after-all] [--disable-pass NAME]
+               [--remarks] [--locations]
                                     print the compiled pipeline (MLIR)
   ops     [--markdown]              list the sources and ops of the pipeline language
   run     SPEC [--epochs N] [--sink null|npy:DIR] [--schedule FILE] [--threads N]
@@ -143,7 +144,7 @@ int cmdCheck(int argc, char **argv) {
 int cmdExplain(int argc, char **argv) {
   Args args;
   if (!parseArgs(argc, argv, 2, {"--ir", "--disable-pass"},
-                 {"--print-ir-after-all"}, args) ||
+                 {"--print-ir-after-all", "--remarks", "--locations"}, args) ||
       !needOneSpec(args, "explain"))
     return kExitUsage;
 #ifdef SLUICE_HAVE_COMPILER
@@ -154,7 +155,13 @@ int cmdExplain(int argc, char **argv) {
     else if (k == "--disable-pass")
       opts.disabledPasses.push_back(v);
   }
-  opts.printIrAfterAll = !args.flags.empty();
+  auto hasFlag = [&](const char *flag) {
+    return std::find(args.flags.begin(), args.flags.end(), flag) !=
+           args.flags.end();
+  };
+  opts.printIrAfterAll = hasFlag("--print-ir-after-all");
+  opts.remarks = hasFlag("--remarks");
+  opts.locations = hasFlag("--locations");
   auto spec = loadSpec(args.positional[0]);
   if (!spec)
     return kExitUsage;
@@ -178,9 +185,9 @@ int cmdOps(int argc, char **argv) {
         return usageError("unknown op '" + name + "'" +
                           (m.empty() ? "" : "; did you mean '" + m + "'?"));
       }
-      std::string head = "\n## " + name + "\n";
+      std::string head = "\n### `" + name + "`\n";
       size_t pos = md.find(head);
-      size_t end = pos == std::string::npos ? pos : md.find("\n## ", pos + 1);
+      size_t end = pos == std::string::npos ? pos : md.find("\n#", pos + 1);
       if (pos != std::string::npos)
         std::cout << md.substr(pos + 1, end == std::string::npos
                                             ? std::string::npos

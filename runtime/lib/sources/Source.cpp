@@ -85,17 +85,17 @@ bool dimsCompatible(const FieldType &have, const FieldType &want) {
 Status matchType(const std::string &kind, const RecordType &natural,
                  const RecordType &given, std::vector<int> &slots) {
   auto mismatch = [&](const std::string &what) {
-    return Status::error(kind + ": the files produce records {" +
-                         natural.str() +
-                         "} but the pipeline was checked with {" +
-                         given.str() + "}: " + what);
+    return Status::error(
+        kind + ": the files produce records {" + natural.str() +
+        "} but the pipeline was checked with {" + given.str() + "}: " + what);
   };
   slots.assign(natural.size(), 0);
   for (size_t k = 0; k < natural.size(); ++k) {
     const Field &f = natural.fields()[k];
     int at = given.indexOf(f.name);
     if (at < 0)
-      return mismatch("field '" + f.name + "' is missing from the checked type");
+      return mismatch("field '" + f.name +
+                      "' is missing from the checked type");
     const FieldType &want = given.fields()[static_cast<size_t>(at)].type;
     if (!dimsCompatible(f.type, want))
       return mismatch("field '" + f.name + "' is " + f.type.str() +

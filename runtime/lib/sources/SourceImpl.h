@@ -75,6 +75,13 @@ private:
   std::string path_, error_;
 };
 
+/// Consumes a UTF-8 byte order mark at the current position, if any.
+inline void skipByteOrderMark(BufferedInput &in) {
+  in.ensure(3);
+  if (in.avail() >= 3 && std::memcmp(in.data(), "\xEF\xBB\xBF", 3) == 0)
+    in.consume(3);
+}
+
 /// Reads a whole file as raw bytes (no decompression).
 bool readWholeFile(const std::string &path, std::string &out,
                    std::string &error);
@@ -126,8 +133,7 @@ protected:
   }
   /// An error at the current record of this file.
   ReadResult fail(std::string reason, std::string detail, int64_t offset,
-                  bool recoverable, std::string field = "",
-                  int64_t line = -1) {
+                  bool recoverable, std::string field = "", int64_t line = -1) {
     DataError e;
     e.where.file = file_;
     e.where.record = record_;
@@ -152,11 +158,18 @@ protected:
   bool done_ = false;  ///< no more records (end reached or fatal error)
 };
 
-/// Parses an integer/float/bool from text into element `i` of a numeric
-/// tensor of type `elem`. Returns "" on success, else what is wrong ("'abc'
-/// is not a valid i64", "300 does not fit u8").
-std::string parseNumber(std::string_view text, ElemType elem, void *dst,
-                        size_t i);
+/// Why a text value could not be converted.
+enum class ParseError : uint8_t { None, Empty, Syntax, Range };
+/// Parses an integer/float/bool written as text (surrounding whitespace and
+/// a leading '+' allowed) into element `i` of a numeric buffer of type
+/// `elem`. An empty text is NaN for float types and Empty otherwise.
+ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
+                       size_t i);
+/// "'abc' is not a valid i64", "'300' does not fit u8", ...
+std::string describeParseError(ParseError err, std::string_view text,
+                               ElemType elem);
+/// A short category: "empty value", "bad number", "bad bool", ...
+const char *parseErrorReason(ParseError err, ElemType elem);
 
 /// IEEE half from float, round to nearest even.
 uint16_t floatToHalf(float f);

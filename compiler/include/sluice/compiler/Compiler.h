@@ -22,6 +22,12 @@ struct ExplainOptions {
   bool printIrAfterAll = false;
   /// Pass names (CLI form, e.g. "sluice-fuse-maps") not to run.
   std::vector<std::string> disabledPasses;
+  /// Print a remark (to `err`, located in the spec) for every change a graph
+  /// pass makes, e.g. each removed no-op stage.
+  bool remarks = false;
+  /// Print each op's location (`loc("map.2"("spec.yaml":12:5))`): which
+  /// line of the spec every stage came from.
+  bool locations = false;
 };
 
 /// Builds the `sluice` module for `spec`, verifies it, runs the graph passes

@@ -1,4 +1,5 @@
-//===- Interop.h - ops/ types and values <-> MLIR types and attributes -*- C++ -*-===//
+//===- Interop.h - ops/ types and values <-> MLIR types and attributes -*- C++
+//-*-===//
 //
 // The front end and the registry speak sluice::RecordType and sluice::Value;
 // the dialect speaks !sluice.record and attributes. These conversions are

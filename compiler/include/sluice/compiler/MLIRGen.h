@@ -7,6 +7,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <string>
+#include <vector>
+
 namespace sluice::compiler {
 
 /// Builds a module holding one `sluice.pipeline` for `spec`, with every op
@@ -16,6 +19,15 @@ namespace sluice::compiler {
 /// context must have the sluice dialect loaded.
 mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
                                           const dsl::Spec &spec);
+
+/// Differences between the dedicated stage ops of the dialect and the op
+/// registry: a dedicated op without registry entry, or a registry parameter
+/// without an attribute of the same name (and the reverse). Empty when they
+/// agree. `sluice-opt --sluice-check-registry` prints them; a lit test keeps
+/// ops/ and SluiceOps.td from drifting apart.
+/// `checked` (if given) receives the number of dedicated ops compared.
+std::vector<std::string> registryMismatches(mlir::MLIRContext &context,
+                                            size_t *checked = nullptr);
 
 } // namespace sluice::compiler
 

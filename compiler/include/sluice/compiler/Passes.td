@@ -29,6 +29,9 @@ def EliminateNoops : Pass<"sluice-eliminate-noops"> {
     sluice.output %in : !sluice.stream<...>
     ```
   }];
+  let statistics = [
+    Statistic<"numRemoved", "removed-stages", "Number of stages removed">,
+  ];
   let options = [
     Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
            "Report every removed stage as a remark">,

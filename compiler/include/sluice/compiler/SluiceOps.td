@@ -14,6 +14,14 @@ include "sluice/compiler/SluiceTypes.td"
 include "sluice/compiler/SluiceInterfaces.td"
 include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+/// I64Attr reads back as uint64_t; counts and sizes are signed here so that a
+/// negative value is caught by the verifier instead of wrapping around.
+def Sluice_I64Attr : TypedSignlessIntegerAttrBase<I64, "int64_t",
+                                                  "64-bit integer attribute"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
 
 def Sluice_Stream : Type<CPred<"::llvm::isa<::sluice::ir::StreamType>($_self)">,
                          "stream of records", "::sluice::ir::StreamType">;
@@ -56,9 +64,9 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
   let arguments = (ins
     SymbolNameAttr:$sym_name,
     DefaultValuedAttr<UI64Attr, "0">:$seed,
-    DefaultValuedAttr<I64Attr, "1">:$epochs,
-    DefaultValuedAttr<I64Attr, "0">:$cores,
-    DefaultValuedAttr<I64Attr, "0">:$memory,
+    DefaultValuedAttr<Sluice_I64Attr, "1">:$epochs,
+    DefaultValuedAttr<Sluice_I64Attr, "0">:$cores,
+    DefaultValuedAttr<Sluice_I64Attr, "0">:$memory,
     OptionalAttr<DictionaryAttr>:$schedule);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
@@ -88,6 +96,11 @@ def Sluice_OutputOp : Sluice_Op<"output", [Terminator, HasParent<"PipelineOp">]>
 //===----------------------------------------------------------------------===//
 // Stages
 //===----------------------------------------------------------------------===//
+
+// `custom<Params>` prints parameter dictionaries the way they were written
+// in the spec: `{p = 0.5, size = [224, 224]}` rather than
+// `{p = 5.000000e-01 : f64, size = [224 : i64, 224 : i64]}`; it reads back
+// the same attributes (i64 and f64 are the literal defaults).
 
 /// A stage: one stream result named after the step, the optional `name`
 /// attribute (absent = the registry name), and a verifier that, after the
@@ -140,7 +153,9 @@ def Sluice_SourceOp : Sluice_StageOp<"source", [
   }];
   let arguments = (ins StrAttr:$kind, DictionaryAttr:$params,
                    OptionalAttr<StrAttr>:$name);
-  let assemblyFormat = "$kind $params attr-dict `:` qualified(type($output))";
+  let assemblyFormat = [{
+    $kind custom<Params>($params) attr-dict `:` qualified(type($output))
+  }];
 }
 
 def Sluice_ElementOp : Sluice_StageOp<"element", [
@@ -157,15 +172,17 @@ def Sluice_ElementOp : Sluice_StageOp<"element", [
 
     ```mlir
     %decode_image = sluice.element "decode_image"(%src)
-        {as = "image", channels = 3 : i64, field = "data"}
+        {as = "image", channels = 3, field = "data"}
         : !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>}>>
-       -> !sluice.stream<!sluice.record<{image: tensor<?x?x3xui8>}>>
+       -> !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>,
+                                         image: tensor<?x?x3xui8>}>>
     ```
   }];
   let arguments = (ins StrAttr:$kind, Sluice_Stream:$input,
                    DictionaryAttr:$params, OptionalAttr<StrAttr>:$name);
   let assemblyFormat = [{
-    $kind `(` $input `)` $params attr-dict `:` qualified(type($input)) `->`
+    $kind `(` $input `)` custom<Params>($params) attr-dict `:`
+    qualified(type($input)) `->`
     qualified(type($output))
   }];
 }
@@ -176,7 +193,7 @@ def Sluice_MapOp : Sluice_ReshapeOp<"map"> {
     `expr` is written in the expression language of ops/Expr.h with `x`
     standing for one value of `field`; the result replaces the field, or is
     stored as field `as` when given. The element type follows the
-    expression's type rules.
+    expression's type rules, or is `dtype` when given.
 
     ```mlir
     %map = sluice.map %in {expr = "log(max(x, 0) + 1)", field = "dense"}
@@ -185,7 +202,8 @@ def Sluice_MapOp : Sluice_ReshapeOp<"map"> {
     ```
   }];
   let arguments = (ins Sluice_Stream:$input, StrAttr:$field, StrAttr:$expr,
-                   OptionalAttr<StrAttr>:$as, OptionalAttr<StrAttr>:$name);
+                   OptionalAttr<StrAttr>:$as, OptionalAttr<StrAttr>:$dtype,
+                   OptionalAttr<StrAttr>:$name);
 }
 
 def Sluice_FilterOp : Sluice_StreamOp<"filter"> {
@@ -221,15 +239,16 @@ def Sluice_SelectOp : Sluice_ReshapeOp<"select"> {
 def Sluice_RenameOp : Sluice_ReshapeOp<"rename"> {
   let summary = "Renames fields";
   let description = [{
-    `fields` maps old names to new names; fields keep their positions.
+    `mapping` maps old names to new names, all at once (so two fields can
+    swap names); fields keep their positions.
 
     ```mlir
-    %rename = sluice.rename %in {fields = {label = "target"}}
+    %rename = sluice.rename %in {mapping = {label = "target"}}
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
        -> !sluice.stream<!sluice.record<{target: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, DictionaryAttr:$fields,
+  let arguments = (ins Sluice_Stream:$input, DictionaryAttr:$mapping,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -237,14 +256,16 @@ def Sluice_ShuffleOp : Sluice_StreamOp<"shuffle"> {
   let summary = "Shuffles records through a buffer";
   let description = [{
     Keeps `buffer` records and emits a random one of them as each new record
-    arrives; a buffer of 1 keeps the order.
+    arrives; a buffer of 1 keeps the order. The order differs per epoch
+    unless `reshuffle_each_epoch` is false.
 
     ```mlir
     %shuffle = sluice.shuffle %in {buffer = 4096 : i64}
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$buffer,
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$buffer,
+                   DefaultValuedAttr<BoolAttr, "true">:$reshuffle_each_epoch,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -261,7 +282,7 @@ def Sluice_BatchOp : Sluice_ReshapeOp<"batch"> {
        -> !sluice.stream<!sluice.record<{label: tensor<128xi64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$size,
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$size,
                    DefaultValuedAttr<BoolAttr, "false">:$drop_remainder,
                    OptionalAttr<StrAttr>:$name);
 }
@@ -278,9 +299,9 @@ def Sluice_PaddedBatchOp : Sluice_ReshapeOp<"padded_batch"> {
        -> !sluice.stream<!sluice.record<{tokens: tensor<?x64xi32>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$size,
-                   OptionalAttr<I64Attr>:$length,
-                   OptionalAttr<F64Attr>:$pad_value,
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$size,
+                   OptionalAttr<Sluice_I64Attr>:$length,
+                   DefaultValuedAttr<F64Attr, "0.0">:$pad_value,
                    DefaultValuedAttr<BoolAttr, "false">:$drop_remainder,
                    OptionalAttr<StrAttr>:$name);
 }
@@ -300,14 +321,15 @@ def Sluice_UnbatchOp : Sluice_ReshapeOp<"unbatch"> {
 def Sluice_RepeatOp : Sluice_StreamOp<"repeat"> {
   let summary = "Replays the stream";
   let description = [{
-    Emits the input `count` times; -1 repeats forever.
+    Emits the input `count` times; without `count`, forever.
 
     ```mlir
     %repeat = sluice.repeat %in {count = 2 : i64}
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$count,
+  let arguments = (ins Sluice_Stream:$input,
+                   OptionalAttr<Sluice_I64Attr>:$count,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -319,7 +341,7 @@ def Sluice_TakeOp : Sluice_StreamOp<"take"> {
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$count,
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$count,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -331,7 +353,7 @@ def Sluice_SkipOp : Sluice_StreamOp<"skip"> {
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$count,
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$count,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -343,8 +365,8 @@ def Sluice_ShardOp : Sluice_StreamOp<"shard"> {
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$num_shards,
-                   I64Attr:$index, OptionalAttr<StrAttr>:$name);
+  let arguments = (ins Sluice_Stream:$input, Sluice_I64Attr:$num_shards,
+                   Sluice_I64Attr:$index, OptionalAttr<StrAttr>:$name);
 }
 
 def Sluice_InterleaveOp : Sluice_StreamOp<"interleave"> {
@@ -358,8 +380,9 @@ def Sluice_InterleaveOp : Sluice_StreamOp<"interleave"> {
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$cycle_length,
-                   DefaultValuedAttr<I64Attr, "1">:$block_length,
+  let arguments = (ins Sluice_Stream:$input,
+                   DefaultValuedAttr<Sluice_I64Attr, "4">:$cycle_length,
+                   DefaultValuedAttr<Sluice_I64Attr, "1">:$block_length,
                    OptionalAttr<StrAttr>:$name);
 }
 
@@ -383,14 +406,16 @@ def Sluice_PrefetchOp : Sluice_StreamOp<"prefetch"> {
   let summary = "Computes records ahead of the consumer";
   let description = [{
     Decouples the stages above from the consumer with a queue of `buffer`
-    records; 0 means no queue at all.
+    records; 0 means no queue at all, and without `buffer` the autotuner
+    picks the depth.
 
     ```mlir
     %prefetch = sluice.prefetch %in {buffer = 2 : i64}
         : !sluice.stream<!sluice.record<{label: tensor<i64>}>>
     ```
   }];
-  let arguments = (ins Sluice_Stream:$input, I64Attr:$buffer,
+  let arguments = (ins Sluice_Stream:$input,
+                   OptionalAttr<Sluice_I64Attr>:$buffer,
                    OptionalAttr<StrAttr>:$name);
 }
 

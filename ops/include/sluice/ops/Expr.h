@@ -43,7 +43,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   size_t offset = 0; ///< character offset of this node in the source text
 
-  /// Canonical text, fully parenthesized: "(log((max(x, 0) + 1)))".
+  /// Canonical text, operators fully parenthesized: "log((max(x, 0) + 1))".
   std::string str() const;
 };
 

@@ -1,4 +1,5 @@
-//===- Random.h - Counter-based random numbers for stochastic ops -*- C++ -*-===//
+//===- Random.h - Counter-based random numbers for stochastic ops -*- C++
+//-*-===//
 //
 // Every random choice in a pipeline derives from (seed, epoch, element index,
 // stream) through Philox4x32-10 (Salmon et al., "Parallel random numbers: as

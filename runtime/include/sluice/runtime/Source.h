@@ -143,9 +143,10 @@ public:
   /// own); relative paths resolve against `baseDir`. Lists and checks the
   /// files now (patterns that match nothing, bad idx/npy headers) so that
   /// problems show up before the pipeline starts.
-  static Expected<std::unique_ptr<Source>>
-  create(const std::string &kind, const Value &params, const RecordType &type,
-         const std::string &baseDir);
+  static Expected<std::unique_ptr<Source>> create(const std::string &kind,
+                                                  const Value &params,
+                                                  const RecordType &type,
+                                                  const std::string &baseDir);
 
   /// The kinds create() knows, sorted.
   static const std::vector<std::string> &kinds();

@@ -18,9 +18,12 @@
 //    u8 results rounded to nearest (ties to even, like torch.round) and
 //    saturated. No antialiasing: downscaling by more than 2x aliases, as in
 //    torchvision with antialias=False.
-//  - resize, Nearest: interpolate(mode="nearest"): src = floor(dst * in /
-//    out), in exact integer arithmetic (torch uses a float scale, which can
-//    differ by one pixel for some sizes).
+//  - resize, Nearest: interpolate(mode="nearest"): src = floor(dst * scale)
+//    with torch's float scale = float(in) / out (not the exact rational:
+//    e.g. 480 -> 224 picks a different row than floor(dst * 480 / 224) for
+//    some rows, and sluice picks the same rows as torch). Checked against
+//    torch 1.13: identical for nearest and area, bilinear u8 within 1 (torch
+//    itself differs by float rounding between memory formats).
 //  - resize, Area: interpolate(mode="area") = adaptive average pooling:
 //    out[i] averages in[floor(i*in/out) .. ceil((i+1)*in/out)); u8 rounded.
 //  - center_crop pads with zeros when the crop is larger than the image and
@@ -137,16 +140,14 @@ Expected<Tensor> cropPadded(const Tensor &image, CropBox box, double fill = 0);
 
 /// torchvision center_crop: top = round((H - h) / 2), left = round((W - w)
 /// / 2), zero padding when the crop is larger than the image.
-Expected<Tensor> centerCrop(const Tensor &image, int64_t height,
-                            int64_t width);
+Expected<Tensor> centerCrop(const Tensor &image, int64_t height, int64_t width);
 
 /// torchvision RandomCrop(size, padding, pad_if_needed, fill=0): pads
 /// `padding` zeros on every side (and, with padIfNeeded, enough to reach the
 /// crop size), then takes a uniformly placed height x width window (top
 /// drawn before left). Fails if the padded image is still smaller.
-Expected<Tensor> randomCrop(const Tensor &image, int64_t height,
-                            int64_t width, int64_t padding, bool padIfNeeded,
-                            Rng &rng);
+Expected<Tensor> randomCrop(const Tensor &image, int64_t height, int64_t width,
+                            int64_t padding, bool padIfNeeded, Rng &rng);
 
 /// random_resized_crop on a decoded image: randomResizedCropBox, then crop
 /// and resize in one pass (no intermediate crop tensor).

@@ -1,0 +1,200 @@
+//===- MLIRGen.cpp - A checked spec as a sluice module --------------------===//
+//
+// One stage op per source/step, in order. Registry ops that have a dedicated
+// op (`sluice.<registry name>`, e.g. `sluice.batch`) become that op with one
+// inherent attribute per parameter; other element ops become
+// `sluice.element`. Every op is located at its line in the spec, so a
+// verifier error points there.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/MLIRGen.h"
+#include "sluice/compiler/Interop.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace sluice::compiler {
+namespace {
+
+class Generator {
+public:
+  Generator(MLIRContext &ctx, const dsl::Spec &spec)
+      : ctx(ctx), spec(spec), builder(&ctx) {}
+
+  OwningOpRef<ModuleOp> generate() {
+    OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc(spec.loc));
+    builder.setInsertionPointToEnd(module->getBody());
+    auto pipeline = builder.create<PipelineOp>(
+        fileLoc(spec.loc), builder.getStringAttr(spec.pipeline),
+        builder.getIntegerAttr(builder.getIntegerType(64, /*isSigned=*/false),
+                               spec.seed),
+        builder.getI64IntegerAttr(spec.epochs),
+        builder.getI64IntegerAttr(spec.budget.cores),
+        builder.getI64IntegerAttr(spec.budget.memoryBytes), schedule());
+    builder.setInsertionPointToStart(&pipeline.getBody().emplaceBlock());
+
+    mlir::Value stream = stage(spec.source, nullptr);
+    for (const dsl::Step &step : spec.steps) {
+      if (!stream)
+        break;
+      stream = stage(step, stream);
+    }
+    if (!stream)
+      return nullptr;
+    builder.create<OutputOp>(fileLoc(spec.loc), stream);
+    if (failed(verify(*module)))
+      return nullptr;
+    return module;
+  }
+
+private:
+  Location fileLoc(SourceLoc loc) {
+    return FileLineColLoc::get(&ctx, spec.file, loc.line, loc.col);
+  }
+
+  Location stepLoc(const dsl::Step &step) {
+    return NameLoc::get(builder.getStringAttr(step.name), fileLoc(step.loc));
+  }
+
+  /// `{step = {parallelism = 4, prefetch = 2, cache = "memory"}}`, or null
+  /// for `schedule: auto`.
+  DictionaryAttr schedule() {
+    if (spec.scheduleAuto)
+      return nullptr;
+    SmallVector<NamedAttribute> steps;
+    for (const auto &[name, knobs] : spec.schedule) {
+      SmallVector<NamedAttribute> entries;
+      if (knobs.parallelism)
+        entries.push_back(builder.getNamedAttr(
+            "parallelism", builder.getI64IntegerAttr(*knobs.parallelism)));
+      if (knobs.prefetch)
+        entries.push_back(builder.getNamedAttr(
+            "prefetch", builder.getI64IntegerAttr(*knobs.prefetch)));
+      if (knobs.cache)
+        entries.push_back(
+            builder.getNamedAttr("cache", builder.getStringAttr(*knobs.cache)));
+      steps.push_back(
+          builder.getNamedAttr(name, builder.getDictionaryAttr(entries)));
+    }
+    return builder.getDictionaryAttr(steps);
+  }
+
+  /// The dedicated op for registry op `name`, if the dialect has one.
+  std::optional<RegisteredOperationName> dedicatedOp(llvm::StringRef name) {
+    if (name == "source" || name == "element")
+      return std::nullopt;
+    std::optional<RegisteredOperationName> info =
+        RegisteredOperationName::lookup(("sluice." + name).str(), &ctx);
+    if (!info || !info->hasInterface<StageOpInterface>())
+      return std::nullopt;
+    return info;
+  }
+
+  /// Builds the op of one step; null (after an error) if there is none.
+  mlir::Value stage(const dsl::Step &step, mlir::Value input) {
+    Location loc = stepLoc(step);
+    if (!step.def) {
+      emitError(loc) << "internal: step '" << step.name
+                     << "' has no registry entry";
+      return nullptr;
+    }
+    StreamType type = convertStreamType(&ctx, step.outputType);
+    DictionaryAttr params = convertParams(&ctx, step.params, step.def);
+    StringAttr name =
+        step.name == step.op ? StringAttr() : builder.getStringAttr(step.name);
+
+    if (step.def->kind == OpKind::Source) {
+      if (input) {
+        emitError(loc) << "internal: source '" << step.op << "' used as a step";
+        return nullptr;
+      }
+      return builder.create<SourceOp>(loc, type, step.op, params, name);
+    }
+    if (!input) {
+      emitError(loc) << "internal: the first stage '" << step.op
+                     << "' is not a source";
+      return nullptr;
+    }
+    if (std::optional<RegisteredOperationName> info = dedicatedOp(step.op)) {
+      OperationState state(loc, *info);
+      state.addOperands(input);
+      state.addTypes(type);
+      llvm::ArrayRef<StringAttr> inherent = info->getAttributeNames();
+      for (NamedAttribute param : params) {
+        if (!llvm::is_contained(inherent, param.getName()) ||
+            param.getName() == "name") {
+          emitError(loc) << "internal: " << info->getStringRef()
+                         << " has no attribute for registry parameter '"
+                         << param.getName().getValue()
+                         << "'; add it to SluiceOps.td";
+          return nullptr;
+        }
+        // Null parameters (unset optionals) are simply absent attributes.
+        if (!isa<UnitAttr>(param.getValue()))
+          state.addAttribute(param.getName(), param.getValue());
+      }
+      if (name)
+        state.addAttribute("name", name);
+      return builder.create(state)->getResult(0);
+    }
+    if (step.def->kind != OpKind::Element) {
+      emitError(loc) << "internal: record op '" << step.op
+                     << "' has no sluice dialect op; add one to SluiceOps.td";
+      return nullptr;
+    }
+    return builder.create<ElementOp>(loc, type, step.op, input, params, name);
+  }
+
+  MLIRContext &ctx;
+  const dsl::Spec &spec;
+  OpBuilder builder;
+};
+
+} // namespace
+
+OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const dsl::Spec &spec) {
+  return Generator(context, spec).generate();
+}
+
+std::vector<std::string> registryMismatches(MLIRContext &context,
+                                            size_t *checked) {
+  std::vector<std::string> problems;
+  size_t count = 0;
+  Dialect *dialect = context.getOrLoadDialect<SluiceDialect>();
+  for (RegisteredOperationName info : context.getRegisteredOperations()) {
+    if (&info.getDialect() != dialect || !info.hasInterface<StageOpInterface>())
+      continue;
+    llvm::StringRef name =
+        info.getStringRef().drop_front(dialect->getNamespace().size() + 1);
+    if (name == "source" || name == "element")
+      continue;
+    ++count;
+    const OpDef *def = Registry::instance().find(name.str());
+    if (!def) {
+      problems.push_back(info.getStringRef().str() +
+                         ": no op registry entry named '" + name.str() + "'");
+      continue;
+    }
+    llvm::ArrayRef<StringAttr> attrs = info.getAttributeNames();
+    for (const ParamSpec &param : def->params)
+      if (param.name == "name" ||
+          !llvm::any_of(attrs, [&](StringAttr a) { return a == param.name; }))
+        problems.push_back(info.getStringRef().str() +
+                           ": no attribute for registry parameter '" +
+                           param.name + "'");
+    for (StringAttr attr : attrs)
+      if (attr != "name" && !def->findParam(attr.str()))
+        problems.push_back(info.getStringRef().str() + ": attribute '" +
+                           attr.str() + "' is no parameter of '" + name.str() +
+                           "' in the registry");
+  }
+  if (checked)
+    *checked = count;
+  return problems;
+}
+
+} // namespace sluice::compiler

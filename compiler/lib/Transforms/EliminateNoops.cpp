@@ -1,0 +1,127 @@
+//===- EliminateNoops.cpp - Remove stages that provably do nothing --------===//
+//
+// Specs accumulate stages that are identities for their parameters (a
+// `select` of every field left over after an edit, `skip: 0` in a template,
+// `shuffle: {buffer: 1}` to switch shuffling off). Each costs a runtime stage,
+// a queue and a thread hop, so they are removed before anything else looks
+// at the graph.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/Passes.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "sluice-eliminate-noops"
+
+namespace sluice::compiler {
+#define GEN_PASS_DEF_ELIMINATENOOPS
+#include "sluice/compiler/Passes.h.inc"
+} // namespace sluice::compiler
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace {
+
+/// True if `perm` is 0, 1, ..., n-1.
+bool isIdentityPermutation(ArrayAttr perm) {
+  for (auto [i, attr] : llvm::enumerate(perm)) {
+    auto v = dyn_cast<IntegerAttr>(attr);
+    if (!v || v.getInt() != static_cast<int64_t>(i))
+      return false;
+  }
+  return true;
+}
+
+/// Why a registry element op does nothing, or "".
+std::string elementNoopReason(ElementOp op) {
+  bool sameType = op.getInput().getType() == op.getOutput().getType();
+  if (op.getKind() == "cast" && sameType)
+    return "casts to the element type the field already has";
+  if (op.getKind() == "transpose" && sameType) {
+    DictionaryAttr params = op.getParams();
+    if (auto perm = params.getAs<ArrayAttr>("perm"))
+      if (isIdentityPermutation(perm))
+        return "transposes with the identity permutation";
+  }
+  return "";
+}
+
+/// Why `op` does nothing, or "" if it may do something.
+std::string noopReason(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::string>(op)
+      .Case([](SelectOp op) -> std::string {
+        return op.getInput().getType() == op.getOutput().getType()
+                   ? "selects every field in the existing order"
+                   : "";
+      })
+      .Case([](RenameOp op) -> std::string {
+        for (NamedAttribute entry : op.getMapping())
+          if (entry.getValue() != entry.getName())
+            return "";
+        return "renames no field";
+      })
+      .Case([](SkipOp op) -> std::string {
+        return op.getCount() == 0 ? "skips 0 records" : "";
+      })
+      .Case([](RepeatOp op) -> std::string {
+        return op.getCount() == 1 ? "repeats the stream once" : "";
+      })
+      .Case([](ShuffleOp op) -> std::string {
+        return op.getBuffer() == 1 ? "shuffles with a buffer of 1 record" : "";
+      })
+      .Case([](ShardOp op) -> std::string {
+        return op.getNumShards() == 1 ? "splits into a single shard" : "";
+      })
+      .Case([](PrefetchOp op) -> std::string {
+        return op.getBuffer() == 0 ? "prefetches 0 records" : "";
+      })
+      .Case([](ElementOp op) { return elementNoopReason(op); })
+      .Default([](Operation *) { return std::string(); });
+}
+
+struct EliminateNoopsPass
+    : sluice::compiler::impl::EliminateNoopsBase<EliminateNoopsPass> {
+  using EliminateNoopsBase::EliminateNoopsBase;
+
+  void runOnOperation() override {
+    getOperation()->walk([&](PipelineOp pipeline) { run(pipeline); });
+  }
+
+  void run(PipelineOp pipeline) {
+    std::optional<DictionaryAttr> schedule = pipeline.getSchedule();
+    Block &body = pipeline.getBody().front();
+    for (Operation &op :
+         llvm::make_early_inc_range(body.without_terminator())) {
+      auto stage = dyn_cast<StageOpInterface>(op);
+      if (!stage || !stage.getInputStream())
+        continue;
+      std::string reason = noopReason(&op);
+      if (reason.empty())
+        continue;
+      // Replacing a stream by one of another type would break the consumer;
+      // every reason above implies equal types, this only guards new ones.
+      if (stage.getInputStream().getType() != stage.getOutputStream().getType())
+        continue;
+      // A fixed schedule names the stage (e.g. prefetch after it); dropping
+      // the stage would silently drop that setting.
+      if (schedule && schedule->contains(stage.getStageName())) {
+        LLVM_DEBUG(llvm::dbgs() << "keeping '" << stage.getStageName() << "' ("
+                                << reason << "): it is scheduled\n");
+        continue;
+      }
+      LLVM_DEBUG(llvm::dbgs() << "removing '" << stage.getStageName()
+                              << "': " << reason << "\n");
+      if (emitRemarks)
+        op.emitRemark() << "removed '" << stage.getStageName() << "': it "
+                        << reason;
+      stage.getOutputStream().replaceAllUsesWith(stage.getInputStream());
+      op.erase();
+      ++numRemoved;
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,232 @@
+//===- Scalar.h - Element conversions shared by the kernels -----*- C++ -*-===//
+//
+// One definition of how a value becomes an element of each type, so cast,
+// pad/fill values, the expression interpreter and image fills agree:
+//  - float -> integer truncates toward zero (C semantics), then saturates to
+//    the target's range; NaN becomes 0. (C leaves out-of-range conversions
+//    undefined; saturating is what a pixel pipeline wants: 300.7 -> u8 255.)
+//  - integer -> narrower integer saturates as well (no wrap-around).
+//  - anything -> bool is `!= 0` (NaN -> true, as in C).
+//  - f16 is IEEE binary16, rounded to nearest even; overflow gives +-inf.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_OPS_KERNELS_SCALAR_H
+#define SLUICE_OPS_KERNELS_SCALAR_H
+
+#include "sluice/ops/Types.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace sluice {
+namespace kernels {
+
+/// IEEE binary16 bits to float (exact).
+inline float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t man = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13); // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: value = man * 2^-24, exact in float.
+    float f = static_cast<float>(man) * 0x1p-24f;
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+/// Float to IEEE binary16 bits, round to nearest even.
+inline uint16_t floatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) // NaN: keep it quiet
+    return sign | 0x7E00 | static_cast<uint16_t>((abs >> 13) & 0x3FF);
+  if (abs >= 0x477FF000u) // rounds to >= 65520: overflow to inf
+    return sign | 0x7C00;
+  if (abs < 0x38800000u) { // below the smallest normal half (2^-14)
+    // Scale so the subnormal unit 2^-24 becomes 1 and round to nearest even
+    // with the FPU (exact: the product is a float well within range).
+    float a;
+    std::memcpy(&a, &abs, 4);
+    float scaled = a * 0x1p24f;
+    float r = std::nearbyint(scaled);
+    return sign | static_cast<uint16_t>(r);
+  }
+  // Normal: rebias exponent, round mantissa to 10 bits (ties to even).
+  uint32_t mant = abs + 0xC8000000u; // exponent - 112
+  uint32_t round = 0xFFF + ((mant >> 13) & 1);
+  return sign | static_cast<uint16_t>((mant + round) >> 13);
+}
+
+/// Converts a double to T with the saturating rules above.
+template <typename T> inline T saturateCast(double v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    if (std::isnan(v))
+      return 0;
+    // Compare in double: bounds of 64-bit types round up to 2^63 / 2^64,
+    // so use >= for the upper bound.
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+    if (v <= lo)
+      return std::numeric_limits<T>::min();
+    if (v >= hi)
+      return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  }
+}
+
+/// Saturating integer-to-integer conversion.
+template <typename T> inline T saturateCastInt(int64_t v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v != 0;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else if constexpr (sizeof(T) == 8) {
+    return static_cast<T>(v);
+  } else {
+    constexpr int64_t lo = std::numeric_limits<T>::min();
+    constexpr int64_t hi = std::numeric_limits<T>::max();
+    return static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
+  }
+}
+
+/// Reads element `i` of a numeric buffer of type `elem` as a double.
+inline double loadAsDouble(ElemType elem, const uint8_t *base, size_t i) {
+  switch (elem) {
+  case ElemType::U8:
+    return base[i];
+  case ElemType::Bool:
+    return base[i] != 0;
+  case ElemType::I8:
+    return reinterpret_cast<const int8_t *>(base)[i];
+  case ElemType::U16:
+    return reinterpret_cast<const uint16_t *>(base)[i];
+  case ElemType::I16:
+    return reinterpret_cast<const int16_t *>(base)[i];
+  case ElemType::I32:
+    return reinterpret_cast<const int32_t *>(base)[i];
+  case ElemType::I64:
+    return static_cast<double>(reinterpret_cast<const int64_t *>(base)[i]);
+  case ElemType::F16:
+    return halfToFloat(reinterpret_cast<const uint16_t *>(base)[i]);
+  case ElemType::F32:
+    return reinterpret_cast<const float *>(base)[i];
+  case ElemType::F64:
+    return reinterpret_cast<const double *>(base)[i];
+  default:
+    return 0;
+  }
+}
+
+/// Reads element `i` of an integer or bool buffer exactly.
+inline int64_t loadAsInt(ElemType elem, const uint8_t *base, size_t i) {
+  switch (elem) {
+  case ElemType::U8:
+    return base[i];
+  case ElemType::Bool:
+    return base[i] != 0;
+  case ElemType::I8:
+    return reinterpret_cast<const int8_t *>(base)[i];
+  case ElemType::U16:
+    return reinterpret_cast<const uint16_t *>(base)[i];
+  case ElemType::I16:
+    return reinterpret_cast<const int16_t *>(base)[i];
+  case ElemType::I32:
+    return reinterpret_cast<const int32_t *>(base)[i];
+  case ElemType::I64:
+    return reinterpret_cast<const int64_t *>(base)[i];
+  default:
+    return saturateCast<int64_t>(loadAsDouble(elem, base, i));
+  }
+}
+
+/// Writes `v` as element `i` of a numeric buffer of type `elem`.
+inline void storeFromDouble(ElemType elem, double v, uint8_t *base, size_t i) {
+  switch (elem) {
+  case ElemType::U8:
+    base[i] = saturateCast<uint8_t>(v);
+    break;
+  case ElemType::Bool:
+    base[i] = v != 0;
+    break;
+  case ElemType::I8:
+    reinterpret_cast<int8_t *>(base)[i] = saturateCast<int8_t>(v);
+    break;
+  case ElemType::U16:
+    reinterpret_cast<uint16_t *>(base)[i] = saturateCast<uint16_t>(v);
+    break;
+  case ElemType::I16:
+    reinterpret_cast<int16_t *>(base)[i] = saturateCast<int16_t>(v);
+    break;
+  case ElemType::I32:
+    reinterpret_cast<int32_t *>(base)[i] = saturateCast<int32_t>(v);
+    break;
+  case ElemType::I64:
+    reinterpret_cast<int64_t *>(base)[i] = saturateCast<int64_t>(v);
+    break;
+  case ElemType::F16:
+    reinterpret_cast<uint16_t *>(base)[i] = floatToHalf(static_cast<float>(v));
+    break;
+  case ElemType::F32:
+    reinterpret_cast<float *>(base)[i] = static_cast<float>(v);
+    break;
+  case ElemType::F64:
+    reinterpret_cast<double *>(base)[i] = v;
+    break;
+  default:
+    break;
+  }
+}
+
+/// Writes an exact integer as element `i` (saturating for narrow types).
+inline void storeFromInt(ElemType elem, int64_t v, uint8_t *base, size_t i) {
+  switch (elem) {
+  case ElemType::U8:
+    base[i] = saturateCastInt<uint8_t>(v);
+    break;
+  case ElemType::Bool:
+    base[i] = v != 0;
+    break;
+  case ElemType::I8:
+    reinterpret_cast<int8_t *>(base)[i] = saturateCastInt<int8_t>(v);
+    break;
+  case ElemType::U16:
+    reinterpret_cast<uint16_t *>(base)[i] = saturateCastInt<uint16_t>(v);
+    break;
+  case ElemType::I16:
+    reinterpret_cast<int16_t *>(base)[i] = saturateCastInt<int16_t>(v);
+    break;
+  case ElemType::I32:
+    reinterpret_cast<int32_t *>(base)[i] = saturateCastInt<int32_t>(v);
+    break;
+  case ElemType::I64:
+    reinterpret_cast<int64_t *>(base)[i] = v;
+    break;
+  default:
+    storeFromDouble(elem, static_cast<double>(v), base, i);
+    break;
+  }
+}
+
+} // namespace kernels
+} // namespace sluice
+
+#endif // SLUICE_OPS_KERNELS_SCALAR_H

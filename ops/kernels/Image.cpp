@@ -1,0 +1,1026 @@
+//===- Image.cpp - JPEG/PNG decode, resize, crop and flip kernels ---------===//
+
+#include "sluice/ops/kernels/Image.h"
+#include "sluice/ops/kernels/Scalar.h"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace sluice {
+namespace kernels {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+std::string hexPrefix(std::string_view bytes) {
+  std::string out;
+  char buf[4];
+  for (size_t i = 0; i < bytes.size() && i < 4; ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%02x", i ? " " : "",
+                  static_cast<unsigned char>(bytes[i]));
+    out += buf;
+  }
+  return out;
+}
+
+bool isJpeg(std::string_view b) {
+  return b.size() >= 3 && static_cast<unsigned char>(b[0]) == 0xFF &&
+         static_cast<unsigned char>(b[1]) == 0xD8 &&
+         static_cast<unsigned char>(b[2]) == 0xFF;
+}
+
+constexpr unsigned char kPngMagic[8] = {0x89, 'P',  'N',  'G',
+                                        '\r', '\n', 0x1A, '\n'};
+
+bool isPng(std::string_view b) {
+  return b.size() >= 8 && std::memcmp(b.data(), kPngMagic, 8) == 0;
+}
+
+Status checkDims(int64_t h, int64_t w) {
+  if (h <= 0 || w <= 0)
+    return Status::error("image header gives an empty size " +
+                         std::to_string(w) + "x" + std::to_string(h));
+  if (h > kMaxImageSide || w > kMaxImageSide || h * w > kMaxImagePixels)
+    return Status::error(
+        "image is " + std::to_string(w) + "x" + std::to_string(h) +
+        " pixels; refusing to decode images larger than " +
+        std::to_string(kMaxImageSide) +
+        " pixels per side or 2^28 pixels "
+        "(likely a corrupt header; resize the file if it is real)");
+  return Status::ok();
+}
+
+Status checkChannels(int channels) {
+  if (channels != 1 && channels != 3)
+    return Status::error("decode_image: channels must be 1 or 3, got " +
+                         std::to_string(channels));
+  return Status::ok();
+}
+
+/// A per-thread buffer reused across images by the fused decoders. Very
+/// large buffers are released afterwards so one huge image does not pin
+/// memory in every worker.
+struct Scratch {
+  std::vector<uint8_t> bytes;
+  uint8_t *get(size_t n) {
+    if (bytes.size() < n)
+      bytes.resize(n);
+    return bytes.data();
+  }
+  void trim() {
+    if (bytes.size() > (size_t(64) << 20))
+      std::vector<uint8_t>().swap(bytes);
+  }
+};
+
+Scratch &decodeScratch() {
+  thread_local Scratch s;
+  return s;
+}
+Scratch &pngRgbScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+/// Dimensions of an image tensor: HWC or HW.
+struct Dims {
+  int64_t h = 0, w = 0, c = 1;
+};
+
+Expected<Dims> imageDims(const Tensor &t, const char *op) {
+  if (!t.valid())
+    return Status::error(std::string(op) + ": input tensor is empty");
+  if (!t.isNumeric())
+    return Status::error(std::string(op) + ": expects a numeric image, got " +
+                         std::string(elemTypeName(t.elem())));
+  if (t.rank() != 2 && t.rank() != 3)
+    return Status::error(std::string(op) +
+                         ": expects an image of rank 2 (HW) or 3 (HWC), got " +
+                         t.type().str());
+  Dims d;
+  d.h = t.dim(0);
+  d.w = t.dim(1);
+  d.c = t.rank() == 3 ? t.dim(2) : 1;
+  return d;
+}
+
+std::vector<int64_t> imageShape(const Tensor &like, int64_t h, int64_t w) {
+  if (like.rank() == 3)
+    return {h, w, like.dim(2)};
+  return {h, w};
+}
+
+/// Fills `count` elements of size `es` with the pattern in `value`.
+void fillPattern(uint8_t *dst, size_t count, const uint8_t *value, size_t es) {
+  bool allZero = true;
+  for (size_t i = 0; i < es; ++i)
+    allZero &= value[i] == 0;
+  if (allZero) {
+    std::memset(dst, 0, count * es);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i)
+    std::memcpy(dst + i * es, value, es);
+}
+
+/// Copies the box out of `src` (h x w pixels of `pixelBytes`, rows
+/// `rowBytes` apart) into contiguous `dst`, filling outside with `fill`.
+void copyBox(const uint8_t *src, int64_t h, int64_t w, size_t rowBytes,
+             size_t pixelBytes, CropBox box, uint8_t *dst,
+             const uint8_t *fillPixel) {
+  size_t outRow = static_cast<size_t>(box.w) * pixelBytes;
+  int64_t x0 = std::clamp<int64_t>(box.x, 0, w);
+  int64_t x1 = std::clamp<int64_t>(box.x + box.w, 0, w);
+  for (int64_t oy = 0; oy < box.h; ++oy) {
+    uint8_t *d = dst + oy * outRow;
+    int64_t sy = box.y + oy;
+    if (sy < 0 || sy >= h || x1 <= x0) {
+      fillPattern(d, box.w, fillPixel, pixelBytes);
+      continue;
+    }
+    int64_t left = x0 - box.x;
+    int64_t mid = x1 - x0;
+    int64_t right = box.w - left - mid;
+    if (left > 0)
+      fillPattern(d, left, fillPixel, pixelBytes);
+    std::memcpy(d + left * pixelBytes, src + sy * rowBytes + x0 * pixelBytes,
+                mid * pixelBytes);
+    if (right > 0)
+      fillPattern(d + (left + mid) * pixelBytes, right, fillPixel, pixelBytes);
+  }
+}
+
+/// Python's round() for the non-negative halves torchvision rounds: ties go
+/// to the even integer.
+int64_t pyRound(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
+
+void rgbToGrayRows(const uint8_t *rgb, uint8_t *gray, size_t pixels) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint32_t r = rgb[3 * i], g = rgb[3 * i + 1], b = rgb[3 * i + 2];
+    gray[i] =
+        static_cast<uint8_t>((19595 * r + 38470 * g + 7471 * b + 32768) >> 16);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// JPEG
+//===----------------------------------------------------------------------===//
+
+struct TjDecompressor {
+  tjhandle handle = tjInitDecompress();
+  ~TjDecompressor() {
+    if (handle)
+      tjDestroy(handle);
+  }
+};
+
+TjDecompressor &jpegState() {
+  thread_local TjDecompressor d;
+  return d;
+}
+
+tjhandle jpegDecompressor() { return jpegState().handle; }
+
+/// libjpeg-turbo 2.1 leaves a handle in a suspended or half-read state after
+/// some errors (an incomplete header "succeeds" with 0x0 and poisons the next
+/// image), so a handle that saw any error is replaced.
+void resetJpegDecompressor() {
+  TjDecompressor &d = jpegState();
+  if (d.handle)
+    tjDestroy(d.handle);
+  d.handle = tjInitDecompress();
+}
+
+Expected<ImageInfo> readJpegInfo(tjhandle tj, std::string_view bytes) {
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj,
+                          reinterpret_cast<const unsigned char *>(bytes.data()),
+                          static_cast<unsigned long>(bytes.size()), &w, &h,
+                          &subsamp, &colorspace) != 0) {
+    std::string msg = tjGetErrorStr2(tj);
+    resetJpegDecompressor();
+    return Status::error("corrupt JPEG data: " + msg);
+  }
+  if (w <= 0 || h <= 0) {
+    resetJpegDecompressor();
+    return Status::error("truncated JPEG data: no frame header in the " +
+                         std::to_string(bytes.size()) + " bytes given");
+  }
+  ImageInfo info;
+  info.format = ImageFormat::Jpeg;
+  info.width = w;
+  info.height = h;
+  info.channels = colorspace == TJCS_GRAY                                ? 1
+                  : (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) ? 4
+                                                                         : 3;
+  if (Status s = checkDims(h, w); !s)
+    return s;
+  return info;
+}
+
+/// Decodes into dst (outH x outW x channels, contiguous); outH/outW are the
+/// (possibly DCT-scaled) output size.
+Status decodeJpegInto(tjhandle tj, std::string_view bytes,
+                      const ImageInfo &info, int channels, int outW, int outH,
+                      uint8_t *dst) {
+  if (info.channels == 4)
+    return Status::error("CMYK/YCCK JPEGs are not supported: libjpeg-turbo "
+                         "cannot convert them to RGB; convert the file to RGB");
+  int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  int rc =
+      tjDecompress2(tj, reinterpret_cast<const unsigned char *>(bytes.data()),
+                    static_cast<unsigned long>(bytes.size()), dst, outW,
+                    outW * channels, outH, pf, 0);
+  if (rc == 0)
+    return Status::ok();
+  std::string msg = tjGetErrorStr2(tj);
+  bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+  resetJpegDecompressor();
+  if (warning) {
+    // Extra bytes between markers do not affect the pixels; everything else
+    // means libjpeg replaced data it could not read with gray.
+    if (msg.find("extraneous bytes") != std::string::npos)
+      return Status::ok();
+    if (msg.find("Premature end") != std::string::npos)
+      return Status::error("truncated JPEG data: " + msg);
+  }
+  return Status::error("corrupt JPEG data: " + msg);
+}
+
+//===----------------------------------------------------------------------===//
+// PNG (libpng's progressive API, for control over the conversions)
+//===----------------------------------------------------------------------===//
+
+struct PngSource {
+  const uint8_t *data;
+  size_t size;
+  size_t pos;
+  char message[256];
+};
+
+void pngRead(png_structp png, png_bytep out, size_t n) {
+  auto *src = static_cast<PngSource *>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) {
+    std::snprintf(src->message, sizeof(src->message),
+                  "truncated PNG data: the data ends at byte %zu, %zu bytes "
+                  "short of the end of the image",
+                  src->size, n - (src->size - src->pos));
+    png_longjmp(png, 1);
+  }
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+void pngError(png_structp png, png_const_charp msg) {
+  auto *src = static_cast<PngSource *>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof(src->message), "corrupt PNG data: %s",
+                msg);
+  png_longjmp(png, 1);
+}
+
+void pngWarning(png_structp, png_const_charp) {}
+
+/// Owns libpng's structs; declared before any setjmp so longjmp never skips
+/// its destructor.
+struct PngReader {
+  PngSource src{};
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  PngReader(std::string_view bytes) {
+    src.data = reinterpret_cast<const uint8_t *>(bytes.data());
+    src.size = bytes.size();
+    png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, pngError,
+                                 pngWarning);
+    if (png)
+      info = png_create_info_struct(png);
+  }
+  ~PngReader() {
+    if (png)
+      png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+  }
+};
+
+struct PngLayout {
+  uint32_t width, height;
+  int colorChannels; ///< 1 or 3 after our transforms
+};
+
+/// Reads the header and sets up transforms to 8-bit, alpha-free gray or RGB
+/// (RGB also for gray input when `channels` is 3). Only POD locals: setjmp.
+bool pngSetup(PngReader &r, int channels, PngLayout *layout) {
+  if (setjmp(png_jmpbuf(r.png)))
+    return false;
+  png_set_user_limits(r.png, kMaxImageSide, kMaxImageSide);
+  png_set_read_fn(r.png, &r.src, pngRead);
+  png_read_info(r.png, r.info);
+  png_uint_32 w = 0, h = 0;
+  int depth = 0, colorType = 0;
+  png_get_IHDR(r.png, r.info, &w, &h, &depth, &colorType, nullptr, nullptr,
+               nullptr);
+  if (depth == 16)
+    png_set_strip_16(r.png);
+  if (colorType == PNG_COLOR_TYPE_PALETTE)
+    png_set_palette_to_rgb(r.png);
+  if (colorType == PNG_COLOR_TYPE_GRAY && depth < 8)
+    png_set_expand_gray_1_2_4_to_8(r.png);
+  png_set_strip_alpha(r.png);
+  bool color = (colorType & PNG_COLOR_MASK_COLOR) != 0;
+  if (channels == 3 && !color)
+    png_set_gray_to_rgb(r.png);
+  png_set_interlace_handling(r.png);
+  png_read_update_info(r.png, r.info);
+  layout->width = w;
+  layout->height = h;
+  layout->colorChannels = png_get_channels(r.png, r.info);
+  return true;
+}
+
+/// Reads all rows (all interlace passes) into dst. Only POD locals: setjmp.
+bool pngReadRows(PngReader &r, const PngLayout &layout, uint8_t *dst) {
+  if (setjmp(png_jmpbuf(r.png)))
+    return false;
+  int passes = png_set_interlace_handling(r.png);
+  size_t rowBytes = size_t(layout.width) * layout.colorChannels;
+  for (int pass = 0; pass < passes; ++pass)
+    for (uint32_t y = 0; y < layout.height; ++y)
+      png_read_row(r.png, dst + y * rowBytes, nullptr);
+  return true;
+}
+
+Expected<ImageInfo> readPngInfo(std::string_view bytes) {
+  // IHDR is always the first chunk: 8 magic + 4 length + 4 "IHDR" + 13 data.
+  if (bytes.size() < 33)
+    return Status::error("truncated PNG data: " + std::to_string(bytes.size()) +
+                         " bytes is too short for a PNG header");
+  const auto *p = reinterpret_cast<const uint8_t *>(bytes.data());
+  if (std::memcmp(p + 12, "IHDR", 4) != 0)
+    return Status::error("corrupt PNG data: the first chunk is not IHDR");
+  auto be32 = [&](size_t o) {
+    return (uint32_t(p[o]) << 24) | (uint32_t(p[o + 1]) << 16) |
+           (uint32_t(p[o + 2]) << 8) | uint32_t(p[o + 3]);
+  };
+  ImageInfo info;
+  info.format = ImageFormat::Png;
+  info.width = be32(16);
+  info.height = be32(20);
+  switch (p[25]) {
+  case 0:
+    info.channels = 1;
+    break;
+  case 2:
+    info.channels = 3;
+    break;
+  case 3:
+    info.channels = 3;
+    break;
+  case 4:
+    info.channels = 2;
+    break;
+  case 6:
+    info.channels = 4;
+    break;
+  default:
+    return Status::error("corrupt PNG data: invalid color type " +
+                         std::to_string(p[25]));
+  }
+  if (Status s = checkDims(info.height, info.width); !s)
+    return s;
+  return info;
+}
+
+/// Decodes a PNG into dst (H x W x channels). Color PNGs decoded to gray go
+/// through a per-thread RGB buffer.
+Status decodePngInto(std::string_view bytes, const ImageInfo &info,
+                     int channels, uint8_t *dst) {
+  PngReader r(bytes);
+  if (!r.png || !r.info)
+    return Status::error("out of memory creating a PNG decoder");
+  PngLayout layout{};
+  if (!pngSetup(r, channels, &layout))
+    return Status::error(r.src.message);
+  if (layout.width != info.width || layout.height != info.height)
+    return Status::error("corrupt PNG data: inconsistent header");
+  size_t pixels = size_t(layout.width) * layout.height;
+  if (layout.colorChannels == channels) {
+    if (!pngReadRows(r, layout, dst))
+      return Status::error(r.src.message);
+    return Status::ok();
+  }
+  Scratch &scratch = pngRgbScratch();
+  uint8_t *rgb = scratch.get(pixels * 3);
+  bool ok = pngReadRows(r, layout, rgb);
+  if (ok)
+    rgbToGrayRows(rgb, dst, pixels);
+  scratch.trim();
+  if (!ok)
+    return Status::error(r.src.message);
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Decode dispatch
+//===----------------------------------------------------------------------===//
+
+Status notAnImage(std::string_view bytes) {
+  if (bytes.empty())
+    return Status::error("not a JPEG or PNG (the data is empty)");
+  return Status::error("not a JPEG or PNG (first bytes " + hexPrefix(bytes) +
+                       ")");
+}
+
+/// Decodes at full size into `dst`, which holds info.height * info.width *
+/// channels bytes.
+Status decodeInto(std::string_view bytes, const ImageInfo &info, int channels,
+                  uint8_t *dst) {
+  if (info.format == ImageFormat::Png)
+    return decodePngInto(bytes, info, channels, dst);
+  tjhandle tj = jpegDecompressor();
+  if (!tj)
+    return Status::error("cannot initialize the libjpeg-turbo decoder");
+  return decodeJpegInto(tj, bytes, info, channels, int(info.width),
+                        int(info.height), dst);
+}
+
+//===----------------------------------------------------------------------===//
+// Resize
+//===----------------------------------------------------------------------===//
+
+/// A strided image: rows `rowStride` elements apart, pixels contiguous.
+template <typename T> struct View {
+  const T *data;
+  int64_t h, w, c, rowStride;
+};
+
+/// Rounds to nearest, ties to even, and saturates to u8. The 1.5 * 2^23 trick
+/// does the rounding in the FPU's default mode with plain SSE2 adds, so the
+/// loop vectorizes without SSE4.1's roundps.
+inline uint8_t toU8(float v) {
+  v = v < 0.f ? 0.f : (v > 255.f ? 255.f : v);
+  return static_cast<uint8_t>(static_cast<int>((v + 0x1.8p23f) - 0x1.8p23f));
+}
+
+template <typename T> inline T storePixel(float v) {
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return toU8(v);
+  else
+    return v;
+}
+
+/// Source index and weight of each output position along one axis (torch's
+/// area_pixel_compute_source_index with align_corners=False, in float).
+struct Taps {
+  std::vector<int64_t> i0, i1;
+  std::vector<float> w0, w1;
+};
+
+Taps bilinearTaps(int64_t in, int64_t out) {
+  Taps t;
+  t.i0.resize(out);
+  t.i1.resize(out);
+  t.w0.resize(out);
+  t.w1.resize(out);
+  float scale = static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t o = 0; o < out; ++o) {
+    float src = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
+    if (src < 0.f)
+      src = 0.f;
+    int64_t i = static_cast<int64_t>(src);
+    if (i > in - 1)
+      i = in - 1;
+    float lambda = src - static_cast<float>(i);
+    t.i0[o] = i;
+    t.i1[o] = i < in - 1 ? i + 1 : i;
+    t.w1[o] = lambda;
+    t.w0[o] = 1.f - lambda;
+  }
+  return t;
+}
+
+/// Interpolates one source row horizontally into `row` (outW * C floats).
+template <typename T, int FixedC>
+void horizontalPass(const T *src, int64_t c, const Taps &tx, float *row) {
+  const int64_t C = FixedC > 0 ? FixedC : c;
+  int64_t outW = static_cast<int64_t>(tx.i0.size());
+  for (int64_t ox = 0; ox < outW; ++ox) {
+    const T *p0 = src + tx.i0[ox] * C;
+    const T *p1 = src + tx.i1[ox] * C;
+    float w0 = tx.w0[ox], w1 = tx.w1[ox];
+    for (int64_t ch = 0; ch < C; ++ch)
+      row[ox * C + ch] =
+          w0 * static_cast<float>(p0[ch]) + w1 * static_cast<float>(p1[ch]);
+  }
+}
+
+template <typename T, int FixedC>
+void resizeBilinearImpl(View<T> src, T *dst, int64_t outH, int64_t outW) {
+  Taps ty = bilinearTaps(src.h, outH);
+  Taps tx = bilinearTaps(src.w, outW);
+  int64_t rowLen = outW * src.c;
+  std::vector<float> rows(2 * rowLen);
+  float *r0 = rows.data(), *r1 = rows.data() + rowLen;
+  int64_t have0 = -1, have1 = -1; // source rows now in r0 / r1
+  for (int64_t oy = 0; oy < outH; ++oy) {
+    int64_t y0 = ty.i0[oy], y1 = ty.i1[oy];
+    if (have0 != y0) {
+      if (have1 == y0) {
+        std::swap(r0, r1);
+        std::swap(have0, have1);
+      } else {
+        horizontalPass<T, FixedC>(src.data + y0 * src.rowStride, src.c, tx, r0);
+        have0 = y0;
+      }
+    }
+    if (have1 != y1) {
+      horizontalPass<T, FixedC>(src.data + y1 * src.rowStride, src.c, tx, r1);
+      have1 = y1;
+    }
+    float wy0 = ty.w0[oy], wy1 = ty.w1[oy];
+    T *out = dst + oy * rowLen;
+    // Contiguous and branch-free: vectorizes (checked with
+    // -Rpass=loop-vectorize, width 4 on baseline x86-64).
+    for (int64_t i = 0; i < rowLen; ++i)
+      out[i] = storePixel<T>(wy0 * r0[i] + wy1 * r1[i]);
+  }
+}
+
+template <typename T>
+void resizeBilinear(View<T> src, T *dst, int64_t outH, int64_t outW) {
+  switch (src.c) {
+  case 1:
+    return resizeBilinearImpl<T, 1>(src, dst, outH, outW);
+  case 3:
+    return resizeBilinearImpl<T, 3>(src, dst, outH, outW);
+  case 4:
+    return resizeBilinearImpl<T, 4>(src, dst, outH, outW);
+  default:
+    return resizeBilinearImpl<T, 0>(src, dst, outH, outW);
+  }
+}
+
+/// torch's nearest_idx: the source index is floor(dst * scale) with a float
+/// scale, so some sizes pick a neighbour of the exact floor(dst * in / out);
+/// matching torch matters more here than the exact rational.
+int64_t nearestIndex(int64_t dst, int64_t in, int64_t out) {
+  if (in == out)
+    return dst;
+  if (out == 2 * in)
+    return dst >> 1;
+  float scale = static_cast<float>(in) / static_cast<float>(out);
+  int64_t i = static_cast<int64_t>(std::floor(static_cast<float>(dst) * scale));
+  return std::min(i, in - 1);
+}
+
+template <typename T>
+void resizeNearest(View<T> src, T *dst, int64_t outH, int64_t outW) {
+  std::vector<int64_t> xoff(outW);
+  for (int64_t ox = 0; ox < outW; ++ox)
+    xoff[ox] = nearestIndex(ox, src.w, outW) * src.c;
+  size_t pixelBytes = src.c * sizeof(T);
+  for (int64_t oy = 0; oy < outH; ++oy) {
+    int64_t sy = nearestIndex(oy, src.h, outH);
+    const T *row = src.data + sy * src.rowStride;
+    T *out = dst + oy * outW * src.c;
+    if (src.c == 1) {
+      for (int64_t ox = 0; ox < outW; ++ox)
+        out[ox] = row[xoff[ox]];
+    } else {
+      for (int64_t ox = 0; ox < outW; ++ox)
+        std::memcpy(out + ox * src.c, row + xoff[ox], pixelBytes);
+    }
+  }
+}
+
+template <typename T>
+void resizeArea(View<T> src, T *dst, int64_t outH, int64_t outW) {
+  int64_t C = src.c;
+  std::vector<double> colSum(src.w * C);
+  for (int64_t oy = 0; oy < outH; ++oy) {
+    int64_t y0 = oy * src.h / outH;
+    int64_t y1 = ((oy + 1) * src.h + outH - 1) / outH;
+    std::fill(colSum.begin(), colSum.end(), 0.0);
+    for (int64_t y = y0; y < y1; ++y) {
+      const T *row = src.data + y * src.rowStride;
+      for (int64_t i = 0; i < src.w * C; ++i)
+        colSum[i] += static_cast<double>(row[i]);
+    }
+    T *out = dst + oy * outW * C;
+    for (int64_t ox = 0; ox < outW; ++ox) {
+      int64_t x0 = ox * src.w / outW;
+      int64_t x1 = ((ox + 1) * src.w + outW - 1) / outW;
+      double inv = 1.0 / static_cast<double>((y1 - y0) * (x1 - x0));
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double s = 0;
+        for (int64_t x = x0; x < x1; ++x)
+          s += colSum[x * C + ch];
+        double v = s * inv;
+        if constexpr (std::is_same_v<T, uint8_t>)
+          out[ox * C + ch] =
+              static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0, 255.0));
+        else
+          out[ox * C + ch] = static_cast<T>(v);
+      }
+    }
+  }
+}
+
+template <typename T>
+void resizeView(View<T> src, T *dst, int64_t outH, int64_t outW,
+                Interpolation interp) {
+  switch (interp) {
+  case Interpolation::Nearest:
+    return resizeNearest(src, dst, outH, outW);
+  case Interpolation::Bilinear:
+    return resizeBilinear(src, dst, outH, outW);
+  case Interpolation::Area:
+    return resizeArea(src, dst, outH, outW);
+  }
+}
+
+Status checkOutSize(const char *op, int64_t outH, int64_t outW) {
+  if (outH <= 0 || outW <= 0 || outH > kMaxImageSide || outW > kMaxImageSide)
+    return Status::error(std::string(op) + ": output size " +
+                         std::to_string(outH) + "x" + std::to_string(outW) +
+                         " must be between 1 and " +
+                         std::to_string(kMaxImageSide) + " per side");
+  return Status::ok();
+}
+
+/// Resizes the box of a u8/f32 image (any rank 2/3 tensor) into a new tensor.
+Expected<Tensor> resizeBox(const Tensor &image, const Dims &d, CropBox box,
+                           int64_t outH, int64_t outW, Interpolation interp) {
+  Tensor out = Tensor::empty(image.elem(), imageShape(image, outH, outW));
+  int64_t offset = (box.y * d.w + box.x) * d.c;
+  if (image.elem() == ElemType::U8) {
+    View<uint8_t> v{image.data<uint8_t>() + offset, box.h, box.w, d.c,
+                    d.w * d.c};
+    resizeView(v, out.mutableData<uint8_t>(), outH, outW, interp);
+  } else {
+    View<float> v{image.data<float>() + offset, box.h, box.w, d.c, d.w * d.c};
+    resizeView(v, out.mutableData<float>(), outH, outW, interp);
+  }
+  return out;
+}
+
+Status checkResizable(const Tensor &image, const char *op) {
+  if (image.elem() != ElemType::U8 && image.elem() != ElemType::F32)
+    return Status::error(std::string(op) + ": expects a u8 or f32 image, got " +
+                         image.type().str() + " (cast it first)");
+  return Status::ok();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Public API
+//===----------------------------------------------------------------------===//
+
+Expected<ImageInfo> readImageInfo(std::string_view bytes) {
+  if (isJpeg(bytes)) {
+    tjhandle tj = jpegDecompressor();
+    if (!tj)
+      return Status::error("cannot initialize the libjpeg-turbo decoder");
+    return readJpegInfo(tj, bytes);
+  }
+  if (isPng(bytes))
+    return readPngInfo(bytes);
+  return notAnImage(bytes);
+}
+
+Expected<Tensor> decodeImage(std::string_view bytes, int channels) {
+  if (Status s = checkChannels(channels); !s)
+    return s;
+  Expected<ImageInfo> info = readImageInfo(bytes);
+  if (!info)
+    return info.status();
+  Tensor out =
+      Tensor::empty(ElemType::U8, {info->height, info->width, channels});
+  if (Status s = decodeInto(bytes, *info, channels, out.mutableData<uint8_t>());
+      !s)
+    return s;
+  return out;
+}
+
+Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
+                                 CropBox box) {
+  if (Status s = checkChannels(channels); !s)
+    return s;
+  if (box.h <= 0 || box.w <= 0 || box.h > kMaxImageSide ||
+      box.w > kMaxImageSide)
+    return Status::error("decode_image crop: box size " +
+                         std::to_string(box.h) + "x" + std::to_string(box.w) +
+                         " is invalid");
+  Expected<ImageInfo> info = readImageInfo(bytes);
+  if (!info)
+    return info.status();
+  Scratch &scratch = decodeScratch();
+  size_t rowBytes = size_t(info->width) * channels;
+  uint8_t *buf = scratch.get(rowBytes * info->height);
+  if (Status s = decodeInto(bytes, *info, channels, buf); !s)
+    return s;
+  Tensor out = Tensor::empty(ElemType::U8, {box.h, box.w, channels});
+  const uint8_t zeros[3] = {0, 0, 0};
+  copyBox(buf, info->height, info->width, rowBytes, channels, box,
+          out.mutableData<uint8_t>(), zeros);
+  scratch.trim();
+  return out;
+}
+
+CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
+                             double scaleHi, double ratioLo, double ratioHi,
+                             Rng &rng) {
+  double area = static_cast<double>(height) * static_cast<double>(width);
+  double logLo = std::log(ratioLo), logHi = std::log(ratioHi);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    double targetArea = area * rng.uniform(scaleLo, scaleHi);
+    double aspect = std::exp(rng.uniform(logLo, logHi));
+    int64_t w = pyRound(std::sqrt(targetArea * aspect));
+    int64_t h = pyRound(std::sqrt(targetArea / aspect));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      int64_t y = rng.uniformInt(0, height - h + 1);
+      int64_t x = rng.uniformInt(0, width - w + 1);
+      return {y, x, h, w};
+    }
+  }
+  double inRatio = static_cast<double>(width) / static_cast<double>(height);
+  int64_t w, h;
+  double minRatio = std::min(ratioLo, ratioHi);
+  double maxRatio = std::max(ratioLo, ratioHi);
+  if (inRatio < minRatio) {
+    w = width;
+    h = pyRound(static_cast<double>(w) / minRatio);
+  } else if (inRatio > maxRatio) {
+    h = height;
+    w = pyRound(static_cast<double>(h) * maxRatio);
+  } else {
+    w = width;
+    h = height;
+  }
+  // Rounding can overshoot by one on tiny images; keep the box inside.
+  h = std::clamp<int64_t>(h, 1, height);
+  w = std::clamp<int64_t>(w, 1, width);
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
+Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
+                                         const RandomResizedCropParams &params,
+                                         Rng &rng, bool allowDctScaling) {
+  if (Status s = checkChannels(channels); !s)
+    return s;
+  if (Status s =
+          checkOutSize("random_resized_crop", params.height, params.width);
+      !s)
+    return s;
+  Expected<ImageInfo> info = readImageInfo(bytes);
+  if (!info)
+    return info.status();
+  CropBox box =
+      randomResizedCropBox(info->height, info->width, params.scaleLo,
+                           params.scaleHi, params.ratioLo, params.ratioHi, rng);
+
+  // Pick the smallest DCT scale that keeps the box at least the output size.
+  int num = 1, denom = 1;
+  if (allowDctScaling && info->format == ImageFormat::Jpeg &&
+      info->channels != 4)
+    for (int d : {8, 4, 2})
+      if (box.h / d >= params.height && box.w / d >= params.width) {
+        denom = d;
+        break;
+      }
+  int64_t decH = info->height, decW = info->width;
+  if (denom > 1) {
+    decH = (info->height * num + denom - 1) / denom;
+    decW = (info->width * num + denom - 1) / denom;
+    int64_t y0 = box.y / denom, x0 = box.x / denom;
+    int64_t y1 = std::min(decH, (box.y + box.h + denom - 1) / denom);
+    int64_t x1 = std::min(decW, (box.x + box.w + denom - 1) / denom);
+    box = {y0, x0, y1 - y0, x1 - x0};
+  }
+
+  Scratch &scratch = decodeScratch();
+  size_t rowBytes = size_t(decW) * channels;
+  uint8_t *buf = scratch.get(rowBytes * decH);
+  Status s = Status::ok();
+  if (denom > 1)
+    s = decodeJpegInto(jpegDecompressor(), bytes, *info, channels, int(decW),
+                       int(decH), buf);
+  else
+    s = decodeInto(bytes, *info, channels, buf);
+  if (!s)
+    return s;
+  Tensor out =
+      Tensor::empty(ElemType::U8, {params.height, params.width, channels});
+  View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
+                  channels, decW * channels};
+  resizeView(v, out.mutableData<uint8_t>(), params.height, params.width,
+             params.interpolation);
+  scratch.trim();
+  return out;
+}
+
+Expected<Tensor> grayToRgb(const Tensor &image) {
+  Expected<Dims> d = imageDims(image, "gray_to_rgb");
+  if (!d)
+    return d.status();
+  if (image.elem() != ElemType::U8 || d->c != 1)
+    return Status::error("gray_to_rgb: expects u8[H,W,1] or u8[H,W], got " +
+                         image.type().str());
+  Tensor out = Tensor::empty(ElemType::U8, {d->h, d->w, 3});
+  const uint8_t *in = image.data<uint8_t>();
+  uint8_t *o = out.mutableData<uint8_t>();
+  for (int64_t i = 0, n = d->h * d->w; i < n; ++i)
+    o[3 * i] = o[3 * i + 1] = o[3 * i + 2] = in[i];
+  return out;
+}
+
+Expected<Tensor> rgbToGray(const Tensor &image) {
+  Expected<Dims> d = imageDims(image, "rgb_to_gray");
+  if (!d)
+    return d.status();
+  if (image.elem() != ElemType::U8 || image.rank() != 3 || d->c != 3)
+    return Status::error("rgb_to_gray: expects u8[H,W,3], got " +
+                         image.type().str());
+  Tensor out = Tensor::empty(ElemType::U8, {d->h, d->w, 1});
+  rgbToGrayRows(image.data<uint8_t>(), out.mutableData<uint8_t>(),
+                size_t(d->h * d->w));
+  return out;
+}
+
+Expected<Tensor> resize(const Tensor &image, int64_t outHeight,
+                        int64_t outWidth, Interpolation interpolation) {
+  Expected<Dims> d = imageDims(image, "resize");
+  if (!d)
+    return d.status();
+  if (Status s = checkResizable(image, "resize"); !s)
+    return s;
+  if (Status s = checkOutSize("resize", outHeight, outWidth); !s)
+    return s;
+  if (d->h == 0 || d->w == 0)
+    return Status::error("resize: cannot resize an empty image " +
+                         image.type().str());
+  return resizeBox(image, *d, {0, 0, d->h, d->w}, outHeight, outWidth,
+                   interpolation);
+}
+
+Expected<Tensor> cropPadded(const Tensor &image, CropBox box, double fill) {
+  Expected<Dims> d = imageDims(image, "crop");
+  if (!d)
+    return d.status();
+  if (box.h < 0 || box.w < 0)
+    return Status::error("crop: negative crop size " + std::to_string(box.h) +
+                         "x" + std::to_string(box.w));
+  size_t es = elemTypeSize(image.elem());
+  size_t pixelBytes = es * d->c;
+  std::vector<uint8_t> fillPixel(pixelBytes);
+  for (int64_t ch = 0; ch < d->c; ++ch)
+    storeFromDouble(image.elem(), fill, fillPixel.data() + ch * es, 0);
+  Tensor out = Tensor::empty(image.elem(), imageShape(image, box.h, box.w));
+  copyBox(image.raw(), d->h, d->w, d->w * pixelBytes, pixelBytes, box,
+          out.mutableRaw(), fillPixel.data());
+  return out;
+}
+
+Expected<Tensor> crop(const Tensor &image, CropBox box) {
+  Expected<Dims> d = imageDims(image, "crop");
+  if (!d)
+    return d.status();
+  if (box.y < 0 || box.x < 0 || box.h <= 0 || box.w <= 0 ||
+      box.y + box.h > d->h || box.x + box.w > d->w)
+    return Status::error(
+        "crop: box (y=" + std::to_string(box.y) +
+        ", x=" + std::to_string(box.x) + ", h=" + std::to_string(box.h) +
+        ", w=" + std::to_string(box.w) + ") does not fit in the " +
+        std::to_string(d->h) + "x" + std::to_string(d->w) + " image");
+  return cropPadded(image, box);
+}
+
+Expected<Tensor> centerCrop(const Tensor &image, int64_t height,
+                            int64_t width) {
+  Expected<Dims> d = imageDims(image, "center_crop");
+  if (!d)
+    return d.status();
+  if (height <= 0 || width <= 0)
+    return Status::error("center_crop: size must be positive, got " +
+                         std::to_string(height) + "x" + std::to_string(width));
+  // torchvision pads (H - h) // 2 on the top when the crop is larger, which
+  // with Python's round is the same expression for negative differences.
+  int64_t top = pyRound(static_cast<double>(d->h - height) / 2.0);
+  int64_t left = pyRound(static_cast<double>(d->w - width) / 2.0);
+  if (height > d->h)
+    top = -((height - d->h) / 2);
+  if (width > d->w)
+    left = -((width - d->w) / 2);
+  return cropPadded(image, {top, left, height, width});
+}
+
+Expected<Tensor> randomCrop(const Tensor &image, int64_t height, int64_t width,
+                            int64_t padding, bool padIfNeeded, Rng &rng) {
+  Expected<Dims> d = imageDims(image, "random_crop");
+  if (!d)
+    return d.status();
+  if (height <= 0 || width <= 0 || padding < 0)
+    return Status::error("random_crop: size must be positive and padding "
+                         "non-negative");
+  int64_t padTop = padding, padLeft = padding;
+  int64_t paddedH = d->h + 2 * padding, paddedW = d->w + 2 * padding;
+  if (padIfNeeded && paddedH < height) {
+    int64_t extra = height - paddedH;
+    padTop += extra;
+    paddedH += 2 * extra;
+  }
+  if (padIfNeeded && paddedW < width) {
+    int64_t extra = width - paddedW;
+    padLeft += extra;
+    paddedW += 2 * extra;
+  }
+  if (paddedH < height || paddedW < width)
+    return Status::error(
+        "random_crop: crop " + std::to_string(height) + "x" +
+        std::to_string(width) + " is larger than the padded image " +
+        std::to_string(paddedH) + "x" + std::to_string(paddedW) +
+        " (set pad_if_needed or a larger padding)");
+  int64_t y = rng.uniformInt(0, paddedH - height + 1);
+  int64_t x = rng.uniformInt(0, paddedW - width + 1);
+  return cropPadded(image, {y - padTop, x - padLeft, height, width});
+}
+
+Expected<Tensor> randomResizedCrop(const Tensor &image,
+                                   const RandomResizedCropParams &params,
+                                   Rng &rng) {
+  Expected<Dims> d = imageDims(image, "random_resized_crop");
+  if (!d)
+    return d.status();
+  if (Status s = checkResizable(image, "random_resized_crop"); !s)
+    return s;
+  if (Status s =
+          checkOutSize("random_resized_crop", params.height, params.width);
+      !s)
+    return s;
+  if (d->h == 0 || d->w == 0)
+    return Status::error("random_resized_crop: empty image " +
+                         image.type().str());
+  CropBox box = randomResizedCropBox(d->h, d->w, params.scaleLo, params.scaleHi,
+                                     params.ratioLo, params.ratioHi, rng);
+  return resizeBox(image, *d, box, params.height, params.width,
+                   params.interpolation);
+}
+
+Expected<Tensor> flip(const Tensor &image, FlipAxis axis) {
+  Expected<Dims> d = imageDims(image, "flip");
+  if (!d)
+    return d.status();
+  Tensor out = Tensor::empty(image.elem(), image.shape());
+  size_t pixelBytes = elemTypeSize(image.elem()) * d->c;
+  size_t rowBytes = pixelBytes * d->w;
+  const uint8_t *in = image.raw();
+  uint8_t *o = out.mutableRaw();
+  if (axis == FlipAxis::Height) {
+    for (int64_t y = 0; y < d->h; ++y)
+      std::memcpy(o + y * rowBytes, in + (d->h - 1 - y) * rowBytes, rowBytes);
+    return out;
+  }
+  for (int64_t y = 0; y < d->h; ++y) {
+    const uint8_t *src = in + y * rowBytes;
+    uint8_t *dst = o + y * rowBytes;
+    if (pixelBytes == 1) {
+      for (int64_t x = 0; x < d->w; ++x)
+        dst[x] = src[d->w - 1 - x];
+    } else if (pixelBytes == 3) {
+      for (int64_t x = 0; x < d->w; ++x) {
+        const uint8_t *s = src + (d->w - 1 - x) * 3;
+        dst[3 * x] = s[0];
+        dst[3 * x + 1] = s[1];
+        dst[3 * x + 2] = s[2];
+      }
+    } else {
+      for (int64_t x = 0; x < d->w; ++x)
+        std::memcpy(dst + x * pixelBytes, src + (d->w - 1 - x) * pixelBytes,
+                    pixelBytes);
+    }
+  }
+  return out;
+}
+
+Expected<Tensor> randomFlip(const Tensor &image, FlipAxis axis, double p,
+                            Rng &rng) {
+  if (!rng.bernoulli(p)) {
+    if (Expected<Dims> d = imageDims(image, "random_flip"); !d)
+      return d.status();
+    return image;
+  }
+  return flip(image, axis);
+}
+
+} // namespace kernels
+} // namespace sluice

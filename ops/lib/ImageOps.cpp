@@ -1,0 +1,324 @@
+//===- ImageOps.cpp - Registry entries of the image ops -------------------===//
+//
+// decode_image, resize and the crops and flips. Images are HxWxC (or HxW)
+// in channels-last layout until a `transpose`; the rules check static sizes
+// where they are known so that a crop larger than the image is a spec error,
+// not a run-time one.
+//
+//===----------------------------------------------------------------------===//
+#include "Internal.h"
+#include "OpHelpers.h"
+
+namespace sluice {
+namespace {
+
+using namespace detail;
+
+OpDef element(std::string name) {
+  OpDef op;
+  op.name = std::move(name);
+  op.kind = OpKind::Element;
+  return op;
+}
+
+/// Checks that `field` is an HxW or HxWxC image; with `resampled`, that its
+/// element type is one the resampling kernels take (u8 or f32).
+bool requireImage(TypeContext &ctx, const std::string &op, bool resampled) {
+  if (!requireNumeric(ctx, op, "an image (HxWxC or HxW)"))
+    return false;
+  const FieldType &t = ctx.fieldType("field");
+  const std::string &name = fieldName(ctx);
+  if (resampled && t.elem != ElemType::U8 && t.elem != ElemType::F32) {
+    ctx.error(ctx.param("field"),
+              op + " needs a u8 or f32 image, but " + describeField(name, t),
+              "cast it first, e.g. `- cast: {field: " + name +
+                  ", dtype: f32}`");
+    return false;
+  }
+  return requireRank(ctx, op, 2, 3, "an image of rank 2 (HxW) or 3 (HxWxC)");
+}
+
+/// [h, w] from a size param (a single value means both).
+std::pair<int64_t, int64_t> sizeHW(const Value &size) {
+  std::vector<int64_t> v = size.asIntList();
+  if (v.empty())
+    return {1, 1};
+  return {v[0], v.size() > 1 ? v[1] : v[0]};
+}
+
+FieldType withHW(FieldType t, int64_t h, int64_t w) {
+  t.shape[0] = h;
+  t.shape[1] = w;
+  return t;
+}
+
+ParamSpec cropSize(std::string doc) {
+  return param("size", ParamKind::IntList)
+      .req()
+      .length(2, 2)
+      .scalar(2)
+      .atLeast(1)
+      .describe(std::move(doc));
+}
+
+/// Errors when a static image is smaller than the crop (with padding).
+bool requireFits(TypeContext &ctx, int64_t h, int64_t w, int64_t padding) {
+  const FieldType &t = ctx.fieldType("field");
+  int64_t H = t.shape[0], W = t.shape[1];
+  bool tooTall = H >= 0 && h > H + 2 * padding;
+  bool tooWide = W >= 0 && w > W + 2 * padding;
+  if (!tooTall && !tooWide)
+    return true;
+  std::string image = padding > 0
+                          ? "the padded image " +
+                                dimsText({H < 0 ? H : H + 2 * padding,
+                                          W < 0 ? W : W + 2 * padding}) +
+                                " (padding " + std::to_string(padding) + ")"
+                          : "the image " + dimsText({H, W});
+  ctx.error(ctx.param("size"),
+            "crop " + dimsText({h, w}) + " is larger than " + image,
+            "resize it first, e.g. `- resize: {field: " + fieldName(ctx) +
+                ", size: " + std::to_string(std::max(h, w)) + "}`");
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+
+OpDef decodeImage() {
+  OpDef op = element("decode_image");
+  op.summary = "Decodes JPEG or PNG bytes into an HxWxC u8 image.";
+  op.doc = "The format is detected from the data, not the file name. "
+           "JPEG goes through libjpeg-turbo, PNG through libpng (16-bit PNGs "
+           "are scaled to 8 bits, alpha is dropped). `channels: 1` converts "
+           "to grayscale, `channels: 3` to RGB. The size varies per image, "
+           "so the result has `?` height and width: resize or crop before "
+           "`batch`.";
+  op.example = "- decode_image: {field: data, as: image, channels: 3}";
+  op.typeDoc = "`field` (bytes) becomes `u8[?,?,channels]`.";
+  op.params = {
+      fieldParam("The encoded image (bytes)."),
+      asParam(),
+      param("channels", ParamKind::Int)
+          .def(Value::integer(3))
+          .atLeast(1)
+          .atMost(3)
+          .describe("1 (grayscale) or 3 (RGB)."),
+  };
+  op.fuse = FuseKind::None;
+  op.cost = {2000, 8, 8};
+  op.typeRule = [](TypeContext &ctx) {
+    const FieldType &t = ctx.fieldType("field");
+    const std::string &name = fieldName(ctx);
+    if (t.elem != ElemType::Bytes) {
+      std::string hint;
+      if (t.elem == ElemType::String)
+        hint = "the encoded image is in a bytes field: image_folder and "
+               "files call it `data`";
+      else if (t.elem == ElemType::U8 && t.rank() >= 2)
+        hint = "this field is already decoded; drop this step";
+      ctx.error(ctx.param("field"),
+                "decode_image needs encoded image bytes, but " +
+                    describeField(name, t),
+                hint);
+      return ctx.input();
+    }
+    if (!t.isScalar()) {
+      ctx.error(ctx.param("field"),
+                "decode_image decodes one image per record, but " +
+                    describeField(name, t),
+                "decode before `batch`");
+      return ctx.input();
+    }
+    const Value &ch = ctx.param("channels");
+    int64_t c = intOr(ch, 3);
+    if (c != 1 && c != 3) {
+      ctx.error(ch, "channels must be 1 (grayscale) or 3 (RGB), got " +
+                        std::to_string(c));
+      return ctx.input();
+    }
+    return withResult(ctx, FieldType(ElemType::U8, {kDynamic, kDynamic, c}));
+  };
+  return op;
+}
+static OpRegistration regDecodeImage(decodeImage());
+
+OpDef resize() {
+  OpDef op = element("resize");
+  op.summary = "Resizes an image to a fixed size or a shorter side.";
+  op.doc = "`size: [h, w]` resizes to exactly h x w. `size: s` scales the "
+           "image so that its shorter side is s, keeping the aspect ratio "
+           "(the usual first step of evaluation pipelines, before "
+           "`center_crop`), so the result size still varies per image.";
+  op.example = "- resize: {field: image, size: 256}";
+  op.typeDoc = "`field` keeps its element type; with `[h, w]` its shape "
+               "becomes `[h,w,C]` (or `[h,w]`), with a single size `[?,?,C]`.";
+  op.params = {
+      fieldParam("The image (u8 or f32, HxWxC or HxW)."),
+      asParam(),
+      param("size", ParamKind::IntList)
+          .req()
+          .length(1, 2)
+          .scalar()
+          .atLeast(1)
+          .describe("[height, width], or one number: the length of the "
+                    "shorter side."),
+      interpolationParam(),
+  };
+  op.fuse = FuseKind::None;
+  op.cost = {500, 1, 1};
+  op.typeRule = [](TypeContext &ctx) {
+    if (!requireImage(ctx, "resize", /*resampled=*/true))
+      return ctx.input();
+    FieldType t = ctx.fieldType("field");
+    std::vector<int64_t> size = ctx.param("size").asIntList();
+    if (size.size() == 2)
+      return withResult(ctx, withHW(t, size[0], size[1]));
+    return withResult(ctx, withHW(t, kDynamic, kDynamic));
+  };
+  return op;
+}
+static OpRegistration regResize(resize());
+
+OpDef centerCrop() {
+  OpDef op = element("center_crop");
+  op.summary = "Crops the center h x w of an image.";
+  op.doc = "When the image is smaller than the crop (which can only be "
+           "known at run time for images of varying size), the record "
+           "fails with a data error; resize first to be safe.";
+  op.example = "- center_crop: {field: image, size: 224}";
+  op.typeDoc = "`field` becomes `[h,w,C]` (or `[h,w]`), same element type.";
+  op.params = {
+      fieldParam("The image (HxWxC or HxW)."),
+      asParam(),
+      cropSize("[height, width] of the crop; one number for a square."),
+  };
+  op.fuse = FuseKind::IndexRemap;
+  op.cost = {100, 0.1, 0.5};
+  op.typeRule = [](TypeContext &ctx) {
+    if (!requireImage(ctx, "center_crop", /*resampled=*/false))
+      return ctx.input();
+    auto [h, w] = sizeHW(ctx.param("size"));
+    if (!requireFits(ctx, h, w, 0))
+      return ctx.input();
+    return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
+  };
+  return op;
+}
+static OpRegistration regCenterCrop(centerCrop());
+
+OpDef randomCrop() {
+  OpDef op = element("random_crop");
+  op.summary = "Crops h x w at a random position, after optional zero "
+               "padding.";
+  op.doc = "The classic CIFAR augmentation: pad by `padding` pixels of zeros "
+           "on every side, then crop at a uniformly random offset.";
+  op.example = "- random_crop: {field: image, size: 32, padding: 4}";
+  op.typeDoc = "`field` becomes `[h,w,C]` (or `[h,w]`), same element type.";
+  op.params = {
+      fieldParam("The image (HxWxC or HxW)."),
+      asParam(),
+      cropSize("[height, width] of the crop; one number for a square."),
+      param("padding", ParamKind::Int)
+          .def(Value::integer(0))
+          .atLeast(0)
+          .describe("Zero pixels added on each side before cropping."),
+  };
+  op.fuse = FuseKind::IndexRemap;
+  op.stochastic = true;
+  op.cost = {100, 0.1, 0.5};
+  op.typeRule = [](TypeContext &ctx) {
+    if (!requireImage(ctx, "random_crop", /*resampled=*/false))
+      return ctx.input();
+    auto [h, w] = sizeHW(ctx.param("size"));
+    if (!requireFits(ctx, h, w, intOr(ctx.param("padding"), 0)))
+      return ctx.input();
+    return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
+  };
+  return op;
+}
+static OpRegistration regRandomCrop(randomCrop());
+
+OpDef randomResizedCrop() {
+  OpDef op = element("random_resized_crop");
+  op.summary = "Crops a random area and aspect ratio, resized to h x w "
+               "(Inception-style).";
+  op.doc = "Picks a crop whose area is a uniformly random fraction "
+           "(`scale`) of the image and whose aspect ratio w/h is "
+           "log-uniformly random in `ratio`, retrying up to 10 times before "
+           "falling back to a center crop, then resizes it to `size`. The "
+           "standard ImageNet training augmentation.";
+  op.example = "- random_resized_crop: {field: image, size: [224, 224], "
+               "scale: [0.08, 1.0], ratio: [0.75, 1.3333]}";
+  op.typeDoc = "`field` becomes `[h,w,C]` (or `[h,w]`), same element type.";
+  op.params = {
+      fieldParam("The image (u8 or f32, HxWxC or HxW)."),
+      asParam(),
+      cropSize("[height, width] of the output; one number for a square."),
+      param("scale", ParamKind::FloatList)
+          .def(Value::list({Value::real(0.08), Value::real(1.0)}))
+          .length(2, 2)
+          .above(0)
+          .atMost(1)
+          .describe("[min, max] fraction of the image area to crop."),
+      param("ratio", ParamKind::FloatList)
+          .def(Value::list({Value::real(0.75), Value::real(1.3333333)}))
+          .length(2, 2)
+          .above(0)
+          .describe("[min, max] aspect ratio (width / height) of the crop."),
+      interpolationParam(),
+  };
+  op.fuse = FuseKind::None;
+  op.stochastic = true;
+  op.cost = {500, 2, 0.8};
+  op.typeRule = [](TypeContext &ctx) {
+    if (!requireImage(ctx, "random_resized_crop", /*resampled=*/true))
+      return ctx.input();
+    bool ok = requireOrdered(ctx, ctx.param("scale"),
+                             ctx.param("scale").asDoubleList(), false, "scale");
+    ok &= requireOrdered(ctx, ctx.param("ratio"),
+                         ctx.param("ratio").asDoubleList(), false, "ratio");
+    if (!ok)
+      return ctx.input();
+    auto [h, w] = sizeHW(ctx.param("size"));
+    return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
+  };
+  return op;
+}
+static OpRegistration regRandomResizedCrop(randomResizedCrop());
+
+OpDef randomFlip() {
+  OpDef op = element("random_flip");
+  op.summary = "Mirrors an image with probability p.";
+  op.doc = "`axis: width` mirrors left-right (dim 1 of an HxWxC or HxW "
+           "image), `axis: height` upside-down (dim 0). Flip before "
+           "`transpose: {to: CHW}`, which moves those dims.";
+  op.example = "- random_flip: {field: image, axis: width, p: 0.5}";
+  op.typeDoc = "`field` keeps its type.";
+  op.params = {
+      fieldParam("The image (rank 2 or more)."),
+      asParam(),
+      enumParam("axis", {"width", "height"})
+          .def(Value::string("width"))
+          .describe("`width` flips left-right, `height` top-bottom."),
+      param("p", ParamKind::Float)
+          .def(Value::real(0.5))
+          .atLeast(0)
+          .atMost(1)
+          .describe("Probability of flipping a record."),
+  };
+  op.fuse = FuseKind::IndexRemap;
+  op.stochastic = true;
+  op.cost = {50, 0.2, 1};
+  op.typeRule = [](TypeContext &ctx) {
+    if (!requireNumeric(ctx, "random_flip", "an image (HxWxC or HxW)") ||
+        !requireRank(ctx, "random_flip", 2, std::numeric_limits<size_t>::max(),
+                     "an image of rank 2 or more"))
+      return ctx.input();
+    return withResult(ctx, ctx.fieldType("field"));
+  };
+  return op;
+}
+static OpRegistration regRandomFlip(randomFlip());
+
+} // namespace
+} // namespace sluice

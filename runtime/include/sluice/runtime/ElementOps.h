@@ -1,0 +1,55 @@
+//===- ElementOps.h - Binding plan steps to kernels -------------*- C++ -*-===//
+//
+// Each element step (and the per-record ops select, rename, filter) becomes
+// one closure, built once from the step's parameters (normalize precomputes
+// its constants, tokenize loads its vocabulary, map/filter parse their
+// expression) and then called for every record, from any worker thread.
+// The engine fuses consecutive closures into one parallel stage.
+//
+// Randomness: a stochastic step draws from
+//   Rng(seed, epoch, record.index, stageStream(step))
+// so a record gets the same crop on any worker, in any order, in every run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_ELEMENTOPS_H
+#define SLUICE_RUNTIME_ELEMENTOPS_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
+#include "sluice/runtime/Plan.h"
+
+#include <cstdint>
+#include <functional>
+
+namespace sluice::runtime {
+
+/// What a bound step needs besides the record.
+struct ElementContext {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+};
+
+/// A bound step: rewrites `rec` (fields in the step's input type order) into
+/// the step's output type. Returns false to drop the record (filter), an
+/// error when the record cannot be processed (a corrupt image): the engine
+/// applies the source's on_error policy to it. Must be thread-safe.
+using ElementFn =
+    std::function<Expected<bool>(Record &rec, const ElementContext &ctx)>;
+
+/// True for the steps bindElementOp() accepts: element ops, select, rename,
+/// filter.
+bool isPerRecordStep(const PlanStage &stage);
+
+/// Binds a step. Fails for a step it cannot bind (unknown op, a vocabulary
+/// file that cannot be read, parameters the registry should have refused).
+/// `plan` gives the base directory for relative paths.
+Expected<ElementFn> bindElementOp(const PlanStage &stage, const Plan &plan);
+
+/// The random stream of a step: streamId(op, k) where k is the 1-based
+/// occurrence of the op among the steps, read from the step name ("random_flip"
+/// is 1, "random_flip.2" is 2). Stable under graph rewrites that keep names.
+uint64_t stageStream(const PlanStage &stage);
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_ELEMENTOPS_H

@@ -1,0 +1,96 @@
+//===- Memory.h - Byte-accounted memory budget of a pipeline ----*- C++ -*-===//
+//
+// Every buffer of the runtime (prefetch queues, reorder windows of parallel
+// stages, the shuffle buffer, batches being assembled, the memory cache)
+// reserves the bytes of the records it holds here before it holds them and
+// releases them when it lets go. A reservation that would exceed
+// budget.memory fails instead of allocating, so the pipeline stops with an
+// error that names the buffer and what to change, never with an OOM kill.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_MEMORY_H
+#define SLUICE_RUNTIME_MEMORY_H
+
+#include "sluice/ops/Tensor.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::runtime {
+
+/// Bytes a record keeps alive (sum of Tensor::memoryBytes of its fields).
+int64_t recordBytes(const Record &r);
+
+/// "1.5 GiB", "812 KiB", "17 B": human-readable, three significant digits.
+std::string formatBytes(int64_t bytes);
+
+class MemoryBudget;
+
+/// The bytes held by one buffer (one stage's queue, window or cache).
+class MemoryAccount {
+public:
+  const std::string &name() const { return name_; }
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+  /// Reserves `bytes`; false (nothing reserved) if the budget's total would
+  /// exceed its limit.
+  bool tryReserve(int64_t bytes);
+  /// Reserves even past the limit (for bytes that are already allocated and
+  /// must be tracked, such as a record a worker just produced).
+  void forceReserve(int64_t bytes);
+  void release(int64_t bytes);
+
+private:
+  friend class MemoryBudget;
+  MemoryAccount(MemoryBudget *budget, std::string name)
+      : budget_(budget), name_(std::move(name)) {}
+  void notePeak(int64_t v);
+
+  MemoryBudget *budget_;
+  std::string name_;
+  std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+/// The budget of one pipeline: a limit (0 = unlimited) and its accounts.
+class MemoryBudget {
+public:
+  explicit MemoryBudget(int64_t limitBytes) : limit_(limitBytes) {}
+  MemoryBudget(const MemoryBudget &) = delete;
+  MemoryBudget &operator=(const MemoryBudget &) = delete;
+
+  /// Creates an account (owned by the budget, valid for its lifetime).
+  MemoryAccount *account(std::string name);
+
+  int64_t limit() const { return limit_; }
+  bool limited() const { return limit_ > 0; }
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+  /// "shuffle 812 MiB, prefetch 12 MiB": the accounts holding memory now,
+  /// largest first.
+  std::string usageSummary() const;
+  /// Per-account peaks, in creation order.
+  std::vector<std::pair<std::string, int64_t>> peaks() const;
+
+private:
+  friend class MemoryAccount;
+  bool tryAdd(int64_t bytes);
+  void add(int64_t bytes);
+
+  int64_t limit_;
+  std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> peak_{0};
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<MemoryAccount>> accounts_;
+};
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_MEMORY_H

@@ -1,0 +1,152 @@
+//===- Pipeline.h - Running a Plan: iterator API and `sluice run` -*- C++ -*-===//
+//
+// A Pipeline builds the stage graph of a Plan and pulls outputs from it:
+//
+//   auto p = sluice::runtime::Pipeline::create(plan, options);
+//   sluice::runtime::Batch b;
+//   while (true) {
+//     auto more = (*p)->next(b);
+//     if (!more) { report(more.status()); break; }
+//     if (!*more) break;
+//     const sluice::Tensor *image = b.field("image");
+//   }
+//
+// Outputs are deterministic: the same Plan and seed give the same outputs,
+// bit for bit, at any number of threads (every random choice derives from
+// (seed, epoch, record index, step)). runPipeline() is `sluice run`: it
+// drives a Pipeline into a sink, shows progress, and prints the accounting
+// and (optionally) the per-stage statistics.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_PIPELINE_H
+#define SLUICE_RUNTIME_PIPELINE_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
+#include "sluice/ops/Types.h"
+#include "sluice/runtime/Plan.h"
+#include "sluice/runtime/Stats.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace sluice::runtime {
+
+/// Overrides of one step's schedule knobs (see PlanStage).
+struct ScheduleOverride {
+  std::optional<int64_t> parallelism;
+  std::optional<int64_t> prefetch;
+  std::optional<std::string> cache; ///< "", "memory" or "disk"
+};
+
+/// How to run a Plan. Unset values fall back to the Plan.
+struct RunOptions {
+  /// Overrides Plan::epochs (`--epochs`).
+  std::optional<int64_t> epochs;
+  /// Worker threads (`--threads`); 0 = the plan's budget.cores, or all
+  /// cores of the host. Never more than budget.cores when that is set.
+  int64_t threads = 0;
+  /// Overrides Plan::memoryBytes (0 = keep the plan's).
+  int64_t memoryBytes = 0;
+  /// Per-step overrides keyed by step name; "default" applies to all steps
+  /// (`--schedule FILE`, or the autotuner's trial schedules).
+  std::map<std::string, ScheduleOverride> schedule;
+
+  // runPipeline() only.
+  /// "null" (count only) or "npy:DIR".
+  std::string sink = "null";
+  /// Print the per-stage table after the run (`--stats`).
+  bool stats = false;
+  /// Also write the counters as JSON to this file (`--stats-json FILE`).
+  std::string statsJsonPath;
+  enum class Progress { Auto, Bar, Lines, Off };
+  /// Auto: a redrawn bar when stderr is a terminal, else a plain line every
+  /// few seconds. Off with `--quiet`.
+  Progress progress = Progress::Auto;
+  /// Seconds between plain progress lines (Lines mode).
+  double progressInterval = 5.0;
+  /// Where disk caches put their files when the step gives no `path`
+  /// (empty: $TMPDIR, else /tmp).
+  std::string tempDir;
+};
+
+/// One output of a pipeline: the fields of a record or of a batch. The
+/// tensors share their buffers with the pipeline (no copy) and stay valid
+/// for as long as the Batch (or a copy of a Tensor) is alive.
+class Batch {
+public:
+  const RecordType &type() const { return *type_; }
+  size_t numFields() const { return fields_.size(); }
+  const Tensor &field(size_t i) const { return fields_[i]; }
+  /// The field called `name`, or null.
+  const Tensor *field(std::string_view name) const;
+  const std::vector<Tensor> &fields() const { return fields_; }
+  /// Leading dimension of the first field (the batch size), or 1 for a
+  /// record of scalars.
+  int64_t rows() const;
+  /// 0-based position of this output in the run.
+  int64_t sequence() const { return sequence_; }
+  /// 0-based epoch the output belongs to.
+  int64_t epoch() const { return epoch_; }
+
+private:
+  friend class Pipeline;
+  const RecordType *type_ = nullptr;
+  std::vector<Tensor> fields_;
+  int64_t sequence_ = 0;
+  int64_t epoch_ = 0;
+};
+
+class Engine;
+
+/// A running pipeline.
+class Pipeline {
+public:
+  /// Builds the stage graph: opens the source (lists and checks its files),
+  /// binds every step to its kernels, and refuses a plan whose buffers
+  /// cannot fit in budget.memory. Nothing is read yet.
+  static Expected<std::unique_ptr<Pipeline>> create(const Plan &plan,
+                                                    const RunOptions &opts = {});
+  ~Pipeline();
+  Pipeline(const Pipeline &) = delete;
+  Pipeline &operator=(const Pipeline &) = delete;
+
+  /// The next output, or false after the last epoch. An error is a data
+  /// error (a bad record under `on_error: fail`, with its location) or a
+  /// budget error; the pipeline is stopped after it.
+  Expected<bool> next(Batch &out);
+  /// Stops background work now (before the end is fine); counters are final
+  /// afterwards. Called by the destructor.
+  void stop();
+
+  const RecordType &outputType() const;
+  const Plan &plan() const;
+  /// Epochs this pipeline runs.
+  int64_t epochs() const;
+  /// Worker threads it uses.
+  int64_t threads() const;
+  /// Total records over all epochs the source will read, when known.
+  std::optional<int64_t> expectedSourceRecords() const;
+
+  /// Counters now (safe from any thread while next() runs).
+  RunStats stats() const;
+
+private:
+  explicit Pipeline(std::unique_ptr<Engine> engine);
+  std::unique_ptr<Engine> engine_;
+};
+
+/// `sluice run`: runs `plan` into opts.sink with progress on `err`, then
+/// prints the accounting (and the --stats table) to `out`. Returns the exit
+/// code: 0 ok, 1 pipeline/data error (printed to `err`).
+int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
+                std::ostream &err);
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_PIPELINE_H

@@ -1,0 +1,140 @@
+//===- Stats.h - Per-stage counters of a running pipeline -------*- C++ -*-===//
+//
+// Every stage counts what it reads and what becomes of it, in its input
+// units (records, or batches for a stage after `batch`):
+//
+//   read = emitted + filtered + skipped + failed + discarded
+//
+//  - emitted:   passed downstream (for batch: records placed in batches),
+//  - filtered:  dropped by design (a false `where`, shard, skip,
+//               drop_remainder), with the reason,
+//  - skipped:   bad data dropped under `on_error: skip`, by reason,
+//  - failed:    the record that stopped the run under `on_error: fail`,
+//  - discarded: still in the stage's buffers when the run stopped early
+//               (a `take`, or the consumer stopped reading).
+//
+// The engine checks the equation for every stage at the end of every run.
+// The same counters, plus time, bytes and buffer occupancy, are what
+// `--stats` prints and what the autotuner reads (toJson()).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_STATS_H
+#define SLUICE_RUNTIME_STATS_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/runtime/Json.h"
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::runtime {
+
+/// A snapshot of one stage's counters.
+struct StageStats {
+  std::string name;  ///< step name ("decode_image", "map.2"), or "<step>/prefetch"
+  std::string op;    ///< registry op, or "prefetch"/"cache" for inserted buffers
+  std::string kind;  ///< "source", "element", "record", "buffer"
+  std::string where; ///< "spec.yaml:12:5"
+  int64_t parallelism = 1; ///< workers (1 for stages that run inline)
+
+  // Accounting, in input units.
+  int64_t read = 0;
+  int64_t emitted = 0;
+  int64_t filtered = 0;
+  std::string filterReason; ///< why this stage filters ("where is false")
+  std::vector<std::pair<std::string, int64_t>> skipped; ///< by reason
+  int64_t failed = 0;
+  int64_t discarded = 0;
+
+  // Throughput.
+  int64_t elementsIn = 0;  ///< = read
+  int64_t elementsOut = 0; ///< what the stage produced (batches for batch)
+  int64_t bytesIn = 0;
+  int64_t bytesOut = 0;
+  double cpuSeconds = 0;  ///< thread CPU time of the stage's own work
+  double wallSeconds = 0; ///< wall time of the stage's own work (summed over
+                          ///< workers; excludes waiting for its input)
+
+  // Buffer occupancy (stages with a queue, window or buffer).
+  int64_t bufferCapacity = 0; ///< records (0: the stage has no buffer)
+  int64_t occupancySamples = 0;
+  double occupancyMean = 0;
+  int64_t occupancyMax = 0;
+  int64_t bufferBytesPeak = 0;
+
+  int64_t skippedTotal() const;
+  bool balanced() const {
+    return read == emitted + filtered + skippedTotal() + failed + discarded;
+  }
+  /// "read 1000 = emitted 896 + filtered 104 (drop_remainder) + skipped 2
+  /// (2 decode_image: corrupt JPEG data)".
+  std::string accountingLine() const;
+  Json toJson() const;
+};
+
+/// A snapshot of a whole run.
+struct RunStats {
+  std::string pipeline;
+  int64_t epochsDone = 0;
+  int64_t epochs = 0;
+  int64_t threads = 0;
+  double wallSeconds = 0;
+  int64_t outputs = 0;        ///< elements the pipeline emitted (batches)
+  int64_t outputBytes = 0;
+  int64_t memoryLimit = 0;    ///< 0: no budget
+  int64_t memoryPeak = 0;
+  std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
+  std::vector<StageStats> stages; ///< source first, in stream order
+
+  /// The counters as JSON (the autotuner's input).
+  Json toJson() const;
+  /// The `--stats` table: one row per stage.
+  std::string table() const;
+  /// One accounting line per stage.
+  std::string accounting() const;
+  /// An internal-error Status naming every stage whose accounting does not
+  /// balance; ok when all do.
+  Status checkBalanced() const;
+};
+
+/// Live counters of one stage, updated from any thread.
+class StageCounters {
+public:
+  StageCounters(std::string name, std::string op, std::string kind,
+                std::string where)
+      : name_(std::move(name)), op_(std::move(op)), kind_(std::move(kind)),
+        where_(std::move(where)) {}
+
+  const std::string &name() const { return name_; }
+  const std::string &op() const { return op_; }
+  const std::string &where() const { return where_; }
+
+  std::atomic<int64_t> read{0}, emitted{0}, filtered{0}, failed{0},
+      discarded{0}, elementsOut{0}, bytesIn{0}, bytesOut{0}, cpuNs{0},
+      wallNs{0};
+  std::atomic<int64_t> occupancySamples{0}, occupancySum{0}, occupancyMax{0};
+  std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
+  std::atomic<int64_t> parallelism{1};
+
+  void setFilterReason(std::string r) { filterReason_ = std::move(r); }
+  void addSkipped(const std::string &reason, int64_t n = 1);
+  void sampleOccupancy(int64_t occupancy);
+  void notePeakBytes(int64_t bytes);
+
+  StageStats snapshot() const;
+
+private:
+  std::string name_, op_, kind_, where_;
+  std::string filterReason_;
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> skipped_;
+};
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_STATS_H

@@ -1,0 +1,193 @@
+//===- Engine.h - Stage graph internals -------------------------*- C++ -*-===//
+//
+// Not installed. The pull-based stages the engine wires together: each stage
+// has next(Item&) -> more?, runs its pass over the stream between start()
+// and stop(), and counts what it reads and what becomes of it. Cheap stages
+// run in their consumer's thread; fused element steps run on a oneTBB arena
+// behind an order-preserving window; prefetch runs a producer thread.
+//
+// Lifecycle of one pass (an epoch, or one repetition under `repeat`):
+// start(epoch) starts the stage and then its upstream; next() until false
+// or an error; stop() stops the stage's own threads first (they may be
+// inside upstream->next()), counts what its buffers still hold as
+// discarded, then stops the upstream.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_LIB_ENGINE_H
+#define SLUICE_RUNTIME_LIB_ENGINE_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
+#include "sluice/runtime/ElementOps.h"
+#include "sluice/runtime/Memory.h"
+#include "sluice/runtime/Plan.h"
+#include "sluice/runtime/Source.h"
+#include "sluice/runtime/Stats.h"
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+namespace sluice::runtime::detail {
+
+/// Where a record came from, for error messages.
+struct Origin {
+  int64_t shard = -1;  ///< source shard, -1 after batch/unbatch
+  int64_t record = -1; ///< index of the record within the shard
+};
+
+/// A record moving through the graph.
+struct Item {
+  Record rec;
+  Origin origin;
+};
+
+/// State shared by the stages of one pipeline.
+struct Shared {
+  const Plan *plan = nullptr;
+  const Source *source = nullptr;
+  MemoryBudget *memory = nullptr;
+  oneapi::tbb::task_arena *arena = nullptr;
+  OnError onError = OnError::Fail;
+  int64_t threads = 1;
+  std::string tempDir;
+
+  /// "data/x.csv: record 17" for an item's origin.
+  std::string describe(const Origin &o) const;
+};
+
+/// Buffer sizes a stage needs when records have a static size, for the
+/// check before running.
+struct StaticNeed {
+  std::string what;     ///< "shuffle buffer of 4096 records"
+  int64_t records = 0;  ///< capacity in records
+  RecordType type;      ///< type of the buffered records
+  std::string knob;     ///< "shuffle.buffer", "prefetch of 'x'"
+  std::string where;    ///< spec location
+};
+
+inline int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+/// CPU time of the calling thread.
+int64_t threadCpuNs();
+
+/// Static bytes of one record of `t`, nullopt when a field is dynamic or
+/// not numeric.
+std::optional<int64_t> staticRecordBytes(const RecordType &t);
+
+class Stage {
+public:
+  Stage(Shared &shared, std::unique_ptr<Stage> upstream,
+        StageCounters *counters)
+      : shared_(shared), upstream_(std::move(upstream)), c_(counters) {}
+  virtual ~Stage();
+
+  /// Starts a pass of `epoch`.
+  Status start(uint64_t epoch);
+  /// The next item of the pass; false at its end.
+  Expected<bool> next(Item &out);
+  /// Stops the pass (idempotent).
+  void stop();
+
+  Stage *upstream() const { return upstream_.get(); }
+  virtual void staticNeeds(std::vector<StaticNeed> &) const {}
+
+protected:
+  virtual Status onStart(uint64_t epoch);
+  virtual Expected<bool> produce(Item &out) = 0;
+  /// Stops own threads and counts held items as discarded.
+  virtual void onStop() {}
+  /// Pulls from upstream, counting `read` and input bytes.
+  Expected<bool> pull(Item &in);
+
+  /// Number of times this stage was started in the current epoch, minus 1
+  /// (a repetition under `repeat`); seeds per-pass randomness.
+  uint64_t passInEpoch() const { return passInEpoch_; }
+  uint64_t epoch() const { return epoch_; }
+
+  Shared &shared_;
+  std::unique_ptr<Stage> upstream_;
+  StageCounters *c_;
+  /// Whether next() charges its own time (minus time in pull()) to c_.
+  /// Threaded stages account for their workers themselves.
+  bool inlineTiming_ = true;
+  bool running_ = false;
+
+private:
+  int64_t pullNs_ = 0;
+  uint64_t epoch_ = 0;
+  uint64_t passInEpoch_ = 0;
+  bool startedOnce_ = false;
+};
+
+/// One step fused into a map stage.
+struct SubOp {
+  const PlanStage *step = nullptr;
+  ElementFn fn;
+  StageCounters *counters = nullptr;
+};
+
+// Factories (one per stage kind).
+std::unique_ptr<Stage> makeSourceStage(Shared &shared, StageCounters *c,
+                                       int64_t cycleLength,
+                                       int64_t blockLength);
+/// Fused per-record steps; `parallelism` 0 runs them inline, otherwise on
+/// the arena with at most that many workers and a window of `window` records.
+std::unique_ptr<Stage> makeMapStage(Shared &shared,
+                                    std::unique_ptr<Stage> upstream,
+                                    std::vector<SubOp> ops,
+                                    int64_t parallelism, int64_t window);
+std::unique_ptr<Stage> makeIdentityStage(Shared &shared,
+                                         std::unique_ptr<Stage> upstream,
+                                         StageCounters *c);
+std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
+                                         std::unique_ptr<Stage> upstream,
+                                         StageCounters *c, int64_t buffer,
+                                         RecordType type, std::string knob,
+                                         std::string where);
+std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
+                                        std::unique_ptr<Stage> upstream,
+                                        StageCounters *c, const PlanStage &step);
+std::unique_ptr<Stage> makeBatchStage(Shared &shared,
+                                      std::unique_ptr<Stage> upstream,
+                                      StageCounters *c, const PlanStage &step,
+                                      bool padded);
+std::unique_ptr<Stage> makeUnbatchStage(Shared &shared,
+                                        std::unique_ptr<Stage> upstream,
+                                        StageCounters *c);
+std::unique_ptr<Stage> makeRepeatStage(Shared &shared,
+                                       std::unique_ptr<Stage> upstream,
+                                       StageCounters *c, int64_t count);
+std::unique_ptr<Stage> makeTakeStage(Shared &shared,
+                                     std::unique_ptr<Stage> upstream,
+                                     StageCounters *c, int64_t count);
+std::unique_ptr<Stage> makeSkipStage(Shared &shared,
+                                     std::unique_ptr<Stage> upstream,
+                                     StageCounters *c, int64_t count);
+std::unique_ptr<Stage> makeShardStage(Shared &shared,
+                                      std::unique_ptr<Stage> upstream,
+                                      StageCounters *c, int64_t numShards,
+                                      int64_t index);
+/// `to` is "memory" or "disk"; `dir` the directory of the disk file.
+std::unique_ptr<Stage> makeCacheStage(Shared &shared,
+                                      std::unique_ptr<Stage> upstream,
+                                      StageCounters *c, std::string to,
+                                      std::string dir, RecordType type,
+                                      std::string where);
+
+/// The reason an error is counted under: the op name and the message up to
+/// its first ':' ("decode_image: corrupt JPEG data").
+std::string skipReason(const std::string &op, const std::string &message);
+
+} // namespace sluice::runtime::detail
+
+#endif // SLUICE_RUNTIME_LIB_ENGINE_H

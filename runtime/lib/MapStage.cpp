@@ -1,0 +1,429 @@
+//===- MapStage.cpp - Fused per-record steps, inline or parallel ----------===//
+//
+// Consecutive per-record steps (element ops, select, rename, filter) run as
+// one stage: one pass over the record applies them in sequence, so a record
+// is touched by one thread while it is hot in its cache.
+//
+// Parallel mode keeps the output order: a feeder thread pulls inputs in
+// order into a ring of `window` slots; up to `parallelism` oneTBB tasks take
+// runs of consecutive slots and process them; the consumer takes slots in
+// ring order once they are done. Nothing about the result depends on which
+// worker processed which record, so the output is the same at any
+// parallelism.
+//
+// Accounting is done when the consumer commits a slot, in stream order:
+// steps a record passed count it as emitted, the step that dropped it as
+// filtered/skipped/failed. Slots never committed (the run stopped early)
+// count as discarded by the first step.
+//
+//===----------------------------------------------------------------------===//
+#include "Engine.h"
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace sluice::runtime::detail {
+
+namespace {
+
+void inc(std::atomic<int64_t> &a, int64_t n = 1) {
+  a.fetch_add(n, std::memory_order_relaxed);
+}
+
+/// What happened to one record.
+struct Outcome {
+  enum Kind : uint8_t { Kept, Dropped, Skipped, Failed };
+  Kind kind = Kept;
+  int stopAt = -1; ///< index of the step that dropped it
+  std::string message;
+};
+
+class MapStage : public Stage {
+public:
+  MapStage(Shared &s, std::unique_ptr<Stage> up, std::vector<SubOp> ops,
+           int64_t parallelism, int64_t window)
+      : Stage(s, std::move(up), nullptr), ops_(std::move(ops)),
+        parallel_(parallelism > 0 && s.arena != nullptr),
+        parallelism_(std::max<int64_t>(1, parallelism)),
+        window_(std::max<int64_t>(2, window)) {
+    inlineTiming_ = false;
+    for (const SubOp &op : ops_)
+      op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
+    if (parallel_) {
+      slots_.resize(static_cast<size_t>(window_));
+      account_ = s.memory->account(ops_.front().step->name + " window");
+      ops_.back().counters->bufferCapacity.store(window_);
+      maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+    }
+  }
+
+  ~MapStage() override { shutdown(); }
+
+  void staticNeeds(std::vector<StaticNeed> &out) const override {
+    if (!parallel_)
+      return;
+    // A slot holds the record before and then after the steps; count the
+    // larger of the two types.
+    const RecordType &in = ops_.front().step->inputType;
+    const RecordType &outT = ops_.back().step->outputType;
+    std::optional<int64_t> bi = staticRecordBytes(in),
+                           bo = staticRecordBytes(outT);
+    StaticNeed n;
+    n.what = "the reorder window of " + std::to_string(window_) +
+             " records of the parallel step '" + ops_.front().step->name + "'";
+    n.records = window_;
+    n.type = (bi && bo && *bi > *bo) ? in : outT;
+    n.knob = "parallelism/prefetch of '" + ops_.front().step->name + "'";
+    n.where = shared_.plan->where(*ops_.front().step);
+    out.push_back(std::move(n));
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    Status st = Stage::onStart(epoch);
+    if (!st)
+      return st;
+    ctx_.seed = shared_.plan->seed;
+    ctx_.epoch = epoch;
+    if (!parallel_)
+      return Status::ok();
+    head_ = dispatched_ = tail_ = 0;
+    cancel_ = false;
+    activeTasks_ = 0;
+    feeder_ = std::thread([this] { feedLoop(); });
+    return Status::ok();
+  }
+
+  void onStop() override { shutdown(); }
+
+  Expected<bool> produce(Item &out) override {
+    return parallel_ ? produceParallel(out) : produceInline(out);
+  }
+
+private:
+  struct Slot {
+    Item item;
+    Outcome outcome;
+    int64_t bytes = 0;
+    bool done = false;
+    enum Marker : uint8_t { None, End, Error } marker = None;
+    Status error;
+  };
+
+  /// Runs the steps on one record; returns the wall time per step in `ns`.
+  void process(Item &item, Outcome &o, int64_t *ns) {
+    o = Outcome();
+    int64_t bytes = recordBytes(item.rec);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      StageCounters &c = *ops_[i].counters;
+      inc(c.bytesIn, bytes);
+      int64_t t0 = nowNs();
+      Expected<bool> r = ops_[i].fn(item.rec, ctx_);
+      ns[i] += nowNs() - t0;
+      if (!r) {
+        o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
+                                                  : Outcome::Failed;
+        o.stopAt = static_cast<int>(i);
+        o.message = r.status().message();
+        return;
+      }
+      if (!*r) {
+        o.kind = Outcome::Dropped;
+        o.stopAt = static_cast<int>(i);
+        return;
+      }
+      bytes = recordBytes(item.rec);
+      inc(c.bytesOut, bytes);
+    }
+  }
+
+  /// Counts a record's outcome, in stream order. Returns an error for a
+  /// failed record; `kept` tells whether it goes downstream.
+  Status commit(const Item &item, const Outcome &o, bool &kept) {
+    size_t passed = o.kind == Outcome::Kept ? ops_.size()
+                                            : static_cast<size_t>(o.stopAt);
+    for (size_t i = 0; i < passed; ++i) {
+      StageCounters &c = *ops_[i].counters;
+      if (i > 0)
+        inc(c.read);
+      inc(c.emitted);
+      inc(c.elementsOut);
+    }
+    kept = o.kind == Outcome::Kept;
+    if (kept)
+      return Status::ok();
+    StageCounters &c = *ops_[passed].counters;
+    if (passed > 0)
+      inc(c.read);
+    const PlanStage &step = *ops_[passed].step;
+    switch (o.kind) {
+    case Outcome::Dropped:
+      inc(c.filtered);
+      return Status::ok();
+    case Outcome::Skipped:
+      c.addSkipped(skipReason(step.op, o.message));
+      return Status::ok();
+    case Outcome::Failed: {
+      inc(c.failed);
+      std::string where = shared_.describe(item.origin);
+      if (where.empty())
+        where = "record " + std::to_string(item.rec.index) + " of the stream";
+      return Status::error(
+          where + ": " + step.op + ": " + o.message + "\n  in step '" +
+          step.name + "' at " + shared_.plan->where(step) +
+          " (on_error: fail; add `on_error: skip` to the source to drop bad "
+          "records and count them)");
+    }
+    case Outcome::Kept:
+      break;
+    }
+    return Status::ok();
+  }
+
+  void chargeTime(const int64_t *ns, int64_t cpu) {
+    int64_t total = 0;
+    for (size_t i = 0; i < ops_.size(); ++i)
+      total += ns[i];
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      inc(ops_[i].counters->wallNs, ns[i]);
+      // Thread CPU time is measured per run of records; share it out by the
+      // wall time each step took (cpu < 0: use wall time).
+      int64_t share =
+          cpu < 0 ? ns[i]
+                  : (total > 0 ? static_cast<int64_t>(
+                                     static_cast<double>(cpu) *
+                                     static_cast<double>(ns[i]) /
+                                     static_cast<double>(total))
+                               : 0);
+      inc(ops_[i].counters->cpuNs, share);
+    }
+  }
+
+  Expected<bool> produceInline(Item &out) {
+    std::vector<int64_t> ns(ops_.size());
+    for (;;) {
+      Expected<bool> r = upstream_->next(out);
+      if (!r || !*r)
+        return r;
+      inc(ops_.front().counters->read);
+      std::fill(ns.begin(), ns.end(), 0);
+      Outcome o;
+      process(out, o, ns.data());
+      chargeTime(ns.data(), -1);
+      bool kept = false;
+      Status s = commit(out, o, kept);
+      if (!s)
+        return s;
+      if (kept)
+        return true;
+    }
+  }
+
+  // --- parallel mode ---
+
+  Slot &slot(uint64_t pos) { return slots_[pos % slots_.size()]; }
+
+  void feedLoop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        notFull_.wait(lock, [&] {
+          return cancel_ || tail_ - head_ < static_cast<uint64_t>(window_);
+        });
+        if (cancel_)
+          return;
+      }
+      Item in;
+      Expected<bool> r = upstream_->next(in);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cancel_) {
+        if (r && *r) {
+          // Read but never placed in the window.
+          inc(ops_.front().counters->read);
+          inc(ops_.front().counters->discarded);
+        }
+        return;
+      }
+      if (!r || !*r) {
+        Slot &s = slot(tail_);
+        s = Slot();
+        s.done = true;
+        s.marker = r ? Slot::End : Slot::Error;
+        if (!r)
+          s.error = r.status();
+        ++tail_;
+        ready_.notify_all();
+        return;
+      }
+      inc(ops_.front().counters->read);
+      int64_t bytes = recordBytes(in.rec);
+      // Wait for memory while our window holds records (they will be
+      // consumed); an empty window must let one record through.
+      while (!account_->tryReserve(bytes)) {
+        if (cancel_ || tail_ == head_) {
+          account_->forceReserve(bytes);
+          break;
+        }
+        notFull_.wait_for(lock, std::chrono::milliseconds(5));
+      }
+      Slot &s = slot(tail_);
+      s = Slot();
+      s.item = std::move(in);
+      s.bytes = bytes;
+      ++tail_;
+      if (activeTasks_ < parallelism_) {
+        ++activeTasks_;
+        shared_.arena->enqueue([this] { workLoop(); });
+      }
+    }
+  }
+
+  void workLoop() {
+    std::vector<int64_t> ns(ops_.size(), 0);
+    int64_t cpu0 = threadCpuNs();
+    int64_t items = 0;
+    for (;;) {
+      uint64_t a, b;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
+          ++dispatched_;
+        if (cancel_ || dispatched_ >= tail_) {
+          --activeTasks_;
+          chargeTime(ns.data(), threadCpuNs() - cpu0);
+          adaptChunk(ns.data(), items);
+          idle_.notify_all();
+          return;
+        }
+        a = dispatched_;
+        b = a;
+        while (b < tail_ && b - a < static_cast<uint64_t>(chunk_) &&
+               slot(b).marker == Slot::None)
+          ++b;
+        dispatched_ = b;
+      }
+      // Slots [a, b) belong to this worker until they are marked done.
+      for (uint64_t p = a; p < b; ++p) {
+        Slot &s = slot(p);
+        process(s.item, s.outcome, ns.data());
+      }
+      items += static_cast<int64_t>(b - a);
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint64_t p = a; p < b; ++p) {
+        Slot &s = slot(p);
+        int64_t now = recordBytes(s.item.rec);
+        if (now > s.bytes)
+          account_->forceReserve(now - s.bytes);
+        else
+          account_->release(s.bytes - now);
+        s.bytes = now;
+        s.done = true;
+      }
+      if (a <= head_)
+        ready_.notify_all();
+    }
+  }
+
+  /// Sizes runs of records so that a task works ~20us between lock
+  /// acquisitions: tiny records go in runs, large images one by one.
+  void adaptChunk(const int64_t *ns, int64_t items) {
+    if (items <= 0)
+      return;
+    int64_t total = 0;
+    for (size_t i = 0; i < ops_.size(); ++i)
+      total += ns[i];
+    int64_t per = std::max<int64_t>(1, total / items);
+    chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_);
+  }
+
+  Expected<bool> produceParallel(Item &out) {
+    for (;;) {
+      Item item;
+      Outcome o;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ops_.back().counters->sampleOccupancy(
+            static_cast<int64_t>(tail_ - head_));
+        ready_.wait(lock, [&] { return head_ < tail_ && slot(head_).done; });
+        Slot &s = slot(head_);
+        if (s.marker == Slot::End)
+          return false;
+        if (s.marker == Slot::Error) {
+          Status e = s.error;
+          s.marker = Slot::End;
+          return e;
+        }
+        item = std::move(s.item);
+        o = std::move(s.outcome);
+        account_->release(s.bytes);
+        s.bytes = 0;
+        ++head_;
+        ops_.back().counters->notePeakBytes(account_->used());
+      }
+      notFull_.notify_one();
+      bool kept = false;
+      Status st = commit(item, o, kept);
+      if (!st)
+        return st;
+      if (kept) {
+        out = std::move(item);
+        return true;
+      }
+    }
+  }
+
+  void shutdown() {
+    if (!parallel_)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_ = true;
+    }
+    notFull_.notify_all();
+    if (feeder_.joinable())
+      feeder_.join();
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return activeTasks_ == 0; });
+    for (uint64_t p = head_; p < tail_; ++p) {
+      Slot &s = slot(p);
+      if (s.marker == Slot::None)
+        inc(ops_.front().counters->discarded);
+      account_->release(s.bytes);
+      s = Slot();
+    }
+    head_ = dispatched_ = tail_ = 0;
+  }
+
+  std::vector<SubOp> ops_;
+  bool parallel_;
+  int64_t parallelism_;
+  int64_t window_;
+  ElementContext ctx_;
+
+  std::mutex mu_;
+  std::condition_variable ready_, notFull_, idle_;
+  std::vector<Slot> slots_;
+  uint64_t head_ = 0, dispatched_ = 0, tail_ = 0;
+  int64_t activeTasks_ = 0;
+  bool cancel_ = false;
+  std::atomic<int64_t> chunk_{1};
+  int64_t maxChunk_ = 1;
+  std::thread feeder_;
+  MemoryAccount *account_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<Stage> makeMapStage(Shared &shared,
+                                    std::unique_ptr<Stage> upstream,
+                                    std::vector<SubOp> ops,
+                                    int64_t parallelism, int64_t window) {
+  return std::make_unique<MapStage>(shared, std::move(upstream),
+                                    std::move(ops), parallelism, window);
+}
+
+} // namespace sluice::runtime::detail

@@ -1,0 +1,126 @@
+//===- Memory.cpp - Byte-accounted memory budget --------------------------===//
+//
+// Lock-free on the hot path: reservations are a compare-and-swap on the
+// pipeline total; the mutex only guards the list of accounts.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/runtime/Memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace sluice::runtime {
+
+int64_t recordBytes(const Record &r) {
+  int64_t n = 0;
+  for (const Tensor &t : r.fields)
+    if (t.valid())
+      n += static_cast<int64_t>(t.memoryBytes());
+  return n;
+}
+
+std::string formatBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes < 0 ? -bytes : bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof(buf), "%s%lld B", bytes < 0 ? "-" : "",
+                  static_cast<long long>(bytes < 0 ? -bytes : bytes));
+  else
+    std::snprintf(buf, sizeof(buf), "%s%.*f %s", bytes < 0 ? "-" : "",
+                  v == static_cast<double>(static_cast<int64_t>(v))
+                      ? 0
+                      : (v >= 100 ? 0 : (v >= 10 ? 1 : 2)),
+                  v, units[u]);
+  return buf;
+}
+
+void MemoryAccount::notePeak(int64_t v) {
+  int64_t p = peak_.load(std::memory_order_relaxed);
+  while (v > p && !peak_.compare_exchange_weak(p, v, std::memory_order_relaxed))
+    ;
+}
+
+bool MemoryAccount::tryReserve(int64_t bytes) {
+  if (bytes <= 0)
+    return true;
+  if (!budget_->tryAdd(bytes))
+    return false;
+  notePeak(used_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  return true;
+}
+
+void MemoryAccount::forceReserve(int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  budget_->add(bytes);
+  notePeak(used_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void MemoryAccount::release(int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  budget_->used_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemoryAccount *MemoryBudget::account(std::string name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  accounts_.emplace_back(new MemoryAccount(this, std::move(name)));
+  return accounts_.back().get();
+}
+
+bool MemoryBudget::tryAdd(int64_t bytes) {
+  int64_t cur = used_.load(std::memory_order_relaxed);
+  for (;;) {
+    int64_t next = cur + bytes;
+    if (limit_ > 0 && next > limit_)
+      return false;
+    if (used_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      int64_t p = peak_.load(std::memory_order_relaxed);
+      while (next > p &&
+             !peak_.compare_exchange_weak(p, next, std::memory_order_relaxed))
+        ;
+      return true;
+    }
+  }
+}
+
+void MemoryBudget::add(int64_t bytes) {
+  int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t p = peak_.load(std::memory_order_relaxed);
+  while (next > p &&
+         !peak_.compare_exchange_weak(p, next, std::memory_order_relaxed))
+    ;
+}
+
+std::string MemoryBudget::usageSummary() const {
+  std::vector<std::pair<int64_t, std::string>> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto &a : accounts_)
+      if (a->used() > 0)
+        held.emplace_back(a->used(), a->name());
+  }
+  std::stable_sort(held.begin(), held.end(),
+                   [](const auto &x, const auto &y) { return x.first > y.first; });
+  std::string s;
+  for (const auto &[bytes, name] : held)
+    s += (s.empty() ? "" : ", ") + name + " " + formatBytes(bytes);
+  return s.empty() ? "nothing" : s;
+}
+
+std::vector<std::pair<std::string, int64_t>> MemoryBudget::peaks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto &a : accounts_)
+    out.emplace_back(a->name(), a->peak());
+  return out;
+}
+
+} // namespace sluice::runtime

@@ -1,0 +1,564 @@
+//===- Pipeline.cpp - Building the stage graph of a Plan and running it ---===//
+//
+// The builder walks the plan in stream order: consecutive per-record steps
+// are fused into one map stage (parallel on the arena when it contains a
+// real element op; select/rename/filter alone run inline), every record op
+// becomes its stage, and the schedule's prefetch/cache knobs insert buffers
+// after their step. Before anything runs, the static size of every buffer
+// is checked against budget.memory.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/runtime/Pipeline.h"
+#include "Engine.h"
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <sys/stat.h>
+#include <thread>
+
+namespace sluice::runtime {
+
+using namespace detail;
+
+const Tensor *Batch::field(std::string_view name) const {
+  if (!type_)
+    return nullptr;
+  int i = type_->indexOf(name);
+  if (i < 0 || static_cast<size_t>(i) >= fields_.size())
+    return nullptr;
+  return &fields_[static_cast<size_t>(i)];
+}
+
+int64_t Batch::rows() const {
+  if (fields_.empty() || fields_[0].rank() == 0)
+    return 1;
+  return fields_[0].dim(0);
+}
+
+/// The stage graph of one pipeline and the epoch loop around it.
+class Engine {
+public:
+  static Expected<std::unique_ptr<Engine>> create(const Plan &plan,
+                                                  const RunOptions &opts);
+  ~Engine() { stop(); }
+
+  Expected<bool> next(Item &out, int64_t &epoch);
+  void stop();
+  RunStats stats() const;
+
+  Plan plan_;
+  RunOptions opts_;
+  int64_t threads_ = 1;
+  int64_t epochs_ = 1;
+  std::optional<int64_t> expectedSourceRecords_;
+
+  Status build();
+  Status checkStaticMemory() const;
+  StageCounters *counters(const std::string &name, const std::string &op,
+                          const std::string &kind, const std::string &where);
+  void applySchedule();
+
+  std::unique_ptr<Source> source_;
+  std::unique_ptr<MemoryBudget> memory_;
+  std::unique_ptr<oneapi::tbb::global_control> control_;
+  std::unique_ptr<oneapi::tbb::task_arena> arena_;
+  Shared shared_;
+  std::vector<std::unique_ptr<StageCounters>> counters_;
+  std::vector<StaticNeed> extraNeeds_;
+  std::unique_ptr<Stage> root_;
+
+  int64_t epoch_ = 0;
+  std::atomic<int64_t> epochsDone_{0};
+  bool started_ = false;
+  bool finished_ = false;
+  std::atomic<int64_t> outputs_{0}, outputBytes_{0};
+  std::atomic<int64_t> startNs_{0};
+  std::atomic<int64_t> endNs_{0};
+  mutable std::mutex stopMu_;
+};
+
+StageCounters *Engine::counters(const std::string &name, const std::string &op,
+                                const std::string &kind,
+                                const std::string &where) {
+  counters_.push_back(std::make_unique<StageCounters>(name, op, kind, where));
+  return counters_.back().get();
+}
+
+void Engine::applySchedule() {
+  auto apply = [&](PlanStage &s, const ScheduleOverride &o) {
+    if (o.parallelism)
+      s.parallelism = *o.parallelism;
+    if (o.prefetch)
+      s.prefetch = *o.prefetch;
+    if (o.cache)
+      s.cache = *o.cache;
+  };
+  auto def = opts_.schedule.find("default");
+  for (PlanStage *s : [&] {
+         std::vector<PlanStage *> all{&plan_.source};
+         for (PlanStage &st : plan_.stages)
+           all.push_back(&st);
+         return all;
+       }()) {
+    if (def != opts_.schedule.end())
+      apply(*s, def->second);
+    auto it = opts_.schedule.find(s->name);
+    if (it != opts_.schedule.end())
+      apply(*s, it->second);
+  }
+}
+
+namespace {
+
+std::string defaultTempDir() {
+  const char *t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+std::string resolve(const std::string &base, const std::string &path) {
+  if (path.empty() || path[0] == '/' || base.empty())
+    return path;
+  return base + "/" + path;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
+                                                 const RunOptions &opts) {
+  auto e = std::make_unique<Engine>();
+  e->plan_ = plan;
+  e->opts_ = opts;
+  e->applySchedule();
+  int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  int64_t cores = plan.cores > 0 ? plan.cores : hw;
+  e->threads_ = opts.threads > 0 ? std::min(opts.threads, cores) : cores;
+  e->epochs_ = opts.epochs ? *opts.epochs : plan.epochs;
+  int64_t limit = opts.memoryBytes > 0 ? opts.memoryBytes : plan.memoryBytes;
+  e->memory_ = std::make_unique<MemoryBudget>(limit);
+  // oneTBB's default worker pool is one thread short of the host's cores
+  // (it expects the main thread to join); the stages only enqueue tasks, so
+  // allow `threads` workers explicitly.
+  e->control_ = std::make_unique<oneapi::tbb::global_control>(
+      oneapi::tbb::global_control::max_allowed_parallelism,
+      static_cast<size_t>(e->threads_ + 1));
+  e->arena_ = std::make_unique<oneapi::tbb::task_arena>(
+      static_cast<int>(e->threads_), 0);
+  Status s = e->build();
+  if (!s)
+    return s;
+  s = e->checkStaticMemory();
+  if (!s)
+    return s;
+  return e;
+}
+
+Status Engine::build() {
+  const PlanStage &src = plan_.source;
+  Expected<std::unique_ptr<Source>> made =
+      Source::create(src.op, src.params, src.outputType, plan_.baseDir);
+  if (!made)
+    return made.status().withContext(plan_.where(src) + ": source '" +
+                                     src.name + "': ");
+  source_ = made.take();
+  shared_.plan = &plan_;
+  shared_.source = source_.get();
+  shared_.memory = memory_.get();
+  shared_.arena = arena_.get();
+  shared_.onError = source_->onError();
+  shared_.threads = threads_;
+  shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
+
+  // interleave configures how the source reads its shards, so it may only
+  // be preceded by per-record steps.
+  int64_t cycle = 1, block = 1;
+  for (size_t i = 0; i < plan_.stages.size(); ++i) {
+    const PlanStage &st = plan_.stages[i];
+    if (st.op != "interleave")
+      continue;
+    for (size_t j = 0; j < i; ++j)
+      if (!isPerRecordStep(plan_.stages[j]))
+        return Status::error(
+            plan_.where(st) +
+            ": interleave reads the source's files round-robin, so it must "
+            "come before '" +
+            plan_.stages[j].name + "' (" + plan_.where(plan_.stages[j]) +
+            "); move it right after the source");
+    if (cycle != 1 || block != 1)
+      return Status::error(plan_.where(st) +
+                           ": only one interleave step is supported");
+    cycle = st.params["cycle_length"].isNumber()
+                ? st.params["cycle_length"].asInt()
+                : 4;
+    block = st.params["block_length"].isNumber()
+                ? st.params["block_length"].asInt()
+                : 1;
+    if (cycle < 1 || block < 1)
+      return Status::error(plan_.where(st) +
+                           ": cycle_length and block_length must be >= 1");
+  }
+
+  StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  std::unique_ptr<Stage> cur = makeSourceStage(shared_, sc, cycle, block);
+
+  // Records per epoch, while every step so far keeps the count (for the
+  // memory cache check and the progress ETA).
+  std::optional<int64_t> count = source_->sizeHint();
+  expectedSourceRecords_ = count;
+
+  std::vector<SubOp> group;
+  int64_t groupPar = 0, groupPrefetch = 0;
+  bool groupHeavy = false;
+  auto flush = [&]() -> Status {
+    if (group.empty())
+      return Status::ok();
+    int64_t par = 0;
+    if (groupHeavy)
+      par = groupPar > 0 ? std::min(groupPar, threads_) : threads_;
+    int64_t window = std::max<int64_t>(16, par * 16) + groupPrefetch;
+    cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
+    group.clear();
+    groupPar = groupPrefetch = 0;
+    groupHeavy = false;
+    return Status::ok();
+  };
+
+  auto addBuffers = [&](const PlanStage &st) -> Status {
+    if (st.prefetch > 0) {
+      Status s = flush();
+      if (!s)
+        return s;
+      StageCounters *c = counters(st.name + "/prefetch", "prefetch", "buffer",
+                                  plan_.where(st));
+      cur = makePrefetchStage(shared_, std::move(cur), c, st.prefetch,
+                              st.outputType, "the prefetch of '" + st.name + "'",
+                              plan_.where(st));
+    }
+    if (!st.cache.empty()) {
+      if (st.cache != "memory" && st.cache != "disk")
+        return Status::error(plan_.where(st) + ": cache after '" + st.name +
+                             "' must be memory or disk, got '" + st.cache +
+                             "'");
+      Status s = flush();
+      if (!s)
+        return s;
+      StageCounters *c =
+          counters(st.name + "/cache", "cache", "buffer", plan_.where(st));
+      if (st.cache == "memory" && count) {
+        StaticNeed n;
+        n.what = "the memory cache after '" + st.name + "' of " +
+                 std::to_string(*count) + " records";
+        n.records = *count;
+        n.type = st.outputType;
+        n.knob = "cache: disk";
+        n.where = plan_.where(st);
+        extraNeeds_.push_back(n);
+      }
+      cur = makeCacheStage(shared_, std::move(cur), c, st.cache,
+                           shared_.tempDir, st.outputType, plan_.where(st));
+    }
+    return Status::ok();
+  };
+
+  Status s = addBuffers(src);
+  if (!s)
+    return s;
+
+  for (const PlanStage &st : plan_.stages) {
+    std::string where = plan_.where(st);
+    if (isPerRecordStep(st)) {
+      Expected<ElementFn> fn = bindElementOp(st, plan_);
+      if (!fn)
+        return fn.status().withContext(where + ": ");
+      SubOp op;
+      op.step = &st;
+      op.fn = fn.take();
+      op.counters = counters(st.name, st.op,
+                             st.kind == OpKind::Element ? "element" : "record",
+                             where);
+      if (st.op == "filter") {
+        op.counters->setFilterReason("where is false");
+        count.reset();
+      }
+      if (st.kind == OpKind::Element) {
+        groupHeavy = true;
+        groupPar = std::max(groupPar, st.parallelism);
+        if (st.prefetch > 0)
+          groupPrefetch += st.prefetch;
+      }
+      group.push_back(std::move(op));
+      if (!st.cache.empty()) {
+        s = addBuffers(st);
+        if (!s)
+          return s;
+      } else if (st.kind != OpKind::Element && st.prefetch > 0) {
+        s = addBuffers(st);
+        if (!s)
+          return s;
+      }
+      continue;
+    }
+    s = flush();
+    if (!s)
+      return s;
+    StageCounters *c = counters(st.name, st.op, "record", where);
+    const Value &p = st.params;
+    if (st.op == "shuffle") {
+      cur = makeShuffleStage(shared_, std::move(cur), c, st);
+    } else if (st.op == "batch" || st.op == "padded_batch") {
+      cur = makeBatchStage(shared_, std::move(cur), c, st,
+                           st.op == "padded_batch");
+      if (count) {
+        int64_t size = std::max<int64_t>(1, p["size"].asInt());
+        bool drop = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+        count = drop ? *count / size : (*count + size - 1) / size;
+      }
+    } else if (st.op == "unbatch") {
+      cur = makeUnbatchStage(shared_, std::move(cur), c);
+      count.reset();
+    } else if (st.op == "repeat") {
+      int64_t n = p["count"].isNumber() ? p["count"].asInt() : -1;
+      cur = makeRepeatStage(shared_, std::move(cur), c, n);
+      if (count && n >= 0)
+        count = *count * n;
+      else
+        count.reset();
+      if (expectedSourceRecords_ && n >= 0)
+        expectedSourceRecords_ = *expectedSourceRecords_ * n;
+      else if (n < 0)
+        expectedSourceRecords_.reset();
+    } else if (st.op == "take") {
+      int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
+      cur = makeTakeStage(shared_, std::move(cur), c, n);
+      if (count)
+        count = std::min(*count, n);
+    } else if (st.op == "skip") {
+      int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
+      cur = makeSkipStage(shared_, std::move(cur), c, n);
+      if (count)
+        count = std::max<int64_t>(0, *count - n);
+    } else if (st.op == "shard") {
+      int64_t n = p["num_shards"].isNumber() ? p["num_shards"].asInt() : 1;
+      int64_t i = p["index"].isNumber() ? p["index"].asInt() : 0;
+      if (n < 1 || i < 0 || i >= n)
+        return Status::error(where + ": shard index " + std::to_string(i) +
+                             " is out of range for num_shards " +
+                             std::to_string(n));
+      cur = makeShardStage(shared_, std::move(cur), c, n, i);
+      if (count)
+        count = (*count - i + n - 1) / n;
+    } else if (st.op == "interleave") {
+      cur = makeIdentityStage(shared_, std::move(cur), c);
+    } else if (st.op == "cache") {
+      std::string to = p["to"].isString() ? p["to"].asString() : "memory";
+      if (to != "memory" && to != "disk")
+        return Status::error(where + ": cache `to` must be memory or disk");
+      std::string dir = p["path"].isString()
+                            ? resolve(plan_.baseDir, p["path"].asString())
+                            : shared_.tempDir;
+      if (!dir.empty()) {
+        struct stat sb;
+        if (to == "disk" && (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
+          return Status::error(where + ": cache path '" + dir +
+                               "' is not a directory; create it or choose "
+                               "another `path`");
+      }
+      if (to == "memory" && count) {
+        StaticNeed n;
+        n.what = "the memory cache of " + std::to_string(*count) + " records";
+        n.records = *count;
+        n.type = st.inputType;
+        n.knob = "cache: disk";
+        n.where = where;
+        extraNeeds_.push_back(n);
+      }
+      cur = makeCacheStage(shared_, std::move(cur), c, to, dir, st.inputType,
+                           where);
+    } else if (st.op == "prefetch") {
+      int64_t n = p["buffer"].isNumber() ? p["buffer"].asInt() : 2;
+      cur = makePrefetchStage(shared_, std::move(cur), c, n, st.inputType,
+                              st.name + ".buffer", where);
+    } else {
+      return Status::error(where + ": the runtime does not implement the " +
+                           "record op '" + st.op + "'");
+    }
+    s = addBuffers(st);
+    if (!s)
+      return s;
+  }
+  s = flush();
+  if (!s)
+    return s;
+  root_ = std::move(cur);
+  return Status::ok();
+}
+
+Status Engine::checkStaticMemory() const {
+  if (!memory_->limited())
+    return Status::ok();
+  std::vector<StaticNeed> needs = extraNeeds_;
+  for (const Stage *st = root_.get(); st; st = st->upstream())
+    st->staticNeeds(needs);
+  struct Sized {
+    const StaticNeed *need;
+    int64_t each, total;
+  };
+  std::vector<Sized> sized;
+  int64_t sum = 0;
+  for (const StaticNeed &n : needs) {
+    std::optional<int64_t> b = staticRecordBytes(n.type);
+    if (!b || *b <= 0)
+      continue; // dynamic sizes are measured while running
+    int64_t total = *b * n.records;
+    sized.push_back({&n, *b, total});
+    sum += total;
+  }
+  int64_t limit = memory_->limit();
+  if (sum <= limit)
+    return Status::ok();
+  auto largest = std::max_element(
+      sized.begin(), sized.end(),
+      [](const Sized &a, const Sized &b) { return a.total < b.total; });
+  const StaticNeed &n = *largest->need;
+  int64_t others = sum - largest->total;
+  int64_t fit = std::max<int64_t>(0, (limit - others) / largest->each);
+  std::string advice;
+  if (n.knob == "cache: disk")
+    advice = "cache to disk instead (`cache: disk`) or raise budget.memory";
+  else
+    advice = "lower " + n.knob + " to <= " + std::to_string(fit) +
+             " or raise budget.memory";
+  std::string msg = n.where + ": error: " + n.what + " of {" + n.type.str() +
+                    "} (" + formatBytes(largest->each) + " each) needs " +
+                    formatBytes(largest->total);
+  if (largest->total > limit) {
+    msg += ", more than budget.memory " + formatBytes(limit);
+  } else {
+    msg += "; with the other buffers (";
+    bool first = true;
+    for (const Sized &s : sized) {
+      if (s.need == &n)
+        continue;
+      msg += (first ? "" : ", ") + s.need->what + " " + formatBytes(s.total);
+      first = false;
+    }
+    msg += ") the pipeline needs " + formatBytes(sum) +
+           ", more than budget.memory " + formatBytes(limit);
+  }
+  return Status::error(msg + "; " + advice);
+}
+
+Expected<bool> Engine::next(Item &out, int64_t &epoch) {
+  if (startNs_ == 0)
+    startNs_ = nowNs();
+  for (;;) {
+    if (finished_)
+      return false;
+    if (epochs_ >= 0 && epoch_ >= epochs_) {
+      finished_ = true;
+      endNs_ = nowNs();
+      return false;
+    }
+    if (!started_) {
+      started_ = true;
+      Status s = root_->start(static_cast<uint64_t>(epoch_));
+      if (!s) {
+        stop();
+        return s;
+      }
+    }
+    Expected<bool> r = root_->next(out);
+    if (!r) {
+      stop();
+      return r;
+    }
+    if (*r) {
+      epoch = epoch_;
+      outputs_.fetch_add(1, std::memory_order_relaxed);
+      outputBytes_.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+      return true;
+    }
+    root_->stop();
+    started_ = false;
+    ++epoch_;
+    ++epochsDone_;
+  }
+}
+
+void Engine::stop() {
+  std::lock_guard<std::mutex> lock(stopMu_);
+  if (root_)
+    root_->stop();
+  started_ = false;
+  finished_ = true;
+  if (endNs_ == 0 && startNs_ != 0)
+    endNs_ = nowNs();
+}
+
+RunStats Engine::stats() const {
+  RunStats r;
+  r.pipeline = plan_.name;
+  r.epochs = epochs_;
+  r.epochsDone = epochsDone_;
+  r.threads = threads_;
+  int64_t start = startNs_.load();
+  int64_t end = endNs_ != 0 ? endNs_.load() : nowNs();
+  r.wallSeconds = start ? static_cast<double>(end - start) * 1e-9 : 0;
+  r.outputs = outputs_.load();
+  r.outputBytes = outputBytes_.load();
+  r.memoryLimit = memory_->limit();
+  r.memoryPeak = memory_->peak();
+  r.memoryPeaks = memory_->peaks();
+  for (const auto &c : counters_)
+    r.stages.push_back(c->snapshot());
+  return r;
+}
+
+Pipeline::Pipeline(std::unique_ptr<Engine> engine)
+    : engine_(std::move(engine)) {}
+
+Pipeline::~Pipeline() { stop(); }
+
+Expected<std::unique_ptr<Pipeline>> Pipeline::create(const Plan &plan,
+                                                      const RunOptions &opts) {
+  Expected<std::unique_ptr<Engine>> e = Engine::create(plan, opts);
+  if (!e)
+    return e.status();
+  return std::unique_ptr<Pipeline>(new Pipeline(e.take()));
+}
+
+Expected<bool> Pipeline::next(Batch &out) {
+  Item item;
+  int64_t epoch = 0;
+  Expected<bool> r = engine_->next(item, epoch);
+  if (!r || !*r)
+    return r;
+  out.type_ = &engine_->plan_.outputType();
+  out.fields_ = std::move(item.rec.fields);
+  out.sequence_ = engine_->outputs_.load(std::memory_order_relaxed) - 1;
+  out.epoch_ = epoch;
+  return true;
+}
+
+void Pipeline::stop() {
+  if (engine_)
+    engine_->stop();
+}
+
+const RecordType &Pipeline::outputType() const {
+  return engine_->plan_.outputType();
+}
+const Plan &Pipeline::plan() const { return engine_->plan_; }
+int64_t Pipeline::epochs() const { return engine_->epochs_; }
+int64_t Pipeline::threads() const { return engine_->threads_; }
+std::optional<int64_t> Pipeline::expectedSourceRecords() const {
+  if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)
+    return std::nullopt;
+  return *engine_->expectedSourceRecords_ * engine_->epochs_;
+}
+RunStats Pipeline::stats() const { return engine_->stats(); }
+
+} // namespace sluice::runtime

@@ -1,0 +1,827 @@
+//===- Stages.cpp - The stage base and the record-op stages ---------------===//
+//
+// Stream ops that run in their consumer's thread (take, skip, shard,
+// repeat, shuffle, batch, padded_batch, unbatch) and prefetch, which runs a
+// producer thread behind a bounded, byte-accounted queue.
+//
+//===----------------------------------------------------------------------===//
+#include "Engine.h"
+
+#include "sluice/ops/Random.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/ops/kernels/Layout.h"
+
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace sluice::runtime::detail {
+
+int64_t threadCpuNs() {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::optional<int64_t> staticRecordBytes(const RecordType &t) {
+  int64_t n = 0;
+  for (const Field &f : t.fields()) {
+    std::optional<int64_t> b = f.type.staticBytes();
+    if (!b)
+      return std::nullopt;
+    n += *b;
+  }
+  return n;
+}
+
+std::string Shared::describe(const Origin &o) const {
+  if (o.shard >= 0 && source &&
+      static_cast<size_t>(o.shard) < source->numShards()) {
+    std::string s = source->shardName(static_cast<size_t>(o.shard));
+    if (o.record >= 0)
+      s += ": record " + std::to_string(o.record);
+    return s;
+  }
+  return "";
+}
+
+std::string skipReason(const std::string &op, const std::string &message) {
+  size_t end = message.find(':');
+  std::string head = message.substr(0, end);
+  if (head.size() > 60)
+    head = head.substr(0, 60);
+  while (!head.empty() && head.back() == ' ')
+    head.pop_back();
+  return op + ": " + head;
+}
+
+Stage::~Stage() = default;
+
+Status Stage::start(uint64_t epoch) {
+  if (!startedOnce_ || epoch != epoch_)
+    passInEpoch_ = 0;
+  else
+    ++passInEpoch_;
+  startedOnce_ = true;
+  epoch_ = epoch;
+  running_ = true;
+  return onStart(epoch);
+}
+
+Status Stage::onStart(uint64_t epoch) {
+  return upstream_ ? upstream_->start(epoch) : Status::ok();
+}
+
+Expected<bool> Stage::next(Item &out) {
+  if (!inlineTiming_ || !c_) {
+    Expected<bool> r = produce(out);
+    if (r && *r && c_) {
+      c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
+      c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+    }
+    return r;
+  }
+  pullNs_ = 0;
+  int64_t t0 = nowNs();
+  Expected<bool> r = produce(out);
+  int64_t self = nowNs() - t0 - pullNs_;
+  c_->wallNs.fetch_add(self, std::memory_order_relaxed);
+  c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
+  if (r && *r) {
+    c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
+    c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+  }
+  return r;
+}
+
+void Stage::stop() {
+  if (!running_)
+    return;
+  running_ = false;
+  onStop();
+  if (upstream_)
+    upstream_->stop();
+}
+
+Expected<bool> Stage::pull(Item &in) {
+  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  Expected<bool> r = upstream_->next(in);
+  if (inlineTiming_)
+    pullNs_ += nowNs() - t0;
+  if (r && *r && c_) {
+    c_->read.fetch_add(1, std::memory_order_relaxed);
+    c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
+  }
+  return r;
+}
+
+namespace {
+
+void inc(std::atomic<int64_t> &a, int64_t n = 1) {
+  a.fetch_add(n, std::memory_order_relaxed);
+}
+
+/// Passes records through unchanged (interleave, whose work is done by the
+/// source, and prefetch with a buffer of 0).
+class IdentityStage : public Stage {
+public:
+  using Stage::Stage;
+
+protected:
+  Expected<bool> produce(Item &out) override {
+    Expected<bool> r = pull(out);
+    if (r && *r)
+      inc(c_->emitted);
+    return r;
+  }
+};
+
+class TakeStage : public Stage {
+public:
+  TakeStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c, int64_t n)
+      : Stage(s, std::move(up), c), count_(n) {}
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    taken_ = 0;
+    return Stage::onStart(epoch);
+  }
+  Expected<bool> produce(Item &out) override {
+    if (count_ >= 0 && taken_ >= count_)
+      return false;
+    Expected<bool> r = pull(out);
+    if (r && *r) {
+      ++taken_;
+      inc(c_->emitted);
+    }
+    return r;
+  }
+
+private:
+  int64_t count_, taken_ = 0;
+};
+
+class SkipStage : public Stage {
+public:
+  SkipStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c, int64_t n)
+      : Stage(s, std::move(up), c), count_(n) {
+    c->setFilterReason("the first " + std::to_string(n) + " records");
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    skipped_ = 0;
+    return Stage::onStart(epoch);
+  }
+  Expected<bool> produce(Item &out) override {
+    while (skipped_ < count_) {
+      Expected<bool> r = pull(out);
+      if (!r || !*r)
+        return r;
+      ++skipped_;
+      inc(c_->filtered);
+    }
+    Expected<bool> r = pull(out);
+    if (r && *r)
+      inc(c_->emitted);
+    return r;
+  }
+
+private:
+  int64_t count_, skipped_ = 0;
+};
+
+class ShardStage : public Stage {
+public:
+  ShardStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
+             int64_t numShards, int64_t index)
+      : Stage(s, std::move(up), c), n_(numShards), index_(index) {
+    c->setFilterReason("other shards");
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    pos_ = 0;
+    return Stage::onStart(epoch);
+  }
+  Expected<bool> produce(Item &out) override {
+    for (;;) {
+      Expected<bool> r = pull(out);
+      if (!r || !*r)
+        return r;
+      int64_t pos = pos_++;
+      if (pos % n_ == index_) {
+        inc(c_->emitted);
+        return true;
+      }
+      inc(c_->filtered);
+    }
+  }
+
+private:
+  int64_t n_, index_, pos_ = 0;
+};
+
+class RepeatStage : public Stage {
+public:
+  RepeatStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
+              int64_t count)
+      : Stage(s, std::move(up), c), count_(count) {}
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    done_ = 0;
+    gotAny_ = false;
+    return Stage::onStart(epoch);
+  }
+  Expected<bool> produce(Item &out) override {
+    if (count_ == 0)
+      return false;
+    for (;;) {
+      Expected<bool> r = pull(out);
+      if (!r)
+        return r;
+      if (*r) {
+        gotAny_ = true;
+        inc(c_->emitted);
+        return true;
+      }
+      ++done_;
+      // An empty input would otherwise make `repeat: -1` spin forever.
+      if ((count_ >= 0 && done_ >= count_) || !gotAny_)
+        return false;
+      gotAny_ = false;
+      upstream_->stop();
+      Status s = upstream_->start(epoch());
+      if (!s)
+        return s;
+    }
+  }
+
+private:
+  int64_t count_, done_ = 0;
+  bool gotAny_ = false;
+};
+
+/// A shuffle buffer: keeps `buffer` records and emits a uniformly chosen one
+/// as each new record arrives. The choices come from one Rng per pass seeded
+/// with (seed, epoch, pass, step), so the order is the same on every run.
+class ShuffleStage : public Stage {
+public:
+  ShuffleStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
+               const PlanStage &step)
+      : Stage(s, std::move(up), c), step_(step) {
+    const Value &p = step.params;
+    if (p["buffer"].isNumber())
+      buffer_ = std::max<int64_t>(1, p["buffer"].asInt());
+    if (p["seed"].isNumber())
+      seed_ = static_cast<uint64_t>(p["seed"].asInt());
+    else
+      seed_ = s.plan->seed;
+    if (p["reshuffle_each_epoch"].isBool())
+      reshuffle_ = p["reshuffle_each_epoch"].asBool();
+    else if (p["reshuffle_each_iteration"].isBool())
+      reshuffle_ = p["reshuffle_each_iteration"].asBool();
+    stream_ = stageStream(step);
+    account_ = s.memory->account(step.name);
+    c->bufferCapacity.store(buffer_);
+  }
+
+  void staticNeeds(std::vector<StaticNeed> &out) const override {
+    StaticNeed n;
+    n.what = "the shuffle buffer of " + std::to_string(buffer_) + " records";
+    n.records = buffer_;
+    n.type = step_.inputType;
+    n.knob = step_.name + ".buffer";
+    n.where = shared_.plan->where(step_);
+    out.push_back(std::move(n));
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    clear();
+    upstreamDone_ = false;
+    uint64_t e = reshuffle_ ? epoch : 0;
+    uint64_t pass = reshuffle_ ? passInEpoch() : 0;
+    rng_.emplace(seed_, e, pass, stream_);
+    return Stage::onStart(epoch);
+  }
+
+  void onStop() override {
+    inc(c_->discarded, static_cast<int64_t>(buf_.size()));
+    clear();
+  }
+
+  Expected<bool> produce(Item &out) override {
+    while (!upstreamDone_ && static_cast<int64_t>(buf_.size()) < buffer_) {
+      Item in;
+      Expected<bool> r = pull(in);
+      if (!r)
+        return r;
+      if (!*r) {
+        upstreamDone_ = true;
+        break;
+      }
+      int64_t bytes = recordBytes(in.rec);
+      if (!account_->tryReserve(bytes)) {
+        inc(c_->discarded);
+        return overBudget(bytes);
+      }
+      bytes_ += bytes;
+      c_->notePeakBytes(bytes_);
+      buf_.emplace_back(std::move(in), bytes);
+    }
+    if (buf_.empty())
+      return false;
+    c_->sampleOccupancy(static_cast<int64_t>(buf_.size()));
+    size_t j = static_cast<size_t>(
+        rng_->uniformInt(0, static_cast<int64_t>(buf_.size())));
+    out = std::move(buf_[j].first);
+    int64_t b = buf_[j].second;
+    if (j + 1 != buf_.size())
+      buf_[j] = std::move(buf_.back());
+    buf_.pop_back();
+    account_->release(b);
+    bytes_ -= b;
+    inc(c_->emitted);
+    return true;
+  }
+
+private:
+  void clear() {
+    account_->release(bytes_);
+    bytes_ = 0;
+    buf_.clear();
+  }
+
+  Status overBudget(int64_t bytes) {
+    MemoryBudget &m = *shared_.memory;
+    int64_t n = static_cast<int64_t>(buf_.size()) + 1;
+    int64_t avg = (bytes_ + bytes) / n;
+    int64_t others = m.used() - bytes_;
+    int64_t fit = avg > 0 ? (m.limit() - others) / avg : 0;
+    std::string msg =
+        shared_.plan->where(step_) + ": error: the shuffle buffer of " +
+        std::to_string(buffer_) +
+        " records does not fit in budget.memory " + formatBytes(m.limit()) +
+        ": after " + std::to_string(n) + " records of {" +
+        step_.inputType.str() + "} it would hold " +
+        formatBytes(bytes_ + bytes) + " (" + formatBytes(avg) +
+        " per record) while the other buffers hold " + formatBytes(others) +
+        "; lower " + step_.name + ".buffer to <= " +
+        std::to_string(std::max<int64_t>(fit, 0)) +
+        " or raise budget.memory";
+    return Status::error(msg);
+  }
+
+  const PlanStage &step_;
+  int64_t buffer_ = 1;
+  uint64_t seed_ = 0;
+  bool reshuffle_ = true;
+  uint64_t stream_ = 0;
+  MemoryAccount *account_;
+  std::optional<Rng> rng_;
+  std::vector<std::pair<Item, int64_t>> buf_;
+  int64_t bytes_ = 0;
+  bool upstreamDone_ = false;
+};
+
+/// batch and padded_batch: stacks `size` records into one contiguous tensor
+/// per field (numeric: one allocation [B, ...]; strings: a list).
+class BatchStage : public Stage {
+public:
+  BatchStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
+             const PlanStage &step, bool padded)
+      : Stage(s, std::move(up), c), step_(step), padded_(padded) {
+    const Value &p = step.params;
+    if (p["size"].isNumber())
+      size_ = std::max<int64_t>(1, p["size"].asInt());
+    dropRemainder_ = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+    if (p["pad_value"].isNumber())
+      padValue_ = p["pad_value"].asDouble();
+    // The padded shape of each field: dynamic dims padded to `length` when
+    // given (an int for every dynamic dim, or a list per dynamic dim), else
+    // to the longest item of the batch.
+    std::vector<int64_t> lengths;
+    const Value &len = p["length"];
+    if (len.isNumber())
+      lengths.push_back(len.asInt());
+    else if (len.isList())
+      lengths = len.asIntList();
+    for (const Field &f : step.inputType.fields()) {
+      std::vector<int64_t> shape;
+      size_t dyn = 0;
+      for (int64_t d : f.type.shape) {
+        if (d != kDynamic) {
+          shape.push_back(d);
+          continue;
+        }
+        int64_t l = -1;
+        if (lengths.size() == 1)
+          l = lengths[0];
+        else if (dyn < lengths.size())
+          l = lengths[dyn];
+        shape.push_back(l > 0 ? l : -1);
+        ++dyn;
+      }
+      paddedShapes_.push_back(std::move(shape));
+    }
+    account_ = s.memory->account(step.name);
+    c->bufferCapacity.store(size_);
+    c->setFilterReason("drop_remainder");
+  }
+
+  void staticNeeds(std::vector<StaticNeed> &out) const override {
+    // The records being collected plus the batch built from them.
+    StaticNeed n;
+    n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
+    n.records = 2 * size_;
+    n.type = step_.inputType;
+    n.knob = step_.name + ".size";
+    n.where = shared_.plan->where(step_);
+    out.push_back(std::move(n));
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    if (passInEpoch() == 0)
+      batchIndex_ = 0;
+    return Stage::onStart(epoch);
+  }
+
+  void onStop() override {
+    inc(c_->discarded, static_cast<int64_t>(items_.size()));
+    clear();
+  }
+
+  Expected<bool> produce(Item &out) override {
+    while (static_cast<int64_t>(items_.size()) < size_) {
+      Item in;
+      Expected<bool> r = pull(in);
+      if (!r)
+        return r;
+      if (!*r)
+        break;
+      int64_t bytes = recordBytes(in.rec);
+      if (!account_->tryReserve(bytes)) {
+        inc(c_->discarded);
+        return Status::error(
+            shared_.plan->where(step_) + ": error: a batch of " +
+            std::to_string(size_) + " records does not fit in budget.memory " +
+            formatBytes(shared_.memory->limit()) + " (buffers in use: " +
+            shared_.memory->usageSummary() + "); lower " + step_.name +
+            ".size or raise budget.memory");
+      }
+      bytes_ += bytes;
+      c_->notePeakBytes(bytes_);
+      items_.push_back(std::move(in));
+    }
+    if (items_.empty())
+      return false;
+    int64_t n = static_cast<int64_t>(items_.size());
+    c_->sampleOccupancy(n);
+    if (n < size_ && dropRemainder_) {
+      inc(c_->filtered, n);
+      clear();
+      return false;
+    }
+    Record rec;
+    size_t numFields = items_.front().rec.fields.size();
+    std::vector<Tensor> column(items_.size());
+    for (size_t f = 0; f < numFields; ++f) {
+      for (size_t i = 0; i < items_.size(); ++i)
+        column[i] = std::move(items_[i].rec.fields[f]);
+      if (padded_ && f < paddedShapes_.size()) {
+        // A fixed `length` also cuts longer items.
+        const std::vector<int64_t> &ps = paddedShapes_[f];
+        for (Tensor &t : column)
+          for (size_t d = 0; d < ps.size() && d < t.rank(); ++d)
+            if (ps[d] >= 0 && t.dim(d) > ps[d]) {
+              Expected<Tensor> cut =
+                  kernels::truncate(t, ps[d], static_cast<int64_t>(d));
+              if (cut)
+                t = cut.take();
+            }
+      }
+      Expected<Tensor> t =
+          padded_ ? kernels::paddedStack(column,
+                                         f < paddedShapes_.size()
+                                             ? paddedShapes_[f]
+                                             : std::vector<int64_t>{},
+                                         padValue_)
+                  : kernels::stack(column);
+      if (!t) {
+        std::string field = f < step_.inputType.size()
+                                ? step_.inputType.fields()[f].name
+                                : std::to_string(f);
+        inc(c_->failed, n);
+        clear();
+        return Status::error(
+            step_.name + " (" + shared_.plan->where(step_) + "): field '" +
+            field + "' of batch " + std::to_string(batchIndex_) + ": " +
+            t.status().message() +
+            (padded_ ? std::string()
+                     : "; records of one batch need the same shape: use "
+                       "padded_batch, or resize/crop to a fixed size first"));
+      }
+      rec.fields.push_back(t.take());
+    }
+    inc(c_->emitted, n);
+    clear();
+    rec.index = batchIndex_++;
+    out.rec = std::move(rec);
+    out.origin = Origin();
+    return true;
+  }
+
+private:
+  void clear() {
+    items_.clear();
+    account_->release(bytes_);
+    bytes_ = 0;
+  }
+
+  const PlanStage &step_;
+  bool padded_;
+  int64_t size_ = 1;
+  bool dropRemainder_ = false;
+  double padValue_ = 0;
+  std::vector<std::vector<int64_t>> paddedShapes_;
+  MemoryAccount *account_;
+  std::vector<Item> items_;
+  int64_t bytes_ = 0;
+  uint64_t batchIndex_ = 0;
+};
+
+/// unbatch: splits each input along its leading dimension.
+class UnbatchStage : public Stage {
+public:
+  using Stage::Stage;
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    if (passInEpoch() == 0)
+      index_ = 0;
+    rows_.clear();
+    pos_ = 0;
+    return Stage::onStart(epoch);
+  }
+  void onStop() override {
+    if (pos_ < rows_.size())
+      inc(c_->discarded);
+    rows_.clear();
+    pos_ = 0;
+  }
+  Expected<bool> produce(Item &out) override {
+    while (pos_ >= rows_.size()) {
+      Item in;
+      Expected<bool> r = pull(in);
+      if (!r || !*r)
+        return r;
+      rows_.clear();
+      pos_ = 0;
+      int64_t n = -1;
+      for (size_t f = 0; f < in.rec.fields.size(); ++f) {
+        Expected<std::vector<Tensor>> parts =
+            kernels::unstack(in.rec.fields[f]);
+        if (!parts) {
+          inc(c_->failed);
+          return Status::error("unbatch: field " + std::to_string(f) + ": " +
+                               parts.status().message());
+        }
+        if (n < 0) {
+          n = static_cast<int64_t>(parts->size());
+          rows_.resize(parts->size());
+        } else if (static_cast<int64_t>(parts->size()) != n) {
+          inc(c_->failed);
+          return Status::error(
+              "unbatch: the fields of one input have different leading "
+              "dimensions (" +
+              std::to_string(n) + " and " + std::to_string(parts->size()) +
+              ")");
+        }
+        for (size_t i = 0; i < parts->size(); ++i)
+          rows_[i].fields.push_back(std::move((*parts)[i]));
+      }
+      if (rows_.empty())
+        inc(c_->emitted); // an empty batch is fully passed on
+    }
+    out.rec = std::move(rows_[pos_++]);
+    out.rec.index = index_++;
+    out.origin = Origin();
+    if (pos_ == rows_.size())
+      inc(c_->emitted);
+    return true;
+  }
+
+private:
+  std::vector<Record> rows_;
+  size_t pos_ = 0;
+  uint64_t index_ = 0;
+};
+
+/// prefetch: a producer thread fills a queue of up to `buffer` records.
+/// When budget.memory is short the producer waits for the consumer to make
+/// room instead of failing (a non-empty queue always drains).
+class PrefetchStage : public Stage {
+public:
+  PrefetchStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
+                int64_t buffer, RecordType type, std::string knob,
+                std::string where)
+      : Stage(s, std::move(up), c), buffer_(std::max<int64_t>(1, buffer)),
+        type_(std::move(type)), knob_(std::move(knob)),
+        where_(std::move(where)) {
+    inlineTiming_ = false;
+    account_ = s.memory->account(c->name());
+    c->bufferCapacity.store(buffer_);
+  }
+  ~PrefetchStage() override { stopThread(); }
+
+  void staticNeeds(std::vector<StaticNeed> &out) const override {
+    StaticNeed n;
+    n.what = "the prefetch queue of " + std::to_string(buffer_) + " records";
+    n.records = buffer_;
+    n.type = type_;
+    n.knob = knob_;
+    n.where = where_;
+    out.push_back(std::move(n));
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    Status s = Stage::onStart(epoch);
+    if (!s)
+      return s;
+    done_ = false;
+    cancel_ = false;
+    error_ = Status::ok();
+    thread_ = std::thread([this] { produceLoop(); });
+    return Status::ok();
+  }
+
+  void onStop() override {
+    stopThread();
+    std::lock_guard<std::mutex> lock(mu_);
+    inc(c_->discarded, static_cast<int64_t>(queue_.size()));
+    for (auto &e : queue_)
+      account_->release(e.second);
+    queue_.clear();
+  }
+
+  Expected<bool> produce(Item &out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    c_->sampleOccupancy(static_cast<int64_t>(queue_.size()));
+    notEmpty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    if (!queue_.empty()) {
+      out = std::move(queue_.front().first);
+      account_->release(queue_.front().second);
+      queue_.pop_front();
+      inc(c_->emitted);
+      notFull_.notify_one();
+      return true;
+    }
+    if (!error_.isOk()) {
+      Status e = error_;
+      error_ = Status::ok();
+      return e;
+    }
+    return false;
+  }
+
+private:
+  void stopThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_ = true;
+    }
+    notFull_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  void produceLoop() {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (cancel_)
+          break;
+      }
+      Item in;
+      Expected<bool> r = pull(in);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!r || !*r) {
+        if (!r)
+          error_ = r.status();
+        done_ = true;
+        notEmpty_.notify_all();
+        return;
+      }
+      int64_t bytes = recordBytes(in.rec);
+      bool reserved = false;
+      while (!cancel_) {
+        if (static_cast<int64_t>(queue_.size()) < buffer_) {
+          if (account_->tryReserve(bytes)) {
+            reserved = true;
+            break;
+          }
+          if (queue_.empty()) {
+            // Nothing of ours to wait for: one record must get through.
+            account_->forceReserve(bytes);
+            reserved = true;
+            break;
+          }
+        }
+        // Memory freed elsewhere does not notify us: poll.
+        notFull_.wait_for(lock, std::chrono::milliseconds(5));
+      }
+      if (!reserved) {
+        inc(c_->discarded);
+        break;
+      }
+      queue_.emplace_back(std::move(in), bytes);
+      int64_t held = 0;
+      for (const auto &e : queue_)
+        held += e.second;
+      c_->notePeakBytes(held);
+      notEmpty_.notify_one();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    notEmpty_.notify_all();
+  }
+
+  int64_t buffer_;
+  RecordType type_;
+  std::string knob_, where_;
+  MemoryAccount *account_;
+  std::mutex mu_;
+  std::condition_variable notEmpty_, notFull_;
+  std::deque<std::pair<Item, int64_t>> queue_;
+  bool done_ = false, cancel_ = false;
+  Status error_;
+  std::thread thread_;
+};
+
+} // namespace
+
+std::unique_ptr<Stage> makeIdentityStage(Shared &shared,
+                                         std::unique_ptr<Stage> upstream,
+                                         StageCounters *c) {
+  return std::make_unique<IdentityStage>(shared, std::move(upstream), c);
+}
+std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
+                                         std::unique_ptr<Stage> upstream,
+                                         StageCounters *c, int64_t buffer,
+                                         RecordType type, std::string knob,
+                                         std::string where) {
+  if (buffer <= 0)
+    return makeIdentityStage(shared, std::move(upstream), c);
+  return std::make_unique<PrefetchStage>(shared, std::move(upstream), c,
+                                         buffer, std::move(type),
+                                         std::move(knob), std::move(where));
+}
+std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
+                                        std::unique_ptr<Stage> upstream,
+                                        StageCounters *c,
+                                        const PlanStage &step) {
+  return std::make_unique<ShuffleStage>(shared, std::move(upstream), c, step);
+}
+std::unique_ptr<Stage> makeBatchStage(Shared &shared,
+                                      std::unique_ptr<Stage> upstream,
+                                      StageCounters *c, const PlanStage &step,
+                                      bool padded) {
+  return std::make_unique<BatchStage>(shared, std::move(upstream), c, step,
+                                      padded);
+}
+std::unique_ptr<Stage> makeUnbatchStage(Shared &shared,
+                                        std::unique_ptr<Stage> upstream,
+                                        StageCounters *c) {
+  return std::make_unique<UnbatchStage>(shared, std::move(upstream), c);
+}
+std::unique_ptr<Stage> makeRepeatStage(Shared &shared,
+                                       std::unique_ptr<Stage> upstream,
+                                       StageCounters *c, int64_t count) {
+  return std::make_unique<RepeatStage>(shared, std::move(upstream), c, count);
+}
+std::unique_ptr<Stage> makeTakeStage(Shared &shared,
+                                     std::unique_ptr<Stage> upstream,
+                                     StageCounters *c, int64_t count) {
+  return std::make_unique<TakeStage>(shared, std::move(upstream), c, count);
+}
+std::unique_ptr<Stage> makeSkipStage(Shared &shared,
+                                     std::unique_ptr<Stage> upstream,
+                                     StageCounters *c, int64_t count) {
+  return std::make_unique<SkipStage>(shared, std::move(upstream), c, count);
+}
+std::unique_ptr<Stage> makeShardStage(Shared &shared,
+                                      std::unique_ptr<Stage> upstream,
+                                      StageCounters *c, int64_t numShards,
+                                      int64_t index) {
+  return std::make_unique<ShardStage>(shared, std::move(upstream), c,
+                                      numShards, index);
+}
+
+} // namespace sluice::runtime::detail

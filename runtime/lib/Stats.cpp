@@ -1,0 +1,257 @@
+//===- Stats.cpp - Counter snapshots, tables and JSON ---------------------===//
+//
+// Rendering of the per-stage counters: the accounting lines printed after
+// every run, the `--stats` table, and the JSON the autotuner reads.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/runtime/Stats.h"
+#include "sluice/runtime/Memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace sluice::runtime {
+
+int64_t StageStats::skippedTotal() const {
+  int64_t n = 0;
+  for (const auto &s : skipped)
+    n += s.second;
+  return n;
+}
+
+std::string StageStats::accountingLine() const {
+  std::string s = "read " + std::to_string(read) + " = emitted " +
+                  std::to_string(emitted) + " + filtered " +
+                  std::to_string(filtered);
+  if (filtered > 0 && !filterReason.empty())
+    s += " (" + filterReason + ")";
+  s += " + skipped " + std::to_string(skippedTotal());
+  if (!skipped.empty()) {
+    s += " (";
+    for (size_t i = 0; i < skipped.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(skipped[i].second) + " " +
+           skipped[i].first;
+    s += ")";
+  }
+  if (failed > 0)
+    s += " + failed " + std::to_string(failed);
+  if (discarded > 0)
+    s += " + discarded " + std::to_string(discarded) +
+         " (in buffers when the run stopped)";
+  return s;
+}
+
+Json StageStats::toJson() const {
+  Json j = Json::object();
+  j.set("name", Json::string(name));
+  j.set("op", Json::string(op));
+  j.set("kind", Json::string(kind));
+  j.set("where", Json::string(where));
+  j.set("parallelism", Json::number(parallelism));
+  j.set("read", Json::number(read));
+  j.set("emitted", Json::number(emitted));
+  j.set("filtered", Json::number(filtered));
+  if (!filterReason.empty())
+    j.set("filter_reason", Json::string(filterReason));
+  Json sk = Json::object();
+  for (const auto &[reason, n] : skipped)
+    sk.set(reason, Json::number(n));
+  j.set("skipped", std::move(sk));
+  j.set("failed", Json::number(failed));
+  j.set("discarded", Json::number(discarded));
+  j.set("elements_in", Json::number(elementsIn));
+  j.set("elements_out", Json::number(elementsOut));
+  j.set("bytes_in", Json::number(bytesIn));
+  j.set("bytes_out", Json::number(bytesOut));
+  j.set("cpu_seconds", Json::number(cpuSeconds));
+  j.set("wall_seconds", Json::number(wallSeconds));
+  if (bufferCapacity > 0) {
+    Json q = Json::object();
+    q.set("capacity", Json::number(bufferCapacity));
+    q.set("samples", Json::number(occupancySamples));
+    q.set("mean", Json::number(occupancyMean));
+    q.set("max", Json::number(occupancyMax));
+    q.set("peak_bytes", Json::number(bufferBytesPeak));
+    j.set("buffer", std::move(q));
+  }
+  return j;
+}
+
+Json RunStats::toJson() const {
+  Json j = Json::object();
+  j.set("pipeline", Json::string(pipeline));
+  j.set("epochs", Json::number(epochs));
+  j.set("epochs_done", Json::number(epochsDone));
+  j.set("threads", Json::number(threads));
+  j.set("wall_seconds", Json::number(wallSeconds));
+  j.set("outputs", Json::number(outputs));
+  j.set("output_bytes", Json::number(outputBytes));
+  Json mem = Json::object();
+  mem.set("limit", Json::number(memoryLimit));
+  mem.set("peak", Json::number(memoryPeak));
+  Json per = Json::object();
+  for (const auto &[name, bytes] : memoryPeaks)
+    per.set(name, Json::number(bytes));
+  mem.set("peaks", std::move(per));
+  j.set("memory", std::move(mem));
+  Json list = Json::array();
+  for (const StageStats &s : stages)
+    list.push(s.toJson());
+  j.set("stages", std::move(list));
+  return j;
+}
+
+namespace {
+
+std::string fmt(const char *f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string padRight(std::string s, size_t w) {
+  if (s.size() < w)
+    s.append(w - s.size(), ' ');
+  return s;
+}
+
+std::string padLeft(const std::string &s, size_t w) {
+  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
+}
+
+} // namespace
+
+std::string RunStats::table() const {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"stage", "op", "par", "in", "out", "filtered", "skipped",
+                  "cpu s", "wall s", "us/in", "in", "out", "buffer"});
+  for (const StageStats &s : stages) {
+    std::string buffer = "-";
+    if (s.bufferCapacity > 0)
+      buffer = fmt("%.1f", s.occupancyMean) + "/" +
+               std::to_string(s.occupancyMax) + "/" +
+               std::to_string(s.bufferCapacity);
+    double usPer = s.elementsIn > 0 ? s.wallSeconds * 1e6 /
+                                          static_cast<double>(s.elementsIn)
+                                    : 0;
+    rows.push_back({s.name, s.op, std::to_string(s.parallelism),
+                    std::to_string(s.elementsIn), std::to_string(s.elementsOut),
+                    std::to_string(s.filtered), std::to_string(s.skippedTotal()),
+                    fmt("%.3f", s.cpuSeconds), fmt("%.3f", s.wallSeconds),
+                    fmt("%.2f", usPer), formatBytes(s.bytesIn),
+                    formatBytes(s.bytesOut), buffer});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto &r : rows)
+    for (size_t c = 0; c < r.size(); ++c)
+      widths[c] = std::max(widths[c], r[c].size());
+  std::string out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (size_t c = 0; c < rows[i].size(); ++c) {
+      // Names left-aligned, numbers right-aligned.
+      std::string cell = c < 2 ? padRight(rows[i][c], widths[c])
+                               : padLeft(rows[i][c], widths[c]);
+      out += (c ? "  " : "") + cell;
+    }
+    while (!out.empty() && out.back() == ' ')
+      out.pop_back();
+    out += "\n";
+  }
+  out += "buffer = mean/max/capacity occupancy in records; us/in = wall "
+         "microseconds per input element\n";
+  out += "total " + fmt("%.3f", wallSeconds) + " s, " +
+         std::to_string(outputs) + " outputs, " + formatBytes(outputBytes) +
+         " out";
+  if (wallSeconds > 0)
+    out += ", " + fmt("%.1f", static_cast<double>(outputs) / wallSeconds) +
+           " outputs/s";
+  out += "; memory peak " + formatBytes(memoryPeak);
+  if (memoryLimit > 0)
+    out += " of budget " + formatBytes(memoryLimit);
+  out += "\n";
+  return out;
+}
+
+std::string RunStats::accounting() const {
+  size_t w = 0;
+  for (const StageStats &s : stages)
+    w = std::max(w, s.name.size());
+  std::string out;
+  for (const StageStats &s : stages)
+    out += "  " + padRight(s.name, w) + "  " + s.accountingLine() + "\n";
+  return out;
+}
+
+Status RunStats::checkBalanced() const {
+  std::string bad;
+  for (const StageStats &s : stages)
+    if (!s.balanced())
+      bad += "\n  " + s.name + ": " + s.accountingLine() + " (does not add up)";
+  if (bad.empty())
+    return Status::ok();
+  return Status::error("internal error: record accounting does not balance; "
+                       "this is a bug in sluice, please report it:" +
+                       bad);
+}
+
+void StageCounters::addSkipped(const std::string &reason, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  skipped_[reason] += n;
+}
+
+void StageCounters::sampleOccupancy(int64_t occupancy) {
+  occupancySamples.fetch_add(1, std::memory_order_relaxed);
+  occupancySum.fetch_add(occupancy, std::memory_order_relaxed);
+  int64_t m = occupancyMax.load(std::memory_order_relaxed);
+  while (occupancy > m &&
+         !occupancyMax.compare_exchange_weak(m, occupancy,
+                                             std::memory_order_relaxed))
+    ;
+}
+
+void StageCounters::notePeakBytes(int64_t bytes) {
+  int64_t m = bufferBytesPeak.load(std::memory_order_relaxed);
+  while (bytes > m &&
+         !bufferBytesPeak.compare_exchange_weak(m, bytes,
+                                                std::memory_order_relaxed))
+    ;
+}
+
+StageStats StageCounters::snapshot() const {
+  StageStats s;
+  s.name = name_;
+  s.op = op_;
+  s.kind = kind_;
+  s.where = where_;
+  auto ld = [](const std::atomic<int64_t> &a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  s.parallelism = ld(parallelism);
+  s.read = ld(read);
+  s.emitted = ld(emitted);
+  s.filtered = ld(filtered);
+  s.filterReason = filterReason_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.skipped.assign(skipped_.begin(), skipped_.end());
+  }
+  s.failed = ld(failed);
+  s.discarded = ld(discarded);
+  s.elementsIn = s.read;
+  s.elementsOut = ld(elementsOut);
+  s.bytesIn = ld(bytesIn);
+  s.bytesOut = ld(bytesOut);
+  s.cpuSeconds = static_cast<double>(ld(cpuNs)) * 1e-9;
+  s.wallSeconds = static_cast<double>(ld(wallNs)) * 1e-9;
+  s.bufferCapacity = ld(bufferCapacity);
+  s.occupancySamples = ld(occupancySamples);
+  s.occupancyMean = s.occupancySamples > 0
+                        ? static_cast<double>(ld(occupancySum)) /
+                              static_cast<double>(s.occupancySamples)
+                        : 0;
+  s.occupancyMax = ld(occupancyMax);
+  s.bufferBytesPeak = ld(bufferBytesPeak);
+  return s;
+}
+
+} // namespace sluice::runtime

@@ -1,0 +1,588 @@
+//===- Input.cpp - File input, globbing and value parsing for sources -----===//
+
+#include "SourceImpl.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+namespace sluice::runtime::detail {
+
+//===----------------------------------------------------------------------===//
+// BufferedInput
+//===----------------------------------------------------------------------===//
+
+BufferedInput::BufferedInput(size_t blockSize)
+    : blockSize_(std::max<size_t>(blockSize, 4096)) {}
+
+BufferedInput::~BufferedInput() {
+  if (fd_ >= 0)
+    ::close(fd_);
+  if (gz_)
+    gzclose(static_cast<gzFile>(gz_));
+}
+
+bool BufferedInput::open(const std::string &path, bool decompress) {
+  path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error_ = std::string("cannot open: ") + std::strerror(errno);
+    eof_ = true;
+    return false;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    error_ = "cannot open: is a directory";
+    eof_ = true;
+    return false;
+  }
+  if (decompress && isGzipPath(path)) {
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) {
+      ::close(fd);
+      error_ = "cannot open gzip stream";
+      eof_ = true;
+      return false;
+    }
+    gzbuffer(gz, 256 * 1024);
+    gz_ = gz;
+  } else {
+    fd_ = fd;
+    if (S_ISREG(st.st_mode))
+      rawSize_ = static_cast<uint64_t>(st.st_size);
+#ifdef POSIX_FADV_SEQUENTIAL
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  }
+  cap_ = blockSize_;
+  buf_.reset(new char[cap_]);
+  return true;
+}
+
+long BufferedInput::rawRead(char *dst, size_t n) {
+  if (gz_) {
+    gzFile gz = static_cast<gzFile>(gz_);
+    unsigned chunk = static_cast<unsigned>(
+        std::min<size_t>(n, std::numeric_limits<int>::max() / 2));
+    int got = gzread(gz, dst, chunk);
+    if (got < 0) {
+      int code = 0;
+      const char *msg = gzerror(gz, &code);
+      error_ = std::string("gzip: ") + (msg ? msg : "read error");
+      return -1;
+    }
+    // zlib reports a stream that ends early as a plain EOF; tell the reader
+    // so it does not mistake a cut-off download for a complete file.
+    if (got == 0) {
+      int code = 0;
+      const char *msg = gzerror(gz, &code);
+      if (code != Z_OK && code != Z_STREAM_END) {
+        error_ = std::string("gzip: ") + (msg ? msg : "read error");
+        return -1;
+      }
+    }
+    return got;
+  }
+  if (fd_ < 0)
+    return 0;
+  while (true) {
+    ssize_t got = ::read(fd_, dst, n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      error_ = std::string("read failed: ") + std::strerror(errno);
+      return -1;
+    }
+    rawBytes_ += static_cast<uint64_t>(got);
+    return static_cast<long>(got);
+  }
+}
+
+bool BufferedInput::fill() {
+  if (eof_ || !buf_)
+    return false;
+  if (pos_ > 0) {
+    size_t keep = lim_ - pos_;
+    if (keep > 0)
+      std::memmove(buf_.get(), buf_.get() + pos_, keep);
+    base_ += static_cast<int64_t>(pos_);
+    pos_ = 0;
+    lim_ = keep;
+  }
+  if (cap_ - lim_ < blockSize_ / 2) {
+    size_t newCap = std::max(cap_ * 2, lim_ + blockSize_);
+    std::unique_ptr<char[]> bigger(new char[newCap]);
+    std::memcpy(bigger.get(), buf_.get(), lim_);
+    buf_ = std::move(bigger);
+    cap_ = newCap;
+  }
+  long got = rawRead(buf_.get() + lim_, cap_ - lim_);
+  if (got <= 0) {
+    eof_ = true;
+    return false;
+  }
+  lim_ += static_cast<size_t>(got);
+  return true;
+}
+
+bool BufferedInput::ensure(size_t n) {
+  while (avail() < n)
+    if (!fill())
+      return false;
+  return true;
+}
+
+size_t BufferedInput::read(void *dst, size_t n) {
+  char *out = static_cast<char *>(dst);
+  size_t done = std::min(n, avail());
+  std::memcpy(out, data(), done);
+  pos_ += done;
+  // Big payloads (images in a TFRecord) go straight to the destination.
+  while (done < n && n - done >= blockSize_ && !eof_) {
+    base_ += static_cast<int64_t>(lim_);
+    pos_ = lim_ = 0;
+    long got = rawRead(out + done, n - done);
+    if (got <= 0) {
+      eof_ = true;
+      break;
+    }
+    base_ += got;
+    done += static_cast<size_t>(got);
+  }
+  while (done < n) {
+    if (avail() == 0 && !fill())
+      break;
+    size_t take = std::min(n - done, avail());
+    std::memcpy(out + done, data(), take);
+    pos_ += take;
+    done += take;
+  }
+  return done;
+}
+
+size_t BufferedInput::skip(size_t n) {
+  size_t done = std::min(n, avail());
+  pos_ += done;
+  if (done < n && fd_ >= 0 && n - done >= blockSize_ && rawSize_ && !eof_) {
+    // Seek over members nobody asked for instead of reading them.
+    int64_t here = base_ + static_cast<int64_t>(lim_);
+    int64_t want = here + static_cast<int64_t>(n - done);
+    int64_t target = std::min<int64_t>(want, static_cast<int64_t>(*rawSize_));
+    if (::lseek(fd_, target, SEEK_SET) == target) {
+      base_ = target;
+      pos_ = lim_ = 0;
+      done += static_cast<size_t>(target - here);
+    }
+  }
+  while (done < n) {
+    if (avail() == 0 && !fill())
+      break;
+    size_t take = std::min(n - done, avail());
+    pos_ += take;
+    done += take;
+  }
+  return done;
+}
+
+uint64_t BufferedInput::bytesRead() const {
+  if (gz_)
+    return static_cast<uint64_t>(gzoffset(static_cast<gzFile>(gz_)));
+  return rawBytes_;
+}
+
+bool readWholeFile(const std::string &path, std::string &out,
+                   std::string &error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = std::string("cannot open: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    error = "not a regular file";
+    return false;
+  }
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t got = ::read(fd, &out[done], out.size() - done);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      error = std::string("read failed: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (got == 0)
+      break;
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (done != out.size()) {
+    error = "file shrank while being read (" + std::to_string(done) + " of " +
+            std::to_string(out.size()) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Paths and globs
+//===----------------------------------------------------------------------===//
+
+std::string joinPath(const std::string &baseDir, const std::string &path) {
+  if (path.empty() || path[0] == '/' || path[0] == '~' || baseDir.empty() ||
+      baseDir == ".")
+    return path;
+  if (baseDir.back() == '/')
+    return baseDir + path;
+  return baseDir + "/" + path;
+}
+
+namespace {
+
+/// Escapes glob metacharacters so a directory name is matched literally.
+std::string globEscape(const std::string &s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\' || c == '{' ||
+        c == '}')
+      out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> stringList(const Value &v) {
+  if (v.isString())
+    return {v.asString()};
+  std::vector<std::string> out;
+  if (v.isList())
+    for (const Value &item : v.items())
+      if (item.isString())
+        out.push_back(item.asString());
+  return out;
+}
+
+Expected<std::vector<std::string>> expandFiles(const std::string &kind,
+                                               const Value &params,
+                                               const std::string &name,
+                                               const std::string &baseDir) {
+  std::vector<std::string> patterns = stringList(params[name]);
+  if (patterns.empty())
+    return Status::error(kind + ": parameter '" + name +
+                         "' must be a file pattern or a list of them");
+  std::vector<std::string> files;
+  for (const std::string &pattern : patterns) {
+    std::string full = pattern;
+    if (!(pattern.empty() || pattern[0] == '/' || pattern[0] == '~' ||
+          baseDir.empty() || baseDir == "."))
+      full = joinPath(globEscape(baseDir), pattern);
+    glob_t g;
+    int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
+                    nullptr, &g);
+    size_t before = files.size();
+    size_t dirs = 0;
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        struct stat st;
+        if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
+          files.emplace_back(g.gl_pathv[i]);
+        else
+          ++dirs;
+      }
+    }
+    globfree(&g);
+    if (rc != 0 && rc != GLOB_NOMATCH)
+      return Status::error(
+          kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
+          (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
+          ")");
+    if (files.size() == before) {
+      std::string where = baseDir.empty() ? std::string(".") : baseDir;
+      return Status::error(
+          kind + ": " + name + ": pattern '" + pattern + "' matched " +
+          (dirs ? "only directories" : "no files") +
+          (pattern[0] == '/' ? std::string()
+                             : " (relative to '" + where + "')") +
+          "; check the path, or write an absolute one");
+    }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+std::string stringParam(const Value &params, std::string_view name,
+                        const std::string &fallback) {
+  const Value &v = params[name];
+  return v.isString() ? v.asString() : fallback;
+}
+
+int64_t intParam(const Value &params, std::string_view name, int64_t fallback) {
+  const Value &v = params[name];
+  return v.isNumber() ? v.asInt() : fallback;
+}
+
+bool boolParam(const Value &params, std::string_view name, bool fallback) {
+  const Value &v = params[name];
+  return v.isBool() ? v.asBool() : fallback;
+}
+
+Expected<ElemType> elemTypeParam(const std::string &kind, const Value &v,
+                                 const std::string &what) {
+  if (v.isString())
+    if (std::optional<ElemType> t = parseElemType(v.asString()))
+      return *t;
+  return Status::error(kind + ": " + what + ": unknown type " + v.str());
+}
+
+//===----------------------------------------------------------------------===//
+// Numbers in text
+//===----------------------------------------------------------------------===//
+
+uint16_t floatToHalf(float value) {
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  uint16_t out;
+  if (f >= (143u << 23)) { // >= 65536: overflow, or inf/nan
+    out = f > (255u << 23) ? 0x7e00 : 0x7c00;
+  } else if (f < (113u << 23)) { // below the smallest normal half
+    // Adding 0.5 lets the FPU round the subnormal mantissa to nearest even.
+    const uint32_t magicBits = ((127 - 15) + (23 - 10) + 1) << 23;
+    float magic, x;
+    std::memcpy(&magic, &magicBits, 4);
+    std::memcpy(&x, &f, 4);
+    x += magic;
+    uint32_t xb;
+    std::memcpy(&xb, &x, 4);
+    out = static_cast<uint16_t>(xb - magicBits);
+  } else {
+    uint32_t mantOdd = (f >> 13) & 1;
+    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xfff; // rebias, round
+    f += mantOdd;
+    out = static_cast<uint16_t>(f >> 13);
+  }
+  return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  auto space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' ||
+           c == '\v';
+  };
+  while (!s.empty() && space(s.front()))
+    s.remove_prefix(1);
+  while (!s.empty() && space(s.back()))
+    s.remove_suffix(1);
+  return s;
+}
+
+template <typename T> void store(void *dst, size_t i, T v) {
+  std::memcpy(static_cast<char *>(dst) + i * sizeof(T), &v, sizeof(T));
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+} // namespace
+
+ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
+                       size_t i) {
+  text = trim(text);
+  if (text.size() > 1 && text[0] == '+' && text[1] != '-')
+    text.remove_prefix(1);
+  const char *b = text.data(), *e = text.data() + text.size();
+  if (isFloat(elem)) {
+    if (text.empty()) {
+      double nan = std::numeric_limits<double>::quiet_NaN();
+      if (elem == ElemType::F64)
+        store(dst, i, nan);
+      else if (elem == ElemType::F32)
+        store(dst, i, static_cast<float>(nan));
+      else
+        store(dst, i, floatToHalf(static_cast<float>(nan)));
+      return ParseError::None;
+    }
+    // Fast path for integers written in float columns (Criteo's dense
+    // features): up to 15 digits convert to double exactly, and from there
+    // to float with a single rounding.
+    {
+      const char *q = b;
+      bool neg = q < e && *q == '-';
+      q += neg;
+      if (q < e && e - q <= 15) {
+        int64_t iv = 0;
+        while (q < e && static_cast<unsigned>(*q - '0') < 10)
+          iv = iv * 10 + (*q++ - '0');
+        if (q == e) {
+          double dv = static_cast<double>(neg ? -iv : iv);
+          if (neg && iv == 0)
+            dv = -0.0;
+          if (elem == ElemType::F64)
+            store(dst, i, dv);
+          else if (elem == ElemType::F32)
+            store(dst, i, static_cast<float>(dv));
+          else if (std::fabs(dv) > 65504.0)
+            return ParseError::Range;
+          else
+            store(dst, i, floatToHalf(static_cast<float>(dv)));
+          return ParseError::None;
+        }
+      }
+    }
+    if (elem == ElemType::F32) {
+      float f;
+      auto rf = std::from_chars(b, e, f);
+      if (rf.ec == std::errc() && rf.ptr == e) {
+        store(dst, i, f);
+        return ParseError::None;
+      }
+    }
+    double d;
+    auto r = std::from_chars(b, e, d);
+    if (r.ec == std::errc::result_out_of_range && r.ptr == e) {
+      // from_chars refuses underflow; strtod rounds it to a subnormal or 0.
+      std::string copy(text);
+      d = std::strtod(copy.c_str(), nullptr);
+      if (std::isinf(d))
+        return ParseError::Range;
+    } else if (r.ec != std::errc() || r.ptr != e) {
+      return ParseError::Syntax;
+    }
+    if (elem == ElemType::F64) {
+      store(dst, i, d);
+      return ParseError::None;
+    }
+    if (elem == ElemType::F32) {
+      float f;
+      auto rf = std::from_chars(b, e, f); // correctly rounded, unlike (float)d
+      if (rf.ec != std::errc()) {
+        if (std::fabs(d) > std::numeric_limits<float>::max())
+          return ParseError::Range;
+        f = static_cast<float>(d);
+      }
+      store(dst, i, f);
+      return ParseError::None;
+    }
+    if (std::fabs(d) > 65504.0 && !std::isinf(d) && !std::isnan(d))
+      return ParseError::Range;
+    store(dst, i, floatToHalf(static_cast<float>(d)));
+    return ParseError::None;
+  }
+  if (elem == ElemType::Bool) {
+    if (text.empty())
+      return ParseError::Empty;
+    bool v;
+    if (text == "1" || iequals(text, "true"))
+      v = true;
+    else if (text == "0" || iequals(text, "false"))
+      v = false;
+    else
+      return ParseError::Syntax;
+    store(dst, i, static_cast<uint8_t>(v));
+    return ParseError::None;
+  }
+  if (text.empty())
+    return ParseError::Empty;
+  int64_t v;
+  auto r = std::from_chars(b, e, v);
+  if (r.ec == std::errc::result_out_of_range)
+    return ParseError::Range;
+  if (r.ec != std::errc() || r.ptr != e)
+    return ParseError::Syntax;
+  switch (elem) {
+  case ElemType::U8:
+    if (v < 0 || v > 255)
+      return ParseError::Range;
+    store(dst, i, static_cast<uint8_t>(v));
+    break;
+  case ElemType::I8:
+    if (v < -128 || v > 127)
+      return ParseError::Range;
+    store(dst, i, static_cast<int8_t>(v));
+    break;
+  case ElemType::U16:
+    if (v < 0 || v > 65535)
+      return ParseError::Range;
+    store(dst, i, static_cast<uint16_t>(v));
+    break;
+  case ElemType::I16:
+    if (v < -32768 || v > 32767)
+      return ParseError::Range;
+    store(dst, i, static_cast<int16_t>(v));
+    break;
+  case ElemType::I32:
+    if (v < std::numeric_limits<int32_t>::min() ||
+        v > std::numeric_limits<int32_t>::max())
+      return ParseError::Range;
+    store(dst, i, static_cast<int32_t>(v));
+    break;
+  case ElemType::I64:
+    store(dst, i, v);
+    break;
+  default:
+    return ParseError::Syntax;
+  }
+  return ParseError::None;
+}
+
+std::string describeParseError(ParseError err, std::string_view text,
+                               ElemType elem) {
+  std::string type(elemTypeName(elem));
+  std::string shown(text.substr(0, 40));
+  if (text.size() > 40)
+    shown += "...";
+  switch (err) {
+  case ParseError::None:
+    return "";
+  case ParseError::Empty:
+    return "empty value for " + type;
+  case ParseError::Syntax:
+    return "'" + shown + "' is not a valid " + type;
+  case ParseError::Range:
+    return "'" + shown + "' does not fit " + type;
+  }
+  return "";
+}
+
+const char *parseErrorReason(ParseError err, ElemType elem) {
+  switch (err) {
+  case ParseError::None:
+    return "";
+  case ParseError::Empty:
+    return "empty value";
+  case ParseError::Syntax:
+    return elem == ElemType::Bool ? "bad bool" : "bad number";
+  case ParseError::Range:
+    return "value out of range";
+  }
+  return "";
+}
+
+} // namespace sluice::runtime::detail

@@ -1,0 +1,133 @@
+//===- runtime_determinism_test.cpp - Same seed, same bytes, any threads --===//
+//
+// Fashion-MNIST (Debian's dataset-fashion-mnist, test split) through random
+// crops, normalization, a shuffle buffer and batching: the bytes that come
+// out must not depend on the number of worker threads, must change with the
+// epoch and with the seed, and a cache must freeze what it recorded.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime_test_util.h"
+
+#include <sys/stat.h>
+
+using namespace sluice;
+using namespace sluice::rttest;
+
+namespace {
+
+const std::string kImages =
+    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
+const std::string kLabels =
+    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
+
+bool haveFashionMnist() {
+  struct stat sb;
+  return ::stat(kImages.c_str(), &sb) == 0 && ::stat(kLabels.c_str(), &sb) == 0;
+}
+
+class DeterminismTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!haveFashionMnist())
+      GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+
+  runtime::Plan plan(uint64_t seed, int64_t epochs, const std::string &extra,
+                     const std::string &tail) {
+    std::string yaml = "pipeline: fmnist\nseed: " + std::to_string(seed) +
+                       "\nsource:\n  idx:\n    images: " + kImages +
+                       "\n    labels: " + kLabels + "\nsteps:\n" + extra +
+                       "  - random_crop: {field: image, size: [24, 24], "
+                       "padding: 2}\n"
+                       "  - random_flip: {field: image, axis: width}\n"
+                       "  - normalize: {field: image, mean: 72.94, std: "
+                       "90.02}\n" +
+                       tail + "epochs: " + std::to_string(epochs) + "\n";
+    return planFromYaml(dir_, yaml, "spec" + std::to_string(n_++) + ".yaml");
+  }
+
+  TempDir dir_;
+  int n_ = 0;
+};
+
+std::string run(const runtime::Plan &p, int threads) {
+  runtime::RunOptions o;
+  o.threads = threads;
+  return allBytes(runAll(p, o));
+}
+
+TEST_F(DeterminismTest, SameBytesAtAnyParallelism) {
+  runtime::Plan p = plan(7, 1, "",
+                         "  - shuffle: 1000\n  - batch: {size: 256, "
+                         "drop_remainder: true}\n");
+  std::string one = run(p, 1);
+  // 10000 records, 39 full batches of f32[256,24,24] + i64[256].
+  EXPECT_EQ(one.size(),
+            39 * (256 * 24 * 24 * 4 + 256 * 8 +
+                  std::string("f32[256,24,24]i64[256]").size()));
+  EXPECT_EQ(run(p, 2), one);
+  EXPECT_EQ(run(p, 1), one);
+  // An explicit parallelism of 1 for the map group is the same too.
+  runtime::RunOptions o;
+  o.threads = 2;
+  o.schedule["random_crop"].parallelism = 1;
+  o.schedule["default"].prefetch = 3;
+  EXPECT_EQ(allBytes(runAll(p, o)), one);
+}
+
+TEST_F(DeterminismTest, EpochsAndSeedsChangeTheOutput) {
+  runtime::Plan p = plan(7, 2, "  - take: 2000\n",
+                         "  - shuffle: 500\n  - batch: 100\n");
+  std::vector<Output> outs = runAll(p);
+  ASSERT_EQ(outs.size(), 40u);
+  std::vector<Output> e0(outs.begin(), outs.begin() + 20),
+      e1(outs.begin() + 20, outs.end());
+  EXPECT_EQ(e0.front().epoch, 0);
+  EXPECT_EQ(e1.front().epoch, 1);
+  EXPECT_NE(allBytes(e0), allBytes(e1));
+  // The second epoch reshuffles the same records: the multiset of labels is
+  // the same, their order is not.
+  std::vector<int64_t> l0 = ints(e0, 1), l1 = ints(e1, 1);
+  EXPECT_NE(l0, l1);
+  std::sort(l0.begin(), l0.end());
+  std::sort(l1.begin(), l1.end());
+  EXPECT_EQ(l0, l1);
+
+  runtime::Plan q = plan(8, 2, "  - take: 2000\n",
+                         "  - shuffle: 500\n  - batch: 100\n");
+  EXPECT_NE(allBytes(runAll(q)), allBytes(outs));
+  // Same seed again: identical.
+  EXPECT_EQ(allBytes(runAll(p, {})), allBytes(outs));
+}
+
+TEST_F(DeterminismTest, CacheFreezesRandomResults) {
+  runtime::Plan cached =
+      plan(3, 2, "  - take: 300\n", "  - cache: memory\n  - batch: 300\n");
+  std::vector<Output> outs = runAll(cached);
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(allBytes({outs[0]}), allBytes({outs[1]}));
+  runtime::Plan disk =
+      plan(3, 2, "  - take: 300\n", "  - cache: disk\n  - batch: 300\n");
+  std::vector<Output> d = runAll(disk, {});
+  EXPECT_EQ(allBytes(d), allBytes(outs));
+
+  runtime::Plan uncached = plan(3, 2, "  - take: 300\n", "  - batch: 300\n");
+  std::vector<Output> u = runAll(uncached);
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(allBytes({u[0]}), allBytes({outs[0]}));
+  EXPECT_NE(allBytes({u[0]}), allBytes({u[1]}));
+}
+
+TEST_F(DeterminismTest, RepeatDrawsNewCropsInEachPass) {
+  runtime::Plan p = plan(3, 1, "  - take: 100\n  - repeat: 2\n",
+                         "  - batch: 100\n");
+  std::vector<Output> outs = runAll(p);
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(ints({outs[0]}, 1), ints({outs[1]}, 1)); // same labels
+  EXPECT_NE(allBytes({outs[0]}), allBytes({outs[1]})); // new crops
+  runtime::RunOptions o;
+  o.threads = 1;
+  EXPECT_EQ(allBytes(runAll(p, o)), allBytes(outs));
+}
+
+} // namespace

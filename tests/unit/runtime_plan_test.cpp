@@ -1,0 +1,270 @@
+//===- runtime_plan_test.cpp - JSON and the Plan's serialized form --------===//
+//
+// A compiled executable embeds its Plan as JSON, so serialize/deserialize
+// must be exact: every Value kind (int vs float, NaN/inf, nested maps in
+// order), spec positions, record types with dynamic dims, schedule knobs.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime_test_util.h"
+
+#include "sluice/runtime/Json.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace sluice;
+using namespace sluice::runtime;
+
+namespace {
+
+struct JsonCase {
+  const char *name;
+  std::string text;
+};
+
+class JsonRoundTrip : public ::testing::TestWithParam<JsonCase> {};
+
+TEST_P(JsonRoundTrip, ParseDumpParseIsStable) {
+  Expected<Json> a = Json::parse(GetParam().text);
+  ASSERT_TRUE(bool(a)) << a.status().message();
+  for (int indent : {-1, 0, 2}) {
+    std::string text = a->dump(indent);
+    Expected<Json> b = Json::parse(text);
+    ASSERT_TRUE(bool(b)) << b.status().message() << "\n" << text;
+    EXPECT_EQ(b->dump(), a->dump());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Docs, JsonRoundTrip,
+    ::testing::Values(
+        JsonCase{"scalars", "[null, true, false, 0, -1, 1.5, -0.0, 1e-300]"},
+        JsonCase{"big_ints", "[9223372036854775807, -9223372036854775808, "
+                             "18446744073709551615, 9007199254740993]"},
+        JsonCase{"strings", R"(["", "a\"b\\c", "\n\t\r\b\f", "\u00e9\u4e2d",
+                                "\ud83d\ude00", "\u0001"])"},
+        JsonCase{"nested", R"({"a": {"b": [1, [2, [3, {}]], []]}, "c": "d"})"},
+        JsonCase{"order", R"({"z": 1, "a": 2, "m": 3})"}),
+    [](const auto &info) { return info.param.name; });
+
+TEST(Json, NumbersAreExact) {
+  Expected<Json> j = Json::parse(
+      "[9223372036854775807, 18446744073709551615, 0.1, 3, 3.0, -0.0]");
+  ASSERT_TRUE(bool(j));
+  int64_t i;
+  uint64_t u;
+  double d;
+  EXPECT_TRUE(j->items()[0].getInt(i));
+  EXPECT_EQ(i, std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(j->items()[1].getInt(i));
+  EXPECT_TRUE(j->items()[1].getUint(u));
+  EXPECT_EQ(u, std::numeric_limits<uint64_t>::max());
+  EXPECT_TRUE(j->items()[2].getDouble(d));
+  EXPECT_EQ(d, 0.1);
+  EXPECT_TRUE(j->items()[3].isInteger());
+  EXPECT_FALSE(j->items()[4].isInteger());
+  EXPECT_TRUE(j->items()[5].getDouble(d));
+  EXPECT_TRUE(std::signbit(d));
+  for (double v : {0.1, 1.0 / 3, 1e300, 5e-324, -2.5, 123456789.0}) {
+    Json n = Json::number(v);
+    double back;
+    ASSERT_TRUE(Json::parse(n.dump())->getDouble(back));
+    EXPECT_EQ(back, v);
+    EXPECT_FALSE(n.isInteger()) << n.dump();
+  }
+  EXPECT_TRUE(Json::number(std::nan("")).isNull());
+}
+
+TEST(Json, ErrorsNameLineAndColumn) {
+  struct Bad {
+    const char *text;
+    const char *where;
+  };
+  for (const Bad &b : {Bad{"{\"a\": [1, 2,]}", "1:13"},
+                       Bad{"{\"a\" 1}", "1:6"}, Bad{"[1,\n 2", "2:3"},
+                       Bad{"\"abc", "1:5"}, Bad{"[01]", "1:3"},
+                       Bad{"{} x", "1:4"}, Bad{"tru", "1:1"}}) {
+    Expected<Json> j = Json::parse(b.text);
+    ASSERT_FALSE(bool(j)) << b.text;
+    EXPECT_NE(j.status().message().find(std::string("JSON ") + b.where + ":"),
+              std::string::npos)
+        << b.text << " -> " << j.status().message();
+  }
+  std::string deep(100000, '[');
+  EXPECT_FALSE(bool(Json::parse(deep)));
+}
+
+/// Value equality including spec positions (Value::operator== ignores them).
+void expectSameValue(const Value &a, const Value &b, const std::string &path) {
+  EXPECT_TRUE(a == b) << path << ": " << a.str() << " vs " << b.str();
+  EXPECT_EQ(a.kind(), b.kind()) << path;
+  EXPECT_EQ(a.loc().line, b.loc().line) << path;
+  EXPECT_EQ(a.loc().col, b.loc().col) << path;
+  EXPECT_EQ(a.contentOffset(), b.contentOffset()) << path;
+  if (a.isFloat() && b.isFloat() && !std::isnan(a.asDouble()))
+    EXPECT_EQ(std::signbit(a.asDouble()), std::signbit(b.asDouble())) << path;
+  if (a.isList() && b.isList() && a.items().size() == b.items().size())
+    for (size_t i = 0; i < a.items().size(); ++i)
+      expectSameValue(a.items()[i], b.items()[i],
+                      path + "[" + std::to_string(i) + "]");
+  if (a.isMap() && b.isMap() && a.entries().size() == b.entries().size())
+    for (size_t i = 0; i < a.entries().size(); ++i) {
+      EXPECT_EQ(a.entries()[i].first, b.entries()[i].first) << path;
+      expectSameValue(a.entries()[i].second, b.entries()[i].second,
+                      path + "." + a.entries()[i].first);
+    }
+}
+
+void expectSameStage(const PlanStage &a, const PlanStage &b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.op, b.op);
+  EXPECT_EQ(a.kind, b.kind);
+  expectSameValue(a.params, b.params, a.name);
+  EXPECT_EQ(a.inputType, b.inputType) << a.name;
+  EXPECT_EQ(a.outputType, b.outputType) << a.name;
+  EXPECT_EQ(a.loc.line, b.loc.line);
+  EXPECT_EQ(a.loc.col, b.loc.col);
+  EXPECT_EQ(a.parallelism, b.parallelism);
+  EXPECT_EQ(a.prefetch, b.prefetch);
+  EXPECT_EQ(a.cache, b.cache);
+}
+
+void expectSamePlan(const Plan &a, const Plan &b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.specFile, b.specFile);
+  EXPECT_EQ(a.baseDir, b.baseDir);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.epochs, b.epochs);
+  EXPECT_EQ(a.cores, b.cores);
+  EXPECT_EQ(a.memoryBytes, b.memoryBytes);
+  expectSameStage(a.source, b.source);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (size_t i = 0; i < a.stages.size(); ++i)
+    expectSameStage(a.stages[i], b.stages[i]);
+}
+
+Plan trickyPlan() {
+  Plan p;
+  p.name = "tricky \"pipeline\"\n";
+  p.specFile = "dir with spaces/spec.yaml";
+  p.baseDir = "dir with spaces";
+  p.seed = std::numeric_limits<uint64_t>::max();
+  p.epochs = -1;
+  p.cores = 3;
+  p.memoryBytes = int64_t(1) << 40;
+  p.source.name = "csv";
+  p.source.op = "csv";
+  p.source.kind = OpKind::Source;
+  Value params = Value::map({1, 1});
+  params.set("files", Value::string("data/*.csv", {2, 12}));
+  Value cols = Value::list({}, {3, 5});
+  Value col = Value::map({4, 9});
+  col.set("name", Value::string("x\ty", {4, 16}));
+  col.set("count", Value::integer(std::numeric_limits<int64_t>::min()));
+  cols.items().push_back(col);
+  params.set("columns", cols);
+  p.source.params = params;
+  p.source.outputType = RecordType({{"x", FieldType(ElemType::F16, {13})}});
+  p.source.loc = {3, 3};
+
+  PlanStage st;
+  st.name = "map.2";
+  st.op = "map";
+  st.kind = OpKind::Element;
+  Value mp = Value::map();
+  Value expr = Value::string("log(max(x, 0) + 1)", {7, 30});
+  expr.setContentOffset(1);
+  mp.set("expr", expr);
+  mp.set("nan", Value::real(std::nan("")));
+  mp.set("inf", Value::real(std::numeric_limits<double>::infinity()));
+  mp.set("ninf", Value::real(-std::numeric_limits<double>::infinity()));
+  mp.set("negzero", Value::real(-0.0));
+  mp.set("three", Value::real(3.0));
+  mp.set("three_int", Value::integer(3));
+  mp.set("tiny", Value::real(5e-324));
+  mp.set("null", Value::null({9, 9}));
+  mp.set("flag", Value::boolean(true));
+  mp.set("unicode", Value::string("caf\xc3\xa9 \xe4\xb8\xad"));
+  st.params = mp;
+  std::vector<Field> fields;
+  for (std::string_view n : allElemTypeNames())
+    fields.push_back({"f_" + std::string(n),
+                      FieldType(*parseElemType(n), {kDynamic, 0, 7})});
+  st.inputType = RecordType(fields);
+  st.outputType = RecordType({{"scalar", FieldType(ElemType::Bool)}});
+  st.loc = {7, 5};
+  st.parallelism = 4;
+  st.prefetch = 0;
+  st.cache = "disk";
+  p.stages.push_back(st);
+  PlanStage batch;
+  batch.name = "batch";
+  batch.op = "batch";
+  batch.kind = OpKind::Record;
+  batch.params = Value::map();
+  p.stages.push_back(batch);
+  return p;
+}
+
+TEST(Plan, SerializeRoundTripsExactly) {
+  Plan p = trickyPlan();
+  std::string text = p.serialize();
+  Expected<Plan> back = Plan::deserialize(text);
+  ASSERT_TRUE(bool(back)) << back.status().message() << "\n" << text;
+  expectSamePlan(p, *back);
+  EXPECT_EQ(back->serialize(), text);
+  EXPECT_EQ(p.where(p.stages[0]), "dir with spaces/spec.yaml:7:5");
+  EXPECT_EQ(p.where(p.stages[1]), "dir with spaces/spec.yaml");
+}
+
+TEST(Plan, SerializeRoundTripsAnExampleSpec) {
+  rttest::TempDir dir;
+  dir.write("data/a.csv", "1,2\n");
+  runtime::Plan p = rttest::planFromYaml(
+      dir, "pipeline: ex\nseed: 42\nsource:\n  csv:\n    files: data/*.csv\n"
+           "    columns:\n      - {name: label, type: i64}\n"
+           "      - {name: dense, type: f32}\n"
+           "steps:\n  - filter: {where: \"label >= 0\"}\n"
+           "  - map: {field: dense, expr: \"log(max(x, 0) + 1)\"}\n"
+           "  - shuffle: 16\n  - batch: {size: 4, drop_remainder: true}\n"
+           "budget: {cores: 2, memory: 1GiB}\n"
+           "schedule:\n  map: {parallelism: 2, prefetch: 4}\n");
+  Expected<Plan> back = Plan::deserialize(p.serialize());
+  ASSERT_TRUE(bool(back)) << back.status().message();
+  expectSamePlan(p, *back);
+  EXPECT_EQ(back->stages[1].parallelism, 2);
+  EXPECT_EQ(back->memoryBytes, int64_t(1) << 30);
+  // The deserialized plan runs like the original.
+  EXPECT_EQ(rttest::allBytes(rttest::runAll(*back)),
+            rttest::allBytes(rttest::runAll(p)));
+}
+
+TEST(Plan, DeserializeErrorsNameThePath) {
+  std::string good = trickyPlan().serialize();
+  struct Edit {
+    std::string from, to, expect;
+  };
+  for (const Edit &e :
+       {Edit{"\"format\": \"sluice-plan\"", "\"format\": \"other\"",
+             "format is 'other'"},
+        Edit{"\"version\": 1", "\"version\": 99", "version 99"},
+        Edit{"\"elem\": \"f16\"", "\"elem\": \"f17\"",
+             "plan.source.outputType[0].elem: unknown element type 'f17'"},
+        Edit{"\"kind\": \"element\"", "\"kind\": \"weird\"",
+             "plan.stages[0].kind"},
+        Edit{"\"t\": \"int\"", "\"t\": \"integer\"", "unknown value kind"},
+        Edit{"\"seed\": 18446744073709551615", "\"seed\": -1", "plan.seed"}}) {
+    std::string text = good;
+    size_t at = text.find(e.from);
+    ASSERT_NE(at, std::string::npos) << e.from;
+    text.replace(at, e.from.size(), e.to);
+    Expected<Plan> p = Plan::deserialize(text);
+    ASSERT_FALSE(bool(p)) << e.to;
+    EXPECT_NE(p.status().message().find(e.expect), std::string::npos)
+        << p.status().message();
+  }
+  EXPECT_FALSE(bool(Plan::deserialize("")));
+  EXPECT_FALSE(bool(Plan::deserialize("[]")));
+}
+
+} // namespace

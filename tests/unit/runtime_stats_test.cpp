@@ -1,0 +1,118 @@
+//===- runtime_stats_test.cpp - Per-stage counters, table and JSON --------===//
+//
+// The counters the autotuner reads: every stage of the graph appears, in
+// stream order, with consistent element and byte counts; `sluice run`
+// prints the accounting and the table and writes the same counters as JSON.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime_test_util.h"
+
+#include "sluice/runtime/Json.h"
+
+#include <fstream>
+#include <sstream>
+
+using namespace sluice;
+using namespace sluice::rttest;
+
+namespace {
+
+class StatsTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string rows;
+    for (int i = 0; i < 300; ++i)
+      rows += std::to_string(i) + "," + std::to_string(i % 7) + "\n";
+    dir_.write("rows.csv", rows);
+    plan_ = planFromYaml(
+        dir_, "pipeline: stats\nseed: 9\nsource:\n  csv:\n    files: rows.csv\n"
+              "    columns:\n      - {name: id, type: i64}\n"
+              "      - {name: k, type: i64}\n"
+              "steps:\n"
+              "  - one_hot: {field: k, depth: 7, as: hot}\n"
+              "  - filter: \"k != 3\"\n"
+              "  - shuffle: 50\n"
+              "  - batch: {size: 32, drop_remainder: true}\n"
+              "epochs: 2\n"
+              "schedule:\n  one_hot: {parallelism: 2}\n"
+              "  shuffle: {prefetch: 3}\n");
+  }
+  TempDir dir_;
+  runtime::Plan plan_;
+};
+
+TEST_F(StatsTest, CountersFollowTheStream) {
+  runtime::RunStats s;
+  std::vector<Output> outs = runAll(plan_, {}, &s);
+  std::vector<std::string> names;
+  for (const auto &st : s.stages)
+    names.push_back(st.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"csv", "one_hot", "filter",
+                                             "shuffle", "shuffle/prefetch",
+                                             "batch"}));
+  // 300 rows per epoch, of which k == 3 for 43.
+  int64_t kept = 300 - 43;
+  EXPECT_EQ(stageNamed(s, "csv").read, 600);
+  EXPECT_EQ(stageNamed(s, "filter").filtered, 2 * 43);
+  EXPECT_EQ(stageNamed(s, "shuffle").read, 2 * kept);
+  runtime::StageStats b = stageNamed(s, "batch");
+  EXPECT_EQ(b.elementsOut, 2 * (kept / 32));
+  EXPECT_EQ(b.filtered, 2 * (kept % 32));
+  EXPECT_EQ(static_cast<int64_t>(outs.size()), b.elementsOut);
+  EXPECT_EQ(s.outputs, b.elementsOut);
+  EXPECT_EQ(s.epochsDone, 2);
+  EXPECT_EQ(stageNamed(s, "one_hot").parallelism, 2);
+  EXPECT_EQ(stageNamed(s, "shuffle/prefetch").bufferCapacity, 3);
+  EXPECT_EQ(stageNamed(s, "shuffle").bufferCapacity, 50);
+  // Each stage's output bytes are the next one's input bytes.
+  for (size_t i = 1; i + 1 < s.stages.size(); ++i)
+    EXPECT_EQ(s.stages[i].bytesOut, s.stages[i + 1].bytesIn)
+        << s.stages[i].name;
+  // i64 + i64 + f32[7] per record after one_hot.
+  EXPECT_EQ(stageNamed(s, "one_hot").bytesOut, 600 * (8 + 8 + 28));
+  for (const auto &st : s.stages) {
+    EXPECT_GE(st.cpuSeconds, 0) << st.name;
+    EXPECT_GE(st.wallSeconds, 0) << st.name;
+  }
+}
+
+TEST_F(StatsTest, RunPrintsAccountingTableAndJson) {
+  runtime::RunOptions o;
+  o.stats = true;
+  o.statsJsonPath = dir_ / "stats.json";
+  o.progress = runtime::RunOptions::Progress::Off;
+  std::ostringstream out, err;
+  ASSERT_EQ(runtime::runPipeline(plan_, o, out, err), 0) << err.str();
+  EXPECT_EQ(err.str(), "");
+  std::string text = out.str();
+  EXPECT_NE(text.find("accounting (read = emitted + filtered + skipped"),
+            std::string::npos);
+  EXPECT_NE(text.find("filter            read 600 = emitted 514 + filtered "
+                      "86 (where is false) + skipped 0"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("16 outputs in "), std::string::npos) << text;
+  for (const char *col : {"stage", "cpu s", "wall s", "buffer"})
+    EXPECT_NE(text.find(col), std::string::npos) << col;
+
+  std::ifstream in(dir_ / "stats.json");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Expected<runtime::Json> j = runtime::Json::parse(buf.str());
+  ASSERT_TRUE(bool(j)) << j.status().message();
+  EXPECT_EQ(j->get("pipeline")->text(), "stats");
+  EXPECT_EQ(j->get("outputs")->asInt(), 16);
+  const auto &stages = j->get("stages")->items();
+  ASSERT_EQ(stages.size(), 6u);
+  EXPECT_EQ(stages[2].get("name")->text(), "filter");
+  EXPECT_EQ(stages[2].get("filtered")->asInt(), 86);
+  EXPECT_EQ(stages[2].get("where")->text(), plan_.specFile + ":11:5");
+  EXPECT_EQ(stages[4].get("buffer")->get("capacity")->asInt(), 3);
+  for (const auto &st : stages)
+    for (const char *key : {"read", "emitted", "filtered", "skipped",
+                            "discarded", "cpu_seconds", "wall_seconds",
+                            "bytes_in", "bytes_out"})
+      EXPECT_NE(st.get(key), nullptr) << key;
+}
+
+} // namespace

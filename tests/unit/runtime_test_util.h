@@ -1,0 +1,201 @@
+//===- runtime_test_util.h - Helpers shared by the runtime tests ----------===//
+//
+// Specs written by the test into a temporary directory, parsed with the real
+// front end and turned into a runtime Plan (the compiler's module->Plan path
+// is not needed for runtime tests), plus running a Plan to a list of outputs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_TESTS_UNIT_RUNTIME_TEST_UTIL_H
+#define SLUICE_TESTS_UNIT_RUNTIME_TEST_UTIL_H
+
+#include "sluice/dsl/Spec.h"
+#include "sluice/runtime/Pipeline.h"
+#include "sluice/runtime/Plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sluice::rttest {
+
+/// A fresh directory removed at the end of the test.
+class TempDir {
+public:
+  TempDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "sluice-rt-XXXXXX").string();
+    char *made = ::mkdtemp(tmpl.data());
+    EXPECT_NE(made, nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string &path() const { return path_; }
+  std::string operator/(const std::string &rel) const {
+    return path_ + "/" + rel;
+  }
+  std::string write(const std::string &rel, const std::string &bytes) const {
+    std::string full = *this / rel;
+    std::filesystem::create_directories(
+        std::filesystem::path(full).parent_path());
+    std::ofstream out(full, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    EXPECT_TRUE(out.good()) << full;
+    return full;
+  }
+
+private:
+  std::string path_;
+};
+
+/// The runtime Plan of a checked spec: the source and steps in order, each
+/// with its input/output record types and the spec's schedule knobs.
+inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
+  runtime::Plan p;
+  p.name = spec.pipeline;
+  p.specFile = spec.file;
+  size_t slash = spec.file.rfind('/');
+  p.baseDir = slash == std::string::npos ? "." : spec.file.substr(0, slash);
+  p.seed = spec.seed;
+  p.epochs = spec.epochs;
+  p.cores = spec.budget.cores;
+  p.memoryBytes = spec.budget.memoryBytes;
+  auto convert = [&](const dsl::Step &s, const RecordType &in) {
+    runtime::PlanStage st;
+    st.name = s.name;
+    st.op = s.op;
+    st.kind = s.def ? s.def->kind : OpKind::Element;
+    st.params = s.params;
+    st.inputType = in;
+    st.outputType = s.outputType;
+    st.loc = s.loc;
+    for (const char *key : {"default", s.name.c_str()}) {
+      auto it = spec.schedule.find(key);
+      if (it == spec.schedule.end())
+        continue;
+      if (it->second.parallelism)
+        st.parallelism = *it->second.parallelism;
+      if (it->second.prefetch)
+        st.prefetch = *it->second.prefetch;
+      if (it->second.cache)
+        st.cache = *it->second.cache;
+    }
+    return st;
+  };
+  p.source = convert(spec.source, RecordType());
+  p.source.kind = OpKind::Source;
+  RecordType prev = spec.source.outputType;
+  for (const dsl::Step &s : spec.steps) {
+    p.stages.push_back(convert(s, prev));
+    prev = s.outputType;
+  }
+  return p;
+}
+
+/// Writes `yaml` to dir/name, parses and checks it; fails the test (and
+/// returns an empty plan) on spec errors.
+inline runtime::Plan planFromYaml(const TempDir &dir, const std::string &yaml,
+                                  const std::string &name = "spec.yaml") {
+  std::string path = dir.write(name, yaml);
+  dsl::DiagnosticEngine diags(path, yaml);
+  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
+  std::ostringstream errs;
+  diags.print(errs);
+  EXPECT_TRUE(spec != nullptr) << errs.str();
+  if (!spec)
+    return runtime::Plan();
+  return planFromSpec(*spec);
+}
+
+/// One output with its fields copied out.
+struct Output {
+  std::vector<Tensor> fields;
+  int64_t epoch = 0;
+};
+
+/// Runs a plan to the end; fails the test on an error.
+inline std::vector<Output> runAll(const runtime::Plan &plan,
+                                  const runtime::RunOptions &opts = {},
+                                  runtime::RunStats *stats = nullptr) {
+  std::vector<Output> outs;
+  auto p = runtime::Pipeline::create(plan, opts);
+  EXPECT_TRUE(bool(p)) << (p ? "" : p.status().message());
+  if (!p)
+    return outs;
+  runtime::Batch b;
+  for (;;) {
+    Expected<bool> more = (*p)->next(b);
+    EXPECT_TRUE(bool(more)) << (more ? "" : more.status().message());
+    if (!more || !*more)
+      break;
+    outs.push_back({b.fields(), b.epoch()});
+  }
+  (*p)->stop();
+  if (stats)
+    *stats = (*p)->stats();
+  Status bal = (*p)->stats().checkBalanced();
+  EXPECT_TRUE(bal.isOk()) << bal.message();
+  return outs;
+}
+
+/// All values of an integer field of the outputs, flattened in order.
+inline std::vector<int64_t> ints(const std::vector<Output> &outs,
+                                 size_t field) {
+  std::vector<int64_t> v;
+  for (const Output &o : outs) {
+    const Tensor &t = o.fields[field];
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      switch (t.elem()) {
+      case ElemType::I64:
+        v.push_back(t.data<int64_t>()[i]);
+        break;
+      case ElemType::I32:
+        v.push_back(t.data<int32_t>()[i]);
+        break;
+      case ElemType::U8:
+        v.push_back(t.data<uint8_t>()[i]);
+        break;
+      default:
+        ADD_FAILURE() << "not an integer field: " << t.type().str();
+        return v;
+      }
+    }
+  }
+  return v;
+}
+
+/// Bytes of every output, concatenated (for bit-exact comparisons).
+inline std::string allBytes(const std::vector<Output> &outs) {
+  std::string s;
+  for (const Output &o : outs)
+    for (const Tensor &t : o.fields) {
+      s += t.type().str();
+      if (t.isNumeric())
+        s.append(reinterpret_cast<const char *>(t.raw()), t.nbytes());
+      else
+        for (const std::string &v : t.stringValues())
+          s += v + '\0';
+    }
+  return s;
+}
+
+/// The stats of the stage called `name`, or a default.
+inline runtime::StageStats stageNamed(const runtime::RunStats &s,
+                                      const std::string &name) {
+  for (const auto &st : s.stages)
+    if (st.name == name)
+      return st;
+  ADD_FAILURE() << "no stage " << name;
+  return {};
+}
+
+} // namespace sluice::rttest
+
+#endif // SLUICE_TESTS_UNIT_RUNTIME_TEST_UTIL_H
