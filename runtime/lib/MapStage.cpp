@@ -257,6 +257,7 @@ private:
           s.error = r.status();
         ++tail_;
         ready_.notify_all();
+        work_.notify_all();
         return;
       }
       inc(ops_.front().counters->read);
@@ -275,7 +276,9 @@ private:
       s.item = std::move(in);
       s.bytes = bytes;
       ++tail_;
-      if (activeTasks_ < parallelism_) {
+      if (idleWorkers_ > 0) {
+        work_.notify_one();
+      } else if (activeTasks_ < parallelism_) {
         ++activeTasks_;
         shared_.arena->enqueue([this] { workLoop(); });
       }
@@ -289,9 +292,22 @@ private:
     for (;;) {
       uint64_t a, b;
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
-          ++dispatched_;
+        std::unique_lock<std::mutex> lock(mu_);
+        // Linger briefly before giving the thread back: when the input is
+        // the bottleneck, records trickle in one by one, and re-enqueueing
+        // a task for each would pay a worker wake-up per record. The wait
+        // is short so that other stages sharing the arena are not starved.
+        bool lingered = false;
+        for (;;) {
+          while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
+            ++dispatched_;
+          if (cancel_ || dispatched_ < tail_ || lingered)
+            break;
+          ++idleWorkers_;
+          work_.wait_for(lock, std::chrono::microseconds(200));
+          --idleWorkers_;
+          lingered = true;
+        }
         if (cancel_ || dispatched_ >= tail_) {
           --activeTasks_;
           chargeTime(ns.data(), threadCpuNs() - cpu0);
@@ -384,6 +400,7 @@ private:
       cancel_ = true;
     }
     notFull_.notify_all();
+    work_.notify_all();
     if (feeder_.joinable())
       feeder_.join();
     std::unique_lock<std::mutex> lock(mu_);
@@ -405,10 +422,11 @@ private:
   ElementContext ctx_;
 
   std::mutex mu_;
-  std::condition_variable ready_, notFull_, idle_;
+  std::condition_variable ready_, notFull_, idle_, work_;
   std::vector<Slot> slots_;
   uint64_t head_ = 0, dispatched_ = 0, tail_ = 0;
   int64_t activeTasks_ = 0;
+  int64_t idleWorkers_ = 0;
   bool cancel_ = false;
   std::atomic<int64_t> chunk_{1};
   int64_t maxChunk_ = 1;

@@ -212,14 +212,26 @@ Status Engine::build() {
   std::vector<SubOp> group;
   int64_t groupPar = 0, groupPrefetch = 0;
   bool groupHeavy = false;
+  // A prefetch knob on a per-record step deepens the group's reorder
+  // window (which already runs ahead of its consumer) instead of splitting
+  // the group; a group that runs inline gets a prefetch stage after it.
   auto flush = [&]() -> Status {
     if (group.empty())
       return Status::ok();
+    const PlanStage &last = *group.back().step;
     int64_t par = 0;
     if (groupHeavy)
       par = groupPar > 0 ? std::min(groupPar, threads_) : threads_;
     int64_t window = std::max<int64_t>(16, par * 16) + groupPrefetch;
     cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
+    if (!groupHeavy && groupPrefetch > 0) {
+      StageCounters *c = counters(last.name + "/prefetch", "prefetch",
+                                  "buffer", plan_.where(last));
+      cur = makePrefetchStage(shared_, std::move(cur), c, groupPrefetch,
+                              last.outputType,
+                              "the prefetch of '" + last.name + "'",
+                              plan_.where(last));
+    }
     group.clear();
     groupPar = groupPrefetch = 0;
     groupHeavy = false;
@@ -286,16 +298,14 @@ Status Engine::build() {
       if (st.kind == OpKind::Element) {
         groupHeavy = true;
         groupPar = std::max(groupPar, st.parallelism);
-        if (st.prefetch > 0)
-          groupPrefetch += st.prefetch;
       }
+      groupPrefetch = std::max<int64_t>(groupPrefetch, st.prefetch);
       group.push_back(std::move(op));
       if (!st.cache.empty()) {
-        s = addBuffers(st);
-        if (!s)
-          return s;
-      } else if (st.kind != OpKind::Element && st.prefetch > 0) {
-        s = addBuffers(st);
+        // The cache goes right after this step: end the group here.
+        PlanStage cacheOnly = st;
+        cacheOnly.prefetch = 0;
+        s = addBuffers(cacheOnly);
         if (!s)
           return s;
       }

@@ -15,18 +15,20 @@
 // Kinds and their records (field order follows the RecordType given to
 // create(); the list below is the reader's natural order):
 //   image_folder {root, extensions}    path: string, data: bytes, label: i64
-//   files        {files}               path: string, data: bytes
+//   files        {glob}                path: string, data: bytes
 //   csv, tsv     {files, delimiter, header, columns}  one field per column
 //   tfrecord     {files, features}     one field per feature
-//   idx          {images, labels}      image: u8[rows,cols], label: i64
+//   idx          {images, labels}      image: u8[rows,cols] (type and shape
+//                                      from the header), label: i64
 //   npy          {files, field}        <field>: <dtype>[shape[1:]]
 //   webdataset   {shards, fields}      key: string, one field per entry
 //   text_lines   {files}               line: string
-// File patterns (`files`, `shards`: a string or a list of strings) are
-// globs relative to the spec's directory; the union of their matches is
-// sorted bytewise. A pattern that matches nothing is an error. Files whose
-// name ends in ".gz" are decompressed on the fly (except for image_folder
-// and files, which return raw bytes).
+// Each kind's file (e.g. CsvSource.cpp) documents its format details.
+// File patterns (`files`, `glob`, `shards`: a string or a list of strings)
+// are globs relative to baseDir (the spec's directory); the union of their
+// matches is sorted bytewise. A pattern that matches nothing is an error.
+// Files whose name ends in ".gz" are decompressed on the fly (except for
+// image_folder and files, which return raw bytes).
 //
 // Thread safety: a Source is immutable after create(); open() may be called
 // from any number of threads at once. A ShardReader is used by one thread at
@@ -70,7 +72,7 @@ struct DataLocation {
   /// The column, feature or member the problem is in, if any.
   std::string field;
 
-  /// "data/x.csv:17: record 15, byte 1234, column 'label'".
+  /// "data/x.csv:17: record 15, byte 1234, 'label'".
   std::string str() const;
 };
 
@@ -166,8 +168,8 @@ public:
   /// and npy headers); nullopt otherwise.
   virtual std::optional<int64_t> sizeHint() const;
   /// Opens shard `i` (< numShards()). Never fails: a file that cannot be
-  /// opened or read is reported by the reader's first next() as a
-  /// non-recoverable DataError, so the on_error policy applies to it.
+  /// opened or read is reported as a DataError by the reader's first
+  /// next(), so the on_error policy applies to it like to any bad record.
   /// The reader refers to this Source, which must outlive it.
   virtual std::unique_ptr<ShardReader> open(size_t shard) const = 0;
 
