@@ -391,12 +391,12 @@ LogicalResult PipelineOp::verifyRegions() {
     return emitOpError() << "body must not have block arguments";
   if (block.empty() || !isa<OutputOp>(block.back()))
     return emitOpError() << "body must end with sluice.output";
-  llvm::StringMap<Operation *> names;
+  llvm::StringSet<> names;
   for (Operation &op : block.without_terminator()) {
     auto stage = dyn_cast<StageOpInterface>(op);
     if (!stage)
       return op.emitOpError() << "is not a pipeline stage";
-    if (!names.try_emplace(stage.getStageName(), &op).second)
+    if (!names.insert(stage.getStageName()).second)
       return op.emitOpError() << "step name '" << stage.getStageName()
                               << "' is already used by an earlier stage";
     // Pipelines are chains: a stream that feeds two stages would need a

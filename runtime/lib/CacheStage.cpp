@@ -109,8 +109,8 @@ private:
           where_ + ": error: the memory cache of '" + c_->name() + "' holds " +
           std::to_string(items_.size()) + " records (" + formatBytes(bytes_) +
           ") and the next one does not fit in budget.memory " +
-          formatBytes(shared_.memory->limit()) + " (buffers in use: " +
-          shared_.memory->usageSummary() +
+          formatBytes(shared_.memory->limit()) +
+          " (buffers in use: " + shared_.memory->usageSummary() +
           "); cache to disk instead (`cache: disk`) or raise budget.memory");
     bytes_ += b;
     c_->notePeakBytes(bytes_);

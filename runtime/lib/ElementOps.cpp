@@ -129,16 +129,17 @@ std::string dims(const Tensor &t) {
 }
 
 Expected<ElementFn> bindDecodeImage(const PlanStage &s, const FieldIO &io) {
-  int channels = static_cast<int>(s.params["channels"].isNumber()
-                                      ? s.params["channels"].asInt()
-                                      : 3);
-  return unary(io, [channels](const Tensor &t, Record &,
-                              const ElementContext &) -> Expected<Tensor> {
-    if (t.isNumeric() || t.rank() != 0)
-      return Status::error("expected one encoded image (bytes), got " +
-                           t.type().str());
-    return kernels::decodeImage(t.str(), channels);
-  });
+  int channels = static_cast<int>(
+      s.params["channels"].isNumber() ? s.params["channels"].asInt() : 3);
+  return unary(io,
+               [channels](const Tensor &t, Record &,
+                          const ElementContext &) -> Expected<Tensor> {
+                 if (t.isNumeric() || t.rank() != 0)
+                   return Status::error(
+                       "expected one encoded image (bytes), got " +
+                       t.type().str());
+                 return kernels::decodeImage(t.str(), channels);
+               });
 }
 
 Expected<ElementFn> bindResize(const PlanStage &s, const FieldIO &io) {
@@ -146,53 +147,58 @@ Expected<ElementFn> bindResize(const PlanStage &s, const FieldIO &io) {
   if (size.empty() || size.size() > 2)
     return bindError(s, "size needs one or two numbers");
   kernels::Interpolation interp = interpolation(s.params["interpolation"]);
-  return unary(io, [size, interp](const Tensor &t, Record &,
-                                  const ElementContext &) -> Expected<Tensor> {
-    if (t.rank() < 2)
-      return Status::error("expected an image, got " + t.type().str());
-    int64_t h, w;
-    if (size.size() == 2) {
-      h = size[0];
-      w = size[1];
-    } else {
-      // torchvision: the shorter side becomes `size`, the longer one
-      // int(size * long / short) (truncated).
-      int64_t H = t.dim(0), W = t.dim(1), s0 = size[0];
-      if (H <= 0 || W <= 0)
-        return Status::error("cannot resize an empty image (" + dims(t) + ")");
-      if (H <= W) {
-        h = s0;
-        w = static_cast<int64_t>(static_cast<double>(s0) *
-                                 static_cast<double>(W) /
-                                 static_cast<double>(H));
-      } else {
-        w = s0;
-        h = static_cast<int64_t>(static_cast<double>(s0) *
-                                 static_cast<double>(H) /
-                                 static_cast<double>(W));
-      }
-    }
-    return kernels::resize(t, h, w, interp);
-  });
+  return unary(io,
+               [size, interp](const Tensor &t, Record &,
+                              const ElementContext &) -> Expected<Tensor> {
+                 if (t.rank() < 2)
+                   return Status::error("expected an image, got " +
+                                        t.type().str());
+                 int64_t h, w;
+                 if (size.size() == 2) {
+                   h = size[0];
+                   w = size[1];
+                 } else {
+                   // torchvision: the shorter side becomes `size`, the longer
+                   // one int(size * long / short) (truncated).
+                   int64_t H = t.dim(0), W = t.dim(1), s0 = size[0];
+                   if (H <= 0 || W <= 0)
+                     return Status::error("cannot resize an empty image (" +
+                                          dims(t) + ")");
+                   if (H <= W) {
+                     h = s0;
+                     w = static_cast<int64_t>(static_cast<double>(s0) *
+                                              static_cast<double>(W) /
+                                              static_cast<double>(H));
+                   } else {
+                     w = s0;
+                     h = static_cast<int64_t>(static_cast<double>(s0) *
+                                              static_cast<double>(H) /
+                                              static_cast<double>(W));
+                   }
+                 }
+                 return kernels::resize(t, h, w, interp);
+               });
 }
 
 Expected<ElementFn> bindCenterCrop(const PlanStage &s, const FieldIO &io) {
   auto [h, w] = sizeHW(s.params["size"]);
-  return unary(io, [h = h, w = w](const Tensor &t, Record &,
-                                  const ElementContext &) -> Expected<Tensor> {
-    if (t.rank() < 2)
-      return Status::error("expected an image, got " + t.type().str());
-    // The registry documents a data error rather than silent zero padding
-    // for images smaller than the crop.
-    if (t.dim(0) < h || t.dim(1) < w)
-      return Status::error("image " + std::to_string(t.dim(0)) + "x" +
-                           std::to_string(t.dim(1)) +
-                           " is smaller than the crop " + std::to_string(h) +
-                           "x" + std::to_string(w) +
-                           "; resize it first (e.g. `resize: {size: " +
-                           std::to_string(std::max(h, w)) + "}`)");
-    return kernels::centerCrop(t, h, w);
-  });
+  return unary(
+      io,
+      [h = h, w = w](const Tensor &t, Record &,
+                     const ElementContext &) -> Expected<Tensor> {
+        if (t.rank() < 2)
+          return Status::error("expected an image, got " + t.type().str());
+        // The registry documents a data error rather than silent zero padding
+        // for images smaller than the crop.
+        if (t.dim(0) < h || t.dim(1) < w)
+          return Status::error("image " + std::to_string(t.dim(0)) + "x" +
+                               std::to_string(t.dim(1)) +
+                               " is smaller than the crop " +
+                               std::to_string(h) + "x" + std::to_string(w) +
+                               "; resize it first (e.g. `resize: {size: " +
+                               std::to_string(std::max(h, w)) + "}`)");
+        return kernels::centerCrop(t, h, w);
+      });
 }
 
 Expected<ElementFn> bindRandomCrop(const PlanStage &s, const FieldIO &io) {
@@ -200,12 +206,13 @@ Expected<ElementFn> bindRandomCrop(const PlanStage &s, const FieldIO &io) {
   int64_t padding =
       s.params["padding"].isNumber() ? s.params["padding"].asInt() : 0;
   uint64_t stream = stageStream(s);
-  return unary(io, [h = h, w = w, padding,
-                    stream](const Tensor &t, Record &rec,
-                            const ElementContext &ctx) -> Expected<Tensor> {
-    Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
-    return kernels::randomCrop(t, h, w, padding, false, rng);
-  });
+  return unary(io,
+               [h = h, w = w, padding,
+                stream](const Tensor &t, Record &rec,
+                        const ElementContext &ctx) -> Expected<Tensor> {
+                 Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
+                 return kernels::randomCrop(t, h, w, padding, false, rng);
+               });
 }
 
 Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
@@ -226,11 +233,12 @@ Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
   }
   p.interpolation = interpolation(s.params["interpolation"]);
   uint64_t stream = stageStream(s);
-  return unary(io, [p, stream](const Tensor &t, Record &rec,
-                               const ElementContext &ctx) -> Expected<Tensor> {
-    Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
-    return kernels::randomResizedCrop(t, p, rng);
-  });
+  return unary(io,
+               [p, stream](const Tensor &t, Record &rec,
+                           const ElementContext &ctx) -> Expected<Tensor> {
+                 Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
+                 return kernels::randomResizedCrop(t, p, rng);
+               });
 }
 
 Expected<ElementFn> bindRandomFlip(const PlanStage &s, const FieldIO &io) {
@@ -240,12 +248,13 @@ Expected<ElementFn> bindRandomFlip(const PlanStage &s, const FieldIO &io) {
           : kernels::FlipAxis::Width;
   double p = s.params["p"].isNumber() ? s.params["p"].asDouble() : 0.5;
   uint64_t stream = stageStream(s);
-  return unary(io, [axis, p, stream](const Tensor &t, Record &rec,
-                                     const ElementContext &ctx)
-                       -> Expected<Tensor> {
-    Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
-    return kernels::randomFlip(t, axis, p, rng);
-  });
+  return unary(
+      io,
+      [axis, p, stream](const Tensor &t, Record &rec,
+                        const ElementContext &ctx) -> Expected<Tensor> {
+        Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
+        return kernels::randomFlip(t, axis, p, rng);
+      });
 }
 
 Expected<ElementFn> bindNormalize(const PlanStage &s, const FieldIO &io) {
@@ -262,26 +271,25 @@ Expected<ElementFn> bindNormalize(const PlanStage &s, const FieldIO &io) {
     mean.assign(sd.size(), mean[0]);
   if (sd.size() == 1 && mean.size() > 1)
     sd.assign(mean.size(), sd[0]);
-  return unary(io, [mean, sd](const Tensor &t, Record &,
-                              const ElementContext &) -> Expected<Tensor> {
-    return kernels::normalize(t, mean, sd);
-  });
+  return unary(io,
+               [mean, sd](const Tensor &t, Record &,
+                          const ElementContext &) -> Expected<Tensor> {
+                 return kernels::normalize(t, mean, sd);
+               });
 }
 
 Expected<ElementFn> bindCast(const PlanStage &s, const FieldIO &io) {
   ElemType to = io.outType.elem;
-  return unary(io, [to](const Tensor &t, Record &,
-                        const ElementContext &) -> Expected<Tensor> {
-    return kernels::cast(t, to);
-  });
+  return unary(io,
+               [to](const Tensor &t, Record &, const ElementContext &)
+                   -> Expected<Tensor> { return kernels::cast(t, to); });
 }
 
 Expected<ElementFn> bindFillMissing(const PlanStage &s, const FieldIO &io) {
   double v = s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
-  return unary(io, [v](const Tensor &t, Record &,
-                       const ElementContext &) -> Expected<Tensor> {
-    return kernels::fillMissing(t, v);
-  });
+  return unary(io,
+               [v](const Tensor &t, Record &, const ElementContext &)
+                   -> Expected<Tensor> { return kernels::fillMissing(t, v); });
 }
 
 Expected<ElementFn> bindClamp(const PlanStage &s, const FieldIO &io) {
@@ -290,10 +298,9 @@ Expected<ElementFn> bindClamp(const PlanStage &s, const FieldIO &io) {
     lo = s.params["min"].asDouble();
   if (s.params["max"].isNumber())
     hi = s.params["max"].asDouble();
-  return unary(io, [lo, hi](const Tensor &t, Record &,
-                            const ElementContext &) -> Expected<Tensor> {
-    return kernels::clamp(t, lo, hi);
-  });
+  return unary(io,
+               [lo, hi](const Tensor &t, Record &, const ElementContext &)
+                   -> Expected<Tensor> { return kernels::clamp(t, lo, hi); });
 }
 
 Expected<ElementFn> bindMap(const PlanStage &s, const FieldIO &io) {
@@ -303,21 +310,21 @@ Expected<ElementFn> bindMap(const PlanStage &s, const FieldIO &io) {
   ExprError err;
   ExprPtr e = parseExpr(text.asString(), err);
   if (!e)
-    return bindError(s, "expression '" + text.asString() + "': " +
-                            err.message);
+    return bindError(s, "expression '" + text.asString() + "': " + err.message);
   ElemType inElem = s.inputType.fields()[io.in].type.elem;
   Expected<CompiledExpr> compiled = CompiledExpr::compileMap(*e, inElem);
   if (!compiled)
     return bindError(s, compiled.status().message());
   auto code = std::make_shared<const CompiledExpr>(compiled.take());
   ElemType to = io.outType.elem;
-  return unary(io, [code, to](const Tensor &t, Record &,
-                              const ElementContext &) -> Expected<Tensor> {
-    Expected<Tensor> r = code->map(t);
-    if (!r || r->elem() == to)
-      return r;
-    return kernels::cast(*r, to);
-  });
+  return unary(io,
+               [code, to](const Tensor &t, Record &,
+                          const ElementContext &) -> Expected<Tensor> {
+                 Expected<Tensor> r = code->map(t);
+                 if (!r || r->elem() == to)
+                   return r;
+                 return kernels::cast(*r, to);
+               });
 }
 
 Expected<ElementFn> bindTranspose(const PlanStage &s, const FieldIO &io) {
@@ -330,15 +337,15 @@ Expected<ElementFn> bindTranspose(const PlanStage &s, const FieldIO &io) {
     perm = s.params["perm"].asIntList();
   if (perm.size() != s.inputType.fields()[io.in].type.rank())
     return bindError(s, "the permutation does not match the field's rank");
-  return unary(io, [perm](const Tensor &t, Record &,
-                          const ElementContext &) -> Expected<Tensor> {
-    return kernels::transpose(t, perm);
-  });
+  return unary(io,
+               [perm](const Tensor &t, Record &, const ElementContext &)
+                   -> Expected<Tensor> { return kernels::transpose(t, perm); });
 }
 
 Expected<ElementFn> bindPad(const PlanStage &s, const FieldIO &io) {
   std::vector<int64_t> p = s.params["padding"].asIntList();
-  double value = s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
+  double value =
+      s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
   size_t rank = s.inputType.fields()[io.in].type.rank();
   size_t sides = rank == 1 ? 2 : 4;
   if (p.size() == 1)
@@ -348,44 +355,47 @@ Expected<ElementFn> bindPad(const PlanStage &s, const FieldIO &io) {
   std::vector<std::pair<int64_t, int64_t>> pads(rank, {0, 0});
   for (size_t d = 0; d < sides / 2; ++d)
     pads[d] = {p[2 * d], p[2 * d + 1]};
-  return unary(io, [pads, value](const Tensor &t, Record &,
-                                 const ElementContext &) -> Expected<Tensor> {
-    return kernels::pad(t, pads, value);
-  });
+  return unary(io,
+               [pads, value](const Tensor &t, Record &,
+                             const ElementContext &) -> Expected<Tensor> {
+                 return kernels::pad(t, pads, value);
+               });
 }
 
 Expected<ElementFn> bindTruncate(const PlanStage &s, const FieldIO &io) {
   int64_t len = s.params["length"].isNumber() ? s.params["length"].asInt() : 1;
-  return unary(io, [len](const Tensor &t, Record &,
-                         const ElementContext &) -> Expected<Tensor> {
-    return kernels::truncate(t, len, 0);
-  });
+  return unary(io,
+               [len](const Tensor &t, Record &,
+                     const ElementContext &) -> Expected<Tensor> {
+                 return kernels::truncate(t, len, 0);
+               });
 }
 
 Expected<ElementFn> bindHashBucket(const PlanStage &s, const FieldIO &io) {
   int64_t buckets =
       s.params["buckets"].isNumber() ? s.params["buckets"].asInt() : 1;
-  return unary(io, [buckets](const Tensor &t, Record &,
-                             const ElementContext &) -> Expected<Tensor> {
-    return kernels::hashBucket(t, buckets);
-  });
+  return unary(io,
+               [buckets](const Tensor &t, Record &,
+                         const ElementContext &) -> Expected<Tensor> {
+                 return kernels::hashBucket(t, buckets);
+               });
 }
 
 Expected<ElementFn> bindBucketize(const PlanStage &s, const FieldIO &io) {
   std::vector<double> b = s.params["boundaries"].asDoubleList();
-  return unary(io, [b](const Tensor &t, Record &,
-                       const ElementContext &) -> Expected<Tensor> {
-    return kernels::bucketize(t, b);
-  });
+  return unary(io,
+               [b](const Tensor &t, Record &, const ElementContext &)
+                   -> Expected<Tensor> { return kernels::bucketize(t, b); });
 }
 
 Expected<ElementFn> bindOneHot(const PlanStage &s, const FieldIO &io) {
   int64_t depth = s.params["depth"].isNumber() ? s.params["depth"].asInt() : 1;
   ElemType out = io.outType.elem;
-  return unary(io, [depth, out](const Tensor &t, Record &,
-                                const ElementContext &) -> Expected<Tensor> {
-    return kernels::oneHot(t, depth, out);
-  });
+  return unary(io,
+               [depth, out](const Tensor &t, Record &,
+                            const ElementContext &) -> Expected<Tensor> {
+                 return kernels::oneHot(t, depth, out);
+               });
 }
 
 Expected<ElementFn> bindTokenize(const PlanStage &s, const FieldIO &io,
@@ -401,8 +411,8 @@ Expected<ElementFn> bindTokenize(const PlanStage &s, const FieldIO &io,
   if (!vocab)
     return bindError(s, vocab.status().message());
   kernels::TokenizeOptions opts;
-  opts.lowercase = s.params["lowercase"].isBool() &&
-                   s.params["lowercase"].asBool();
+  opts.lowercase =
+      s.params["lowercase"].isBool() && s.params["lowercase"].asBool();
   std::string unknown =
       s.params["unknown"].isString() ? s.params["unknown"].asString() : "[UNK]";
   opts.unknownId = (*vocab)->lookup(unknown);
@@ -413,10 +423,11 @@ Expected<ElementFn> bindTokenize(const PlanStage &s, const FieldIO &io,
                             "to one of its tokens");
   opts.out = io.outType.elem == ElemType::I32 ? ElemType::I32 : ElemType::I64;
   std::shared_ptr<const kernels::Vocab> v = *vocab;
-  return unary(io, [v, opts](const Tensor &t, Record &,
-                             const ElementContext &) -> Expected<Tensor> {
-    return kernels::tokenize(t, *v, opts);
-  });
+  return unary(io,
+               [v, opts](const Tensor &t, Record &,
+                         const ElementContext &) -> Expected<Tensor> {
+                 return kernels::tokenize(t, *v, opts);
+               });
 }
 
 Expected<ElementFn> bindSelect(const PlanStage &s) {
@@ -427,18 +438,19 @@ Expected<ElementFn> bindSelect(const PlanStage &s) {
       return bindError(s, "its input has no field '" + f.name + "'");
     from.push_back(static_cast<size_t>(i));
   }
-  return ElementFn([from](Record &rec, const ElementContext &) -> Expected<bool> {
-    std::vector<Tensor> fields;
-    fields.reserve(from.size());
-    for (size_t i : from) {
-      if (i >= rec.fields.size())
-        return Status::error("internal error: record has " +
-                             std::to_string(rec.fields.size()) + " fields");
-      fields.push_back(std::move(rec.fields[i]));
-    }
-    rec.fields = std::move(fields);
-    return true;
-  });
+  return ElementFn(
+      [from](Record &rec, const ElementContext &) -> Expected<bool> {
+        std::vector<Tensor> fields;
+        fields.reserve(from.size());
+        for (size_t i : from) {
+          if (i >= rec.fields.size())
+            return Status::error("internal error: record has " +
+                                 std::to_string(rec.fields.size()) + " fields");
+          fields.push_back(std::move(rec.fields[i]));
+        }
+        rec.fields = std::move(fields);
+        return true;
+      });
 }
 
 Expected<ElementFn> bindFilter(const PlanStage &s) {
@@ -448,8 +460,7 @@ Expected<ElementFn> bindFilter(const PlanStage &s) {
   ExprError err;
   ExprPtr e = parseExpr(text.asString(), err);
   if (!e)
-    return bindError(s, "expression '" + text.asString() + "': " +
-                            err.message);
+    return bindError(s, "expression '" + text.asString() + "': " + err.message);
   Expected<CompiledExpr> compiled =
       CompiledExpr::compileRecord(*e, s.inputType);
   if (!compiled)

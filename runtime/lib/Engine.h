@@ -33,7 +33,6 @@
 #include <string>
 #include <vector>
 
-
 namespace sluice::runtime::detail {
 
 /// Where a record came from, for error messages.
@@ -65,11 +64,11 @@ struct Shared {
 /// Buffer sizes a stage needs when records have a static size, for the
 /// check before running.
 struct StaticNeed {
-  std::string what;     ///< "shuffle buffer of 4096 records"
-  int64_t records = 0;  ///< capacity in records
-  RecordType type;      ///< type of the buffered records
-  std::string knob;     ///< "shuffle.buffer", "prefetch of 'x'"
-  std::string where;    ///< spec location
+  std::string what;    ///< "shuffle buffer of 4096 records"
+  int64_t records = 0; ///< capacity in records
+  RecordType type;     ///< type of the buffered records
+  std::string knob;    ///< "shuffle.buffer", "prefetch of 'x'"
+  std::string where;   ///< spec location
 };
 
 inline int64_t nowNs() {
@@ -144,8 +143,8 @@ std::unique_ptr<Stage> makeSourceStage(Shared &shared, StageCounters *c,
 /// the arena with at most that many workers and a window of `window` records.
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
-                                    std::vector<SubOp> ops,
-                                    int64_t parallelism, int64_t window);
+                                    std::vector<SubOp> ops, int64_t parallelism,
+                                    int64_t window);
 std::unique_ptr<Stage> makeIdentityStage(Shared &shared,
                                          std::unique_ptr<Stage> upstream,
                                          StageCounters *c);
@@ -156,7 +155,8 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
                                          std::string where);
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
-                                        StageCounters *c, const PlanStage &step);
+                                        StageCounters *c,
+                                        const PlanStage &step);
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,
                                       StageCounters *c, const PlanStage &step,

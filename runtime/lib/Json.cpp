@@ -78,8 +78,7 @@ Json Json::object() {
 }
 
 bool Json::isInteger() const {
-  return kind_ == Kind::Number &&
-         s_.find_first_of(".eE") == std::string::npos;
+  return kind_ == Kind::Number && s_.find_first_of(".eE") == std::string::npos;
 }
 
 bool Json::getInt(int64_t &out) const {
@@ -281,8 +280,8 @@ private:
         ++col;
       }
     }
-    error_ = "JSON " + std::to_string(line) + ":" + std::to_string(col) +
-             ": " + what;
+    error_ = "JSON " + std::to_string(line) + ":" + std::to_string(col) + ": " +
+             what;
     return false;
   }
 

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -144,8 +145,8 @@ private:
   /// Counts a record's outcome, in stream order. Returns an error for a
   /// failed record; `kept` tells whether it goes downstream.
   Status commit(const Item &item, const Outcome &o, bool &kept) {
-    size_t passed = o.kind == Outcome::Kept ? ops_.size()
-                                            : static_cast<size_t>(o.stopAt);
+    size_t passed =
+        o.kind == Outcome::Kept ? ops_.size() : static_cast<size_t>(o.stopAt);
     for (size_t i = 0; i < passed; ++i) {
       StageCounters &c = *ops_[i].counters;
       if (i > 0)
@@ -193,12 +194,12 @@ private:
       // Thread CPU time is measured per run of records; share it out by the
       // wall time each step took (cpu < 0: use wall time).
       int64_t share =
-          cpu < 0 ? ns[i]
-                  : (total > 0 ? static_cast<int64_t>(
-                                     static_cast<double>(cpu) *
-                                     static_cast<double>(ns[i]) /
-                                     static_cast<double>(total))
-                               : 0);
+          cpu < 0
+              ? ns[i]
+              : (total > 0 ? static_cast<int64_t>(static_cast<double>(cpu) *
+                                                  static_cast<double>(ns[i]) /
+                                                  static_cast<double>(total))
+                           : 0);
       inc(ops_[i].counters->cpuNs, share);
     }
   }
@@ -228,7 +229,9 @@ private:
   Slot &slot(uint64_t pos) { return slots_[pos % slots_.size()]; }
 
   void feedLoop() {
+    std::vector<Item> pulled;
     for (;;) {
+      uint64_t room;
       {
         std::unique_lock<std::mutex> lock(mu_);
         notFull_.wait(lock, [&] {
@@ -236,51 +239,67 @@ private:
         });
         if (cancel_)
           return;
+        room = static_cast<uint64_t>(window_) - (tail_ - head_);
       }
-      Item in;
-      Expected<bool> r = upstream_->next(in);
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cancel_) {
-        if (r && *r) {
-          // Read but never placed in the window.
-          inc(ops_.front().counters->read);
-          inc(ops_.front().counters->discarded);
+      // Pull a run of records outside the lock (as many as a worker takes
+      // at once) so the lock is taken once per run, not once per record.
+      uint64_t want = std::min<uint64_t>(
+          room, static_cast<uint64_t>(std::max<int64_t>(1, chunk_)));
+      pulled.clear();
+      std::optional<Expected<bool>> last;
+      while (pulled.size() < want) {
+        Item in;
+        Expected<bool> r = upstream_->next(in);
+        if (!r || !*r) {
+          last.emplace(std::move(r));
+          break;
         }
+        pulled.push_back(std::move(in));
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      inc(ops_.front().counters->read, static_cast<int64_t>(pulled.size()));
+      if (cancel_) {
+        // Read but never placed in the window.
+        inc(ops_.front().counters->discarded,
+            static_cast<int64_t>(pulled.size()));
         return;
       }
-      if (!r || !*r) {
+      for (Item &in : pulled) {
+        int64_t bytes = recordBytes(in.rec);
+        // Wait for memory while our window holds records (they will be
+        // consumed); an empty window must let one record through.
+        while (!account_->tryReserve(bytes)) {
+          if (cancel_ || tail_ == head_) {
+            account_->forceReserve(bytes);
+            break;
+          }
+          notFull_.wait_for(lock, std::chrono::milliseconds(5));
+        }
+        Slot &s = slot(tail_);
+        s = Slot();
+        s.item = std::move(in);
+        s.bytes = bytes;
+        ++tail_;
+      }
+      if (!pulled.empty()) {
+        if (idleWorkers_ > 0)
+          work_.notify_one();
+        else if (activeTasks_ < parallelism_) {
+          ++activeTasks_;
+          shared_.arena->enqueue([this] { workLoop(); });
+        }
+      }
+      if (last) {
         Slot &s = slot(tail_);
         s = Slot();
         s.done = true;
-        s.marker = r ? Slot::End : Slot::Error;
-        if (!r)
-          s.error = r.status();
+        s.marker = *last ? Slot::End : Slot::Error;
+        if (!*last)
+          s.error = last->status();
         ++tail_;
-        ready_.notify_all();
+        ready_.notify_one();
         work_.notify_all();
         return;
-      }
-      inc(ops_.front().counters->read);
-      int64_t bytes = recordBytes(in.rec);
-      // Wait for memory while our window holds records (they will be
-      // consumed); an empty window must let one record through.
-      while (!account_->tryReserve(bytes)) {
-        if (cancel_ || tail_ == head_) {
-          account_->forceReserve(bytes);
-          break;
-        }
-        notFull_.wait_for(lock, std::chrono::milliseconds(5));
-      }
-      Slot &s = slot(tail_);
-      s = Slot();
-      s.item = std::move(in);
-      s.bytes = bytes;
-      ++tail_;
-      if (idleWorkers_ > 0) {
-        work_.notify_one();
-      } else if (activeTasks_ < parallelism_) {
-        ++activeTasks_;
-        shared_.arena->enqueue([this] { workLoop(); });
       }
     }
   }
@@ -340,7 +359,7 @@ private:
         s.done = true;
       }
       if (a <= head_)
-        ready_.notify_all();
+        ready_.notify_one();
     }
   }
 
@@ -358,9 +377,7 @@ private:
 
   Expected<bool> produceParallel(Item &out) {
     for (;;) {
-      Item item;
-      Outcome o;
-      {
+      if (taken_.empty()) {
         std::unique_lock<std::mutex> lock(mu_);
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
@@ -373,20 +390,30 @@ private:
           s.marker = Slot::End;
           return e;
         }
-        item = std::move(s.item);
-        o = std::move(s.outcome);
-        account_->release(s.bytes);
-        s.bytes = 0;
-        ++head_;
         ops_.back().counters->notePeakBytes(account_->used());
+        // Take every finished record at the head (up to a worker's run) in
+        // one go: one lock and one wake-up of the feeder per run.
+        int64_t limit = std::max<int64_t>(1, chunk_);
+        while (head_ < tail_ && static_cast<int64_t>(taken_.size()) < limit) {
+          Slot &h = slot(head_);
+          if (!h.done || h.marker != Slot::None)
+            break;
+          taken_.emplace_back(std::move(h.item), std::move(h.outcome));
+          account_->release(h.bytes);
+          h.bytes = 0;
+          ++head_;
+        }
+        lock.unlock();
+        notFull_.notify_one();
       }
-      notFull_.notify_one();
+      std::pair<Item, Outcome> next = std::move(taken_.front());
+      taken_.pop_front();
       bool kept = false;
-      Status st = commit(item, o, kept);
+      Status st = commit(next.first, next.second, kept);
       if (!st)
         return st;
       if (kept) {
-        out = std::move(item);
+        out = std::move(next.first);
         return true;
       }
     }
@@ -405,6 +432,8 @@ private:
       feeder_.join();
     std::unique_lock<std::mutex> lock(mu_);
     idle_.wait(lock, [&] { return activeTasks_ == 0; });
+    inc(ops_.front().counters->discarded, static_cast<int64_t>(taken_.size()));
+    taken_.clear();
     for (uint64_t p = head_; p < tail_; ++p) {
       Slot &s = slot(p);
       if (s.marker == Slot::None)
@@ -424,6 +453,9 @@ private:
   std::mutex mu_;
   std::condition_variable ready_, notFull_, idle_, work_;
   std::vector<Slot> slots_;
+  /// Finished records the consumer took from the window but has not
+  /// returned yet.
+  std::deque<std::pair<Item, Outcome>> taken_;
   uint64_t head_ = 0, dispatched_ = 0, tail_ = 0;
   int64_t activeTasks_ = 0;
   int64_t idleWorkers_ = 0;
@@ -438,10 +470,10 @@ private:
 
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
-                                    std::vector<SubOp> ops,
-                                    int64_t parallelism, int64_t window) {
-  return std::make_unique<MapStage>(shared, std::move(upstream),
-                                    std::move(ops), parallelism, window);
+                                    std::vector<SubOp> ops, int64_t parallelism,
+                                    int64_t window) {
+  return std::make_unique<MapStage>(shared, std::move(upstream), std::move(ops),
+                                    parallelism, window);
 }
 
 } // namespace sluice::runtime::detail

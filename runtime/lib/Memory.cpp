@@ -107,8 +107,9 @@ std::string MemoryBudget::usageSummary() const {
       if (a->used() > 0)
         held.emplace_back(a->used(), a->name());
   }
-  std::stable_sort(held.begin(), held.end(),
-                   [](const auto &x, const auto &y) { return x.first > y.first; });
+  std::stable_sort(held.begin(), held.end(), [](const auto &x, const auto &y) {
+    return x.first > y.first;
+  });
   std::string s;
   for (const auto &[bytes, name] : held)
     s += (s.empty() ? "" : ", ") + name + " " + formatBytes(bytes);

@@ -54,7 +54,8 @@ public:
   RunOptions opts_;
   int64_t threads_ = 1;
   int64_t epochs_ = 1;
-  std::optional<int64_t> expectedSourceRecords_;
+  std::optional<int64_t> expectedSourceRecords_; ///< per epoch
+  std::optional<int64_t> expectedOutputs_;       ///< per epoch
 
   Status build();
   Status checkStaticMemory() const;
@@ -64,7 +65,6 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
-  std::unique_ptr<oneapi::tbb::global_control> control_;
   std::unique_ptr<oneapi::tbb::task_arena> arena_;
   Shared shared_;
   std::vector<std::unique_ptr<StageCounters>> counters_;
@@ -135,16 +135,24 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->applySchedule();
   int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
   int64_t cores = plan.cores > 0 ? plan.cores : hw;
-  e->threads_ = opts.threads > 0 ? std::min(opts.threads, cores) : cores;
+  // More workers than cores only time-slice (and oneTBB would refuse them,
+  // see below).
+  e->threads_ =
+      std::min(opts.threads > 0 ? std::min(opts.threads, cores) : cores, hw);
   e->epochs_ = opts.epochs ? *opts.epochs : plan.epochs;
   int64_t limit = opts.memoryBytes > 0 ? opts.memoryBytes : plan.memoryBytes;
   e->memory_ = std::make_unique<MemoryBudget>(limit);
   // oneTBB's default worker pool is one thread short of the host's cores
-  // (it expects the main thread to join); the stages only enqueue tasks, so
-  // allow `threads` workers explicitly.
-  e->control_ = std::make_unique<oneapi::tbb::global_control>(
+  // (it expects the main thread to join), but the stages only enqueue tasks
+  // and never join the arena: allow one worker per core, once per process
+  // (the active limit is the minimum over all live controls, so per-pipeline
+  // controls would cap each other). Each pipeline's arena then caps its own
+  // concurrency at `threads`. Never destroyed: oneTBB may be torn down
+  // before static destructors run.
+  static oneapi::tbb::global_control *control = new oneapi::tbb::global_control(
       oneapi::tbb::global_control::max_allowed_parallelism,
-      static_cast<size_t>(e->threads_ + 1));
+      static_cast<size_t>(hw + 1));
+  (void)control;
   e->arena_ = std::make_unique<oneapi::tbb::task_arena>(
       static_cast<int>(e->threads_), 0);
   Status s = e->build();
@@ -225,12 +233,11 @@ Status Engine::build() {
     int64_t window = std::max<int64_t>(16, par * 16) + groupPrefetch;
     cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
     if (!groupHeavy && groupPrefetch > 0) {
-      StageCounters *c = counters(last.name + "/prefetch", "prefetch",
-                                  "buffer", plan_.where(last));
-      cur = makePrefetchStage(shared_, std::move(cur), c, groupPrefetch,
-                              last.outputType,
-                              "the prefetch of '" + last.name + "'",
-                              plan_.where(last));
+      StageCounters *c = counters(last.name + "/prefetch", "prefetch", "buffer",
+                                  plan_.where(last));
+      cur = makePrefetchStage(
+          shared_, std::move(cur), c, groupPrefetch, last.outputType,
+          "the prefetch of '" + last.name + "'", plan_.where(last));
     }
     group.clear();
     groupPar = groupPrefetch = 0;
@@ -245,9 +252,9 @@ Status Engine::build() {
         return s;
       StageCounters *c = counters(st.name + "/prefetch", "prefetch", "buffer",
                                   plan_.where(st));
-      cur = makePrefetchStage(shared_, std::move(cur), c, st.prefetch,
-                              st.outputType, "the prefetch of '" + st.name + "'",
-                              plan_.where(st));
+      cur = makePrefetchStage(
+          shared_, std::move(cur), c, st.prefetch, st.outputType,
+          "the prefetch of '" + st.name + "'", plan_.where(st));
     }
     if (!st.cache.empty()) {
       if (st.cache != "memory" && st.cache != "disk")
@@ -282,15 +289,19 @@ Status Engine::build() {
   for (const PlanStage &st : plan_.stages) {
     std::string where = plan_.where(st);
     if (isPerRecordStep(st)) {
-      Expected<ElementFn> fn = bindElementOp(st, plan_);
+      std::optional<Expected<ElementFn>> bound;
+      if (opts_.binder)
+        bound = opts_.binder(st);
+      Expected<ElementFn> fn =
+          bound ? std::move(*bound) : bindElementOp(st, plan_);
       if (!fn)
         return fn.status().withContext(where + ": ");
       SubOp op;
       op.step = &st;
       op.fn = fn.take();
-      op.counters = counters(st.name, st.op,
-                             st.kind == OpKind::Element ? "element" : "record",
-                             where);
+      op.counters =
+          counters(st.name, st.op,
+                   st.kind == OpKind::Element ? "element" : "record", where);
       if (st.op == "filter") {
         op.counters->setFilterReason("where is false");
         count.reset();
@@ -323,7 +334,8 @@ Status Engine::build() {
                            st.op == "padded_batch");
       if (count) {
         int64_t size = std::max<int64_t>(1, p["size"].asInt());
-        bool drop = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+        bool drop =
+            p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
         count = drop ? *count / size : (*count + size - 1) / size;
       }
     } else if (st.op == "unbatch") {
@@ -345,6 +357,7 @@ Status Engine::build() {
       cur = makeTakeStage(shared_, std::move(cur), c, n);
       if (count)
         count = std::min(*count, n);
+      expectedSourceRecords_.reset(); // the source may stop early
     } else if (st.op == "skip") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
       cur = makeSkipStage(shared_, std::move(cur), c, n);
@@ -371,7 +384,8 @@ Status Engine::build() {
                             : shared_.tempDir;
       if (!dir.empty()) {
         struct stat sb;
-        if (to == "disk" && (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        if (to == "disk" &&
+            (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
           return Status::error(where + ": cache path '" + dir +
                                "' is not a directory; create it or choose "
                                "another `path`");
@@ -403,6 +417,7 @@ Status Engine::build() {
   if (!s)
     return s;
   root_ = std::move(cur);
+  expectedOutputs_ = count;
   return Status::ok();
 }
 
@@ -533,7 +548,7 @@ Pipeline::Pipeline(std::unique_ptr<Engine> engine)
 Pipeline::~Pipeline() { stop(); }
 
 Expected<std::unique_ptr<Pipeline>> Pipeline::create(const Plan &plan,
-                                                      const RunOptions &opts) {
+                                                     const RunOptions &opts) {
   Expected<std::unique_ptr<Engine>> e = Engine::create(plan, opts);
   if (!e)
     return e.status();
@@ -564,6 +579,11 @@ const RecordType &Pipeline::outputType() const {
 const Plan &Pipeline::plan() const { return engine_->plan_; }
 int64_t Pipeline::epochs() const { return engine_->epochs_; }
 int64_t Pipeline::threads() const { return engine_->threads_; }
+std::optional<int64_t> Pipeline::expectedOutputs() const {
+  if (!engine_->expectedOutputs_ || engine_->epochs_ < 0)
+    return std::nullopt;
+  return *engine_->expectedOutputs_ * engine_->epochs_;
+}
 std::optional<int64_t> Pipeline::expectedSourceRecords() const {
   if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)
     return std::nullopt;

@@ -15,9 +15,11 @@
 namespace sluice::runtime {
 
 std::string Plan::where(const PlanStage &s) const {
+  // Plans built by hand (tests, bindings) may have no spec file.
+  std::string file = specFile.empty() ? "<plan>" : specFile;
   if (!s.loc.valid())
-    return specFile;
-  return specFile + ":" + std::to_string(s.loc.line) + ":" +
+    return file;
+  return file + ":" + std::to_string(s.loc.line) + ":" +
          std::to_string(s.loc.col);
 }
 
@@ -318,8 +320,7 @@ public:
   bool stage(const Json &j, const std::string &path, PlanStage &out) {
     std::string kind;
     if (!getString(j, "name", path, out.name) ||
-        !getString(j, "op", path, out.op) ||
-        !getString(j, "kind", path, kind))
+        !getString(j, "op", path, out.op) || !getString(j, "kind", path, kind))
       return false;
     if (kind == "source")
       out.kind = OpKind::Source;

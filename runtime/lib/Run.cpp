@@ -40,8 +40,10 @@ std::string fmtDuration(double s) {
   else if (s >= 60)
     std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s / 60),
                   static_cast<int>(s) % 60);
-  else
+  else if (s >= 10)
     std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
   return buf;
 }
 
@@ -49,6 +51,9 @@ class Progress {
 public:
   Progress(const Pipeline &p, std::ostream &err, bool bar, double interval)
       : p_(p), err_(err), bar_(bar), interval_(interval) {
+    // Count progress in outputs when their number is known, else in
+    // records read from the source.
+    totalOutputs_ = p.expectedOutputs();
     total_ = p.expectedSourceRecords();
     start_ = std::chrono::steady_clock::now();
     thread_ = std::thread([this] { loop(); });
@@ -72,31 +77,39 @@ private:
   std::string line() {
     RunStats s = p_.stats();
     int64_t read = s.stages.empty() ? 0 : s.stages.front().read;
-    double secs = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - start_)
-                      .count();
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
     double rate = secs > 0 ? static_cast<double>(read) / secs : 0;
+    // Progress as a fraction: outputs if their total is known, else source
+    // records.
+    std::optional<double> frac;
+    if (totalOutputs_ && *totalOutputs_ > 0)
+      frac =
+          static_cast<double>(s.outputs) / static_cast<double>(*totalOutputs_);
+    else if (total_ && *total_ > 0)
+      frac = static_cast<double>(read) / static_cast<double>(*total_);
     std::string l;
-    if (total_ && *total_ > 0) {
-      double frac = std::min(1.0, static_cast<double>(read) /
-                                      static_cast<double>(*total_));
+    if (frac) {
+      *frac = std::min(1.0, *frac);
       if (bar_) {
-        int w = 24, filled = static_cast<int>(frac * w);
+        int w = 24, filled = static_cast<int>(*frac * w);
         l += "[" + std::string(static_cast<size_t>(filled), '=') +
              std::string(static_cast<size_t>(w - filled), ' ') + "] ";
       }
       char pct[16];
-      std::snprintf(pct, sizeof(pct), "%3.0f%% ", frac * 100);
+      std::snprintf(pct, sizeof(pct), "%3.0f%% ", *frac * 100);
       l += pct;
-      l += std::to_string(read) + "/" + std::to_string(*total_) + " records";
-    } else {
-      l += std::to_string(read) + " records";
     }
-    l += ", " + std::to_string(s.outputs) + " outputs, " + fmtRate(rate) +
-         " records/s, " + fmtDuration(secs);
-    if (total_ && *total_ > read && rate > 0)
-      l += ", ETA " +
-           fmtDuration(static_cast<double>(*total_ - read) / rate);
+    l += std::to_string(read) + " records";
+    if (!totalOutputs_ && total_)
+      l += " of " + std::to_string(*total_);
+    l += ", " + std::to_string(s.outputs);
+    if (totalOutputs_)
+      l += "/" + std::to_string(*totalOutputs_);
+    l += " outputs, " + fmtRate(rate) + " records/s, " + fmtDuration(secs);
+    if (frac && *frac > 0 && *frac < 1)
+      l += ", ETA " + fmtDuration(secs * (1 - *frac) / *frac);
     return l;
   }
 
@@ -124,7 +137,7 @@ private:
   std::ostream &err_;
   bool bar_;
   double interval_;
-  std::optional<int64_t> total_;
+  std::optional<int64_t> total_, totalOutputs_;
   std::chrono::steady_clock::time_point start_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -149,7 +162,7 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   Expected<std::unique_ptr<Sink>> sink = makeSink(opts.sink);
   if (!sink) {
     printError(err, sink.status().message());
-    return 1;
+    return 2; // a usage error: the --sink value
   }
   Expected<std::unique_ptr<Pipeline>> made = Pipeline::create(plan, opts);
   if (!made) {
@@ -169,9 +182,8 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     mode = tty ? RunOptions::Progress::Bar : RunOptions::Progress::Lines;
   std::unique_ptr<Progress> progress;
   if (mode != RunOptions::Progress::Off)
-    progress = std::make_unique<Progress>(p, err,
-                                          mode == RunOptions::Progress::Bar,
-                                          opts.progressInterval);
+    progress = std::make_unique<Progress>(
+        p, err, mode == RunOptions::Progress::Bar, opts.progressInterval);
 
   Status failure;
   Batch b;

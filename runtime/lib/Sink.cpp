@@ -48,8 +48,8 @@ const char *npyDescr(ElemType e) {
 
 std::string npyHeader(const std::string &descr,
                       const std::vector<int64_t> &shape) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, " +
-                     "'shape': (";
+  std::string dict =
+      "{'descr': '" + descr + "', 'fortran_order': False, " + "'shape': (";
   for (size_t i = 0; i < shape.size(); ++i)
     dict += std::to_string(shape[i]) + (shape.size() == 1 ? "," : "") +
             (i + 1 < shape.size() ? ", " : "");
@@ -161,7 +161,8 @@ public:
         return Status::error("npy sink: cannot create directory " + dir_ +
                              ": " + std::strerror(errno));
     } else if (!S_ISDIR(sb.st_mode)) {
-      return Status::error("npy sink: " + dir_ + " exists and is not a "
+      return Status::error("npy sink: " + dir_ +
+                           " exists and is not a "
                            "directory");
     }
     type_ = type;
@@ -277,8 +278,7 @@ Expected<std::unique_ptr<Sink>> makeSink(const std::string &spec) {
     return std::unique_ptr<Sink>(new NullSink());
   if (spec.rfind("npy:", 0) == 0 && spec.size() > 4)
     return std::unique_ptr<Sink>(new NpySink(spec.substr(4)));
-  return Status::error("unknown sink '" + spec +
-                       "'; use 'null' or 'npy:DIR'");
+  return Status::error("unknown sink '" + spec + "'; use 'null' or 'npy:DIR'");
 }
 
 } // namespace sluice::runtime

@@ -2,10 +2,15 @@
 //
 // The first stage: reads the source's shards in their sorted order (or, with
 // `interleave`, `cycle_length` shards at a time, `block_length` records from
-// each in turn, in tf.data's order) and numbers
-// the records it reads 0, 1, 2, ... per epoch. That number is Record::index,
-// the seed of every random choice made on the record downstream, so the
-// enumeration order must not depend on threads or timing.
+// each in turn, in tf.data's order) and numbers the records it reads 0, 1,
+// 2, ... per epoch. That number is Record::index, the seed of every random
+// choice made on the record downstream, so the enumeration order must not
+// depend on threads or timing.
+//
+// With interleave and more than one thread, every open shard reads ahead on
+// the arena into a small queue of its own (reads of several files overlap,
+// and parsing runs in parallel); records are still taken from the queues in
+// the fixed round-robin order, so the output does not change.
 //
 // Bad records follow the source's on_error: skip counts them by reason and
 // goes on; fail stops with the file, record, byte offset and reason.
@@ -13,23 +18,35 @@
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
 namespace sluice::runtime::detail {
 
 namespace {
+
+/// Records read ahead per open shard.
+constexpr size_t kReadAhead = 16;
 
 class SourceStage : public Stage {
 public:
   SourceStage(Shared &s, StageCounters *c, int64_t cycle, int64_t block)
       : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
-        block_(std::max<int64_t>(1, block)) {}
+        block_(std::max<int64_t>(1, block)) {
+    readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
+    if (readAhead_)
+      account_ = s.memory->account(c->name() + " read-ahead");
+  }
+  ~SourceStage() override { closeAll(); }
 
 protected:
   Status onStart(uint64_t) override {
     if (passInEpoch() == 0)
       index_ = 0; // repetitions within an epoch keep numbering
     closeAll();
-    slots_.clear();
-    slots_.resize(static_cast<size_t>(cycle_));
+    for (int64_t i = 0; i < cycle_; ++i)
+      slots_.push_back(std::make_unique<Slot>());
     nextShard_ = 0;
     pos_ = 0;
     blockIndex_ = 0;
@@ -48,20 +65,23 @@ protected:
       bool inputLeft = nextShard_ < src.numShards();
       if (!inputLeft && open_ == 0)
         return false;
-      Slot &s = slots_[pos_];
+      Slot &s = *slots_[pos_];
       if (!s.reader) {
         if (inputLeft) {
           s.shard = nextShard_++;
           s.reader = src.open(s.shard);
+          s.ended = false;
+          s.bytes = 0;
           ++open_;
         } else {
           advance();
         }
         continue;
       }
-      ReadResult rr = s.reader->next(out.rec);
+      ReadResult rr = readahead() ? take(s, out.rec) : s.reader->next(out.rec);
       if (rr.isEnd()) {
-        doneBytes_ += static_cast<int64_t>(s.reader->bytesRead());
+        doneBytes_ += readahead() ? s.bytes.load()
+                                  : static_cast<int64_t>(s.reader->bytesRead());
         s.reader.reset();
         --open_;
         advance();
@@ -95,10 +115,74 @@ protected:
   }
 
 private:
+  /// What a read-ahead task read: a record, an error or the end.
+  struct Entry {
+    ReadResult result = ReadResult::end();
+    Record rec;
+    int64_t bytes = 0;
+  };
+
   struct Slot {
     size_t shard = 0;
     std::unique_ptr<ShardReader> reader;
+    // Read-ahead state, guarded by mu. While `reading`, only the task
+    // touches the reader.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Entry> queue;
+    bool reading = false;
+    bool ended = false;
+    bool cancel = false;
+    std::atomic<int64_t> bytes{0};
   };
+
+  bool readahead() const { return readAhead_; }
+
+  void schedule(Slot &s) {
+    s.reading = true;
+    shared_.arena->enqueue([this, &s] { readLoop(s); });
+  }
+
+  void readLoop(Slot &s) {
+    // Acquire the slot's lock once so the reader handed over by schedule()
+    // is visibly published to this thread (also for ThreadSanitizer, which
+    // does not see oneTBB's internal synchronization).
+    { std::lock_guard<std::mutex> lock(s.mu); }
+    for (;;) {
+      Entry e;
+      e.result = s.reader->next(e.rec);
+      e.bytes = recordBytes(e.rec);
+      account_->forceReserve(e.bytes);
+      s.bytes.store(static_cast<int64_t>(s.reader->bytesRead()),
+                    std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(s.mu);
+      bool end = e.result.isEnd();
+      s.queue.push_back(std::move(e));
+      if (end)
+        s.ended = true;
+      if (end || s.cancel || s.queue.size() >= kReadAhead) {
+        s.reading = false;
+        s.cv.notify_all();
+        return;
+      }
+      s.cv.notify_all();
+    }
+  }
+
+  /// The next entry of a slot's queue, reading ahead as needed.
+  ReadResult take(Slot &s, Record &rec) {
+    std::unique_lock<std::mutex> lock(s.mu);
+    if (s.queue.empty() && !s.reading && !s.ended)
+      schedule(s);
+    s.cv.wait(lock, [&] { return !s.queue.empty(); });
+    Entry e = std::move(s.queue.front());
+    s.queue.pop_front();
+    account_->release(e.bytes);
+    if (!s.ended && !s.reading && s.queue.size() <= kReadAhead / 2)
+      schedule(s);
+    rec = std::move(e.rec);
+    return std::move(e.result);
+  }
 
   void advance() {
     blockIndex_ = 0;
@@ -106,9 +190,19 @@ private:
   }
 
   void closeAll() {
-    for (Slot &s : slots_)
+    for (auto &sp : slots_) {
+      Slot &s = *sp;
+      if (readahead()) {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.cancel = true;
+        s.cv.wait(lock, [&] { return !s.reading; });
+        for (const Entry &e : s.queue)
+          account_->release(e.bytes);
+        s.queue.clear();
+      }
       if (s.reader)
         doneBytes_ += static_cast<int64_t>(s.reader->bytesRead());
+    }
     slots_.clear();
     open_ = 0;
   }
@@ -116,14 +210,17 @@ private:
   int64_t bytesRead() {
     // Finished readers are folded into doneBytes_ when they close.
     int64_t n = doneBytes_;
-    for (const Slot &s : slots_)
-      if (s.reader)
-        n += static_cast<int64_t>(s.reader->bytesRead());
+    for (const auto &s : slots_)
+      if (s->reader)
+        n += readahead() ? s->bytes.load(std::memory_order_relaxed)
+                         : static_cast<int64_t>(s->reader->bytesRead());
     return n;
   }
 
   int64_t cycle_, block_;
-  std::vector<Slot> slots_;
+  bool readAhead_ = false;
+  MemoryAccount *account_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
   size_t nextShard_ = 0;
   size_t pos_ = 0;
   int64_t blockIndex_ = 0;

@@ -365,14 +365,13 @@ private:
     int64_t fit = avg > 0 ? (m.limit() - others) / avg : 0;
     std::string msg =
         shared_.plan->where(step_) + ": error: the shuffle buffer of " +
-        std::to_string(buffer_) +
-        " records does not fit in budget.memory " + formatBytes(m.limit()) +
-        ": after " + std::to_string(n) + " records of {" +
-        step_.inputType.str() + "} it would hold " +
+        std::to_string(buffer_) + " records does not fit in budget.memory " +
+        formatBytes(m.limit()) + ": after " + std::to_string(n) +
+        " records of {" + step_.inputType.str() + "} it would hold " +
         formatBytes(bytes_ + bytes) + " (" + formatBytes(avg) +
         " per record) while the other buffers hold " + formatBytes(others) +
-        "; lower " + step_.name + ".buffer to <= " +
-        std::to_string(std::max<int64_t>(fit, 0)) +
+        "; lower " + step_.name +
+        ".buffer to <= " + std::to_string(std::max<int64_t>(fit, 0)) +
         " or raise budget.memory";
     return Status::error(msg);
   }
@@ -399,7 +398,8 @@ public:
     const Value &p = step.params;
     if (p["size"].isNumber())
       size_ = std::max<int64_t>(1, p["size"].asInt());
-    dropRemainder_ = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+    dropRemainder_ =
+        p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
     if (p["pad_value"].isNumber())
       padValue_ = p["pad_value"].asDouble();
     // The padded shape of each field: dynamic dims padded to `length` when
@@ -471,9 +471,9 @@ protected:
         return Status::error(
             shared_.plan->where(step_) + ": error: a batch of " +
             std::to_string(size_) + " records does not fit in budget.memory " +
-            formatBytes(shared_.memory->limit()) + " (buffers in use: " +
-            shared_.memory->usageSummary() + "); lower " + step_.name +
-            ".size or raise budget.memory");
+            formatBytes(shared_.memory->limit()) +
+            " (buffers in use: " + shared_.memory->usageSummary() +
+            "); lower " + step_.name + ".size or raise budget.memory");
       }
       bytes_ += bytes;
       c_->notePeakBytes(bytes_);
@@ -779,9 +779,9 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
                                          std::string where) {
   if (buffer <= 0)
     return makeIdentityStage(shared, std::move(upstream), c);
-  return std::make_unique<PrefetchStage>(shared, std::move(upstream), c,
-                                         buffer, std::move(type),
-                                         std::move(knob), std::move(where));
+  return std::make_unique<PrefetchStage>(shared, std::move(upstream), c, buffer,
+                                         std::move(type), std::move(knob),
+                                         std::move(where));
 }
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
@@ -820,8 +820,8 @@ std::unique_ptr<Stage> makeShardStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,
                                       StageCounters *c, int64_t numShards,
                                       int64_t index) {
-  return std::make_unique<ShardStage>(shared, std::move(upstream), c,
-                                      numShards, index);
+  return std::make_unique<ShardStage>(shared, std::move(upstream), c, numShards,
+                                      index);
 }
 
 } // namespace sluice::runtime::detail

@@ -131,15 +131,15 @@ std::string RunStats::table() const {
       buffer = fmt("%.1f", s.occupancyMean) + "/" +
                std::to_string(s.occupancyMax) + "/" +
                std::to_string(s.bufferCapacity);
-    double usPer = s.elementsIn > 0 ? s.wallSeconds * 1e6 /
-                                          static_cast<double>(s.elementsIn)
-                                    : 0;
+    double usPer = s.elementsIn > 0
+                       ? s.wallSeconds * 1e6 / static_cast<double>(s.elementsIn)
+                       : 0;
     rows.push_back({s.name, s.op, std::to_string(s.parallelism),
                     std::to_string(s.elementsIn), std::to_string(s.elementsOut),
-                    std::to_string(s.filtered), std::to_string(s.skippedTotal()),
-                    fmt("%.3f", s.cpuSeconds), fmt("%.3f", s.wallSeconds),
-                    fmt("%.2f", usPer), formatBytes(s.bytesIn),
-                    formatBytes(s.bytesOut), buffer});
+                    std::to_string(s.filtered),
+                    std::to_string(s.skippedTotal()), fmt("%.3f", s.cpuSeconds),
+                    fmt("%.3f", s.wallSeconds), fmt("%.2f", usPer),
+                    formatBytes(s.bytesIn), formatBytes(s.bytesOut), buffer});
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto &r : rows)
@@ -203,17 +203,15 @@ void StageCounters::sampleOccupancy(int64_t occupancy) {
   occupancySamples.fetch_add(1, std::memory_order_relaxed);
   occupancySum.fetch_add(occupancy, std::memory_order_relaxed);
   int64_t m = occupancyMax.load(std::memory_order_relaxed);
-  while (occupancy > m &&
-         !occupancyMax.compare_exchange_weak(m, occupancy,
-                                             std::memory_order_relaxed))
+  while (occupancy > m && !occupancyMax.compare_exchange_weak(
+                              m, occupancy, std::memory_order_relaxed))
     ;
 }
 
 void StageCounters::notePeakBytes(int64_t bytes) {
   int64_t m = bufferBytesPeak.load(std::memory_order_relaxed);
-  while (bytes > m &&
-         !bufferBytesPeak.compare_exchange_weak(m, bytes,
-                                                std::memory_order_relaxed))
+  while (bytes > m && !bufferBytesPeak.compare_exchange_weak(
+                          m, bytes, std::memory_order_relaxed))
     ;
 }
 

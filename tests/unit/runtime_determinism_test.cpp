@@ -62,9 +62,8 @@ TEST_F(DeterminismTest, SameBytesAtAnyParallelism) {
                          "drop_remainder: true}\n");
   std::string one = run(p, 1);
   // 10000 records, 39 full batches of f32[256,24,24] + i64[256].
-  EXPECT_EQ(one.size(),
-            39 * (256 * 24 * 24 * 4 + 256 * 8 +
-                  std::string("f32[256,24,24]i64[256]").size()));
+  EXPECT_EQ(one.size(), 39 * (256 * 24 * 24 * 4 + 256 * 8 +
+                              std::string("f32[256,24,24]i64[256]").size()));
   EXPECT_EQ(run(p, 2), one);
   EXPECT_EQ(run(p, 1), one);
   // An explicit parallelism of 1 for the map group is the same too.
@@ -76,8 +75,8 @@ TEST_F(DeterminismTest, SameBytesAtAnyParallelism) {
 }
 
 TEST_F(DeterminismTest, EpochsAndSeedsChangeTheOutput) {
-  runtime::Plan p = plan(7, 2, "  - take: 2000\n",
-                         "  - shuffle: 500\n  - batch: 100\n");
+  runtime::Plan p =
+      plan(7, 2, "  - take: 2000\n", "  - shuffle: 500\n  - batch: 100\n");
   std::vector<Output> outs = runAll(p);
   ASSERT_EQ(outs.size(), 40u);
   std::vector<Output> e0(outs.begin(), outs.begin() + 20),
@@ -93,8 +92,8 @@ TEST_F(DeterminismTest, EpochsAndSeedsChangeTheOutput) {
   std::sort(l1.begin(), l1.end());
   EXPECT_EQ(l0, l1);
 
-  runtime::Plan q = plan(8, 2, "  - take: 2000\n",
-                         "  - shuffle: 500\n  - batch: 100\n");
+  runtime::Plan q =
+      plan(8, 2, "  - take: 2000\n", "  - shuffle: 500\n  - batch: 100\n");
   EXPECT_NE(allBytes(runAll(q)), allBytes(outs));
   // Same seed again: identical.
   EXPECT_EQ(allBytes(runAll(p, {})), allBytes(outs));
@@ -119,11 +118,11 @@ TEST_F(DeterminismTest, CacheFreezesRandomResults) {
 }
 
 TEST_F(DeterminismTest, RepeatDrawsNewCropsInEachPass) {
-  runtime::Plan p = plan(3, 1, "  - take: 100\n  - repeat: 2\n",
-                         "  - batch: 100\n");
+  runtime::Plan p =
+      plan(3, 1, "  - take: 100\n  - repeat: 2\n", "  - batch: 100\n");
   std::vector<Output> outs = runAll(p);
   ASSERT_EQ(outs.size(), 2u);
-  EXPECT_EQ(ints({outs[0]}, 1), ints({outs[1]}, 1)); // same labels
+  EXPECT_EQ(ints({outs[0]}, 1), ints({outs[1]}, 1));   // same labels
   EXPECT_NE(allBytes({outs[0]}), allBytes({outs[1]})); // new crops
   runtime::RunOptions o;
   o.threads = 1;

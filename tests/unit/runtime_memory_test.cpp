@@ -50,12 +50,12 @@ TEST_F(MemoryTest, RefusesAShuffleBufferThatCannotFit) {
                    "f32[28,28], label: i64}"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("more than budget.memory 64 MiB"), std::string::npos)
-      << m;
+  EXPECT_NE(m.find("more than budget.memory 64 MiB"), std::string::npos) << m;
   std::smatch match;
-  ASSERT_TRUE(std::regex_search(m, match,
-                                std::regex("lower shuffle.buffer to <= ([0-9]+) "
-                                           "or raise budget.memory")))
+  ASSERT_TRUE(
+      std::regex_search(m, match,
+                        std::regex("lower shuffle.buffer to <= ([0-9]+) "
+                                   "or raise budget.memory")))
       << m;
   int64_t fit = std::stoll(match[1]);
   // A record is 28*28*4 + 8 bytes; the suggestion must fit with the other
@@ -69,8 +69,7 @@ TEST_F(MemoryTest, RefusesAShuffleBufferThatCannotFit) {
   ok.replace(ok.find("shuffle: 100000"), 15, "shuffle: " + std::to_string(fit));
   runtime::Plan q = planFromYaml(dir_, ok, "ok.yaml");
   auto accepted = runtime::Pipeline::create(q);
-  EXPECT_TRUE(bool(accepted))
-      << (accepted ? "" : accepted.status().message());
+  EXPECT_TRUE(bool(accepted)) << (accepted ? "" : accepted.status().message());
 }
 
 TEST_F(MemoryTest, RefusesAMemoryCacheOfAKnownSizeDataSet) {
@@ -104,7 +103,8 @@ TEST_F(MemoryTest, StopsAGrowingMemoryCacheBeforeTheBudget) {
   o.progress = runtime::RunOptions::Progress::Off;
   std::ostringstream out, err;
   EXPECT_EQ(runtime::runPipeline(p, o, out, err), 1);
-  EXPECT_NE(err.str().find("the memory cache of 'cache' holds"), std::string::npos)
+  EXPECT_NE(err.str().find("the memory cache of 'cache' holds"),
+            std::string::npos)
       << err.str();
   EXPECT_NE(err.str().find("cache to disk instead (`cache: disk`)"),
             std::string::npos)

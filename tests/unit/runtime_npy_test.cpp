@@ -31,8 +31,7 @@ std::string readAll(const std::string &path) {
 /// A python3 that can import numpy, or "".
 std::string pythonWithNumpy() {
   for (const char *py : {"/usr/bin/python3", "python3"}) {
-    std::string cmd =
-        std::string(py) + " -c 'import numpy' >/dev/null 2>&1";
+    std::string cmd = std::string(py) + " -c 'import numpy' >/dev/null 2>&1";
     if (std::system(cmd.c_str()) == 0)
       return py;
   }
@@ -109,8 +108,10 @@ protected:
       const runtime::Json &entry = index->get("outputs")->items()[i];
       for (size_t f = 0; f < type.size(); ++f) {
         const Tensor &t = outs[i].fields[f];
-        const std::string &file =
-            entry.get("fields")->get(type.fields()[f].name)->get("file")->text();
+        const std::string &file = entry.get("fields")
+                                      ->get(type.fields()[f].name)
+                                      ->get("file")
+                                      ->text();
         std::string raw = readAll(out + "/" + file + ".raw");
         std::string expect;
         if (t.isNumeric()) {
@@ -171,16 +172,18 @@ TEST_F(NpyTest, StringAndBytesFields) {
   dir_.write("blobs/x.bin", std::string("\x00\x01\x02\xff\x00", 5));
   dir_.write("blobs/y.bin", "");
   dir_.write("blobs/z.bin", "plain");
-  runtime::Plan text = planFromYaml(
-      dir_, "pipeline: t\nsource:\n  text_lines: {files: text/*.txt}\n"
-            "steps:\n  - batch: 3\n",
-      "t.yaml");
+  runtime::Plan text =
+      planFromYaml(dir_,
+                   "pipeline: t\nsource:\n  text_lines: {files: text/*.txt}\n"
+                   "steps:\n  - batch: 3\n",
+                   "t.yaml");
   check(text, {"<U"});
   std::filesystem::remove_all(dir_ / "out");
-  runtime::Plan blobs = planFromYaml(
-      dir_, "pipeline: b\nsource:\n  files: {glob: blobs/*.bin}\n"
-            "steps:\n  - select: [data]\n",
-      "b.yaml");
+  runtime::Plan blobs =
+      planFromYaml(dir_,
+                   "pipeline: b\nsource:\n  files: {glob: blobs/*.bin}\n"
+                   "steps:\n  - select: [data]\n",
+                   "b.yaml");
   check(blobs, {"bytes"});
 }
 

@@ -80,10 +80,10 @@ TEST(Json, ErrorsNameLineAndColumn) {
     const char *text;
     const char *where;
   };
-  for (const Bad &b : {Bad{"{\"a\": [1, 2,]}", "1:13"},
-                       Bad{"{\"a\" 1}", "1:6"}, Bad{"[1,\n 2", "2:3"},
-                       Bad{"\"abc", "1:5"}, Bad{"[01]", "1:3"},
-                       Bad{"{} x", "1:4"}, Bad{"tru", "1:1"}}) {
+  for (const Bad &b :
+       {Bad{"{\"a\": [1, 2,]}", "1:13"}, Bad{"{\"a\" 1}", "1:6"},
+        Bad{"[1,\n 2", "2:3"}, Bad{"\"abc", "1:5"}, Bad{"[01]", "1:3"},
+        Bad{"{} x", "1:4"}, Bad{"tru", "1:1"}}) {
     Expected<Json> j = Json::parse(b.text);
     ASSERT_FALSE(bool(j)) << b.text;
     EXPECT_NE(j.status().message().find(std::string("JSON ") + b.where + ":"),

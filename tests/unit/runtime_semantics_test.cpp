@@ -17,9 +17,9 @@ namespace {
 
 struct Case {
   const char *name;
-  const char *steps;  ///< YAML list items (may be empty)
+  const char *steps; ///< YAML list items (may be empty)
   std::vector<int64_t> ids;
-  int64_t outputs;    ///< -1: one per id
+  int64_t outputs; ///< -1: one per id
   int64_t epochs = 1;
 };
 
@@ -79,8 +79,8 @@ TEST_P(SemanticsTest, IdsMatchTheDefinition) {
     runtime::RunStats stats;
     std::vector<Output> outs = runAll(p, opts, &stats);
     EXPECT_EQ(ints(outs, 0), c.ids) << c.name << " threads=" << threads;
-    int64_t expected = c.outputs < 0 ? static_cast<int64_t>(c.ids.size())
-                                     : c.outputs;
+    int64_t expected =
+        c.outputs < 0 ? static_cast<int64_t>(c.ids.size()) : c.outputs;
     EXPECT_EQ(static_cast<int64_t>(outs.size()), expected) << c.name;
     for (const auto &s : stats.stages)
       EXPECT_TRUE(s.balanced()) << s.name << ": " << s.accountingLine();
@@ -103,34 +103,37 @@ const Case kCases[] = {
     {"repeat_forever_take", "  - repeat: {}\n  - take: 45\n",
      concat(concat(range(0, 20), range(0, 20)), range(0, 5)), -1},
     {"batch", "  - batch: 6\n", range(0, 20), 4},
-    {"batch_drop", "  - batch: {size: 6, drop_remainder: true}\n",
-     range(0, 18), 3},
+    {"batch_drop", "  - batch: {size: 6, drop_remainder: true}\n", range(0, 18),
+     3},
     {"batch_exact", "  - batch: {size: 5, drop_remainder: true}\n",
      range(0, 20), 4},
     {"batch_unbatch", "  - batch: 4\n  - unbatch: {}\n", range(0, 20), -1},
     {"batch_unbatch_rebatch", "  - batch: 3\n  - unbatch: {}\n  - batch: 7\n",
      range(0, 20), 3},
     // tf.data's interleave order over files [0..6], [7..11], [12..19].
-    {"interleave", "  - interleave: {cycle_length: 2, block_length: 2}\n",
+    {"interleave",
+     "  - interleave: {cycle_length: 2, block_length: 2}\n",
      {0, 1, 7, 8, 2, 3, 9, 10, 4, 5, 11, 6, 12, 13, 14, 15, 16, 17, 18, 19},
      -1},
-    {"interleave_block1", "  - interleave: {cycle_length: 3, block_length: 1}\n",
+    {"interleave_block1",
+     "  - interleave: {cycle_length: 3, block_length: 1}\n",
      {0, 7, 12, 1, 8, 13, 2, 9, 14, 3, 10, 15, 4, 11, 16, 5, 17, 6, 18, 19},
      -1},
     {"filter", "  - filter: \"id % 3 == 0\"\n", everyNth(3, 0), -1},
-    {"filter_batch", "  - filter: \"id >= 10\"\n  - batch: 4\n",
-     range(10, 20), 3},
-    {"select_rename",
-     "  - select: [id]\n  - rename: {id: key}\n", range(0, 20), -1},
+    {"filter_batch", "  - filter: \"id >= 10\"\n  - batch: 4\n", range(10, 20),
+     3},
+    {"select_rename", "  - select: [id]\n  - rename: {id: key}\n", range(0, 20),
+     -1},
     {"prefetch", "  - prefetch: 3\n", range(0, 20), -1},
-    {"cache_memory", "  - cache: memory\n",
-     concat(range(0, 20), range(0, 20)), -1, 2},
+    {"cache_memory", "  - cache: memory\n", concat(range(0, 20), range(0, 20)),
+     -1, 2},
     {"cache_disk", "  - cache: disk\n  - take: 15\n",
      concat(range(0, 15), range(0, 15)), -1, 2},
     {"cache_repeat", "  - cache: memory\n  - repeat: 3\n",
      concat(concat(range(0, 20), range(0, 20)), range(0, 20)), -1},
-    {"map_cast", "  - map: {field: id, expr: \"x * 2\"}\n  - map: {field: id, "
-                 "expr: \"x / 2\", dtype: i64}\n",
+    {"map_cast",
+     "  - map: {field: id, expr: \"x * 2\"}\n  - map: {field: id, "
+     "expr: \"x / 2\", dtype: i64}\n",
      range(0, 20), -1},
     {"epochs", "  - batch: 10\n", concat(range(0, 20), range(0, 20)), 4, 2},
 };
@@ -207,6 +210,41 @@ TEST_F(SemanticsTest, SelectAndRenameShapeTheOutput) {
   EXPECT_EQ(b.field("half"), nullptr);
 }
 
+TEST_F(SemanticsTest, BinderSuppliesCompiledSteps) {
+  runtime::Plan p = plan("  - map: {field: id, expr: \"x + 1\"}\n"
+                         "  - filter: \"id < 10\"\n",
+                         1);
+  runtime::RunOptions o;
+  int bound = 0;
+  o.binder = [&](const runtime::PlanStage &st)
+      -> std::optional<Expected<runtime::ElementFn>> {
+    if (st.op != "map")
+      return std::nullopt;
+    ++bound;
+    return Expected<runtime::ElementFn>(runtime::ElementFn(
+        [](Record &rec, const runtime::ElementContext &) -> Expected<bool> {
+          rec.fields[0] = Tensor::scalar<int64_t>(
+              ElemType::I64, rec.fields[0].data<int64_t>()[0] * 100);
+          return true;
+        }));
+  };
+  EXPECT_EQ(ints(runAll(p, o), 0), (std::vector<int64_t>{0}));
+  EXPECT_EQ(bound, 1);
+  EXPECT_EQ(ints(runAll(p), 0), range(1, 10));
+}
+
+TEST_F(SemanticsTest, InterleaveMustComeBeforeStreamOps) {
+  runtime::Plan p =
+      plan("  - shuffle: 4\n  - interleave: {cycle_length: 2}\n", 1);
+  auto pipe = runtime::Pipeline::create(p);
+  ASSERT_FALSE(bool(pipe));
+  EXPECT_NE(pipe.status().message().find(
+                "interleave reads the source's files round-robin, so it must "
+                "come before 'shuffle'"),
+            std::string::npos)
+      << pipe.status().message();
+}
+
 TEST_F(SemanticsTest, PaddedBatchPadsAndCutsToLength) {
   dir_.write("text/a.txt", "a b c\nb\na a a a a\n\nc b\n");
   dir_.write("vocab.txt", "[UNK]\na\nb\nc\n");
@@ -220,12 +258,12 @@ TEST_F(SemanticsTest, PaddedBatchPadsAndCutsToLength) {
   std::vector<Output> outs = runAll(longest);
   ASSERT_EQ(outs.size(), 2u);
   EXPECT_EQ(outs[0].fields[0].shape(), (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(ints(outs, 0),
-            (std::vector<int64_t>{1, 2, 3, 9, 9, 2, 9, 9, 9, 9, 1, 1, 1, 1, 1,
-                                  9, 9, 3, 2}));
+  EXPECT_EQ(ints(outs, 0), (std::vector<int64_t>{1, 2, 3, 9, 9, 2, 9, 9, 9, 9,
+                                                 1, 1, 1, 1, 1, 9, 9, 3, 2}));
   runtime::Plan fixed = planFromYaml(
-      dir_, yaml + "  - padded_batch: {size: 2, length: 2, drop_remainder: "
-                   "true}\n",
+      dir_,
+      yaml + "  - padded_batch: {size: 2, length: 2, drop_remainder: "
+             "true}\n",
       "fixed.yaml");
   outs = runAll(fixed);
   ASSERT_EQ(outs.size(), 2u);

@@ -47,9 +47,9 @@ TEST_F(StatsTest, CountersFollowTheStream) {
   std::vector<std::string> names;
   for (const auto &st : s.stages)
     names.push_back(st.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"csv", "one_hot", "filter",
-                                             "shuffle", "shuffle/prefetch",
-                                             "batch"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"csv", "one_hot", "filter", "shuffle",
+                                      "shuffle/prefetch", "batch"}));
   // 300 rows per epoch, of which k == 3 for 43.
   int64_t kept = 300 - 43;
   EXPECT_EQ(stageNamed(s, "csv").read, 600);
@@ -112,9 +112,9 @@ TEST_F(StatsTest, RunPrintsAccountingTableAndJson) {
   EXPECT_EQ(stages[2].get("where")->text(), plan_.specFile + ":11:5");
   EXPECT_EQ(stages[4].get("buffer")->get("capacity")->asInt(), 3);
   for (const auto &st : stages)
-    for (const char *key : {"read", "emitted", "filtered", "skipped",
-                            "discarded", "cpu_seconds", "wall_seconds",
-                            "bytes_in", "bytes_out"})
+    for (const char *key :
+         {"read", "emitted", "filtered", "skipped", "discarded", "cpu_seconds",
+          "wall_seconds", "bytes_in", "bytes_out"})
       EXPECT_NE(st.get(key), nullptr) << key;
 }
 

@@ -1,4 +1,5 @@
-//===- Pipeline.h - Running a Plan: iterator API and `sluice run` -*- C++ -*-===//
+//===- Pipeline.h - Running a Plan: iterator API and `sluice run` -*- C++
+//-*-===//
 //
 // A Pipeline builds the stage graph of a Plan and pulls outputs from it:
 //
@@ -24,10 +25,12 @@
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
+#include "sluice/runtime/ElementOps.h"
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Stats.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,13 +52,20 @@ struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
   std::optional<int64_t> epochs;
   /// Worker threads (`--threads`); 0 = the plan's budget.cores, or all
-  /// cores of the host. Never more than budget.cores when that is set.
+  /// cores of the host. Never more than budget.cores when that is set, nor
+  /// more than the host's cores.
   int64_t threads = 0;
   /// Overrides Plan::memoryBytes (0 = keep the plan's).
   int64_t memoryBytes = 0;
   /// Per-step overrides keyed by step name; "default" applies to all steps
   /// (`--schedule FILE`, or the autotuner's trial schedules).
   std::map<std::string, ScheduleOverride> schedule;
+  /// Binds per-record steps to compiled code (the JIT, or the kernels linked
+  /// into a compiled executable) before the runtime's own kernels are tried:
+  /// return a closure for the steps it compiled, or nullopt to let
+  /// bindElementOp() handle the step. Steps of kind Element with an op the
+  /// registry does not know (a fused kernel) must be bound here.
+  std::function<std::optional<Expected<ElementFn>>(const PlanStage &)> binder;
 
   // runPipeline() only.
   /// "null" (count only) or "npy:DIR".
@@ -65,8 +75,8 @@ struct RunOptions {
   /// Also write the counters as JSON to this file (`--stats-json FILE`).
   std::string statsJsonPath;
   enum class Progress { Auto, Bar, Lines, Off };
-  /// Auto: a redrawn bar when stderr is a terminal, else a plain line every
-  /// few seconds. Off with `--quiet`.
+  /// Auto: a redrawn bar when file descriptor 2 is a terminal, else a plain
+  /// line every few seconds. Off with `--quiet`.
   Progress progress = Progress::Auto;
   /// Seconds between plain progress lines (Lines mode).
   double progressInterval = 5.0;
@@ -110,8 +120,8 @@ public:
   /// Builds the stage graph: opens the source (lists and checks its files),
   /// binds every step to its kernels, and refuses a plan whose buffers
   /// cannot fit in budget.memory. Nothing is read yet.
-  static Expected<std::unique_ptr<Pipeline>> create(const Plan &plan,
-                                                    const RunOptions &opts = {});
+  static Expected<std::unique_ptr<Pipeline>>
+  create(const Plan &plan, const RunOptions &opts = {});
   ~Pipeline();
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;
@@ -121,7 +131,8 @@ public:
   /// budget error; the pipeline is stopped after it.
   Expected<bool> next(Batch &out);
   /// Stops background work now (before the end is fine); counters are final
-  /// afterwards. Called by the destructor.
+  /// afterwards. Called by the destructor. Call it from the thread that
+  /// calls next(), not concurrently with it.
   void stop();
 
   const RecordType &outputType() const;
@@ -132,6 +143,9 @@ public:
   int64_t threads() const;
   /// Total records over all epochs the source will read, when known.
   std::optional<int64_t> expectedSourceRecords() const;
+  /// Total outputs over all epochs, when every step keeps a known count
+  /// (no filter, unbatch or bad records), e.g. for a progress bar.
+  std::optional<int64_t> expectedOutputs() const;
 
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;
@@ -143,7 +157,8 @@ private:
 
 /// `sluice run`: runs `plan` into opts.sink with progress on `err`, then
 /// prints the accounting (and the --stats table) to `out`. Returns the exit
-/// code: 0 ok, 1 pipeline/data error (printed to `err`).
+/// code: 0 ok, 1 pipeline/data error (printed to `err`, located in the spec
+/// or the data), 2 for a sink spec it does not understand.
 int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
                 std::ostream &err);
 

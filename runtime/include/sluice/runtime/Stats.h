@@ -36,10 +36,11 @@ namespace sluice::runtime {
 
 /// A snapshot of one stage's counters.
 struct StageStats {
-  std::string name;  ///< step name ("decode_image", "map.2"), or "<step>/prefetch"
-  std::string op;    ///< registry op, or "prefetch"/"cache" for inserted buffers
-  std::string kind;  ///< "source", "element", "record", "buffer"
-  std::string where; ///< "spec.yaml:12:5"
+  std::string
+      name;       ///< step name ("decode_image", "map.2"), or "<step>/prefetch"
+  std::string op; ///< registry op, or "prefetch"/"cache" for inserted buffers
+  std::string kind;        ///< "source", "element", "record", "buffer"
+  std::string where;       ///< "spec.yaml:12:5"
   int64_t parallelism = 1; ///< workers (1 for stages that run inline)
 
   // Accounting, in input units.
@@ -56,9 +57,14 @@ struct StageStats {
   int64_t elementsOut = 0; ///< what the stage produced (batches for batch)
   int64_t bytesIn = 0;
   int64_t bytesOut = 0;
-  double cpuSeconds = 0;  ///< thread CPU time of the stage's own work
-  double wallSeconds = 0; ///< wall time of the stage's own work (summed over
-                          ///< workers; excludes waiting for its input)
+  /// CPU time of the stage's own work: thread CPU clocks of the workers
+  /// for parallel steps (shared among fused steps by their wall time); for
+  /// stages that run inline, their own wall time (reading the thread CPU
+  /// clock per record would cost more than many steps do).
+  double cpuSeconds = 0;
+  /// Wall time of the stage's own work, summed over workers, excluding the
+  /// time spent waiting for its input.
+  double wallSeconds = 0;
 
   // Buffer occupancy (stages with a queue, window or buffer).
   int64_t bufferCapacity = 0; ///< records (0: the stage has no buffer)
@@ -84,9 +90,9 @@ struct RunStats {
   int64_t epochs = 0;
   int64_t threads = 0;
   double wallSeconds = 0;
-  int64_t outputs = 0;        ///< elements the pipeline emitted (batches)
+  int64_t outputs = 0; ///< elements the pipeline emitted (batches)
   int64_t outputBytes = 0;
-  int64_t memoryLimit = 0;    ///< 0: no budget
+  int64_t memoryLimit = 0; ///< 0: no budget
   int64_t memoryPeak = 0;
   std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
   std::vector<StageStats> stages; ///< source first, in stream order
