@@ -1,7 +1,8 @@
-//===- Compiler.cpp - `sluice explain` and the graph pass pipeline --------===//
+//===- Compiler.cpp - `sluice explain`, buildPlan and the graph passes ----===//
 #include "sluice/compiler/Compiler.h"
 #include "sluice/compiler/MLIRGen.h"
 #include "sluice/compiler/Passes.h"
+#include "sluice/compiler/PlanGen.h"
 #include "sluice/compiler/SluiceOps.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -45,21 +46,6 @@ std::string didYouMean(const std::string &word,
   return best.empty() ? "" : "; did you mean '" + best + "'?";
 }
 
-/// The first file position inside `loc` (MLIRGen wraps it in a NameLoc).
-std::optional<FileLineColLoc> findFileLoc(Location loc) {
-  if (auto file = dyn_cast<FileLineColLoc>(loc))
-    return file;
-  if (auto name = dyn_cast<NameLoc>(loc))
-    return findFileLoc(name.getChildLoc());
-  if (auto call = dyn_cast<CallSiteLoc>(loc))
-    return findFileLoc(call.getCallee());
-  if (auto fused = dyn_cast<FusedLoc>(loc))
-    for (Location sub : fused.getLocations())
-      if (auto file = findFileLoc(sub))
-        return file;
-  return std::nullopt;
-}
-
 /// Routes MLIR diagnostics into the spec's diagnostic engine, so that they
 /// print like the front end's: `spec.yaml:12:5: error: ...` with a caret.
 class SpecDiagnostics {
@@ -68,10 +54,12 @@ public:
       : engine(spec.file, readSpec(spec.file)), err(err),
         handler(&ctx, [this](Diagnostic &d) { return handle(d); }) {}
 
-  /// Prints the errors collected so far.
-  void flush() {
+  /// Prints the errors collected so far; returns how many there were.
+  size_t flush() {
+    size_t errors = engine.errorCount();
     engine.print(err);
     engine = dsl::DiagnosticEngine(engine.fileName(), engine.sourceText());
+    return errors;
   }
 
 private:
@@ -117,6 +105,48 @@ private:
   ScopedDiagnosticHandler handler;
 };
 
+/// The module of `spec` after the graph passes that `disabledPasses` leaves
+/// on; null after errors, which `diagnostics` holds. With `printAfterAll`,
+/// the module is printed there after every pass.
+OwningOpRef<ModuleOp>
+compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
+             const std::vector<std::string> &disabledPasses, bool remarks,
+             llvm::raw_ostream *printAfterAll) {
+  OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
+  if (!module)
+    return nullptr;
+  PassManager pm(&ctx);
+  if (printAfterAll) {
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+        /*printAfterOnlyOnFailure=*/false, *printAfterAll);
+  }
+  for (const GraphPass &pass : graphPasses())
+    if (std::find(disabledPasses.begin(), disabledPasses.end(), pass.name) ==
+        disabledPasses.end())
+      pm.addPass(pass.create(remarks));
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+/// A context for compiling one pipeline. A pipeline module is a few dozen
+/// ops: threads would cost more than they save, and a single thread keeps
+/// diagnostics in program order.
+std::unique_ptr<MLIRContext> pipelineContext() {
+  auto ctx = std::make_unique<MLIRContext>(MLIRContext::Threading::DISABLED);
+  ctx->loadDialect<ir::SluiceDialect>();
+  return ctx;
+}
+
+Status compileFailure(const dsl::Spec &spec, size_t errors) {
+  return Status::error("could not compile " + spec.file + " (" +
+                       std::to_string(errors) +
+                       (errors == 1 ? " error" : " errors") + ")");
+}
+
 } // namespace
 
 std::vector<std::string> graphPassNames() {
@@ -126,58 +156,74 @@ std::vector<std::string> graphPassNames() {
   return names;
 }
 
+Status checkPassNames(const std::vector<std::string> &disabledPasses) {
+  std::vector<std::string> names = graphPassNames();
+  for (const std::string &disabled : disabledPasses)
+    if (std::find(names.begin(), names.end(), disabled) == names.end())
+      return Status::error("--disable-pass: no graph pass '" + disabled + "'" +
+                           didYouMean(disabled, names) +
+                           " (passes: " + joined(names) + ")");
+  return Status::ok();
+}
+
+Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
+                                  const PlanOptions &opts, std::ostream &err) {
+  if (Status names = checkPassNames(opts.disabledPasses); !names) {
+    err << "sluice: error: " << names.message() << "\n";
+    return names;
+  }
+  std::unique_ptr<MLIRContext> ctx = pipelineContext();
+  SpecDiagnostics diagnostics(*ctx, spec, err);
+  OwningOpRef<ModuleOp> module =
+      compileGraph(*ctx, spec, opts.disabledPasses, opts.remarks, nullptr);
+  FailureOr<runtime::Plan> plan = failure();
+  if (module)
+    plan = derivePlan(*module, spec);
+  size_t errors = diagnostics.flush();
+  if (failed(plan))
+    return compileFailure(spec, errors);
+  return std::move(*plan);
+}
+
 int explain(const dsl::Spec &spec, const ExplainOptions &opts,
             std::ostream &out, std::ostream &err) {
   if (opts.ir == "kernels" || opts.ir == "llvm") {
     err << "sluice: error: not implemented yet: --ir " << opts.ir
-        << " arrives with the codegen issue; --ir graph works\n";
+        << " arrives with the codegen issue; --ir graph and --ir plan work\n";
     return 2;
   }
-  if (opts.ir != "graph") {
+  if (opts.ir != "graph" && opts.ir != "plan") {
     err << "sluice: error: unknown --ir '" << opts.ir << "'"
-        << didYouMean(opts.ir, {"graph", "kernels", "llvm"})
-        << " (expected graph, kernels or llvm)\n";
+        << didYouMean(opts.ir, {"graph", "plan", "kernels", "llvm"})
+        << " (expected graph, plan, kernels or llvm)\n";
     return 2;
   }
-  std::vector<std::string> names = graphPassNames();
-  for (const std::string &disabled : opts.disabledPasses)
-    if (std::find(names.begin(), names.end(), disabled) == names.end()) {
-      err << "sluice: error: --disable-pass: no graph pass '" << disabled << "'"
-          << didYouMean(disabled, names) << " (passes: " << joined(names)
-          << ")\n";
-      return 2;
-    }
+  if (Status names = checkPassNames(opts.disabledPasses); !names) {
+    err << "sluice: error: " << names.message() << "\n";
+    return 2;
+  }
 
-  // A pipeline module is a few dozen ops: threads would cost more than they
-  // save, and a single thread keeps diagnostics in program order.
-  MLIRContext ctx(MLIRContext::Threading::DISABLED);
-  ctx.loadDialect<ir::SluiceDialect>();
-  SpecDiagnostics diagnostics(ctx, spec, err);
-  OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
+  std::unique_ptr<MLIRContext> ctx = pipelineContext();
+  SpecDiagnostics diagnostics(*ctx, spec, err);
+  llvm::raw_os_ostream rawOut(out);
+  OwningOpRef<ModuleOp> module =
+      compileGraph(*ctx, spec, opts.disabledPasses, opts.remarks,
+                   opts.printIrAfterAll ? &rawOut : nullptr);
+  rawOut.flush();
   if (!module) {
     diagnostics.flush();
     return 1;
   }
 
-  llvm::raw_os_ostream rawOut(out);
-  PassManager pm(&ctx);
-  if (opts.printIrAfterAll) {
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
-        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
-        /*printAfterOnlyOnFailure=*/false, rawOut);
+  if (opts.ir == "plan") {
+    FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
+    diagnostics.flush();
+    if (failed(plan))
+      return 1;
+    out << plan->serialize();
+    return 0;
   }
-  for (const GraphPass &pass : graphPasses())
-    if (std::find(opts.disabledPasses.begin(), opts.disabledPasses.end(),
-                  pass.name) == opts.disabledPasses.end())
-      pm.addPass(pass.create(opts.remarks));
-  LogicalResult result = pm.run(*module);
-  rawOut.flush();
   diagnostics.flush();
-  if (failed(result))
-    return 1;
-
   OpPrintingFlags flags;
   if (opts.locations)
     flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/true);

@@ -156,6 +156,20 @@ private:
 
 } // namespace
 
+std::optional<FileLineColLoc> findFileLoc(Location loc) {
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return file;
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return findFileLoc(name.getChildLoc());
+  if (auto call = dyn_cast<CallSiteLoc>(loc))
+    return findFileLoc(call.getCallee());
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location sub : fused.getLocations())
+      if (auto file = findFileLoc(sub))
+        return file;
+  return std::nullopt;
+}
+
 OwningOpRef<ModuleOp> mlirGen(MLIRContext &context, const dsl::Spec &spec) {
   return Generator(context, spec).generate();
 }

@@ -370,15 +370,16 @@ LogicalResult PipelineOp::verify() {
         bool ok =
             (key == "parallelism" && intValue && intValue.getInt() >= 1) ||
             (key == "prefetch" && intValue && intValue.getInt() >= 0) ||
+            // `none` lets one step opt out of a `default` cache.
             (key == "cache" && strValue &&
              (strValue.getValue() == "memory" ||
-              strValue.getValue() == "disk"));
+              strValue.getValue() == "disk" || strValue.getValue() == "none"));
         if (!ok)
           return emitOpError()
                  << "schedule of '" << step.getName().getValue()
                  << "': bad setting " << key << " = " << knob.getValue()
                  << " (expected parallelism >= 1, prefetch >= 0, cache = "
-                    "\"memory\" or \"disk\")";
+                    "\"memory\", \"disk\" or \"none\")";
       }
     }
   }

@@ -394,6 +394,7 @@ public:
   }
 
   std::unique_ptr<Spec> run();
+  void parseSchedule(const YNode &n, Spec &spec);
 
   DiagnosticEngine &diags;
   std::string baseDir;
@@ -427,7 +428,6 @@ private:
   void parseSource(const YNode &n, Spec &spec);
   void parseSteps(const YNode &n, Spec &spec);
   void parseBudget(const YNode &n, Spec &spec);
-  void parseSchedule(const YNode &n, Spec &spec);
   bool runTypeRule(Step &step, const RecordType &input);
 
   bool getInt(const YNode &n, const std::string &what, int64_t &out,
@@ -1125,11 +1125,10 @@ void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
   }
 }
 
-std::unique_ptr<Spec> SpecChecker::run() {
+/// Reads YAML text into a located tree, refusing what is not a small,
+/// single-document UTF-8 text. Reports through `diags`.
+bool loadTree(DiagnosticEngine &diags, YNode &top) {
   const std::string &text = diags.sourceText();
-  auto spec = std::make_unique<Spec>();
-  spec->file = diags.fileName();
-  spec->loc = {1, 1};
   if (text.size() > kMaxSpecBytes) {
     diags.error({}, "the spec is " + std::to_string(text.size()) +
                         " bytes; specs larger than " +
@@ -1137,7 +1136,7 @@ std::unique_ptr<Spec> SpecChecker::run() {
                         " MiB are refused",
                 "is this the right file? a pipeline spec is a short YAML "
                 "document");
-    return nullptr;
+    return false;
   }
   // YAML is Unicode text. yaml-cpp 0.7 can loop for minutes on some invalid
   // UTF-8 (found by tools/fuzz), so bytes are checked before it sees them.
@@ -1150,7 +1149,7 @@ std::unique_ptr<Spec> SpecChecker::run() {
     diags.error({line, col}, "the spec contains " + why +
                                  ": this is binary data, not YAML text",
                 "a spec must be UTF-8 text without control characters");
-    return nullptr;
+    return false;
   }
   TreeBuilder builder(diags);
   try {
@@ -1163,13 +1162,13 @@ std::unique_ptr<Spec> SpecChecker::run() {
         break;
   } catch (const YAML::Exception &e) {
     diags.error(locOf(e.mark), "YAML syntax error: " + e.msg);
-    return nullptr;
+    return false;
   } catch (const std::exception &e) {
     diags.error({}, std::string("cannot read the spec as YAML: ") + e.what());
-    return nullptr;
+    return false;
   }
   if (builder.failed)
-    return nullptr;
+    return false;
   if (builder.docs.size() > 1) {
     // Real extra documents follow a '---' marker; otherwise yaml-cpp split
     // the text at a stray flow indicator such as a top-level ','.
@@ -1183,9 +1182,20 @@ std::unique_ptr<Spec> SpecChecker::run() {
     else
       diags.error(extra.loc, "YAML syntax error: unexpected text at the top "
                              "level (a stray ',', ']' or '}'?)");
-    return nullptr;
+    return false;
   }
-  YNode top = builder.docs.empty() ? YNode() : std::move(builder.docs[0]);
+  top = builder.docs.empty() ? YNode() : std::move(builder.docs[0]);
+  return true;
+}
+
+std::unique_ptr<Spec> SpecChecker::run() {
+  const std::string &text = diags.sourceText();
+  auto spec = std::make_unique<Spec>();
+  spec->file = diags.fileName();
+  spec->loc = {1, 1};
+  YNode top;
+  if (!loadTree(diags, top))
+    return nullptr;
   if (top.kind == YNode::Kind::Null) {
     diags.error({1, 1}, "the spec is empty",
                 "a spec is a mapping with at least 'pipeline', 'source' and "
@@ -1250,6 +1260,46 @@ std::unique_ptr<Spec> SpecChecker::run() {
 std::unique_ptr<Spec> parseSpec(DiagnosticEngine &diags) {
   SpecChecker checker(diags);
   return checker.run();
+}
+
+bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
+                       std::map<std::string, StepSchedule> &out) {
+  YNode top;
+  if (!loadTree(diags, top))
+    return false;
+  const YNode *sched = &top;
+  if (top.kind == YNode::Kind::Map && top.get("schedule")) {
+    for (const auto &kv : top.map) {
+      const std::string &k = kv.first.text;
+      if (k == "pipeline") {
+        if (kv.second.text != spec.pipeline)
+          diags.error(kv.second.loc,
+                      "this schedule is for pipeline '" + kv.second.text +
+                          "', but the spec is '" + spec.pipeline + "'",
+                      "tune the spec again, or remove the 'pipeline' line to "
+                      "apply the schedule anyway");
+      } else if (k != "schedule") {
+        diags.error(kv.first.loc, "unknown key '" + k +
+                                      "' in a schedule file" +
+                                      didYouMean(k, {"pipeline", "schedule"}),
+                    "a schedule file holds `schedule:` (and optionally "
+                    "`pipeline:`)");
+      }
+    }
+    sched = top.get("schedule");
+  }
+  if (sched->kind == YNode::Kind::Null) {
+    diags.error({1, 1}, "the schedule file is empty");
+    return false;
+  }
+  Spec copy = spec;
+  copy.schedule.clear();
+  SpecChecker checker(diags);
+  checker.parseSchedule(*sched, copy);
+  if (diags.hasErrors())
+    return false;
+  out = std::move(copy.schedule);
+  return true;
 }
 
 bool readFile(const std::string &path, std::string &contents,

@@ -8,6 +8,8 @@
 #define SLUICE_COMPILER_COMPILER_H
 
 #include "sluice/dsl/Spec.h"
+#include "sluice/ops/Status.h"
+#include "sluice/runtime/Plan.h"
 
 #include <ostream>
 #include <string>
@@ -17,7 +19,8 @@ namespace sluice::compiler {
 
 struct ExplainOptions {
   /// Which form to print: "graph" (the sluice dialect after graph passes),
-  /// "kernels", "llvm" as they become available.
+  /// "plan" (the runtime::Plan derived from it, as JSON), "kernels", "llvm"
+  /// as they become available.
   std::string ir = "graph";
   bool printIrAfterAll = false;
   /// Pass names (CLI form, e.g. "sluice-fuse-maps") not to run.
@@ -39,6 +42,29 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
 
 /// Names of the graph passes that can be disabled.
 std::vector<std::string> graphPassNames();
+
+/// An error naming the first entry of `disabledPasses` that is no graph pass
+/// (with a "did you mean"), or ok. A usage error: the driver exits with 2.
+Status checkPassNames(const std::vector<std::string> &disabledPasses);
+
+struct PlanOptions {
+  /// Pass names (CLI form, as for explain) not to run.
+  std::vector<std::string> disabledPasses;
+  /// Print a remark (to `err`, located in the spec) for every change a graph
+  /// pass makes.
+  bool remarks = false;
+};
+
+/// Compiles `spec` as explain does (MLIRGen, verify, graph passes) and
+/// derives the runtime::Plan of the optimized module: the source and every
+/// stage the passes kept, in stream order, with the spec's parameters
+/// (defaults filled, in the front end's layout), record types, spec
+/// positions and fixed-schedule knobs. On failure the errors have been
+/// printed to `err` (located in the spec, like the front end's) and the
+/// Status is a one-line summary; an unknown pass name fails with the
+/// message of checkPassNames, which is also printed.
+Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
+                                  const PlanOptions &opts, std::ostream &err);
 
 } // namespace sluice::compiler
 

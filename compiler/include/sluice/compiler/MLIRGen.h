@@ -7,6 +7,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ namespace sluice::compiler {
 /// context must have the sluice dialect loaded.
 mlir::OwningOpRef<mlir::ModuleOp> mlirGen(mlir::MLIRContext &context,
                                           const dsl::Spec &spec);
+
+/// The spec position of an op built by mlirGen: the first FileLineColLoc
+/// inside `loc` (looking through NameLoc, CallSiteLoc and FusedLoc, so that
+/// ops a pass fused or renamed keep pointing at the spec).
+std::optional<mlir::FileLineColLoc> findFileLoc(mlir::Location loc);
 
 /// Differences between the dedicated stage ops of the dialect and the op
 /// registry: a dedicated op without registry entry, or a registry parameter

@@ -40,7 +40,8 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
     `epochs`, the `cores` (0 = all of the host) and `memory` (bytes, 0 = no
     limit) budgets, and an optional fixed `schedule` (absent = `auto`): a
     dictionary from step name (or `default`) to `{parallelism, prefetch,
-    cache}`.
+    cache}`, knob by knob: a step's own entry wins over `default`, and its
+    `cache = "none"` opts it out of a default cache.
 
     The region is an SSACFG region rather than a graph region on purpose:
     dominance then guarantees the stages form an acyclic dataflow.

@@ -72,6 +72,13 @@ struct Spec {
 /// them are in `diags`.
 std::unique_ptr<Spec> parseSpec(DiagnosticEngine &diags);
 
+/// Reads a schedule file for `spec` (`sluice run --schedule FILE`; what
+/// `sluice tune` writes): a mapping with `schedule:` (and an optional
+/// `pipeline:` that must match), or the step mapping itself, in the syntax of
+/// the spec's `schedule:`. False when there were errors (in `diags`).
+bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
+                       std::map<std::string, StepSchedule> &out);
+
 /// Reads a whole file; false (with `error` set) if it cannot be read.
 bool readFile(const std::string &path, std::string &contents,
               std::string &error);

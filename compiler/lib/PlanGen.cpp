@@ -1,0 +1,247 @@
+//===- PlanGen.cpp - The runtime Plan of an optimized sluice module -------===//
+//
+// Parameters come back from attributes with their values intact but their
+// keys sorted and their spec positions gone. The runtime compares and prints
+// parameters (a type rule re-run at run time points errors at a value, an
+// expression error at a column inside it), so the Plan restores both from the
+// spec wherever the optimized IR still holds what the spec wrote.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/PlanGen.h"
+#include "sluice/compiler/Interop.h"
+#include "sluice/compiler/MLIRGen.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace sluice::compiler {
+namespace {
+
+const ParamSpec *findSpec(const std::vector<ParamSpec> *specs,
+                          const std::string &name) {
+  if (specs)
+    for (const ParamSpec &spec : *specs)
+      if (spec.name == name)
+        return &spec;
+  return nullptr;
+}
+
+/// The specs of the keys of maps held by a parameter of `spec`'s kind.
+const std::vector<ParamSpec> *membersOf(const ParamSpec *spec) {
+  if (spec &&
+      (spec->kind == ParamKind::Struct || spec->kind == ParamKind::StructList))
+    return &spec->members;
+  return nullptr;
+}
+
+/// `value` (read back from attributes) laid out as the front end lays out
+/// parameters: map keys in the order the spec wrote them, then in registry
+/// order (where the front end adds defaults), then any others; unset
+/// optionals the spec held as null (dedicated ops drop them) back as null;
+/// and the spec position of every value the IR did not change. `members`
+/// are the specs of the keys of `value` (a map) or of its items' keys (a
+/// list of maps).
+Value restoreLayout(const Value &value, const Value *original,
+                    const std::vector<ParamSpec> *members) {
+  bool sameKind = original && original->kind() == value.kind();
+  Value out;
+  switch (value.kind()) {
+  case Value::Kind::Map: {
+    out = Value::map();
+    auto add = [&](const std::string &key) {
+      if (out.has(key))
+        return;
+      const Value *item = value.get(key);
+      const Value *originalItem = sameKind ? original->get(key) : nullptr;
+      if (!item) {
+        if (originalItem && originalItem->isNull())
+          out.set(key, *originalItem);
+        return;
+      }
+      out.set(key, restoreLayout(*item, originalItem,
+                                 membersOf(findSpec(members, key))));
+    };
+    if (sameKind)
+      for (const auto &entry : original->entries())
+        add(entry.first);
+    if (members)
+      for (const ParamSpec &spec : *members)
+        if (value.has(spec.name))
+          add(spec.name);
+    for (const auto &entry : value.entries())
+      add(entry.first);
+    break;
+  }
+  case Value::Kind::List: {
+    bool sameSize =
+        sameKind && original->items().size() == value.items().size();
+    std::vector<Value> items;
+    for (size_t i = 0; i < value.items().size(); ++i)
+      items.push_back(restoreLayout(value.items()[i],
+                                    sameSize ? &original->items()[i] : nullptr,
+                                    members));
+    out = Value::list(std::move(items));
+    break;
+  }
+  default:
+    out = value;
+    sameKind = sameKind && *original == value;
+    break;
+  }
+  if (sameKind) {
+    out.setLoc(original->loc());
+    out.setContentOffset(original->contentOffset());
+  }
+  return out;
+}
+
+/// Applies one schedule entry (`{parallelism, prefetch, cache}`, as the
+/// pipeline verifier admits it) on top of what `stage` has.
+void applyKnobs(DictionaryAttr knobs, runtime::PlanStage &stage) {
+  if (auto parallelism = knobs.getAs<IntegerAttr>("parallelism"))
+    stage.parallelism = parallelism.getInt();
+  if (auto prefetch = knobs.getAs<IntegerAttr>("prefetch"))
+    stage.prefetch = prefetch.getInt();
+  if (auto cache = knobs.getAs<StringAttr>("cache"))
+    // `none` only exists to override `default`; to the runtime no cache is
+    // the empty string.
+    stage.cache = cache.getValue() == "none" ? "" : cache.str();
+}
+
+class PlanBuilder {
+public:
+  PlanBuilder(PipelineOp pipeline, const dsl::Spec &spec)
+      : pipeline(pipeline), spec(spec) {
+    steps[spec.source.name] = &spec.source;
+    for (const dsl::Step &step : spec.steps)
+      steps[step.name] = &step;
+  }
+
+  FailureOr<runtime::Plan> build() {
+    runtime::Plan plan;
+    plan.name = pipeline.getSymName().str();
+    plan.specFile = spec.file;
+    plan.baseDir = specBaseDir(spec.file);
+    plan.seed = pipeline.getSeed();
+    plan.epochs = pipeline.getEpochs();
+    plan.cores = pipeline.getCores();
+    plan.memoryBytes = pipeline.getMemory();
+
+    // The region is a chain by construction today; a pass that made it a
+    // DAG (several sources, a split) needs a Plan that can say so first.
+    mlir::Value stream;
+    for (Operation &op : pipeline.getBody().front().without_terminator()) {
+      auto stage = dyn_cast<StageOpInterface>(op);
+      if (!stage)
+        return op.emitError()
+               << "internal: '" << op.getName()
+               << "' is no pipeline stage, so the runtime cannot run it";
+      if (stage.getInputStream() != stream)
+        return op.emitError()
+               << "internal: stage '" << stage.getStageName()
+               << "' does not consume the stream of the stage before it; "
+                  "a runtime Plan is a chain of stages";
+      FailureOr<runtime::PlanStage> planStage = buildStage(stage);
+      if (failed(planStage))
+        return failure();
+      if ((planStage->kind == OpKind::Source) != !stream)
+        return op.emitError()
+               << "internal: stage '" << planStage->name << "' ('"
+               << planStage->op << "') "
+               << (stream ? "is a source but not the first stage"
+                          : "is the first stage but not a source");
+      if (!stream)
+        plan.source = std::move(*planStage);
+      else
+        plan.stages.push_back(std::move(*planStage));
+      stream = stage.getOutputStream();
+    }
+    if (!stream || pipeline.getOutputOp().getStream() != stream)
+      return pipeline.emitError()
+             << "internal: the pipeline does not deliver the stream of its "
+                "last stage";
+    return plan;
+  }
+
+private:
+  FailureOr<runtime::PlanStage> buildStage(StageOpInterface stage) {
+    Operation *op = stage.getOperation();
+    runtime::PlanStage out;
+    out.name = stage.getStageName().str();
+    out.op = stage.getRegistryName().str();
+    const OpDef *def = Registry::instance().find(out.op);
+    if (!def)
+      return op->emitError() << "internal: stage '" << out.name
+                             << "' runs '" << out.op
+                             << "', which has no op registry entry";
+    out.kind = def->kind;
+
+    Value params = Value::map();
+    for (NamedAttribute entry : stage.getRegistryParams()) {
+      Value value;
+      std::string error;
+      if (!convertAttribute(entry.getValue(), value, error))
+        return op->emitError()
+               << "internal: parameter '" << entry.getName().getValue()
+               << "' of stage '" << out.name << "': " << error;
+      params.set(entry.getName().str(), std::move(value));
+    }
+    // A stage a pass created or changed into another op has nothing in the
+    // spec to restore from.
+    auto it = steps.find(out.name);
+    const dsl::Step *original =
+        it != steps.end() && it->second->op == out.op ? it->second : nullptr;
+    out.params =
+        restoreLayout(params, original ? &original->params : nullptr,
+                      &def->params);
+
+    if (TypedValue<StreamType> input = stage.getInputStream())
+      out.inputType = convertRecordType(input.getType().getRecordType());
+    out.outputType =
+        convertRecordType(stage.getOutputStream().getType().getRecordType());
+    if (std::optional<FileLineColLoc> file = findFileLoc(op->getLoc())) {
+      out.loc.line = static_cast<int>(file->getLine());
+      out.loc.col = static_cast<int>(file->getColumn());
+    }
+
+    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule()) {
+      if (auto knobs = schedule->getAs<DictionaryAttr>("default"))
+        applyKnobs(knobs, out);
+      if (auto knobs = schedule->getAs<DictionaryAttr>(out.name))
+        applyKnobs(knobs, out);
+    }
+    return out;
+  }
+
+  PipelineOp pipeline;
+  const dsl::Spec &spec;
+  std::map<std::string, const dsl::Step *> steps; ///< by step name
+};
+
+} // namespace
+
+std::string specBaseDir(const std::string &specFile) {
+  size_t slash = specFile.find_last_of('/');
+  if (slash == std::string::npos)
+    return ".";
+  if (slash == 0)
+    return "/";
+  return specFile.substr(0, slash);
+}
+
+FailureOr<runtime::Plan> derivePlan(ModuleOp module, const dsl::Spec &spec) {
+  auto pipelines = module.getOps<PipelineOp>();
+  if (pipelines.empty())
+    return module.emitError() << "internal: the module holds no "
+                                 "sluice.pipeline to derive a Plan from";
+  if (std::next(pipelines.begin()) != pipelines.end())
+    return module.emitError()
+           << "internal: the module holds more than one sluice.pipeline; a "
+              "Plan runs exactly one";
+  return PlanBuilder(*pipelines.begin(), spec).build();
+}
+
+} // namespace sluice::compiler
