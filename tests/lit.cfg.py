@@ -15,5 +15,5 @@ config.environment["PATH"] = os.pathsep.join(
 config.substitutions.append(("%sluice_src", config.sluice_src_root))
 config.substitutions.append(("%examples", os.path.join(config.sluice_src_root, "examples")))
 import sys
-config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%python", getattr(config, "python", sys.executable)))
 config.substitutions.append(("%expect_exit", sys.executable + " " + os.path.join(config.sluice_src_root, "tests", "tools", "expect_exit.py")))

@@ -142,6 +142,10 @@ std::unique_ptr<MLIRContext> pipelineContext() {
 }
 
 Status compileFailure(const dsl::Spec &spec, size_t errors) {
+  if (errors == 0) // a pass failed without saying why
+    return Status::error("could not compile " + spec.file +
+                         ": a compiler pass failed without a message; please "
+                         "report this with the spec");
   return Status::error("could not compile " + spec.file + " (" +
                        std::to_string(errors) +
                        (errors == 1 ? " error" : " errors") + ")");
@@ -168,10 +172,8 @@ Status checkPassNames(const std::vector<std::string> &disabledPasses) {
 
 Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
                                   const PlanOptions &opts, std::ostream &err) {
-  if (Status names = checkPassNames(opts.disabledPasses); !names) {
-    err << "sluice: error: " << names.message() << "\n";
+  if (Status names = checkPassNames(opts.disabledPasses); !names)
     return names;
-  }
   std::unique_ptr<MLIRContext> ctx = pipelineContext();
   SpecDiagnostics diagnostics(*ctx, spec, err);
   OwningOpRef<ModuleOp> module =

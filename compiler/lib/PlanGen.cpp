@@ -174,9 +174,8 @@ private:
     out.op = stage.getRegistryName().str();
     const OpDef *def = Registry::instance().find(out.op);
     if (!def)
-      return op->emitError() << "internal: stage '" << out.name
-                             << "' runs '" << out.op
-                             << "', which has no op registry entry";
+      return op->emitError() << "internal: stage '" << out.name << "' runs '"
+                             << out.op << "', which has no op registry entry";
     out.kind = def->kind;
 
     Value params = Value::map();
@@ -194,9 +193,8 @@ private:
     auto it = steps.find(out.name);
     const dsl::Step *original =
         it != steps.end() && it->second->op == out.op ? it->second : nullptr;
-    out.params =
-        restoreLayout(params, original ? &original->params : nullptr,
-                      &def->params);
+    out.params = restoreLayout(params, original ? &original->params : nullptr,
+                               &def->params);
 
     if (TypedValue<StreamType> input = stage.getInputStream())
       out.inputType = convertRecordType(input.getType().getRecordType());

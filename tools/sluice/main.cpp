@@ -6,13 +6,16 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
-#ifdef SLUICE_HAVE_COMPILER
 #include "sluice/compiler/Compiler.h"
-#endif
+#include "sluice/runtime/Pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -28,14 +31,15 @@ const char *kUsage = R"(usage: sluice <command> [options]
 
 commands:
   check   SPEC                      validate; print the record type after each step
-  explain SPEC [--ir graph|kernels|llvm] [--print-ir-after-all] [--disable-pass NAME]
+  explain SPEC [--ir graph|plan|kernels|llvm] [--print-ir-after-all] [--disable-pass NAME]
                [--remarks] [--locations]
                                     print the compiled pipeline (MLIR)
   ops     [--markdown]              list the sources and ops of the pipeline language
   run     SPEC [--epochs N] [--sink null|npy:DIR] [--schedule FILE] [--threads N]
+               [--memory SIZE] [--stats] [--stats-json FILE] [--quiet] [--disable-pass NAME]
   compile SPEC -o EXE               standalone executable; same flags as run
   tune    SPEC [--cores N] [--memory SIZE] [--report DIR] [--check BASELINE.json]
-  bench   SPEC [--seconds S]        throughput and a per-stage table
+  bench   SPEC [--seconds S]        throughput and a per-stage table (same flags as run)
 
 exit codes: 0 ok, 1 pipeline or data error, 2 usage or spec error
 )";
@@ -147,7 +151,6 @@ int cmdExplain(int argc, char **argv) {
                  {"--print-ir-after-all", "--remarks", "--locations"}, args) ||
       !needOneSpec(args, "explain"))
     return kExitUsage;
-#ifdef SLUICE_HAVE_COMPILER
   compiler::ExplainOptions opts;
   for (const auto &[k, v] : args.options) {
     if (k == "--ir")
@@ -166,10 +169,6 @@ int cmdExplain(int argc, char **argv) {
   if (!spec)
     return kExitUsage;
   return compiler::explain(*spec, opts, std::cout, std::cerr);
-#else
-  std::cerr << "sluice: error: this build has no compiler\n";
-  return kExitUsage;
-#endif
 }
 
 int cmdOps(int argc, char **argv) {
@@ -215,11 +214,216 @@ int cmdOps(int argc, char **argv) {
   return kExitOk;
 }
 
-int notYet(const char *cmd) {
-  std::cerr << "sluice: error: '" << cmd
-            << "' is not available in this build yet (it arrives with the "
-               "runtime); 'check', 'explain' and 'ops' work\n";
-  return kExitUsage;
+bool parsePositiveInt(const std::string &opt, const std::string &v,
+                      int64_t min, int64_t &out) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x < min) {
+    usageError("'" + opt + "' needs an integer >= " + std::to_string(min) +
+               ", got '" + v + "'");
+    return false;
+  }
+  out = x;
+  return true;
+}
+
+/// Options shared by `run` and `bench`.
+struct RunSetup {
+  std::unique_ptr<dsl::Spec> spec;
+  runtime::Plan plan;
+  runtime::RunOptions opts;
+};
+
+const std::vector<std::string> kRunValued = {
+    "--epochs", "--sink",       "--schedule", "--threads",
+    "--memory", "--stats-json", "--disable-pass", "--seconds"};
+const std::vector<std::string> kRunFlags = {"--stats", "--quiet", "-q"};
+
+/// Parses run/bench arguments, checks the spec, applies a schedule file and
+/// builds the Plan from the optimized module. Returns an exit code < 0 on
+/// success.
+int setupRun(int argc, char **argv, const char *cmd, RunSetup &rs,
+             double *seconds) {
+  Args args;
+  if (!parseArgs(argc, argv, 2, kRunValued, kRunFlags, args) ||
+      !needOneSpec(args, cmd))
+    return kExitUsage;
+  compiler::PlanOptions planOpts;
+  std::string scheduleFile;
+  for (const auto &[k, v] : args.options) {
+    int64_t n;
+    if (k == "--epochs") {
+      if (!parsePositiveInt(k, v, 1, n))
+        return kExitUsage;
+      rs.opts.epochs = n;
+    } else if (k == "--threads") {
+      if (!parsePositiveInt(k, v, 1, n))
+        return kExitUsage;
+      rs.opts.threads = n;
+    } else if (k == "--sink") {
+      if (v != "null" && v.rfind("npy:", 0) != 0)
+        return usageError("'--sink' must be 'null' or 'npy:DIR', got '" + v +
+                          "'");
+      if (v == "npy:")
+        return usageError("'--sink npy:DIR' needs a directory");
+      rs.opts.sink = v;
+    } else if (k == "--memory") {
+      auto bytes = parseByteSize(v);
+      if (!bytes || *bytes <= 0)
+        return usageError("'--memory' needs a size such as 512MiB or 4GiB, "
+                          "got '" + v + "'");
+      rs.opts.memoryBytes = *bytes;
+    } else if (k == "--stats-json") {
+      rs.opts.statsJsonPath = v;
+    } else if (k == "--schedule") {
+      scheduleFile = v;
+    } else if (k == "--disable-pass") {
+      planOpts.disabledPasses.push_back(v);
+    } else if (k == "--seconds") {
+      char *end = nullptr;
+      double d = std::strtod(v.c_str(), &end);
+      if (!seconds || v.empty() || *end || !(d > 0))
+        return usageError("'--seconds' needs a positive number, got '" + v +
+                          "'");
+      *seconds = d;
+    }
+  }
+  for (const auto &f : args.flags) {
+    if (f == "--stats")
+      rs.opts.stats = true;
+    else if (f == "--quiet" || f == "-q")
+      rs.opts.progress = runtime::RunOptions::Progress::Off;
+  }
+  rs.spec = loadSpec(args.positional[0]);
+  if (!rs.spec)
+    return kExitUsage;
+  if (!scheduleFile.empty()) {
+    std::string text, err;
+    if (!dsl::readFile(scheduleFile, text, err)) {
+      std::cerr << "sluice: error: " << err << "\n";
+      return kExitUsage;
+    }
+    dsl::DiagnosticEngine diags(scheduleFile, std::move(text));
+    std::map<std::string, dsl::StepSchedule> sched;
+    bool ok = dsl::parseScheduleFile(diags, *rs.spec, sched);
+    diags.print(std::cerr, colorStderr());
+    if (!ok)
+      return kExitUsage;
+    for (const auto &[name, s] : sched) {
+      runtime::ScheduleOverride o;
+      o.parallelism = s.parallelism;
+      o.prefetch = s.prefetch;
+      o.cache = s.cache;
+      rs.opts.schedule[name] = o;
+    }
+  }
+  if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
+    return usageError(s.message());
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(*rs.spec, planOpts, std::cerr);
+  if (!plan) {
+    // Located errors are already printed; this is the summary line.
+    if (!plan.status().message().empty())
+      std::cerr << "sluice: error: " << plan.status().message() << "\n";
+    return 1;
+  }
+  rs.plan = plan.take();
+  return -1;
+}
+
+int cmdRun(int argc, char **argv) {
+  RunSetup rs;
+  int rc = setupRun(argc, argv, "run", rs, nullptr);
+  if (rc >= 0)
+    return rc;
+  return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+}
+
+std::string fmtRate(double v) {
+  std::ostringstream os;
+  if (v >= 1e6)
+    os << std::fixed << std::setprecision(2) << v / 1e6 << "M";
+  else if (v >= 1e3)
+    os << std::fixed << std::setprecision(1) << v / 1e3 << "k";
+  else
+    os << std::fixed << std::setprecision(1) << v;
+  return os.str();
+}
+
+/// `sluice bench`: runs the pipeline for a while (repeating epochs as
+/// needed) and reports steady-state throughput after a short warm-up.
+int cmdBench(int argc, char **argv) {
+  RunSetup rs;
+  double seconds = 10;
+  int rc = setupRun(argc, argv, "bench", rs, &seconds);
+  if (rc >= 0)
+    return rc;
+  // Enough epochs to fill the measuring window; the loop stops on time.
+  if (!rs.opts.epochs)
+    rs.opts.epochs = 1000000;
+  auto created = runtime::Pipeline::create(rs.plan, rs.opts);
+  if (!created) {
+    std::cerr << "sluice: error: " << created.status().message() << "\n";
+    return 1;
+  }
+  std::unique_ptr<runtime::Pipeline> p = created.take();
+  using Clock = std::chrono::steady_clock;
+  const double warmup = std::min(2.0, seconds / 5);
+  auto start = Clock::now();
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  runtime::Batch batch;
+  int64_t outputs = 0, bytes = 0, records = 0;
+  int64_t warmOutputs = 0, warmBytes = 0, warmRecords = 0;
+  Clock::time_point measureStart = start;
+  bool warm = false;
+  auto sourceRead = [&] {
+    runtime::RunStats st = p->stats();
+    return st.stages.empty() ? int64_t(0) : st.stages.front().emitted;
+  };
+  while (since(start) < seconds + warmup) {
+    Expected<bool> more = p->next(batch);
+    if (!more) {
+      std::cerr << "sluice: error: " << more.status().message() << "\n";
+      return 1;
+    }
+    if (!*more)
+      break;
+    ++outputs;
+    for (const Tensor &f : batch.fields())
+      bytes += static_cast<int64_t>(f.memoryBytes());
+    if (!warm && since(start) >= warmup) {
+      warm = true;
+      measureStart = Clock::now();
+      warmOutputs = outputs;
+      warmBytes = bytes;
+      warmRecords = sourceRead();
+    }
+  }
+  double t = warm ? since(measureStart) : since(start);
+  records = sourceRead();
+  if (!warm)
+    warmOutputs = warmBytes = warmRecords = 0;
+  p->stop();
+  runtime::RunStats st = p->stats();
+  double outRate = (outputs - warmOutputs) / t;
+  double recRate = (records - warmRecords) / t;
+  double mbRate = (bytes - warmBytes) / t / 1e6;
+  std::cout << "pipeline " << rs.plan.name << ": " << p->threads()
+            << " threads, " << std::fixed << std::setprecision(1) << t
+            << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
+            << "  source records/s  " << fmtRate(recRate) << "\n"
+            << "  outputs/s         " << fmtRate(outRate) << "\n"
+            << "  output MB/s       " << std::setprecision(1) << mbRate
+            << "\n\n"
+            << st.table();
+  if (!rs.opts.statsJsonPath.empty()) {
+    std::ofstream js(rs.opts.statsJsonPath);
+    js << st.toJson().dump() << "\n";
+  }
+  return 0;
 }
 
 } // namespace
@@ -242,8 +446,17 @@ int main(int argc, char **argv) {
     return cmdExplain(argc, argv);
   if (cmd == "ops")
     return cmdOps(argc, argv);
-  if (cmd == "run" || cmd == "compile" || cmd == "tune" || cmd == "bench")
-    return notYet(cmd.c_str());
+  if (cmd == "run")
+    return cmdRun(argc, argv);
+  if (cmd == "bench")
+    return cmdBench(argc, argv);
+  if (cmd == "compile" || cmd == "tune") {
+    std::cerr << "sluice: error: '" << cmd
+              << "' is not available yet (it arrives with the "
+              << (cmd == "compile" ? "codegen" : "autotuner")
+              << " work); 'check', 'explain', 'ops', 'run' and 'bench' work\n";
+    return kExitUsage;
+  }
   std::string m = closestMatch(
       cmd, {"check", "explain", "ops", "run", "compile", "tune", "bench"});
   return usageError("unknown command '" + cmd + "'" +

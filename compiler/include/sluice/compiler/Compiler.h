@@ -59,10 +59,11 @@ struct PlanOptions {
 /// derives the runtime::Plan of the optimized module: the source and every
 /// stage the passes kept, in stream order, with the spec's parameters
 /// (defaults filled, in the front end's layout), record types, spec
-/// positions and fixed-schedule knobs. On failure the errors have been
-/// printed to `err` (located in the spec, like the front end's) and the
-/// Status is a one-line summary; an unknown pass name fails with the
-/// message of checkPassNames, which is also printed.
+/// positions and fixed-schedule knobs. On failure, errors located in the
+/// spec have been printed to `err` like the front end's, and the Status
+/// message is the one line to print after them ("could not compile
+/// spec.yaml (1 error)"); an unknown pass name is reported only in the
+/// Status, with checkPassNames' message.
 Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
                                   const PlanOptions &opts, std::ostream &err);
 

@@ -1,4 +1,4 @@
-//===- PlanGen.h - The runtime Plan of an optimized sluice module -*- C++ -*-===//
+//===- PlanGen.h - The runtime Plan of an optimized module ------*- C++ -*-===//
 //
 // The last step of the graph compiler: the `sluice.pipeline` after the graph
 // passes, read back into the plain runtime::Plan the runtime executes. Only
