@@ -68,6 +68,24 @@ public:
 
   Status status() const { return err_; }
 
+  /// Types `expr` with `lookup` and compiles it into `ce`, which holds what
+  /// the caller set up (map or record inputs).
+  static Expected<CompiledExpr>
+  build(CompiledExpr ce, const Expr &expr, const RecordType *record,
+        const std::function<bool(const std::string &, ElemType &)> &lookup) {
+    ExprTypeError terr;
+    if (!inferExprType(expr, lookup, ce.result_, terr))
+      return Status::error("expression: " + terr.message + " (at character " +
+                           std::to_string(terr.offset) + ")");
+    ExprCompiler c(ce, record);
+    Reg r = c.compile(expr);
+    if (!c.status())
+      return c.status();
+    ce.resultReg_ = r.r;
+    ce.resultIsInt_ = r.isInt;
+    return ce;
+  }
+
   Reg compile(const Expr &e) {
     if (!err_.isOk())
       return {};
@@ -321,53 +339,28 @@ Expected<CompiledExpr> CompiledExpr::compileMap(const Expr &expr,
   if (!isNumeric(inElem))
     return Status::error("map: expects a numeric field, got " +
                          std::string(elemTypeName(inElem)));
-  ElemType result;
-  ExprTypeError terr;
-  auto lookup = [&](const std::string &name, ElemType &t) {
-    if (name != "x")
-      return false;
-    t = inElem;
-    return true;
-  };
-  if (!inferExprType(expr, lookup, result, terr))
-    return Status::error("expression: " + terr.message + " (at character " +
-                         std::to_string(terr.offset) + ")");
   CompiledExpr ce;
   ce.isMap_ = true;
   ce.inElem_ = inElem;
-  ce.result_ = result;
-  ExprCompiler c(ce, nullptr);
-  ExprCompiler::Reg r = c.compile(expr);
-  if (!c.status())
-    return c.status();
-  ce.resultReg_ = r.r;
-  ce.resultIsInt_ = r.isInt;
-  return ce;
+  return ExprCompiler::build(std::move(ce), expr, nullptr,
+                             [&](const std::string &name, ElemType &t) {
+                               if (name != "x")
+                                 return false;
+                               t = inElem;
+                               return true;
+                             });
 }
 
 Expected<CompiledExpr> CompiledExpr::compileRecord(const Expr &expr,
                                                    const RecordType &type) {
-  ElemType result;
-  ExprTypeError terr;
-  auto lookup = [&](const std::string &name, ElemType &t) {
-    const Field *f = type.find(name);
-    if (!f)
-      return false;
-    t = f->type.elem;
-    return true;
-  };
-  if (!inferExprType(expr, lookup, result, terr))
-    return Status::error("expression: " + terr.message + " (at character " +
-                         std::to_string(terr.offset) + ")");
-  CompiledExpr ce;
-  ce.result_ = result;
-  ExprCompiler c(ce, &type);
-  ExprCompiler::Reg r = c.compile(expr);
-  if (!c.status())
-    return c.status();
-  ce.resultReg_ = r.r;
-  ce.resultIsInt_ = r.isInt;
-  return ce;
+  return ExprCompiler::build(CompiledExpr(), expr, &type,
+                             [&](const std::string &name, ElemType &t) {
+                               const Field *f = type.find(name);
+                               if (!f)
+                                 return false;
+                               t = f->type.elem;
+                               return true;
+                             });
 }
 
 template <typename Load>

@@ -117,35 +117,11 @@ bool fitsIn(ElemType t, double v) {
     return isFloat(t);
   if (isFloat(t))
     return t != ElemType::F16 || std::fabs(v) <= 65504.0 || std::isinf(v);
-  if (v != std::floor(v))
+  if (v != std::floor(v) || !isNumeric(t))
     return false;
-  double lo = 0, hi = 0;
-  switch (t) {
-  case ElemType::U8:
-    lo = 0, hi = 255;
-    break;
-  case ElemType::I8:
-    lo = -128, hi = 127;
-    break;
-  case ElemType::U16:
-    lo = 0, hi = 65535;
-    break;
-  case ElemType::I16:
-    lo = -32768, hi = 32767;
-    break;
-  case ElemType::I32:
-    lo = -2147483648.0, hi = 2147483647.0;
-    break;
-  case ElemType::I64:
-    lo = -9.2233720368547758e18, hi = 9.2233720368547758e18;
-    break;
-  case ElemType::Bool:
-    lo = 0, hi = 1;
-    break;
-  default:
-    return false;
-  }
-  return v >= lo && v <= hi;
+  // In double the i64 bounds are -2^63 and 2^63 (INT64_MAX rounds up).
+  auto [lo, hi] = integerRange(t);
+  return v >= static_cast<double>(lo) && v <= static_cast<double>(hi);
 }
 
 bool requireOrdered(TypeContext &ctx, const Value &at,

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Internal.h"
 #include "OpHelpers.h"
+#include "sluice/ops/FileFormats.h"
 
 #include <glob.h>
 #include <zlib.h>
@@ -343,67 +344,25 @@ static OpRegistration regTfrecord(tfrecord());
 // idx
 //===----------------------------------------------------------------------===//
 
-struct IdxHeader {
-  ElemType elem = ElemType::U8;
-  std::vector<int64_t> dims;
-};
-
-/// Reads an IDX header (plain or gzip). nullopt + empty `error` when the file
-/// cannot be opened; nullopt + `error` when it is not an IDX file.
+/// Reads the IDX header of `path`, plain or gzip (gzread passes plain files
+/// through). nullopt + empty `error` when the file cannot be opened; nullopt
+/// + `error` when it is not a valid IDX file.
 std::optional<IdxHeader> readIdxHeader(const std::string &path,
                                        std::string &error) {
   error.clear();
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
     return std::nullopt;
-  unsigned char magic[4];
-  std::optional<IdxHeader> result;
-  if (gzread(f, magic, 4) != 4 || magic[0] != 0 || magic[1] != 0) {
-    error = "is not an IDX file (it does not start with the IDX magic 00 00)";
-  } else {
-    IdxHeader h;
-    switch (magic[2]) {
-    case 0x08:
-      h.elem = ElemType::U8;
-      break;
-    case 0x09:
-      h.elem = ElemType::I8;
-      break;
-    case 0x0B:
-      h.elem = ElemType::I16;
-      break;
-    case 0x0C:
-      h.elem = ElemType::I32;
-      break;
-    case 0x0D:
-      h.elem = ElemType::F32;
-      break;
-    case 0x0E:
-      h.elem = ElemType::F64;
-      break;
-    default: {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "0x%02x", magic[2]);
-      error = std::string("has an unknown IDX element type code ") + buf;
-    }
-    }
-    int ndims = magic[3];
-    if (error.empty() && ndims == 0)
-      error = "is an IDX file with no dimensions";
-    for (int i = 0; error.empty() && i < ndims; ++i) {
-      unsigned char d[4];
-      if (gzread(f, d, 4) != 4) {
-        error = "ends inside its IDX header";
-        break;
-      }
-      h.dims.push_back((int64_t(d[0]) << 24) | (int64_t(d[1]) << 16) |
-                       (int64_t(d[2]) << 8) | int64_t(d[3]));
-    }
-    if (error.empty())
-      result = h;
-  }
+  std::string bytes(kIdxMaxHeaderBytes, '\0');
+  int got = gzread(f, bytes.data(), static_cast<unsigned>(bytes.size()));
   gzclose(f);
-  return result;
+  bytes.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  Expected<IdxHeader> h = parseIdxHeader(bytes);
+  if (!h) {
+    error = h.status().message();
+    return std::nullopt;
+  }
+  return h.take();
 }
 
 OpDef idx() {
@@ -436,7 +395,7 @@ OpDef idx() {
     std::optional<IdxHeader> images =
         readIdxHeader(ctx.resolvePath(imagesV.asString()), error);
     if (!error.empty()) {
-      ctx.error(imagesV, "'" + imagesV.asString() + "' " + error);
+      ctx.error(imagesV, "'" + imagesV.asString() + "': " + error);
     } else if (images && images->dims.size() < 2) {
       ctx.error(imagesV,
                 "'" + imagesV.asString() +
@@ -453,7 +412,7 @@ OpDef idx() {
       std::optional<IdxHeader> labels =
           readIdxHeader(ctx.resolvePath(labelsV.asString()), error);
       if (!error.empty()) {
-        ctx.error(labelsV, "'" + labelsV.asString() + "' " + error);
+        ctx.error(labelsV, "'" + labelsV.asString() + "': " + error);
       } else if (labels && labels->dims.size() != 1) {
         ctx.error(labelsV, "'" + labelsV.asString() + "' has " +
                                std::to_string(labels->dims.size()) +
@@ -481,117 +440,29 @@ static OpRegistration regIdx(idx());
 // npy
 //===----------------------------------------------------------------------===//
 
-struct NpyHeader {
-  ElemType elem = ElemType::F32;
-  std::vector<int64_t> shape;
-};
-
-/// Parses a .npy header (format v1, v2 or v3). nullopt + empty `error` if the
-/// file cannot be opened.
+/// Reads the .npy header of `path`. nullopt + empty `error` when the file
+/// cannot be opened; nullopt + `error` when it is not a valid .npy file.
 std::optional<NpyHeader> readNpyHeader(const std::string &path,
                                        std::string &error) {
   error.clear();
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     return std::nullopt;
-  std::string header;
-  unsigned char pre[12];
-  size_t got = std::fread(pre, 1, 10, f);
-  if (got != 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0) {
-    error = "is not a .npy file (no \\x93NUMPY magic)";
-  } else if (pre[6] < 1 || pre[6] > 3) {
-    error = "has .npy format version " + std::to_string(pre[6]) +
-            ", which is not supported (1, 2 and 3 are)";
-  } else {
-    uint32_t len = pre[8] | (uint32_t(pre[9]) << 8);
-    if (pre[6] >= 2) {
-      if (std::fread(pre + 10, 1, 2, f) != 2)
-        error = "ends inside its .npy header";
-      len = pre[8] | (uint32_t(pre[9]) << 8) | (uint32_t(pre[10]) << 16) |
-            (uint32_t(pre[11]) << 24);
-    }
-    if (error.empty()) {
-      if (len > (1u << 20)) {
-        error = "has an implausibly long .npy header";
-      } else {
-        header.resize(len);
-        if (std::fread(header.data(), 1, len, f) != len)
-          error = "ends inside its .npy header";
-      }
-    }
+  std::string bytes(kNpyPreambleBytes, '\0');
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f));
+  if (Expected<size_t> size = npyHeaderSize(bytes);
+      size && *size > bytes.size()) {
+    size_t have = bytes.size();
+    bytes.resize(*size);
+    bytes.resize(have + std::fread(bytes.data() + have, 1, *size - have, f));
   }
   std::fclose(f);
-  if (!error.empty())
-    return std::nullopt;
-
-  auto valueOf = [&](const char *key) -> std::string {
-    std::string k = std::string("'") + key + "'";
-    size_t p = header.find(k);
-    if (p == std::string::npos)
-      return "";
-    p = header.find(':', p + k.size());
-    if (p == std::string::npos)
-      return "";
-    ++p;
-    while (p < header.size() && header[p] == ' ')
-      ++p;
-    size_t end = p;
-    if (p < header.size() && header[p] == '(') {
-      end = header.find(')', p);
-      return end == std::string::npos ? "" : header.substr(p, end - p + 1);
-    }
-    if (p < header.size() && header[p] == '\'') {
-      end = header.find('\'', p + 1);
-      return end == std::string::npos ? "" : header.substr(p + 1, end - p - 1);
-    }
-    while (end < header.size() && header[end] != ',' && header[end] != '}')
-      ++end;
-    return header.substr(p, end - p);
-  };
-
-  std::string descr = valueOf("descr");
-  std::string fortran = valueOf("fortran_order");
-  std::string shape = valueOf("shape");
-  if (descr.empty() || shape.empty()) {
-    error = "has a .npy header without 'descr' or 'shape'";
+  Expected<NpyHeader> h = parseNpyHeader(bytes);
+  if (!h) {
+    error = h.status().message();
     return std::nullopt;
   }
-  NpyHeader h;
-  static const std::map<std::string, ElemType> kDescr = {
-      {"u1", ElemType::U8},   {"i1", ElemType::I8},  {"u2", ElemType::U16},
-      {"i2", ElemType::I16},  {"i4", ElemType::I32}, {"i8", ElemType::I64},
-      {"f2", ElemType::F16},  {"f4", ElemType::F32}, {"f8", ElemType::F64},
-      {"b1", ElemType::Bool},
-  };
-  char order = descr[0];
-  auto it = kDescr.find(descr.substr(1));
-  if (it == kDescr.end() || (order != '<' && order != '|' && order != '=')) {
-    error = "has dtype '" + descr + "', which is not supported";
-    if (order == '>')
-      error +=
-          " (big-endian; convert with arr.astype(arr.dtype.newbyteorder('<')))";
-    else
-      error += " (numeric little-endian dtypes are: u1 i1 u2 i2 i4 i8 f2 f4 "
-               "f8 b1)";
-    return std::nullopt;
-  }
-  h.elem = it->second;
-  if (fortran.find("True") != std::string::npos) {
-    error = "is stored in Fortran order, which is not supported; save it "
-            "with np.save(path, np.ascontiguousarray(arr))";
-    return std::nullopt;
-  }
-  // "(60000, 28, 28)" or "(5,)" or "()".
-  std::string digits;
-  for (char c : shape) {
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      digits += c;
-    } else if (!digits.empty()) {
-      h.shape.push_back(std::stoll(digits));
-      digits.clear();
-    }
-  }
-  return h;
+  return h.take();
 }
 
 OpDef npy() {
@@ -655,10 +526,24 @@ OpDef npy() {
       std::string error;
       std::optional<NpyHeader> h = readNpyHeader(matches[0], error);
       if (!error.empty()) {
-        ctx.error(filesV, "'" + matches[0] + "' " + error);
+        ctx.error(filesV, "'" + matches[0] + "': " + error);
         return RecordType();
       }
       if (h) {
+        if (h->bigEndian) {
+          ctx.error(filesV, "'" + matches[0] + "' has dtype '" + h->descr +
+                                "', which is not supported (big-endian; "
+                                "convert with "
+                                "arr.astype(arr.dtype.newbyteorder('<')))");
+          return RecordType();
+        }
+        if (h->fortranOrder) {
+          ctx.error(filesV, "'" + matches[0] +
+                                "' is stored in Fortran order, which is not "
+                                "supported; save it with np.save(path, "
+                                "np.ascontiguousarray(arr))");
+          return RecordType();
+        }
         if (h->shape.empty()) {
           ctx.error(filesV, "'" + matches[0] +
                                 "' holds a 0-d array; npy needs an array "

@@ -56,6 +56,27 @@ const std::vector<std::string_view> &allElemTypeNames() {
 
 unsigned elemTypeSize(ElemType t) { return info(t).size; }
 
+std::pair<int64_t, int64_t> integerRange(ElemType t) {
+  switch (t) {
+  case ElemType::U8:
+    return {0, 255};
+  case ElemType::I8:
+    return {-128, 127};
+  case ElemType::U16:
+    return {0, 65535};
+  case ElemType::I16:
+    return {-32768, 32767};
+  case ElemType::I32:
+    return {std::numeric_limits<int32_t>::min(),
+            std::numeric_limits<int32_t>::max()};
+  case ElemType::Bool:
+    return {0, 1};
+  default:
+    return {std::numeric_limits<int64_t>::min(),
+            std::numeric_limits<int64_t>::max()};
+  }
+}
+
 bool FieldType::hasStaticShape() const {
   return std::all_of(shape.begin(), shape.end(),
                      [](int64_t d) { return d >= 0; });

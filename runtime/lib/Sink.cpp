@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Sink.h"
+#include "sluice/ops/FileFormats.h"
 #include "sluice/runtime/Json.h"
 #include "sluice/runtime/Memory.h"
 
@@ -18,33 +19,6 @@ namespace sluice::runtime {
 Sink::~Sink() = default;
 
 namespace {
-
-const char *npyDescr(ElemType e) {
-  switch (e) {
-  case ElemType::U8:
-    return "|u1";
-  case ElemType::I8:
-    return "|i1";
-  case ElemType::U16:
-    return "<u2";
-  case ElemType::I16:
-    return "<i2";
-  case ElemType::I32:
-    return "<i4";
-  case ElemType::I64:
-    return "<i8";
-  case ElemType::F16:
-    return "<f2";
-  case ElemType::F32:
-    return "<f4";
-  case ElemType::F64:
-    return "<f8";
-  case ElemType::Bool:
-    return "|b1";
-  default:
-    return nullptr;
-  }
-}
 
 std::string npyHeader(const std::string &descr,
                       const std::vector<int64_t> &shape) {
@@ -266,8 +240,8 @@ private:
 } // namespace
 
 Status writeNpy(const std::string &path, const Tensor &t) {
-  const char *descr = npyDescr(t.elem());
-  if (!descr)
+  std::string descr = npyDescr(t.elem());
+  if (descr.empty())
     return Status::error("cannot write a " + t.type().str() +
                          " tensor as .npy");
   return writeFile(path, npyHeader(descr, t.shape()), t.raw(), t.nbytes());

@@ -8,22 +8,10 @@
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
 
-#include <sys/stat.h>
-
 using namespace sluice;
 using namespace sluice::rttest;
 
 namespace {
-
-const std::string kImages =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
-const std::string kLabels =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
-
-bool haveFashionMnist() {
-  struct stat sb;
-  return ::stat(kImages.c_str(), &sb) == 0 && ::stat(kLabels.c_str(), &sb) == 0;
-}
 
 class DeterminismTest : public ::testing::Test {
 protected:
@@ -35,8 +23,9 @@ protected:
   runtime::Plan plan(uint64_t seed, int64_t epochs, const std::string &extra,
                      const std::string &tail) {
     std::string yaml = "pipeline: fmnist\nseed: " + std::to_string(seed) +
-                       "\nsource:\n  idx:\n    images: " + kImages +
-                       "\n    labels: " + kLabels + "\nsteps:\n" + extra +
+                       "\nsource:\n  idx:\n    images: " + kFashionMnistImages +
+                       "\n    labels: " + kFashionMnistLabels + "\nsteps:\n" +
+                       extra +
                        "  - random_crop: {field: image, size: [24, 24], "
                        "padding: 2}\n"
                        "  - random_flip: {field: image, axis: width}\n"

@@ -17,7 +17,6 @@
 #include "sluice/ops/kernels/Layout.h"
 
 #include <functional>
-#include <sys/stat.h>
 
 using namespace sluice;
 using namespace sluice::rttest;
@@ -43,17 +42,12 @@ Rng rngFor(const std::string &op, uint64_t index, uint64_t occurrence = 1) {
   return Rng(kSeed, 0, index, streamId(op, occurrence));
 }
 
-const std::string kImages =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
-const std::string kLabels =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
-
 class ElementOpsTest : public ::testing::TestWithParam<OpCase> {
 protected:
   std::string sourceYaml(const std::string &kind) {
     if (kind == "idx")
-      return "  idx:\n    images: " + kImages + "\n    labels: " + kLabels +
-             "\n";
+      return "  idx:\n    images: " + kFashionMnistImages +
+             "\n    labels: " + kFashionMnistLabels + "\n";
     std::string rows;
     for (int i = 0; i < 40; ++i) {
       rows += std::to_string(i) + ",";
@@ -78,11 +72,8 @@ protected:
 
 TEST_P(ElementOpsTest, MatchesTheKernel) {
   const OpCase &c = GetParam();
-  if (std::string(c.source) == "idx") {
-    struct stat sb;
-    if (::stat(kImages.c_str(), &sb) != 0)
-      GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  }
+  if (std::string(c.source) == "idx" && !haveFashionMnist())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   std::string head = "pipeline: ops\nseed: " + std::to_string(kSeed) +
                      "\nsource:\n" + sourceYaml(c.source) + "steps:\n";
   runtime::Plan src = planFromYaml(dir_, head + "  - take: 40\n", "src.yaml");

@@ -10,27 +10,20 @@
 
 #include <regex>
 #include <sstream>
-#include <sys/stat.h>
 
 using namespace sluice;
 using namespace sluice::rttest;
 
 namespace {
 
-const std::string kImages =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
-const std::string kLabels =
-    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
-
 class MemoryTest : public ::testing::Test {
 protected:
   std::string fmnist(const std::string &steps, const std::string &memory) {
-    struct stat sb;
-    if (::stat(kImages.c_str(), &sb) != 0)
+    if (!haveFashionMnist())
       return "";
-    return "pipeline: mem\nsource:\n  idx:\n    images: " + kImages +
-           "\n    labels: " + kLabels + "\nsteps:\n" + steps +
-           "budget: {memory: " + memory + "}\n";
+    return "pipeline: mem\nsource:\n  idx:\n    images: " +
+           kFashionMnistImages + "\n    labels: " + kFashionMnistLabels +
+           "\nsteps:\n" + steps + "budget: {memory: " + memory + "}\n";
   }
   TempDir dir_;
 };

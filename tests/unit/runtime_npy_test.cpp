@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 using namespace sluice;
 using namespace sluice::rttest;
@@ -148,16 +147,11 @@ protected:
 };
 
 TEST_F(NpyTest, NumericBatchesOfFashionMnist) {
-  std::string images =
-      std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
-  std::string labels =
-      std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
-  struct stat sb;
-  if (::stat(images.c_str(), &sb) != 0)
+  if (!haveFashionMnist())
     GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   runtime::Plan p = planFromYaml(
-      dir_, "pipeline: fm\nseed: 3\nsource:\n  idx:\n    images: " + images +
-                "\n    labels: " + labels +
+      dir_, "pipeline: fm\nseed: 3\nsource:\n  idx:\n    images: " +
+                kFashionMnistImages + "\n    labels: " + kFashionMnistLabels +
                 "\nsteps:\n  - take: 10\n"
                 "  - random_crop: {field: image, size: 24}\n"
                 "  - normalize: {field: image, mean: 72.94, std: 90.02}\n"

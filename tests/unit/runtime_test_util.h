@@ -2,11 +2,14 @@
 //
 // Specs written by the test into a temporary directory, parsed with the real
 // front end and turned into a runtime Plan (the compiler's module->Plan path
-// is not needed for runtime tests), plus running a Plan to a list of outputs.
+// is not needed for runtime tests), plus running a Plan to a list of outputs
+// and where Fashion-MNIST is.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_TESTS_UNIT_RUNTIME_TEST_UTIL_H
 #define SLUICE_TESTS_UNIT_RUNTIME_TEST_UTIL_H
+
+#include "test_util.h"
 
 #include "sluice/dsl/Spec.h"
 #include "sluice/runtime/Pipeline.h"
@@ -14,46 +17,28 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 namespace sluice::rttest {
 
-/// A fresh directory removed at the end of the test.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "sluice-rt-XXXXXX").string();
-    char *made = ::mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string &path() const { return path_; }
-  std::string operator/(const std::string &rel) const {
-    return path_ + "/" + rel;
-  }
-  std::string write(const std::string &rel, const std::string &bytes) const {
-    std::string full = *this / rel;
-    std::filesystem::create_directories(
-        std::filesystem::path(full).parent_path());
-    std::ofstream out(full, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    EXPECT_TRUE(out.good()) << full;
-    return full;
-  }
+using sluice::testing::TempDir;
 
-private:
-  std::string path_;
-};
+/// Debian's dataset-fashion-mnist, test split.
+inline const std::string kFashionMnistImages =
+    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-images-idx3-ubyte.gz";
+inline const std::string kFashionMnistLabels =
+    std::string(SLUICE_FASHION_MNIST_DIR) + "/t10k-labels-idx1-ubyte.gz";
+
+/// True when dataset-fashion-mnist is installed (the package brings the
+/// images and labels together); tests that read it skip otherwise.
+inline bool haveFashionMnist() {
+  struct stat sb;
+  return ::stat(kFashionMnistImages.c_str(), &sb) == 0;
+}
 
 /// The runtime Plan of a checked spec: the source and steps in order, each
 /// with its input/output record types and the spec's schedule knobs.

@@ -144,7 +144,9 @@ TEST(IdxSource, HeaderProblemsAreCreateErrors) {
   msg = createError("idx", params({{"images", str("short")}}), dir.path());
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
   msg = createError("idx", params({{"images", str("notidx")}}), dir.path());
-  EXPECT_NE(msg.find("not an idx file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not an IDX file: it starts with 68 65 6c 6c"),
+            std::string::npos)
+      << msg;
   msg = createError("idx", params({{"images", str("lab2")}}), dir.path());
   EXPECT_NE(msg.find("1-D idx file"), std::string::npos) << msg;
   msg = createError("idx", params({{"images", str("missing.gz")}}), dir.path());

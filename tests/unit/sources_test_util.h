@@ -1,74 +1,25 @@
 //===- sources_test_util.h - Helpers shared by the source reader tests ----===//
 //
-// A temporary directory, file writing, parameter maps and a "read every
-// shard" loop, so each sources_*_test.cpp can focus on its format.
+// Parameter maps and a "read every shard" loop (and, from test_util.h, a
+// temporary directory), so each sources_*_test.cpp can focus on its format.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_TESTS_UNIT_SOURCES_TEST_UTIL_H
 #define SLUICE_TESTS_UNIT_SOURCES_TEST_UTIL_H
 
+#include "test_util.h"
+
 #include "sluice/runtime/Source.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <zlib.h>
-
 namespace sluice::testing {
-
-/// A fresh directory removed at the end of the test.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "sluice-src-XXXXXX").string();
-    char *made = ::mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string &path() const { return path_; }
-  std::string operator/(const std::string &rel) const {
-    return path_ + "/" + rel;
-  }
-
-  /// Writes `bytes` to path()/rel, creating parent directories.
-  std::string write(const std::string &rel, const std::string &bytes) const {
-    std::string full = *this / rel;
-    std::filesystem::create_directories(
-        std::filesystem::path(full).parent_path());
-    std::ofstream out(full, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    EXPECT_TRUE(out.good()) << full;
-    return full;
-  }
-  /// Writes `bytes` gzip-compressed.
-  std::string writeGz(const std::string &rel, const std::string &bytes) const {
-    std::string full = *this / rel;
-    std::filesystem::create_directories(
-        std::filesystem::path(full).parent_path());
-    gzFile f = gzopen(full.c_str(), "wb");
-    EXPECT_NE(f, nullptr);
-    EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-              static_cast<int>(bytes.size()));
-    gzclose(f);
-    return full;
-  }
-
-private:
-  std::string path_;
-};
 
 /// {{"files", str("*.csv")}, {"header", boolean(true)}}
 inline Value

@@ -515,7 +515,7 @@ const RuleCase kSourceCases[] = {
      "FMNIST/t10k-labels-idx1-ubyte.gz}",
      "error: has 10000 labels but the images file has 60000 images"},
     {"IdxNotIdx", "idx", "", "{images: notidx.idx}",
-     "error: 'notidx.idx' is not an IDX file", "notidx.idx"},
+     "error: 'notidx.idx': not an IDX file", "notidx.idx"},
     {"NpyV1", "npy", "", "{files: feat.npy}", "data: f32[3,4]"},
     {"NpyField", "npy", "", "{files: feat.npy, field: feats}",
      "feats: f32[3,4]"},
@@ -541,7 +541,7 @@ const RuleCase kSourceCases[] = {
     {"NpyScalarArray", "npy", "", "{files: scalar.npy}",
      "error: holds a 0-d array"},
     {"NpyUnicode", "npy", "", "{files: text.npy}",
-     "error: has dtype '<U10', which is not supported"},
+     "error: unsupported dtype '<U10'"},
     {"Webdataset", "webdataset", "",
      "{shards: \"train-*.tar\", fields: [{ext: jpg, name: data}, {ext: cls, "
      "name: label, type: i64}, {ext: seg.png}]}",

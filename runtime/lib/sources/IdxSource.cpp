@@ -1,36 +1,24 @@
-//===- IdxSource.cpp - MNIST-style idx files
-//-------------------------------===//
+//===- IdxSource.cpp - MNIST-style idx files ------------------------------===//
 //
 // An idx file is a big-endian header (magic 0x00000800 | type << 8 | ndims,
-// then ndims u32 sizes) followed by the raw big-endian array. MNIST images
-// are 0x00000803 (u8; count, rows, cols) and labels 0x00000801 (u8; count);
-// other element types (i8, i16, i32, f32, f64) and ranks are read too, as
-// the registry's type rule allows them. Labels must be 1-D integers.
+// then ndims u32 sizes; parsed by sluice/ops/FileFormats.h, as at check
+// time) followed by the raw big-endian array. MNIST images are 0x00000803
+// (u8; count, rows, cols) and labels 0x00000801 (u8; count); other element
+// types (i8, i16, i32, f32, f64) and ranks are read too, as the registry's
+// type rule allows them. Labels must be 1-D integers.
 // Headers are checked at create() so a wrong file or mismatched counts stop
 // the pipeline before it starts; the count gives sizeHint().
 //
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/FileFormats.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace sluice::runtime::detail {
 
 namespace {
-
-uint32_t bigEndian32(const char *p) {
-  const auto *u = reinterpret_cast<const unsigned char *>(p);
-  return (uint32_t(u[0]) << 24) | (uint32_t(u[1]) << 16) |
-         (uint32_t(u[2]) << 8) | uint32_t(u[3]);
-}
-
-struct IdxHeader {
-  ElemType elem = ElemType::U8;
-  std::vector<int64_t> dims;
-  size_t dataOffset = 0;
-};
 
 /// Reads and checks an idx header.
 Status readHeader(const std::string &kind, const std::string &path,
@@ -41,57 +29,15 @@ Status readHeader(const std::string &kind, const std::string &path,
   BufferedInput in(4096);
   if (!in.open(path))
     return bad(in.error());
-  if (!in.ensure(4))
-    return bad(in.failed() ? in.error() : "file too short for an idx header");
-  const auto *m = reinterpret_cast<const unsigned char *>(in.data());
-  if (m[0] != 0 || m[1] != 0) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%02x %02x %02x %02x", m[0], m[1], m[2],
-                  m[3]);
-    return bad(std::string("not an idx file: it starts with ") + buf +
-               ", an idx magic number starts with 00 00");
-  }
-  switch (m[2]) {
-  case 0x08:
-    h.elem = ElemType::U8;
-    break;
-  case 0x09:
-    h.elem = ElemType::I8;
-    break;
-  case 0x0B:
-    h.elem = ElemType::I16;
-    break;
-  case 0x0C:
-    h.elem = ElemType::I32;
-    break;
-  case 0x0D:
-    h.elem = ElemType::F32;
-    break;
-  case 0x0E:
-    h.elem = ElemType::F64;
-    break;
-  default:
-    return bad("unknown idx element type code " + std::to_string(m[2]));
-  }
-  size_t ndims = m[3];
-  h.dataOffset = 4 + 4 * ndims;
-  if (ndims == 0)
-    return bad("an idx file with no dimensions");
-  if (!in.ensure(h.dataOffset))
-    return bad(in.failed() ? in.error() : "the file ends inside its header");
-  h.dims.clear();
-  for (size_t d = 0; d < ndims; ++d)
-    h.dims.push_back(bigEndian32(in.data() + 4 + 4 * d));
-  if (std::optional<uint64_t> size = in.rawSize()) {
-    uint64_t bytes = elemTypeSize(h.elem);
-    for (int64_t n : h.dims)
-      bytes *= static_cast<uint64_t>(n);
-    if (*size < h.dataOffset + bytes)
-      return bad(
-          "truncated: the header promises " + std::to_string(bytes) +
-          " bytes of data, the file has " +
-          std::to_string(*size - std::min<uint64_t>(*size, h.dataOffset)));
-  }
+  in.ensure(kIdxMaxHeaderBytes);
+  Expected<IdxHeader> parsed = parseIdxHeader({in.data(), in.avail()});
+  if (!parsed) // a read error is why the header looks short
+    return bad(in.failed() ? in.error() : parsed.status().message());
+  h = parsed.take();
+  std::string problem =
+      dataSizeProblem(in, h.dataOffset, arrayBytes(h.elem, h.dims));
+  if (!problem.empty())
+    return bad(problem);
   return Status::ok();
 }
 
@@ -236,9 +182,7 @@ Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
                          "train-images-idx3-ubyte.gz");
   src->count = dims[0];
   src->imageShape.assign(dims.begin() + 1, dims.end());
-  src->imageBytes = elemTypeSize(src->imageHeader.elem);
-  for (int64_t n : src->imageShape)
-    src->imageBytes *= static_cast<size_t>(n);
+  src->imageBytes = arrayBytes(src->imageHeader.elem, src->imageShape);
 
   std::vector<Field> fields = {
       {"image", FieldType(src->imageHeader.elem, src->imageShape)}};

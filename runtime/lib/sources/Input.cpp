@@ -1,6 +1,7 @@
 //===- Input.cpp - File input, globbing and value parsing for sources -----===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/kernels/Scalar.h"
 
 #include <algorithm>
 #include <cctype>
@@ -238,6 +239,23 @@ bool readWholeFile(const std::string &path, std::string &out,
   return true;
 }
 
+uint64_t arrayBytes(ElemType elem, const std::vector<int64_t> &dims) {
+  uint64_t bytes = elemTypeSize(elem);
+  for (int64_t n : dims)
+    bytes *= static_cast<uint64_t>(n);
+  return bytes;
+}
+
+std::string dataSizeProblem(const BufferedInput &in, uint64_t dataOffset,
+                            uint64_t dataBytes) {
+  std::optional<uint64_t> size = in.rawSize();
+  if (!size || *size >= dataOffset + dataBytes)
+    return "";
+  return "truncated: the header promises " + std::to_string(dataBytes) +
+         " bytes of data, the file has " +
+         std::to_string(*size - std::min(*size, dataOffset));
+}
+
 //===----------------------------------------------------------------------===//
 // Paths and globs
 //===----------------------------------------------------------------------===//
@@ -355,33 +373,6 @@ Expected<ElemType> elemTypeParam(const std::string &kind, const Value &v,
 // Numbers in text
 //===----------------------------------------------------------------------===//
 
-uint16_t floatToHalf(float value) {
-  uint32_t f;
-  std::memcpy(&f, &value, 4);
-  uint32_t sign = f & 0x80000000u;
-  f ^= sign;
-  uint16_t out;
-  if (f >= (143u << 23)) { // >= 65536: overflow, or inf/nan
-    out = f > (255u << 23) ? 0x7e00 : 0x7c00;
-  } else if (f < (113u << 23)) { // below the smallest normal half
-    // Adding 0.5 lets the FPU round the subnormal mantissa to nearest even.
-    const uint32_t magicBits = ((127 - 15) + (23 - 10) + 1) << 23;
-    float magic, x;
-    std::memcpy(&magic, &magicBits, 4);
-    std::memcpy(&x, &f, 4);
-    x += magic;
-    uint32_t xb;
-    std::memcpy(&xb, &x, 4);
-    out = static_cast<uint16_t>(xb - magicBits);
-  } else {
-    uint32_t mantOdd = (f >> 13) & 1;
-    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xfff; // rebias, round
-    f += mantOdd;
-    out = static_cast<uint16_t>(f >> 13);
-  }
-  return static_cast<uint16_t>(out | (sign >> 16));
-}
-
 namespace {
 
 std::string_view trim(std::string_view s) {
@@ -426,7 +417,7 @@ ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
       else if (elem == ElemType::F32)
         store(dst, i, static_cast<float>(nan));
       else
-        store(dst, i, floatToHalf(static_cast<float>(nan)));
+        store(dst, i, kernels::floatToHalf(static_cast<float>(nan)));
       return ParseError::None;
     }
     // Fast path for integers written in float columns (Criteo's dense
@@ -451,7 +442,7 @@ ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
           else if (std::fabs(dv) > 65504.0)
             return ParseError::Range;
           else
-            store(dst, i, floatToHalf(static_cast<float>(dv)));
+            store(dst, i, kernels::floatToHalf(static_cast<float>(dv)));
           return ParseError::None;
         }
       }
@@ -492,7 +483,7 @@ ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
     }
     if (std::fabs(d) > 65504.0 && !std::isinf(d) && !std::isnan(d))
       return ParseError::Range;
-    store(dst, i, floatToHalf(static_cast<float>(d)));
+    store(dst, i, kernels::floatToHalf(static_cast<float>(d)));
     return ParseError::None;
   }
   if (elem == ElemType::Bool) {
@@ -516,39 +507,12 @@ ParseError parseNumber(std::string_view text, ElemType elem, void *dst,
     return ParseError::Range;
   if (r.ec != std::errc() || r.ptr != e)
     return ParseError::Syntax;
-  switch (elem) {
-  case ElemType::U8:
-    if (v < 0 || v > 255)
-      return ParseError::Range;
-    store(dst, i, static_cast<uint8_t>(v));
-    break;
-  case ElemType::I8:
-    if (v < -128 || v > 127)
-      return ParseError::Range;
-    store(dst, i, static_cast<int8_t>(v));
-    break;
-  case ElemType::U16:
-    if (v < 0 || v > 65535)
-      return ParseError::Range;
-    store(dst, i, static_cast<uint16_t>(v));
-    break;
-  case ElemType::I16:
-    if (v < -32768 || v > 32767)
-      return ParseError::Range;
-    store(dst, i, static_cast<int16_t>(v));
-    break;
-  case ElemType::I32:
-    if (v < std::numeric_limits<int32_t>::min() ||
-        v > std::numeric_limits<int32_t>::max())
-      return ParseError::Range;
-    store(dst, i, static_cast<int32_t>(v));
-    break;
-  case ElemType::I64:
-    store(dst, i, v);
-    break;
-  default:
+  if (!isInteger(elem))
     return ParseError::Syntax;
-  }
+  auto [lo, hi] = integerRange(elem);
+  if (v < lo || v > hi)
+    return ParseError::Range;
+  kernels::storeFromInt(elem, v, static_cast<uint8_t *>(dst), i);
   return ParseError::None;
 }
 

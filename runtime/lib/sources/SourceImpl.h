@@ -86,6 +86,15 @@ inline void skipByteOrderMark(BufferedInput &in) {
 bool readWholeFile(const std::string &path, std::string &out,
                    std::string &error);
 
+/// Bytes of a dense array of numeric `elem` with the given dims.
+uint64_t arrayBytes(ElemType elem, const std::vector<int64_t> &dims);
+/// "truncated: the header promises N bytes of data, the file has M" when the
+/// file `in` reads is too short for a header of `dataOffset` bytes and
+/// `dataBytes` of data; "" when it is long enough or its size is unknown
+/// before reading (.gz: the reader then reports the end of the data).
+std::string dataSizeProblem(const BufferedInput &in, uint64_t dataOffset,
+                            uint64_t dataBytes);
+
 /// `path` if absolute, else baseDir/path.
 std::string joinPath(const std::string &baseDir, const std::string &path);
 /// True if `path` ends with `suffix`.
@@ -170,9 +179,6 @@ std::string describeParseError(ParseError err, std::string_view text,
                                ElemType elem);
 /// A short category: "empty value", "bad number", "bad bool", ...
 const char *parseErrorReason(ParseError err, ElemType elem);
-
-/// IEEE half from float, round to nearest even.
-uint16_t floatToHalf(float f);
 
 // Factories: each returns a source with kind_ and type_ (natural order) set.
 using Factory = Expected<std::unique_ptr<Source>> (*)(const std::string &kind,

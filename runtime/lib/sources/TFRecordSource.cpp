@@ -20,11 +20,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/kernels/Scalar.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <limits>
 
 namespace sluice::runtime::detail {
 
@@ -470,65 +469,17 @@ ReadResult TFRecordReader::decodeFeature(size_t j, Wire feature, Record &out,
   }
 
   Tensor t = Tensor::empty(spec.elem, std::move(shape));
-  int64_t i = 0;
+  size_t i = 0;
   auto storeFloat = [&](float f) {
-    if (spec.elem == ElemType::F32)
-      t.mutableData<float>()[i++] = f;
-    else if (spec.elem == ElemType::F64)
-      t.mutableData<double>()[i++] = f;
-    else
-      t.mutableData<uint16_t>()[i++] = floatToHalf(f);
+    kernels::storeFromDouble(spec.elem, f, t.mutableRaw(), i++);
   };
+  // Out-of-range values fail the record, so what is stored for them is moot.
   std::string rangeError;
+  const std::pair<int64_t, int64_t> range = integerRange(spec.elem);
   auto storeInt = [&](int64_t v) {
-    int64_t lo = std::numeric_limits<int64_t>::min();
-    int64_t hi = std::numeric_limits<int64_t>::max();
-    switch (spec.elem) {
-    case ElemType::U8:
-      lo = 0, hi = 255;
-      break;
-    case ElemType::I8:
-      lo = -128, hi = 127;
-      break;
-    case ElemType::U16:
-      lo = 0, hi = 65535;
-      break;
-    case ElemType::I16:
-      lo = -32768, hi = 32767;
-      break;
-    case ElemType::I32:
-      lo = std::numeric_limits<int32_t>::min();
-      hi = std::numeric_limits<int32_t>::max();
-      break;
-    case ElemType::Bool:
-      lo = 0, hi = 1;
-      break;
-    default:
-      break;
-    }
-    if ((v < lo || v > hi) && rangeError.empty())
+    if ((v < range.first || v > range.second) && rangeError.empty())
       rangeError = std::to_string(v);
-    switch (spec.elem) {
-    case ElemType::U8:
-    case ElemType::Bool:
-      t.mutableData<uint8_t>()[i++] = static_cast<uint8_t>(v);
-      break;
-    case ElemType::I8:
-      t.mutableData<int8_t>()[i++] = static_cast<int8_t>(v);
-      break;
-    case ElemType::U16:
-      t.mutableData<uint16_t>()[i++] = static_cast<uint16_t>(v);
-      break;
-    case ElemType::I16:
-      t.mutableData<int16_t>()[i++] = static_cast<int16_t>(v);
-      break;
-    case ElemType::I32:
-      t.mutableData<int32_t>()[i++] = static_cast<int32_t>(v);
-      break;
-    default:
-      t.mutableData<int64_t>()[i++] = v;
-      break;
-    }
+    kernels::storeFromInt(spec.elem, v, t.mutableRaw(), i++);
   };
   Wire w = kind == ListKind::None ? Wire{nullptr, nullptr} : list;
   while (w.p && !w.atEnd()) {

@@ -51,6 +51,9 @@ inline bool isFloat(ElemType t) {
   return t == ElemType::F16 || t == ElemType::F32 || t == ElemType::F64;
 }
 inline bool isInteger(ElemType t) { return isNumeric(t) && !isFloat(t); }
+/// Smallest and largest value of an integer element type (bool: 0 and 1).
+/// Only meaningful when isInteger(t); other types get the i64 range.
+std::pair<int64_t, int64_t> integerRange(ElemType t);
 
 /// A dimension size; kDynamic marks a size only known per element.
 constexpr int64_t kDynamic = -1;

@@ -108,122 +108,114 @@ template <typename T> inline T saturateCastInt(int64_t v) {
   }
 }
 
-/// Reads element `i` of a numeric buffer of type `elem` as a double.
-inline double loadAsDouble(ElemType elem, const uint8_t *base, size_t i) {
+/// Reads element `i` of a numeric buffer of type `elem` as V: a double, or
+/// an int64_t (exact for integer types; float values saturate).
+template <typename V>
+inline V loadElement(ElemType elem, const uint8_t *base, size_t i) {
+  static_assert(std::is_same_v<V, double> || std::is_same_v<V, int64_t>);
+  auto as = [](auto x) -> V {
+    if constexpr (std::is_integral_v<V> &&
+                  std::is_floating_point_v<decltype(x)>)
+      return saturateCast<V>(x);
+    else
+      return static_cast<V>(x);
+  };
   switch (elem) {
   case ElemType::U8:
-    return base[i];
+    return as(base[i]);
   case ElemType::Bool:
-    return base[i] != 0;
+    return as(base[i] != 0);
   case ElemType::I8:
-    return reinterpret_cast<const int8_t *>(base)[i];
+    return as(reinterpret_cast<const int8_t *>(base)[i]);
   case ElemType::U16:
-    return reinterpret_cast<const uint16_t *>(base)[i];
+    return as(reinterpret_cast<const uint16_t *>(base)[i]);
   case ElemType::I16:
-    return reinterpret_cast<const int16_t *>(base)[i];
+    return as(reinterpret_cast<const int16_t *>(base)[i]);
   case ElemType::I32:
-    return reinterpret_cast<const int32_t *>(base)[i];
+    return as(reinterpret_cast<const int32_t *>(base)[i]);
   case ElemType::I64:
-    return static_cast<double>(reinterpret_cast<const int64_t *>(base)[i]);
+    return as(reinterpret_cast<const int64_t *>(base)[i]);
   case ElemType::F16:
-    return halfToFloat(reinterpret_cast<const uint16_t *>(base)[i]);
+    return as(halfToFloat(reinterpret_cast<const uint16_t *>(base)[i]));
   case ElemType::F32:
-    return reinterpret_cast<const float *>(base)[i];
+    return as(reinterpret_cast<const float *>(base)[i]);
   case ElemType::F64:
-    return reinterpret_cast<const double *>(base)[i];
+    return as(reinterpret_cast<const double *>(base)[i]);
   default:
     return 0;
   }
 }
 
+/// Reads element `i` of a numeric buffer of type `elem` as a double.
+inline double loadAsDouble(ElemType elem, const uint8_t *base, size_t i) {
+  return loadElement<double>(elem, base, i);
+}
+
 /// Reads element `i` of an integer or bool buffer exactly.
 inline int64_t loadAsInt(ElemType elem, const uint8_t *base, size_t i) {
+  return loadElement<int64_t>(elem, base, i);
+}
+
+/// saturateCast() of a double, saturateCastInt() of an exact integer.
+template <typename T, typename V> inline T saturateFrom(V v) {
+  if constexpr (std::is_floating_point_v<V>)
+    return saturateCast<T>(v);
+  else
+    return saturateCastInt<T>(v);
+}
+
+/// Writes `v` (a double, or an exact int64_t) as element `i` of a numeric
+/// buffer of type `elem`: saturating for integer types, and through double
+/// for float types.
+template <typename V>
+inline void storeElement(ElemType elem, V v, uint8_t *base, size_t i) {
+  static_assert(std::is_same_v<V, double> || std::is_same_v<V, int64_t>);
   switch (elem) {
   case ElemType::U8:
-    return base[i];
+    base[i] = saturateFrom<uint8_t>(v);
+    break;
   case ElemType::Bool:
-    return base[i] != 0;
+    base[i] = v != 0;
+    break;
   case ElemType::I8:
-    return reinterpret_cast<const int8_t *>(base)[i];
+    reinterpret_cast<int8_t *>(base)[i] = saturateFrom<int8_t>(v);
+    break;
   case ElemType::U16:
-    return reinterpret_cast<const uint16_t *>(base)[i];
+    reinterpret_cast<uint16_t *>(base)[i] = saturateFrom<uint16_t>(v);
+    break;
   case ElemType::I16:
-    return reinterpret_cast<const int16_t *>(base)[i];
+    reinterpret_cast<int16_t *>(base)[i] = saturateFrom<int16_t>(v);
+    break;
   case ElemType::I32:
-    return reinterpret_cast<const int32_t *>(base)[i];
+    reinterpret_cast<int32_t *>(base)[i] = saturateFrom<int32_t>(v);
+    break;
   case ElemType::I64:
-    return reinterpret_cast<const int64_t *>(base)[i];
+    reinterpret_cast<int64_t *>(base)[i] = saturateFrom<int64_t>(v);
+    break;
+  case ElemType::F16:
+    reinterpret_cast<uint16_t *>(base)[i] =
+        floatToHalf(static_cast<float>(static_cast<double>(v)));
+    break;
+  case ElemType::F32:
+    reinterpret_cast<float *>(base)[i] =
+        static_cast<float>(static_cast<double>(v));
+    break;
+  case ElemType::F64:
+    reinterpret_cast<double *>(base)[i] = static_cast<double>(v);
+    break;
   default:
-    return saturateCast<int64_t>(loadAsDouble(elem, base, i));
+    break;
   }
 }
 
 /// Writes `v` as element `i` of a numeric buffer of type `elem`.
 inline void storeFromDouble(ElemType elem, double v, uint8_t *base, size_t i) {
-  switch (elem) {
-  case ElemType::U8:
-    base[i] = saturateCast<uint8_t>(v);
-    break;
-  case ElemType::Bool:
-    base[i] = v != 0;
-    break;
-  case ElemType::I8:
-    reinterpret_cast<int8_t *>(base)[i] = saturateCast<int8_t>(v);
-    break;
-  case ElemType::U16:
-    reinterpret_cast<uint16_t *>(base)[i] = saturateCast<uint16_t>(v);
-    break;
-  case ElemType::I16:
-    reinterpret_cast<int16_t *>(base)[i] = saturateCast<int16_t>(v);
-    break;
-  case ElemType::I32:
-    reinterpret_cast<int32_t *>(base)[i] = saturateCast<int32_t>(v);
-    break;
-  case ElemType::I64:
-    reinterpret_cast<int64_t *>(base)[i] = saturateCast<int64_t>(v);
-    break;
-  case ElemType::F16:
-    reinterpret_cast<uint16_t *>(base)[i] = floatToHalf(static_cast<float>(v));
-    break;
-  case ElemType::F32:
-    reinterpret_cast<float *>(base)[i] = static_cast<float>(v);
-    break;
-  case ElemType::F64:
-    reinterpret_cast<double *>(base)[i] = v;
-    break;
-  default:
-    break;
-  }
+  storeElement(elem, v, base, i);
 }
 
 /// Writes an exact integer as element `i` (saturating for narrow types).
 inline void storeFromInt(ElemType elem, int64_t v, uint8_t *base, size_t i) {
-  switch (elem) {
-  case ElemType::U8:
-    base[i] = saturateCastInt<uint8_t>(v);
-    break;
-  case ElemType::Bool:
-    base[i] = v != 0;
-    break;
-  case ElemType::I8:
-    reinterpret_cast<int8_t *>(base)[i] = saturateCastInt<int8_t>(v);
-    break;
-  case ElemType::U16:
-    reinterpret_cast<uint16_t *>(base)[i] = saturateCastInt<uint16_t>(v);
-    break;
-  case ElemType::I16:
-    reinterpret_cast<int16_t *>(base)[i] = saturateCastInt<int16_t>(v);
-    break;
-  case ElemType::I32:
-    reinterpret_cast<int32_t *>(base)[i] = saturateCastInt<int32_t>(v);
-    break;
-  case ElemType::I64:
-    reinterpret_cast<int64_t *>(base)[i] = v;
-    break;
-  default:
-    storeFromDouble(elem, static_cast<double>(v), base, i);
-    break;
-  }
+  storeElement(elem, v, base, i);
 }
 
 } // namespace kernels
