@@ -87,21 +87,26 @@ def make_image(rng, label):
     arr = np.asarray(pil).astype(np.float32)
     # Shading over the objects too, then sensor-like noise.
     arr += _smooth_field(rng, h, w, 6, 1, 25)
-    arr += rng.normal(0, float(rng.uniform(3.0, 7.0)), size=arr.shape)
+    arr += rng.normal(0, float(rng.uniform(4.0, 9.0)), size=arr.shape)
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
 
 
 def gen_images(out, n, seed):
     root = os.path.join(out, "imagenet", "train")
     for c in range(NUM_CLASSES):
-        os.makedirs(os.path.join(root, "class_%02d" % c), exist_ok=True)
+        d = os.path.join(root, "class_%02d" % c)
+        os.makedirs(d, exist_ok=True)
+        # A smaller --images than last time must not leave stale files.
+        for name in os.listdir(d):
+            if name.startswith("img_") and name.endswith(".jpg"):
+                os.remove(os.path.join(d, name))
     sizes = []
     t0 = time.time()
     for i in range(n):
         rng = np.random.default_rng([seed, 1, i])
         label = i % NUM_CLASSES
         img = make_image(rng, label)
-        quality = int(rng.integers(85, 96))
+        quality = int(rng.integers(88, 97))
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=quality)
         path = os.path.join(root, "class_%02d" % label, "img_%06d.jpg" % i)

@@ -29,6 +29,14 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createEliminateNoops(EliminateNoopsOptions{remarks});
        }},
+      {"sluice-fuse-decode-crop",
+       [](bool remarks) {
+         return createFuseDecodeCrop(FuseDecodeCropOptions{remarks});
+       }},
+      {"sluice-fuse-map-batch",
+       [](bool remarks) {
+         return createFuseMapBatch(FuseMapBatchOptions{remarks});
+       }},
   };
   return passes;
 }

@@ -962,6 +962,15 @@ void SpecChecker::parseSteps(const YNode &n, Spec &spec) {
     if (!checkOpEntry(entry, "step", step.op, step.loc, value))
       continue;
     const OpDef *def = Registry::instance().find(step.op);
+    if (def && def->internal) {
+      diags.error(step.loc,
+                  "'" + step.op +
+                      "' is internal to the compiler (a graph pass creates "
+                      "it by fusing steps); it cannot be written in a spec",
+                  "write the steps it fuses instead: " + def->summary);
+      typesUncertain = true;
+      continue;
+    }
     if (!def || def->kind == OpKind::Source) {
       std::string msg = "unknown op '" + step.op + "'" +
                         didYouMean(step.op, stepOps);

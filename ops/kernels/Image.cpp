@@ -5,6 +5,9 @@
 
 #include <png.h>
 #include <turbojpeg.h>
+// jpeglib.h needs FILE and size_t declared first.
+#include <cstdio>
+#include <jpeglib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -257,6 +260,170 @@ Status decodeJpegInto(tjhandle tj, std::string_view bytes,
       return Status::error("truncated JPEG data: " + msg);
   }
   return Status::error("corrupt JPEG data: " + msg);
+}
+
+//===----------------------------------------------------------------------===//
+// JPEG window decode (the libjpeg API of libjpeg-turbo)
+//===----------------------------------------------------------------------===//
+
+// TurboJPEG 2.1 has no partial decode, so the window path drives libjpeg
+// directly: jpeg_crop_scanline limits IDCT, upsampling and color conversion
+// to the columns of the window, jpeg_skip_scanlines skips them for the rows
+// above it. The output settings are the ones tjDecompress2 uses without
+// flags (JDCT_ISLOW, fancy upsampling, block smoothing), so the pixels of
+// the window are the pixels a full decode has there.
+
+/// Errors longjmp back into jpegWindowRun; warnings are only recorded, since
+/// any warning sends the image down the full-decode path.
+struct JpegWindowError {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  bool warned;
+};
+
+void jpegWindowErrorExit(j_common_ptr cinfo) {
+  std::longjmp(reinterpret_cast<JpegWindowError *>(cinfo->err)->jump, 1);
+}
+
+void jpegWindowEmit(j_common_ptr cinfo, int level) {
+  if (level < 0)
+    reinterpret_cast<JpegWindowError *>(cinfo->err)->warned = true;
+}
+
+void jpegWindowSilent(j_common_ptr) {}
+
+/// One libjpeg decompressor per thread, reused across images.
+struct JpegWindowDecoder {
+  jpeg_decompress_struct cinfo;
+  JpegWindowError err;
+  bool ready = false;
+  JpegWindowDecoder();
+  ~JpegWindowDecoder() {
+    if (ready)
+      jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+/// Only POD state between setjmp and longjmp.
+bool jpegWindowCreate(JpegWindowDecoder *d) {
+  if (setjmp(d->err.jump))
+    return false;
+  jpeg_create_decompress(&d->cinfo);
+  return true;
+}
+
+JpegWindowDecoder::JpegWindowDecoder() {
+  std::memset(&cinfo, 0, sizeof(cinfo));
+  std::memset(&err, 0, sizeof(err));
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = jpegWindowErrorExit;
+  err.pub.emit_message = jpegWindowEmit;
+  err.pub.output_message = jpegWindowSilent;
+  ready = jpegWindowCreate(this);
+}
+
+/// What jpegWindowRun decodes: rows [y0, y1) and columns [x0, x1) of the
+/// full-size image into dst ((y1-y0) x (x1-x0) x channels, contiguous).
+struct JpegWindowJob {
+  const unsigned char *data;
+  unsigned long size;
+  int channels;
+  JDIMENSION width, height; ///< from the TurboJPEG header read
+  JDIMENSION y0, y1, x0, x1;
+  uint8_t *dst;
+  uint8_t *row; ///< width * channels bytes
+};
+
+/// Decodes the window; false on any error, warning or unsupported input.
+/// Only POD locals: setjmp.
+bool jpegWindowRun(JpegWindowDecoder *d, const JpegWindowJob *job) {
+  j_decompress_ptr cinfo = &d->cinfo;
+  d->err.warned = false;
+  if (setjmp(d->err.jump)) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  jpeg_mem_src(cinfo, job->data, job->size);
+  if (jpeg_read_header(cinfo, TRUE) != JPEG_HEADER_OK ||
+      cinfo->num_components == 4 || cinfo->jpeg_color_space == JCS_CMYK ||
+      cinfo->jpeg_color_space == JCS_YCCK) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  cinfo->out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->do_block_smoothing = TRUE;
+  jpeg_start_decompress(cinfo);
+  if (cinfo->output_width != job->width ||
+      cinfo->output_height != job->height ||
+      cinfo->output_components != job->channels) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  // Fancy upsampling treats the first and last column of a cropped region
+  // as image edges: decode one column more on the left (the library then
+  // aligns down to the iMCU) and two more on the right, so the edge columns
+  // fall outside the window.
+  JDIMENSION cropX = job->x0 > 0 ? job->x0 - 1 : 0;
+  JDIMENSION cropEnd = job->x1 + 2 < job->width ? job->x1 + 2 : job->width;
+  JDIMENSION cropW = cropEnd - cropX;
+  jpeg_crop_scanline(cinfo, &cropX, &cropW);
+  if (job->y0 > 0)
+    jpeg_skip_scanlines(cinfo, job->y0);
+  size_t pixel = static_cast<size_t>(job->channels);
+  size_t outRow = (job->x1 - job->x0) * pixel;
+  size_t skipBytes = (job->x0 - cropX) * pixel;
+  JSAMPROW rows[1] = {job->row};
+  for (JDIMENSION y = job->y0; y < job->y1; ++y) {
+    if (jpeg_read_scanlines(cinfo, rows, 1) != 1) {
+      jpeg_abort_decompress(cinfo);
+      return false;
+    }
+    std::memcpy(job->dst + (y - job->y0) * outRow, job->row + skipBytes,
+                outRow);
+  }
+  // Entropy-decode the rest (skipping still reads every MCU, but skips the
+  // IDCT) so that corrupt or truncated data below the window is noticed as
+  // in a full decode; skipping to the very end would not read it.
+  JDIMENSION left = cinfo->output_height - cinfo->output_scanline;
+  if (left > 1)
+    jpeg_skip_scanlines(cinfo, left - 1);
+  if (cinfo->output_scanline < cinfo->output_height)
+    jpeg_read_scanlines(cinfo, rows, 1);
+  jpeg_finish_decompress(cinfo);
+  return !d->err.warned;
+}
+
+Scratch &windowRowScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+/// Decodes `win` (inside the image) of a JPEG into dst (win.h x win.w x
+/// channels). False when the window path cannot vouch for the result (an
+/// error, any warning, CMYK): the caller then decodes in full, which gives
+/// the same pixels or today's error message.
+bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
+                      int channels, CropBox win, uint8_t *dst) {
+  if (info.format != ImageFormat::Jpeg || info.channels == 4)
+    return false;
+  thread_local JpegWindowDecoder decoder;
+  if (!decoder.ready)
+    return false;
+  JpegWindowJob job;
+  job.data = reinterpret_cast<const unsigned char *>(bytes.data());
+  job.size = static_cast<unsigned long>(bytes.size());
+  job.channels = channels;
+  job.width = static_cast<JDIMENSION>(info.width);
+  job.height = static_cast<JDIMENSION>(info.height);
+  job.y0 = static_cast<JDIMENSION>(win.y);
+  job.y1 = static_cast<JDIMENSION>(win.y + win.h);
+  job.x0 = static_cast<JDIMENSION>(win.x);
+  job.x1 = static_cast<JDIMENSION>(win.x + win.w);
+  job.dst = dst;
+  job.row = windowRowScratch().get(size_t(info.width) * channels);
+  return jpegWindowRun(&decoder, &job);
 }
 
 //===----------------------------------------------------------------------===//
@@ -725,12 +892,29 @@ Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
   if (!info)
     return info.status();
   Scratch &scratch = decodeScratch();
+  Tensor out = Tensor::empty(ElemType::U8, {box.h, box.w, channels});
+  const uint8_t zeros[3] = {0, 0, 0};
+  // Only the part of the box inside the image needs decoding.
+  int64_t y0 = std::clamp<int64_t>(box.y, 0, info->height);
+  int64_t y1 = std::clamp<int64_t>(box.y + box.h, 0, info->height);
+  int64_t x0 = std::clamp<int64_t>(box.x, 0, info->width);
+  int64_t x1 = std::clamp<int64_t>(box.x + box.w, 0, info->width);
+  CropBox win{y0, x0, y1 - y0, x1 - x0};
+  if (win.h > 0 && win.w > 0) {
+    size_t winRow = size_t(win.w) * channels;
+    uint8_t *buf = scratch.get(winRow * win.h);
+    if (decodeJpegWindow(bytes, *info, channels, win, buf)) {
+      CropBox shifted{box.y - y0, box.x - x0, box.h, box.w};
+      copyBox(buf, win.h, win.w, winRow, channels, shifted,
+              out.mutableData<uint8_t>(), zeros);
+      scratch.trim();
+      return out;
+    }
+  }
   size_t rowBytes = size_t(info->width) * channels;
   uint8_t *buf = scratch.get(rowBytes * info->height);
   if (Status s = decodeInto(bytes, *info, channels, buf); !s)
     return s;
-  Tensor out = Tensor::empty(ElemType::U8, {box.h, box.w, channels});
-  const uint8_t zeros[3] = {0, 0, 0};
   copyBox(buf, info->height, info->width, rowBytes, channels, box,
           out.mutableData<uint8_t>(), zeros);
   scratch.trim();
@@ -809,6 +993,19 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   }
 
   Scratch &scratch = decodeScratch();
+  Tensor out =
+      Tensor::empty(ElemType::U8, {params.height, params.width, channels});
+  if (denom == 1) {
+    size_t winRow = size_t(box.w) * channels;
+    uint8_t *win = scratch.get(winRow * box.h);
+    if (decodeJpegWindow(bytes, *info, channels, box, win)) {
+      View<uint8_t> v{win, box.h, box.w, channels, box.w * channels};
+      resizeView(v, out.mutableData<uint8_t>(), params.height, params.width,
+                 params.interpolation);
+      scratch.trim();
+      return out;
+    }
+  }
   size_t rowBytes = size_t(decW) * channels;
   uint8_t *buf = scratch.get(rowBytes * decH);
   Status s = Status::ok();
@@ -819,8 +1016,6 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     s = decodeInto(bytes, *info, channels, buf);
   if (!s)
     return s;
-  Tensor out =
-      Tensor::empty(ElemType::U8, {params.height, params.width, channels});
   View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
                   channels, decW * channels};
   resizeView(v, out.mutableData<uint8_t>(), params.height, params.width,

@@ -286,6 +286,51 @@ OpDef randomResizedCrop() {
 }
 static OpRegistration regRandomResizedCrop(randomResizedCrop());
 
+/// decode_image + random_resized_crop in one step, made by the compiler's
+/// sluice-fuse-decode-crop pass: the JPEG header gives the size the box is
+/// drawn from, then only the box is decoded. `field`/`as`/`channels` are the
+/// decode's, the rest the crop's; `crop_step` names the crop step whose
+/// random stream the box is drawn from, so the pixels are the unfused ones.
+OpDef decodeRandomResizedCrop() {
+  OpDef decode = decodeImage();
+  OpDef crop = randomResizedCrop();
+  OpDef op = element("decode_random_resized_crop");
+  op.internal = true;
+  op.summary = "`decode_image` followed by `random_resized_crop` of the "
+               "decoded image.";
+  op.doc = "Decodes only the crop box of a JPEG (PNG: the whole image), "
+           "with the pixels and random draws of the two steps it replaces.";
+  op.typeDoc = "`field` (bytes) becomes `u8[h,w,channels]`.";
+  for (const ParamSpec &p : decode.params)
+    op.params.push_back(p);
+  for (const ParamSpec &p : crop.params)
+    if (p.name != "field" && p.name != "as")
+      op.params.push_back(p);
+  op.params.push_back(param("crop_step", ParamKind::String)
+                          .req()
+                          .describe("The name of the fused crop step, whose "
+                                    "random stream draws the box."));
+  op.fuse = FuseKind::None;
+  op.stochastic = true;
+  op.cost = {decode.cost.nsPerElement + crop.cost.nsPerElement,
+             decode.cost.nsPerByte, 0};
+  op.typeRule = [](TypeContext &ctx) {
+    const FieldType &t = ctx.fieldType("field");
+    if (t.elem != ElemType::Bytes || !t.isScalar()) {
+      ctx.error(ctx.param("field"),
+                "decode_random_resized_crop needs one encoded image (bytes) "
+                "per record, but " +
+                    describeField(fieldName(ctx), t));
+      return ctx.input();
+    }
+    auto [h, w] = sizeHW(ctx.param("size"));
+    return withResult(ctx, FieldType(ElemType::U8,
+                                     {h, w, intOr(ctx.param("channels"), 3)}));
+  };
+  return op;
+}
+static OpRegistration regDecodeRandomResizedCrop(decodeRandomResizedCrop());
+
 OpDef randomFlip() {
   OpDef op = element("random_flip");
   op.summary = "Mirrors an image with probability p.";

@@ -116,7 +116,8 @@ const OpDef *Registry::find(std::string_view name) const {
 std::vector<const OpDef *> Registry::all() const {
   std::vector<const OpDef *> v;
   for (const OpDef &op : ops_)
-    v.push_back(&op);
+    if (!op.internal)
+      v.push_back(&op);
   std::sort(v.begin(), v.end(),
             [](const OpDef *a, const OpDef *b) { return a->name < b->name; });
   return v;

@@ -2,10 +2,12 @@
 //
 // Numeric buffers are 64-byte aligned and padded to a multiple of 64 bytes so
 // vectorized kernels may load whole cache lines at the tail without reading
-// past the allocation.
+// past the allocation. Buffers of 1 MiB and more come from and go back to
+// the process-wide pool of BufferPool.h (same alignment and padding).
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Tensor.h"
+#include "sluice/ops/BufferPool.h"
 
 #include <cassert>
 #include <cstdlib>
@@ -21,6 +23,12 @@ std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0)
     rounded = kAlignment;
+  if (rounded >= kPoolMinBytes) {
+    void *p = detail::poolAllocate(rounded);
+    return std::shared_ptr<uint8_t>(
+        static_cast<uint8_t *>(p),
+        [rounded](uint8_t *q) { detail::poolRelease(q, rounded); });
+  }
   void *p = ::operator new(rounded, std::align_val_t(kAlignment));
   return std::shared_ptr<uint8_t>(static_cast<uint8_t *>(p), [](uint8_t *q) {
     ::operator delete(q, std::align_val_t(kAlignment));
@@ -92,6 +100,19 @@ bool Tensor::sameAs(const Tensor &o) const {
     return strs_ && o.strs_ && *strs_ == *o.strs_;
   return nbytes_ == o.nbytes_ &&
          (nbytes_ == 0 || std::memcmp(buf_.get(), o.buf_.get(), nbytes_) == 0);
+}
+
+Tensor Tensor::viewOf(const Tensor &base, size_t offset, ElemType elem,
+                      std::vector<int64_t> shape) {
+  assert(base.buf_ && sluice::isNumeric(elem) && "views are of numeric data");
+  Tensor t;
+  t.elem_ = elem;
+  t.nbytes_ = static_cast<size_t>(product(shape)) * elemTypeSize(elem);
+  assert(offset + t.nbytes_ <= base.nbytes_ && "view inside its base");
+  t.shape_ = std::move(shape);
+  // The aliasing constructor: owns base's buffer, points into it.
+  t.buf_ = std::shared_ptr<uint8_t>(base.buf_, base.buf_.get() + offset);
+  return t;
 }
 
 Tensor Tensor::reshaped(std::vector<int64_t> shape) const {

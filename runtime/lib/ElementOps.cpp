@@ -241,6 +241,49 @@ Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
                });
 }
 
+/// decode_random_resized_crop (made by sluice-fuse-decode-crop): draws the
+/// box from the random stream of the crop step it replaced, named by
+/// `crop_step`, so records see the draws and pixels of the unfused steps.
+Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
+                                                const FieldIO &io) {
+  const Value &cropStep = s.params["crop_step"];
+  if (!cropStep.isString())
+    return bindError(s, "parameter 'crop_step' is missing");
+  PlanStage crop;
+  crop.op = "random_resized_crop";
+  crop.name = cropStep.asString();
+  uint64_t stream = stageStream(crop);
+  int channels = static_cast<int>(
+      s.params["channels"].isNumber() ? s.params["channels"].asInt() : 3);
+  kernels::RandomResizedCropParams p;
+  auto [h, w] = sizeHW(s.params["size"]);
+  p.height = h;
+  p.width = w;
+  std::vector<double> scale = s.params["scale"].asDoubleList();
+  std::vector<double> ratio = s.params["ratio"].asDoubleList();
+  if (scale.size() == 2) {
+    p.scaleLo = scale[0];
+    p.scaleHi = scale[1];
+  }
+  if (ratio.size() == 2) {
+    p.ratioLo = ratio[0];
+    p.ratioHi = ratio[1];
+  }
+  p.interpolation = interpolation(s.params["interpolation"]);
+  return unary(io,
+               [p, channels, stream](const Tensor &t, Record &rec,
+                                     const ElementContext &ctx)
+                   -> Expected<Tensor> {
+                 if (t.isNumeric() || t.rank() != 0)
+                   return Status::error(
+                       "expected one encoded image (bytes), got " +
+                       t.type().str());
+                 Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
+                 return kernels::decodeRandomResizedCrop(t.str(), channels, p,
+                                                         rng);
+               });
+}
+
 Expected<ElementFn> bindRandomFlip(const PlanStage &s, const FieldIO &io) {
   kernels::FlipAxis axis =
       s.params["axis"].isString() && s.params["axis"].asString() == "height"
@@ -500,6 +543,8 @@ Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {
     return bindRandomCrop(s, *io);
   if (op == "random_resized_crop")
     return bindRandomResizedCrop(s, *io);
+  if (op == "decode_random_resized_crop")
+    return bindDecodeRandomResizedCrop(s, *io);
   if (op == "random_flip")
     return bindRandomFlip(s, *io);
   if (op == "normalize")

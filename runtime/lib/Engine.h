@@ -56,6 +56,8 @@ struct Shared {
   OnError onError = OnError::Fail;
   int64_t threads = 1;
   std::string tempDir;
+  /// RunOptions::batchRowPlacement (and no SLUICE_NO_BATCH_PLACEMENT).
+  bool batchRowPlacement = true;
 
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
@@ -83,6 +85,23 @@ int64_t threadCpuNs();
 /// not numeric.
 std::optional<int64_t> staticRecordBytes(const RecordType &t);
 
+/// Lets the parallel map stage feeding a `batch` write each finished record
+/// straight into its row of the batch buffer, on the worker that just
+/// produced it (while it is in that core's cache), instead of the batch
+/// stage copying every record on the consumer's thread. Implemented by the
+/// batch stage (Stages.cpp), which still checks that every row it emits
+/// holds its record and copies the ones that are not in place.
+class RowPlacer {
+public:
+  virtual ~RowPlacer();
+  /// Called by a worker with a finished record that is expected to become
+  /// the `pos`-th (0-based) record the batch stage reads in this pass
+  /// (exact unless an earlier record was dropped that the map stage has not
+  /// seen yet). May copy the record's fields into the batch buffer and
+  /// replace them with views of their rows; leaves `rec` alone otherwise.
+  virtual void place(uint64_t pos, Record &rec) = 0;
+};
+
 class Stage {
 public:
   Stage(Shared &shared, std::unique_ptr<Stage> upstream,
@@ -99,6 +118,9 @@ public:
 
   Stage *upstream() const { return upstream_.get(); }
   virtual void staticNeeds(std::vector<StaticNeed> &) const {}
+  /// Asks this stage to hand its finished records to `placer` (null:
+  /// stop). True when it will: only parallel map stages do.
+  virtual bool attachRowPlacer(RowPlacer *) { return false; }
 
 protected:
   virtual Status onStart(uint64_t epoch);

@@ -16,6 +16,13 @@
 // filtered/skipped/failed. Slots never committed (the run stopped early)
 // count as discarded by the first step.
 //
+// Before a `batch`, a worker also copies each record it finished into its
+// row of the batch buffer (RowPlacer, Engine.h). Its position in the batch
+// stream is the slot's position minus the records dropped before it; the
+// worker counts the drops it knows of when it takes the run (all of them
+// earlier in the stream), and a drop it could not know of only costs the
+// batch stage a copy. That copy time counts toward the group's last step.
+//
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
@@ -83,6 +90,13 @@ public:
     out.push_back(std::move(n));
   }
 
+  bool attachRowPlacer(RowPlacer *placer) override {
+    if (!parallel_)
+      return false;
+    placer_ = placer;
+    return true;
+  }
+
 protected:
   Status onStart(uint64_t epoch) override {
     Status st = Stage::onStart(epoch);
@@ -93,6 +107,7 @@ protected:
     if (!parallel_)
       return Status::ok();
     head_ = dispatched_ = tail_ = 0;
+    knownDrops_ = 0;
     cancel_ = false;
     activeTasks_ = 0;
     feeder_ = std::thread([this] { feedLoop(); });
@@ -309,7 +324,7 @@ private:
     int64_t cpu0 = threadCpuNs();
     int64_t items = 0;
     for (;;) {
-      uint64_t a, b;
+      uint64_t a, b, drops;
       {
         std::unique_lock<std::mutex> lock(mu_);
         // Linger briefly before giving the thread back: when the input is
@@ -340,11 +355,17 @@ private:
                slot(b).marker == Slot::None)
           ++b;
         dispatched_ = b;
+        drops = knownDrops_;
       }
       // Slots [a, b) belong to this worker until they are marked done.
       for (uint64_t p = a; p < b; ++p) {
         Slot &s = slot(p);
         process(s.item, s.outcome, ns.data());
+        if (placer_ && s.outcome.kind == Outcome::Kept) {
+          int64_t t0 = nowNs();
+          placer_->place(p - drops, s.item.rec);
+          ns[ops_.size() - 1] += nowNs() - t0;
+        }
       }
       items += static_cast<int64_t>(b - a);
       std::lock_guard<std::mutex> lock(mu_);
@@ -357,6 +378,8 @@ private:
           account_->release(s.bytes - now);
         s.bytes = now;
         s.done = true;
+        if (s.outcome.kind != Outcome::Kept)
+          ++knownDrops_;
       }
       if (a <= head_)
         ready_.notify_one();
@@ -457,6 +480,9 @@ private:
   /// returned yet.
   std::deque<std::pair<Item, Outcome>> taken_;
   uint64_t head_ = 0, dispatched_ = 0, tail_ = 0;
+  /// Records of this pass that workers finished and did not keep.
+  uint64_t knownDrops_ = 0;
+  RowPlacer *placer_ = nullptr;
   int64_t activeTasks_ = 0;
   int64_t idleWorkers_ = 0;
   bool cancel_ = false;

@@ -179,6 +179,10 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
+  const char *noPlacement = std::getenv("SLUICE_NO_BATCH_PLACEMENT");
+  shared_.batchRowPlacement =
+      opts_.batchRowPlacement &&
+      !(noPlacement && *noPlacement && std::string(noPlacement) != "0");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -536,6 +540,7 @@ RunStats Engine::stats() const {
   r.outputBytes = outputBytes_.load();
   r.memoryLimit = memory_->limit();
   r.memoryPeak = memory_->peak();
+  r.memoryInUse = memory_->used();
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)
     r.stages.push_back(c->snapshot());

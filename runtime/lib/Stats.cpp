@@ -74,6 +74,8 @@ Json StageStats::toJson() const {
     q.set("peak_bytes", Json::number(bufferBytesPeak));
     j.set("buffer", std::move(q));
   }
+  if (rowsInPlace > 0)
+    j.set("rows_in_place", Json::number(rowsInPlace));
   return j;
 }
 
@@ -249,6 +251,7 @@ StageStats StageCounters::snapshot() const {
                         : 0;
   s.occupancyMax = ld(occupancyMax);
   s.bufferBytesPeak = ld(bufferBytesPeak);
+  s.rowsInPlace = ld(rowsInPlace);
   return s;
 }
 

@@ -57,8 +57,9 @@ private:
   std::string dir_, path_;
 };
 
+// Every graph pass off: the Plan must then be exactly the front end's.
 runtime::Plan plan(const dsl::Spec &spec,
-                   std::vector<std::string> disabled = {kNoops}) {
+                   std::vector<std::string> disabled = compiler::graphPassNames()) {
   std::ostringstream err;
   Expected<runtime::Plan> p =
       compiler::buildPlan(spec, compiler::PlanOptions{disabled}, err);

@@ -340,17 +340,6 @@ int cmdRun(int argc, char **argv) {
   return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
 }
 
-std::string fmtRate(double v) {
-  std::ostringstream os;
-  if (v >= 1e6)
-    os << std::fixed << std::setprecision(2) << v / 1e6 << "M";
-  else if (v >= 1e3)
-    os << std::fixed << std::setprecision(1) << v / 1e3 << "k";
-  else
-    os << std::fixed << std::setprecision(1) << v;
-  return os.str();
-}
-
 /// `sluice bench`: runs the pipeline for a while (repeating epochs as
 /// needed) and reports steady-state throughput after a short warm-up.
 int cmdBench(int argc, char **argv) {
@@ -414,9 +403,9 @@ int cmdBench(int argc, char **argv) {
   std::cout << "pipeline " << rs.plan.name << ": " << p->threads()
             << " threads, " << std::fixed << std::setprecision(1) << t
             << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
-            << "  source records/s  " << fmtRate(recRate) << "\n"
-            << "  outputs/s         " << fmtRate(outRate) << "\n"
-            << "  output MB/s       " << std::setprecision(1) << mbRate
+            << "  source records/s  " << recRate << "\n"
+            << "  outputs/s         " << outRate << "\n"
+            << "  output MB/s       " << mbRate
             << "\n\n"
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {

@@ -38,4 +38,75 @@ def EliminateNoops : Pass<"sluice-eliminate-noops"> {
   ];
 }
 
+def FuseMapBatch : Pass<"sluice-fuse-map-batch"> {
+  let summary = "Moves value-wise steps before a batch to after it";
+  let description = [{
+    A step that computes every output value from the input value at the
+    same position alone gives the same bytes whether it runs on each record
+    or once on the batch of them: f(batch(r1, ..., rB)) == batch(f(r1), ...,
+    f(rB)). Running it after the batch replaces B small kernel calls (and B
+    allocations) by one on a [B, ...] tensor. The steps right before a
+    `sluice.batch` that are `fill_missing`, `map`, `clamp`, `cast`,
+    `bucketize`, `hash_bucket` or `normalize` (per channel along the last
+    dim, which batching leaves in place; a static last dim when the lists
+    are per channel) move after it, in their order; result types are
+    recomputed by the registry type rules. Steps before `padded_batch` stay
+    (the padding would be transformed), as do random ops, `one_hot` (its
+    out-of-range ids are per-record data errors) and anything that looks at
+    shapes. With `remarks=true` every move is reported at the step.
+
+    ```mlir
+    // before
+    %map = sluice.map %in {expr = "x * 2", field = "x"} : ... -> ...
+    %batch = sluice.batch %map {size = 64 : i64} : ... -> ...
+    // after
+    %batch = sluice.batch %in {size = 64 : i64} : ... -> ...
+    %map = sluice.map %batch {expr = "x * 2", field = "x"} : ... -> ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numMoved", "moved-steps", "Number of steps moved after a batch">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every moved step as a remark">,
+  ];
+}
+
+def FuseDecodeCrop : Pass<"sluice-fuse-decode-crop"> {
+  let summary = "Fuses decode_image and random_resized_crop into one step "
+                "that decodes only the crop box";
+  let description = [{
+    Replaces `decode_image` immediately followed by a `random_resized_crop`
+    of the decoded field with one `decode_random_resized_crop` element op
+    (an internal registry op). The fused op reads the JPEG header, draws
+    the box from the crop step's random stream (`crop_step`), and decodes
+    only the box with libjpeg's crop/skip-scanline API: the same pixels and
+    random draws as the two steps, with less decode work. It keeps the crop's
+    location. Not fused when the crop has its own `as` (the full image would
+    stay visible downstream) or when a fixed schedule names either step.
+    With `remarks=true` every fusion, and every pair left alone, is reported.
+
+    ```mlir
+    // before
+    %1 = sluice.element "decode_image"(%0) {as = "image", channels = 3,
+        field = "data"} : !s0 -> !s1
+    %2 = sluice.element "random_resized_crop"(%1) {field = "image",
+        size = [224, 224], ...} : !s1 -> !s2
+    // after
+    %2 = sluice.element "decode_random_resized_crop"(%0) {as = "image",
+        channels = 3, crop_step = "random_resized_crop", field = "data",
+        size = [224, 224], ...} {name = "decode_image+random_resized_crop"}
+        : !s0 -> !s2
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-stages", "Number of decode + crop pairs fused">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every fusion and every pair not fused as a remark">,
+  ];
+}
+
 #endif // SLUICE_PASSES_TD

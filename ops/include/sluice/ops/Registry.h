@@ -153,6 +153,11 @@ struct OpDef {
   TypeRule typeRule;
   FuseKind fuse = FuseKind::None;
   bool stochastic = false; ///< draws random numbers (seeded per element)
+  /// Created only by compiler passes (e.g. a fused decode + crop): find()
+  /// resolves it for the verifier, PlanGen and the runtime, but all(),
+  /// names(), `sluice ops` and the docs leave it out, and the front end
+  /// rejects it in a spec.
+  bool internal = false;
   CostHints cost;
 
   const ParamSpec *findParam(std::string_view name) const;
@@ -164,7 +169,8 @@ public:
   static Registry &instance();
   void add(OpDef def);
   const OpDef *find(std::string_view name) const;
-  /// All ops, sorted by name, optionally of one kind.
+  /// All ops a spec may use (internal ops left out), sorted by name,
+  /// optionally of one kind.
   std::vector<const OpDef *> all() const;
   std::vector<const OpDef *> all(OpKind kind) const;
   std::vector<std::string> names(std::optional<OpKind> kind = {}) const;

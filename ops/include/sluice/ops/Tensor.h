@@ -76,6 +76,12 @@ public:
   /// A view with a different shape over the same buffer (same element count).
   Tensor reshaped(std::vector<int64_t> shape) const;
 
+  /// A numeric tensor of `elem` and `shape` over the bytes of `base` from
+  /// `offset` on (one row of a batch buffer); shares and keeps alive base's
+  /// buffer. The range must lie inside base's buffer.
+  static Tensor viewOf(const Tensor &base, size_t offset, ElemType elem,
+                       std::vector<int64_t> shape);
+
 private:
   ElemType elem_ = ElemType::U8;
   std::vector<int64_t> shape_;

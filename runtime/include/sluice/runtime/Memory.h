@@ -7,6 +7,14 @@
 // budget.memory fails instead of allocating, so the pipeline stops with an
 // error that names the buffer and what to change, never with an OOM kill.
 //
+// What is not counted: idle buffers of the process-wide tensor buffer pool
+// (sluice/ops/BufferPool.h), which hold no record of any pipeline. They add
+// at most 256 MiB of resident memory per process on top of budget.memory
+// (SLUICE_NO_BUFFER_POOL=1 turns the pool off). A batch assembled in place
+// (RunOptions::batchRowPlacement) is counted as the records it holds, as
+// before; the next batch's buffer, which workers fill ahead, is covered by
+// the batch stage's static need of two batches of records.
+//
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_MEMORY_H
 #define SLUICE_RUNTIME_MEMORY_H

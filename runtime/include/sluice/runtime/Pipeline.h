@@ -66,6 +66,15 @@ struct RunOptions {
   /// bindElementOp() handle the step. Steps of kind Element with an op the
   /// registry does not know (a fused kernel) must be bound here.
   std::function<std::optional<Expected<ElementFn>>(const PlanStage &)> binder;
+  /// Batch row placement: the parallel map stage right before a `batch` of
+  /// fixed-shape numeric records copies each record into its row of the
+  /// batch buffer on the worker that produced it, so assembling a batch
+  /// costs the consumer's thread almost nothing. It applies when the batch
+  /// buffers are recycled memory (the tensor buffer pool is on, or they are
+  /// under 1 MiB). false (or SLUICE_NO_BATCH_PLACEMENT=1 in the environment)
+  /// leaves all copying to the batch stage. The outputs are the same bytes
+  /// either way; the batch stage's `rowsInPlace` counter shows its effect.
+  bool batchRowPlacement = true;
 
   // runPipeline() only.
   /// "null" (count only) or "npy:DIR".

@@ -73,6 +73,10 @@ struct StageStats {
   int64_t occupancyMax = 0;
   int64_t bufferBytesPeak = 0;
 
+  /// batch: records the map stage before it had already written into their
+  /// rows of the batch buffer (RunOptions::batchRowPlacement).
+  int64_t rowsInPlace = 0;
+
   int64_t skippedTotal() const;
   bool balanced() const {
     return read == emitted + filtered + skippedTotal() + failed + discarded;
@@ -94,6 +98,10 @@ struct RunStats {
   int64_t outputBytes = 0;
   int64_t memoryLimit = 0; ///< 0: no budget
   int64_t memoryPeak = 0;
+  /// Bytes the pipeline's buffers reserve now: 0 once the pipeline has
+  /// stopped, when every reservation was released. (Idle buffers of the
+  /// tensor buffer pool are never reserved: sluice/ops/BufferPool.h.)
+  int64_t memoryInUse = 0;
   std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
   std::vector<StageStats> stages; ///< source first, in stream order
 
@@ -126,6 +134,7 @@ public:
   std::atomic<int64_t> occupancySamples{0}, occupancySum{0}, occupancyMax{0};
   std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
   std::atomic<int64_t> parallelism{1};
+  std::atomic<int64_t> rowsInPlace{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);

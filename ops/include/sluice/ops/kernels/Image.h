@@ -84,12 +84,13 @@ struct CropBox {
 /// libjpeg-turbo fills what it could not decode with gray.
 Expected<Tensor> decodeImage(std::string_view bytes, int channels);
 
-/// Decodes and crops in one step: the full image is decoded into a reused
-/// per-thread buffer and only the box is copied out, which saves allocating
-/// and faulting in a full-size tensor per image. The box may extend past
-/// the image; outside pixels are 0. Same pixels as crop(decodeImage(...)).
-/// (libjpeg-turbo 2.1's TurboJPEG API has no partial decode, so the whole
-/// image is still decoded; see decodeRandomResizedCrop for DCT scaling.)
+/// Decodes and crops in one step. For a JPEG only the window is decoded
+/// (libjpeg's jpeg_crop_scanline + jpeg_skip_scanlines, with one extra
+/// column each side so fancy upsampling sees its real neighbours; the rows
+/// below are still entropy-decoded so damaged data is noticed). Any error or
+/// warning on that path, CMYK, and PNG fall back to a full decode into a
+/// reused per-thread buffer. The box may extend past the image; outside
+/// pixels are 0. Same pixels and errors as crop(decodeImage(...)).
 Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
                                  CropBox box);
 
@@ -113,9 +114,9 @@ CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
                              Rng &rng);
 
 /// Decodes, draws the random_resized_crop box from the full-size header
-/// dimensions, and crops + resizes straight from the decode buffer.
-/// Same result as randomResizedCrop(decodeImage(...)) with the same Rng
-/// state when allowDctScaling is false. With allowDctScaling, a JPEG whose
+/// dimensions, decodes only the box of a JPEG (as decodeImageCrop), and
+/// resizes it. Same result and Rng draws as
+/// randomResizedCrop(decodeImage(...)) when allowDctScaling is false. With allowDctScaling, a JPEG whose
 /// box is at least 2x the output size is decoded at 1/2, 1/4 or 1/8 scale in
 /// the DCT (libjpeg-turbo scaling factors), which is several times faster on
 /// large photos but gives slightly different pixels.

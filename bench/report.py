@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Turns the raw outputs of one bench/run.sh run into the results table.
+
+Reads OUT/ (written by run.sh): decode_only.json (Google Benchmark),
+torch_imagenet.json, numpy_criteo.json, sluice_{imagenet,criteo}_N.txt
+(`sluice bench` outputs, one per repeat), manifest.json of the data, and
+meta.json (machine and command). Prints the table and writes it as Markdown.
+
+Usage: report.py OUT RESULTS.md
+"""
+
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def sluice_figures(out, name):
+    """Median source records/s over the repeats, or a reason why none."""
+    rates, threads = [], None
+    files = sorted(glob.glob(os.path.join(out, "sluice_%s_*.txt" % name)))
+    for path in files:
+        with open(path, errors="replace") as f:
+            text = f.read()
+        m = re.search(r"source records/s\s+([0-9.eE+]+)", text)
+        if m:
+            rates.append(float(m.group(1)))
+        t = re.search(r":\s*(\d+) threads?", text)
+        if t:
+            threads = int(t.group(1))
+    if rates:
+        return {"rate": statistics.median(rates), "runs": rates, "threads": threads}
+    reason = "pending runtime"
+    status = os.path.join(out, "sluice_%s.status" % name)
+    if os.path.exists(status):
+        with open(status) as f:
+            reason = f.read().strip() or reason
+    return {"rate": None, "reason": reason}
+
+
+def decode_figures(out):
+    """{threads: median items/s} from Google Benchmark's JSON."""
+    data = load_json(os.path.join(out, "decode_only.json"))
+    figures = {}
+    if not data:
+        return figures
+    runs = {}
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            continue
+        m = re.search(r"threads:(\d+)", b.get("name", ""))
+        if not m or "items_per_second" not in b:
+            continue
+        t = int(m.group(1))
+        if b.get("aggregate_name") == "median":
+            figures[t] = b["items_per_second"]
+        elif b.get("run_type", "iteration") == "iteration":
+            runs.setdefault(t, []).append(b["items_per_second"])
+    for t, r in runs.items():
+        figures.setdefault(t, statistics.median(r))
+    return figures
+
+
+def fmt(x, digits=0):
+    if x is None:
+        return "—"
+    return "{:,.{d}f}".format(x, d=digits)
+
+
+def ratio(a, b):
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def verdict(r, target):
+    if r is None:
+        return "pending"
+    return "met" if r >= target else "NOT met"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: report.py OUT RESULTS.md")
+    out, results_path = sys.argv[1], sys.argv[2]
+    meta = load_json(os.path.join(out, "meta.json")) or {}
+    manifest = load_json(os.path.join(out, "manifest.json")) or {}
+    torch = load_json(os.path.join(out, "torch_imagenet.json"))
+    numpy_ = load_json(os.path.join(out, "numpy_criteo.json"))
+    s_img = sluice_figures(out, "imagenet")
+    s_tab = sluice_figures(out, "criteo")
+    decode = decode_figures(out)
+    threads = s_img.get("threads") or meta.get("cores")
+    dec_same = decode.get(threads) if threads else None
+    if dec_same is None and decode:
+        threads = max(decode)
+        dec_same = decode[threads]
+
+    torch_rate = torch["rate"] if torch else None
+    numpy_rate = numpy_["rate"] if numpy_ else None
+    r_torch = ratio(s_img["rate"], torch_rate)
+    r_decode = ratio(s_img["rate"], dec_same)
+    r_numpy = ratio(s_tab["rate"], numpy_rate)
+
+    def sluice_cell(s, unit):
+        if s["rate"] is None:
+            return s["reason"]
+        return "%s %s" % (fmt(s["rate"]), unit)
+
+    lines = []
+    lines.append("# sluice benchmark results")
+    lines.append("")
+    lines.append("- machine: %s, %s cores, %s GiB memory" % (
+        meta.get("cpu", "?"), meta.get("cores", "?"), meta.get("memory_gib", "?")))
+    lines.append("- date: %s; %s" % (meta.get("date", "?"),
+                                    meta.get("sluice_version", "sluice ?")))
+    img = manifest.get("imagenet", {})
+    crt = manifest.get("criteo", {})
+    if img:
+        lines.append("- images: %d JPEGs, 300–600 px per side, %.0f MB "
+                     "(%.0f / %.0f / %.0f KB min / median / max)" % (
+                         img["images"], img["bytes"] / 1e6, img["kb_min"],
+                         img["kb_median"], img["kb_max"]))
+    if crt:
+        lines.append("- Criteo-style TSV: %s rows in %d files, %.0f MB "
+                     "(%.1f %% empty dense cells, %.1f %% empty categorical cells)" % (
+                         fmt(crt["rows"]), crt["files"], crt["bytes"] / 1e6,
+                         100 * crt["empty_dense_fraction"],
+                         100 * crt["empty_cat_fraction"]))
+    repeats = meta.get("repeats", "?")
+    lines.append("- each figure is the median of %s run%s; command: `%s`" % (
+        repeats, "" if repeats == 1 else "s", meta.get("command", "bench/run.sh")))
+    lines.append("")
+    lines.append("| pipeline | sluice | peer | peer figure | sluice / peer | target |")
+    lines.append("|---|---|---|---|---|---|")
+    lines.append("| ImageNet-style (decode, random_resized_crop 224, flip, normalize, CHW, batch 128) "
+                 "| %s | torch DataLoader%s | %s images/s | %s | ≥ 3× (%s) |" % (
+                     sluice_cell(s_img, "images/s"),
+                     " (best num_workers=%s)" % torch["best_num_workers"] if torch else "",
+                     fmt(torch_rate), fmt(r_torch, 2) + "×" if r_torch else "—",
+                     verdict(r_torch, 3.0)))
+    lines.append("| same | %s | libjpeg-turbo read+decode loop, %s thread%s "
+                 "| %s images/s | %s | ≥ 0.6× (%s) |" % (
+                     sluice_cell(s_img, "images/s"), threads,
+                     "" if threads == 1 else "s", fmt(dec_same),
+                     fmt(r_decode, 2) + "×" if r_decode else "—",
+                     verdict(r_decode, 0.6)))
+    lines.append("| Criteo-style (parse, filter, fill_missing, log map, hash_bucket, batch 4096) "
+                 "| %s | Python/numpy (best: %s) | %s rows/s | %s | ≥ 5× (%s) |" % (
+                     sluice_cell(s_tab, "rows/s"),
+                     numpy_["best"] if numpy_ else "—", fmt(numpy_rate),
+                     fmt(r_numpy, 2) + "×" if r_numpy else "—",
+                     verdict(r_numpy, 5.0)))
+    lines.append("")
+    lines.append("Details:")
+    lines.append("")
+    if s_img["rate"] is not None:
+        lines.append("- sluice image runs: %s images/s (%s threads)" % (
+            ", ".join(fmt(r) for r in s_img["runs"]), s_img.get("threads")))
+    if s_tab["rate"] is not None:
+        lines.append("- sluice Criteo runs: %s rows/s (%s threads)" % (
+            ", ".join(fmt(r) for r in s_tab["runs"]), s_tab.get("threads")))
+    for t in sorted(decode):
+        lines.append("- decode-only loop, %d thread%s: %s images/s" % (
+            t, "" if t == 1 else "s", fmt(decode[t])))
+    if torch:
+        for w, s in sorted(torch["settings"].items(), key=lambda kv: int(kv[0])):
+            lines.append("- torch DataLoader num_workers=%s: %s images/s (runs %s)" % (
+                w, fmt(s["median"]), ", ".join(fmt(r) for r in s["runs"])))
+    if numpy_:
+        names = {"numpy": "numpy, 1 process", "python": "plain Python per-line loop"}
+        for k, s in numpy_["modes"].items():
+            label = names.get(k) or "numpy in torch DataLoader, num_workers=%s" % k[len("torch_w"):]
+            lines.append("- %s: %s rows/s (runs %s)" % (
+                label, fmt(s["median"]), ", ".join(fmt(r) for r in s["runs"])))
+    check = os.path.join(out, "criteo_check.txt")
+    if os.path.exists(check):
+        with open(check) as f:
+            last = (f.read().strip().splitlines() or ["no output"])[-1]
+        lines.append("- Criteo output check (sluice `--sink npy` vs the numpy peer): %s"
+                     % last.replace("check: ", ""))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(results_path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Runs sluice and its peers on the same data in one go and prints the results.
+#
+#   image pipeline:   sluice bench bench/specs/imagenet_bench.yaml
+#                     vs the torch DataLoader (bench/peers/torch_imagenet.py)
+#                     vs a plain libjpeg-turbo decode loop (decode_only_bench)
+#   tabular pipeline: sluice bench bench/specs/criteo_bench.yaml
+#                     vs Python/numpy (bench/peers/numpy_criteo.py)
+#
+# Each figure is the median of REPEATS runs. The table goes to stdout and to
+# RESULTS; the raw outputs stay in OUT. Data is generated on first use.
+#
+# Usage: bench/run.sh [--quick] [--no-build]
+#   --quick     one repeat, short runs: checks the harness, not for figures
+#   --no-build  measure the sluice binary as it is
+# Environment (defaults):
+#   SLUICE_BENCH_DATA=/tmp/sluice-bench-data   data directory
+#   SLUICE_BUILD_DIR=build                      build directory (relative to the repo)
+#   SLUICE=$SLUICE_BUILD_DIR/bin/sluice         the sluice binary to measure
+#   SLUICE_BENCH_OUT=$SLUICE_BENCH_DATA/out     raw outputs
+#   SLUICE_BENCH_RESULTS=bench/results.md       the Markdown table
+#   REPEATS=3  SECONDS_PER_RUN=10  IMAGES=2000  ROWS=500000  JOBS=2  CHECK=1
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=/usr/bin/python3
+
+quick=0
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option '$arg' (--quick, --no-build)" >&2; exit 2 ;;
+  esac
+done
+
+DATA=${SLUICE_BENCH_DATA:-/tmp/sluice-bench-data}
+BUILD=${SLUICE_BUILD_DIR:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+SLUICE=${SLUICE:-$BUILD/bin/sluice}
+OUT=${SLUICE_BENCH_OUT:-$DATA/out}
+RESULTS=${SLUICE_BENCH_RESULTS:-$ROOT/bench/results.md}
+REPEATS=${REPEATS:-3}
+SECS=${SECONDS_PER_RUN:-10}
+IMAGES=${IMAGES:-2000}
+ROWS=${ROWS:-500000}
+JOBS=${JOBS:-2}
+CHECK=${CHECK:-1}
+TORCH_BATCHES=20
+DECODE_MIN_TIME=3
+if [ "$quick" = 1 ]; then
+  REPEATS=1 SECS=3 TORCH_BATCHES=2 DECODE_MIN_TIME=0.5
+fi
+export SLUICE_BENCH_DATA="$DATA"
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+start=$(date +%s)
+
+# --- packages: the peers need Debian's torch, torchvision and PIL -----------
+if ! $PY -c 'import numpy, torch, torchvision, PIL' 2>/dev/null; then
+  log "installing the peers' packages (scripts/setup --bench --no-build)"
+  scripts/setup --bench --no-build
+fi
+
+# --- binaries ----------------------------------------------------------------
+mkdir -p "$OUT"
+rm -rf "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.status "$OUT"/*.log "$OUT/criteo_npy"
+if [ "$build" = 1 ] && [ "$SLUICE" = "$BUILD/bin/sluice" ]; then
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    log "configuring $BUILD"
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_C_COMPILER=clang-19 \
+      -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
+      -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld >"$OUT/cmake.log" 2>&1 ||
+      log "warning: cmake failed, see $OUT/cmake.log"
+  fi
+  log "building sluice in $BUILD (-j$JOBS)"
+  ninja -C "$BUILD" -j"$JOBS" sluice >"$OUT/build.log" 2>&1 ||
+    log "warning: building sluice failed (see $OUT/build.log); its rows will say so"
+fi
+# The decode loop uses only TurboJPEG and Google Benchmark: build it here, on
+# its own, so that it never depends on the state of the rest of the tree.
+DECODE=$OUT/decode_only_bench
+clang++-19 -O2 -std=c++17 -fuse-ld=lld bench/decode_only_bench.cpp \
+  -o "$DECODE" -lturbojpeg -lbenchmark -lpthread
+
+# --- data --------------------------------------------------------------------
+have() { # have images|criteo COUNT: the manifest says that part exists at that size
+  $PY - "$DATA/manifest.json" "$1" "$2" <<'EOF' 2>/dev/null
+import json, sys
+m = json.load(open(sys.argv[1]))
+key, n = sys.argv[2], int(sys.argv[3])
+ok = (m["imagenet"]["images"] == n) if key == "images" else (m["criteo"]["rows"] == n)
+sys.exit(0 if ok else 1)
+EOF
+}
+for part in images criteo; do
+  n=$IMAGES; [ "$part" = criteo ] && n=$ROWS
+  if ! have "$part" "$n"; then
+    log "generating $part data in $DATA"
+    $PY bench/gen_data.py --out "$DATA" --images "$IMAGES" --rows "$ROWS" \
+      --only "$part" >/dev/null
+  fi
+done
+cp "$DATA/manifest.json" "$OUT/manifest.json"
+mkdir -p "$OUT/specs"
+for s in imagenet criteo; do
+  sed "s|/tmp/sluice-bench-data|$DATA|g" "bench/specs/${s}_bench.yaml" \
+    >"$OUT/specs/${s}_bench.yaml"
+done
+
+# --- meta --------------------------------------------------------------------
+cores=$(nproc)
+version=$("$SLUICE" --version 2>/dev/null || echo "unavailable")
+$PY - "$OUT/meta.json" <<EOF
+import json, sys
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+            if l.startswith("model name")), "unknown CPU")
+mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
+json.dump({"cpu": cpu, "cores": $cores, "memory_gib": round(mem / 1048576),
+           "date": "$(date -u +%Y-%m-%d)", "sluice_version": "$version",
+           "repeats": $REPEATS, "seconds_per_run": $SECS,
+           "command": "bench/run.sh$([ "$quick" = 1 ] && echo ' --quick')"},
+          open(sys.argv[1], "w"), indent=2)
+EOF
+log "machine: $cores cores; data: $DATA; outputs: $OUT"
+
+# --- sluice ------------------------------------------------------------------
+sluice_bench() { # NAME: REPEATS runs of `sluice bench`, or a status saying why not
+  local name=$1 spec=$OUT/specs/$1_bench.yaml rc
+  if [ ! -x "$SLUICE" ]; then
+    echo "pending runtime (no $SLUICE)" >"$OUT/sluice_$name.status"
+    return
+  fi
+  for r in $(seq "$REPEATS"); do
+    log "sluice bench $name ($r/$REPEATS, ${SECS}s)"
+    rc=0
+    "$SLUICE" bench "$spec" --seconds "$SECS" >"$OUT/sluice_${name}_$r.txt" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+      mv "$OUT/sluice_${name}_$r.txt" "$OUT/sluice_${name}_$r.log"
+      if grep -qi "not.*implemented\|not yet" "$OUT/sluice_${name}_$r.log"; then
+        echo "pending runtime" >"$OUT/sluice_$name.status"
+      else
+        echo "failed (exit $rc): $(grep -m1 error "$OUT/sluice_${name}_$r.log" || tail -1 "$OUT/sluice_${name}_$r.log")" \
+          >"$OUT/sluice_$name.status"
+      fi
+      log "sluice bench $name: $(cat "$OUT/sluice_$name.status")"
+      return
+    fi
+  done
+}
+
+# --- images ------------------------------------------------------------------
+log "decode-only loop (1 and 2 threads)"
+"$DECODE" "$DATA/imagenet/train" --benchmark_min_time="$DECODE_MIN_TIME" \
+  --benchmark_repetitions="$REPEATS" --benchmark_report_aggregates_only=true \
+  --benchmark_format=json --benchmark_out="$OUT/decode_only.json" \
+  >"$OUT/decode_only.log" 2>&1 || log "warning: decode_only_bench failed, see $OUT/decode_only.log"
+sluice_bench imagenet
+log "torch DataLoader, num_workers 0..$cores"
+$PY bench/peers/torch_imagenet.py "$DATA/imagenet/train" --repeats "$REPEATS" \
+  --batches "$TORCH_BATCHES" --json "$OUT/torch_imagenet.json" | tee "$OUT/torch_imagenet.log" >&2
+
+# --- tabular -----------------------------------------------------------------
+sluice_bench criteo
+log "Python/numpy Criteo peers"
+$PY bench/peers/numpy_criteo.py "$DATA/criteo/day_*.tsv" --repeats "$REPEATS" \
+  --modes numpy,torch,python --json "$OUT/numpy_criteo.json" | tee "$OUT/numpy_criteo.log" >&2
+if [ "$CHECK" = 1 ] && [ -x "$SLUICE" ] && ls "$OUT"/sluice_criteo_*.txt >/dev/null 2>&1; then
+  log "checking sluice's Criteo output against numpy's"
+  rm -rf "$OUT/criteo_npy"
+  if "$SLUICE" run "$OUT/specs/criteo_bench.yaml" --sink "npy:$OUT/criteo_npy" --quiet \
+      >"$OUT/criteo_check.txt" 2>&1; then
+    $PY bench/peers/numpy_criteo.py "$DATA/criteo/day_*.tsv" --check-npy "$OUT/criteo_npy" \
+      >>"$OUT/criteo_check.txt" 2>&1 || true
+  fi
+  rm -rf "$OUT/criteo_npy"
+  tail -1 "$OUT/criteo_check.txt" >&2
+fi
+
+# --- report ------------------------------------------------------------------
+$PY bench/report.py "$OUT" "$RESULTS"
+log "done in $(($(date +%s) - start)) s; table written to $RESULTS"

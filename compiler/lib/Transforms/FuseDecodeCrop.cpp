@@ -1,0 +1,127 @@
+//===- FuseDecodeCrop.cpp - Decode only the crop box of an image ----------===//
+//
+// `decode_image` followed by `random_resized_crop` of the decoded image
+// decodes every pixel and then keeps a box of, on average, about half the
+// image. The fused op reads the JPEG header first, draws the box from the
+// crop step's random stream exactly as the crop would, and decodes only the
+// box (tf.data's decode_and_crop_jpeg), with the same pixels.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/Passes.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "sluice-fuse-decode-crop"
+
+namespace sluice::compiler {
+#define GEN_PASS_DEF_FUSEDECODECROP
+#include "sluice/compiler/Passes.h.inc"
+} // namespace sluice::compiler
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace {
+
+constexpr llvm::StringLiteral kFusedOp = "decode_random_resized_crop";
+
+/// The field a step writes: `as` when given, else `field`.
+std::optional<StringRef> resultField(DictionaryAttr params) {
+  auto field = params.getAs<StringAttr>("field");
+  if (!field)
+    return std::nullopt;
+  if (auto as = params.getAs<StringAttr>("as"))
+    return as.getValue();
+  return field.getValue();
+}
+
+struct FuseDecodeCropPass
+    : sluice::compiler::impl::FuseDecodeCropBase<FuseDecodeCropPass> {
+  using FuseDecodeCropBase::FuseDecodeCropBase;
+
+  void runOnOperation() override {
+    getOperation()->walk([&](PipelineOp pipeline) { run(pipeline); });
+  }
+
+  /// Why `decode` + `crop` cannot be fused, or "".
+  std::string blocker(PipelineOp pipeline, ElementOp decode, ElementOp crop) {
+    if (!decode.getOutput().hasOneUse())
+      return "the decoded stream has other consumers";
+    DictionaryAttr dp = decode.getParams(), cp = crop.getParams();
+    std::optional<StringRef> decoded = resultField(dp);
+    auto cropField = cp.getAs<StringAttr>("field");
+    if (!decoded || !cropField || cropField.getValue() != *decoded)
+      return "the crop does not read the decoded field";
+    // With its own `as`, the crop leaves the uncropped image in the record
+    // for later steps; the fused op never makes it.
+    if (std::optional<StringRef> cropped = resultField(cp);
+        !cropped || *cropped != *decoded)
+      return "the crop writes field '" + cropped.value_or("").str() +
+             "' and leaves the full decoded image '" + decoded->str() +
+             "' in the record";
+    // A fixed schedule sets knobs per step name; the fused stage has a new
+    // name, so fusing would silently drop them.
+    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
+      if (schedule->contains(decode.getStageName()) ||
+          schedule->contains(crop.getStageName()))
+        return "the schedule names one of the steps";
+    return "";
+  }
+
+  void run(PipelineOp pipeline) {
+    Block &body = pipeline.getBody().front();
+    for (Operation &op :
+         llvm::make_early_inc_range(body.without_terminator())) {
+      auto crop = dyn_cast<ElementOp>(op);
+      if (!crop || crop.getKind() != "random_resized_crop")
+        continue;
+      auto decode = crop.getInput().getDefiningOp<ElementOp>();
+      if (!decode || decode.getKind() != "decode_image")
+        continue;
+      std::string reason = blocker(pipeline, decode, crop);
+      if (!reason.empty()) {
+        LLVM_DEBUG(llvm::dbgs() << "not fusing '" << decode.getStageName()
+                                << "' + '" << crop.getStageName()
+                                << "': " << reason << "\n");
+        if (emitRemarks)
+          crop.emitRemark() << "did not fuse '" << decode.getStageName()
+                            << "' into '" << crop.getStageName()
+                            << "': " << reason;
+        continue;
+      }
+      fuse(decode, crop);
+    }
+  }
+
+  void fuse(ElementOp decode, ElementOp crop) {
+    MLIRContext *ctx = crop.getContext();
+    NamedAttrList params;
+    for (NamedAttribute p : decode.getParams())
+      params.set(p.getName(), p.getValue());
+    for (NamedAttribute p : crop.getParams())
+      if (p.getName() != "field" && p.getName() != "as")
+        params.set(p.getName(), p.getValue());
+    std::string cropName = crop.getStageName().str();
+    params.set("crop_step", StringAttr::get(ctx, cropName));
+    // '+' cannot occur in a step name, so the fused name is unique.
+    std::string name = decode.getStageName().str() + "+" + cropName;
+
+    OpBuilder builder(crop);
+    auto fused = builder.create<ElementOp>(
+        crop.getLoc(), crop.getOutput().getType(), kFusedOp, decode.getInput(),
+        params.getDictionary(ctx), StringAttr::get(ctx, name));
+    LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStageName() << "' + '"
+                            << cropName << "' into '" << name << "'\n");
+    if (emitRemarks)
+      fused.emitRemark() << "fused '" << decode.getStageName() << "' into '"
+                         << cropName
+                         << "': only the crop box of each JPEG is decoded";
+    crop.getOutput().replaceAllUsesWith(fused.getOutput());
+    crop.erase();
+    decode.erase();
+    ++numFused;
+  }
+};
+
+} // namespace

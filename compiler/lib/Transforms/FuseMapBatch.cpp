@@ -1,0 +1,235 @@
+//===- FuseMapBatch.cpp - Run value-wise steps once per batch -------------===//
+//
+// Tabular pipelines end in `fill_missing, map, hash_bucket, batch`: steps
+// that touch 13 or 26 values per record, where the per-record dispatch and
+// result allocation cost far more than the arithmetic. When a step computes
+// every output value from the input value at the same position alone,
+// f(batch(records)) == batch(f(record), ...), so the step can run after the
+// batch, once per [B, ...] tensor, with the same output bytes.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/Interop.h"
+#include "sluice/compiler/Passes.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "sluice-fuse-map-batch"
+
+namespace sluice::compiler {
+#define GEN_PASS_DEF_FUSEMAPBATCH
+#include "sluice/compiler/Passes.h.inc"
+} // namespace sluice::compiler
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace {
+
+/// The registry ops that commute with `batch`, and why. An explicit list
+/// rather than FuseKind::ElementWise: the property needed here is "value in,
+/// value out, no per-record state and no per-record data errors", which is
+/// neither implied by nor implies fusability into a kernel (hash_bucket is
+/// a library call, FuseKind None, yet value-wise).
+///
+/// Left out on purpose: one_hot (value-wise, and its rule accepts a leading
+/// batch dim, but an id outside [0, depth) is a data error: after the batch
+/// it would fail or skip a whole batch instead of one record), random ops
+/// (they draw per record index), and everything that looks at the shape
+/// (crops, resize, transpose, pad, truncate, tokenize).
+const char *commuteReason(llvm::StringRef op) {
+  return llvm::StringSwitch<const char *>(op)
+      .Case("fill_missing", "replaces each NaN on its own")
+      .Case("map", "computes each value from the value at the same position "
+                   "(the expression sees only `x`)")
+      .Case("clamp", "clamps each value on its own")
+      .Case("cast", "converts each value on its own")
+      .Case("bucketize", "looks up each value's bucket on its own")
+      .Case("hash_bucket", "hashes each value on its own")
+      .Case("normalize", "normalizes per channel along the last dim, which "
+                         "batching leaves in place")
+      .Default(nullptr);
+}
+
+/// `record` with a leading dimension `dim` on every field, as `batch` types
+/// its output.
+RecordType batchedRecord(RecordType record, int64_t dim) {
+  SmallVector<Type> types;
+  for (Type t : record.getTypes()) {
+    auto tensor = cast<RankedTensorType>(t);
+    SmallVector<int64_t> shape{dim};
+    llvm::append_range(shape, tensor.getShape());
+    types.push_back(RankedTensorType::get(shape, tensor.getElementType()));
+  }
+  return RecordType::get(record.getContext(), record.getNames(), types);
+}
+
+/// Runs a registry type rule on a hypothetical input; problems are collected
+/// rather than reported, since they only mean "do not move".
+class ProbeTypeContext final : public sluice::TypeContext {
+public:
+  ProbeTypeContext(const sluice::RecordType &input, const sluice::Value &params)
+      : input_(input), params_(params) {}
+  const sluice::RecordType &input() const override { return input_; }
+  const sluice::Value &params() const override { return params_; }
+  void error(const sluice::Value &, std::string message, std::string) override {
+    fail(message);
+  }
+  void errorAtOp(std::string message, std::string) override { fail(message); }
+  void errorInString(const sluice::Value &, size_t, std::string message,
+                     std::string) override {
+    fail(message);
+  }
+  bool failed() const override { return !firstError.empty(); }
+  std::string resolvePath(const std::string &path) const override {
+    return path;
+  }
+  std::string firstError;
+
+private:
+  void fail(const std::string &message) {
+    if (firstError.empty())
+      firstError = message.empty() ? "(no message)" : message;
+  }
+  const sluice::RecordType &input_;
+  const sluice::Value &params_;
+};
+
+/// True if `schedule` caches the output of `step`: its own `cache` knob, or
+/// the `default` one when it has none (`none` opts out).
+bool cachedBySchedule(DictionaryAttr schedule, llvm::StringRef step) {
+  for (llvm::StringRef entry : {step, llvm::StringRef("default")})
+    if (auto knobs = schedule.getAs<DictionaryAttr>(entry))
+      if (auto cache = knobs.getAs<StringAttr>("cache"))
+        return cache.getValue() != "none";
+  return false;
+}
+
+struct FuseMapBatchPass
+    : sluice::compiler::impl::FuseMapBatchBase<FuseMapBatchPass> {
+  using FuseMapBatchBase::FuseMapBatchBase;
+
+  void runOnOperation() override {
+    SmallVector<BatchOp> batches;
+    getOperation()->walk([&](BatchOp batch) { batches.push_back(batch); });
+    for (BatchOp batch : batches)
+      hoistOver(batch);
+  }
+
+  /// Why `stage` cannot move after a batch that adds leading dim `dim`, or
+  /// "" if it can.
+  std::string blocker(StageOpInterface stage, int64_t dim,
+                      std::optional<DictionaryAttr> schedule) {
+    llvm::StringRef op = stage.getRegistryName();
+    const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
+    if (!commuteReason(op) || !def || def->kind != sluice::OpKind::Element)
+      return "'" + op.str() + "' is not value-wise";
+    if (def->stochastic)
+      return "'" + op.str() + "' draws random numbers per record";
+    // A fixed schedule that caches after this step put a materialization
+    // point into the record stream (sized and placed for records); moving
+    // the step would silently move that point behind the batch.
+    if (schedule && cachedBySchedule(*schedule, stage.getStageName()))
+      return "the fixed schedule caches its output";
+    if (!def->typeRule)
+      return "'" + op.str() + "' has no type rule";
+
+    sluice::Value params;
+    std::string error;
+    if (!sluice::compiler::convertAttribute(stage.getRegistryParams(), params,
+                                            error))
+      return error;
+    // Dedicated ops drop unset optionals; the rules expect them as the front
+    // end gives them, defaults filled.
+    for (const sluice::ParamSpec &spec : def->params)
+      if (!params.has(spec.name) && spec.defaultValue)
+        params.set(spec.name, *spec.defaultValue);
+
+    RecordType in = stage.getInputStream().getType().getRecordType();
+    RecordType out = stage.getOutputStream().getType().getRecordType();
+    sluice::RecordType batchedIn =
+        sluice::compiler::convertRecordType(batchedRecord(in, dim));
+    ProbeTypeContext ctx(batchedIn, params);
+    sluice::RecordType inferred = def->typeRule(ctx);
+    if (ctx.failed())
+      return "its type rule rejects the batched input: " + ctx.firstError;
+    if (inferred !=
+        sluice::compiler::convertRecordType(batchedRecord(out, dim)))
+      return "on the batched input its type rule infers {" + inferred.str() +
+             "}, not the batched output";
+
+    if (op == "normalize") {
+      // Per-channel lists are checked against the last dim per record; with
+      // a dynamic last dim a record with the wrong channel count would make
+      // the whole batch fail instead of one record.
+      const sluice::Value &field = params["field"];
+      RankedTensorType type =
+          in.getFieldType(field.isString() ? field.asString() : "");
+      bool perChannel = params["mean"].asDoubleList().size() > 1 ||
+                        params["std"].asDoubleList().size() > 1;
+      if (!type || (perChannel && (type.getRank() == 0 ||
+                                   type.isDynamicDim(type.getRank() - 1))))
+        return "its channel (last) dim is not static";
+    }
+    return "";
+  }
+
+  void hoistOver(BatchOp batch) {
+    auto pipeline = batch->getParentOfType<PipelineOp>();
+    std::optional<DictionaryAttr> schedule =
+        pipeline ? pipeline.getSchedule() : std::nullopt;
+    int64_t dim =
+        batch.getDropRemainder() ? batch.getSize() : ShapedType::kDynamic;
+
+    // The steps right before the batch that can move, nearest first. Each is
+    // checked on its own batched input; since every step nearer the batch
+    // keeps the batched types, the moved chain stays well typed.
+    SmallVector<StageOpInterface> chain;
+    mlir::Value in = batch.getInput();
+    while (auto stage =
+               dyn_cast_or_null<StageOpInterface>(in.getDefiningOp())) {
+      if (!stage.getInputStream() || !in.hasOneUse())
+        break;
+      std::string why = blocker(stage, dim, schedule);
+      if (!why.empty()) {
+        LLVM_DEBUG(llvm::dbgs()
+                   << "'" << stage.getStageName() << "' stays before '"
+                   << batch.getStageName() << "': " << why << "\n");
+        break;
+      }
+      chain.push_back(stage);
+      in = stage.getInputStream();
+    }
+    if (chain.empty())
+      return;
+
+    StageOpInterface first = chain.back(), last = chain.front();
+    mlir::Value batchOut = batch.getOutput();
+    batchOut.replaceAllUsesWith(last.getOutputStream());
+    batch->setOperand(0, in);
+    batch->moveBefore(first);
+    batchOut.setType(StreamType::get(
+        &getContext(),
+        batchedRecord(cast<StreamType>(in.getType()).getRecordType(), dim)));
+    first->setOperand(0, batchOut);
+    for (StageOpInterface stage : llvm::reverse(chain)) {
+      mlir::Value out = stage.getOutputStream();
+      out.setType(StreamType::get(
+          &getContext(),
+          batchedRecord(cast<StreamType>(out.getType()).getRecordType(), dim)));
+      LLVM_DEBUG(llvm::dbgs() << "moved '" << stage.getStageName()
+                              << "' after '" << batch.getStageName() << "'\n");
+      if (emitRemarks)
+        stage->emitRemark() << "moved '" << stage.getStageName() << "' after '"
+                            << batch.getStageName() << "': it "
+                            << commuteReason(stage.getRegistryName())
+                            << ", so it runs once per batch of "
+                            << (batch.getDropRemainder() ? "" : "up to ")
+                            << batch.getSize() << " records";
+      ++numMoved;
+    }
+  }
+};
+
+} // namespace

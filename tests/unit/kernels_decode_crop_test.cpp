@@ -1,0 +1,222 @@
+//===- kernels_decode_crop_test.cpp - Crop-window JPEG decode vs full -----===//
+//
+// The crop-window decode (libjpeg's jpeg_crop_scanline/jpeg_skip_scanlines)
+// must give exactly the pixels of a full TurboJPEG decode followed by a
+// crop, for every subsampling, progressive files, odd sizes and boxes at
+// every edge, and the same error messages for damaged files. The JPEGs are
+// encoded here from noisy images, so that upsampling at a window edge that
+// saw the wrong neighbour would show.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sluice/ops/Random.h"
+#include "sluice/ops/kernels/Image.h"
+
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace sluice;
+using namespace sluice::kernels;
+
+namespace {
+
+/// A smooth pattern plus per-pixel noise, h x w x c.
+std::vector<uint8_t> noisyImage(int h, int w, int c, uint32_t seed) {
+  std::vector<uint8_t> px(size_t(h) * w * c);
+  uint32_t state = seed * 2654435761u + 1;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int ch = 0; ch < c; ++ch) {
+        state = state * 1664525u + 1013904223u;
+        double v = 128 + 80 * std::sin((x + 5 * ch) * 0.11) *
+                             std::cos((y + 3 * ch) * 0.07) +
+                   double(state >> 26) - 32;
+        px[(size_t(y) * w + x) * c + ch] =
+            uint8_t(std::lround(std::fmin(255, std::fmax(0, v))));
+      }
+  return px;
+}
+
+struct Encoding {
+  const char *name;
+  int height, width;
+  int channels; ///< of the encoded image
+  int subsamp;
+  bool progressive;
+};
+
+void PrintTo(const Encoding &e, std::ostream *os) { *os << e.name; }
+
+std::string encode(const Encoding &e, uint32_t seed) {
+  std::vector<uint8_t> px = noisyImage(e.height, e.width, e.channels, seed);
+  tjhandle tj = tjInitCompress();
+  unsigned char *buf = nullptr;
+  unsigned long size = 0;
+  int flags = e.progressive ? TJFLAG_PROGRESSIVE : 0;
+  int rc = tjCompress2(tj, px.data(), e.width, 0, e.height,
+                       e.channels == 1 ? TJPF_GRAY : TJPF_RGB, &buf, &size,
+                       e.subsamp, 88, flags);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  std::string out(reinterpret_cast<char *>(buf), size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+std::string boxText(CropBox b) {
+  return "box y=" + std::to_string(b.y) + " x=" + std::to_string(b.x) +
+         " h=" + std::to_string(b.h) + " w=" + std::to_string(b.w);
+}
+
+/// Fails the test unless decodeImageCrop equals crop(decodeImage).
+void expectSameCrop(const std::string &jpeg, const Tensor &full, int channels,
+                    CropBox box) {
+  Expected<Tensor> window = decodeImageCrop(jpeg, channels, box);
+  ASSERT_TRUE(bool(window)) << window.status().message() << " " << boxText(box);
+  Expected<Tensor> expected = cropPadded(full, box);
+  ASSERT_TRUE(bool(expected)) << expected.status().message();
+  ASSERT_EQ(window->shape(), expected->shape()) << boxText(box);
+  ASSERT_EQ(std::memcmp(window->raw(), expected->raw(), expected->nbytes()),
+            0)
+      << boxText(box);
+}
+
+class DecodeCropTest
+    : public ::testing::TestWithParam<std::tuple<Encoding, int>> {};
+
+TEST_P(DecodeCropTest, WindowEqualsFullDecodeThenCrop) {
+  auto [enc, channels] = GetParam();
+  std::string jpeg = encode(enc, 7);
+  Expected<Tensor> full = decodeImage(jpeg, channels);
+  ASSERT_TRUE(bool(full)) << full.status().message();
+  int64_t H = enc.height, W = enc.width;
+
+  // Every edge and corner, 1-pixel slivers, the whole image, and boxes that
+  // start or end on and next to iMCU boundaries (multiples of 8 and 16).
+  std::vector<CropBox> boxes = {
+      {0, 0, H, W},         {0, 0, 1, 1},          {H - 1, W - 1, 1, 1},
+      {0, W - 1, H, 1},     {H - 1, 0, 1, W},      {0, 0, H / 2, W / 2},
+      {H / 2, W / 2, H - H / 2, W - W / 2},        {0, W / 3, H, W / 3},
+      {H / 3, 0, H / 3, W},
+  };
+  for (int64_t a : {7, 8, 9, 15, 16, 17, 31, 32, 33})
+    for (int64_t b : {1, 2, 8, 16, 23})
+      if (a + b <= H && a + b <= W) {
+        boxes.push_back({a, a, b, b});
+        boxes.push_back({a, 0, b, W});
+        boxes.push_back({0, a, H, b});
+        boxes.push_back({H - a - b, W - a - b, b, b});
+      }
+  // Boxes partly outside the image are zero-filled by both paths.
+  boxes.push_back({-3, -5, H / 2, W / 2});
+  boxes.push_back({H - 4, W - 6, 10, 12});
+  Rng rng(11, 0, static_cast<uint64_t>(H * 1000 + W), 3);
+  for (int i = 0; i < 150; ++i) {
+    int64_t h = rng.uniformInt(1, H + 1), w = rng.uniformInt(1, W + 1);
+    boxes.push_back(
+        {rng.uniformInt(0, H - h + 1), rng.uniformInt(0, W - w + 1), h, w});
+  }
+  for (CropBox box : boxes) {
+    expectSameCrop(jpeg, *full, channels, box);
+    if (::testing::Test::HasFatalFailure())
+      return;
+  }
+}
+
+TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
+  auto [enc, channels] = GetParam();
+  std::string jpeg = encode(enc, 3);
+  Expected<Tensor> full = decodeImage(jpeg, channels);
+  ASSERT_TRUE(bool(full)) << full.status().message();
+  RandomResizedCropParams p;
+  p.height = 24;
+  p.width = 20;
+  for (Interpolation interp :
+       {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
+    for (uint64_t index = 0; index < 40; ++index) {
+      p.interpolation = interp;
+      Rng a(5, 1, index, 9), b(5, 1, index, 9);
+      Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, channels, p, a);
+      Expected<Tensor> unfused = randomResizedCrop(*full, p, b);
+      ASSERT_TRUE(bool(fused)) << fused.status().message();
+      ASSERT_TRUE(bool(unfused)) << unfused.status().message();
+      ASSERT_EQ(fused->shape(), unfused->shape());
+      ASSERT_EQ(
+          std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()), 0)
+          << "record " << index;
+      // Both consumed the same draws.
+      EXPECT_EQ(a.nextU32(), b.nextU32());
+    }
+}
+
+const Encoding kEncodings[] = {
+    {"s444", 96, 80, 3, TJSAMP_444, false},
+    {"s422", 97, 83, 3, TJSAMP_422, false},
+    {"s420", 101, 123, 3, TJSAMP_420, false},
+    {"s440", 90, 70, 3, TJSAMP_440, false},
+    {"s411", 64, 131, 3, TJSAMP_411, false},
+    {"gray", 77, 91, 1, TJSAMP_GRAY, false},
+    {"progressive420", 99, 117, 3, TJSAMP_420, true},
+    {"progressive444", 50, 61, 3, TJSAMP_444, true},
+    {"progressiveGray", 45, 39, 1, TJSAMP_GRAY, true},
+    {"tiny420", 3, 5, 3, TJSAMP_420, false},
+    {"large420", 333, 517, 3, TJSAMP_420, false},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Encodings, DecodeCropTest,
+    ::testing::Combine(::testing::ValuesIn(kEncodings),
+                       ::testing::Values(1, 3)),
+    [](const ::testing::TestParamInfo<DecodeCropTest::ParamType> &info) {
+      return std::string(std::get<0>(info.param).name) + "_to" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+/// Damaged files: the window path must report exactly what the full decode
+/// reports (or, where libjpeg recovers silently, give the same pixels),
+/// even when the damage lies below or beside the window.
+TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
+  Encoding enc{"s420", 160, 144, 3, TJSAMP_420, false};
+  std::string jpeg = encode(enc, 21);
+  std::vector<std::pair<std::string, std::string>> damaged;
+  for (double keep : {0.2, 0.5, 0.8, 0.97})
+    damaged.push_back({"truncated to " + std::to_string(keep),
+                       jpeg.substr(0, size_t(jpeg.size() * keep))});
+  for (double at : {0.3, 0.6, 0.9}) {
+    std::string bad = jpeg;
+    size_t pos = size_t(bad.size() * at);
+    for (size_t i = pos; i < pos + 6; ++i)
+      bad[i] = static_cast<char>(0xFF ^ static_cast<unsigned char>(bad[i]));
+    damaged.push_back({"garbled at " + std::to_string(at), bad});
+  }
+  damaged.push_back({"trailing junk", jpeg.substr(0, jpeg.size() - 2) +
+                                          std::string("junk\xFF\xD9", 6)});
+  damaged.push_back({"header only", jpeg.substr(0, 200)});
+  damaged.push_back({"not an image", "GIF89a........"});
+  std::vector<CropBox> boxes = {{0, 0, 16, 16}, {8, 40, 30, 50},
+                                {120, 100, 40, 44}, {0, 0, 160, 144}};
+  for (const auto &[what, bytes] : damaged) {
+    Expected<Tensor> full = decodeImage(bytes, 3);
+    for (CropBox box : boxes) {
+      Expected<Tensor> window = decodeImageCrop(bytes, 3, box);
+      ASSERT_EQ(bool(window), bool(full)) << what << " " << boxText(box);
+      if (!bool(full)) {
+        EXPECT_EQ(window.status().message(), full.status().message())
+            << what << " " << boxText(box);
+        continue;
+      }
+      Expected<Tensor> expected = crop(*full, box);
+      ASSERT_TRUE(bool(expected));
+      EXPECT_EQ(
+          std::memcmp(window->raw(), expected->raw(), expected->nbytes()), 0)
+          << what << " " << boxText(box);
+    }
+  }
+}
+
+} // namespace

@@ -1,0 +1,228 @@
+//===- tensor_buffer_pool_test.cpp - Reuse of large tensor buffers --------===//
+//
+// The process-wide pool behind Tensor::empty for buffers of 1 MiB and more:
+// recurring sizes are handed out again (64-byte aligned, the same memory),
+// its bounds hold, it can be turned off from code and from the
+// environment, it is safe under concurrent use, and row views keep their
+// base buffer alive.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/ops/BufferPool.h"
+#include "sluice/ops/Tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace sluice;
+
+namespace {
+
+bool aligned64(const Tensor &t) {
+  return reinterpret_cast<uintptr_t>(t.raw()) % 64 == 0;
+}
+
+/// Each test starts from an empty, enabled pool and leaves the pool on.
+class BufferPool : public ::testing::Test {
+protected:
+  void SetUp() override {
+    setBufferPoolEnabled(true);
+    trimBufferPool();
+    before_ = bufferPoolStats();
+  }
+  void TearDown() override {
+    setBufferPoolEnabled(true);
+    trimBufferPool();
+  }
+  int64_t hits() const { return bufferPoolStats().hits - before_.hits; }
+  BufferPoolStats before_;
+};
+
+TEST_F(BufferPool, HandsARecurringSizeOutAgain) {
+  const int64_t n = (3 << 20) + 4096;
+  // The first buffer of a size is freed: the size may be a one-off.
+  Tensor::empty(ElemType::U8, {n});
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  Tensor second = Tensor::empty(ElemType::U8, {n});
+  const uint8_t *p = second.raw();
+  second = Tensor();
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 1);
+  EXPECT_EQ(bufferPoolStats().idleBytes, n);
+  Tensor third = Tensor::empty(ElemType::U8, {n});
+  EXPECT_EQ(third.raw(), p);
+  EXPECT_TRUE(aligned64(third));
+  EXPECT_EQ(hits(), 1);
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  // Another element type of the same byte size shares the buffers.
+  third = Tensor();
+  Tensor f = Tensor::empty(ElemType::F32, {n / 4});
+  EXPECT_EQ(f.raw(), p);
+  EXPECT_EQ(hits(), 2);
+}
+
+TEST_F(BufferPool, ZerosClearsAReusedBuffer) {
+  const int64_t n = (2 << 20) + 64 * 3;
+  for (int i = 0; i < 2; ++i) {
+    Tensor t = Tensor::empty(ElemType::U8, {n});
+    std::memset(t.mutableRaw(), 0xA5, t.nbytes());
+  }
+  Tensor z = Tensor::zeros(ElemType::U8, {n});
+  EXPECT_EQ(hits(), 1);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(z.data<uint8_t>()[i], 0) << "byte " << i;
+}
+
+TEST_F(BufferPool, PadsOddSizesLikeOtherBuffers) {
+  // 1 MiB + 1 byte: rounded up to whole cache lines, pooled by that size.
+  const int64_t n = (1 << 20) + 1;
+  Tensor::empty(ElemType::U8, {n});
+  Tensor::empty(ElemType::U8, {n});
+  EXPECT_EQ(bufferPoolStats().idleBytes, (1 << 20) + 64);
+  Tensor t = Tensor::empty(ElemType::U8, {n});
+  EXPECT_EQ(hits(), 1);
+  EXPECT_TRUE(aligned64(t));
+  EXPECT_EQ(t.nbytes(), static_cast<size_t>(n));
+  EXPECT_EQ(t.memoryBytes(), static_cast<size_t>((1 << 20) + 64));
+}
+
+TEST_F(BufferPool, LeavesSmallAndOneOffBuffersToMalloc) {
+  for (int i = 0; i < 3; ++i)
+    Tensor::empty(ElemType::U8, {(1 << 20) - 64});
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  Tensor::empty(ElemType::U8, {(5 << 20) + 128});
+  Tensor::empty(ElemType::U8, {(5 << 20) + 192});
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  EXPECT_EQ(hits(), 0);
+}
+
+TEST_F(BufferPool, KeepsAFewBuffersPerSize) {
+  const int64_t n = (4 << 20) + 640;
+  Tensor::empty(ElemType::U8, {n});
+  std::vector<Tensor> held;
+  for (int i = 0; i < 10; ++i)
+    held.push_back(Tensor::empty(ElemType::U8, {n}));
+  held.clear();
+  EXPECT_EQ(bufferPoolStats().idleBuffers,
+            static_cast<int64_t>(kPoolMaxPerSize));
+  EXPECT_EQ(bufferPoolStats().idleBytes,
+            static_cast<int64_t>(kPoolMaxPerSize) * n);
+}
+
+TEST_F(BufferPool, CapsIdleBytesAndKeepsTheMostRecentlyFreed) {
+  // Buffers are not touched, so none of this becomes resident.
+  const int64_t mib = 1 << 20;
+  std::vector<int64_t> sizes = {40 * mib, 44 * mib, 48 * mib, 52 * mib};
+  std::vector<Tensor> held;
+  for (int64_t n : sizes) {
+    Tensor::empty(ElemType::U8, {n});
+    for (int i = 0; i < 2; ++i)
+      held.push_back(Tensor::empty(ElemType::U8, {n}));
+  }
+  // 8 buffers, 368 MiB: more than the pool keeps.
+  const uint8_t *last = held.back().raw();
+  held.clear();
+  BufferPoolStats s = bufferPoolStats();
+  EXPECT_LE(s.idleBytes, static_cast<int64_t>(kPoolMaxIdleBytes));
+  EXPECT_GE(s.idleBytes, static_cast<int64_t>(kPoolMaxIdleBytes) - 52 * mib);
+  Tensor again = Tensor::empty(ElemType::U8, {sizes.back()});
+  EXPECT_EQ(again.raw(), last);
+}
+
+TEST_F(BufferPool, TurnedOffItFreesIdleBuffersAndNeverHits) {
+  const int64_t n = (6 << 20) + 64;
+  for (int i = 0; i < 3; ++i)
+    Tensor::empty(ElemType::U8, {n});
+  ASSERT_EQ(bufferPoolStats().idleBuffers, 1);
+  Tensor live = Tensor::empty(ElemType::U8, {n});
+  setBufferPoolEnabled(false);
+  EXPECT_FALSE(bufferPoolEnabled());
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  // A buffer allocated while on and freed while off is freed.
+  live = Tensor();
+  for (int i = 0; i < 3; ++i)
+    Tensor::empty(ElemType::U8, {n});
+  EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
+  // The third buffer of the loop above and `live`; none while off.
+  EXPECT_EQ(hits(), 2);
+}
+
+TEST_F(BufferPool, HandsEachBufferToOneOwnerUnderConcurrency) {
+  const std::vector<int64_t> sizes = {(1 << 20) + 64 * 7, (3 << 20) + 64 * 9};
+  std::atomic<int> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        Tensor a = Tensor::empty(ElemType::U8, {sizes[(t + i) % 2]});
+        uint8_t mark = static_cast<uint8_t>(t * 50 + i % 50);
+        // Ends and middle are enough to see two owners of one buffer.
+        size_t n = a.nbytes();
+        uint8_t *p = a.mutableRaw();
+        for (size_t off : {size_t(0), n / 2, n - 4096})
+          std::memset(p + off, mark, 4096);
+        std::this_thread::yield();
+        for (size_t off : {size_t(0), n / 2, n - 4096})
+          for (size_t k = 0; k < 4096; ++k)
+            if (p[off + k] != mark) {
+              ++corrupt;
+              break;
+            }
+        if (!aligned64(a))
+          ++corrupt;
+      }
+    });
+  for (std::thread &th : threads)
+    th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  BufferPoolStats s = bufferPoolStats();
+  EXPECT_GT(hits(), 0);
+  EXPECT_LE(s.idleBuffers, static_cast<int64_t>(2 * kPoolMaxPerSize));
+}
+
+TEST(TensorView, SharesAndKeepsItsBaseAlive) {
+  Tensor base = Tensor::empty(ElemType::F32, {3, 5});
+  for (int i = 0; i < 15; ++i)
+    base.mutableData<float>()[i] = static_cast<float>(i);
+  Tensor row = Tensor::viewOf(base, 2 * 5 * sizeof(float), ElemType::F32, {5});
+  base = Tensor();
+  ASSERT_EQ(row.shape(), (std::vector<int64_t>{5}));
+  EXPECT_EQ(row.nbytes(), 5 * sizeof(float));
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(row.data<float>()[i], static_cast<float>(10 + i));
+}
+
+/// The pool's state in this process agrees with SLUICE_NO_BUFFER_POOL as it
+/// was when the process started (run as is, and re-run below with the
+/// variable set).
+TEST(BufferPoolEnvironment, StateFollowsTheVariable) {
+  const char *v = std::getenv("SLUICE_NO_BUFFER_POOL");
+  bool off = v && *v && std::string(v) != "0";
+  EXPECT_EQ(bufferPoolEnabled(), !off);
+}
+
+TEST(BufferPoolEnvironment, VariableTurnsThePoolOff) {
+  char self[4096];
+  ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  for (const char *value : {"1", "yes", "0", ""}) {
+    std::string cmd = std::string("SLUICE_NO_BUFFER_POOL=") + value + " " +
+                      self +
+                      " --gtest_filter=BufferPoolEnvironment."
+                      "StateFollowsTheVariable > /dev/null 2>&1";
+    int rc = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(rc)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(rc), 0) << cmd;
+  }
+}
+
+} // namespace
