@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Turns the raw outputs of one bench/run.sh run into the results table.
 
-Reads OUT/ (written by run.sh): decode_only.json (Google Benchmark),
-torch_imagenet.json, numpy_criteo.json, sluice_{imagenet,criteo}_N.txt
-(`sluice bench` outputs, one per repeat), manifest.json of the data, and
-meta.json (machine and command). Prints the table and writes it as Markdown.
+Reads OUT/ (written by run.sh), one file per round N of each benchmark:
+decode_only_N.json (Google Benchmark), torch_imagenet_N.json,
+numpy_criteo_N.json, sluice_{imagenet,criteo}_N.txt (`sluice bench` output),
+plus manifest.json of the data and meta.json (machine and command). Each
+figure is the median over the rounds. Prints the table and writes it as
+Markdown.
 
 Usage: report.py OUT RESULTS.md
 """
@@ -49,26 +51,41 @@ def sluice_figures(out, name):
 
 
 def decode_figures(out):
-    """{threads: median items/s} from Google Benchmark's JSON."""
-    data = load_json(os.path.join(out, "decode_only.json"))
-    figures = {}
-    if not data:
-        return figures
+    """{threads: median items/s} over the rounds' Google Benchmark JSONs."""
     runs = {}
-    for b in data.get("benchmarks", []):
-        if b.get("error_occurred"):
-            continue
-        m = re.search(r"threads:(\d+)", b.get("name", ""))
-        if not m or "items_per_second" not in b:
-            continue
-        t = int(m.group(1))
-        if b.get("aggregate_name") == "median":
-            figures[t] = b["items_per_second"]
-        elif b.get("run_type", "iteration") == "iteration":
-            runs.setdefault(t, []).append(b["items_per_second"])
-    for t, r in runs.items():
-        figures.setdefault(t, statistics.median(r))
-    return figures
+    for path in sorted(glob.glob(os.path.join(out, "decode_only_*.json"))):
+        for b in (load_json(path) or {}).get("benchmarks", []):
+            m = re.search(r"threads:(\d+)", b.get("name", ""))
+            if (b.get("error_occurred") or not m or "items_per_second" not in b
+                    or b.get("run_type", "iteration") != "iteration"):
+                continue
+            runs.setdefault(int(m.group(1)), []).append(b["items_per_second"])
+    return {t: statistics.median(r) for t, r in runs.items()}, runs
+
+
+def merge_rounds(out, prefix, key):
+    """Merges the per-round peer JSONs: the runs of every setting (`key` is
+    "settings" or "modes") are pooled and their median recomputed; the peer's
+    figure is the best median (the plain Python loop never counts)."""
+    rounds = [load_json(p) for p in
+              sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix)))]
+    rounds = [r for r in rounds if r]
+    if not rounds:
+        return None
+    merged = dict(rounds[0])
+    pooled = {}
+    for r in rounds:
+        for name, s in r[key].items():
+            pooled.setdefault(name, []).extend(s["runs"])
+    merged[key] = {name: {"runs": runs, "median": statistics.median(runs)}
+                   for name, runs in pooled.items()}
+    contenders = [n for n in pooled if n != "python"] or list(pooled)
+    best = max(contenders, key=lambda n: merged[key][n]["median"])
+    merged["rate"] = merged[key][best]["median"]
+    merged["best"] = best
+    if key == "settings":
+        merged["best_num_workers"] = best
+    return merged
 
 
 def fmt(x, digits=0):
@@ -95,11 +112,11 @@ def main():
     out, results_path = sys.argv[1], sys.argv[2]
     meta = load_json(os.path.join(out, "meta.json")) or {}
     manifest = load_json(os.path.join(out, "manifest.json")) or {}
-    torch = load_json(os.path.join(out, "torch_imagenet.json"))
-    numpy_ = load_json(os.path.join(out, "numpy_criteo.json"))
+    torch = merge_rounds(out, "torch_imagenet", "settings")
+    numpy_ = merge_rounds(out, "numpy_criteo", "modes")
     s_img = sluice_figures(out, "imagenet")
     s_tab = sluice_figures(out, "criteo")
-    decode = decode_figures(out)
+    decode, decode_runs = decode_figures(out)
     threads = s_img.get("threads") or meta.get("cores")
     dec_same = decode.get(threads) if threads else None
     if dec_same is None and decode:
@@ -137,6 +154,11 @@ def main():
                          fmt(crt["rows"]), crt["files"], crt["bytes"] / 1e6,
                          100 * crt["empty_dense_fraction"],
                          100 * crt["empty_cat_fraction"]))
+    with open("/proc/loadavg") as f:
+        load_end = f.read().split()[0]
+    lines.append("- 1-minute load average: %s at the start, %s at the end "
+                 "(other work on the machine lowers every figure)" % (
+                     meta.get("load_at_start", "?"), load_end))
     repeats = meta.get("repeats", "?")
     lines.append("- each figure is the median of %s run%s; command: `%s`" % (
         repeats, "" if repeats == 1 else "s", meta.get("command", "bench/run.sh")))
@@ -171,8 +193,9 @@ def main():
         lines.append("- sluice Criteo runs: %s rows/s (%s threads)" % (
             ", ".join(fmt(r) for r in s_tab["runs"]), s_tab.get("threads")))
     for t in sorted(decode):
-        lines.append("- decode-only loop, %d thread%s: %s images/s" % (
-            t, "" if t == 1 else "s", fmt(decode[t])))
+        lines.append("- decode-only loop, %d thread%s: %s images/s (runs %s)" % (
+            t, "" if t == 1 else "s", fmt(decode[t]),
+            ", ".join(fmt(r) for r in decode_runs[t])))
     if torch:
         for w, s in sorted(torch["settings"].items(), key=lambda kv: int(kv[0])):
             lines.append("- torch DataLoader num_workers=%s: %s images/s (runs %s)" % (

@@ -7,8 +7,9 @@
 #   tabular pipeline: sluice bench bench/specs/criteo_bench.yaml
 #                     vs Python/numpy (bench/peers/numpy_criteo.py)
 #
-# Each figure is the median of REPEATS runs. The table goes to stdout and to
-# RESULTS; the raw outputs stay in OUT. Data is generated on first use.
+# Each figure is the median of REPEATS rounds; a round runs every benchmark
+# once. The table goes to stdout and to RESULTS; the raw outputs stay in OUT.
+# Data is generated on first use.
 #
 # Usage: bench/run.sh [--quick] [--no-build]
 #   --quick     one repeat, short runs: checks the harness, not for figures
@@ -122,52 +123,55 @@ mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("Mem
 json.dump({"cpu": cpu, "cores": $cores, "memory_gib": round(mem / 1048576),
            "date": "$(date -u +%Y-%m-%d)", "sluice_version": "$version",
            "repeats": $REPEATS, "seconds_per_run": $SECS,
+           "load_at_start": open("/proc/loadavg").read().split()[0],
            "command": "bench/run.sh$([ "$quick" = 1 ] && echo ' --quick')"},
           open(sys.argv[1], "w"), indent=2)
 EOF
 log "machine: $cores cores; data: $DATA; outputs: $OUT"
 
-# --- sluice ------------------------------------------------------------------
-sluice_bench() { # NAME: REPEATS runs of `sluice bench`, or a status saying why not
-  local name=$1 spec=$OUT/specs/$1_bench.yaml rc
-  if [ ! -x "$SLUICE" ]; then
-    echo "pending runtime (no $SLUICE)" >"$OUT/sluice_$name.status"
+# --- the runs ----------------------------------------------------------------
+# Round r runs every benchmark once, so that load from other work on the machine
+# spreads over all contestants instead of hitting one of them.
+sluice_ok=1
+[ -x "$SLUICE" ] || { sluice_ok=0; echo "pending runtime (no $SLUICE)" >"$OUT/sluice.status"; }
+sluice_bench() { # NAME ROUND: one `sluice bench`, or a status saying why not
+  local name=$1 r=$2 rc=0 txt=$OUT/sluice_$1_$2.txt
+  if [ "$sluice_ok" != 1 ]; then
+    cp "$OUT/sluice.status" "$OUT/sluice_$name.status"
     return
   fi
-  for r in $(seq "$REPEATS"); do
-    log "sluice bench $name ($r/$REPEATS, ${SECS}s)"
-    rc=0
-    "$SLUICE" bench "$spec" --seconds "$SECS" >"$OUT/sluice_${name}_$r.txt" 2>&1 || rc=$?
-    if [ "$rc" != 0 ]; then
-      mv "$OUT/sluice_${name}_$r.txt" "$OUT/sluice_${name}_$r.log"
-      if grep -qi "not.*implemented\|not yet" "$OUT/sluice_${name}_$r.log"; then
-        echo "pending runtime" >"$OUT/sluice_$name.status"
-      else
-        echo "failed (exit $rc): $(grep -m1 error "$OUT/sluice_${name}_$r.log" || tail -1 "$OUT/sluice_${name}_$r.log")" \
-          >"$OUT/sluice_$name.status"
-      fi
-      log "sluice bench $name: $(cat "$OUT/sluice_$name.status")"
-      return
+  log "round $r: sluice bench $name (${SECS}s)"
+  "$SLUICE" bench "$OUT/specs/${name}_bench.yaml" --seconds "$SECS" >"$txt" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    mv "$txt" "${txt%.txt}.log"
+    if grep -qi "not.*implemented\|not yet" "${txt%.txt}.log"; then
+      echo "pending runtime" >"$OUT/sluice_$name.status"
+    else
+      echo "failed (exit $rc): $(grep -m1 error "${txt%.txt}.log" || tail -1 "${txt%.txt}.log")" \
+        >"$OUT/sluice_$name.status"
     fi
-  done
+    log "sluice bench $name: $(cat "$OUT/sluice_$name.status")"
+  fi
 }
 
-# --- images ------------------------------------------------------------------
-log "decode-only loop (1 and 2 threads)"
-"$DECODE" "$DATA/imagenet/train" --benchmark_min_time="$DECODE_MIN_TIME" \
-  --benchmark_repetitions="$REPEATS" --benchmark_report_aggregates_only=true \
-  --benchmark_format=json --benchmark_out="$OUT/decode_only.json" \
-  >"$OUT/decode_only.log" 2>&1 || log "warning: decode_only_bench failed, see $OUT/decode_only.log"
-sluice_bench imagenet
-log "torch DataLoader, num_workers 0..$cores"
-$PY bench/peers/torch_imagenet.py "$DATA/imagenet/train" --repeats "$REPEATS" \
-  --batches "$TORCH_BATCHES" --json "$OUT/torch_imagenet.json" | tee "$OUT/torch_imagenet.log" >&2
+for r in $(seq "$REPEATS"); do
+  log "round $r/$REPEATS: decode-only loop (1 and 2 threads)"
+  "$DECODE" "$DATA/imagenet/train" --benchmark_min_time="$DECODE_MIN_TIME" \
+    --benchmark_format=json --benchmark_out="$OUT/decode_only_$r.json" \
+    >"$OUT/decode_only_$r.log" 2>&1 ||
+    log "warning: decode_only_bench failed, see $OUT/decode_only_$r.log"
+  sluice_bench imagenet "$r"
+  log "round $r/$REPEATS: torch DataLoader, num_workers 0..$cores"
+  $PY bench/peers/torch_imagenet.py "$DATA/imagenet/train" --repeats 1 \
+    --batches "$TORCH_BATCHES" --json "$OUT/torch_imagenet_$r.json" >&2 ||
+    log "warning: torch_imagenet.py failed"
+  sluice_bench criteo "$r"
+  log "round $r/$REPEATS: Python/numpy Criteo peers"
+  $PY bench/peers/numpy_criteo.py "$DATA/criteo/day_*.tsv" --repeats 1 \
+    --modes numpy,torch,python --json "$OUT/numpy_criteo_$r.json" >&2 ||
+    log "warning: numpy_criteo.py failed"
+done
 
-# --- tabular -----------------------------------------------------------------
-sluice_bench criteo
-log "Python/numpy Criteo peers"
-$PY bench/peers/numpy_criteo.py "$DATA/criteo/day_*.tsv" --repeats "$REPEATS" \
-  --modes numpy,torch,python --json "$OUT/numpy_criteo.json" | tee "$OUT/numpy_criteo.log" >&2
 if [ "$CHECK" = 1 ] && [ -x "$SLUICE" ] && ls "$OUT"/sluice_criteo_*.txt >/dev/null 2>&1; then
   log "checking sluice's Criteo output against numpy's"
   rm -rf "$OUT/criteo_npy"

@@ -136,11 +136,11 @@ def blocks(files, index=0, stride=1):
                     continue
                 carry = data[cut:]
                 if k % stride == index:
-                    yield data[:cut]
+                    yield path, data[:cut]
                 k += 1
             if carry:
                 if k % stride == index:
-                    yield carry + b"\n"
+                    yield path, carry + b"\n"
                 k += 1
 
 
@@ -167,8 +167,12 @@ class Batcher:
 
 def numpy_batches(files, index=0, stride=1):
     b = Batcher()
-    for text in blocks(files, index, stride):
-        yield from b.add(transform_block(text))
+    for path, text in blocks(files, index, stride):
+        try:
+            cols = transform_block(text)
+        except ValueError as e:
+            raise ValueError("%s: %s" % (path, e)) from None
+        yield from b.add(cols)
     yield from b.finish()
 
 
@@ -235,6 +239,9 @@ def run_torch(files, workers):
 
 def check_against(files, npy_dir):
     """Compares our output with sluice's `--sink npy:DIR` output, batch by batch."""
+    if not os.path.isdir(npy_dir):
+        sys.exit("check: %s is not a directory (make it with `sluice run SPEC "
+                 "--sink npy:%s`)" % (npy_dir, npy_dir))
     names = sorted(os.listdir(npy_dir))
     got = {}
     for field in ("label", "dense", "cat"):
@@ -265,6 +272,13 @@ def check_against(files, npy_dir):
 
 
 def main():
+    try:
+        run(sys.argv[1:])
+    except ValueError as e:
+        sys.exit("numpy_criteo.py: %s" % e)
+
+
+def run(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     data = os.environ.get("SLUICE_BENCH_DATA", "/tmp/sluice-bench-data")
     ap.add_argument("glob", nargs="?",
@@ -277,7 +291,7 @@ def main():
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--check-npy", metavar="DIR",
                     help="compare with a `sluice run --sink npy:DIR` output and exit")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     files = sorted(glob.glob(args.glob))
     if not files:
         sys.exit("numpy_criteo.py: no files match %s; run bench/gen_data.py"
