@@ -215,8 +215,9 @@ Expected<ElementFn> bindRandomCrop(const PlanStage &s, const FieldIO &io) {
                });
 }
 
-Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
-                                          const FieldIO &io) {
+/// The box and resize settings of random_resized_crop (also carried by the
+/// fused decode_random_resized_crop).
+kernels::RandomResizedCropParams resizedCropParams(const PlanStage &s) {
   kernels::RandomResizedCropParams p;
   auto [h, w] = sizeHW(s.params["size"]);
   p.height = h;
@@ -232,6 +233,12 @@ Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
     p.ratioHi = ratio[1];
   }
   p.interpolation = interpolation(s.params["interpolation"]);
+  return p;
+}
+
+Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
+                                          const FieldIO &io) {
+  kernels::RandomResizedCropParams p = resizedCropParams(s);
   uint64_t stream = stageStream(s);
   return unary(io,
                [p, stream](const Tensor &t, Record &rec,
@@ -255,21 +262,7 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
   uint64_t stream = stageStream(crop);
   int channels = static_cast<int>(
       s.params["channels"].isNumber() ? s.params["channels"].asInt() : 3);
-  kernels::RandomResizedCropParams p;
-  auto [h, w] = sizeHW(s.params["size"]);
-  p.height = h;
-  p.width = w;
-  std::vector<double> scale = s.params["scale"].asDoubleList();
-  std::vector<double> ratio = s.params["ratio"].asDoubleList();
-  if (scale.size() == 2) {
-    p.scaleLo = scale[0];
-    p.scaleHi = scale[1];
-  }
-  if (ratio.size() == 2) {
-    p.ratioLo = ratio[0];
-    p.ratioHi = ratio[1];
-  }
-  p.interpolation = interpolation(s.params["interpolation"]);
+  kernels::RandomResizedCropParams p = resizedCropParams(s);
   return unary(io,
                [p, channels, stream](const Tensor &t, Record &rec,
                                      const ElementContext &ctx)
