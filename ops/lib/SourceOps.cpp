@@ -169,7 +169,8 @@ OpDef delimited(std::string name, std::string delimiter) {
       "field (`dense: f32[13]`). An empty numeric cell is a missing value: "
       "NaN for float columns (see `fill_missing`), a data error for integer "
       "columns. `hex32` reads hexadecimal ids (Criteo's categorical "
-      "features) into i64. Quoted cells (\"a,b\") follow RFC 4180.";
+      "features) into i64; an empty `hex32` cell reads as 0, the usual "
+      "\"missing\" id for Criteo categoricals. Quoted cells (\"a,b\") follow RFC 4180.";
   // The csv example is DESIGN.md's Criteo source; tsv drops the delimiter.
   op.example = std::string("source:\n  ") + name +
                ":\n    files: data/criteo/day_*.tsv" +
