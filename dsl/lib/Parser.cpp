@@ -1198,7 +1198,6 @@ bool loadTree(DiagnosticEngine &diags, YNode &top) {
 }
 
 std::unique_ptr<Spec> SpecChecker::run() {
-  const std::string &text = diags.sourceText();
   auto spec = std::make_unique<Spec>();
   spec->file = diags.fileName();
   spec->loc = {1, 1};
@@ -1237,9 +1236,21 @@ std::unique_ptr<Spec> SpecChecker::run() {
                 "start the spec with `pipeline: my_pipeline`");
   }
   if (const YNode *s = top.get("seed")) {
-    int64_t seed;
-    if (getInt(*s, "'seed'", seed, 0))
-      spec->seed = static_cast<uint64_t>(seed);
+    // Seeds use the whole unsigned 64-bit range, beyond what parseInt reads.
+    uint64_t seed = 0;
+    const std::string &t = s->text;
+    auto r = std::from_chars(t.data(), t.data() + t.size(), seed);
+    if (s->kind == YNode::Kind::Scalar && !s->quoted && !t.empty() &&
+        r.ec == std::errc() && r.ptr == t.data() + t.size()) {
+      spec->seed = seed;
+    } else if (s->kind == YNode::Kind::Scalar &&
+               r.ec == std::errc::result_out_of_range) {
+      diags.error(s->loc, "'seed' must be below 2^64, got " + t);
+    } else {
+      int64_t signedSeed; // getInt reports negatives and junk
+      if (getInt(*s, "'seed'", signedSeed, 0))
+        spec->seed = static_cast<uint64_t>(signedSeed);
+    }
   }
   if (const YNode *e = top.get("epochs")) {
     int64_t epochs;

@@ -80,6 +80,13 @@ TEST(Spec, FillsDefaultsAndShorthands) {
   EXPECT_EQ(shuffle.params["buffer"].loc().col, 14);
 }
 
+TEST(Spec, SeedsUseTheWholeUnsignedRange) {
+  Parsed p = parse("pipeline: t\nseed: 18446744073709551615\n"
+                   "source: {text_lines: {files: a.txt}}\n");
+  ASSERT_TRUE(p.spec) << p.printed;
+  EXPECT_EQ(p.spec->seed, 18446744073709551615ull);
+}
+
 TEST(Spec, NamesRepeatedOpsUniquely) {
   Parsed p = parse(R"(pipeline: t
 source: {csv: {files: a.csv, columns: [{name: x, type: f32}]}}
@@ -184,6 +191,8 @@ INSTANTIATE_TEST_SUITE_P(
                     4, 5, "is a source"},
         BadSpecCase{"seedneg", "pipeline: a\nseed: -3\n", 2, 7,
                     "'seed' must be at least 0"},
+        BadSpecCase{"seedhuge", "pipeline: a\nseed: 18446744073709551616\n",
+                    2, 7, "'seed' must be below 2^64"},
         BadSpecCase{"epochs0", "pipeline: a\nepochs: 0\n", 2, 9,
                     "'epochs' must be at least 1"},
         BadSpecCase{"enum",
