@@ -14,13 +14,6 @@ namespace {
 
 using namespace detail;
 
-OpDef element(std::string name) {
-  OpDef op;
-  op.name = std::move(name);
-  op.kind = OpKind::Element;
-  return op;
-}
-
 /// Checks that `field` is an HxW or HxWxC image; with `resampled`, that its
 /// element type is one the resampling kernels take (u8 or f32).
 bool requireImage(TypeContext &ctx, const std::string &op, bool resampled) {

@@ -16,6 +16,24 @@
 
 namespace sluice::detail {
 
+/// A registry entry with its name and kind set; the *Ops.cpp files fill in
+/// the rest.
+inline OpDef newOp(std::string name, OpKind kind) {
+  OpDef op;
+  op.name = std::move(name);
+  op.kind = kind;
+  return op;
+}
+inline OpDef source(std::string name) {
+  return newOp(std::move(name), OpKind::Source);
+}
+inline OpDef element(std::string name) {
+  return newOp(std::move(name), OpKind::Element);
+}
+inline OpDef record(std::string name) {
+  return newOp(std::move(name), OpKind::Record);
+}
+
 /// `field` (required Field) with a doc line.
 ParamSpec fieldParam(std::string doc = "The input field.");
 /// `as` (optional String): write the result to a new field.

@@ -17,13 +17,6 @@ namespace {
 
 using namespace detail;
 
-OpDef record(std::string name) {
-  OpDef op;
-  op.name = std::move(name);
-  op.kind = OpKind::Record;
-  return op;
-}
-
 TypeRule sameType() {
   return [](TypeContext &ctx) { return ctx.input(); };
 }

@@ -23,13 +23,6 @@ namespace {
 
 using namespace detail;
 
-OpDef source(std::string name) {
-  OpDef op;
-  op.name = std::move(name);
-  op.kind = OpKind::Source;
-  return op;
-}
-
 ParamSpec globParam(std::string name, std::string what) {
   return param(std::move(name), ParamKind::String)
       .req()

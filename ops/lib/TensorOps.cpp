@@ -16,13 +16,6 @@ namespace {
 
 using namespace detail;
 
-OpDef element(std::string name) {
-  OpDef op;
-  op.name = std::move(name);
-  op.kind = OpKind::Element;
-  return op;
-}
-
 std::string listText(const std::vector<int64_t> &v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i)
