@@ -149,13 +149,14 @@ BENCHMARK(BM_DecodeThenRandomResizedCrop);
 /// The fused kernel, exact (arg 0) or with DCT-domain downscaling (arg 1).
 void BM_DecodeRandomResizedCropFused(benchmark::State &state) {
   int h = int(state.range(0)), w = int(state.range(1));
-  bool dct = state.range(2) != 0;
+  DecodeOptions opts;
+  opts.allowDctScaling = state.range(2) != 0;
   std::string jpeg = jpegOf(h, w, 90);
   RandomResizedCropParams p;
   uint64_t index = 0;
   for (auto _ : state) {
     Rng rng(42, 0, index++, 1);
-    Expected<Tensor> out = decodeRandomResizedCrop(jpeg, 3, p, rng, dct);
+    Expected<Tensor> out = decodeRandomResizedCrop(jpeg, 3, p, rng, opts);
     benchmark::DoNotOptimize(out->raw());
   }
   state.SetItemsProcessed(state.iterations());

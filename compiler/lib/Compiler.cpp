@@ -33,6 +33,10 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createFuseDecodeCrop(FuseDecodeCropOptions{remarks});
        }},
+      {"sluice-fuse-crop-epilogue",
+       [](bool remarks) {
+         return createFuseCropEpilogue(FuseCropEpilogueOptions{remarks});
+       }},
       {"sluice-fuse-map-batch",
        [](bool remarks) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});

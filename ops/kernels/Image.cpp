@@ -18,6 +18,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace sluice {
 namespace kernels {
 
@@ -323,20 +327,37 @@ JpegWindowDecoder::JpegWindowDecoder() {
 }
 
 /// What jpegWindowRun decodes: rows [y0, y1) and columns [x0, x1) of the
-/// full-size image into dst ((y1-y0) x (x1-x0) x channels, contiguous).
+/// full-size image. libjpeg writes each row of its (slightly wider, iMCU
+/// aligned) cropped region straight into `dst`, rows `dstStride` bytes
+/// apart; `dstStride` must be at least width * channels. On success
+/// `offset` is where pixel (y0, x0) landed in `dst`.
 struct JpegWindowJob {
   const unsigned char *data;
   unsigned long size;
   int channels;
   JDIMENSION width, height; ///< from the TurboJPEG header read
   JDIMENSION y0, y1, x0, x1;
+  bool verifyFull; ///< entropy-decode the rows below the window too
   uint8_t *dst;
-  uint8_t *row; ///< width * channels bytes
+  size_t dstStride;
+  size_t offset; ///< out
 };
+
+/// True if the data libjpeg has not read yet holds an end-of-image marker
+/// (or libjpeg has already met it). Entropy-coded data escapes every 0xFF
+/// byte, so 0xFF 0xD9 there is a marker: its presence means the file was
+/// not cut short.
+bool jpegEndMarkerAhead(j_decompress_ptr cinfo) {
+  if (jpeg_input_complete(cinfo) || cinfo->unread_marker == 0xD9)
+    return true;
+  const jpeg_source_mgr *src = cinfo->src;
+  return memmem(src->next_input_byte, src->bytes_in_buffer, "\xFF\xD9", 2) !=
+         nullptr;
+}
 
 /// Decodes the window; false on any error, warning or unsupported input.
 /// Only POD locals: setjmp.
-bool jpegWindowRun(JpegWindowDecoder *d, const JpegWindowJob *job) {
+bool jpegWindowRun(JpegWindowDecoder *d, JpegWindowJob *job) {
   j_decompress_ptr cinfo = &d->cinfo;
   d->err.warned = false;
   if (setjmp(d->err.jump)) {
@@ -371,41 +392,55 @@ bool jpegWindowRun(JpegWindowDecoder *d, const JpegWindowJob *job) {
   jpeg_crop_scanline(cinfo, &cropX, &cropW);
   if (job->y0 > 0)
     jpeg_skip_scanlines(cinfo, job->y0);
-  size_t pixel = static_cast<size_t>(job->channels);
-  size_t outRow = (job->x1 - job->x0) * pixel;
-  size_t skipBytes = (job->x0 - cropX) * pixel;
-  JSAMPROW rows[1] = {job->row};
+  job->offset = (job->x0 - cropX) * static_cast<size_t>(job->channels);
   for (JDIMENSION y = job->y0; y < job->y1; ++y) {
-    if (jpeg_read_scanlines(cinfo, rows, 1) != 1) {
+    JSAMPROW row = job->dst + (y - job->y0) * job->dstStride;
+    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
       jpeg_abort_decompress(cinfo);
       return false;
     }
-    std::memcpy(job->dst + (y - job->y0) * outRow, job->row + skipBytes,
-                outRow);
+  }
+  if (cinfo->output_scanline == cinfo->output_height) {
+    jpeg_finish_decompress(cinfo); // reads up to the end marker
+    return !d->err.warned;
+  }
+  if (!job->verifyFull) {
+    // Stop here (tf.data's decode_and_crop_jpeg does the same): the rows
+    // below the window cost as much entropy decoding as the ones above.
+    // A file that lacks its end marker is still refused.
+    bool complete = jpegEndMarkerAhead(cinfo);
+    jpeg_abort_decompress(cinfo);
+    return complete && !d->err.warned;
   }
   // Entropy-decode the rest (skipping still reads every MCU, but skips the
-  // IDCT) so that corrupt or truncated data below the window is noticed as
-  // in a full decode; skipping to the very end would not read it.
+  // IDCT) so that damaged data below the window is noticed as in a full
+  // decode; skipping to the very end would not read it.
   JDIMENSION left = cinfo->output_height - cinfo->output_scanline;
   if (left > 1)
     jpeg_skip_scanlines(cinfo, left - 1);
-  if (cinfo->output_scanline < cinfo->output_height)
-    jpeg_read_scanlines(cinfo, rows, 1);
+  if (cinfo->output_scanline < cinfo->output_height) {
+    // Into the spare row after the window.
+    JSAMPROW tail = job->dst + (job->y1 - job->y0) * job->dstStride;
+    jpeg_read_scanlines(cinfo, &tail, 1);
+  }
   jpeg_finish_decompress(cinfo);
   return !d->err.warned;
 }
 
-Scratch &windowRowScratch() {
-  thread_local Scratch s;
-  return s;
-}
+/// A decoded window: pixel (0, 0) of the window at `data`, rows `stride`
+/// bytes apart.
+struct WindowPixels {
+  const uint8_t *data = nullptr;
+  size_t stride = 0;
+};
 
-/// Decodes `win` (inside the image) of a JPEG into dst (win.h x win.w x
-/// channels). False when the window path cannot vouch for the result (an
-/// error, any warning, CMYK): the caller then decodes in full, which gives
-/// the same pixels or today's error message.
+/// Decodes `win` (inside the image) of a JPEG into `scratch`. False when
+/// the window path cannot vouch for the result (an error, any warning, a
+/// missing end marker, CMYK): the caller then decodes in full, which gives
+/// the same pixels or the full decode's error message.
 bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
-                      int channels, CropBox win, uint8_t *dst) {
+                      int channels, CropBox win, bool verifyFull,
+                      Scratch &scratch, WindowPixels &out) {
   if (info.format != ImageFormat::Jpeg || info.channels == 4)
     return false;
   thread_local JpegWindowDecoder decoder;
@@ -421,9 +456,17 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.y1 = static_cast<JDIMENSION>(win.y + win.h);
   job.x0 = static_cast<JDIMENSION>(win.x);
   job.x1 = static_cast<JDIMENSION>(win.x + win.w);
-  job.dst = dst;
-  job.row = windowRowScratch().get(size_t(info.width) * channels);
-  return jpegWindowRun(&decoder, &job);
+  job.verifyFull = verifyFull;
+  // The cropped region libjpeg writes is at most the image's width; one row
+  // more takes the scanline read after the window when verifying in full.
+  job.dstStride = size_t(info.width) * channels;
+  job.dst = scratch.get(job.dstStride * size_t(win.h + 1));
+  job.offset = 0;
+  if (!jpegWindowRun(&decoder, &job))
+    return false;
+  out.data = job.dst + job.offset;
+  out.stride = job.dstStride;
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -648,12 +691,14 @@ template <typename T> inline T storePixel(float v) {
 /// Source index and weight of each output position along one axis (torch's
 /// area_pixel_compute_source_index with align_corners=False, in float).
 struct Taps {
+  int64_t in = 0; ///< source size
   std::vector<int64_t> i0, i1;
   std::vector<float> w0, w1;
 };
 
 Taps bilinearTaps(int64_t in, int64_t out) {
   Taps t;
+  t.in = in;
   t.i0.resize(out);
   t.i1.resize(out);
   t.w0.resize(out);
@@ -680,20 +725,66 @@ template <typename T, int FixedC>
 void horizontalPass(const T *src, int64_t c, const Taps &tx, float *row) {
   const int64_t C = FixedC > 0 ? FixedC : c;
   int64_t outW = static_cast<int64_t>(tx.i0.size());
-  for (int64_t ox = 0; ox < outW; ++ox) {
+  auto pixel = [&](int64_t ox) {
     const T *p0 = src + tx.i0[ox] * C;
     const T *p1 = src + tx.i1[ox] * C;
     float w0 = tx.w0[ox], w1 = tx.w1[ox];
     for (int64_t ch = 0; ch < C; ++ch)
       row[ox * C + ch] =
           w0 * static_cast<float>(p0[ch]) + w1 * static_cast<float>(p1[ch]);
+  };
+  int64_t ox = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, uint8_t> && FixedC == 3) {
+    // One pixel per step in SSE lanes: load 4 bytes (the pixel and the
+    // first byte of the next one), widen them to 4 floats, blend, and store
+    // 4 floats; the 4th lane lands on the next output pixel, which is
+    // written after it. The same float multiplies and add, in the same
+    // order, as pixel(). Source pixels without a next one in the row, and
+    // the last output pixel (nothing after it to overwrite the 4th lane),
+    // take the scalar way.
+    const __m128i zero = _mm_setzero_si128();
+    auto widen = [&](const uint8_t *p) {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero);
+      return _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
+    };
+    for (; ox + 1 < outW; ++ox) {
+      int64_t i0 = tx.i0[ox], i1 = tx.i1[ox];
+      if (std::max(i0, i1) + 1 >= tx.in) {
+        pixel(ox);
+        continue;
+      }
+      __m128 a = _mm_mul_ps(_mm_set1_ps(tx.w0[ox]), widen(src + i0 * 3));
+      __m128 b = _mm_mul_ps(_mm_set1_ps(tx.w1[ox]), widen(src + i1 * 3));
+      _mm_storeu_ps(row + ox * 3, _mm_add_ps(a, b));
+    }
   }
+#endif
+  for (; ox < outW; ++ox)
+    pixel(ox);
 }
 
-template <typename T, int FixedC>
-void resizeBilinearImpl(View<T> src, T *dst, int64_t outH, int64_t outW) {
+/// Mirrors taps left-right: output column o then samples where column
+/// out - 1 - o did, which is how a resize writes a flipped image for free.
+void mirrorTaps(Taps &t) {
+  std::reverse(t.i0.begin(), t.i0.end());
+  std::reverse(t.i1.begin(), t.i1.end());
+  std::reverse(t.w0.begin(), t.w0.end());
+  std::reverse(t.w1.begin(), t.w1.end());
+}
+
+/// The bilinear resize proper: horizontal pass per needed source row (each
+/// computed once), then `emit(oy, wy0, r0, wy1, r1)` blends two of them
+/// into output row oy.
+template <typename T, int FixedC, typename Emit>
+void bilinearRows(View<T> src, int64_t outH, int64_t outW, bool mirror,
+                  Emit &&emit) {
   Taps ty = bilinearTaps(src.h, outH);
   Taps tx = bilinearTaps(src.w, outW);
+  if (mirror)
+    mirrorTaps(tx);
   int64_t rowLen = outW * src.c;
   std::vector<float> rows(2 * rowLen);
   float *r0 = rows.data(), *r1 = rows.data() + rowLen;
@@ -713,13 +804,22 @@ void resizeBilinearImpl(View<T> src, T *dst, int64_t outH, int64_t outW) {
       horizontalPass<T, FixedC>(src.data + y1 * src.rowStride, src.c, tx, r1);
       have1 = y1;
     }
-    float wy0 = ty.w0[oy], wy1 = ty.w1[oy];
-    T *out = dst + oy * rowLen;
-    // Contiguous and branch-free: vectorizes (checked with
-    // -Rpass=loop-vectorize, width 4 on baseline x86-64).
-    for (int64_t i = 0; i < rowLen; ++i)
-      out[i] = storePixel<T>(wy0 * r0[i] + wy1 * r1[i]);
+    emit(oy, ty.w0[oy], r0, ty.w1[oy], r1);
   }
+}
+
+template <typename T, int FixedC>
+void resizeBilinearImpl(View<T> src, T *dst, int64_t outH, int64_t outW) {
+  int64_t rowLen = outW * src.c;
+  bilinearRows<T, FixedC>(
+      src, outH, outW, false,
+      [&](int64_t oy, float wy0, const float *r0, float wy1, const float *r1) {
+        T *out = dst + oy * rowLen;
+        // Contiguous and branch-free: vectorizes (checked with
+        // -Rpass=loop-vectorize, width 4 on baseline x86-64).
+        for (int64_t i = 0; i < rowLen; ++i)
+          out[i] = storePixel<T>(wy0 * r0[i] + wy1 * r1[i]);
+      });
 }
 
 template <typename T>
@@ -815,6 +915,123 @@ void resizeView(View<T> src, T *dst, int64_t outH, int64_t outW,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Epilogue (flip, normalize, CHW) fused into the resize's output
+//===----------------------------------------------------------------------===//
+
+/// Writes row oy of the epilogue's result from one u8 row of W pixels of C
+/// channels (read mirrored when `flip`) into `out`, an H x W x C image or
+/// C planes of H x W.
+template <typename OutT, int FixedC>
+void epilogueRowImpl(const uint8_t *__restrict row, int64_t W, int64_t c,
+                     int64_t oy, int64_t H, bool flip, const ImageEpilogue &e,
+                     OutT *__restrict out) {
+  const int64_t C = FixedC > 0 ? FixedC : c;
+  // normalize's expression, per element: (float(x) - mean) * scale.
+  auto value = [&](uint8_t v, float m, float sc) -> OutT {
+    if constexpr (std::is_same_v<OutT, float>)
+      return (static_cast<float>(v) - m) * sc;
+    else
+      return v;
+  };
+  auto meanOf = [&](int64_t ch) { return e.normalize ? e.mean[ch] : 0.f; };
+  auto scaleOf = [&](int64_t ch) { return e.normalize ? e.scale[ch] : 1.f; };
+  if (e.chw) {
+    for (int64_t ch = 0; ch < C; ++ch) {
+      OutT *__restrict plane = out + (ch * H + oy) * W;
+      const float m = meanOf(ch), sc = scaleOf(ch);
+      if (flip)
+        for (int64_t x = 0; x < W; ++x)
+          plane[x] = value(row[(W - 1 - x) * C + ch], m, sc);
+      else
+        for (int64_t x = 0; x < W; ++x)
+          plane[x] = value(row[x * C + ch], m, sc);
+    }
+    return;
+  }
+  OutT *__restrict o = out + oy * W * C;
+  for (int64_t x = 0; x < W; ++x) {
+    const uint8_t *p = row + (flip ? W - 1 - x : x) * C;
+    for (int64_t ch = 0; ch < C; ++ch)
+      o[x * C + ch] = value(p[ch], meanOf(ch), scaleOf(ch));
+  }
+}
+
+template <typename OutT>
+void epilogueRowT(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
+                  int64_t H, bool flip, const ImageEpilogue &e, OutT *out) {
+  switch (C) {
+  case 1:
+    return epilogueRowImpl<OutT, 1>(row, W, C, oy, H, flip, e, out);
+  case 3:
+    return epilogueRowImpl<OutT, 3>(row, W, C, oy, H, flip, e, out);
+  default:
+    return epilogueRowImpl<OutT, 0>(row, W, C, oy, H, flip, e, out);
+  }
+}
+
+void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
+                 int64_t H, bool flip, const ImageEpilogue &e, Tensor &out) {
+  if (e.normalize)
+    epilogueRowT(row, W, C, oy, H, flip, e, out.mutableData<float>());
+  else
+    epilogueRowT(row, W, C, oy, H, flip, e, out.mutableData<uint8_t>());
+}
+
+/// The tensor the epilogue writes for an H x W x C u8 image (`rank` 2 or 3).
+Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, size_t rank,
+                      const ImageEpilogue &e) {
+  ElemType elem = e.normalize ? ElemType::F32 : ElemType::U8;
+  if (e.chw)
+    return Tensor::empty(elem, {c, h, w});
+  if (rank == 2)
+    return Tensor::empty(elem, {h, w});
+  return Tensor::empty(elem, {h, w, c});
+}
+
+Scratch &epilogueScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+/// Resizes a u8 view into `out`: plainly (out is u8[outH, outW, C]), or
+/// through the epilogue (out from epilogueOutput). Bilinear blends each
+/// output row into a small u8 row that the epilogue then writes out, with
+/// the flip folded into the horizontal taps; the other interpolations
+/// resize into a scratch image first.
+void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
+                  Interpolation interp, const ImageEpilogue *epi) {
+  if (!epi) {
+    resizeView(src, out.mutableData<uint8_t>(), outH, outW, interp);
+    return;
+  }
+  const int64_t C = src.c;
+  const int64_t rowLen = outW * C;
+  if (interp == Interpolation::Bilinear) {
+    std::vector<uint8_t> u8row(static_cast<size_t>(rowLen));
+    auto emit = [&](int64_t oy, float wy0, const float *r0, float wy1,
+                    const float *r1) {
+      uint8_t *__restrict u = u8row.data();
+      for (int64_t i = 0; i < rowLen; ++i)
+        u[i] = toU8(wy0 * r0[i] + wy1 * r1[i]);
+      epilogueRow(u, outW, C, oy, outH, /*flip=*/false, *epi, out);
+    };
+    if (C == 3)
+      bilinearRows<uint8_t, 3>(src, outH, outW, epi->flip, emit);
+    else if (C == 1)
+      bilinearRows<uint8_t, 1>(src, outH, outW, epi->flip, emit);
+    else
+      bilinearRows<uint8_t, 0>(src, outH, outW, epi->flip, emit);
+    return;
+  }
+  Scratch &scratch = epilogueScratch();
+  uint8_t *tmp = scratch.get(static_cast<size_t>(rowLen * outH));
+  resizeView(src, tmp, outH, outW, interp);
+  for (int64_t oy = 0; oy < outH; ++oy)
+    epilogueRow(tmp + oy * rowLen, outW, C, oy, outH, epi->flip, *epi, out);
+  scratch.trim();
+}
+
 Status checkOutSize(const char *op, int64_t outH, int64_t outW) {
   if (outH <= 0 || outW <= 0 || outH > kMaxImageSide || outW > kMaxImageSide)
     return Status::error(std::string(op) + ": output size " +
@@ -880,7 +1097,7 @@ Expected<Tensor> decodeImage(std::string_view bytes, int channels) {
 }
 
 Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
-                                 CropBox box) {
+                                 CropBox box, const DecodeOptions &opts) {
   if (Status s = checkChannels(channels); !s)
     return s;
   if (box.h <= 0 || box.w <= 0 || box.h > kMaxImageSide ||
@@ -900,16 +1117,15 @@ Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
   int64_t x0 = std::clamp<int64_t>(box.x, 0, info->width);
   int64_t x1 = std::clamp<int64_t>(box.x + box.w, 0, info->width);
   CropBox win{y0, x0, y1 - y0, x1 - x0};
-  if (win.h > 0 && win.w > 0) {
-    size_t winRow = size_t(win.w) * channels;
-    uint8_t *buf = scratch.get(winRow * win.h);
-    if (decodeJpegWindow(bytes, *info, channels, win, buf)) {
-      CropBox shifted{box.y - y0, box.x - x0, box.h, box.w};
-      copyBox(buf, win.h, win.w, winRow, channels, shifted,
-              out.mutableData<uint8_t>(), zeros);
-      scratch.trim();
-      return out;
-    }
+  WindowPixels px;
+  if (win.h > 0 && win.w > 0 &&
+      decodeJpegWindow(bytes, *info, channels, win, opts.verifyFull, scratch,
+                       px)) {
+    CropBox shifted{box.y - y0, box.x - x0, box.h, box.w};
+    copyBox(px.data, win.h, win.w, px.stride, channels, shifted,
+            out.mutableData<uint8_t>(), zeros);
+    scratch.trim();
+    return out;
   }
   size_t rowBytes = size_t(info->width) * channels;
   uint8_t *buf = scratch.get(rowBytes * info->height);
@@ -959,13 +1175,19 @@ CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
 
 Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                                          const RandomResizedCropParams &params,
-                                         Rng &rng, bool allowDctScaling) {
+                                         Rng &rng, const DecodeOptions &opts) {
   if (Status s = checkChannels(channels); !s)
     return s;
   if (Status s =
           checkOutSize("random_resized_crop", params.height, params.width);
       !s)
     return s;
+  const ImageEpilogue *epi = opts.epilogue;
+  if (epi && epi->normalize &&
+      (epi->mean.size() != size_t(channels) ||
+       epi->scale.size() != size_t(channels)))
+    return Status::error("normalize: needs one mean and std per channel (" +
+                         std::to_string(channels) + ")");
   Expected<ImageInfo> info = readImageInfo(bytes);
   if (!info)
     return info.status();
@@ -975,7 +1197,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
 
   // Pick the smallest DCT scale that keeps the box at least the output size.
   int num = 1, denom = 1;
-  if (allowDctScaling && info->format == ImageFormat::Jpeg &&
+  if (opts.allowDctScaling && info->format == ImageFormat::Jpeg &&
       info->channels != 4)
     for (int d : {8, 4, 2})
       if (box.h / d >= params.height && box.w / d >= params.width) {
@@ -994,17 +1216,17 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
 
   Scratch &scratch = decodeScratch();
   Tensor out =
-      Tensor::empty(ElemType::U8, {params.height, params.width, channels});
-  if (denom == 1) {
-    size_t winRow = size_t(box.w) * channels;
-    uint8_t *win = scratch.get(winRow * box.h);
-    if (decodeJpegWindow(bytes, *info, channels, box, win)) {
-      View<uint8_t> v{win, box.h, box.w, channels, box.w * channels};
-      resizeView(v, out.mutableData<uint8_t>(), params.height, params.width,
-                 params.interpolation);
-      scratch.trim();
-      return out;
-    }
+      epi ? epilogueOutput(params.height, params.width, channels, 3, *epi)
+          : Tensor::empty(ElemType::U8, {params.height, params.width, channels});
+  WindowPixels px;
+  if (denom == 1 && decodeJpegWindow(bytes, *info, channels, box,
+                                     opts.verifyFull, scratch, px)) {
+    View<uint8_t> v{px.data, box.h, box.w, channels,
+                    static_cast<int64_t>(px.stride)};
+    resizeU8Into(v, out, params.height, params.width, params.interpolation,
+                 epi);
+    scratch.trim();
+    return out;
   }
   size_t rowBytes = size_t(decW) * channels;
   uint8_t *buf = scratch.get(rowBytes * decH);
@@ -1018,9 +1240,29 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     return s;
   View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
                   channels, decW * channels};
-  resizeView(v, out.mutableData<uint8_t>(), params.height, params.width,
-             params.interpolation);
+  resizeU8Into(v, out, params.height, params.width, params.interpolation, epi);
   scratch.trim();
+  return out;
+}
+
+Expected<Tensor> applyEpilogue(const Tensor &image, const ImageEpilogue &epi) {
+  Expected<Dims> d = imageDims(image, "image epilogue");
+  if (!d)
+    return d.status();
+  if (image.elem() != ElemType::U8)
+    return Status::error("image epilogue: expects a u8 image, got " +
+                         image.type().str());
+  if (epi.normalize &&
+      (epi.mean.size() != size_t(d->c) || epi.scale.size() != size_t(d->c)))
+    return Status::error("image epilogue: needs one mean and std per channel (" +
+                         std::to_string(d->c) + ")");
+  if (epi.chw && image.rank() != 3)
+    return Status::error("image epilogue: CHW needs a rank-3 image, got " +
+                         image.type().str());
+  Tensor out = epilogueOutput(d->h, d->w, d->c, image.rank(), epi);
+  const uint8_t *in = image.data<uint8_t>();
+  for (int64_t y = 0; y < d->h; ++y)
+    epilogueRow(in + y * d->w * d->c, d->w, d->c, y, d->h, epi.flip, epi, out);
   return out;
 }
 

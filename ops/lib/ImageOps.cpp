@@ -96,6 +96,17 @@ OpDef decodeImage() {
           .atLeast(1)
           .atMost(3)
           .describe("1 (grayscale) or 3 (RGB)."),
+      enumParam("verify", {"window", "full"})
+          .def(Value::string("window"))
+          .describe(
+              "When the compiler fuses this step with a following "
+              "`random_resized_crop` (sluice-fuse-decode-crop), only the "
+              "crop box of a JPEG is decoded. `window` stops decoding after "
+              "the box's last row: a file without its end marker (cut "
+              "short) is still an error, but damage below the box goes "
+              "unnoticed. `full` entropy-decodes the rest too, so damaged "
+              "data anywhere is the error a full decode gives. Without "
+              "fusion every image is decoded in full."),
   };
   op.fuse = FuseKind::None;
   op.cost = {2000, 8, 8};
@@ -292,8 +303,12 @@ OpDef decodeRandomResizedCrop() {
   op.summary = "`decode_image` followed by `random_resized_crop` of the "
                "decoded image.";
   op.doc = "Decodes only the crop box of a JPEG (PNG: the whole image), "
-           "with the pixels and random draws of the two steps it replaces.";
-  op.typeDoc = "`field` (bytes) becomes `u8[h,w,channels]`.";
+           "with the pixels and random draws of the two steps it replaces. "
+           "sluice-fuse-crop-epilogue can fold a following `random_flip` "
+           "(width), `normalize` and `transpose` to CHW into it, which are "
+           "then done while the resize writes its output.";
+  op.typeDoc = "`field` (bytes) becomes `u8[h,w,channels]`; with `mean` "
+               "f32, with `layout: CHW` `[channels,h,w]`.";
   for (const ParamSpec &p : decode.params)
     op.params.push_back(p);
   for (const ParamSpec &p : crop.params)
@@ -303,6 +318,23 @@ OpDef decodeRandomResizedCrop() {
                           .req()
                           .describe("The name of the fused crop step, whose "
                                     "random stream draws the box."));
+  // The epilogue folded in by sluice-fuse-crop-epilogue.
+  op.params.push_back(param("flip_step", ParamKind::String)
+                          .describe("The name of a fused `random_flip` "
+                                    "(axis width), whose random stream "
+                                    "decides the flip."));
+  op.params.push_back(param("flip_p", ParamKind::Float)
+                          .def(Value::real(0.5))
+                          .atLeast(0)
+                          .atMost(1)
+                          .describe("The fused flip's probability."));
+  op.params.push_back(param("mean", ParamKind::FloatList)
+                          .describe("A fused `normalize`'s mean."));
+  op.params.push_back(param("std", ParamKind::FloatList)
+                          .describe("A fused `normalize`'s std."));
+  op.params.push_back(enumParam("layout", {"HWC", "CHW"})
+                          .def(Value::string("HWC"))
+                          .describe("CHW: a fused `transpose` to CHW."));
   op.fuse = FuseKind::None;
   op.stochastic = true;
   op.cost = {decode.cost.nsPerElement + crop.cost.nsPerElement,
@@ -317,8 +349,13 @@ OpDef decodeRandomResizedCrop() {
       return ctx.input();
     }
     auto [h, w] = sizeHW(ctx.param("size"));
-    return withResult(ctx, FieldType(ElemType::U8,
-                                     {h, w, intOr(ctx.param("channels"), 3)}));
+    int64_t c = intOr(ctx.param("channels"), 3);
+    ElemType elem =
+        ctx.param("mean").isList() ? ElemType::F32 : ElemType::U8;
+    const Value &layout = ctx.param("layout");
+    if (layout.isString() && layout.asString() == "CHW")
+      return withResult(ctx, FieldType(elem, {c, h, w}));
+    return withResult(ctx, FieldType(elem, {h, w, c}));
   };
   return op;
 }

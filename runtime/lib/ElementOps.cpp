@@ -248,33 +248,100 @@ Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
                });
 }
 
+/// The per-channel tables normalize computes: float(mean) and
+/// float(1.0 / std), a single value standing for every channel.
+void normalizeTables(const std::vector<double> &mean,
+                     const std::vector<double> &sd, int64_t channels,
+                     std::vector<float> &m, std::vector<float> &scale) {
+  m.resize(static_cast<size_t>(channels));
+  scale.resize(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    size_t i = static_cast<size_t>(c);
+    m[i] = static_cast<float>(mean.size() == 1 ? mean[0] : mean[i]);
+    scale[i] = static_cast<float>(1.0 / (sd.size() == 1 ? sd[0] : sd[i]));
+  }
+}
+
+/// The random stream of the step named `name` of op `op` (a step fused
+/// away, whose draws the fused op makes).
+uint64_t fusedStepStream(const std::string &op, const std::string &name) {
+  PlanStage step;
+  step.op = op;
+  step.name = name;
+  return stageStream(step);
+}
+
 /// decode_random_resized_crop (made by sluice-fuse-decode-crop): draws the
 /// box from the random stream of the crop step it replaced, named by
 /// `crop_step`, so records see the draws and pixels of the unfused steps.
+/// sluice-fuse-crop-epilogue may have folded a flip (drawn from the stream
+/// of `flip_step`), a normalize (`mean`, `std`) and a transpose to CHW
+/// (`layout`) into it.
 Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
                                                 const FieldIO &io) {
   const Value &cropStep = s.params["crop_step"];
   if (!cropStep.isString())
     return bindError(s, "parameter 'crop_step' is missing");
-  PlanStage crop;
-  crop.op = "random_resized_crop";
-  crop.name = cropStep.asString();
-  uint64_t stream = stageStream(crop);
+  uint64_t stream =
+      fusedStepStream("random_resized_crop", cropStep.asString());
   int channels = static_cast<int>(
       s.params["channels"].isNumber() ? s.params["channels"].asInt() : 3);
   kernels::RandomResizedCropParams p = resizedCropParams(s);
-  return unary(io,
-               [p, channels, stream](const Tensor &t, Record &rec,
-                                     const ElementContext &ctx)
-                   -> Expected<Tensor> {
-                 if (t.isNumeric() || t.rank() != 0)
-                   return Status::error(
-                       "expected one encoded image (bytes), got " +
-                       t.type().str());
-                 Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
-                 return kernels::decodeRandomResizedCrop(t.str(), channels, p,
-                                                         rng);
-               });
+  kernels::DecodeOptions opts;
+  opts.verifyFull =
+      s.params["verify"].isString() && s.params["verify"].asString() == "full";
+
+  auto epi = std::make_shared<kernels::ImageEpilogue>();
+  bool hasEpilogue = false;
+  std::optional<uint64_t> flipStream;
+  double flipP = s.params["flip_p"].isNumber() ? s.params["flip_p"].asDouble()
+                                               : 0.5;
+  if (s.params["flip_step"].isString()) {
+    flipStream = fusedStepStream("random_flip", s.params["flip_step"].asString());
+    hasEpilogue = true;
+  }
+  if (s.params["mean"].isList() || s.params["std"].isList()) {
+    std::vector<double> mean = s.params["mean"].asDoubleList();
+    std::vector<double> sd = s.params["std"].asDoubleList();
+    auto fits = [&](const std::vector<double> &v) {
+      return v.size() == 1 || v.size() == static_cast<size_t>(channels);
+    };
+    if (!fits(mean) || !fits(sd))
+      return bindError(s, "mean and std need 1 or " +
+                              std::to_string(channels) + " values");
+    for (double v : sd)
+      if (!(v > 0))
+        return bindError(s, "std values must be > 0");
+    epi->normalize = true;
+    normalizeTables(mean, sd, channels, epi->mean, epi->scale);
+    hasEpilogue = true;
+  }
+  if (s.params["layout"].isString() && s.params["layout"].asString() == "CHW") {
+    epi->chw = true;
+    hasEpilogue = true;
+  }
+  if (!hasEpilogue)
+    epi.reset();
+  return unary(
+      io,
+      [p, channels, stream, opts, epi, flipStream,
+       flipP](const Tensor &t, Record &rec,
+              const ElementContext &ctx) -> Expected<Tensor> {
+        if (t.isNumeric() || t.rank() != 0)
+          return Status::error("expected one encoded image (bytes), got " +
+                               t.type().str());
+        Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
+        kernels::DecodeOptions o = opts;
+        kernels::ImageEpilogue e;
+        if (epi) {
+          e = *epi; // small: the flip is per record
+          if (flipStream)
+            e.flip = Rng(ctx.seed, ctx.epoch, rec.index, *flipStream)
+                         .bernoulli(flipP);
+          o.epilogue = &e;
+        }
+        return kernels::decodeRandomResizedCrop(t.str(), channels, p, rng, o);
+      });
 }
 
 Expected<ElementFn> bindRandomFlip(const PlanStage &s, const FieldIO &io) {

@@ -1,10 +1,12 @@
 //===- compiler_fuse_decode_crop_test.cpp - Fused decode+crop = unfused ---===//
 //
-// sluice-fuse-decode-crop must not change a single output byte: the same
-// ImageNet-style pipeline over JPEGs (and a PNG, and a corrupt file that
-// on_error: skip drops) written here runs with the pass enabled and
-// disabled, at 1 and 2 threads, and the batches must be identical. A spec
-// must not be able to name the internal fused op.
+// sluice-fuse-decode-crop and sluice-fuse-crop-epilogue must not change a
+// single output byte: the same ImageNet-style pipelines over JPEGs (and a
+// PNG, and a truncated file that on_error: skip drops) written here run with
+// both passes, with only the first, and with neither, at 1 and 2 threads,
+// and the batches must be identical. A spec must not be able to name the
+// internal fused op. JPEG damage below the crop box is noticed only with
+// decode_image's `verify: full`.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
@@ -21,7 +23,8 @@ using namespace sluice::rttest;
 
 namespace {
 
-const std::string kPass = "sluice-fuse-decode-crop";
+const std::string kDecodeCrop = "sluice-fuse-decode-crop";
+const std::string kEpilogue = "sluice-fuse-crop-epilogue";
 
 std::vector<uint8_t> noisy(int h, int w, int c, int seed) {
   std::vector<uint8_t> px(size_t(h) * w * c);
@@ -91,9 +94,10 @@ protected:
     dir_.write("img/b/cut.jpg", cut.substr(0, cut.size() * 2 / 3));
   }
 
-  /// Builds the Plan of `yaml` through the compiler, with or without the
-  /// pass.
-  runtime::Plan build(const std::string &yaml, bool fuse) {
+  /// Builds the Plan of `yaml` through the compiler without the passes
+  /// named in `disabled`.
+  runtime::Plan build(const std::string &yaml,
+                      std::vector<std::string> disabled) {
     std::string path = dir_.write("spec.yaml", yaml);
     dsl::DiagnosticEngine diags(path, yaml);
     std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
@@ -103,8 +107,7 @@ protected:
     if (!spec)
       return runtime::Plan();
     compiler::PlanOptions opts;
-    if (!fuse)
-      opts.disabledPasses = {kPass};
+    opts.disabledPasses = std::move(disabled);
     std::ostringstream err;
     Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
     EXPECT_TRUE(bool(plan)) << (plan ? "" : plan.status().message())
@@ -119,18 +122,27 @@ protected:
     return n;
   }
 
-  /// Runs `yaml` fused and unfused at 1 and 2 threads; all four runs must
-  /// give the same bytes and drop the same records.
+  /// Runs `yaml` with both passes, with the decode + crop fusion only, and
+  /// with neither, at 1 and 2 threads; all six runs must give the same
+  /// bytes and drop the same records. `expectFused` decode + crop pairs are
+  /// fused, and `expectFolded` steps folded into them.
   void expectSameOutput(const std::string &yaml, int expectFused,
-                        int64_t expectSkipped) {
-    runtime::Plan fused = build(yaml, true);
-    runtime::Plan unfused = build(yaml, false);
-    ASSERT_EQ(countOps(fused, "decode_random_resized_crop"), expectFused);
-    ASSERT_EQ(countOps(unfused, "decode_random_resized_crop"), 0);
-    ASSERT_EQ(countOps(unfused, "decode_image"), expectFused);
+                        int64_t expectSkipped, int expectFolded = 0) {
+    runtime::Plan all = build(yaml, {});
+    runtime::Plan cropOnly = build(yaml, {kEpilogue});
+    runtime::Plan none = build(yaml, {kDecodeCrop, kEpilogue});
+    ASSERT_EQ(countOps(all, "decode_random_resized_crop"), expectFused);
+    ASSERT_EQ(countOps(cropOnly, "decode_random_resized_crop"), expectFused);
+    ASSERT_EQ(countOps(none, "decode_random_resized_crop"), 0);
+    ASSERT_EQ(countOps(none, "decode_image"), expectFused);
+    EXPECT_EQ(cropOnly.stages.size() - all.stages.size(),
+              size_t(expectFolded));
     std::string reference;
     for (int threads : {1, 2})
-      for (const runtime::Plan *plan : {&unfused, &fused}) {
+      for (const runtime::Plan *plan : {&none, &cropOnly, &all}) {
+        const char *what = plan == &all        ? "both passes"
+                           : plan == &cropOnly ? "decode-crop only"
+                                               : "no fusion";
         runtime::RunOptions o;
         o.threads = threads;
         runtime::RunStats stats;
@@ -140,15 +152,19 @@ protected:
         if (reference.empty())
           reference = bytes;
         EXPECT_TRUE(bytes == reference)
-            << (plan == &fused ? "fused" : "unfused") << " at " << threads
-            << " threads differs";
-        // The cut JPEG is dropped by both, once per epoch.
-        int64_t skipped = 0;
-        for (const runtime::StageStats &s : stats.stages)
-          for (const auto &reason : s.skipped)
-            skipped += reason.second;
-        EXPECT_EQ(skipped, expectSkipped) << stats.accounting();
+            << what << " at " << threads << " threads differs";
+        // The cut JPEG is dropped by every run, once per epoch.
+        EXPECT_EQ(skippedRecords(stats), expectSkipped)
+            << what << ": " << stats.accounting();
       }
+  }
+
+  static int64_t skippedRecords(const runtime::RunStats &stats) {
+    int64_t skipped = 0;
+    for (const runtime::StageStats &s : stats.stages)
+      for (const auto &reason : s.skipped)
+        skipped += reason.second;
+    return skipped;
   }
 
   TempDir dir_;
@@ -168,7 +184,63 @@ TEST_F(FuseDecodeCropTest, ImagenetStyleOutputIsIdentical) {
       "  - select: [image, label]\n"
       "  - batch: {size: 4}\n"
       "epochs: 2\n",
-      1, 2);
+      1, 2, 3);
+}
+
+/// Every shape of epilogue the pass folds: flip after normalize, flip
+/// alone, a u8 CHW transpose by `perm`, one mean/std for all channels, a
+/// gray image, nearest and area resizing, and a flip that always happens.
+TEST_F(FuseDecodeCropTest, EpilogueVariantsAreIdentical) {
+  const std::string head = "pipeline: variants\nseed: 11\nsource:\n"
+                           "  image_folder: {root: img, on_error: skip}\n"
+                           "steps:\n";
+  expectSameOutput(head +
+                       "  - decode_image: {field: data, as: image}\n"
+                       "  - random_resized_crop: {field: image, size: 17}\n"
+                       "  - normalize: {field: image, mean: 127.5, std: 64}\n"
+                       "  - random_flip: {field: image, p: 1}\n"
+                       "  - select: [image, label]\n"
+                       "  - batch: {size: 5}\n",
+                   1, 1, 2);
+  expectSameOutput(head +
+                       "  - decode_image: {field: data, as: image}\n"
+                       "  - random_resized_crop: {field: image, size: [13, 18], "
+                       "interpolation: nearest}\n"
+                       "  - random_flip: {field: image}\n"
+                       "  - transpose: {field: image, perm: [2, 0, 1]}\n"
+                       "  - select: [image, label]\n"
+                       "  - batch: {size: 5}\n",
+                   1, 1, 2);
+  expectSameOutput(head +
+                       "  - decode_image: {field: data, channels: 1}\n"
+                       "  - random_resized_crop: {field: data, size: 12, "
+                       "interpolation: area}\n"
+                       "  - normalize: {field: data, mean: [10], std: [3]}\n"
+                       "  - transpose: {field: data, to: CHW}\n"
+                       "  - batch: {size: 5}\n",
+                   1, 1, 2);
+}
+
+/// Steps the epilogue cannot take stay as they are: a flip along the
+/// height stops the fold, and so does a step writing another field.
+TEST_F(FuseDecodeCropTest, EpilogueStopsAtStepsItCannotTake) {
+  const std::string head = "pipeline: stops\nseed: 5\nsource:\n"
+                           "  image_folder: {root: img, on_error: skip}\n"
+                           "steps:\n"
+                           "  - decode_image: {field: data, as: image}\n"
+                           "  - random_resized_crop: {field: image, size: 10}\n";
+  expectSameOutput(head +
+                       "  - normalize: {field: image, mean: 100, std: 50}\n"
+                       "  - random_flip: {field: image, axis: height}\n"
+                       "  - transpose: {field: image, to: CHW}\n"
+                       "  - select: [image, label]\n"
+                       "  - batch: {size: 4}\n",
+                   1, 1, 1);
+  expectSameOutput(head +
+                       "  - random_flip: {field: image, as: flipped}\n"
+                       "  - select: [image, flipped, label]\n"
+                       "  - batch: {size: 4}\n",
+                   1, 1, 0);
 }
 
 /// Two fused pairs: the second draws from `random_resized_crop.2`'s stream,
@@ -186,6 +258,36 @@ TEST_F(FuseDecodeCropTest, SecondOccurrenceKeepsItsRandomStream) {
       "  - select: [image, data, label]\n"
       "  - batch: {size: 3}\n",
       2, 1);
+}
+
+/// A JPEG damaged in its last rows (a stray marker there): with decode_image's
+/// `verify: full` the fused runs drop it exactly like the unfused one; with
+/// the default `verify: window` a box that ends above the damage decodes
+/// fine (the seed and box sizes here keep every box above it).
+TEST_F(FuseDecodeCropTest, VerifyFullFindsDamageBelowTheBox) {
+  std::string tall = jpeg(400, 64, 3, TJSAMP_420, false, 50);
+  tall.replace(tall.size() * 98 / 100, 2, "\xFF\xD3");
+  dir_.write("img/c/tall.jpg", tall);
+  auto spec = [](const std::string &verify) {
+    return "pipeline: verify\nseed: 2\nsource:\n"
+           "  image_folder: {root: img, on_error: skip}\n"
+           "steps:\n"
+           "  - decode_image: {field: data, as: image, verify: " +
+           verify +
+           "}\n"
+           "  - random_resized_crop: {field: image, size: 8, "
+           "scale: [0.01, 0.02]}\n"
+           "  - select: [image, label]\n"
+           "  - batch: {size: 4}\n";
+  };
+  // The cut JPEG and the damaged one are dropped by every run.
+  expectSameOutput(spec("full"), 1, 2);
+
+  runtime::RunStats stats;
+  runtime::RunOptions o;
+  std::vector<Output> outs = runAll(build(spec("window"), {}), o, &stats);
+  ASSERT_FALSE(outs.empty());
+  EXPECT_EQ(skippedRecords(stats), 1) << stats.accounting();
 }
 
 TEST_F(FuseDecodeCropTest, SpecCannotNameTheInternalOp) {

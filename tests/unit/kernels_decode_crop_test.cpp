@@ -3,14 +3,18 @@
 // The crop-window decode (libjpeg's jpeg_crop_scanline/jpeg_skip_scanlines)
 // must give exactly the pixels of a full TurboJPEG decode followed by a
 // crop, for every subsampling, progressive files, odd sizes and boxes at
-// every edge, and the same error messages for damaged files. The JPEGs are
+// every edge, and, with verifyFull, the same error messages for damaged
+// files; by default a truncated file is still refused while damage below
+// the window is not looked at. The JPEGs are
 // encoded here from noisy images, so that upsampling at a window edge that
 // saw the wrong neighbour would show.
 //
 //===----------------------------------------------------------------------===//
 
 #include "sluice/ops/Random.h"
+#include "sluice/ops/kernels/Elementwise.h"
 #include "sluice/ops/kernels/Image.h"
+#include "sluice/ops/kernels/Layout.h"
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -177,10 +181,12 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param));
     });
 
-/// Damaged files: the window path must report exactly what the full decode
-/// reports (or, where libjpeg recovers silently, give the same pixels),
-/// even when the damage lies below or beside the window.
+/// Damaged files with verifyFull: the window path must report exactly what
+/// the full decode reports (or, where libjpeg recovers silently, give the
+/// same pixels), even when the damage lies below or beside the window.
 TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
+  DecodeOptions verify;
+  verify.verifyFull = true;
   Encoding enc{"s420", 160, 144, 3, TJSAMP_420, false};
   std::string jpeg = encode(enc, 21);
   std::vector<std::pair<std::string, std::string>> damaged;
@@ -203,7 +209,7 @@ TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
   for (const auto &[what, bytes] : damaged) {
     Expected<Tensor> full = decodeImage(bytes, 3);
     for (CropBox box : boxes) {
-      Expected<Tensor> window = decodeImageCrop(bytes, 3, box);
+      Expected<Tensor> window = decodeImageCrop(bytes, 3, box, verify);
       ASSERT_EQ(bool(window), bool(full)) << what << " " << boxText(box);
       if (!bool(full)) {
         EXPECT_EQ(window.status().message(), full.status().message())
@@ -217,6 +223,93 @@ TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
           << what << " " << boxText(box);
     }
   }
+}
+
+/// The default window mode stops after the window: damage below it is not
+/// seen (the window's pixels are those of the undamaged file), damage inside
+/// or above it is the full decode's error, and so is a file cut short
+/// anywhere, even far below the window.
+TEST(DecodeCropErrors, WindowModeStopsAfterTheWindowButRefusesCutFiles) {
+  Encoding enc{"s420", 160, 144, 3, TJSAMP_420, false};
+  std::string jpeg = encode(enc, 22);
+  Expected<Tensor> clean = decodeImage(jpeg, 3);
+  ASSERT_TRUE(bool(clean));
+  // A stray marker in the entropy-coded data of the last rows: libjpeg
+  // stops there and warns (garbled bytes it often decodes silently).
+  std::string bad = jpeg;
+  bad.replace(size_t(bad.size() * 0.95), 2, "\xFF\xD3");
+  Expected<Tensor> badFull = decodeImage(bad, 3);
+  ASSERT_FALSE(bool(badFull)) << "the damage must be visible to a full decode";
+
+  CropBox top{0, 10, 40, 60};
+  Expected<Tensor> window = decodeImageCrop(bad, 3, top);
+  ASSERT_TRUE(bool(window)) << window.status().message();
+  Expected<Tensor> expected = crop(*clean, top);
+  ASSERT_TRUE(bool(expected));
+  EXPECT_EQ(std::memcmp(window->raw(), expected->raw(), expected->nbytes()), 0);
+
+  DecodeOptions verify;
+  verify.verifyFull = true;
+  Expected<Tensor> verified = decodeImageCrop(bad, 3, top, verify);
+  ASSERT_FALSE(bool(verified));
+  EXPECT_EQ(verified.status().message(), badFull.status().message());
+
+  CropBox bottom{120, 10, 40, 60};
+  Expected<Tensor> below = decodeImageCrop(bad, 3, bottom);
+  ASSERT_FALSE(bool(below));
+  EXPECT_EQ(below.status().message(), badFull.status().message());
+
+  for (double keep : {0.5, 0.9, 0.99}) {
+    std::string cut = jpeg.substr(0, size_t(jpeg.size() * keep));
+    Expected<Tensor> cutFull = decodeImage(cut, 3);
+    ASSERT_FALSE(bool(cutFull));
+    Expected<Tensor> cutWindow = decodeImageCrop(cut, 3, {0, 0, 8, 8});
+    ASSERT_FALSE(bool(cutWindow)) << "kept " << keep;
+    EXPECT_EQ(cutWindow.status().message(), cutFull.status().message());
+  }
+}
+
+/// The fused epilogue equals flip, normalize and transpose done one after
+/// another on the resized crop, bit for bit.
+TEST(DecodeCropEpilogue, EqualsTheStepsOneAfterAnother) {
+  Encoding enc{"s444", 97, 131, 3, TJSAMP_444, false};
+  std::string jpeg = encode(enc, 23);
+  RandomResizedCropParams p;
+  p.height = 29;
+  p.width = 31;
+  const std::vector<double> mean = {123.675, 116.28, 103.53};
+  const std::vector<double> sd = {58.395, 57.12, 57.375};
+  for (Interpolation interp :
+       {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
+    for (int variant = 0; variant < 8; ++variant) {
+      p.interpolation = interp;
+      ImageEpilogue epi;
+      epi.flip = variant & 1;
+      epi.normalize = variant & 2;
+      epi.chw = variant & 4;
+      for (size_t c = 0; c < 3; ++c) {
+        epi.mean.push_back(static_cast<float>(mean[c]));
+        epi.scale.push_back(static_cast<float>(1.0 / sd[c]));
+      }
+      DecodeOptions opts;
+      opts.epilogue = &epi;
+      for (uint64_t index = 0; index < 6; ++index) {
+        Rng a(9, 0, index, 2), b(9, 0, index, 2);
+        Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, 3, p, a, opts);
+        Expected<Tensor> plain = decodeRandomResizedCrop(jpeg, 3, p, b);
+        ASSERT_TRUE(fused && plain);
+        Tensor t = plain.take();
+        if (epi.flip)
+          t = flip(t, FlipAxis::Width).take();
+        if (epi.normalize)
+          t = normalize(t, mean, sd).take();
+        if (epi.chw)
+          t = transpose(t, {2, 0, 1}).take();
+        ASSERT_EQ(fused->type().str(), t.type().str()) << variant;
+        EXPECT_EQ(std::memcmp(fused->raw(), t.raw(), t.nbytes()), 0)
+            << "variant " << variant << " index " << index;
+      }
+    }
 }
 
 } // namespace

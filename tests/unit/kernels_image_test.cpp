@@ -456,11 +456,13 @@ TEST(DecodeCrop, DctScalingIsCloseAndSmaller) {
   p.height = 56;
   p.width = 56;
   p.scaleLo = 0.9; // boxes large enough for 1/4 or 1/8 scale
+  DecodeOptions dctScaling;
+  dctScaling.allowDctScaling = true;
   double meanDiff = 0;
   for (uint64_t index = 0; index < 5; ++index) {
     Rng a(3, 0, index, 1), b(3, 0, index, 1);
-    Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, 3, p, a, false);
-    Expected<Tensor> scaled = decodeRandomResizedCrop(jpeg, 3, p, b, true);
+    Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, 3, p, a);
+    Expected<Tensor> scaled = decodeRandomResizedCrop(jpeg, 3, p, b, dctScaling);
     ASSERT_TRUE(exact && scaled);
     ASSERT_EQ(scaled->shape(), exact->shape());
     const uint8_t *x = exact->data<uint8_t>(), *y = scaled->data<uint8_t>();

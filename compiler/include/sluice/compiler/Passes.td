@@ -109,4 +109,45 @@ def FuseDecodeCrop : Pass<"sluice-fuse-decode-crop"> {
   ];
 }
 
+def FuseCropEpilogue : Pass<"sluice-fuse-crop-epilogue"> {
+  let summary = "Folds flip, normalize and a CHW transpose into the fused "
+                "decode + crop";
+  let description = [{
+    After sluice-fuse-decode-crop, folds the `random_flip` (axis width),
+    `normalize` and `transpose` to CHW steps that directly follow a
+    `decode_random_resized_crop` on its image field, without `as`, into it
+    (as its `flip_step`/`flip_p`, `mean`/`std` and `layout` parameters):
+    the resize then writes mirrored, normalized CHW floats as it produces
+    each output row instead of three more passes and allocations per image.
+    Flip and normalize may come in either order; the transpose must come
+    last. The flip is drawn from the flip step's random stream and the
+    pixels go through normalize's exact float expression, so the output
+    bytes equal the unfused steps'. Not folded when a fixed schedule names
+    a step. With `remarks=true` every fold, and the step that stopped one,
+    is reported.
+
+    ```mlir
+    // before
+    %2 = sluice.element "decode_random_resized_crop"(%0) {...} : !s0 -> !s2
+    %3 = sluice.element "random_flip"(%2) {field = "image"} : !s2 -> !s2
+    %4 = sluice.element "normalize"(%3) {field = "image", mean = [...],
+        std = [...]} : !s2 -> !s4
+    %5 = sluice.element "transpose"(%4) {field = "image", to = "CHW"}
+        : !s4 -> !s5
+    // after
+    %5 = sluice.element "decode_random_resized_crop"(%0) {...,
+        flip_step = "random_flip", layout = "CHW", mean = [...], std = [...]}
+        {name = "decode_image+random_resized_crop+random_flip+normalize+transpose"}
+        : !s0 -> !s5
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFolded", "folded-steps", "Number of steps folded into a crop">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every fold and every step not folded as a remark">,
+  ];
+}
+
 #endif // SLUICE_PASSES_TD

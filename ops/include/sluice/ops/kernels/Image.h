@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
 namespace kernels {
@@ -84,15 +85,44 @@ struct CropBox {
 /// libjpeg-turbo fills what it could not decode with gray.
 Expected<Tensor> decodeImage(std::string_view bytes, int channels);
 
+/// Steps that follow a resize, done while the resize writes its output
+/// (made by the compiler's sluice-fuse-crop-epilogue): mirror left-right,
+/// normalize u8 to f32, HWC to CHW. The result is bit-identical to running
+/// flip (when `flip`), normalize and transpose(CHW) one after another: the
+/// same u8 pixels, then the same float expression per element.
+struct ImageEpilogue {
+  bool flip = false;      ///< mirror left-right (the random draw is made)
+  bool normalize = false; ///< u8 -> f32: (float(x) - mean[c]) * scale[c]
+  /// One value per channel: float(mean) and float(1.0 / std), exactly the
+  /// tables the normalize kernel uses.
+  std::vector<float> mean, scale;
+  bool chw = false; ///< write [C, H, W] instead of [H, W, C]
+};
+
+/// How a fused decode + crop decodes.
+struct DecodeOptions {
+  /// Entropy-decode every row of a JPEG, also the rows below the window,
+  /// so damaged data anywhere in the file is the error a full decode gives
+  /// (decode_image's `verify: full`). By default decoding stops after the
+  /// window's last row: a file that lacks its end-of-image marker
+  /// (truncated) is still an error, but damage below the window goes
+  /// unnoticed, since no pixel of the result comes from there.
+  bool verifyFull = false;
+  /// See decodeRandomResizedCrop.
+  bool allowDctScaling = false;
+  /// Steps applied while writing the result; null: none.
+  const ImageEpilogue *epilogue = nullptr;
+};
+
 /// Decodes and crops in one step. For a JPEG only the window is decoded
 /// (libjpeg's jpeg_crop_scanline + jpeg_skip_scanlines, with one extra
-/// column each side so fancy upsampling sees its real neighbours; the rows
-/// below are still entropy-decoded so damaged data is noticed). Any error or
-/// warning on that path, CMYK, and PNG fall back to a full decode into a
-/// reused per-thread buffer. The box may extend past the image; outside
-/// pixels are 0. Same pixels and errors as crop(decodeImage(...)).
+/// column each side so fancy upsampling sees its real neighbours). Any
+/// error or warning on that path, CMYK, and PNG fall back to a full decode
+/// into a reused per-thread buffer. The box may extend past the image;
+/// outside pixels are 0. Same pixels as crop(decodeImage(...)); same errors
+/// with `verifyFull` (see DecodeOptions for the default).
 Expected<Tensor> decodeImageCrop(std::string_view bytes, int channels,
-                                 CropBox box);
+                                 CropBox box, const DecodeOptions &opts = {});
 
 enum class Interpolation { Nearest, Bilinear, Area };
 
@@ -114,16 +144,21 @@ CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
                              Rng &rng);
 
 /// Decodes, draws the random_resized_crop box from the full-size header
-/// dimensions, decodes only the box of a JPEG (as decodeImageCrop), and
-/// resizes it. Same result and Rng draws as
-/// randomResizedCrop(decodeImage(...)) when allowDctScaling is false. With allowDctScaling, a JPEG whose
-/// box is at least 2x the output size is decoded at 1/2, 1/4 or 1/8 scale in
-/// the DCT (libjpeg-turbo scaling factors), which is several times faster on
-/// large photos but gives slightly different pixels.
+/// dimensions, decodes only the box of a JPEG (as decodeImageCrop), resizes
+/// it and applies `opts.epilogue`. Same result and Rng draws as
+/// randomResizedCrop(decodeImage(...)) followed by the epilogue's steps
+/// unless `opts.allowDctScaling`: then a JPEG whose box is at least 2x the
+/// output size is decoded at 1/2, 1/4 or 1/8 scale in the DCT
+/// (libjpeg-turbo scaling factors), which is several times faster on large
+/// photos but gives slightly different pixels.
 Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                                          const RandomResizedCropParams &params,
                                          Rng &rng,
-                                         bool allowDctScaling = false);
+                                         const DecodeOptions &opts = {});
+
+/// The epilogue's steps on a u8 image (HWC or HW): what the fused kernels
+/// compute, for images that reach the steps some other way.
+Expected<Tensor> applyEpilogue(const Tensor &image, const ImageEpilogue &epi);
 
 /// Gray u8[H,W,1] (or [H,W]) to u8[H,W,3] by replication.
 Expected<Tensor> grayToRgb(const Tensor &image);

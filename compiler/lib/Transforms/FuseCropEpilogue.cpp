@@ -1,0 +1,216 @@
+//===- FuseCropEpilogue.cpp - Flip, normalize and CHW inside the crop -----===//
+//
+// After `decode_random_resized_crop` the ImageNet-style pipeline mirrors the
+// 224x224 crop, normalizes it to f32 and transposes it to CHW: three more
+// passes over the image, two of them over 600 KB of floats, and three more
+// allocations per record. The resize already visits every output pixel
+// once, so this pass folds those steps into the fused crop: the flip
+// becomes mirrored horizontal taps, normalize and the transpose happen as
+// the resize writes each output row. The pixels are the same u8 values
+// before the same float expression, so the output bytes do not change.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/compiler/Passes.h"
+#include "sluice/compiler/SluiceOps.h"
+
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "sluice-fuse-crop-epilogue"
+
+namespace sluice::compiler {
+#define GEN_PASS_DEF_FUSECROPEPILOGUE
+#include "sluice/compiler/Passes.h.inc"
+} // namespace sluice::compiler
+
+using namespace mlir;
+using namespace sluice::ir;
+
+namespace {
+
+constexpr llvm::StringLiteral kCropOp = "decode_random_resized_crop";
+
+/// The field a step writes: `as` when given, else `field`.
+std::optional<StringRef> resultField(DictionaryAttr params) {
+  auto field = params.getAs<StringAttr>("field");
+  if (!field)
+    return std::nullopt;
+  if (auto as = params.getAs<StringAttr>("as"))
+    return as.getValue();
+  return field.getValue();
+}
+
+std::optional<StringRef> stringParam(DictionaryAttr params, StringRef name) {
+  if (auto s = params.getAs<StringAttr>(name))
+    return s.getValue();
+  return std::nullopt;
+}
+
+/// Number of values of a float/int list parameter, 0 if absent.
+size_t listSize(DictionaryAttr params, StringRef name) {
+  if (auto list = params.getAs<ArrayAttr>(name))
+    return list.size();
+  return 0;
+}
+
+/// The epilogue gathered so far on one fused crop.
+struct Epilogue {
+  ElementOp flip, normalize, transpose;
+  SmallVector<ElementOp> steps; // in pipeline order
+};
+
+struct FuseCropEpiloguePass
+    : sluice::compiler::impl::FuseCropEpilogueBase<FuseCropEpiloguePass> {
+  using FuseCropEpilogueBase::FuseCropEpilogueBase;
+
+  void runOnOperation() override {
+    getOperation()->walk([&](PipelineOp pipeline) { run(pipeline); });
+  }
+
+  /// Why `step` cannot join the epilogue of `crop` (whose image field is
+  /// `image`, with `channels` channels), or "".
+  std::string blocker(PipelineOp pipeline, ElementOp crop, const Epilogue &epi,
+                      ElementOp step, StringRef image, int64_t channels) {
+    DictionaryAttr p = step.getParams();
+    std::optional<StringRef> field = stringParam(p, "field");
+    if (!field || *field != image)
+      return "it does not work on the cropped field '" + image.str() + "'";
+    if (std::optional<StringRef> out = resultField(p); !out || *out != image)
+      return "it writes field '" + out.value_or("").str() +
+             "' and leaves the cropped image in the record";
+    if (epi.transpose)
+      return "it comes after the transpose";
+    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
+      if (schedule->contains(step.getStageName()) ||
+          schedule->contains(crop.getStageName()))
+        return "the schedule names it";
+    StringRef kind = step.getKind();
+    if (kind == "random_flip") {
+      if (epi.flip)
+        return "the epilogue already has a flip";
+      if (stringParam(p, "axis").value_or("width") != "width")
+        return "it flips along the height";
+      return "";
+    }
+    if (kind == "normalize") {
+      if (epi.normalize)
+        return "the epilogue already normalizes";
+      for (StringRef list : {"mean", "std"}) {
+        size_t n = listSize(p, list);
+        if (n != 1 && n != static_cast<size_t>(channels))
+          return "its " + list.str() + " has neither 1 nor " +
+                 std::to_string(channels) + " values";
+      }
+      return "";
+    }
+    if (kind == "transpose") {
+      if (stringParam(p, "to") == std::optional<StringRef>("CHW"))
+        return "";
+      if (auto perm = p.getAs<ArrayAttr>("perm"); perm && perm.size() == 3) {
+        SmallVector<int64_t> v;
+        for (Attribute a : perm)
+          if (auto i = dyn_cast<IntegerAttr>(a))
+            v.push_back(i.getInt());
+        if (v == SmallVector<int64_t>{2, 0, 1})
+          return "";
+      }
+      return "it is not a transpose from HWC to CHW";
+    }
+    return "not a flip, normalize or transpose";
+  }
+
+  void run(PipelineOp pipeline) {
+    SmallVector<ElementOp> crops;
+    pipeline.walk([&](ElementOp op) {
+      if (op.getKind() == kCropOp)
+        crops.push_back(op);
+    });
+    for (ElementOp crop : crops)
+      gather(pipeline, crop);
+  }
+
+  /// Collects the flip/normalize/transpose steps that directly follow
+  /// `crop`, then folds them in.
+  void gather(PipelineOp pipeline, ElementOp crop) {
+    DictionaryAttr cp = crop.getParams();
+    std::optional<StringRef> image = resultField(cp);
+    if (!image || cp.contains("mean") || cp.contains("flip_step") ||
+        stringParam(cp, "layout") == std::optional<StringRef>("CHW"))
+      return; // already has an epilogue (the pass ran before)
+    int64_t channels = 3;
+    if (auto c = cp.getAs<IntegerAttr>("channels"))
+      channels = c.getInt();
+    Epilogue epi;
+    Value cur = crop.getOutput();
+    while (cur.hasOneUse()) {
+      auto step = dyn_cast<ElementOp>(*cur.getUsers().begin());
+      if (!step)
+        break;
+      StringRef kind = step.getKind();
+      if (kind != "random_flip" && kind != "normalize" && kind != "transpose")
+        break;
+      std::string reason =
+          blocker(pipeline, crop, epi, step, *image, channels);
+      if (!reason.empty()) {
+        LLVM_DEBUG(llvm::dbgs() << "not folding '" << step.getStageName()
+                                << "': " << reason << "\n");
+        if (emitRemarks)
+          step.emitRemark() << "did not fold '" << step.getStageName()
+                            << "' into '" << crop.getStageName()
+                            << "': " << reason;
+        break;
+      }
+      if (kind == "random_flip")
+        epi.flip = step;
+      else if (kind == "normalize")
+        epi.normalize = step;
+      else
+        epi.transpose = step;
+      epi.steps.push_back(step);
+      cur = step.getOutput();
+    }
+    if (!epi.steps.empty())
+      fold(crop, epi);
+  }
+
+  void fold(ElementOp crop, Epilogue epi) {
+    MLIRContext *ctx = crop.getContext();
+    NamedAttrList params(crop.getParams());
+    std::string name = crop.getStageName().str();
+    for (ElementOp step : epi.steps)
+      name += "+" + step.getStageName().str();
+    if (epi.flip) {
+      params.set("flip_step", StringAttr::get(ctx, epi.flip.getStageName()));
+      if (Attribute pAttr = epi.flip.getParams().get("p"))
+        params.set("flip_p", pAttr);
+    }
+    if (epi.normalize) {
+      params.set("mean", epi.normalize.getParams().get("mean"));
+      params.set("std", epi.normalize.getParams().get("std"));
+    }
+    if (epi.transpose)
+      params.set("layout", StringAttr::get(ctx, "CHW"));
+
+    ElementOp last = epi.steps.back();
+    OpBuilder builder(last);
+    auto fused = builder.create<ElementOp>(
+        crop.getLoc(), last.getOutput().getType(), kCropOp, crop.getInput(),
+        params.getDictionary(ctx), StringAttr::get(ctx, name));
+    LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
+    if (emitRemarks) {
+      std::string folded;
+      for (ElementOp step : epi.steps)
+        folded += (folded.empty() ? "'" : ", '") +
+                  step.getStageName().str() + "'";
+      fused.emitRemark() << "folded " << folded << " into '"
+                         << crop.getStageName()
+                         << "': done while the resize writes each row";
+    }
+    last.getOutput().replaceAllUsesWith(fused.getOutput());
+    for (auto it = epi.steps.rbegin(); it != epi.steps.rend(); ++it)
+      (*it)->erase();
+    crop.erase();
+    numFolded += epi.steps.size();
+  }
+};
+
+} // namespace
