@@ -9,8 +9,10 @@
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/BufferPool.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace sluice {
@@ -112,6 +114,15 @@ Tensor Tensor::viewOf(const Tensor &base, size_t offset, ElemType elem,
   t.shape_ = std::move(shape);
   // The aliasing constructor: owns base's buffer, points into it.
   t.buf_ = std::shared_ptr<uint8_t>(base.buf_, base.buf_.get() + offset);
+  t.baseBytes_ = std::max(base.baseBytes_, base.nbytes_);
+  return t;
+}
+
+Tensor Tensor::compacted() const {
+  if (!pinsLargerBuffer())
+    return *this;
+  Tensor t = empty(elem_, shape_);
+  std::memcpy(t.buf_.get(), buf_.get(), nbytes_);
   return t;
 }
 

@@ -102,7 +102,10 @@ protected:
   }
 
 private:
-  Status keep(const Item &item) {
+  /// Keeps the record (shared with the copy passed on, compacted first so
+  /// a row of a larger block does not keep the block alive).
+  Status keep(Item &item) {
+    compactRecord(item.rec);
     int64_t b = recordBytes(item.rec);
     if (!account_->tryReserve(b))
       return Status::error(

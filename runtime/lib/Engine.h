@@ -58,6 +58,8 @@ struct Shared {
   std::string tempDir;
   /// RunOptions::batchRowPlacement (and no SLUICE_NO_BATCH_PLACEMENT).
   bool batchRowPlacement = true;
+  /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
+  bool parallelParse = true;
 
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;

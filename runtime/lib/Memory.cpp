@@ -19,6 +19,12 @@ int64_t recordBytes(const Record &r) {
   return n;
 }
 
+void compactRecord(Record &r) {
+  for (Tensor &t : r.fields)
+    if (t.pinsLargerBuffer())
+      t = t.compacted();
+}
+
 std::string formatBytes(int64_t bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(bytes < 0 ? -bytes : bytes);

@@ -119,6 +119,13 @@ std::string defaultTempDir() {
   return t && *t ? t : "/tmp";
 }
 
+/// Whether the environment turns an optimization off (`NAME=1`; unset,
+/// empty and "0" leave it on).
+bool switchedOff(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
 std::string resolve(const std::string &base, const std::string &path) {
   if (path.empty() || path[0] == '/' || base.empty())
     return path;
@@ -179,10 +186,10 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
-  const char *noPlacement = std::getenv("SLUICE_NO_BATCH_PLACEMENT");
   shared_.batchRowPlacement =
-      opts_.batchRowPlacement &&
-      !(noPlacement && *noPlacement && std::string(noPlacement) != "0");
+      opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  shared_.parallelParse =
+      opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.

@@ -10,7 +10,9 @@
 // With interleave and more than one thread, every open shard reads ahead on
 // the arena into a small queue of its own (reads of several files overlap,
 // and parsing runs in parallel); records are still taken from the queues in
-// the fixed round-robin order, so the output does not change.
+// the fixed round-robin order, so the output does not change. Without
+// interleave, a reader that can (csv, tsv) parses blocks of its file on the
+// arena instead (RunOptions::parallelParse), charged to the same account.
 //
 // Bad records follow the source's on_error: skip counts them by reason and
 // goes on; fail stops with the file, record, byte offset and reason.
@@ -35,7 +37,11 @@ public:
       : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
         block_(std::max<int64_t>(1, block)) {
     readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
-    if (readAhead_)
+    // Interleave's read-ahead already keeps the threads busy; block-parallel
+    // parsing inside it would only add tasks.
+    parallelParse_ = !readAhead_ && s.parallelParse && s.threads > 1 &&
+                     s.arena != nullptr;
+    if (readAhead_ || parallelParse_)
       account_ = s.memory->account(c->name() + " read-ahead");
   }
   ~SourceStage() override { closeAll(); }
@@ -70,6 +76,8 @@ protected:
         if (inputLeft) {
           s.shard = nextShard_++;
           s.reader = src.open(s.shard);
+          if (parallelParse_)
+            s.reader->setReadAhead(parseAhead());
           s.ended = false;
           s.bytes = 0;
           ++open_;
@@ -109,6 +117,8 @@ protected:
       out.origin.record = static_cast<int64_t>(out.rec.index);
       out.rec.index = index_ - 1;
       c_->emitted.fetch_add(1, std::memory_order_relaxed);
+      if (parallelParse_ && (index_ & 1023) == 0)
+        foldParseCpu();
       c_->bytesIn.store(bytesRead(), std::memory_order_relaxed);
       return true;
     }
@@ -137,6 +147,26 @@ private:
   };
 
   bool readahead() const { return readAhead_; }
+
+  ReadAhead parseAhead() const {
+    ReadAhead ra;
+    oneapi::tbb::task_arena *arena = shared_.arena;
+    // The parse tasks' CPU time is the source's cost too (the autotuner
+    // reads it); they add it to a counter that outlives them, and
+    // foldParseCpu() moves it into the stage's counters.
+    ra.spawn = [arena, cpu = parseCpuNs_](std::function<void()> task) {
+      arena->enqueue([cpu, task = std::move(task)] {
+        int64_t t0 = threadCpuNs();
+        task();
+        cpu->fetch_add(threadCpuNs() - t0, std::memory_order_relaxed);
+      });
+    };
+    ra.memory = account_;
+    // Enough blocks for every thread to parse one while the consumer
+    // emits another.
+    ra.maxInFlight = static_cast<size_t>(shared_.threads) + 2;
+    return ra;
+  }
 
   void schedule(Slot &s) {
     s.reading = true;
@@ -203,8 +233,9 @@ private:
       if (s.reader)
         doneBytes_ += static_cast<int64_t>(s.reader->bytesRead());
     }
-    slots_.clear();
+    slots_.clear(); // waits for parse tasks under way
     open_ = 0;
+    foldParseCpu();
   }
 
   int64_t bytesRead() {
@@ -217,8 +248,16 @@ private:
     return n;
   }
 
+  void foldParseCpu() {
+    if (int64_t ns = parseCpuNs_->exchange(0, std::memory_order_relaxed))
+      c_->cpuNs.fetch_add(ns, std::memory_order_relaxed);
+  }
+
   int64_t cycle_, block_;
   bool readAhead_ = false;
+  bool parallelParse_ = false;
+  std::shared_ptr<std::atomic<int64_t>> parseCpuNs_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   MemoryAccount *account_ = nullptr;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t nextShard_ = 0;

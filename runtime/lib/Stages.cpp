@@ -340,6 +340,9 @@ protected:
         upstreamDone_ = true;
         break;
       }
+      // A record parsed into a block of rows would keep the whole block
+      // alive for as long as it waits here.
+      compactRecord(in.rec);
       int64_t bytes = recordBytes(in.rec);
       if (!account_->tryReserve(bytes)) {
         inc(c_->discarded);

@@ -275,6 +275,26 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_pair(ElemType::F64, std::vector<int64_t>{0, 4}),
         std::make_pair(ElemType::U16, std::vector<int64_t>{3, 5, 7})));
 
+TEST(Tensor, ViewsOfLargerBuffersCompactToTheirOwnBytes) {
+  Tensor base = Tensor::empty(ElemType::I32, {1000});
+  for (int i = 0; i < 1000; ++i)
+    base.mutableData<int32_t>()[i] = i;
+  EXPECT_FALSE(base.pinsLargerBuffer());
+  Tensor row = Tensor::viewOf(base, 40, ElemType::I32, {5});
+  ASSERT_TRUE(row.pinsLargerBuffer());
+  Tensor rowOfRow = Tensor::viewOf(row, 4, ElemType::I32, {2});
+  EXPECT_TRUE(rowOfRow.pinsLargerBuffer());
+  Tensor own = row.compacted();
+  EXPECT_FALSE(own.pinsLargerBuffer());
+  EXPECT_NE(own.raw(), row.raw());
+  EXPECT_TRUE(own.sameAs(row));
+  EXPECT_EQ(own.data<int32_t>()[0], 10);
+  // A view of a whole buffer pins nothing more; compacting it is free.
+  Tensor whole = Tensor::viewOf(base, 0, ElemType::I32, {1000});
+  EXPECT_FALSE(whole.pinsLargerBuffer());
+  EXPECT_EQ(whole.compacted().raw(), base.raw());
+}
+
 TEST(Tensor, ScalarStringsSameAsAndReshape) {
   Tensor a = Tensor::scalar<float>(ElemType::F32, 2.5f);
   EXPECT_EQ(*a.data<float>(), 2.5f);

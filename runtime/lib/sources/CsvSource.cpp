@@ -1,12 +1,21 @@
-//===- CsvSource.cpp - csv / tsv reader
-//------------------------------------===//
+//===- CsvSource.cpp - csv / tsv reader -----------------------------------===//
 //
 // RFC 4180 with the usual extensions: any one-character delimiter, CRLF or
 // LF line ends, quoted fields holding delimiters, doubled quotes and
-// newlines. Speed matters (tabular pipelines are parse-bound), so a record is
-// parsed straight out of the read buffer: cells are located with a tight
-// scan and converted in place with std::from_chars into the output tensors;
-// only string/bytes columns allocate.
+// newlines. Speed matters (tabular pipelines are parse-bound), so:
+//  * The reader cuts its file into blocks of whole records (about 1 MiB;
+//    a cheap pass finds the last record end, just memchr/memrchr when the
+//    block has no quote) and parses each block into one buffer per numeric
+//    column; a record's fields are views of its rows, so no allocation per
+//    record (only string/bytes columns allocate). Given a ReadAhead, blocks
+//    are parsed by tasks on other threads, several at a time, while the
+//    reader hands out their records, errors and line numbers strictly in
+//    file order: output is the same at any thread count. A record's view
+//    keeps its block's column alive (about as many bytes as the block);
+//    stages that keep records for long (shuffle, cache) store compact
+//    copies (compactRecord), so what they count is what they hold.
+//  * Cells are located 64 bytes at a time with vector compares, and plain
+//    integers and empty floats convert without the general parser.
 //
 // Semantics worth knowing:
 //  * Each of a column's `count` values is its own cell; a record must have
@@ -17,14 +26,22 @@
 //  * hex32: 1 to 8 hex digits, no prefix, read as an unsigned value into i64.
 //  * Blank lines are skipped (and not counted as records); `header: true`
 //    skips the first line. A UTF-8 byte order mark (Excel) is ignored.
-//  * A record that straddles two buffer fills is simply parsed again once
-//    the buffer holds all of it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
 
+#include "sluice/runtime/Memory.h"
+
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace sluice::runtime::detail {
 
@@ -77,76 +94,18 @@ enum class ScanStatus { Ok, NeedMore, Unterminated };
 
 enum class CellError : uint8_t { None, Parse, Hex, StrayQuote };
 
-class CsvReader final : public ReaderBase {
-public:
-  CsvReader(const CsvSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()), src_(src),
-        cells_(src.cells.data()) {
-    strings_.resize(src.columns.size());
-    tensors_.resize(src.columns.size());
-    columnData_.resize(src.columns.size());
-  }
-
-  ReadResult next(Record &out) override;
-  uint64_t bytesRead() const override { return in_.bytesRead(); }
-
-private:
-  /// Scans one record at the start of the buffer window, converting cells
-  /// when `store`.
-  ScanStatus scan(bool store);
-  void storeCell(size_t cell, const char *b, const char *e, bool escaped,
-                 size_t offset);
-  void noteError(size_t cell, CellError kind, ParseError parse,
-                 std::string_view text, size_t offset) {
-    if (err_ != CellError::None)
-      return;
-    err_ = kind;
-    errParse_ = parse;
-    errCell_ = cell;
-    errText_.assign(text.data(), text.size());
-    errOffset_ = offset;
-  }
-  /// Parses a record, refilling the buffer until it holds all of it.
-  ScanStatus scanWhole(bool store) {
-    while (true) {
-      ScanStatus s = scan(store);
-      if (s != ScanStatus::NeedMore)
-        return s;
-      if (!in_.fill() && in_.failed())
-        return s;
-    }
-  }
-  /// Skips blank lines; false at the end of the file.
-  bool skipBlankLines();
-  ReadResult unterminated();
-  std::string cellName(size_t cell) const {
-    const CellTarget &t = src_.cells[cell];
-    const CsvColumn &c = src_.columns[t.column];
-    if (c.count == 1)
-      return c.name;
-    return c.name + "[" + std::to_string(t.element) + "]";
-  }
-
-  const CsvSource &src_;
-  BufferedInput in_;
-  bool started_ = false;
-  int64_t line_ = 1; // line at which the next record starts
-
-  // Results of the last scan().
-  size_t recordLen_ = 0;
-  size_t numCells_ = 0;
-  int64_t lines_ = 0;
-  size_t quoteStart_ = 0;
-  CellError err_ = CellError::None;
-  ParseError errParse_ = ParseError::None;
-  size_t errCell_ = 0;
-  std::string errText_;
-  size_t errOffset_ = 0;
-
-  const CellTarget *cells_;
-  std::vector<Tensor> tensors_;                   // numeric columns
-  std::vector<uint8_t *> columnData_;             // their buffers
-  std::vector<std::vector<std::string>> strings_; // text columns
+/// What RecordScanner::scan() found out about one record.
+struct ScanResult {
+  size_t len = 0;      // bytes, its line break included
+  size_t numCells = 0; // cells found (the record is bad unless sum(count))
+  int64_t lines = 0;   // line breaks, the final one included
+  size_t quoteStart = 0; // the last opening quote, from the record's start
+  // The first bad cell.
+  CellError err = CellError::None;
+  ParseError parse = ParseError::None;
+  size_t cell = 0;
+  std::string_view text;
+  size_t errOffset = 0; // from the record's start
 };
 
 bool parseHex32(std::string_view text, int64_t &out) {
@@ -185,8 +144,104 @@ bool parseHex32(std::string_view text, int64_t &out) {
   return true;
 }
 
-void CsvReader::storeCell(size_t cell, const char *b, const char *e,
-                          bool escaped, size_t offset) {
+/// Locates the cells of one record and converts them into the row its
+/// caller points it at.
+class RecordScanner {
+public:
+  explicit RecordScanner(const CsvSource &src)
+      : src_(src), cells_(src.cells.data()), data_(src.columns.size()),
+        strings_(src.columns.size()) {}
+
+  /// Where the cells of the next record go: for each numeric column its
+  /// row's bytes, for each text column its row's first string.
+  std::vector<uint8_t *> &rowData() { return data_; }
+  std::vector<std::string *> &rowStrings() { return strings_; }
+
+  /// Scans the record at `b` (window [b, e); `eof`: nothing follows e),
+  /// converting its cells when `store`.
+  ScanStatus scan(const char *b, const char *e, bool eof, bool store,
+                  ScanResult &r);
+
+private:
+  void storeCell(size_t cell, const char *b, const char *e, bool escaped,
+                 size_t offset, ScanResult &r);
+  static void noteError(ScanResult &r, size_t cell, CellError kind,
+                        ParseError parse, std::string_view text,
+                        size_t offset) {
+    if (r.err != CellError::None)
+      return;
+    r.err = kind;
+    r.parse = parse;
+    r.cell = cell;
+    r.text = text;
+    r.errOffset = offset;
+  }
+
+  /// The first delimiter or line feed at or after p, or e.
+  const char *cellEnd(const char *p, const char *e);
+
+  const CsvSource &src_;
+  const CellTarget *cells_;
+  std::vector<uint8_t *> data_;
+  std::vector<std::string *> strings_;
+  // Separators (delimiter, line feed) of the 64 bytes from maskBase_, one
+  // bit each: cells average a few bytes, so one vector compare locates the
+  // ends of about ten of them.
+  const char *maskBase_ = nullptr;
+  uint64_t mask_ = 0;
+};
+
+#if defined(__SSE2__)
+uint64_t separatorMask(const char *b, char delim) {
+  const __m128i d = _mm_set1_epi8(delim), nl = _mm_set1_epi8('\n');
+  uint64_t m = 0;
+  for (int i = 0; i < 4; ++i) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 16 * i));
+    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, d), _mm_cmpeq_epi8(v, nl));
+    m |= static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(hit)))
+         << (16 * i);
+  }
+  return m;
+}
+#endif
+
+const char *RecordScanner::cellEnd(const char *p, const char *const e) {
+  const char delim = src_.delim;
+#if defined(__SSE2__)
+  while (e - p >= 64) {
+    size_t off = maskBase_ ? static_cast<size_t>(p - maskBase_) : 64;
+    if (off < 64) {
+      if (uint64_t m = mask_ >> off)
+        return p + __builtin_ctzll(m);
+      p = maskBase_ + 64;
+      continue;
+    }
+    maskBase_ = p;
+    mask_ = separatorMask(p, delim);
+  }
+#endif
+  while (p < e && *p != delim && *p != '\n')
+    ++p;
+  return p;
+}
+
+/// Digits only, at most 18 of them (so they fit an int64 exactly); -1 for
+/// anything else, which then takes the general conversion.
+inline int64_t plainDigits(const char *b, const char *e) {
+  if (b == e || e - b > 18)
+    return -1;
+  int64_t v = 0;
+  for (; b < e; ++b) {
+    unsigned d = static_cast<unsigned>(*b - '0');
+    if (d > 9)
+      return -1;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+void RecordScanner::storeCell(size_t cell, const char *b, const char *e,
+                              bool escaped, size_t offset, ScanResult &r) {
   const CellTarget &t = cells_[cell];
   if (t.kind == CellTarget::Text) {
     std::string &s = strings_[t.column][t.element];
@@ -206,33 +261,58 @@ void CsvReader::storeCell(size_t cell, const char *b, const char *e,
   if (t.kind == CellTarget::Hex) {
     int64_t v;
     if (!parseHex32(text, v)) {
-      noteError(cell, CellError::Hex, ParseError::Syntax, text, offset);
+      noteError(r, cell, CellError::Hex, ParseError::Syntax, text, offset);
       return;
     }
-    std::memcpy(columnData_[t.column] + 8 * t.element, &v, 8);
+    std::memcpy(data_[t.column] + 8 * t.element, &v, 8);
     return;
   }
-  ParseError pe = parseNumber(text, t.elem, columnData_[t.column], t.element);
+  // The common cells of numeric tables (plain integers, and empty floats)
+  // without parseNumber's trimming and dispatch; each stores exactly what
+  // parseNumber would: an integer of at most 15 digits converts to double
+  // exactly and from there to float with one rounding (parseNumber's own
+  // fast path), and at most 18 digits are an exact int64.
+  uint8_t *dst = data_[t.column];
+  if (t.elem == ElemType::F32) {
+    if (b == e) {
+      float nan = static_cast<float>(std::numeric_limits<double>::quiet_NaN());
+      std::memcpy(dst + 4 * t.element, &nan, 4);
+      return;
+    }
+    int64_t v = e - b <= 15 ? plainDigits(b, e) : -1;
+    if (v >= 0) {
+      float f = static_cast<float>(static_cast<double>(v));
+      std::memcpy(dst + 4 * t.element, &f, 4);
+      return;
+    }
+  } else if (t.elem == ElemType::I64) {
+    int64_t v = plainDigits(b, e);
+    if (v >= 0) {
+      std::memcpy(dst + 8 * t.element, &v, 8);
+      return;
+    }
+  }
+  ParseError pe = parseNumber(text, t.elem, dst, t.element);
   if (pe != ParseError::None)
-    noteError(cell, CellError::Parse, pe, text, offset);
+    noteError(r, cell, CellError::Parse, pe, text, offset);
 }
 
-ScanStatus CsvReader::scan(bool store) {
-  const char *const b = in_.data();
-  const char *const e = b + in_.avail();
-  const bool eof = in_.eof();
+ScanStatus RecordScanner::scan(const char *const b, const char *const e,
+                               const bool eof, const bool store,
+                               ScanResult &r) {
   const char delim = src_.delim;
   const size_t want = src_.cells.size();
   const char *p = b;
   size_t cell = 0;
   int64_t lines = 0;
-  err_ = CellError::None;
+  r.err = CellError::None;
+  maskBase_ = nullptr; // the caller may have moved or refilled its buffer
 
   while (true) {
     const char *cs, *ce;
     bool escaped = false;
     if (p < e && *p == '"') {
-      quoteStart_ = static_cast<size_t>(p - b);
+      r.quoteStart = static_cast<size_t>(p - b);
       cs = ++p;
       while (true) {
         const char *q =
@@ -259,7 +339,7 @@ ScanStatus CsvReader::scan(bool store) {
           // and resynchronize at the next delimiter or line end.
           if (store)
             noteError(
-                cell, CellError::StrayQuote, ParseError::None,
+                r, cell, CellError::StrayQuote, ParseError::None,
                 std::string_view(cs - 1, size_t(e - cs + 1)).substr(0, 24),
                 size_t(cs - 1 - b));
           while (p < e && *p != delim && *p != '\n')
@@ -270,8 +350,7 @@ ScanStatus CsvReader::scan(bool store) {
       }
     } else {
       cs = p;
-      while (p < e && *p != delim && *p != '\n')
-        ++p;
+      p = cellEnd(p, e);
       if (p == e && !eof)
         return ScanStatus::NeedMore;
       ce = p;
@@ -279,7 +358,7 @@ ScanStatus CsvReader::scan(bool store) {
         --ce; // CRLF
     }
     if (store && cell < want)
-      storeCell(cell, cs, ce, escaped, size_t(cs - b));
+      storeCell(cell, cs, ce, escaped, size_t(cs - b), r);
     ++cell;
     if (p < e && *p == delim) {
       ++p;
@@ -291,142 +370,518 @@ ScanStatus CsvReader::scan(bool store) {
     }
     break;
   }
-  recordLen_ = static_cast<size_t>(p - b);
-  numCells_ = cell;
-  lines_ = lines;
+  r.len = static_cast<size_t>(p - b);
+  r.numCells = cell;
+  r.lines = lines;
   return ScanStatus::Ok;
 }
 
-bool CsvReader::skipBlankLines() {
+/// The end of the last whole record in [b, e) (just past its line break),
+/// or null when no record ends there; `b` starts a record. Follows scan():
+/// a quote opens a quoted field only at the start of a cell, and line
+/// breaks inside one do not end the record. This is the only sequential
+/// pass over the text when blocks are parsed in parallel, so text without
+/// quotes (the common case) takes two library scans instead.
+const char *lastRecordEnd(const char *b, const char *e, char delim) {
+  size_t n = static_cast<size_t>(e - b);
+  if (!std::memchr(b, '"', n)) {
+    const void *nl = memrchr(b, '\n', n);
+    return nl ? static_cast<const char *>(nl) + 1 : nullptr;
+  }
+  const char *last = nullptr;
+  bool cellStart = true;
+  for (const char *p = b; p < e; ++p) {
+    if (*p == '"' && cellStart) {
+      // The closing quote is one not followed by another; a quote at e
+      // may still be doubled by the next byte, so nothing after it counts.
+      for (++p;; p += 2) {
+        p = static_cast<const char *>(std::memchr(p, '"', size_t(e - p)));
+        if (!p || p + 1 == e)
+          return last;
+        if (p[1] != '"')
+          break;
+      }
+      cellStart = false;
+      continue;
+    }
+    if (*p == '\n')
+      last = p + 1;
+    cellStart = *p == '\n' || *p == delim;
+  }
+  return last;
+}
+
+/// A record of a block that becomes an error: what scan() found, with the
+/// record's position relative to the block.
+struct CsvIssue {
+  int64_t row;   // index of the record in the block
+  int64_t line;  // line the record starts on, from the block's first
+  size_t offset; // the record's first byte, from the block's first
+  size_t numCells;
+  CellError err;
+  ParseError parse;
+  size_t cell;
+  std::string text;
+  size_t errOffset; // from the record's first byte
+};
+
+/// A run of whole records cut from a shard, parsed (by a task or by the
+/// reader itself) into one buffer per column; records are views of rows.
+struct CsvBlock {
+  // Set by the reader when it cuts the block.
+  std::string text;
+  int64_t offset = 0;     // stream offset of text[0]
+  uint64_t bytesRead = 0; // the input's bytesRead() once text was read
+  std::string ioError;    // a read error right after text
+  int64_t ioOffset = 0;
+  std::vector<Tensor> columns; // numeric columns: [capacity * count]
+  std::vector<std::vector<std::string>> strings; // text columns
+  int64_t charged = 0; // bytes reserved in the read-ahead account
+
+  // Set by parse().
+  int64_t rows = 0;  // records, good and bad
+  int64_t lines = 0; // line breaks in text
+  std::vector<CsvIssue> issues; // in row order
+  // A quoted field that never closes ends the shard after `rows` records.
+  std::optional<std::pair<size_t, int64_t>> unterminated; // offset, line
+
+  /// Parses text into the column buffers.
+  void parse(const CsvSource &src);
+
+  // Hand-over between a parse task and the reader: whoever claims a
+  // queued block parses it; the other side waits for Done or drops it.
+  enum class State : uint8_t { Queued, Parsing, Done, Cancelled };
+  /// Called once the reader has filled in the block, before a task may see
+  /// it: the lock orders those writes before the task's claim() also for
+  /// ThreadSanitizer, which does not see oneTBB's own synchronization.
+  void publish() { std::lock_guard<std::mutex> lock(mu_); }
+  bool claim() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::Queued)
+      return false;
+    state_ = State::Parsing;
+    return true;
+  }
+  void finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::Done;
+    cv_.notify_all();
+  }
+  void waitDone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return state_ == State::Done; });
+  }
+  /// Keeps a task that has not started from parsing; waits for one that has.
+  void cancel() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (state_ == State::Queued)
+      state_ = State::Cancelled;
+    cv_.wait(lock, [&] { return state_ != State::Parsing; });
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  State state_ = State::Queued;
+};
+
+void CsvBlock::parse(const CsvSource &src) {
+  RecordScanner scanner(src);
+  std::vector<uint8_t *> &data = scanner.rowData();
+  std::vector<std::string *> &strs = scanner.rowStrings();
+  const size_t want = src.cells.size();
+  const char *const b = text.data(), *const e = b + text.size();
+  const char *p = b;
+  int64_t line = 0, row = 0;
+  ScanResult r;
+  for (;;) {
+    // Blank lines are not records.
+    while (p < e) {
+      if (*p == '\n')
+        p += 1;
+      else if (*p == '\r' && p + 1 < e && p[1] == '\n')
+        p += 2;
+      else
+        break;
+      ++line;
+    }
+    if (p == e)
+      break;
+    for (size_t c = 0; c < src.columns.size(); ++c) {
+      const CsvColumn &col = src.columns[c];
+      if (col.text)
+        strs[c] = strings[c].data() + row * col.count;
+      else
+        data[c] = columns[c].mutableRaw() +
+                  row * col.count * static_cast<int64_t>(elemTypeSize(col.elem));
+    }
+    // The text ends with a whole record (or with the file), so the scan
+    // never needs more.
+    ScanStatus s = scanner.scan(p, e, /*eof=*/true, /*store=*/true, r);
+    if (s == ScanStatus::Unterminated) {
+      unterminated.emplace(size_t(p - b) + r.quoteStart, line);
+      break;
+    }
+    if (r.numCells != want || r.err != CellError::None)
+      issues.push_back({row, line, size_t(p - b), r.numCells, r.err, r.parse,
+                        r.cell, std::string(r.text), r.errOffset});
+    p += r.len;
+    line += r.lines;
+    ++row;
+  }
+  rows = row;
+  lines = line;
+}
+
+class CsvReader final : public ReaderBase {
+public:
+  CsvReader(const CsvSource &src, size_t shard)
+      : ReaderBase(src.files[shard], src.slots()), src_(src) {
+    for (const CsvColumn &c : src.columns) {
+      shapes_.push_back(c.count == 1 ? std::vector<int64_t>{}
+                                     : std::vector<int64_t>{c.count});
+      rowBytes_.push_back(static_cast<size_t>(c.count) * elemTypeSize(c.elem));
+    }
+  }
+  ~CsvReader() override {
+    for (const std::shared_ptr<CsvBlock> &b : queue_) {
+      b->cancel();
+      uncharge(*b);
+    }
+    if (cur_)
+      uncharge(*cur_);
+  }
+
+  void setReadAhead(ReadAhead ra) override {
+    ra_ = std::move(ra);
+    if (ra_.blockBytes > 0)
+      blockBytes_ = ra_.blockBytes;
+  }
+  ReadResult next(Record &out) override;
+  uint64_t bytesRead() const override { return bytesRead_; }
+
+private:
+  /// Opens the file and skips the byte order mark and the header; an
+  /// error, or nothing to go on.
+  std::optional<ReadResult> start();
+  /// Cuts the next block from the input; null when none is left.
+  std::shared_ptr<CsvBlock> cut();
+  /// Cuts and hands out blocks to parse tasks up to the read-ahead limit.
+  void refill();
+  /// Makes the next block, parsed, the current one; false at the end.
+  bool nextBlock();
+  /// Lets go of the current block, which has been read to its end.
+  void finishBlock();
+  ReadResult emit(Record &out);
+  ReadResult report(const CsvIssue &issue);
+  ReadResult unterminated(int64_t at, int64_t line);
+  void uncharge(CsvBlock &b) {
+    if (ra_.memory && b.charged > 0)
+      ra_.memory->release(b.charged);
+    b.charged = 0;
+  }
+  std::string cellName(size_t cell) const {
+    const CellTarget &t = src_.cells[cell];
+    const CsvColumn &c = src_.columns[t.column];
+    if (c.count == 1)
+      return c.name;
+    return c.name + "[" + std::to_string(t.element) + "]";
+  }
+
+  const CsvSource &src_;
+  BufferedInput in_;
+  ReadAhead ra_;
+  size_t blockBytes_ = size_t(1) << 20;
+  bool started_ = false;
+  bool inputDone_ = false; // every byte of the input is in a block
+  int64_t lineBase_ = 1;   // line at which cur_ (then the next block) starts
+  uint64_t bytesRead_ = 0;
+  std::deque<std::shared_ptr<CsvBlock>> queue_; // cut, in file order
+  std::shared_ptr<CsvBlock> cur_;               // the block being emitted
+  int64_t row_ = 0;                             // next row of cur_
+  size_t issue_ = 0;                            // next issue of cur_
+  std::vector<std::string> spare_; // text buffers of finished blocks
+  std::vector<std::vector<int64_t>> shapes_; // of one row, per column
+  std::vector<size_t> rowBytes_;             // per numeric column
+};
+
+std::optional<ReadResult> CsvReader::start() {
+  const std::string &kind = src_.kind();
+  if (!in_.open(file_))
+    return fail(kind + ": cannot read file", in_.error(), -1, false);
+  skipByteOrderMark(in_);
+  if (!src_.header)
+    return std::nullopt;
+  // The header is skipped here rather than by a block's parse, which cannot
+  // tell whether an earlier block held it.
   while (true) {
     if (!in_.ensure(2) && in_.avail() == 0)
-      return false;
+      return in_.failed() ? std::optional(ioError(in_)) : std::nullopt;
     const char *d = in_.data();
-    if (d[0] == '\n') {
-      in_.consume(1);
-      ++line_;
-    } else if (d[0] == '\r' && in_.avail() >= 2 && d[1] == '\n') {
-      in_.consume(2);
-      ++line_;
-    } else {
-      return true;
+    size_t blank = d[0] == '\n'                                    ? 1
+                   : d[0] == '\r' && in_.avail() >= 2 && d[1] == '\n' ? 2
+                                                                      : 0;
+    if (blank == 0)
+      break;
+    in_.consume(blank);
+    ++lineBase_;
+  }
+  RecordScanner scanner(src_);
+  ScanResult r;
+  ScanStatus s;
+  while ((s = scanner.scan(in_.data(), in_.data() + in_.avail(), in_.eof(),
+                           /*store=*/false, r)) == ScanStatus::NeedMore)
+    if (!in_.fill() && in_.failed())
+      break;
+  if (in_.failed())
+    return ioError(in_);
+  if (s == ScanStatus::Unterminated)
+    return unterminated(in_.offset() + static_cast<int64_t>(r.quoteStart),
+                        lineBase_);
+  in_.consume(r.len);
+  lineBase_ += r.lines;
+  return std::nullopt;
+}
+
+std::shared_ptr<CsvBlock> CsvReader::cut() {
+  if (inputDone_)
+    return nullptr;
+  in_.ensure(blockBytes_);
+  size_t len = 0;
+  while (true) {
+    const char *b = in_.data();
+    size_t n = in_.avail();
+    if (in_.eof() && !in_.failed()) {
+      len = n;
+      inputDone_ = true;
+      break;
     }
+    // Cut near blockBytes_, so blocks stay about that size; look further
+    // (twice as far each time) only for records longer than that.
+    const char *end = nullptr;
+    for (size_t limit = blockBytes_; !end; limit *= 2) {
+      end = lastRecordEnd(b, b + std::min(n, limit), src_.delim);
+      if (limit >= n)
+        break;
+    }
+    if (end) {
+      len = static_cast<size_t>(end - b);
+      break;
+    }
+    if (in_.failed()) {
+      // The records before the read error, then the error.
+      inputDone_ = true;
+      break;
+    }
+    in_.fill();
+  }
+  if (len == 0 && !in_.failed())
+    return nullptr;
+
+  auto blk = std::make_shared<CsvBlock>();
+  if (!spare_.empty()) {
+    blk->text = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  blk->offset = in_.offset();
+  blk->text.assign(in_.data(), len);
+  in_.consume(len);
+  blk->bytesRead = in_.bytesRead();
+  if (inputDone_ && in_.failed()) {
+    blk->ioError = in_.error();
+    blk->ioOffset = in_.offset();
+  }
+  // Every record but the last ends with a line break. (Lines are far apart:
+  // memchr finds each faster than a byte-wise count.)
+  int64_t capacity = 1;
+  for (const char *p = blk->text.data(), *e = p + len;
+       (p = static_cast<const char *>(std::memchr(p, '\n', size_t(e - p))));
+       ++p)
+    ++capacity;
+  blk->columns.resize(src_.columns.size());
+  blk->strings.resize(src_.columns.size());
+  int64_t bytes = static_cast<int64_t>(blk->text.capacity());
+  for (size_t c = 0; c < src_.columns.size(); ++c) {
+    const CsvColumn &col = src_.columns[c];
+    if (col.text) {
+      blk->strings[c].resize(static_cast<size_t>(capacity * col.count));
+      bytes += capacity * col.count * static_cast<int64_t>(sizeof(std::string));
+    } else {
+      blk->columns[c] = Tensor::empty(col.elem, {capacity * col.count});
+      bytes += static_cast<int64_t>(blk->columns[c].nbytes());
+    }
+  }
+  if (ra_.memory) {
+    ra_.memory->forceReserve(bytes);
+    blk->charged = bytes;
+  }
+  return blk;
+}
+
+void CsvReader::refill() {
+  while (queue_.size() < std::max<size_t>(1, ra_.maxInFlight) && !inputDone_) {
+    // Within budget.memory, except that one block is always let through.
+    // The estimate (text plus about as much of columns) is corrected to
+    // the block's real size once it is cut.
+    int64_t estimate = 2 * static_cast<int64_t>(blockBytes_);
+    bool first = queue_.empty() && !cur_;
+    if (ra_.memory && !first) {
+      if (!ra_.memory->tryReserve(estimate))
+        return;
+      ra_.memory->release(estimate);
+    }
+    std::shared_ptr<CsvBlock> blk = cut();
+    if (!blk)
+      return;
+    queue_.push_back(blk);
+    blk->publish();
+    ra_.spawn([blk, &src = src_] {
+      // A block the reader dropped (or claimed itself) is left alone; the
+      // source outlives the reader, which waits for a parse under way.
+      if (!blk->claim())
+        return;
+      blk->parse(src);
+      blk->finish();
+    });
   }
 }
 
-ReadResult CsvReader::unterminated() {
-  int64_t at = in_.offset() + static_cast<int64_t>(quoteStart_);
+bool CsvReader::nextBlock() {
+  if (ra_.spawn) {
+    refill();
+    if (queue_.empty())
+      return false;
+    cur_ = std::move(queue_.front());
+    queue_.pop_front();
+    refill(); // keeps the workers busy while this block is emitted
+  } else {
+    cur_ = cut();
+    if (!cur_)
+      return false;
+  }
+  // A block no task has started yet is parsed right here rather than
+  // waited for: the workers may be busy with later blocks or other steps.
+  if (cur_->claim()) {
+    cur_->parse(src_);
+    cur_->finish();
+  } else {
+    cur_->waitDone();
+  }
+  row_ = 0;
+  issue_ = 0;
+  bytesRead_ = cur_->bytesRead;
+  return true;
+}
+
+void CsvReader::finishBlock() {
+  lineBase_ += cur_->lines;
+  uncharge(*cur_);
+  if (spare_.size() <= ra_.maxInFlight)
+    spare_.push_back(std::move(cur_->text));
+  cur_.reset();
+}
+
+ReadResult CsvReader::unterminated(int64_t at, int64_t line) {
   return fail(src_.kind() + ": unterminated quoted field",
               "a field opened with '\"' at byte " + std::to_string(at) +
                   " has no closing quote before the end of the file",
-              at, false, "", line_);
+              at, false, "", line);
 }
 
 ReadResult CsvReader::next(Record &out) {
   if (done_)
     return ReadResult::end();
-  const std::string &kind = src_.kind();
   if (!started_) {
     started_ = true;
-    if (!in_.open(file_))
-      return fail(kind + ": cannot read file", in_.error(), -1, false);
-    skipByteOrderMark(in_);
-    if (src_.header && skipBlankLines()) {
-      ScanStatus s = scanWhole(false);
-      if (in_.failed())
-        return ioError(in_);
-      if (s == ScanStatus::Unterminated)
-        return unterminated();
-      in_.consume(recordLen_);
-      line_ += lines_;
+    if (std::optional<ReadResult> r = start())
+      return *r;
+  }
+  while (true) {
+    if (cur_) {
+      if (row_ < cur_->rows)
+        return emit(out);
+      if (cur_->unterminated)
+        return unterminated(
+            cur_->offset + static_cast<int64_t>(cur_->unterminated->first),
+            lineBase_ + cur_->unterminated->second);
+      if (!cur_->ioError.empty())
+        return fail("io: read error", cur_->ioError, cur_->ioOffset, false);
+      finishBlock();
+    }
+    if (!nextBlock()) {
+      done_ = true;
+      bytesRead_ = in_.bytesRead();
+      return ReadResult::end();
     }
   }
-  if (!skipBlankLines()) {
-    done_ = true;
-    if (in_.failed())
-      return ioError(in_);
-    return ReadResult::end();
-  }
+}
 
-  for (size_t c = 0; c < src_.columns.size(); ++c) {
-    const CsvColumn &col = src_.columns[c];
-    std::vector<int64_t> shape;
-    if (col.count != 1)
-      shape.push_back(col.count);
-    if (col.text)
-      strings_[c].resize(static_cast<size_t>(col.count));
-    else {
-      tensors_[c] = Tensor::empty(col.elem, std::move(shape));
-      columnData_[c] = tensors_[c].mutableRaw();
-    }
-  }
-
-  ScanStatus s = scanWhole(true);
-  if (in_.failed())
-    return ioError(in_);
-  if (s == ScanStatus::Unterminated)
-    return unterminated();
-
-  const int64_t startLine = line_;
-  const int64_t startOffset = in_.offset();
-  in_.consume(recordLen_);
-  line_ += lines_;
+ReadResult CsvReader::emit(Record &out) {
+  const CsvBlock &b = *cur_;
+  const int64_t row = row_++;
   struct Advance { // the record is consumed whatever happens below
     int64_t &r;
     ~Advance() { ++r; }
   } advance{record_};
-
-  size_t want = src_.cells.size();
-  if (numCells_ != want) {
-    bool few = numCells_ < want;
-    return fail(kind + (few ? ": too few columns" : ": too many columns"),
-                "expected " + std::to_string(want) + " columns (" +
-                    src_.layout() + "), found " + std::to_string(numCells_),
-                startOffset, true, "", startLine);
-  }
-  if (err_ != CellError::None) {
-    const CsvColumn &col = src_.columns[src_.cells[errCell_].column];
-    std::string where = "column " + std::to_string(errCell_ + 1) + " '" +
-                        cellName(errCell_) + "': ";
-    int64_t at = startOffset + static_cast<int64_t>(errOffset_);
-    switch (err_) {
-    case CellError::StrayQuote:
-      return fail(kind + ": bad quoting",
-                  where + "text after the closing quote of a quoted field "
-                          "(write a quote inside a quoted field as \"\")",
-                  at, true, cellName(errCell_), startLine);
-    case CellError::Hex:
-      return fail(kind + ": bad hex32",
-                  where + "'" + errText_.substr(0, 40) +
-                      "' is not 1 to 8 hex digits",
-                  at, true, cellName(errCell_), startLine);
-    default: {
-      std::string detail =
-          where + describeParseError(errParse_, errText_, col.elem);
-      if (errParse_ == ParseError::Empty)
-        detail += " column (only float columns may have empty cells; use "
-                  "f32/f64 and fill_missing, or fix the data)";
-      return fail(kind + ": " + parseErrorReason(errParse_, col.elem), detail,
-                  at, true, cellName(errCell_), startLine);
-    }
-    }
-  }
+  if (issue_ < b.issues.size() && b.issues[issue_].row == row)
+    return report(b.issues[issue_++]);
 
   startRecord(out);
   for (size_t c = 0; c < src_.columns.size(); ++c) {
     const CsvColumn &col = src_.columns[c];
     if (!col.text) {
-      put(out, c, std::move(tensors_[c]));
+      // A view of the block's column: no allocation per record.
+      put(out, c,
+          Tensor::viewOf(b.columns[c], static_cast<size_t>(row) * rowBytes_[c],
+                         col.elem, shapes_[c]));
       continue;
     }
-    std::vector<int64_t> shape;
-    if (col.count != 1)
-      shape.push_back(col.count);
+    auto first = cur_->strings[c].begin() + row * col.count;
     put(out, c,
-        Tensor::strings(col.elem, std::move(shape), std::move(strings_[c])));
-    strings_[c] = std::vector<std::string>();
+        Tensor::strings(col.elem, shapes_[c],
+                        std::vector<std::string>(
+                            std::make_move_iterator(first),
+                            std::make_move_iterator(first + col.count))));
   }
   return ReadResult::record();
+}
+
+ReadResult CsvReader::report(const CsvIssue &is) {
+  const std::string &kind = src_.kind();
+  const int64_t startLine = lineBase_ + is.line;
+  const int64_t startOffset = cur_->offset + static_cast<int64_t>(is.offset);
+  size_t want = src_.cells.size();
+  if (is.numCells != want) {
+    bool few = is.numCells < want;
+    return fail(kind + (few ? ": too few columns" : ": too many columns"),
+                "expected " + std::to_string(want) + " columns (" +
+                    src_.layout() + "), found " + std::to_string(is.numCells),
+                startOffset, true, "", startLine);
+  }
+  const CsvColumn &col = src_.columns[src_.cells[is.cell].column];
+  std::string where =
+      "column " + std::to_string(is.cell + 1) + " '" + cellName(is.cell) + "': ";
+  int64_t at = startOffset + static_cast<int64_t>(is.errOffset);
+  switch (is.err) {
+  case CellError::StrayQuote:
+    return fail(kind + ": bad quoting",
+                where + "text after the closing quote of a quoted field "
+                        "(write a quote inside a quoted field as \"\")",
+                at, true, cellName(is.cell), startLine);
+  case CellError::Hex:
+    return fail(kind + ": bad hex32",
+                where + "'" + is.text.substr(0, 40) +
+                    "' is not 1 to 8 hex digits",
+                at, true, cellName(is.cell), startLine);
+  default: {
+    std::string detail = where + describeParseError(is.parse, is.text, col.elem);
+    if (is.parse == ParseError::Empty)
+      detail += " column (only float columns may have empty cells; use "
+                "f32/f64 and fill_missing, or fix the data)";
+    return fail(kind + ": " + parseErrorReason(is.parse, col.elem), detail, at,
+                true, cellName(is.cell), startLine);
+  }
+  }
 }
 
 std::unique_ptr<ShardReader> CsvSource::open(size_t i) const {

@@ -81,12 +81,21 @@ public:
   /// buffer. The range must lie inside base's buffer.
   static Tensor viewOf(const Tensor &base, size_t offset, ElemType elem,
                        std::vector<int64_t> shape);
+  /// True for a view that keeps a larger buffer alive than its own bytes
+  /// (a row of a batch, a record parsed into a block of rows).
+  bool pinsLargerBuffer() const { return baseBytes_ > nbytes_; }
+  /// This tensor, or a copy of its own bytes when it pins a larger buffer:
+  /// what a stage that keeps records for long (shuffle, cache) stores, so
+  /// the bytes it counts are the bytes it holds.
+  Tensor compacted() const;
 
 private:
   ElemType elem_ = ElemType::U8;
   std::vector<int64_t> shape_;
   std::shared_ptr<uint8_t> buf_;
   size_t nbytes_ = 0;
+  /// Views: bytes of the buffer they keep alive (0 when not a view).
+  size_t baseBytes_ = 0;
   std::shared_ptr<std::vector<std::string>> strs_;
 };
 

@@ -33,6 +33,9 @@ namespace sluice::runtime {
 
 /// Bytes a record keeps alive (sum of Tensor::memoryBytes of its fields).
 int64_t recordBytes(const Record &r);
+/// Replaces the fields that pin a larger buffer than their own bytes
+/// (Tensor::compacted) by copies, before a stage keeps the record for long.
+void compactRecord(Record &r);
 
 /// "1.5 GiB", "812 KiB", "17 B": human-readable, three significant digits.
 std::string formatBytes(int64_t bytes);

@@ -75,6 +75,14 @@ struct RunOptions {
   /// leaves all copying to the batch stage. The outputs are the same bytes
   /// either way; the batch stage's `rowsInPlace` counter shows its effect.
   bool batchRowPlacement = true;
+  /// Parallel parsing: a csv/tsv source read without `interleave` cuts
+  /// each file into blocks of whole records (about 1 MiB) and parses them
+  /// on the worker threads, several at a time, while records, errors and
+  /// their locations come out in file order exactly as from one thread.
+  /// The blocks held ahead count against budget.memory. false (or
+  /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
+  /// time on the consumer's thread. Needs more than one thread.
+  bool parallelParse = true;
 
   // runPipeline() only.
   /// "null" (count only) or "npy:DIR".

@@ -32,7 +32,9 @@
 //
 // Thread safety: a Source is immutable after create(); open() may be called
 // from any number of threads at once. A ShardReader is used by one thread at
-// a time.
+// a time; a reader given a ReadAhead may run its own tasks on other threads
+// behind the scenes (csv and tsv parse blocks of a file in parallel), with
+// records, errors and positions exactly as if it read alone.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_SOURCE_H
@@ -45,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +55,8 @@
 #include <vector>
 
 namespace sluice::runtime {
+
+class MemoryAccount;
 
 /// How the pipeline reacts to a bad record (the spec's `on_error`).
 enum class OnError { Fail, Skip };
@@ -120,10 +125,29 @@ private:
   DataError error_;
 };
 
+/// Lets a reader work ahead of its consumer on the pipeline's threads.
+struct ReadAhead {
+  /// Runs a task on another thread (the pipeline's oneTBB arena).
+  std::function<void(std::function<void()>)> spawn;
+  /// Counts the bytes the reader holds ahead (null: not counted). At least
+  /// one unit of work is always let through, so a tight budget slows the
+  /// reader down instead of stopping it.
+  MemoryAccount *memory = nullptr;
+  /// Input bytes per unit of work (0: the reader's default). Tests use
+  /// tiny blocks to put records across block boundaries.
+  size_t blockBytes = 0;
+  /// Units of work in flight at most (read, being parsed or parsed).
+  size_t maxInFlight = 4;
+};
+
 /// Reads the records of one shard, in order.
 class ShardReader {
 public:
   virtual ~ShardReader();
+  /// Allows the reader to parse ahead with `ra` (call before the first
+  /// next()). Outputs, errors and their locations do not change. Readers
+  /// that cannot use it ignore it.
+  virtual void setReadAhead(ReadAhead ra) { (void)ra; }
   /// Reads the next record into `out` (fields in the Source's recordType()
   /// order; out.index = the record's 0-based position within the shard,
   /// counting bad records too, so it equals DataLocation::record). On an
