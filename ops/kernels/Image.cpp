@@ -766,6 +766,58 @@ void horizontalPass(const T *src, int64_t c, const Taps &tx, float *row) {
     pixel(ox);
 }
 
+/// horizontalPass for u8 RGB, writing three planes (R, G, B; outW floats
+/// each, `plane` floats apart) instead of interleaved pixels, so that what
+/// follows runs over contiguous floats per channel. Same values.
+void horizontalPassPlanar(const uint8_t *src, const Taps &tx, float *row,
+                          int64_t plane) {
+  int64_t outW = static_cast<int64_t>(tx.i0.size());
+  auto pixel = [&](int64_t ox) {
+    const uint8_t *p0 = src + tx.i0[ox] * 3;
+    const uint8_t *p1 = src + tx.i1[ox] * 3;
+    float w0 = tx.w0[ox], w1 = tx.w1[ox];
+    for (int64_t ch = 0; ch < 3; ++ch)
+      row[ch * plane + ox] =
+          w0 * static_cast<float>(p0[ch]) + w1 * static_cast<float>(p1[ch]);
+  };
+  int64_t ox = 0;
+#if defined(__SSE2__)
+  // Four output pixels per step: each blended in SSE lanes as in
+  // horizontalPass ([R, G, B, next byte]), then a 4x4 transpose turns the
+  // four pixels into a vector per channel.
+  const __m128i zero = _mm_setzero_si128();
+  auto widen = [&](const uint8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero);
+    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
+  };
+  auto blend = [&](int64_t k) {
+    __m128 a = _mm_mul_ps(_mm_set1_ps(tx.w0[k]), widen(src + tx.i0[k] * 3));
+    __m128 b = _mm_mul_ps(_mm_set1_ps(tx.w1[k]), widen(src + tx.i1[k] * 3));
+    return _mm_add_ps(a, b);
+  };
+  for (; ox + 4 <= outW; ox += 4) {
+    bool inside = true; // every pixel has a next one for the 4-byte load
+    for (int64_t k = ox; k < ox + 4; ++k)
+      inside &= std::max(tx.i0[k], tx.i1[k]) + 1 < tx.in;
+    if (!inside) {
+      for (int64_t k = ox; k < ox + 4; ++k)
+        pixel(k);
+      continue;
+    }
+    __m128 v0 = blend(ox), v1 = blend(ox + 1), v2 = blend(ox + 2),
+           v3 = blend(ox + 3);
+    _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+    _mm_storeu_ps(row + ox, v0);
+    _mm_storeu_ps(row + plane + ox, v1);
+    _mm_storeu_ps(row + 2 * plane + ox, v2);
+  }
+#endif
+  for (; ox < outW; ++ox)
+    pixel(ox);
+}
+
 /// Mirrors taps left-right: output column o then samples where column
 /// out - 1 - o did, which is how a resize writes a flipped image for free.
 void mirrorTaps(Taps &t) {
@@ -778,9 +830,11 @@ void mirrorTaps(Taps &t) {
 /// The bilinear resize proper: horizontal pass per needed source row (each
 /// computed once), then `emit(oy, wy0, r0, wy1, r1)` blends two of them
 /// into output row oy.
-template <typename T, int FixedC, typename Emit>
+template <typename T, int FixedC, bool Planar = false, typename Emit>
 void bilinearRows(View<T> src, int64_t outH, int64_t outW, bool mirror,
                   Emit &&emit) {
+  static_assert(!Planar || (std::is_same_v<T, uint8_t> && FixedC == 3),
+                "planar rows are for u8 RGB");
   Taps ty = bilinearTaps(src.h, outH);
   Taps tx = bilinearTaps(src.w, outW);
   if (mirror)
@@ -788,6 +842,13 @@ void bilinearRows(View<T> src, int64_t outH, int64_t outW, bool mirror,
   int64_t rowLen = outW * src.c;
   std::vector<float> rows(2 * rowLen);
   float *r0 = rows.data(), *r1 = rows.data() + rowLen;
+  auto pass = [&](int64_t y, float *row) {
+    const T *in = src.data + y * src.rowStride;
+    if constexpr (Planar)
+      horizontalPassPlanar(in, tx, row, outW);
+    else
+      horizontalPass<T, FixedC>(in, src.c, tx, row);
+  };
   int64_t have0 = -1, have1 = -1; // source rows now in r0 / r1
   for (int64_t oy = 0; oy < outH; ++oy) {
     int64_t y0 = ty.i0[oy], y1 = ty.i1[oy];
@@ -796,12 +857,12 @@ void bilinearRows(View<T> src, int64_t outH, int64_t outW, bool mirror,
         std::swap(r0, r1);
         std::swap(have0, have1);
       } else {
-        horizontalPass<T, FixedC>(src.data + y0 * src.rowStride, src.c, tx, r0);
+        pass(y0, r0);
         have0 = y0;
       }
     }
     if (have1 != y1) {
-      horizontalPass<T, FixedC>(src.data + y1 * src.rowStride, src.c, tx, r1);
+      pass(y1, r1);
       have1 = y1;
     }
     emit(oy, ty.w0[oy], r0, ty.w1[oy], r1);
@@ -1007,6 +1068,32 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
   }
   const int64_t C = src.c;
   const int64_t rowLen = outW * C;
+  if (interp == Interpolation::Bilinear && C == 3 && epi->chw) {
+    // Planar rows: blend, round to u8 and normalize each channel's row in
+    // one contiguous loop, straight into its output plane.
+    const bool norm = epi->normalize;
+    auto emit = [&](int64_t oy, float wy0, const float *r0, float wy1,
+                    const float *r1) {
+      for (int64_t ch = 0; ch < 3; ++ch) {
+        const float *__restrict a = r0 + ch * outW;
+        const float *__restrict b = r1 + ch * outW;
+        int64_t at = (ch * outH + oy) * outW;
+        if (norm) {
+          const float m = epi->mean[ch], sc = epi->scale[ch];
+          float *__restrict o = out.mutableData<float>() + at;
+          for (int64_t x = 0; x < outW; ++x)
+            o[x] = (static_cast<float>(toU8(wy0 * a[x] + wy1 * b[x])) - m) * sc;
+        } else {
+          uint8_t *__restrict o = out.mutableData<uint8_t>() + at;
+          for (int64_t x = 0; x < outW; ++x)
+            o[x] = toU8(wy0 * a[x] + wy1 * b[x]);
+        }
+      }
+    };
+    bilinearRows<uint8_t, 3, /*Planar=*/true>(src, outH, outW, epi->flip,
+                                              emit);
+    return;
+  }
   if (interp == Interpolation::Bilinear) {
     std::vector<uint8_t> u8row(static_cast<size_t>(rowLen));
     auto emit = [&](int64_t oy, float wy0, const float *r0, float wy1,
