@@ -346,13 +346,16 @@ struct JpegWindowJob {
 /// True if the data libjpeg has not read yet holds an end-of-image marker
 /// (or libjpeg has already met it). Entropy-coded data escapes every 0xFF
 /// byte, so 0xFF 0xD9 there is a marker: its presence means the file was
-/// not cut short.
+/// not cut short. Searched from the end, where it almost always is.
 bool jpegEndMarkerAhead(j_decompress_ptr cinfo) {
   if (jpeg_input_complete(cinfo) || cinfo->unread_marker == 0xD9)
     return true;
   const jpeg_source_mgr *src = cinfo->src;
-  return memmem(src->next_input_byte, src->bytes_in_buffer, "\xFF\xD9", 2) !=
-         nullptr;
+  const JOCTET *begin = src->next_input_byte;
+  for (size_t i = src->bytes_in_buffer; i >= 2; --i)
+    if (begin[i - 1] == 0xD9 && begin[i - 2] == 0xFF)
+      return true;
+  return false;
 }
 
 /// Decodes the window; false on any error, warning or unsupported input.
