@@ -181,7 +181,7 @@ private:
       inc(c.filtered);
       return Status::ok();
     case Outcome::Skipped:
-      c.addSkipped(skipReason(step.op, o.message));
+      c.addSkipped(skipReason(step.reportedOp(), o.message));
       return Status::ok();
     case Outcome::Failed: {
       inc(c.failed);
@@ -189,7 +189,8 @@ private:
       if (where.empty())
         where = "record " + std::to_string(item.rec.index) + " of the stream";
       return Status::error(
-          where + ": " + step.op + ": " + o.message + "\n  in step '" +
+          where + ": " + step.reportedOp() + ": " + o.message +
+          "\n  in step '" +
           step.name + "' at " + shared_.plan->where(step) +
           " (on_error: fail; add `on_error: skip` to the source to drop bad "
           "records and count them)");

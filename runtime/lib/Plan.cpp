@@ -421,4 +421,17 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
   return p;
 }
 
+std::string PlanStage::reportedOp() const {
+  size_t plus = name.find('+');
+  if (plus == std::string::npos)
+    return op;
+  // The first step's name: its op, or op.N for a later occurrence.
+  std::string first = name.substr(0, plus);
+  size_t dot = first.rfind('.');
+  if (dot != std::string::npos && dot + 1 < first.size() &&
+      first.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    first.resize(dot);
+  return first;
+}
+
 } // namespace sluice::runtime

@@ -21,8 +21,8 @@
 // OFF-NEXT:      sluice.element "transpose"
 sluice.pipeline @folded seed(0) epochs(1) budget(cores = 0, memory = 0) {
   %0 = sluice.source "image_folder" {root = "data"} : !src
-  // expected-remark@+1 {{folded 'random_flip', 'normalize', 'transpose' into 'decode_image+random_resized_crop': done while the resize writes each row}}
   %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", as = "image", channels = 3, crop_step = "random_resized_crop", size = [8, 6]} {name = "decode_image+random_resized_crop"} : !src -> !crp
+  // expected-remark@+1 {{folded 'random_flip', 'normalize', 'transpose' into 'decode_image+random_resized_crop': done while the resize writes each row}}
   %2 = sluice.element "random_flip"(%1) {field = "image", p = 0.25} : !crp -> !crp
   %3 = sluice.element "normalize"(%2) {field = "image", mean = [1.0, 2.0, 3.0], std = [4.0]} : !crp -> !nrm
   %4 = sluice.element "transpose"(%3) {field = "image", to = "CHW"} : !nrm -> !chw
@@ -43,8 +43,8 @@ sluice.pipeline @folded seed(0) epochs(1) budget(cores = 0, memory = 0) {
 // CHECK-NEXT:    sluice.output
 sluice.pipeline @height_flip seed(0) epochs(1) budget(cores = 0, memory = 0) {
   %0 = sluice.source "image_folder" {root = "data"} : !src
-  // expected-remark@+1 {{folded 'normalize' into 'decode_image+random_resized_crop'}}
   %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", channels = 3, crop_step = "random_resized_crop", size = [8, 8]} {name = "decode_image+random_resized_crop"} : !src -> !crp
+  // expected-remark@+1 {{folded 'normalize' into 'decode_image+random_resized_crop'}}
   %2 = sluice.element "normalize"(%1) {field = "data", mean = [0.0], std = [2.0]} : !crp -> !nrm
   // expected-remark@+1 {{did not fold 'random_flip' into 'decode_image+random_resized_crop': it flips along the height}}
   %3 = sluice.element "random_flip"(%2) {field = "data", axis = "height"} : !nrm -> !nrm
@@ -85,8 +85,8 @@ sluice.pipeline @other_field seed(0) epochs(1) budget(cores = 0, memory = 0) {
 // CHECK-NEXT:    sluice.element "normalize"
 sluice.pipeline @perm_then_normalize seed(0) epochs(1) budget(cores = 0, memory = 0) {
   %0 = sluice.source "image_folder" {root = "data"} : !src
-  // expected-remark@+1 {{folded 'transpose' into 'decode_image+random_resized_crop'}}
   %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", channels = 1, crop_step = "random_resized_crop", size = [4, 5]} {name = "decode_image+random_resized_crop"} : !src -> !crp
+  // expected-remark@+1 {{folded 'transpose' into 'decode_image+random_resized_crop'}}
   %2 = sluice.element "transpose"(%1) {field = "data", perm = [2, 0, 1]} : !crp -> !chw
   // expected-remark@+1 {{did not fold 'normalize' into 'decode_image+random_resized_crop': it comes after the transpose}}
   %3 = sluice.element "normalize"(%2) {field = "data", mean = [0.0], std = [1.0]} : !chw -> !nrm

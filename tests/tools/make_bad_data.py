@@ -82,6 +82,21 @@ steps:
   - select: [image, label]
   - batch: 2
 """ % policy)
+        # The compiler fuses these steps into one; its errors still name
+        # the decode and its line.
+        with open(os.path.join(d, "jpeg", "fused-" + policy + ".yaml"), "w") as f:
+            f.write("""pipeline: bad_jpeg_fused
+source:
+  image_folder: {root: img, on_error: %s}
+steps:
+  - decode_image: {field: data, as: image}
+  - random_resized_crop: {field: image, size: 32}
+  - random_flip: {field: image}
+  - normalize: {field: image, mean: 127, std: 64}
+  - transpose: {field: image, to: CHW}
+  - select: [image, label]
+  - batch: 2
+""" % policy)
 
     os.makedirs(os.path.join(d, "csv"), exist_ok=True)
     with open(os.path.join(d, "csv", "rows.csv"), "w") as f:

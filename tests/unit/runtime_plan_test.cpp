@@ -206,6 +206,18 @@ Plan trickyPlan() {
   return p;
 }
 
+TEST(Plan, FusedStepsReportTheirFirstOp) {
+  runtime::PlanStage s;
+  s.op = "normalize";
+  s.name = "normalize.3";
+  EXPECT_EQ(s.reportedOp(), "normalize");
+  s.op = "decode_random_resized_crop";
+  s.name = "decode_image+random_resized_crop+random_flip";
+  EXPECT_EQ(s.reportedOp(), "decode_image");
+  s.name = "decode_image.2+random_resized_crop.2";
+  EXPECT_EQ(s.reportedOp(), "decode_image");
+}
+
 TEST(Plan, SerializeRoundTripsExactly) {
   Plan p = trickyPlan();
   std::string text = p.serialize();

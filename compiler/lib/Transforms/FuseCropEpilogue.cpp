@@ -190,20 +190,24 @@ struct FuseCropEpiloguePass
     if (epi.transpose)
       params.set("layout", StringAttr::get(ctx, "CHW"));
 
+    SmallVector<Location> locs{crop.getLoc()};
+    for (ElementOp step : epi.steps)
+      locs.push_back(step.getLoc());
     ElementOp last = epi.steps.back();
     OpBuilder builder(last);
     auto fused = builder.create<ElementOp>(
-        crop.getLoc(), last.getOutput().getType(), kCropOp, crop.getInput(),
-        params.getDictionary(ctx), StringAttr::get(ctx, name));
+        FusedLoc::get(ctx, locs), last.getOutput().getType(), kCropOp,
+        crop.getInput(), params.getDictionary(ctx),
+        StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
     if (emitRemarks) {
       std::string folded;
       for (ElementOp step : epi.steps)
         folded += (folded.empty() ? "'" : ", '") +
                   step.getStageName().str() + "'";
-      fused.emitRemark() << "folded " << folded << " into '"
-                         << crop.getStageName()
-                         << "': done while the resize writes each row";
+      epi.steps.front().emitRemark()
+          << "folded " << folded << " into '" << crop.getStageName()
+          << "': done while the resize writes each row";
     }
     last.getOutput().replaceAllUsesWith(fused.getOutput());
     for (auto it = epi.steps.rbegin(); it != epi.steps.rend(); ++it)

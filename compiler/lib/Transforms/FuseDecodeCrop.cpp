@@ -4,7 +4,8 @@
 // decodes every pixel and then keeps a box of, on average, about half the
 // image. The fused op reads the JPEG header first, draws the box from the
 // crop step's random stream exactly as the crop would, and decodes only the
-// box (tf.data's decode_and_crop_jpeg), with the same pixels.
+// box (tf.data's decode_and_crop_jpeg), with the same pixels. The fused op
+// has both steps' locations, the decode's first.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Passes.h"
@@ -107,16 +108,19 @@ struct FuseDecodeCropPass
     // '+' cannot occur in a step name, so the fused name is unique.
     std::string name = decode.getStageName().str() + "+" + cropName;
 
+    // Both lines: errors of the fused step (nearly all of them the
+    // decode's) point at the first, the decode.
+    Location loc = FusedLoc::get(ctx, {decode.getLoc(), crop.getLoc()});
     OpBuilder builder(crop);
     auto fused = builder.create<ElementOp>(
-        crop.getLoc(), crop.getOutput().getType(), kFusedOp, decode.getInput(),
+        loc, crop.getOutput().getType(), kFusedOp, decode.getInput(),
         params.getDictionary(ctx), StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStageName() << "' + '"
                             << cropName << "' into '" << name << "'\n");
     if (emitRemarks)
-      fused.emitRemark() << "fused '" << decode.getStageName() << "' into '"
-                         << cropName
-                         << "': only the crop box of each JPEG is decoded";
+      crop.emitRemark() << "fused '" << decode.getStageName() << "' into '"
+                        << cropName
+                        << "': only the crop box of each JPEG is decoded";
     crop.getOutput().replaceAllUsesWith(fused.getOutput());
     crop.erase();
     decode.erase();

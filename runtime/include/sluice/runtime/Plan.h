@@ -35,6 +35,12 @@ struct PlanStage {
   int64_t parallelism = 0; ///< workers for element stages
   int64_t prefetch = -1;   ///< buffered outputs after the stage
   std::string cache;       ///< "", "memory" or "disk" after the stage
+
+  /// The op that messages about this step's records name: `op`, except for
+  /// a step the compiler fused from several (named "a+b+...", '+' never
+  /// being part of a step name), whose data errors are those of the first
+  /// of them: "decode_image" for "decode_image+random_resized_crop".
+  std::string reportedOp() const;
 };
 
 /// A whole pipeline.
