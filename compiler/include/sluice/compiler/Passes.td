@@ -82,8 +82,11 @@ def FuseDecodeCrop : Pass<"sluice-fuse-decode-crop"> {
     (an internal registry op). The fused op reads the JPEG header, draws
     the box from the crop step's random stream (`crop_step`), and decodes
     only the box with libjpeg's crop/skip-scanline API: the same pixels and
-    random draws as the two steps, with less decode work. It keeps the crop's
-    location. Not fused when the crop has its own `as` (the full image would
+    random draws as the two steps, with less decode work; by default the
+    decode stops after the box's last row (decode_image's `verify`, which
+    decides whether damage below the box is noticed). Its location fuses
+    the decode's and the crop's, the decode's first (data errors are the
+    decode's). Not fused when the crop has its own `as` (the full image would
     stay visible downstream) or when a fixed schedule names either step.
     With `remarks=true` every fusion, and every pair left alone, is reported.
 
