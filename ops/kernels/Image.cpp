@@ -723,6 +723,31 @@ Taps bilinearTaps(int64_t in, int64_t out) {
   return t;
 }
 
+#if defined(__SSE2__)
+/// The 4 bytes at p (an RGB pixel and the first byte after it) as floats.
+inline __m128 widen4(const uint8_t *p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  const __m128i zero = _mm_setzero_si128();
+  __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero);
+  return _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
+}
+
+/// Output pixel k of a horizontal pass over u8 RGB in SSE lanes: [R, G, B,
+/// junk], with the scalar loop's float multiplies and add in its order.
+/// Both source pixels need a pixel after them in the row (the 4th byte).
+inline __m128 blendRgb(const uint8_t *src, const Taps &tx, int64_t k) {
+  __m128 a = _mm_mul_ps(_mm_set1_ps(tx.w0[k]), widen4(src + tx.i0[k] * 3));
+  __m128 b = _mm_mul_ps(_mm_set1_ps(tx.w1[k]), widen4(src + tx.i1[k] * 3));
+  return _mm_add_ps(a, b);
+}
+
+/// Whether blendRgb may read output pixel k's source pixels.
+inline bool blendRgbInside(const Taps &tx, int64_t k) {
+  return std::max(tx.i0[k], tx.i1[k]) + 1 < tx.in;
+}
+#endif
+
 /// Interpolates one source row horizontally into `row` (outW * C floats).
 template <typename T, int FixedC>
 void horizontalPass(const T *src, int64_t c, const Taps &tx, float *row) {
@@ -746,22 +771,11 @@ void horizontalPass(const T *src, int64_t c, const Taps &tx, float *row) {
     // order, as pixel(). Source pixels without a next one in the row, and
     // the last output pixel (nothing after it to overwrite the 4th lane),
     // take the scalar way.
-    const __m128i zero = _mm_setzero_si128();
-    auto widen = [&](const uint8_t *p) {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero);
-      return _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
-    };
     for (; ox + 1 < outW; ++ox) {
-      int64_t i0 = tx.i0[ox], i1 = tx.i1[ox];
-      if (std::max(i0, i1) + 1 >= tx.in) {
+      if (blendRgbInside(tx, ox))
+        _mm_storeu_ps(row + ox * 3, blendRgb(src, tx, ox));
+      else
         pixel(ox);
-        continue;
-      }
-      __m128 a = _mm_mul_ps(_mm_set1_ps(tx.w0[ox]), widen(src + i0 * 3));
-      __m128 b = _mm_mul_ps(_mm_set1_ps(tx.w1[ox]), widen(src + i1 * 3));
-      _mm_storeu_ps(row + ox * 3, _mm_add_ps(a, b));
     }
   }
 #endif
@@ -788,29 +802,17 @@ void horizontalPassPlanar(const uint8_t *src, const Taps &tx, float *row,
   // Four output pixels per step: each blended in SSE lanes as in
   // horizontalPass ([R, G, B, next byte]), then a 4x4 transpose turns the
   // four pixels into a vector per channel.
-  const __m128i zero = _mm_setzero_si128();
-  auto widen = [&](const uint8_t *p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v), zero);
-    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(b, zero));
-  };
-  auto blend = [&](int64_t k) {
-    __m128 a = _mm_mul_ps(_mm_set1_ps(tx.w0[k]), widen(src + tx.i0[k] * 3));
-    __m128 b = _mm_mul_ps(_mm_set1_ps(tx.w1[k]), widen(src + tx.i1[k] * 3));
-    return _mm_add_ps(a, b);
-  };
   for (; ox + 4 <= outW; ox += 4) {
-    bool inside = true; // every pixel has a next one for the 4-byte load
+    bool inside = true;
     for (int64_t k = ox; k < ox + 4; ++k)
-      inside &= std::max(tx.i0[k], tx.i1[k]) + 1 < tx.in;
+      inside &= blendRgbInside(tx, k);
     if (!inside) {
       for (int64_t k = ox; k < ox + 4; ++k)
         pixel(k);
       continue;
     }
-    __m128 v0 = blend(ox), v1 = blend(ox + 1), v2 = blend(ox + 2),
-           v3 = blend(ox + 3);
+    __m128 v0 = blendRgb(src, tx, ox), v1 = blendRgb(src, tx, ox + 1),
+           v2 = blendRgb(src, tx, ox + 2), v3 = blendRgb(src, tx, ox + 3);
     _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
     _mm_storeu_ps(row + ox, v0);
     _mm_storeu_ps(row + plane + ox, v1);

@@ -13,6 +13,8 @@
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
 
+#include "StepParams.h"
+
 #include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "sluice-fuse-crop-epilogue"
@@ -24,26 +26,12 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::resultField;
+using sluice::compiler::detail::stringParam;
 
 namespace {
 
 constexpr llvm::StringLiteral kCropOp = "decode_random_resized_crop";
-
-/// The field a step writes: `as` when given, else `field`.
-std::optional<StringRef> resultField(DictionaryAttr params) {
-  auto field = params.getAs<StringAttr>("field");
-  if (!field)
-    return std::nullopt;
-  if (auto as = params.getAs<StringAttr>("as"))
-    return as.getValue();
-  return field.getValue();
-}
-
-std::optional<StringRef> stringParam(DictionaryAttr params, StringRef name) {
-  if (auto s = params.getAs<StringAttr>(name))
-    return s.getValue();
-  return std::nullopt;
-}
 
 /// Number of values of a float/int list parameter, 0 if absent.
 size_t listSize(DictionaryAttr params, StringRef name) {

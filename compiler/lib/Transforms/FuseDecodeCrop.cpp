@@ -11,6 +11,8 @@
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
 
+#include "StepParams.h"
+
 #include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "sluice-fuse-decode-crop"
@@ -22,20 +24,11 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::resultField;
 
 namespace {
 
 constexpr llvm::StringLiteral kFusedOp = "decode_random_resized_crop";
-
-/// The field a step writes: `as` when given, else `field`.
-std::optional<StringRef> resultField(DictionaryAttr params) {
-  auto field = params.getAs<StringAttr>("field");
-  if (!field)
-    return std::nullopt;
-  if (auto as = params.getAs<StringAttr>("as"))
-    return as.getValue();
-  return field.getValue();
-}
 
 struct FuseDecodeCropPass
     : sluice::compiler::impl::FuseDecodeCropBase<FuseDecodeCropPass> {
