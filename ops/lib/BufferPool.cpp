@@ -91,6 +91,8 @@ public:
       std::lock_guard<std::mutex> lock(mu_);
       all.swap(idle_);
       idleBytes_ = 0;
+      // A trimmed pool starts over: sizes must recur again to be kept.
+      seen_.clear();
     }
     for (const Idle &i : all)
       freeAligned(i.p);

@@ -62,7 +62,8 @@ void setBufferPoolEnabled(bool enabled);
 bool bufferPoolKeeps(size_t bytes);
 /// Counters now.
 BufferPoolStats bufferPoolStats();
-/// Frees every idle buffer.
+/// Frees every idle buffer and forgets which sizes recurred (a size is
+/// kept again only after it has been allocated twice more).
 void trimBufferPool();
 
 namespace detail {
