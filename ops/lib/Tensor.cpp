@@ -79,7 +79,7 @@ int64_t Tensor::numElements() const { return product(shape_); }
 
 size_t Tensor::memoryBytes() const {
   if (strs_) {
-    size_t n = sizeof(std::vector<std::string>) +
+    size_t n = kTensorOverheadBytes + sizeof(std::vector<std::string>) +
                strs_->capacity() * sizeof(std::string);
     for (const std::string &s : *strs_)
       // Short strings live inside the std::string object itself.
@@ -90,7 +90,7 @@ size_t Tensor::memoryBytes() const {
   if (!buf_)
     return 0;
   size_t rounded = (nbytes_ + kAlignment - 1) / kAlignment * kAlignment;
-  return rounded == 0 ? kAlignment : rounded;
+  return kTensorOverheadBytes + (rounded == 0 ? kAlignment : rounded);
 }
 
 bool Tensor::sameAs(const Tensor &o) const {

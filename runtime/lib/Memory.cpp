@@ -12,7 +12,7 @@
 namespace sluice::runtime {
 
 int64_t recordBytes(const Record &r) {
-  int64_t n = 0;
+  int64_t n = static_cast<int64_t>(r.fields.capacity() * sizeof(Tensor));
   for (const Tensor &t : r.fields)
     if (t.valid())
       n += static_cast<int64_t>(t.memoryBytes());

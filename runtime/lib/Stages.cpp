@@ -41,12 +41,15 @@ int64_t threadCpuNs() {
 }
 
 std::optional<int64_t> staticRecordBytes(const RecordType &t) {
+  // What recordBytes() counts for such a record: each field's data in
+  // whole 64-byte lines, its bookkeeping, and the Tensor objects.
   int64_t n = 0;
   for (const Field &f : t.fields()) {
     std::optional<int64_t> b = f.type.staticBytes();
     if (!b)
       return std::nullopt;
-    n += *b;
+    int64_t lines = std::max<int64_t>(1, (*b + 63) / 64);
+    n += 64 * lines + static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
   }
   return n;
 }

@@ -91,7 +91,8 @@ TEST_F(BufferPool, PadsOddSizesLikeOtherBuffers) {
   EXPECT_EQ(hits(), 1);
   EXPECT_TRUE(aligned64(t));
   EXPECT_EQ(t.nbytes(), static_cast<size_t>(n));
-  EXPECT_EQ(t.memoryBytes(), static_cast<size_t>((1 << 20) + 64));
+  EXPECT_EQ(t.memoryBytes(),
+            static_cast<size_t>((1 << 20) + 64) + kTensorOverheadBytes);
 }
 
 TEST_F(BufferPool, LeavesSmallAndOneOffBuffersToMalloc) {

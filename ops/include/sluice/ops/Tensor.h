@@ -20,6 +20,13 @@
 
 namespace sluice {
 
+/// What a tensor's buffer costs besides its data, counted by
+/// Tensor::memoryBytes(): allocator headers and alignment slack, the shared
+/// buffer's control block and the shape's heap storage. Negligible for an
+/// image, but as much as the data for the small fields of a tabular record,
+/// which a shuffle buffer holds by the hundred thousand. A multiple of 64.
+constexpr size_t kTensorOverheadBytes = 128;
+
 class Tensor {
 public:
   Tensor() = default;
@@ -67,7 +74,8 @@ public:
   /// The single string of a scalar Bytes/String tensor.
   const std::string &str() const { return (*strs_)[0]; }
 
-  /// Bytes this tensor keeps alive (for memory accounting).
+  /// Bytes this tensor keeps alive (for memory accounting): its data, as
+  /// allocated, plus kTensorOverheadBytes of bookkeeping.
   size_t memoryBytes() const;
 
   /// Same shape, type and contents (bitwise for numeric data).

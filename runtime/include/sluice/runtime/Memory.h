@@ -31,7 +31,8 @@
 
 namespace sluice::runtime {
 
-/// Bytes a record keeps alive (sum of Tensor::memoryBytes of its fields).
+/// Bytes a record keeps alive: its fields' Tensor::memoryBytes and the
+/// Tensor objects themselves.
 int64_t recordBytes(const Record &r);
 /// Replaces the fields that pin a larger buffer than their own bytes
 /// (Tensor::compacted) by copies, before a stage keeps the record for long.
