@@ -1095,8 +1095,7 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
         }
       }
     };
-    bilinearRows<uint8_t, 3, /*Planar=*/true>(src, outH, outW, epi->flip,
-                                              emit);
+    bilinearRows<uint8_t, 3, /*Planar=*/true>(src, outH, outW, epi->flip, emit);
     return;
   }
   if (interp == Interpolation::Bilinear) {
@@ -1309,7 +1308,8 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   Scratch &scratch = decodeScratch();
   Tensor out =
       epi ? epilogueOutput(params.height, params.width, channels, 3, *epi)
-          : Tensor::empty(ElemType::U8, {params.height, params.width, channels});
+          : Tensor::empty(ElemType::U8,
+                          {params.height, params.width, channels});
   WindowPixels px;
   if (denom == 1 && decodeJpegWindow(bytes, *info, channels, box,
                                      opts.verifyFull, scratch, px)) {
@@ -1346,8 +1346,9 @@ Expected<Tensor> applyEpilogue(const Tensor &image, const ImageEpilogue &epi) {
                          image.type().str());
   if (epi.normalize &&
       (epi.mean.size() != size_t(d->c) || epi.scale.size() != size_t(d->c)))
-    return Status::error("image epilogue: needs one mean and std per channel (" +
-                         std::to_string(d->c) + ")");
+    return Status::error(
+        "image epilogue: needs one mean and std per channel (" +
+        std::to_string(d->c) + ")");
   if (epi.chw && image.rank() != 3)
     return Status::error("image epilogue: CHW needs a rank-3 image, got " +
                          image.type().str());

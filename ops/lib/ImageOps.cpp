@@ -350,8 +350,7 @@ OpDef decodeRandomResizedCrop() {
     }
     auto [h, w] = sizeHW(ctx.param("size"));
     int64_t c = intOr(ctx.param("channels"), 3);
-    ElemType elem =
-        ctx.param("mean").isList() ? ElemType::F32 : ElemType::U8;
+    ElemType elem = ctx.param("mean").isList() ? ElemType::F32 : ElemType::U8;
     const Value &layout = ctx.param("layout");
     if (layout.isString() && layout.asString() == "CHW")
       return withResult(ctx, FieldType(elem, {c, h, w}));

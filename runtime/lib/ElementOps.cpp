@@ -282,8 +282,7 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
   const Value &cropStep = s.params["crop_step"];
   if (!cropStep.isString())
     return bindError(s, "parameter 'crop_step' is missing");
-  uint64_t stream =
-      fusedStepStream("random_resized_crop", cropStep.asString());
+  uint64_t stream = fusedStepStream("random_resized_crop", cropStep.asString());
   int channels = static_cast<int>(
       s.params["channels"].isNumber() ? s.params["channels"].asInt() : 3);
   kernels::RandomResizedCropParams p = resizedCropParams(s);
@@ -294,10 +293,11 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
   auto epi = std::make_shared<kernels::ImageEpilogue>();
   bool hasEpilogue = false;
   std::optional<uint64_t> flipStream;
-  double flipP = s.params["flip_p"].isNumber() ? s.params["flip_p"].asDouble()
-                                               : 0.5;
+  double flipP =
+      s.params["flip_p"].isNumber() ? s.params["flip_p"].asDouble() : 0.5;
   if (s.params["flip_step"].isString()) {
-    flipStream = fusedStepStream("random_flip", s.params["flip_step"].asString());
+    flipStream =
+        fusedStepStream("random_flip", s.params["flip_step"].asString());
     hasEpilogue = true;
   }
   if (s.params["mean"].isList() || s.params["std"].isList()) {
@@ -307,8 +307,8 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
       return v.size() == 1 || v.size() == static_cast<size_t>(channels);
     };
     if (!fits(mean) || !fits(sd))
-      return bindError(s, "mean and std need 1 or " +
-                              std::to_string(channels) + " values");
+      return bindError(s, "mean and std need 1 or " + std::to_string(channels) +
+                              " values");
     for (double v : sd)
       if (!(v > 0))
         return bindError(s, "std values must be > 0");

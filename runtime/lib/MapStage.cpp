@@ -190,8 +190,7 @@ private:
         where = "record " + std::to_string(item.rec.index) + " of the stream";
       return Status::error(
           where + ": " + step.reportedOp() + ": " + o.message +
-          "\n  in step '" +
-          step.name + "' at " + shared_.plan->where(step) +
+          "\n  in step '" + step.name + "' at " + shared_.plan->where(step) +
           " (on_error: fail; add `on_error: skip` to the source to drop bad "
           "records and count them)");
     }

@@ -39,8 +39,8 @@ public:
     readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
     // Interleave's read-ahead already keeps the threads busy; block-parallel
     // parsing inside it would only add tasks.
-    parallelParse_ = !readAhead_ && s.parallelParse && s.threads > 1 &&
-                     s.arena != nullptr;
+    parallelParse_ =
+        !readAhead_ && s.parallelParse && s.threads > 1 && s.arena != nullptr;
     if (readAhead_ || parallelParse_)
       account_ = s.memory->account(c->name() + " read-ahead");
   }

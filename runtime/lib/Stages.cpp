@@ -49,7 +49,8 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t) {
     if (!b)
       return std::nullopt;
     int64_t lines = std::max<int64_t>(1, (*b + 63) / 64);
-    n += 64 * lines + static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
+    n += 64 * lines +
+         static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
   }
   return n;
 }

@@ -32,23 +32,23 @@ std::vector<uint8_t> noisy(int h, int w, int c, int seed) {
   for (size_t i = 0; i < px.size(); ++i) {
     state = state * 1664525u + 1013904223u;
     size_t pixel = i / c;
-    double v = 120 + 90 * std::sin(double(pixel % w) * 0.09 + seed) *
-                         std::cos(double(pixel / w) * 0.05) +
+    double v = 120 +
+               90 * std::sin(double(pixel % w) * 0.09 + seed) *
+                   std::cos(double(pixel / w) * 0.05) +
                double(state >> 27);
     px[i] = uint8_t(std::fmin(255, std::fmax(0, v)));
   }
   return px;
 }
 
-std::string jpeg(int h, int w, int c, int subsamp, bool progressive,
-                 int seed) {
+std::string jpeg(int h, int w, int c, int subsamp, bool progressive, int seed) {
   std::vector<uint8_t> px = noisy(h, w, c, seed);
   tjhandle tj = tjInitCompress();
   unsigned char *buf = nullptr;
   unsigned long size = 0;
-  int rc = tjCompress2(tj, px.data(), w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB,
-                       &buf, &size, subsamp, 85,
-                       progressive ? TJFLAG_PROGRESSIVE : 0);
+  int rc =
+      tjCompress2(tj, px.data(), w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &buf,
+                  &size, subsamp, 85, progressive ? TJFLAG_PROGRESSIVE : 0);
   EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
   std::string out(reinterpret_cast<char *>(buf), size);
   tjFree(buf);
@@ -70,11 +70,11 @@ std::string png(int h, int w, int seed) {
   image.height = h;
   image.format = PNG_FORMAT_RGB;
   png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_get_memory_size(image, size, 0, px.data(), 0,
-                                              nullptr));
+  EXPECT_TRUE(
+      png_image_write_get_memory_size(image, size, 0, px.data(), 0, nullptr));
   out.resize(size);
-  EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0,
-                                        px.data(), 0, nullptr));
+  EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, px.data(),
+                                        0, nullptr));
   out.resize(size);
   return out;
 }
@@ -110,8 +110,8 @@ protected:
     opts.disabledPasses = std::move(disabled);
     std::ostringstream err;
     Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
-    EXPECT_TRUE(bool(plan)) << (plan ? "" : plan.status().message())
-                            << err.str();
+    EXPECT_TRUE(bool(plan))
+        << (plan ? "" : plan.status().message()) << err.str();
     return plan ? plan.take() : runtime::Plan();
   }
 
@@ -135,8 +135,7 @@ protected:
     ASSERT_EQ(countOps(cropOnly, "decode_random_resized_crop"), expectFused);
     ASSERT_EQ(countOps(none, "decode_random_resized_crop"), 0);
     ASSERT_EQ(countOps(none, "decode_image"), expectFused);
-    EXPECT_EQ(cropOnly.stages.size() - all.stages.size(),
-              size_t(expectFolded));
+    EXPECT_EQ(cropOnly.stages.size() - all.stages.size(), size_t(expectFolded));
     std::string reference;
     for (int threads : {1, 2})
       for (const runtime::Plan *plan : {&none, &cropOnly, &all}) {
@@ -202,44 +201,42 @@ TEST_F(FuseDecodeCropTest, EpilogueVariantsAreIdentical) {
                        "  - select: [image, label]\n"
                        "  - batch: {size: 5}\n",
                    1, 1, 2);
-  expectSameOutput(head +
-                       "  - decode_image: {field: data, as: image}\n"
-                       "  - random_resized_crop: {field: image, size: [13, 18], "
-                       "interpolation: nearest}\n"
-                       "  - random_flip: {field: image}\n"
-                       "  - transpose: {field: image, perm: [2, 0, 1]}\n"
-                       "  - select: [image, label]\n"
-                       "  - batch: {size: 5}\n",
-                   1, 1, 2);
-  expectSameOutput(head +
-                       "  - decode_image: {field: data, channels: 1}\n"
-                       "  - random_resized_crop: {field: data, size: 12, "
-                       "interpolation: area}\n"
-                       "  - normalize: {field: data, mean: [10], std: [3]}\n"
-                       "  - transpose: {field: data, to: CHW}\n"
-                       "  - batch: {size: 5}\n",
+  expectSameOutput(
+      head + "  - decode_image: {field: data, as: image}\n"
+             "  - random_resized_crop: {field: image, size: [13, 18], "
+             "interpolation: nearest}\n"
+             "  - random_flip: {field: image}\n"
+             "  - transpose: {field: image, perm: [2, 0, 1]}\n"
+             "  - select: [image, label]\n"
+             "  - batch: {size: 5}\n",
+      1, 1, 2);
+  expectSameOutput(head + "  - decode_image: {field: data, channels: 1}\n"
+                          "  - random_resized_crop: {field: data, size: 12, "
+                          "interpolation: area}\n"
+                          "  - normalize: {field: data, mean: [10], std: [3]}\n"
+                          "  - transpose: {field: data, to: CHW}\n"
+                          "  - batch: {size: 5}\n",
                    1, 1, 2);
 }
 
 /// Steps the epilogue cannot take stay as they are: a flip along the
 /// height stops the fold, and so does a step writing another field.
 TEST_F(FuseDecodeCropTest, EpilogueStopsAtStepsItCannotTake) {
-  const std::string head = "pipeline: stops\nseed: 5\nsource:\n"
-                           "  image_folder: {root: img, on_error: skip}\n"
-                           "steps:\n"
-                           "  - decode_image: {field: data, as: image}\n"
-                           "  - random_resized_crop: {field: image, size: 10}\n";
-  expectSameOutput(head +
-                       "  - normalize: {field: image, mean: 100, std: 50}\n"
-                       "  - random_flip: {field: image, axis: height}\n"
-                       "  - transpose: {field: image, to: CHW}\n"
-                       "  - select: [image, label]\n"
-                       "  - batch: {size: 4}\n",
+  const std::string head =
+      "pipeline: stops\nseed: 5\nsource:\n"
+      "  image_folder: {root: img, on_error: skip}\n"
+      "steps:\n"
+      "  - decode_image: {field: data, as: image}\n"
+      "  - random_resized_crop: {field: image, size: 10}\n";
+  expectSameOutput(head + "  - normalize: {field: image, mean: 100, std: 50}\n"
+                          "  - random_flip: {field: image, axis: height}\n"
+                          "  - transpose: {field: image, to: CHW}\n"
+                          "  - select: [image, label]\n"
+                          "  - batch: {size: 4}\n",
                    1, 1, 1);
-  expectSameOutput(head +
-                       "  - random_flip: {field: image, as: flipped}\n"
-                       "  - select: [image, flipped, label]\n"
-                       "  - batch: {size: 4}\n",
+  expectSameOutput(head + "  - random_flip: {field: image, as: flipped}\n"
+                          "  - select: [image, flipped, label]\n"
+                          "  - batch: {size: 4}\n",
                    1, 1, 0);
 }
 

@@ -37,9 +37,10 @@ std::vector<uint8_t> noisyImage(int h, int w, int c, uint32_t seed) {
     for (int x = 0; x < w; ++x)
       for (int ch = 0; ch < c; ++ch) {
         state = state * 1664525u + 1013904223u;
-        double v = 128 + 80 * std::sin((x + 5 * ch) * 0.11) *
-                             std::cos((y + 3 * ch) * 0.07) +
-                   double(state >> 26) - 32;
+        double v =
+            128 +
+            80 * std::sin((x + 5 * ch) * 0.11) * std::cos((y + 3 * ch) * 0.07) +
+            double(state >> 26) - 32;
         px[(size_t(y) * w + x) * c + ch] =
             uint8_t(std::lround(std::fmin(255, std::fmax(0, v))));
       }
@@ -85,8 +86,7 @@ void expectSameCrop(const std::string &jpeg, const Tensor &full, int channels,
   Expected<Tensor> expected = cropPadded(full, box);
   ASSERT_TRUE(bool(expected)) << expected.status().message();
   ASSERT_EQ(window->shape(), expected->shape()) << boxText(box);
-  ASSERT_EQ(std::memcmp(window->raw(), expected->raw(), expected->nbytes()),
-            0)
+  ASSERT_EQ(std::memcmp(window->raw(), expected->raw(), expected->nbytes()), 0)
       << boxText(box);
 }
 
@@ -103,9 +103,14 @@ TEST_P(DecodeCropTest, WindowEqualsFullDecodeThenCrop) {
   // Every edge and corner, 1-pixel slivers, the whole image, and boxes that
   // start or end on and next to iMCU boundaries (multiples of 8 and 16).
   std::vector<CropBox> boxes = {
-      {0, 0, H, W},         {0, 0, 1, 1},          {H - 1, W - 1, 1, 1},
-      {0, W - 1, H, 1},     {H - 1, 0, 1, W},      {0, 0, H / 2, W / 2},
-      {H / 2, W / 2, H - H / 2, W - W / 2},        {0, W / 3, H, W / 3},
+      {0, 0, H, W},
+      {0, 0, 1, 1},
+      {H - 1, W - 1, 1, 1},
+      {0, W - 1, H, 1},
+      {H - 1, 0, 1, W},
+      {0, 0, H / 2, W / 2},
+      {H / 2, W / 2, H - H / 2, W - W / 2},
+      {0, W / 3, H, W / 3},
       {H / 3, 0, H / 3, W},
   };
   for (int64_t a : {7, 8, 9, 15, 16, 17, 31, 32, 33})
@@ -150,8 +155,7 @@ TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
       ASSERT_TRUE(bool(fused)) << fused.status().message();
       ASSERT_TRUE(bool(unfused)) << unfused.status().message();
       ASSERT_EQ(fused->shape(), unfused->shape());
-      ASSERT_EQ(
-          std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()), 0)
+      ASSERT_EQ(std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()), 0)
           << "record " << index;
       // Both consumed the same draws.
       EXPECT_EQ(a.nextU32(), b.nextU32());
@@ -204,8 +208,8 @@ TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
                                           std::string("junk\xFF\xD9", 6)});
   damaged.push_back({"header only", jpeg.substr(0, 200)});
   damaged.push_back({"not an image", "GIF89a........"});
-  std::vector<CropBox> boxes = {{0, 0, 16, 16}, {8, 40, 30, 50},
-                                {120, 100, 40, 44}, {0, 0, 160, 144}};
+  std::vector<CropBox> boxes = {
+      {0, 0, 16, 16}, {8, 40, 30, 50}, {120, 100, 40, 44}, {0, 0, 160, 144}};
   for (const auto &[what, bytes] : damaged) {
     Expected<Tensor> full = decodeImage(bytes, 3);
     for (CropBox box : boxes) {
@@ -218,8 +222,8 @@ TEST(DecodeCropErrors, DamagedFilesBehaveLikeFullDecode) {
       }
       Expected<Tensor> expected = crop(*full, box);
       ASSERT_TRUE(bool(expected));
-      EXPECT_EQ(
-          std::memcmp(window->raw(), expected->raw(), expected->nbytes()), 0)
+      EXPECT_EQ(std::memcmp(window->raw(), expected->raw(), expected->nbytes()),
+                0)
           << what << " " << boxText(box);
     }
   }

@@ -462,7 +462,8 @@ TEST(DecodeCrop, DctScalingIsCloseAndSmaller) {
   for (uint64_t index = 0; index < 5; ++index) {
     Rng a(3, 0, index, 1), b(3, 0, index, 1);
     Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, 3, p, a);
-    Expected<Tensor> scaled = decodeRandomResizedCrop(jpeg, 3, p, b, dctScaling);
+    Expected<Tensor> scaled =
+        decodeRandomResizedCrop(jpeg, 3, p, b, dctScaling);
     ASSERT_TRUE(exact && scaled);
     ASSERT_EQ(scaled->shape(), exact->shape());
     const uint8_t *x = exact->data<uint8_t>(), *y = scaled->data<uint8_t>();

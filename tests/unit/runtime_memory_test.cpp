@@ -54,8 +54,9 @@ TEST_F(MemoryTest, RefusesAShuffleBufferThatCannotFit) {
   // A record is 28*28*4 bytes of image and 8 of label, each in whole
   // 64-byte lines plus its tensor's bookkeeping; the suggestion must fit
   // with the other buffers and must not be needlessly small.
-  int64_t each = 28 * 28 * 4 + 64 +
-                 2 * static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
+  int64_t each =
+      28 * 28 * 4 + 64 +
+      2 * static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
   EXPECT_LE(fit * each, int64_t(64) << 20);
   EXPECT_GT(fit * each, int64_t(60) << 20);
 

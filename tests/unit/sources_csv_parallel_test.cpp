@@ -69,8 +69,7 @@ std::string makeText(const TextCase &c) {
       name = "\"\"";
     }
     std::string row = id + "," + score + "," + name + ",ab" +
-                      std::to_string(i % 10) + "," +
-                      (i % 4 == 0 ? "" : "FF");
+                      std::to_string(i % 10) + "," + (i % 4 == 0 ? "" : "FF");
     switch (i % 25) {
     case 7:
       row = id + "," + score; // too few columns
@@ -115,8 +114,8 @@ std::vector<Value> columns() {
 
 /// Everything a reader returned, in order, as comparable text and bytes.
 struct Transcript {
-  std::string events; ///< per shard: r/e per result, then '|'
-  std::string bytes;  ///< records: index and fields' bytes
+  std::string events;              ///< per shard: r/e per result, then '|'
+  std::string bytes;               ///< records: index and fields' bytes
   std::vector<std::string> errors; ///< message, reason and location
   std::vector<uint64_t> bytesRead; ///< per shard, after its end
 };
@@ -150,12 +149,11 @@ Transcript read(const Source &src, const ReadAhead *ra, size_t stopAt = 0) {
       if (r.isError()) {
         const runtime::DataError &e = r.error();
         tr.events += 'e';
-        tr.errors.push_back(e.message() + " [" + e.reason + "] field '" +
-                            e.where.field + "' line " +
-                            std::to_string(e.where.line) + " offset " +
-                            std::to_string(e.where.offset) + " record " +
-                            std::to_string(e.where.record) +
-                            (e.recoverable ? "" : " fatal"));
+        tr.errors.push_back(
+            e.message() + " [" + e.reason + "] field '" + e.where.field +
+            "' line " + std::to_string(e.where.line) + " offset " +
+            std::to_string(e.where.offset) + " record " +
+            std::to_string(e.where.record) + (e.recoverable ? "" : " fatal"));
         continue;
       }
       tr.events += 'r';
@@ -199,8 +197,8 @@ TEST_P(CsvBlocks, AnyBlockSizeAndThreadsReadTheSame) {
 
   Transcript ref = read(*src, nullptr);
   // The reference itself is what the text says.
-  size_t good = static_cast<size_t>(std::count(ref.events.begin(),
-                                               ref.events.end(), 'r'));
+  size_t good = static_cast<size_t>(
+      std::count(ref.events.begin(), ref.events.end(), 'r'));
   EXPECT_EQ(good, c.unterminated ? 2u * 114 : 2u * 115);
   EXPECT_EQ(ref.errors.size(), 2u * (36 + (c.unterminated ? 1 : 0)));
   if (!c.gz)
@@ -237,14 +235,12 @@ TEST_P(CsvBlocks, AnyBlockSizeAndThreadsReadTheSame) {
 
 INSTANTIATE_TEST_SUITE_P(
     Texts, CsvBlocks,
-    ::testing::Values(TextCase{"lf", "\n", false, false, false, false},
-                      TextCase{"crlf_header_bom", "\r\n", false, true, true,
-                               false},
-                      TextCase{"lf_header_gz", "\n", true, true, false, false},
-                      TextCase{"crlf_gz_unterminated", "\r\n", true, false,
-                               false, true},
-                      TextCase{"lf_bom_unterminated", "\n", false, false, true,
-                               true}),
+    ::testing::Values(
+        TextCase{"lf", "\n", false, false, false, false},
+        TextCase{"crlf_header_bom", "\r\n", false, true, true, false},
+        TextCase{"lf_header_gz", "\n", true, true, false, false},
+        TextCase{"crlf_gz_unterminated", "\r\n", true, false, false, true},
+        TextCase{"lf_bom_unterminated", "\n", false, false, true, true}),
     [](const ::testing::TestParamInfo<TextCase> &i) { return i.param.name; });
 
 /// A header that never closes its quote is the error, at line 1 (or after
@@ -283,7 +279,8 @@ std::string criteoText(int rows) {
   for (int r = 0; r < rows; ++r) {
     t += std::to_string(next() % 2);
     for (int i = 0; i < 13; ++i)
-      t += '\t' + (next() % 7 == 0 ? std::string() : std::to_string(next() % 9000));
+      t += '\t' +
+           (next() % 7 == 0 ? std::string() : std::to_string(next() % 9000));
     for (int i = 0; i < 26; ++i) {
       std::snprintf(hex, sizeof hex, "%08llx",
                     static_cast<unsigned long long>(next() & 0xffffffffu));

@@ -136,15 +136,14 @@ struct FuseCropEpiloguePass
       StringRef kind = step.getKind();
       if (kind != "random_flip" && kind != "normalize" && kind != "transpose")
         break;
-      std::string reason =
-          blocker(pipeline, crop, epi, step, *image, channels);
+      std::string reason = blocker(pipeline, crop, epi, step, *image, channels);
       if (!reason.empty()) {
         LLVM_DEBUG(llvm::dbgs() << "not folding '" << step.getStageName()
                                 << "': " << reason << "\n");
         if (emitRemarks)
-          step.emitRemark() << "did not fold '" << step.getStageName()
-                            << "' into '" << crop.getStageName()
-                            << "': " << reason;
+          step.emitRemark()
+              << "did not fold '" << step.getStageName() << "' into '"
+              << crop.getStageName() << "': " << reason;
         break;
       }
       if (kind == "random_flip")
@@ -185,14 +184,13 @@ struct FuseCropEpiloguePass
     OpBuilder builder(last);
     auto fused = builder.create<ElementOp>(
         FusedLoc::get(ctx, locs), last.getOutput().getType(), kCropOp,
-        crop.getInput(), params.getDictionary(ctx),
-        StringAttr::get(ctx, name));
+        crop.getInput(), params.getDictionary(ctx), StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
     if (emitRemarks) {
       std::string folded;
       for (ElementOp step : epi.steps)
-        folded += (folded.empty() ? "'" : ", '") +
-                  step.getStageName().str() + "'";
+        folded +=
+            (folded.empty() ? "'" : ", '") + step.getStageName().str() + "'";
       epi.steps.front().emitRemark()
           << "folded " << folded << " into '" << crop.getStageName()
           << "': done while the resize writes each row";

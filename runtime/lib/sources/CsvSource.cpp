@@ -96,9 +96,9 @@ enum class CellError : uint8_t { None, Parse, Hex, StrayQuote };
 
 /// What RecordScanner::scan() found out about one record.
 struct ScanResult {
-  size_t len = 0;      // bytes, its line break included
-  size_t numCells = 0; // cells found (the record is bad unless sum(count))
-  int64_t lines = 0;   // line breaks, the final one included
+  size_t len = 0;        // bytes, its line break included
+  size_t numCells = 0;   // cells found (the record is bad unless sum(count))
+  int64_t lines = 0;     // line breaks, the final one included
   size_t quoteStart = 0; // the last opening quote, from the record's start
   // The first bad cell.
   CellError err = CellError::None;
@@ -439,8 +439,8 @@ struct CsvBlock {
   int64_t charged = 0; // bytes reserved in the read-ahead account
 
   // Set by parse().
-  int64_t rows = 0;  // records, good and bad
-  int64_t lines = 0; // line breaks in text
+  int64_t rows = 0;             // records, good and bad
+  int64_t lines = 0;            // line breaks in text
   std::vector<CsvIssue> issues; // in row order
   // A quoted field that never closes ends the shard after `rows` records.
   std::optional<std::pair<size_t, int64_t>> unterminated; // offset, line
@@ -512,8 +512,9 @@ void CsvBlock::parse(const CsvSource &src) {
       if (col.text)
         strs[c] = strings[c].data() + row * col.count;
       else
-        data[c] = columns[c].mutableRaw() +
-                  row * col.count * static_cast<int64_t>(elemTypeSize(col.elem));
+        data[c] =
+            columns[c].mutableRaw() +
+            row * col.count * static_cast<int64_t>(elemTypeSize(col.elem));
     }
     // The text ends with a whole record (or with the file), so the scan
     // never needs more.
@@ -600,7 +601,7 @@ private:
   std::shared_ptr<CsvBlock> cur_;               // the block being emitted
   int64_t row_ = 0;                             // next row of cur_
   size_t issue_ = 0;                            // next issue of cur_
-  std::vector<std::string> spare_; // text buffers of finished blocks
+  std::vector<std::string> spare_;           // text buffers of finished blocks
   std::vector<std::vector<int64_t>> shapes_; // of one row, per column
   std::vector<size_t> rowBytes_;             // per numeric column
 };
@@ -618,7 +619,7 @@ std::optional<ReadResult> CsvReader::start() {
     if (!in_.ensure(2) && in_.avail() == 0)
       return in_.failed() ? std::optional(ioError(in_)) : std::nullopt;
     const char *d = in_.data();
-    size_t blank = d[0] == '\n'                                    ? 1
+    size_t blank = d[0] == '\n'                                       ? 1
                    : d[0] == '\r' && in_.avail() >= 2 && d[1] == '\n' ? 2
                                                                       : 0;
     if (blank == 0)
@@ -801,9 +802,9 @@ ReadResult CsvReader::next(Record &out) {
       if (row_ < cur_->rows)
         return emit(out);
       if (cur_->unterminated)
-        return unterminated(
-            cur_->offset + static_cast<int64_t>(cur_->unterminated->first),
-            lineBase_ + cur_->unterminated->second);
+        return unterminated(cur_->offset +
+                                static_cast<int64_t>(cur_->unterminated->first),
+                            lineBase_ + cur_->unterminated->second);
       if (!cur_->ioError.empty())
         return fail("io: read error", cur_->ioError, cur_->ioOffset, false);
       finishBlock();
@@ -859,8 +860,8 @@ ReadResult CsvReader::report(const CsvIssue &is) {
                 startOffset, true, "", startLine);
   }
   const CsvColumn &col = src_.columns[src_.cells[is.cell].column];
-  std::string where =
-      "column " + std::to_string(is.cell + 1) + " '" + cellName(is.cell) + "': ";
+  std::string where = "column " + std::to_string(is.cell + 1) + " '" +
+                      cellName(is.cell) + "': ";
   int64_t at = startOffset + static_cast<int64_t>(is.errOffset);
   switch (is.err) {
   case CellError::StrayQuote:
@@ -874,7 +875,8 @@ ReadResult CsvReader::report(const CsvIssue &is) {
                     "' is not 1 to 8 hex digits",
                 at, true, cellName(is.cell), startLine);
   default: {
-    std::string detail = where + describeParseError(is.parse, is.text, col.elem);
+    std::string detail =
+        where + describeParseError(is.parse, is.text, col.elem);
     if (is.parse == ParseError::Empty)
       detail += " column (only float columns may have empty cells; use "
                 "f32/f64 and fill_missing, or fix the data)";

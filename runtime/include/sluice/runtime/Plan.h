@@ -23,13 +23,13 @@ namespace sluice::runtime {
 
 /// One stage: the source, an element op, or a record op.
 struct PlanStage {
-  std::string name;     ///< unique step name ("decode_image", "map.2")
-  std::string op;       ///< registry op name
+  std::string name; ///< unique step name ("decode_image", "map.2")
+  std::string op;   ///< registry op name
   OpKind kind = OpKind::Element;
   Value params;         ///< Map, validated and defaulted
   RecordType inputType; ///< empty for the source
   RecordType outputType;
-  SourceLoc loc;        ///< position in the spec, for error messages
+  SourceLoc loc; ///< position in the spec, for error messages
 
   // Schedule knobs; 0 / -1 / "" = decide at run time (autotuner).
   int64_t parallelism = 0; ///< workers for element stages
