@@ -42,11 +42,23 @@ void normalizeLoop(const T *__restrict in, float *__restrict out, int64_t n,
     const T *__restrict src = in + base;
     float *__restrict dst = out + base;
     for (int64_t j = 0; j < len; ++j)
-      dst[j] = (static_cast<float>(src[j]) - mean[j]) * scale[j];
+      dst[j] = normalizeValue(static_cast<float>(src[j]), mean[j], scale[j]);
   }
 }
 
 } // namespace
+
+void normalizeTables(const std::vector<double> &mean,
+                     const std::vector<double> &stddev, int64_t channels,
+                     std::vector<float> &m, std::vector<float> &scale) {
+  m.resize(static_cast<size_t>(channels));
+  scale.resize(static_cast<size_t>(channels));
+  for (size_t c = 0; c < m.size(); ++c) {
+    m[c] = static_cast<float>(mean.size() == 1 ? mean[0] : mean[c]);
+    scale[c] =
+        static_cast<float>(1.0 / (stddev.size() == 1 ? stddev[0] : stddev[c]));
+  }
+}
 
 Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
                            const std::vector<double> &stddev) {
@@ -70,6 +82,9 @@ Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
     if (!(s != 0) || !std::isfinite(s))
       return Status::error("normalize: std must be finite and non-zero, got " +
                            std::to_string(s));
+  // A last dim of 0 may come with empty lists; there is nothing to compute.
+  if (input.numElements() == 0)
+    return Tensor::empty(ElemType::F32, input.shape());
 
   // The period is the smallest multiple of the channel count that is also a
   // multiple of 16 floats (one AVX-512 register), so the tables stay small
@@ -78,12 +93,12 @@ Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
   int64_t period = c * (16 / std::gcd(c, int64_t(16)));
   if (period > 65536)
     period = c;
+  std::vector<float> cm, cs; // per channel
+  normalizeTables(mean, stddev, c, cm, cs);
   std::vector<float> m(period), sc(period);
   for (int64_t j = 0; j < period; ++j) {
-    int64_t ch = j % c;
-    m[j] = static_cast<float>(mean.size() == 1 ? mean[0] : mean[ch]);
-    sc[j] =
-        static_cast<float>(1.0 / (stddev.size() == 1 ? stddev[0] : stddev[ch]));
+    m[j] = cm[j % c];
+    sc[j] = cs[j % c];
   }
 
   Tensor out = Tensor::empty(ElemType::F32, input.shape());
@@ -98,9 +113,9 @@ Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
     break;
   default:
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = (static_cast<float>(loadAsDouble(input.elem(), input.raw(), i)) -
-                m[i % period]) *
-               sc[i % period];
+      dst[i] = normalizeValue(
+          static_cast<float>(loadAsDouble(input.elem(), input.raw(), i)),
+          m[i % period], sc[i % period]);
     break;
   }
   return out;

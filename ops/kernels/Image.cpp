@@ -1,6 +1,7 @@
 //===- Image.cpp - JPEG/PNG decode, resize, crop and flip kernels ---------===//
 
 #include "sluice/ops/kernels/Image.h"
+#include "sluice/ops/kernels/Elementwise.h"
 #include "sluice/ops/kernels/Scalar.h"
 
 #include <png.h>
@@ -996,7 +997,7 @@ void epilogueRowImpl(const uint8_t *__restrict row, int64_t W, int64_t c,
   // normalize's expression, per element: (float(x) - mean) * scale.
   auto value = [&](uint8_t v, float m, float sc) -> OutT {
     if constexpr (std::is_same_v<OutT, float>)
-      return (static_cast<float>(v) - m) * sc;
+      return normalizeValue(static_cast<float>(v), m, sc);
     else
       return v;
   };
@@ -1044,14 +1045,11 @@ void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
     epilogueRowT(row, W, C, oy, H, flip, e, out.mutableData<uint8_t>());
 }
 
-/// The tensor the epilogue writes for an H x W x C u8 image (`rank` 2 or 3).
-Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, size_t rank,
-                      const ImageEpilogue &e) {
+/// The tensor the epilogue writes for an H x W x C u8 image.
+Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, const ImageEpilogue &e) {
   ElemType elem = e.normalize ? ElemType::F32 : ElemType::U8;
   if (e.chw)
     return Tensor::empty(elem, {c, h, w});
-  if (rank == 2)
-    return Tensor::empty(elem, {h, w});
   return Tensor::empty(elem, {h, w, c});
 }
 
@@ -1087,7 +1085,8 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
           const float m = epi->mean[ch], sc = epi->scale[ch];
           float *__restrict o = out.mutableData<float>() + at;
           for (int64_t x = 0; x < outW; ++x)
-            o[x] = (static_cast<float>(toU8(wy0 * a[x] + wy1 * b[x])) - m) * sc;
+            o[x] = normalizeValue(
+                static_cast<float>(toU8(wy0 * a[x] + wy1 * b[x])), m, sc);
         } else {
           uint8_t *__restrict o = out.mutableData<uint8_t>() + at;
           for (int64_t x = 0; x < outW; ++x)
@@ -1306,10 +1305,9 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   }
 
   Scratch &scratch = decodeScratch();
-  Tensor out =
-      epi ? epilogueOutput(params.height, params.width, channels, 3, *epi)
-          : Tensor::empty(ElemType::U8,
-                          {params.height, params.width, channels});
+  Tensor out = epi ? epilogueOutput(params.height, params.width, channels, *epi)
+                   : Tensor::empty(ElemType::U8,
+                                   {params.height, params.width, channels});
   WindowPixels px;
   if (denom == 1 && decodeJpegWindow(bytes, *info, channels, box,
                                      opts.verifyFull, scratch, px)) {
@@ -1334,28 +1332,6 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                   channels, decW * channels};
   resizeU8Into(v, out, params.height, params.width, params.interpolation, epi);
   scratch.trim();
-  return out;
-}
-
-Expected<Tensor> applyEpilogue(const Tensor &image, const ImageEpilogue &epi) {
-  Expected<Dims> d = imageDims(image, "image epilogue");
-  if (!d)
-    return d.status();
-  if (image.elem() != ElemType::U8)
-    return Status::error("image epilogue: expects a u8 image, got " +
-                         image.type().str());
-  if (epi.normalize &&
-      (epi.mean.size() != size_t(d->c) || epi.scale.size() != size_t(d->c)))
-    return Status::error(
-        "image epilogue: needs one mean and std per channel (" +
-        std::to_string(d->c) + ")");
-  if (epi.chw && image.rank() != 3)
-    return Status::error("image epilogue: CHW needs a rank-3 image, got " +
-                         image.type().str());
-  Tensor out = epilogueOutput(d->h, d->w, d->c, image.rank(), epi);
-  const uint8_t *in = image.data<uint8_t>();
-  for (int64_t y = 0; y < d->h; ++y)
-    epilogueRow(in + y * d->w * d->c, d->w, d->c, y, d->h, epi.flip, epi, out);
   return out;
 }
 

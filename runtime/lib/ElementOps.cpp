@@ -248,20 +248,6 @@ Expected<ElementFn> bindRandomResizedCrop(const PlanStage &s,
                });
 }
 
-/// The per-channel tables normalize computes: float(mean) and
-/// float(1.0 / std), a single value standing for every channel.
-void normalizeTables(const std::vector<double> &mean,
-                     const std::vector<double> &sd, int64_t channels,
-                     std::vector<float> &m, std::vector<float> &scale) {
-  m.resize(static_cast<size_t>(channels));
-  scale.resize(static_cast<size_t>(channels));
-  for (int64_t c = 0; c < channels; ++c) {
-    size_t i = static_cast<size_t>(c);
-    m[i] = static_cast<float>(mean.size() == 1 ? mean[0] : mean[i]);
-    scale[i] = static_cast<float>(1.0 / (sd.size() == 1 ? sd[0] : sd[i]));
-  }
-}
-
 /// The random stream of the step named `name` of op `op` (a step fused
 /// away, whose draws the fused op makes).
 uint64_t fusedStepStream(const std::string &op, const std::string &name) {
@@ -313,7 +299,7 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
       if (!(v > 0))
         return bindError(s, "std values must be > 0");
     epi->normalize = true;
-    normalizeTables(mean, sd, channels, epi->mean, epi->scale);
+    kernels::normalizeTables(mean, sd, channels, epi->mean, epi->scale);
     hasEpilogue = true;
   }
   if (s.params["layout"].isString() && s.params["layout"].asString() == "CHW") {
@@ -322,9 +308,17 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
   }
   if (!hasEpilogue)
     epi.reset();
+  // The flip is drawn per record: a second, flipping copy of the epilogue
+  // is picked then, so nothing is copied per record.
+  std::shared_ptr<const kernels::ImageEpilogue> flipped;
+  if (epi && flipStream) {
+    auto f = std::make_shared<kernels::ImageEpilogue>(*epi);
+    f->flip = true;
+    flipped = std::move(f);
+  }
   return unary(
       io,
-      [p, channels, stream, opts, epi, flipStream,
+      [p, channels, stream, opts, epi, flipped, flipStream,
        flipP](const Tensor &t, Record &rec,
               const ElementContext &ctx) -> Expected<Tensor> {
         if (t.isNumeric() || t.rank() != 0)
@@ -332,14 +326,10 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
                                t.type().str());
         Rng rng(ctx.seed, ctx.epoch, rec.index, stream);
         kernels::DecodeOptions o = opts;
-        kernels::ImageEpilogue e;
-        if (epi) {
-          e = *epi; // small: the flip is per record
-          if (flipStream)
-            e.flip = Rng(ctx.seed, ctx.epoch, rec.index, *flipStream)
-                         .bernoulli(flipP);
-          o.epilogue = &e;
-        }
+        o.epilogue = epi.get();
+        if (flipStream &&
+            Rng(ctx.seed, ctx.epoch, rec.index, *flipStream).bernoulli(flipP))
+          o.epilogue = flipped.get();
         return kernels::decodeRandomResizedCrop(t.str(), channels, p, rng, o);
       });
 }

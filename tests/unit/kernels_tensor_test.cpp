@@ -91,6 +91,13 @@ INSTANTIATE_TEST_SUITE_P(
                       NormCase{ElemType::F64, {3, 2}, 2},
                       NormCase{ElemType::U8, {}, 1}));
 
+TEST(Normalize, EmptyLastDimWithEmptyLists) {
+  // A last dim of 0 accepts 0 values per list; nothing is computed.
+  Expected<Tensor> r = normalize(Tensor::empty(ElemType::U8, {2, 0}), {}, {});
+  ASSERT_TRUE(bool(r)) << r.status().message();
+  EXPECT_EQ(r->type().str(), "f32[2,0]");
+}
+
 TEST(NormalizeErrors, ClearMessages) {
   Tensor img = Tensor::zeros(ElemType::U8, {2, 2, 3});
   Expected<Tensor> bad = normalize(img, {1, 2}, {1});

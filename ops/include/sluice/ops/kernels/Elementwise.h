@@ -27,6 +27,20 @@ namespace kernels {
 Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
                            const std::vector<double> &stddev);
 
+/// normalize's per-channel constants: m[c] = float(mean), scale[c] =
+/// float(1.0 / std), one list value standing for every channel. `mean` and
+/// `stddev` have 1 or `channels` values. Kernels that normalize as part of
+/// something else (the fused crop epilogue) take these and
+/// normalizeValue(), so that their bytes are normalize's.
+void normalizeTables(const std::vector<double> &mean,
+                     const std::vector<double> &stddev, int64_t channels,
+                     std::vector<float> &m, std::vector<float> &scale);
+
+/// normalize's expression for one element.
+inline float normalizeValue(float x, float m, float scale) {
+  return (x - m) * scale;
+}
+
 /// Converts every element to `to` (any numeric pair, incl. f16 and bool) with
 /// the rules of Scalar.h: float->int truncates toward zero then saturates,
 /// NaN->0; narrowing int->int saturates; ->bool is != 0. Returns the input

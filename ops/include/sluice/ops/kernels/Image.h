@@ -93,8 +93,8 @@ Expected<Tensor> decodeImage(std::string_view bytes, int channels);
 struct ImageEpilogue {
   bool flip = false;      ///< mirror left-right (the random draw is made)
   bool normalize = false; ///< u8 -> f32: (float(x) - mean[c]) * scale[c]
-  /// One value per channel: float(mean) and float(1.0 / std), exactly the
-  /// tables the normalize kernel uses.
+  /// One value per channel: normalizeTables() (Elementwise.h), and the
+  /// pixels go through normalizeValue().
   std::vector<float> mean, scale;
   bool chw = false; ///< write [C, H, W] instead of [H, W, C]
 };
@@ -155,10 +155,6 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                                          const RandomResizedCropParams &params,
                                          Rng &rng,
                                          const DecodeOptions &opts = {});
-
-/// The epilogue's steps on a u8 image (HWC or HW): what the fused kernels
-/// compute, for images that reach the steps some other way.
-Expected<Tensor> applyEpilogue(const Tensor &image, const ImageEpilogue &epi);
 
 /// Gray u8[H,W,1] (or [H,W]) to u8[H,W,3] by replication.
 Expected<Tensor> grayToRgb(const Tensor &image);
