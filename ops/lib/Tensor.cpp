@@ -89,7 +89,12 @@ size_t Tensor::memoryBytes() const {
   }
   if (!buf_)
     return 0;
-  size_t rounded = (nbytes_ + kAlignment - 1) / kAlignment * kAlignment;
+  return numericMemoryBytes(nbytes_);
+}
+
+size_t Tensor::numericMemoryBytes(size_t nbytes) {
+  // As allocateAligned() allocates: whole lines, at least one.
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   return kTensorOverheadBytes + (rounded == 0 ? kAlignment : rounded);
 }
 

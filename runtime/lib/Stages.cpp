@@ -41,16 +41,14 @@ int64_t threadCpuNs() {
 }
 
 std::optional<int64_t> staticRecordBytes(const RecordType &t) {
-  // What recordBytes() counts for such a record: each field's data in
-  // whole 64-byte lines, its bookkeeping, and the Tensor objects.
+  // What recordBytes() counts for such a record.
   int64_t n = 0;
   for (const Field &f : t.fields()) {
     std::optional<int64_t> b = f.type.staticBytes();
     if (!b)
       return std::nullopt;
-    int64_t lines = std::max<int64_t>(1, (*b + 63) / 64);
-    n += 64 * lines +
-         static_cast<int64_t>(kTensorOverheadBytes + sizeof(Tensor));
+    n += static_cast<int64_t>(
+        Tensor::numericMemoryBytes(static_cast<size_t>(*b)) + sizeof(Tensor));
   }
   return n;
 }

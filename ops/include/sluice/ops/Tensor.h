@@ -77,6 +77,8 @@ public:
   /// Bytes this tensor keeps alive (for memory accounting): its data, as
   /// allocated, plus kTensorOverheadBytes of bookkeeping.
   size_t memoryBytes() const;
+  /// memoryBytes() of a numeric tensor of `nbytes` data bytes.
+  static size_t numericMemoryBytes(size_t nbytes);
 
   /// Same shape, type and contents (bitwise for numeric data).
   bool sameAs(const Tensor &o) const;
