@@ -411,6 +411,16 @@ const char *lastRecordEnd(const char *b, const char *e, char delim) {
   return last;
 }
 
+/// The length of the empty line (LF or CRLF) at p, or 0 if none starts
+/// there.
+size_t blankLineAt(const char *p, const char *e) {
+  if (p < e && *p == '\n')
+    return 1;
+  if (p + 1 < e && p[0] == '\r' && p[1] == '\n')
+    return 2;
+  return 0;
+}
+
 /// A record of a block that becomes an error: what scan() found, with the
 /// record's position relative to the block.
 struct CsvIssue {
@@ -496,15 +506,8 @@ void CsvBlock::parse(const CsvSource &src) {
   ScanResult r;
   for (;;) {
     // Blank lines are not records.
-    while (p < e) {
-      if (*p == '\n')
-        p += 1;
-      else if (*p == '\r' && p + 1 < e && p[1] == '\n')
-        p += 2;
-      else
-        break;
+    for (size_t n; (n = blankLineAt(p, e)) > 0; p += n)
       ++line;
-    }
     if (p == e)
       break;
     for (size_t c = 0; c < src.columns.size(); ++c) {
@@ -619,9 +622,7 @@ std::optional<ReadResult> CsvReader::start() {
     if (!in_.ensure(2) && in_.avail() == 0)
       return in_.failed() ? std::optional(ioError(in_)) : std::nullopt;
     const char *d = in_.data();
-    size_t blank = d[0] == '\n'                                       ? 1
-                   : d[0] == '\r' && in_.avail() >= 2 && d[1] == '\n' ? 2
-                                                                      : 0;
+    size_t blank = blankLineAt(d, d + in_.avail());
     if (blank == 0)
       break;
     in_.consume(blank);
