@@ -8,6 +8,7 @@
 #include "sluice/ops/Registry.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/runtime/Pipeline.h"
+#include "Tune.h"
 
 #include <algorithm>
 #include <chrono>
@@ -38,7 +39,7 @@ commands:
   run     SPEC [--epochs N] [--sink null|npy:DIR] [--schedule FILE] [--threads N]
                [--memory SIZE] [--stats] [--stats-json FILE] [--quiet] [--disable-pass NAME]
   compile SPEC -o EXE               standalone executable; same flags as run
-  tune    SPEC [--cores N] [--memory SIZE] [--report DIR] [--check BASELINE.json]
+  tune    SPEC [--cores N] [--memory SIZE] [--report DIR] [--check BASELINE.json [--tolerance P]]
   bench   SPEC [--seconds S]        throughput and a per-stage table (same flags as run)
 
 exit codes: 0 ok, 1 pipeline or data error, 2 usage or spec error
@@ -439,7 +440,9 @@ int main(int argc, char **argv) {
     return cmdRun(argc, argv);
   if (cmd == "bench")
     return cmdBench(argc, argv);
-  if (cmd == "compile" || cmd == "tune") {
+  if (cmd == "tune")
+    return tools::cmdTune(argc, argv);
+  if (cmd == "compile") {
     std::cerr << "sluice: error: '" << cmd
               << "' is not available yet (it arrives with the "
               << (cmd == "compile" ? "codegen" : "autotuner")
