@@ -165,6 +165,33 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
     }
     options.push_back(o);
   }
+  // Σ parallelism <= cores: a cache that splits a parallel group in two
+  // would need a worker more than the budget has. Only when every option
+  // has more parallel stages than cores do they share (one worker each).
+  {
+    auto nPar = [&](const CacheOption &o) {
+      int64_t n = 0;
+      for (const Unit &u : units(p, o.after))
+        n += u.parallel;
+      return n;
+    };
+    int64_t least = nPar(options.front());
+    for (const CacheOption &o : options)
+      least = std::min(least, nPar(o));
+    int64_t allowed = std::max(cores, least);
+    std::vector<CacheOption> kept;
+    for (const CacheOption &o : options) {
+      if (nPar(o) <= allowed)
+        kept.push_back(o);
+      else if (o.to == "memory")
+        sol.notes.push_back(
+            "a cache after '" + p.steps[static_cast<size_t>(o.after)].name +
+            "' splits a parallel stage in two, needing " +
+            std::to_string(nPar(o)) + " workers on " + std::to_string(cores) +
+            " cores");
+    }
+    options = kept;
+  }
   if (!p.sourceRecordsPerEpoch)
     sol.notes.push_back("no cache considered: the source cannot tell how many "
                         "records an epoch has, so a cache's size is unknown");
