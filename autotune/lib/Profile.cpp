@@ -182,6 +182,7 @@ Expected<Probe> measure(const runtime::Plan &plan,
   std::atomic<bool> enough{false};
   auto start = Clock::now();
   double cpu0 = processCpu();
+  double firstOut = -1;
   std::thread sampler([&] {
     std::unique_lock<std::mutex> lock(mu);
     while (!done) {
@@ -192,7 +193,13 @@ Expected<Probe> measure(const runtime::Plan &plan,
       samples.push_back(std::move(st));
       times.push_back(t);
       cpus.push_back(processCpu());
-      if (t >= seconds || read >= maxRecords)
+      // Long enough once `seconds` passed and outputs have flowed for most
+      // of it (opening a large source can take longer than a probe), or
+      // the record cap is hit, or a hard cap.
+      if (firstOut < 0 && samples.back().outputs > 0)
+        firstOut = t;
+      if (read >= maxRecords || t >= std::max(30.0, 10 * seconds) ||
+          (firstOut >= 0 && t >= seconds && t - firstOut >= 0.7 * seconds))
         enough = true;
     }
   });
@@ -226,7 +233,8 @@ Expected<Probe> measure(const runtime::Plan &plan,
   cpus.push_back(processCpu());
   // First snapshot after warm-up with some output.
   size_t w = 0;
-  double warm = 0.3 * std::min(seconds, lastT);
+  double warm = std::max(0.3 * std::min(seconds, lastT),
+                         firstOut >= 0 ? firstOut : 0.0);
   while (w + 1 < samples.size() &&
          (times[w] < warm || samples[w].outputs == 0))
     ++w;

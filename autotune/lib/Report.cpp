@@ -27,6 +27,15 @@ std::string fmt(double v, const char *f = "%.1f") {
   return b;
 }
 
+/// 91.6k, 2.06M, 512.
+std::string human(double v) {
+  if (v >= 1e6)
+    return fmt(v / 1e6, "%.3gM");
+  if (v >= 1e3)
+    return fmt(v / 1e3, "%.3gk");
+  return fmt(v, "%.3g");
+}
+
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 std::string xmlEscape(const std::string &s) {
@@ -342,8 +351,8 @@ std::string reportSvg(const TuneResult &r) {
     if (k < r.naive.units.size() && r.naive.units[k].label == u.label)
       naive = r.naive.units[k].capacity;
     std::string label = u.label;
-    if (label.size() > 44)
-      label = label.substr(0, 41) + "...";
+    if (label.size() > 48)
+      label = label.substr(0, 45) + "...";
     label += u.parallel ? " (x" + std::to_string(u.parallelism) + ")" : "";
     bars.push_back({label, unitWhere(p, u), u.capacity, naive,
                     static_cast<int>(k) == pr.bottleneck});
@@ -361,7 +370,7 @@ std::string reportSvg(const TuneResult &r) {
   double l1 = std::ceil(std::log10(std::max(hi, 1e-3) * 2));
   if (l1 <= l0)
     l1 = l0 + 1;
-  const int left = 330, width = 480, rowH = 34, top = 70;
+  const int left = 420, width = 480, rowH = 34, top = 70;
   int height = top + static_cast<int>(bars.size()) * rowH + 60;
   auto xOf = [&](double v) {
     double lv = std::log10(std::max(v, std::pow(10.0, l0)));
@@ -387,7 +396,7 @@ std::string reportSvg(const TuneResult &r) {
     s += "<text x=\"" + fmt(x) + "\" y=\"" +
          std::to_string(top + static_cast<int>(bars.size()) * rowH + 16) +
          "\" text-anchor=\"middle\" fill=\"#555\">" +
-         fmt(std::pow(10.0, e), "%g") + "</text>\n";
+         human(std::pow(10.0, e)) + "</text>\n";
   }
   for (size_t i = 0; i < bars.size(); ++i) {
     const Bar &b = bars[i];
@@ -411,7 +420,7 @@ std::string reportSvg(const TuneResult &r) {
          (b.bottleneck ? "#d33" : "#4a7bd0") + "\"/>\n";
     s += "<text x=\"" + fmt(xOf(cap) + 4) + "\" y=\"" + std::to_string(y + 14) +
          "\" fill=\"#333\">" +
-         (std::isfinite(b.cap) ? fmt(b.cap, "%.4g") : std::string("unbounded")) +
+         (std::isfinite(b.cap) ? human(b.cap) : std::string("unbounded")) +
          (b.bottleneck ? "  bottleneck" : "") + "</text>\n";
   }
   double dx = xOf(pr.throughput);
@@ -420,7 +429,7 @@ std::string reportSvg(const TuneResult &r) {
        std::to_string(top + static_cast<int>(bars.size()) * rowH) +
        "\" stroke=\"#d33\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n";
   s += "<text x=\"" + fmt(dx + 4) + "\" y=\"" + std::to_string(top - 14) +
-       "\" fill=\"#b00\">demand " + fmt(pr.throughput, "%.4g") + "</text>\n";
+       "\" fill=\"#b00\">demand " + human(pr.throughput) + "</text>\n";
   if (r.measured)
     s += "<text x=\"10\" y=\"" + std::to_string(height - 12) +
          "\" fill=\"#333\">measured with this schedule: " +
@@ -487,10 +496,31 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
        "throughput " + fmt(n) + " records/s vs baseline " + fmt(b) + " (" +
            fmt(change * 100, "%+.1f") + "%, tolerance -" +
            fmt(tolerance * 100, "%.0f") + "%)");
+  // The bottleneck moved when the baseline's bottleneck is now clearly not
+  // limiting: its capacity is more than the tolerance above the predicted
+  // throughput (a near-tie between two stages is not a move).
   std::string bb = baseline["bottleneck"].value("label", "");
+  std::string bk = baseline["bottleneck"].value("kind", "");
   std::string nb = current["bottleneck"].value("label", "");
-  line(bb != nb, "bottleneck " + nb + (bb == nb ? " (unchanged)" :
-                                        " (baseline: " + bb + ")"));
+  double thr = current["predicted"]["records_per_second"].is_number()
+                   ? current["predicted"]["records_per_second"].get<double>()
+                   : 0;
+  double cap = -1;
+  if (bk == "cpu") {
+    if (current["predicted"]["cpu_capacity"].is_number())
+      cap = current["predicted"]["cpu_capacity"].get<double>();
+  } else {
+    for (const json &st : current["stages"])
+      if (st.value("label", "") == bb && st["capacity"].is_number())
+        cap = st["capacity"].get<double>();
+  }
+  bool moved = bb != nb && (cap < 0 || cap > thr * (1 + tolerance));
+  line(moved, "bottleneck " + nb +
+                  (bb == nb ? " (unchanged)"
+                   : moved  ? " (baseline: " + bb + ")"
+                            : " (baseline: " + bb + ", still within " +
+                                  fmt(tolerance * 100, "%.0f") +
+                                  "% of the limit)"));
   int64_t mem = current["budget"].value("memory_bytes", int64_t(0));
   int64_t pm = current["predicted"].value("memory_bytes", int64_t(0));
   int64_t mm = current["measured"].is_object()
