@@ -243,10 +243,11 @@ double unitSlotBytes(const Profile &p, const Unit &u) {
   return std::max(first.bytesIn, last.bytesOut);
 }
 
-int64_t queueDepth(double ca, double cs) {
-  // Kingman: Lq ~= rho^2 / (1 - rho) * (ca^2 + cs^2) / 2 at rho = 0.9.
-  double lq = 0.81 / 0.1 * (ca * ca + cs * cs) / 2;
-  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(lq)) + 1, 1, 64);
+int64_t queueDepth(double cv, double itemsPerSecond, double window) {
+  double items = 2 * std::max(0.0, cv) * std::max(0.0, itemsPerSecond) * window;
+  if (!std::isfinite(items))
+    return 64;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(items)) + 1, 1, 64);
 }
 
 namespace {

@@ -84,6 +84,12 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   if (st.op == "shuffle")
     s.stochastic = true;
   s.threadBoundary = st.op == "prefetch";
+  // As the runtime's static memory check counts them (Stages.cpp).
+  if (st.op == "shuffle" && st.params["buffer"].isNumber())
+    s.heldRecords = st.params["buffer"].asInt();
+  if ((st.op == "batch" || st.op == "padded_batch") &&
+      st.params["size"].isNumber())
+    s.heldRecords = 2 * st.params["size"].asInt();
   s.pinnedParallelism = st.parallelism;
   s.pinnedPrefetch = st.prefetch;
   s.pinnedCache = st.cache;
@@ -426,7 +432,13 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
                                               0, prof.steps[u.steps.back()]
                                                      .pinnedPrefetch))) *
           unitSlotBytes(prof, u));
-  prof.fixedMemoryBytes = std::max<int64_t>(0, base.probe.memoryPeak - sized);
+  // A short probe may not fill a shuffle buffer: count held records in full.
+  double held = 0;
+  for (const StepProfile &s : prof.steps)
+    held += static_cast<double>(s.heldRecords) * s.bytesIn;
+  prof.fixedMemoryBytes = std::max<int64_t>(
+      static_cast<int64_t>(held),
+      std::max<int64_t>(0, base.probe.memoryPeak - sized));
 
   std::string dir = opts.base.tempDir;
   if (dir.empty()) {

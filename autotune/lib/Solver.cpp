@@ -59,12 +59,13 @@ double slotBytes(const Profile &p, size_t i) {
   return p.steps[i].bytesOut;
 }
 
-/// The queueing model's depth for the buffer after step i: the variability
-/// of what produces into it and of what consumes from it.
+/// The buffer depth after step i: from the variability of the rate that
+/// produces into it (the step's own, sampled every 50 ms) and how many items
+/// pass per second at the measured rate.
 int64_t recommendedDepth(const Profile &p, size_t i) {
-  double ca = p.steps[i].rateCv;
-  double cs = i + 1 < p.steps.size() ? p.steps[i + 1].rateCv : ca;
-  return queueDepth(ca, cs);
+  double rate = p.probes.empty() ? 0 : p.probes.front().sourceRecordsPerSecond;
+  double items = rate * p.steps[i].visits * p.steps[i].selectivity;
+  return queueDepth(p.steps[i].rateCv, items);
 }
 
 struct Lp {
@@ -410,11 +411,11 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
     Usl usl = unitUsl(p, us[k]);
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "%.3g ms of work per source record; %lld worker%s serve "
+                  "%.3g ms of work per source record; %lld worker%s "
                   "%s records/s (measured scaling: sigma %.3f, kappa %.4f)",
                   up.secondsPerRecord * 1e3,
                   static_cast<long long>(up.parallelism),
-                  up.parallelism == 1 ? "" : "s",
+                  up.parallelism == 1 ? " serves" : "s serve",
                   fmtRate(up.capacity).c_str(), usl.sigma, usl.kappa);
     kc.reason = buf;
     if (kc.pinned)
@@ -432,11 +433,9 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
                   p.steps[b.step].pinnedPrefetch >= 0, ""};
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "rate variability (CV %.2f in, %.2f out) asks for a queue "
-                  "of %lld (Kingman, 90%% utilization)",
+                  "its rate varies (CV %.2f over 50 ms): %lld items ride out "
+                  "a two-sigma dip",
                   p.steps[b.step].rateCv,
-                  b.step + 1 < p.steps.size() ? p.steps[b.step + 1].rateCv
-                                              : p.steps[b.step].rateCv,
                   static_cast<long long>(b.recommended));
     kc.reason = buf;
     if (kc.pinned)

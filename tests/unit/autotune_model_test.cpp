@@ -177,10 +177,13 @@ TEST(AutotuneModel, NoCacheAfterARandomOp) {
 }
 
 TEST(AutotuneModel, QueueDepthGrowsWithVariability) {
-  EXPECT_EQ(queueDepth(0, 0), 1);
-  EXPECT_EQ(queueDepth(1, 1), 10); // 8.1 -> 9 + 1
-  EXPECT_LT(queueDepth(0.3, 0.3), queueDepth(0.8, 0.8));
-  EXPECT_EQ(queueDepth(10, 10), 64);
+  EXPECT_EQ(queueDepth(0, 1000), 1);
+  // CV 0.5 at 1000 items/s over 50 ms: 2 * 0.5 * 50 = 50 items, + 1.
+  EXPECT_EQ(queueDepth(0.5, 1000), 51);
+  // Batches at 20/s: one per interval; CV 1 -> 2 + 1.
+  EXPECT_EQ(queueDepth(1, 20), 3);
+  EXPECT_LT(queueDepth(0.1, 1000), queueDepth(0.3, 1000));
+  EXPECT_EQ(queueDepth(10, 1e6), 64);
 }
 
 namespace {
@@ -290,7 +293,10 @@ TEST(AutotuneSolver, TightMemoryChoosesDiskOrNoCacheAndSmallerBuffers) {
   Profile p = pipeline();
   p.epochs = 10;
   for (StepProfile &s : p.steps)
-    s.rateCv = 1.0; // asks for deep prefetch (10)
+    s.rateCv = 1.0; // at 10000 records/s: deep buffers (64)
+  Probe probe;
+  probe.sourceRecordsPerSecond = 10000;
+  p.probes.push_back(probe);
   p.diskFreeBytes = 0; // no disk either
   // Budget: room for the windows only (16 slots x 1000 bytes each, p = 1).
   int64_t tight = 2 * 16 * 1000 + 3 * 1000;

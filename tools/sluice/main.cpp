@@ -338,6 +338,10 @@ int cmdRun(int argc, char **argv) {
   int rc = setupRun(argc, argv, "run", rs, nullptr);
   if (rc >= 0)
     return rc;
+  if (rs.spec->scheduleAutoWritten && rs.opts.schedule.empty())
+    if ((rc = tools::applyAutoSchedule(rs.plan, rs.opts, std::cout,
+                                       std::cerr)) >= 0)
+      return rc;
   return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
 }
 

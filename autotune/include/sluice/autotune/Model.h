@@ -9,9 +9,9 @@
 // on the cores); that stage is the bottleneck. Parallel stages do not scale
 // linearly: their speedup is a Universal Scalability Law curve fitted to the
 // measured probes by least squares (Eigen). A cache after step i divides the
-// work of everything before it by the number of epochs. Buffers are sized as
-// queues (Kingman's G/G/1 approximation from the measured rate variability),
-// as tf.data's model sizes its buffers with M/M/1/K waits.
+// work of everything before it by the number of epochs. Buffers are sized
+// from the measured variability of the rate feeding them (how many items a
+// dip costs), where tf.data's model reasons with M/M/1/K buffer waits.
 //
 // Stages here are "units": what the runtime runs as one stage (a parallel map
 // of fused per-record steps, or the serial work of one thread). Every figure
@@ -95,9 +95,11 @@ int64_t windowSlots(int64_t p, int64_t prefetch);
 /// Bytes per slot of a unit's window.
 double unitSlotBytes(const Profile &p, const Unit &u);
 
-/// Recommended queue depth between a producer and a consumer with rate
-/// coefficients of variation ca and cs (Kingman at 90% utilization), 1..64.
-int64_t queueDepth(double ca, double cs);
+/// Recommended buffer depth, in items, after a stage whose rate between
+/// sampling intervals of `window` seconds varies with coefficient of
+/// variation `cv`, at `itemsPerSecond`: enough buffered items to ride out a
+/// dip of two standard deviations for one interval, plus one; 1..64.
+int64_t queueDepth(double cv, double itemsPerSecond, double window = 0.05);
 
 /// Per-unit prediction.
 struct UnitPrediction {

@@ -58,6 +58,10 @@ struct StepProfile {
   /// Starts a new thread of its own (a `prefetch` record op).
   bool threadBoundary = false;
 
+  /// Input records the stage holds at most by design (a shuffle buffer, two
+  /// batches being assembled): counted in full against the memory budget.
+  int64_t heldRecords = 0;
+
   double visits = 1;      ///< input elements per source record
   double selectivity = 1; ///< elements out per element in
   double bytesIn = 0;     ///< per input element
