@@ -119,8 +119,11 @@ Status checkAllocation(std::optional<int64_t> bytes, std::string_view what) {
     return Status::error(refusal(bytes, what, limit));
   if (!limit || limit->limit() <= 0)
     return Status::ok();
-  if (*bytes > limit->limit() - limit->used())
+  // Reserve and give back at once: the limit decides (and may wait for
+  // other buffers to drain) exactly as for an allocation.
+  if (!limit->tryReserve(*bytes))
     return Status::error(refusal(bytes, what, limit));
+  limit->release(*bytes);
   return Status::ok();
 }
 
