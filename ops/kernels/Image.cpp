@@ -1,6 +1,7 @@
 //===- Image.cpp - JPEG/PNG decode, resize, crop and flip kernels ---------===//
 
 #include "sluice/ops/kernels/Image.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/kernels/Elementwise.h"
 #include "sluice/ops/kernels/Scalar.h"
 
@@ -68,6 +69,15 @@ Status checkDims(int64_t h, int64_t w) {
         " pixels per side or 2^28 pixels "
         "(likely a corrupt header; resize the file if it is real)");
   return Status::ok();
+}
+
+/// Whether the decoded pixels of an image fit in what budget.memory has
+/// left (Allocation.h), checked from its header before decoding.
+Status checkDecodedSize(const ImageInfo &info, int channels) {
+  return checkAllocation(checkedBytes({info.height, info.width, channels}),
+                         "the decoded " + std::to_string(info.width) + "x" +
+                             std::to_string(info.height) + "x" +
+                             std::to_string(channels) + " image");
 }
 
 Status checkChannels(int channels) {
@@ -1452,6 +1462,8 @@ Expected<Tensor> decodeImage(std::string_view bytes, int channels) {
   Expected<ImageInfo> info = readImageInfo(bytes);
   if (!info)
     return info.status();
+  if (Status s = checkDecodedSize(*info, channels); !s)
+    return s;
   Tensor out =
       Tensor::empty(ElemType::U8, {info->height, info->width, channels});
   if (Status s = decodeInto(bytes, *info, channels, out.mutableData<uint8_t>());
@@ -1593,6 +1605,14 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     return out;
   }
   size_t rowBytes = size_t(decW) * channels;
+  // The whole (scaled) image is decoded into the thread's scratch: its
+  // bytes count against budget.memory while this record is processed.
+  if (Status s = reserveScratch(checkedBytes({decH, decW, channels}),
+                                "decoding the " + std::to_string(decW) + "x" +
+                                    std::to_string(decH) + "x" +
+                                    std::to_string(channels) + " image");
+      !s)
+    return s;
   uint8_t *buf = scratch.get(rowBytes * decH);
   Status s = Status::ok();
   if (denom > 1)
