@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Memory.h"
 
 #include <algorithm>
@@ -100,7 +101,10 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     r.budget.memoryBytes = plan.memoryBytes;
     r.memoryFrom = "budget.memory";
   } else {
-    r.memoryFrom = "none";
+    // The runtime never runs unbounded: without budget.memory it uses its
+    // default share of the host's (or cgroup's) memory.
+    r.budget.memoryBytes = defaultMemoryBudget();
+    r.memoryFrom = "runtime default";
   }
   ProfileOptions po = opts.profile;
   po.cores = std::min(r.budget.cores, host);

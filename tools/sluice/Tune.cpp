@@ -5,55 +5,29 @@
 // (MLIR-free); this file only wires it up, so runtime/ never depends on it.
 //
 //===----------------------------------------------------------------------===//
-#include "Tune.h"
+#include "Driver.h"
 
 #include "sluice/autotune/Tune.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
+#include "sluice/ops/Registry.h"
 #include "sluice/runtime/Memory.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-#include <unistd.h>
 
-namespace sluice::tools {
+namespace sluice::tool {
 
 namespace {
 
-constexpr const char *kTuneUsage =
-    R"(usage: sluice tune SPEC [--cores N] [--memory SIZE] [--report DIR]
-                   [--check BASELINE.json [--tolerance P%]] [--seconds S]
-                   [--disable-pass NAME] [--quiet]
-
-Profiles the pipeline briefly, models each stage's capacity, solves for the
-parallelism, prefetch depths and cache that maximize throughput within the
-core and memory budgets, runs the chosen schedule and compares.
-
-  --cores N        plan for N cores (default: budget.cores, else this host);
-                   more than this host has plans for another machine
-  --memory SIZE    memory budget (default: budget.memory)
-  --report DIR     write schedule.yaml, report.json, report.md, chart.svg
-  --check FILE     compare with a baseline report.json: exit 1 when the
-                   throughput fell by more than the tolerance, the bottleneck
-                   moved, or a budget would be broken
-  --tolerance P    allowed throughput drop for --check (default 10%)
-  --seconds S      seconds per profiling probe (default 1.5)
-)";
-
-int usage(const std::string &msg) {
-  std::cerr << "sluice: error: " << msg << "\n"
-            << "run 'sluice tune --help' for usage\n";
-  return 2;
-}
-
-bool colorStderr() {
-  const char *noColor = std::getenv("NO_COLOR");
-  return isatty(2) && !(noColor && *noColor);
-}
+struct TuneFlags {
+  std::vector<std::string> specs;
+  std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
+  std::vector<std::string> disabledPasses;
+  bool quiet = false;
+};
 
 std::map<std::string, std::string> specWhere(const dsl::Spec &spec) {
   std::map<std::string, std::string> m;
@@ -67,123 +41,84 @@ std::map<std::string, std::string> specWhere(const dsl::Spec &spec) {
   return m;
 }
 
-} // namespace
-
-int cmdTune(int argc, char **argv) {
-  std::string specPath, reportDir, checkPath;
+int runTune(const TuneFlags &f) {
+  if (!checkOneSpec(f.specs, "tune"))
+    return kExitUsage;
   int64_t cores = 0, memory = 0;
   double tolerance = 0.10, seconds = 1.5;
-  bool quiet = false;
-  compiler::PlanOptions planOpts;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i], v;
-    if (a == "-h" || a == "--help") {
-      std::cout << kTuneUsage;
-      return 0;
-    }
-    if (a == "--quiet" || a == "-q") {
-      quiet = true;
-      continue;
-    }
-    if (a.rfind("--", 0) == 0) {
-      size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        v = a.substr(eq + 1);
-        a = a.substr(0, eq);
-      } else if (i + 1 < argc) {
-        v = argv[++i];
-      } else {
-        return usage("option '" + a + "' needs a value");
-      }
-      if (a == "--cores") {
-        char *end = nullptr;
-        errno = 0;
-        long long n = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end || errno || n < 1 || n > 4096)
-          return usage("'--cores' needs an integer from 1 to 4096, got '" + v +
-                       "'");
-        cores = n;
-      } else if (a == "--memory") {
-        auto b = parseByteSize(v);
-        if (!b || *b <= 0)
-          return usage("'--memory' needs a size such as 512MiB or 4GiB, got '" +
-                       v + "'");
-        memory = *b;
-      } else if (a == "--report") {
-        reportDir = v;
-      } else if (a == "--check") {
-        checkPath = v;
-      } else if (a == "--tolerance") {
-        std::string t = v;
-        bool pct = !t.empty() && t.back() == '%';
-        if (pct)
-          t.pop_back();
-        char *end = nullptr;
-        double d = std::strtod(t.c_str(), &end);
-        if (t.empty() || *end || !(d >= 0) || (!pct && d > 1 && d > 100))
-          return usage("'--tolerance' needs a percentage such as 10% (or a "
-                       "fraction such as 0.1), got '" + v + "'");
-        tolerance = pct || d > 1 ? d / 100 : d;
-      } else if (a == "--seconds") {
-        char *end = nullptr;
-        double d = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end || !(d > 0) || d > 600)
-          return usage("'--seconds' needs a number of seconds (0-600], got '" +
-                       v + "'");
-        seconds = d;
-      } else if (a == "--disable-pass") {
-        planOpts.disabledPasses.push_back(v);
-      } else {
-        std::string m = closestMatch(
-            a, {"--cores", "--memory", "--report", "--check", "--tolerance",
-                "--seconds", "--disable-pass", "--quiet"});
-        return usage("unknown option '" + a + "'" +
-                     (m.empty() ? "" : "; did you mean '" + m + "'?"));
-      }
-      continue;
-    }
-    if (!specPath.empty())
-      return usage("'sluice tune' takes exactly one SPEC file");
-    specPath = a;
+  if (!f.cores.empty()) {
+    if (!parseIntFlag("--cores", f.cores, 1, cores, "tune"))
+      return kExitUsage;
+    if (cores > 4096)
+      return usageError("'--cores' needs an integer from 1 to 4096, got '" +
+                            f.cores + "'",
+                        "tune");
   }
-  if (specPath.empty())
-    return usage("'sluice tune' needs a SPEC file");
+  if (!f.memory.empty()) {
+    auto b = parseByteSize(f.memory);
+    if (!b || *b <= 0)
+      return usageError("'--memory' needs a size such as 512MiB or 4GiB, got '" +
+                            f.memory + "'",
+                        "tune");
+    memory = *b;
+  }
+  {
+    std::string t = f.tolerance;
+    bool pct = !t.empty() && t.back() == '%';
+    if (pct)
+      t.pop_back();
+    char *end = nullptr;
+    double d = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end || !(d >= 0) || d > 100)
+      return usageError("'--tolerance' needs a percentage such as 10% (or a "
+                        "fraction such as 0.1), got '" +
+                            f.tolerance + "'",
+                        "tune");
+    tolerance = pct || d > 1 ? d / 100 : d;
+  }
+  {
+    char *end = nullptr;
+    double d = std::strtod(f.seconds.c_str(), &end);
+    if (f.seconds.empty() || *end || !(d > 0) || d > 600)
+      return usageError("'--seconds' needs a number of seconds (0-600], got '" +
+                            f.seconds + "'",
+                        "tune");
+    seconds = d;
+  }
+  const std::string &checkPath = f.check;
+  const std::string &reportDir = f.report;
+  bool quiet = f.quiet;
+  compiler::PlanOptions planOpts;
+  planOpts.disabledPasses = f.disabledPasses;
 
   // The baseline is read first: a typo in its path should not cost a tune.
   nlohmann::json baseline;
   if (!checkPath.empty()) {
-    std::ifstream f(checkPath);
-    if (!f) {
+    std::ifstream in(checkPath);
+    if (!in) {
       std::cerr << "sluice: error: cannot read the baseline '" << checkPath
                 << "'\n";
-      return 2;
+      return kExitUsage;
     }
     try {
-      f >> baseline;
+      in >> baseline;
     } catch (const std::exception &e) {
       std::cerr << "sluice: error: " << checkPath
                 << ": not a JSON report: " << e.what() << "\n";
-      return 2;
+      return kExitUsage;
     }
   }
 
-  std::string text, err;
-  if (!dsl::readFile(specPath, text, err)) {
-    std::cerr << "sluice: error: " << err << "\n";
-    return 2;
-  }
-  dsl::DiagnosticEngine diags(specPath, std::move(text));
-  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-  diags.print(std::cerr, colorStderr());
+  std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
   if (!spec)
-    return 2;
+    return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
-    return usage(s.message());
+    return usageError(s.message(), "tune");
   Expected<runtime::Plan> plan = compiler::buildPlan(*spec, planOpts, std::cerr);
   if (!plan) {
     if (!plan.status().message().empty())
       std::cerr << "sluice: error: " << plan.status().message() << "\n";
-    return 1;
+    return kExitData;
   }
 
   autotune::TuneOptions opts;
@@ -197,13 +132,13 @@ int cmdTune(int argc, char **argv) {
   Expected<autotune::TuneResult> r = autotune::tune(*plan, opts);
   if (!r) {
     std::cerr << "sluice: error: " << r.status().message() << "\n";
-    return 1;
+    return kExitData;
   }
   nlohmann::json report = autotune::reportJson(*r);
   if (!reportDir.empty()) {
     if (Status s = autotune::writeReports(*r, reportDir); !s) {
       std::cerr << "sluice: error: " << s.message() << "\n";
-      return 1;
+      return kExitData;
     }
   }
   if (!quiet) {
@@ -225,11 +160,50 @@ int cmdTune(int argc, char **argv) {
     std::cout << "\ncheck against " << checkPath << ":\n" << c.text;
     if (!c.ok) {
       std::cout << "check FAILED\n";
-      return 1;
+      return kExitData;
     }
     std::cout << "check passed\n";
   }
   return 0;
+}
+
+} // namespace
+
+CommandAction addTuneCommand(CLI::App &root) {
+  auto st = std::make_shared<TuneFlags>();
+  CLI::App *cmd = root.add_subcommand(
+      "tune", "profile the pipeline, model each stage, solve for parallelism, "
+              "prefetch and cache within the budgets, run the result and "
+              "report");
+  addSpecArg(*cmd, st->specs);
+  cmd->add_option("--cores", st->cores,
+                  "plan for N cores (default: budget.cores, else this host); "
+                  "more than this host has plans for another machine")
+      ->type_name("N");
+  cmd->add_option("--memory", st->memory,
+                  "memory budget (default: budget.memory, else the runtime's "
+                  "default)")
+      ->type_name("SIZE");
+  cmd->add_option("--report", st->report,
+                  "write schedule.yaml, report.json, report.md, chart.svg "
+                  "into DIR")
+      ->type_name("DIR");
+  cmd->add_option("--check", st->check,
+                  "compare with a baseline report.json: exit 1 when the "
+                  "throughput fell beyond the tolerance, the bottleneck "
+                  "moved, or a budget would be broken")
+      ->type_name("BASELINE.json");
+  cmd->add_option("--tolerance", st->tolerance,
+                  "allowed throughput drop for --check (default 10%)")
+      ->type_name("P%");
+  cmd->add_option("--seconds", st->seconds,
+                  "seconds per profiling probe (default 1.5)")
+      ->type_name("S");
+  cmd->add_option("--disable-pass", st->disabledPasses,
+                  "do not run this graph pass (repeatable)")
+      ->type_name("NAME");
+  cmd->add_flag("-q,--quiet", st->quiet, "print only errors and the check");
+  return [st] { return runTune(*st); };
 }
 
 int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
@@ -248,7 +222,7 @@ int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
   Expected<autotune::AutoSchedule> a = autotune::autoSchedule(plan, t);
   if (!a) {
     err << "sluice: error: schedule: auto: " << a.status().message() << "\n";
-    return 1;
+    return kExitData;
   }
   for (const auto &[name, o] : a->schedule)
     opts.schedule[name] = o;
@@ -257,4 +231,4 @@ int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
   return -1;
 }
 
-} // namespace sluice::tools
+} // namespace sluice::tool
