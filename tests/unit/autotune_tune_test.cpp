@@ -2,7 +2,8 @@
 //
 // A CSV written here, a spec through the real front end and compiler, a
 // short tune: the four report files, a schedule that replays to the same
-// bytes, a tight memory budget respected by the measured peak, and `check`
+// bytes, a tight memory budget (on Fashion-MNIST, whose epoch size is known,
+// so a cache is on the table) respected by the measured peak, and `check`
 // failing on an injected regression (a baseline three times faster: far
 // beyond any noise) and passing on an unchanged report. No timing is
 // asserted: the host is shared.
@@ -184,19 +185,60 @@ TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
   EXPECT_FALSE(autotune::check(nlohmann::json::object(), j, 0.1).ok);
 }
 
-TEST_F(AutotuneTune, TightMemoryIsRespectedAndExplained) {
-  // Enough for the windows, not for a cache of the stream (~2 MB an epoch
-  // after the filter) nor deep buffers of 64-row batches.
-  opts.memoryBytes = 1 << 20;
+TEST(AutotuneTuneMemory, TightMemoryIsRespectedAndExplained) {
+  // Fashion-MNIST's test split (Debian's dataset-fashion-mnist): 10000
+  // records, 12.5 MiB after the source, more after normalize. Three epochs
+  // make a cache worth having; 8 MiB leaves room for the shuffle buffer and
+  // batches but not for a memory cache.
+  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
+  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  std::string spec = dir.write("fm.yaml", R"(pipeline: fm_tight
+seed: 1
+source:
+  idx:
+    images: )" + dirName + R"(/t10k-images-idx3-ubyte.gz
+    labels: )" + dirName + R"(/t10k-labels-idx1-ubyte.gz
+steps:
+  - normalize: {field: image, mean: 72.94, std: 90.02}
+  - random_flip: {field: image, axis: width}
+  - shuffle: {buffer: 500}
+  - batch: {size: 128}
+epochs: 3
+budget: {cores: 2}
+)");
+  Loaded l = load(spec);
+  autotune::TuneOptions opts;
+  opts.profile.secondsPerProbe = 0.3;
+  opts.verifySeconds = 0.5;
+  opts.profile.base.tempDir = dir.path();
+  const int64_t budget = 8 << 20;
+  opts.memoryBytes = budget;
   auto r = autotune::tune(l.plan, opts);
   ASSERT_TRUE(r) << r.status().message();
-  EXPECT_EQ(r->budget.memoryBytes, 1 << 20);
-  EXPECT_LE(r->solution.prediction.memoryBytes, 1 << 20);
+  EXPECT_EQ(r->budget.memoryBytes, budget);
+  EXPECT_LE(r->solution.prediction.memoryBytes, budget);
   ASSERT_TRUE(r->measured.has_value());
-  EXPECT_LE(r->measured->memoryPeak, 1 << 20);
+  EXPECT_LE(r->measured->memoryPeak, budget);
   EXPECT_NE(r->solution.config.cache.to, "memory");
+  bool noted = false;
+  for (const std::string &n : r->solution.notes)
+    noted = noted || n.find("a memory cache after 'idx' (12.") == 0;
+  EXPECT_TRUE(noted);
   std::string md = autotune::reportMarkdown(*r);
-  EXPECT_NE(md.find("memory 1 MiB (--memory)"), std::string::npos) << md;
+  EXPECT_NE(md.find("memory 8 MiB (--memory)"), std::string::npos) << md;
+  EXPECT_NE(md.find("does not fit budget.memory 8 MiB"), std::string::npos)
+      << md;
+
+  // With room nothing is ruled out for memory, and a cache may follow the
+  // source or normalize but never random_flip.
+  opts.memoryBytes = 512 << 20;
+  auto roomy = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(roomy) << roomy.status().message();
+  for (const std::string &n : roomy->solution.notes)
+    EXPECT_EQ(n.find("does not fit"), std::string::npos) << n;
+  EXPECT_LE(roomy->solution.config.cache.after, 1); // never after random_flip
 }
 
 TEST_F(AutotuneTune, PlansForABiggerHostWithoutMeasuring) {
