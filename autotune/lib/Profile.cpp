@@ -308,7 +308,15 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     Probe probe;
   };
   std::vector<Window> windows;
-  for (int64_t level : levels) {
+  // Levels interleave (1, cores, 1, cores): a burst of load from other
+  // processes then spreads over all levels instead of skewing one.
+  int rounds = std::max(1, opts.rounds);
+  double windowSeconds = opts.secondsPerProbe / rounds;
+  std::vector<int64_t> order;
+  for (int r = 0; r < rounds; ++r)
+    order.insert(order.end(), levels.begin(), levels.end());
+  for (size_t n = 0; n < order.size(); ++n) {
+    int64_t level = order[n];
     runtime::RunOptions o = opts.base;
     o.epochs = prof.epochs < 0 ? -1 : 1000000;
     o.threads = cores;
@@ -323,12 +331,14 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     Window win;
     win.level = level;
     Expected<Probe> pr =
-        measure(plan, o, opts.secondsPerProbe, opts.maxRecordsPerProbe,
+        measure(plan, o, windowSeconds, opts.maxRecordsPerProbe / rounds,
                 &win.samples);
     if (!pr)
       return pr.status();
     win.probe = *pr;
-    win.probe.label = "p=" + std::to_string(level);
+    win.probe.label = "p=" + std::to_string(level) +
+                      (rounds > 1 ? " #" + std::to_string(n / levels.size() + 1)
+                                  : "");
     win.probe.parallelism = level;
     if (win.probe.sourceRecords <= 0)
       return Status::error("the pipeline read no records during the " +
@@ -383,6 +393,9 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   }
   prof.outputsPerSourceRecord =
       src > 0 ? base.probe.outputsPerSecond * base.probe.seconds / src : 1;
+  // Per step and parallelism: work per record summed over the windows of
+  // that level, divided by their records.
+  std::map<std::pair<size_t, int64_t>, std::pair<double, double>> levelWork;
   for (const Window &w : windows) {
     const runtime::RunStats &wa = w.samples.front(), &wb = w.samples.back();
     double wsrc = static_cast<double>(w.probe.sourceRecords);
@@ -396,10 +409,15 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
           continue;
         double wall = sb->wallSeconds - (sa ? sa->wallSeconds : 0);
         int64_t par = u.pinned > 0 ? u.pinned : w.level;
-        prof.scaling[i].push_back({par, wall / wsrc});
+        auto &acc = levelWork[{i, par}];
+        acc.first += wall;
+        acc.second += wsrc;
       }
     }
   }
+  for (const auto &[key, acc] : levelWork)
+    if (acc.second > 0)
+      prof.scaling[key.first].push_back({key.second, acc.first / acc.second});
   // A pinned unit was measured at its pinned parallelism: its per-record
   // cost at p = 1 is unknown, so model it as linear from there.
   for (const Unit &u : us)

@@ -133,7 +133,9 @@ struct Profile {
 
 /// How to profile.
 struct ProfileOptions {
+  /// Seconds per probe level, split over `rounds` interleaved windows.
   double secondsPerProbe = 1.5;
+  int rounds = 2;
   int64_t maxRecordsPerProbe = 200000;
   /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
   /// the budget is over 4).
