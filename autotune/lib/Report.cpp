@@ -243,6 +243,7 @@ json reportJson(const TuneResult &r) {
     j["measured"] = {{"records_per_second", r.measured->sourceRecordsPerSecond},
                      {"outputs_per_second", r.measured->outputsPerSecond},
                      {"seconds", r.measured->seconds},
+                     {"whole_run", r.measuredWholeRun},
                      {"memory_peak_bytes", r.measured->memoryPeak},
                      {"prediction_error", num(predictionError(r))}};
   else
@@ -279,7 +280,12 @@ std::string reportMarkdown(const TuneResult &r) {
   s += "\n";
   if (r.measured)
     s += "Prediction error: " + fmt(predictionError(r) * 100, "%+.1f") +
-         "% of measured.\n\n";
+         "% of measured (measured " +
+         (r.measuredWholeRun
+              ? "over the whole run, " + std::to_string(p.epochs) + " epochs"
+              : "over a " + fmt(r.measured->seconds) +
+                    " s steady-state window") +
+         ").\n\n";
   else if (r.otherHost)
     s += "Planned for " + std::to_string(r.budget.cores) +
          " cores on a host with " + std::to_string(p.hostCores) +

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace sluice::autotune {
 
@@ -131,9 +132,23 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     if (r.budget.memoryBytes > 0)
       o.memoryBytes = r.budget.memoryBytes;
     o.schedule = r.schedule;
-    // The measured window spans epochs, so a cache's replay is in it.
-    Expected<Probe> m = measure(plan, o, opts.verifySeconds,
-                                opts.profile.maxRecordsPerProbe * 4);
+    // The model predicts the average over the spec's epochs (a cache pays
+    // off from the second): measure the whole run when it is short enough,
+    // else a steady-state window.
+    double predicted = r.solution.prediction.throughput;
+    if (r.profile.epochs > 0 && r.profile.sourceRecordsPerEpoch &&
+        predicted > 0 &&
+        static_cast<double>(r.profile.epochs * *r.profile.sourceRecordsPerEpoch) /
+                predicted <=
+            opts.wholeRunSeconds) {
+      o.epochs = r.profile.epochs;
+      r.measuredWholeRun = true;
+    }
+    Expected<Probe> m =
+        r.measuredWholeRun
+            ? measure(plan, o, 1e9, std::numeric_limits<int64_t>::max())
+            : measure(plan, o, opts.verifySeconds,
+                      opts.profile.maxRecordsPerProbe * 4);
     if (!m)
       return m.status().withContext("running the tuned schedule: ");
     r.measured = *m;

@@ -33,6 +33,9 @@ struct TuneOptions {
   /// Run the chosen schedule and measure it (`sluice tune` does).
   bool verify = true;
   double verifySeconds = 2.5;
+  /// Measure the whole run (all epochs) when it is predicted to take at most
+  /// this long; a steady-state window of verifySeconds otherwise.
+  double wholeRunSeconds = 8;
 };
 
 struct TuneResult {
@@ -45,6 +48,7 @@ struct TuneResult {
   Schedule schedule;
   Prediction naive; ///< the naive configuration, predicted
   std::optional<Probe> measured; ///< the chosen schedule, run
+  bool measuredWholeRun = false;  ///< over all epochs, not a window
   double loadAverage = 0;        ///< 1-minute load when tuning started
   double seconds = 0;            ///< the whole tune
   /// When the budget is more cores than the host: what would limit and
