@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/runtime/Pipeline.h"
 
@@ -37,6 +38,7 @@ commands:
   ops     [--markdown]              list the sources and ops of the pipeline language
   run     SPEC [--epochs N] [--sink null|npy:DIR] [--schedule FILE] [--threads N]
                [--memory SIZE] [--stats] [--stats-json FILE] [--quiet] [--disable-pass NAME]
+               [--no-jit]           run the runtime's own kernels (also SLUICE_NO_JIT=1)
   compile SPEC -o EXE               standalone executable; same flags as run
   tune    SPEC [--cores N] [--memory SIZE] [--report DIR] [--check BASELINE.json]
   bench   SPEC [--seconds S]        throughput and a per-stage table (same flags as run)
@@ -233,12 +235,15 @@ struct RunSetup {
   std::unique_ptr<dsl::Spec> spec;
   runtime::Plan plan;
   runtime::RunOptions opts;
+  /// Native kernels of the plan's value-wise steps; null with --no-jit.
+  std::unique_ptr<compiler::JitKernels> kernels;
 };
 
 const std::vector<std::string> kRunValued = {
     "--epochs", "--sink",       "--schedule", "--threads",
     "--memory", "--stats-json", "--disable-pass", "--seconds"};
-const std::vector<std::string> kRunFlags = {"--stats", "--quiet", "-q"};
+const std::vector<std::string> kRunFlags = {"--stats", "--quiet", "-q",
+                                            "--no-jit"};
 
 /// Parses run/bench arguments, checks the spec, applies a schedule file and
 /// builds the Plan from the optimized module. Returns an exit code < 0 on
@@ -289,7 +294,10 @@ int setupRun(int argc, char **argv, const char *cmd, RunSetup &rs,
       *seconds = d;
     }
   }
+  bool jit = !compiler::jitDisabledByEnvironment();
   for (const auto &f : args.flags) {
+    if (f == "--no-jit")
+      jit = false;
     if (f == "--stats")
       rs.opts.stats = true;
     else if (f == "--quiet" || f == "-q")
@@ -329,7 +337,24 @@ int setupRun(int argc, char **argv, const char *cmd, RunSetup &rs,
     return 1;
   }
   rs.plan = plan.take();
+  if (jit) {
+    auto kernels = compiler::JitKernels::compile(rs.plan);
+    if (!kernels) {
+      std::cerr << "sluice: error: " << kernels.status().message() << "\n";
+      return 1;
+    }
+    rs.kernels = kernels.take();
+    rs.opts.binder = rs.kernels->binder();
+  }
   return -1;
+}
+
+/// The codegen line of `--stats`.
+void printKernelStats(const RunSetup &rs) {
+  if (rs.opts.stats)
+    std::cout << (rs.kernels ? rs.kernels->summary()
+                             : std::string("kernels: off (--no-jit)"))
+              << "\n";
 }
 
 int cmdRun(int argc, char **argv) {
@@ -337,7 +362,9 @@ int cmdRun(int argc, char **argv) {
   int rc = setupRun(argc, argv, "run", rs, nullptr);
   if (rc >= 0)
     return rc;
-  return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+  rc = runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+  printKernelStats(rs);
+  return rc;
 }
 
 /// `sluice bench`: runs the pipeline for a while (repeating epochs as
@@ -406,6 +433,9 @@ int cmdBench(int argc, char **argv) {
             << "  source records/s  " << recRate << "\n"
             << "  outputs/s         " << outRate << "\n"
             << "  output MB/s       " << mbRate
+            << "\n"
+            << "  " << (rs.kernels ? rs.kernels->summary()
+                                   : std::string("kernels: off (--no-jit)"))
             << "\n\n"
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {

@@ -72,6 +72,7 @@ public:
   /// The bytecode, one instruction per line (for `sluice explain` and tests).
   std::string dump() const;
 
+
   /// Instruction set; I = int64 registers, F = double registers.
   enum class Op : uint8_t {
     ConstI,
@@ -141,6 +142,16 @@ public:
     ElemType elem = ElemType::F64;
     std::string name;
   };
+
+  // The compiled program, for the code generator (compiler/lib/Codegen): it
+  // lowers the bytecode instruction by instruction, so generated kernels
+  // compute exactly what run() computes.
+  const std::vector<Instr> &code() const { return code_; }
+  const std::vector<Slot> &slots() const { return slots_; }
+  int32_t resultRegister() const { return resultReg_; }
+  bool resultIsInt() const { return resultIsInt_; }
+  /// map: the element type the expression was compiled for.
+  ElemType inputType() const { return inElem_; }
 
 private:
   template <typename Load>

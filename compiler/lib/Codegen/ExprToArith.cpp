@@ -1,0 +1,315 @@
+//===- ExprToArith.cpp - map expressions as arith/math on one element -----===//
+//
+// Lowers a `map` expression by lowering the interpreter's own bytecode
+// (ops/kernels/ExprEval.h), one instruction at a time, so the generated code
+// computes what the interpreter computes, bit for bit:
+//
+//   "log(max(x, 0) + 1)" ──CompiledExpr::compileMap──► bytecode
+//     LoadF f0, x           ──► arith.extf %x : f32 to f64
+//     ConstF f1, 0          ──► arith.constant 0.0 : f64
+//     MaxF f0, f0, f1       ──► cmpf uno ×2, cmpf olt, select ×2 (NaN wins)
+//     ConstF f1, 1          ──► arith.constant 1.0 : f64
+//     AddF f0, f0, f1       ──► arith.addf
+//     LogF f0, f0           ──► func.call @log (the same libm function)
+//   result f0 -> f32        ──► arith.truncf (Scalar.h's conversion)
+//
+// Registers become SSA values (a register written twice simply names a new
+// value). Integer registers are i64 with two's-complement wrap, float
+// registers f64, exactly as in the interpreter. Transcendental functions are
+// calls into libm, not polynomial approximations, so they round exactly as
+// std::log and friends do in the interpreter.
+//
+//===----------------------------------------------------------------------===//
+#include "CodegenInternal.h"
+
+#include "sluice/ops/Expr.h"
+#include "sluice/ops/kernels/ExprEval.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+using sluice::kernels::CompiledExpr;
+
+namespace sluice::compiler::codegen {
+
+using mlir::Value;
+
+namespace {
+
+using Op = CompiledExpr::Op;
+
+struct Lowering {
+  OpBuilder &b;
+  Location loc;
+  Scalar x;
+  llvm::DenseMap<int32_t, Value> iregs, fregs;
+  std::string &error;
+
+  Type i64() { return b.getI64Type(); }
+  Type f64() { return b.getF64Type(); }
+  Value ci(int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i64(), v));
+  }
+  Value cf(double v) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    return b.create<arith::ConstantOp>(
+        loc, FloatAttr::get(f64(), llvm::APFloat(llvm::APFloat::IEEEdouble(),
+                                                 llvm::APInt(64, bits))));
+  }
+  Value boolToI64(Value c) { return b.create<arith::ExtUIOp>(loc, i64(), c); }
+  Value cmpi(arith::CmpIPredicate p, Value a, Value c) {
+    return b.create<arith::CmpIOp>(loc, p, a, c);
+  }
+  Value cmpf(arith::CmpFPredicate p, Value a, Value c) {
+    return b.create<arith::CmpFOp>(loc, p, a, c);
+  }
+  Value sel(Value c, Value a, Value d) {
+    return b.create<arith::SelectOp>(loc, c, a, d);
+  }
+  Value I(int32_t r) { return iregs.lookup(r); }
+  Value F(int32_t r) { return fregs.lookup(r); }
+
+  /// The map element as the interpreter's load lambda reads it.
+  Value loadF() {
+    return convertScalar(b, loc, x, ElemType::F64).value;
+  }
+  Value loadI() {
+    if (x.elem == ElemType::F32 || x.elem == ElemType::F64)
+      return convertScalar(b, loc, x, ElemType::I64).value; // saturating
+    return convertScalar(b, loc, x, ElemType::I64).value;   // widening
+  }
+  /// nanMin/nanMax: a NaN operand gives the canonical quiet NaN.
+  Value nanMinMax(Value a, Value c, bool isMax) {
+    Value anyNan = b.create<arith::OrIOp>(
+        loc, cmpf(arith::CmpFPredicate::UNO, a, a),
+        cmpf(arith::CmpFPredicate::UNO, c, c));
+    Value pick = isMax ? sel(cmpf(arith::CmpFPredicate::OLT, a, c), c, a)
+                       : sel(cmpf(arith::CmpFPredicate::OLT, c, a), c, a);
+    return sel(anyNan, cf(std::numeric_limits<double>::quiet_NaN()), pick);
+  }
+
+  bool lower(const CompiledExpr::Instr &in) {
+    using P = arith::CmpIPredicate;
+    using FP = arith::CmpFPredicate;
+    switch (in.op) {
+    case Op::ConstI:
+      iregs[in.dst] = ci(in.imm);
+      return true;
+    case Op::ConstF:
+      fregs[in.dst] = cf(in.fimm);
+      return true;
+    case Op::LoadI:
+      iregs[in.dst] = loadI();
+      return true;
+    case Op::LoadF:
+      fregs[in.dst] = loadF();
+      return true;
+    case Op::CvtIF:
+      fregs[in.dst] = b.create<arith::SIToFPOp>(loc, f64(), I(in.a));
+      return true;
+    case Op::NegI:
+      iregs[in.dst] = b.create<arith::SubIOp>(loc, ci(0), I(in.a));
+      return true;
+    case Op::NotI:
+      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), ci(0)));
+      return true;
+    case Op::AbsI: {
+      Value a = I(in.a);
+      iregs[in.dst] = sel(cmpi(P::slt, a, ci(0)),
+                          b.create<arith::SubIOp>(loc, ci(0), a), a);
+      return true;
+    }
+    case Op::TruthF:
+      iregs[in.dst] = boolToI64(cmpf(FP::UNE, F(in.a), cf(0)));
+      return true;
+    case Op::NegF:
+      fregs[in.dst] = b.create<arith::NegFOp>(loc, F(in.a));
+      return true;
+    case Op::AbsF:
+      fregs[in.dst] = b.create<math::AbsFOp>(loc, F(in.a));
+      return true;
+    case Op::FloorF:
+      fregs[in.dst] = b.create<math::FloorOp>(loc, F(in.a));
+      return true;
+    case Op::CeilF:
+      fregs[in.dst] = b.create<math::CeilOp>(loc, F(in.a));
+      return true;
+    case Op::RoundF: // std::round: half away from zero
+      fregs[in.dst] = b.create<math::RoundOp>(loc, F(in.a));
+      return true;
+    case Op::SqrtF:
+      fregs[in.dst] = b.create<math::SqrtOp>(loc, F(in.a));
+      return true;
+    case Op::ExpF:
+      fregs[in.dst] = callLibm(b, loc, "exp", {F(in.a)});
+      return true;
+    case Op::LogF:
+      fregs[in.dst] = callLibm(b, loc, "log", {F(in.a)});
+      return true;
+    case Op::Log1pF:
+      fregs[in.dst] = callLibm(b, loc, "log1p", {F(in.a)});
+      return true;
+    case Op::SinF:
+      fregs[in.dst] = callLibm(b, loc, "sin", {F(in.a)});
+      return true;
+    case Op::CosF:
+      fregs[in.dst] = callLibm(b, loc, "cos", {F(in.a)});
+      return true;
+    case Op::TanhF:
+      fregs[in.dst] = callLibm(b, loc, "tanh", {F(in.a)});
+      return true;
+    case Op::SigmoidF: { // 1.0 / (1.0 + exp(-x))
+      Value e = callLibm(b, loc, "exp",
+                         {b.create<arith::NegFOp>(loc, F(in.a)).getResult()});
+      Value d = b.create<arith::AddFOp>(loc, cf(1.0), e);
+      fregs[in.dst] = b.create<arith::DivFOp>(loc, cf(1.0), d);
+      return true;
+    }
+    case Op::AddI:
+      iregs[in.dst] = b.create<arith::AddIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::SubI:
+      iregs[in.dst] = b.create<arith::SubIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::MulI:
+      iregs[in.dst] = b.create<arith::MulIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::ModI: { // (y == 0 || y == -1) ? 0 : x % y, without a trap
+      Value y = I(in.b);
+      Value bad = b.create<arith::OrIOp>(loc, cmpi(P::eq, y, ci(0)),
+                                         cmpi(P::eq, y, ci(-1)));
+      Value safe = sel(bad, ci(1), y);
+      Value r = b.create<arith::RemSIOp>(loc, I(in.a), safe);
+      iregs[in.dst] = sel(bad, ci(0), r);
+      return true;
+    }
+    case Op::MinI: {
+      Value a = I(in.a), c = I(in.b);
+      iregs[in.dst] = sel(cmpi(P::slt, c, a), c, a);
+      return true;
+    }
+    case Op::MaxI: {
+      Value a = I(in.a), c = I(in.b);
+      iregs[in.dst] = sel(cmpi(P::slt, a, c), c, a);
+      return true;
+    }
+    case Op::LtI:
+      iregs[in.dst] = boolToI64(cmpi(P::slt, I(in.a), I(in.b)));
+      return true;
+    case Op::LeI:
+      iregs[in.dst] = boolToI64(cmpi(P::sle, I(in.a), I(in.b)));
+      return true;
+    case Op::GtI:
+      iregs[in.dst] = boolToI64(cmpi(P::sgt, I(in.a), I(in.b)));
+      return true;
+    case Op::GeI:
+      iregs[in.dst] = boolToI64(cmpi(P::sge, I(in.a), I(in.b)));
+      return true;
+    case Op::EqI:
+      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), I(in.b)));
+      return true;
+    case Op::NeI:
+      iregs[in.dst] = boolToI64(cmpi(P::ne, I(in.a), I(in.b)));
+      return true;
+    case Op::AndI:
+      iregs[in.dst] = boolToI64(b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, I(in.a), ci(0)), cmpi(P::ne, I(in.b), ci(0))));
+      return true;
+    case Op::OrI:
+      iregs[in.dst] = boolToI64(b.create<arith::OrIOp>(
+          loc, cmpi(P::ne, I(in.a), ci(0)), cmpi(P::ne, I(in.b), ci(0))));
+      return true;
+    case Op::AddF:
+      fregs[in.dst] = b.create<arith::AddFOp>(loc, F(in.a), F(in.b));
+      return true;
+    case Op::SubF:
+      fregs[in.dst] = b.create<arith::SubFOp>(loc, F(in.a), F(in.b));
+      return true;
+    case Op::MulF:
+      fregs[in.dst] = b.create<arith::MulFOp>(loc, F(in.a), F(in.b));
+      return true;
+    case Op::DivF:
+      fregs[in.dst] = b.create<arith::DivFOp>(loc, F(in.a), F(in.b));
+      return true;
+    case Op::ModF:
+      fregs[in.dst] = callLibm(b, loc, "fmod", {F(in.a), F(in.b)});
+      return true;
+    case Op::MinF:
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false);
+      return true;
+    case Op::MaxF:
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true);
+      return true;
+    case Op::PowF:
+      fregs[in.dst] = callLibm(b, loc, "pow", {F(in.a), F(in.b)});
+      return true;
+    case Op::LtF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OLT, F(in.a), F(in.b)));
+      return true;
+    case Op::LeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OLE, F(in.a), F(in.b)));
+      return true;
+    case Op::GtF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OGT, F(in.a), F(in.b)));
+      return true;
+    case Op::GeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OGE, F(in.a), F(in.b)));
+      return true;
+    case Op::EqF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OEQ, F(in.a), F(in.b)));
+      return true;
+    case Op::NeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::UNE, F(in.a), F(in.b)));
+      return true;
+    case Op::SelectI:
+      iregs[in.dst] = sel(cmpi(P::ne, I(in.a), ci(0)), I(in.b), I(in.c));
+      return true;
+    case Op::SelectF:
+      fregs[in.dst] = sel(cmpi(P::ne, I(in.a), ci(0)), F(in.b), F(in.c));
+      return true;
+    }
+    error = "expression instruction " + std::to_string(int(in.op)) +
+            " has no lowering";
+    return false;
+  }
+};
+
+} // namespace
+
+bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
+                  Scalar x, Scalar &result, std::string &error) {
+  ExprError perr;
+  ExprPtr e = parseExpr(step.params["expr"].asString(), perr);
+  if (!e) {
+    error = "expression of '" + step.name + "': " + perr.message;
+    return false;
+  }
+  Expected<CompiledExpr> compiled = CompiledExpr::compileMap(*e, x.elem);
+  if (!compiled) {
+    error = compiled.status().message();
+    return false;
+  }
+  Lowering l{b, loc, x, llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(), error};
+  for (const CompiledExpr::Instr &in : compiled->code())
+    if (!l.lower(in))
+      return false;
+  Value r = compiled->resultIsInt() ? l.I(compiled->resultRegister())
+                                    : l.F(compiled->resultRegister());
+  if (!r) {
+    error = "expression of '" + step.name + "' has no result register";
+    return false;
+  }
+  Scalar raw{r, compiled->resultIsInt() ? ElemType::I64 : ElemType::F64};
+  result = convertScalar(b, loc, raw, compiled->resultType());
+  return true;
+}
+
+} // namespace sluice::compiler::codegen
