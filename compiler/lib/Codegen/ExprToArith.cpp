@@ -10,14 +10,15 @@
 //     MaxF f0, f0, f1       ──► cmpf uno ×2, cmpf olt, select ×2 (NaN wins)
 //     ConstF f1, 1          ──► arith.constant 1.0 : f64
 //     AddF f0, f0, f1       ──► arith.addf
-//     LogF f0, f0           ──► func.call @log (the same libm function)
+//     LogF f0, f0           ──► func.call @sluice_log (std::log, MathCalls.h)
 //   result f0 -> f32        ──► arith.truncf (Scalar.h's conversion)
 //
 // Registers become SSA values (a register written twice simply names a new
 // value). Integer registers are i64 with two's-complement wrap, float
 // registers f64, exactly as in the interpreter. Transcendental functions are
-// calls into libm, not polynomial approximations, so they round exactly as
-// std::log and friends do in the interpreter.
+// calls into libm (through ops/kernels/MathCalls.h, names LLVM does not
+// rewrite), not polynomial approximations, so they round exactly as std::log
+// and friends do in the interpreter.
 //
 //===----------------------------------------------------------------------===//
 #include "CodegenInternal.h"
@@ -148,25 +149,25 @@ struct Lowering {
       fregs[in.dst] = b.create<math::SqrtOp>(loc, F(in.a));
       return true;
     case Op::ExpF:
-      fregs[in.dst] = callLibm(b, loc, "exp", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_exp", {F(in.a)});
       return true;
     case Op::LogF:
-      fregs[in.dst] = callLibm(b, loc, "log", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_log", {F(in.a)});
       return true;
     case Op::Log1pF:
-      fregs[in.dst] = callLibm(b, loc, "log1p", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_log1p", {F(in.a)});
       return true;
     case Op::SinF:
-      fregs[in.dst] = callLibm(b, loc, "sin", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_sin", {F(in.a)});
       return true;
     case Op::CosF:
-      fregs[in.dst] = callLibm(b, loc, "cos", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_cos", {F(in.a)});
       return true;
     case Op::TanhF:
-      fregs[in.dst] = callLibm(b, loc, "tanh", {F(in.a)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_tanh", {F(in.a)});
       return true;
     case Op::SigmoidF: { // 1.0 / (1.0 + exp(-x))
-      Value e = callLibm(b, loc, "exp",
+      Value e = callLibm(b, loc, "sluice_exp",
                          {b.create<arith::NegFOp>(loc, F(in.a)).getResult()});
       Value d = b.create<arith::AddFOp>(loc, cf(1.0), e);
       fregs[in.dst] = b.create<arith::DivFOp>(loc, cf(1.0), d);
@@ -239,7 +240,7 @@ struct Lowering {
       fregs[in.dst] = b.create<arith::DivFOp>(loc, F(in.a), F(in.b));
       return true;
     case Op::ModF:
-      fregs[in.dst] = callLibm(b, loc, "fmod", {F(in.a), F(in.b)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_fmod", {F(in.a), F(in.b)});
       return true;
     case Op::MinF:
       fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false);
@@ -248,7 +249,7 @@ struct Lowering {
       fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true);
       return true;
     case Op::PowF:
-      fregs[in.dst] = callLibm(b, loc, "pow", {F(in.a), F(in.b)});
+      fregs[in.dst] = callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)});
       return true;
     case Op::LtF:
       iregs[in.dst] = boolToI64(cmpf(FP::OLT, F(in.a), F(in.b)));

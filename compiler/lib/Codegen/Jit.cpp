@@ -21,11 +21,14 @@
 
 #include "CodegenInternal.h"
 
+#include "sluice/ops/kernels/MathCalls.h"
+
 #include "mlir/IR/MLIRContext.h"
 
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/Core.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -256,6 +259,14 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
     if (!gen)
       return Status::error("internal error: " + llvm::toString(gen.takeError()));
     (*jit)->getMainJITDylib().addGenerator(std::move(*gen));
+    // The math entry points by address: this binary need not export them.
+    llvm::orc::SymbolMap math;
+    for (const kernels::MathCall *c = kernels::mathCallTable(); c->name; ++c)
+      math[(*jit)->mangleAndIntern(c->name)] = llvm::orc::ExecutorSymbolDef(
+          llvm::orc::ExecutorAddr::fromPtr(c->fn), llvm::JITSymbolFlags::Exported);
+    if (llvm::Error e = (*jit)->getMainJITDylib().define(
+            llvm::orc::absoluteSymbols(std::move(math))))
+      return Status::error("internal error: " + llvm::toString(std::move(e)));
     if (llvm::Error e = (*jit)->addObjectFile(
             llvm::MemoryBuffer::getMemBufferCopy(obj, "sluice_kernels.o")))
       return Status::error("cannot load the kernel object: " +

@@ -70,6 +70,28 @@ Value constF64Bits(OpBuilder &b, Location loc, uint64_t bits) {
                                         llvm::APInt(64, bits))));
 }
 
+/// `v` with a signaling NaN made quiet (payload and sign kept), as the
+/// hardware's float<->double conversions do. Spelled in integer operations
+/// because LLVM may fold an fpext/fptrunc pair away around a sign flip or a
+/// select (it does not promise NaN payloads), which would leave a signaling
+/// NaN signaling where the interpreter's conversion quietened it.
+Value quietNaN(OpBuilder &b, Location loc, Value v) {
+  bool f32 = v.getType().isF32();
+  Type it = f32 ? b.getI32Type() : b.getI64Type();
+  uint64_t absMask = f32 ? 0x7FFFFFFFull : 0x7FFFFFFFFFFFFFFFull;
+  uint64_t inf = f32 ? 0x7F800000ull : 0x7FF0000000000000ull;
+  uint64_t quiet = f32 ? 0x00400000ull : 0x0008000000000000ull;
+  Value bitsV = b.create<arith::BitcastOp>(loc, it, v);
+  Value absV = b.create<arith::AndIOp>(loc, bitsV,
+                                       constInt(b, loc, it, int64_t(absMask)));
+  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, absV,
+                                        constInt(b, loc, it, int64_t(inf)));
+  Value set = b.create<arith::OrIOp>(loc, bitsV,
+                                     constInt(b, loc, it, int64_t(quiet)));
+  Value out = b.create<arith::SelectOp>(loc, isNan, set, bitsV);
+  return b.create<arith::BitcastOp>(loc, v.getType(), out);
+}
+
 /// min/max of an integer element type as int64.
 std::pair<int64_t, int64_t> intRange(ElemType e) {
   switch (e) {
@@ -350,9 +372,10 @@ Scalar convertScalar(OpBuilder &b, Location loc, Scalar v, ElemType to) {
   if (to == ElemType::F32 || to == ElemType::F64) {
     if (w.elem == ElemType::I64)
       return {b.create<arith::SIToFPOp>(loc, toType, w.value), to};
+    Value q = quietNaN(b, loc, w.value);
     if (w.elem == ElemType::F32) // to F64
-      return {b.create<arith::ExtFOp>(loc, toType, w.value), to};
-    return {b.create<arith::TruncFOp>(loc, toType, w.value), to};
+      return {b.create<arith::ExtFOp>(loc, toType, q), to};
+    return {b.create<arith::TruncFOp>(loc, toType, q), to};
   }
   if (w.elem == ElemType::F32)
     w = {b.create<arith::ExtFOp>(loc, b.getF64Type(), w.value), ElemType::F64};
