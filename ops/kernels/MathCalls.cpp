@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/kernels/MathCalls.h"
+#include "sluice/ops/kernels/MathImpl.h"
 
 #include <cmath>
 
@@ -26,6 +27,19 @@ float sluice_tanhf(float x) { return std::tanh(x); }
 float sluice_powf(float x, float y) { return std::pow(x, y); }
 float sluice_fmodf(float x, float y) { return std::fmod(x, y); }
 }
+
+namespace sluice::math {
+
+// One rounding per operation, as in the generated code.
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
+double log(double x) {
+  ScalarOps ops;
+  return logImpl(ops, x);
+}
+
+} // namespace sluice::math
 
 namespace sluice::kernels {
 

@@ -10,21 +10,25 @@
 //     MaxF f0, f0, f1       ──► cmpf uno ×2, cmpf olt, select ×2 (NaN wins)
 //     ConstF f1, 1          ──► arith.constant 1.0 : f64
 //     AddF f0, f0, f1       ──► arith.addf
-//     LogF f0, f0           ──► func.call @sluice_log (std::log, MathCalls.h)
+//     LogF f0, f0           ──► math::logImpl on arith ops (MathImpl.h)
 //   result f0 -> f32        ──► arith.truncf (Scalar.h's conversion)
 //
 // Registers become SSA values (a register written twice simply names a new
 // value). Integer registers are i64 with two's-complement wrap, float
-// registers f64, exactly as in the interpreter. Transcendental functions are
-// calls into libm (through ops/kernels/MathCalls.h, names LLVM does not
-// rewrite), not polynomial approximations, so they round exactly as std::log
-// and friends do in the interpreter.
+// registers f64, exactly as in the interpreter. `log` is the one algorithm
+// of ops/kernels/MathImpl.h, which the interpreter runs on doubles and this
+// file instantiates on arith ops (the same operations, so the same bits,
+// and no call, so the loop vectorizes). The other transcendental functions
+// are calls into libm (through ops/kernels/MathCalls.h, names LLVM does not
+// rewrite), so they round exactly as std::exp and friends do in the
+// interpreter.
 //
 //===----------------------------------------------------------------------===//
 #include "CodegenInternal.h"
 
 #include "sluice/ops/Expr.h"
 #include "sluice/ops/kernels/ExprEval.h"
+#include "sluice/ops/kernels/MathImpl.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -44,6 +48,58 @@ using mlir::Value;
 namespace {
 
 using Op = CompiledExpr::Op;
+
+/// math::logImpl's backend that builds arith ops (f64 / i64 / i1): the
+/// interpreter's log, operation for operation (ops/kernels/MathImpl.h).
+struct ArithOps {
+  using F = Value;
+  using I = Value;
+  using M = Value;
+  OpBuilder &b;
+  Location loc;
+  F f(double c) {
+    uint64_t v;
+    std::memcpy(&v, &c, 8);
+    return b.create<arith::ConstantOp>(
+        loc, FloatAttr::get(b.getF64Type(),
+                            llvm::APFloat(llvm::APFloat::IEEEdouble(),
+                                          llvm::APInt(64, v))));
+  }
+  I i(int64_t c) {
+    return b.create<arith::ConstantOp>(loc, b.getI64IntegerAttr(c));
+  }
+  I bits(F x) { return b.create<arith::BitcastOp>(loc, b.getI64Type(), x); }
+  F fromBits(I v) { return b.create<arith::BitcastOp>(loc, b.getF64Type(), v); }
+  F add(F a, F c) { return b.create<arith::AddFOp>(loc, a, c); }
+  F sub(F a, F c) { return b.create<arith::SubFOp>(loc, a, c); }
+  F mul(F a, F c) { return b.create<arith::MulFOp>(loc, a, c); }
+  F div(F a, F c) { return b.create<arith::DivFOp>(loc, a, c); }
+  F itof(I v) { return b.create<arith::SIToFPOp>(loc, b.getF64Type(), v); }
+  I iadd(I a, I c) { return b.create<arith::AddIOp>(loc, a, c); }
+  I isub(I a, I c) { return b.create<arith::SubIOp>(loc, a, c); }
+  I iand(I a, I c) { return b.create<arith::AndIOp>(loc, a, c); }
+  I ior(I a, I c) { return b.create<arith::OrIOp>(loc, a, c); }
+  I ixor(I a, I c) { return b.create<arith::XOrIOp>(loc, a, c); }
+  I ashr(I a, int n) { return b.create<arith::ShRSIOp>(loc, a, i(n)); }
+  I shl(I a, int n) { return b.create<arith::ShLIOp>(loc, a, i(n)); }
+  M ult(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, a, c);
+  }
+  M ilt(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, a, c);
+  }
+  M igt(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt, a, c);
+  }
+  M ieq(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, a, c);
+  }
+  M funo(F a, F c) {
+    return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, a, c);
+  }
+  F sel(M m, F a, F c) { return b.create<arith::SelectOp>(loc, m, a, c); }
+  I isel(M m, I a, I c) { return b.create<arith::SelectOp>(loc, m, a, c); }
+};
 
 struct Lowering {
   OpBuilder &b;
@@ -134,26 +190,28 @@ struct Lowering {
       fregs[in.dst] = b.create<arith::NegFOp>(loc, F(in.a));
       return true;
     case Op::AbsF:
-      fregs[in.dst] = b.create<math::AbsFOp>(loc, F(in.a));
+      fregs[in.dst] = b.create<mlir::math::AbsFOp>(loc, F(in.a));
       return true;
     case Op::FloorF:
-      fregs[in.dst] = b.create<math::FloorOp>(loc, F(in.a));
+      fregs[in.dst] = b.create<mlir::math::FloorOp>(loc, F(in.a));
       return true;
     case Op::CeilF:
-      fregs[in.dst] = b.create<math::CeilOp>(loc, F(in.a));
+      fregs[in.dst] = b.create<mlir::math::CeilOp>(loc, F(in.a));
       return true;
     case Op::RoundF: // std::round: half away from zero
-      fregs[in.dst] = b.create<math::RoundOp>(loc, F(in.a));
+      fregs[in.dst] = b.create<mlir::math::RoundOp>(loc, F(in.a));
       return true;
     case Op::SqrtF:
-      fregs[in.dst] = b.create<math::SqrtOp>(loc, F(in.a));
+      fregs[in.dst] = b.create<mlir::math::SqrtOp>(loc, F(in.a));
       return true;
     case Op::ExpF:
       fregs[in.dst] = callLibm(b, loc, "sluice_exp", {F(in.a)});
       return true;
-    case Op::LogF:
-      fregs[in.dst] = callLibm(b, loc, "sluice_log", {F(in.a)});
+    case Op::LogF: { // sluice's own log, inline and vectorizable
+      ArithOps ops{b, loc};
+      fregs[in.dst] = sluice::math::logImpl(ops, F(in.a));
       return true;
+    }
     case Op::Log1pF:
       fregs[in.dst] = callLibm(b, loc, "sluice_log1p", {F(in.a)});
       return true;

@@ -17,6 +17,9 @@
 //    them as doubles. Integer fields are read exactly.
 //  - Integer `%` truncates like C (-7 % 3 == -1); x % 0 == 0 (no trap).
 //    Float `%` is fmod.
+//  - log() is sluice::math::log (MathImpl.h: fdlibm's algorithm, < 1 ulp,
+//    shared with generated kernels so both round alike); the other
+//    functions are the C library's.
 //  - round() rounds half away from zero (std::round, math.round);
 //    sigmoid(x) = 1 / (1 + exp(-x)); min/max/clamp propagate NaN.
 //  - Logic treats non-zero as true and yields 0/1; `c ? a : b` evaluates
