@@ -1,0 +1,109 @@
+//===- RunFlags.cpp - Command-line flags that control a run ---------------===//
+//
+// One registration and one check for the flags shared by every command that
+// runs a pipeline, so `run`, `bench`, compiled executables and the
+// autotuner's trials accept the same spellings with the same messages.
+//
+//===----------------------------------------------------------------------===//
+#include "RunFlags.h"
+
+#include "sluice/ops/Registry.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <iostream>
+
+namespace sluice::tool {
+
+int usageError(const std::string &msg, const std::string &command) {
+  std::cerr << "sluice: error: " << msg << "\n"
+            << "run 'sluice " << (command.empty() ? "" : command + " ")
+            << "--help' for usage\n";
+  return kExitUsage;
+}
+
+void addRunFlags(CLI::App &cmd, RunFlags &f) {
+  cmd.add_option("--epochs", f.epochs,
+                 "passes over the data (overrides the spec's `epochs`)")
+      ->type_name("N");
+  cmd.add_option("--threads", f.threads,
+                 "worker threads (default: the spec's budget.cores, else all "
+                 "cores)")
+      ->type_name("N");
+  cmd.add_option("--memory", f.memory,
+                 "memory budget, e.g. 512MiB or 4GiB (overrides the spec's "
+                 "budget.memory)")
+      ->type_name("SIZE");
+  cmd.add_option("--sink", f.sink,
+                 "where outputs go: 'null' counts them (default); 'npy:DIR' "
+                 "writes one .npy file per field and output plus "
+                 "DIR/index.json")
+      ->type_name("null|npy:DIR");
+  cmd.add_flag("--stats", f.stats,
+               "print the per-stage table (time, records, bytes) after the "
+               "run");
+  cmd.add_option("--stats-json", f.statsJson,
+                 "also write the per-stage counters as JSON to FILE")
+      ->type_name("FILE");
+  cmd.add_flag("-q,--quiet", f.quiet,
+               "no progress line while running (errors, warnings and the "
+               "final accounting still print)");
+}
+
+bool parseIntFlag(const std::string &opt, const std::string &v, int64_t min,
+                  int64_t &out, const std::string &command) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x < min) {
+    usageError("'" + opt + "' needs an integer >= " + std::to_string(min) +
+                   ", got '" + v + "'",
+               command);
+    return false;
+  }
+  out = x;
+  return true;
+}
+
+bool applyRunFlags(const RunFlags &f, runtime::RunOptions &opts,
+                   const std::string &command) {
+  int64_t n;
+  if (!f.epochs.empty()) {
+    if (!parseIntFlag("--epochs", f.epochs, 1, n, command))
+      return false;
+    opts.epochs = n;
+  }
+  if (!f.threads.empty()) {
+    if (!parseIntFlag("--threads", f.threads, 1, n, command))
+      return false;
+    opts.threads = n;
+  }
+  if (!f.memory.empty()) {
+    auto bytes = parseByteSize(f.memory);
+    if (!bytes || *bytes <= 0) {
+      usageError("'--memory' needs a size such as 512MiB or 4GiB, got '" +
+                     f.memory + "'",
+                 command);
+      return false;
+    }
+    opts.memoryBytes = *bytes;
+  }
+  const std::string &v = f.sink;
+  if (v != "null" && v.rfind("npy:", 0) != 0) {
+    usageError("'--sink' must be 'null' or 'npy:DIR', got '" + v + "'",
+               command);
+    return false;
+  }
+  if (v == "npy:") {
+    usageError("'--sink npy:DIR' needs a directory", command);
+    return false;
+  }
+  opts.sink = v;
+  opts.statsJsonPath = f.statsJson;
+  opts.stats = f.stats;
+  if (f.quiet)
+    opts.progress = runtime::RunOptions::Progress::Off;
+  return true;
+}
+
+} // namespace sluice::tool
