@@ -42,6 +42,10 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});
        }},
+      // After fuse-map-batch, so that the steps it moved behind a batch
+      // are grouped there.
+      {"sluice-fuse-maps",
+       [](bool remarks) { return createFuseMaps(FuseMapsOptions{remarks}); }},
   };
   return passes;
 }

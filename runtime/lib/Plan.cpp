@@ -131,6 +131,12 @@ Json stageJson(const PlanStage &s) {
   j.set("parallelism", Json::number(s.parallelism));
   j.set("prefetch", Json::number(s.prefetch));
   j.set("cache", Json::string(s.cache));
+  if (!s.fused.empty()) {
+    Json steps = Json::array();
+    for (const PlanStage &f : s.fused)
+      steps.push(stageJson(f));
+    j.set("fused", std::move(steps));
+  }
   return j;
 }
 
@@ -336,13 +342,27 @@ public:
     const Json *l = member(j, "loc", path);
     if (!params || !in || !outT || !l)
       return false;
-    return value(*params, path + ".params", out.params, 0) &&
-           recordType(*in, path + ".inputType", out.inputType) &&
-           recordType(*outT, path + ".outputType", out.outputType) &&
-           loc(*l, path + ".loc", out.loc) &&
-           getInt(j, "parallelism", path, out.parallelism) &&
-           getInt(j, "prefetch", path, out.prefetch) &&
-           getString(j, "cache", path, out.cache);
+    if (!(value(*params, path + ".params", out.params, 0) &&
+          recordType(*in, path + ".inputType", out.inputType) &&
+          recordType(*outT, path + ".outputType", out.outputType) &&
+          loc(*l, path + ".loc", out.loc) &&
+          getInt(j, "parallelism", path, out.parallelism) &&
+          getInt(j, "prefetch", path, out.prefetch) &&
+          getString(j, "cache", path, out.cache)))
+      return false;
+    // The steps of a fused stage (optional).
+    if (const Json *fused = j.get("fused")) {
+      if (!fused->isArray())
+        return fail(path + ".fused", "expected an array");
+      for (size_t i = 0; i < fused->items().size(); ++i) {
+        PlanStage f;
+        if (!stage(fused->items()[i],
+                   path + ".fused[" + std::to_string(i) + "]", f))
+          return false;
+        out.fused.push_back(std::move(f));
+      }
+    }
+    return true;
   }
 
 private:

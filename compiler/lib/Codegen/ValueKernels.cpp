@@ -36,6 +36,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -405,9 +406,46 @@ std::string KernelSpec::signature() const {
          " -> " + outField + " " + std::string(elemTypeName(outElem));
 }
 
+/// The kernels of a `fused_map` stage: one chain per field, its steps in
+/// stage order (steps on different fields commute: none has its own `as`).
+/// All or nothing: a stage with a step the generator does not cover is left
+/// to the runtime whole.
+static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
+  std::vector<KernelSpec> chains;
+  for (const runtime::PlanStage &step : s.fused) {
+    std::string field, outField;
+    ElemType in, outElem;
+    if (!coveredStep(step, field, outField, in, outElem) || outField != field)
+      return false;
+    auto it = std::find_if(chains.begin(), chains.end(),
+                           [&](const KernelSpec &k) { return k.field == field; });
+    if (it == chains.end()) {
+      KernelSpec k;
+      k.stage = s.name;
+      k.field = k.outField = field;
+      k.inElem = in;
+      chains.push_back(k);
+      it = chains.end() - 1;
+    } else if (it->outElem != in) {
+      return false;
+    }
+    it->steps.push_back(&step);
+    it->outElem = outElem;
+  }
+  for (KernelSpec &k : chains) {
+    k.funcName = "sluice_k" + std::to_string(out.size());
+    out.push_back(std::move(k));
+  }
+  return !chains.empty();
+}
+
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
   std::vector<KernelSpec> out;
   for (const runtime::PlanStage &s : plan.stages) {
+    if (s.op == "fused_map") {
+      fusedKernels(s, out);
+      continue;
+    }
     KernelSpec k;
     if (!coveredStep(s, k.field, k.outField, k.inElem, k.outElem))
       continue;
