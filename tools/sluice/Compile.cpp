@@ -332,6 +332,10 @@ int runCompile(const CompileFlags &f) {
     return kExitData;
   }
 
+  // The executable runs from anywhere: relative data paths resolve against
+  // the spec's directory as an absolute path (or --data-root at run time).
+  plan->baseDir = realPath(plan->baseDir.empty() ? "." : plan->baseDir);
+
   TempDir tmp;
   if (!f.saveTemps.empty()) {
     tmp.path = f.saveTemps;
