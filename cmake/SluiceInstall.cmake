@@ -108,8 +108,7 @@ set_target_properties(sluice_ops PROPERTIES EXPORT_NAME ops)
 set_target_properties(sluice_runtime PROPERTIES EXPORT_NAME runtime)
 install(TARGETS sluice_ops_objs sluice_ops sluice_runtime
   EXPORT sluiceTargets
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # What a compiled executable links besides the runtime (not exported: only
 # `sluice compile` uses them, through the manifest).
 install(TARGETS sluice_dsl sluice_runflags sluice_exe_main

@@ -21,6 +21,8 @@ config.substitutions.append(("%expect_exit", sys.executable + " " + os.path.join
 # The LLVM/MLIR shared libraries' prefix, and whether this machine lets a
 # test hide it (an unprivileged mount namespace): compiled executables must
 # run without it.
+config.substitutions.append(("%sluice_obj", config.sluice_obj_root))
+config.substitutions.append(("%cxx", config.cxx_compiler))
 config.substitutions.append(("%llvm_prefix", os.path.dirname(os.path.normpath(config.llvm_tools_dir))))
 import subprocess
 try:
