@@ -439,6 +439,7 @@ CommandAction addCompileCommand(CLI::App &root) {
                   "explain --help`)")
       ->type_name("NAME")
       ->expected(1)
+      ->allow_extra_args(false) // one NAME each time: SPEC may follow
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--linker", st->linker,
                   "the clang++ that links the executable (default: "

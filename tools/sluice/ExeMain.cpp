@@ -303,6 +303,7 @@ int main(int argc, char **argv) {
                  "labels=PATH; repeatable)")
       ->type_name("[PARAM=]PATH")
       ->expected(1)
+      ->allow_extra_args(false) // one PATH each time
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--version", f.version,
                "print what this executable was compiled from and exit");
