@@ -69,6 +69,7 @@ void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &f) {
                  "explain --help`)")
       ->type_name("NAME")
       ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
@@ -178,6 +179,7 @@ CommandAction addExplainCommand(CLI::App &root) {
                   "do not run this graph pass (repeatable): " + passList())
       ->type_name("NAME")
       ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--remarks", st->opts.remarks,
                 "print a remark, located in the spec, for every change a "
