@@ -10,6 +10,7 @@ spec, medians over the rounds:
   pipeline s   the runtime's own "N outputs in X s" figure (the pipeline,
                without process start-up or `sluice run`'s spec compile)
   process s    wall time of the whole process
+  cpu s        user + system CPU time of the whole process (getrusage)
   exe/run      ratio of the medians (1.00 = the same speed)
 
 The executable must write the same outputs: the first round of each spec also
@@ -23,6 +24,7 @@ import filecmp
 import glob
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -33,16 +35,23 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd):
+    c = cpu_children()
     t = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wall = time.monotonic() - t
+    cpu = cpu_children() - c
     if p.returncode != 0:
         sys.exit("failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr))
     m = re.search(r"(\d+) outputs in ([0-9.]+) s", p.stdout)
     if not m:
         sys.exit("no timing line in the output of %s:\n%s" % (" ".join(cmd), p.stdout))
-    return float(m.group(2)), wall
+    return float(m.group(2)), wall, cpu
 
 
 def same_tree(a, b):
@@ -80,8 +89,8 @@ def main():
     load = os.getloadavg()
     print("load average before: %.2f %.2f %.2f; %d rounds; flags: %s"
           % (load[0], load[1], load[2], args.repeats, " ".join(flags)))
-    print("| spec | run pipeline s | exe pipeline s | exe/run | run process s | exe process s | exe/run |")
-    print("|---|---|---|---|---|---|---|")
+    print("| spec | run pipeline s | exe pipeline s | exe/run | run process s | exe process s | exe/run | run cpu s | exe cpu s | exe/run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for spec in specs:
         name = os.path.splitext(os.path.basename(spec))[0]
         exe = os.path.join(work, name)
@@ -110,8 +119,10 @@ def main():
         ep = statistics.median(x[0] for x in exes)
         rw = statistics.median(x[1] for x in runs)
         ew = statistics.median(x[1] for x in exes)
-        print("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |"
-              % (name, rp, ep, ep / rp, rw, ew, ew / rw))
+        rc = statistics.median(x[2] for x in runs)
+        ec = statistics.median(x[2] for x in exes)
+        print("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |"
+              % (name, rp, ep, ep / rp, rw, ew, ew / rw, rc, ec, ec / rc))
         sys.stdout.flush()
     load = os.getloadavg()
     print("load average after: %.2f %.2f %.2f" % load)

@@ -422,9 +422,9 @@ CommandAction addCompileCommand(CLI::App &root) {
   auto st = std::make_shared<CompileFlags>();
   CLI::App *cmd = root.add_subcommand(
       "compile",
-      "compile the pipeline into a standalone executable (the plan and the "
-      "kernels built in; it takes the flags of `sluice run`, see EXE "
-      "--help, and needs no spec, MLIR or compiler at run time)");
+      "compile the pipeline into a standalone executable that takes the "
+      "flags of `sluice run` (EXE --help) and needs no spec, MLIR or "
+      "compiler to run");
   addSpecArg(*cmd, st->specs);
   cmd->add_option("-o,--output", st->output, "the executable to write")
       ->type_name("EXE");

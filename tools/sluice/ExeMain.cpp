@@ -91,6 +91,17 @@ std::string globEscape(const std::string &s) {
   return out;
 }
 
+/// CLI11's layout with a lowercase usage line, as `sluice --help` has.
+class HelpFormatter : public CLI::Formatter {
+public:
+  HelpFormatter() { column_width(30); }
+  std::string make_description(const CLI::App *) const override { return ""; }
+  std::string make_usage(const CLI::App *app, std::string) const override {
+    return "usage: " + app->get_name() + " [options]\n\n" +
+           app->get_description();
+  }
+};
+
 /// The information block printed by --version and at the top of --help.
 std::string describe(const nlohmann::json &info, const std::string &prog) {
   auto str = [&](const char *k) {
@@ -278,7 +289,8 @@ int main(int argc, char **argv) {
 
   ExeFlags f;
   CLI::App app(describe(info, prog), prog);
-  app.option_defaults()->disable_flag_override();
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.option_defaults()->group("options")->disable_flag_override();
   app.set_help_flag("-h,--help", "print this help and exit");
   app.allow_extras();
   app.footer(
