@@ -125,6 +125,34 @@ struct StepCase {
   std::string label;
 };
 
+/// A map case's expression compiled for its input type.
+Expected<kernels::CompiledExpr> compileCase(const StepCase &c) {
+  ExprError err;
+  ExprPtr e;
+  for (const auto &[k, v] : c.params)
+    if (k == "expr")
+      e = parseExpr(v.asString(), err);
+  if (!e)
+    return Status::error(err.message);
+  return kernels::CompiledExpr::compileMap(*e, c.in);
+}
+
+/// numpy computes math functions of small integers in f16; the code
+/// generator leaves f16 arithmetic to the interpreter.
+bool usesF16(const kernels::CompiledExpr &e) {
+  if (e.resultType() == ElemType::F16)
+    return true;
+  for (const kernels::CompiledExpr::Instr &in : e.code())
+    if (in.type == ElemType::F16 &&
+        (in.op == kernels::CompiledExpr::Op::NarrowF ||
+         in.op == kernels::CompiledExpr::Op::MinF ||
+         in.op == kernels::CompiledExpr::Op::MaxF ||
+         in.op == kernels::CompiledExpr::Op::ModF ||
+         in.op == kernels::CompiledExpr::Op::FloorDivF))
+      return true;
+  return false;
+}
+
 /// The output element type the registry's type rule gives the step.
 ElemType outElem(const StepCase &c) {
   if (c.op == "hash_bucket")
@@ -134,13 +162,7 @@ ElemType outElem(const StepCase &c) {
       if (k == "dtype")
         return *parseElemType(v.asString());
   if (c.op == "map") {
-    ExprError err;
-    ExprPtr e;
-    for (const auto &[k, v] : c.params)
-      if (k == "expr")
-        e = parseExpr(v.asString(), err);
-    auto compiled = kernels::CompiledExpr::compileMap(*e, c.in);
-    EXPECT_TRUE(bool(compiled));
+    auto compiled = compileCase(c);
     return compiled ? compiled->resultType() : c.in;
   }
   return c.in;
@@ -174,11 +196,23 @@ class CodegenStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   const StepCase &c = GetParam();
   constexpr int64_t n = 4099; // not a multiple of any vector width
+  bool f16 = false;
+  if (c.op == "map") {
+    auto compiled = compileCase(c);
+    if (!compiled) // e.g. a literal that does not fit the type (NEP 50)
+      GTEST_SKIP() << describe(c) << ": " << compiled.status().message();
+    f16 = usesF16(*compiled);
+  }
   runtime::Plan plan = planFor(c, n);
   compiler::CodegenOptions opts;
   opts.useCache = false;
   auto jit = compiler::JitKernels::compile(plan, opts);
   ASSERT_TRUE(bool(jit)) << jit.status().message();
+  if (f16) { // left to the interpreter, and said so by the table
+    EXPECT_EQ((*jit)->stats().kernels, 0) << describe(c);
+    EXPECT_FALSE((*jit)->binder()(plan.stages[0]).has_value());
+    return;
+  }
   ASSERT_EQ((*jit)->stats().kernels, 1) << describe(c) << " was not compiled";
   const runtime::PlanStage &stage = plan.stages[0];
   auto bound = (*jit)->binder()(stage);
@@ -199,12 +233,12 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
     ASSERT_TRUE(bool(rb)) << rb.status().message();
     const Tensor &x = a.fields[0], &y = b.fields[0];
     ASSERT_EQ(x.type().str(), y.type().str()) << describe(c);
-    // The one known difference: LLVM folds `x > 0 ? x : 0 - x` on f64 into
-    // fabs(x), which clears the sign of a NaN where the interpreter's
+    // The one known difference: LLVM folds `x > 0 ? x : 0 - x` on floats
+    // into fabs(x), which clears the sign of a NaN where the interpreter's
     // subtraction keeps it (LLVM does not promise NaN signs through
     // selects). Such elements must still be NaN on both sides.
     bool nanSignMayDiffer = c.label == "x > 0 ? x : 0 - x" &&
-                            c.in == ElemType::F64;
+                            (c.in == ElemType::F64 || c.in == ElemType::F32);
     for (int64_t i = 0; i < n; ++i) {
       size_t size = elemTypeSize(x.elem());
       if (nanSignMayDiffer) {
@@ -248,9 +282,10 @@ std::vector<StepCase> stepCases() {
                        "to " + std::string(elemTypeName(to))});
     for (const char *expr :
          {"log(max(x, 0) + 1)", "x * 2 + 1", "x - 7", "x % 3", "x % -4",
-          "x / 3", "-x", "abs(x)", "min(x, 5)", "max(x, -5)", "clamp(x, -1, 1)",
-          "x > 0 ? x : 0 - x", "round(x)", "floor(x)", "ceil(x)", "sqrt(x)",
-          "exp(x)", "sigmoid(x)", "tanh(x)", "sin(x) + cos(x)", "pow(x, 2)",
+          "x / 3", "x // 3", "x // -4", "-x", "abs(x)", "min(x, 5)",
+          "max(x, -5)", "clamp(x, -1, 1)", "x > 0 ? x : 0 - x", "round(x)",
+          "floor(x)", "ceil(x)", "sqrt(x)", "exp(x)", "sigmoid(x)", "tanh(x)",
+          "sin(x) + cos(x)", "pow(x, 2)", "pow(x, 3) + 1", "x * 1.5 // 0.25",
           "pow(x, 0.5)", "log1p(abs(x))", "x * x * x", "x % 2.5",
           "x * 0.1 + 0.7", "x + 2147483647", "x > 3 ? 1 : 0",
           "x == 3 ? 2.5 : x"})

@@ -34,6 +34,10 @@ class Module;
 class TargetMachine;
 } // namespace llvm
 
+namespace sluice::kernels {
+class CompiledExpr;
+} // namespace sluice::kernels
+
 namespace sluice::compiler::codegen {
 
 /// One generated function: the value-wise steps `steps` (in order) applied
@@ -63,6 +67,10 @@ struct Scalar {
   mlir::Value value;
   ElemType elem = ElemType::F32;
 };
+
+/// True if every instruction of `expr` has a lowering (f16 arithmetic is
+/// left to the interpreter).
+bool exprLowerable(const kernels::CompiledExpr &expr);
 
 /// Lowers `map`'s expression on one element `x` (ExprToArith.cpp). Fails
 /// (returns false, `error` set) for an expression it cannot lower.

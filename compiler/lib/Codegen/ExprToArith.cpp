@@ -142,14 +142,42 @@ struct Lowering {
       return convertScalar(b, loc, x, ElemType::I64).value; // saturating
     return convertScalar(b, loc, x, ElemType::I64).value;   // widening
   }
-  /// nanMin/nanMax: a NaN operand gives the canonical quiet NaN.
+  /// `v` with its quiet bit set (the interpreter's quiet()).
+  Value quiet(Value v) {
+    Value bitsV = b.create<arith::BitcastOp>(loc, i64(), v);
+    Value q = b.create<arith::OrIOp>(loc, bitsV, ci(int64_t(1) << 51));
+    return b.create<arith::BitcastOp>(loc, f64(), q);
+  }
+  Value isNan(Value v) { return cmpf(arith::CmpFPredicate::UNO, v, v); }
+  /// firstNaN(a, r): a NaN first operand wins, quieted.
+  Value firstNaN(Value a, Value r) { return sel(isNan(a), quiet(a), r); }
+  /// maxF/minF: the first NaN (quieted), else the larger/smaller; ties give
+  /// the second operand.
   Value nanMinMax(Value a, Value c, bool isMax) {
-    Value anyNan = b.create<arith::OrIOp>(
-        loc, cmpf(arith::CmpFPredicate::UNO, a, a),
-        cmpf(arith::CmpFPredicate::UNO, c, c));
-    Value pick = isMax ? sel(cmpf(arith::CmpFPredicate::OLT, a, c), c, a)
-                       : sel(cmpf(arith::CmpFPredicate::OLT, c, a), c, a);
-    return sel(anyNan, cf(std::numeric_limits<double>::quiet_NaN()), pick);
+    Value pick = isMax ? sel(cmpf(arith::CmpFPredicate::OGT, a, c), a, c)
+                       : sel(cmpf(arith::CmpFPredicate::OLT, a, c), a, c);
+    return sel(isNan(a), quiet(a), sel(isNan(c), quiet(c), pick));
+  }
+  /// wrapTo(): truncate to the integer type and widen back.
+  Value wrap(Value v, ElemType t) {
+    if (t == ElemType::I64)
+      return v;
+    Type narrow = storageType(b.getContext(), t);
+    Value tr = b.create<arith::TruncIOp>(loc, narrow, v);
+    bool sgn = t == ElemType::I8 || t == ElemType::I16 || t == ElemType::I32;
+    return sgn ? b.create<arith::ExtSIOp>(loc, i64(), tr).getResult()
+               : b.create<arith::ExtUIOp>(loc, i64(), tr).getResult();
+  }
+  /// A float binary op of precision `t` computed by a MathCalls.h helper.
+  Value preciseCall(llvm::StringRef f64Name, llvm::StringRef f32Name,
+                    ElemType t, Value a, Value c) {
+    if (t == ElemType::F64)
+      return callLibm(b, loc, f64Name, {a, c});
+    Type f32 = b.getF32Type();
+    Value r = callLibm(b, loc, f32Name,
+                       {b.create<arith::TruncFOp>(loc, f32, a).getResult(),
+                        b.create<arith::TruncFOp>(loc, f32, c).getResult()});
+    return b.create<arith::ExtFOp>(loc, f64(), r);
   }
 
   bool lower(const CompiledExpr::Instr &in) {
@@ -171,11 +199,24 @@ struct Lowering {
     case Op::CvtIF:
       fregs[in.dst] = b.create<arith::SIToFPOp>(loc, f64(), I(in.a));
       return true;
+    case Op::WrapI:
+      if (!supportedElem(in.type))
+        break;
+      iregs[in.dst] = wrap(I(in.a), in.type);
+      return true;
+    case Op::NarrowF: {
+      if (in.type == ElemType::F64) {
+        fregs[in.dst] = F(in.a);
+        return true;
+      }
+      if (in.type != ElemType::F32)
+        break; // f16 arithmetic is left to the interpreter
+      Value t = b.create<arith::TruncFOp>(loc, b.getF32Type(), F(in.a));
+      fregs[in.dst] = b.create<arith::ExtFOp>(loc, f64(), t);
+      return true;
+    }
     case Op::NegI:
       iregs[in.dst] = b.create<arith::SubIOp>(loc, ci(0), I(in.a));
-      return true;
-    case Op::NotI:
-      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), ci(0)));
       return true;
     case Op::AbsI: {
       Value a = I(in.a);
@@ -183,8 +224,8 @@ struct Lowering {
                           b.create<arith::SubIOp>(loc, ci(0), a), a);
       return true;
     }
-    case Op::TruthF:
-      iregs[in.dst] = boolToI64(cmpf(FP::UNE, F(in.a), cf(0)));
+    case Op::NotI:
+      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), ci(0)));
       return true;
     case Op::NegF:
       fregs[in.dst] = b.create<arith::NegFOp>(loc, F(in.a));
@@ -198,8 +239,8 @@ struct Lowering {
     case Op::CeilF:
       fregs[in.dst] = b.create<mlir::math::CeilOp>(loc, F(in.a));
       return true;
-    case Op::RoundF: // std::round: half away from zero
-      fregs[in.dst] = b.create<mlir::math::RoundOp>(loc, F(in.a));
+    case Op::RintF: // nearbyint in the default mode: ties to even
+      fregs[in.dst] = b.create<mlir::math::RoundEvenOp>(loc, F(in.a));
       return true;
     case Op::SqrtF:
       fregs[in.dst] = b.create<mlir::math::SqrtOp>(loc, F(in.a));
@@ -224,13 +265,6 @@ struct Lowering {
     case Op::TanhF:
       fregs[in.dst] = callLibm(b, loc, "sluice_tanh", {F(in.a)});
       return true;
-    case Op::SigmoidF: { // 1.0 / (1.0 + exp(-x))
-      Value e = callLibm(b, loc, "sluice_exp",
-                         {b.create<arith::NegFOp>(loc, F(in.a)).getResult()});
-      Value d = b.create<arith::AddFOp>(loc, cf(1.0), e);
-      fregs[in.dst] = b.create<arith::DivFOp>(loc, cf(1.0), d);
-      return true;
-    }
     case Op::AddI:
       iregs[in.dst] = b.create<arith::AddIOp>(loc, I(in.a), I(in.b));
       return true;
@@ -240,15 +274,38 @@ struct Lowering {
     case Op::MulI:
       iregs[in.dst] = b.create<arith::MulIOp>(loc, I(in.a), I(in.b));
       return true;
-    case Op::ModI: { // (y == 0 || y == -1) ? 0 : x % y, without a trap
-      Value y = I(in.b);
+    case Op::FloorDivI: { // 0 for y == 0, -x for y == -1, else floored
+      Value x = I(in.a), y = I(in.b);
+      Value zero = cmpi(P::eq, y, ci(0)), minus1 = cmpi(P::eq, y, ci(-1));
+      Value safe = sel(b.create<arith::OrIOp>(loc, zero, minus1), ci(1), y);
+      Value q = b.create<arith::DivSIOp>(loc, x, safe);
+      Value r = b.create<arith::RemSIOp>(loc, x, safe);
+      Value adjust = b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, r, ci(0)),
+          b.create<arith::XOrIOp>(loc, cmpi(P::slt, x, ci(0)),
+                                  cmpi(P::slt, safe, ci(0))));
+      q = sel(adjust, b.create<arith::SubIOp>(loc, q, ci(1)), q);
+      q = sel(minus1, b.create<arith::SubIOp>(loc, ci(0), x), q);
+      iregs[in.dst] = sel(zero, ci(0), q);
+      return true;
+    }
+    case Op::ModI: { // the divisor's sign; 0 for y == 0 or -1
+      Value x = I(in.a), y = I(in.b);
       Value bad = b.create<arith::OrIOp>(loc, cmpi(P::eq, y, ci(0)),
                                          cmpi(P::eq, y, ci(-1)));
       Value safe = sel(bad, ci(1), y);
-      Value r = b.create<arith::RemSIOp>(loc, I(in.a), safe);
+      Value r = b.create<arith::RemSIOp>(loc, x, safe);
+      Value fix = b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, r, ci(0)),
+          b.create<arith::XOrIOp>(loc, cmpi(P::slt, r, ci(0)),
+                                  cmpi(P::slt, safe, ci(0))));
+      r = sel(fix, b.create<arith::AddIOp>(loc, r, safe), r);
       iregs[in.dst] = sel(bad, ci(0), r);
       return true;
     }
+    case Op::PowI:
+      iregs[in.dst] = callLibm(b, loc, "sluice_powi", {I(in.a), I(in.b)});
+      return true;
     case Op::MinI: {
       Value a = I(in.a), c = I(in.b);
       iregs[in.dst] = sel(cmpi(P::slt, c, a), c, a);
@@ -286,28 +343,48 @@ struct Lowering {
           loc, cmpi(P::ne, I(in.a), ci(0)), cmpi(P::ne, I(in.b), ci(0))));
       return true;
     case Op::AddF:
-      fregs[in.dst] = b.create<arith::AddFOp>(loc, F(in.a), F(in.b));
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::AddFOp>(loc, F(in.a), F(in.b)));
       return true;
     case Op::SubF:
-      fregs[in.dst] = b.create<arith::SubFOp>(loc, F(in.a), F(in.b));
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::SubFOp>(loc, F(in.a), F(in.b)));
       return true;
     case Op::MulF:
-      fregs[in.dst] = b.create<arith::MulFOp>(loc, F(in.a), F(in.b));
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::MulFOp>(loc, F(in.a), F(in.b)));
       return true;
     case Op::DivF:
-      fregs[in.dst] = b.create<arith::DivFOp>(loc, F(in.a), F(in.b));
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::DivFOp>(loc, F(in.a), F(in.b)));
+      return true;
+    case Op::FloorDivF:
+      if (in.type != ElemType::F64 && in.type != ElemType::F32)
+        break;
+      fregs[in.dst] = firstNaN(
+          F(in.a), preciseCall("sluice_floordiv_f64", "sluice_floordiv_f32",
+                               in.type, F(in.a), F(in.b)));
       return true;
     case Op::ModF:
-      fregs[in.dst] = callLibm(b, loc, "sluice_fmod", {F(in.a), F(in.b)});
+      if (in.type != ElemType::F64 && in.type != ElemType::F32)
+        break;
+      fregs[in.dst] =
+          firstNaN(F(in.a), preciseCall("sluice_mod_f64", "sluice_mod_f32",
+                                        in.type, F(in.a), F(in.b)));
+      return true;
+    case Op::PowF:
+      fregs[in.dst] = firstNaN(
+          F(in.a), callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)}));
       return true;
     case Op::MinF:
+      if (in.type == ElemType::F16)
+        break;
       fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false);
       return true;
     case Op::MaxF:
+      if (in.type == ElemType::F16)
+        break;
       fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true);
-      return true;
-    case Op::PowF:
-      fregs[in.dst] = callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)});
       return true;
     case Op::LtF:
       iregs[in.dst] = boolToI64(cmpf(FP::OLT, F(in.a), F(in.b)));
@@ -335,12 +412,37 @@ struct Lowering {
       return true;
     }
     error = "expression instruction " + std::to_string(int(in.op)) +
-            " has no lowering";
+            " has no lowering for " + std::string(elemTypeName(in.type));
     return false;
   }
 };
 
 } // namespace
+
+bool exprLowerable(const CompiledExpr &expr) {
+  for (const CompiledExpr::Instr &in : expr.code()) {
+    switch (in.op) {
+    case Op::WrapI:
+      if (!supportedElem(in.type))
+        return false;
+      break;
+    case Op::NarrowF:
+    case Op::FloorDivF:
+    case Op::ModF:
+      if (in.type != ElemType::F32 && in.type != ElemType::F64)
+        return false;
+      break;
+    case Op::MinF:
+    case Op::MaxF:
+      if (in.type == ElemType::F16)
+        return false;
+      break;
+    default:
+      break;
+    }
+  }
+  return supportedElem(expr.resultType()) && supportedElem(expr.inputType());
+}
 
 bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
                   Scalar x, Scalar &result, std::string &error) {

@@ -339,7 +339,7 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
     if (!e)
       return false;
     Expected<kernels::CompiledExpr> c = kernels::CompiledExpr::compileMap(*e, in);
-    if (!c || !supportedElem(c->resultType()))
+    if (!c || !exprLowerable(*c))
       return false;
   }
   return true;

@@ -12,6 +12,8 @@
 #ifndef SLUICE_OPS_KERNELS_MATHCALLS_H
 #define SLUICE_OPS_KERNELS_MATHCALLS_H
 
+#include <cstdint>
+
 extern "C" {
 double sluice_exp(double x);
 double sluice_log(double x);
@@ -29,6 +31,14 @@ float sluice_cosf(float x);
 float sluice_tanhf(float x);
 float sluice_powf(float x, float y);
 float sluice_fmodf(float x, float y);
+/// The interpreter's numpy operations that are loops or branchy (copies of
+/// powI, floorDivF and modF in ExprEval.cpp; compiler_codegen_test checks
+/// that generated code calling them equals the interpreter).
+int64_t sluice_powi(int64_t b, int64_t n);
+double sluice_floordiv_f64(double a, double b);
+double sluice_mod_f64(double a, double b);
+float sluice_floordiv_f32(float a, float b);
+float sluice_mod_f32(float a, float b);
 }
 
 namespace sluice::kernels {
