@@ -183,15 +183,15 @@ CommandAction addExplainCommand(CLI::App &root) {
   };
   auto st = std::make_shared<State>();
   CLI::App *cmd = root.add_subcommand(
-      "explain", "print the compiled pipeline (the MLIR sluice dialect or "
-                 "the runtime plan)");
+      "explain", "print the compiled pipeline (the MLIR sluice dialect, the "
+                 "runtime plan or the generated kernels)");
   addSpecArg(*cmd, st->specs);
   cmd->add_option("--ir", st->opts.ir,
                   "which form: 'graph' (the sluice dialect after the graph "
                   "passes, default), 'plan' (the runtime plan as JSON), "
                   "'kernels' (the generated kernel functions, MLIR) or "
                   "'llvm' (their optimized LLVM IR)")
-      ->type_name("graph|plan|kernels|llvm");
+      ->type_name("FORM");
   cmd->add_flag("--print-ir-after-all", st->opts.printIrAfterAll,
                 "print the module after every graph pass");
   cmd->add_option("--disable-pass", st->opts.disabledPasses,
