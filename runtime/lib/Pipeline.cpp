@@ -79,6 +79,7 @@ public:
   std::atomic<int64_t> startNs_{0};
   std::atomic<int64_t> endNs_{0};
   mutable std::mutex stopMu_;
+  MemoryAccount *held_ = nullptr;
 };
 
 StageCounters *Engine::counters(const std::string &name, const std::string &op,
@@ -147,6 +148,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->threads_ =
       std::min(opts.threads > 0 ? std::min(opts.threads, cores) : cores, hw);
   e->epochs_ = opts.epochs ? *opts.epochs : plan.epochs;
+  if (opts.firstEpoch < 0)
+    return Status::error("the first epoch must be >= 0, got " +
+                         std::to_string(opts.firstEpoch));
+  e->epoch_ = opts.firstEpoch;
   int64_t limit = opts.memoryBytes > 0 ? opts.memoryBytes : plan.memoryBytes;
   e->memory_ = std::make_unique<MemoryBudget>(limit);
   // oneTBB's default worker pool is one thread short of the host's cores
@@ -594,13 +599,22 @@ int64_t Pipeline::threads() const { return engine_->threads_; }
 std::optional<int64_t> Pipeline::expectedOutputs() const {
   if (!engine_->expectedOutputs_ || engine_->epochs_ < 0)
     return std::nullopt;
-  return *engine_->expectedOutputs_ * engine_->epochs_;
+  return *engine_->expectedOutputs_ *
+         std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
 }
 std::optional<int64_t> Pipeline::expectedSourceRecords() const {
   if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)
     return std::nullopt;
-  return *engine_->expectedSourceRecords_ * engine_->epochs_;
+  return *engine_->expectedSourceRecords_ *
+         std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
 }
 RunStats Pipeline::stats() const { return engine_->stats(); }
+
+MemoryAccount &Pipeline::heldOutputs() {
+  std::lock_guard<std::mutex> lock(engine_->stopMu_);
+  if (!engine_->held_)
+    engine_->held_ = engine_->memory_->account("outputs held by the caller");
+  return *engine_->held_;
+}
 
 } // namespace sluice::runtime

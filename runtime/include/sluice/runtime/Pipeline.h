@@ -26,6 +26,7 @@
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
 #include "sluice/runtime/ElementOps.h"
+#include "sluice/runtime/Memory.h"
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Stats.h"
 
@@ -51,6 +52,12 @@ struct ScheduleOverride {
 struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
   std::optional<int64_t> epochs;
+  /// The first epoch to run (0-based; epochs before it are skipped without
+  /// reading anything): the pipeline runs epochs [firstEpoch, epochs). Each
+  /// epoch's random choices depend only on (seed, epoch, ...), so epoch n
+  /// comes out the same whether the run started at 0 or at n
+  /// (sluice.torch.Dataset.set_epoch).
+  int64_t firstEpoch = 0;
   /// Worker threads (`--threads`); 0 = the plan's budget.cores, or all
   /// cores of the host. Never more than budget.cores when that is set, nor
   /// more than the host's cores.
@@ -166,6 +173,12 @@ public:
 
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;
+
+  /// The budget account for outputs the caller still holds (the Python
+  /// module reserves each batch it hands out here and releases it when the
+  /// last array over it dies), so held batches count against
+  /// budget.memory. Valid as long as the Pipeline.
+  MemoryAccount &heldOutputs();
 
 private:
   explicit Pipeline(std::unique_ptr<Engine> engine);
