@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/dsl/Spec.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/Registry.h"
 
 #include <yaml-cpp/eventhandler.h>
@@ -428,6 +429,7 @@ private:
   void parseSource(const YNode &n, Spec &spec);
   void parseSteps(const YNode &n, Spec &spec);
   void parseBudget(const YNode &n, Spec &spec);
+  void checkStaticSizes(const Spec &spec);
   bool runTypeRule(Step &step, const RecordType &input);
 
   bool getInt(const YNode &n, const std::string &what, int64_t &out,
@@ -1021,6 +1023,34 @@ bool SpecChecker::getInt(const YNode &n, const std::string &what, int64_t &out,
   return true;
 }
 
+/// A step whose output type is static and cannot fit in budget.memory (or
+/// the default budget) could not process one record: a spec error at the
+/// step, found before anything runs. Reported once, at the first such step.
+void SpecChecker::checkStaticSizes(const Spec &spec) {
+  int64_t limit = spec.budget.memoryBytes > 0 ? spec.budget.memoryBytes
+                                              : defaultMemoryBudget();
+  const Step *steps[1] = {&spec.source};
+  std::vector<const Step *> all(steps, steps + 1);
+  for (const Step &st : spec.steps)
+    all.push_back(&st);
+  for (const Step *st : all) {
+    if (!st->def)
+      continue;
+    std::string why = recordTypeTooLarge(st->outputType, limit);
+    if (why.empty())
+      continue;
+    diags.error(st->loc, "the output of '" + st->name + "': " + why,
+                spec.budget.memoryBytes > 0
+                    ? "make the step's output smaller or raise budget.memory"
+                    : "no budget.memory is given, so the default applies (" +
+                          std::to_string(static_cast<int>(
+                              kDefaultMemoryFraction * 100)) +
+                          "% of the host's memory); make the step's output "
+                          "smaller");
+    return;
+  }
+}
+
 void SpecChecker::parseBudget(const YNode &n, Spec &spec) {
   if (n.kind != YNode::Kind::Map) {
     diags.error(n.loc, std::string("'budget' must be a mapping, but it is ") +
@@ -1270,6 +1300,7 @@ std::unique_ptr<Spec> SpecChecker::run() {
     parseBudget(*b, *spec);
   if (const YNode *s = top.get("schedule"))
     parseSchedule(*s, *spec);
+  checkStaticSizes(*spec);
   if (diags.hasErrors())
     return nullptr;
   return spec;

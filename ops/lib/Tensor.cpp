@@ -7,12 +7,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Tensor.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/BufferPool.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace sluice {
@@ -49,9 +51,24 @@ int64_t product(const std::vector<int64_t> &shape) {
 
 Tensor Tensor::empty(ElemType elem, std::vector<int64_t> shape) {
   assert(sluice::isNumeric(elem) && "use Tensor::strings for bytes/string");
+  // Shapes come from headers and parameters: multiply without overflow, and
+  // reserve the bytes in the thread's allocation scope (Allocation.h) before
+  // touching them.
+  std::optional<int64_t> bytes = elemTypeSize(elem);
+  for (int64_t d : shape)
+    if (bytes && (d < 0 || __builtin_mul_overflow(*bytes, d, &*bytes)))
+      bytes.reset();
+  if (bytes && *bytes > std::numeric_limits<int64_t>::max() - 4096)
+    bytes.reset();
+  if (!bytes || AllocationScope::current())
+    chargeTensorAllocation(
+        bytes ? std::optional<int64_t>(static_cast<int64_t>(
+                    numericMemoryBytes(static_cast<size_t>(*bytes))))
+              : std::nullopt,
+        elem, shape);
   Tensor t;
   t.elem_ = elem;
-  t.nbytes_ = static_cast<size_t>(product(shape)) * elemTypeSize(elem);
+  t.nbytes_ = static_cast<size_t>(*bytes);
   t.shape_ = std::move(shape);
   t.buf_ = allocateAligned(t.nbytes_);
   return t;

@@ -32,6 +32,8 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 namespace sluice::runtime::detail {
@@ -57,7 +59,8 @@ public:
       : Stage(s, std::move(up), nullptr), ops_(std::move(ops)),
         parallel_(parallelism > 0 && s.arena != nullptr),
         parallelism_(std::max<int64_t>(1, parallelism)),
-        window_(std::max<int64_t>(2, window)) {
+        window_(std::max<int64_t>(2, window)),
+        scratchLimit_(s.memory->account(ops_.front().step->name + " scratch")) {
     inlineTiming_ = false;
     for (const SubOp &op : ops_)
       op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
@@ -134,11 +137,15 @@ private:
   void process(Item &item, Outcome &o, int64_t *ns) {
     o = Outcome();
     int64_t bytes = recordBytes(item.rec);
+    // What the steps allocate for this record is reserved in the budget
+    // while they run (Allocation.h); the record's surviving tensors are
+    // counted by the window or the next buffer once the scope closes.
+    AllocationScope scope(&scratchLimit_);
     for (size_t i = 0; i < ops_.size(); ++i) {
       StageCounters &c = *ops_[i].counters;
       inc(c.bytesIn, bytes);
       int64_t t0 = nowNs();
-      Expected<bool> r = ops_[i].fn(item.rec, ctx_);
+      Expected<bool> r = runStep(i, item.rec);
       ns[i] += nowNs() - t0;
       if (!r) {
         o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
@@ -154,6 +161,26 @@ private:
       }
       bytes = recordBytes(item.rec);
       inc(c.bytesOut, bytes);
+    }
+  }
+
+  /// Runs step `i`; an allocation the budget refused (AllocationRefused)
+  /// or the system could not give (std::bad_alloc) fails the record like
+  /// any other data error instead of escaping the worker thread.
+  Expected<bool> runStep(size_t i, Record &rec) {
+    try {
+      return ops_[i].fn(rec, ctx_);
+    } catch (const AllocationRefused &e) {
+      return Status::error(e.what());
+    } catch (const std::bad_alloc &) {
+      return Status::error(
+          "out of memory: the system refused an allocation for this record "
+          "(std::bad_alloc); lower budget.memory below what the host can "
+          "give, or drop or shrink such records before this step");
+    } catch (const std::length_error &e) {
+      return Status::error(std::string("a buffer for this record would be "
+                                       "too large (") +
+                           e.what() + ")");
     }
   }
 
@@ -490,6 +517,8 @@ private:
   int64_t maxChunk_ = 1;
   std::thread feeder_;
   MemoryAccount *account_ = nullptr;
+  /// What the steps allocate while they process a record.
+  AccountAllocationLimit scratchLimit_;
 };
 
 } // namespace

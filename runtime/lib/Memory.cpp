@@ -7,7 +7,9 @@
 #include "sluice/runtime/Memory.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 namespace sluice::runtime {
 
@@ -128,6 +130,22 @@ std::vector<std::pair<std::string, int64_t>> MemoryBudget::peaks() const {
   for (const auto &a : accounts_)
     out.emplace_back(a->name(), a->peak());
   return out;
+}
+
+bool AccountAllocationLimit::tryReserve(int64_t bytes) {
+  if (account_->tryReserve(bytes))
+    return true;
+  const MemoryBudget &b = account_->budget();
+  if (!b.limited() || bytes > b.limit())
+    return false;
+  // Queues and windows release records as the consumer takes them; a short
+  // wait turns a momentary peak into a delay instead of a failed record.
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (account_->tryReserve(bytes))
+      return true;
+  }
+  return false;
 }
 
 } // namespace sluice::runtime

@@ -166,7 +166,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   Status ps = e->setupPositions();
   if (!ps)
     return ps;
-  int64_t limit = opts.memoryBytes > 0 ? opts.memoryBytes : plan.memoryBytes;
+  // Without `budget: {memory: ...}` the budget is a share of the host's (or
+  // the cgroup's) memory, never unlimited (Allocation.h).
+  int64_t limit = opts.memoryBytes > 0    ? opts.memoryBytes
+                  : plan.memoryBytes > 0 ? plan.memoryBytes
+                                         : defaultMemoryBudget();
   e->memory_ = std::make_unique<MemoryBudget>(limit);
   // oneTBB's default worker pool is one thread short of the host's cores
   // (it expects the main thread to join), but the stages only enqueue tasks
@@ -538,6 +542,16 @@ Status Engine::setupPositions() {
 Status Engine::checkStaticMemory() const {
   if (!memory_->limited())
     return Status::ok();
+  // A step whose output type is static and larger than the whole budget
+  // cannot process a single record (`sluice check` reports the same).
+  int64_t limit = memory_->limit();
+  for (const PlanStage &st : plan_.stages)
+    if (std::string why = recordTypeTooLarge(st.outputType, limit);
+        !why.empty())
+      return Status::error(plan_.where(st) + ": error: the output of '" +
+                           st.name + "': " + why +
+                           "; make the step's output smaller or raise "
+                           "budget.memory");
   std::vector<StaticNeed> needs = extraNeeds_;
   for (const Stage *st = root_.get(); st; st = st->upstream())
     st->staticNeeds(needs);
@@ -555,7 +569,6 @@ Status Engine::checkStaticMemory() const {
     sized.push_back({&n, *b, total});
     sum += total;
   }
-  int64_t limit = memory_->limit();
   if (sum <= limit)
     return Status::ok();
   auto largest = std::max_element(

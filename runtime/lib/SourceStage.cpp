@@ -23,6 +23,8 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 
 namespace sluice::runtime::detail {
 
@@ -35,7 +37,8 @@ class SourceStage : public Stage {
 public:
   SourceStage(Shared &s, StageCounters *c, int64_t cycle, int64_t block)
       : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
-        block_(std::max<int64_t>(1, block)) {
+        block_(std::max<int64_t>(1, block)),
+        scratchLimit_(s.memory->account(c->name() + " reading")) {
     readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
     // Interleave's read-ahead already keeps the threads busy; block-parallel
     // parsing inside it would only add tasks.
@@ -86,7 +89,7 @@ protected:
         }
         continue;
       }
-      ReadResult rr = readahead() ? take(s, out.rec) : s.reader->next(out.rec);
+      ReadResult rr = readahead() ? take(s, out.rec) : read(s, out.rec);
       if (rr.isEnd()) {
         doneBytes_ += readahead() ? s.bytes.load()
                                   : static_cast<int64_t>(s.reader->bytesRead());
@@ -125,6 +128,34 @@ protected:
   }
 
 private:
+  struct Slot;
+  /// Reads the next record of a slot's shard with the reader's allocations
+  /// (records, declared lengths checked with checkAllocation) counted in
+  /// the budget; an allocation refused or failed is an unrecoverable data
+  /// error of the shard, not an exception escaping the thread.
+  ReadResult read(Slot &s, Record &rec) {
+    AllocationScope scope(&scratchLimit_);
+    std::string problem;
+    try {
+      return s.reader->next(rec);
+    } catch (const AllocationRefused &e) {
+      problem = e.what();
+    } catch (const std::bad_alloc &) {
+      problem = "out of memory: the system refused an allocation "
+                "(std::bad_alloc); lower budget.memory below what the host "
+                "can give";
+    } catch (const std::length_error &e) {
+      problem = std::string("a buffer would be too large (") + e.what() + ")";
+    }
+    rec = Record();
+    DataError e;
+    e.where.file = shared_.source->shardName(s.shard);
+    e.reason = "memory: record does not fit";
+    e.detail = problem;
+    e.recoverable = false;
+    return ReadResult::error(std::move(e));
+  }
+
   /// What a read-ahead task read: a record, an error or the end.
   struct Entry {
     ReadResult result = ReadResult::end();
@@ -180,7 +211,7 @@ private:
     { std::lock_guard<std::mutex> lock(s.mu); }
     for (;;) {
       Entry e;
-      e.result = s.reader->next(e.rec);
+      e.result = read(s, e.rec);
       e.bytes = recordBytes(e.rec);
       account_->forceReserve(e.bytes);
       s.bytes.store(static_cast<int64_t>(s.reader->bytesRead()),
@@ -254,6 +285,8 @@ private:
   }
 
   int64_t cycle_, block_;
+  /// What the readers allocate for the record they read.
+  AccountAllocationLimit scratchLimit_;
   bool readAhead_ = false;
   bool parallelParse_ = false;
   std::shared_ptr<std::atomic<int64_t>> parseCpuNs_ =

@@ -8,6 +8,10 @@
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
 
+#include "sluice/ops/Allocation.h"
+#include "sluice/runtime/Memory.h"
+
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
@@ -150,3 +154,95 @@ TEST_F(MemoryTest, StopsAShuffleOfDynamicRecordsBeforeTheBudget) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Allocation scopes: what steps allocate is inside the budget
+//===----------------------------------------------------------------------===//
+
+TEST(AllocationScopeTest, TensorsReserveInTheScopeAndReleaseWithIt) {
+  runtime::MemoryBudget budget(int64_t(8) << 20);
+  runtime::AccountAllocationLimit limit(budget.account("scratch"));
+  {
+    AllocationScope scope(&limit);
+    Tensor a = Tensor::empty(ElemType::U8, {1000, 1000, 3});
+    EXPECT_EQ(scope.charged(),
+              int64_t(Tensor::numericMemoryBytes(3000000)));
+    EXPECT_EQ(budget.used(), scope.charged());
+    // 3 MB more fits; another 3 MB does not (8 MiB total).
+    Tensor b = Tensor::zeros(ElemType::U8, {1000, 1000, 3});
+    EXPECT_THROW(Tensor::empty(ElemType::F32, {1000, 1000}),
+                 AllocationRefused);
+    try {
+      (void)Tensor::empty(ElemType::F32, {1000, 1000});
+    } catch (const AllocationRefused &e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("a tensor f32[1000,1000] needs 3.81 MiB, more than the"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("left of budget.memory 8 MiB"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(budget.used(), 0);
+  EXPECT_GE(budget.peak(), int64_t(6000000));
+  // Outside any scope nothing is charged.
+  Tensor c = Tensor::empty(ElemType::U8, {4000, 4000});
+  EXPECT_EQ(budget.used(), 0);
+}
+
+TEST(AllocationScopeTest, OverflowingShapesAreRefusedNotWrapped) {
+  EXPECT_EQ(checkedBytes({int64_t(1) << 40, int64_t(1) << 30}), std::nullopt);
+  EXPECT_EQ(checkedBytes({2000, 3000, 3}, 4), int64_t(72000000));
+  EXPECT_EQ(checkedBytes({-1, 3}), std::nullopt);
+  // No scope: an overflowing shape still throws instead of wrapping.
+  EXPECT_THROW(
+      Tensor::empty(ElemType::U8, {2000000032, 2000000048, 3}),
+      AllocationRefused);
+}
+
+TEST(AllocationScopeTest, CheckAndScratchNameTheSizeAndTheBudget) {
+  runtime::MemoryBudget budget(int64_t(1) << 20);
+  runtime::AccountAllocationLimit limit(budget.account("scratch"));
+  EXPECT_TRUE(checkAllocation(int64_t(1) << 30, "x").isOk()) << "no scope";
+  AllocationScope scope(&limit);
+  Status s = checkAllocation(int64_t(3) << 20, "the decoded 1024x1024x3 image");
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.message().rfind("the decoded 1024x1024x3 image needs 3 MiB, "
+                              "more than the 1 MiB left of budget.memory 1 MiB "
+                              "(one record of this size cannot fit",
+                              0),
+            0u)
+      << s.message();
+  EXPECT_TRUE(reserveScratch(int64_t(512) << 10, "rows").isOk());
+  EXPECT_EQ(budget.used(), int64_t(512) << 10);
+  Status again = reserveScratch(int64_t(600) << 10, "rows");
+  EXPECT_FALSE(again.isOk());
+  EXPECT_NE(again.message().find("lower parallelism"), std::string::npos)
+      << again.message();
+}
+
+TEST(AllocationScopeTest, DefaultBudgetIsAShareOfTheHostNotUnlimited) {
+  EXPECT_GT(hostMemoryBytes(), int64_t(0));
+  unsetenv("SLUICE_DEFAULT_MEMORY");
+  int64_t d = defaultMemoryBudget();
+  EXPECT_GT(d, 0);
+  EXPECT_LE(d, hostMemoryBytes());
+  EXPECT_GE(d, static_cast<int64_t>(hostMemoryBytes() *
+                                    kDefaultMemoryFraction) -
+                   (int64_t(1) << 20));
+  setenv("SLUICE_DEFAULT_MEMORY", "300MiB", 1);
+  EXPECT_EQ(defaultMemoryBudget(), int64_t(300) << 20);
+  unsetenv("SLUICE_DEFAULT_MEMORY");
+}
+
+TEST(AllocationScopeTest, RecordTypesLargerThanTheBudgetAreNamed) {
+  RecordType t;
+  t.set("image", FieldType(ElemType::U8, {30000, 30000, 3}));
+  t.set("label", FieldType(ElemType::I64, {}));
+  EXPECT_EQ(recordTypeTooLarge(t, int64_t(256) << 20),
+            "one record of {image: u8[30000,30000,3], label: i64} takes 2.51 "
+            "GiB, more than budget.memory 256 MiB");
+  EXPECT_EQ(recordTypeTooLarge(t, int64_t(4) << 30), "");
+  RecordType dyn;
+  dyn.set("image", FieldType(ElemType::U8, {-1, -1, 3}));
+  EXPECT_EQ(recordTypeTooLarge(dyn, 1), "");
+}

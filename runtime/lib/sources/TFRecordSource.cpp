@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/kernels/Scalar.h"
 
 #include <algorithm>
@@ -203,6 +204,20 @@ ReadResult TFRecordReader::next(Record &out) {
                       " data bytes + 4 CRC bytes, the file has " +
                       std::to_string(left) + " left",
                   start, false);
+  }
+  // A record longer than budget.memory has left cannot be held: skip it
+  // (its length CRC was good, so the next record is found).
+  if (Status st = checkAllocation(
+          length > uint64_t(INT64_MAX) ? std::nullopt
+                                       : std::optional<int64_t>(length),
+          "a record of " + std::to_string(length) + " bytes");
+      !st) {
+    if (in_.skip(length + 4) != length + 4)
+      return fail("tfrecord: truncated record",
+                  "the file ends inside a record of " +
+                      std::to_string(length) + " bytes",
+                  start, false);
+    return fail("tfrecord: record too large", st.message(), start, true);
   }
   // Grow the payload as bytes arrive, so a corrupt stream (gzip: no size
   // known up front) cannot make us allocate a huge buffer for nothing.

@@ -20,8 +20,11 @@
 
 #include "SourceImpl.h"
 
+#include "sluice/ops/Allocation.h"
+
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 namespace sluice::runtime::detail {
 
@@ -316,6 +319,41 @@ ReadResult WebDatasetReader::next(Record &out) {
     uint64_t pad = padding(member_.size);
     int f = member_.field;
     if (f >= 0 && !have_[static_cast<size_t>(f)]) {
+      // The header's size is a claim: check it against the bytes the file
+      // has left and against budget.memory before allocating for it.
+      if (std::optional<uint64_t> total = in_.rawSize()) {
+        uint64_t left = *total > uint64_t(in_.offset())
+                            ? *total - uint64_t(in_.offset())
+                            : 0;
+        if (member_.size > left)
+          return fail("webdataset: truncated tar",
+                      "member '" + member_.name + "' declares " +
+                          std::to_string(member_.size) +
+                          " bytes, but only " + std::to_string(left) +
+                          " bytes are left in the file",
+                      member_.offset, false, member_.ext);
+      }
+      if (member_.size > uint64_t(std::numeric_limits<int64_t>::max()))
+        return fail("webdataset: bad tar header",
+                    "member '" + member_.name + "' declares an impossible size",
+                    member_.offset, false, member_.ext);
+      if (Status st = checkAllocation(int64_t(member_.size),
+                                      "member '" + member_.name + "'");
+          !st) {
+        // Skip its bytes and fail the sample once it is complete, so the
+        // next sample starts at the right member.
+        if (!problem) {
+          problem = TarProblem{"webdataset: member too large", st.message(),
+                               member_.offset};
+          problemField = src_.fields[static_cast<size_t>(f)].name;
+        }
+        have_[static_cast<size_t>(f)] = 1;
+        if (in_.skip(member_.size + pad) != member_.size + pad)
+          return fail("webdataset: truncated tar",
+                      "the file ends inside member '" + member_.name + "'",
+                      member_.offset, false);
+        continue;
+      }
       std::string &v = values_[static_cast<size_t>(f)];
       v.resize(member_.size);
       if (in_.read(&v[0], member_.size) != member_.size || in_.skip(pad) != pad)

@@ -7,6 +7,14 @@
 // budget.memory fails instead of allocating, so the pipeline stops with an
 // error that names the buffer and what to change, never with an OOM kill.
 //
+// What steps and readers allocate while they process one record (decoded
+// images, resize outputs, tar members) is reserved too, through the
+// per-thread AllocationScope of sluice/ops/Allocation.h that the map and
+// source stages open over an AccountAllocationLimit; a reservation refused
+// there is a data error of that record. A budget of 0 here means
+// unlimited, but the engine never runs with one: without budget.memory it
+// uses defaultMemoryBudget() (a share of the host's or cgroup's memory).
+//
 // What is not counted: idle buffers of the process-wide tensor buffer pool
 // (sluice/ops/BufferPool.h), which hold no record of any pipeline. They add
 // at most 256 MiB of resident memory per process on top of budget.memory
@@ -19,6 +27,7 @@
 #ifndef SLUICE_RUNTIME_MEMORY_H
 #define SLUICE_RUNTIME_MEMORY_H
 
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/Tensor.h"
 
 #include <atomic>
@@ -57,6 +66,8 @@ public:
   /// must be tracked, such as a record a worker just produced).
   void forceReserve(int64_t bytes);
   void release(int64_t bytes);
+  /// The budget this account belongs to.
+  const MemoryBudget &budget() const { return *budget_; }
 
 private:
   friend class MemoryBudget;
@@ -101,6 +112,25 @@ private:
   std::atomic<int64_t> peak_{0};
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<MemoryAccount>> accounts_;
+};
+
+/// Lends an account to the steps running on a thread (sluice/ops/
+/// Allocation.h): what they allocate for a record is reserved in `account`
+/// while they run, so the budget sees a step's scratch (decoded images,
+/// resize outputs, one-hot matrices) and refuses what cannot fit.
+class AccountAllocationLimit final : public AllocationLimit {
+public:
+  explicit AccountAllocationLimit(MemoryAccount *account)
+      : account_(account) {}
+  /// A request the budget could give once other buffers drain waits up to
+  /// ~100 ms for them; one larger than the whole limit is refused at once.
+  bool tryReserve(int64_t bytes) override;
+  void release(int64_t bytes) override { account_->release(bytes); }
+  int64_t limit() const override { return account_->budget().limit(); }
+  int64_t used() const override { return account_->budget().used(); }
+
+private:
+  MemoryAccount *account_;
 };
 
 } // namespace sluice::runtime

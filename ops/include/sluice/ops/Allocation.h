@@ -1,0 +1,136 @@
+//===- Allocation.h - What a step may allocate while it works ---*- C++ -*-===//
+//
+// budget.memory must bound everything the process holds, including what a
+// step allocates while it turns one record into the next: a decoded image,
+// a resize output, a one-hot matrix, a padded copy. Kernels cannot see the
+// runtime's budget (ops/ does not depend on runtime/), so the runtime lends
+// each worker thread an AllocationLimit for the time it runs the steps of one
+// record (an AllocationScope). While a scope is open:
+//
+//  - every numeric Tensor allocated on the thread reserves its bytes there
+//    first; a reservation the budget cannot give makes Tensor::empty throw
+//    AllocationRefused (a std::bad_alloc), which the runtime catches at the
+//    step boundary and reports as a data error of that record and step;
+//  - kernels that know a size before they allocate (an image header, a
+//    declared length) call checkAllocation() first and return a Status that
+//    says what the record needs and what the budget has left, before any
+//    byte is touched.
+//
+// The bytes a scope reserved are released when it closes: by then the
+// record's surviving tensors are counted by the buffer that holds the record
+// (MemoryAccount in the runtime). Summing a record's allocations over its
+// steps overstates the step's true peak a little; it never understates it.
+//
+// Sizes are products of untrusted numbers (headers, parameters):
+// checkedBytes() multiplies without overflow.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_OPS_ALLOCATION_H
+#define SLUICE_OPS_ALLOCATION_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Types.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+/// The memory a pipeline lends a thread's steps (implemented by the
+/// runtime over its MemoryBudget).
+class AllocationLimit {
+public:
+  virtual ~AllocationLimit();
+  /// Reserves `bytes`; false (nothing reserved) when the budget cannot give
+  /// them now.
+  virtual bool tryReserve(int64_t bytes) = 0;
+  virtual void release(int64_t bytes) = 0;
+  /// The budget's limit and what it holds now (for messages).
+  virtual int64_t limit() const = 0;
+  virtual int64_t used() const = 0;
+};
+
+/// Lends `limit` to the current thread until destroyed; null lends nothing
+/// (allocations are then not checked). Scopes nest; the innermost applies.
+class AllocationScope {
+public:
+  explicit AllocationScope(AllocationLimit *limit);
+  ~AllocationScope();
+  AllocationScope(const AllocationScope &) = delete;
+  AllocationScope &operator=(const AllocationScope &) = delete;
+  /// Bytes reserved through this scope so far.
+  int64_t charged() const { return charged_; }
+  /// The innermost scope open on this thread, or null.
+  static AllocationScope *current();
+  /// The limit it lends (may be null).
+  AllocationLimit *limit() const { return limit_; }
+  /// Reserves `bytes` until the scope closes; false when refused.
+  bool tryCharge(int64_t bytes);
+
+private:
+  AllocationLimit *limit_;
+  AllocationScope *outer_;
+  int64_t charged_ = 0;
+};
+
+/// Thrown by Tensor::empty/zeros when the thread's AllocationLimit refuses a
+/// buffer or its size overflows; carries a message a person can act on.
+class AllocationRefused : public std::bad_alloc {
+public:
+  explicit AllocationRefused(std::string message)
+      : message_(std::move(message)) {}
+  const char *what() const noexcept override { return message_.c_str(); }
+
+private:
+  std::string message_;
+};
+
+/// `elemSize` times the product of `dims` (each >= 0), or nullopt when it
+/// does not fit in 63 bits.
+std::optional<int64_t> checkedBytes(std::initializer_list<int64_t> dims,
+                                    int64_t elemSize = 1);
+
+/// Whether `bytes` (nullopt: too large to count) could be allocated on this
+/// thread now. The error names `what` ("the decoded 16000x16000x3 image"),
+/// the size, and what budget.memory has left; ok when no scope is open and
+/// the size is countable.
+Status checkAllocation(std::optional<int64_t> bytes, std::string_view what);
+
+/// Reserves `bytes` in the thread's scope for a scratch buffer that is not a
+/// Tensor (a decoder's row buffer); same error as checkAllocation(). Released
+/// with the scope.
+Status reserveScratch(std::optional<int64_t> bytes, std::string_view what);
+
+/// Reserves the `bytes` (nullopt: overflowed) of a tensor of `elem` and
+/// `shape` about to be allocated (Tensor::empty); throws AllocationRefused
+/// when they cannot be given.
+void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
+                            const std::vector<int64_t> &shape);
+
+/// "" when one record of type `t` can fit in `limit` bytes as far as its
+/// static fields (numeric, every dim known) tell; else why not, e.g.
+/// "one record of {image: u8[30000,30000,3]} takes 2.51 GiB, more than
+/// budget.memory 256 MiB". Used by `sluice check` and before a run starts.
+std::string recordTypeTooLarge(const RecordType &t, int64_t limit);
+
+/// Physical memory this process may use: the host's RAM, or the cgroup's
+/// memory limit (cgroup v2 memory.max, v1 memory.limit_in_bytes) when that
+/// is lower.
+int64_t hostMemoryBytes();
+
+/// Share of hostMemoryBytes() a pipeline without `budget: {memory: ...}`
+/// may use.
+constexpr double kDefaultMemoryFraction = 0.5;
+/// budget.memory when the spec gives none: kDefaultMemoryFraction of
+/// hostMemoryBytes(), rounded down to MiB. SLUICE_DEFAULT_MEMORY=SIZE (for
+/// example 512MiB) overrides it.
+int64_t defaultMemoryBudget();
+
+} // namespace sluice
+
+#endif // SLUICE_OPS_ALLOCATION_H

@@ -1,0 +1,205 @@
+//===- Allocation.cpp - Per-thread allocation limits, host memory ---------===//
+//
+// The thread-local scope stack of Allocation.h, and the host's memory as the
+// default budget sees it (RAM, or the cgroup's limit inside a container).
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/ops/Allocation.h"
+#include "sluice/ops/Registry.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <string>
+
+namespace sluice {
+
+namespace {
+thread_local AllocationScope *currentScope = nullptr;
+
+std::string describeBytes(int64_t b) {
+  // Same style as the runtime's formatBytes: three significant digits.
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  else
+    snprintf(buf, sizeof buf,
+             v == static_cast<double>(static_cast<int64_t>(v)) || v >= 100
+                 ? "%.0f %s"
+             : v >= 10 ? "%.1f %s"
+                       : "%.2f %s",
+             v, units[u]);
+  return buf;
+}
+
+std::string refusal(std::optional<int64_t> bytes, std::string_view what,
+                    const AllocationLimit *limit) {
+  std::string msg(what);
+  msg += bytes ? " needs " + describeBytes(*bytes)
+               : std::string(" is too large to allocate (its size overflows "
+                             "64 bits)");
+  if (limit && bytes) {
+    int64_t left = std::max<int64_t>(0, limit->limit() - limit->used());
+    msg += ", more than the " + describeBytes(left) +
+           " left of budget.memory " + describeBytes(limit->limit());
+    msg += *bytes > limit->limit()
+               ? " (one record of this size cannot fit; raise budget.memory "
+                 "or drop or shrink such records before this step)"
+               : " (lower parallelism, prefetch or buffer sizes, or raise "
+                 "budget.memory)";
+  }
+  return msg;
+}
+
+/// Reads the first integer of a file, or nullopt ("max", missing files).
+std::optional<int64_t> readLimitFile(const char *path) {
+  std::ifstream f(path);
+  std::string word;
+  if (!(f >> word) || word == "max")
+    return std::nullopt;
+  char *end = nullptr;
+  unsigned long long v = std::strtoull(word.c_str(), &end, 10);
+  if (end == word.c_str() || v == 0 ||
+      v >= static_cast<unsigned long long>(std::numeric_limits<int64_t>::max()))
+    return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+} // namespace
+
+AllocationLimit::~AllocationLimit() = default;
+
+AllocationScope::AllocationScope(AllocationLimit *limit)
+    : limit_(limit), outer_(currentScope) {
+  currentScope = this;
+}
+
+AllocationScope::~AllocationScope() {
+  if (limit_ && charged_ > 0)
+    limit_->release(charged_);
+  currentScope = outer_;
+}
+
+AllocationScope *AllocationScope::current() { return currentScope; }
+
+bool AllocationScope::tryCharge(int64_t bytes) {
+  if (!limit_ || bytes <= 0)
+    return true;
+  if (!limit_->tryReserve(bytes))
+    return false;
+  charged_ += bytes;
+  return true;
+}
+
+std::optional<int64_t> checkedBytes(std::initializer_list<int64_t> dims,
+                                    int64_t elemSize) {
+  int64_t n = elemSize;
+  if (n < 0)
+    return std::nullopt;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return std::nullopt;
+  }
+  return n;
+}
+
+Status checkAllocation(std::optional<int64_t> bytes, std::string_view what) {
+  AllocationScope *s = currentScope;
+  AllocationLimit *limit = s ? s->limit() : nullptr;
+  if (!bytes)
+    return Status::error(refusal(bytes, what, limit));
+  if (!limit || limit->limit() <= 0)
+    return Status::ok();
+  // Reserve and give back at once: the limit decides (and may wait for
+  // other buffers to drain) exactly as for an allocation.
+  if (!limit->tryReserve(*bytes))
+    return Status::error(refusal(bytes, what, limit));
+  limit->release(*bytes);
+  return Status::ok();
+}
+
+Status reserveScratch(std::optional<int64_t> bytes, std::string_view what) {
+  AllocationScope *s = currentScope;
+  if (!bytes)
+    return Status::error(refusal(bytes, what, s ? s->limit() : nullptr));
+  if (s && !s->tryCharge(*bytes))
+    return Status::error(refusal(bytes, what, s->limit()));
+  return Status::ok();
+}
+
+void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
+                            const std::vector<int64_t> &shape) {
+  AllocationScope *s = currentScope;
+  if (bytes && (!s || s->tryCharge(*bytes)))
+    return;
+  throw AllocationRefused(refusal(bytes,
+                                  "a tensor " + FieldType(elem, shape).str(),
+                                  s ? s->limit() : nullptr));
+}
+
+std::string recordTypeTooLarge(const RecordType &t, int64_t limit) {
+  if (limit <= 0)
+    return "";
+  int64_t total = 0;
+  bool overflow = false;
+  for (const Field &f : t.fields()) {
+    if (!isNumeric(f.type.elem))
+      continue;
+    std::optional<int64_t> b = elemTypeSize(f.type.elem);
+    bool known = true;
+    for (int64_t d : f.type.shape) {
+      if (d < 0) {
+        known = false;
+        break;
+      }
+      if (b && __builtin_mul_overflow(*b, d, &*b))
+        b.reset();
+    }
+    if (!known)
+      continue;
+    if (!b || __builtin_add_overflow(total, *b, &total)) {
+      overflow = true;
+      break;
+    }
+  }
+  if (!overflow && total <= limit)
+    return "";
+  return "one record of {" + t.str() + "} takes " +
+         (overflow ? std::string("more than 2^63 bytes")
+                   : describeBytes(total)) +
+         ", more than budget.memory " + describeBytes(limit);
+}
+
+int64_t hostMemoryBytes() {
+  static const int64_t bytes = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int64_t ram = pages > 0 && page > 0 ? int64_t(pages) * int64_t(page)
+                                        : int64_t(4) << 30;
+    for (const char *p : {"/sys/fs/cgroup/memory.max",
+                          "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
+      if (std::optional<int64_t> cg = readLimitFile(p))
+        ram = std::min(ram, *cg);
+    return ram;
+  }();
+  return bytes;
+}
+
+int64_t defaultMemoryBudget() {
+  if (const char *env = std::getenv("SLUICE_DEFAULT_MEMORY"); env && *env)
+    if (std::optional<int64_t> b = parseByteSize(env); b && *b > 0)
+      return *b;
+  int64_t b = static_cast<int64_t>(static_cast<double>(hostMemoryBytes()) *
+                                   kDefaultMemoryFraction);
+  return std::max<int64_t>(b / (1 << 20) * (1 << 20), int64_t(64) << 20);
+}
+
+} // namespace sluice

@@ -1,0 +1,386 @@
+//===- Commands.cpp - check, explain, ops, run and bench ------------------===//
+//
+// The subcommands that ship with the driver, each as a registration function
+// (options on a CLI11 subcommand) returning its action. Shared spec loading
+// and run setup live here too, for the commands in other files to reuse.
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+
+#include "sluice/compiler/Compiler.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/Pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <unistd.h>
+
+namespace sluice::tool {
+
+bool colorStderr() {
+  const char *noColor = std::getenv("NO_COLOR");
+  return isatty(2) && !(noColor && *noColor);
+}
+
+std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
+  std::string text, err;
+  if (!dsl::readFile(path, text, err)) {
+    std::cerr << "sluice: error: " << err << "\n";
+    return nullptr;
+  }
+  dsl::DiagnosticEngine diags(path, std::move(text));
+  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
+  diags.print(std::cerr, colorStderr());
+  if (!spec) {
+    size_t n = diags.errorCount();
+    std::cerr << n << (n == 1 ? " error" : " errors") << " in " << path
+              << "\n";
+  }
+  return spec;
+}
+
+void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs) {
+  cmd.add_option("SPEC", specs, "the pipeline spec (YAML)")->type_name("");
+}
+
+bool checkOneSpec(const std::vector<std::string> &specs,
+                  const std::string &command) {
+  if (specs.size() == 1)
+    return true;
+  usageError("'sluice " + command + "' takes exactly one SPEC file, got " +
+                 std::to_string(specs.size()),
+             command);
+  return false;
+}
+
+void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &f) {
+  addSpecArg(cmd, f.specs);
+  addRunFlags(cmd, f.run);
+  cmd.add_option("--schedule", f.scheduleFile,
+                 "per-step parallelism/prefetch/cache overrides (a YAML "
+                 "schedule file, e.g. from `sluice tune`)")
+      ->type_name("FILE");
+  cmd.add_option("--disable-pass", f.disabledPasses,
+                 "do not run this graph pass (repeatable; see `sluice "
+                 "explain --help`)")
+      ->type_name("NAME")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+int setupSpecRun(const SpecRunFlags &f, const std::string &command,
+                 RunSetup &rs) {
+  if (!checkOneSpec(f.specs, command) ||
+      !applyRunFlags(f.run, rs.opts, command))
+    return kExitUsage;
+  compiler::PlanOptions planOpts;
+  planOpts.disabledPasses = f.disabledPasses;
+  rs.spec = loadSpec(f.specs[0]);
+  if (!rs.spec)
+    return kExitUsage;
+  if (!f.scheduleFile.empty()) {
+    std::string text, err;
+    if (!dsl::readFile(f.scheduleFile, text, err)) {
+      std::cerr << "sluice: error: " << err << "\n";
+      return kExitUsage;
+    }
+    dsl::DiagnosticEngine diags(f.scheduleFile, std::move(text));
+    std::map<std::string, dsl::StepSchedule> sched;
+    bool ok = dsl::parseScheduleFile(diags, *rs.spec, sched);
+    diags.print(std::cerr, colorStderr());
+    if (!ok)
+      return kExitUsage;
+    for (const auto &[name, s] : sched) {
+      runtime::ScheduleOverride o;
+      o.parallelism = s.parallelism;
+      o.prefetch = s.prefetch;
+      o.cache = s.cache;
+      rs.opts.schedule[name] = o;
+    }
+  }
+  if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
+    return usageError(s.message(), command);
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(*rs.spec, planOpts, std::cerr);
+  if (!plan) {
+    // Located errors are already printed; this is the summary line.
+    if (!plan.status().message().empty())
+      std::cerr << "sluice: error: " << plan.status().message() << "\n";
+    return kExitData;
+  }
+  rs.plan = plan.take();
+  return -1;
+}
+
+namespace {
+
+std::string passList() {
+  std::string s;
+  for (const std::string &p : compiler::graphPassNames())
+    s += (s.empty() ? "" : ", ") + p;
+  return s;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// check
+//===----------------------------------------------------------------------===//
+
+CommandAction addCheckCommand(CLI::App &root) {
+  struct State {
+    std::vector<std::string> specs;
+    bool quiet = false;
+  };
+  auto st = std::make_shared<State>();
+  CLI::App *cmd = root.add_subcommand(
+      "check", "validate a spec; print the record type after each step");
+  addSpecArg(*cmd, st->specs);
+  cmd->add_flag("-q,--quiet", st->quiet,
+                "print only errors and warnings (exit code tells the result)");
+  return [st] {
+    if (!checkOneSpec(st->specs, "check"))
+      return kExitUsage;
+    auto spec = loadSpec(st->specs[0]);
+    if (!spec)
+      return kExitUsage;
+    if (!st->quiet)
+      std::cout << dsl::renderTypedStages(*spec);
+    return kExitOk;
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// explain
+//===----------------------------------------------------------------------===//
+
+CommandAction addExplainCommand(CLI::App &root) {
+  struct State {
+    std::vector<std::string> specs;
+    compiler::ExplainOptions opts;
+  };
+  auto st = std::make_shared<State>();
+  CLI::App *cmd = root.add_subcommand(
+      "explain", "print the compiled pipeline (the MLIR sluice dialect or "
+                 "the runtime plan)");
+  addSpecArg(*cmd, st->specs);
+  cmd->add_option("--ir", st->opts.ir,
+                  "which form: 'graph' (the sluice dialect after the graph "
+                  "passes, default) or 'plan' (the runtime plan as JSON)")
+      ->type_name("graph|plan");
+  cmd->add_flag("--print-ir-after-all", st->opts.printIrAfterAll,
+                "print the module after every graph pass");
+  cmd->add_option("--disable-pass", st->opts.disabledPasses,
+                  "do not run this graph pass (repeatable): " + passList())
+      ->type_name("NAME")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--remarks", st->opts.remarks,
+                "print a remark, located in the spec, for every change a "
+                "graph pass makes");
+  cmd->add_flag("--locations", st->opts.locations,
+                "print each op's location (which spec line it came from)");
+  return [st] {
+    if (!checkOneSpec(st->specs, "explain"))
+      return kExitUsage;
+    auto spec = loadSpec(st->specs[0]);
+    if (!spec)
+      return kExitUsage;
+    return compiler::explain(*spec, st->opts, std::cout, std::cerr);
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// ops
+//===----------------------------------------------------------------------===//
+
+CommandAction addOpsCommand(CLI::App &root) {
+  struct State {
+    std::vector<std::string> names;
+    bool markdown = false;
+  };
+  auto st = std::make_shared<State>();
+  CLI::App *cmd = root.add_subcommand(
+      "ops", "list the sources and ops of the pipeline language");
+  cmd->add_option("NAME", st->names, "show the entry of these ops only")
+      ->type_name("");
+  cmd->add_flag("--markdown", st->markdown,
+                "print every entry as Markdown (this is docs/ops.md)");
+  return [st] {
+    if (!st->names.empty()) {
+      // `sluice ops NAME`: the entry for one op.
+      std::string md = renderOpsMarkdown();
+      for (const auto &name : st->names) {
+        if (!Registry::instance().find(name)) {
+          std::string m = closestMatch(name, Registry::instance().names());
+          return usageError("unknown op '" + name + "'" +
+                                (m.empty() ? ""
+                                           : "; did you mean '" + m + "'?"),
+                            "ops");
+        }
+        std::string head = "\n### `" + name + "`\n";
+        size_t pos = md.find(head);
+        size_t end = pos == std::string::npos ? pos : md.find("\n#", pos + 1);
+        if (pos != std::string::npos)
+          std::cout << md.substr(pos + 1, end == std::string::npos
+                                              ? std::string::npos
+                                              : end - pos);
+      }
+      return kExitOk;
+    }
+    if (st->markdown) {
+      std::cout << renderOpsMarkdown();
+      return kExitOk;
+    }
+    const char *kinds[] = {"sources", "element ops", "record ops"};
+    OpKind order[] = {OpKind::Source, OpKind::Element, OpKind::Record};
+    for (int k = 0; k < 3; ++k) {
+      std::cout << kinds[k] << ":\n";
+      for (const OpDef *d : Registry::instance().all(order[k])) {
+        std::cout << "  " << d->name
+                  << std::string(
+                         d->name.size() < 22 ? 22 - d->name.size() : 1, ' ')
+                  << d->summary << "\n";
+      }
+    }
+    std::cout << "\n'sluice ops NAME' shows one op; 'sluice ops --markdown' "
+                 "prints docs/ops.md\n";
+    return kExitOk;
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// run
+//===----------------------------------------------------------------------===//
+
+CommandAction addRunCommand(CLI::App &root) {
+  auto st = std::make_shared<SpecRunFlags>();
+  CLI::App *cmd = root.add_subcommand(
+      "run", "run the pipeline into a sink and print the accounting");
+  addSpecRunFlags(*cmd, *st);
+  auto rf = std::make_shared<ResumeFlags>();
+  addResumeFlags(*cmd, *rf);
+  return [st, rf] {
+    RunSetup rs;
+    int rc = setupSpecRun(*st, "run", rs);
+    if (rc >= 0)
+      return rc;
+    if (!applyResumeFlags(*rf, rs.opts, "run"))
+      return kExitUsage;
+    return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// bench
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Runs the pipeline for a while (repeating epochs as needed) and reports
+/// steady-state throughput after a short warm-up.
+int runBench(RunSetup &rs, double seconds) {
+  // Enough epochs to fill the measuring window; the loop stops on time.
+  if (!rs.opts.epochs)
+    rs.opts.epochs = 1000000;
+  auto created = runtime::Pipeline::create(rs.plan, rs.opts);
+  if (!created) {
+    std::cerr << "sluice: error: " << created.status().message() << "\n";
+    return kExitData;
+  }
+  std::unique_ptr<runtime::Pipeline> p = created.take();
+  using Clock = std::chrono::steady_clock;
+  const double warmup = std::min(2.0, seconds / 5);
+  auto start = Clock::now();
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  runtime::Batch batch;
+  int64_t outputs = 0, bytes = 0, records = 0;
+  int64_t warmOutputs = 0, warmBytes = 0, warmRecords = 0;
+  Clock::time_point measureStart = start;
+  bool warm = false;
+  auto sourceRead = [&] {
+    runtime::RunStats st = p->stats();
+    return st.stages.empty() ? int64_t(0) : st.stages.front().emitted;
+  };
+  while (since(start) < seconds + warmup) {
+    Expected<bool> more = p->next(batch);
+    if (!more) {
+      std::cerr << "sluice: error: " << more.status().message() << "\n";
+      return kExitData;
+    }
+    if (!*more)
+      break;
+    ++outputs;
+    for (const Tensor &f : batch.fields())
+      bytes += static_cast<int64_t>(f.memoryBytes());
+    if (!warm && since(start) >= warmup) {
+      warm = true;
+      measureStart = Clock::now();
+      warmOutputs = outputs;
+      warmBytes = bytes;
+      warmRecords = sourceRead();
+    }
+  }
+  double t = warm ? since(measureStart) : since(start);
+  records = sourceRead();
+  if (!warm)
+    warmOutputs = warmBytes = warmRecords = 0;
+  p->stop();
+  runtime::RunStats st = p->stats();
+  double outRate = (outputs - warmOutputs) / t;
+  double recRate = (records - warmRecords) / t;
+  double mbRate = (bytes - warmBytes) / t / 1e6;
+  std::cout << "pipeline " << rs.plan.name << ": " << p->threads()
+            << " threads, " << std::fixed << std::setprecision(1) << t
+            << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
+            << "  source records/s  " << recRate << "\n"
+            << "  outputs/s         " << outRate << "\n"
+            << "  output MB/s       " << mbRate << "\n\n"
+            << st.table();
+  if (!rs.opts.statsJsonPath.empty()) {
+    std::ofstream js(rs.opts.statsJsonPath);
+    js << st.toJson().dump() << "\n";
+  }
+  return kExitOk;
+}
+
+} // namespace
+
+CommandAction addBenchCommand(CLI::App &root) {
+  struct State {
+    SpecRunFlags flags;
+    std::string seconds = "10";
+  };
+  auto st = std::make_shared<State>();
+  CLI::App *cmd = root.add_subcommand(
+      "bench", "measure throughput (records/s, outputs/s, MB/s) and print a "
+               "per-stage table");
+  addSpecRunFlags(*cmd, st->flags);
+  cmd->add_option("--seconds", st->seconds,
+                  "how long to measure, after a warm-up of min(2, S/5) s "
+                  "(default 10)")
+      ->type_name("S");
+  return [st] {
+    char *end = nullptr;
+    double seconds = std::strtod(st->seconds.c_str(), &end);
+    if (st->seconds.empty() || *end || !(seconds > 0))
+      return usageError("'--seconds' needs a positive number, got '" +
+                            st->seconds + "'",
+                        "bench");
+    RunSetup rs;
+    int rc = setupSpecRun(st->flags, "bench", rs);
+    if (rc >= 0)
+      return rc;
+    return runBench(rs, seconds);
+  };
+}
+
+} // namespace sluice::tool

@@ -1,0 +1,79 @@
+//===- Driver.h - How sluice subcommands plug into the driver ---*- C++ -*-===//
+//
+// Each subcommand lives in its own function (or file) that registers its
+// options on a CLI11 subcommand and returns the action to run once the
+// command line has parsed. main.cpp only lists the registrations, so adding
+// a command is one line there plus its own file. Commands that run a
+// pipeline from a spec share addSpecRunFlags()/setupSpecRun(), which add the
+// spec-level flags (--schedule, --disable-pass) on top of RunFlags.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_TOOLS_DRIVER_H
+#define SLUICE_TOOLS_DRIVER_H
+
+#include "RunFlags.h"
+
+#include "sluice/dsl/Spec.h"
+#include "sluice/runtime/Plan.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice::tool {
+
+/// What a registered subcommand does after a successful parse; returns the
+/// process exit code.
+using CommandAction = std::function<int()>;
+
+/// Registers a subcommand on `root` and returns its action. The options are
+/// bound to state the action owns (captured by the closure).
+using CommandRegistration = CommandAction (*)(CLI::App &root);
+
+CommandAction addCheckCommand(CLI::App &root);
+CommandAction addExplainCommand(CLI::App &root);
+CommandAction addOpsCommand(CLI::App &root);
+CommandAction addRunCommand(CLI::App &root);
+CommandAction addBenchCommand(CLI::App &root);
+
+/// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
+void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);
+/// Prints "'sluice CMD' takes exactly one SPEC file, got N" unless
+/// `specs.size() == 1`.
+bool checkOneSpec(const std::vector<std::string> &specs,
+                  const std::string &command);
+
+/// Reads and checks a spec; prints located diagnostics. Null on failure.
+std::unique_ptr<dsl::Spec> loadSpec(const std::string &path);
+
+/// Whether diagnostics on stderr may use color.
+bool colorStderr();
+
+/// The flags of a command that runs a pipeline from a spec: the shared run
+/// flags plus the spec-level ones.
+struct SpecRunFlags {
+  std::vector<std::string> specs;
+  RunFlags run;
+  std::string scheduleFile;
+  std::vector<std::string> disabledPasses;
+};
+
+/// Registers SPEC, the run flags, --schedule and --disable-pass on `cmd`.
+void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &flags);
+
+/// A checked spec, its Plan and the run options the flags asked for.
+struct RunSetup {
+  std::unique_ptr<dsl::Spec> spec;
+  runtime::Plan plan;
+  runtime::RunOptions opts;
+};
+
+/// Checks the flags, loads the spec, applies the schedule file and builds
+/// the Plan. Returns -1 on success, else the exit code (errors printed).
+int setupSpecRun(const SpecRunFlags &flags, const std::string &command,
+                 RunSetup &rs);
+
+} // namespace sluice::tool
+
+#endif // SLUICE_TOOLS_DRIVER_H

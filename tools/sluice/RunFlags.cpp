@@ -1,0 +1,187 @@
+//===- RunFlags.cpp - Command-line flags that control a run ---------------===//
+//
+// One registration and one check for the flags shared by every command that
+// runs a pipeline, so `run`, `bench`, compiled executables and the
+// autotuner's trials accept the same spellings with the same messages.
+//
+//===----------------------------------------------------------------------===//
+#include "RunFlags.h"
+
+#include "sluice/ops/Registry.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace sluice::tool {
+
+int usageError(const std::string &msg, const std::string &command) {
+  std::cerr << "sluice: error: " << msg << "\n"
+            << "run 'sluice " << (command.empty() ? "" : command + " ")
+            << "--help' for usage\n";
+  return kExitUsage;
+}
+
+void addRunFlags(CLI::App &cmd, RunFlags &f) {
+  cmd.add_option("--epochs", f.epochs,
+                 "passes over the data (overrides the spec's `epochs`)")
+      ->type_name("N");
+  cmd.add_option("--threads", f.threads,
+                 "worker threads (default: the spec's budget.cores, else all "
+                 "cores)")
+      ->type_name("N");
+  cmd.add_option("--memory", f.memory,
+                 "memory budget, e.g. 512MiB or 4GiB (overrides the spec's "
+                 "budget.memory)")
+      ->type_name("SIZE");
+  cmd.add_option("--sink", f.sink,
+                 "where outputs go: 'null' counts them (default); 'npy:DIR' "
+                 "writes one .npy file per field and output plus "
+                 "DIR/index.json")
+      ->type_name("null|npy:DIR");
+  cmd.add_flag("--stats", f.stats,
+               "print the per-stage table (time, records, bytes) after the "
+               "run");
+  cmd.add_option("--stats-json", f.statsJson,
+                 "also write the per-stage counters as JSON to FILE")
+      ->type_name("FILE");
+  cmd.add_flag("-q,--quiet", f.quiet,
+               "no progress line while running (errors, warnings and the "
+               "final accounting still print)");
+}
+
+bool parseIntFlag(const std::string &opt, const std::string &v, int64_t min,
+                  int64_t &out, const std::string &command) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x < min) {
+    usageError("'" + opt + "' needs an integer >= " + std::to_string(min) +
+                   ", got '" + v + "'",
+               command);
+    return false;
+  }
+  out = x;
+  return true;
+}
+
+bool applyRunFlags(const RunFlags &f, runtime::RunOptions &opts,
+                   const std::string &command) {
+  int64_t n;
+  if (!f.epochs.empty()) {
+    if (!parseIntFlag("--epochs", f.epochs, 1, n, command))
+      return false;
+    opts.epochs = n;
+  }
+  if (!f.threads.empty()) {
+    if (!parseIntFlag("--threads", f.threads, 1, n, command))
+      return false;
+    opts.threads = n;
+  }
+  if (!f.memory.empty()) {
+    auto bytes = parseByteSize(f.memory);
+    if (!bytes || *bytes <= 0) {
+      usageError("'--memory' needs a size such as 512MiB or 4GiB, got '" +
+                     f.memory + "'",
+                 command);
+      return false;
+    }
+    opts.memoryBytes = *bytes;
+  }
+  const std::string &v = f.sink;
+  if (v != "null" && v.rfind("npy:", 0) != 0) {
+    usageError("'--sink' must be 'null' or 'npy:DIR', got '" + v + "'",
+               command);
+    return false;
+  }
+  if (v == "npy:") {
+    usageError("'--sink npy:DIR' needs a directory", command);
+    return false;
+  }
+  opts.sink = v;
+  opts.statsJsonPath = f.statsJson;
+  opts.stats = f.stats;
+  if (f.quiet)
+    opts.progress = runtime::RunOptions::Progress::Off;
+  return true;
+}
+
+void addResumeFlags(CLI::App &cmd, ResumeFlags &f) {
+  cmd.add_option("--resume", f.resume,
+                 "continue from a state saved with --save-state: the outputs "
+                 "are exactly those the first run would have produced next")
+      ->type_name("STATE");
+  cmd.add_option("--save-state", f.saveState,
+                 "when the run ends (finished, stopped or failed), write "
+                 "where it stands to FILE (a few hundred bytes of JSON)")
+      ->type_name("FILE");
+  cmd.add_option("--stop-after", f.stopAfter,
+                 "stop after N outputs (with --save-state: continue later "
+                 "with --resume)")
+      ->type_name("N");
+  cmd.add_option("--rank", f.rank,
+                 "this process's share of the data: rank R of --world-size "
+                 "(default: $RANK, else 0)")
+      ->type_name("R");
+  cmd.add_option("--world-size", f.worldSize,
+                 "number of processes sharing the data (default: "
+                 "$WORLD_SIZE, else 1)")
+      ->type_name("W");
+}
+
+bool applyResumeFlags(const ResumeFlags &f, runtime::RunOptions &opts,
+                      const std::string &command) {
+  int64_t n;
+  if (!f.stopAfter.empty()) {
+    if (!parseIntFlag("--stop-after", f.stopAfter, 1, n, command))
+      return false;
+    opts.stopAfter = n;
+  }
+  opts.saveStatePath = f.saveState;
+  auto env = [](const char *name) -> std::string {
+    const char *v = std::getenv(name);
+    return v ? v : "";
+  };
+  std::string rank = f.rank.empty() ? env("RANK") : f.rank;
+  std::string world = f.worldSize.empty() ? env("WORLD_SIZE") : f.worldSize;
+  if (!rank.empty()) {
+    if (!parseIntFlag(f.rank.empty() ? "$RANK" : "--rank", rank, 0, n,
+                      command))
+      return false;
+    opts.rank = n;
+  }
+  if (!world.empty()) {
+    if (!parseIntFlag(f.worldSize.empty() ? "$WORLD_SIZE" : "--world-size",
+                      world, 1, n, command))
+      return false;
+    opts.worldSize = n;
+  }
+  if (opts.rank >= opts.worldSize) {
+    usageError("rank " + std::to_string(opts.rank) +
+                   " is out of range for world size " +
+                   std::to_string(opts.worldSize),
+               command);
+    return false;
+  }
+  if (!f.resume.empty()) {
+    std::ifstream in(f.resume);
+    if (!in) {
+      usageError("cannot read the state file '" + f.resume + "'", command);
+      return false;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    Expected<runtime::PipelineState> st =
+        runtime::PipelineState::fromJson(ss.str());
+    if (!st) {
+      usageError(f.resume + ": " + st.status().message(), command);
+      return false;
+    }
+    opts.resume = st.take();
+  }
+  return true;
+}
+
+} // namespace sluice::tool

@@ -1,0 +1,75 @@
+//===- RunFlags.h - Command-line flags that control a run -------*- C++ -*-===//
+//
+// The flags every command that runs a pipeline shares (`sluice run`,
+// `sluice bench`, the executables `sluice compile` writes, the trials of
+// `sluice tune`): registered once on a CLI11 (sub)command, checked once and
+// turned into runtime::RunOptions. It depends only on the runtime (and the
+// ops library's size parser), never on the front end or MLIR, so a compiled
+// executable can link it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_TOOLS_RUNFLAGS_H
+#define SLUICE_TOOLS_RUNFLAGS_H
+
+#include "sluice/runtime/Pipeline.h"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace sluice::tool {
+
+/// Exit codes of every sluice command.
+constexpr int kExitOk = 0;
+constexpr int kExitData = 1;
+constexpr int kExitUsage = 2;
+
+/// Prints "sluice: error: MSG" and a pointer to `--help`; returns kExitUsage.
+/// `command` names the subcommand whose help to point at ("" for the root).
+int usageError(const std::string &msg, const std::string &command = "");
+
+/// The raw values of the run flags as given on the command line. Numbers
+/// are kept as text so that they are checked (and reported) in one place.
+struct RunFlags {
+  std::string epochs;
+  std::string threads;
+  std::string memory;
+  std::string sink = "null";
+  std::string statsJson;
+  bool stats = false;
+  bool quiet = false;
+};
+
+/// Registers --epochs, --threads, --memory, --sink, --stats, --stats-json
+/// and --quiet/-q on `cmd`, bound to `flags`.
+void addRunFlags(CLI::App &cmd, RunFlags &flags);
+
+/// Checks `flags` and applies them to `opts`. On a bad value prints a usage
+/// error (pointing at `command`'s help) and returns false.
+bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
+                   const std::string &command);
+
+/// `sluice run`'s checkpoint flags: --resume STATE, --save-state FILE,
+/// --stop-after N, --rank R, --world-size W.
+struct ResumeFlags {
+  std::string resume;
+  std::string saveState;
+  std::string stopAfter;
+  std::string rank;
+  std::string worldSize;
+};
+void addResumeFlags(CLI::App &cmd, ResumeFlags &flags);
+/// Reads the state file and checks the values; prints a usage error and
+/// returns false on a bad one.
+bool applyResumeFlags(const ResumeFlags &flags, runtime::RunOptions &opts,
+                      const std::string &command);
+
+/// Parses an integer >= `min` for option `opt`; prints a usage error and
+/// returns false otherwise.
+bool parseIntFlag(const std::string &opt, const std::string &value,
+                  int64_t min, int64_t &out, const std::string &command);
+
+} // namespace sluice::tool
+
+#endif // SLUICE_TOOLS_RUNFLAGS_H
