@@ -50,12 +50,28 @@ class Dataset(IterableDataset):
         self.epoch = epoch
         self._kwargs = pipeline_kwargs
         self._pipeline: Optional[Pipeline] = None
+        self._resume: Optional[Dict[str, Any]] = None
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration run epoch ``epoch`` (0-based)."""
         if epoch < 0:
             raise ValueError("epoch must be >= 0")
         self.epoch = epoch
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the current epoch stands (after the batches yielded so
+        far); ``load_state_dict`` on a new Dataset continues from there."""
+        if self._pipeline is not None:
+            return {"epoch": self.epoch,
+                    "pipeline": self._pipeline.state_dict()}
+        if self._resume is not None:
+            return {"epoch": self.epoch, "pipeline": self._resume}
+        return {"epoch": self.epoch, "pipeline": None}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Makes the next iteration continue a saved epoch exactly."""
+        self.epoch = int(state["epoch"])
+        self._resume = state.get("pipeline")
 
     def pipeline(self) -> Pipeline:
         """A new sluice.Pipeline for the current epoch."""
@@ -70,6 +86,9 @@ class Dataset(IterableDataset):
                 "DataLoader(ds, batch_size=None, num_workers=0) (with "
                 "num_workers > 1 every worker would yield the whole epoch)")
         pipe = self.pipeline()
+        if self._resume is not None:
+            pipe.load_state_dict(self._resume)
+            self._resume = None
         self._pipeline = pipe
         try:
             for batch in pipe:

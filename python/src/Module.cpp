@@ -261,7 +261,8 @@ class PyPipeline {
 public:
   PyPipeline(const std::string &path, py::object epochs, py::object schedule,
              int64_t threads, py::object seed, py::object memory,
-             int64_t firstEpoch, std::vector<std::string> disablePasses) {
+             int64_t firstEpoch, std::vector<std::string> disablePasses,
+             py::object rank, py::object worldSize) {
     std::unique_ptr<dsl::Spec> spec = loadSpec(path);
     runtime::Plan plan = compile(*spec, disablePasses);
     runtime::RunOptions opts;
@@ -279,16 +280,83 @@ public:
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
     applySchedule(*spec, schedule, opts);
+    setRanks(rank, worldSize, opts);
+    plan_ = std::move(plan);
+    opts_ = std::move(opts);
+    start();
+  }
+
+  /// Rank and world size: the arguments, else torchrun's RANK/WORLD_SIZE,
+  /// else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX (with
+  /// WORLD_SIZE), else 0 of 1.
+  static void setRanks(const py::object &rank, const py::object &world,
+                       runtime::RunOptions &opts) {
+    auto env = [](const char *name) -> std::optional<int64_t> {
+      const char *v = std::getenv(name);
+      if (!v || !*v)
+        return std::nullopt;
+      char *end = nullptr;
+      long long x = std::strtoll(v, &end, 10);
+      if (*end || x < 0)
+        throw py::value_error(std::string("$") + name +
+                              " must be an integer >= 0, got '" + v + "'");
+      return x;
+    };
+    std::optional<int64_t> r = rank.is_none()
+                                   ? env("RANK")
+                                   : std::optional<int64_t>(rank.cast<int64_t>());
+    if (!r && rank.is_none())
+      r = env("JOB_COMPLETION_INDEX");
+    std::optional<int64_t> w =
+        world.is_none() ? env("WORLD_SIZE")
+                        : std::optional<int64_t>(world.cast<int64_t>());
+    opts.rank = r.value_or(0);
+    opts.worldSize = w.value_or(1);
+    if (opts.worldSize < 1 || opts.rank < 0 || opts.rank >= opts.worldSize)
+      throw py::value_error("rank " + std::to_string(opts.rank) +
+                            " is out of range for world size " +
+                            std::to_string(opts.worldSize) +
+                            " (0 <= rank < world_size)");
+  }
+
+  void start() {
     std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
     {
       py::gil_scoped_release release;
-      p.emplace(runtime::Pipeline::create(plan, opts));
+      p.emplace(runtime::Pipeline::create(plan_, opts_));
     }
     if (!*p)
       raise(pipelineErrorType, p->status().message());
+    if (box_)
+      box_->pipeline->stop();
     box_ = std::make_shared<Box>();
     box_->pipeline = p->take();
+    started_ = false;
   }
+
+  py::dict stateDict() {
+    std::string js = pipe().state().toJson();
+    return py::module_::import("json").attr("loads")(js);
+  }
+
+  void loadStateDict(const py::dict &state) {
+    if (started_)
+      throw py::value_error(
+          "load_state_dict() must come before the first batch; create a "
+          "new Pipeline to resume");
+    std::string js =
+        py::module_::import("json").attr("dumps")(state).cast<std::string>();
+    Expected<runtime::PipelineState> st =
+        runtime::PipelineState::fromJson(js);
+    if (!st)
+      throw py::value_error(st.status().message());
+    opts_.resume = st.take();
+    start();
+  }
+
+  runtime::Plan plan_;
+  runtime::RunOptions opts_;
+  bool started_ = false;
 
   runtime::Pipeline &pipe() {
     if (!box_)
@@ -298,6 +366,7 @@ public:
 
   py::dict next() {
     runtime::Pipeline &p = pipe();
+    started_ = true;
     runtime::Batch b;
     std::optional<Expected<bool>> r;
     {
@@ -422,12 +491,14 @@ are); bytes and string fields are numpy object arrays of ``bytes`` /
 ``str``.)")
       .def(
           py::init<const std::string &, py::object, py::object, int64_t,
-                   py::object, py::object, int64_t, std::vector<std::string>>(),
+                   py::object, py::object, int64_t, std::vector<std::string>,
+                   py::object, py::object>(),
           py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
           py::arg("schedule") = py::none(), py::arg("threads") = 0,
           py::arg("seed") = py::none(), py::arg("memory") = py::none(),
           py::arg("first_epoch") = 0,
           py::arg("disable_passes") = std::vector<std::string>{},
+          py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
           R"(Checks and compiles ``spec_path`` and builds the stage graph.
 
 epochs: overrides the spec's ``epochs`` (-1: forever).
@@ -438,6 +509,10 @@ seed: overrides the spec's ``seed``.
 memory: budget.memory override, in bytes or as "512MiB".
 first_epoch: start at this epoch (epochs before it are not read).
 disable_passes: compiler passes not to run (as ``--disable-pass``).
+rank, world_size: this process's share of the data (default: torchrun's
+    RANK/WORLD_SIZE, else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX
+    with WORLD_SIZE, else 0 of 1). Rank r reads the positions p of each
+    epoch's global order with p % world_size == r.
 
 Raises SpecError (file:line:col) for a spec that does not check, and
 PipelineError when the pipeline cannot start (e.g. its buffers cannot fit
@@ -454,6 +529,18 @@ in the memory budget).)")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PyPipeline &p, py::object, py::object, py::object) { p.close(); })
+      .def("state_dict", &PyPipeline::stateDict,
+           R"(Where the pipeline stands after the batches delivered so far.
+
+A small dict (positions and counts, never data) that ``load_state_dict``
+turns back into exactly the batches this pipeline would produce next. With
+ranks, save it on every rank after the same number of batches; a job may
+resume at another world size when the pipeline reads its source by position
+(see README).)")
+      .def("load_state_dict", &PyPipeline::loadStateDict, py::arg("state"),
+           R"(Continues from a ``state_dict()``: the next batches are exactly
+those the saved pipeline would have produced next, bit for bit. Call it
+before the first batch.)")
       .def("stats", &PyPipeline::stats,
            "Per-stage counters now, as the dict `sluice run --stats-json` "
            "writes.")

@@ -123,7 +123,7 @@ void addResumeFlags(CLI::App &cmd, ResumeFlags &f) {
       ->type_name("N");
   cmd.add_option("--rank", f.rank,
                  "this process's share of the data: rank R of --world-size "
-                 "(default: $RANK, else 0)")
+                 "(default: $RANK, else $JOB_COMPLETION_INDEX, else 0)")
       ->type_name("R");
   cmd.add_option("--world-size", f.worldSize,
                  "number of processes sharing the data (default: "
@@ -144,11 +144,14 @@ bool applyResumeFlags(const ResumeFlags &f, runtime::RunOptions &opts,
     const char *v = std::getenv(name);
     return v ? v : "";
   };
-  std::string rank = f.rank.empty() ? env("RANK") : f.rank;
+  // torchrun sets RANK and WORLD_SIZE; a Kubernetes Indexed Job sets
+  // JOB_COMPLETION_INDEX (its completions go in WORLD_SIZE).
+  const char *rankVar = !env("RANK").empty() ? "RANK" : "JOB_COMPLETION_INDEX";
+  std::string rank = f.rank.empty() ? env(rankVar) : f.rank;
   std::string world = f.worldSize.empty() ? env("WORLD_SIZE") : f.worldSize;
   if (!rank.empty()) {
-    if (!parseIntFlag(f.rank.empty() ? "$RANK" : "--rank", rank, 0, n,
-                      command))
+    if (!parseIntFlag(f.rank.empty() ? std::string("$") + rankVar : "--rank",
+                      rank, 0, n, command))
       return false;
     opts.rank = n;
   }
