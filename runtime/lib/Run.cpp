@@ -237,7 +237,7 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     out << "\n" << stats.table();
   if (!opts.statsJsonPath.empty()) {
     std::ofstream f(opts.statsJsonPath);
-    f << stats.toJson().dump(1) << "\n";
+    f << stats.jsonText(true) << "\n";
     if (!f) {
       printError(err, "cannot write the statistics to " + opts.statsJsonPath);
       return 1;

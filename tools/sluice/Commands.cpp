@@ -347,7 +347,13 @@ int runBench(RunSetup &rs, double seconds) {
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {
     std::ofstream js(rs.opts.statsJsonPath);
-    js << st.toJson().dump() << "\n";
+    js << st.jsonText(true) << "\n";
+    js.close();
+    if (!js) {
+      std::cerr << "sluice: error: cannot write the statistics to "
+                << rs.opts.statsJsonPath << "\n";
+      return kExitData;
+    }
   }
   return kExitOk;
 }

@@ -17,9 +17,19 @@
 
 namespace sluice::tool {
 
+namespace {
+std::string &programName() {
+  static std::string name = "sluice";
+  return name;
+}
+} // namespace
+
+void setProgramName(std::string name) { programName() = std::move(name); }
+
 int usageError(const std::string &msg, const std::string &command) {
-  std::cerr << "sluice: error: " << msg << "\n"
-            << "run 'sluice " << (command.empty() ? "" : command + " ")
+  const std::string &prog = programName();
+  std::cerr << prog << ": error: " << msg << "\n"
+            << "run '" << prog << " " << (command.empty() ? "" : command + " ")
             << "--help' for usage\n";
   return kExitUsage;
 }

@@ -29,6 +29,10 @@ constexpr int kExitUsage = 2;
 /// `command` names the subcommand whose help to point at ("" for the root).
 int usageError(const std::string &msg, const std::string &command = "");
 
+/// The program usageError() names ("sluice" unless set): a compiled
+/// executable names itself.
+void setProgramName(std::string name);
+
 /// The raw values of the run flags as given on the command line. Numbers
 /// are kept as text so that they are checked (and reported) in one place.
 struct RunFlags {
