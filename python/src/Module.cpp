@@ -28,6 +28,7 @@
 #include "sluice/runtime/Memory.h"
 #include "sluice/runtime/Pipeline.h"
 
+#include <nlohmann/json.hpp>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
