@@ -327,9 +327,14 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   Status failure;
   int stopSignal = 0;
   Batch b;
-  for (;;) {
+  bool stoppedEarly = false;
+  for (int64_t n = 0;; ++n) {
     if ((stopSignal = signals.signal()))
       break;
+    if (opts.stopAfter > 0 && n >= opts.stopAfter) {
+      stoppedEarly = true;
+      break;
+    }
     // An output in hand when a signal comes is still written: every output
     // the pipeline emitted reaches the sink, so the counts agree.
     Expected<bool> more = p.next(b);
@@ -362,6 +367,14 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     watchdog.join();
   if (!stopSignal)
     stopSignal = failure.isOk() ? 0 : signals.signal();
+  if (!opts.saveStatePath.empty()) {
+    std::ofstream f(opts.saveStatePath);
+    f << p.state().toJson() << "\n";
+    if (!f) {
+      printError(err, "cannot write the state to " + opts.saveStatePath);
+      return 1;
+    }
+  }
 
   RunStats stats = p.stats();
   RunOutcome outcome;
@@ -373,6 +386,10 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   } else if (!failure.isOk()) {
     outcome.status = RunOutcome::Status::Failed;
     outcome.reason = failure.message();
+  } else if (stoppedEarly) {
+    outcome.status = RunOutcome::Status::Stopped;
+    outcome.reason = "stopped after " + std::to_string(stats.outputs) +
+                     " outputs, as asked (--stop-after)";
   }
   Status closed = sink.close(outcome);
   if (!failure.isOk())

@@ -412,6 +412,8 @@ const char *RunOutcome::statusName() const {
     return "failed";
   case Status::Interrupted:
     return "interrupted";
+  case Status::Stopped:
+    return "stopped";
   }
   return "failed";
 }

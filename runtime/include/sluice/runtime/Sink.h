@@ -22,7 +22,8 @@
 //     files are in place;
 //   - index.json is written last (also through a temporary name) and says
 //     how the run ended: "complete": true and "status": "complete", or
-//     "complete": false, "status": "failed" | "interrupted" and a "reason",
+//     "complete": false, "status": "failed" | "interrupted" | "stopped"
+//     (--stop-after) and a "reason",
 //     with "count" the number of complete outputs listed. A folder without
 //     index.json (the process was killed) is not a complete run either;
 //   - DIR and its missing parents are created; a DIR that is not empty is
@@ -44,12 +45,12 @@ namespace sluice::runtime {
 
 /// How a run ended, for Sink::close().
 struct RunOutcome {
-  enum class Status { Complete, Failed, Interrupted };
+  enum class Status { Complete, Failed, Interrupted, Stopped };
   Status status = Status::Complete;
   /// Why it did not complete (the error, "interrupted by SIGINT").
   std::string reason;
   int64_t epochsDone = 0;
-  /// "complete", "failed", "interrupted".
+  /// "complete", "failed", "interrupted", "stopped" (RunOptions::stopAfter).
   const char *statusName() const;
 };
 
