@@ -226,6 +226,21 @@ int main(int argc, char **argv) {
     int64_t cores = r->budget.cores;
     int64_t perEpoch = r->profile.sourceRecordsPerEpoch.value_or(0);
     if (perEpoch <= 0) {
+      // A source that cannot tell (csv): count one epoch.
+      runtime::RunOptions o;
+      o.epochs = 1;
+      o.progress = runtime::RunOptions::Progress::Off;
+      auto p = runtime::Pipeline::create(*plan, o);
+      runtime::Batch b;
+      while (p) {
+        auto more = (*p)->next(b);
+        if (!more || !*more)
+          break;
+      }
+      if (p)
+        perEpoch = (*p)->stats().stages.front().emitted;
+    }
+    if (perEpoch <= 0) {
       std::cerr << path << ": the epoch size is unknown; skipped\n";
       continue;
     }

@@ -246,6 +246,12 @@ Expected<Probe> measure(const runtime::Plan &plan,
     ++w;
   if (w + 1 >= samples.size() || ended)
     w = 0; // a short run: measure it whole
+  // A buffer that holds a whole epoch (a shuffle larger than the data set)
+  // reads everything before the first output: when the source read nothing
+  // after the warm-up, measure from the start.
+  if (w != 0 && !samples[w].stages.empty() && !samples.back().stages.empty() &&
+      samples.back().stages.front().emitted <= samples[w].stages.front().emitted)
+    w = 0;
   const runtime::RunStats &a = samples[w], &b = samples.back();
   double t0 = w == 0 ? 0 : times[w];
   Probe pr;
