@@ -264,7 +264,9 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
           int x = lp.col("x" + std::to_string(o) + "_" +
                              std::to_string(u.steps.front()) + "_" +
                              std::to_string(par),
-                         GLP_BV, 0, 1, -eps * 1e-2 * static_cast<double>(par));
+                         // At equal predicted throughput, spend the cores:
+                         // the CPU bound is an estimate, workers cost none.
+                         GLP_BV, 0, 1, eps * 1e-2 * static_cast<double>(par));
           uv.x.push_back({par, x});
           one.push_back({x, 1});
           cap.push_back({x, -usl.speedup(static_cast<double>(par))});
