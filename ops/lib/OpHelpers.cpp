@@ -82,7 +82,19 @@ RecordType withResult(TypeContext &ctx, FieldType result) {
   if (as.isString()) {
     if (!requireFieldName(ctx, as))
       return out;
-    out.set(as.asString(), std::move(result));
+    // Like rename: writing over another field is refused, not silent.
+    const std::string &to = as.asString();
+    if (to != fieldName(ctx) && ctx.input().find(to)) {
+      ctx.error(as,
+                "cannot write the result to '" + to + "': a field named '" +
+                    to + "' already exists (" +
+                    ctx.input().find(to)->type.str() + ")",
+                "choose a new name, drop '" + to +
+                    "' first with `select`, or leave out `as` to replace '" +
+                    fieldName(ctx) + "' itself");
+      return out;
+    }
+    out.set(to, std::move(result));
   } else {
     out.set(fieldName(ctx), std::move(result));
   }

@@ -35,6 +35,13 @@
 
 namespace sluice::runtime::detail {
 
+/// Counts a bad record skipped under `on_error: skip`. An error after which
+/// the rest of the file cannot be read (a TFRecord length CRC, truncation,
+/// an I/O error) is counted under its own reason ("..., rest of the file
+/// dropped") and named in a warning: the records lost with it are not
+/// countable, but they must not vanish without a word.
+void noteSkipped(StageCounters &c, const DataError &e);
+
 /// Where a record came from, for error messages.
 struct Origin {
   int64_t shard = -1;  ///< source shard, -1 after batch/unbatch

@@ -244,6 +244,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  for (const std::string &w : source_->warnings())
+    sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))
     return Status::error(
         plan_.where(src) + ": interleave cannot be combined with ranks, "
