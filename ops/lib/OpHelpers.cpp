@@ -30,6 +30,16 @@ ParamSpec onErrorParam() {
                 "it (with the reason) and goes on.");
 }
 
+ParamSpec encodingParam() {
+  return enumParam("encoding", {"strict", "replace"})
+      .def(Value::string("strict"))
+      .describe("Text must be UTF-8. `strict`: bytes that are not are a "
+                "data error (located; `on_error` decides whether it stops "
+                "the run or the record is skipped and counted). `replace`: "
+                "each invalid sequence becomes U+FFFD and the record is "
+                "kept.");
+}
+
 ParamSpec interpolationParam() {
   return enumParam("interpolation", {"bilinear", "area", "nearest"})
       .def(Value::string("bilinear"))

@@ -150,7 +150,8 @@ OpDef textLines() {
            "file, files in sorted order. Empty lines are records too.";
   op.example = "source:\n  text_lines: data/corpus/*.txt";
   op.typeDoc = "`line: string`.";
-  op.params = {globParam("files", "text files"), onErrorParam()};
+  op.params = {globParam("files", "text files"), encodingParam(),
+               onErrorParam()};
   op.shorthand = "files";
   op.cost = {100, 1, 1};
   op.typeRule = [](TypeContext &) {
@@ -214,6 +215,7 @@ OpDef delimited(std::string name, std::string delimiter) {
           .req()
           .length(1, std::numeric_limits<size_t>::max())
           .describe("The columns, in file order."),
+      encodingParam(),
       onErrorParam(),
   };
   op.cost = {1000, 5, 1};

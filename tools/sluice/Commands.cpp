@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <unistd.h>
 
 namespace sluice::tool {
@@ -132,6 +133,33 @@ std::string passList() {
 // check
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// The spec is valid; now look at the data it names, as `run` would open
+/// it (files listed, headers read, nothing decoded): a data path that does
+/// not exist, a glob that matches nothing, an empty file are warnings of
+/// `check` (the spec itself is fine, the data may appear later), errors of
+/// `run`.
+void warnAboutData(const dsl::Spec &spec) {
+  std::ostringstream remarks;
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(spec, compiler::PlanOptions(), remarks);
+  if (!plan)
+    return; // not a data problem; `run` reports it
+  Expected<std::unique_ptr<runtime::Pipeline>> p =
+      runtime::Pipeline::create(*plan);
+  if (!p) {
+    std::cerr << "sluice: warning: the data cannot be read as the spec "
+                 "says, so `sluice run` would fail now: "
+              << p.status().message() << "\n";
+    return;
+  }
+  for (const std::string &w : (*p)->stats().warnings())
+    std::cerr << "sluice: warning: " << w << "\n";
+}
+
+} // namespace
+
 CommandAction addCheckCommand(CLI::App &root) {
   struct State {
     std::vector<std::string> specs;
@@ -151,6 +179,7 @@ CommandAction addCheckCommand(CLI::App &root) {
       return kExitUsage;
     if (!st->quiet)
       std::cout << dsl::renderTypedStages(*spec);
+    warnAboutData(*spec);
     return kExitOk;
   };
 }

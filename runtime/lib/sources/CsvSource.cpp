@@ -31,6 +31,8 @@
 
 #include "SourceImpl.h"
 
+#include "sluice/ops/Utf8.h"
+
 #include "sluice/runtime/Memory.h"
 
 #include <algorithm>
@@ -71,6 +73,7 @@ public:
   std::vector<std::string> files;
   char delim = ',';
   bool header = false;
+  bool replaceInvalid = false; ///< encoding: replace
   std::vector<CsvColumn> columns;
   std::vector<CellTarget> cells;
 
@@ -92,7 +95,7 @@ public:
 
 enum class ScanStatus { Ok, NeedMore, Unterminated };
 
-enum class CellError : uint8_t { None, Parse, Hex, StrayQuote };
+enum class CellError : uint8_t { None, Parse, Hex, StrayQuote, Utf8 };
 
 /// What RecordScanner::scan() found out about one record.
 struct ScanResult {
@@ -247,13 +250,25 @@ void RecordScanner::storeCell(size_t cell, const char *b, const char *e,
     std::string &s = strings_[t.column][t.element];
     if (!escaped) {
       s.assign(b, static_cast<size_t>(e - b));
-      return;
+    } else {
+      s.clear();
+      for (const char *p = b; p < e; ++p) {
+        s.push_back(*p);
+        if (*p == '"')
+          ++p; // a doubled quote stands for one
+      }
     }
-    s.clear();
-    for (const char *p = b; p < e; ++p) {
-      s.push_back(*p);
-      if (*p == '"')
-        ++p; // a doubled quote stands for one
+    // String columns are UTF-8 text (bytes columns are anything).
+    if (t.elem == ElemType::String) {
+      size_t bad = invalidUtf8At(s);
+      if (bad != std::string::npos) {
+        if (src_.replaceInvalid)
+          s = replaceInvalidUtf8(s);
+        else
+          noteError(r, cell, CellError::Utf8, ParseError::None,
+                    std::string_view(b, static_cast<size_t>(e - b)),
+                    offset + bad);
+      }
     }
     return;
   }
@@ -870,6 +885,13 @@ ReadResult CsvReader::report(const CsvIssue &is) {
                 where + "text after the closing quote of a quoted field "
                         "(write a quote inside a quoted field as \"\")",
                 at, true, cellName(is.cell), startLine);
+  case CellError::Utf8: {
+    return fail(kind + ": invalid UTF-8",
+                where + "bytes that are not UTF-8 in a string column; fix the "
+                        "file, read the column as bytes, or set `encoding: "
+                        "replace` (U+FFFD)",
+                at, true, cellName(is.cell), startLine);
+  }
   case CellError::Hex:
     return fail(kind + ": bad hex32",
                 where + "'" + is.text.substr(0, 40) +
@@ -915,6 +937,7 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
                          delim + "'");
   src->delim = delim[0];
   src->header = boolParam(params, "header", false);
+  src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
 
   const Value &cols = params["columns"];
   if (!cols.isList() || cols.items().empty())
