@@ -132,8 +132,8 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("glob", "files"), shuffleParam(), onErrorParam()};
-  op.shorthand = "glob";
+  op.params = {globParam("files", "files"), shuffleParam(), onErrorParam()};
+  op.shorthand = "files";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
     return RecordType({{"path", FieldType(ElemType::String)},
@@ -622,12 +622,12 @@ OpDef webdataset() {
            "sample `0001` with extensions `jpg` and `cls`. Each entry of "
            "`fields` picks one extension. `i64` parses the member's text as "
            "an integer (class labels in `.cls`).";
-  op.example = "source:\n  webdataset:\n    shards: data/shards/train-*.tar\n"
+  op.example = "source:\n  webdataset:\n    files: data/shards/train-*.tar\n"
                "    fields:\n      - {ext: jpg, name: data}\n"
                "      - {ext: cls, name: label, type: i64}";
   op.typeDoc = "`key: string` followed by one field per entry of `fields`.";
   op.params = {
-      globParam("shards", "tar shards"),
+      globParam("files", "tar shards"),
       structParam(
           "fields",
           {param("ext", ParamKind::String)
