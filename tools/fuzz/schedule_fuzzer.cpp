@@ -19,8 +19,10 @@ namespace {
 const dsl::Spec &theSpec() {
   static std::unique_ptr<dsl::Spec> spec = [] {
     std::string yaml =
-        "pipeline: s\nsource:\n  text_lines: {files: '*.txt'}\nsteps:\n"
-        "  - filter: \"line != ''\"\n  - shuffle: 16\n  - batch: 4\n";
+        "pipeline: s\nsource:\n  csv: {files: '*.csv', columns: [{name: x, "
+        "type: f32}]}\nsteps:\n  - filter: \"x > 0\"\n"
+        "  - map: {field: x, expr: \"x * 2\"}\n  - shuffle: 16\n"
+        "  - batch: 4\n";
     dsl::DiagnosticEngine diags("spec.yaml", yaml);
     auto s = dsl::parseSpec(diags);
     if (!s)
