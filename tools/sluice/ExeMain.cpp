@@ -231,46 +231,17 @@ int parseCommandLine(CLI::App &app, int argc, char **argv) {
   } catch (const CLI::CallForHelp &) {
     std::cout << app.help();
     return kExitOk;
-  } catch (const CLI::ArgumentMismatch &e) {
-    std::string what = e.what();
-    size_t over = what.find(" was given a disallowed flag override");
-    if (over != std::string::npos) {
-      std::string flag = what.substr(0, over);
-      if (flag.rfind("-", 0) != 0)
-        flag = (flag.size() > 1 ? "--" : "-") + flag;
-      return usageError("option '" + flag + "' takes no value");
-    }
-    size_t colon = what.find(':');
-    if (colon != std::string::npos && what.rfind("-", 0) == 0)
-      return usageError("option '" + what.substr(0, colon) +
-                        "' needs a value");
-    return usageError(what);
   } catch (const CLI::ParseError &e) {
-    return usageError(e.what());
+    return reportParseError(e, "");
   }
-  for (const std::string &extra : app.remaining()) {
-    if (extra.size() > 1 && extra[0] == '-') {
-      std::string name = extra.substr(0, extra.find('='));
-      std::vector<std::string> all;
-      for (const CLI::Option *o : app.get_options()) {
-        for (const std::string &l : o->get_lnames())
-          all.push_back("--" + l);
-        for (const std::string &s : o->get_snames())
-          all.push_back("-" + s);
-      }
-      std::string m = closestMatch(name, all);
-      if (name == "--disable-pass")
-        return usageError("'--disable-pass' is a compile-time flag: the "
-                          "passes ran when this executable was compiled "
-                          "(give it to `sluice compile`)");
-      return usageError("unknown option '" + name + "'" +
-                        (m.empty() ? "" : "; did you mean '" + m + "'?"));
-    }
-    return usageError("unexpected argument '" + extra +
-                      "' (the spec is built in; this program takes only "
+  for (const std::string &extra : app.remaining())
+    if (extra.rfind("--disable-pass", 0) == 0)
+      return usageError("'--disable-pass' is a compile-time flag: the "
+                        "passes ran when this executable was compiled "
+                        "(give it to `sluice compile`)");
+  return rejectExtras(app, "",
+                      " (the spec is built in; this program takes only "
                       "options)");
-  }
-  return -1;
 }
 
 } // namespace

@@ -54,6 +54,19 @@ void addRunFlags(CLI::App &cmd, RunFlags &flags);
 bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
                    const std::string &command);
 
+/// CLI11's parse error `e` as a usage error pointing at `command`'s help
+/// ("option '--threads' needs a value", "option '--quiet' takes no value",
+/// else CLI11's message); returns kExitUsage. Help requests are not errors:
+/// catch CLI::CallForHelp before.
+int reportParseError(const CLI::ParseError &e, const std::string &command);
+
+/// The arguments `cmd` (parsed with allow_extras) did not take: an unknown
+/// option gets a usage error with a "did you mean" among `cmd`'s options,
+/// another argument "unexpected argument 'X'" plus `unexpectedHint`.
+/// Returns kExitUsage after printing, or -1 when nothing was left over.
+int rejectExtras(const CLI::App &cmd, const std::string &command,
+                 const std::string &unexpectedHint = "");
+
 /// Parses an integer >= `min` for option `opt`; prints a usage error and
 /// returns false otherwise.
 bool parseIntFlag(const std::string &opt, const std::string &value,
