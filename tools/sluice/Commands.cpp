@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "ScheduleFile.h"
 
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
@@ -83,26 +84,9 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
   rs.spec = loadSpec(f.specs[0]);
   if (!rs.spec)
     return kExitUsage;
-  if (!f.scheduleFile.empty()) {
-    std::string text, err;
-    if (!dsl::readFile(f.scheduleFile, text, err)) {
-      std::cerr << "sluice: error: " << err << "\n";
-      return kExitUsage;
-    }
-    dsl::DiagnosticEngine diags(f.scheduleFile, std::move(text));
-    std::map<std::string, dsl::StepSchedule> sched;
-    bool ok = dsl::parseScheduleFile(diags, *rs.spec, sched);
-    diags.print(std::cerr, colorStderr());
-    if (!ok)
-      return kExitUsage;
-    for (const auto &[name, s] : sched) {
-      runtime::ScheduleOverride o;
-      o.parallelism = s.parallelism;
-      o.prefetch = s.prefetch;
-      o.cache = s.cache;
-      rs.opts.schedule[name] = o;
-    }
-  }
+  if (!f.scheduleFile.empty() &&
+      !applyScheduleFile(f.scheduleFile, *rs.spec, rs.opts))
+    return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), command);
   Expected<runtime::Plan> plan =

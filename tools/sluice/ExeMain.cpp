@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RunFlags.h"
+#include "ScheduleFile.h"
 
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
@@ -136,15 +137,10 @@ struct ExeFlags {
   bool printPlan = false;
 };
 
-/// --schedule: the same file `sluice run --schedule` reads, checked against
-/// the spec's step names (recorded at compile time).
+/// --schedule: the file `sluice run --schedule` reads, checked against the
+/// spec's step names as `sluice compile` recorded them.
 bool applySchedule(const std::string &file, const nlohmann::json &info,
                    runtime::RunOptions &opts) {
-  std::string text, err;
-  if (!dsl::readFile(file, text, err)) {
-    usageError(err);
-    return false;
-  }
   dsl::Spec names;
   names.pipeline = info.value("pipeline", "");
   if (info.contains("source"))
@@ -156,21 +152,7 @@ bool applySchedule(const std::string &file, const nlohmann::json &info,
       step.op = s.value("op", "");
       names.steps.push_back(step);
     }
-  dsl::DiagnosticEngine diags(file, std::move(text));
-  std::map<std::string, dsl::StepSchedule> sched;
-  bool ok = dsl::parseScheduleFile(diags, names, sched);
-  const char *noColor = std::getenv("NO_COLOR");
-  diags.print(std::cerr, isatty(2) && !(noColor && *noColor));
-  if (!ok)
-    return false;
-  for (const auto &[name, s] : sched) {
-    runtime::ScheduleOverride o;
-    o.parallelism = s.parallelism;
-    o.prefetch = s.prefetch;
-    o.cache = s.cache;
-    opts.schedule[name] = o;
-  }
-  return true;
+  return applyScheduleFile(file, names, opts);
 }
 
 /// --data-root and --source-path.

@@ -16,13 +16,14 @@
 namespace sluice::tool {
 
 namespace {
-std::string &programName() {
+std::string &programNameRef() {
   static std::string name = "sluice";
   return name;
 }
 } // namespace
 
-void setProgramName(std::string name) { programName() = std::move(name); }
+void setProgramName(std::string name) { programNameRef() = std::move(name); }
+const std::string &programName() { return programNameRef(); }
 
 int usageError(const std::string &msg, const std::string &command) {
   const std::string &prog = programName();

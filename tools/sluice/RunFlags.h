@@ -32,6 +32,8 @@ int usageError(const std::string &msg, const std::string &command = "");
 /// The program usageError() names ("sluice" unless set): a compiled
 /// executable names itself.
 void setProgramName(std::string name);
+/// The program name set by setProgramName() ("sluice" by default).
+const std::string &programName();
 
 /// The raw values of the run flags as given on the command line. Numbers
 /// are kept as text so that they are checked (and reported) in one place.
