@@ -248,11 +248,15 @@ CommandAction addRunCommand(CLI::App &root) {
   CLI::App *cmd = root.add_subcommand(
       "run", "run the pipeline into a sink and print the accounting");
   addSpecRunFlags(*cmd, *st);
-  return [st] {
+  auto rf = std::make_shared<ResumeFlags>();
+  addResumeFlags(*cmd, *rf);
+  return [st, rf] {
     RunSetup rs;
     int rc = setupSpecRun(*st, "run", rs);
     if (rc >= 0)
       return rc;
+    if (!applyResumeFlags(*rf, rs.opts, "run"))
+      return kExitUsage;
     return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
   };
 }

@@ -130,6 +130,7 @@ std::string describe(const nlohmann::json &info, const std::string &prog) {
 
 struct ExeFlags {
   RunFlags run;
+  ResumeFlags resume;
   std::string scheduleFile;
   std::string dataRoot;
   std::vector<std::string> sourcePaths;
@@ -254,6 +255,7 @@ int main(int argc, char **argv) {
       "files; a relative PATH is relative to the current directory.\n"
       "exit codes: 0 ok, 1 pipeline or data error, 2 usage error");
   addRunFlags(app, f.run);
+  addResumeFlags(app, f.resume);
   app.add_option("--schedule", f.scheduleFile,
                  "per-step parallelism/prefetch/cache overrides (a YAML "
                  "schedule file, e.g. from `sluice tune`)")
@@ -292,7 +294,8 @@ int main(int argc, char **argv) {
     return kExitData;
   }
   runtime::RunOptions opts;
-  if (!applyRunFlags(f.run, opts, "") || !applyDataFlags(f, *plan))
+  if (!applyRunFlags(f.run, opts, "") ||
+      !applyResumeFlags(f.resume, opts, "") || !applyDataFlags(f, *plan))
     return kExitUsage;
   if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
     return kExitUsage;

@@ -69,6 +69,21 @@ int reportParseError(const CLI::ParseError &e, const std::string &command);
 int rejectExtras(const CLI::App &cmd, const std::string &command,
                  const std::string &unexpectedHint = "");
 
+/// `sluice run`'s checkpoint flags: --resume STATE, --save-state FILE,
+/// --stop-after N, --rank R, --world-size W.
+struct ResumeFlags {
+  std::string resume;
+  std::string saveState;
+  std::string stopAfter;
+  std::string rank;
+  std::string worldSize;
+};
+void addResumeFlags(CLI::App &cmd, ResumeFlags &flags);
+/// Reads the state file and checks the values; prints a usage error and
+/// returns false on a bad one.
+bool applyResumeFlags(const ResumeFlags &flags, runtime::RunOptions &opts,
+                      const std::string &command);
+
 /// Parses an integer >= `min` for option `opt`; prints a usage error and
 /// returns false otherwise.
 bool parseIntFlag(const std::string &opt, const std::string &value,
