@@ -12,6 +12,7 @@
 #define SLUICE_TOOLS_DRIVER_H
 
 #include "RunFlags.h"
+#include "sluice/compiler/Codegen.h"
 
 #include "sluice/dsl/Spec.h"
 #include "sluice/runtime/Plan.h"
@@ -59,6 +60,8 @@ struct SpecRunFlags {
   RunFlags run;
   std::string scheduleFile;
   std::vector<std::string> disabledPasses;
+  /// --no-jit (or SLUICE_NO_JIT=1): the runtime's own kernels only.
+  bool noJit = false;
 };
 
 /// Registers SPEC, the run flags, --schedule and --disable-pass on `cmd`.
@@ -69,6 +72,12 @@ struct RunSetup {
   std::unique_ptr<dsl::Spec> spec;
   runtime::Plan plan;
   runtime::RunOptions opts;
+  /// Native kernels of the plan's value-wise steps (bound through
+  /// opts.binder); null with --no-jit. Must outlive the pipeline.
+  std::unique_ptr<compiler::JitKernels> kernels;
+
+  /// The codegen line of `--stats` ("kernels: 3 generated in ...").
+  std::string kernelSummary() const;
 };
 
 /// Checks the flags, loads the spec, applies the schedule file and builds
