@@ -22,12 +22,7 @@
 #include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Plan.h"
 
-#if __has_include("sluice/runtime/CompiledKernels.h")
 #include "sluice/runtime/CompiledKernels.h"
-#define SLUICE_HAVE_KERNEL_TABLE 1
-#else
-#define SLUICE_HAVE_KERNEL_TABLE 0
-#endif
 
 #include <nlohmann/json.hpp>
 
@@ -46,10 +41,9 @@ extern const char sluice_embedded_plan[];
 extern const uint64_t sluice_embedded_plan_size;
 extern const char sluice_embedded_info[];
 extern const uint64_t sluice_embedded_info_size;
-#if SLUICE_HAVE_KERNEL_TABLE
-// Defined by the kernels' object (compiler::emitKernelObject).
+// Defined by the kernels' object (compiler::emitKernelObject), or by the
+// data object as an empty table (`sluice compile --no-jit`).
 extern const SluiceKernelInfo sluice_kernel_table[];
-#endif
 }
 
 using namespace sluice;
@@ -117,9 +111,15 @@ std::string describe(const nlohmann::json &info, const std::string &prog) {
                   "  compiled from " +
                   str("spec") + "\n  by sluice " + str("sluice") + " on " +
                   str("compiled") + " for CPU " + cpu;
-  if (info.contains("kernels"))
-    s += ", " + std::to_string(info["kernels"].get<int64_t>()) +
-         " generated kernel" + (info["kernels"] == 1 ? "" : "s");
+  if (info.contains("kernelSteps")) {
+    const nlohmann::json &k = info["kernelSteps"];
+    s += "\n  generated kernels for " + std::to_string(k.size()) +
+         (k.size() == 1 ? " step" : " steps");
+    for (size_t i = 0; i < k.size(); ++i)
+      s += (i ? ", " : ": ") + k[i].get<std::string>();
+    if (info.value("noJit", false))
+      s += " (--no-jit)";
+  }
   if (info.contains("disabledPasses") && !info["disabledPasses"].empty()) {
     s += "\n  with passes disabled:";
     for (const auto &p : info["disabledPasses"])
@@ -303,8 +303,22 @@ int main(int argc, char **argv) {
     std::cout << plan->serialize() << "\n";
     return kExitOk;
   }
-#if SLUICE_HAVE_KERNEL_TABLE
-  opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
-#endif
-  return runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+  // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
+  // `sluice run` (an A/B switch; the outputs are the same bytes).
+  const char *noJit = std::getenv("SLUICE_NO_JIT");
+  bool kernelsOff = noJit && *noJit && std::string(noJit) != "0";
+  size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
+  if (!kernelsOff)
+    opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
+  int rc = runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+  if (opts.stats) {
+    std::string cpu = info.value("targetCpu", "?");
+    if (kernelsOff)
+      std::cout << "kernels: off (SLUICE_NO_JIT=1)\n";
+    else
+      std::cout << "kernels: " << kernels
+                << " compiled ahead of time for CPU " << cpu
+                << " (linked in)\n";
+  }
+  return rc;
 }
