@@ -737,7 +737,8 @@ PipelineState Pipeline::state() const {
   s.rank = e.shared_.positional.rank;
   s.worldSize = e.shared_.positional.world;
   s.epoch = e.epoch_;
-  s.outputs = e.outputsInEpoch_ - e.skip_;
+  // Outputs still to drop were delivered by the run the state came from.
+  s.outputs = e.outputsInEpoch_ + e.skip_;
   int64_t rows = e.rowsInEpoch_;
   int64_t start = e.epochStart_;
   // At the end of an epoch, the next output is the next epoch's first.
