@@ -1,5 +1,6 @@
 //===- Compiler.cpp - `sluice explain`, buildPlan and the graph passes ----===//
 #include "sluice/compiler/Compiler.h"
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/MLIRGen.h"
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/PlanGen.h"
@@ -51,6 +52,10 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});
        }},
+      // After fuse-map-batch, so that the steps it moved behind a batch
+      // are grouped there.
+      {"sluice-fuse-maps",
+       [](bool remarks) { return createFuseMaps(FuseMapsOptions{remarks}); }},
   };
   return passes;
 }
@@ -262,12 +267,8 @@ Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
 
 int explain(const dsl::Spec &spec, const ExplainOptions &opts,
             std::ostream &out, std::ostream &err) {
-  if (opts.ir == "kernels" || opts.ir == "llvm") {
-    err << "sluice: error: not implemented yet: --ir " << opts.ir
-        << " arrives with the codegen issue; --ir graph and --ir plan work\n";
-    return 2;
-  }
-  if (opts.ir != "graph" && opts.ir != "plan") {
+  if (opts.ir != "graph" && opts.ir != "plan" && opts.ir != "kernels" &&
+      opts.ir != "llvm") {
     err << "sluice: error: unknown --ir '" << opts.ir << "'"
         << didYouMean(opts.ir, {"graph", "plan", "kernels", "llvm"})
         << " (expected graph, plan, kernels or llvm)\n";
@@ -290,12 +291,20 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
     return 1;
   }
 
-  if (opts.ir == "plan") {
+  if (opts.ir == "plan" || opts.ir == "kernels" || opts.ir == "llvm") {
     FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
     diagnostics.flush();
     if (failed(plan))
       return 1;
-    out << plan->serialize();
+    if (opts.ir == "plan") {
+      out << plan->serialize();
+      return 0;
+    }
+    // The kernels the run would compile, as MLIR or as optimized LLVM IR.
+    if (Status s = printKernels(*plan, opts.ir, out); !s) {
+      err << "sluice: error: " << s.message() << "\n";
+      return 1;
+    }
     return 0;
   }
   diagnostics.flush();

@@ -228,4 +228,42 @@ def PushProjections : Pass<"sluice-push-projections"> {
   ];
 }
 
+def FuseMaps : Pass<"sluice-fuse-maps"> {
+  let summary = "Groups consecutive value-wise steps into one fused stage";
+  let description = [{
+    Marks every run of two or more consecutive `fill_missing`, `clamp`,
+    `cast`, `hash_bucket` and `map` steps (per record, or per batch after
+    sluice-fuse-map-batch moved them there) as one fused stage: each op of
+    the run gets `sluice.fused = "a+b+c"`, the run's step names joined by
+    '+' (the convention of fused step names, so errors and statistics name
+    the steps). PlanGen turns the run into one runtime stage of op
+    `fused_map` that keeps the steps, and the code generator compiles one
+    kernel per field the run touches: each field's values are read once,
+    go through all of its steps in registers and are written once. Without
+    the code generator the runtime runs the kept steps one after another,
+    with the same bytes. A step with its own `as` (it leaves its input in
+    the record) ends a run, as do random ops and steps a fixed schedule
+    names (the fused stage has a new name). With `remarks=true` every fused
+    run is reported at its first step.
+
+    ```mlir
+    // before
+    %1 = sluice.element "fill_missing"(%0) {field = "dense", value = 0.0} : !s -> !s
+    %2 = sluice.map %1 {expr = "log(max(x, 0) + 1)", field = "dense"} : !s -> !s
+    // after
+    %1 = sluice.element "fill_missing"(%0) {field = "dense", value = 0.0}
+        {sluice.fused = "fill_missing+map"} : !s -> !s
+    %2 = sluice.map %1 {expr = "log(max(x, 0) + 1)", field = "dense"}
+        {sluice.fused = "fill_missing+map"} : !s -> !s
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-steps", "Number of steps put into a fused stage">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every fused run as a remark">,
+  ];
+}
+
 #endif // SLUICE_PASSES_TD
