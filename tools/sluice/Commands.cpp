@@ -276,6 +276,9 @@ CommandAction addRunCommand(CLI::App &root) {
       return rc;
     if (!applyResumeFlags(*rf, rs.opts, "run"))
       return kExitUsage;
+    if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
+        (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)
+      return rc;
     rc = runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
     if (rs.opts.stats)
       std::cout << rs.kernelSummary() << "\n";

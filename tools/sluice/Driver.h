@@ -18,6 +18,7 @@
 #include "sluice/runtime/Plan.h"
 
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,15 @@ CommandAction addRunCommand(CLI::App &root);
 CommandAction addBenchCommand(CLI::App &root);
 /// `sluice compile` (Compile.cpp).
 CommandAction addCompileCommand(CLI::App &root);
+/// `sluice tune` (Tune.cpp).
+CommandAction addTuneCommand(CLI::App &root);
+
+/// `schedule: auto` for `sluice run` (Tune.cpp): profiles briefly, solves,
+/// and merges the chosen knobs into opts.schedule (`--stats` prints what and
+/// why to `out`). SLUICE_NO_AUTOTUNE=1 skips it. Returns -1 to go on, else
+/// an exit code.
+int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
+                      std::ostream &out, std::ostream &err);
 
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);

@@ -122,7 +122,9 @@ struct RunOptions {
   /// Overrides Plan::memoryBytes (0 = keep the plan's).
   int64_t memoryBytes = 0;
   /// Per-step overrides keyed by step name; "default" applies to all steps
-  /// (`--schedule FILE`, or the autotuner's trial schedules).
+  /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
+  /// compiler fused ("a+b") takes the entries of its spec steps a, b in
+  /// order, then its own; cache "none" means no cache.
   std::map<std::string, ScheduleOverride> schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
