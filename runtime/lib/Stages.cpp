@@ -524,8 +524,11 @@ struct RowLayout {
 /// copies it from there into its real row before it writes that row.
 class BatchRows final : public RowPlacer {
 public:
-  BatchRows(const RowLayout &layout, int64_t size)
-      : layout_(layout), size_(static_cast<uint64_t>(size)) {}
+  /// `ahead` counts the open buffers' rows that hold no record yet (a
+  /// placed row is counted by the record, a view of it).
+  BatchRows(const RowLayout &layout, int64_t size, MemoryAccount *ahead)
+      : layout_(layout), size_(static_cast<uint64_t>(size)), ahead_(ahead) {}
+  ~BatchRows() override { reset(); }
 
   void place(uint64_t pos, Record &rec) override {
     if (!layout_.matches(rec))
@@ -540,11 +543,20 @@ public:
       if (o.claimed.empty()) {
         o.claimed.assign(static_cast<size_t>(size_), false);
         o.fields = layout_.allocate(static_cast<int64_t>(size_));
+        for (const Tensor &t : o.fields)
+          o.unplaced += static_cast<int64_t>(t.memoryBytes());
+        ahead_->forceReserve(o.unplaced);
       }
       if (o.claimed[row])
         return;
       o.claimed[row] = true;
       dst = o.fields;
+      int64_t rowBytes = 0;
+      for (size_t f = 0; f < dst.size(); ++f)
+        rowBytes += static_cast<int64_t>(layout_.bytes[f]);
+      rowBytes = std::min(rowBytes, o.unplaced);
+      o.unplaced -= rowBytes;
+      ahead_->release(rowBytes);
     }
     for (size_t f = 0; f < dst.size(); ++f) {
       size_t offset = row * layout_.bytes[f];
@@ -564,6 +576,9 @@ public:
     auto it = open_.find(k);
     if (it != open_.end())
       out = std::move(it->second.fields);
+    // From here the batch stage counts the buffer through its records.
+    for (auto i = open_.begin(); i != open_.upper_bound(k); ++i)
+      ahead_->release(i->second.unplaced);
     open_.erase(open_.begin(), open_.upper_bound(k));
     return out;
   }
@@ -573,6 +588,8 @@ public:
     std::map<uint64_t, Open> drop; // freed after the lock is released
     std::lock_guard<std::mutex> lock(mu_);
     drop.swap(open_);
+    for (const auto &o : drop)
+      ahead_->release(o.second.unplaced);
     firstOpen_ = 0;
   }
 
@@ -580,9 +597,11 @@ private:
   struct Open {
     std::vector<Tensor> fields;
     std::vector<bool> claimed;
+    int64_t unplaced = 0; ///< bytes reserved in ahead_ for empty rows
   };
   const RowLayout &layout_;
   const uint64_t size_;
+  MemoryAccount *ahead_;
   std::mutex mu_;
   std::map<uint64_t, Open> open_;
   uint64_t firstOpen_ = 0;
@@ -635,7 +654,8 @@ public:
     if (!padded_)
       layout_ = RowLayout::of(step.inputType, size_);
     if (layout_ && layout_->recycled && s.batchRowPlacement) {
-      rows_ = std::make_unique<BatchRows>(*layout_, size_);
+      rows_ = std::make_unique<BatchRows>(
+          *layout_, size_, s.memory->account(step.name + " rows ahead"));
       if (!upstream_->attachRowPlacer(rows_.get()))
         rows_.reset();
     }

@@ -50,6 +50,8 @@ public:
   /// them now.
   virtual bool tryReserve(int64_t bytes) = 0;
   virtual void release(int64_t bytes) = 0;
+  /// tryReserve() that never waits (for callers holding a lock).
+  virtual bool tryReserveNow(int64_t bytes) { return tryReserve(bytes); }
   /// The budget's limit and what it holds now (for messages).
   virtual int64_t limit() const = 0;
   virtual int64_t used() const = 0;

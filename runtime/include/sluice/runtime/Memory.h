@@ -125,6 +125,9 @@ public:
   /// A request the budget could give once other buffers drain waits up to
   /// ~100 ms for them; one larger than the whole limit is refused at once.
   bool tryReserve(int64_t bytes) override;
+  bool tryReserveNow(int64_t bytes) override {
+    return account_->tryReserve(bytes);
+  }
   void release(int64_t bytes) override { account_->release(bytes); }
   int64_t limit() const override { return account_->budget().limit(); }
   int64_t used() const override { return account_->budget().used(); }
