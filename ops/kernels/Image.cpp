@@ -1057,10 +1057,12 @@ void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
 
 /// The tensor the epilogue writes for an H x W x C u8 image.
 Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, const ImageEpilogue &e) {
+  // Every pixel is written, so a batch row the runtime offers (its
+  // OutputTargetScope, Allocation.h) is as good as a fresh tensor.
   ElemType elem = e.normalize ? ElemType::F32 : ElemType::U8;
   if (e.chw)
-    return Tensor::empty(elem, {c, h, w});
-  return Tensor::empty(elem, {h, w, c});
+    return outputTensor(elem, {c, h, w});
+  return outputTensor(elem, {h, w, c});
 }
 
 Scratch &epilogueScratch() {

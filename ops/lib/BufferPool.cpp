@@ -116,20 +116,31 @@ public:
   }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
 
+  /// Moves the idle buffers' reservations from the old limit to `limit`;
+  /// those it cannot hold are freed.
   void setLimit(AllocationLimit *limit, AllocationLimit *onlyIf, bool check) {
-    std::vector<Idle> all;
+    std::vector<void *> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (check && limit_ != onlyIf)
         return;
-      all.swap(idle_);
       if (limit_)
         limit_->release(static_cast<int64_t>(idleBytes_));
-      idleBytes_ = 0;
       limit_ = limit;
+      std::vector<Idle> kept;
+      idleBytes_ = 0;
+      for (const Idle &i : idle_) {
+        if (!limit_ || limit_->tryReserveNow(static_cast<int64_t>(i.bytes))) {
+          kept.push_back(i);
+          idleBytes_ += i.bytes;
+        } else {
+          dropped.push_back(i.p);
+        }
+      }
+      idle_.swap(kept);
     }
-    for (const Idle &i : all)
-      freeAligned(i.p);
+    for (void *p : dropped)
+      freeAligned(p);
   }
 
   BufferPoolStats stats() {

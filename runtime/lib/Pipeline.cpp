@@ -207,6 +207,8 @@ Status Engine::build() {
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
   shared_.batchRowPlacement =
       opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  shared_.directOutput =
+      opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
 
@@ -562,6 +564,14 @@ void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
     root_->stop();
+  // Nothing is held for the caller any more, and idle pool buffers are no
+  // longer this pipeline's to count.
+  if (outputAccount_) {
+    outputAccount_->release(outputHeld_);
+    outputHeld_ = 0;
+  }
+  if (poolLimit_)
+    clearBufferPoolLimit(poolLimit_.get());
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)

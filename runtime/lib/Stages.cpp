@@ -526,19 +526,75 @@ class BatchRows final : public RowPlacer {
 public:
   /// `ahead` counts the open buffers' rows that hold no record yet (a
   /// placed row is counted by the record, a view of it).
-  BatchRows(const RowLayout &layout, int64_t size, MemoryAccount *ahead)
-      : layout_(layout), size_(static_cast<uint64_t>(size)), ahead_(ahead) {}
+  BatchRows(const RowLayout &layout, int64_t size, MemoryAccount *ahead,
+            StageCounters *counters)
+      : layout_(layout), size_(static_cast<uint64_t>(size)), ahead_(ahead),
+        counters_(counters) {}
   ~BatchRows() override { reset(); }
+
+  bool claim(uint64_t pos, std::vector<Tensor> &rowViews,
+             std::vector<Tensor> &targets) override {
+    std::vector<Tensor> dst;
+    if (!claimRow(pos, dst))
+      return false;
+    uint64_t row = pos % size_;
+    rowViews.clear();
+    targets.clear();
+    for (size_t f = 0; f < dst.size(); ++f) {
+      rowViews.push_back(Tensor::viewOf(dst[f], row * layout_.bytes[f],
+                                        layout_.elems[f], layout_.shapes[f]));
+      size_t same = 0;
+      for (size_t g = 0; g < dst.size(); ++g)
+        same += layout_.elems[g] == layout_.elems[f] &&
+                layout_.shapes[g] == layout_.shapes[f];
+      targets.push_back(same == 1 ? rowViews.back() : Tensor());
+    }
+    return true;
+  }
+
+  void placeClaimed(uint64_t pos, Record &rec,
+                    const std::vector<Tensor> &rowViews) override {
+    (void)pos;
+    if (!layout_.matches(rec) || rowViews.size() != rec.fields.size())
+      return; // the batch stage copies it when it assembles the batch
+    bool direct = false;
+    for (size_t f = 0; f < rowViews.size(); ++f) {
+      if (rec.fields[f].raw() != rowViews[f].raw())
+        copyRow(const_cast<uint8_t *>(rowViews[f].raw()),
+                rec.fields[f].raw(), layout_.bytes[f], layout_.stream[f]);
+      else
+        direct = true;
+      rec.fields[f] = rowViews[f];
+    }
+    if (direct)
+      counters_->rowsDirect.fetch_add(1, std::memory_order_relaxed);
+  }
 
   void place(uint64_t pos, Record &rec) override {
     if (!layout_.matches(rec))
       return;
-    uint64_t k = pos / size_, row = pos % size_;
+    uint64_t row = pos % size_;
     std::vector<Tensor> dst;
+    if (!claimRow(pos, dst))
+      return;
+    for (size_t f = 0; f < dst.size(); ++f) {
+      size_t offset = row * layout_.bytes[f];
+      copyRow(dst[f].mutableRaw() + offset, rec.fields[f].raw(),
+              layout_.bytes[f], layout_.stream[f]);
+      rec.fields[f] =
+          Tensor::viewOf(dst[f], offset, layout_.elems[f], layout_.shapes[f]);
+    }
+  }
+
+private:
+  /// Claims row `pos` (opening its batch buffer); false if the batch is
+  /// not open or the row was claimed before. `dst`: the batch's buffers.
+  bool claimRow(uint64_t pos, std::vector<Tensor> &dst) {
+    uint64_t k = pos / size_, row = pos % size_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (k < firstOpen_ || k > firstOpen_ + 1)
-        return;
+        return false;
       Open &o = open_[k];
       if (o.claimed.empty()) {
         o.claimed.assign(static_cast<size_t>(size_), false);
@@ -548,7 +604,7 @@ public:
         ahead_->forceReserve(o.unplaced);
       }
       if (o.claimed[row])
-        return;
+        return false;
       o.claimed[row] = true;
       dst = o.fields;
       int64_t rowBytes = 0;
@@ -558,14 +614,10 @@ public:
       o.unplaced -= rowBytes;
       ahead_->release(rowBytes);
     }
-    for (size_t f = 0; f < dst.size(); ++f) {
-      size_t offset = row * layout_.bytes[f];
-      copyRow(dst[f].mutableRaw() + offset, rec.fields[f].raw(),
-              layout_.bytes[f], layout_.stream[f]);
-      rec.fields[f] =
-          Tensor::viewOf(dst[f], offset, layout_.elems[f], layout_.shapes[f]);
-    }
+    return true;
   }
+
+public:
 
   /// Closes batch `k` of the pass (and any before it) and returns its
   /// buffers, or nothing when no record was placed in it.
@@ -602,6 +654,7 @@ private:
   const RowLayout &layout_;
   const uint64_t size_;
   MemoryAccount *ahead_;
+  StageCounters *counters_;
   std::mutex mu_;
   std::map<uint64_t, Open> open_;
   uint64_t firstOpen_ = 0;
@@ -655,7 +708,7 @@ public:
       layout_ = RowLayout::of(step.inputType, size_);
     if (layout_ && layout_->recycled && s.batchRowPlacement) {
       rows_ = std::make_unique<BatchRows>(
-          *layout_, size_, s.memory->account(step.name + " rows ahead"));
+          *layout_, size_, s.memory->account(step.name + " rows ahead"), c);
       if (!upstream_->attachRowPlacer(rows_.get()))
         rows_.reset();
     }

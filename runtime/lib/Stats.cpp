@@ -76,6 +76,8 @@ Json StageStats::toJson() const {
   }
   if (rowsInPlace > 0)
     j.set("rows_in_place", Json::number(rowsInPlace));
+  if (rowsDirect > 0)
+    j.set("rows_direct", Json::number(rowsDirect));
   return j;
 }
 
@@ -252,6 +254,7 @@ StageStats StageCounters::snapshot() const {
   s.occupancyMax = ld(occupancyMax);
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
+  s.rowsDirect = ld(rowsDirect);
   return s;
 }
 

@@ -22,7 +22,8 @@
 // freed buffer only if the budget can hold it (it frees it otherwise) and
 // gives the bytes back when the buffer is handed out again or evicted.
 // Without a limit (no pipeline running) the pool holds at most
-// kPoolMaxIdleBytes uncounted.
+// kPoolMaxIdleBytes uncounted; the next pipeline adopts them into its budget
+// (or frees what it cannot hold).
 //
 // SLUICE_NO_BUFFER_POOL=1 in the environment turns the pool off (every
 // buffer is allocated and freed as it would be without it);
@@ -65,8 +66,9 @@ bool bufferPoolKeeps(size_t bytes);
 /// Counters now.
 BufferPoolStats bufferPoolStats();
 class AllocationLimit;
-/// Makes the pool reserve its idle buffers in `limit` (null: in nothing).
-/// The idle buffers reserved under the previous limit are freed first.
+/// Makes the pool reserve its idle buffers in `limit` (null: in nothing);
+/// the idle buffers move their reservation there, and those it cannot hold
+/// are freed.
 void setBufferPoolLimit(AllocationLimit *limit);
 /// setBufferPoolLimit(nullptr) if `limit` is the pool's limit now.
 void clearBufferPoolLimit(AllocationLimit *limit);
