@@ -45,6 +45,15 @@ const std::vector<GraphPass> &graphPasses() {
   return passes;
 }
 
+/// `--disable-pass all` turns every graph pass off.
+bool isDisabled(const std::string &name,
+                const std::vector<std::string> &disabledPasses) {
+  for (const std::string &d : disabledPasses)
+    if (d == name || d == "all")
+      return true;
+  return false;
+}
+
 std::string joined(const std::vector<std::string> &names) {
   std::string out;
   for (const std::string &n : names)
@@ -136,8 +145,7 @@ compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
         /*printAfterOnlyOnFailure=*/false, *printAfterAll);
   }
   for (const GraphPass &pass : graphPasses())
-    if (std::find(disabledPasses.begin(), disabledPasses.end(), pass.name) ==
-        disabledPasses.end())
+    if (!isDisabled(pass.name, disabledPasses))
       pm.addPass(pass.create(remarks));
   if (failed(pm.run(*module)))
     return nullptr;
@@ -175,10 +183,11 @@ std::vector<std::string> graphPassNames() {
 Status checkPassNames(const std::vector<std::string> &disabledPasses) {
   std::vector<std::string> names = graphPassNames();
   for (const std::string &disabled : disabledPasses)
-    if (std::find(names.begin(), names.end(), disabled) == names.end())
+    if (disabled != "all" &&
+        std::find(names.begin(), names.end(), disabled) == names.end())
       return Status::error("--disable-pass: no graph pass '" + disabled + "'" +
-                           didYouMean(disabled, names) +
-                           " (passes: " + joined(names) + ")");
+                           didYouMean(disabled, names) + " (passes: " +
+                           joined(names) + "; 'all' turns every one off)");
   return Status::ok();
 }
 

@@ -993,6 +993,269 @@ void resizeView(View<T> src, T *dst, int64_t outH, int64_t outW,
 }
 
 //===----------------------------------------------------------------------===//
+// Antialiased bilinear: PIL's ImagingResample with its triangle filter
+//===----------------------------------------------------------------------===//
+
+// PIL (and torchvision's antialias=True, which copies it) widens the
+// triangle filter by the downscale factor, so every source pixel under an
+// output pixel contributes and nothing aliases. The coefficients, their
+// 22-bit fixed point for u8 images, the horizontal-then-vertical order and
+// the rounding of the u8 intermediate are PIL's (Pillow's Resample.c), so
+// u8 results are PIL's bytes. Upscaling uses the plain triangle (support 1),
+// which is bilinear interpolation with PIL's rounding.
+
+/// PIL's PRECISION_BITS for 8-bit images: 32 - 8 - 2.
+constexpr int kAaBits = 22;
+
+/// The taps of one axis: output o reads `count[o]` source pixels from
+/// `start[o]`, weighted by row o of `k` (ksize entries, zero-padded).
+struct AaTaps {
+  int64_t in = 0, out = 0, ksize = 0;
+  std::vector<int32_t> start, count;
+  std::vector<double> kd;  ///< normalized weights (f32 images)
+  std::vector<int32_t> ki; ///< kd in fixed point (u8 images)
+  /// Whether the pass is the identity (no resampling on this axis).
+  bool identity() const { return in == out; }
+};
+
+/// PIL's precompute_coeffs (box [0, in)) and normalize_coeffs_8bpc.
+AaTaps antialiasTaps(int64_t in, int64_t out) {
+  AaTaps t;
+  t.in = in;
+  t.out = out;
+  double scale = static_cast<double>(in) / static_cast<double>(out);
+  double filterScale = scale < 1.0 ? 1.0 : scale;
+  double support = 1.0 * filterScale; // the triangle's support is 1
+  t.ksize = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  t.start.resize(out);
+  t.count.resize(out);
+  t.kd.assign(static_cast<size_t>(out * t.ksize), 0.0);
+  t.ki.assign(static_cast<size_t>(out * t.ksize), 0);
+  double ss = 1.0 / filterScale;
+  for (int64_t o = 0; o < out; ++o) {
+    double center = (static_cast<double>(o) + 0.5) * scale;
+    int64_t xmin = static_cast<int64_t>(center - support + 0.5);
+    if (xmin < 0)
+      xmin = 0;
+    int64_t xmax = static_cast<int64_t>(center + support + 0.5);
+    if (xmax > in)
+      xmax = in;
+    xmax -= xmin;
+    double *k = t.kd.data() + o * t.ksize;
+    double ww = 0.0;
+    for (int64_t x = 0; x < xmax; ++x) {
+      double a = (static_cast<double>(x + xmin) - center + 0.5) * ss;
+      if (a < 0.0)
+        a = -a;
+      double w = a < 1.0 ? 1.0 - a : 0.0;
+      k[x] = w;
+      ww += w;
+    }
+    for (int64_t x = 0; x < xmax; ++x)
+      if (ww != 0.0)
+        k[x] /= ww;
+    int32_t *ki = t.ki.data() + o * t.ksize;
+    for (int64_t x = 0; x < xmax; ++x)
+      ki[x] = k[x] < 0 ? static_cast<int32_t>(-0.5 + k[x] * (1 << kAaBits))
+                       : static_cast<int32_t>(0.5 + k[x] * (1 << kAaBits));
+    t.start[o] = static_cast<int32_t>(xmin);
+    t.count[o] = static_cast<int32_t>(xmax);
+  }
+  return t;
+}
+
+/// PIL's clip8: the fixed-point sum to a saturated byte.
+inline uint8_t aaClip8(int32_t v) {
+  v >>= kAaBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// The two passes are built for AVX2 as well as the baseline, picked at load
+// time (the vertical pass's 32-bit multiplies vectorize only from SSE4.1).
+#if defined(__x86_64__) && defined(__clang__)
+#define SLUICE_AA_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SLUICE_AA_CLONES
+#endif
+
+/// One source row of u8 RGB through the horizontal taps into `dst` (outW
+/// pixels), mirrored when `mirror`.
+SLUICE_AA_CLONES
+void aaHorizontalRgb(const uint8_t *__restrict src, const int32_t *start,
+                     const int32_t *count, const int32_t *k, int64_t ksize,
+                     int64_t outW, uint8_t *__restrict dst) {
+  const int32_t half = 1 << (kAaBits - 1);
+  for (int64_t o = 0; o < outW; ++o) {
+    const uint8_t *p = src + start[o] * 3;
+    const int32_t *w = k + o * ksize;
+    int32_t r = half, g = half, b = half;
+    for (int32_t x = 0, n = count[o]; x < n; ++x) {
+      r += p[3 * x] * w[x];
+      g += p[3 * x + 1] * w[x];
+      b += p[3 * x + 2] * w[x];
+    }
+    dst[3 * o] = aaClip8(r);
+    dst[3 * o + 1] = aaClip8(g);
+    dst[3 * o + 2] = aaClip8(b);
+  }
+}
+
+/// The same for any channel count.
+SLUICE_AA_CLONES
+void aaHorizontalAny(const uint8_t *__restrict src, int64_t C,
+                     const int32_t *start, const int32_t *count,
+                     const int32_t *k, int64_t ksize, int64_t outW,
+                     uint8_t *__restrict dst) {
+  const int32_t half = 1 << (kAaBits - 1);
+  for (int64_t o = 0; o < outW; ++o) {
+    const uint8_t *p = src + start[o] * C;
+    const int32_t *w = k + o * ksize;
+    for (int64_t ch = 0; ch < C; ++ch) {
+      int32_t s = half;
+      for (int32_t x = 0, n = count[o]; x < n; ++x)
+        s += p[x * C + ch] * w[x];
+      dst[o * C + ch] = aaClip8(s);
+    }
+  }
+}
+
+/// One output row of the vertical pass: `n` rows of `len` bytes, `stride`
+/// apart from `src`, weighted by `k`, summed in `acc` (len int32s).
+SLUICE_AA_CLONES
+void aaVerticalRow(const uint8_t *src, size_t stride, const int32_t *k,
+                   int32_t n, int64_t len, int32_t *__restrict acc,
+                   uint8_t *__restrict dst) {
+  const int32_t half = 1 << (kAaBits - 1);
+  for (int64_t i = 0; i < len; ++i)
+    acc[i] = half;
+  for (int32_t y = 0; y < n; ++y) {
+    const uint8_t *__restrict r = src + y * stride;
+    const int32_t w = k[y];
+    for (int64_t i = 0; i < len; ++i)
+      acc[i] += static_cast<int32_t>(r[i]) * w;
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    int32_t v = acc[i] >> kAaBits;
+    dst[i] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  }
+}
+
+Scratch &antialiasScratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+/// Antialiased resize of a u8 view: the horizontal pass over every source
+/// row into a reused scratch image, then `emit(oy, row)` for each output
+/// row of the vertical pass (outW * C bytes, valid during the call).
+template <typename Emit>
+void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, Emit &&emit) {
+  const int64_t C = src.c;
+  AaTaps tx = antialiasTaps(src.w, outW);
+  AaTaps ty = antialiasTaps(src.h, outH);
+  // The rows the vertical taps read: all of them but for rounding at the
+  // edges, as PIL's ybox_first/ybox_last.
+  int64_t y0 = ty.start[0];
+  int64_t y1 = ty.start[outH - 1] + ty.count[outH - 1];
+  const size_t rowLen = static_cast<size_t>(outW * C);
+  Scratch &scratch = antialiasScratch();
+  const uint8_t *rows;
+  size_t stride;
+  // Layout of the scratch: intermediate rows, then one output row, then the
+  // int32 accumulators (aligned).
+  size_t interBytes = tx.identity() ? 0 : rowLen * size_t(y1 - y0);
+  size_t accAt = (interBytes + rowLen + 63) & ~size_t(63);
+  uint8_t *base = scratch.get(accAt + rowLen * sizeof(int32_t));
+  uint8_t *outRow = base + interBytes;
+  auto *acc = reinterpret_cast<int32_t *>(base + accAt);
+  if (tx.identity()) {
+    rows = src.data + y0 * src.rowStride;
+    stride = static_cast<size_t>(src.rowStride);
+  } else {
+    for (int64_t y = y0; y < y1; ++y) {
+      const uint8_t *in = src.data + y * src.rowStride;
+      uint8_t *o = base + size_t(y - y0) * rowLen;
+      if (C == 3)
+        aaHorizontalRgb(in, tx.start.data(), tx.count.data(), tx.ki.data(),
+                        tx.ksize, outW, o);
+      else
+        aaHorizontalAny(in, C, tx.start.data(), tx.count.data(),
+                        tx.ki.data(), tx.ksize, outW, o);
+    }
+    rows = base;
+    stride = rowLen;
+  }
+  for (int64_t oy = 0; oy < outH; ++oy) {
+    const uint8_t *first = rows + size_t(ty.start[oy] - y0) * stride;
+    if (ty.identity()) {
+      emit(oy, first);
+      continue;
+    }
+    aaVerticalRow(first, stride, ty.ki.data() + oy * ty.ksize, ty.count[oy],
+                  static_cast<int64_t>(rowLen), acc, outRow);
+    emit(oy, static_cast<const uint8_t *>(outRow));
+  }
+  scratch.trim();
+}
+
+/// Antialiased resize of an f32 view, as PIL's 32-bit float mode: double
+/// weights and sums, a float intermediate.
+void antialiasF32(View<float> src, float *dst, int64_t outH, int64_t outW) {
+  const int64_t C = src.c;
+  AaTaps tx = antialiasTaps(src.w, outW);
+  AaTaps ty = antialiasTaps(src.h, outH);
+  int64_t y0 = ty.start[0];
+  int64_t y1 = ty.start[outH - 1] + ty.count[outH - 1];
+  const int64_t rowLen = outW * C;
+  std::vector<float> inter(static_cast<size_t>(rowLen * (y1 - y0)));
+  for (int64_t y = y0; y < y1; ++y) {
+    const float *in = src.data + y * src.rowStride;
+    float *o = inter.data() + (y - y0) * rowLen;
+    for (int64_t ox = 0; ox < outW; ++ox) {
+      const double *w = tx.kd.data() + ox * tx.ksize;
+      const float *p = in + int64_t(tx.start[ox]) * C;
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double s = 0.0;
+        for (int32_t x = 0; x < tx.count[ox]; ++x)
+          s += static_cast<double>(p[x * C + ch]) * w[x];
+        o[ox * C + ch] = tx.identity() ? p[ch] : static_cast<float>(s);
+      }
+    }
+  }
+  for (int64_t oy = 0; oy < outH; ++oy) {
+    const double *w = ty.kd.data() + oy * ty.ksize;
+    const float *first = inter.data() + (ty.start[oy] - y0) * rowLen;
+    float *o = dst + oy * rowLen;
+    for (int64_t i = 0; i < rowLen; ++i) {
+      if (ty.identity()) {
+        o[i] = first[i];
+        continue;
+      }
+      double s = 0.0;
+      for (int32_t y = 0; y < ty.count[oy]; ++y)
+        s += static_cast<double>(first[y * rowLen + i]) * w[y];
+      o[i] = static_cast<float>(s);
+    }
+  }
+}
+
+/// resizeView with antialiasing for bilinear (other filters ignore it).
+template <typename T>
+void resizeViewAa(View<T> src, T *dst, int64_t outH, int64_t outW,
+                  Interpolation interp, bool antialias) {
+  if (!antialias || interp != Interpolation::Bilinear)
+    return resizeView(src, dst, outH, outW, interp);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    const size_t rowLen = static_cast<size_t>(outW * src.c);
+    antialiasU8(src, outH, outW, [&](int64_t oy, const uint8_t *row) {
+      std::memcpy(dst + oy * rowLen, row, rowLen);
+    });
+  } else {
+    antialiasF32(src, dst, outH, outW);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Epilogue (flip, normalize, CHW) fused into the resize's output
 //===----------------------------------------------------------------------===//
 
@@ -1076,13 +1339,22 @@ Scratch &epilogueScratch() {
 /// the flip folded into the horizontal taps; the other interpolations
 /// resize into a scratch image first.
 void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
-                  Interpolation interp, const ImageEpilogue *epi) {
+                  Interpolation interp, bool antialias,
+                  const ImageEpilogue *epi) {
   if (!epi) {
-    resizeView(src, out.mutableData<uint8_t>(), outH, outW, interp);
+    resizeViewAa(src, out.mutableData<uint8_t>(), outH, outW, interp,
+                 antialias);
     return;
   }
   const int64_t C = src.c;
   const int64_t rowLen = outW * C;
+  if (antialias && interp == Interpolation::Bilinear) {
+    // Each antialiased u8 row goes through the epilogue as it is made.
+    antialiasU8(src, outH, outW, [&](int64_t oy, const uint8_t *row) {
+      epilogueRow(row, outW, C, oy, outH, epi->flip, *epi, out);
+    });
+    return;
+  }
   if (interp == Interpolation::Bilinear && C == 3 && epi->chw) {
     // Planar rows: blend, round to u8 and normalize each channel's row in
     // one contiguous loop, straight into its output plane.
@@ -1145,16 +1417,18 @@ Status checkOutSize(const char *op, int64_t outH, int64_t outW) {
 
 /// Resizes the box of a u8/f32 image (any rank 2/3 tensor) into a new tensor.
 Expected<Tensor> resizeBox(const Tensor &image, const Dims &d, CropBox box,
-                           int64_t outH, int64_t outW, Interpolation interp) {
+                           int64_t outH, int64_t outW, Interpolation interp,
+                           bool antialias) {
   Tensor out = Tensor::empty(image.elem(), imageShape(image, outH, outW));
   int64_t offset = (box.y * d.w + box.x) * d.c;
   if (image.elem() == ElemType::U8) {
     View<uint8_t> v{image.data<uint8_t>() + offset, box.h, box.w, d.c,
                     d.w * d.c};
-    resizeView(v, out.mutableData<uint8_t>(), outH, outW, interp);
+    resizeViewAa(v, out.mutableData<uint8_t>(), outH, outW, interp,
+                 antialias);
   } else {
     View<float> v{image.data<float>() + offset, box.h, box.w, d.c, d.w * d.c};
-    resizeView(v, out.mutableData<float>(), outH, outW, interp);
+    resizeViewAa(v, out.mutableData<float>(), outH, outW, interp, antialias);
   }
   return out;
 }
@@ -1328,7 +1602,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     View<uint8_t> v{px.data, box.h, box.w, channels,
                     static_cast<int64_t>(px.stride)};
     resizeU8Into(v, out, params.height, params.width, params.interpolation,
-                 epi);
+                 params.antialias, epi);
     scratch.trim();
     return out;
   }
@@ -1352,7 +1626,8 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     return s;
   View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
                   channels, decW * channels};
-  resizeU8Into(v, out, params.height, params.width, params.interpolation, epi);
+  resizeU8Into(v, out, params.height, params.width, params.interpolation,
+               params.antialias, epi);
   scratch.trim();
   return out;
 }
@@ -1386,7 +1661,8 @@ Expected<Tensor> rgbToGray(const Tensor &image) {
 }
 
 Expected<Tensor> resize(const Tensor &image, int64_t outHeight,
-                        int64_t outWidth, Interpolation interpolation) {
+                        int64_t outWidth, Interpolation interpolation,
+                        bool antialias) {
   Expected<Dims> d = imageDims(image, "resize");
   if (!d)
     return d.status();
@@ -1398,7 +1674,7 @@ Expected<Tensor> resize(const Tensor &image, int64_t outHeight,
     return Status::error("resize: cannot resize an empty image " +
                          image.type().str());
   return resizeBox(image, *d, {0, 0, d->h, d->w}, outHeight, outWidth,
-                   interpolation);
+                   interpolation, antialias);
 }
 
 Expected<Tensor> cropPadded(const Tensor &image, CropBox box, double fill) {
@@ -1501,7 +1777,7 @@ Expected<Tensor> randomResizedCrop(const Tensor &image,
   CropBox box = randomResizedCropBox(d->h, d->w, params.scaleLo, params.scaleHi,
                                      params.ratioLo, params.ratioHi, rng);
   return resizeBox(image, *d, box, params.height, params.width,
-                   params.interpolation);
+                   params.interpolation, params.antialias);
 }
 
 Expected<Tensor> flip(const Tensor &image, FlipAxis axis) {

@@ -107,6 +107,20 @@ OpDef decodeImage() {
               "unnoticed. `full` entropy-decodes the rest too, so damaged "
               "data anywhere is the error a full decode gives. Without "
               "fusion every image is decoded in full."),
+      enumParam("scale", {"exact", "auto"})
+          .def(Value::string("exact"))
+          .describe(
+              "`auto`: when this step is fused with a following "
+              "`random_resized_crop` (sluice-fuse-decode-crop) and the crop "
+              "box of a JPEG is at least 2x the output size on both sides, "
+              "decode at 1/2, 1/4 or 1/8 size in the DCT domain (the largest "
+              "factor that keeps the box at least the output size, as PIL's "
+              "`draft` does), so pixels that the resize would average away "
+              "are never made; the box is mapped onto the smaller image. "
+              "Faster, with pixels close to but not equal to `exact`'s (see "
+              "the PSNR figures above). `exact` (the "
+              "default) decodes every pixel. PNGs, unfused decodes and "
+              "boxes smaller than 2x the output are always exact."),
   };
   op.fuse = FuseKind::None;
   op.cost = {2000, 8, 8};
@@ -167,6 +181,7 @@ OpDef resize() {
           .describe("[height, width], or one number: the length of the "
                     "shorter side."),
       interpolationParam(),
+      antialiasParam(),
   };
   op.fuse = FuseKind::None;
   op.cost = {500, 1, 1};
@@ -270,6 +285,7 @@ OpDef randomResizedCrop() {
           .above(0)
           .describe("[min, max] aspect ratio (width / height) of the crop."),
       interpolationParam(),
+      antialiasParam(),
   };
   op.fuse = FuseKind::None;
   op.stochastic = true;
@@ -309,8 +325,12 @@ OpDef decodeRandomResizedCrop() {
            "then done while the resize writes its output.";
   op.typeDoc = "`field` (bytes) becomes `u8[h,w,channels]`; with `mean` "
                "f32, with `layout: CHW` `[channels,h,w]`.";
-  for (const ParamSpec &p : decode.params)
+  // The decode's `scale` is `decode_scale` here (the crop has a `scale`).
+  for (ParamSpec p : decode.params) {
+    if (p.name == "scale")
+      p.name = "decode_scale";
     op.params.push_back(p);
+  }
   for (const ParamSpec &p : crop.params)
     if (p.name != "field" && p.name != "as")
       op.params.push_back(p);

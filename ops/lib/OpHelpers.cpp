@@ -36,6 +36,19 @@ ParamSpec interpolationParam() {
       .describe("Resampling filter. `area` is best when shrinking a lot.");
 }
 
+ParamSpec antialiasParam() {
+  return param("antialias", ParamKind::Bool)
+      .def(Value::boolean(true))
+      .describe("Bilinear only: when shrinking, widen the triangle filter by "
+                "the shrink factor so every source pixel under an output "
+                "pixel counts (PIL's `Image.resize` and torchvision's "
+                "`antialias=True`, how ImageNet models are trained); u8 "
+                "results are PIL's bytes. `false` samples the 2x2 nearest "
+                "source pixels (torch's `interpolate` without antialias), "
+                "which aliases when shrinking by more than 2x. `nearest` and "
+                "`area` ignore it.");
+}
+
 std::string describeField(const std::string &name, const FieldType &t) {
   return "field '" + name + "' is " + t.str();
 }

@@ -42,6 +42,8 @@ ParamSpec asParam();
 ParamSpec onErrorParam();
 /// `interpolation: bilinear | area | nearest`.
 ParamSpec interpolationParam();
+/// `antialias: true|false` of the resampling ops (default true).
+ParamSpec antialiasParam();
 
 /// "field 'data' is bytes" / "field 'image' is u8[?,?,3]".
 std::string describeField(const std::string &name, const FieldType &t);

@@ -31,6 +31,19 @@ ParamSpec globParam(std::string name, std::string what) {
                 "Files are read in sorted order.");
 }
 
+/// `shuffle` of the random-access sources (image_folder, files, idx, npy).
+ParamSpec shuffleParam() {
+  return param("shuffle", ParamKind::Bool)
+      .def(Value::boolean(false))
+      .describe("Read the records in a random order: each epoch one "
+                "permutation of all records, derived from (seed, epoch). With "
+                "several ranks it is one global order that the ranks share "
+                "out, so a job resumed at another world size still reads "
+                "every remaining record once. (idx and npy hold their records "
+                "in memory, counted in budget.memory, to read them out of "
+                "order.)");
+}
+
 /// Sorted matches of a glob written in the spec.
 std::vector<std::string> globFiles(TypeContext &ctx,
                                    const std::string &pattern) {
@@ -91,6 +104,7 @@ OpDef imageFolder() {
           .scalar()
           .describe("File extensions to read (case-insensitive, without the "
                     "dot)."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {20000, 0.2, 1};
@@ -118,7 +132,7 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("glob", "files"), onErrorParam()};
+  op.params = {globParam("glob", "files"), shuffleParam(), onErrorParam()};
   op.shorthand = "glob";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
@@ -379,6 +393,7 @@ OpDef idx() {
           .describe("Path of the IDX images file (`.gz` is decompressed)."),
       param("labels", ParamKind::String)
           .describe("Path of the 1-D IDX labels file."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {100, 0.1, 1};
@@ -483,6 +498,7 @@ OpDef npy() {
           .describe("Shape of one record (without the first dim), when the "
                     "files cannot be read at check time; -1 for a size that "
                     "varies between files."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {100, 0.1, 1};

@@ -112,6 +112,12 @@ std::pair<int64_t, int64_t> sizeHW(const Value &v) {
   return {s[0], s.size() > 1 ? s[1] : s[0]};
 }
 
+/// A step's `antialias` (true unless the plan says false).
+bool antialias(const PlanStage &s) {
+  const Value &v = s.params["antialias"];
+  return !v.isBool() || v.asBool();
+}
+
 kernels::Interpolation interpolation(const Value &v) {
   std::string s = v.isString() ? v.asString() : "bilinear";
   if (s == "nearest")
@@ -147,8 +153,9 @@ Expected<ElementFn> bindResize(const PlanStage &s, const FieldIO &io) {
   if (size.empty() || size.size() > 2)
     return bindError(s, "size needs one or two numbers");
   kernels::Interpolation interp = interpolation(s.params["interpolation"]);
+  bool aa = antialias(s);
   return unary(io,
-               [size, interp](const Tensor &t, Record &,
+               [size, interp, aa](const Tensor &t, Record &,
                               const ElementContext &) -> Expected<Tensor> {
                  if (t.rank() < 2)
                    return Status::error("expected an image, got " +
@@ -176,7 +183,7 @@ Expected<ElementFn> bindResize(const PlanStage &s, const FieldIO &io) {
                                               static_cast<double>(W));
                    }
                  }
-                 return kernels::resize(t, h, w, interp);
+                 return kernels::resize(t, h, w, interp, aa);
                });
 }
 
@@ -233,6 +240,7 @@ kernels::RandomResizedCropParams resizedCropParams(const PlanStage &s) {
     p.ratioHi = ratio[1];
   }
   p.interpolation = interpolation(s.params["interpolation"]);
+  p.antialias = antialias(s);
   return p;
 }
 
@@ -275,6 +283,8 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
   kernels::DecodeOptions opts;
   opts.verifyFull =
       s.params["verify"].isString() && s.params["verify"].asString() == "full";
+  opts.allowDctScaling = s.params["decode_scale"].isString() &&
+                         s.params["decode_scale"].asString() == "auto";
 
   auto epi = std::make_shared<kernels::ImageEpilogue>();
   bool hasEpilogue = false;

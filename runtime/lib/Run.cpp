@@ -187,7 +187,7 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
 
   Status failure;
   Batch b;
-  for (;;) {
+  for (int64_t n = 0; opts.stopAfter <= 0 || n < opts.stopAfter; ++n) {
     Expected<bool> more = p.next(b);
     if (!more) {
       failure = more.status();
@@ -204,6 +204,14 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   p.stop();
   if (progress)
     progress->finish();
+  if (!opts.saveStatePath.empty()) {
+    std::ofstream f(opts.saveStatePath);
+    f << p.state().toJson() << "\n";
+    if (!f) {
+      printError(err, "cannot write the state to " + opts.saveStatePath);
+      return 1;
+    }
+  }
   Status closed = (*sink)->close();
   if (failure.isOk() && !closed)
     failure = closed;
@@ -229,7 +237,7 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     out << "\n" << stats.table();
   if (!opts.statsJsonPath.empty()) {
     std::ofstream f(opts.statsJsonPath);
-    f << stats.toJson().dump(1) << "\n";
+    f << stats.jsonText(true) << "\n";
     if (!f) {
       printError(err, "cannot write the statistics to " + opts.statsJsonPath);
       return 1;

@@ -6,8 +6,11 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Sink.h"
 #include "sluice/ops/FileFormats.h"
-#include "sluice/runtime/Json.h"
 #include "sluice/runtime/Memory.h"
+
+#include "sluice/runtime/JsonText.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +22,8 @@ namespace sluice::runtime {
 Sink::~Sink() = default;
 
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 std::string npyHeader(const std::string &descr,
                       const std::vector<int64_t> &shape) {
@@ -140,27 +145,18 @@ public:
                            "directory");
     }
     type_ = type;
-    index_ = Json::object();
-    index_.set("format", Json::string("sluice-npy"));
-    index_.set("version", Json::number(1));
-    index_.set("pipeline", Json::string(pipeline));
+    index_ = {{"format", "sluice-npy"}, {"version", 1}, {"pipeline", pipeline}};
     Json fields = Json::array();
-    for (const Field &f : type.fields()) {
-      Json j = Json::object();
-      j.set("name", Json::string(f.name));
-      j.set("dtype", Json::string(std::string(elemTypeName(f.type.elem))));
-      Json shape = Json::array();
-      for (int64_t d : f.type.shape)
-        shape.push(Json::number(d));
-      j.set("shape", std::move(shape));
-      j.set("storage",
-            Json::string(f.type.elem == ElemType::Bytes
-                             ? "bin+lengths"
-                             : (f.type.elem == ElemType::String ? "npy-unicode"
-                                                                : "npy")));
-      fields.push(std::move(j));
-    }
-    index_.set("fields", std::move(fields));
+    for (const Field &f : type.fields())
+      fields.push_back(
+          {{"name", f.name},
+           {"dtype", std::string(elemTypeName(f.type.elem))},
+           {"shape", f.type.shape},
+           {"storage", f.type.elem == ElemType::Bytes
+                           ? "bin+lengths"
+                           : (f.type.elem == ElemType::String ? "npy-unicode"
+                                                              : "npy")}});
+    index_["fields"] = std::move(fields);
     outputs_ = Json::array();
     return Status::ok();
   }
@@ -168,25 +164,20 @@ public:
   Status write(const Batch &b) override {
     char num[32];
     std::snprintf(num, sizeof(num), "%06lld", static_cast<long long>(count_));
-    Json entry = Json::object();
-    entry.set("index", Json::number(count_));
-    entry.set("epoch", Json::number(b.epoch()));
+    Json entry = {{"index", count_}, {"epoch", b.epoch()}};
     Json files = Json::object();
     for (size_t i = 0; i < b.numFields() && i < type_.size(); ++i) {
       const std::string &name = type_.fields()[i].name;
       const Tensor &t = b.field(i);
       std::string base = std::string(num) + "." + name;
       Json fj = Json::object();
-      Json shape = Json::array();
-      for (int64_t d : t.shape())
-        shape.push(Json::number(d));
       Status s;
       if (t.isNumeric()) {
-        fj.set("file", Json::string(base + ".npy"));
+        fj["file"] = base + ".npy";
         s = writeNpy(dir_ + "/" + base + ".npy", t);
         bytes_ += static_cast<int64_t>(t.nbytes());
       } else if (t.elem() == ElemType::String) {
-        fj.set("file", Json::string(base + ".npy"));
+        fj["file"] = base + ".npy";
         s = writeUnicodeNpy(dir_ + "/" + base + ".npy", t);
         bytes_ += static_cast<int64_t>(t.memoryBytes());
       } else {
@@ -198,8 +189,8 @@ public:
           len[k] = static_cast<int64_t>(vals[k].size());
           blob += vals[k];
         }
-        fj.set("file", Json::string(base + ".bin"));
-        fj.set("lengths", Json::string(base + ".lengths.npy"));
+        fj["file"] = base + ".bin";
+        fj["lengths"] = base + ".lengths.npy";
         s = writeFile(dir_ + "/" + base + ".bin", "", blob.data(), blob.size());
         if (s)
           s = writeNpy(dir_ + "/" + base + ".lengths.npy", lengths);
@@ -207,19 +198,19 @@ public:
       }
       if (!s)
         return s;
-      fj.set("shape", std::move(shape));
-      files.set(name, std::move(fj));
+      fj["shape"] = t.shape();
+      files[name] = std::move(fj);
     }
-    entry.set("fields", std::move(files));
-    outputs_.push(std::move(entry));
+    entry["fields"] = std::move(files);
+    outputs_.push_back(std::move(entry));
     ++count_;
     return Status::ok();
   }
 
   Status close() override {
-    index_.set("count", Json::number(count_));
-    index_.set("outputs", outputs_);
-    std::string text = index_.dump(1) + "\n";
+    index_["count"] = count_;
+    index_["outputs"] = outputs_;
+    std::string text = prettyJson(index_) + "\n";
     return writeFile(dir_ + "/index.json", "", text.data(), text.size());
   }
 

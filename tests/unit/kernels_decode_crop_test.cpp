@@ -145,10 +145,12 @@ TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
   RandomResizedCropParams p;
   p.height = 24;
   p.width = 20;
+  for (bool antialias : {false, true})
   for (Interpolation interp :
        {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
     for (uint64_t index = 0; index < 40; ++index) {
       p.interpolation = interp;
+      p.antialias = antialias;
       Rng a(5, 1, index, 9), b(5, 1, index, 9);
       Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, channels, p, a);
       Expected<Tensor> unfused = randomResizedCrop(*full, p, b);
@@ -156,7 +158,7 @@ TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
       ASSERT_TRUE(bool(unfused)) << unfused.status().message();
       ASSERT_EQ(fused->shape(), unfused->shape());
       ASSERT_EQ(std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()), 0)
-          << "record " << index;
+          << "record " << index << " antialias " << antialias;
       // Both consumed the same draws.
       EXPECT_EQ(a.nextU32(), b.nextU32());
     }
@@ -283,10 +285,12 @@ TEST(DecodeCropEpilogue, EqualsTheStepsOneAfterAnother) {
   p.width = 31;
   const std::vector<double> mean = {123.675, 116.28, 103.53};
   const std::vector<double> sd = {58.395, 57.12, 57.375};
+  for (bool antialias : {false, true})
   for (Interpolation interp :
        {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
     for (int variant = 0; variant < 8; ++variant) {
       p.interpolation = interp;
+      p.antialias = antialias;
       ImageEpilogue epi;
       epi.flip = variant & 1;
       epi.normalize = variant & 2;

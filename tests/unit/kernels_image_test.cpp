@@ -497,6 +497,34 @@ double refBilinear(const std::vector<double> &img, int h, int w, int c, int oh,
          ly * ((1 - lx) * at(y1, x0) + lx * at(y1, x1));
 }
 
+/// One axis of an antialiased (PIL) triangle resample in plain doubles:
+/// the weights of output o over the source, support widened by the
+/// downscale factor, normalized over the taps inside the image.
+std::vector<double> refAaWeights(int in, int out, int o) {
+  double scale = double(in) / out, fs = std::max(scale, 1.0);
+  double center = (o + 0.5) * scale;
+  std::vector<double> wts(in, 0.0);
+  double sum = 0;
+  for (int x = 0; x < in; ++x) {
+    double d = std::fabs((x + 0.5 - center) / fs);
+    wts[x] = d < 1 ? 1 - d : 0;
+    sum += wts[x];
+  }
+  for (double &v : wts)
+    v /= sum;
+  return wts;
+}
+
+double refAntialias(const std::vector<double> &img, int h, int w, int c,
+                    int oh, int ow, int oy, int ox, int ch) {
+  std::vector<double> wy = refAaWeights(h, oh, oy), wx = refAaWeights(w, ow, ox);
+  double s = 0;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      s += wy[y] * wx[x] * img[(size_t(y) * w + x) * c + ch];
+  return s;
+}
+
 double refArea(const std::vector<double> &img, int h, int w, int c, int oh,
                int ow, int oy, int ox, int ch) {
   int y0 = int(std::floor(double(oy) * h / oh));
@@ -572,6 +600,77 @@ TEST_P(Resize, BilinearU8WithinOne) {
         ASSERT_LE(std::fabs(p[(size_t(y) * ow + x) * c + ch] - r), 1.0)
             << y << "," << x << "," << ch;
       }
+}
+
+// Antialiased: within 1 of the exact separable triangle filter for u8 (PIL
+// rounds after each pass), within 1e-4 for f32; the lit test
+// examples/antialias.test checks u8 byte for byte against PIL itself.
+TEST_P(Resize, AntialiasU8WithinOneOfTriangleFilter) {
+  auto [h, w, c, oh, ow, rank2] = GetParam();
+  std::vector<double> vals;
+  Tensor img = makeU8(vals);
+  Expected<Tensor> out = resize(img, oh, ow, Interpolation::Bilinear, true);
+  ASSERT_TRUE(out) << out.status().message();
+  std::vector<int64_t> shape{oh, ow};
+  if (!rank2)
+    shape.push_back(c);
+  ASSERT_EQ(out->shape(), shape);
+  const uint8_t *p = out->data<uint8_t>();
+  for (int y = 0; y < oh; ++y)
+    for (int x = 0; x < ow; ++x)
+      for (int ch = 0; ch < c; ++ch) {
+        double r = refAntialias(vals, h, w, c, oh, ow, y, x, ch);
+        ASSERT_LE(std::fabs(p[(size_t(y) * ow + x) * c + ch] - r), 1.0)
+            << y << "," << x << "," << ch;
+      }
+}
+
+TEST_P(Resize, AntialiasF32Close) {
+  auto [h, w, c, oh, ow, rank2] = GetParam();
+  std::vector<double> vals;
+  Tensor u8 = makeU8(vals);
+  Tensor img = Tensor::empty(ElemType::F32, u8.shape());
+  for (size_t i = 0; i < vals.size(); ++i)
+    img.mutableData<float>()[i] = float(vals[i]) / 7.0f;
+  for (double &v : vals)
+    v = float(v) / 7.0f;
+  Expected<Tensor> out = resize(img, oh, ow, Interpolation::Bilinear, true);
+  ASSERT_TRUE(out) << out.status().message();
+  const float *p = out->data<float>();
+  for (int y = 0; y < oh; ++y)
+    for (int x = 0; x < ow; ++x)
+      for (int ch = 0; ch < c; ++ch)
+        ASSERT_NEAR(p[(size_t(y) * ow + x) * c + ch],
+                    refAntialias(vals, h, w, c, oh, ow, y, x, ch), 1e-4)
+            << y << "," << x << "," << ch;
+}
+
+/// Shrinking by 2x or less and growing, antialiasing changes nothing but
+/// rounding; shrinking more, it averages what bilinear skips.
+TEST(ResizeAntialias, DiffersFromPlainBilinearOnlyWhenShrinkingMuch) {
+  std::vector<uint8_t> px(64 * 64 * 3);
+  for (size_t i = 0; i < px.size(); ++i)
+    px[i] = ((i / 3) % 64) % 3 == 0 ? 255 : 0; // every third column white
+  Tensor img = Tensor::empty(ElemType::U8, {64, 64, 3});
+  std::memcpy(img.mutableRaw(), px.data(), px.size());
+  Expected<Tensor> aa = resize(img, 8, 8, Interpolation::Bilinear, true);
+  Expected<Tensor> plain = resize(img, 8, 8, Interpolation::Bilinear, false);
+  ASSERT_TRUE(aa && plain);
+  // Away from the edges the antialiased result is the stripes' mean (85);
+  // plain bilinear blends two neighbouring columns: 0 or 128.
+  for (int64_t y = 0; y < 8; ++y)
+    for (int64_t x = 1; x < 7; ++x)
+      for (int64_t ch = 0; ch < 3; ++ch) {
+        size_t i = size_t((y * 8 + x) * 3 + ch);
+        EXPECT_NEAR(aa->data<uint8_t>()[i], 85, 3) << y << "," << x;
+        uint8_t v = plain->data<uint8_t>()[i];
+        EXPECT_TRUE(v == 0 || v == 128) << int(v);
+      }
+  Expected<Tensor> up = resize(img, 80, 80, Interpolation::Bilinear, true);
+  Expected<Tensor> upPlain = resize(img, 80, 80, Interpolation::Bilinear);
+  ASSERT_TRUE(up && upPlain);
+  for (size_t i = 0; i < up->nbytes(); ++i)
+    ASSERT_NEAR(up->data<uint8_t>()[i], upPlain->data<uint8_t>()[i], 1) << i;
 }
 
 TEST_P(Resize, BilinearF32Close) {

@@ -117,6 +117,12 @@ const OpCase kOps[] = {
     {"resize_hw", "idx", "  - resize: {field: image, size: [14, 20]}\n",
      "image",
      [](const Record &r, uint64_t) {
+       return k::resize(r.fields[0], 14, 20, k::Interpolation::Bilinear,
+                        /*antialias=*/true);
+     }},
+    {"resize_hw_no_antialias", "idx",
+     "  - resize: {field: image, size: [14, 20], antialias: false}\n", "image",
+     [](const Record &r, uint64_t) {
        return k::resize(r.fields[0], 14, 20, k::Interpolation::Bilinear);
      }},
     {"resize_short_side_area", "idx",
@@ -148,6 +154,7 @@ const OpCase kOps[] = {
        p.scaleHi = 0.9;
        p.ratioLo = 0.5;
        p.ratioHi = 2.0;
+       p.antialias = true; // the op's default
        Rng rng = rngFor("random_resized_crop", i);
        return k::randomResizedCrop(r.fields[0], p, rng);
      }},

@@ -264,11 +264,15 @@ CommandAction addRunCommand(CLI::App &root) {
   CLI::App *cmd = root.add_subcommand(
       "run", "run the pipeline into a sink and print the accounting");
   addSpecRunFlags(*cmd, *st);
-  return [st] {
+  auto rf = std::make_shared<ResumeFlags>();
+  addResumeFlags(*cmd, *rf);
+  return [st, rf] {
     RunSetup rs;
     int rc = setupSpecRun(*st, "run", rs);
     if (rc >= 0)
       return rc;
+    if (!applyResumeFlags(*rf, rs.opts, "run"))
+      return kExitUsage;
     return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
   };
 }
@@ -343,7 +347,13 @@ int runBench(RunSetup &rs, double seconds) {
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {
     std::ofstream js(rs.opts.statsJsonPath);
-    js << st.toJson().dump() << "\n";
+    js << st.jsonText(true) << "\n";
+    js.close();
+    if (!js) {
+      std::cerr << "sluice: error: cannot write the statistics to "
+                << rs.opts.statsJsonPath << "\n";
+      return kExitData;
+    }
   }
   return kExitOk;
 }

@@ -36,6 +36,8 @@ CommandAction addExplainCommand(CLI::App &root);
 CommandAction addOpsCommand(CLI::App &root);
 CommandAction addRunCommand(CLI::App &root);
 CommandAction addBenchCommand(CLI::App &root);
+/// `sluice compile` (Compile.cpp).
+CommandAction addCompileCommand(CLI::App &root);
 
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);

@@ -91,8 +91,12 @@ struct FuseDecodeCropPass
   void fuse(ElementOp decode, ElementOp crop) {
     MLIRContext *ctx = crop.getContext();
     NamedAttrList params;
+    // random_resized_crop has a `scale` of its own (the area range): the
+    // decode's `scale` (exact | auto) becomes `decode_scale`.
     for (NamedAttribute p : decode.getParams())
-      params.set(p.getName(), p.getValue());
+      params.set(p.getName() == "scale" ? StringAttr::get(ctx, "decode_scale")
+                                        : p.getName(),
+                 p.getValue());
     for (NamedAttribute p : crop.getParams())
       if (p.getName() != "field" && p.getName() != "as")
         params.set(p.getName(), p.getValue());

@@ -16,8 +16,13 @@
 //    align_corners=False, antialias=False): source coordinate
 //    (dst + 0.5) * in / out - 0.5, clamped below at 0; computed in float;
 //    u8 results rounded to nearest (ties to even, like torch.round) and
-//    saturated. No antialiasing: downscaling by more than 2x aliases, as in
-//    torchvision with antialias=False.
+//    saturated. Downscaling by more than 2x aliases, as in torchvision with
+//    antialias=False.
+//  - resize, Bilinear with antialias: PIL's Image.resize(BILINEAR), which
+//    torchvision's antialias=True copies: a triangle filter whose support
+//    is scaled by the downscale factor, PIL's fixed-point arithmetic, so
+//    u8 results are PIL's bytes (crop first, then resize, as torchvision's
+//    resized_crop does with PIL images).
 //  - resize, Nearest: interpolate(mode="nearest"): src = floor(dst * scale)
 //    with torch's float scale = float(in) / out (not the exact rational:
 //    e.g. 480 -> 224 picks a different row than floor(dst * 480 / 224) for
@@ -132,6 +137,9 @@ struct RandomResizedCropParams {
   double scaleLo = 0.08, scaleHi = 1.0;
   double ratioLo = 3.0 / 4.0, ratioHi = 4.0 / 3.0;
   Interpolation interpolation = Interpolation::Bilinear;
+  /// Antialiased bilinear (see resize()); the op's default is true, the
+  /// kernel's false (torchvision's tensor default before 0.17).
+  bool antialias = false;
 };
 
 /// The crop box of RandomResizedCrop.get_params: up to 10 attempts of
@@ -161,9 +169,16 @@ Expected<Tensor> grayToRgb(const Tensor &image);
 /// u8[H,W,3] to u8[H,W,1] with the ITU-R 601 luma above.
 Expected<Tensor> rgbToGray(const Tensor &image);
 
-/// Resizes a u8 or f32 image (HWC or HW) to outHeight x outWidth.
+/// Resizes a u8 or f32 image (HWC or HW) to outHeight x outWidth. With
+/// `antialias`, Bilinear is PIL's (and torchvision's antialias=True)
+/// triangle filter whose support widens with the downscale factor: PIL's
+/// coefficients, 22-bit fixed point and u8 intermediate after the
+/// horizontal pass, so u8 results are the bytes PIL's
+/// Image.resize(size, BILINEAR) gives; f32 images follow PIL's 32-bit float
+/// mode (double weights and sums). Nearest and Area ignore `antialias`.
 Expected<Tensor> resize(const Tensor &image, int64_t outHeight,
-                        int64_t outWidth, Interpolation interpolation);
+                        int64_t outWidth, Interpolation interpolation,
+                        bool antialias = false);
 
 /// Copies the box out of the image; the box must lie inside it.
 Expected<Tensor> crop(const Tensor &image, CropBox box);
