@@ -722,10 +722,12 @@ public:
   }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
-    // The records being collected plus the batch built from them.
+    // The records being collected, the next batch the workers fill ahead
+    // (or the batch built from the collected records), and the last batch,
+    // held for the caller until it asks for the next.
     StaticNeed n;
     n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
-    n.records = 2 * size_;
+    n.records = 3 * size_;
     n.type = step_.inputType;
     n.knob = step_.name + ".size";
     n.where = shared_.plan->where(step_);
