@@ -786,6 +786,9 @@ protected:
     if (rows_)
       placed = rows_->take(passBatch_);
     ++passBatch_;
+    // A batch built in a new buffer is held beside its records until
+    // emit(): count it. (One the workers filled is counted by its records.)
+    BuildHold hold(account_, placed.empty() || n < size_ ? bytes_ : 0);
     if (layout_ &&
         std::all_of(items_.begin(), items_.end(),
                     [&](const Item &it) { return layout_->matches(it.rec); })) {
@@ -856,6 +859,16 @@ protected:
   }
 
 private:
+  /// Bytes reserved while a batch is built, released when it is handed on.
+  struct BuildHold {
+    BuildHold(MemoryAccount *a, int64_t b) : account(a), bytes(b) {
+      account->forceReserve(bytes);
+    }
+    ~BuildHold() { account->release(bytes); }
+    MemoryAccount *account;
+    int64_t bytes;
+  };
+
   Expected<bool> emit(std::vector<Tensor> fields, int64_t n, Item &out) {
     inc(c_->emitted, n);
     clear();
