@@ -303,7 +303,11 @@ TEST(DecodeCropEpilogue, EqualsTheStepsOneAfterAnother) {
       opts.epilogue = &epi;
       for (uint64_t index = 0; index < 6; ++index) {
         Rng a(9, 0, index, 2), b(9, 0, index, 2);
+        // The fused call alternates between the AVX2 and portable kernels
+        // (where the CPU has AVX2): both give the same bytes.
+        setImageSimd(index % 2 == 0);
         Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, 3, p, a, opts);
+        setImageSimd(true);
         Expected<Tensor> plain = decodeRandomResizedCrop(jpeg, 3, p, b);
         ASSERT_TRUE(fused && plain);
         Tensor t = plain.take();

@@ -202,6 +202,11 @@ Expected<Tensor> randomResizedCrop(const Tensor &image,
                                    const RandomResizedCropParams &params,
                                    Rng &rng);
 
+/// Whether the image kernels may use their AVX2 paths on CPUs that have
+/// AVX2 (default true). They give the same bytes as the portable code; this
+/// exists so tests and benchmarks can compare the two.
+void setImageSimd(bool enabled);
+
 enum class FlipAxis { Width, Height };
 
 /// Mirrors the image along an axis (Width: left-right).
