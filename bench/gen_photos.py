@@ -8,7 +8,7 @@ gnome-backgrounds package installs under /usr/share/backgrounds/gnome
 (rendered scenes and photographs, WebP): each output picks a wallpaper, a
 region 1.5-6x larger than the output (so detail density varies as in photos
 taken at different distances), resizes it with PIL's Lanczos filter to a
-random size of 300-600 px per side, and encodes it with libjpeg-turbo (PIL) at
+random size of 300-600 px per side (--min-side, --max-side), and encodes it with libjpeg-turbo (PIL) at
 quality 75, 90 or 95 and 4:2:0 or 4:4:4 chroma subsampling.
 
 Layout: OUT/photos/train/<wallpaper>/NNNNN.jpg (one class per wallpaper, as
@@ -16,8 +16,9 @@ image_folder and torchvision's ImageFolder read it) and OUT/photos/manifest.json
 Deterministic from --seed.
 
 Usage: gen_photos.py [--out DIR] [--images N] [--seed S] [--source DIR]
+                     [--min-side PX] [--max-side PX] [--name NAME]
        (defaults: $SLUICE_BENCH_DATA or /tmp/sluice-bench-data, 2000, 42,
-       /usr/share/backgrounds/gnome)
+       /usr/share/backgrounds/gnome, 300, 600, photos: OUT/NAME/train)
 """
 
 import argparse
@@ -61,6 +62,10 @@ def main():
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--source", default="/usr/share/backgrounds/gnome")
+    ap.add_argument("--min-side", type=int, default=300)
+    ap.add_argument("--max-side", type=int, default=600)
+    ap.add_argument("--name", default="photos",
+                    help="the set's directory under --out (default photos)")
     args = ap.parse_args()
 
     srcs = sources(args.source)
@@ -69,13 +74,14 @@ def main():
                  "(apt-get install gnome-backgrounds, or scripts/setup --bench)"
                  % args.source)
     rng = np.random.default_rng(args.seed)
-    root = os.path.join(args.out, "photos", "train")
+    root = os.path.join(args.out, args.name, "train")
     os.makedirs(root, exist_ok=True)
     # Plan every image first, so the output does not depend on the order the
     # wallpapers are opened in; then open each wallpaper once.
     plans = []
     for i in range(args.images):
-        h, w = int(rng.integers(300, 601)), int(rng.integers(300, 601))
+        h = int(rng.integers(args.min_side, args.max_side + 1))
+        w = int(rng.integers(args.min_side, args.max_side + 1))
         zoom = float(rng.uniform(1.5, 6.0))
         plans.append({
             "index": i, "source": int(rng.integers(len(srcs))), "h": h, "w": w,
@@ -115,7 +121,8 @@ def main():
         "bits_per_pixel": 8.0 * sum(sizes) / sum(pixels),
         "encodings": counts,
     }
-    with open(os.path.join(args.out, "photos", "manifest.json"), "w") as f:
+    manifest["sides"] = [args.min_side, args.max_side]
+    with open(os.path.join(args.out, args.name, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
     print(json.dumps(manifest))
 

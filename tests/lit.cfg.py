@@ -17,3 +17,15 @@ config.substitutions.append(("%examples", os.path.join(config.sluice_src_root, "
 import sys
 config.substitutions.append(("%python", getattr(config, "python", sys.executable)))
 config.substitutions.append(("%expect_exit", sys.executable + " " + os.path.join(config.sluice_src_root, "tests", "tools", "expect_exit.py")))
+
+# Tests that compare against torch / torchvision (python3-torch,
+# python3-torchvision: `scripts/setup --bench`) say `REQUIRES: torch`.
+import subprocess
+try:
+    if subprocess.run([getattr(config, "python", sys.executable), "-c",
+                       "import torch, torchvision"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                      timeout=120).returncode == 0:
+        config.available_features.add("torch")
+except (OSError, subprocess.SubprocessError):
+    pass
