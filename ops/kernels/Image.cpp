@@ -1019,15 +1019,24 @@ struct AaTaps {
   std::vector<double> kd;  ///< normalized weights (f32 images)
   std::vector<int32_t> ki; ///< kd in fixed point (u8 images)
   /// Whether the pass is the identity (no resampling on this axis).
-  bool identity() const { return in == out; }
+  bool identity() const { return in == out && whole; }
+  bool whole = true; ///< the box is [0, in)
+};
+
+/// A resampling box in source pixels, fractional (PIL's resize `box`):
+/// rows [y0, y1), columns [x0, x1). Unset: the whole view.
+struct SourceBox {
+  bool set = false;
+  double y0 = 0, x0 = 0, y1 = 0, x1 = 0;
 };
 
 /// PIL's precompute_coeffs (box [0, in)) and normalize_coeffs_8bpc.
-AaTaps antialiasTaps(int64_t in, int64_t out) {
+AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
   AaTaps t;
   t.in = in;
   t.out = out;
-  double scale = static_cast<double>(in) / static_cast<double>(out);
+  t.whole = in0 == 0.0 && in1 == static_cast<double>(in);
+  double scale = (in1 - in0) / static_cast<double>(out);
   double filterScale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * filterScale; // the triangle's support is 1
   t.ksize = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
@@ -1037,13 +1046,17 @@ AaTaps antialiasTaps(int64_t in, int64_t out) {
   t.ki.assign(static_cast<size_t>(out * t.ksize), 0);
   double ss = 1.0 / filterScale;
   for (int64_t o = 0; o < out; ++o) {
-    double center = (static_cast<double>(o) + 0.5) * scale;
+    double center = in0 + (static_cast<double>(o) + 0.5) * scale;
     int64_t xmin = static_cast<int64_t>(center - support + 0.5);
     if (xmin < 0)
       xmin = 0;
     int64_t xmax = static_cast<int64_t>(center + support + 0.5);
     if (xmax > in)
       xmax = in;
+    if (xmin > in - 1) // a box past the edge: the last pixel
+      xmin = in - 1;
+    if (xmax <= xmin)
+      xmax = xmin + 1;
     xmax -= xmin;
     double *k = t.kd.data() + o * t.ksize;
     double ww = 0.0;
@@ -1326,10 +1339,12 @@ Scratch &antialiasScratch() {
 /// other; with `mirror` it is flipped left-right.
 template <typename Emit>
 void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
-                 bool mirror, Emit &&emit) {
+                 bool mirror, Emit &&emit, SourceBox box = {}) {
   const int64_t C = src.c;
-  AaTaps tx = antialiasTaps(src.w, outW);
-  AaTaps ty = antialiasTaps(src.h, outH);
+  if (!box.set)
+    box = {true, 0, 0, double(src.h), double(src.w)};
+  AaTaps tx = antialiasTaps(src.w, outW, box.x0, box.x1);
+  AaTaps ty = antialiasTaps(src.h, outH, box.y0, box.y1);
   AaLayout lay;
   lay.pixel = planar ? 1 : C;
   lay.channel = planar ? outW : 1;
@@ -1392,8 +1407,8 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
 /// weights and sums, a float intermediate.
 void antialiasF32(View<float> src, float *dst, int64_t outH, int64_t outW) {
   const int64_t C = src.c;
-  AaTaps tx = antialiasTaps(src.w, outW);
-  AaTaps ty = antialiasTaps(src.h, outH);
+  AaTaps tx = antialiasTaps(src.w, outW, 0.0, double(src.w));
+  AaTaps ty = antialiasTaps(src.h, outH, 0.0, double(src.h));
   int64_t y0 = ty.start[0];
   int64_t y1 = ty.start[outH - 1] + ty.count[outH - 1];
   const int64_t rowLen = outW * C;
@@ -1529,8 +1544,19 @@ Scratch &epilogueScratch() {
 /// resize into a scratch image first.
 void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
                   Interpolation interp, bool antialias,
-                  const ImageEpilogue *epi) {
+                  const ImageEpilogue *epi, SourceBox box = {}) {
   if (!epi) {
+    if (box.set && antialias && interp == Interpolation::Bilinear) {
+      const size_t rowLen = static_cast<size_t>(outW * src.c);
+      uint8_t *dst = out.mutableData<uint8_t>();
+      antialiasU8(
+          src, outH, outW, /*planar=*/false, /*mirror=*/false,
+          [&](int64_t oy, const uint8_t *row) {
+            std::memcpy(dst + oy * rowLen, row, rowLen);
+          },
+          box);
+      return;
+    }
     resizeViewAa(src, out.mutableData<uint8_t>(), outH, outW, interp,
                  antialias);
     return;
@@ -1559,14 +1585,16 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
                                     static_cast<size_t>(outW));
                       }
                     }
-                  });
+                  },
+                  box);
       return;
     }
-    antialiasU8(src, outH, outW, /*planar=*/false, epi->flip,
-                [&](int64_t oy, const uint8_t *row) {
-                  epilogueRow(row, outW, C, oy, outH, /*flip=*/false, *epi,
-                              out);
-                });
+    antialiasU8(
+        src, outH, outW, /*planar=*/false, epi->flip,
+        [&](int64_t oy, const uint8_t *row) {
+          epilogueRow(row, outW, C, oy, outH, /*flip=*/false, *epi, out);
+        },
+        box);
     return;
   }
   if (interp == Interpolation::Bilinear && C == 3 && epi->chw) {
@@ -1801,13 +1829,23 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
         break;
       }
   int64_t decH = info->height, decW = info->width;
+  // With antialiasing, the scaled decode resamples exactly the box's area
+  // (box / denom, fractional, as PIL's draft + resize(box=...) does) rather
+  // than the whole scaled pixels around it.
+  SourceBox fine;
   if (denom > 1) {
+    fine = {true, double(box.y) / denom, double(box.x) / denom,
+            double(box.y + box.h) / denom, double(box.x + box.w) / denom};
     decH = (info->height * num + denom - 1) / denom;
     decW = (info->width * num + denom - 1) / denom;
     int64_t y0 = box.y / denom, x0 = box.x / denom;
     int64_t y1 = std::min(decH, (box.y + box.h + denom - 1) / denom);
     int64_t x1 = std::min(decW, (box.x + box.w + denom - 1) / denom);
     box = {y0, x0, y1 - y0, x1 - x0};
+    fine.y0 -= double(y0);
+    fine.y1 -= double(y0);
+    fine.x0 -= double(x0);
+    fine.x1 -= double(x0);
   }
 
   Scratch &scratch = decodeScratch();
@@ -1845,7 +1883,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
                   channels, decW * channels};
   resizeU8Into(v, out, params.height, params.width, params.interpolation,
-               params.antialias, epi);
+               params.antialias, epi, fine);
   scratch.trim();
   return out;
 }
