@@ -16,6 +16,7 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -353,6 +354,8 @@ struct JpegWindowJob {
   JDIMENSION width, height; ///< from the TurboJPEG header read
   JDIMENSION y0, y1, x0, x1;
   bool verifyFull; ///< entropy-decode the rows below the window too
+  int denom;       ///< DCT scale 1/denom (1, 2, 4, 8); width/height and
+                   ///< the window are in the scaled image
   uint8_t *dst;
   size_t dstStride;
   size_t offset; ///< out
@@ -390,6 +393,8 @@ bool jpegWindowRun(JpegWindowDecoder *d, JpegWindowJob *job) {
     return false;
   }
   cinfo->out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(job->denom);
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
   cinfo->do_block_smoothing = TRUE;
@@ -452,13 +457,20 @@ struct WindowPixels {
   size_t stride = 0;
 };
 
+std::atomic<bool> &windowDecodeAllowed() {
+  static std::atomic<bool> allowed{true};
+  return allowed;
+}
+
 /// Decodes `win` (inside the image) of a JPEG into `scratch`. False when
 /// the window path cannot vouch for the result (an error, any warning, a
 /// missing end marker, CMYK): the caller then decodes in full, which gives
 /// the same pixels or the full decode's error message.
 bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
                       int channels, CropBox win, bool verifyFull,
-                      Scratch &scratch, WindowPixels &out) {
+                      Scratch &scratch, WindowPixels &out, int denom = 1) {
+  if (!windowDecodeAllowed().load(std::memory_order_relaxed))
+    return false;
   if (info.format != ImageFormat::Jpeg || info.channels == 4)
     return false;
   thread_local JpegWindowDecoder decoder;
@@ -468,8 +480,10 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.data = reinterpret_cast<const unsigned char *>(bytes.data());
   job.size = static_cast<unsigned long>(bytes.size());
   job.channels = channels;
-  job.width = static_cast<JDIMENSION>(info.width);
-  job.height = static_cast<JDIMENSION>(info.height);
+  // libjpeg's scaled size: ceil(size / denom).
+  job.width = static_cast<JDIMENSION>((info.width + denom - 1) / denom);
+  job.height = static_cast<JDIMENSION>((info.height + denom - 1) / denom);
+  job.denom = denom;
   job.y0 = static_cast<JDIMENSION>(win.y);
   job.y1 = static_cast<JDIMENSION>(win.y + win.h);
   job.x0 = static_cast<JDIMENSION>(win.x);
@@ -477,7 +491,7 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.verifyFull = verifyFull;
   // The cropped region libjpeg writes is at most the image's width; one row
   // more takes the scanline read after the window when verifying in full.
-  job.dstStride = size_t(info.width) * channels;
+  job.dstStride = size_t(job.width) * channels;
   job.dst = scratch.get(job.dstStride * size_t(win.h + 1));
   job.offset = 0;
   if (!jpegWindowRun(&decoder, &job))
@@ -1290,7 +1304,9 @@ void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
 }
 
 std::atomic<bool> &simdAllowed() {
-  static std::atomic<bool> allowed{true};
+  // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
+  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
+                                   nullptr};
   return allowed;
 }
 
@@ -1300,7 +1316,9 @@ bool cpuHasAvx2() {
 }
 #else
 std::atomic<bool> &simdAllowed() {
-  static std::atomic<bool> allowed{true};
+  // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
+  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
+                                   nullptr};
   return allowed;
 }
 bool cpuHasAvx2() { return false; }
@@ -1688,6 +1706,10 @@ Status checkResizable(const Tensor &image, const char *op) {
 // Public API
 //===----------------------------------------------------------------------===//
 
+void setJpegWindowDecode(bool enabled) {
+  windowDecodeAllowed().store(enabled, std::memory_order_relaxed);
+}
+
 void setImageSimd(bool enabled) {
   simdAllowed().store(enabled, std::memory_order_relaxed);
 }
@@ -1853,12 +1875,13 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                    : Tensor::empty(ElemType::U8,
                                    {params.height, params.width, channels});
   WindowPixels px;
-  if (denom == 1 && decodeJpegWindow(bytes, *info, channels, box,
-                                     opts.verifyFull, scratch, px)) {
+  // The window path also decodes DCT-scaled (in scaled coordinates).
+  if (decodeJpegWindow(bytes, *info, channels, box, opts.verifyFull, scratch,
+                       px, denom)) {
     View<uint8_t> v{px.data, box.h, box.w, channels,
                     static_cast<int64_t>(px.stride)};
     resizeU8Into(v, out, params.height, params.width, params.interpolation,
-                 params.antialias, epi);
+                 params.antialias, epi, fine);
     scratch.trim();
     return out;
   }
