@@ -18,6 +18,19 @@ import sys
 config.substitutions.append(("%python", getattr(config, "python", sys.executable)))
 config.substitutions.append(("%expect_exit", sys.executable + " " + os.path.join(config.sluice_src_root, "tests", "tools", "expect_exit.py")))
 
+# The LLVM/MLIR shared libraries' prefix, and whether this machine lets a
+# test hide it (an unprivileged mount namespace): compiled executables must
+# run without it.
+config.substitutions.append(("%sluice_obj", config.sluice_obj_root))
+config.substitutions.append(("%cxx", config.cxx_compiler))
+config.substitutions.append(("%llvm_prefix", os.path.dirname(os.path.normpath(config.llvm_tools_dir))))
+import subprocess
+try:
+    if subprocess.call(["unshare", "-rm", "true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+        config.available_features.add("unshare")
+except OSError:
+    pass
+
 # Tests that compare against torch / torchvision (python3-torch,
 # python3-torchvision: `scripts/setup --bench`) say `REQUIRES: torch`.
 import subprocess

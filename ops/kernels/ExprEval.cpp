@@ -1,10 +1,12 @@
 //===- ExprEval.cpp - Bytecode compiler and chunked interpreter -----------===//
 
 #include "sluice/ops/kernels/ExprEval.h"
+#include "sluice/ops/kernels/MathImpl.h"
 
 #include "Dispatch.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -20,16 +22,19 @@ using Op = CompiledExpr::Op;
 
 const char *opName(Op op) {
   static const char *const kNames[] = {
-      "const.i", "const.f", "load.i",  "load.f",    "cvt.if",   "neg.i",
-      "neg.f",   "not.i",   "truth.f", "add.i",     "sub.i",    "mul.i",
-      "mod.i",   "min.i",   "max.i",   "abs.i",     "add.f",    "sub.f",
-      "mul.f",   "div.f",   "mod.f",   "min.f",     "max.f",    "abs.f",
-      "pow.f",   "lt.i",    "le.i",    "gt.i",      "ge.i",     "eq.i",
-      "ne.i",    "lt.f",    "le.f",    "gt.f",      "ge.f",     "eq.f",
-      "ne.f",    "and.i",   "or.i",    "select.i",  "select.f", "floor.f",
-      "ceil.f",  "round.f", "exp.f",   "log.f",     "log1p.f",  "sqrt.f",
-      "sin.f",   "cos.f",   "tanh.f",  "sigmoid.f",
+      "const.i",    "const.f",  "load.i",   "load.f",  "cvt.if", "wrap.i",
+      "narrow.f",   "neg.i",    "abs.i",    "add.i",   "sub.i",  "mul.i",
+      "floordiv.i", "mod.i",    "pow.i",    "min.i",   "max.i",  "neg.f",
+      "abs.f",      "add.f",    "sub.f",    "mul.f",   "div.f",  "floordiv.f",
+      "mod.f",      "pow.f",    "min.f",    "max.f",   "lt.i",   "le.i",
+      "gt.i",       "ge.i",     "eq.i",     "ne.i",    "lt.f",   "le.f",
+      "gt.f",       "ge.f",     "eq.f",     "ne.f",    "not.i",  "and.i",
+      "or.i",       "select.i", "select.f", "floor.f", "ceil.f", "rint.f",
+      "exp.f",      "log.f",    "log1p.f",  "sqrt.f",  "sin.f",  "cos.f",
+      "tanh.f",
   };
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) ==
+                static_cast<size_t>(Op::TanhF) + 1);
   return kNames[static_cast<int>(op)];
 }
 
@@ -45,17 +50,127 @@ inline int64_t wrapMul(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) *
                               static_cast<uint64_t>(b));
 }
-inline double nanMin(double a, double b) {
-  return (a != a || b != b) ? std::numeric_limits<double>::quiet_NaN()
-                            : (b < a ? b : a);
+/// numpy's integer floor_divide: x // 0 == 0, MIN // -1 wraps to MIN.
+inline int64_t floorDivI(int64_t a, int64_t b) {
+  if (b == 0)
+    return 0;
+  if (b == -1)
+    return wrapSub(0, a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0)))
+    --q;
+  return q;
 }
-inline double nanMax(double a, double b) {
-  return (a != a || b != b) ? std::numeric_limits<double>::quiet_NaN()
-                            : (a < b ? b : a);
+/// numpy's integer remainder: the sign of the divisor, x % 0 == 0.
+inline int64_t modI(int64_t a, int64_t b) {
+  if (b == 0 || b == -1)
+    return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0)))
+    r += b;
+  return r;
+}
+/// Integer power with wrap-around; a negative exponent truncates 1/b^n.
+inline int64_t powI(int64_t b, int64_t n) {
+  if (n < 0)
+    return b == 1 ? 1 : b == -1 ? (n % 2 ? -1 : 1) : 0;
+  uint64_t r = 1, x = static_cast<uint64_t>(b);
+  for (uint64_t k = static_cast<uint64_t>(n); k; k >>= 1) {
+    if (k & 1)
+      r *= x;
+    x *= x;
+  }
+  return static_cast<int64_t>(r);
+}
+/// `v` with the quiet bit set (a NaN stays the same NaN, quieted; other
+/// values are not passed here).
+inline double quiet(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  b |= uint64_t(1) << 51;
+  std::memcpy(&v, &b, 8);
+  return v;
+}
+/// The result of a binary float operation `r = a op b`, made independent of
+/// operand order when both are NaN: the first operand's NaN, quieted. x86
+/// returns the first source operand's NaN, but compilers commute + and *
+/// (and vectorized and scalar code may differ), so without this select the
+/// payload of `NaN1 + NaN2` would depend on the loop path taken, and
+/// fuse-map-batch on/off (batch vs record lengths) would differ in bytes.
+inline double firstNaN(double a, double r) { return a != a ? quiet(a) : r; }
+
+/// np.maximum / np.minimum: the first NaN is returned (quieted); ties
+/// (-0, +0) give the second argument for f32/f64 (numpy's SIMD loops) and
+/// the first for f16 (numpy's npy_half loop).
+inline double maxF(double a, double b) {
+  return a != a ? quiet(a) : b != b ? quiet(b) : (a > b ? a : b);
+}
+inline double minF(double a, double b) {
+  return a != a ? quiet(a) : b != b ? quiet(b) : (a < b ? a : b);
+}
+inline double maxHalf(double a, double b) {
+  return a != a ? quiet(a) : b != b ? quiet(b) : (a >= b ? a : b);
+}
+inline double minHalf(double a, double b) {
+  return a != a ? quiet(a) : b != b ? quiet(b) : (a <= b ? a : b);
+}
+/// numpy's npy_divmod in precision F: floor quotient and remainder with the
+/// divisor's sign.
+template <typename F> inline F floorDivF(F a, F b) {
+  if (b == 0)
+    return a / b;
+  F mod = std::fmod(a, b);
+  F div = (a - mod) / b;
+  if (mod != 0) {
+    if ((b < 0) != (mod < 0))
+      div -= F(1);
+  }
+  if (div != 0) {
+    F fl = std::floor(div);
+    if (div - fl > F(0.5))
+      fl += F(1);
+    return fl;
+  }
+  return std::copysign(F(0), a / b);
+}
+template <typename F> inline F modF(F a, F b) {
+  F mod = std::fmod(a, b);
+  if (b == 0)
+    return mod;
+  if (mod != 0) {
+    if ((b < 0) != (mod < 0))
+      mod += b;
+  } else {
+    mod = std::copysign(F(0), b);
+  }
+  return mod;
+}
+/// Rounds a double holding an f64 result to `t`'s precision.
+inline double narrow(double v, ElemType t) {
+  if (t == ElemType::F32)
+    return static_cast<double>(static_cast<float>(v));
+  return static_cast<double>(halfToFloat(doubleToHalf(v)));
+}
+/// Truncates an int64 to integer type `t`, two's complement.
+inline int64_t wrapTo(int64_t v, ElemType t) {
+  switch (t) {
+  case ElemType::U8:
+    return static_cast<uint8_t>(v);
+  case ElemType::I8:
+    return static_cast<int8_t>(v);
+  case ElemType::U16:
+    return static_cast<uint16_t>(v);
+  case ElemType::I16:
+    return static_cast<int16_t>(v);
+  case ElemType::I32:
+    return static_cast<int32_t>(v);
+  default:
+    return v;
+  }
 }
 } // namespace
 
-/// Turns an AST into bytecode: one register per node, integer or float.
+/// Turns a typed AST into bytecode: one register per node, integer or float.
 class ExprCompiler {
 public:
   struct Reg {
@@ -63,8 +178,9 @@ public:
     int32_t r = -1;
   };
 
-  ExprCompiler(CompiledExpr &ce, const RecordType *record)
-      : ce_(ce), record_(record) {}
+  ExprCompiler(CompiledExpr &ce, const RecordType *record,
+               const ExprTypes &types)
+      : ce_(ce), record_(record), types_(types) {}
 
   Status status() const { return err_; }
 
@@ -74,11 +190,13 @@ public:
   build(CompiledExpr ce, const Expr &expr, const RecordType *record,
         const std::function<bool(const std::string &, ElemType &)> &lookup) {
     ExprTypeError terr;
-    if (!inferExprType(expr, lookup, ce.result_, terr))
+    ExprTypes types;
+    if (!annotateExprTypes(expr, lookup, types, terr))
       return Status::error("expression: " + terr.message + " (at character " +
                            std::to_string(terr.offset) + ")");
-    ExprCompiler c(ce, record);
-    Reg r = c.compile(expr);
+    ce.result_ = types.at(&expr).elem;
+    ExprCompiler c(ce, record, types);
+    Reg r = c.value(expr, ce.result_);
     if (!c.status())
       return c.status();
     ce.resultReg_ = r.r;
@@ -86,55 +204,70 @@ public:
     return ce;
   }
 
-  Reg compile(const Expr &e) {
+  /// `e` converted to `to` (a numeric type, or Bool for conditions).
+  Reg value(const Expr &e, ElemType to) {
     if (!err_.isOk())
       return {};
+    const ExprNodeType &t = types_.at(&e);
+    if (t.isConst)
+      return constant(t, to);
+    Reg r = compile(e, t.elem);
+    if (!err_.isOk() || isFloat(t.elem) == isFloat(to) || !isFloat(to))
+      return r; // int -> wider int and float -> wider float are no-ops
+    return emit(Op::CvtIF, newF(), r.r);
+  }
+
+private:
+  Reg constant(const ExprNodeType &t, ElemType to) {
+    if (!isFloat(to)) {
+      Reg d = newI();
+      CompiledExpr::Instr in{Op::ConstI, d.r};
+      in.imm = t.ival; // fits: checked by the type inference
+      ce_.code_.push_back(in);
+      return d;
+    }
+    double v = t.elem == ElemType::F64 ? t.fval : static_cast<double>(t.ival);
+    if (to != ElemType::F64)
+      v = narrow(v, to);
+    Reg d = newF();
+    CompiledExpr::Instr in{Op::ConstF, d.r};
+    in.fimm = v;
+    ce_.code_.push_back(in);
+    return d;
+  }
+
+  Reg compile(const Expr &e, ElemType type) {
     switch (e.kind) {
-    case Expr::Kind::Number:
-      if (e.isInt || e.name == "true" || e.name == "false") {
-        Reg d = newI();
-        CompiledExpr::Instr in{Op::ConstI, d.r};
-        in.imm = static_cast<int64_t>(e.number);
-        ce_.code_.push_back(in);
-        return d;
-      } else {
-        Reg d = newF();
-        CompiledExpr::Instr in{Op::ConstF, d.r};
-        in.fimm = e.number;
-        ce_.code_.push_back(in);
-        return d;
-      }
+    case Expr::Kind::Number: // always constant
+      return constant(types_.at(&e), type);
     case Expr::Kind::Var:
       return load(e, e.name, 0, false);
     case Expr::Kind::Index:
       return load(e, e.args[0]->name, e.index, true);
     case Expr::Kind::Unary: {
-      Reg a = compile(*e.args[0]);
       if (e.name == "not")
-        return emit(Op::NotI, newI(), truth(a));
-      if (a.isInt)
-        return emit(Op::NegI, newI(), a.r);
-      return emit(Op::NegF, newF(), a.r);
+        return emit(Op::NotI, newI(), value(*e.args[0], ElemType::Bool).r);
+      Reg a = value(*e.args[0], type);
+      return isFloat(type) ? emit(Op::NegF, newF(), a.r)
+                           : wrap(emit(Op::NegI, newI(), a.r), type);
     }
     case Expr::Kind::Binary:
-      return binary(e);
+      return binary(e, type);
     case Expr::Kind::Cond: {
-      Reg c = compile(*e.args[0]);
-      Reg a = compile(*e.args[1]);
-      Reg b = compile(*e.args[2]);
-      int32_t cr = truth(c);
-      if (a.isInt && b.isInt)
-        return emit(Op::SelectI, newI(), cr, a.r, b.r);
-      return emit(Op::SelectF, newF(), cr, toF(a), toF(b));
+      Reg c = value(*e.args[0], ElemType::Bool);
+      Reg a = value(*e.args[1], type);
+      Reg b = value(*e.args[2], type);
+      if (!isFloat(type))
+        return emit(Op::SelectI, newI(), c.r, a.r, b.r);
+      return emit(Op::SelectF, newF(), c.r, a.r, b.r);
     }
     case Expr::Kind::Call:
-      return call(e);
+      return call(e, type);
     }
     fail(e, "unsupported expression node");
     return {};
   }
 
-private:
   void fail(const Expr &at, const std::string &msg) {
     if (err_.isOk())
       err_ = Status::error("expression: " + msg + " (at character " +
@@ -144,23 +277,24 @@ private:
   Reg newI() { return {true, ce_.numI_++}; }
   Reg newF() { return {false, ce_.numF_++}; }
 
-  Reg emit(Op op, Reg dst, int32_t a = 0, int32_t b = 0, int32_t c = 0) {
-    CompiledExpr::Instr in{op, dst.r, a, b, c};
+  Reg emit(Op op, Reg dst, int32_t a = 0, int32_t b = 0, int32_t c = 0,
+           ElemType type = ElemType::F64) {
+    CompiledExpr::Instr in{op, dst.r, a, b, c, type};
     ce_.code_.push_back(in);
     return dst;
   }
 
-  int32_t toF(Reg r) {
-    if (!r.isInt)
-      return r.r;
-    return emit(Op::CvtIF, newF(), r.r).r;
-  }
-
-  /// An integer 0/1-or-nonzero register for logic.
-  int32_t truth(Reg r) {
-    if (r.isInt)
-      return r.r;
-    return emit(Op::TruthF, newI(), r.r).r;
+  /// Brings an arithmetic result to its type: wrap integers narrower than
+  /// 64 bits, round floats narrower than f64.
+  Reg wrap(Reg r, ElemType type) {
+    if (isFloat(type)) {
+      if (type == ElemType::F64)
+        return r;
+      return emit(Op::NarrowF, newF(), r.r, 0, 0, type);
+    }
+    if (type == ElemType::I64 || type == ElemType::Bool)
+      return r;
+    return emit(Op::WrapI, newI(), r.r, 0, 0, type);
   }
 
   Reg load(const Expr &at, const std::string &name, int64_t index,
@@ -220,17 +354,32 @@ private:
     return emit(Op::LoadF, newF(), si);
   }
 
-  Reg binary(const Expr &e) {
+  /// The type both operands of a comparison are converted to: integers
+  /// compare exactly in int64 (so `u8 < 300` needs no conversion).
+  ElemType comparisonType(const Expr &e) {
+    const ExprNodeType &a = types_.at(e.args[0].get());
+    const ExprNodeType &b = types_.at(e.args[1].get());
+    if (a.elem == ElemType::Bool)
+      return ElemType::Bool;
+    if (a.weak && b.weak)
+      return ElemType::F64; // folded by the type inference; not reached
+    if (a.weak || b.weak) {
+      const ExprNodeType &strong = a.weak ? b : a, &weak = a.weak ? a : b;
+      if (isFloat(strong.elem))
+        return strong.elem;
+      return weak.elem == ElemType::F64 ? ElemType::F64 : ElemType::I64;
+    }
+    ElemType p = promoteElemTypes(a.elem, b.elem);
+    return isFloat(p) ? p : ElemType::I64;
+  }
+
+  Reg binary(const Expr &e, ElemType type) {
     const std::string &op = e.name;
-    Reg a = compile(*e.args[0]);
-    Reg b = compile(*e.args[1]);
-    if (!err_.isOk())
-      return {};
-    if (op == "and")
-      return emit(Op::AndI, newI(), truth(a), truth(b));
-    if (op == "or")
-      return emit(Op::OrI, newI(), truth(a), truth(b));
-    bool ints = a.isInt && b.isInt;
+    if (op == "and" || op == "or") {
+      Reg a = value(*e.args[0], ElemType::Bool);
+      Reg b = value(*e.args[1], ElemType::Bool);
+      return emit(op == "and" ? Op::AndI : Op::OrI, newI(), a.r, b.r);
+    }
     struct Row {
       const char *name;
       Op i, f;
@@ -241,96 +390,99 @@ private:
         {"==", Op::EqI, Op::EqF}, {"!=", Op::NeI, Op::NeF}};
     for (const Row &r : kCmp)
       if (op == r.name) {
-        if (ints)
-          return emit(r.i, newI(), a.r, b.r);
-        return emit(r.f, newI(), toF(a), toF(b));
+        ElemType ct = comparisonType(e);
+        Reg a = value(*e.args[0], ct);
+        Reg b = value(*e.args[1], ct);
+        return emit(isFloat(ct) ? r.f : r.i, newI(), a.r, b.r);
       }
-    static const Row kArith[] = {{"+", Op::AddI, Op::AddF},
-                                 {"-", Op::SubI, Op::SubF},
-                                 {"*", Op::MulI, Op::MulF},
-                                 {"%", Op::ModI, Op::ModF}};
-    for (const Row &r : kArith)
-      if (op == r.name) {
-        if (ints)
-          return emit(r.i, newI(), a.r, b.r);
-        return emit(r.f, newF(), toF(a), toF(b));
-      }
-    if (op == "/")
-      return emit(Op::DivF, newF(), toF(a), toF(b));
+    Reg a = value(*e.args[0], type);
+    Reg b = value(*e.args[1], type);
+    if (!err_.isOk())
+      return {};
+    bool f = isFloat(type);
+    ElemType prec = type == ElemType::F64 ? ElemType::F64 : ElemType::F32;
+    if (op == "+")
+      return f ? wrap(emit(Op::AddF, newF(), a.r, b.r), type)
+               : wrap(emit(Op::AddI, newI(), a.r, b.r), type);
+    if (op == "-")
+      return f ? wrap(emit(Op::SubF, newF(), a.r, b.r), type)
+               : wrap(emit(Op::SubI, newI(), a.r, b.r), type);
+    if (op == "*")
+      return f ? wrap(emit(Op::MulF, newF(), a.r, b.r), type)
+               : wrap(emit(Op::MulI, newI(), a.r, b.r), type);
+    if (op == "/") // integers were converted to f64 by value()
+      return wrap(emit(Op::DivF, newF(), a.r, b.r), type);
+    if (op == "//")
+      return f ? wrap(emit(Op::FloorDivF, newF(), a.r, b.r, 0, prec), type)
+               : wrap(emit(Op::FloorDivI, newI(), a.r, b.r), type);
+    if (op == "%")
+      return f ? wrap(emit(Op::ModF, newF(), a.r, b.r, 0, prec), type)
+               : emit(Op::ModI, newI(), a.r, b.r);
     fail(e, "unknown operator '" + op + "'");
     return {};
   }
 
-  Reg call(const Expr &e) {
-    std::vector<Reg> args;
-    for (const ExprPtr &a : e.args)
-      args.push_back(compile(*a));
-    if (!err_.isOk())
-      return {};
+  Reg call(const Expr &e, ElemType type) {
     const std::string &f = e.name;
-    auto arity = [&](size_t n) {
-      if (args.size() == n)
-        return true;
-      fail(e, "'" + f + "' takes " + std::to_string(n) + " arguments");
-      return false;
-    };
-    bool ints = true;
-    for (Reg r : args)
-      ints &= r.isInt;
-    if (f == "abs") {
-      if (!arity(1))
-        return {};
-      return ints ? emit(Op::AbsI, newI(), args[0].r)
-                  : emit(Op::AbsF, newF(), args[0].r);
+    bool fl = isFloat(type);
+    if (f == "abs" || f == "floor" || f == "ceil" || f == "round") {
+      Reg a = value(*e.args[0], type);
+      if (!fl)
+        return f == "abs" ? wrap(emit(Op::AbsI, newI(), a.r), type) : a;
+      Op op = f == "abs"     ? Op::AbsF
+              : f == "floor" ? Op::FloorF
+              : f == "ceil"  ? Op::CeilF
+                             : Op::RintF;
+      return emit(op, newF(), a.r); // exact in every float type
     }
-    if (f == "floor" || f == "ceil" || f == "round") {
-      if (!arity(1))
-        return {};
-      if (ints)
-        return args[0];
-      Op op = f == "floor" ? Op::FloorF : f == "ceil" ? Op::CeilF : Op::RoundF;
-      return emit(op, newF(), args[0].r);
-    }
-    if (f == "min" || f == "max") {
-      if (!arity(2))
-        return {};
+    if (f == "min" || f == "max" || f == "pow") {
+      Reg a = value(*e.args[0], type);
+      Reg b = value(*e.args[1], type);
+      if (f == "pow")
+        return fl ? wrap(emit(Op::PowF, newF(), a.r, b.r), type)
+                  : wrap(emit(Op::PowI, newI(), a.r, b.r), type);
       bool isMin = f == "min";
-      if (ints)
-        return emit(isMin ? Op::MinI : Op::MaxI, newI(), args[0].r, args[1].r);
-      return emit(isMin ? Op::MinF : Op::MaxF, newF(), toF(args[0]),
-                  toF(args[1]));
+      if (fl)
+        return emit(isMin ? Op::MinF : Op::MaxF, newF(), a.r, b.r, 0, type);
+      return emit(isMin ? Op::MinI : Op::MaxI, newI(), a.r, b.r);
     }
     if (f == "clamp") {
-      if (!arity(3))
-        return {};
-      if (ints) {
-        Reg lo = emit(Op::MaxI, newI(), args[0].r, args[1].r);
-        return emit(Op::MinI, newI(), lo.r, args[2].r);
+      Reg a = value(*e.args[0], type);
+      Reg lo = value(*e.args[1], type);
+      Reg hi = value(*e.args[2], type);
+      if (fl) {
+        Reg m = emit(Op::MaxF, newF(), a.r, lo.r, 0, type);
+        return emit(Op::MinF, newF(), m.r, hi.r, 0, type);
       }
-      Reg lo = emit(Op::MaxF, newF(), toF(args[0]), toF(args[1]));
-      return emit(Op::MinF, newF(), lo.r, toF(args[2]));
+      Reg m = emit(Op::MaxI, newI(), a.r, lo.r);
+      return emit(Op::MinI, newI(), m.r, hi.r);
     }
-    if (f == "pow") {
-      if (!arity(2))
-        return {};
-      return emit(Op::PowF, newF(), toF(args[0]), toF(args[1]));
+    Reg a = value(*e.args[0], type);
+    if (f == "sigmoid") {
+      // 1 / (1 + exp(-x)), every step in `type`.
+      Reg n = emit(Op::NegF, newF(), a.r);
+      Reg ex = wrap(emit(Op::ExpF, newF(), n.r), type);
+      Reg one = newF();
+      CompiledExpr::Instr c{Op::ConstF, one.r};
+      c.fimm = 1.0;
+      ce_.code_.push_back(c);
+      Reg den = wrap(emit(Op::AddF, newF(), one.r, ex.r), type);
+      return wrap(emit(Op::DivF, newF(), one.r, den.r), type);
     }
     static const std::pair<const char *, Op> kUnary[] = {
-        {"exp", Op::ExpF},   {"log", Op::LogF},        {"log1p", Op::Log1pF},
-        {"sqrt", Op::SqrtF}, {"sin", Op::SinF},        {"cos", Op::CosF},
-        {"tanh", Op::TanhF}, {"sigmoid", Op::SigmoidF}};
+        {"exp", Op::ExpF},   {"log", Op::LogF}, {"log1p", Op::Log1pF},
+        {"sqrt", Op::SqrtF}, {"sin", Op::SinF}, {"cos", Op::CosF},
+        {"tanh", Op::TanhF}};
     for (auto &[name, op] : kUnary)
-      if (f == name) {
-        if (!arity(1))
-          return {};
-        return emit(op, newF(), toF(args[0]));
-      }
+      if (f == name)
+        return wrap(emit(op, newF(), a.r), type);
     fail(e, "unknown function '" + f + "'");
     return {};
   }
 
   CompiledExpr &ce_;
   const RecordType *record_;
+  const ExprTypes &types_;
   Status err_;
 };
 
@@ -431,16 +583,45 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_LOOP(d, static_cast<double>(x[j]))
       break;
     }
+    case Op::WrapI: {
+      int64_t *d = ir(in.dst);
+      const int64_t *x = ir(in.a);
+      switch (in.type) {
+      case ElemType::U8:
+        SLUICE_LOOP(d, int64_t(uint8_t(x[j])))
+        break;
+      case ElemType::I8:
+        SLUICE_LOOP(d, int64_t(int8_t(x[j])))
+        break;
+      case ElemType::U16:
+        SLUICE_LOOP(d, int64_t(uint16_t(x[j])))
+        break;
+      case ElemType::I16:
+        SLUICE_LOOP(d, int64_t(int16_t(x[j])))
+        break;
+      case ElemType::I32:
+        SLUICE_LOOP(d, int64_t(int32_t(x[j])))
+        break;
+      default:
+        SLUICE_LOOP(d, x[j])
+        break;
+      }
+      break;
+    }
+    case Op::NarrowF: {
+      double *d = fr(in.dst);
+      const double *x = fr(in.a);
+      if (in.type == ElemType::F32) {
+        SLUICE_LOOP(d, double(float(x[j])))
+      } else {
+        SLUICE_LOOP(d, narrow(x[j], in.type))
+      }
+      break;
+    }
     case Op::NegI: {
       int64_t *d = ir(in.dst);
       const int64_t *x = ir(in.a);
       SLUICE_LOOP(d, wrapSub(0, x[j]))
-      break;
-    }
-    case Op::NotI: {
-      int64_t *d = ir(in.dst);
-      const int64_t *x = ir(in.a);
-      SLUICE_LOOP(d, int64_t(x[j] == 0))
       break;
     }
     case Op::AbsI: {
@@ -449,10 +630,10 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_LOOP(d, x[j] < 0 ? wrapSub(0, x[j]) : x[j])
       break;
     }
-    case Op::TruthF: {
+    case Op::NotI: {
       int64_t *d = ir(in.dst);
-      const double *x = fr(in.a);
-      SLUICE_LOOP(d, int64_t(x[j] != 0))
+      const int64_t *x = ir(in.a);
+      SLUICE_LOOP(d, int64_t(x[j] == 0))
       break;
     }
     case Op::NegF:
@@ -463,12 +644,12 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_F_UN(std::floor(x[j]))
     case Op::CeilF:
       SLUICE_F_UN(std::ceil(x[j]))
-    case Op::RoundF:
-      SLUICE_F_UN(std::round(x[j]))
+    case Op::RintF:
+      SLUICE_F_UN(std::nearbyint(x[j]))
     case Op::ExpF:
       SLUICE_F_UN(std::exp(x[j]))
     case Op::LogF:
-      SLUICE_F_UN(std::log(x[j]))
+      SLUICE_F_UN(math::log(x[j])) // MathImpl.h: the JIT's log too
     case Op::Log1pF:
       SLUICE_F_UN(std::log1p(x[j]))
     case Op::SqrtF:
@@ -479,16 +660,18 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_F_UN(std::cos(x[j]))
     case Op::TanhF:
       SLUICE_F_UN(std::tanh(x[j]))
-    case Op::SigmoidF:
-      SLUICE_F_UN(1.0 / (1.0 + std::exp(-x[j])))
     case Op::AddI:
       SLUICE_I_BIN(wrapAdd(x[j], y[j]))
     case Op::SubI:
       SLUICE_I_BIN(wrapSub(x[j], y[j]))
     case Op::MulI:
       SLUICE_I_BIN(wrapMul(x[j], y[j]))
+    case Op::FloorDivI:
+      SLUICE_I_BIN(floorDivI(x[j], y[j]))
     case Op::ModI:
-      SLUICE_I_BIN((y[j] == 0 || y[j] == -1) ? 0 : x[j] % y[j])
+      SLUICE_I_BIN(modI(x[j], y[j]))
+    case Op::PowI:
+      SLUICE_I_BIN(powI(x[j], y[j]))
     case Op::MinI:
       SLUICE_I_BIN(y[j] < x[j] ? y[j] : x[j])
     case Op::MaxI:
@@ -510,21 +693,41 @@ void CompiledExpr::run(int64_t len, const Load &load,
     case Op::OrI:
       SLUICE_I_BIN(int64_t((x[j] != 0) | (y[j] != 0)))
     case Op::AddF:
-      SLUICE_F_BIN(x[j] + y[j])
+      SLUICE_F_BIN(firstNaN(x[j], x[j] + y[j]))
     case Op::SubF:
-      SLUICE_F_BIN(x[j] - y[j])
+      SLUICE_F_BIN(firstNaN(x[j], x[j] - y[j]))
     case Op::MulF:
-      SLUICE_F_BIN(x[j] * y[j])
+      SLUICE_F_BIN(firstNaN(x[j], x[j] * y[j]))
     case Op::DivF:
-      SLUICE_F_BIN(x[j] / y[j])
+      SLUICE_F_BIN(firstNaN(x[j], x[j] / y[j]))
+    case Op::FloorDivF:
+      if (in.type == ElemType::F64) {
+        SLUICE_F_BIN(firstNaN(x[j], floorDivF<double>(x[j], y[j])))
+      } else {
+        SLUICE_F_BIN(
+            firstNaN(x[j], double(floorDivF<float>(float(x[j]), float(y[j])))))
+      }
     case Op::ModF:
-      SLUICE_F_BIN(std::fmod(x[j], y[j]))
+      if (in.type == ElemType::F64) {
+        SLUICE_F_BIN(firstNaN(x[j], modF<double>(x[j], y[j])))
+      } else {
+        SLUICE_F_BIN(
+            firstNaN(x[j], double(modF<float>(float(x[j]), float(y[j])))))
+      }
     case Op::MinF:
-      SLUICE_F_BIN(nanMin(x[j], y[j]))
+      if (in.type == ElemType::F16) {
+        SLUICE_F_BIN(minHalf(x[j], y[j]))
+      } else {
+        SLUICE_F_BIN(minF(x[j], y[j]))
+      }
     case Op::MaxF:
-      SLUICE_F_BIN(nanMax(x[j], y[j]))
+      if (in.type == ElemType::F16) {
+        SLUICE_F_BIN(maxHalf(x[j], y[j]))
+      } else {
+        SLUICE_F_BIN(maxF(x[j], y[j]))
+      }
     case Op::PowF:
-      SLUICE_F_BIN(std::pow(x[j], y[j]))
+      SLUICE_F_BIN(firstNaN(x[j], std::pow(x[j], y[j])))
     case Op::LtF:
       SLUICE_F_CMP(int64_t(x[j] < y[j]))
     case Op::LeF:
@@ -676,16 +879,17 @@ std::string CompiledExpr::dump() const {
     switch (in.op) {
     case Op::ConstI:
     case Op::LoadI:
+    case Op::WrapI:
     case Op::NegI:
-    case Op::NotI:
-    case Op::TruthF:
+    case Op::AbsI:
     case Op::AddI:
     case Op::SubI:
     case Op::MulI:
+    case Op::FloorDivI:
     case Op::ModI:
+    case Op::PowI:
     case Op::MinI:
     case Op::MaxI:
-    case Op::AbsI:
     case Op::LtI:
     case Op::LeI:
     case Op::GtI:
@@ -698,6 +902,7 @@ std::string CompiledExpr::dump() const {
     case Op::GeF:
     case Op::EqF:
     case Op::NeF:
+    case Op::NotI:
     case Op::AndI:
     case Op::OrI:
     case Op::SelectI:
@@ -711,6 +916,8 @@ std::string CompiledExpr::dump() const {
       os << " " << in.imm;
     else if (in.op == Op::ConstF)
       os << " " << in.fimm;
+    else if (in.op == Op::WrapI || in.op == Op::NarrowF)
+      os << " " << in.a << " to " << elemTypeName(in.type);
     else if (in.op == Op::LoadI || in.op == Op::LoadF)
       os << " " << slots_[in.a].name
          << (slots_[in.a].indexed

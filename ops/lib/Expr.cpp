@@ -1,9 +1,10 @@
 //===- Expr.cpp - Parser and type inference of map/filter expressions ----===//
 //
 // A hand-written lexer and recursive-descent parser, so that every error can
-// name the character it is about, and a small type inference with "weak"
-// literal types: `x * 2` on a u8 field stays u8 rather than widening to the
-// i64 of the literal.
+// name the character it is about, and the type inference of NEP 50 (numpy
+// 2): literals are weak Python numbers that take the type of the field they
+// meet (`x * 2` on a u8 field stays u8), and subexpressions of literals only
+// are folded here with Python's semantics, so the runtime never sees them.
 //
 // Boolean literals are Number nodes (1 or 0) whose `name` is "true" or
 // "false": consumers that only look at `number` still compute the right value.
@@ -15,7 +16,9 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <unordered_set>
 
 namespace sluice {
@@ -55,6 +58,7 @@ struct Token {
   size_t offset = 0;
   double number = 0;
   bool isInt = false;
+  int64_t intValue = 0;
 };
 
 class Lexer {
@@ -106,7 +110,8 @@ private:
     }
     auto two = [&](std::string_view s) { return text_.substr(pos_, 2) == s; };
     t.kind = Tok::Punct;
-    static const char *const kTwo[] = {"<=", ">=", "==", "!=", "&&", "||"};
+    static const char *const kTwo[] = {
+        "<=", ">=", "==", "!=", "&&", "||", "//"};
     for (const char *op : kTwo) {
       if (two(op)) {
         pos_ += 2;
@@ -211,6 +216,7 @@ private:
       if (errno == ERANGE)
         return fail(start, "integer literal '" + s + "' is too large");
       t.number = static_cast<double>(v);
+      t.intValue = v;
     } else {
       t.number = std::strtod(s.c_str(), nullptr);
       if (errno == ERANGE && (t.number > 1 || t.number < -1))
@@ -386,7 +392,8 @@ private:
 
   ExprPtr multiplicative() {
     ExprPtr lhs = unary();
-    while (lhs && (isPunct("*") || isPunct("/") || isPunct("%"))) {
+    while (lhs &&
+           (isPunct("*") || isPunct("/") || isPunct("//") || isPunct("%"))) {
       Token op = take();
       ExprPtr rhs = unary();
       if (!rhs)
@@ -434,7 +441,7 @@ private:
       take();
       auto node = std::make_shared<Expr>();
       node->kind = Expr::Kind::Index;
-      node->index = static_cast<int64_t>(idx.number);
+      node->index = idx.intValue;
       node->offset = open;
       node->args = {e};
       e = node;
@@ -496,6 +503,7 @@ private:
       e->kind = Expr::Kind::Number;
       e->number = t.number;
       e->isInt = t.isInt;
+      e->intValue = t.intValue;
       e->offset = t.offset;
       return e;
     }
@@ -568,7 +576,7 @@ std::string Expr::str() const {
     if (!name.empty())
       return name;
     if (isInt)
-      return std::to_string(static_cast<int64_t>(number));
+      return std::to_string(intValue);
     return detail::formatDouble(number);
   case Kind::Var:
     return name;
@@ -605,16 +613,10 @@ std::vector<std::string> exprVariables(const Expr &e) {
 }
 
 //===----------------------------------------------------------------------===//
-// Type inference
+// Type inference (NEP 50, see Expr.h)
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-// A literal's type is weak: it adapts to the typed operand it meets.
-struct Ty {
-  ElemType elem;
-  bool weak = false;
-};
 
 unsigned bits(ElemType t) { return elemTypeSize(t) * 8; }
 bool isUnsigned(ElemType t) { return t == ElemType::U8 || t == ElemType::U16; }
@@ -649,51 +651,82 @@ ElemType widerFloat(ElemType a, ElemType b) {
   return bits(a) >= bits(b) ? a : b;
 }
 
-// Arithmetic result of two numeric (non-bool) operands.
-Ty promote(Ty a, Ty b) {
-  bool fa = isFloat(a.elem), fb = isFloat(b.elem);
-  if (a.weak && b.weak) {
-    return {fa || fb ? ElemType::F32 : ElemType::I64, true};
-  }
-  if (a.weak || b.weak) {
-    Ty strong = a.weak ? b : a, weak = a.weak ? a : b;
-    if (isFloat(strong.elem) || !isFloat(weak.elem))
-      return {strong.elem, false};
-    return {ElemType::F32, false}; // int field with a float literal
-  }
-  if (fa && fb)
-    return {widerFloat(a.elem, b.elem), false};
-  if (fa || fb) {
-    ElemType f = fa ? a.elem : b.elem;
-    return {widerFloat(f, ElemType::F32), false};
-  }
-  return {promoteInts(a.elem, b.elem), false};
+bool isCmp(const std::string &op) {
+  return op == "<" || op == "<=" || op == ">" || op == ">=" || op == "==" ||
+         op == "!=";
 }
 
-// Math functions compute in f32 unless an input is f64.
-Ty floatResult(std::initializer_list<Ty> in) {
-  for (const Ty &t : in)
-    if (!t.weak && t.elem == ElemType::F64)
-      return {ElemType::F64, false};
-  bool allWeak = true;
-  for (const Ty &t : in)
-    allWeak = allWeak && t.weak;
-  return {ElemType::F32, allWeak};
+// Python's floor division and modulo of exact integers (b != 0).
+int64_t pyFloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0)))
+    --q;
+  return q;
+}
+int64_t pyMod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0)))
+    r += b;
+  return r;
+}
+
+// Python's float %: the sign of the divisor (b != 0).
+double pyFMod(double a, double b) {
+  double m = std::fmod(a, b);
+  if (m != 0) {
+    if ((b < 0) != (m < 0))
+      m += b;
+  } else {
+    m = std::copysign(0.0, b);
+  }
+  return m;
+}
+double pyFFloorDiv(double a, double b) {
+  double m = std::fmod(a, b);
+  double div = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0)))
+    div -= 1.0;
+  if (div == 0)
+    return std::copysign(0.0, a / b);
+  double fl = std::floor(div);
+  if (div - fl > 0.5)
+    fl += 1.0;
+  return fl;
 }
 
 class TypeInfer {
 public:
   TypeInfer(const std::function<bool(const std::string &, ElemType &)> &lookup,
-            ExprTypeError &err)
-      : lookup_(lookup), err_(err) {}
+            ExprTypes &types, ExprTypeError &err)
+      : lookup_(lookup), types_(types), err_(err) {}
 
-  bool infer(const Expr &e, Ty &out) {
+  bool infer(const Expr &e, ExprNodeType &out) {
+    if (!inferNode(e, out))
+      return false;
+    types_[&e] = out;
+    return true;
+  }
+
+private:
+  using T = ExprNodeType;
+
+  bool inferNode(const Expr &e, T &out) {
     switch (e.kind) {
     case Expr::Kind::Number:
-      if (e.name == "true" || e.name == "false")
-        out = {ElemType::Bool, false};
-      else
-        out = {e.isInt ? ElemType::I64 : ElemType::F32, true};
+      out = T();
+      out.isConst = true;
+      if (e.name == "true" || e.name == "false") {
+        out.elem = ElemType::Bool;
+        out.ival = e.name == "true";
+      } else if (e.isInt) {
+        out.elem = ElemType::I64;
+        out.weak = true;
+        out.ival = e.intValue;
+      } else {
+        out.elem = ElemType::F64;
+        out.weak = true;
+        out.fval = e.number;
+      }
       return true;
     case Expr::Kind::Var:
     case Expr::Kind::Index: {
@@ -705,63 +738,56 @@ public:
         return fail(var, "'" + var.name + "' is " +
                              std::string(elemTypeName(t)) +
                              "; expressions compute on numbers and bools");
-      out = {t, false};
+      if (e.kind == Expr::Kind::Index)
+        types_[&var] = T{t};
+      out = T{t};
       return true;
     }
-    case Expr::Kind::Unary: {
-      Ty a;
-      if (!infer(*e.args[0], a))
-        return false;
-      if (e.name == "not") {
-        if (a.elem != ElemType::Bool)
-          return fail(e, "'not' needs a condition (bool), but " +
-                             quoted(*e.args[0]) + " is " + name(a) +
-                             "; compare it, e.g. '" + e.args[0]->str() +
-                             " == 0'");
-        out = a;
-        return true;
-      }
-      if (a.elem == ElemType::Bool)
-        return fail(e, "cannot negate a condition (bool); use 'not'");
-      out = a;
-      return true;
-    }
+    case Expr::Kind::Unary:
+      return unary(e, out);
     case Expr::Kind::Binary:
       return binary(e, out);
-    case Expr::Kind::Cond: {
-      Ty c, a, b;
-      if (!infer(*e.args[0], c) || !infer(*e.args[1], a) ||
-          !infer(*e.args[2], b))
-        return false;
-      if (c.elem != ElemType::Bool)
-        return fail(*e.args[0],
-                    "the condition before '?' must be a bool, but " +
-                        quoted(*e.args[0]) + " is " + name(c));
-      bool ba = a.elem == ElemType::Bool, bb = b.elem == ElemType::Bool;
-      if (ba != bb)
-        return fail(e, "the two branches of '?' must both be numbers or both "
-                       "be bools, got " +
-                           name(a) + " and " + name(b));
-      out = ba ? a : promote(a, b);
-      return true;
-    }
+    case Expr::Kind::Cond:
+      return cond(e, out);
     case Expr::Kind::Call:
       return call(e, out);
     }
     return fail(e, "unsupported expression");
   }
 
-private:
   bool fail(const Expr &at, std::string message) {
     err_.offset = at.offset;
     err_.message = std::move(message);
     return false;
   }
 
-  static std::string name(Ty t) { return std::string(elemTypeName(t.elem)); }
+  static std::string name(const T &t) {
+    if (t.weak)
+      return t.elem == ElemType::I64 ? "an integer literal" : "a float literal";
+    return std::string(elemTypeName(t.elem));
+  }
   static std::string quoted(const Expr &e) { return "'" + e.str() + "'"; }
 
-  bool numeric(const Expr &at, const Expr &operand, Ty t,
+  static T weakInt(int64_t v) {
+    T t{ElemType::I64, true, true};
+    t.ival = v;
+    return t;
+  }
+  static T weakFloat(double v) {
+    T t{ElemType::F64, true, true};
+    t.fval = v;
+    return t;
+  }
+  static T constBool(bool v) {
+    T t{ElemType::Bool, false, true};
+    t.ival = v;
+    return t;
+  }
+  static double asF(const T &t) {
+    return t.elem == ElemType::I64 ? static_cast<double>(t.ival) : t.fval;
+  }
+
+  bool numeric(const Expr &at, const Expr &operand, const T &t,
                const std::string &what) {
     if (t.elem == ElemType::Bool)
       return fail(at, what + " needs numbers, but " + quoted(operand) +
@@ -769,94 +795,430 @@ private:
     return true;
   }
 
-  bool binary(const Expr &e, Ty &out) {
-    Ty a, b;
+  /// A weak integer meeting integer type `to`: numpy 2 raises OverflowError
+  /// when it does not fit, and so do we, at check time.
+  bool fits(const Expr &literal, const T &w, ElemType to) {
+    if (!w.weak || w.elem != ElemType::I64 || !isInteger(to))
+      return true;
+    auto [lo, hi] = integerRange(to);
+    if (w.ival >= lo && w.ival <= hi)
+      return true;
+    return fail(literal, "the integer " + std::to_string(w.ival) +
+                             " does not fit in " +
+                             std::string(elemTypeName(to)) + " (" +
+                             std::to_string(lo) + " to " + std::to_string(hi) +
+                             "), the type it takes next to " +
+                             std::string(elemTypeName(to)) +
+                             " values; numpy 2 raises OverflowError here too. "
+                             "Use a literal in range, or compare (comparisons "
+                             "take any integer)");
+  }
+
+  /// The promoted type of two non-bool operands (NEP 50). Checks that an
+  /// integer literal fits a strong integer type unless `exactInts`.
+  bool promote(const Expr &ea, const T &a, const Expr &eb, const T &b,
+               ElemType &out, bool exactInts = false) {
+    if (a.weak && b.weak) {
+      out = a.elem == ElemType::F64 || b.elem == ElemType::F64 ? ElemType::F64
+                                                               : ElemType::I64;
+      return true;
+    }
+    if (a.weak || b.weak) {
+      const T &strong = a.weak ? b : a, &weak = a.weak ? a : b;
+      const Expr &weakExpr = a.weak ? ea : eb;
+      if (isFloat(strong.elem)) {
+        out = strong.elem;
+        return true;
+      }
+      if (weak.elem == ElemType::F64) {
+        out = ElemType::F64; // int dtype with a Python float
+        return true;
+      }
+      out = strong.elem;
+      return exactInts || fits(weakExpr, weak, strong.elem);
+    }
+    out = promoteElemTypes(a.elem, b.elem);
+    return true;
+  }
+
+  bool unary(const Expr &e, T &out) {
+    T a;
+    if (!infer(*e.args[0], a))
+      return false;
+    if (e.name == "not") {
+      if (a.elem != ElemType::Bool)
+        return fail(e, "'not' needs a condition (bool), but " +
+                           quoted(*e.args[0]) + " is " + name(a) +
+                           "; compare it, e.g. '" + e.args[0]->str() +
+                           " == 0'");
+      out = a.isConst ? constBool(!a.ival) : T{ElemType::Bool};
+      return true;
+    }
+    if (a.elem == ElemType::Bool)
+      return fail(e, "cannot negate a condition (bool); use 'not'");
+    if (a.weak) {
+      if (a.elem == ElemType::I64) {
+        if (a.ival == std::numeric_limits<int64_t>::min())
+          return fail(e, "the constant " + e.str() + " overflows i64");
+        out = weakInt(-a.ival);
+      } else {
+        out = weakFloat(-a.fval);
+      }
+      return true;
+    }
+    out = T{a.elem};
+    return true;
+  }
+
+  bool cond(const Expr &e, T &out) {
+    T c, a, b;
+    if (!infer(*e.args[0], c) || !infer(*e.args[1], a) || !infer(*e.args[2], b))
+      return false;
+    if (c.elem != ElemType::Bool)
+      return fail(*e.args[0], "the condition before '?' must be a bool, but " +
+                                  quoted(*e.args[0]) + " is " + name(c));
+    bool ba = a.elem == ElemType::Bool, bb = b.elem == ElemType::Bool;
+    if (ba != bb)
+      return fail(e, "the two branches of '?' must both be numbers or both "
+                     "be bools, got " +
+                         name(a) + " and " + name(b));
+    if (c.isConst) { // folded: the chosen branch, weak or not
+      const T &pick = c.ival ? a : b;
+      if (pick.isConst) {
+        out = pick;
+        return true;
+      }
+    }
+    if (ba) {
+      out = T{ElemType::Bool};
+      return true;
+    }
+    ElemType r;
+    if (!promote(*e.args[1], a, *e.args[2], b, r))
+      return false;
+    out = T{r};
+    return true;
+  }
+
+  bool logic(const Expr &e, const T &a, const T &b, T &out) {
+    const std::string &op = e.name;
+    for (int i = 0; i < 2; ++i) {
+      const T &t = i ? b : a;
+      if (t.elem != ElemType::Bool)
+        return fail(e, "'" + op + "' needs conditions (bools), but " +
+                           quoted(*e.args[i]) + " is " + name(t) +
+                           "; compare it, e.g. '" + e.args[i]->str() +
+                           " != 0'");
+    }
+    if (a.isConst && b.isConst)
+      out = constBool(op == "and" ? (a.ival && b.ival) : (a.ival || b.ival));
+    else
+      out = T{ElemType::Bool};
+    return true;
+  }
+
+  template <typename V> static bool compare(const std::string &op, V x, V y) {
+    if (op == "<")
+      return x < y;
+    if (op == "<=")
+      return x <= y;
+    if (op == ">")
+      return x > y;
+    if (op == ">=")
+      return x >= y;
+    if (op == "==")
+      return x == y;
+    return x != y;
+  }
+
+  bool binary(const Expr &e, T &out) {
+    T a, b;
     if (!infer(*e.args[0], a) || !infer(*e.args[1], b))
       return false;
     const std::string &op = e.name;
-    if (op == "and" || op == "or") {
-      for (int i = 0; i < 2; ++i) {
-        Ty t = i ? b : a;
-        if (t.elem != ElemType::Bool)
-          return fail(e, "'" + op + "' needs conditions (bools), but " +
-                             quoted(*e.args[i]) + " is " + name(t) +
-                             "; compare it, e.g. '" + e.args[i]->str() +
-                             " != 0'");
-      }
-      out = {ElemType::Bool, false};
-      return true;
-    }
-    bool isCmp = op == "<" || op == "<=" || op == ">" || op == ">=" ||
-                 op == "==" || op == "!=";
-    if (isCmp) {
+    if (op == "and" || op == "or")
+      return logic(e, a, b, out);
+    if (isCmp(op)) {
       bool ba = a.elem == ElemType::Bool, bb = b.elem == ElemType::Bool;
       if ((op == "==" || op == "!=") && ba && bb) {
-        out = {ElemType::Bool, false};
+        out = a.isConst && b.isConst ? constBool(compare(op, a.ival, b.ival))
+                                     : T{ElemType::Bool};
         return true;
       }
       if (!numeric(e, *e.args[0], a, "'" + op + "'") ||
           !numeric(e, *e.args[1], b, "'" + op + "'"))
         return false;
-      out = {ElemType::Bool, false};
+      if (a.weak && b.weak) {
+        bool r = a.elem == ElemType::I64 && b.elem == ElemType::I64
+                     ? compare(op, a.ival, b.ival)
+                     : compare(op, asF(a), asF(b));
+        out = constBool(r);
+        return true;
+      }
+      ElemType r;
+      if (!promote(*e.args[0], a, *e.args[1], b, r, /*exactInts=*/true))
+        return false;
+      out = T{ElemType::Bool};
       return true;
     }
     if (!numeric(e, *e.args[0], a, "'" + op + "'") ||
         !numeric(e, *e.args[1], b, "'" + op + "'"))
       return false;
-    if (op == "/") {
-      // True division, as in Python: 7 / 2 is 3.5 whatever the operands.
-      Ty p = promote(a, b);
-      out = isFloat(p.elem) ? p : floatResult({a, b});
-      return true;
-    }
-    out = promote(a, b);
+    if (a.weak && b.weak)
+      return foldArith(e, op, a, b, out);
+    ElemType r;
+    if (!promote(*e.args[0], a, *e.args[1], b, r))
+      return false;
+    if (op == "/" && !isFloat(r))
+      r = ElemType::F64; // true division of integers, as numpy
+    out = T{r};
     return true;
   }
 
-  bool call(const Expr &e, Ty &out) {
-    std::vector<Ty> in(e.args.size());
+  /// Python arithmetic on two Python numbers.
+  bool foldArith(const Expr &e, const std::string &op, const T &a, const T &b,
+                 T &out) {
+    bool ints = a.elem == ElemType::I64 && b.elem == ElemType::I64;
+    auto overflow = [&] {
+      return fail(e, "the constant " + e.str() +
+                         " overflows i64; compute it with float literals");
+    };
+    auto zero = [&] {
+      return fail(e, "division by zero in the constant " + e.str());
+    };
+    if (ints && op != "/") {
+      int64_t x = a.ival, y = b.ival, r = 0;
+      if (op == "+") {
+        if (__builtin_add_overflow(x, y, &r))
+          return overflow();
+      } else if (op == "-") {
+        if (__builtin_sub_overflow(x, y, &r))
+          return overflow();
+      } else if (op == "*") {
+        if (__builtin_mul_overflow(x, y, &r))
+          return overflow();
+      } else {
+        if (y == 0)
+          return zero();
+        if (x == std::numeric_limits<int64_t>::min() && y == -1) {
+          if (op == "//")
+            return overflow();
+          r = 0;
+        } else {
+          r = op == "//" ? pyFloorDiv(x, y) : pyMod(x, y);
+        }
+      }
+      out = weakInt(r);
+      return true;
+    }
+    double x = asF(a), y = asF(b), r;
+    if (op == "+")
+      r = x + y;
+    else if (op == "-")
+      r = x - y;
+    else if (op == "*")
+      r = x * y;
+    else {
+      if (y == 0)
+        return zero();
+      r = op == "/" ? x / y : op == "//" ? pyFFloorDiv(x, y) : pyFMod(x, y);
+    }
+    out = weakFloat(r);
+    return true;
+  }
+
+  bool call(const Expr &e, T &out) {
+    std::vector<T> in(e.args.size());
+    bool allWeak = true;
     for (size_t i = 0; i < e.args.size(); ++i) {
       if (!infer(*e.args[i], in[i]))
         return false;
       if (!numeric(e, *e.args[i], in[i], "'" + e.name + "'"))
         return false;
+      allWeak = allWeak && in[i].weak;
     }
     const std::string &f = e.name;
+    if (allWeak)
+      return foldCall(e, in, out);
     if (f == "abs" || f == "floor" || f == "ceil" || f == "round") {
-      out = in[0];
+      out = T{in[0].elem};
       return true;
     }
-    if (f == "min" || f == "max") {
-      out = promote(in[0], in[1]);
+    if (f == "min" || f == "max" || f == "pow") {
+      ElemType r;
+      if (!promote(*e.args[0], in[0], *e.args[1], in[1], r))
+        return false;
+      out = T{r};
       return true;
     }
     if (f == "clamp") {
-      out = promote(promote(in[0], in[1]), in[2]);
+      // np.clip(x, lo, hi) == minimum(maximum(x, lo), hi)
+      ElemType r1, r2;
+      if (!promote(*e.args[0], in[0], *e.args[1], in[1], r1))
+        return false;
+      T mid{r1};
+      if (!promote(*e.args[0], mid, *e.args[2], in[2], r2))
+        return false;
+      out = T{r2};
       return true;
     }
-    // log exp sqrt pow sin cos tanh sigmoid log1p
-    out = in.size() == 1 ? floatResult({in[0]}) : floatResult({in[0], in[1]});
-    if (in.size() == 1 && isFloat(in[0].elem) && !in[0].weak &&
-        in[0].elem != ElemType::F16)
-      out = in[0];
+    // exp log log1p sqrt sin cos tanh sigmoid
+    out = T{isFloat(in[0].elem) ? in[0].elem : mathFloatType(in[0].elem)};
+    return true;
+  }
+
+  /// A function of Python numbers: Python's builtins and math module.
+  bool foldCall(const Expr &e, const std::vector<T> &in, T &out) {
+    const std::string &f = e.name;
+    auto domain = [&] {
+      return fail(e, "math domain error in the constant " + e.str() +
+                         " (Python's math." + f + " rejects it too)");
+    };
+    auto isInt = [](const T &t) { return t.elem == ElemType::I64; };
+    if (f == "abs") {
+      if (isInt(in[0])) {
+        if (in[0].ival == std::numeric_limits<int64_t>::min())
+          return fail(e, "the constant " + e.str() + " overflows i64");
+        out = weakInt(in[0].ival < 0 ? -in[0].ival : in[0].ival);
+      } else {
+        out = weakFloat(std::fabs(in[0].fval));
+      }
+      return true;
+    }
+    if (f == "floor" || f == "ceil" || f == "round") {
+      if (isInt(in[0])) {
+        out = in[0];
+        return true;
+      }
+      double v = in[0].fval;
+      double r = f == "floor"  ? std::floor(v)
+                 : f == "ceil" ? std::ceil(v)
+                               : std::nearbyint(v); // half to even
+      if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0))
+        return fail(e, "the constant " + e.str() +
+                           " is not an integer in i64 range (Python's " + f +
+                           " gives an int)");
+      out = weakInt(static_cast<int64_t>(r));
+      return true;
+    }
+    if (f == "min" || f == "max" || f == "clamp") {
+      auto pick = [&](const T &x, const T &y, bool isMax) {
+        bool yWins;
+        if (isInt(x) && isInt(y))
+          yWins = isMax ? y.ival > x.ival : y.ival < x.ival;
+        else
+          yWins = isMax ? asF(y) > asF(x) : asF(y) < asF(x);
+        return yWins ? y : x; // Python keeps the first on ties
+      };
+      out = f == "clamp" ? pick(pick(in[0], in[1], true), in[2], false)
+                         : pick(in[0], in[1], f == "max");
+      return true;
+    }
+    if (f == "pow") {
+      if (isInt(in[0]) && isInt(in[1]) && in[1].ival >= 0) {
+        int64_t r = 1, b = in[0].ival, n = in[1].ival;
+        if (b == 0 || b == 1)
+          r = n == 0 ? 1 : b;
+        else if (b == -1)
+          r = n % 2 ? -1 : 1;
+        else // |b| >= 2 overflows within 63 steps
+          for (; n > 0; --n)
+            if (__builtin_mul_overflow(r, b, &r))
+              return fail(e, "the constant " + e.str() + " overflows i64");
+        out = weakInt(r);
+        return true;
+      }
+      double x = asF(in[0]), y = asF(in[1]);
+      if (x == 0 && y < 0)
+        return fail(e, "division by zero in the constant " + e.str());
+      double r = std::pow(x, y);
+      if (std::isnan(r))
+        return domain();
+      out = weakFloat(r);
+      return true;
+    }
+    double x = asF(in[0]), r;
+    if (f == "exp")
+      r = std::exp(x);
+    else if (f == "log") {
+      if (!(x > 0))
+        return domain();
+      r = std::log(x);
+    } else if (f == "log1p") {
+      if (!(x > -1))
+        return domain();
+      r = std::log1p(x);
+    } else if (f == "sqrt") {
+      if (x < 0)
+        return domain();
+      r = std::sqrt(x);
+    } else if (f == "sin")
+      r = std::sin(x);
+    else if (f == "cos")
+      r = std::cos(x);
+    else if (f == "tanh")
+      r = std::tanh(x);
+    else // sigmoid
+      r = 1.0 / (1.0 + std::exp(-x));
+    if (std::isinf(r) && !std::isinf(x))
+      return fail(e, "the constant " + e.str() +
+                         " overflows a float (Python raises OverflowError)");
+    out = weakFloat(r);
     return true;
   }
 
   const std::function<bool(const std::string &, ElemType &)> &lookup_;
+  ExprTypes &types_;
   ExprTypeError &err_;
 };
 
 } // namespace
 
+ElemType promoteElemTypes(ElemType a, ElemType b) {
+  bool fa = isFloat(a), fb = isFloat(b);
+  if (fa && fb)
+    return widerFloat(a, b);
+  if (fa || fb) {
+    ElemType f = fa ? a : b, i = fa ? b : a;
+    return widerFloat(f, mathFloatType(i));
+  }
+  return promoteInts(a, b);
+}
+
+ElemType mathFloatType(ElemType t) {
+  switch (t) {
+  case ElemType::U8:
+  case ElemType::I8:
+  case ElemType::Bool:
+    return ElemType::F16;
+  case ElemType::U16:
+  case ElemType::I16:
+    return ElemType::F32;
+  case ElemType::F16:
+  case ElemType::F32:
+    return t;
+  default:
+    return ElemType::F64;
+  }
+}
+
+bool annotateExprTypes(
+    const Expr &e,
+    const std::function<bool(const std::string &, ElemType &)> &lookup,
+    ExprTypes &types, ExprTypeError &err) {
+  TypeInfer ti(lookup, types, err);
+  ExprNodeType t;
+  return ti.infer(e, t);
+}
+
 bool inferExprType(
     const Expr &e,
     const std::function<bool(const std::string &, ElemType &)> &lookup,
     ElemType &result, ExprTypeError &err) {
-  TypeInfer ti(lookup, err);
-  Ty t;
-  if (!ti.infer(e, t))
+  ExprTypes types;
+  if (!annotateExprTypes(e, lookup, types, err))
     return false;
-  result = t.elem;
+  result = types.at(&e).elem;
   return true;
 }
 

@@ -31,6 +31,19 @@ ParamSpec globParam(std::string name, std::string what) {
                 "Files are read in sorted order.");
 }
 
+/// `shuffle` of the random-access sources (image_folder, files, idx, npy).
+ParamSpec shuffleParam() {
+  return param("shuffle", ParamKind::Bool)
+      .def(Value::boolean(false))
+      .describe("Read the records in a random order: each epoch one "
+                "permutation of all records, derived from (seed, epoch). With "
+                "several ranks it is one global order that the ranks share "
+                "out, so a job resumed at another world size still reads "
+                "every remaining record once. (idx and npy hold their records "
+                "in memory, counted in budget.memory, to read them out of "
+                "order.)");
+}
+
 /// Sorted matches of a glob written in the spec.
 std::vector<std::string> globFiles(TypeContext &ctx,
                                    const std::string &pattern) {
@@ -91,6 +104,7 @@ OpDef imageFolder() {
           .scalar()
           .describe("File extensions to read (case-insensitive, without the "
                     "dot)."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {20000, 0.2, 1};
@@ -118,7 +132,7 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("glob", "files"), onErrorParam()};
+  op.params = {globParam("glob", "files"), shuffleParam(), onErrorParam()};
   op.shorthand = "glob";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
@@ -163,7 +177,8 @@ OpDef delimited(std::string name, std::string delimiter) {
       "NaN for float columns (see `fill_missing`), a data error for integer "
       "columns. `hex32` reads hexadecimal ids (Criteo's categorical "
       "features) into i64; an empty `hex32` cell reads as 0, the usual "
-      "\"missing\" id for Criteo categoricals. Quoted cells (\"a,b\") follow RFC 4180.";
+      "\"missing\" id for Criteo categoricals. Quoted cells (\"a,b\") follow "
+      "RFC 4180.";
   // The csv example is DESIGN.md's Criteo source; tsv drops the delimiter.
   op.example = std::string("source:\n  ") + name +
                ":\n    files: data/criteo/day_*.tsv" +
@@ -200,6 +215,14 @@ OpDef delimited(std::string name, std::string delimiter) {
           .req()
           .length(1, std::numeric_limits<size_t>::max())
           .describe("The columns, in file order."),
+      param("read", ParamKind::StringList)
+          .length(1, std::numeric_limits<size_t>::max())
+          .describe("Produce only these columns (in file order); the cells "
+                    "of the others are counted (a line must still have "
+                    "every cell) but never converted, so a malformed value "
+                    "in them is not an error. The compiler sets it to the "
+                    "columns the pipeline reads (sluice-push-projections); "
+                    "default: all."),
       onErrorParam(),
   };
   op.cost = {1000, 5, 1};
@@ -232,6 +255,23 @@ OpDef delimited(std::string name, std::string delimiter) {
       int64_t count = intOr(col["count"], 1);
       out.set(name.asString(),
               count == 1 ? FieldType(*elem) : FieldType(*elem, {count}));
+    }
+    const Value &read = ctx.param("read");
+    if (read.isList()) {
+      RecordType kept;
+      for (const Value &r : read.items()) {
+        const Field *f = r.isString() ? out.find(r.asString()) : nullptr;
+        if (!f)
+          ctx.error(r,
+                    "'read' names '" + (r.isString() ? r.asString() : "") +
+                        "', which is not a column",
+                    "the columns are the `name`s under `columns`");
+      }
+      for (const Field &f : out.fields())
+        for (const Value &r : read.items())
+          if (r.isString() && r.asString() == f.name)
+            kept.set(f.name, f.type);
+      return kept;
     }
     return out;
   };
@@ -379,6 +419,7 @@ OpDef idx() {
           .describe("Path of the IDX images file (`.gz` is decompressed)."),
       param("labels", ParamKind::String)
           .describe("Path of the 1-D IDX labels file."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {100, 0.1, 1};
@@ -483,6 +524,7 @@ OpDef npy() {
           .describe("Shape of one record (without the first dim), when the "
                     "files cannot be read at check time; -1 for a size that "
                     "varies between files."),
+      shuffleParam(),
       onErrorParam(),
   };
   op.cost = {100, 0.1, 1};

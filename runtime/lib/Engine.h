@@ -61,6 +61,23 @@ struct Shared {
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
 
+  /// Positional reading (RunOptions::rank/worldSize, a source with
+  /// `shuffle: true`, or a positional resume): the source stage reads the
+  /// positions of each epoch's global order (a permutation of all records
+  /// derived from (seed, epoch) with `shuffle: true`, else the sorted
+  /// order) that belong to this rank, and numbers each record by its
+  /// global position, so a record's random choices do not depend on the
+  /// world size.
+  struct Positional {
+    bool on = false;
+    bool permute = false;
+    int64_t rank = 0;
+    int64_t world = 1;
+    /// The first pass of this epoch starts at `resumeStart` instead of 0.
+    int64_t resumeEpoch = -1;
+    int64_t resumeStart = 0;
+  } positional;
+
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
 };
@@ -163,6 +180,9 @@ struct SubOp {
 std::unique_ptr<Stage> makeSourceStage(Shared &shared, StageCounters *c,
                                        int64_t cycleLength,
                                        int64_t blockLength);
+/// The source read by position (Shared::Positional).
+std::unique_ptr<Stage> makePositionalSourceStage(Shared &shared,
+                                                 StageCounters *c);
 /// Fused per-record steps; `parallelism` 0 runs them inline, otherwise on
 /// the arena with at most that many workers and a window of `window` records.
 std::unique_ptr<Stage> makeMapStage(Shared &shared,

@@ -72,6 +72,17 @@ public:
   std::unique_ptr<Stage> root_;
 
   int64_t epoch_ = 0;
+  /// Outputs of epoch_ to drop before delivering any (a replay resume).
+  int64_t skip_ = 0;
+  /// Outputs and rows of epoch_ delivered (or dropped by skip_), and the
+  /// global position the epoch's share started at (PipelineState).
+  int64_t outputsInEpoch_ = 0, rowsInEpoch_ = 0, epochStart_ = 0;
+  /// Whether positions describe where a run stands (see PipelineState), and
+  /// whether outputs are batches (rows = their first dim) or records.
+  bool positionalExact_ = false;
+  bool batched_ = false;
+  Status setupPositions();
+  int64_t outputRows(const Record &r) const;
   std::atomic<int64_t> epochsDone_{0};
   bool started_ = false;
   bool finished_ = false;
@@ -79,6 +90,7 @@ public:
   std::atomic<int64_t> startNs_{0};
   std::atomic<int64_t> endNs_{0};
   mutable std::mutex stopMu_;
+  MemoryAccount *held_ = nullptr;
 };
 
 StageCounters *Engine::counters(const std::string &name, const std::string &op,
@@ -95,7 +107,7 @@ void Engine::applySchedule() {
     if (o.prefetch)
       s.prefetch = *o.prefetch;
     if (o.cache)
-      s.cache = *o.cache;
+      s.cache = *o.cache == "none" ? std::string() : *o.cache;
   };
   auto def = opts_.schedule.find("default");
   for (PlanStage *s : [&] {
@@ -106,6 +118,21 @@ void Engine::applySchedule() {
        }()) {
     if (def != opts_.schedule.end())
       apply(*s, def->second);
+    // A step the compiler fused from several ("a+b") takes the knobs of
+    // its spec steps in order (a schedule file names spec steps), then its
+    // own.
+    if (s->name.find('+') != std::string::npos) {
+      size_t start = 0;
+      for (;;) {
+        size_t plus = s->name.find('+', start);
+        auto part = opts_.schedule.find(s->name.substr(start, plus - start));
+        if (part != opts_.schedule.end())
+          apply(*s, part->second);
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
+    }
     auto it = opts_.schedule.find(s->name);
     if (it != opts_.schedule.end())
       apply(*s, it->second);
@@ -147,6 +174,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->threads_ =
       std::min(opts.threads > 0 ? std::min(opts.threads, cores) : cores, hw);
   e->epochs_ = opts.epochs ? *opts.epochs : plan.epochs;
+  if (opts.firstEpoch < 0)
+    return Status::error("the first epoch must be >= 0, got " +
+                         std::to_string(opts.firstEpoch));
+  e->epoch_ = opts.firstEpoch;
+  Status ps = e->setupPositions();
+  if (!ps)
+    return ps;
   // Without `budget: {memory: ...}` the budget is a share of the host's (or
   // the cgroup's) memory, never unlimited (Allocation.h).
   int64_t limit = opts.memoryBytes > 0    ? opts.memoryBytes
@@ -225,11 +259,22 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
-  std::unique_ptr<Stage> cur = makeSourceStage(shared_, sc, cycle, block);
+  if (shared_.positional.on && (cycle != 1 || block != 1))
+    return Status::error(
+        plan_.where(src) + ": interleave cannot be combined with ranks, "
+                           "`shuffle: true` or a positional resume, which "
+                           "read the source by position; remove it");
+  std::unique_ptr<Stage> cur =
+      shared_.positional.on ? makePositionalSourceStage(shared_, sc)
+                            : makeSourceStage(shared_, sc, cycle, block);
 
   // Records per epoch, while every step so far keeps the count (for the
   // memory cache check and the progress ETA).
   std::optional<int64_t> count = source_->sizeHint();
+  if (count && shared_.positional.world > 1) {
+    int64_t w = shared_.positional.world, r = shared_.positional.rank;
+    count = std::max<int64_t>(0, (*count - r + w - 1) / w);
+  }
   expectedSourceRecords_ = count;
 
   std::vector<SubOp> group;
@@ -436,6 +481,79 @@ Status Engine::build() {
   return Status::ok();
 }
 
+int64_t Engine::outputRows(const Record &r) const {
+  if (!batched_ || r.fields.empty() || r.fields[0].rank() == 0)
+    return 1;
+  return r.fields[0].dim(0);
+}
+
+Status Engine::setupPositions() {
+  Shared::Positional &P = shared_.positional;
+  P.rank = opts_.rank;
+  P.world = opts_.worldSize;
+  if (P.world < 1 || P.rank < 0 || P.rank >= P.world)
+    return Status::error("rank " + std::to_string(P.rank) +
+                         " is out of range for world size " +
+                         std::to_string(P.world) +
+                         " (0 <= rank < world size)");
+  const Value &shuffle = plan_.source.params["shuffle"];
+  P.permute = shuffle.isBool() && shuffle.asBool();
+  // Positions say where a run stands when every output row is one source
+  // record, in order: no stage that drops, reorders, repeats or holds
+  // records across epochs.
+  const Value &onError = plan_.source.params["on_error"];
+  bool exact = !(onError.isString() && onError.asString() == "skip") &&
+               plan_.source.cache.empty();
+  int batches = 0;
+  for (const PlanStage &st : plan_.stages) {
+    if (!st.cache.empty())
+      exact = false;
+    if (st.op == "batch" || st.op == "padded_batch")
+      ++batches;
+    else if (st.op == "filter" || st.op == "shuffle" || st.op == "unbatch" ||
+             st.op == "repeat" || st.op == "take" || st.op == "skip" ||
+             st.op == "shard" || st.op == "interleave" || st.op == "cache")
+      exact = false;
+    else if (!isPerRecordStep(st) && st.op != "prefetch")
+      exact = false;
+  }
+  positionalExact_ = exact && batches <= 1;
+  batched_ = batches > 0;
+  P.on = P.world > 1 || P.permute;
+
+  if (!opts_.resume)
+    return Status::ok();
+  const PipelineState &st = *opts_.resume;
+  if (st.fingerprint != planFingerprint(plan_))
+    return Status::error(
+        "the state was saved by another pipeline (its steps, parameters or "
+        "source differ from " +
+        plan_.specFile + "'s); resume with the spec it came from");
+  if (st.seed != plan_.seed)
+    return Status::error("the state was saved with seed " +
+                         std::to_string(st.seed) + ", this pipeline has seed " +
+                         std::to_string(plan_.seed));
+  epoch_ = st.epoch;
+  if (positionalExact_ && st.positionStart >= 0 && st.rows >= 0) {
+    P.on = true;
+    P.resumeEpoch = st.epoch;
+    P.resumeStart = st.positionStart + st.worldSize * st.rows;
+    epochStart_ = P.resumeStart;
+    return Status::ok();
+  }
+  if (st.rank != P.rank || st.worldSize != P.world)
+    return Status::error(
+        "the state was saved at rank " + std::to_string(st.rank) + " of " +
+        std::to_string(st.worldSize) + " and cannot continue at rank " +
+        std::to_string(P.rank) + " of " + std::to_string(P.world) +
+        ": this pipeline resumes by replaying the epoch (its shuffle buffer, "
+        "filter or cache hold state that positions cannot describe), which "
+        "needs the same share; to change the world size, read the source by "
+        "position: `shuffle: true` on the source instead of a shuffle step");
+  skip_ = st.outputs;
+  return Status::ok();
+}
+
 Status Engine::checkStaticMemory() const {
   if (!memory_->limited())
     return Status::ok();
@@ -525,6 +643,12 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
       return r;
     }
     if (*r) {
+      ++outputsInEpoch_;
+      rowsInEpoch_ += outputRows(out.rec);
+      if (skip_ > 0) {
+        --skip_;
+        continue;
+      }
       epoch = epoch_;
       outputs_.fetch_add(1, std::memory_order_relaxed);
       outputBytes_.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
@@ -534,6 +658,8 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
     started_ = false;
     ++epoch_;
     ++epochsDone_;
+    outputsInEpoch_ = rowsInEpoch_ = epochStart_ = 0;
+    skip_ = 0;
   }
 }
 
@@ -607,13 +733,47 @@ int64_t Pipeline::threads() const { return engine_->threads_; }
 std::optional<int64_t> Pipeline::expectedOutputs() const {
   if (!engine_->expectedOutputs_ || engine_->epochs_ < 0)
     return std::nullopt;
-  return *engine_->expectedOutputs_ * engine_->epochs_;
+  return *engine_->expectedOutputs_ *
+         std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
 }
 std::optional<int64_t> Pipeline::expectedSourceRecords() const {
   if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)
     return std::nullopt;
-  return *engine_->expectedSourceRecords_ * engine_->epochs_;
+  return *engine_->expectedSourceRecords_ *
+         std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
 }
 RunStats Pipeline::stats() const { return engine_->stats(); }
+
+PipelineState Pipeline::state() const {
+  const Engine &e = *engine_;
+  PipelineState s;
+  s.fingerprint = planFingerprint(e.plan_);
+  s.seed = e.plan_.seed;
+  s.rank = e.shared_.positional.rank;
+  s.worldSize = e.shared_.positional.world;
+  s.epoch = e.epoch_;
+  // Outputs still to drop were delivered by the run the state came from.
+  s.outputs = e.outputsInEpoch_ + e.skip_;
+  int64_t rows = e.rowsInEpoch_;
+  int64_t start = e.epochStart_;
+  // At the end of an epoch, the next output is the next epoch's first.
+  if (e.expectedOutputs_ && e.skip_ == 0 && e.outputsInEpoch_ > 0 &&
+      e.outputsInEpoch_ >= *e.expectedOutputs_) {
+    ++s.epoch;
+    s.outputs = rows = start = 0;
+  }
+  if (e.positionalExact_) {
+    s.positionStart = start;
+    s.rows = rows;
+  }
+  return s;
+}
+
+MemoryAccount &Pipeline::heldOutputs() {
+  std::lock_guard<std::mutex> lock(engine_->stopMu_);
+  if (!engine_->held_)
+    engine_->held_ = engine_->memory_->account("outputs held by the caller");
+  return *engine_->held_;
+}
 
 } // namespace sluice::runtime

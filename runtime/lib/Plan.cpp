@@ -7,7 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Plan.h"
-#include "sluice/runtime/Json.h"
+#include "sluice/runtime/JsonText.h"
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>
@@ -25,6 +26,8 @@ std::string Plan::where(const PlanStage &s) const {
 
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 constexpr const char *kFormat = "sluice-plan";
 constexpr int64_t kVersion = 1;
 
@@ -40,98 +43,153 @@ const char *kindName(OpKind k) {
   return "element";
 }
 
+/// A string as JSON. Strings are UTF-8 (the spec is checked), but a Plan
+/// built by hand or a path from the command line need not be: such bytes
+/// are written as {"hex": "..."} so that they still read back exactly.
+Json textJson(const std::string &s) {
+  Json j = s;
+  try {
+    (void)j.dump();
+    return j;
+  } catch (const Json::type_error &) {
+    static const char kHex[] = "0123456789abcdef";
+    std::string hex;
+    for (unsigned char c : s) {
+      hex += kHex[c >> 4];
+      hex += kHex[c & 15];
+    }
+    return Json{{"hex", hex}};
+  }
+}
+
 Json locJson(SourceLoc loc) {
-  Json j = Json::array();
-  j.push(Json::number(static_cast<int64_t>(loc.line)));
-  j.push(Json::number(static_cast<int64_t>(loc.col)));
-  return j;
+  return Json::array({static_cast<int64_t>(loc.line),
+                      static_cast<int64_t>(loc.col)});
 }
 
 Json valueJson(const Value &v) {
   Json j = Json::object();
   switch (v.kind()) {
   case Value::Kind::Null:
-    j.set("t", Json::string("null"));
+    j["t"] = "null";
     break;
   case Value::Kind::Bool:
-    j.set("t", Json::string("bool"));
-    j.set("v", Json::boolean(v.asBool()));
+    j["t"] = "bool";
+    j["v"] = v.asBool();
     break;
   case Value::Kind::Int:
-    j.set("t", Json::string("int"));
-    j.set("v", Json::number(v.asInt()));
+    j["t"] = "int";
+    j["v"] = v.asInt();
     break;
   case Value::Kind::Float: {
-    j.set("t", Json::string("float"));
+    j["t"] = "float";
     double d = v.asDouble();
     if (std::isnan(d))
-      j.set("v", Json::string("nan"));
+      j["v"] = "nan";
     else if (std::isinf(d))
-      j.set("v", Json::string(d > 0 ? "inf" : "-inf"));
+      j["v"] = d > 0 ? "inf" : "-inf";
     else
-      j.set("v", Json::number(d));
+      j["v"] = d;
     break;
   }
   case Value::Kind::String:
-    j.set("t", Json::string("str"));
-    j.set("v", Json::string(v.asString()));
+    j["t"] = "str";
+    j["v"] = textJson(v.asString());
     break;
   case Value::Kind::List: {
-    j.set("t", Json::string("list"));
+    j["t"] = "list";
     Json items = Json::array();
     for (const Value &item : v.items())
-      items.push(valueJson(item));
-    j.set("v", std::move(items));
+      items.push_back(valueJson(item));
+    j["v"] = std::move(items);
     break;
   }
   case Value::Kind::Map: {
-    j.set("t", Json::string("map"));
+    j["t"] = "map";
     Json entries = Json::array();
-    for (const auto &[key, item] : v.entries()) {
-      Json pair = Json::array();
-      pair.push(Json::string(key));
-      pair.push(valueJson(item));
-      entries.push(std::move(pair));
-    }
-    j.set("v", std::move(entries));
+    for (const auto &[key, item] : v.entries())
+      entries.push_back(Json::array({textJson(key), valueJson(item)}));
+    j["v"] = std::move(entries);
     break;
   }
   }
   if (v.loc().line != 0 || v.loc().col != 0)
-    j.set("loc", locJson(v.loc()));
+    j["loc"] = locJson(v.loc());
   if (v.contentOffset() != 0)
-    j.set("off", Json::number(static_cast<int64_t>(v.contentOffset())));
+    j["off"] = static_cast<int64_t>(v.contentOffset());
   return j;
 }
 
 Json recordTypeJson(const RecordType &t) {
   Json fields = Json::array();
-  for (const Field &f : t.fields()) {
-    Json j = Json::object();
-    j.set("name", Json::string(f.name));
-    j.set("elem", Json::string(std::string(elemTypeName(f.type.elem))));
-    Json shape = Json::array();
-    for (int64_t d : f.type.shape)
-      shape.push(Json::number(d));
-    j.set("shape", std::move(shape));
-    fields.push(std::move(j));
-  }
+  for (const Field &f : t.fields())
+    fields.push_back({{"name", textJson(f.name)},
+                      {"elem", std::string(elemTypeName(f.type.elem))},
+                      {"shape", f.type.shape}});
   return fields;
 }
 
 Json stageJson(const PlanStage &s) {
-  Json j = Json::object();
-  j.set("name", Json::string(s.name));
-  j.set("op", Json::string(s.op));
-  j.set("kind", Json::string(kindName(s.kind)));
-  j.set("params", valueJson(s.params));
-  j.set("inputType", recordTypeJson(s.inputType));
-  j.set("outputType", recordTypeJson(s.outputType));
-  j.set("loc", locJson(s.loc));
-  j.set("parallelism", Json::number(s.parallelism));
-  j.set("prefetch", Json::number(s.prefetch));
-  j.set("cache", Json::string(s.cache));
+  Json j = {{"name", textJson(s.name)},
+            {"op", textJson(s.op)},
+            {"kind", kindName(s.kind)},
+            {"params", valueJson(s.params)},
+            {"inputType", recordTypeJson(s.inputType)},
+            {"outputType", recordTypeJson(s.outputType)},
+            {"loc", locJson(s.loc)},
+            {"parallelism", s.parallelism},
+            {"prefetch", s.prefetch},
+            {"cache", textJson(s.cache)}};
+  if (!s.fused.empty()) {
+    Json steps = Json::array();
+    for (const PlanStage &f : s.fused)
+      steps.push_back(stageJson(f));
+    j["fused"] = std::move(steps);
+  }
   return j;
+}
+
+/// The number as a 64-bit signed integer; false for fractions, exponents
+/// and values out of range.
+bool jsonInt(const Json &j, int64_t &out) {
+  if (j.is_number_unsigned()) {
+    uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return false;
+    out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (!j.is_number_integer())
+    return false;
+  out = j.get<int64_t>();
+  return true;
+}
+
+/// A string written by textJson().
+bool jsonText(const Json &j, std::string &out) {
+  if (j.is_string()) {
+    out = j.get<std::string>();
+    return true;
+  }
+  if (!j.is_object() || j.size() != 1 || !j.contains("hex") ||
+      !j["hex"].is_string())
+    return false;
+  const std::string &hex = j["hex"].get_ref<const std::string &>();
+  if (hex.size() % 2)
+    return false;
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
+  };
+  out.clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0)
+      return false;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return true;
 }
 
 /// Reads JSON back into plan structures; the first problem wins and names
@@ -151,14 +209,16 @@ public:
 
   const Json *member(const Json &obj, const char *key,
                      const std::string &path) {
-    if (!obj.isObject()) {
+    if (!obj.is_object()) {
       fail(path, "expected an object");
       return nullptr;
     }
-    const Json *m = obj.get(key);
-    if (!m)
+    auto it = obj.find(key);
+    if (it == obj.end()) {
       fail(path, std::string("missing member '") + key + "'");
-    return m;
+      return nullptr;
+    }
+    return &*it;
   }
 
   bool getString(const Json &obj, const char *key, const std::string &path,
@@ -166,9 +226,8 @@ public:
     const Json *m = member(obj, key, path);
     if (!m)
       return false;
-    if (!m->isString())
+    if (!jsonText(*m, out))
       return fail(path + "." + key, "expected a string");
-    out = m->text();
     return true;
   }
 
@@ -177,16 +236,16 @@ public:
     const Json *m = member(obj, key, path);
     if (!m)
       return false;
-    if (!m->getInt(out))
+    if (!jsonInt(*m, out))
       return fail(path + "." + key, "expected an integer");
     return true;
   }
 
   bool loc(const Json &j, const std::string &path, SourceLoc &out) {
-    if (!j.isArray() || j.items().size() != 2)
+    if (!j.is_array() || j.size() != 2)
       return fail(path, "expected [line, col]");
     int64_t l, c;
-    if (!j.items()[0].getInt(l) || !j.items()[1].getInt(c) ||
+    if (!jsonInt(j[0], l) || !jsonInt(j[1], c) ||
         l < std::numeric_limits<int>::min() ||
         l > std::numeric_limits<int>::max() ||
         c < std::numeric_limits<int>::min() ||
@@ -204,28 +263,28 @@ public:
     if (!getString(j, "t", path, t))
       return false;
     SourceLoc where;
-    if (const Json *l = j.get("loc"))
-      if (!loc(*l, path + ".loc", where))
+    if (j.contains("loc"))
+      if (!loc(j["loc"], path + ".loc", where))
         return false;
-    const Json *v = j.get("v");
+    const Json *v = j.contains("v") ? &j["v"] : nullptr;
     if (t != "null" && !v)
       return fail(path, "missing member 'v'");
     std::string vp = path + ".v";
     if (t == "null") {
       out = Value::null(where);
     } else if (t == "bool") {
-      if (!v->isBool())
+      if (!v->is_boolean())
         return fail(vp, "expected true or false");
-      out = Value::boolean(v->asBool(), where);
+      out = Value::boolean(v->get<bool>(), where);
     } else if (t == "int") {
       int64_t i;
-      if (!v->getInt(i))
+      if (!jsonInt(*v, i))
         return fail(vp, "expected a 64-bit integer");
       out = Value::integer(i, where);
     } else if (t == "float") {
       double d;
-      if (v->isString()) {
-        const std::string &s = v->text();
+      if (v->is_string()) {
+        const std::string &s = v->get_ref<const std::string &>();
         if (s == "nan")
           d = std::numeric_limits<double>::quiet_NaN();
         else if (s == "inf")
@@ -234,47 +293,50 @@ public:
           d = -std::numeric_limits<double>::infinity();
         else
           return fail(vp, "expected a number, \"nan\", \"inf\" or \"-inf\"");
-      } else if (!v->getDouble(d)) {
+      } else if (!v->is_number()) {
         return fail(vp, "expected a number");
+      } else {
+        d = v->get<double>();
       }
       out = Value::real(d, where);
     } else if (t == "str") {
-      if (!v->isString())
+      std::string text;
+      if (!jsonText(*v, text))
         return fail(vp, "expected a string");
-      out = Value::string(v->text(), where);
+      out = Value::string(std::move(text), where);
     } else if (t == "list") {
-      if (!v->isArray())
+      if (!v->is_array())
         return fail(vp, "expected an array");
       std::vector<Value> items;
-      for (size_t i = 0; i < v->items().size(); ++i) {
+      for (size_t i = 0; i < v->size(); ++i) {
         Value item;
-        if (!value(v->items()[i], vp + "[" + std::to_string(i) + "]", item,
+        if (!value((*v)[i], vp + "[" + std::to_string(i) + "]", item,
                    depth + 1))
           return false;
         items.push_back(std::move(item));
       }
       out = Value::list(std::move(items), where);
     } else if (t == "map") {
-      if (!v->isArray())
+      if (!v->is_array())
         return fail(vp, "expected an array of [key, value] pairs");
       out = Value::map(where);
-      for (size_t i = 0; i < v->items().size(); ++i) {
-        const Json &pair = v->items()[i];
+      for (size_t i = 0; i < v->size(); ++i) {
+        const Json &pair = (*v)[i];
         std::string pp = vp + "[" + std::to_string(i) + "]";
-        if (!pair.isArray() || pair.items().size() != 2 ||
-            !pair.items()[0].isString())
+        std::string key;
+        if (!pair.is_array() || pair.size() != 2 || !jsonText(pair[0], key))
           return fail(pp, "expected a [key, value] pair");
         Value item;
-        if (!value(pair.items()[1], pp + "[1]", item, depth + 1))
+        if (!value(pair[1], pp + "[1]", item, depth + 1))
           return false;
-        out.set(pair.items()[0].text(), std::move(item));
+        out.set(key, std::move(item));
       }
     } else {
       return fail(path + ".t", "unknown value kind '" + t + "'");
     }
-    if (const Json *off = j.get("off")) {
+    if (j.contains("off")) {
       int64_t o;
-      if (!off->getInt(o) || o < 0 || o > std::numeric_limits<int>::max())
+      if (!jsonInt(j["off"], o) || o < 0 || o > std::numeric_limits<int>::max())
         return fail(path + ".off", "expected a small non-negative integer");
       out.setContentOffset(static_cast<int>(o));
     }
@@ -282,11 +344,11 @@ public:
   }
 
   bool recordType(const Json &j, const std::string &path, RecordType &out) {
-    if (!j.isArray())
+    if (!j.is_array())
       return fail(path, "expected an array of fields");
     std::vector<Field> fields;
-    for (size_t i = 0; i < j.items().size(); ++i) {
-      const Json &f = j.items()[i];
+    for (size_t i = 0; i < j.size(); ++i) {
+      const Json &f = j[i];
       std::string fp = path + "[" + std::to_string(i) + "]";
       Field field;
       std::string elem;
@@ -300,11 +362,11 @@ public:
       const Json *shape = member(f, "shape", fp);
       if (!shape)
         return false;
-      if (!shape->isArray())
+      if (!shape->is_array())
         return fail(fp + ".shape", "expected an array of dims");
-      for (const Json &d : shape->items()) {
+      for (const Json &d : *shape) {
         int64_t dim;
-        if (!d.getInt(dim) || (dim < 0 && dim != kDynamic))
+        if (!jsonInt(d, dim) || (dim < 0 && dim != kDynamic))
           return fail(fp + ".shape", "dims must be >= 0 or -1 (dynamic)");
         field.type.shape.push_back(dim);
       }
@@ -336,13 +398,27 @@ public:
     const Json *l = member(j, "loc", path);
     if (!params || !in || !outT || !l)
       return false;
-    return value(*params, path + ".params", out.params, 0) &&
-           recordType(*in, path + ".inputType", out.inputType) &&
-           recordType(*outT, path + ".outputType", out.outputType) &&
-           loc(*l, path + ".loc", out.loc) &&
-           getInt(j, "parallelism", path, out.parallelism) &&
-           getInt(j, "prefetch", path, out.prefetch) &&
-           getString(j, "cache", path, out.cache);
+    if (!(value(*params, path + ".params", out.params, 0) &&
+          recordType(*in, path + ".inputType", out.inputType) &&
+          recordType(*outT, path + ".outputType", out.outputType) &&
+          loc(*l, path + ".loc", out.loc) &&
+          getInt(j, "parallelism", path, out.parallelism) &&
+          getInt(j, "prefetch", path, out.prefetch) &&
+          getString(j, "cache", path, out.cache)))
+      return false;
+    // The steps of a fused stage (optional).
+    if (j.contains("fused")) {
+      const Json &fused = j["fused"];
+      if (!fused.is_array())
+        return fail(path + ".fused", "expected an array");
+      for (size_t i = 0; i < fused.size(); ++i) {
+        PlanStage f;
+        if (!stage(fused[i], path + ".fused[" + std::to_string(i) + "]", f))
+          return false;
+        out.fused.push_back(std::move(f));
+      }
+    }
+    return true;
   }
 
 private:
@@ -352,29 +428,36 @@ private:
 } // namespace
 
 std::string Plan::serialize() const {
-  Json j = Json::object();
-  j.set("format", Json::string(kFormat));
-  j.set("version", Json::number(kVersion));
-  j.set("name", Json::string(name));
-  j.set("specFile", Json::string(specFile));
-  j.set("baseDir", Json::string(baseDir));
-  j.set("seed", Json::number(seed));
-  j.set("epochs", Json::number(epochs));
-  j.set("cores", Json::number(cores));
-  j.set("memoryBytes", Json::number(memoryBytes));
-  j.set("source", stageJson(source));
-  Json list = Json::array();
+  Json stageList = Json::array();
   for (const PlanStage &s : stages)
-    list.push(stageJson(s));
-  j.set("stages", std::move(list));
-  return j.dump(1) + "\n";
+    stageList.push_back(stageJson(s));
+  Json j = {{"format", kFormat},
+            {"version", kVersion},
+            {"name", textJson(name)},
+            {"specFile", textJson(specFile)},
+            {"baseDir", textJson(baseDir)},
+            {"seed", seed},
+            {"epochs", epochs},
+            {"cores", cores},
+            {"memoryBytes", memoryBytes},
+            {"source", stageJson(source)},
+            {"stages", std::move(stageList)}};
+  return prettyJson(j) + "\n";
 }
 
 Expected<Plan> Plan::deserialize(const std::string &text) {
-  Expected<Json> parsed = Json::parse(text);
-  if (!parsed)
-    return Status::error("invalid plan: " + parsed.status().message());
-  const Json &j = *parsed;
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error &e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 13:
+    // ..." without the bracketed id.
+    std::string what = e.what();
+    size_t close = what.find("] ");
+    return Status::error("invalid plan: JSON " +
+                         (close == std::string::npos ? what
+                                                     : what.substr(close + 2)));
+  }
   Reader r;
   Plan p;
   std::string format;
@@ -393,27 +476,29 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
   const Json *seed = r.member(j, "seed", "plan");
   if (!seed)
     return r.status();
-  if (!seed->getUint(p.seed)) {
+  if (seed->is_number_unsigned()) {
+    p.seed = seed->get<uint64_t>();
+  } else {
     r.fail("plan.seed", "expected a non-negative 64-bit integer");
     return r.status();
   }
   const Json *source = r.member(j, "source", "plan");
-  const Json *stages = r.member(j, "stages", "plan");
+  const Json *stageList = r.member(j, "stages", "plan");
   if (!r.getString(j, "name", "plan", p.name) ||
       !r.getString(j, "specFile", "plan", p.specFile) ||
       !r.getString(j, "baseDir", "plan", p.baseDir) ||
       !r.getInt(j, "epochs", "plan", p.epochs) ||
       !r.getInt(j, "cores", "plan", p.cores) ||
       !r.getInt(j, "memoryBytes", "plan", p.memoryBytes) || !source ||
-      !stages || !r.stage(*source, "plan.source", p.source))
+      !stageList || !r.stage(*source, "plan.source", p.source))
     return r.status();
-  if (!stages->isArray()) {
+  if (!stageList->is_array()) {
     r.fail("plan.stages", "expected an array");
     return r.status();
   }
-  for (size_t i = 0; i < stages->items().size(); ++i) {
+  for (size_t i = 0; i < stageList->size(); ++i) {
     PlanStage s;
-    if (!r.stage(stages->items()[i], "plan.stages[" + std::to_string(i) + "]",
+    if (!r.stage((*stageList)[i], "plan.stages[" + std::to_string(i) + "]",
                  s))
       return r.status();
     p.stages.push_back(std::move(s));

@@ -6,6 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Stats.h"
 #include "sluice/runtime/Memory.h"
+#include "sluice/runtime/JsonText.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -41,66 +44,62 @@ std::string StageStats::accountingLine() const {
   return s;
 }
 
-Json StageStats::toJson() const {
-  Json j = Json::object();
-  j.set("name", Json::string(name));
-  j.set("op", Json::string(op));
-  j.set("kind", Json::string(kind));
-  j.set("where", Json::string(where));
-  j.set("parallelism", Json::number(parallelism));
-  j.set("read", Json::number(read));
-  j.set("emitted", Json::number(emitted));
-  j.set("filtered", Json::number(filtered));
+nlohmann::ordered_json StageStats::toJson() const {
+  nlohmann::ordered_json j = {
+      {"name", name},         {"op", op},
+      {"kind", kind},         {"where", where},
+      {"parallelism", parallelism}, {"read", read},
+      {"emitted", emitted},   {"filtered", filtered}};
   if (!filterReason.empty())
-    j.set("filter_reason", Json::string(filterReason));
-  Json sk = Json::object();
+    j["filter_reason"] = filterReason;
+  nlohmann::ordered_json sk = nlohmann::ordered_json::object();
   for (const auto &[reason, n] : skipped)
-    sk.set(reason, Json::number(n));
-  j.set("skipped", std::move(sk));
-  j.set("failed", Json::number(failed));
-  j.set("discarded", Json::number(discarded));
-  j.set("elements_in", Json::number(elementsIn));
-  j.set("elements_out", Json::number(elementsOut));
-  j.set("bytes_in", Json::number(bytesIn));
-  j.set("bytes_out", Json::number(bytesOut));
-  j.set("cpu_seconds", Json::number(cpuSeconds));
-  j.set("wall_seconds", Json::number(wallSeconds));
-  if (bufferCapacity > 0) {
-    Json q = Json::object();
-    q.set("capacity", Json::number(bufferCapacity));
-    q.set("samples", Json::number(occupancySamples));
-    q.set("mean", Json::number(occupancyMean));
-    q.set("max", Json::number(occupancyMax));
-    q.set("peak_bytes", Json::number(bufferBytesPeak));
-    j.set("buffer", std::move(q));
-  }
+    sk[reason] = n;
+  j["skipped"] = std::move(sk);
+  j["failed"] = failed;
+  j["discarded"] = discarded;
+  j["elements_in"] = elementsIn;
+  j["elements_out"] = elementsOut;
+  j["bytes_in"] = bytesIn;
+  j["bytes_out"] = bytesOut;
+  j["cpu_seconds"] = cpuSeconds;
+  j["wall_seconds"] = wallSeconds;
+  if (bufferCapacity > 0)
+    j["buffer"] = {{"capacity", bufferCapacity},
+                   {"samples", occupancySamples},
+                   {"mean", occupancyMean},
+                   {"max", occupancyMax},
+                   {"peak_bytes", bufferBytesPeak}};
   if (rowsInPlace > 0)
-    j.set("rows_in_place", Json::number(rowsInPlace));
+    j["rows_in_place"] = rowsInPlace;
   return j;
 }
 
-Json RunStats::toJson() const {
-  Json j = Json::object();
-  j.set("pipeline", Json::string(pipeline));
-  j.set("epochs", Json::number(epochs));
-  j.set("epochs_done", Json::number(epochsDone));
-  j.set("threads", Json::number(threads));
-  j.set("wall_seconds", Json::number(wallSeconds));
-  j.set("outputs", Json::number(outputs));
-  j.set("output_bytes", Json::number(outputBytes));
-  Json mem = Json::object();
-  mem.set("limit", Json::number(memoryLimit));
-  mem.set("peak", Json::number(memoryPeak));
-  Json per = Json::object();
-  for (const auto &[name, bytes] : memoryPeaks)
-    per.set(name, Json::number(bytes));
-  mem.set("peaks", std::move(per));
-  j.set("memory", std::move(mem));
-  Json list = Json::array();
+nlohmann::ordered_json RunStats::toJson() const {
+  nlohmann::ordered_json per = nlohmann::ordered_json::object();
+  for (const auto &[buffer, bytes] : memoryPeaks)
+    per[buffer] = bytes;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const StageStats &s : stages)
-    list.push(s.toJson());
-  j.set("stages", std::move(list));
-  return j;
+    list.push_back(s.toJson());
+  return {{"pipeline", pipeline},
+          {"epochs", epochs},
+          {"epochs_done", epochsDone},
+          {"threads", threads},
+          {"wall_seconds", wallSeconds},
+          {"outputs", outputs},
+          {"output_bytes", outputBytes},
+          {"memory",
+           {{"limit", memoryLimit}, {"peak", memoryPeak}, {"peaks", per}}},
+          {"stages", std::move(list)}};
+}
+
+std::string RunStats::jsonText(bool pretty) const {
+  // Reasons and names can quote bytes from the data: never throw on them.
+  if (pretty)
+    return prettyJson(toJson());
+  return toJson().dump(-1, ' ', false,
+                       nlohmann::ordered_json::error_handler_t::replace);
 }
 
 namespace {

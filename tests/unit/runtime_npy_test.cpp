@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
 
-#include "sluice/runtime/Json.h"
+#include <nlohmann/json.hpp>
 #include "sluice/runtime/Sink.h"
 
 #include <cstdlib>
@@ -98,19 +98,14 @@ protected:
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
     std::vector<Output> outs = runAll(p);
-    Expected<runtime::Json> index =
-        runtime::Json::parse(readAll(out + "/index.json"));
-    ASSERT_TRUE(bool(index)) << index.status().message();
-    ASSERT_EQ(index->get("outputs")->items().size(), outs.size());
+    nlohmann::json index = nlohmann::json::parse(readAll(out + "/index.json"));
+    ASSERT_EQ(index["outputs"].size(), outs.size());
     const RecordType &type = p.outputType();
     for (size_t i = 0; i < outs.size(); ++i) {
-      const runtime::Json &entry = index->get("outputs")->items()[i];
+      const nlohmann::json &entry = index["outputs"][i];
       for (size_t f = 0; f < type.size(); ++f) {
         const Tensor &t = outs[i].fields[f];
-        const std::string &file = entry.get("fields")
-                                      ->get(type.fields()[f].name)
-                                      ->get("file")
-                                      ->text();
+        std::string file = entry["fields"][type.fields()[f].name]["file"];
         std::string raw = readAll(out + "/" + file + ".raw");
         std::string expect;
         if (t.isNumeric()) {

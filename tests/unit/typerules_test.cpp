@@ -740,7 +740,11 @@ const RuleCase kElementCases[] = {
     {"MapKeepsIntegerType", "map", "x: u8[4]", "{field: x, expr: \"x * 2\"}",
      "x: u8[4]"},
     {"MapDivision", "map", "x: i64[4]", "{field: x, expr: \"x / 2\"}",
+     "x: f64[4]"},
+    {"MapDivisionF32", "map", "x: f32[4]", "{field: x, expr: \"x / 2\"}",
      "x: f32[4]"},
+    {"MapLiteralOutOfRange", "map", "x: u8[4]", "{field: x, expr: \"x + 300\"}",
+     "error: the integer 300 does not fit in u8"},
     {"MapDtype", "map", "x: i64[4]",
      "{field: x, expr: \"x / 2\", dtype: f64, as: half}",
      "x: i64[4], half: f64[4]"},
@@ -992,7 +996,8 @@ TEST(TypeRuleChain, FashionMnist) {
   std::string labels = fmnist("train-labels-idx1-ubyte.gz");
   std::string src = "{images: " + images + ", labels: " + labels + "}";
   EXPECT_EQ(runChain("", {{"idx", src.c_str()},
-                          {"map", "{field: image, expr: \"x / 255.0\"}"},
+                          {"map", "{field: image, expr: \"x / 255.0\", "
+                                  "dtype: f32}"},
                           {"one_hot", "{field: label, depth: 10}"},
                           {"batch", "{size: 64, drop_remainder: true}"}}),
             "image: f32[64,28,28], label: f32[64,10]");

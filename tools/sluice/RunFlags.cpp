@@ -11,13 +11,25 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace sluice::tool {
 
+namespace {
+std::string &programName() {
+  static std::string name = "sluice";
+  return name;
+}
+} // namespace
+
+void setProgramName(std::string name) { programName() = std::move(name); }
+
 int usageError(const std::string &msg, const std::string &command) {
-  std::cerr << "sluice: error: " << msg << "\n"
-            << "run 'sluice " << (command.empty() ? "" : command + " ")
+  const std::string &prog = programName();
+  std::cerr << prog << ": error: " << msg << "\n"
+            << "run '" << prog << " " << (command.empty() ? "" : command + " ")
             << "--help' for usage\n";
   return kExitUsage;
 }
@@ -36,9 +48,13 @@ void addRunFlags(CLI::App &cmd, RunFlags &f) {
       ->type_name("SIZE");
   cmd.add_option("--sink", f.sink,
                  "where outputs go: 'null' counts them (default); 'npy:DIR' "
-                 "writes one .npy file per field and output plus "
-                 "DIR/index.json")
+                 "writes one .npy file per field and output, then "
+                 "DIR/index.json saying whether the run completed (DIR and "
+                 "its parents are created)")
       ->type_name("null|npy:DIR");
+  cmd.add_flag("--overwrite", f.overwrite,
+               "clear a non-empty npy:DIR first (only if it holds nothing "
+               "but sluice npy output); without it such a DIR is refused");
   cmd.add_flag("--stats", f.stats,
                "print the per-stage table (time, records, bytes) after the "
                "run");
@@ -99,10 +115,91 @@ bool applyRunFlags(const RunFlags &f, runtime::RunOptions &opts,
     return false;
   }
   opts.sink = v;
+  opts.overwrite = f.overwrite;
+  opts.handleSignals = true;
   opts.statsJsonPath = f.statsJson;
   opts.stats = f.stats;
   if (f.quiet)
     opts.progress = runtime::RunOptions::Progress::Off;
+  return true;
+}
+
+void addResumeFlags(CLI::App &cmd, ResumeFlags &f) {
+  cmd.add_option("--resume", f.resume,
+                 "continue from a state saved with --save-state: the outputs "
+                 "are exactly those the first run would have produced next")
+      ->type_name("STATE");
+  cmd.add_option("--save-state", f.saveState,
+                 "when the run ends (finished, stopped or failed), write "
+                 "where it stands to FILE (a few hundred bytes of JSON)")
+      ->type_name("FILE");
+  cmd.add_option("--stop-after", f.stopAfter,
+                 "stop after N outputs (with --save-state: continue later "
+                 "with --resume)")
+      ->type_name("N");
+  cmd.add_option("--rank", f.rank,
+                 "this process's share of the data: rank R of --world-size "
+                 "(default: $RANK, else $JOB_COMPLETION_INDEX, else 0)")
+      ->type_name("R");
+  cmd.add_option("--world-size", f.worldSize,
+                 "number of processes sharing the data (default: "
+                 "$WORLD_SIZE, else 1)")
+      ->type_name("W");
+}
+
+bool applyResumeFlags(const ResumeFlags &f, runtime::RunOptions &opts,
+                      const std::string &command) {
+  int64_t n;
+  if (!f.stopAfter.empty()) {
+    if (!parseIntFlag("--stop-after", f.stopAfter, 1, n, command))
+      return false;
+    opts.stopAfter = n;
+  }
+  opts.saveStatePath = f.saveState;
+  auto env = [](const char *name) -> std::string {
+    const char *v = std::getenv(name);
+    return v ? v : "";
+  };
+  // torchrun sets RANK and WORLD_SIZE; a Kubernetes Indexed Job sets
+  // JOB_COMPLETION_INDEX (its completions go in WORLD_SIZE).
+  const char *rankVar = !env("RANK").empty() ? "RANK" : "JOB_COMPLETION_INDEX";
+  std::string rank = f.rank.empty() ? env(rankVar) : f.rank;
+  std::string world = f.worldSize.empty() ? env("WORLD_SIZE") : f.worldSize;
+  if (!rank.empty()) {
+    if (!parseIntFlag(f.rank.empty() ? std::string("$") + rankVar : "--rank",
+                      rank, 0, n, command))
+      return false;
+    opts.rank = n;
+  }
+  if (!world.empty()) {
+    if (!parseIntFlag(f.worldSize.empty() ? "$WORLD_SIZE" : "--world-size",
+                      world, 1, n, command))
+      return false;
+    opts.worldSize = n;
+  }
+  if (opts.rank >= opts.worldSize) {
+    usageError("rank " + std::to_string(opts.rank) +
+                   " is out of range for world size " +
+                   std::to_string(opts.worldSize),
+               command);
+    return false;
+  }
+  if (!f.resume.empty()) {
+    std::ifstream in(f.resume);
+    if (!in) {
+      usageError("cannot read the state file '" + f.resume + "'", command);
+      return false;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    Expected<runtime::PipelineState> st =
+        runtime::PipelineState::fromJson(ss.str());
+    if (!st) {
+      usageError(f.resume + ": " + st.status().message(), command);
+      return false;
+    }
+    opts.resume = st.take();
+  }
   return true;
 }
 

@@ -29,6 +29,10 @@ constexpr int kExitUsage = 2;
 /// `command` names the subcommand whose help to point at ("" for the root).
 int usageError(const std::string &msg, const std::string &command = "");
 
+/// The program usageError() names ("sluice" unless set): a compiled
+/// executable names itself.
+void setProgramName(std::string name);
+
 /// The raw values of the run flags as given on the command line. Numbers
 /// are kept as text so that they are checked (and reported) in one place.
 struct RunFlags {
@@ -39,16 +43,33 @@ struct RunFlags {
   std::string statsJson;
   bool stats = false;
   bool quiet = false;
+  bool overwrite = false;
 };
 
-/// Registers --epochs, --threads, --memory, --sink, --stats, --stats-json
-/// and --quiet/-q on `cmd`, bound to `flags`.
+/// Registers --epochs, --threads, --memory, --sink, --overwrite, --stats,
+/// --stats-json and --quiet/-q on `cmd`, bound to `flags`.
 void addRunFlags(CLI::App &cmd, RunFlags &flags);
 
-/// Checks `flags` and applies them to `opts`. On a bad value prints a usage
+/// Checks `flags` and applies them to `opts` (and asks for SIGINT/SIGTERM
+/// handling: a command-line run stops cleanly on Ctrl-C). On a bad value prints a usage
 /// error (pointing at `command`'s help) and returns false.
 bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
                    const std::string &command);
+
+/// `sluice run`'s checkpoint flags: --resume STATE, --save-state FILE,
+/// --stop-after N, --rank R, --world-size W.
+struct ResumeFlags {
+  std::string resume;
+  std::string saveState;
+  std::string stopAfter;
+  std::string rank;
+  std::string worldSize;
+};
+void addResumeFlags(CLI::App &cmd, ResumeFlags &flags);
+/// Reads the state file and checks the values; prints a usage error and
+/// returns false on a bad one.
+bool applyResumeFlags(const ResumeFlags &flags, runtime::RunOptions &opts,
+                      const std::string &command);
 
 /// Parses an integer >= `min` for option `opt`; prints a usage error and
 /// returns false otherwise.

@@ -80,6 +80,12 @@ public:
   /// memoryBytes() of a numeric tensor of `nbytes` data bytes.
   static size_t numericMemoryBytes(size_t nbytes);
 
+  /// True when no other Tensor shares this one's buffer (no cache, view or
+  /// copy can see writes to it), e.g. a batch just assembled.
+  bool ownsBufferAlone() const {
+    return buf_ ? buf_.use_count() == 1 : strs_.use_count() == 1;
+  }
+
   /// Same shape, type and contents (bitwise for numeric data).
   bool sameAs(const Tensor &o) const;
 

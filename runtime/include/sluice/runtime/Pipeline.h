@@ -26,6 +26,7 @@
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
 #include "sluice/runtime/ElementOps.h"
+#include "sluice/runtime/Memory.h"
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Stats.h"
 
@@ -47,10 +48,73 @@ struct ScheduleOverride {
   std::optional<std::string> cache; ///< "", "memory" or "disk"
 };
 
+/// Where a run stands: enough to continue it later with exactly the outputs
+/// it would have produced next, bit for bit (Pipeline::state(),
+/// RunOptions::resume). A few hundred bytes of positions and counts, never
+/// buffered data. Two ways to continue, chosen by the pipeline:
+///  - positional: when the source is read by position (ranks, or a source
+///    with `shuffle: true`) and every stage after it keeps one output row
+///    per source record (per-record steps other than filter, batch,
+///    prefetch), the rows delivered say which positions of the epoch's
+///    global order are done; a resumed run starts reading after them, at any
+///    world size. Costs nothing.
+///  - replay: otherwise the resumed run starts the epoch again and drops
+///    the first `outputs` outputs (shuffle buffers, filters, interleave and
+///    caches hold state that positions cannot describe). Exact for any
+///    pipeline, but costs the work of that part of the epoch, and needs the
+///    same rank and world size.
+struct PipelineState {
+  /// Format version of toJson().
+  static constexpr int kVersion = 1;
+  /// Hash of everything in the Plan that decides the outputs (not the
+  /// schedule, threads, epochs or budget): a state only resumes the
+  /// pipeline it came from.
+  uint64_t fingerprint = 0;
+  uint64_t seed = 0;
+  /// The epoch of the next output.
+  int64_t epoch = 0;
+  /// Outputs of `epoch` delivered already (replay).
+  int64_t outputs = 0;
+  int64_t rank = 0;
+  int64_t worldSize = 1;
+  /// Positional: the global position this epoch's share started at, and
+  /// the rows (records) this rank delivered since; -1 when the pipeline
+  /// cannot resume by position. All ranks of a job checkpoint after the
+  /// same number of rows (as data-parallel training does), so positions
+  /// [positionStart, positionStart + worldSize * rows) are done.
+  int64_t positionStart = -1;
+  int64_t rows = -1;
+
+  /// A small JSON object.
+  std::string toJson() const;
+  static Expected<PipelineState> fromJson(const std::string &text);
+};
+
+/// The fingerprint PipelineState::fingerprint compares.
+uint64_t planFingerprint(const Plan &plan);
+
 /// How to run a Plan. Unset values fall back to the Plan.
 struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
   std::optional<int64_t> epochs;
+  /// The first epoch to run (0-based; epochs before it are skipped without
+  /// reading anything): the pipeline runs epochs [firstEpoch, epochs). Each
+  /// epoch's random choices depend only on (seed, epoch, ...), so epoch n
+  /// comes out the same whether the run started at 0 or at n
+  /// (sluice.torch.Dataset.set_epoch).
+  int64_t firstEpoch = 0;
+  /// Continue a run from a state saved by Pipeline::state() (overrides
+  /// firstEpoch). Pipeline::create() refuses a state of another pipeline or
+  /// one it cannot continue exactly (a replay state at another rank or world
+  /// size).
+  std::optional<PipelineState> resume;
+  /// This process's share of the data (torchrun's RANK / WORLD_SIZE): with
+  /// worldSize > 1 the source is read by position, and rank r reads the
+  /// positions p of each epoch's global order with p % worldSize == r
+  /// (counted from where the epoch's share starts), so the ranks read
+  /// disjoint shares that together cover every record once.
+  int64_t rank = 0;
+  int64_t worldSize = 1;
   /// Worker threads (`--threads`); 0 = the plan's budget.cores, or all
   /// cores of the host. Never more than budget.cores when that is set, nor
   /// more than the host's cores.
@@ -58,7 +122,9 @@ struct RunOptions {
   /// Overrides Plan::memoryBytes (0 = keep the plan's).
   int64_t memoryBytes = 0;
   /// Per-step overrides keyed by step name; "default" applies to all steps
-  /// (`--schedule FILE`, or the autotuner's trial schedules).
+  /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
+  /// compiler fused ("a+b") takes the entries of its spec steps a, b in
+  /// order, then its own; cache "none" means no cache.
   std::map<std::string, ScheduleOverride> schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
@@ -85,8 +151,23 @@ struct RunOptions {
   bool parallelParse = true;
 
   // runPipeline() only.
+  /// Stop after this many outputs (0: run to the end), e.g. to save a state
+  /// and resume later (`--stop-after N`).
+  int64_t stopAfter = 0;
+  /// Write the state (PipelineState::toJson) here when the run ends,
+  /// finished or not (`--save-state FILE`).
+  std::string saveStatePath;
   /// "null" (count only) or "npy:DIR".
   std::string sink = "null";
+  /// Clear a non-empty npy output folder first (`--overwrite`); without
+  /// it such a folder is refused (Sink.h).
+  bool overwrite = false;
+  /// Catch SIGINT/SIGTERM while running: stop within a second, keep the
+  /// complete outputs, write index.json saying the run was interrupted,
+  /// print the accounting and the reason, and return 130/143. A second
+  /// signal ends the process at once (no index.json: incomplete). The
+  /// previous handlers are restored when runPipeline() returns.
+  bool handleSignals = false;
   /// Print the per-stage table after the run (`--stats`).
   bool stats = false;
   /// Also write the counters as JSON to this file (`--stats-json FILE`).
@@ -167,6 +248,15 @@ public:
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;
 
+  /// Where the run stands after the outputs delivered so far.
+  PipelineState state() const;
+
+  /// The budget account for outputs the caller still holds (the Python
+  /// module reserves each batch it hands out here and releases it when the
+  /// last array over it dies), so held batches count against
+  /// budget.memory. Valid as long as the Pipeline.
+  MemoryAccount &heldOutputs();
+
 private:
   explicit Pipeline(std::unique_ptr<Engine> engine);
   std::unique_ptr<Engine> engine_;
@@ -175,7 +265,8 @@ private:
 /// `sluice run`: runs `plan` into opts.sink with progress on `err`, then
 /// prints the accounting (and the --stats table) to `out`. Returns the exit
 /// code: 0 ok, 1 pipeline/data error (printed to `err`, located in the spec
-/// or the data), 2 for a sink spec it does not understand.
+/// or the data), 2 for a sink it cannot or may not write to, 128 + the
+/// signal (130 SIGINT, 143 SIGTERM) when interrupted (opts.handleSignals).
 int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
                 std::ostream &err);
 

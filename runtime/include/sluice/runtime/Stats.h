@@ -22,7 +22,7 @@
 #define SLUICE_RUNTIME_STATS_H
 
 #include "sluice/ops/Status.h"
-#include "sluice/runtime/Json.h"
+#include <nlohmann/json_fwd.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -84,7 +84,8 @@ struct StageStats {
   /// "read 1000 = emitted 896 + filtered 104 (drop_remainder) + skipped 2
   /// (2 decode_image: corrupt JPEG data)".
   std::string accountingLine() const;
-  Json toJson() const;
+  /// The counters as JSON (include <nlohmann/json.hpp> to use it).
+  nlohmann::ordered_json toJson() const;
 };
 
 /// A snapshot of a whole run.
@@ -105,8 +106,12 @@ struct RunStats {
   std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
   std::vector<StageStats> stages; ///< source first, in stream order
 
-  /// The counters as JSON (the autotuner's input).
-  Json toJson() const;
+  /// The counters as JSON (the autotuner's input; include
+  /// <nlohmann/json.hpp> to use it).
+  nlohmann::ordered_json toJson() const;
+  /// toJson() as text (one line unless `pretty`); bytes that are not UTF-8
+  /// (reasons may quote the data) become U+FFFD instead of throwing.
+  std::string jsonText(bool pretty = false) const;
   /// The `--stats` table: one row per stage.
   std::string table() const;
   /// One accounting line per stage.

@@ -6,24 +6,15 @@
 // paid once per chunk and the per-op loops are plain array loops. Names are
 // resolved to slots at compile time: no string work per element.
 //
-// Semantics (the compiler's fused lowering should match them):
-//  - Every node is integer (exact int64) or float (double). Integer
-//    literals, integer/bool fields, comparisons and logic are integer;
-//    `/` is true division (always float, as in Python); + - * % and
-//    min/max/clamp/abs of integers stay integer (two's-complement wrap on
-//    overflow); floor/ceil/round of an integer are the integer; any other
-//    function is float. Mixed integer/float operands are converted to double.
-//  - Integer literals are exact up to 2^53: the AST (Expr::number) carries
-//    them as doubles. Integer fields are read exactly.
-//  - Integer `%` truncates like C (-7 % 3 == -1); x % 0 == 0 (no trap).
-//    Float `%` is fmod.
-//  - round() rounds half away from zero (std::round, math.round);
-//    sigmoid(x) = 1 / (1 + exp(-x)); min/max/clamp propagate NaN.
-//  - Logic treats non-zero as true and yields 0/1; `c ? a : b` evaluates
-//    both branches (they have no side effects).
-//  - The result is converted once, at the end, to resultType() (from
-//    inferExprType) with Scalar.h's saturating rules, so f32 results are
-//    computed in double and rounded once.
+// Semantics: numpy 2 with NEP 50, written down in sluice/ops/Expr.h (this
+// interpreter is the reference the compiled kernels are tested against).
+// Every node is typed by annotateExprTypes(); an integer node lives in an
+// int64 register holding a value of its dtype (WrapI truncates after + - *
+// neg abs pow //), a float node in a double register holding a value of its
+// dtype (NarrowF rounds f32/f16 results after every operation, which for
+// + - * / sqrt is exactly IEEE f32/f16 arithmetic). Literal-only
+// subexpressions are folded by the type inference and arrive as constants
+// already converted to the type they meet.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_OPS_KERNELS_EXPREVAL_H
@@ -72,33 +63,37 @@ public:
   /// The bytecode, one instruction per line (for `sluice explain` and tests).
   std::string dump() const;
 
-  /// Instruction set; I = int64 registers, F = double registers.
+  /// Instruction set; I = int64 registers, F = double registers. WrapI and
+  /// NarrowF bring a register to `type` (see the file comment).
   enum class Op : uint8_t {
     ConstI,
     ConstF,
     LoadI,
     LoadF,
     CvtIF,
+    WrapI,
+    NarrowF,
     NegI,
-    NegF,
-    NotI,
-    TruthF,
+    AbsI,
     AddI,
     SubI,
     MulI,
+    FloorDivI,
     ModI,
+    PowI,
     MinI,
     MaxI,
-    AbsI,
+    NegF,
+    AbsF,
     AddF,
     SubF,
     MulF,
     DivF,
+    FloorDivF,
     ModF,
+    PowF,
     MinF,
     MaxF,
-    AbsF,
-    PowF,
     LtI,
     LeI,
     GtI,
@@ -111,13 +106,14 @@ public:
     GeF,
     EqF,
     NeF,
+    NotI,
     AndI,
     OrI,
     SelectI,
     SelectF,
     FloorF,
     CeilF,
-    RoundF,
+    RintF,
     ExpF,
     LogF,
     Log1pF,
@@ -125,13 +121,14 @@ public:
     SinF,
     CosF,
     TanhF,
-    SigmoidF,
   };
   struct Instr {
     Op op;
     int32_t dst = 0, a = 0, b = 0, c = 0; ///< register numbers / load slot
-    int64_t imm = 0;                      ///< ConstI
-    double fimm = 0;                      ///< ConstF
+    ElemType type = ElemType::F64; ///< WrapI/NarrowF: the target; ModF and
+                                   ///< FloorDivF: the precision (f64/f32)
+    int64_t imm = 0;               ///< ConstI
+    double fimm = 0;               ///< ConstF
   };
   /// A value read from the input: the map element, or field[index].
   struct Slot {
@@ -141,6 +138,17 @@ public:
     ElemType elem = ElemType::F64;
     std::string name;
   };
+
+
+  // The compiled program, for the code generator (compiler/lib/Codegen): it
+  // lowers the bytecode instruction by instruction, so generated kernels
+  // compute exactly what run() computes.
+  const std::vector<Instr> &code() const { return code_; }
+  const std::vector<Slot> &slots() const { return slots_; }
+  int32_t resultRegister() const { return resultReg_; }
+  bool resultIsInt() const { return resultIsInt_; }
+  /// map: the element type the expression was compiled for.
+  ElemType inputType() const { return inElem_; }
 
 private:
   template <typename Load>

@@ -72,6 +72,22 @@ inline uint16_t floatToHalf(float f) {
   return sign | static_cast<uint16_t>((mant + round) >> 13);
 }
 
+/// Double to IEEE binary16 bits, correctly rounded (nearest even): the
+/// float step rounds to odd, so the second rounding cannot go wrong
+/// (float has more than 11 + 2 bits).
+inline uint16_t doubleToHalf(double d) {
+  float f = static_cast<float>(d);
+  if (std::isfinite(f) && static_cast<double>(f) != d) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (std::fabs(static_cast<double>(f)) > std::fabs(d))
+      --b; // rounded away from zero: step back (sign-magnitude bits)
+    b |= 1;
+    std::memcpy(&f, &b, 4);
+  }
+  return floatToHalf(f);
+}
+
 /// Converts a double to T with the saturating rules above.
 template <typename T> inline T saturateCast(double v) {
   if constexpr (std::is_same_v<T, bool>) {

@@ -1,0 +1,626 @@
+//===- Module.cpp - The sluice Python extension (pybind11) ----------------===//
+//
+// A thin layer over the C++ API: the front end and compiler turn a spec file
+// into a runtime::Plan exactly as `sluice run` does (same diagnostics, same
+// passes), and runtime::Pipeline runs it. Nothing here decides anything
+// about the pipeline; this file only converts between the two languages:
+//
+//  - outputs: each numeric field becomes a numpy array over the runtime's
+//    own buffer (no copy). The array's base is a `sluice.Buffer` that owns
+//    the tensor; when Python drops the last array over it the buffer goes
+//    back to the runtime's buffer pool. While Python holds it, its bytes are
+//    reserved on the pipeline's "outputs held by the caller" budget
+//    account. bytes/string fields become numpy object arrays of Python
+//    `bytes` / `str` (those are copies: Python objects own their text).
+//  - errors: spec errors raise sluice.SpecError with the text the CLI
+//    prints (file:line:col: error: ..., source line, caret); data and
+//    budget errors raise sluice.PipelineError with the runtime's message
+//    (file, record, byte offset, step).
+//  - threads: the GIL is released while the runtime produces a batch, and
+//    pending signals (Ctrl-C) are checked as soon as it returns: a
+//    KeyboardInterrupt stops the pipeline (its worker threads are joined)
+//    before it propagates.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Compiler.h"
+#include "sluice/dsl/Spec.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/Memory.h"
+#include "sluice/runtime/Pipeline.h"
+
+#include <nlohmann/json.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+namespace py = pybind11;
+using namespace sluice;
+
+namespace {
+
+py::object specErrorType;
+py::object pipelineErrorType;
+
+[[noreturn]] void raise(const py::object &type, const std::string &msg) {
+  PyErr_SetString(type.ptr(), msg.c_str());
+  throw py::error_already_set();
+}
+
+/// Reads and checks a spec; raises SpecError with the CLI's diagnostics.
+std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
+  std::string text, err;
+  if (!dsl::readFile(path, text, err))
+    raise(specErrorType, "sluice: error: " + err);
+  dsl::DiagnosticEngine diags(path, std::move(text));
+  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
+  if (!spec) {
+    std::ostringstream os;
+    diags.print(os, false);
+    size_t n = diags.errorCount();
+    os << n << (n == 1 ? " error" : " errors") << " in " << path;
+    raise(specErrorType, os.str());
+  }
+  return spec;
+}
+
+runtime::Plan compile(const dsl::Spec &spec,
+                      const std::vector<std::string> &disabledPasses) {
+  compiler::PlanOptions opts;
+  opts.disabledPasses = disabledPasses;
+  if (Status s = compiler::checkPassNames(disabledPasses); !s)
+    throw py::value_error(s.message());
+  std::ostringstream err;
+  Expected<runtime::Plan> plan = compiler::buildPlan(spec, opts, err);
+  if (!plan) {
+    std::string msg = err.str();
+    if (!plan.status().message().empty())
+      msg += "sluice: error: " + plan.status().message();
+    raise(specErrorType, msg);
+  }
+  return plan.take();
+}
+
+/// Per-step schedule overrides from a schedule file (what `sluice tune`
+/// writes; `--schedule FILE`) or a dict {step: {parallelism, prefetch,
+/// cache}}.
+void applySchedule(const dsl::Spec &spec, const py::object &schedule,
+                   runtime::RunOptions &opts) {
+  if (schedule.is_none())
+    return;
+  auto put = [&](const std::string &name, const dsl::StepSchedule &s) {
+    runtime::ScheduleOverride o;
+    o.parallelism = s.parallelism;
+    o.prefetch = s.prefetch;
+    o.cache = s.cache;
+    opts.schedule[name] = o;
+  };
+  if (py::isinstance<py::str>(schedule)) {
+    std::string path = schedule.cast<std::string>();
+    std::string text, err;
+    if (!dsl::readFile(path, text, err))
+      raise(specErrorType, "sluice: error: " + err);
+    dsl::DiagnosticEngine diags(path, std::move(text));
+    std::map<std::string, dsl::StepSchedule> sched;
+    bool ok = dsl::parseScheduleFile(diags, spec, sched);
+    if (!ok) {
+      std::ostringstream os;
+      diags.print(os, false);
+      raise(specErrorType, os.str());
+    }
+    for (const auto &[name, s] : sched)
+      put(name, s);
+    return;
+  }
+  if (!py::isinstance<py::dict>(schedule))
+    throw py::type_error("schedule must be a schedule file path or a dict "
+                         "{step: {parallelism, prefetch, cache}}");
+  std::vector<std::string> names{"default", spec.source.name};
+  for (const dsl::Step &st : spec.steps)
+    names.push_back(st.name);
+  for (auto item : schedule.cast<py::dict>()) {
+    std::string name = py::str(item.first);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string m = closestMatch(name, names);
+      throw py::value_error("schedule: no step named '" + name + "'" +
+                            (m.empty() ? "" : "; did you mean '" + m + "'?"));
+    }
+    if (!py::isinstance<py::dict>(item.second))
+      throw py::type_error("schedule['" + name +
+                           "'] must be a dict {parallelism, prefetch, cache}");
+    dsl::StepSchedule s;
+    for (auto kv : item.second.cast<py::dict>()) {
+      std::string k = py::str(kv.first);
+      if (k == "parallelism")
+        s.parallelism = kv.second.cast<int64_t>();
+      else if (k == "prefetch")
+        s.prefetch = kv.second.cast<int64_t>();
+      else if (k == "cache")
+        s.cache = kv.second.cast<std::string>();
+      else
+        throw py::value_error("schedule['" + name + "']: unknown knob '" + k +
+                              "' (parallelism, prefetch, cache)");
+    }
+    put(name, s);
+  }
+}
+
+int64_t parseMemory(const py::object &memory) {
+  if (memory.is_none())
+    return 0;
+  if (py::isinstance<py::int_>(memory)) {
+    int64_t b = memory.cast<int64_t>();
+    if (b <= 0)
+      throw py::value_error("memory must be > 0 bytes");
+    return b;
+  }
+  std::string text = py::str(memory);
+  std::optional<int64_t> b = parseByteSize(text);
+  if (!b || *b <= 0)
+    throw py::value_error("memory needs a size such as 512MiB or 4GiB, got '" +
+                          text + "'");
+  return *b;
+}
+
+/// Owns a running pipeline. Shared by the Python Pipeline object and every
+/// Buffer it handed out, so a batch Python still holds keeps its budget
+/// account (and the pool it returns to) alive after the pipeline object is
+/// gone.
+struct Box {
+  std::unique_ptr<runtime::Pipeline> pipeline;
+};
+
+/// One output tensor handed to Python: the base object of its numpy array.
+class Buffer {
+public:
+  Buffer(std::shared_ptr<Box> box, Tensor t)
+      : box_(std::move(box)), tensor_(std::move(t)) {
+    bytes_ = static_cast<int64_t>(tensor_.memoryBytes());
+    box_->pipeline->heldOutputs().forceReserve(bytes_);
+  }
+  ~Buffer() { box_->pipeline->heldOutputs().release(bytes_); }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+
+  const Tensor &tensor() const { return tensor_; }
+  uintptr_t address() const {
+    return reinterpret_cast<uintptr_t>(tensor_.raw());
+  }
+  int64_t nbytes() const { return static_cast<int64_t>(tensor_.nbytes()); }
+
+private:
+  std::shared_ptr<Box> box_;
+  Tensor tensor_;
+  int64_t bytes_ = 0;
+};
+
+py::dtype dtypeOf(ElemType e) {
+  switch (e) {
+  case ElemType::U8:
+    return py::dtype("uint8");
+  case ElemType::I8:
+    return py::dtype("int8");
+  case ElemType::U16:
+    return py::dtype("uint16");
+  case ElemType::I16:
+    return py::dtype("int16");
+  case ElemType::I32:
+    return py::dtype("int32");
+  case ElemType::I64:
+    return py::dtype("int64");
+  case ElemType::F16:
+    return py::dtype("float16");
+  case ElemType::F32:
+    return py::dtype("float32");
+  case ElemType::F64:
+    return py::dtype("float64");
+  case ElemType::Bool:
+    return py::dtype("bool");
+  default:
+    return py::dtype("object");
+  }
+}
+
+py::object toPython(const std::shared_ptr<Box> &box, Tensor t) {
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  if (!t.isNumeric()) {
+    py::array out(py::dtype("object"), shape);
+    auto **slots = static_cast<PyObject **>(out.mutable_data());
+    const std::vector<std::string> &vals = t.stringValues();
+    bool isBytes = t.elem() == ElemType::Bytes;
+    for (size_t i = 0; i < vals.size(); ++i) {
+      py::object o = isBytes ? py::object(py::bytes(vals[i]))
+                             : py::object(py::str(vals[i]));
+      // numpy filled the slots with None references; replace them.
+      Py_XDECREF(slots[i]);
+      slots[i] = o.release().ptr();
+    }
+    return std::move(out);
+  }
+  ElemType elem = t.elem();
+  const void *data = t.raw();
+  // Writable only when nothing else in the runtime (a cache, a shuffle
+  // buffer, another output) can see the bytes.
+  bool writable = t.ownsBufferAlone();
+  auto holder = std::make_unique<Buffer>(box, std::move(t));
+  py::object base =
+      py::cast(holder.release(), py::return_value_policy::take_ownership);
+  py::array arr(dtypeOf(elem), shape, {}, data, base);
+  if (!writable)
+    py::detail::array_proxy(arr.ptr())->flags &=
+        ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return std::move(arr);
+}
+
+/// The Python Pipeline object.
+class PyPipeline {
+public:
+  PyPipeline(const std::string &path, py::object epochs, py::object schedule,
+             int64_t threads, py::object seed, py::object memory,
+             int64_t firstEpoch, std::vector<std::string> disablePasses,
+             py::object rank, py::object worldSize) {
+    std::unique_ptr<dsl::Spec> spec = loadSpec(path);
+    runtime::Plan plan = compile(*spec, disablePasses);
+    runtime::RunOptions opts;
+    if (!epochs.is_none()) {
+      int64_t n = epochs.cast<int64_t>();
+      if (n < 1 && n != -1)
+        throw py::value_error("epochs must be >= 1 (or -1: forever)");
+      opts.epochs = n;
+    }
+    if (threads < 0)
+      throw py::value_error("threads must be >= 0 (0: the budget's cores)");
+    opts.threads = threads;
+    if (!seed.is_none())
+      plan.seed = seed.cast<uint64_t>();
+    opts.memoryBytes = parseMemory(memory);
+    opts.firstEpoch = firstEpoch;
+    applySchedule(*spec, schedule, opts);
+    setRanks(rank, worldSize, opts);
+    plan_ = std::move(plan);
+    opts_ = std::move(opts);
+    start();
+  }
+
+  /// Rank and world size: the arguments, else torchrun's RANK/WORLD_SIZE,
+  /// else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX (with
+  /// WORLD_SIZE), else 0 of 1.
+  static void setRanks(const py::object &rank, const py::object &world,
+                       runtime::RunOptions &opts) {
+    auto env = [](const char *name) -> std::optional<int64_t> {
+      const char *v = std::getenv(name);
+      if (!v || !*v)
+        return std::nullopt;
+      char *end = nullptr;
+      long long x = std::strtoll(v, &end, 10);
+      if (*end || x < 0)
+        throw py::value_error(std::string("$") + name +
+                              " must be an integer >= 0, got '" + v + "'");
+      return x;
+    };
+    std::optional<int64_t> r = rank.is_none()
+                                   ? env("RANK")
+                                   : std::optional<int64_t>(rank.cast<int64_t>());
+    if (!r && rank.is_none())
+      r = env("JOB_COMPLETION_INDEX");
+    std::optional<int64_t> w =
+        world.is_none() ? env("WORLD_SIZE")
+                        : std::optional<int64_t>(world.cast<int64_t>());
+    opts.rank = r.value_or(0);
+    opts.worldSize = w.value_or(1);
+    if (opts.worldSize < 1 || opts.rank < 0 || opts.rank >= opts.worldSize)
+      throw py::value_error("rank " + std::to_string(opts.rank) +
+                            " is out of range for world size " +
+                            std::to_string(opts.worldSize) +
+                            " (0 <= rank < world_size)");
+  }
+
+  void start() {
+    std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
+    {
+      py::gil_scoped_release release;
+      p.emplace(runtime::Pipeline::create(plan_, opts_));
+    }
+    if (!*p)
+      raise(pipelineErrorType, p->status().message());
+    if (box_)
+      box_->pipeline->stop();
+    box_ = std::make_shared<Box>();
+    box_->pipeline = p->take();
+    started_ = false;
+  }
+
+  py::dict stateDict() {
+    std::string js = pipe().state().toJson();
+    return py::module_::import("json").attr("loads")(js);
+  }
+
+  void loadStateDict(const py::dict &state) {
+    if (started_)
+      throw py::value_error(
+          "load_state_dict() must come before the first batch; create a "
+          "new Pipeline to resume");
+    std::string js =
+        py::module_::import("json").attr("dumps")(state).cast<std::string>();
+    Expected<runtime::PipelineState> st =
+        runtime::PipelineState::fromJson(js);
+    if (!st)
+      throw py::value_error(st.status().message());
+    opts_.resume = st.take();
+    start();
+  }
+
+  runtime::Plan plan_;
+  runtime::RunOptions opts_;
+  bool started_ = false;
+
+  runtime::Pipeline &pipe() {
+    if (!box_)
+      throw py::value_error("the pipeline is closed");
+    return *box_->pipeline;
+  }
+
+  py::dict next() {
+    runtime::Pipeline &p = pipe();
+    started_ = true;
+    runtime::Batch b;
+    std::optional<Expected<bool>> r;
+    {
+      py::gil_scoped_release release;
+      r.emplace(p.next(b));
+    }
+    if (PyErr_CheckSignals() != 0) {
+      // Ctrl-C: join the workers before the KeyboardInterrupt propagates.
+      py::error_already_set e;
+      {
+        py::gil_scoped_release release;
+        p.stop();
+      }
+      throw e;
+    }
+    if (!*r)
+      raise(pipelineErrorType, r->status().message());
+    if (!**r)
+      throw py::stop_iteration();
+    lastEpoch_ = b.epoch();
+    py::dict out;
+    const RecordType &type = b.type();
+    std::vector<Tensor> fields = b.fields();
+    b = runtime::Batch(); // the arrays own the only references now
+    for (size_t i = 0; i < fields.size(); ++i)
+      out[py::str(type.fields()[i].name)] =
+          toPython(box_, std::move(fields[i]));
+    return out;
+  }
+
+  void close() {
+    if (!box_)
+      return;
+    py::gil_scoped_release release;
+    box_->pipeline->stop();
+  }
+
+  py::dict outputType() {
+    py::dict d;
+    for (const Field &f : pipe().outputType().fields())
+      d[py::str(f.name)] = f.type.str();
+    return d;
+  }
+
+  py::object stats() {
+    std::string js = pipe().stats().toJson().dump();
+    return py::module_::import("json").attr("loads")(js);
+  }
+
+  py::object length() {
+    std::optional<int64_t> n = pipe().expectedOutputs();
+    if (!n)
+      throw py::type_error("the number of outputs is not known in advance "
+                           "(a filter, unbatch or endless repeat)");
+    return py::int_(*n);
+  }
+
+  int64_t lastEpoch_ = -1;
+  std::shared_ptr<Box> box_;
+};
+
+py::list check(const std::string &path) {
+  std::unique_ptr<dsl::Spec> spec = loadSpec(path);
+  py::list out;
+  auto add = [&](const dsl::Step &st) {
+    py::dict d;
+    d["name"] = st.name;
+    d["op"] = st.op;
+    d["line"] = st.loc.line;
+    d["col"] = st.loc.col;
+    py::dict fields;
+    for (const Field &f : st.outputType.fields())
+      fields[py::str(f.name)] = f.type.str();
+    d["type"] = fields;
+    out.append(d);
+  };
+  add(spec->source);
+  for (const dsl::Step &st : spec->steps)
+    add(st);
+  return out;
+}
+
+py::dict tune(const std::string &path, py::object cores, py::object memory,
+             double seconds, py::object reportDir,
+             std::vector<std::string> disablePasses) {
+  std::unique_ptr<dsl::Spec> spec = loadSpec(path);
+  runtime::Plan plan = compile(*spec, disablePasses);
+  autotune::TuneOptions opts;
+  if (!cores.is_none()) {
+    opts.cores = cores.cast<int64_t>();
+    if (opts.cores < 1)
+      throw py::value_error("cores must be >= 1");
+  }
+  opts.memoryBytes = parseMemory(memory);
+  if (!(seconds > 0) || seconds > 600)
+    throw py::value_error("seconds must be in (0, 600]");
+  opts.profile.secondsPerProbe = seconds;
+  opts.verifySeconds = std::max(1.0, seconds * 1.5);
+  auto where = [&](const dsl::Step &s) {
+    opts.profile.specWhere[s.name] = spec->file + ":" +
+                                     std::to_string(s.loc.line) + ":" +
+                                     std::to_string(s.loc.col);
+  };
+  where(spec->source);
+  for (const dsl::Step &s : spec->steps)
+    where(s);
+  std::optional<Expected<autotune::TuneResult>> r;
+  {
+    py::gil_scoped_release release;
+    r.emplace(autotune::tune(plan, opts));
+  }
+  if (!*r)
+    raise(pipelineErrorType, r->status().message());
+  if (!reportDir.is_none()) {
+    if (Status s = autotune::writeReports(**r, py::str(reportDir)); !s)
+      raise(pipelineErrorType, s.message());
+  }
+  std::string js = autotune::reportJson(**r).dump();
+  py::dict out = py::module_::import("json").attr("loads")(js);
+  out["schedule_yaml"] = autotune::scheduleYaml(**r);
+  return out;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_sluice, m) {
+  m.doc() = "sluice: declarative input pipelines, compiled and run natively; "
+            "batches come out as numpy arrays over the runtime's buffers.";
+
+  py::object base = py::module_::import("builtins");
+  specErrorType = py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
+      "sluice.SpecError",
+      "A spec that does not check or compile; the message is what `sluice "
+      "check` prints (file:line:col: error: ..., the line, a caret).",
+      PyExc_ValueError, nullptr));
+  pipelineErrorType =
+      py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
+          "sluice.PipelineError",
+          "A data or budget error while running: a bad record under "
+          "`on_error: fail` (its file, record and byte offset), a buffer "
+          "that does not fit in budget.memory.",
+          PyExc_RuntimeError, nullptr));
+  m.attr("SpecError") = specErrorType;
+  m.attr("PipelineError") = pipelineErrorType;
+
+  py::class_<Buffer>(m, "Buffer", R"(The runtime buffer under an output array.
+
+Every numeric array a Pipeline yields is a view whose ``base`` is a Buffer:
+it owns the runtime's tensor, keeps its bytes counted against the
+pipeline's memory budget, and returns the memory to the runtime's pool when
+the last array over it is gone.)")
+      .def_property_readonly("address", &Buffer::address,
+                             "Address of the first byte of the data.")
+      .def_property_readonly("nbytes", &Buffer::nbytes,
+                             "Bytes of data in the buffer.");
+
+  py::class_<PyPipeline>(m, "Pipeline", R"(A compiled, running pipeline.
+
+Iterating yields one dict per output (a batch, or a record when the spec
+has no batch step) mapping field names to numpy arrays. Numeric arrays share
+memory with the runtime (no copy; ``torch.from_numpy`` takes them as they
+are); bytes and string fields are numpy object arrays of ``bytes`` /
+``str``.)")
+      .def(
+          py::init<const std::string &, py::object, py::object, int64_t,
+                   py::object, py::object, int64_t, std::vector<std::string>,
+                   py::object, py::object>(),
+          py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
+          py::arg("schedule") = py::none(), py::arg("threads") = 0,
+          py::arg("seed") = py::none(), py::arg("memory") = py::none(),
+          py::arg("first_epoch") = 0,
+          py::arg("disable_passes") = std::vector<std::string>{},
+          py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+          R"(Checks and compiles ``spec_path`` and builds the stage graph.
+
+epochs: overrides the spec's ``epochs`` (-1: forever).
+schedule: a schedule file (what ``sluice tune`` writes) or a dict
+    ``{step: {"parallelism": n, "prefetch": n, "cache": "memory"}}``.
+threads: worker threads (0: the spec's budget.cores, or all cores).
+seed: overrides the spec's ``seed``.
+memory: budget.memory override, in bytes or as "512MiB".
+first_epoch: start at this epoch (epochs before it are not read).
+disable_passes: compiler passes not to run (as ``--disable-pass``).
+rank, world_size: this process's share of the data (default: torchrun's
+    RANK/WORLD_SIZE, else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX
+    with WORLD_SIZE, else 0 of 1). Rank r reads the positions p of each
+    epoch's global order with p % world_size == r.
+
+Raises SpecError (file:line:col) for a spec that does not check, and
+PipelineError when the pipeline cannot start (e.g. its buffers cannot fit
+in the memory budget).)")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &PyPipeline::next,
+           "The next output as a dict of numpy arrays. The GIL is released "
+           "while the runtime works.")
+      .def("__len__", &PyPipeline::length,
+           "Outputs over all epochs, when known in advance.")
+      .def("close", &PyPipeline::close,
+           "Stops the pipeline's threads now; arrays already handed out stay "
+           "valid.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](PyPipeline &p, py::object, py::object, py::object) { p.close(); })
+      .def("state_dict", &PyPipeline::stateDict,
+           R"(Where the pipeline stands after the batches delivered so far.
+
+A small dict (positions and counts, never data) that ``load_state_dict``
+turns back into exactly the batches this pipeline would produce next. With
+ranks, save it on every rank after the same number of batches; a job may
+resume at another world size when the pipeline reads its source by position
+(see README).)")
+      .def("load_state_dict", &PyPipeline::loadStateDict, py::arg("state"),
+           R"(Continues from a ``state_dict()``: the next batches are exactly
+those the saved pipeline would have produced next, bit for bit. Call it
+before the first batch.)")
+      .def("stats", &PyPipeline::stats,
+           "Per-stage counters now, as the dict `sluice run --stats-json` "
+           "writes.")
+      .def_property_readonly(
+          "output_type", &PyPipeline::outputType,
+          "The output record type: {field: 'f32[128,3,224,224]', ...}.")
+      .def_property_readonly(
+          "epochs", [](PyPipeline &p) { return p.pipe().epochs(); },
+          "Epochs this pipeline runs (-1: forever).")
+      .def_property_readonly(
+          "threads", [](PyPipeline &p) { return p.pipe().threads(); },
+          "Worker threads it uses.")
+      .def_property_readonly(
+          "epoch", [](PyPipeline &p) { return p.lastEpoch_; },
+          "Epoch of the last output (-1 before the first).")
+      .def_property_readonly(
+          "held_bytes",
+          [](PyPipeline &p) { return p.pipe().heldOutputs().used(); },
+          "Bytes of outputs Python still holds, counted in the budget.");
+
+  m.def("tune", &tune, py::arg("spec_path"), py::kw_only(),
+        py::arg("cores") = py::none(), py::arg("memory") = py::none(),
+        py::arg("seconds") = 1.5, py::arg("report_dir") = py::none(),
+        py::arg("disable_passes") = std::vector<std::string>{},
+        R"(Runs the autotuner on a spec, as `sluice tune` does.
+
+Profiles the pipeline (``seconds`` per probe), solves for ``cores`` and
+``memory`` (default: the spec's budget, else the host), runs the chosen
+schedule to measure it, and returns report.json's contents as a dict (schema
+in docs/autotune.md) plus ``schedule_yaml``, the schedule to save and pass
+as ``Pipeline(..., schedule=FILE)`` or ``sluice run --schedule FILE``.
+``report_dir`` also writes schedule.yaml, report.json, report.md and the
+SVG there. Raises SpecError or PipelineError like Pipeline.)");
+  m.def("check", &check, py::arg("spec_path"),
+        R"(Checks a spec and returns its typed stages.
+
+One dict per stage (the source first): ``name``, ``op``, ``line``, ``col``
+and ``type``, the record type after the stage as ``{field: type}``. Raises
+SpecError with every problem, located as file:line:col.)");
+}

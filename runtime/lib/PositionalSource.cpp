@@ -1,0 +1,233 @@
+//===- PositionalSource.cpp - Reading the source by position --------------===//
+//
+// The source stage used for ranks, `shuffle: true` sources and positional
+// resume (Shared::Positional). Each epoch has one global order of all the
+// source's records: the sorted order, or with `shuffle: true` a permutation
+// derived from (seed, epoch) alone. Rank r of W reads the positions
+// start + r, start + r + W, ... of that order, where `start` is 0 except in
+// the epoch a resumed run continues (the positions done before the state
+// was saved). A record is numbered by its global position, which seeds its
+// random choices downstream, so a record comes out the same at any world
+// size and after a resume at another one: the union of the ranks' outputs
+// is the single-process run's.
+//
+// How a position is read depends on the source: image_folder and files hold
+// one record per shard, so a position is one file opened directly; idx and
+// npy read out of order (`shuffle: true`) from a table of their records
+// loaded once into memory (counted in budget.memory); any other source, and
+// idx/npy in sorted order, are read front to back, skipping the positions of
+// other ranks (cheap next to the per-record steps, which run only on this
+// rank's records).
+//
+//===----------------------------------------------------------------------===//
+#include "Engine.h"
+
+#include "sluice/ops/Random.h"
+
+#include <numeric>
+
+namespace sluice::runtime::detail {
+
+namespace {
+
+/// The Rng stream of the source permutation ("perm").
+constexpr uint64_t kPermutationStream = 0x7065726d;
+
+class PositionalSourceStage : public Stage {
+public:
+  PositionalSourceStage(Shared &s, StageCounters *c) : Stage(s, nullptr, c) {
+    const Source &src = *s.source;
+    perShard_ = src.kind() == "image_folder" || src.kind() == "files";
+    if (perShard_)
+      n_ = static_cast<int64_t>(src.numShards());
+    else if (std::optional<int64_t> n = src.sizeHint())
+      n_ = *n;
+  }
+
+protected:
+  Status onStart(uint64_t epoch) override {
+    const Shared::Positional &P = shared_.positional;
+    int64_t start = 0;
+    if (!resumed_ && static_cast<int64_t>(epoch) == P.resumeEpoch &&
+        passInEpoch() == 0) {
+      start = P.resumeStart;
+      resumed_ = true;
+    }
+    next_ = start + P.rank;
+    cursor_.reset();
+    cursorShard_ = 0;
+    cursorPos_ = 0;
+    if (!P.permute)
+      return Status::ok();
+    if (n_ < 0)
+      return Status::error(
+          shared_.plan->where(shared_.plan->source) + ": source '" +
+          shared_.source->kind() +
+          "' cannot say how many records it has, so it cannot shuffle them");
+    if (!perShard_ && !tableLoaded_) {
+      Status s = loadTable();
+      if (!s)
+        return s;
+    }
+    perm_.resize(static_cast<size_t>(n_));
+    std::iota(perm_.begin(), perm_.end(), int64_t(0));
+    Rng rng(shared_.plan->seed, epoch, 0, kPermutationStream);
+    for (int64_t i = n_ - 1; i > 0; --i)
+      std::swap(perm_[static_cast<size_t>(i)],
+                perm_[static_cast<size_t>(rng.uniformInt(0, i + 1))]);
+    return Status::ok();
+  }
+
+  void onStop() override {
+    if (cursor_)
+      doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
+    cursor_.reset();
+  }
+
+  Expected<bool> produce(Item &out) override {
+    const Shared::Positional &P = shared_.positional;
+    const Source &src = *shared_.source;
+    for (;;) {
+      if (n_ >= 0 && next_ >= n_)
+        return false;
+      int64_t p = next_;
+      next_ += P.world;
+      int64_t id = P.permute ? perm_[static_cast<size_t>(p)] : p;
+      ReadResult rr = ReadResult::end();
+      if (perShard_) {
+        std::unique_ptr<ShardReader> r = src.open(static_cast<size_t>(id));
+        rr = r->next(out.rec);
+        doneBytes_ += static_cast<int64_t>(r->bytesRead());
+        out.origin.shard = id;
+        out.origin.record = 0;
+        if (rr.isEnd())
+          continue; // an empty file holds no record
+      } else if (P.permute) {
+        const Entry &e = table_[static_cast<size_t>(id)];
+        rr = e.result;
+        out.rec = e.rec; // shares the table's buffers
+        out.origin = e.origin;
+      } else {
+        rr = seek(p, out);
+        if (rr.isEnd())
+          return false;
+      }
+      c_->read.fetch_add(1, std::memory_order_relaxed);
+      if (rr.isError()) {
+        const DataError &e = rr.error();
+        if (shared_.onError == OnError::Skip) {
+          c_->addSkipped(e.reason);
+          continue;
+        }
+        c_->failed.fetch_add(1, std::memory_order_relaxed);
+        return Status::error(
+            e.message() + "\n  in source '" + shared_.plan->source.name +
+            "' at " + shared_.plan->where(shared_.plan->source) +
+            " (on_error: fail; add `on_error: skip` to the source to drop "
+            "bad records and count them)");
+      }
+      out.rec.index = static_cast<uint64_t>(p);
+      c_->emitted.fetch_add(1, std::memory_order_relaxed);
+      c_->bytesIn.store(
+          doneBytes_ + (cursor_ ? static_cast<int64_t>(cursor_->bytesRead())
+                                : 0),
+          std::memory_order_relaxed);
+      return true;
+    }
+  }
+
+private:
+  struct Entry {
+    ReadResult result = ReadResult::end();
+    Record rec;
+    Origin origin;
+  };
+
+  /// Reads front to back up to global position `p` (positions only grow
+  /// within a pass); records of other positions are passed over.
+  ReadResult seek(int64_t p, Item &out) {
+    const Source &src = *shared_.source;
+    for (;;) {
+      if (!cursor_) {
+        if (cursorShard_ >= src.numShards())
+          return ReadResult::end();
+        cursor_ = src.open(cursorShard_);
+        openShard_ = cursorShard_++;
+      }
+      ReadResult rr = cursor_->next(out.rec);
+      if (rr.isEnd()) {
+        doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
+        cursor_.reset();
+        continue;
+      }
+      int64_t pos = cursorPos_++;
+      if (pos < p)
+        continue;
+      out.origin.shard = static_cast<int64_t>(openShard_);
+      out.origin.record = static_cast<int64_t>(out.rec.index);
+      return rr;
+    }
+  }
+
+  /// Reads every record of an idx/npy source into memory once, for reading
+  /// them in permuted order.
+  Status loadTable() {
+    const Source &src = *shared_.source;
+    MemoryAccount *account =
+        shared_.memory->account(shared_.plan->source.name + " (shuffle: true)");
+    table_.clear();
+    table_.reserve(static_cast<size_t>(n_));
+    for (size_t s = 0; s < src.numShards(); ++s) {
+      std::unique_ptr<ShardReader> r = src.open(s);
+      for (;;) {
+        Entry e;
+        e.result = r->next(e.rec);
+        if (e.result.isEnd())
+          break;
+        e.origin.shard = static_cast<int64_t>(s);
+        e.origin.record = static_cast<int64_t>(e.rec.index);
+        int64_t bytes = recordBytes(e.rec);
+        if (!account->tryReserve(bytes))
+          return Status::error(
+              shared_.plan->where(shared_.plan->source) +
+              ": error: `shuffle: true` holds the source's " +
+              std::to_string(n_) + " records in memory and they do not fit "
+              "in budget.memory " + formatBytes(shared_.memory->limit()) +
+              " (" + formatBytes(account->used()) + " after " +
+              std::to_string(table_.size()) +
+              " records); raise budget.memory or shuffle with a `shuffle` "
+              "step instead");
+        table_.push_back(std::move(e));
+      }
+      doneBytes_ += static_cast<int64_t>(r->bytesRead());
+    }
+    if (static_cast<int64_t>(table_.size()) != n_)
+      return Status::error(shared_.plan->where(shared_.plan->source) +
+                           ": the source promised " + std::to_string(n_) +
+                           " records and holds " +
+                           std::to_string(table_.size()));
+    tableLoaded_ = true;
+    return Status::ok();
+  }
+
+  bool perShard_ = false;
+  int64_t n_ = -1;
+  int64_t next_ = 0;
+  bool resumed_ = false;
+  std::vector<int64_t> perm_;
+  std::vector<Entry> table_;
+  bool tableLoaded_ = false;
+  std::unique_ptr<ShardReader> cursor_;
+  size_t cursorShard_ = 0, openShard_ = 0;
+  int64_t cursorPos_ = 0;
+  int64_t doneBytes_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<Stage> makePositionalSourceStage(Shared &shared,
+                                                 StageCounters *c) {
+  return std::make_unique<PositionalSourceStage>(shared, c);
+}
+
+} // namespace sluice::runtime::detail

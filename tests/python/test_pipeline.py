@@ -1,0 +1,157 @@
+"""sluice.Pipeline: iteration, zero-copy outputs, the budget account of held
+batches, check(), per-epoch reshuffle, strings, seeds and schedules."""
+import gc
+import json
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import batches_equal, write
+
+
+def test_iterates_all_batches_with_types(image_spec):
+    p = sluice.Pipeline(image_spec)
+    assert p.output_type == {"path": "string[8]", "image": "f32[8,3,32,32]",
+                             "label": "i64[8]"}
+    assert len(p) == 2 * (48 // 8)
+    got = list(p)
+    assert len(got) == 12
+    for b in got:
+        assert b["image"].shape == (8, 3, 32, 32)
+        assert b["image"].dtype == np.float32
+        assert b["label"].dtype == np.int64
+        assert set(b["label"].tolist()) <= {0, 1, 2}
+    # Each epoch covers 48 distinct files.
+    for e in range(2):
+        paths = [s for b in got[6 * e:6 * e + 6] for s in b["path"].tolist()]
+        assert len(set(paths)) == 48
+
+
+def test_strings_are_object_arrays_of_str(image_spec):
+    b = next(iter(sluice.Pipeline(image_spec)))
+    assert b["path"].dtype == object
+    assert all(isinstance(s, str) and s.endswith(".jpg") for s in b["path"])
+
+
+def test_bytes_fields_are_object_arrays_of_bytes(image_root, tmp_path):
+    spec = write(tmp_path / "raw.yaml", """
+        pipeline: raw
+        source:
+          files: {glob: %s/class0/*.jpg}
+        steps:
+          - batch: {size: 4}
+        """ % image_root)
+    b = next(iter(sluice.Pipeline(spec)))
+    assert b["data"].dtype == object and b["data"].shape == (4,)
+    assert all(isinstance(x, bytes) and x[:2] == b"\xff\xd8" for x in b["data"])
+
+
+def test_zero_copy_base_is_runtime_buffer(image_spec):
+    p = sluice.Pipeline(image_spec)
+    b = next(p)
+    img = b["image"]
+    assert isinstance(img.base, sluice.Buffer)
+    assert img.base.address == img.__array_interface__["data"][0]
+    assert img.base.nbytes == img.nbytes
+    # A fresh batch belongs to Python alone: writable.
+    assert img.flags.writeable
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(img)
+    assert t.data_ptr() == img.base.address
+
+
+def test_held_batches_count_in_budget(image_spec):
+    p = sluice.Pipeline(image_spec)
+    assert p.held_bytes == 0
+    a = next(p)
+    one = p.held_bytes
+    assert one >= a["image"].nbytes + a["label"].nbytes
+    b = next(p)
+    assert p.held_bytes >= 2 * a["image"].nbytes
+    del a, b
+    gc.collect()
+    assert p.held_bytes == 0
+    assert "outputs held by the caller" in str(p.stats())
+
+
+def test_arrays_outlive_the_pipeline(image_spec):
+    p = sluice.Pipeline(image_spec)
+    b = next(p)
+    ref = b["image"].copy()
+    p.close()
+    del p
+    gc.collect()
+    assert np.array_equal(b["image"], ref)
+
+
+def test_deterministic_and_reshuffles_each_epoch(image_spec):
+    a = list(sluice.Pipeline(image_spec, threads=1))
+    b = list(sluice.Pipeline(image_spec, threads=2))
+    assert all(batches_equal(x, y) for x, y in zip(a, b))
+    order0 = [s for x in a[:6] for s in x["path"].tolist()]
+    order1 = [s for x in a[6:] for s in x["path"].tolist()]
+    assert sorted(order0) == sorted(order1)
+    assert order0 != order1
+
+
+def test_first_epoch_equals_that_epoch_of_a_full_run(image_spec):
+    full = list(sluice.Pipeline(image_spec))
+    second = list(sluice.Pipeline(image_spec, first_epoch=1))
+    assert len(second) == 6
+    assert all(batches_equal(x, y) for x, y in zip(full[6:], second))
+
+
+def test_seed_override_changes_order(image_spec):
+    a = next(iter(sluice.Pipeline(image_spec, seed=1)))
+    b = next(iter(sluice.Pipeline(image_spec, seed=2)))
+    c = next(iter(sluice.Pipeline(image_spec, seed=1)))
+    assert batches_equal(a, c)
+    assert not batches_equal(a, b)
+
+
+def test_schedule_dict_keeps_output(image_spec):
+    a = list(sluice.Pipeline(image_spec, epochs=1))
+    b = list(sluice.Pipeline(image_spec, epochs=1,
+                             schedule={"default": {"prefetch": 3},
+                                       "decode_image": {"parallelism": 1}}))
+    assert all(batches_equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="did you mean 'decode_image'"):
+        sluice.Pipeline(image_spec, schedule={"decode_imag": {"prefetch": 1}})
+
+
+def test_check_returns_typed_stages(image_spec):
+    stages = sluice.check(image_spec)
+    assert [s["op"] for s in stages] == [
+        "image_folder", "decode_image", "random_resized_crop", "random_flip",
+        "normalize", "transpose", "select", "shuffle", "batch"]
+    assert stages[0]["type"] == {"path": "string", "data": "bytes",
+                                 "label": "i64"}
+    assert stages[-1]["type"]["image"] == "f32[8,3,32,32]"
+    assert stages[1]["line"] == 6 and stages[1]["col"] == 5
+
+
+def test_fashion_mnist_batches(fashion_spec):
+    n = 0
+    for b in sluice.Pipeline(fashion_spec):
+        assert b["image"].dtype == np.float32
+        n += b["image"].shape[0]
+    assert n == 2000
+
+
+def test_tune_returns_the_report_and_a_replayable_schedule(fashion_spec,
+                                                          tmp_path):
+    report = sluice.tune(fashion_spec, cores=2, seconds=0.3,
+                         report_dir=str(tmp_path / "report"))
+    assert isinstance(report, dict)
+    assert "schedule_yaml" in report and "schedule:" in report["schedule_yaml"]
+    on_disk = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert {k: v for k, v in report.items() if k != "schedule_yaml"}.keys() \
+        == on_disk.keys()
+    sched = tmp_path / "schedule.yaml"
+    sched.write_text(report["schedule_yaml"])
+    a = list(sluice.Pipeline(fashion_spec))
+    b = list(sluice.Pipeline(fashion_spec, schedule=str(sched)))
+    assert len(a) == len(b) and all(batches_equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(sluice.SpecError):
+        sluice.tune(str(tmp_path / "missing.yaml"))

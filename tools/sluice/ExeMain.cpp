@@ -1,0 +1,354 @@
+//===- ExeMain.cpp - main() of the executables `sluice compile` writes ----===//
+//
+// A compiled executable is this main(), the runtime and ops libraries, and
+// two objects `sluice compile` generates: the serialized Plan with a
+// description of its origin (sluice_embedded_plan / sluice_embedded_info)
+// and the generated kernels (sluice_kernel_table). It takes the flags of
+// `sluice run` (registered by RunFlags.h, the same code `sluice run` uses)
+// and runs the Plan through runtime::runPipeline, like `sluice run`, so its
+// outputs are the same bytes. It never reads the spec, and never includes
+// MLIR or the compiler: `ldd` shows only Debian runtime libraries.
+//
+// Data can move: --data-root re-anchors the spec's relative paths, and
+// --source-path replaces the source's files, so the executable can be copied
+// to a machine where the data lives elsewhere.
+//
+//===----------------------------------------------------------------------===//
+#include "RunFlags.h"
+
+#include "sluice/dsl/Spec.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/Pipeline.h"
+#include "sluice/runtime/Plan.h"
+
+#if __has_include("sluice/runtime/CompiledKernels.h")
+#include "sluice/runtime/CompiledKernels.h"
+#define SLUICE_HAVE_KERNEL_TABLE 1
+#else
+#define SLUICE_HAVE_KERNEL_TABLE 0
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+extern "C" {
+// Defined by the data object `sluice compile` writes (emitDataObject).
+extern const char sluice_embedded_plan[];
+extern const uint64_t sluice_embedded_plan_size;
+extern const char sluice_embedded_info[];
+extern const uint64_t sluice_embedded_info_size;
+#if SLUICE_HAVE_KERNEL_TABLE
+// Defined by the kernels' object (compiler::emitKernelObject).
+extern const SluiceKernelInfo sluice_kernel_table[];
+#endif
+}
+
+using namespace sluice;
+using namespace sluice::tool;
+
+namespace {
+
+/// The source parameters that name its data, per source op. Globs are
+/// matched by the runtime (escaped when made absolute here).
+struct PathParam {
+  const char *name;
+  bool glob;
+};
+
+std::vector<PathParam> pathParams(const std::string &sourceOp) {
+  if (sourceOp == "image_folder")
+    return {{"root", false}};
+  if (sourceOp == "files")
+    return {{"glob", true}};
+  if (sourceOp == "webdataset")
+    return {{"shards", true}};
+  if (sourceOp == "idx")
+    return {{"images", false}, {"labels", false}};
+  // csv, tsv, tfrecord, npy, text_lines.
+  return {{"files", true}};
+}
+
+std::string cwd() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof(buf)) ? std::string(buf) : std::string(".");
+}
+
+std::string globEscape(const std::string &s) {
+  std::string out;
+  for (char c : s) {
+    if (std::string("*?[]\\{}").find(c) != std::string::npos)
+      out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+/// CLI11's layout with a lowercase usage line, as `sluice --help` has.
+class HelpFormatter : public CLI::Formatter {
+public:
+  HelpFormatter() { column_width(30); }
+  std::string make_description(const CLI::App *) const override { return ""; }
+  std::string make_usage(const CLI::App *app, std::string) const override {
+    return "usage: " + app->get_name() + " [options]\n\n" +
+           app->get_description();
+  }
+};
+
+/// The information block printed by --version and at the top of --help.
+std::string describe(const nlohmann::json &info, const std::string &prog) {
+  auto str = [&](const char *k) {
+    return info.contains(k) && info[k].is_string() ? info[k].get<std::string>()
+                                                   : std::string("?");
+  };
+  std::string cpu = str("targetCpu");
+  if (info.contains("hostCpu"))
+    cpu += " (" + info["hostCpu"].get<std::string>() + ")";
+  std::string s = prog + ": pipeline '" + str("pipeline") +
+                  "', a standalone sluice executable\n"
+                  "  compiled from " +
+                  str("spec") + "\n  by sluice " + str("sluice") + " on " +
+                  str("compiled") + " for CPU " + cpu;
+  if (info.contains("kernels"))
+    s += ", " + std::to_string(info["kernels"].get<int64_t>()) +
+         " generated kernel" + (info["kernels"] == 1 ? "" : "s");
+  if (info.contains("disabledPasses") && !info["disabledPasses"].empty()) {
+    s += "\n  with passes disabled:";
+    for (const auto &p : info["disabledPasses"])
+      s += " " + p.get<std::string>();
+  }
+  return s + "\n";
+}
+
+struct ExeFlags {
+  RunFlags run;
+  std::string scheduleFile;
+  std::string dataRoot;
+  std::vector<std::string> sourcePaths;
+  bool version = false;
+  bool printPlan = false;
+};
+
+/// --schedule: the same file `sluice run --schedule` reads, checked against
+/// the spec's step names (recorded at compile time).
+bool applySchedule(const std::string &file, const nlohmann::json &info,
+                   runtime::RunOptions &opts) {
+  std::string text, err;
+  if (!dsl::readFile(file, text, err)) {
+    usageError(err);
+    return false;
+  }
+  dsl::Spec names;
+  names.pipeline = info.value("pipeline", "");
+  if (info.contains("source"))
+    names.source.name = info["source"].value("name", "");
+  if (info.contains("steps"))
+    for (const auto &s : info["steps"]) {
+      dsl::Step step;
+      step.name = s.value("name", "");
+      step.op = s.value("op", "");
+      names.steps.push_back(step);
+    }
+  dsl::DiagnosticEngine diags(file, std::move(text));
+  std::map<std::string, dsl::StepSchedule> sched;
+  bool ok = dsl::parseScheduleFile(diags, names, sched);
+  const char *noColor = std::getenv("NO_COLOR");
+  diags.print(std::cerr, isatty(2) && !(noColor && *noColor));
+  if (!ok)
+    return false;
+  for (const auto &[name, s] : sched) {
+    runtime::ScheduleOverride o;
+    o.parallelism = s.parallelism;
+    o.prefetch = s.prefetch;
+    o.cache = s.cache;
+    opts.schedule[name] = o;
+  }
+  return true;
+}
+
+/// --data-root and --source-path.
+bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
+  if (!f.dataRoot.empty()) {
+    struct stat st;
+    if (::stat(f.dataRoot.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      usageError("'--data-root' needs a directory; '" + f.dataRoot +
+                 "' is not one");
+      return false;
+    }
+    plan.baseDir =
+        f.dataRoot[0] == '/' ? f.dataRoot : cwd() + "/" + f.dataRoot;
+  }
+  std::vector<PathParam> params = pathParams(plan.source.op);
+  std::vector<std::string> names;
+  for (const PathParam &p : params)
+    names.push_back(p.name);
+  for (const std::string &v : f.sourcePaths) {
+    const PathParam *which = nullptr;
+    std::string path = v;
+    size_t eq = v.find('=');
+    if (eq != std::string::npos)
+      for (const PathParam &p : params)
+        if (v.compare(0, eq, p.name) == 0) {
+          which = &p;
+          path = v.substr(eq + 1);
+        }
+    if (!which) {
+      if (params.size() != 1) {
+        std::string list;
+        for (const std::string &n : names)
+          list += (list.empty() ? "" : ", ") + n + "=PATH";
+        usageError("the " + plan.source.op +
+                   " source reads several paths; write '--source-path " +
+                   list + "', got '" + v + "'");
+        return false;
+      }
+      which = &params[0];
+    }
+    if (path.empty()) {
+      usageError("'--source-path " + std::string(which->name) +
+                 "=PATH' needs a path");
+      return false;
+    }
+    // Relative to the current directory, as any path on a command line.
+    if (path[0] != '/' && path[0] != '~')
+      path = (which->glob ? globEscape(cwd()) : cwd()) + "/" + path;
+    plan.source.params.set(which->name, Value::string(path));
+  }
+  return true;
+}
+
+/// Parses the command line; -1 to go on, else the exit code.
+int parseCommandLine(CLI::App &app, int argc, char **argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::ArgumentMismatch &e) {
+    std::string what = e.what();
+    size_t over = what.find(" was given a disallowed flag override");
+    if (over != std::string::npos) {
+      std::string flag = what.substr(0, over);
+      if (flag.rfind("-", 0) != 0)
+        flag = (flag.size() > 1 ? "--" : "-") + flag;
+      return usageError("option '" + flag + "' takes no value");
+    }
+    size_t colon = what.find(':');
+    if (colon != std::string::npos && what.rfind("-", 0) == 0)
+      return usageError("option '" + what.substr(0, colon) +
+                        "' needs a value");
+    return usageError(what);
+  } catch (const CLI::ParseError &e) {
+    return usageError(e.what());
+  }
+  for (const std::string &extra : app.remaining()) {
+    if (extra.size() > 1 && extra[0] == '-') {
+      std::string name = extra.substr(0, extra.find('='));
+      std::vector<std::string> all;
+      for (const CLI::Option *o : app.get_options()) {
+        for (const std::string &l : o->get_lnames())
+          all.push_back("--" + l);
+        for (const std::string &s : o->get_snames())
+          all.push_back("-" + s);
+      }
+      std::string m = closestMatch(name, all);
+      if (name == "--disable-pass")
+        return usageError("'--disable-pass' is a compile-time flag: the "
+                          "passes ran when this executable was compiled "
+                          "(give it to `sluice compile`)");
+      return usageError("unknown option '" + name + "'" +
+                        (m.empty() ? "" : "; did you mean '" + m + "'?"));
+    }
+    return usageError("unexpected argument '" + extra +
+                      "' (the spec is built in; this program takes only "
+                      "options)");
+  }
+  return -1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string prog = argc > 0 && argv[0] ? argv[0] : "pipeline";
+  if (size_t slash = prog.rfind('/'); slash != std::string::npos)
+    prog = prog.substr(slash + 1);
+  setProgramName(prog);
+
+  nlohmann::json info = nlohmann::json::parse(
+      std::string(sluice_embedded_info, sluice_embedded_info_size), nullptr,
+      /*allow_exceptions=*/false);
+  if (info.is_discarded())
+    info = nlohmann::json::object();
+
+  ExeFlags f;
+  CLI::App app(describe(info, prog), prog);
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.option_defaults()->group("options")->disable_flag_override();
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.allow_extras();
+  app.footer(
+      "Paths: relative paths of the spec resolve against the spec's "
+      "directory at compile time\n(" +
+      std::string("shown by --print-plan as baseDir") +
+      "), or against --data-root DIR. --source-path replaces the\nsource's "
+      "files; a relative PATH is relative to the current directory.\n"
+      "exit codes: 0 ok, 1 pipeline or data error, 2 usage error");
+  addRunFlags(app, f.run);
+  app.add_option("--schedule", f.scheduleFile,
+                 "per-step parallelism/prefetch/cache overrides (a YAML "
+                 "schedule file, e.g. from `sluice tune`)")
+      ->type_name("FILE");
+  app.add_option("--data-root", f.dataRoot,
+                 "resolve the spec's relative data paths against DIR "
+                 "instead of the spec's directory")
+      ->type_name("DIR");
+  app.add_option("--source-path", f.sourcePaths,
+                 "read the source's data from PATH instead of what the spec "
+                 "names (its root, files or shards glob; idx: images=PATH, "
+                 "labels=PATH; repeatable)")
+      ->type_name("[PARAM=]PATH")
+      ->expected(1)
+      ->allow_extra_args(false) // one PATH each time
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--version", f.version,
+               "print what this executable was compiled from and exit");
+  app.add_flag("--print-plan", f.printPlan,
+               "print the embedded plan (JSON, after --data-root and "
+               "--source-path) and exit");
+
+  if (int rc = parseCommandLine(app, argc, argv); rc >= 0)
+    return rc;
+  if (f.version) {
+    std::cout << describe(info, prog);
+    return kExitOk;
+  }
+
+  Expected<runtime::Plan> plan = runtime::Plan::deserialize(
+      std::string(sluice_embedded_plan, sluice_embedded_plan_size));
+  if (!plan) {
+    std::cerr << prog << ": error: the embedded plan cannot be read ("
+              << plan.status().message()
+              << "); compile the executable again with this sluice\n";
+    return kExitData;
+  }
+  runtime::RunOptions opts;
+  if (!applyRunFlags(f.run, opts, "") || !applyDataFlags(f, *plan))
+    return kExitUsage;
+  if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
+    return kExitUsage;
+  if (f.printPlan) {
+    std::cout << plan->serialize() << "\n";
+    return kExitOk;
+  }
+#if SLUICE_HAVE_KERNEL_TABLE
+  opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
+#endif
+  return runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+}
