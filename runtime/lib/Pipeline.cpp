@@ -118,7 +118,7 @@ void Engine::applySchedule() {
     if (o.prefetch)
       s.prefetch = *o.prefetch;
     if (o.cache)
-      s.cache = *o.cache;
+      s.cache = *o.cache == "none" ? std::string() : *o.cache;
   };
   auto def = opts_.schedule.find("default");
   for (PlanStage *s : [&] {
@@ -129,6 +129,21 @@ void Engine::applySchedule() {
        }()) {
     if (def != opts_.schedule.end())
       apply(*s, def->second);
+    // A step the compiler fused from several ("a+b") takes the knobs of
+    // its spec steps in order (a schedule file names spec steps), then its
+    // own.
+    if (s->name.find('+') != std::string::npos) {
+      size_t start = 0;
+      for (;;) {
+        size_t plus = s->name.find('+', start);
+        auto part = opts_.schedule.find(s->name.substr(start, plus - start));
+        if (part != opts_.schedule.end())
+          apply(*s, part->second);
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
+    }
     auto it = opts_.schedule.find(s->name);
     if (it != opts_.schedule.end())
       apply(*s, it->second);
@@ -768,7 +783,8 @@ PipelineState Pipeline::state() const {
   s.rank = e.shared_.positional.rank;
   s.worldSize = e.shared_.positional.world;
   s.epoch = e.epoch_;
-  s.outputs = e.outputsInEpoch_ - e.skip_;
+  // Outputs still to drop were delivered by the run the state came from.
+  s.outputs = e.outputsInEpoch_ + e.skip_;
   int64_t rows = e.rowsInEpoch_;
   int64_t start = e.epochStart_;
   // At the end of an epoch, the next output is the next epoch's first.

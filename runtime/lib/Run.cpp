@@ -9,7 +9,10 @@
 #include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Sink.h"
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -107,7 +110,9 @@ private:
     l += ", " + std::to_string(s.outputs);
     if (totalOutputs_)
       l += "/" + std::to_string(*totalOutputs_);
-    l += " outputs, " + fmtRate(rate) + " records/s, " + fmtDuration(secs);
+    double outRate = secs > 0 ? static_cast<double>(s.outputs) / secs : 0;
+    l += " outputs, " + fmtRate(rate) + " records/s, " + fmtRate(outRate) +
+         " outputs/s, " + fmtDuration(secs);
     if (frac && *frac > 0 && *frac < 1)
       l += ", ETA " + fmtDuration(secs * (1 - *frac) / *frac);
     return l;
@@ -157,25 +162,109 @@ void printError(std::ostream &err, const std::string &msg) {
 
 } // namespace
 
+namespace {
+
+/// The signal that asked the current run to stop (0: none). Written by the
+/// handler, read by the run loop and its watchdog.
+std::atomic<int> gStopSignal{0};
+
+extern "C" void onStopSignal(int sig) {
+  int none = 0;
+  if (!gStopSignal.compare_exchange_strong(none, sig)) {
+    // A second signal: the default action now (async-signal-safe calls).
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
+}
+
+/// Installs the SIGINT/SIGTERM handlers for one run and restores the
+/// previous ones afterwards.
+class SignalScope {
+public:
+  explicit SignalScope(bool on) : on_(on) {
+    if (!on_)
+      return;
+    gStopSignal.store(0);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = onStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &oldInt_);
+    ::sigaction(SIGTERM, &sa, &oldTerm_);
+  }
+  ~SignalScope() {
+    if (!on_)
+      return;
+    ::sigaction(SIGINT, &oldInt_, nullptr);
+    ::sigaction(SIGTERM, &oldTerm_, nullptr);
+  }
+  int signal() const { return on_ ? gStopSignal.load() : 0; }
+
+private:
+  bool on_;
+  struct sigaction oldInt_, oldTerm_;
+};
+
+std::string signalName(int sig) {
+  return sig == SIGINT    ? "SIGINT (Ctrl-C)"
+         : sig == SIGTERM ? "SIGTERM"
+                          : "signal " + std::to_string(sig);
+}
+
+/// Source records read so far.
+int64_t recordsRead(const RunStats &s) {
+  return s.stages.empty() ? 0 : s.stages.front().read;
+}
+
+/// The final line: outputs, time, rates, epochs, threads, the sink.
+std::string finalLine(const RunStats &stats, const std::string &sinkSummary) {
+  double secs = stats.wallSeconds > 0 ? stats.wallSeconds : 0;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%lld outputs in %.2f s (%s records/s, %s outputs/s) over %lld "
+                "epoch%s with %lld threads",
+                static_cast<long long>(stats.outputs), secs,
+                fmtRate(secs > 0 ? recordsRead(stats) / secs : 0).c_str(),
+                fmtRate(secs > 0 ? stats.outputs / secs : 0).c_str(),
+                static_cast<long long>(stats.epochsDone),
+                stats.epochsDone == 1 ? "" : "s",
+                static_cast<long long>(stats.threads));
+  std::string l = line;
+  if (!sinkSummary.empty())
+    l += "; " + sinkSummary;
+  return l + "\n";
+}
+
+/// How long after a stop signal the run may take to wind down before the
+/// watchdog writes the index itself and ends the process.
+constexpr double kStopGraceSeconds = 0.8;
+
+} // namespace
+
 int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
                 std::ostream &err) {
-  Expected<std::unique_ptr<Sink>> sink = makeSink(opts.sink);
-  if (!sink) {
-    printError(err, sink.status().message());
+  SinkOptions sinkOpts;
+  sinkOpts.overwrite = opts.overwrite;
+  Expected<std::unique_ptr<Sink>> madeSink = makeSink(opts.sink, sinkOpts);
+  if (!madeSink) {
+    printError(err, madeSink.status().message());
     return 2; // a usage error: the --sink value
   }
+  Sink &sink = **madeSink;
   Expected<std::unique_ptr<Pipeline>> made = Pipeline::create(plan, opts);
   if (!made) {
     printError(err, made.status().message());
     return 1;
   }
   Pipeline &p = **made;
-  Status st = (*sink)->open(plan.name, p.outputType());
+  Status st = sink.open(plan.name, p.outputType());
   if (!st) {
     printError(err, st.message());
-    return 1;
+    return 2; // the destination: fix --sink or add --overwrite
   }
 
+  SignalScope signals(opts.handleSignals);
   bool tty = isatty(2) != 0;
   RunOptions::Progress mode = opts.progress;
   if (mode == RunOptions::Progress::Auto)
@@ -185,9 +274,69 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     progress = std::make_unique<Progress>(
         p, err, mode == RunOptions::Progress::Bar, opts.progressInterval);
 
+  // The sink is written by this thread; the watchdog takes it over (under
+  // sinkMu) only if a stop signal is not honoured within the grace period,
+  // e.g. while a step is busy with one huge record.
+  std::mutex sinkMu;
+  std::atomic<bool> finalizing{false};
+  bool abandoned = false; // guarded by sinkMu
+  std::atomic<bool> loopDone{false};
+  std::thread watchdog;
+  if (opts.handleSignals)
+    watchdog = std::thread([&] {
+      std::chrono::steady_clock::time_point seen{};
+      while (!loopDone.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        int sig = signals.signal();
+        if (!sig)
+          continue;
+        auto now = std::chrono::steady_clock::now();
+        if (seen == std::chrono::steady_clock::time_point{})
+          seen = now;
+        if (std::chrono::duration<double>(now - seen).count() <
+                kStopGraceSeconds ||
+            finalizing.exchange(true))
+          continue;
+        std::lock_guard<std::mutex> lock(sinkMu);
+        abandoned = true;
+        RunStats stats = p.stats();
+        RunOutcome outcome;
+        outcome.status = RunOutcome::Status::Interrupted;
+        outcome.reason = "interrupted by " + signalName(sig) + " after " +
+                         std::to_string(stats.outputs) +
+                         " outputs; a step was still busy " +
+                         std::to_string(kStopGraceSeconds) +
+                         " s later and was abandoned";
+        outcome.epochsDone = stats.epochsDone;
+        Status closed = sink.close(outcome);
+        if (progress)
+          err << "\n";
+        printError(err, outcome.reason);
+        if (!closed)
+          printError(err, closed.message());
+        out << "accounting at the interruption (records still inside "
+               "steps are in no column):\n"
+            << stats.accounting() << finalLine(stats, sink.summary());
+        out.flush();
+        err.flush();
+        std::fflush(nullptr);
+        ::_exit(128 + sig);
+      }
+    });
+
   Status failure;
+  int stopSignal = 0;
   Batch b;
-  for (int64_t n = 0; opts.stopAfter <= 0 || n < opts.stopAfter; ++n) {
+  bool stoppedEarly = false;
+  for (int64_t n = 0;; ++n) {
+    if ((stopSignal = signals.signal()))
+      break;
+    if (opts.stopAfter > 0 && n >= opts.stopAfter) {
+      stoppedEarly = true;
+      break;
+    }
+    // An output in hand when a signal comes is still written: every output
+    // the pipeline emitted reaches the sink, so the counts agree.
     Expected<bool> more = p.next(b);
     if (!more) {
       failure = more.status();
@@ -195,15 +344,29 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     }
     if (!*more)
       break;
-    Status w = (*sink)->write(b);
+    std::unique_lock<std::mutex> lock(sinkMu);
+    if (abandoned)
+      break;
+    Status w = sink.write(b);
     if (!w) {
       failure = w;
       break;
     }
   }
+  b = Batch();
   p.stop();
   if (progress)
     progress->finish();
+  if (finalizing.exchange(true)) {
+    // The watchdog is finishing the run and ends the process.
+    for (;;)
+      ::pause();
+  }
+  loopDone.store(true);
+  if (watchdog.joinable())
+    watchdog.join();
+  if (!stopSignal)
+    stopSignal = failure.isOk() ? 0 : signals.signal();
   if (!opts.saveStatePath.empty()) {
     std::ofstream f(opts.saveStatePath);
     f << p.state().toJson() << "\n";
@@ -212,27 +375,34 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
       return 1;
     }
   }
-  Status closed = (*sink)->close();
-  if (failure.isOk() && !closed)
-    failure = closed;
 
   RunStats stats = p.stats();
+  RunOutcome outcome;
+  outcome.epochsDone = stats.epochsDone;
+  if (stopSignal) {
+    outcome.status = RunOutcome::Status::Interrupted;
+    outcome.reason = "interrupted by " + signalName(stopSignal) + " after " +
+                     std::to_string(stats.outputs) + " outputs";
+  } else if (!failure.isOk()) {
+    outcome.status = RunOutcome::Status::Failed;
+    outcome.reason = failure.message();
+  } else if (stoppedEarly) {
+    outcome.status = RunOutcome::Status::Stopped;
+    outcome.reason = "stopped after " + std::to_string(stats.outputs) +
+                     " outputs, as asked (--stop-after)";
+  }
+  Status closed = sink.close(outcome);
   if (!failure.isOk())
     printError(err, failure.message());
+  if (stopSignal)
+    err << "sluice: " << outcome.reason << "\n";
+  if (!closed) {
+    printError(err, closed.message());
+    if (failure.isOk())
+      failure = closed;
+  }
   out << "accounting (read = emitted + filtered + skipped, per stage):\n"
-      << stats.accounting();
-  char line[160];
-  std::snprintf(line, sizeof(line),
-                "%lld outputs in %.2f s over %lld epoch%s with %lld threads",
-                static_cast<long long>(stats.outputs), stats.wallSeconds,
-                static_cast<long long>(stats.epochsDone),
-                stats.epochsDone == 1 ? "" : "s",
-                static_cast<long long>(stats.threads));
-  out << line;
-  std::string sinkSummary = (*sink)->summary();
-  if (!sinkSummary.empty())
-    out << "; " << sinkSummary;
-  out << "\n";
+      << stats.accounting() << finalLine(stats, sink.summary());
   if (opts.stats)
     out << "\n" << stats.table();
   if (!opts.statsJsonPath.empty()) {
@@ -248,6 +418,8 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     printError(err, balanced.message());
     return 1;
   }
+  if (stopSignal)
+    return 128 + stopSignal;
   return failure.isOk() ? 0 : 1;
 }
 

@@ -71,6 +71,14 @@ void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &f) {
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_flag("--no-jit", f.noJit,
+               "run the runtime's own kernels instead of compiling the "
+               "value-wise steps to native code (same output bytes; also "
+               "SLUICE_NO_JIT=1)");
+}
+
+std::string RunSetup::kernelSummary() const {
+  return kernels ? kernels->summary() : "kernels: off (--no-jit)";
 }
 
 int setupSpecRun(const SpecRunFlags &f, const std::string &command,
@@ -114,6 +122,15 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
     return kExitData;
   }
   rs.plan = plan.take();
+  if (!f.noJit && !compiler::jitDisabledByEnvironment()) {
+    auto kernels = compiler::JitKernels::compile(rs.plan);
+    if (!kernels) {
+      std::cerr << "sluice: error: " << kernels.status().message() << "\n";
+      return kExitData;
+    }
+    rs.kernels = kernels.take();
+    rs.opts.binder = rs.kernels->binder();
+  }
   return -1;
 }
 
@@ -166,13 +183,15 @@ CommandAction addExplainCommand(CLI::App &root) {
   };
   auto st = std::make_shared<State>();
   CLI::App *cmd = root.add_subcommand(
-      "explain", "print the compiled pipeline (the MLIR sluice dialect or "
-                 "the runtime plan)");
+      "explain", "print the compiled pipeline (the MLIR sluice dialect, the "
+                 "runtime plan or the generated kernels)");
   addSpecArg(*cmd, st->specs);
   cmd->add_option("--ir", st->opts.ir,
                   "which form: 'graph' (the sluice dialect after the graph "
-                  "passes, default) or 'plan' (the runtime plan as JSON)")
-      ->type_name("graph|plan");
+                  "passes, default), 'plan' (the runtime plan as JSON), "
+                  "'kernels' (the generated kernel functions, MLIR) or "
+                  "'llvm' (their optimized LLVM IR)")
+      ->type_name("FORM");
   cmd->add_flag("--print-ir-after-all", st->opts.printIrAfterAll,
                 "print the module after every graph pass");
   cmd->add_option("--disable-pass", st->opts.disabledPasses,
@@ -273,7 +292,13 @@ CommandAction addRunCommand(CLI::App &root) {
       return rc;
     if (!applyResumeFlags(*rf, rs.opts, "run"))
       return kExitUsage;
-    return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+    if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
+        (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)
+      return rc;
+    rc = runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+    if (rs.opts.stats)
+      std::cout << rs.kernelSummary() << "\n";
+    return rc;
   };
 }
 
@@ -343,7 +368,8 @@ int runBench(RunSetup &rs, double seconds) {
             << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
             << "  source records/s  " << recRate << "\n"
             << "  outputs/s         " << outRate << "\n"
-            << "  output MB/s       " << mbRate << "\n\n"
+            << "  output MB/s       " << mbRate << "\n"
+            << "  " << rs.kernelSummary() << "\n\n"
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {
     std::ofstream js(rs.opts.statsJsonPath);

@@ -48,9 +48,13 @@ void addRunFlags(CLI::App &cmd, RunFlags &f) {
       ->type_name("SIZE");
   cmd.add_option("--sink", f.sink,
                  "where outputs go: 'null' counts them (default); 'npy:DIR' "
-                 "writes one .npy file per field and output plus "
-                 "DIR/index.json")
+                 "writes one .npy file per field and output, then "
+                 "DIR/index.json saying whether the run completed (DIR and "
+                 "its parents are created)")
       ->type_name("null|npy:DIR");
+  cmd.add_flag("--overwrite", f.overwrite,
+               "clear a non-empty npy:DIR first (only if it holds nothing "
+               "but sluice npy output); without it such a DIR is refused");
   cmd.add_flag("--stats", f.stats,
                "print the per-stage table (time, records, bytes) after the "
                "run");
@@ -111,6 +115,8 @@ bool applyRunFlags(const RunFlags &f, runtime::RunOptions &opts,
     return false;
   }
   opts.sink = v;
+  opts.overwrite = f.overwrite;
+  opts.handleSignals = true;
   opts.statsJsonPath = f.statsJson;
   opts.stats = f.stats;
   if (f.quiet)

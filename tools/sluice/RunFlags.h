@@ -43,13 +43,15 @@ struct RunFlags {
   std::string statsJson;
   bool stats = false;
   bool quiet = false;
+  bool overwrite = false;
 };
 
-/// Registers --epochs, --threads, --memory, --sink, --stats, --stats-json
-/// and --quiet/-q on `cmd`, bound to `flags`.
+/// Registers --epochs, --threads, --memory, --sink, --overwrite, --stats,
+/// --stats-json and --quiet/-q on `cmd`, bound to `flags`.
 void addRunFlags(CLI::App &cmd, RunFlags &flags);
 
-/// Checks `flags` and applies them to `opts`. On a bad value prints a usage
+/// Checks `flags` and applies them to `opts` (and asks for SIGINT/SIGTERM
+/// handling: a command-line run stops cleanly on Ctrl-C). On a bad value prints a usage
 /// error (pointing at `command`'s help) and returns false.
 bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
                    const std::string &command);

@@ -26,12 +26,12 @@ namespace {
 const CommandRegistration kCommands[] = {
     addCheckCommand, addExplainCommand, addOpsCommand,
     addRunCommand,   addBenchCommand,   addCompileCommand,
+    addTuneCommand,
 };
 
 /// Commands DESIGN.md promises that are not built yet: a clear message
 /// instead of "unknown command". Remove an entry when its command lands.
 const std::map<std::string, std::string> kNotYet = {
-    {"tune", "autotuner"},
 };
 
 /// CLI11's help layout with sluice's lowercase usage line and the exit codes.

@@ -122,7 +122,9 @@ struct RunOptions {
   /// Overrides Plan::memoryBytes (0 = keep the plan's).
   int64_t memoryBytes = 0;
   /// Per-step overrides keyed by step name; "default" applies to all steps
-  /// (`--schedule FILE`, or the autotuner's trial schedules).
+  /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
+  /// compiler fused ("a+b") takes the entries of its spec steps a, b in
+  /// order, then its own; cache "none" means no cache.
   std::map<std::string, ScheduleOverride> schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
@@ -164,6 +166,15 @@ struct RunOptions {
   std::string saveStatePath;
   /// "null" (count only) or "npy:DIR".
   std::string sink = "null";
+  /// Clear a non-empty npy output folder first (`--overwrite`); without
+  /// it such a folder is refused (Sink.h).
+  bool overwrite = false;
+  /// Catch SIGINT/SIGTERM while running: stop within a second, keep the
+  /// complete outputs, write index.json saying the run was interrupted,
+  /// print the accounting and the reason, and return 130/143. A second
+  /// signal ends the process at once (no index.json: incomplete). The
+  /// previous handlers are restored when runPipeline() returns.
+  bool handleSignals = false;
   /// Print the per-stage table after the run (`--stats`).
   bool stats = false;
   /// Also write the counters as JSON to this file (`--stats-json FILE`).
@@ -261,7 +272,8 @@ private:
 /// `sluice run`: runs `plan` into opts.sink with progress on `err`, then
 /// prints the accounting (and the --stats table) to `out`. Returns the exit
 /// code: 0 ok, 1 pipeline/data error (printed to `err`, located in the spec
-/// or the data), 2 for a sink spec it does not understand.
+/// or the data), 2 for a sink it cannot or may not write to, 128 + the
+/// signal (130 SIGINT, 143 SIGTERM) when interrupted (opts.handleSignals).
 int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
                 std::ostream &err);
 
