@@ -1,5 +1,6 @@
 //===- Compiler.cpp - `sluice explain`, buildPlan and the graph passes ----===//
 #include "sluice/compiler/Compiler.h"
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/MLIRGen.h"
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/PlanGen.h"
@@ -10,6 +11,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_os_ostream.h"
 
+#include <chrono>
+#include <cstdio>
 #include <functional>
 
 using namespace mlir;
@@ -29,6 +32,14 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createEliminateNoops(EliminateNoopsOptions{remarks});
        }},
+      {"sluice-push-filters",
+       [](bool remarks) {
+         return createPushFilters(PushFiltersOptions{remarks});
+       }},
+      {"sluice-push-projections",
+       [](bool remarks) {
+         return createPushProjections(PushProjectionsOptions{remarks});
+       }},
       {"sluice-fuse-decode-crop",
        [](bool remarks) {
          return createFuseDecodeCrop(FuseDecodeCropOptions{remarks});
@@ -41,6 +52,10 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});
        }},
+      // After fuse-map-batch, so that the steps it moved behind a batch
+      // are grouped there.
+      {"sluice-fuse-maps",
+       [](bool remarks) { return createFuseMaps(FuseMapsOptions{remarks}); }},
   };
   return passes;
 }
@@ -126,6 +141,56 @@ private:
   ScopedDiagnosticHandler handler;
 };
 
+/// Runs one graph pass the way DuckDB's optimizer runs each rule: skipped
+/// when disabled, timed, and the module verified after it (a pass that
+/// leaves invalid IR is reported as the bug it is, naming the pass, instead
+/// of surfacing later as a confusing plan error). One wrapper for every
+/// pass, so a new pass gets all three by being listed in graphPasses().
+/// With `remarks`, says at the pipeline what it did: ran in how long, or
+/// was disabled.
+LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
+                           const GraphPass &pass, bool disabled, bool remarks,
+                           llvm::raw_ostream *printAfterAll) {
+  Location at = module.getLoc();
+  if (auto pipeline = module.getOps<ir::PipelineOp>(); !pipeline.empty())
+    at = (*pipeline.begin()).getLoc();
+  if (disabled) {
+    if (remarks)
+      emitRemark(at) << "pass '" << pass.name
+                     << "' is disabled (--disable-pass)";
+    return success();
+  }
+  PassManager pm(&ctx);
+  pm.enableVerifier(true);
+  if (printAfterAll) {
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+        /*printAfterOnlyOnFailure=*/false, *printAfterAll);
+  }
+  pm.addPass(pass.create(remarks));
+  auto start = std::chrono::steady_clock::now();
+  LogicalResult result = pm.run(module);
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  if (failed(result)) {
+    emitError(at) << "graph pass '" << pass.name
+                  << "' failed or left an invalid module; run again with "
+                     "--disable-pass "
+                  << pass.name << " and please report it with the spec";
+    return failure();
+  }
+  if (remarks) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", ms);
+    emitRemark(at) << "pass '" << pass.name << "' ran in " << buf
+                   << " ms; module verified";
+  }
+  return success();
+}
+
 /// The module of `spec` after the graph passes that `disabledPasses` leaves
 /// on; null after errors, which `diagnostics` holds. With `printAfterAll`,
 /// the module is printed there after every pass.
@@ -136,19 +201,11 @@ compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
   OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
   if (!module)
     return nullptr;
-  PassManager pm(&ctx);
-  if (printAfterAll) {
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
-        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
-        /*printAfterOnlyOnFailure=*/false, *printAfterAll);
-  }
   for (const GraphPass &pass : graphPasses())
-    if (!isDisabled(pass.name, disabledPasses))
-      pm.addPass(pass.create(remarks));
-  if (failed(pm.run(*module)))
-    return nullptr;
+    if (failed(runGraphPass(ctx, *module, pass,
+                            isDisabled(pass.name, disabledPasses), remarks,
+                            printAfterAll)))
+      return nullptr;
   return module;
 }
 
@@ -210,12 +267,8 @@ Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
 
 int explain(const dsl::Spec &spec, const ExplainOptions &opts,
             std::ostream &out, std::ostream &err) {
-  if (opts.ir == "kernels" || opts.ir == "llvm") {
-    err << "sluice: error: not implemented yet: --ir " << opts.ir
-        << " arrives with the codegen issue; --ir graph and --ir plan work\n";
-    return 2;
-  }
-  if (opts.ir != "graph" && opts.ir != "plan") {
+  if (opts.ir != "graph" && opts.ir != "plan" && opts.ir != "kernels" &&
+      opts.ir != "llvm") {
     err << "sluice: error: unknown --ir '" << opts.ir << "'"
         << didYouMean(opts.ir, {"graph", "plan", "kernels", "llvm"})
         << " (expected graph, plan, kernels or llvm)\n";
@@ -238,12 +291,20 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
     return 1;
   }
 
-  if (opts.ir == "plan") {
+  if (opts.ir == "plan" || opts.ir == "kernels" || opts.ir == "llvm") {
     FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
     diagnostics.flush();
     if (failed(plan))
       return 1;
-    out << plan->serialize();
+    if (opts.ir == "plan") {
+      out << plan->serialize();
+      return 0;
+    }
+    // The kernels the run would compile, as MLIR or as optimized LLVM IR.
+    if (Status s = printKernels(*plan, opts.ir, out); !s) {
+      err << "sluice: error: " << s.message() << "\n";
+      return 1;
+    }
     return 0;
   }
   diagnostics.flush();

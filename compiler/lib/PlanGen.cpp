@@ -155,6 +155,8 @@ public:
                           : "is the first stage but not a source");
       if (!stream)
         plan.source = std::move(*planStage);
+      else if (auto group = op.getAttrOfType<StringAttr>("sluice.fused"))
+        addFused(plan, group.getValue().str(), std::move(*planStage));
       else
         plan.stages.push_back(std::move(*planStage));
       stream = stage.getOutputStream();
@@ -167,6 +169,38 @@ public:
   }
 
 private:
+  /// A step of a sluice-fuse-maps group: the first opens a `fused_map`
+  /// stage named after the group (its position and knobs are the first
+  /// step's), the others join it; the stage's output type is the last's.
+  static void addFused(runtime::Plan &plan, const std::string &group,
+                       runtime::PlanStage step) {
+    if (plan.stages.empty() || plan.stages.back().name != group ||
+        plan.stages.back().op != "fused_map") {
+      runtime::PlanStage fused;
+      fused.name = group;
+      fused.op = "fused_map";
+      fused.kind = OpKind::Element;
+      fused.params = Value::map();
+      fused.params.set("steps", Value::list({}));
+      fused.inputType = step.inputType;
+      fused.loc = step.loc;
+      fused.parallelism = step.parallelism;
+      fused.prefetch = step.prefetch;
+      fused.cache = step.cache;
+      plan.stages.push_back(std::move(fused));
+    }
+    runtime::PlanStage &fused = plan.stages.back();
+    std::vector<Value> names = fused.params["steps"].items();
+    names.push_back(Value::string(step.name));
+    fused.params.set("steps", Value::list(std::move(names)));
+    fused.outputType = step.outputType;
+    fused.parallelism = std::max(fused.parallelism, step.parallelism);
+    fused.prefetch = std::max(fused.prefetch, step.prefetch);
+    if (!step.cache.empty())
+      fused.cache = step.cache;
+    fused.fused.push_back(std::move(step));
+  }
+
   FailureOr<runtime::PlanStage> buildStage(StageOpInterface stage) {
     Operation *op = stage.getOperation();
     runtime::PlanStage out;

@@ -1112,6 +1112,7 @@ void SpecChecker::parseBudget(const YNode &n, Spec &spec) {
 
 void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
   if (n.kind == YNode::Kind::Scalar) {
+    spec.scheduleAutoWritten = n.text == "auto";
     if (n.text != "auto")
       diags.error(n.loc, "'schedule' must be 'auto' or a mapping of steps to "
                          "settings, got '" +

@@ -1,6 +1,7 @@
 //===- ExprEval.cpp - Bytecode compiler and chunked interpreter -----------===//
 
 #include "sluice/ops/kernels/ExprEval.h"
+#include "sluice/ops/kernels/MathImpl.h"
 
 #include "Dispatch.h"
 
@@ -648,7 +649,7 @@ void CompiledExpr::run(int64_t len, const Load &load,
     case Op::ExpF:
       SLUICE_F_UN(std::exp(x[j]))
     case Op::LogF:
-      SLUICE_F_UN(std::log(x[j]))
+      SLUICE_F_UN(math::log(x[j])) // MathImpl.h: the JIT's log too
     case Op::Log1pF:
       SLUICE_F_UN(std::log1p(x[j]))
     case Op::SqrtF:

@@ -577,6 +577,29 @@ Expected<ElementFn> bindFilter(const PlanStage &s) {
 
 } // namespace
 
+/// A `fused_map` stage (sluice-fuse-maps) without generated code: its steps
+/// one after another, with the bytes of the unfused stages.
+Expected<ElementFn> bindFused(const PlanStage &s, const Plan &plan) {
+  if (s.fused.empty())
+    return bindError(s, "a fused stage without steps");
+  auto fns = std::make_shared<std::vector<ElementFn>>();
+  for (const PlanStage &step : s.fused) {
+    Expected<ElementFn> fn = bindElementOp(step, plan);
+    if (!fn)
+      return fn.status();
+    fns->push_back(fn.take());
+  }
+  return ElementFn(
+      [fns](Record &rec, const ElementContext &ctx) -> Expected<bool> {
+        for (const ElementFn &fn : *fns) {
+          Expected<bool> kept = fn(rec, ctx);
+          if (!kept || !*kept)
+            return kept;
+        }
+        return true;
+      });
+}
+
 Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {
   if (s.op == "select")
     return bindSelect(s);
@@ -588,6 +611,8 @@ Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {
     return bindFilter(s);
   if (s.kind != OpKind::Element)
     return bindError(s, "not a per-record step");
+  if (s.op == "fused_map")
+    return bindFused(s, plan);
 
   Expected<FieldIO> io = fieldIO(s);
   if (!io)

@@ -65,6 +65,8 @@ struct Shared {
   std::string tempDir;
   /// RunOptions::batchRowPlacement (and no SLUICE_NO_BATCH_PLACEMENT).
   bool batchRowPlacement = true;
+  /// RunOptions::directOutput (and no SLUICE_NO_DIRECT_OUTPUT).
+  bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
 
@@ -126,6 +128,27 @@ public:
   /// seen yet). May copy the record's fields into the batch buffer and
   /// replace them with views of their rows; leaves `rec` alone otherwise.
   virtual void place(uint64_t pos, Record &rec) = 0;
+  /// Direct output: before a worker processes the record expected at
+  /// `pos`, claims its row and returns views of it, one per field
+  /// (`rowViews`), and those the steps may write into (`targets`, for an
+  /// OutputTargetScope: the fields whose type no other field has, so a
+  /// result cannot land in another field's row); false (nothing claimed)
+  /// when the row is not open or already taken.
+  virtual bool claim(uint64_t pos, std::vector<Tensor> &rowViews,
+                     std::vector<Tensor> &targets) {
+    (void)pos;
+    (void)rowViews;
+    (void)targets;
+    return false;
+  }
+  /// Finishes a claimed row with the processed record: copies the fields
+  /// the steps did not write in place and makes them views of the row.
+  virtual void placeClaimed(uint64_t pos, Record &rec,
+                            const std::vector<Tensor> &rowViews) {
+    (void)pos;
+    (void)rec;
+    (void)rowViews;
+  }
 };
 
 class Stage {

@@ -130,16 +130,23 @@ Json recordTypeJson(const RecordType &t) {
 }
 
 Json stageJson(const PlanStage &s) {
-  return {{"name", textJson(s.name)},
-          {"op", textJson(s.op)},
-          {"kind", kindName(s.kind)},
-          {"params", valueJson(s.params)},
-          {"inputType", recordTypeJson(s.inputType)},
-          {"outputType", recordTypeJson(s.outputType)},
-          {"loc", locJson(s.loc)},
-          {"parallelism", s.parallelism},
-          {"prefetch", s.prefetch},
-          {"cache", textJson(s.cache)}};
+  Json j = {{"name", textJson(s.name)},
+            {"op", textJson(s.op)},
+            {"kind", kindName(s.kind)},
+            {"params", valueJson(s.params)},
+            {"inputType", recordTypeJson(s.inputType)},
+            {"outputType", recordTypeJson(s.outputType)},
+            {"loc", locJson(s.loc)},
+            {"parallelism", s.parallelism},
+            {"prefetch", s.prefetch},
+            {"cache", textJson(s.cache)}};
+  if (!s.fused.empty()) {
+    Json steps = Json::array();
+    for (const PlanStage &f : s.fused)
+      steps.push_back(stageJson(f));
+    j["fused"] = std::move(steps);
+  }
+  return j;
 }
 
 /// The number as a 64-bit signed integer; false for fractions, exponents
@@ -391,13 +398,27 @@ public:
     const Json *l = member(j, "loc", path);
     if (!params || !in || !outT || !l)
       return false;
-    return value(*params, path + ".params", out.params, 0) &&
-           recordType(*in, path + ".inputType", out.inputType) &&
-           recordType(*outT, path + ".outputType", out.outputType) &&
-           loc(*l, path + ".loc", out.loc) &&
-           getInt(j, "parallelism", path, out.parallelism) &&
-           getInt(j, "prefetch", path, out.prefetch) &&
-           getString(j, "cache", path, out.cache);
+    if (!(value(*params, path + ".params", out.params, 0) &&
+          recordType(*in, path + ".inputType", out.inputType) &&
+          recordType(*outT, path + ".outputType", out.outputType) &&
+          loc(*l, path + ".loc", out.loc) &&
+          getInt(j, "parallelism", path, out.parallelism) &&
+          getInt(j, "prefetch", path, out.prefetch) &&
+          getString(j, "cache", path, out.cache)))
+      return false;
+    // The steps of a fused stage (optional).
+    if (j.contains("fused")) {
+      const Json &fused = j["fused"];
+      if (!fused.is_array())
+        return fail(path + ".fused", "expected an array");
+      for (size_t i = 0; i < fused.size(); ++i) {
+        PlanStage f;
+        if (!stage(fused[i], path + ".fused[" + std::to_string(i) + "]", f))
+          return false;
+        out.fused.push_back(std::move(f));
+      }
+    }
+    return true;
   }
 
 private:

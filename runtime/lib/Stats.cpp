@@ -72,6 +72,8 @@ nlohmann::ordered_json StageStats::toJson() const {
                    {"peak_bytes", bufferBytesPeak}};
   if (rowsInPlace > 0)
     j["rows_in_place"] = rowsInPlace;
+  if (rowsDirect > 0)
+    j["rows_direct"] = rowsDirect;
   return j;
 }
 
@@ -273,6 +275,7 @@ StageStats StageCounters::snapshot() const {
   s.occupancyMax = ld(occupancyMax);
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
+  s.rowsDirect = ld(rowsDirect);
   return s;
 }
 

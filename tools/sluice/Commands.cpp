@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "ScheduleFile.h"
 
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
@@ -72,6 +73,14 @@ void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &f) {
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_flag("--no-jit", f.noJit,
+               "run the runtime's own kernels instead of compiling the "
+               "value-wise steps to native code (same output bytes; also "
+               "SLUICE_NO_JIT=1)");
+}
+
+std::string RunSetup::kernelSummary() const {
+  return kernels ? kernels->summary() : "kernels: off (--no-jit)";
 }
 
 int setupSpecRun(const SpecRunFlags &f, const std::string &command,
@@ -84,26 +93,9 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
   rs.spec = loadSpec(f.specs[0]);
   if (!rs.spec)
     return kExitUsage;
-  if (!f.scheduleFile.empty()) {
-    std::string text, err;
-    if (!dsl::readFile(f.scheduleFile, text, err)) {
-      std::cerr << "sluice: error: " << err << "\n";
-      return kExitUsage;
-    }
-    dsl::DiagnosticEngine diags(f.scheduleFile, std::move(text));
-    std::map<std::string, dsl::StepSchedule> sched;
-    bool ok = dsl::parseScheduleFile(diags, *rs.spec, sched);
-    diags.print(std::cerr, colorStderr());
-    if (!ok)
-      return kExitUsage;
-    for (const auto &[name, s] : sched) {
-      runtime::ScheduleOverride o;
-      o.parallelism = s.parallelism;
-      o.prefetch = s.prefetch;
-      o.cache = s.cache;
-      rs.opts.schedule[name] = o;
-    }
-  }
+  if (!f.scheduleFile.empty() &&
+      !applyScheduleFile(f.scheduleFile, *rs.spec, rs.opts))
+    return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), command);
   Expected<runtime::Plan> plan =
@@ -115,6 +107,15 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
     return kExitData;
   }
   rs.plan = plan.take();
+  if (!f.noJit && !compiler::jitDisabledByEnvironment()) {
+    auto kernels = compiler::JitKernels::compile(rs.plan);
+    if (!kernels) {
+      std::cerr << "sluice: error: " << kernels.status().message() << "\n";
+      return kExitData;
+    }
+    rs.kernels = kernels.take();
+    rs.opts.binder = rs.kernels->binder();
+  }
   return -1;
 }
 
@@ -195,13 +196,15 @@ CommandAction addExplainCommand(CLI::App &root) {
   };
   auto st = std::make_shared<State>();
   CLI::App *cmd = root.add_subcommand(
-      "explain", "print the compiled pipeline (the MLIR sluice dialect or "
-                 "the runtime plan)");
+      "explain", "print the compiled pipeline (the MLIR sluice dialect, the "
+                 "runtime plan or the generated kernels)");
   addSpecArg(*cmd, st->specs);
   cmd->add_option("--ir", st->opts.ir,
                   "which form: 'graph' (the sluice dialect after the graph "
-                  "passes, default) or 'plan' (the runtime plan as JSON)")
-      ->type_name("graph|plan");
+                  "passes, default), 'plan' (the runtime plan as JSON), "
+                  "'kernels' (the generated kernel functions, MLIR) or "
+                  "'llvm' (their optimized LLVM IR)")
+      ->type_name("FORM");
   cmd->add_flag("--print-ir-after-all", st->opts.printIrAfterAll,
                 "print the module after every graph pass");
   cmd->add_option("--disable-pass", st->opts.disabledPasses,
@@ -302,7 +305,13 @@ CommandAction addRunCommand(CLI::App &root) {
       return rc;
     if (!applyResumeFlags(*rf, rs.opts, "run"))
       return kExitUsage;
-    return runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+    if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
+        (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)
+      return rc;
+    rc = runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
+    if (rs.opts.stats)
+      std::cout << rs.kernelSummary() << "\n";
+    return rc;
   };
 }
 
@@ -372,7 +381,8 @@ int runBench(RunSetup &rs, double seconds) {
             << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
             << "  source records/s  " << recRate << "\n"
             << "  outputs/s         " << outRate << "\n"
-            << "  output MB/s       " << mbRate << "\n\n"
+            << "  output MB/s       " << mbRate << "\n"
+            << "  " << rs.kernelSummary() << "\n\n"
             << st.table();
   if (!rs.opts.statsJsonPath.empty()) {
     std::ofstream js(rs.opts.statsJsonPath);

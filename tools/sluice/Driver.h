@@ -12,11 +12,13 @@
 #define SLUICE_TOOLS_DRIVER_H
 
 #include "RunFlags.h"
+#include "sluice/compiler/Codegen.h"
 
 #include "sluice/dsl/Spec.h"
 #include "sluice/runtime/Plan.h"
 
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,15 @@ CommandAction addRunCommand(CLI::App &root);
 CommandAction addBenchCommand(CLI::App &root);
 /// `sluice compile` (Compile.cpp).
 CommandAction addCompileCommand(CLI::App &root);
+/// `sluice tune` (Tune.cpp).
+CommandAction addTuneCommand(CLI::App &root);
+
+/// `schedule: auto` for `sluice run` (Tune.cpp): profiles briefly, solves,
+/// and merges the chosen knobs into opts.schedule (`--stats` prints what and
+/// why to `out`). SLUICE_NO_AUTOTUNE=1 skips it. Returns -1 to go on, else
+/// an exit code.
+int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
+                      std::ostream &out, std::ostream &err);
 
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);
@@ -59,6 +70,8 @@ struct SpecRunFlags {
   RunFlags run;
   std::string scheduleFile;
   std::vector<std::string> disabledPasses;
+  /// --no-jit (or SLUICE_NO_JIT=1): the runtime's own kernels only.
+  bool noJit = false;
 };
 
 /// Registers SPEC, the run flags, --schedule and --disable-pass on `cmd`.
@@ -69,6 +82,12 @@ struct RunSetup {
   std::unique_ptr<dsl::Spec> spec;
   runtime::Plan plan;
   runtime::RunOptions opts;
+  /// Native kernels of the plan's value-wise steps (bound through
+  /// opts.binder); null with --no-jit. Must outlive the pipeline.
+  std::unique_ptr<compiler::JitKernels> kernels;
+
+  /// The codegen line of `--stats` ("kernels: 3 generated in ...").
+  std::string kernelSummary() const;
 };
 
 /// Checks the flags, loads the spec, applies the schedule file and builds

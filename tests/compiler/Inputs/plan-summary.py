@@ -5,6 +5,8 @@
       params KEY=VALUE ...     (VALUE* = not written in the spec: a default)
       in {field: elem[dims], ...}
       out {field: elem[dims], ...}
+      fused NAME op=OP loc=LINE:COL   (the steps of a fused_map stage)
+        params KEY=VALUE ...
 
 Floats print with a '.', strings quoted, so kinds stay visible. Usage:
 sluice explain SPEC --ir plan | plan-summary.py
@@ -57,6 +59,12 @@ def main():
         if s["kind"] != "source":
             print("  in " + record(s["inputType"]))
         print("  out " + record(s["outputType"]))
+        for f in s.get("fused", []):
+            print("  fused %s op=%s loc=%d:%d" % (f["name"], f["op"],
+                                                f["loc"][0], f["loc"][1]))
+            print("    params" + "".join(
+                " %s=%s%s" % (k, value(v), "" if "loc" in v else "*")
+                for k, v in f["params"]["v"]))
 
 
 if __name__ == "__main__":

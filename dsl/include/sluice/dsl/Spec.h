@@ -58,6 +58,10 @@ struct Spec {
   int64_t epochs = 1;
   Budget budget;
   bool scheduleAuto = true;
+  /// The spec says `schedule: auto` in so many words: `sluice run` then
+  /// profiles briefly and applies the autotuner's schedule (a spec without
+  /// `schedule:` runs with the runtime's defaults).
+  bool scheduleAutoWritten = false;
   /// Keyed by Step::name ("default" applies to every step).
   std::map<std::string, StepSchedule> schedule;
   SourceLoc loc; ///< the document start

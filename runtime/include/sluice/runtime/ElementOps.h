@@ -45,6 +45,10 @@ bool isPerRecordStep(const PlanStage &stage);
 /// `plan` gives the base directory for relative paths.
 Expected<ElementFn> bindElementOp(const PlanStage &stage, const Plan &plan);
 
+/// Binds a `fused_map` stage (PlanStage::fused) to its steps' kernels, run
+/// one after another (what bindElementOp does for it).
+Expected<ElementFn> bindFused(const PlanStage &stage, const Plan &plan);
+
 /// The random stream of a step: streamId(op, k) where k is the 1-based
 /// occurrence of the op among the steps, read from the step name ("random_flip"
 /// is 1, "random_flip.2" is 2). Stable under graph rewrites that keep names.

@@ -122,7 +122,9 @@ struct RunOptions {
   /// Overrides Plan::memoryBytes (0 = keep the plan's).
   int64_t memoryBytes = 0;
   /// Per-step overrides keyed by step name; "default" applies to all steps
-  /// (`--schedule FILE`, or the autotuner's trial schedules).
+  /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
+  /// compiler fused ("a+b") takes the entries of its spec steps a, b in
+  /// order, then its own; cache "none" means no cache.
   std::map<std::string, ScheduleOverride> schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
@@ -139,6 +141,13 @@ struct RunOptions {
   /// leaves all copying to the batch stage. The outputs are the same bytes
   /// either way; the batch stage's `rowsInPlace` counter shows its effect.
   bool batchRowPlacement = true;
+  /// Direct output (with batch row placement): the worker claims the
+  /// record's batch row before running its steps, and the fused image step
+  /// (decode + crop + epilogue) writes its result straight into that row:
+  /// no per-image tensor is allocated or copied. false (or
+  /// SLUICE_NO_DIRECT_OUTPUT=1) makes the step allocate its output and the
+  /// worker copy it into the row. Same bytes either way.
+  bool directOutput = true;
   /// Parallel parsing: a csv/tsv source read without `interleave` cuts
   /// each file into blocks of whole records (about 1 MiB) and parses them
   /// on the worker threads, several at a time, while records, errors and

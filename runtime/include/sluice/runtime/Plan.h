@@ -36,6 +36,11 @@ struct PlanStage {
   int64_t prefetch = -1;   ///< buffered outputs after the stage
   std::string cache;       ///< "", "memory" or "disk" after the stage
 
+  /// For a stage of op `fused_map` (sluice-fuse-maps): the value-wise steps
+  /// it runs, in order, each with its own name, parameters, types and spec
+  /// position. Empty for every other stage.
+  std::vector<PlanStage> fused;
+
   /// The op that messages about this step's records name: `op`, except for
   /// a step the compiler fused from several (named "a+b+...", '+' never
   /// being part of a step name), whose data errors are those of the first

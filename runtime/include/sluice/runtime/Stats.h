@@ -81,6 +81,9 @@ struct StageStats {
   /// batch: records the map stage before it had already written into their
   /// rows of the batch buffer (RunOptions::batchRowPlacement).
   int64_t rowsInPlace = 0;
+  /// batch: rows a step wrote its result straight into (direct output,
+  /// RunOptions::directOutput), a subset of rowsInPlace.
+  int64_t rowsDirect = 0;
 
   int64_t skippedTotal() const;
   bool balanced() const {
@@ -148,6 +151,7 @@ public:
   std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
   std::atomic<int64_t> parallelism{1};
   std::atomic<int64_t> rowsInPlace{0};
+  std::atomic<int64_t> rowsDirect{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);

@@ -139,6 +139,17 @@ public:
     std::string name;
   };
 
+
+  // The compiled program, for the code generator (compiler/lib/Codegen): it
+  // lowers the bytecode instruction by instruction, so generated kernels
+  // compute exactly what run() computes.
+  const std::vector<Instr> &code() const { return code_; }
+  const std::vector<Slot> &slots() const { return slots_; }
+  int32_t resultRegister() const { return resultReg_; }
+  bool resultIsInt() const { return resultIsInt_; }
+  /// map: the element type the expression was compiled for.
+  ElemType inputType() const { return inElem_; }
+
 private:
   template <typename Load>
   void run(int64_t len, const Load &load, std::vector<int64_t> &iregs,

@@ -1,0 +1,134 @@
+//===- Model.h - Operational analysis of a profiled pipeline ----*- C++ -*-===//
+//
+// From a Profile, the model predicts what any configuration (parallelism per
+// parallel stage, prefetch depths, one cache) would sustain, the way Plumber
+// does: each stage's capacity is the source records per second it can serve
+// (its cores divided by its seconds of work per source record, i.e. scaled by
+// the selectivity of everything before it); the pipeline runs at the minimum
+// over stages and over the CPU (all work per record times the rate must fit
+// on the cores); that stage is the bottleneck. Parallel stages do not scale
+// linearly: their speedup is a Universal Scalability Law curve fitted to the
+// measured probes by least squares (Eigen). A cache after step i divides the
+// work of everything before it by the number of epochs. Buffers are sized
+// from the measured variability of the rate feeding them (how many items a
+// dip costs), where tf.data's model reasons with M/M/1/K buffer waits.
+//
+// Stages here are "units": what the runtime runs as one stage (a parallel map
+// of fused per-record steps, or the serial work of one thread). Every figure
+// maps back to plan steps and, through them, to spec lines.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_AUTOTUNE_MODEL_H
+#define SLUICE_AUTOTUNE_MODEL_H
+
+#include "sluice/autotune/Profile.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::autotune {
+
+/// Universal Scalability Law: speedup(p) = p / (1 + sigma (p-1) + kappa p (p-1)).
+struct Usl {
+  double sigma = 0; ///< contention
+  double kappa = 0; ///< coherency
+  double speedup(double p) const;
+  /// The parallelism where the curve peaks (infinity when kappa is 0).
+  double peak() const;
+};
+
+/// Least-squares fit of (sigma, kappa) >= 0 to measured speedups; with one
+/// point beyond p = 1, kappa stays 0 (the data cannot tell them apart).
+/// `samples` are (p, seconds per record at p); the p = 1 point is required.
+Usl fitUsl(const std::vector<ScalingSample> &samples);
+
+/// A stage as the runtime runs it.
+struct Unit {
+  std::vector<size_t> steps; ///< plan step indices (0 = source)
+  bool parallel = false;
+  /// Pinned parallelism (0: free).
+  int64_t pinned = 0;
+  /// Entirely before the cache of the configuration: runs one epoch only.
+  bool beforeCache = false;
+};
+
+/// "decode_image, random_flip": the plan steps of a unit, for reports.
+std::string unitLabel(const Profile &p, const Unit &u);
+
+/// Where a cache may go.
+struct CacheOption {
+  int64_t after = -1; ///< plan step index; -1 = no cache
+  std::string to;     ///< "memory" or "disk"
+  int64_t bytes = 0;  ///< materialized size of the stream there, one epoch
+};
+
+/// A configuration the model evaluates and the solver chooses.
+struct Config {
+  /// Per unit (as returned by units() for this config's cache), its
+  /// parallelism (1 for serial units).
+  std::vector<int64_t> parallelism;
+  /// Prefetch depth per plan step index (only the buffered ones).
+  std::map<size_t, int64_t> prefetch;
+  CacheOption cache;
+};
+
+/// The stage graph of the profile when a cache follows `cacheAfter` (-1: no
+/// cache): a cache ends the fused group it falls in, as the runtime does.
+std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
+
+/// Every place a cache may go: after the source or a step, while everything
+/// up to it is deterministic and the epoch's size is known; memory and disk.
+std::vector<CacheOption> cacheOptions(const Profile &p);
+
+/// Materialized bytes of the stream after plan step `i` over one epoch (0
+/// when the epoch's size is unknown).
+int64_t materializedBytes(const Profile &p, size_t i);
+
+/// Seconds of work per source record of unit `u` at parallelism 1.
+double unitSeconds(const Profile &p, const Unit &u);
+/// The fitted scaling of a parallel unit (its steps' samples summed).
+Usl unitUsl(const Profile &p, const Unit &u);
+
+/// Buffered slots a parallel unit's reorder window holds at parallelism p.
+int64_t windowSlots(int64_t p, int64_t prefetch);
+/// Bytes per slot of a unit's window.
+double unitSlotBytes(const Profile &p, const Unit &u);
+
+/// Recommended buffer depth, in items, after a stage whose rate between
+/// sampling intervals of `window` seconds varies with coefficient of
+/// variation `cv`, at `itemsPerSecond`: enough buffered items to ride out a
+/// dip of two standard deviations for one interval, plus one; 1..64.
+int64_t queueDepth(double cv, double itemsPerSecond, double window = 0.05);
+
+/// Per-unit prediction.
+struct UnitPrediction {
+  std::string label;
+  std::vector<size_t> steps;
+  bool parallel = false;
+  int64_t parallelism = 1;
+  double secondsPerRecord = 0; ///< of work, epoch-averaged (cache)
+  double capacity = 0;         ///< source records/s it could serve
+  double utilization = 0;      ///< predicted throughput / capacity
+  int64_t memoryBytes = 0;     ///< its window and prefetch
+};
+
+/// What a configuration is predicted to do.
+struct Prediction {
+  double throughput = 0;       ///< source records/s
+  double outputsPerSecond = 0; ///< pipeline outputs/s
+  int bottleneck = -1;         ///< unit index; -1: the CPU
+  std::string bottleneckLabel;
+  double cpuCapacity = 0; ///< source records/s all cores could serve
+  int64_t memoryBytes = 0; ///< buffers + memory cache + fixed
+  int64_t diskBytes = 0;
+  std::vector<UnitPrediction> units;
+};
+
+/// Evaluates `c` on `cores` cores. `c.parallelism` must match the units of
+/// `c.cache.after`.
+Prediction predict(const Profile &p, const Config &c, int64_t cores);
+
+} // namespace sluice::autotune
+
+#endif // SLUICE_AUTOTUNE_MODEL_H

@@ -1,0 +1,168 @@
+//===- Profile.h - What a short probe run measured about each stage -*- C++ -*-===//
+//
+// The autotuner's input. A profile is taken by running the pipeline briefly
+// (bounded by seconds and by source records) at a few probe parallelisms and
+// reading the runtime's per-stage counters (sluice/runtime/Stats.h) at a
+// fixed interval: per step the wall and CPU time of its own work per element,
+// elements in and out (selectivity), bytes per element in and out, buffer
+// occupancy, and the variability of its rate between intervals; for the
+// pipeline the source's I/O rate and the throughput of every probe.
+//
+// Everything here is plain data, so the model and the solver can be tested
+// on synthetic profiles with known answers (tests/unit/autotune_*_test.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_AUTOTUNE_PROFILE_H
+#define SLUICE_AUTOTUNE_PROFILE_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/runtime/Pipeline.h"
+#include "sluice/runtime/Plan.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::autotune {
+
+/// A schedule in the runtime's override form, keyed by step name.
+using Schedule = std::map<std::string, runtime::ScheduleOverride>;
+
+/// One measured point of a parallel stage's scaling.
+struct ScalingSample {
+  int64_t parallelism = 1;
+  /// Seconds of its own work per source record, summed over its workers.
+  double secondsPerRecord = 0;
+};
+
+/// One plan stage (the source or a step; a fused step is one stage whose
+/// name joins its spec steps with '+').
+struct StepProfile {
+  std::string name;
+  std::string op;
+  std::string where;                  ///< "spec.yaml:12:5"
+  std::vector<std::string> specSteps; ///< the spec steps it stands for
+  bool source = false;
+  bool perRecord = false; ///< fused into map stages by the runtime
+  bool element = false;   ///< an element op (makes its map stage parallel)
+  /// Draws random numbers or reorders (shuffle): no cache may follow it,
+  /// and nothing after it is deterministic.
+  bool stochastic = false;
+  /// Prefetch / cache knobs the spec's schedule pins (-1 / "" = free;
+  /// cache "none" pinned is "-").
+  int64_t pinnedParallelism = 0;
+  int64_t pinnedPrefetch = -1;
+  std::string pinnedCache;
+  /// Starts a new thread of its own (a `prefetch` record op).
+  bool threadBoundary = false;
+
+  /// Input records the stage holds at most by design (a shuffle buffer, two
+  /// batches being assembled): counted in full against the memory budget.
+  int64_t heldRecords = 0;
+
+  double visits = 1;      ///< input elements per source record
+  double selectivity = 1; ///< elements out per element in
+  double bytesIn = 0;     ///< per input element
+  double bytesOut = 0;    ///< per output element
+  /// Seconds of own work per input element at parallelism 1 (wall time for
+  /// inline stages, thread CPU + wait for parallel ones).
+  double secondsPerElement = 0;
+  /// CPU seconds per input element.
+  double cpuPerElement = 0;
+  /// Coefficient of variation of the stage's rate between sampling
+  /// intervals (0 when too few samples).
+  double rateCv = 0;
+  double occupancyMean = 0;
+  int64_t bufferCapacity = 0;
+};
+
+/// One probe run.
+struct Probe {
+  std::string label;       ///< "p=1", "tuned", ...
+  int64_t parallelism = 0; ///< of every free parallel stage (0: a schedule)
+  double seconds = 0;      ///< measured window (after warm-up)
+  double sourceRecordsPerSecond = 0;
+  double outputsPerSecond = 0;
+  int64_t memoryPeak = 0; ///< budget-accounted bytes
+  int64_t sourceRecords = 0;
+  /// CPU seconds the whole process used in the window (getrusage), so
+  /// overheads no stage counter sees (hand-offs, allocation) are counted.
+  double processCpuSeconds = 0;
+  /// Elements the plan's last step read in the window: with a cache the
+  /// source stops reading after the first epoch, so throughput after a
+  /// cache is counted here (in source-record equivalents: / its visits).
+  int64_t lastStepInputs = 0;
+};
+
+/// A whole profile.
+struct Profile {
+  std::string pipeline;
+  std::string specFile;
+  int64_t hostCores = 1;
+  int64_t epochs = 1; ///< of the plan (-1: endless)
+  /// Source records per epoch, when the source knows.
+  std::optional<int64_t> sourceRecordsPerEpoch;
+  double sourceBytesPerSecond = 0; ///< the source's read rate
+  double outputsPerSourceRecord = 1;
+  std::vector<StepProfile> steps; ///< source first, stream order
+  /// Per plan step index: its measured scaling, for parallel steps.
+  std::map<size_t, std::vector<ScalingSample>> scaling;
+  std::vector<Probe> probes;
+  /// Bytes the pipeline's buffers hold besides the reorder windows and
+  /// prefetch queues the tuner sizes (shuffle buffer, batches...).
+  int64_t fixedMemoryBytes = 0;
+  /// Sequential write+read bandwidth of the disk cache directory.
+  double diskBytesPerSecond = 0;
+  int64_t diskFreeBytes = 0;
+  /// Counter cost per source record / work per source record.
+  double counterOverhead = 0;
+  double seconds = 0; ///< spent profiling
+  /// Process CPU seconds per source record at parallelism 1, and its ratio
+  /// to the CPU the stage counters account for (>= 1).
+  double processCpuPerRecord = 0;
+  double cpuOverheadFactor = 1;
+  /// Measured / modelled throughput, median over the probes: the model's
+  /// absolute level is set by what the probes achieved on this host (time
+  /// no counter sees: thread hand-offs, wake-ups, other processes on a
+  /// loaded machine); the model itself decides the relative merits of
+  /// configurations. 1 for a synthetic profile.
+  double calibration = 1;
+};
+
+/// How to profile.
+struct ProfileOptions {
+  /// Seconds per probe level, split over `rounds` interleaved windows.
+  double secondsPerProbe = 1.5;
+  int rounds = 2;
+  int64_t maxRecordsPerProbe = 200000;
+  /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
+  /// the budget is over 4).
+  std::vector<int64_t> parallelisms;
+  int64_t cores = 0; ///< 0: the plan's budget or the host
+  /// binder, memory, tempDir... (epochs, schedule and sink are set here).
+  runtime::RunOptions base;
+  /// "decode_image" -> "spec.yaml:7:5" for spec steps (fused names are split
+  /// on '+').
+  std::map<std::string, std::string> specWhere;
+};
+
+/// Runs `plan` at the probe parallelisms and measures it.
+Expected<Profile> profilePipeline(const runtime::Plan &plan,
+                                  const ProfileOptions &opts);
+
+/// Runs `plan` with `schedule` for up to `seconds` / `maxRecords` source
+/// records and measures its steady-state throughput (one Probe), sampling
+/// the counters every 50 ms. `samples` (optional) receives the snapshots.
+Expected<Probe> measure(const runtime::Plan &plan,
+                        const runtime::RunOptions &opts, double seconds,
+                        int64_t maxRecords,
+                        std::vector<runtime::RunStats> *samples = nullptr);
+
+/// Cores of this host.
+int64_t hostCores();
+
+} // namespace sluice::autotune
+
+#endif // SLUICE_AUTOTUNE_PROFILE_H

@@ -1,0 +1,73 @@
+//===- Solver.h - Choosing knobs under core and memory budgets --*- C++ -*-===//
+//
+// A mixed-integer program, solved with GLPK (Debian's libglpk), in the shape
+// of Plumber's: maximize the pipeline's throughput T subject to T times each
+// unit's work per record <= its capacity at the parallelism chosen for it
+// (one binary per unit and parallelism, so the measured, non-linear scaling
+// enters exactly), T times all CPU work per record <= the cores, the sum of
+// parallelism <= the cores, and every buffer's bytes plus the memory cache
+// <= the memory budget. The cache is a 0/1 choice per place (after a
+// deterministic prefix, memory or disk, or none); since a cache changes which
+// steps the runtime fuses, each choice carries its own unit variables and
+// only the chosen one's are active (a disjunctive program). Prefetch depths
+// are 0/1 choices among a few depths up to the queueing model's
+// recommendation, worth a small bonus each, so memory pressure shrinks them
+// first. Knobs pinned in the spec's `schedule:` are fixed variables.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_AUTOTUNE_SOLVER_H
+#define SLUICE_AUTOTUNE_SOLVER_H
+
+#include "sluice/autotune/Model.h"
+
+#include <string>
+#include <vector>
+
+namespace sluice::autotune {
+
+/// What the tuner may use.
+struct Budget {
+  int64_t cores = 1;
+  int64_t memoryBytes = 0; ///< 0: no limit
+  int64_t diskBytes = 0;   ///< free space for a disk cache (0: none)
+};
+
+/// Why a knob has its value, for reports and `--stats`.
+struct KnobChoice {
+  std::string step;  ///< plan step the knob is written on
+  std::string knob;  ///< "parallelism", "prefetch" or "cache"
+  std::string value; ///< "4", "memory", "none"
+  bool pinned = false;
+  std::string reason;
+};
+
+/// The solver's answer.
+struct Solution {
+  Config config;
+  Prediction prediction;
+  std::vector<KnobChoice> knobs;
+  /// What the budgets ruled out ("a memory cache after 'decode_image' (1.2
+  /// GiB) does not fit budget.memory 512 MiB").
+  std::vector<std::string> notes;
+  std::string status; ///< "optimal", ...
+  int variables = 0;
+  int constraints = 0;
+  double seconds = 0;
+};
+
+/// Solves for `budget`. Fails only when even the pinned knobs with the
+/// smallest buffers break the memory budget (the error says by how much).
+Expected<Solution> solve(const Profile &p, const Budget &budget);
+
+/// The runtime form of a configuration: parallelism on every element step of
+/// a parallel unit, prefetch and cache on their steps. Knobs equal to the
+/// runtime's defaults are still written, so a replay is exact.
+Schedule toSchedule(const Profile &p, const Config &c);
+
+/// The naive configuration: parallelism 1 everywhere, no prefetch, no cache
+/// (pinned knobs stay).
+Config naiveConfig(const Profile &p);
+
+} // namespace sluice::autotune
+
+#endif // SLUICE_AUTOTUNE_SOLVER_H

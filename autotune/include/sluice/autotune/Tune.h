@@ -1,0 +1,90 @@
+//===- Tune.h - The autotuner's entry point and its reports -----*- C++ -*-===//
+//
+// One entry point, like Halide's autoschedulers: tune() profiles a Plan,
+// solves for the budgets, runs the chosen schedule to measure it, and returns
+// everything the reports need. The writers turn a result into schedule.yaml
+// (replayable with `sluice run --schedule`, pasteable into the spec),
+// report.json (schema in docs/autotune.md), report.md and an SVG chart of
+// per-stage capacity against the pipeline's throughput. check() compares a
+// result against a baseline report.json for CI.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_AUTOTUNE_TUNE_H
+#define SLUICE_AUTOTUNE_TUNE_H
+
+#include "sluice/autotune/Solver.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace sluice::autotune {
+
+/// Version of report.json's schema (docs/autotune.md).
+constexpr int kReportVersion = 1;
+
+struct TuneOptions {
+  ProfileOptions profile;
+  /// Plan for this many cores / this memory (0: the spec's budget, else the
+  /// host). More cores than the host has: nothing is measured after solving.
+  int64_t cores = 0;
+  int64_t memoryBytes = 0;
+  /// Run the chosen schedule and measure it (`sluice tune` does).
+  bool verify = true;
+  double verifySeconds = 2.5;
+  /// Measure the whole run (all epochs) when it is predicted to take at most
+  /// this long; a steady-state window of verifySeconds otherwise.
+  double wholeRunSeconds = 8;
+};
+
+struct TuneResult {
+  Profile profile;
+  Budget budget;
+  std::string coresFrom;  ///< "--cores", "budget.cores", "host"
+  std::string memoryFrom; ///< "--memory", "budget.memory", "none"
+  bool otherHost = false; ///< planned for more cores than this host has
+  Solution solution;
+  Schedule schedule;
+  Prediction naive; ///< the naive configuration, predicted
+  std::optional<Probe> measured; ///< the chosen schedule, run
+  bool measuredWholeRun = false;  ///< over all epochs, not a window
+  double loadAverage = 0;        ///< 1-minute load when tuning started
+  double seconds = 0;            ///< the whole tune
+  /// When the budget is more cores than the host: what would limit and
+  /// what it would need.
+  std::string scaleAdvice;
+};
+
+/// Profiles, solves, and (opts.verify) measures the chosen schedule.
+Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts);
+
+/// The writers.
+std::string scheduleYaml(const TuneResult &r);
+nlohmann::json reportJson(const TuneResult &r);
+std::string reportMarkdown(const TuneResult &r);
+std::string reportSvg(const TuneResult &r);
+/// Writes the four files into `dir` (created if missing).
+Status writeReports(const TuneResult &r, const std::string &dir);
+
+/// `--check`: compares `current` (a report.json) against `baseline`.
+struct CheckResult {
+  bool ok = true;
+  std::string text; ///< readable diff, one line per finding
+};
+CheckResult check(const nlohmann::json &baseline, const nlohmann::json &current,
+                  double tolerance);
+
+/// What `schedule: auto` does in `sluice run`: a short profile, the solver,
+/// the schedule to apply and a paragraph saying what it chose and why.
+struct AutoSchedule {
+  Schedule schedule;
+  std::string explanation;
+  Prediction prediction;
+};
+Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
+                                    const TuneOptions &opts);
+
+} // namespace sluice::autotune
+
+#endif // SLUICE_AUTOTUNE_TUNE_H

@@ -1,0 +1,366 @@
+//===- Model.cpp - Operational analysis: capacities, scaling, buffers -----===//
+//
+// See Model.h. All rates are in source records per second, so stages before
+// and after a filter or a batch compare directly: a stage's work per source
+// record is its work per element times the elements it sees per source
+// record (its "visits", the product of the selectivities before it).
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Model.h"
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sluice::autotune {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+/// Bytes per second a memory cache replays at (a copy of the record's
+/// bookkeeping; the tensors are shared). Deliberately conservative.
+constexpr double kMemoryCacheBytesPerSecond = 4e9;
+} // namespace
+
+double Usl::speedup(double p) const {
+  if (p <= 1)
+    return std::max(p, 0.0);
+  return p / (1 + sigma * (p - 1) + kappa * p * (p - 1));
+}
+
+double Usl::peak() const {
+  if (kappa <= 0)
+    return kInf;
+  return std::sqrt(std::max(0.0, 1 - sigma) / kappa);
+}
+
+Usl fitUsl(const std::vector<ScalingSample> &samples) {
+  Usl u;
+  double s1 = 0;
+  for (const ScalingSample &s : samples)
+    if (s.parallelism == 1 && s.secondsPerRecord > 0)
+      s1 = s.secondsPerRecord;
+  if (s1 <= 0)
+    return u;
+  // p / speedup(p) - 1 = s_p / s_1 - 1 = sigma (p-1) + kappa p (p-1):
+  // linear in (sigma, kappa).
+  std::vector<std::pair<double, double>> pts; // (p, y)
+  for (const ScalingSample &s : samples)
+    if (s.parallelism > 1 && s.secondsPerRecord > 0)
+      pts.emplace_back(static_cast<double>(s.parallelism),
+                       s.secondsPerRecord / s1 - 1);
+  if (pts.empty())
+    return u;
+  auto fitSigmaOnly = [&] {
+    double num = 0, den = 0;
+    for (auto [p, y] : pts) {
+      num += (p - 1) * y;
+      den += (p - 1) * (p - 1);
+    }
+    return den > 0 ? num / den : 0.0;
+  };
+  // Distinct parallelisms decide whether kappa can be told from sigma.
+  std::vector<double> ps;
+  for (auto [p, y] : pts)
+    if (std::find(ps.begin(), ps.end(), p) == ps.end())
+      ps.push_back(p);
+  if (ps.size() >= 2) {
+    Eigen::MatrixXd a(static_cast<Eigen::Index>(pts.size()), 2);
+    Eigen::VectorXd b(static_cast<Eigen::Index>(pts.size()));
+    for (size_t i = 0; i < pts.size(); ++i) {
+      auto [p, y] = pts[i];
+      a(static_cast<Eigen::Index>(i), 0) = p - 1;
+      a(static_cast<Eigen::Index>(i), 1) = p * (p - 1);
+      b(static_cast<Eigen::Index>(i)) = y;
+    }
+    Eigen::Vector2d x = a.colPivHouseholderQr().solve(b);
+    u.sigma = x(0);
+    u.kappa = x(1);
+    if (u.kappa < 0) { // the least-squares optimum under kappa >= 0
+      u.kappa = 0;
+      u.sigma = fitSigmaOnly();
+    } else if (u.sigma < 0) { // then sigma = 0, kappa alone
+      double num = 0, den = 0;
+      for (auto [p, y] : pts) {
+        num += p * (p - 1) * y;
+        den += p * (p - 1) * p * (p - 1);
+      }
+      u.sigma = 0;
+      u.kappa = den > 0 ? std::max(0.0, num / den) : 0;
+    }
+  } else {
+    u.sigma = fitSigmaOnly();
+  }
+  // Faster than linear is measurement noise; slower than serial (sigma > 1)
+  // is contention the curve cannot express beyond "adding workers hurts".
+  u.sigma = std::clamp(u.sigma, 0.0, 1.0);
+  return u;
+}
+
+std::string unitLabel(const Profile &p, const Unit &u) {
+  std::string s;
+  for (size_t i : u.steps) {
+    if (!s.empty())
+      s += ", ";
+    s += p.steps[i].name;
+  }
+  return s;
+}
+
+std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
+  std::vector<Unit> out;
+  Unit serial;
+  std::vector<size_t> group;
+  bool heavy = false;
+  int64_t pinned = 0;
+  auto endSerial = [&] {
+    if (!serial.steps.empty())
+      out.push_back(serial);
+    serial = Unit();
+  };
+  auto flush = [&] {
+    if (group.empty())
+      return;
+    if (heavy) {
+      endSerial();
+      Unit u;
+      u.steps = group;
+      u.parallel = true;
+      u.pinned = pinned;
+      out.push_back(u);
+    } else {
+      for (size_t i : group)
+        serial.steps.push_back(i);
+      // An inline group with a prefetch gets a prefetch thread after it.
+      const StepProfile &last = p.steps[group.back()];
+      if (last.pinnedPrefetch > 0)
+        endSerial();
+    }
+    group.clear();
+    heavy = false;
+    pinned = 0;
+  };
+  auto cachedAfter = [&](size_t i) {
+    return static_cast<int64_t>(i) == cacheAfter ||
+           (!p.steps[i].pinnedCache.empty() && p.steps[i].pinnedCache != "-");
+  };
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    if (s.perRecord && !s.source) {
+      group.push_back(i);
+      if (s.element) {
+        heavy = true;
+        pinned = std::max(pinned, s.pinnedParallelism);
+      }
+      if (cachedAfter(i))
+        flush();
+      continue;
+    }
+    flush();
+    serial.steps.push_back(i);
+    if (s.threadBoundary || s.pinnedPrefetch > 0)
+      endSerial();
+  }
+  flush();
+  endSerial();
+  for (Unit &u : out)
+    u.beforeCache = cacheAfter >= 0 &&
+                    static_cast<int64_t>(u.steps.back()) <= cacheAfter;
+  return out;
+}
+
+int64_t materializedBytes(const Profile &p, size_t i) {
+  if (!p.sourceRecordsPerEpoch || i >= p.steps.size())
+    return 0;
+  const StepProfile &s = p.steps[i];
+  double perSource = s.visits * s.selectivity;
+  return static_cast<int64_t>(perSource * s.bytesOut *
+                              static_cast<double>(*p.sourceRecordsPerEpoch));
+}
+
+std::vector<CacheOption> cacheOptions(const Profile &p) {
+  std::vector<CacheOption> out;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    if (!s.pinnedCache.empty() && s.pinnedCache != "-") {
+      // The spec decided: that is the only option.
+      return {CacheOption{static_cast<int64_t>(i), s.pinnedCache,
+                          materializedBytes(p, i)}};
+    }
+  }
+  if (!p.sourceRecordsPerEpoch)
+    return out;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    // Never after a random op: the cache would replay one epoch's random
+    // choices in every epoch. Nothing after it is deterministic either.
+    if (s.stochastic || s.op == "repeat" || s.op == "take" ||
+        s.op == "cache" || s.threadBoundary)
+      break;
+    if (s.pinnedCache == "-")
+      continue;
+    int64_t bytes = materializedBytes(p, i);
+    out.push_back({static_cast<int64_t>(i), "memory", bytes});
+    out.push_back({static_cast<int64_t>(i), "disk", bytes});
+  }
+  return out;
+}
+
+double unitSeconds(const Profile &p, const Unit &u) {
+  double s = 0;
+  for (size_t i : u.steps)
+    s += p.steps[i].visits * p.steps[i].secondsPerElement;
+  return s;
+}
+
+Usl unitUsl(const Profile &p, const Unit &u) {
+  std::map<int64_t, double> sum;
+  std::map<int64_t, size_t> n;
+  for (size_t i : u.steps) {
+    auto it = p.scaling.find(i);
+    if (it == p.scaling.end())
+      continue;
+    for (const ScalingSample &s : it->second) {
+      sum[s.parallelism] += s.secondsPerRecord;
+      ++n[s.parallelism];
+    }
+  }
+  std::vector<ScalingSample> samples;
+  for (auto [par, secs] : sum)
+    if (n[par] == n.begin()->second)
+      samples.push_back({par, secs});
+  return fitUsl(samples);
+}
+
+int64_t windowSlots(int64_t p, int64_t prefetch) {
+  return std::max<int64_t>(16, p * 16) + std::max<int64_t>(0, prefetch);
+}
+
+double unitSlotBytes(const Profile &p, const Unit &u) {
+  const StepProfile &first = p.steps[u.steps.front()];
+  const StepProfile &last = p.steps[u.steps.back()];
+  return std::max(first.bytesIn, last.bytesOut);
+}
+
+int64_t queueDepth(double cv, double itemsPerSecond, double window) {
+  double items = 2 * std::max(0.0, cv) * std::max(0.0, itemsPerSecond) * window;
+  if (!std::isfinite(items))
+    return 64;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(items)) + 1, 1, 64);
+}
+
+namespace {
+
+double effectiveEpochs(const Profile &p) {
+  if (p.epochs < 0)
+    return 1000; // endless: the cached prefix runs once, practically never
+  return std::max<double>(1, static_cast<double>(p.epochs));
+}
+
+/// Seconds per source record the cache itself costs, epoch-averaged.
+double cacheSeconds(const Profile &p, const CacheOption &c) {
+  if (c.after < 0 || !p.sourceRecordsPerEpoch || *p.sourceRecordsPerEpoch <= 0)
+    return 0;
+  double e = effectiveEpochs(p);
+  double perRecord = static_cast<double>(c.bytes) /
+                     static_cast<double>(*p.sourceRecordsPerEpoch);
+  double bw = c.to == "disk" && p.diskBytesPerSecond > 0
+                  ? p.diskBytesPerSecond
+                  : kMemoryCacheBytesPerSecond;
+  // Written once (first epoch), read in the others.
+  return perRecord / bw * (1 / e + (e - 1) / e);
+}
+
+} // namespace
+
+Prediction predict(const Profile &p, const Config &c, int64_t cores) {
+  Prediction r;
+  std::vector<Unit> us = units(p, c.cache.after);
+  double e = effectiveEpochs(p);
+  double cpu = 0;
+  int64_t mem = p.fixedMemoryBytes;
+  r.throughput = kInf;
+  for (size_t k = 0; k < us.size(); ++k) {
+    const Unit &u = us[k];
+    UnitPrediction up;
+    up.label = unitLabel(p, u);
+    up.steps = u.steps;
+    up.parallel = u.parallel;
+    up.parallelism =
+        u.parallel ? (k < c.parallelism.size() ? c.parallelism[k] : 1) : 1;
+    double f = u.beforeCache ? 1 / e : 1;
+    up.secondsPerRecord = unitSeconds(p, u) * f;
+    double speed =
+        u.parallel ? unitUsl(p, u).speedup(static_cast<double>(up.parallelism))
+                   : 1.0;
+    up.capacity = up.secondsPerRecord > 0 ? speed / up.secondsPerRecord : kInf;
+    for (size_t i : u.steps)
+      cpu += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+    if (u.parallel) {
+      auto pf = c.prefetch.find(u.steps.back());
+      int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
+      up.memoryBytes = static_cast<int64_t>(
+          static_cast<double>(windowSlots(up.parallelism, depth)) *
+          unitSlotBytes(p, u));
+    }
+    mem += up.memoryBytes;
+    if (up.capacity < r.throughput) {
+      r.throughput = up.capacity;
+      r.bottleneck = static_cast<int>(k);
+    }
+    r.units.push_back(std::move(up));
+  }
+  // Prefetch stages (buffers not at the end of a parallel unit).
+  for (auto [i, depth] : c.prefetch) {
+    bool inWindow = false;
+    for (const Unit &u : us)
+      if (u.parallel && u.steps.back() == i)
+        inWindow = true;
+    if (!inWindow && depth > 0)
+      mem += static_cast<int64_t>(static_cast<double>(depth) *
+                                  p.steps[i].bytesOut);
+  }
+  double cacheCost = cacheSeconds(p, c.cache);
+  if (c.cache.after >= 0) {
+    UnitPrediction up;
+    up.label = "cache (" + c.cache.to + ") after " +
+               p.steps[static_cast<size_t>(c.cache.after)].name;
+    up.secondsPerRecord = cacheCost;
+    up.capacity = cacheCost > 0 ? 1 / cacheCost : kInf;
+    cpu += cacheCost;
+    if (up.capacity < r.throughput) {
+      r.throughput = up.capacity;
+      r.bottleneck = static_cast<int>(r.units.size());
+    }
+    r.units.push_back(std::move(up));
+    if (c.cache.to == "memory")
+      mem += c.cache.bytes;
+    else
+      r.diskBytes = c.cache.bytes;
+  }
+  cpu *= std::max(1.0, p.cpuOverheadFactor);
+  r.cpuCapacity = cpu > 0 ? static_cast<double>(cores) / cpu : kInf;
+  if (r.cpuCapacity < r.throughput) {
+    r.throughput = r.cpuCapacity;
+    r.bottleneck = -1;
+  }
+  // The probes' calibration scales every capacity alike.
+  double k = p.calibration > 0 ? p.calibration : 1;
+  r.throughput *= k;
+  r.cpuCapacity *= k;
+  for (UnitPrediction &up : r.units)
+    up.capacity *= k;
+  r.bottleneckLabel = r.bottleneck >= 0
+                          ? r.units[static_cast<size_t>(r.bottleneck)].label
+                          : "cpu (all " + std::to_string(cores) + " cores busy)";
+  for (UnitPrediction &up : r.units)
+    up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
+                         ? r.throughput / up.capacity
+                         : 0;
+  r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
+  r.memoryBytes = mem;
+  return r;
+}
+
+} // namespace sluice::autotune

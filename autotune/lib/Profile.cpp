@@ -1,0 +1,509 @@
+//===- Profile.cpp - Probe runs and what their counters say ----------------===//
+//
+// A probe is an ordinary Pipeline (so its buffers count against the memory
+// budget like any run) pulled by this thread while a sampler thread snapshots
+// the counters every 50 ms. The first 30% of the window is warm-up (JIT,
+// first files opened, buffers filling); the figures are the difference
+// between the last snapshot and the first one after warm-up.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Model.h"
+#include "sluice/autotune/Profile.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/ElementOps.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+
+namespace sluice::autotune {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t hostCores() {
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
+namespace {
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+/// Registry op of a spec step name ("map.2" -> "map").
+std::string opOfStep(const std::string &step) {
+  size_t dot = step.find('.');
+  return dot == std::string::npos ? step : step.substr(0, dot);
+}
+
+std::vector<std::string> splitPlus(const std::string &s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t plus = s.find('+', start);
+    out.push_back(s.substr(start, plus - start));
+    if (plus == std::string::npos)
+      break;
+    start = plus + 1;
+  }
+  return out;
+}
+
+StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
+                     bool isSource,
+                     const std::map<std::string, std::string> &specWhere) {
+  StepProfile s;
+  s.name = st.name;
+  s.op = st.op;
+  s.where = plan.where(st);
+  s.source = isSource;
+  s.specSteps = splitPlus(st.name);
+  if (!isSource) {
+    s.perRecord = runtime::isPerRecordStep(st);
+    s.element = st.kind == OpKind::Element;
+  }
+  for (const std::string &part : s.specSteps) {
+    const OpDef *d = Registry::instance().find(opOfStep(part));
+    if (d && d->stochastic)
+      s.stochastic = true;
+    auto w = specWhere.find(part);
+    if (w != specWhere.end() && s.specSteps.size() > 1)
+      s.where += " (" + part + " at " + w->second + ")";
+  }
+  if (const OpDef *d = Registry::instance().find(st.op); d && d->stochastic)
+    s.stochastic = true;
+  if (st.op == "shuffle")
+    s.stochastic = true;
+  s.threadBoundary = st.op == "prefetch";
+  // As the runtime's static memory check counts them (Stages.cpp).
+  if (st.op == "shuffle" && st.params["buffer"].isNumber())
+    s.heldRecords = st.params["buffer"].asInt();
+  if ((st.op == "batch" || st.op == "padded_batch") &&
+      st.params["size"].isNumber())
+    s.heldRecords = 2 * st.params["size"].asInt();
+  s.pinnedParallelism = st.parallelism;
+  s.pinnedPrefetch = st.prefetch;
+  s.pinnedCache = st.cache;
+  return s;
+}
+
+const runtime::StageStats *find(const runtime::RunStats &r,
+                                const std::string &name) {
+  for (const runtime::StageStats &s : r.stages)
+    if (s.name == name)
+      return &s;
+  return nullptr;
+}
+
+double cv(const std::vector<double> &xs) {
+  if (xs.size() < 3)
+    return 0;
+  double mean = 0;
+  for (double x : xs)
+    mean += x;
+  mean /= static_cast<double>(xs.size());
+  if (mean <= 0)
+    return 0;
+  double var = 0;
+  for (double x : xs)
+    var += (x - mean) * (x - mean);
+  var /= static_cast<double>(xs.size() - 1);
+  return std::sqrt(var) / mean;
+}
+
+/// Sequential write + read of a 16 MiB file in `dir`, bytes/s (0 on error).
+double diskBandwidth(const std::string &dir) {
+  std::string path = dir + "/sluice-tune-probe-" + std::to_string(::getpid());
+  std::vector<char> buf(1 << 20, 'x');
+  auto t = Clock::now();
+  {
+    std::ofstream f(path, std::ios::binary);
+    if (!f)
+      return 0;
+    for (int i = 0; i < 16; ++i)
+      f.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (!f)
+      return 0;
+  }
+  {
+    std::ifstream f(path, std::ios::binary);
+    while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())))
+      ;
+  }
+  double secs = since(t);
+  std::remove(path.c_str());
+  return secs > 0 ? 2.0 * 16 * (1 << 20) / secs : 0;
+}
+
+/// Cost of one step's counter updates per record: two clock reads and four
+/// relaxed atomic adds, as the map stage does per step and record.
+double counterCostSeconds() {
+  std::atomic<int64_t> a{0}, b{0}, c{0}, d{0};
+  const int n = 200000;
+  auto t = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    int64_t t0 = Clock::now().time_since_epoch().count();
+    a.fetch_add(1, std::memory_order_relaxed);
+    b.fetch_add(i, std::memory_order_relaxed);
+    int64_t t1 = Clock::now().time_since_epoch().count();
+    c.fetch_add(t1 - t0, std::memory_order_relaxed);
+    d.fetch_add(1, std::memory_order_relaxed);
+  }
+  return since(t) / n;
+}
+
+double processCpu() {
+  struct rusage u;
+  if (::getrusage(RUSAGE_SELF, &u) != 0)
+    return 0;
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+} // namespace
+
+Expected<Probe> measure(const runtime::Plan &plan,
+                        const runtime::RunOptions &opts, double seconds,
+                        int64_t maxRecords,
+                        std::vector<runtime::RunStats> *samplesOut) {
+  Expected<std::unique_ptr<runtime::Pipeline>> made =
+      runtime::Pipeline::create(plan, opts);
+  if (!made)
+    return made.status();
+  std::unique_ptr<runtime::Pipeline> p = made.take();
+  std::vector<runtime::RunStats> samples;
+  std::vector<double> times, cpus;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::atomic<bool> enough{false};
+  auto start = Clock::now();
+  double cpu0 = processCpu();
+  double firstOut = -1;
+  std::thread sampler([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!done) {
+      cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return done; });
+      runtime::RunStats st = p->stats();
+      double t = since(start);
+      int64_t read = st.stages.empty() ? 0 : st.stages.front().emitted;
+      samples.push_back(std::move(st));
+      times.push_back(t);
+      cpus.push_back(processCpu());
+      // Long enough once `seconds` passed and outputs have flowed for most
+      // of it (opening a large source can take longer than a probe), or
+      // the record cap is hit, or a hard cap.
+      if (firstOut < 0 && samples.back().outputs > 0)
+        firstOut = t;
+      if (read >= maxRecords || t >= std::max(30.0, 10 * seconds) ||
+          (firstOut >= 0 && t >= seconds && t - firstOut >= 0.7 * seconds))
+        enough = true;
+    }
+  });
+  runtime::Batch batch;
+  Status error = Status::ok();
+  bool ended = false;
+  while (!enough.load()) {
+    Expected<bool> more = p->next(batch);
+    if (!more) {
+      error = more.status();
+      break;
+    }
+    if (!*more) {
+      ended = true;
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  sampler.join();
+  runtime::RunStats last = p->stats();
+  double lastT = since(start);
+  p->stop();
+  if (!error)
+    return error;
+  samples.push_back(last);
+  times.push_back(lastT);
+  cpus.push_back(processCpu());
+  // First snapshot after warm-up with some output.
+  size_t w = 0;
+  double warm = std::max(0.3 * std::min(seconds, lastT),
+                         firstOut >= 0 ? firstOut : 0.0);
+  while (w + 1 < samples.size() &&
+         (times[w] < warm || samples[w].outputs == 0))
+    ++w;
+  if (w + 1 >= samples.size() || ended)
+    w = 0; // a short run: measure it whole
+  const runtime::RunStats &a = samples[w], &b = samples.back();
+  double t0 = w == 0 ? 0 : times[w];
+  Probe pr;
+  pr.seconds = times.back() - t0;
+  int64_t srcA = w == 0 || a.stages.empty() ? 0 : a.stages.front().emitted;
+  int64_t srcB = b.stages.empty() ? 0 : b.stages.front().emitted;
+  pr.sourceRecords = srcB - srcA;
+  int64_t outA = w == 0 ? 0 : a.outputs;
+  if (pr.seconds > 0) {
+    pr.sourceRecordsPerSecond = static_cast<double>(pr.sourceRecords) / pr.seconds;
+    pr.outputsPerSecond = static_cast<double>(b.outputs - outA) / pr.seconds;
+  }
+  pr.memoryPeak = b.memoryPeak;
+  const std::string &lastName =
+      plan.stages.empty() ? plan.source.name : plan.stages.back().name;
+  const runtime::StageStats *la = w == 0 ? nullptr : find(a, lastName);
+  const runtime::StageStats *lb = find(b, lastName);
+  if (lb)
+    pr.lastStepInputs =
+        (plan.stages.empty() ? lb->elementsOut : lb->elementsIn) -
+        (la ? (plan.stages.empty() ? la->elementsOut : la->elementsIn) : 0);
+  pr.processCpuSeconds = cpus.back() - (w == 0 ? cpu0 : cpus[w]);
+  if (samplesOut) {
+    samplesOut->assign(samples.begin() + static_cast<long>(w), samples.end());
+    if (w == 0) // the baseline is "nothing yet"
+      samplesOut->insert(samplesOut->begin(), runtime::RunStats());
+  }
+  return pr;
+}
+
+Expected<Profile> profilePipeline(const runtime::Plan &plan,
+                                  const ProfileOptions &opts) {
+  auto t0 = Clock::now();
+  Profile prof;
+  prof.pipeline = plan.name;
+  prof.specFile = plan.specFile;
+  prof.hostCores = hostCores();
+  prof.epochs = opts.base.epochs ? *opts.base.epochs : plan.epochs;
+  int64_t cores = opts.cores > 0 ? opts.cores
+                  : plan.cores > 0 ? plan.cores
+                                   : prof.hostCores;
+  cores = std::min(cores, prof.hostCores);
+  prof.steps.push_back(describe(plan, plan.source, true, opts.specWhere));
+  for (const runtime::PlanStage &st : plan.stages)
+    prof.steps.push_back(describe(plan, st, false, opts.specWhere));
+
+  std::vector<int64_t> levels = opts.parallelisms;
+  if (levels.empty()) {
+    levels = {1};
+    if (cores > 4)
+      levels.push_back(4);
+    if (cores > 1)
+      levels.push_back(cores);
+  }
+
+  std::vector<Unit> us = units(prof, -1);
+  struct Window {
+    int64_t level;
+    std::vector<runtime::RunStats> samples;
+    Probe probe;
+  };
+  std::vector<Window> windows;
+  // Levels interleave (1, cores, 1, cores): a burst of load from other
+  // processes then spreads over all levels instead of skewing one.
+  int rounds = std::max(1, opts.rounds);
+  double windowSeconds = opts.secondsPerProbe / rounds;
+  std::vector<int64_t> order;
+  for (int r = 0; r < rounds; ++r)
+    order.insert(order.end(), levels.begin(), levels.end());
+  for (size_t n = 0; n < order.size(); ++n) {
+    int64_t level = order[n];
+    runtime::RunOptions o = opts.base;
+    o.epochs = prof.epochs < 0 ? -1 : 1000000;
+    o.threads = cores;
+    o.progress = runtime::RunOptions::Progress::Off;
+    o.stats = false;
+    o.statsJsonPath.clear();
+    for (const Unit &u : us)
+      if (u.parallel && u.pinned == 0)
+        for (size_t i : u.steps)
+          if (prof.steps[i].element)
+            o.schedule[prof.steps[i].name].parallelism = level;
+    Window win;
+    win.level = level;
+    Expected<Probe> pr =
+        measure(plan, o, windowSeconds, opts.maxRecordsPerProbe / rounds,
+                &win.samples);
+    if (!pr)
+      return pr.status();
+    win.probe = *pr;
+    win.probe.label = "p=" + std::to_string(level) +
+                      (rounds > 1 ? " #" + std::to_string(n / levels.size() + 1)
+                                  : "");
+    win.probe.parallelism = level;
+    if (win.probe.sourceRecords <= 0)
+      return Status::error("the pipeline read no records during the " +
+                           std::to_string(opts.secondsPerProbe) +
+                           " s profile; is the source empty?");
+    prof.probes.push_back(win.probe);
+    windows.push_back(std::move(win));
+  }
+
+  // Per step figures from the p = 1 probe; scaling from all of them.
+  const Window &base = windows.front();
+  const runtime::RunStats &a = base.samples.front(), &b = base.samples.back();
+  double src = static_cast<double>(base.probe.sourceRecords);
+  for (size_t i = 0; i < prof.steps.size(); ++i) {
+    StepProfile &s = prof.steps[i];
+    const runtime::StageStats *sa = find(a, s.name), *sb = find(b, s.name);
+    if (!sb)
+      continue;
+    runtime::StageStats zero;
+    if (!sa)
+      sa = &zero;
+    double in = static_cast<double>(sb->elementsIn - sa->elementsIn);
+    double out = static_cast<double>(sb->elementsOut - sa->elementsOut);
+    if (s.source) {
+      in = out; // the source reads what it emits
+      s.visits = 1;
+    } else {
+      s.visits = src > 0 ? in / src : 0;
+    }
+    s.selectivity = in > 0 ? out / in : 1;
+    s.bytesIn = in > 0 ? static_cast<double>(sb->bytesIn - sa->bytesIn) / in : 0;
+    s.bytesOut =
+        out > 0 ? static_cast<double>(sb->bytesOut - sa->bytesOut) / out : 0;
+    double wall = sb->wallSeconds - sa->wallSeconds;
+    double cpu = sb->cpuSeconds - sa->cpuSeconds;
+    s.secondsPerElement = in > 0 ? wall / in : 0;
+    s.cpuPerElement = in > 0 ? cpu / in : 0;
+    s.occupancyMean = sb->occupancyMean;
+    s.bufferCapacity = sb->bufferCapacity;
+    if (s.source && wall > 0)
+      prof.sourceBytesPerSecond =
+          static_cast<double>(sb->bytesOut - sa->bytesOut) / wall;
+    // Rate variability between sampling intervals.
+    std::vector<double> rates;
+    for (size_t k = 1; k < base.samples.size(); ++k) {
+      const runtime::StageStats *x = find(base.samples[k - 1], s.name);
+      const runtime::StageStats *y = find(base.samples[k], s.name);
+      if (x && y)
+        rates.push_back(static_cast<double>(y->elementsIn - x->elementsIn));
+    }
+    s.rateCv = cv(rates);
+  }
+  prof.outputsPerSourceRecord =
+      src > 0 ? base.probe.outputsPerSecond * base.probe.seconds / src : 1;
+  // Per step and parallelism: work per record summed over the windows of
+  // that level, divided by their records.
+  std::map<std::pair<size_t, int64_t>, std::pair<double, double>> levelWork;
+  for (const Window &w : windows) {
+    const runtime::RunStats &wa = w.samples.front(), &wb = w.samples.back();
+    double wsrc = static_cast<double>(w.probe.sourceRecords);
+    for (const Unit &u : us) {
+      if (!u.parallel)
+        continue;
+      for (size_t i : u.steps) {
+        const runtime::StageStats *sa = find(wa, prof.steps[i].name);
+        const runtime::StageStats *sb = find(wb, prof.steps[i].name);
+        if (!sb || wsrc <= 0)
+          continue;
+        double wall = sb->wallSeconds - (sa ? sa->wallSeconds : 0);
+        int64_t par = u.pinned > 0 ? u.pinned : w.level;
+        auto &acc = levelWork[{i, par}];
+        acc.first += wall;
+        acc.second += wsrc;
+      }
+    }
+  }
+  for (const auto &[key, acc] : levelWork)
+    if (acc.second > 0)
+      prof.scaling[key.first].push_back({key.second, acc.first / acc.second});
+  // A pinned unit was measured at its pinned parallelism: its per-record
+  // cost at p = 1 is unknown, so model it as linear from there.
+  for (const Unit &u : us)
+    if (u.parallel && u.pinned > 1)
+      for (size_t i : u.steps) {
+        std::vector<ScalingSample> &v = prof.scaling[i];
+        if (!v.empty())
+          v = {{1, v.front().secondsPerRecord}};
+      }
+
+  prof.sourceRecordsPerEpoch = std::nullopt;
+  {
+    Expected<std::unique_ptr<runtime::Pipeline>> p =
+        runtime::Pipeline::create(plan, opts.base);
+    if (p) {
+      std::optional<int64_t> all = (*p)->expectedSourceRecords();
+      int64_t e = (*p)->epochs();
+      if (all && e > 0)
+        prof.sourceRecordsPerEpoch = *all / e;
+    }
+  }
+  // Memory the tuner does not size: the p = 1 probe's peak minus its
+  // windows and prefetch queues.
+  int64_t sized = 0;
+  for (const Unit &u : us)
+    if (u.parallel)
+      sized += static_cast<int64_t>(
+          static_cast<double>(windowSlots(u.pinned > 0 ? u.pinned : 1,
+                                          std::max<int64_t>(
+                                              0, prof.steps[u.steps.back()]
+                                                     .pinnedPrefetch))) *
+          unitSlotBytes(prof, u));
+  // A short probe may not fill a shuffle buffer: count held records in full.
+  double held = 0;
+  for (const StepProfile &s : prof.steps)
+    held += static_cast<double>(s.heldRecords) * s.bytesIn;
+  prof.fixedMemoryBytes = std::max<int64_t>(
+      static_cast<int64_t>(held),
+      std::max<int64_t>(0, base.probe.memoryPeak - sized));
+
+  std::string dir = opts.base.tempDir;
+  if (dir.empty()) {
+    const char *t = std::getenv("TMPDIR");
+    dir = t && *t ? t : "/tmp";
+  }
+  prof.diskBytesPerSecond = diskBandwidth(dir);
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) == 0)
+    prof.diskFreeBytes = static_cast<int64_t>(vfs.f_bavail) *
+                         static_cast<int64_t>(vfs.f_frsize);
+
+  double accounted = 0, visits = 0;
+  for (const StepProfile &s : prof.steps) {
+    accounted += s.visits * s.cpuPerElement;
+    visits += s.visits;
+  }
+  prof.processCpuPerRecord = base.probe.processCpuSeconds / src;
+  prof.cpuOverheadFactor =
+      accounted > 0 ? std::max(1.0, prof.processCpuPerRecord / accounted) : 1;
+  double work = std::max(prof.processCpuPerRecord, accounted);
+  prof.counterOverhead = work > 0 ? visits * counterCostSeconds() / work : 0;
+
+  // Calibrate the model's level on the probes (see Profile::calibration).
+  std::vector<double> ratios;
+  for (const Window &w : windows) {
+    Config c;
+    for (size_t i = 0; i < prof.steps.size(); ++i)
+      if (prof.steps[i].pinnedPrefetch >= 0)
+        c.prefetch[i] = prof.steps[i].pinnedPrefetch;
+    for (const CacheOption &o : cacheOptions(prof))
+      if (!prof.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+        c.cache = o;
+    for (const Unit &u : units(prof, c.cache.after))
+      c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
+    double model = predict(prof, c, cores).throughput;
+    if (model > 0 && std::isfinite(model) && w.probe.sourceRecordsPerSecond > 0)
+      ratios.push_back(w.probe.sourceRecordsPerSecond / model);
+  }
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    size_t n = ratios.size();
+    double med = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    prof.calibration = std::clamp(med, 0.02, 2.0);
+  }
+  prof.seconds = since(t0);
+  return prof;
+}
+
+} // namespace sluice::autotune

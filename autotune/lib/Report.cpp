@@ -1,0 +1,555 @@
+//===- Report.cpp - schedule.yaml, report.json, report.md, chart.svg, check ===//
+//
+// Four views of one TuneResult. report.json is the machine-readable one (its
+// schema is versioned and documented in docs/autotune.md) and what `--check`
+// compares; report.md is what a person reads in a CI log or a PR comment;
+// the SVG shows each stage's capacity against the pipeline's throughput on a
+// log scale, the bottleneck in red.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Tune.h"
+#include "sluice/runtime/Memory.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sys/stat.h>
+
+namespace sluice::autotune {
+
+using nlohmann::json;
+
+namespace {
+
+std::string fmt(double v, const char *f = "%.1f") {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+/// 91.6k, 2.06M, 512.
+std::string human(double v) {
+  if (v >= 1e6)
+    return fmt(v / 1e6, "%.3gM");
+  if (v >= 1e3)
+    return fmt(v / 1e3, "%.3gk");
+  return fmt(v, "%.3g");
+}
+
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string xmlEscape(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
+  }
+  return o;
+}
+
+/// "file:line" of a unit's first step, for labels.
+std::string unitWhere(const Profile &p, const UnitPrediction &u) {
+  if (u.steps.empty())
+    return "";
+  std::string w = p.steps[u.steps.front()].where;
+  size_t paren = w.find(" (");
+  return paren == std::string::npos ? w : w.substr(0, paren);
+}
+
+double predictionError(const TuneResult &r) {
+  if (!r.measured || r.measured->sourceRecordsPerSecond <= 0)
+    return NAN;
+  return (r.solution.prediction.throughput -
+          r.measured->sourceRecordsPerSecond) /
+         r.measured->sourceRecordsPerSecond;
+}
+
+} // namespace
+
+std::string scheduleYaml(const TuneResult &r) {
+  std::string s = "# Tuned by `sluice tune` for " + r.profile.specFile + ": " +
+                  std::to_string(r.budget.cores) + " cores, memory " +
+                  (r.budget.memoryBytes > 0
+                       ? runtime::formatBytes(r.budget.memoryBytes)
+                       : std::string("unlimited")) +
+                  ".\n# Replay: sluice run SPEC --schedule THIS_FILE; or paste "
+                  "the schedule: mapping into the spec\n# (a step named in a "
+                  "spec's schedule is not fused with its neighbours).\n";
+  s += "pipeline: " + r.profile.pipeline + "\nschedule:\n";
+  if (r.schedule.empty())
+    s += "  {}\n";
+  // Fused plan stages ("a+b") are written under each spec step: parallelism
+  // on all of them, prefetch and cache on the last (where they act).
+  std::map<std::string, runtime::ScheduleOverride> bySpec;
+  for (const auto &[name, o] : r.schedule) {
+    std::vector<std::string> parts;
+    for (const StepProfile &st : r.profile.steps)
+      if (st.name == name)
+        parts = st.specSteps;
+    if (parts.empty())
+      parts = {name};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      runtime::ScheduleOverride &t = bySpec[parts[i]];
+      if (o.parallelism)
+        t.parallelism = o.parallelism;
+      if (i + 1 == parts.size()) {
+        if (o.prefetch)
+          t.prefetch = o.prefetch;
+        if (o.cache)
+          t.cache = o.cache;
+      }
+    }
+  }
+  for (const auto &[name, o] : bySpec) {
+    std::string items;
+    auto add = [&](const std::string &kv) {
+      items += (items.empty() ? "" : ", ") + kv;
+    };
+    if (o.parallelism)
+      add("parallelism: " + std::to_string(*o.parallelism));
+    if (o.prefetch)
+      add("prefetch: " + std::to_string(*o.prefetch));
+    if (o.cache)
+      add("cache: " + (o.cache->empty() ? std::string("none") : *o.cache));
+    if (!items.empty())
+      s += "  " + name + ": {" + items + "}\n";
+  }
+  return s;
+}
+
+json reportJson(const TuneResult &r) {
+  const Profile &p = r.profile;
+  const Prediction &pr = r.solution.prediction;
+  json j;
+  j["schema"] = "sluice-tune-report";
+  j["version"] = kReportVersion;
+  j["pipeline"] = p.pipeline;
+  j["spec"] = p.specFile;
+  j["host"] = {{"cores", p.hostCores}, {"load_average", r.loadAverage}};
+  j["budget"] = {{"cores", r.budget.cores},
+                 {"cores_from", r.coresFrom},
+                 {"memory_bytes", r.budget.memoryBytes},
+                 {"memory_from", r.memoryFrom},
+                 {"disk_bytes", r.budget.diskBytes},
+                 {"other_host", r.otherHost}};
+  json probes = json::array();
+  for (const Probe &q : p.probes)
+    probes.push_back({{"label", q.label},
+                      {"parallelism", q.parallelism},
+                      {"seconds", q.seconds},
+                      {"source_records", q.sourceRecords},
+                      {"records_per_second", q.sourceRecordsPerSecond},
+                      {"outputs_per_second", q.outputsPerSecond},
+                      {"memory_peak_bytes", q.memoryPeak}});
+  j["profile"] = {{"seconds", p.seconds},
+                  {"epochs", p.epochs},
+                  {"source_records_per_epoch",
+                   p.sourceRecordsPerEpoch ? json(*p.sourceRecordsPerEpoch)
+                                           : json(nullptr)},
+                  {"source_bytes_per_second", num(p.sourceBytesPerSecond)},
+                  {"outputs_per_source_record", p.outputsPerSourceRecord},
+                  {"fixed_memory_bytes", p.fixedMemoryBytes},
+                  {"disk_bytes_per_second", p.diskBytesPerSecond},
+                  {"counter_overhead", p.counterOverhead},
+                  {"probes", probes}};
+  json steps = json::array();
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    json st = {{"name", s.name},
+               {"op", s.op},
+               {"where", s.where},
+               {"spec_steps", s.specSteps},
+               {"stochastic", s.stochastic},
+               {"visits", s.visits},
+               {"selectivity", s.selectivity},
+               {"bytes_in", s.bytesIn},
+               {"bytes_out", s.bytesOut},
+               {"seconds_per_element", s.secondsPerElement},
+               {"cpu_seconds_per_element", s.cpuPerElement},
+               {"rate_cv", s.rateCv},
+               {"occupancy_mean", s.occupancyMean},
+               {"materialized_bytes_per_epoch", materializedBytes(p, i)}};
+    auto sc = p.scaling.find(i);
+    if (sc != p.scaling.end()) {
+      json arr = json::array();
+      for (const ScalingSample &x : sc->second)
+        arr.push_back({{"parallelism", x.parallelism},
+                       {"seconds_per_record", x.secondsPerRecord}});
+      st["scaling"] = arr;
+    }
+    steps.push_back(st);
+  }
+  j["steps"] = steps;
+  std::vector<Unit> us = units(p, r.solution.config.cache.after);
+  json stages = json::array();
+  for (size_t k = 0; k < pr.units.size(); ++k) {
+    const UnitPrediction &u = pr.units[k];
+    json st = {{"steps", json::array()},
+               {"label", u.label},
+               {"where", unitWhere(p, u)},
+               {"parallel", u.parallel},
+               {"parallelism", u.parallelism},
+               {"seconds_per_record", u.secondsPerRecord},
+               {"capacity", num(u.capacity)},
+               {"utilization", u.utilization},
+               {"memory_bytes", u.memoryBytes},
+               {"bottleneck", static_cast<int>(k) == pr.bottleneck}};
+    for (size_t i : u.steps)
+      st["steps"].push_back(p.steps[i].name);
+    if (u.parallel && k < us.size()) {
+      Usl usl = unitUsl(p, us[k]);
+      st["usl"] = {{"sigma", usl.sigma}, {"kappa", usl.kappa}};
+    }
+    if (k < r.naive.units.size() && r.naive.units[k].label == u.label)
+      st["capacity_naive"] = num(r.naive.units[k].capacity);
+    stages.push_back(st);
+  }
+  j["stages"] = stages;
+  j["bottleneck"] = {{"label", pr.bottleneckLabel},
+                     {"kind", pr.bottleneck < 0 ? "cpu" : "stage"},
+                     {"where", pr.bottleneck < 0
+                                   ? std::string()
+                                   : unitWhere(p, pr.units[static_cast<size_t>(
+                                                      pr.bottleneck)])}};
+  json knobs = json::array();
+  for (const KnobChoice &k : r.solution.knobs)
+    knobs.push_back({{"step", k.step},
+                     {"knob", k.knob},
+                     {"value", k.value},
+                     {"pinned", k.pinned},
+                     {"reason", k.reason}});
+  j["knobs"] = knobs;
+  j["notes"] = r.solution.notes;
+  j["solver"] = {{"library", std::string("GLPK ") + "MILP"},
+                 {"status", r.solution.status},
+                 {"variables", r.solution.variables},
+                 {"constraints", r.solution.constraints},
+                 {"seconds", r.solution.seconds}};
+  j["predicted"] = {{"records_per_second", num(pr.throughput)},
+                    {"outputs_per_second", num(pr.outputsPerSecond)},
+                    {"cpu_capacity", num(pr.cpuCapacity)},
+                    {"memory_bytes", pr.memoryBytes},
+                    {"disk_bytes", pr.diskBytes},
+                    {"naive_records_per_second", num(r.naive.throughput)}};
+  if (r.measured)
+    j["measured"] = {{"records_per_second", r.measured->sourceRecordsPerSecond},
+                     {"outputs_per_second", r.measured->outputsPerSecond},
+                     {"seconds", r.measured->seconds},
+                     {"whole_run", r.measuredWholeRun},
+                     {"memory_peak_bytes", r.measured->memoryPeak},
+                     {"prediction_error", num(predictionError(r))}};
+  else
+    j["measured"] = nullptr;
+  j["scale_advice"] = r.scaleAdvice;
+  j["tune_seconds"] = r.seconds;
+  return j;
+}
+
+std::string reportMarkdown(const TuneResult &r) {
+  const Profile &p = r.profile;
+  const Prediction &pr = r.solution.prediction;
+  std::string s = "# sluice tune: " + p.pipeline + "\n\n";
+  s += "Spec `" + p.specFile + "`; budget " + std::to_string(r.budget.cores) +
+       " cores (" + r.coresFrom + "), memory " +
+       (r.budget.memoryBytes > 0 ? runtime::formatBytes(r.budget.memoryBytes)
+                                 : std::string("unlimited")) +
+       " (" + r.memoryFrom + "). Host: " + std::to_string(p.hostCores) +
+       " cores, load average " + fmt(r.loadAverage, "%.2f") +
+       " (measurements on a loaded host are noisy).\n\n";
+  s += "| | records/s | outputs/s |\n|---|---:|---:|\n";
+  s += "| predicted (tuned) | " + fmt(pr.throughput) + " | " +
+       fmt(pr.outputsPerSecond, "%.2f") + " |\n";
+  if (r.measured)
+    s += "| measured (tuned) | " + fmt(r.measured->sourceRecordsPerSecond) +
+         " | " + fmt(r.measured->outputsPerSecond, "%.2f") + " |\n";
+  s += "| predicted (naive: 1 worker, no prefetch, no cache) | " +
+       fmt(r.naive.throughput) + " | " + fmt(r.naive.outputsPerSecond, "%.2f") +
+       " |\n";
+  for (const Probe &q : p.probes)
+    s += "| measured probe " + q.label + " | " +
+         fmt(q.sourceRecordsPerSecond) + " | " + fmt(q.outputsPerSecond, "%.2f") +
+         " |\n";
+  s += "\n";
+  if (r.measured)
+    s += "Prediction error: " + fmt(predictionError(r) * 100, "%+.1f") +
+         "% of measured (measured " +
+         (r.measuredWholeRun
+              ? "over the whole run, " + std::to_string(p.epochs) + " epochs"
+              : "over a " + fmt(r.measured->seconds) +
+                    " s steady-state window") +
+         ").\n\n";
+  else if (r.otherHost)
+    s += "Planned for " + std::to_string(r.budget.cores) +
+         " cores on a host with " + std::to_string(p.hostCores) +
+         ": not measured here.\n\n";
+  s += "**Bottleneck:** " + pr.bottleneckLabel;
+  if (pr.bottleneck >= 0)
+    s += " (" + unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)]) + ")";
+  s += ".\n\n" + r.scaleAdvice + "\n\n## Schedule\n\n| step | knob | value | why |\n|---|---|---|---|\n";
+  for (const KnobChoice &k : r.solution.knobs)
+    s += "| " + (k.step.empty() ? std::string("-") : "`" + k.step + "`") +
+         " | " + k.knob + " | " + k.value + (k.pinned ? " (pinned)" : "") +
+         " | " + k.reason + " |\n";
+  if (!r.solution.notes.empty()) {
+    s += "\n";
+    for (const std::string &n : r.solution.notes)
+      s += "- " + n + "\n";
+  }
+  s += "\n## Stages\n\n| stage | where | workers | ms/record | capacity rec/s | "
+       "utilization | memory |\n|---|---|---:|---:|---:|---:|---:|\n";
+  for (size_t k = 0; k < pr.units.size(); ++k) {
+    const UnitPrediction &u = pr.units[k];
+    s += "| " + std::string(static_cast<int>(k) == pr.bottleneck ? "**" : "") +
+         u.label + (static_cast<int>(k) == pr.bottleneck ? "**" : "") + " | " +
+         unitWhere(p, u) + " | " + std::to_string(u.parallelism) + " | " +
+         fmt(u.secondsPerRecord * 1e3, "%.4g") + " | " +
+         (std::isfinite(u.capacity) ? fmt(u.capacity) : std::string("-")) +
+         " | " + fmt(u.utilization * 100, "%.0f") + "% | " +
+         runtime::formatBytes(u.memoryBytes) + " |\n";
+  }
+  s += "| all work on " + std::to_string(r.budget.cores) + " cores | | | | " +
+       (std::isfinite(pr.cpuCapacity) ? fmt(pr.cpuCapacity) : std::string("-")) +
+       " | | |\n";
+  s += "\n## Steps (per spec line)\n\n| step | where | selectivity | bytes in | "
+       "bytes out | us/element | random | size after, one epoch |\n"
+       "|---|---|---:|---:|---:|---:|---|---:|\n";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &st = p.steps[i];
+    int64_t m = materializedBytes(p, i);
+    s += "| " + st.name + " | " + st.where + " | " + fmt(st.selectivity, "%.3f") +
+         " | " + fmt(st.bytesIn, "%.0f") + " | " + fmt(st.bytesOut, "%.0f") +
+         " | " + fmt(st.secondsPerElement * 1e6, "%.2f") + " | " +
+         (st.stochastic ? "yes" : "no") + " | " +
+         (m > 0 ? runtime::formatBytes(m) : std::string("-")) + " |\n";
+  }
+  s += "\nPredicted memory " + runtime::formatBytes(pr.memoryBytes);
+  if (r.measured)
+    s += ", measured peak " + runtime::formatBytes(r.measured->memoryPeak);
+  s += ". Profile took " + fmt(p.seconds) + " s, the whole tune " +
+       fmt(r.seconds) + " s; counter overhead " +
+       fmt(p.counterOverhead * 100, "%.2f") + "% of the work. Solver: GLPK, " +
+       r.solution.status + ", " + std::to_string(r.solution.variables) +
+       " variables, " + std::to_string(r.solution.constraints) +
+       " constraints.\n";
+  return s;
+}
+
+std::string reportSvg(const TuneResult &r) {
+  const Profile &p = r.profile;
+  const Prediction &pr = r.solution.prediction;
+  struct Bar {
+    std::string label, where;
+    double cap, naive;
+    bool bottleneck;
+  };
+  std::vector<Bar> bars;
+  for (size_t k = 0; k < pr.units.size(); ++k) {
+    const UnitPrediction &u = pr.units[k];
+    double naive = NAN;
+    if (k < r.naive.units.size() && r.naive.units[k].label == u.label)
+      naive = r.naive.units[k].capacity;
+    std::string label = u.label;
+    if (label.size() > 48)
+      label = label.substr(0, 45) + "...";
+    label += u.parallel ? " (x" + std::to_string(u.parallelism) + ")" : "";
+    bars.push_back({label, unitWhere(p, u), u.capacity, naive,
+                    static_cast<int>(k) == pr.bottleneck});
+  }
+  bars.push_back({"all work on " + std::to_string(r.budget.cores) + " cores",
+                  "", pr.cpuCapacity, r.naive.cpuCapacity, pr.bottleneck < 0});
+  double lo = pr.throughput, hi = pr.throughput;
+  for (const Bar &b : bars)
+    for (double v : {b.cap, b.naive})
+      if (std::isfinite(v) && v > 0) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+  double l0 = std::floor(std::log10(std::max(lo, 1e-3) / 2));
+  double l1 = std::ceil(std::log10(std::max(hi, 1e-3) * 2));
+  if (l1 <= l0)
+    l1 = l0 + 1;
+  const int left = 420, width = 480, rowH = 34, top = 70;
+  int height = top + static_cast<int>(bars.size()) * rowH + 60;
+  auto xOf = [&](double v) {
+    double lv = std::log10(std::max(v, std::pow(10.0, l0)));
+    return left + (lv - l0) / (l1 - l0) * width;
+  };
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+                  std::to_string(left + width + 40) + "\" height=\"" +
+                  std::to_string(height) +
+                  "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">" +
+       xmlEscape(p.pipeline) + ": stage capacity vs demand (source records/s, "
+       "log scale)</text>\n";
+  s += "<text x=\"10\" y=\"42\" fill=\"#555\">demand line = predicted "
+       "throughput " + fmt(pr.throughput) + " records/s; grey = naive "
+       "(1 worker); red = bottleneck</text>\n";
+  for (double e = l0; e <= l1; e += 1) {
+    double x = xOf(std::pow(10.0, e));
+    s += "<line x1=\"" + fmt(x) + "\" y1=\"" + std::to_string(top - 8) +
+         "\" x2=\"" + fmt(x) + "\" y2=\"" +
+         std::to_string(top + static_cast<int>(bars.size()) * rowH) +
+         "\" stroke=\"#ddd\"/>\n";
+    s += "<text x=\"" + fmt(x) + "\" y=\"" +
+         std::to_string(top + static_cast<int>(bars.size()) * rowH + 16) +
+         "\" text-anchor=\"middle\" fill=\"#555\">" +
+         human(std::pow(10.0, e)) + "</text>\n";
+  }
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const Bar &b = bars[i];
+    int y = top + static_cast<int>(i) * rowH;
+    s += "<text x=\"" + std::to_string(left - 8) + "\" y=\"" +
+         std::to_string(y + 13) + "\" text-anchor=\"end\"" +
+         (b.bottleneck ? " font-weight=\"bold\" fill=\"#b00\"" : "") + ">" +
+         xmlEscape(b.label) + "</text>\n";
+    if (!b.where.empty())
+      s += "<text x=\"" + std::to_string(left - 8) + "\" y=\"" +
+           std::to_string(y + 26) +
+           "\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">" +
+           xmlEscape(b.where) + "</text>\n";
+    if (std::isfinite(b.naive) && b.naive > 0)
+      s += "<rect x=\"" + std::to_string(left) + "\" y=\"" +
+           std::to_string(y + 18) + "\" width=\"" + fmt(xOf(b.naive) - left) +
+           "\" height=\"8\" fill=\"#bbb\"/>\n";
+    double cap = std::isfinite(b.cap) ? b.cap : std::pow(10.0, l1);
+    s += "<rect x=\"" + std::to_string(left) + "\" y=\"" + std::to_string(y + 2) +
+         "\" width=\"" + fmt(xOf(cap) - left) + "\" height=\"15\" fill=\"" +
+         (b.bottleneck ? "#d33" : "#4a7bd0") + "\"/>\n";
+    s += "<text x=\"" + fmt(xOf(cap) + 4) + "\" y=\"" + std::to_string(y + 14) +
+         "\" fill=\"#333\">" +
+         (std::isfinite(b.cap) ? human(b.cap) : std::string("unbounded")) +
+         (b.bottleneck ? "  bottleneck" : "") + "</text>\n";
+  }
+  double dx = xOf(pr.throughput);
+  s += "<line x1=\"" + fmt(dx) + "\" y1=\"" + std::to_string(top - 12) +
+       "\" x2=\"" + fmt(dx) + "\" y2=\"" +
+       std::to_string(top + static_cast<int>(bars.size()) * rowH) +
+       "\" stroke=\"#d33\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/>\n";
+  s += "<text x=\"" + fmt(dx + 4) + "\" y=\"" + std::to_string(top - 14) +
+       "\" fill=\"#b00\">demand " + human(pr.throughput) + "</text>\n";
+  if (r.measured)
+    s += "<text x=\"10\" y=\"" + std::to_string(height - 12) +
+         "\" fill=\"#333\">measured with this schedule: " +
+         fmt(r.measured->sourceRecordsPerSecond) + " records/s (prediction " +
+         fmt(predictionError(r) * 100, "%+.1f") + "%)</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
+Status writeReports(const TuneResult &r, const std::string &dir) {
+  ::mkdir(dir.c_str(), 0777);
+  struct stat sb;
+  if (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return Status::error("cannot create the report directory '" + dir + "'");
+  auto write = [&](const std::string &name, const std::string &text) {
+    std::string path = dir + "/" + name;
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f)
+      return Status::error("cannot write '" + path + "'");
+    return Status::ok();
+  };
+  for (auto [name, text] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"schedule.yaml", scheduleYaml(r)},
+           {"report.json", reportJson(r).dump(2) + "\n"},
+           {"report.md", reportMarkdown(r)},
+           {"chart.svg", reportSvg(r)}})
+    if (Status s = write(name, text); !s)
+      return s;
+  return Status::ok();
+}
+
+CheckResult check(const json &baseline, const json &current, double tolerance) {
+  CheckResult c;
+  auto line = [&](bool bad, const std::string &text) {
+    c.text += (bad ? "FAIL " : "ok   ") + text + "\n";
+    if (bad)
+      c.ok = false;
+  };
+  if (!baseline.is_object() || baseline.value("schema", "") != "sluice-tune-report") {
+    line(true, "the baseline is not a sluice tune report.json");
+    return c;
+  }
+  int bv = baseline.value("version", 0);
+  if (bv > kReportVersion) {
+    line(true, "the baseline has report version " + std::to_string(bv) +
+                   ", newer than this sluice's " +
+                   std::to_string(kReportVersion));
+    return c;
+  }
+  auto rate = [](const json &j) -> double {
+    if (j.contains("measured") && j["measured"].is_object() &&
+        j["measured"]["records_per_second"].is_number())
+      return j["measured"]["records_per_second"].get<double>();
+    if (j["predicted"]["records_per_second"].is_number())
+      return j["predicted"]["records_per_second"].get<double>();
+    return 0;
+  };
+  double b = rate(baseline), n = rate(current);
+  double change = b > 0 ? (n - b) / b : 0;
+  line(b > 0 && change < -tolerance,
+       "throughput " + fmt(n) + " records/s vs baseline " + fmt(b) + " (" +
+           fmt(change * 100, "%+.1f") + "%, tolerance -" +
+           fmt(tolerance * 100, "%.0f") + "%)");
+  // The bottleneck moved when the baseline's bottleneck is now clearly not
+  // limiting: its capacity is more than the tolerance above the predicted
+  // throughput (a near-tie between two stages is not a move).
+  std::string bb = baseline["bottleneck"].value("label", "");
+  std::string bk = baseline["bottleneck"].value("kind", "");
+  std::string nb = current["bottleneck"].value("label", "");
+  double thr = current["predicted"]["records_per_second"].is_number()
+                   ? current["predicted"]["records_per_second"].get<double>()
+                   : 0;
+  double cap = -1;
+  if (bk == "cpu") {
+    if (current["predicted"]["cpu_capacity"].is_number())
+      cap = current["predicted"]["cpu_capacity"].get<double>();
+  } else {
+    for (const json &st : current["stages"])
+      if (st.value("label", "") == bb && st["capacity"].is_number())
+        cap = st["capacity"].get<double>();
+  }
+  bool moved = bb != nb && (cap < 0 || cap > thr * (1 + tolerance));
+  line(moved, "bottleneck " + nb +
+                  (bb == nb ? " (unchanged)"
+                   : moved  ? " (baseline: " + bb + ")"
+                            : " (baseline: " + bb + ", still within " +
+                                  fmt(tolerance * 100, "%.0f") +
+                                  "% of the limit)"));
+  int64_t mem = current["budget"].value("memory_bytes", int64_t(0));
+  int64_t pm = current["predicted"].value("memory_bytes", int64_t(0));
+  int64_t mm = current["measured"].is_object()
+                   ? current["measured"].value("memory_peak_bytes", int64_t(0))
+                   : 0;
+  if (mem > 0)
+    line(pm > mem || mm > mem,
+         "memory: predicted " + runtime::formatBytes(pm) + ", measured peak " +
+             runtime::formatBytes(mm) + ", budget " + runtime::formatBytes(mem));
+  else
+    line(false, "memory: no budget");
+  int64_t cores = current["budget"].value("cores", int64_t(0));
+  int64_t used = 0;
+  for (const json &st : current["stages"])
+    if (st.value("parallel", false))
+      used += st.value("parallelism", int64_t(0));
+  int64_t nPar = 0;
+  for (const json &st : current["stages"])
+    nPar += st.value("parallel", false);
+  line(used > std::max(cores, nPar),
+       "cores: " + std::to_string(used) + " workers, budget " +
+           std::to_string(cores));
+  return c;
+}
+
+} // namespace sluice::autotune

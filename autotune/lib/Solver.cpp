@@ -1,0 +1,483 @@
+//===- Solver.cpp - The knob-choosing MILP, solved with GLPK --------------===//
+//
+// See Solver.h for the program. Big-M rows tie every capacity constraint to
+// its cache option's binary: with y_o = 0 the row is slack. M is the largest
+// throughput any configuration could reach, so it is as tight as it can be
+// without cutting off a solution.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Solver.h"
+#include "sluice/runtime/Memory.h"
+
+#include <glpk.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace sluice::autotune {
+
+namespace {
+
+std::string fmtRate(double v) {
+  char b[32];
+  if (!std::isfinite(v))
+    return "unbounded";
+  if (v >= 1e6)
+    std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+/// Prefetch candidates: the last step of every parallel unit (its window
+/// runs ahead) and the pipeline's last step (decouples the consumer).
+std::vector<size_t> prefetchCandidates(const Profile &p) {
+  std::vector<size_t> out;
+  for (const Unit &u : units(p, -1))
+    if (u.parallel)
+      out.push_back(u.steps.back());
+  // The last step, unless it already is a prefetch buffer.
+  if (!p.steps.empty() && p.steps.size() > 1 &&
+      !p.steps.back().threadBoundary) {
+    size_t last = p.steps.size() - 1;
+    if (std::find(out.begin(), out.end(), last) == out.end())
+      out.push_back(last);
+  }
+  return out;
+}
+
+/// Bytes one prefetched element at step i holds.
+double slotBytes(const Profile &p, size_t i) {
+  for (const Unit &u : units(p, -1))
+    if (u.parallel && u.steps.back() == i)
+      return unitSlotBytes(p, u);
+  return p.steps[i].bytesOut;
+}
+
+/// The buffer depth after step i: from the variability of the rate that
+/// produces into it (the step's own, sampled every 50 ms) and how many items
+/// pass per second at the measured rate.
+int64_t recommendedDepth(const Profile &p, size_t i) {
+  double rate = p.probes.empty() ? 0 : p.probes.front().sourceRecordsPerSecond;
+  double items = rate * p.steps[i].visits * p.steps[i].selectivity;
+  return queueDepth(p.steps[i].rateCv, items);
+}
+
+struct Lp {
+  glp_prob *prob = glp_create_prob();
+  std::vector<int> ia{0}, ja{0};
+  std::vector<double> ar{0};
+  ~Lp() { glp_delete_prob(prob); }
+  int col(const std::string &name, int kind, double lo, double hi,
+          double obj) {
+    int j = glp_add_cols(prob, 1);
+    glp_set_col_name(prob, j, name.substr(0, 255).c_str());
+    glp_set_col_kind(prob, j, kind);
+    if (lo == hi)
+      glp_set_col_bnds(prob, j, GLP_FX, lo, hi);
+    else
+      glp_set_col_bnds(prob, j, GLP_DB, lo, hi);
+    glp_set_obj_coef(prob, j, obj);
+    return j;
+  }
+  /// sum(coef * col) <= ub (or == when eq).
+  void row(const std::vector<std::pair<int, double>> &terms, double bound,
+           bool eq = false) {
+    int i = glp_add_rows(prob, 1);
+    glp_set_row_bnds(prob, i, eq ? GLP_FX : GLP_UP, bound, bound);
+    for (auto [j, v] : terms) {
+      ia.push_back(i);
+      ja.push_back(j);
+      ar.push_back(v);
+    }
+  }
+};
+
+} // namespace
+
+Config naiveConfig(const Profile &p) {
+  Config c;
+  for (const CacheOption &o : cacheOptions(p))
+    if (o.after >= 0 && !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+      c.cache = o;
+  for (const Unit &u : units(p, c.cache.after))
+    c.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (p.steps[i].pinnedPrefetch >= 0)
+      c.prefetch[i] = p.steps[i].pinnedPrefetch;
+  return c;
+}
+
+Schedule toSchedule(const Profile &p, const Config &c) {
+  Schedule s;
+  std::vector<Unit> us = units(p, c.cache.after);
+  for (size_t k = 0; k < us.size(); ++k) {
+    if (!us[k].parallel)
+      continue;
+    for (size_t i : us[k].steps)
+      if (p.steps[i].element)
+        s[p.steps[i].name].parallelism = c.parallelism[k];
+  }
+  for (auto [i, depth] : c.prefetch)
+    s[p.steps[i].name].prefetch = depth;
+  if (c.cache.after >= 0)
+    s[p.steps[static_cast<size_t>(c.cache.after)].name].cache = c.cache.to;
+  return s;
+}
+
+Expected<Solution> solve(const Profile &p, const Budget &budget) {
+  auto t0 = std::chrono::steady_clock::now();
+  Solution sol;
+  const int64_t cores = std::max<int64_t>(1, budget.cores);
+  const double memLimit = budget.memoryBytes > 0
+                              ? static_cast<double>(budget.memoryBytes)
+                              : std::numeric_limits<double>::infinity();
+
+  // Options: no cache, then every allowed place, minus what cannot fit.
+  std::vector<CacheOption> options{CacheOption{}};
+  bool cachePinned = false;
+  for (const CacheOption &o : cacheOptions(p)) {
+    bool pinned =
+        !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty();
+    if (pinned) {
+      options = {o};
+      cachePinned = true;
+      break;
+    }
+    const std::string &step = p.steps[static_cast<size_t>(o.after)].name;
+    if (o.to == "memory" &&
+        static_cast<double>(o.bytes + p.fixedMemoryBytes) > memLimit) {
+      sol.notes.push_back("a memory cache after '" + step + "' (" +
+                          runtime::formatBytes(o.bytes) + ") does not fit budget.memory " +
+                          runtime::formatBytes(budget.memoryBytes));
+      continue;
+    }
+    if (o.to == "disk" && o.bytes > budget.diskBytes) {
+      sol.notes.push_back("a disk cache after '" + step + "' (" +
+                          runtime::formatBytes(o.bytes) + ") does not fit the " +
+                          runtime::formatBytes(budget.diskBytes) +
+                          " free in the cache directory");
+      continue;
+    }
+    options.push_back(o);
+  }
+  // Σ parallelism <= cores: a cache that splits a parallel group in two
+  // would need a worker more than the budget has. Only when every option
+  // has more parallel stages than cores do they share (one worker each).
+  {
+    auto nPar = [&](const CacheOption &o) {
+      int64_t n = 0;
+      for (const Unit &u : units(p, o.after))
+        n += u.parallel;
+      return n;
+    };
+    int64_t least = nPar(options.front());
+    for (const CacheOption &o : options)
+      least = std::min(least, nPar(o));
+    int64_t allowed = std::max(cores, least);
+    std::vector<CacheOption> kept;
+    for (const CacheOption &o : options) {
+      if (nPar(o) <= allowed)
+        kept.push_back(o);
+      else if (o.to == "memory")
+        sol.notes.push_back(
+            "a cache after '" + p.steps[static_cast<size_t>(o.after)].name +
+            "' splits a parallel stage in two, needing " +
+            std::to_string(nPar(o)) + " workers on " + std::to_string(cores) +
+            " cores");
+    }
+    options = kept;
+  }
+  if (!p.sourceRecordsPerEpoch)
+    sol.notes.push_back("no cache considered: the source cannot tell how many "
+                        "records an epoch has, so a cache's size is unknown");
+  else if (p.epochs == 1 && options.size() > 1)
+    sol.notes.push_back("one epoch: a cache would only cost (it pays off from "
+                        "the second epoch)");
+
+  // The largest throughput any option reaches: every unit at full cores.
+  double tmax = 0;
+  for (const CacheOption &o : options) {
+    Config c;
+    c.cache = o;
+    for (const Unit &u : units(p, o.after))
+      c.parallelism.push_back(u.pinned > 0 ? u.pinned : cores);
+    tmax = std::max(tmax, predict(p, c, cores).throughput);
+  }
+  if (!std::isfinite(tmax) || tmax <= 0)
+    tmax = 1e9;
+  tmax *= 1.5;
+  const double eps = tmax * 1e-4;
+
+  Lp lp;
+  glp_set_prob_name(lp.prob, "sluice-schedule");
+  glp_set_obj_dir(lp.prob, GLP_MAX);
+  int tCol = lp.col("T", GLP_CV, 0, tmax, 1.0);
+
+  struct UnitVars {
+    Unit unit;
+    std::vector<std::pair<int64_t, int>> x; // (parallelism, column)
+  };
+  struct OptionVars {
+    int y = 0;
+    std::vector<UnitVars> units;
+  };
+  std::vector<OptionVars> ov(options.size());
+  std::vector<std::pair<int, double>> sumY, coresRow, memRow, diskRow;
+  const double e = p.epochs < 0 ? 1000.0 : std::max<double>(1, p.epochs);
+  for (size_t o = 0; o < options.size(); ++o) {
+    const CacheOption &opt = options[o];
+    double penalty = opt.after < 0 ? 0 : eps * (opt.to == "disk" ? 2 : 1);
+    ov[o].y = lp.col("y" + std::to_string(o), GLP_BV, 0, 1, -penalty);
+    sumY.push_back({ov[o].y, 1});
+    if (opt.to == "memory")
+      memRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
+    if (opt.to == "disk")
+      diskRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
+    std::vector<Unit> us = units(p, opt.after);
+    int64_t nPar = 0;
+    for (const Unit &u : us)
+      nPar += u.parallel;
+    std::vector<std::pair<int, double>> optCores;
+    double cpu = 0;
+    for (const Unit &u : us) {
+      UnitVars uv{u, {}};
+      double f = u.beforeCache ? 1 / e : 1;
+      // Calibrated like predict(): capacities scale by p.calibration.
+      double secs = unitSeconds(p, u) * f / (p.calibration > 0 ? p.calibration : 1);
+      for (size_t i : u.steps)
+        cpu += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+      double m = tmax * secs;
+      if (u.parallel) {
+        Usl usl = unitUsl(p, u);
+        int64_t lo = u.pinned > 0 ? u.pinned : 1;
+        int64_t hi = u.pinned > 0 ? u.pinned : cores;
+        std::vector<std::pair<int, double>> one{{ov[o].y, -1}};
+        std::vector<std::pair<int, double>> cap{{tCol, secs}, {ov[o].y, m}};
+        double slot = unitSlotBytes(p, u);
+        for (int64_t par = lo; par <= hi; ++par) {
+          int x = lp.col("x" + std::to_string(o) + "_" +
+                             std::to_string(u.steps.front()) + "_" +
+                             std::to_string(par),
+                         GLP_BV, 0, 1, -eps * 1e-2 * static_cast<double>(par));
+          uv.x.push_back({par, x});
+          one.push_back({x, 1});
+          cap.push_back({x, -usl.speedup(static_cast<double>(par))});
+          optCores.push_back({x, static_cast<double>(par)});
+          memRow.push_back(
+              {x, static_cast<double>(windowSlots(par, 0)) * slot});
+        }
+        lp.row(one, 0, true);   // exactly one parallelism when chosen
+        if (secs > 0)
+          lp.row(cap, m);       // T secs <= speedup(p), when chosen
+      } else if (secs > 0) {
+        lp.row({{tCol, secs}, {ov[o].y, m}}, 1 + m);
+      }
+      ov[o].units.push_back(std::move(uv));
+    }
+    // The cache itself, and all work on the cores.
+    Config probe;
+    probe.cache = opt;
+    for (const Unit &u : us)
+      probe.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
+    Prediction pr = predict(p, probe, cores);
+    if (opt.after >= 0 && !pr.units.empty()) {
+      double secs = pr.units.back().secondsPerRecord /
+                    (p.calibration > 0 ? p.calibration : 1);
+      if (secs > 0)
+        lp.row({{tCol, secs}, {ov[o].y, tmax * secs}}, 1 + tmax * secs);
+    }
+    double cpuAll = std::isfinite(pr.cpuCapacity) && pr.cpuCapacity > 0
+                        ? static_cast<double>(cores) / pr.cpuCapacity
+                        : cpu;
+    if (cpuAll > 0)
+      lp.row({{tCol, cpuAll}, {ov[o].y, tmax * cpuAll}},
+             static_cast<double>(cores) + tmax * cpuAll);
+    // Σ parallelism <= cores (every parallel stage needs one worker, so a
+    // pipeline with more parallel stages than cores gets one each).
+    optCores.push_back(
+        {ov[o].y, -static_cast<double>(std::max<int64_t>(cores, nPar))});
+    lp.row(optCores, 0);
+    if (nPar > cores)
+      sol.notes.push_back(std::to_string(nPar) +
+                          " parallel stages on " + std::to_string(cores) +
+                          " cores: each gets one worker and they share the "
+                          "cores");
+  }
+  lp.row(sumY, 1, true);
+
+  // Prefetch depths.
+  struct BufVars {
+    size_t step;
+    int64_t recommended;
+    std::vector<std::pair<int64_t, int>> z;
+  };
+  std::vector<BufVars> bufs;
+  for (size_t i : prefetchCandidates(p)) {
+    BufVars b{i, recommendedDepth(p, i), {}};
+    std::vector<int64_t> depths;
+    if (p.steps[i].pinnedPrefetch >= 0) {
+      depths = {p.steps[i].pinnedPrefetch};
+    } else {
+      for (int64_t d : {0, 1, 2, 4, 8, 16, 32, 64})
+        if (d < b.recommended)
+          depths.push_back(d);
+      depths.push_back(b.recommended);
+    }
+    std::vector<std::pair<int, double>> one;
+    double bytes = slotBytes(p, i);
+    for (int64_t d : depths) {
+      double bonus = eps * std::min<double>(1, static_cast<double>(d) /
+                                                   static_cast<double>(b.recommended));
+      int z = lp.col("z" + std::to_string(i) + "_" + std::to_string(d), GLP_BV,
+                     0, 1, bonus);
+      b.z.push_back({d, z});
+      one.push_back({z, 1});
+      memRow.push_back({z, static_cast<double>(d) * bytes});
+    }
+    lp.row(one, 1, true);
+    bufs.push_back(std::move(b));
+  }
+  if (std::isfinite(memLimit))
+    lp.row(memRow, memLimit - static_cast<double>(p.fixedMemoryBytes));
+  if (!diskRow.empty())
+    lp.row(diskRow, static_cast<double>(budget.diskBytes));
+
+  glp_load_matrix(lp.prob, static_cast<int>(lp.ia.size()) - 1, lp.ia.data(),
+                  lp.ja.data(), lp.ar.data());
+  sol.variables = glp_get_num_cols(lp.prob);
+  sol.constraints = glp_get_num_rows(lp.prob);
+  glp_iocp parm;
+  glp_init_iocp(&parm);
+  parm.presolve = GLP_ON;
+  parm.msg_lev = GLP_MSG_OFF;
+  parm.tm_lim = 10000;
+  int rc = glp_intopt(lp.prob, &parm);
+  int status = glp_mip_status(lp.prob);
+  if (rc != 0 || (status != GLP_OPT && status != GLP_FEAS)) {
+    // The only infeasibility is memory: report the smallest footprint.
+    Prediction smallest = predict(p, naiveConfig(p), cores);
+    return Status::error(
+        "no schedule fits budget.memory " + runtime::formatBytes(budget.memoryBytes) +
+        ": even one worker per stage, no prefetch and no cache needs " +
+        runtime::formatBytes(smallest.memoryBytes) + " (" +
+        runtime::formatBytes(p.fixedMemoryBytes) +
+        " of it in shuffle and batch buffers); raise the budget or shrink "
+        "those buffers");
+  }
+  sol.status = status == GLP_OPT ? "optimal" : "feasible (time limit)";
+
+  size_t chosen = 0;
+  for (size_t o = 0; o < ov.size(); ++o)
+    if (glp_mip_col_val(lp.prob, ov[o].y) > 0.5)
+      chosen = o;
+  sol.config.cache = options[chosen];
+  for (const UnitVars &uv : ov[chosen].units) {
+    int64_t par = 1;
+    for (auto [v, col] : uv.x)
+      if (glp_mip_col_val(lp.prob, col) > 0.5)
+        par = v;
+    sol.config.parallelism.push_back(par);
+  }
+  for (const BufVars &b : bufs)
+    for (auto [d, col] : b.z)
+      if (glp_mip_col_val(lp.prob, col) > 0.5)
+        sol.config.prefetch[b.step] = d;
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (p.steps[i].pinnedPrefetch >= 0 && !sol.config.prefetch.count(i))
+      sol.config.prefetch[i] = p.steps[i].pinnedPrefetch;
+  sol.prediction = predict(p, sol.config, cores);
+  const Prediction &pr = sol.prediction;
+
+  // Reasons, knob by knob.
+  std::vector<Unit> us = units(p, sol.config.cache.after);
+  std::string bneck = "the bottleneck (" + pr.bottleneckLabel + ", " +
+                      fmtRate(pr.throughput) + " records/s)";
+  for (size_t k = 0; k < us.size(); ++k) {
+    if (!us[k].parallel)
+      continue;
+    const UnitPrediction &up = pr.units[k];
+    std::string firstStep;
+    for (size_t i : us[k].steps)
+      if (p.steps[i].element && firstStep.empty())
+        firstStep = p.steps[i].name;
+    KnobChoice kc{firstStep, "parallelism", std::to_string(up.parallelism),
+                  us[k].pinned > 0, ""};
+    Usl usl = unitUsl(p, us[k]);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%.3g ms of work per source record; %lld worker%s "
+                  "%s records/s (measured scaling: sigma %.3f, kappa %.4f)",
+                  up.secondsPerRecord * 1e3,
+                  static_cast<long long>(up.parallelism),
+                  up.parallelism == 1 ? " serves" : "s serve",
+                  fmtRate(up.capacity).c_str(), usl.sigma, usl.kappa);
+    kc.reason = buf;
+    if (kc.pinned)
+      kc.reason = "pinned in the spec's schedule; " + kc.reason;
+    else if (static_cast<int>(k) == pr.bottleneck)
+      kc.reason += "; this is the bottleneck and the core budget (" +
+                   std::to_string(cores) + ") is spent";
+    else
+      kc.reason += ", above " + bneck + ": more workers would not help";
+    sol.knobs.push_back(kc);
+  }
+  for (const BufVars &b : bufs) {
+    int64_t d = sol.config.prefetch[b.step];
+    KnobChoice kc{p.steps[b.step].name, "prefetch", std::to_string(d),
+                  p.steps[b.step].pinnedPrefetch >= 0, ""};
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "its rate varies (CV %.2f over 50 ms): %lld items ride out "
+                  "a two-sigma dip",
+                  p.steps[b.step].rateCv,
+                  static_cast<long long>(b.recommended));
+    kc.reason = buf;
+    if (kc.pinned)
+      kc.reason = "pinned in the spec's schedule";
+    else if (d < b.recommended)
+      kc.reason += "; reduced to " + std::to_string(d) +
+                   " to stay within budget.memory";
+    sol.knobs.push_back(kc);
+  }
+  {
+    const CacheOption &c = sol.config.cache;
+    KnobChoice kc;
+    kc.knob = "cache";
+    kc.pinned = cachePinned;
+    if (c.after >= 0) {
+      kc.step = p.steps[static_cast<size_t>(c.after)].name;
+      kc.value = c.to;
+      double before = 0;
+      for (size_t i = 0; i <= static_cast<size_t>(c.after); ++i)
+        before += p.steps[i].visits * p.steps[i].secondsPerElement;
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "the deterministic prefix up to here costs %.3g ms per "
+                    "record and runs once instead of %lld times; one epoch "
+                    "materializes %s",
+                    before * 1e3, static_cast<long long>(p.epochs),
+                    runtime::formatBytes(c.bytes).c_str());
+      kc.reason = cachePinned ? "pinned in the spec's schedule" : buf;
+    } else {
+      kc.step = "";
+      kc.value = "none";
+      kc.reason = options.size() == 1
+                      ? "no place for a cache fits the budgets (or none is "
+                        "allowed: a random op or shuffle comes first)"
+                      : "no cache raises the predicted throughput";
+    }
+    sol.knobs.push_back(kc);
+  }
+  sol.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                              t0)
+                    .count();
+  return sol;
+}
+
+} // namespace sluice::autotune

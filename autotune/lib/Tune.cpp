@@ -1,0 +1,193 @@
+//===- Tune.cpp - tune(): profile, solve, verify; and `schedule: auto` ----===//
+//
+// The one entry point. Budgets come from the command line first, then the
+// spec, then the host; planning for more cores than this host has uses the
+// fitted scaling curves and measures nothing afterwards (it cannot).
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Tune.h"
+#include "sluice/ops/Allocation.h"
+#include "sluice/runtime/Memory.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace sluice::autotune {
+
+namespace {
+
+double loadAverage() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : 0;
+}
+
+std::string fmt(double v, const char *f = "%.1f") {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+/// What the bottleneck would need at `cores`: the parallelism that lifts it
+/// to the next limit, or why no parallelism can.
+std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
+  const Prediction &pr = s.prediction;
+  std::string out = "At " + std::to_string(cores) + " cores the limit is " +
+                    pr.bottleneckLabel + " at " + fmt(pr.throughput) +
+                    " records/s.";
+  double next = pr.cpuCapacity;
+  for (size_t k = 0; k < pr.units.size(); ++k)
+    if (static_cast<int>(k) != pr.bottleneck)
+      next = std::min(next, pr.units[k].capacity);
+  if (pr.bottleneck < 0) {
+    double work = static_cast<double>(cores) / pr.cpuCapacity;
+    out += " All cores are busy: reaching the next limit (" + fmt(next) +
+           " records/s) would take " +
+           fmt(std::ceil(work * next)) + " cores.";
+    return out;
+  }
+  const UnitPrediction &b = pr.units[static_cast<size_t>(pr.bottleneck)];
+  if (!b.parallel) {
+    out += " It runs on one thread (" + fmt(b.secondsPerRecord * 1e3, "%.3g") +
+           " ms per record): no number of cores lifts it; split it with a "
+           "prefetch, make it cheaper, or cache before it.";
+    return out;
+  }
+  std::vector<Unit> us = units(p, s.config.cache.after);
+  Usl usl = unitUsl(p, us[static_cast<size_t>(pr.bottleneck)]);
+  if (!std::isfinite(next)) {
+    out += " Nothing else limits it.";
+    return out;
+  }
+  for (int64_t par = b.parallelism + 1; par <= 4096; ++par)
+    if (usl.speedup(static_cast<double>(par)) / b.secondsPerRecord >= next) {
+      out += " It would need " + std::to_string(par) +
+             " workers to reach the next limit (" + fmt(next) +
+             " records/s).";
+      return out;
+    }
+  out += " Its measured scaling peaks at " +
+         (std::isfinite(usl.peak()) ? fmt(usl.peak(), "%.0f") + " workers"
+                                    : std::string("no finite parallelism")) +
+         ", below the next limit (" + fmt(next) +
+         " records/s): make it cheaper or cache before it.";
+  return out;
+}
+
+} // namespace
+
+Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  TuneResult r;
+  r.loadAverage = loadAverage();
+  int64_t host = hostCores();
+  if (opts.cores > 0) {
+    r.budget.cores = opts.cores;
+    r.coresFrom = "--cores";
+  } else if (plan.cores > 0) {
+    r.budget.cores = std::min(plan.cores, host);
+    r.coresFrom = "budget.cores";
+  } else {
+    r.budget.cores = host;
+    r.coresFrom = "host";
+  }
+  r.otherHost = r.budget.cores > host;
+  if (opts.memoryBytes > 0) {
+    r.budget.memoryBytes = opts.memoryBytes;
+    r.memoryFrom = "--memory";
+  } else if (plan.memoryBytes > 0) {
+    r.budget.memoryBytes = plan.memoryBytes;
+    r.memoryFrom = "budget.memory";
+  } else {
+    // The runtime never runs unbounded: without budget.memory it uses its
+    // default share of the host's (or cgroup's) memory.
+    r.budget.memoryBytes = defaultMemoryBudget();
+    r.memoryFrom = "runtime default";
+  }
+  ProfileOptions po = opts.profile;
+  po.cores = std::min(r.budget.cores, host);
+  // Probes run under the same memory budget as the result.
+  if (r.budget.memoryBytes > 0)
+    po.base.memoryBytes = r.budget.memoryBytes;
+  Expected<Profile> prof = profilePipeline(plan, po);
+  if (!prof)
+    return prof.status();
+  r.profile = prof.take();
+  r.budget.diskBytes = r.profile.diskFreeBytes / 2;
+  Expected<Solution> sol = solve(r.profile, r.budget);
+  if (!sol)
+    return sol.status();
+  r.solution = sol.take();
+  r.schedule = toSchedule(r.profile, r.solution.config);
+  r.naive = predict(r.profile, naiveConfig(r.profile), r.budget.cores);
+  r.scaleAdvice = scaleAdvice(r.profile, r.solution, r.budget.cores);
+  if (opts.verify && !r.otherHost) {
+    runtime::RunOptions o = opts.profile.base;
+    o.epochs = r.profile.epochs < 0 ? -1 : 1000000;
+    o.threads = r.budget.cores;
+    o.progress = runtime::RunOptions::Progress::Off;
+    if (r.budget.memoryBytes > 0)
+      o.memoryBytes = r.budget.memoryBytes;
+    o.schedule = r.schedule;
+    // The model predicts the average over the spec's epochs (a cache pays
+    // off from the second): measure the whole run when it is short enough,
+    // else a steady-state window.
+    double predicted = r.solution.prediction.throughput;
+    if (r.profile.epochs > 0 && r.profile.sourceRecordsPerEpoch &&
+        predicted > 0 &&
+        static_cast<double>(r.profile.epochs * *r.profile.sourceRecordsPerEpoch) /
+                predicted <=
+            opts.wholeRunSeconds) {
+      o.epochs = r.profile.epochs;
+      r.measuredWholeRun = true;
+    }
+    Expected<Probe> m =
+        r.measuredWholeRun
+            ? measure(plan, o, 1e9, std::numeric_limits<int64_t>::max())
+            : measure(plan, o, opts.verifySeconds,
+                      opts.profile.maxRecordsPerProbe * 4);
+    if (!m)
+      return m.status().withContext("running the tuned schedule: ");
+    r.measured = *m;
+    r.measured->label = "tuned";
+    // In source-record equivalents (a cache stops the source).
+    double v = r.profile.steps.empty() ? 1 : r.profile.steps.back().visits;
+    if (v > 0 && m->seconds > 0 && m->lastStepInputs > 0)
+      r.measured->sourceRecordsPerSecond =
+          static_cast<double>(m->lastStepInputs) / m->seconds / v;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            t0)
+                  .count();
+  return r;
+}
+
+Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
+                                    const TuneOptions &opts) {
+  TuneOptions o = opts;
+  o.verify = false;
+  Expected<TuneResult> r = tune(plan, o);
+  if (!r)
+    return r.status();
+  AutoSchedule a;
+  a.schedule = r->schedule;
+  a.prediction = r->solution.prediction;
+  std::string s = "schedule: auto: profiled " +
+                  std::to_string(r->profile.probes.size()) + " probes in " +
+                  fmt(r->profile.seconds) + " s; predicted " +
+                  fmt(a.prediction.throughput) +
+                  " records/s, bottleneck " + a.prediction.bottleneckLabel +
+                  "\n";
+  for (const KnobChoice &k : r->solution.knobs)
+    s += "  " + (k.step.empty() ? std::string("(pipeline)") : k.step) + "." +
+         k.knob + " = " + k.value + ": " + k.reason + "\n";
+  for (const std::string &n : r->solution.notes)
+    s += "  note: " + n + "\n";
+  a.explanation = s;
+  return a;
+}
+
+} // namespace sluice::autotune

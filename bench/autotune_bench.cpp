@@ -1,0 +1,276 @@
+//===- autotune_bench.cpp - The autotuner against an oracle and a peer ----===//
+//
+// For each spec: `sluice tune`'s choice (timed), the naive configuration
+// (one worker per stage, no prefetch, no cache), a tf.data-style hill climb
+// (the peer: start every parallel stage at 1 worker, run, add a worker to the
+// stage with the most work per worker, until the core budget is spent; no
+// cache, default buffers), and an exhaustive grid over the same knobs the
+// tuner chooses from (the oracle: every parallelism split within the cores x
+// every allowed cache place, memory and disk, or none x prefetch 0 or the
+// tuned depths). Every configuration runs the spec's whole epochs (so a
+// cache's first, uncached epoch counts) once per round; rounds interleave all
+// configurations so load from other processes spreads over them; figures are
+// medians over rounds. Not a test: the machine is shared and noisy.
+//
+// usage: autotune_bench [--rounds N] SPEC...
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Compiler.h"
+#include "sluice/dsl/Spec.h"
+#include "sluice/runtime/Memory.h"
+#include "sluice/runtime/Pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <sys/resource.h>
+
+using namespace sluice;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Candidate {
+  std::string name;
+  autotune::Schedule schedule;
+  std::vector<double> rates; ///< source records/s per round (whole run)
+  int64_t memoryPeak = 0;
+  double median() const {
+    std::vector<double> v = rates;
+    std::sort(v.begin(), v.end());
+    if (v.empty())
+      return 0;
+    return v.size() % 2 ? v[v.size() / 2]
+                        : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  }
+};
+
+/// Runs the plan's whole epochs; source-record equivalents per second.
+double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
+                int64_t cores, int64_t perEpoch, int64_t *peak) {
+  runtime::RunOptions o;
+  o.schedule = s;
+  o.threads = cores;
+  o.progress = runtime::RunOptions::Progress::Off;
+  auto p = runtime::Pipeline::create(plan, o);
+  if (!p) {
+    std::cerr << "  run failed: " << p.status().message() << "\n";
+    return 0;
+  }
+  auto t0 = Clock::now();
+  runtime::Batch b;
+  for (;;) {
+    auto more = (*p)->next(b);
+    if (!more) {
+      std::cerr << "  run failed: " << more.status().message() << "\n";
+      return 0;
+    }
+    if (!*more)
+      break;
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  runtime::RunStats st = (*p)->stats();
+  *peak = std::max(*peak, st.memoryPeak);
+  return static_cast<double>(perEpoch * (*p)->epochs()) / secs;
+}
+
+/// The peer: tf.data-style hill climbing on measured work per worker.
+autotune::Schedule hillClimb(const runtime::Plan &plan,
+                             const autotune::Profile &prof, int64_t cores) {
+  std::vector<autotune::Unit> us = autotune::units(prof, -1);
+  std::vector<int64_t> par(us.size(), 1);
+  int64_t used = 0;
+  for (const autotune::Unit &u : us)
+    used += u.parallel;
+  auto schedule = [&] {
+    autotune::Config c;
+    c.parallelism = par;
+    return autotune::toSchedule(prof, c);
+  };
+  while (used < cores) {
+    runtime::RunOptions o;
+    o.schedule = schedule();
+    o.threads = cores;
+    o.epochs = 1000000;
+    std::vector<runtime::RunStats> samples;
+    auto m = autotune::measure(plan, o, 1.0, 1 << 30, &samples);
+    if (!m || samples.size() < 2)
+      break;
+    // Work per worker of each parallel stage in the window.
+    double worst = -1;
+    size_t pick = 0;
+    for (size_t k = 0; k < us.size(); ++k) {
+      if (!us[k].parallel || us[k].pinned)
+        continue;
+      double wall = 0;
+      for (size_t i : us[k].steps)
+        for (const runtime::StageStats &s : samples.back().stages)
+          if (s.name == prof.steps[i].name)
+            wall += s.wallSeconds;
+      for (size_t i : us[k].steps)
+        for (const runtime::StageStats &s : samples.front().stages)
+          if (s.name == prof.steps[i].name)
+            wall -= s.wallSeconds;
+      double perWorker = wall / static_cast<double>(par[k]);
+      if (perWorker > worst) {
+        worst = perWorker;
+        pick = k;
+      }
+    }
+    if (worst < 0)
+      break;
+    ++par[pick];
+    ++used;
+  }
+  return schedule();
+}
+
+/// The oracle's grid.
+std::vector<Candidate> grid(const autotune::Profile &prof,
+                            const autotune::Solution &tuned, int64_t cores) {
+  std::vector<Candidate> out;
+  std::vector<autotune::CacheOption> caches{autotune::CacheOption{}};
+  for (const autotune::CacheOption &o : autotune::cacheOptions(prof))
+    caches.push_back(o);
+  for (const autotune::CacheOption &c : caches) {
+    std::vector<autotune::Unit> us = autotune::units(prof, c.after);
+    std::vector<int64_t> par(us.size(), 1);
+    for (;;) {
+      int64_t used = 0, nPar = 0;
+      for (size_t k = 0; k < us.size(); ++k)
+        if (us[k].parallel) {
+          used += par[k];
+          ++nPar;
+        }
+      if (used <= std::max(cores, nPar))
+        for (bool prefetch : {false, true}) {
+          autotune::Config cfg;
+          cfg.cache = c;
+          cfg.parallelism = par;
+          if (prefetch)
+            cfg.prefetch = tuned.config.prefetch;
+          Candidate cand;
+          cand.schedule = autotune::toSchedule(prof, cfg);
+          std::string n = "p=";
+          for (size_t k = 0; k < us.size(); ++k)
+            if (us[k].parallel)
+              n += std::to_string(par[k]) + ",";
+          n.pop_back();
+          n += c.after < 0 ? " nocache"
+                           : " cache:" + c.to + "@" +
+                                 prof.steps[static_cast<size_t>(c.after)].name;
+          n += prefetch ? " +prefetch" : "";
+          cand.name = n;
+          out.push_back(cand);
+        }
+      size_t k = 0;
+      for (; k < us.size(); ++k) {
+        if (!us[k].parallel || us[k].pinned)
+          continue;
+        if (par[k] < cores) {
+          ++par[k];
+          break;
+        }
+        par[k] = 1;
+      }
+      if (k == us.size())
+        break;
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int rounds = 3;
+  std::vector<std::string> specs;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc)
+      rounds = std::atoi(argv[++i]);
+    else
+      specs.push_back(a);
+  }
+  double load[1] = {0};
+  getloadavg(load, 1);
+  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted | pred. error | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const std::string &path : specs) {
+    std::string text, err;
+    if (!dsl::readFile(path, text, err)) {
+      std::cerr << err << "\n";
+      return 2;
+    }
+    dsl::DiagnosticEngine diags(path, text);
+    auto spec = dsl::parseSpec(diags);
+    if (!spec) {
+      diags.print(std::cerr, false);
+      return 2;
+    }
+    auto plan = compiler::buildPlan(*spec, {}, std::cerr);
+    if (!plan)
+      return 1;
+    autotune::TuneOptions topts;
+    topts.verify = false;
+    auto t0 = Clock::now();
+    auto r = autotune::tune(*plan, topts);
+    double tuneSecs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!r) {
+      std::cerr << path << ": " << r.status().message() << "\n";
+      return 1;
+    }
+    int64_t cores = r->budget.cores;
+    int64_t perEpoch = r->profile.sourceRecordsPerEpoch.value_or(0);
+    if (perEpoch <= 0) {
+      std::cerr << path << ": the epoch size is unknown; skipped\n";
+      continue;
+    }
+    std::vector<Candidate> cands;
+    Candidate naive{"naive", autotune::toSchedule(r->profile,
+                                                  autotune::naiveConfig(r->profile)), {}, 0};
+    Candidate peer{"hill climb", hillClimb(*plan, r->profile, cores), {}, 0};
+    Candidate tuned{"tuned", r->schedule, {}, 0};
+    cands.push_back(naive);
+    cands.push_back(peer);
+    cands.push_back(tuned);
+    std::vector<Candidate> g = grid(r->profile, r->solution, cores);
+    size_t gridStart = cands.size();
+    cands.insert(cands.end(), g.begin(), g.end());
+    for (int round = 0; round < rounds; ++round)
+      for (Candidate &c : cands)
+        c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
+                                   &c.memoryPeak));
+    size_t best = gridStart;
+    for (size_t i = gridStart; i < cands.size(); ++i)
+      if (cands[i].median() > cands[best].median())
+        best = i;
+    double oracle = std::max(cands[best].median(), cands[2].median());
+    int64_t peak = 0;
+    for (const Candidate &c : cands)
+      peak = std::max(peak, c.memoryPeak);
+    double pred = r->solution.prediction.throughput;
+    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %+.0f%% | %.1f | %s |\n",
+                r->profile.pipeline.c_str(), cands[0].median(),
+                cands[1].median(), cands[2].median(), cands[best].median(),
+                cands[best].name.c_str(), cands[2].median() / oracle,
+                cands[2].median() / cands[1].median(),
+                cands[2].median() / cands[0].median(), pred,
+                (pred - cands[2].median()) / cands[2].median() * 100, tuneSecs,
+                runtime::formatBytes(peak).c_str());
+    std::fflush(stdout);
+    std::cerr << r->profile.pipeline << ": " << cands.size()
+              << " configurations x " << rounds << " rounds; tuned schedule:\n"
+              << autotune::scheduleYaml(*r);
+  }
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  std::printf("\nrecords/s are source records (equivalents) per second over "
+              "the spec's whole epochs, median of %d rounds; load average at "
+              "start %.2f; process peak RSS %ld MiB\n",
+              rounds, load[0], u.ru_maxrss / 1024);
+  return 0;
+}

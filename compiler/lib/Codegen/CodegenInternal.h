@@ -1,0 +1,119 @@
+//===- CodegenInternal.h - Shared declarations of the code generator -*- C++ -*-===//
+//
+// What the files of compiler/lib/Codegen pass to each other. The pipeline:
+//
+//   runtime::Plan ──collectKernels──► [KernelSpec]   (which steps, which field)
+//        │
+//        ▼ buildKernelModule (ValueKernels.cpp, ExprToArith.cpp)
+//   func.func @sluice_kN(!llvm.ptr, !llvm.ptr, i64)  scf.for + arith/math
+//        │
+//        ▼ lowerToLLVMDialect (LowerToLLVM.cpp)
+//   llvm.func                                         LLVM dialect only
+//        │
+//        ▼ translateKernels (LowerToLLVM.cpp): LLVM IR + `sluice_kernel_table`
+//   llvm::Module ──emitObject──► object file bytes ──► JIT (Jit.cpp) or disk
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_COMPILER_CODEGEN_CODEGENINTERNAL_H
+#define SLUICE_COMPILER_CODEGEN_CODEGENINTERNAL_H
+
+#include "sluice/ops/Types.h"
+#include "sluice/runtime/Plan.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+class TargetMachine;
+} // namespace llvm
+
+namespace sluice::kernels {
+class CompiledExpr;
+} // namespace sluice::kernels
+
+namespace sluice::compiler::codegen {
+
+/// One generated function: the value-wise steps `steps` (in order) applied
+/// to every element of field `field` of stage `stage`, writing `outField`.
+struct KernelSpec {
+  std::string stage;    ///< PlanStage::name, the table's key
+  std::string funcName; ///< sluice_k0, sluice_k1, ...
+  std::string field, outField;
+  ElemType inElem = ElemType::F32, outElem = ElemType::F32;
+  std::vector<const runtime::PlanStage *> steps;
+  /// The table's signature string (see runtime/CompiledKernels.h).
+  std::string signature() const;
+};
+
+/// The kernels to generate for `plan`: one per field chain of every stage
+/// the generator covers, in plan order.
+std::vector<KernelSpec> collectKernels(const runtime::Plan &plan);
+
+/// True if `elem` has a scalar lowering (integers, f32, f64).
+bool supportedElem(ElemType elem);
+/// The MLIR storage type of an element (u8 -> i8, f32 -> f32, ...).
+mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
+
+/// A scalar in a kernel body with its sluice element type (the MLIR type
+/// alone cannot tell u8 from i8).
+struct Scalar {
+  mlir::Value value;
+  ElemType elem = ElemType::F32;
+};
+
+/// True if every instruction of `expr` has a lowering (f16 arithmetic is
+/// left to the interpreter).
+bool exprLowerable(const kernels::CompiledExpr &expr);
+
+/// Lowers `map`'s expression on one element `x` (ExprToArith.cpp). Fails
+/// (returns false, `error` set) for an expression it cannot lower.
+bool lowerMapExpr(mlir::OpBuilder &b, mlir::Location loc,
+                  const runtime::PlanStage &step, Scalar x, Scalar &result,
+                  std::string &error);
+
+/// Converts with the rules of ops/kernels/Scalar.h (convertOne).
+Scalar convertScalar(mlir::OpBuilder &b, mlir::Location loc, Scalar v,
+                     ElemType to);
+
+/// Declares (once) and calls the libm function `name` on `args`.
+mlir::Value callLibm(mlir::OpBuilder &b, mlir::Location loc,
+                     llvm::StringRef name, mlir::ValueRange args);
+
+/// Builds the module of all `kernels` (func/arith/math/scf/llvm dialects).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildKernelModule(mlir::MLIRContext &ctx, const std::vector<KernelSpec> &kernels,
+                  std::string &error);
+
+/// Loads every dialect the generator and the lowering use.
+void loadCodegenDialects(mlir::MLIRContext &ctx);
+
+/// Lowers the module to the LLVM dialect in place.
+bool lowerToLLVMDialect(mlir::ModuleOp module, std::string &error);
+
+/// Translates the lowered module to LLVM IR and adds `sluice_kernel_table`.
+std::unique_ptr<llvm::Module>
+translateKernels(mlir::ModuleOp module, const std::vector<KernelSpec> &kernels,
+                 llvm::LLVMContext &llvmCtx, std::string &error);
+
+/// A TargetMachine for `cpu` ("native", "x86-64-v2", ...).
+std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const std::string &cpu,
+                                                       std::string &error);
+
+/// Optimizes (O3, vectorizing) `module` for `tm` and emits an object file.
+bool emitObject(llvm::Module &module, llvm::TargetMachine &tm,
+                std::string &object, std::string &error);
+
+/// Optimizes `module` for `tm` in place (what emitObject does first).
+bool optimizeModule(llvm::Module &module, llvm::TargetMachine &tm,
+                    std::string &error);
+
+} // namespace sluice::compiler::codegen
+
+#endif // SLUICE_COMPILER_CODEGEN_CODEGENINTERNAL_H

@@ -1,0 +1,476 @@
+//===- ExprToArith.cpp - map expressions as arith/math on one element -----===//
+//
+// Lowers a `map` expression by lowering the interpreter's own bytecode
+// (ops/kernels/ExprEval.h), one instruction at a time, so the generated code
+// computes what the interpreter computes, bit for bit:
+//
+//   "log(max(x, 0) + 1)" ──CompiledExpr::compileMap──► bytecode
+//     LoadF f0, x           ──► arith.extf %x : f32 to f64
+//     ConstF f1, 0          ──► arith.constant 0.0 : f64
+//     MaxF f0, f0, f1       ──► cmpf uno ×2, cmpf olt, select ×2 (NaN wins)
+//     ConstF f1, 1          ──► arith.constant 1.0 : f64
+//     AddF f0, f0, f1       ──► arith.addf
+//     LogF f0, f0           ──► math::logImpl on arith ops (MathImpl.h)
+//   result f0 -> f32        ──► arith.truncf (Scalar.h's conversion)
+//
+// Registers become SSA values (a register written twice simply names a new
+// value). Integer registers are i64 with two's-complement wrap, float
+// registers f64, exactly as in the interpreter. `log` is the one algorithm
+// of ops/kernels/MathImpl.h, which the interpreter runs on doubles and this
+// file instantiates on arith ops (the same operations, so the same bits,
+// and no call, so the loop vectorizes). The other transcendental functions
+// are calls into libm (through ops/kernels/MathCalls.h, names LLVM does not
+// rewrite), so they round exactly as std::exp and friends do in the
+// interpreter.
+//
+//===----------------------------------------------------------------------===//
+#include "CodegenInternal.h"
+
+#include "sluice/ops/Expr.h"
+#include "sluice/ops/kernels/ExprEval.h"
+#include "sluice/ops/kernels/MathImpl.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+using sluice::kernels::CompiledExpr;
+
+namespace sluice::compiler::codegen {
+
+using mlir::Value;
+
+namespace {
+
+using Op = CompiledExpr::Op;
+
+/// math::logImpl's backend that builds arith ops (f64 / i64 / i1): the
+/// interpreter's log, operation for operation (ops/kernels/MathImpl.h).
+struct ArithOps {
+  using F = Value;
+  using I = Value;
+  using M = Value;
+  OpBuilder &b;
+  Location loc;
+  F f(double c) {
+    uint64_t v;
+    std::memcpy(&v, &c, 8);
+    return b.create<arith::ConstantOp>(
+        loc, FloatAttr::get(b.getF64Type(),
+                            llvm::APFloat(llvm::APFloat::IEEEdouble(),
+                                          llvm::APInt(64, v))));
+  }
+  I i(int64_t c) {
+    return b.create<arith::ConstantOp>(loc, b.getI64IntegerAttr(c));
+  }
+  I bits(F x) { return b.create<arith::BitcastOp>(loc, b.getI64Type(), x); }
+  F fromBits(I v) { return b.create<arith::BitcastOp>(loc, b.getF64Type(), v); }
+  F add(F a, F c) { return b.create<arith::AddFOp>(loc, a, c); }
+  F sub(F a, F c) { return b.create<arith::SubFOp>(loc, a, c); }
+  F mul(F a, F c) { return b.create<arith::MulFOp>(loc, a, c); }
+  F div(F a, F c) { return b.create<arith::DivFOp>(loc, a, c); }
+  F itof(I v) { return b.create<arith::SIToFPOp>(loc, b.getF64Type(), v); }
+  I iadd(I a, I c) { return b.create<arith::AddIOp>(loc, a, c); }
+  I isub(I a, I c) { return b.create<arith::SubIOp>(loc, a, c); }
+  I iand(I a, I c) { return b.create<arith::AndIOp>(loc, a, c); }
+  I ior(I a, I c) { return b.create<arith::OrIOp>(loc, a, c); }
+  I ixor(I a, I c) { return b.create<arith::XOrIOp>(loc, a, c); }
+  I ashr(I a, int n) { return b.create<arith::ShRSIOp>(loc, a, i(n)); }
+  I shl(I a, int n) { return b.create<arith::ShLIOp>(loc, a, i(n)); }
+  M ult(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, a, c);
+  }
+  M ilt(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, a, c);
+  }
+  M igt(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt, a, c);
+  }
+  M ieq(I a, I c) {
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, a, c);
+  }
+  M funo(F a, F c) {
+    return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, a, c);
+  }
+  F sel(M m, F a, F c) { return b.create<arith::SelectOp>(loc, m, a, c); }
+  I isel(M m, I a, I c) { return b.create<arith::SelectOp>(loc, m, a, c); }
+};
+
+struct Lowering {
+  OpBuilder &b;
+  Location loc;
+  Scalar x;
+  llvm::DenseMap<int32_t, Value> iregs, fregs;
+  std::string &error;
+
+  Type i64() { return b.getI64Type(); }
+  Type f64() { return b.getF64Type(); }
+  Value ci(int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i64(), v));
+  }
+  Value cf(double v) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    return b.create<arith::ConstantOp>(
+        loc, FloatAttr::get(f64(), llvm::APFloat(llvm::APFloat::IEEEdouble(),
+                                                 llvm::APInt(64, bits))));
+  }
+  Value boolToI64(Value c) { return b.create<arith::ExtUIOp>(loc, i64(), c); }
+  Value cmpi(arith::CmpIPredicate p, Value a, Value c) {
+    return b.create<arith::CmpIOp>(loc, p, a, c);
+  }
+  Value cmpf(arith::CmpFPredicate p, Value a, Value c) {
+    return b.create<arith::CmpFOp>(loc, p, a, c);
+  }
+  Value sel(Value c, Value a, Value d) {
+    return b.create<arith::SelectOp>(loc, c, a, d);
+  }
+  Value I(int32_t r) { return iregs.lookup(r); }
+  Value F(int32_t r) { return fregs.lookup(r); }
+
+  /// The map element as the interpreter's load lambda reads it.
+  Value loadF() {
+    return convertScalar(b, loc, x, ElemType::F64).value;
+  }
+  Value loadI() {
+    if (x.elem == ElemType::F32 || x.elem == ElemType::F64)
+      return convertScalar(b, loc, x, ElemType::I64).value; // saturating
+    return convertScalar(b, loc, x, ElemType::I64).value;   // widening
+  }
+  /// `v` with its quiet bit set (the interpreter's quiet()).
+  Value quiet(Value v) {
+    Value bitsV = b.create<arith::BitcastOp>(loc, i64(), v);
+    Value q = b.create<arith::OrIOp>(loc, bitsV, ci(int64_t(1) << 51));
+    return b.create<arith::BitcastOp>(loc, f64(), q);
+  }
+  Value isNan(Value v) { return cmpf(arith::CmpFPredicate::UNO, v, v); }
+  /// firstNaN(a, r): a NaN first operand wins, quieted.
+  Value firstNaN(Value a, Value r) { return sel(isNan(a), quiet(a), r); }
+  /// maxF/minF: the first NaN (quieted), else the larger/smaller; ties give
+  /// the second operand.
+  Value nanMinMax(Value a, Value c, bool isMax) {
+    Value pick = isMax ? sel(cmpf(arith::CmpFPredicate::OGT, a, c), a, c)
+                       : sel(cmpf(arith::CmpFPredicate::OLT, a, c), a, c);
+    return sel(isNan(a), quiet(a), sel(isNan(c), quiet(c), pick));
+  }
+  /// wrapTo(): truncate to the integer type and widen back.
+  Value wrap(Value v, ElemType t) {
+    if (t == ElemType::I64)
+      return v;
+    Type narrow = storageType(b.getContext(), t);
+    Value tr = b.create<arith::TruncIOp>(loc, narrow, v);
+    bool sgn = t == ElemType::I8 || t == ElemType::I16 || t == ElemType::I32;
+    return sgn ? b.create<arith::ExtSIOp>(loc, i64(), tr).getResult()
+               : b.create<arith::ExtUIOp>(loc, i64(), tr).getResult();
+  }
+  /// A float binary op of precision `t` computed by a MathCalls.h helper.
+  Value preciseCall(llvm::StringRef f64Name, llvm::StringRef f32Name,
+                    ElemType t, Value a, Value c) {
+    if (t == ElemType::F64)
+      return callLibm(b, loc, f64Name, {a, c});
+    Type f32 = b.getF32Type();
+    Value r = callLibm(b, loc, f32Name,
+                       {b.create<arith::TruncFOp>(loc, f32, a).getResult(),
+                        b.create<arith::TruncFOp>(loc, f32, c).getResult()});
+    return b.create<arith::ExtFOp>(loc, f64(), r);
+  }
+
+  bool lower(const CompiledExpr::Instr &in) {
+    using P = arith::CmpIPredicate;
+    using FP = arith::CmpFPredicate;
+    switch (in.op) {
+    case Op::ConstI:
+      iregs[in.dst] = ci(in.imm);
+      return true;
+    case Op::ConstF:
+      fregs[in.dst] = cf(in.fimm);
+      return true;
+    case Op::LoadI:
+      iregs[in.dst] = loadI();
+      return true;
+    case Op::LoadF:
+      fregs[in.dst] = loadF();
+      return true;
+    case Op::CvtIF:
+      fregs[in.dst] = b.create<arith::SIToFPOp>(loc, f64(), I(in.a));
+      return true;
+    case Op::WrapI:
+      if (!supportedElem(in.type))
+        break;
+      iregs[in.dst] = wrap(I(in.a), in.type);
+      return true;
+    case Op::NarrowF: {
+      if (in.type == ElemType::F64) {
+        fregs[in.dst] = F(in.a);
+        return true;
+      }
+      if (in.type != ElemType::F32)
+        break; // f16 arithmetic is left to the interpreter
+      Value t = b.create<arith::TruncFOp>(loc, b.getF32Type(), F(in.a));
+      fregs[in.dst] = b.create<arith::ExtFOp>(loc, f64(), t);
+      return true;
+    }
+    case Op::NegI:
+      iregs[in.dst] = b.create<arith::SubIOp>(loc, ci(0), I(in.a));
+      return true;
+    case Op::AbsI: {
+      Value a = I(in.a);
+      iregs[in.dst] = sel(cmpi(P::slt, a, ci(0)),
+                          b.create<arith::SubIOp>(loc, ci(0), a), a);
+      return true;
+    }
+    case Op::NotI:
+      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), ci(0)));
+      return true;
+    case Op::NegF:
+      fregs[in.dst] = b.create<arith::NegFOp>(loc, F(in.a));
+      return true;
+    case Op::AbsF:
+      fregs[in.dst] = b.create<mlir::math::AbsFOp>(loc, F(in.a));
+      return true;
+    case Op::FloorF:
+      fregs[in.dst] = b.create<mlir::math::FloorOp>(loc, F(in.a));
+      return true;
+    case Op::CeilF:
+      fregs[in.dst] = b.create<mlir::math::CeilOp>(loc, F(in.a));
+      return true;
+    case Op::RintF: // nearbyint in the default mode: ties to even
+      fregs[in.dst] = b.create<mlir::math::RoundEvenOp>(loc, F(in.a));
+      return true;
+    case Op::SqrtF:
+      fregs[in.dst] = b.create<mlir::math::SqrtOp>(loc, F(in.a));
+      return true;
+    case Op::ExpF:
+      fregs[in.dst] = callLibm(b, loc, "sluice_exp", {F(in.a)});
+      return true;
+    case Op::LogF: { // sluice's own log, inline and vectorizable
+      ArithOps ops{b, loc};
+      fregs[in.dst] = sluice::math::logImpl(ops, F(in.a));
+      return true;
+    }
+    case Op::Log1pF:
+      fregs[in.dst] = callLibm(b, loc, "sluice_log1p", {F(in.a)});
+      return true;
+    case Op::SinF:
+      fregs[in.dst] = callLibm(b, loc, "sluice_sin", {F(in.a)});
+      return true;
+    case Op::CosF:
+      fregs[in.dst] = callLibm(b, loc, "sluice_cos", {F(in.a)});
+      return true;
+    case Op::TanhF:
+      fregs[in.dst] = callLibm(b, loc, "sluice_tanh", {F(in.a)});
+      return true;
+    case Op::AddI:
+      iregs[in.dst] = b.create<arith::AddIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::SubI:
+      iregs[in.dst] = b.create<arith::SubIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::MulI:
+      iregs[in.dst] = b.create<arith::MulIOp>(loc, I(in.a), I(in.b));
+      return true;
+    case Op::FloorDivI: { // 0 for y == 0, -x for y == -1, else floored
+      Value x = I(in.a), y = I(in.b);
+      Value zero = cmpi(P::eq, y, ci(0)), minus1 = cmpi(P::eq, y, ci(-1));
+      Value safe = sel(b.create<arith::OrIOp>(loc, zero, minus1), ci(1), y);
+      Value q = b.create<arith::DivSIOp>(loc, x, safe);
+      Value r = b.create<arith::RemSIOp>(loc, x, safe);
+      Value adjust = b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, r, ci(0)),
+          b.create<arith::XOrIOp>(loc, cmpi(P::slt, x, ci(0)),
+                                  cmpi(P::slt, safe, ci(0))));
+      q = sel(adjust, b.create<arith::SubIOp>(loc, q, ci(1)), q);
+      q = sel(minus1, b.create<arith::SubIOp>(loc, ci(0), x), q);
+      iregs[in.dst] = sel(zero, ci(0), q);
+      return true;
+    }
+    case Op::ModI: { // the divisor's sign; 0 for y == 0 or -1
+      Value x = I(in.a), y = I(in.b);
+      Value bad = b.create<arith::OrIOp>(loc, cmpi(P::eq, y, ci(0)),
+                                         cmpi(P::eq, y, ci(-1)));
+      Value safe = sel(bad, ci(1), y);
+      Value r = b.create<arith::RemSIOp>(loc, x, safe);
+      Value fix = b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, r, ci(0)),
+          b.create<arith::XOrIOp>(loc, cmpi(P::slt, r, ci(0)),
+                                  cmpi(P::slt, safe, ci(0))));
+      r = sel(fix, b.create<arith::AddIOp>(loc, r, safe), r);
+      iregs[in.dst] = sel(bad, ci(0), r);
+      return true;
+    }
+    case Op::PowI:
+      iregs[in.dst] = callLibm(b, loc, "sluice_powi", {I(in.a), I(in.b)});
+      return true;
+    case Op::MinI: {
+      Value a = I(in.a), c = I(in.b);
+      iregs[in.dst] = sel(cmpi(P::slt, c, a), c, a);
+      return true;
+    }
+    case Op::MaxI: {
+      Value a = I(in.a), c = I(in.b);
+      iregs[in.dst] = sel(cmpi(P::slt, a, c), c, a);
+      return true;
+    }
+    case Op::LtI:
+      iregs[in.dst] = boolToI64(cmpi(P::slt, I(in.a), I(in.b)));
+      return true;
+    case Op::LeI:
+      iregs[in.dst] = boolToI64(cmpi(P::sle, I(in.a), I(in.b)));
+      return true;
+    case Op::GtI:
+      iregs[in.dst] = boolToI64(cmpi(P::sgt, I(in.a), I(in.b)));
+      return true;
+    case Op::GeI:
+      iregs[in.dst] = boolToI64(cmpi(P::sge, I(in.a), I(in.b)));
+      return true;
+    case Op::EqI:
+      iregs[in.dst] = boolToI64(cmpi(P::eq, I(in.a), I(in.b)));
+      return true;
+    case Op::NeI:
+      iregs[in.dst] = boolToI64(cmpi(P::ne, I(in.a), I(in.b)));
+      return true;
+    case Op::AndI:
+      iregs[in.dst] = boolToI64(b.create<arith::AndIOp>(
+          loc, cmpi(P::ne, I(in.a), ci(0)), cmpi(P::ne, I(in.b), ci(0))));
+      return true;
+    case Op::OrI:
+      iregs[in.dst] = boolToI64(b.create<arith::OrIOp>(
+          loc, cmpi(P::ne, I(in.a), ci(0)), cmpi(P::ne, I(in.b), ci(0))));
+      return true;
+    case Op::AddF:
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::AddFOp>(loc, F(in.a), F(in.b)));
+      return true;
+    case Op::SubF:
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::SubFOp>(loc, F(in.a), F(in.b)));
+      return true;
+    case Op::MulF:
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::MulFOp>(loc, F(in.a), F(in.b)));
+      return true;
+    case Op::DivF:
+      fregs[in.dst] =
+          firstNaN(F(in.a), b.create<arith::DivFOp>(loc, F(in.a), F(in.b)));
+      return true;
+    case Op::FloorDivF:
+      if (in.type != ElemType::F64 && in.type != ElemType::F32)
+        break;
+      fregs[in.dst] = firstNaN(
+          F(in.a), preciseCall("sluice_floordiv_f64", "sluice_floordiv_f32",
+                               in.type, F(in.a), F(in.b)));
+      return true;
+    case Op::ModF:
+      if (in.type != ElemType::F64 && in.type != ElemType::F32)
+        break;
+      fregs[in.dst] =
+          firstNaN(F(in.a), preciseCall("sluice_mod_f64", "sluice_mod_f32",
+                                        in.type, F(in.a), F(in.b)));
+      return true;
+    case Op::PowF:
+      fregs[in.dst] = firstNaN(
+          F(in.a), callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)}));
+      return true;
+    case Op::MinF:
+      if (in.type == ElemType::F16)
+        break;
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false);
+      return true;
+    case Op::MaxF:
+      if (in.type == ElemType::F16)
+        break;
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true);
+      return true;
+    case Op::LtF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OLT, F(in.a), F(in.b)));
+      return true;
+    case Op::LeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OLE, F(in.a), F(in.b)));
+      return true;
+    case Op::GtF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OGT, F(in.a), F(in.b)));
+      return true;
+    case Op::GeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OGE, F(in.a), F(in.b)));
+      return true;
+    case Op::EqF:
+      iregs[in.dst] = boolToI64(cmpf(FP::OEQ, F(in.a), F(in.b)));
+      return true;
+    case Op::NeF:
+      iregs[in.dst] = boolToI64(cmpf(FP::UNE, F(in.a), F(in.b)));
+      return true;
+    case Op::SelectI:
+      iregs[in.dst] = sel(cmpi(P::ne, I(in.a), ci(0)), I(in.b), I(in.c));
+      return true;
+    case Op::SelectF:
+      fregs[in.dst] = sel(cmpi(P::ne, I(in.a), ci(0)), F(in.b), F(in.c));
+      return true;
+    }
+    error = "expression instruction " + std::to_string(int(in.op)) +
+            " has no lowering for " + std::string(elemTypeName(in.type));
+    return false;
+  }
+};
+
+} // namespace
+
+bool exprLowerable(const CompiledExpr &expr) {
+  for (const CompiledExpr::Instr &in : expr.code()) {
+    switch (in.op) {
+    case Op::WrapI:
+      if (!supportedElem(in.type))
+        return false;
+      break;
+    case Op::NarrowF:
+    case Op::FloorDivF:
+    case Op::ModF:
+      if (in.type != ElemType::F32 && in.type != ElemType::F64)
+        return false;
+      break;
+    case Op::MinF:
+    case Op::MaxF:
+      if (in.type == ElemType::F16)
+        return false;
+      break;
+    default:
+      break;
+    }
+  }
+  return supportedElem(expr.resultType()) && supportedElem(expr.inputType());
+}
+
+bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
+                  Scalar x, Scalar &result, std::string &error) {
+  ExprError perr;
+  ExprPtr e = parseExpr(step.params["expr"].asString(), perr);
+  if (!e) {
+    error = "expression of '" + step.name + "': " + perr.message;
+    return false;
+  }
+  Expected<CompiledExpr> compiled = CompiledExpr::compileMap(*e, x.elem);
+  if (!compiled) {
+    error = compiled.status().message();
+    return false;
+  }
+  Lowering l{b, loc, x, llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(), error};
+  for (const CompiledExpr::Instr &in : compiled->code())
+    if (!l.lower(in))
+      return false;
+  Value r = compiled->resultIsInt() ? l.I(compiled->resultRegister())
+                                    : l.F(compiled->resultRegister());
+  if (!r) {
+    error = "expression of '" + step.name + "' has no result register";
+    return false;
+  }
+  Scalar raw{r, compiled->resultIsInt() ? ElemType::I64 : ElemType::F64};
+  result = convertScalar(b, loc, raw, compiled->resultType());
+  return true;
+}
+
+} // namespace sluice::compiler::codegen

@@ -1,0 +1,63 @@
+//===- CompiledKernels.h - Kernels compiled ahead of the run -----*- C++ -*-===//
+//
+// The seam between compiler/ (which generates native kernels, JIT or as an
+// object file) and the runtime (which must never include MLIR): a kernel is a
+// plain function pointer in a table of SluiceKernelInfo, terminated by an
+// entry whose `stage` is null. The JIT builds such a table in memory; a
+// compiled executable links an object that defines `sluice_kernel_table`.
+// binderFromKernelTable() turns a table into a RunOptions::binder, so the
+// runtime calls the generated code for the steps it covers and its own
+// kernels for the rest.
+//
+// Signatures (the `signature` string says how to call `fn`):
+//
+//   "values FIELD IN -> OUT OUTELEM"
+//       void fn(const void *in, void *out, int64_t n)
+//       A value-wise chain over field FIELD (element type IN) writing field
+//       OUT (element type OUTELEM, same shape): out[i] = f(in[i]) for
+//       i < n. A stage may have several entries (one per field it touches);
+//       they run in table order on the same record. FIELD == OUT replaces
+//       the field; OUT may also name a field the stage appends or replaces
+//       (`as`).
+//
+// The table shape is versioned by the signature grammar: an entry whose
+// signature the runtime does not understand is an error at bind time, never
+// silently skipped.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_COMPILEDKERNELS_H
+#define SLUICE_RUNTIME_COMPILEDKERNELS_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/runtime/ElementOps.h"
+#include "sluice/runtime/Plan.h"
+
+#include <functional>
+#include <optional>
+
+extern "C" {
+/// One generated kernel. A table ends with an entry whose `stage` is null.
+struct SluiceKernelInfo {
+  const char *stage;     ///< step name (PlanStage::name) it implements
+  const char *signature; ///< how to call `fn` (see the file comment)
+  void *fn;
+};
+}
+
+namespace sluice::runtime {
+
+/// The shape of RunOptions::binder.
+using KernelBinder =
+    std::function<std::optional<Expected<ElementFn>>(const PlanStage &)>;
+
+/// A binder that binds every stage named in `table` to its kernels and
+/// leaves the others (nullopt) to the runtime. The table must outlive the
+/// pipeline. A null table binds nothing.
+KernelBinder binderFromKernelTable(const SluiceKernelInfo *table);
+
+/// The number of entries before the terminator.
+size_t kernelTableSize(const SluiceKernelInfo *table);
+
+} // namespace sluice::runtime
+
+#endif // SLUICE_RUNTIME_COMPILEDKERNELS_H

@@ -1,0 +1,133 @@
+//===- CompiledKernels.cpp - Binding steps to generated kernels -----------===//
+//
+// The adapter from a SluiceKernelInfo table to the runtime's ElementFn: it
+// parses each entry's signature once at bind time, checks it against the
+// step's record types, and returns a closure that allocates the output and
+// calls the function pointer. It knows nothing of how the code was made.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/runtime/CompiledKernels.h"
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sluice::runtime {
+
+namespace {
+
+using ValuesFn = void (*)(const void *, void *, int64_t);
+
+/// One "values FIELD IN -> OUT OUTELEM" entry, resolved to field positions.
+struct ValuesCall {
+  ValuesFn fn = nullptr;
+  size_t in = 0, out = 0;
+  ElemType inElem = ElemType::F32, outElem = ElemType::F32;
+  std::string field;
+};
+
+Status kernelError(const PlanStage &s, const std::string &what) {
+  return Status::error("cannot run step '" + s.name + "' (" + s.op +
+                       ") with its compiled kernel: " + what);
+}
+
+/// Parses one signature against the stage's types. `width` is the number of
+/// fields the record has when this entry runs (entries before it may have
+/// appended one).
+Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
+                                 size_t &width) {
+  std::istringstream in(k.signature ? k.signature : "");
+  std::string kind, field, inName, arrow, out, outName;
+  if (!(in >> kind >> field >> inName >> arrow >> out >> outName) ||
+      kind != "values" || arrow != "->")
+    return kernelError(s, std::string("unknown kernel signature '") +
+                              (k.signature ? k.signature : "") + "'");
+  std::optional<ElemType> inElem = parseElemType(inName);
+  std::optional<ElemType> outElem = parseElemType(outName);
+  if (!inElem || !outElem || !isNumeric(*inElem) || !isNumeric(*outElem))
+    return kernelError(s, "bad element types in '" +
+                              std::string(k.signature) + "'");
+  int i = s.inputType.indexOf(field);
+  int o = s.outputType.indexOf(out);
+  if (i < 0 || static_cast<size_t>(i) >= width)
+    return kernelError(s, "its input has no field '" + field + "'");
+  if (o < 0 || static_cast<size_t>(o) > width)
+    return kernelError(s, "its output has no field '" + out + "'");
+  if (s.outputType.fields()[size_t(o)].type.elem != *outElem)
+    return kernelError(s, "the kernel writes " + outName + " but field '" +
+                              out + "' is " +
+                              s.outputType.fields()[size_t(o)].type.str());
+  ValuesCall c;
+  c.fn = reinterpret_cast<ValuesFn>(k.fn);
+  c.in = size_t(i);
+  c.out = size_t(o);
+  c.inElem = *inElem;
+  c.outElem = *outElem;
+  c.field = field;
+  if (c.out == width)
+    ++width;
+  return c;
+}
+
+} // namespace
+
+size_t kernelTableSize(const SluiceKernelInfo *table) {
+  size_t n = 0;
+  while (table && table[n].stage)
+    ++n;
+  return n;
+}
+
+KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
+  return [table](const PlanStage &s) -> std::optional<Expected<ElementFn>> {
+    std::vector<const SluiceKernelInfo *> mine;
+    for (size_t i = 0; table && table[i].stage; ++i)
+      if (s.name == table[i].stage)
+        mine.push_back(&table[i]);
+    if (mine.empty())
+      return std::nullopt;
+    size_t width = s.inputType.size();
+    auto calls = std::make_shared<std::vector<ValuesCall>>();
+    for (const SluiceKernelInfo *k : mine) {
+      Expected<ValuesCall> c = parseValues(s, *k, width);
+      if (!c)
+        return Expected<ElementFn>(c.status());
+      if (!c->fn)
+        return Expected<ElementFn>(kernelError(s, "null kernel pointer"));
+      calls->push_back(c.take());
+    }
+    if (width != s.outputType.size())
+      return Expected<ElementFn>(kernelError(
+          s, "its kernels produce " + std::to_string(width) +
+                 " fields, the step's output type has " +
+                 std::to_string(s.outputType.size())));
+    ElementFn fn = [calls, name = s.name](Record &rec,
+                                          const ElementContext &)
+        -> Expected<bool> {
+      for (const ValuesCall &c : *calls) {
+        if (c.in >= rec.fields.size() || c.out > rec.fields.size())
+          return Status::error("internal error: record has " +
+                               std::to_string(rec.fields.size()) +
+                               " fields at step '" + name + "'");
+        const Tensor &t = rec.fields[c.in];
+        if (!t.valid() || !t.isNumeric() || t.elem() != c.inElem)
+          return Status::error(
+              "step '" + name + "': field '" + c.field + "' is " +
+              (t.valid() ? t.type().str() : std::string("missing")) +
+              ", its compiled kernel takes " +
+              std::string(elemTypeName(c.inElem)));
+        Tensor out = Tensor::empty(c.outElem, t.shape());
+        c.fn(t.raw(), out.mutableRaw(), t.numElements());
+        if (c.out == rec.fields.size())
+          rec.fields.push_back(std::move(out));
+        else
+          rec.fields[c.out] = std::move(out);
+      }
+      return true;
+    };
+    return Expected<ElementFn>(std::move(fn));
+  };
+}
+
+} // namespace sluice::runtime

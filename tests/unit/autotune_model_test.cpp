@@ -1,0 +1,338 @@
+//===- autotune_model_test.cpp - The model and solver on synthetic profiles ===//
+//
+// Profiles built by hand, with answers worked out on paper: scaling fits,
+// capacities scaled by selectivity, the bottleneck, caches, buffer depths,
+// and the solver's constraints (cores, memory, pinned knobs, no cache after
+// a random op). The solver is also checked against an exhaustive search over
+// the same model.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/autotune/Model.h"
+#include "sluice/autotune/Solver.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace sluice::autotune;
+
+namespace {
+
+StepProfile step(const std::string &name, double usPerElement,
+                 bool element = true, double visits = 1,
+                 double selectivity = 1, double bytes = 1000) {
+  StepProfile s;
+  s.name = name;
+  s.op = name;
+  s.specSteps = {name};
+  s.where = "spec.yaml:" + name;
+  s.perRecord = element;
+  s.element = element;
+  s.visits = visits;
+  s.selectivity = selectivity;
+  s.bytesIn = s.bytesOut = bytes;
+  s.secondsPerElement = s.cpuPerElement = usPerElement * 1e-6;
+  return s;
+}
+
+StepProfile source(double usPerElement, double bytes = 1000) {
+  StepProfile s = step("src", usPerElement, false, 1, 1, bytes);
+  s.source = true;
+  return s;
+}
+
+/// Linear scaling samples (seconds per record do not grow with p).
+void linear(Profile &p, size_t i, std::vector<int64_t> ps = {1, 2, 4}) {
+  for (int64_t par : ps)
+    p.scaling[i].push_back(
+        {par, p.steps[i].visits * p.steps[i].secondsPerElement});
+}
+
+/// source (1 us) -> a (100 us) -> b (50 us) -> filter keeps 1/2 (record
+/// op, inline) -> c (200 us per element it sees) -> batch (inline, 1 us).
+Profile pipeline() {
+  Profile p;
+  p.pipeline = "synthetic";
+  p.epochs = 1;
+  p.hostCores = 64;
+  p.sourceRecordsPerEpoch = 10000;
+  p.steps.push_back(source(1));
+  p.steps.push_back(step("a", 100));
+  p.steps.push_back(step("b", 50));
+  StepProfile f = step("take_half", 0.1, false, 1, 0.5);
+  f.op = "skip"; // any record op: splits the fused group
+  p.steps.push_back(f);
+  p.steps.push_back(step("c", 200, true, 0.5));
+  p.steps.push_back(step("batch", 1, false, 0.5, 1.0 / 100));
+  linear(p, 1);
+  linear(p, 2);
+  linear(p, 4);
+  return p;
+}
+
+} // namespace
+
+TEST(AutotuneUsl, RecoversKnownCurve) {
+  Usl truth{0.08, 0.004};
+  std::vector<ScalingSample> s;
+  for (int64_t par : {1, 2, 4, 8, 16})
+    s.push_back({par, 1e-3 / truth.speedup(static_cast<double>(par)) *
+                          static_cast<double>(par)});
+  Usl fit = fitUsl(s);
+  EXPECT_NEAR(fit.sigma, 0.08, 1e-9);
+  EXPECT_NEAR(fit.kappa, 0.004, 1e-9);
+  EXPECT_NEAR(fit.peak(), std::sqrt(0.92 / 0.004), 1e-6);
+}
+
+TEST(AutotuneUsl, OnePointFitsContentionOnly) {
+  // Twice the work per record at p = 2: speedup 1, sigma 1.
+  Usl fit = fitUsl({{1, 1e-3}, {2, 2e-3}});
+  EXPECT_DOUBLE_EQ(fit.kappa, 0);
+  EXPECT_NEAR(fit.sigma, 1, 1e-12);
+  EXPECT_NEAR(fit.speedup(2), 1, 1e-12);
+  // 10% more work per record at p = 2.
+  fit = fitUsl({{1, 1e-3}, {2, 1.1e-3}});
+  EXPECT_NEAR(fit.sigma, 0.1, 1e-12);
+  // Linear scaling, and noise faster than linear, fit sigma = 0.
+  EXPECT_DOUBLE_EQ(fitUsl({{1, 1e-3}, {4, 0.9e-3}}).sigma, 0);
+}
+
+TEST(AutotuneModel, UnitsFollowTheRuntimesFusion) {
+  Profile p = pipeline();
+  std::vector<Unit> us = units(p, -1);
+  ASSERT_EQ(us.size(), 5u);
+  EXPECT_EQ(us[0].steps, (std::vector<size_t>{0}));
+  EXPECT_TRUE(us[1].parallel);
+  EXPECT_EQ(us[1].steps, (std::vector<size_t>{1, 2}));
+  EXPECT_FALSE(us[2].parallel); // take_half between the parallel groups
+  EXPECT_TRUE(us[3].parallel);
+  EXPECT_EQ(us[3].steps, (std::vector<size_t>{4}));
+  EXPECT_EQ(us[4].steps, (std::vector<size_t>{5})); // batch, inline
+  // A cache after `a` ends the fused group there.
+  std::vector<Unit> cached = units(p, 1);
+  EXPECT_EQ(cached[1].steps, (std::vector<size_t>{1}));
+  EXPECT_TRUE(cached[1].beforeCache);
+  EXPECT_EQ(cached[2].steps, (std::vector<size_t>{2}));
+  EXPECT_FALSE(cached[2].beforeCache);
+}
+
+TEST(AutotuneModel, ThroughputIsTheMinimumScaledBySelectivity) {
+  Profile p = pipeline();
+  std::vector<Unit> us = units(p, -1);
+  Config c;
+  for (const Unit &u : us)
+    c.parallelism.push_back(u.parallel ? 2 : 1);
+  Prediction pr = predict(p, c, 64);
+  // a+b: 150 us per record on 2 workers -> 13333.3 records/s.
+  // c: 200 us per element, half the records reach it -> 100 us per source
+  // record on 2 workers -> 20000 records/s.
+  ASSERT_EQ(pr.units.size(), 5u);
+  EXPECT_NEAR(pr.units[1].capacity, 2 / 150e-6, 1e-6);
+  EXPECT_NEAR(pr.units[3].capacity, 2 / 100e-6, 1e-6);
+  EXPECT_NEAR(pr.throughput, 2 / 150e-6, 1e-6);
+  EXPECT_EQ(pr.bottleneck, 1);
+  EXPECT_EQ(pr.bottleneckLabel, "a, b");
+  // One batch per 200 source records.
+  EXPECT_NEAR(pr.outputsPerSecond, pr.throughput * p.outputsPerSourceRecord,
+              1e-9);
+  EXPECT_NEAR(pr.units[1].utilization, 1, 1e-12);
+  EXPECT_NEAR(pr.units[3].utilization, 100.0 / 150, 1e-12);
+
+  // On 2 cores the CPU binds: 1 + 100 + 50 + 0.1 + 100 + 0.5 = 251.6 us.
+  Prediction tight = predict(p, c, 2);
+  EXPECT_EQ(tight.bottleneck, -1);
+  EXPECT_NEAR(tight.throughput, 2 / 251.6e-6, 1e-6);
+}
+
+TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
+  Profile p = pipeline();
+  p.epochs = 4;
+  std::vector<CacheOption> opts = cacheOptions(p);
+  // After src, a, b, take_half, c, batch: memory and disk each.
+  EXPECT_EQ(opts.size(), 12u);
+  Config c;
+  c.cache = {2, "memory", materializedBytes(p, 2)};
+  EXPECT_EQ(c.cache.bytes, 10000 * 1000);
+  for (const Unit &u : units(p, 2))
+    c.parallelism.push_back(u.parallel ? 1 : 1);
+  Prediction pr = predict(p, c, 64);
+  // a+b run one epoch in four: 150 / 4 = 37.5 us per record.
+  EXPECT_NEAR(pr.units[1].secondsPerRecord, 37.5e-6, 1e-12);
+  // Now c (100 us per source record, one worker) is the bottleneck.
+  EXPECT_NEAR(pr.throughput, 1 / 100e-6, 1e-6);
+  EXPECT_EQ(pr.bottleneckLabel, "c");
+  EXPECT_EQ(pr.memoryBytes, c.cache.bytes + pr.units[1].memoryBytes +
+                                pr.units[3].memoryBytes);
+}
+
+TEST(AutotuneModel, NoCacheAfterARandomOp) {
+  Profile p = pipeline();
+  p.steps[2].stochastic = true; // b is random_crop, say
+  std::vector<CacheOption> opts = cacheOptions(p);
+  for (const CacheOption &o : opts)
+    EXPECT_LT(o.after, 2) << "cache allowed after step " << o.after;
+  EXPECT_EQ(opts.size(), 4u); // after src and after a
+  p.sourceRecordsPerEpoch.reset();
+  EXPECT_TRUE(cacheOptions(p).empty()); // size unknown
+}
+
+TEST(AutotuneModel, QueueDepthGrowsWithVariability) {
+  EXPECT_EQ(queueDepth(0, 1000), 1);
+  // CV 0.5 at 1000 items/s over 50 ms: 2 * 0.5 * 50 = 50 items, + 1.
+  EXPECT_EQ(queueDepth(0.5, 1000), 51);
+  // Batches at 20/s: one per interval; CV 1 -> 2 + 1.
+  EXPECT_EQ(queueDepth(1, 20), 3);
+  EXPECT_LT(queueDepth(0.1, 1000), queueDepth(0.3, 1000));
+  EXPECT_EQ(queueDepth(10, 1e6), 64);
+}
+
+namespace {
+
+/// Exhaustive search over the model: the best throughput any configuration
+/// within `cores` and `memory` reaches (prefetch 0).
+double bruteForce(const Profile &p, int64_t cores, int64_t memory) {
+  double best = 0;
+  std::vector<CacheOption> opts{CacheOption{}};
+  for (const CacheOption &o : cacheOptions(p))
+    opts.push_back(o);
+  for (const CacheOption &o : opts) {
+    std::vector<Unit> us = units(p, o.after);
+    std::vector<int64_t> par(us.size(), 1);
+    for (;;) {
+      int64_t used = 0;
+      for (size_t k = 0; k < us.size(); ++k)
+        used += us[k].parallel ? par[k] : 0;
+      Config c;
+      c.cache = o;
+      c.parallelism = par;
+      Prediction pr = predict(p, c, cores);
+      if (used <= cores && (memory == 0 || pr.memoryBytes <= memory) &&
+          (o.to != "disk" || o.bytes <= p.diskFreeBytes / 2))
+        best = std::max(best, pr.throughput);
+      size_t k = 0;
+      for (; k < us.size(); ++k) {
+        if (!us[k].parallel)
+          continue;
+        if (par[k] < cores) {
+          ++par[k];
+          break;
+        }
+        par[k] = 1;
+      }
+      if (k == us.size())
+        break;
+    }
+  }
+  return best;
+}
+
+} // namespace
+
+TEST(AutotuneSolver, MatchesExhaustiveSearchUnderCores) {
+  Profile p = pipeline();
+  for (int64_t cores : {2, 3, 4, 6}) {
+    Budget b{cores, 0, 0};
+    auto sol = solve(p, b);
+    ASSERT_TRUE(sol) << sol.status().message();
+    EXPECT_NEAR(sol->prediction.throughput, bruteForce(p, cores, 0),
+                1e-6 * sol->prediction.throughput)
+        << cores << " cores";
+    int64_t used = 0;
+    for (size_t k = 0; k < sol->prediction.units.size(); ++k)
+      if (sol->prediction.units[k].parallel)
+        used += sol->prediction.units[k].parallelism;
+    EXPECT_LE(used, cores);
+  }
+  // 4 cores, linear scaling: a+b (150 us) and c (100 us per record) split
+  // 4 workers; p_ab = 2, p_c = 2 gives min(13333, 20000); 3+1 gives
+  // min(20000, 10000): 2+2 is best.
+  auto sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.parallelism[1], 2);
+  EXPECT_EQ(sol->config.parallelism[3], 2);
+}
+
+TEST(AutotuneSolver, PinnedParallelismIsAConstraint) {
+  Profile p = pipeline();
+  p.steps[4].pinnedParallelism = 1; // c pinned to one worker
+  auto sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.parallelism[3], 1);
+  // c serves 10000 records/s; a+b (150 us) needs 2 workers to keep up, and
+  // a third would add nothing.
+  EXPECT_EQ(sol->config.parallelism[1], 2);
+  EXPECT_NEAR(sol->prediction.throughput, 1 / 100e-6, 1e-6); // c limits
+  bool reported = false;
+  for (const KnobChoice &k : sol->knobs)
+    if (k.step == "c" && k.knob == "parallelism")
+      reported = k.pinned && k.reason.find("pinned") != std::string::npos;
+  EXPECT_TRUE(reported);
+  Schedule s = toSchedule(p, sol->config);
+  EXPECT_EQ(s["c"].parallelism, 1);
+  EXPECT_EQ(s["a"].parallelism, 2);
+  EXPECT_EQ(s["b"].parallelism, 2); // every element step of the unit
+}
+
+TEST(AutotuneSolver, CachesTheExpensivePrefixWhenItFits) {
+  Profile p = pipeline();
+  p.epochs = 10;
+  p.diskFreeBytes = int64_t(1) << 40;
+  p.diskBytesPerSecond = 1e9;
+  auto sol = solve(p, Budget{2, int64_t(1) << 30, p.diskFreeBytes / 2});
+  ASSERT_TRUE(sol) << sol.status().message();
+  // Everything is deterministic: the best place is after c, where the
+  // stream is smallest per source record and nothing costly is left.
+  EXPECT_GE(sol->config.cache.after, 2);
+  EXPECT_EQ(sol->config.cache.to, "memory");
+  EXPECT_NEAR(sol->prediction.throughput,
+              bruteForce(p, 2, int64_t(1) << 30),
+              1e-6 * sol->prediction.throughput);
+}
+
+TEST(AutotuneSolver, TightMemoryChoosesDiskOrNoCacheAndSmallerBuffers) {
+  Profile p = pipeline();
+  p.epochs = 10;
+  for (StepProfile &s : p.steps)
+    s.rateCv = 1.0; // at 10000 records/s: deep buffers (64)
+  Probe probe;
+  probe.sourceRecordsPerSecond = 10000;
+  p.probes.push_back(probe);
+  p.diskFreeBytes = 0; // no disk either
+  // Budget: room for the windows only (16 slots x 1000 bytes each, p = 1).
+  int64_t tight = 2 * 16 * 1000 + 3 * 1000;
+  auto sol = solve(p, Budget{2, tight, 0});
+  ASSERT_TRUE(sol) << sol.status().message();
+  EXPECT_EQ(sol->config.cache.after, -1);
+  EXPECT_LE(sol->prediction.memoryBytes, tight);
+  bool noted = false;
+  for (const std::string &n : sol->notes)
+    noted = noted || n.find("does not fit budget.memory") != std::string::npos;
+  EXPECT_TRUE(noted);
+  bool reduced = false;
+  for (const KnobChoice &k : sol->knobs)
+    reduced = reduced || k.reason.find("reduced to") != std::string::npos;
+  EXPECT_TRUE(reduced);
+  // With room, the deep buffers come back.
+  auto roomy = solve(p, Budget{2, int64_t(1) << 30, 0});
+  ASSERT_TRUE(roomy);
+  EXPECT_GT(roomy->prediction.memoryBytes, sol->prediction.memoryBytes);
+}
+
+TEST(AutotuneSolver, NoScheduleFitsSaysByHowMuch) {
+  Profile p = pipeline();
+  p.fixedMemoryBytes = 1 << 20;
+  auto sol = solve(p, Budget{2, 1 << 19, 0});
+  ASSERT_FALSE(sol);
+  EXPECT_NE(sol.status().message().find("no schedule fits budget.memory 512 KiB"),
+            std::string::npos)
+      << sol.status().message();
+}
+
+TEST(AutotuneSolver, NeverCachesAfterRandomOps) {
+  Profile p = pipeline();
+  p.epochs = 10;
+  p.steps[1].stochastic = true; // `a` is random: only after src is allowed
+  auto sol = solve(p, Budget{2, int64_t(1) << 30, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_LE(sol->config.cache.after, 0);
+}

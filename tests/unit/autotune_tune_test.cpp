@@ -1,0 +1,257 @@
+//===- autotune_tune_test.cpp - tune() on a real pipeline, replay, check --===//
+//
+// A CSV written here, a spec through the real front end and compiler, a
+// short tune: the four report files, a schedule that replays to the same
+// bytes, a tight memory budget (on Fashion-MNIST, whose epoch size is known,
+// so a cache is on the table) respected by the measured peak, and `check`
+// failing on an injected regression (a baseline three times faster: far
+// beyond any noise) and passing on an unchanged report. No timing is
+// asserted: the host is shared.
+//
+//===----------------------------------------------------------------------===//
+#include "test_util.h"
+
+#include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Compiler.h"
+#include "sluice/dsl/Spec.h"
+#include "sluice/runtime/Pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace sluice;
+using sluice::testing::TempDir;
+
+namespace {
+
+std::string csvRows(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += std::to_string(i % 7 == 0 ? -1 : i % 2) + "," +
+         std::to_string(i * 0.5) + "," + std::to_string(i % 97) + "\n";
+  return s;
+}
+
+struct Loaded {
+  std::unique_ptr<dsl::Spec> spec;
+  runtime::Plan plan;
+};
+
+Loaded load(const std::string &path) {
+  std::string text, err;
+  EXPECT_TRUE(dsl::readFile(path, text, err)) << err;
+  dsl::DiagnosticEngine diags(path, text);
+  Loaded l;
+  l.spec = dsl::parseSpec(diags);
+  std::ostringstream d;
+  diags.print(d, false);
+  EXPECT_TRUE(l.spec) << d.str();
+  std::ostringstream e;
+  auto plan = compiler::buildPlan(*l.spec, {}, e);
+  EXPECT_TRUE(plan) << e.str();
+  if (plan)
+    l.plan = plan.take();
+  return l;
+}
+
+/// Every output's bytes, in order.
+std::string runAll(const runtime::Plan &plan, const runtime::RunOptions &o) {
+  auto p = runtime::Pipeline::create(plan, o);
+  EXPECT_TRUE(p) << p.status().message();
+  if (!p)
+    return {};
+  std::string all;
+  runtime::Batch b;
+  for (;;) {
+    auto more = (*p)->next(b);
+    EXPECT_TRUE(more) << more.status().message();
+    if (!more || !*more)
+      break;
+    for (const Tensor &t : b.fields())
+      if (t.isNumeric())
+        all.append(reinterpret_cast<const char *>(t.raw()), t.nbytes());
+  }
+  return all;
+}
+
+constexpr const char *kSpec = R"(pipeline: tune_csv
+seed: 3
+source:
+  csv:
+    files: data/*.csv
+    columns:
+      - {name: label, type: i64}
+      - {name: x, type: f32}
+      - {name: k, type: i64}
+steps:
+  - filter: {where: "label >= 0"}
+  - map: {field: x, expr: "log(x + 1) * 2"}
+  - hash_bucket: {field: k, buckets: 1000}
+  - batch: {size: 64}
+epochs: 3
+budget: {cores: 2, memory: 64MiB}
+)";
+
+class AutotuneTune : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir.write("data/a.csv", csvRows(20000));
+    dir.write("data/b.csv", csvRows(20000));
+    specPath = dir.write("tune.yaml", kSpec);
+    l = load(specPath);
+    opts.profile.secondsPerProbe = 0.3;
+    opts.verifySeconds = 0.4;
+    opts.profile.base.tempDir = dir.path();
+  }
+  TempDir dir;
+  std::string specPath;
+  Loaded l;
+  autotune::TuneOptions opts;
+};
+
+} // namespace
+
+TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
+  auto r = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_TRUE(r->measured.has_value());
+  EXPECT_GT(r->measured->sourceRecordsPerSecond, 0);
+  EXPECT_GT(r->solution.prediction.throughput, 0);
+  EXPECT_FALSE(r->solution.prediction.bottleneckLabel.empty());
+  // Selectivity of the filter: 1 in 7 rows has label -1.
+  ASSERT_GE(r->profile.steps.size(), 2u);
+  EXPECT_NEAR(r->profile.steps[1].selectivity, 6.0 / 7, 0.02);
+
+  std::string out = dir / "report";
+  ASSERT_TRUE(autotune::writeReports(*r, out));
+  for (const char *f : {"schedule.yaml", "report.json", "report.md", "chart.svg"})
+    EXPECT_TRUE(std::filesystem::file_size(out + "/" + f) > 0) << f;
+  std::ifstream js(out + "/report.json");
+  nlohmann::json j = nlohmann::json::parse(js);
+  EXPECT_EQ(j["schema"], "sluice-tune-report");
+  EXPECT_EQ(j["version"], autotune::kReportVersion);
+  EXPECT_TRUE(j["measured"]["prediction_error"].is_number());
+  EXPECT_FALSE(j["knobs"].empty());
+  for (const auto &st : j["steps"])
+    EXPECT_NE(st["where"].get<std::string>().find("tune.yaml:"),
+              std::string::npos);
+
+  // The schedule file parses against the spec and replays to the same
+  // bytes as the default schedule (output never depends on the schedule).
+  std::string text, err;
+  ASSERT_TRUE(dsl::readFile(out + "/schedule.yaml", text, err));
+  dsl::DiagnosticEngine diags(out + "/schedule.yaml", text);
+  std::map<std::string, dsl::StepSchedule> sched;
+  bool ok = dsl::parseScheduleFile(diags, *l.spec, sched);
+  std::ostringstream d;
+  diags.print(d, false);
+  ASSERT_TRUE(ok) << d.str() << text;
+  runtime::RunOptions tuned;
+  tuned.tempDir = dir.path();
+  for (const auto &[name, s] : sched) {
+    runtime::ScheduleOverride o;
+    o.parallelism = s.parallelism;
+    o.prefetch = s.prefetch;
+    o.cache = s.cache;
+    tuned.schedule[name] = o;
+  }
+  EXPECT_FALSE(tuned.schedule.empty());
+  runtime::RunOptions plain;
+  plain.tempDir = dir.path();
+  std::string a = runAll(l.plan, plain), b = runAll(l.plan, tuned);
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+
+  // check: unchanged passes; a baseline three times faster fails.
+  autotune::CheckResult same = autotune::check(j, j, 0.10);
+  EXPECT_TRUE(same.ok) << same.text;
+  nlohmann::json faster = j;
+  faster["measured"]["records_per_second"] =
+      j["measured"]["records_per_second"].get<double>() * 3;
+  autotune::CheckResult slow = autotune::check(faster, j, 0.10);
+  EXPECT_FALSE(slow.ok);
+  EXPECT_NE(slow.text.find("FAIL throughput"), std::string::npos) << slow.text;
+  nlohmann::json moved = j;
+  moved["bottleneck"]["label"] = "somewhere else";
+  autotune::CheckResult m = autotune::check(moved, j, 0.10);
+  EXPECT_FALSE(m.ok);
+  EXPECT_NE(m.text.find("FAIL bottleneck"), std::string::npos) << m.text;
+  nlohmann::json broke = j;
+  broke["budget"]["memory_bytes"] = 1;
+  EXPECT_FALSE(autotune::check(j, broke, 0.10).ok);
+  EXPECT_FALSE(autotune::check(nlohmann::json::object(), j, 0.1).ok);
+}
+
+TEST(AutotuneTuneMemory, TightMemoryIsRespectedAndExplained) {
+  // Fashion-MNIST's test split (Debian's dataset-fashion-mnist): 10000
+  // records, 12.5 MiB after the source, more after normalize. Three epochs
+  // make a cache worth having; 8 MiB leaves room for the shuffle buffer and
+  // batches but not for a memory cache.
+  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
+  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  std::string spec = dir.write("fm.yaml", R"(pipeline: fm_tight
+seed: 1
+source:
+  idx:
+    images: )" + dirName + R"(/t10k-images-idx3-ubyte.gz
+    labels: )" + dirName + R"(/t10k-labels-idx1-ubyte.gz
+steps:
+  - normalize: {field: image, mean: 72.94, std: 90.02}
+  - random_flip: {field: image, axis: width}
+  - shuffle: {buffer: 500}
+  - batch: {size: 128}
+epochs: 3
+budget: {cores: 2}
+)");
+  Loaded l = load(spec);
+  autotune::TuneOptions opts;
+  opts.profile.secondsPerProbe = 0.3;
+  opts.verifySeconds = 0.5;
+  opts.profile.base.tempDir = dir.path();
+  const int64_t budget = 8 << 20;
+  opts.memoryBytes = budget;
+  auto r = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->budget.memoryBytes, budget);
+  EXPECT_LE(r->solution.prediction.memoryBytes, budget);
+  ASSERT_TRUE(r->measured.has_value());
+  EXPECT_LE(r->measured->memoryPeak, budget);
+  EXPECT_NE(r->solution.config.cache.to, "memory");
+  bool noted = false;
+  for (const std::string &n : r->solution.notes)
+    noted = noted || n.find("a memory cache after 'idx' (12.") == 0;
+  EXPECT_TRUE(noted);
+  std::string md = autotune::reportMarkdown(*r);
+  EXPECT_NE(md.find("memory 8 MiB (--memory)"), std::string::npos) << md;
+  EXPECT_NE(md.find("does not fit budget.memory 8 MiB"), std::string::npos)
+      << md;
+
+  // With room nothing is ruled out for memory, and a cache may follow the
+  // source or normalize but never random_flip.
+  opts.memoryBytes = 512 << 20;
+  auto roomy = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(roomy) << roomy.status().message();
+  for (const std::string &n : roomy->solution.notes)
+    EXPECT_EQ(n.find("does not fit"), std::string::npos) << n;
+  EXPECT_LE(roomy->solution.config.cache.after, 1); // never after random_flip
+}
+
+TEST_F(AutotuneTune, PlansForABiggerHostWithoutMeasuring) {
+  opts.cores = 16;
+  auto r = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_TRUE(r->otherHost || autotune::hostCores() >= 16);
+  if (r->otherHost) {
+    EXPECT_FALSE(r->measured.has_value());
+    EXPECT_NE(r->scaleAdvice.find("At 16 cores the limit is"), std::string::npos)
+        << r->scaleAdvice;
+    nlohmann::json j = autotune::reportJson(*r);
+    EXPECT_TRUE(j["measured"].is_null());
+    EXPECT_EQ(j["budget"]["cores"], 16);
+  }
+}

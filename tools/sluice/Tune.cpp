@@ -1,0 +1,234 @@
+//===- Tune.cpp - `sluice tune` and `schedule: auto` for `sluice run` -----===//
+//
+// The driver's side of the autotuner: flags, spec and plan, then
+// autotune::tune() and its writers. The autotuner itself lives in autotune/
+// (MLIR-free); this file only wires it up, so runtime/ never depends on it.
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+
+#include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Compiler.h"
+#include "sluice/dsl/Spec.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/Memory.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+namespace sluice::tool {
+
+namespace {
+
+struct TuneFlags {
+  std::vector<std::string> specs;
+  std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
+  std::vector<std::string> disabledPasses;
+  bool quiet = false;
+};
+
+std::map<std::string, std::string> specWhere(const dsl::Spec &spec) {
+  std::map<std::string, std::string> m;
+  auto add = [&](const dsl::Step &s) {
+    m[s.name] = spec.file + ":" + std::to_string(s.loc.line) + ":" +
+                std::to_string(s.loc.col);
+  };
+  add(spec.source);
+  for (const dsl::Step &s : spec.steps)
+    add(s);
+  return m;
+}
+
+int runTune(const TuneFlags &f) {
+  if (!checkOneSpec(f.specs, "tune"))
+    return kExitUsage;
+  int64_t cores = 0, memory = 0;
+  double tolerance = 0.10, seconds = 1.5;
+  if (!f.cores.empty()) {
+    if (!parseIntFlag("--cores", f.cores, 1, cores, "tune"))
+      return kExitUsage;
+    if (cores > 4096)
+      return usageError("'--cores' needs an integer from 1 to 4096, got '" +
+                            f.cores + "'",
+                        "tune");
+  }
+  if (!f.memory.empty()) {
+    auto b = parseByteSize(f.memory);
+    if (!b || *b <= 0)
+      return usageError("'--memory' needs a size such as 512MiB or 4GiB, got '" +
+                            f.memory + "'",
+                        "tune");
+    memory = *b;
+  }
+  {
+    std::string t = f.tolerance;
+    bool pct = !t.empty() && t.back() == '%';
+    if (pct)
+      t.pop_back();
+    char *end = nullptr;
+    double d = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end || !(d >= 0) || d > 100)
+      return usageError("'--tolerance' needs a percentage such as 10% (or a "
+                        "fraction such as 0.1), got '" +
+                            f.tolerance + "'",
+                        "tune");
+    tolerance = pct || d > 1 ? d / 100 : d;
+  }
+  {
+    char *end = nullptr;
+    double d = std::strtod(f.seconds.c_str(), &end);
+    if (f.seconds.empty() || *end || !(d > 0) || d > 600)
+      return usageError("'--seconds' needs a number of seconds (0-600], got '" +
+                            f.seconds + "'",
+                        "tune");
+    seconds = d;
+  }
+  const std::string &checkPath = f.check;
+  const std::string &reportDir = f.report;
+  bool quiet = f.quiet;
+  compiler::PlanOptions planOpts;
+  planOpts.disabledPasses = f.disabledPasses;
+
+  // The baseline is read first: a typo in its path should not cost a tune.
+  nlohmann::json baseline;
+  if (!checkPath.empty()) {
+    std::ifstream in(checkPath);
+    if (!in) {
+      std::cerr << "sluice: error: cannot read the baseline '" << checkPath
+                << "'\n";
+      return kExitUsage;
+    }
+    try {
+      in >> baseline;
+    } catch (const std::exception &e) {
+      std::cerr << "sluice: error: " << checkPath
+                << ": not a JSON report: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
+
+  std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
+  if (!spec)
+    return kExitUsage;
+  if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
+    return usageError(s.message(), "tune");
+  Expected<runtime::Plan> plan = compiler::buildPlan(*spec, planOpts, std::cerr);
+  if (!plan) {
+    if (!plan.status().message().empty())
+      std::cerr << "sluice: error: " << plan.status().message() << "\n";
+    return kExitData;
+  }
+
+  autotune::TuneOptions opts;
+  opts.cores = cores;
+  opts.memoryBytes = memory;
+  opts.profile.secondsPerProbe = seconds;
+  opts.profile.specWhere = specWhere(*spec);
+  opts.verifySeconds = std::max(1.0, seconds * 1.5);
+  if (!quiet)
+    std::cerr << "sluice tune: profiling " << plan->name << "...\n";
+  Expected<autotune::TuneResult> r = autotune::tune(*plan, opts);
+  if (!r) {
+    std::cerr << "sluice: error: " << r.status().message() << "\n";
+    return kExitData;
+  }
+  nlohmann::json report = autotune::reportJson(*r);
+  if (!reportDir.empty()) {
+    if (Status s = autotune::writeReports(*r, reportDir); !s) {
+      std::cerr << "sluice: error: " << s.message() << "\n";
+      return kExitData;
+    }
+  }
+  if (!quiet) {
+    const autotune::Prediction &pr = r->solution.prediction;
+    std::cout << "pipeline " << r->profile.pipeline << ": predicted "
+              << std::llround(pr.throughput) << " records/s";
+    if (r->measured)
+      std::cout << ", measured " << std::llround(r->measured->sourceRecordsPerSecond)
+                << " records/s";
+    std::cout << "; bottleneck " << pr.bottleneckLabel << "\n"
+              << r->scaleAdvice << "\n\n"
+              << autotune::scheduleYaml(*r);
+    if (!reportDir.empty())
+      std::cout << "\nreports in " << reportDir
+                << "/: schedule.yaml report.json report.md chart.svg\n";
+  }
+  if (!checkPath.empty()) {
+    autotune::CheckResult c = autotune::check(baseline, report, tolerance);
+    std::cout << "\ncheck against " << checkPath << ":\n" << c.text;
+    if (!c.ok) {
+      std::cout << "check FAILED\n";
+      return kExitData;
+    }
+    std::cout << "check passed\n";
+  }
+  return 0;
+}
+
+} // namespace
+
+CommandAction addTuneCommand(CLI::App &root) {
+  auto st = std::make_shared<TuneFlags>();
+  CLI::App *cmd = root.add_subcommand(
+      "tune", "profile the pipeline, model each stage, solve for parallelism, "
+              "prefetch and cache within the budgets, run the result and "
+              "report");
+  addSpecArg(*cmd, st->specs);
+  cmd->add_option("--cores", st->cores,
+                  "plan for N cores (default: budget.cores, else this host); "
+                  "more than this host has plans for another machine")
+      ->type_name("N");
+  cmd->add_option("--memory", st->memory,
+                  "memory budget (default: budget.memory, else the runtime's "
+                  "default)")
+      ->type_name("SIZE");
+  cmd->add_option("--report", st->report,
+                  "write schedule.yaml, report.json, report.md, chart.svg "
+                  "into DIR")
+      ->type_name("DIR");
+  cmd->add_option("--check", st->check,
+                  "compare with a baseline report.json: exit 1 when the "
+                  "throughput fell beyond the tolerance, the bottleneck "
+                  "moved, or a budget would be broken")
+      ->type_name("BASELINE.json");
+  cmd->add_option("--tolerance", st->tolerance,
+                  "allowed throughput drop for --check (default 10%)")
+      ->type_name("P%");
+  cmd->add_option("--seconds", st->seconds,
+                  "seconds per profiling probe (default 1.5)")
+      ->type_name("S");
+  cmd->add_option("--disable-pass", st->disabledPasses,
+                  "do not run this graph pass (repeatable)")
+      ->type_name("NAME");
+  cmd->add_flag("-q,--quiet", st->quiet, "print only errors and the check");
+  return [st] { return runTune(*st); };
+}
+
+int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
+                      std::ostream &out, std::ostream &err) {
+  const char *off = std::getenv("SLUICE_NO_AUTOTUNE");
+  if (off && *off && std::string(off) != "0")
+    return -1;
+  autotune::TuneOptions t;
+  t.profile.base = opts;
+  t.profile.secondsPerProbe = 0.6;
+  t.profile.base.sink = "null";
+  t.profile.base.statsJsonPath.clear();
+  t.memoryBytes = opts.memoryBytes;
+  if (opts.threads > 0)
+    t.cores = std::min<int64_t>(opts.threads, autotune::hostCores());
+  Expected<autotune::AutoSchedule> a = autotune::autoSchedule(plan, t);
+  if (!a) {
+    err << "sluice: error: schedule: auto: " << a.status().message() << "\n";
+    return kExitData;
+  }
+  for (const auto &[name, o] : a->schedule)
+    opts.schedule[name] = o;
+  if (opts.stats)
+    out << a->explanation << "\n";
+  return -1;
+}
+
+} // namespace sluice::tool
