@@ -5,7 +5,8 @@
 // columns, `map: log(max(x, 0) + 1)` on them, hash_bucket on the 26
 // categorical ids. "runtime" binds every step with runtime::bindElementOp
 // (the expression interpreter for the map), "jit" with the kernels
-// JitKernels compiles for the same plan. Run with
+// JitKernels compiles for the same plan; "Fused" runs the chain as the one
+// `fused_map` stage sluice-fuse-maps makes of it (one kernel per field). Run with
 //   build/bin/codegen_bench --benchmark_repetitions=5 \
 //     --benchmark_enable_random_interleaving=true
 // and compare medians; also reports the JIT compile time.
@@ -78,8 +79,21 @@ Record criteoBatch() {
   return r;
 }
 
-void runChain(benchmark::State &state, bool jit, int only = -1) {
+/// The chain as sluice-fuse-maps leaves it: one fused_map stage.
+runtime::Plan fusedPlan() {
   runtime::Plan plan = criteoPlan();
+  runtime::PlanStage fused = plan.stages.front();
+  fused.name = "fill_missing+clamp+map+hash_bucket";
+  fused.op = "fused_map";
+  fused.params = Value::map();
+  fused.fused = plan.stages;
+  plan.stages = {fused};
+  return plan;
+}
+
+void runChain(benchmark::State &state, bool jit, int only = -1,
+              bool fused = false) {
+  runtime::Plan plan = fused ? fusedPlan() : criteoPlan();
   if (only >= 0)
     plan.stages = {plan.stages[size_t(only)]};
   std::unique_ptr<compiler::JitKernels> kernels;
@@ -120,13 +134,47 @@ void runChain(benchmark::State &state, bool jit, int only = -1) {
 
 void BM_CriteoChainRuntime(benchmark::State &s) { runChain(s, false); }
 void BM_CriteoChainJit(benchmark::State &s) { runChain(s, true); }
+void BM_CriteoChainFusedRuntime(benchmark::State &s) {
+  runChain(s, false, -1, true);
+}
+void BM_CriteoChainFusedJit(benchmark::State &s) { runChain(s, true, -1, true); }
 BENCHMARK(BM_CriteoChainRuntime)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CriteoChainJit)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CriteoChainFusedRuntime)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CriteoChainFusedJit)->Unit(benchmark::kMicrosecond);
 /// One step of the chain alone (0 fill_missing, 1 clamp, 2 map, 3 hash).
 void BM_StepRuntime(benchmark::State &s) { runChain(s, false, int(s.range(0))); }
 void BM_StepJit(benchmark::State &s) { runChain(s, true, int(s.range(0))); }
 BENCHMARK(BM_StepRuntime)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StepJit)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+
+/// The generated kernels alone on preallocated buffers (no allocation, no
+/// record handling): what the chain costs when outputs are written in place.
+void BM_CriteoKernelsOnly(benchmark::State &state) {
+  runtime::Plan plan = fusedPlan();
+  compiler::CodegenOptions opts;
+  opts.useCache = false;
+  auto k = compiler::JitKernels::compile(plan, opts);
+  if (!k) {
+    state.SkipWithError(k.status().message().c_str());
+    return;
+  }
+  Record in = criteoBatch();
+  Tensor dense = Tensor::empty(ElemType::F32, {kRows, 13});
+  Tensor cat = Tensor::empty(ElemType::I64, {kRows, 26});
+  using Fn = void (*)(const void *, void *, int64_t);
+  const SluiceKernelInfo *t = (*k)->table();
+  for (auto _ : state) {
+    reinterpret_cast<Fn>(t[0].fn)(in.fields[1].raw(), dense.mutableRaw(),
+                                  kRows * 13);
+    reinterpret_cast<Fn>(t[1].fn)(in.fields[2].raw(), cat.mutableRaw(),
+                                  kRows * 26);
+    benchmark::DoNotOptimize(dense.raw());
+    benchmark::DoNotOptimize(cat.raw());
+  }
+  state.SetItemsProcessed(state.iterations() * kRows);
+}
+BENCHMARK(BM_CriteoKernelsOnly)->Unit(benchmark::kMicrosecond);
 
 /// Cold JIT compile of the chain (no cache) and a compile served by the
 /// object cache.

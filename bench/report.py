@@ -2,9 +2,12 @@
 """Turns the raw outputs of one bench/run.sh run into the results table.
 
 Reads OUT/ (written by run.sh), one file per round N of each benchmark:
-decode_only_N.json (Google Benchmark), torch_imagenet_N.json,
-numpy_criteo_N.json, sluice_{imagenet,criteo}_N.txt (`sluice bench` output),
-plus manifest.json of the data and meta.json (machine and command). Each
+decode_only_N.json and decode_photos_N.json (Google Benchmark),
+torch_imagenet_N.json and torch_photos_N.json, numpy_criteo_N.json,
+sluice_{imagenet,photos,photos_auto,criteo}_N.txt (`sluice bench` output) with
+rusage_sluice_*_N.json (bench/rusage.py: the process's getrusage) and
+stats_sluice_*_N.json (`--stats-json`: images processed), plus manifest.json
+and photos_manifest.json of the data and meta.json (machine and command). Each
 figure is the median over the rounds. Prints the table and writes it as
 Markdown.
 
@@ -30,7 +33,9 @@ def load_json(path):
 def sluice_figures(out, name):
     """Median source records/s over the repeats, or a reason why none."""
     rates, threads = [], None
-    files = sorted(glob.glob(os.path.join(out, "sluice_%s_*.txt" % name)))
+    files = sorted(p for p in glob.glob(os.path.join(out, "sluice_%s_*.txt" % name))
+                   if re.fullmatch(r"sluice_%s_\d+\.txt" % re.escape(name),
+                                   os.path.basename(p)))
     for path in files:
         with open(path, errors="replace") as f:
             text = f.read()
@@ -50,10 +55,41 @@ def sluice_figures(out, name):
     return {"rate": None, "reason": reason}
 
 
-def decode_figures(out):
+def resource_figures(out, name):
+    """Medians over the rounds of what getrusage counted for `sluice bench
+    NAME`: peak RSS (MiB), system time as a share of the process's CPU time,
+    and minor page faults per image (over every image the run decoded,
+    warm-up and start-up included), or None."""
+    rss, sys_share, faults = [], [], []
+    for path in sorted(glob.glob(os.path.join(out, "rusage_sluice_%s_*.json" % name))):
+        m = re.fullmatch(r"rusage_sluice_%s_(\d+)\.json" % re.escape(name),
+                         os.path.basename(path))
+        ru = load_json(path)
+        if not m or not ru or ru.get("exit_code") != 0:
+            continue
+        rss.append(ru["max_rss_kib"] / 1024.0)
+        cpu = ru["user_seconds"] + ru["system_seconds"]
+        if cpu > 0:
+            sys_share.append(ru["system_seconds"] / cpu)
+        stats = load_json(os.path.join(out, "stats_sluice_%s_%s.json" % (name, m.group(1))))
+        images = 0
+        for st in (stats or {}).get("stages", []):
+            if st.get("kind") == "element":
+                images = st.get("elements_in", 0)
+                break
+        if images:
+            faults.append(ru["minor_faults"] / images)
+    if not rss:
+        return None
+    med = lambda v: statistics.median(v) if v else None
+    return {"rss_mib": med(rss), "sys_share": med(sys_share),
+            "faults_per_image": med(faults), "rounds": len(rss)}
+
+
+def decode_figures(out, prefix="decode_only"):
     """{threads: median items/s} over the rounds' Google Benchmark JSONs."""
     runs = {}
-    for path in sorted(glob.glob(os.path.join(out, "decode_only_*.json"))):
+    for path in sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix))):
         for b in (load_json(path) or {}).get("benchmarks", []):
             m = re.search(r"threads:(\d+)", b.get("name", ""))
             if (b.get("error_occurred") or not m or "items_per_second" not in b
@@ -123,6 +159,19 @@ def main():
         threads = max(decode)
         dec_same = decode[threads]
 
+    # Real pictures (bench/gen_photos.py).
+    photos = load_json(os.path.join(out, "photos_manifest.json")) or {}
+    torch_ph = merge_rounds(out, "torch_photos", "settings")
+    s_ph = sluice_figures(out, "photos")
+    s_auto = sluice_figures(out, "photos_auto")
+    dec_ph, dec_ph_runs = decode_figures(out, "decode_photos")
+    ph_threads = s_ph.get("threads") or threads
+    dec_ph_same = dec_ph.get(ph_threads) if ph_threads else None
+    torch_ph_rate = torch_ph["rate"] if torch_ph else None
+    r_ph_torch = ratio(s_ph["rate"], torch_ph_rate)
+    r_ph_decode = ratio(s_ph["rate"], dec_ph_same)
+    r_auto_decode = ratio(s_auto["rate"], dec_ph_same)
+
     torch_rate = torch["rate"] if torch else None
     numpy_rate = numpy_["rate"] if numpy_ else None
     r_torch = ratio(s_img["rate"], torch_rate)
@@ -148,6 +197,14 @@ def main():
                      "(%.0f / %.0f / %.0f KB min / median / max)" % (
                          img["images"], img["bytes"] / 1e6, img["kb_min"],
                          img["kb_median"], img["kb_max"]))
+    if photos:
+        lines.append("- real pictures: %d JPEGs cut from %s (bench/gen_photos.py), "
+                     "300–600 px per side, %.0f MB (%.0f / %.0f / %.0f KB min / median / max, "
+                     "%.2f bits per pixel); %s" % (
+                         photos["images"], photos.get("source", "?"), photos["bytes"] / 1e6,
+                         photos["kb_min"], photos["kb_median"], photos["kb_max"],
+                         photos.get("bits_per_pixel", 0),
+                         ", ".join("%s: %d" % kv for kv in sorted(photos.get("encodings", {}).items()))))
     if crt:
         lines.append("- Criteo-style TSV: %s rows in %d files, %.0f MB "
                      "(%.1f %% empty dense cells, %.1f %% empty categorical cells)" % (
@@ -177,12 +234,46 @@ def main():
                      "" if threads == 1 else "s", fmt(dec_same),
                      fmt(r_decode, 2) + "×" if r_decode else "—",
                      verdict(r_decode, 0.6)))
+    ph_name = "real pictures: same pipeline, exact decode, antialiased resize"
+    lines.append("| %s | %s | torch DataLoader%s | %s images/s | %s | ≥ 3.5× (%s) |" % (
+        ph_name, sluice_cell(s_ph, "images/s"),
+        " (best num_workers=%s)" % torch_ph["best_num_workers"] if torch_ph else "",
+        fmt(torch_ph_rate), fmt(r_ph_torch, 2) + "×" if r_ph_torch else "—",
+        verdict(r_ph_torch, 3.5)))
+    lines.append("| same | %s | libjpeg-turbo read+decode loop, %s thread%s "
+                 "| %s images/s | %s | ≥ 0.85× (%s) |" % (
+                     sluice_cell(s_ph, "images/s"), ph_threads,
+                     "" if ph_threads == 1 else "s", fmt(dec_ph_same),
+                     fmt(r_ph_decode, 2) + "×" if r_ph_decode else "—",
+                     verdict(r_ph_decode, 0.85)))
+    lines.append("| real pictures, `decode_image: {scale: auto}` | %s | same decode loop "
+                 "| %s images/s | %s | ≥ 1.3× (%s) |" % (
+                     sluice_cell(s_auto, "images/s"), fmt(dec_ph_same),
+                     fmt(r_auto_decode, 2) + "×" if r_auto_decode else "—",
+                     verdict(r_auto_decode, 1.3)))
     lines.append("| Criteo-style (parse, filter, fill_missing, log map, hash_bucket, batch 4096) "
                  "| %s | Python/numpy (best: %s) | %s rows/s | %s | ≥ 5× (%s) |" % (
                      sluice_cell(s_tab, "rows/s"),
                      numpy_["best"] if numpy_ else "—", fmt(numpy_rate),
                      fmt(r_numpy, 2) + "×" if r_numpy else "—",
                      verdict(r_numpy, 5.0)))
+    lines.append("")
+    lines.append("What the kernel counted per `sluice bench` process (getrusage; medians over "
+                 "the rounds; faults per image over every image decoded, start-up and warm-up "
+                 "included):")
+    lines.append("")
+    lines.append("| sluice run | images/s | peak RSS | sys share of CPU | minor faults / image |")
+    lines.append("|---|---|---|---|---|")
+    for label, name, s in (("synthetic images", "imagenet", s_img),
+                           ("real pictures, exact", "photos", s_ph),
+                           ("real pictures, scale: auto", "photos_auto", s_auto)):
+        res = resource_figures(out, name)
+        if res is None:
+            continue
+        lines.append("| %s | %s | %s MiB | %s | %s |" % (
+            label, fmt(s["rate"]), fmt(res["rss_mib"]),
+            "%.1f %%" % (100 * res["sys_share"]) if res["sys_share"] is not None else "—",
+            fmt(res["faults_per_image"], 1)))
     lines.append("")
     lines.append("Details:")
     lines.append("")
@@ -192,6 +283,19 @@ def main():
     if s_tab["rate"] is not None:
         lines.append("- sluice Criteo runs: %s rows/s (%s threads)" % (
             ", ".join(fmt(r) for r in s_tab["runs"]), s_tab.get("threads")))
+    for label, s in (("real pictures", s_ph), ("real pictures, scale: auto", s_auto)):
+        if s["rate"] is not None:
+            lines.append("- sluice %s runs: %s images/s (%s threads)" % (
+                label, ", ".join(fmt(r) for r in s["runs"]), s.get("threads")))
+    for t in sorted(dec_ph):
+        lines.append("- decode-only loop on the real pictures, %d thread%s: %s images/s (runs %s)" % (
+            t, "" if t == 1 else "s", fmt(dec_ph[t]),
+            ", ".join(fmt(r) for r in dec_ph_runs[t])))
+    if torch_ph:
+        for w, s in sorted(torch_ph["settings"].items(), key=lambda kv: int(kv[0])):
+            lines.append("- torch DataLoader on the real pictures, num_workers=%s: %s images/s "
+                         "(runs %s)" % (w, fmt(s["median"]),
+                                        ", ".join(fmt(r) for r in s["runs"])))
     for t in sorted(decode):
         lines.append("- decode-only loop, %d thread%s: %s images/s (runs %s)" % (
             t, "" if t == 1 else "s", fmt(decode[t]),

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs sluice and its peers on the same data in one go and prints the results.
 #
-#   image pipeline:   sluice bench bench/specs/imagenet_bench.yaml
+#   image pipeline:   sluice bench bench/specs/imagenet_bench.yaml (synthetic images,
+#                     bench/gen_data.py) and photos_bench.yaml / photos_auto_bench.yaml
+#                     (real pictures cut from gnome-backgrounds, bench/gen_photos.py;
+#                     exact decode / `scale: auto`), each
 #                     vs the torch DataLoader (bench/peers/torch_imagenet.py)
 #                     vs a plain libjpeg-turbo decode loop (decode_only_bench)
 #   tabular pipeline: sluice bench bench/specs/criteo_bench.yaml
@@ -9,6 +12,8 @@
 #
 # Each figure is the median of REPEATS rounds; a round runs every benchmark
 # once. The table goes to stdout and to RESULTS; the raw outputs stay in OUT.
+# Every `sluice bench` runs under bench/rusage.py, so the table also gives its
+# peak RSS, system-time share and minor page faults per image.
 # Data is generated on first use.
 #
 # Usage: bench/run.sh [--quick] [--no-build]
@@ -105,9 +110,16 @@ for part in images criteo; do
       --only "$part" >/dev/null
   fi
 done
+if ! $PY -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["images"] != int(sys.argv[2]))' \
+    "$DATA/photos/manifest.json" "$IMAGES" 2>/dev/null; then
+  log "cutting $IMAGES real pictures into $DATA/photos (bench/gen_photos.py)"
+  rm -rf "$DATA/photos"
+  $PY bench/gen_photos.py --out "$DATA" --images "$IMAGES" >/dev/null
+fi
 cp "$DATA/manifest.json" "$OUT/manifest.json"
+cp "$DATA/photos/manifest.json" "$OUT/photos_manifest.json"
 mkdir -p "$OUT/specs"
-for s in imagenet criteo; do
+for s in imagenet photos photos_auto criteo; do
   sed "s|/tmp/sluice-bench-data|$DATA|g" "bench/specs/${s}_bench.yaml" \
     >"$OUT/specs/${s}_bench.yaml"
 done
@@ -141,7 +153,9 @@ sluice_bench() { # NAME ROUND: one `sluice bench`, or a status saying why not
     return
   fi
   log "round $r: sluice bench $name (${SECS}s)"
-  "$SLUICE" bench "$OUT/specs/${name}_bench.yaml" --seconds "$SECS" >"$txt" 2>&1 || rc=$?
+  $PY bench/rusage.py "$OUT/rusage_sluice_$1_$2.json" "$SLUICE" bench \
+    "$OUT/specs/${name}_bench.yaml" --seconds "$SECS" \
+    --stats-json "$OUT/stats_sluice_$1_$2.json" >"$txt" 2>&1 || rc=$?
   if [ "$rc" != 0 ]; then
     mv "$txt" "${txt%.txt}.log"
     if grep -qi "not.*implemented\|not yet" "${txt%.txt}.log"; then
@@ -165,6 +179,19 @@ for r in $(seq "$REPEATS"); do
   $PY bench/peers/torch_imagenet.py "$DATA/imagenet/train" --repeats 1 \
     --batches "$TORCH_BATCHES" --json "$OUT/torch_imagenet_$r.json" >&2 ||
     log "warning: torch_imagenet.py failed"
+  # Real pictures: the decode loop, exact and `scale: auto`, and torch,
+  # back to back so that they see the same load.
+  log "round $r/$REPEATS: decode-only loop on the real pictures"
+  "$DECODE" "$DATA/photos/train" --benchmark_min_time="$DECODE_MIN_TIME" \
+    --benchmark_format=json --benchmark_out="$OUT/decode_photos_$r.json" \
+    >"$OUT/decode_photos_$r.log" 2>&1 ||
+    log "warning: decode_only_bench failed on the pictures, see $OUT/decode_photos_$r.log"
+  sluice_bench photos "$r"
+  sluice_bench photos_auto "$r"
+  log "round $r/$REPEATS: torch DataLoader on the real pictures"
+  $PY bench/peers/torch_imagenet.py "$DATA/photos/train" --repeats 1 \
+    --batches "$TORCH_BATCHES" --json "$OUT/torch_photos_$r.json" >&2 ||
+    log "warning: torch_imagenet.py failed on the pictures"
   sluice_bench criteo "$r"
   log "round $r/$REPEATS: Python/numpy Criteo peers"
   $PY bench/peers/numpy_criteo.py "$DATA/criteo/day_*.tsv" --repeats 1 \

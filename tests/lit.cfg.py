@@ -30,3 +30,15 @@ try:
         config.available_features.add("unshare")
 except OSError:
     pass
+
+# Tests that compare against torch / torchvision (python3-torch,
+# python3-torchvision: `scripts/setup --bench`) say `REQUIRES: torch`.
+import subprocess
+try:
+    if subprocess.run([getattr(config, "python", sys.executable), "-c",
+                       "import torch, torchvision"],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                      timeout=120).returncode == 0:
+        config.available_features.add("torch")
+except (OSError, subprocess.SubprocessError):
+    pass

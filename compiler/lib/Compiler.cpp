@@ -11,6 +11,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_os_ostream.h"
 
+#include <chrono>
+#include <cstdio>
 #include <functional>
 
 using namespace mlir;
@@ -29,6 +31,14 @@ const std::vector<GraphPass> &graphPasses() {
       {"sluice-eliminate-noops",
        [](bool remarks) {
          return createEliminateNoops(EliminateNoopsOptions{remarks});
+       }},
+      {"sluice-push-filters",
+       [](bool remarks) {
+         return createPushFilters(PushFiltersOptions{remarks});
+       }},
+      {"sluice-push-projections",
+       [](bool remarks) {
+         return createPushProjections(PushProjectionsOptions{remarks});
        }},
       {"sluice-fuse-decode-crop",
        [](bool remarks) {
@@ -131,6 +141,56 @@ private:
   ScopedDiagnosticHandler handler;
 };
 
+/// Runs one graph pass the way DuckDB's optimizer runs each rule: skipped
+/// when disabled, timed, and the module verified after it (a pass that
+/// leaves invalid IR is reported as the bug it is, naming the pass, instead
+/// of surfacing later as a confusing plan error). One wrapper for every
+/// pass, so a new pass gets all three by being listed in graphPasses().
+/// With `remarks`, says at the pipeline what it did: ran in how long, or
+/// was disabled.
+LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
+                           const GraphPass &pass, bool disabled, bool remarks,
+                           llvm::raw_ostream *printAfterAll) {
+  Location at = module.getLoc();
+  if (auto pipeline = module.getOps<ir::PipelineOp>(); !pipeline.empty())
+    at = (*pipeline.begin()).getLoc();
+  if (disabled) {
+    if (remarks)
+      emitRemark(at) << "pass '" << pass.name
+                     << "' is disabled (--disable-pass)";
+    return success();
+  }
+  PassManager pm(&ctx);
+  pm.enableVerifier(true);
+  if (printAfterAll) {
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+        /*printAfterOnlyOnFailure=*/false, *printAfterAll);
+  }
+  pm.addPass(pass.create(remarks));
+  auto start = std::chrono::steady_clock::now();
+  LogicalResult result = pm.run(module);
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  if (failed(result)) {
+    emitError(at) << "graph pass '" << pass.name
+                  << "' failed or left an invalid module; run again with "
+                     "--disable-pass "
+                  << pass.name << " and please report it with the spec";
+    return failure();
+  }
+  if (remarks) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", ms);
+    emitRemark(at) << "pass '" << pass.name << "' ran in " << buf
+                   << " ms; module verified";
+  }
+  return success();
+}
+
 /// The module of `spec` after the graph passes that `disabledPasses` leaves
 /// on; null after errors, which `diagnostics` holds. With `printAfterAll`,
 /// the module is printed there after every pass.
@@ -141,19 +201,11 @@ compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
   OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
   if (!module)
     return nullptr;
-  PassManager pm(&ctx);
-  if (printAfterAll) {
-    pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
-        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
-        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
-        /*printAfterOnlyOnFailure=*/false, *printAfterAll);
-  }
   for (const GraphPass &pass : graphPasses())
-    if (!isDisabled(pass.name, disabledPasses))
-      pm.addPass(pass.create(remarks));
-  if (failed(pm.run(*module)))
-    return nullptr;
+    if (failed(runGraphPass(ctx, *module, pass,
+                            isDisabled(pass.name, disabledPasses), remarks,
+                            printAfterAll)))
+      return nullptr;
   return module;
 }
 

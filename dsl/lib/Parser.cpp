@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -814,6 +815,23 @@ bool SpecChecker::validateParams(const OpDef &def, const YNode &value,
   if (value.kind == YNode::Kind::Map && !mapIsShorthand) {
     for (const auto &kv : value.map) {
       const ParamSpec *ps = def.findParam(kv.first.text);
+      // Every source names its files `files`; the names some used before
+      // still work, with a note.
+      static const std::map<std::pair<std::string, std::string>, std::string>
+          kOldNames = {{{"files", "glob"}, "files"},
+                       {{"webdataset", "shards"}, "files"}};
+      if (!ps) {
+        auto old = kOldNames.find({def.name, kv.first.text});
+        if (old != kOldNames.end() && !value.map.empty()) {
+          ps = def.findParam(old->second);
+          if (ps)
+            diags.warning(kv.first.loc,
+                          "'" + kv.first.text + "' is the old name of '" +
+                              old->second + "' (still accepted)",
+                          "every source names its input files `" +
+                              old->second + "`");
+        }
+      }
       if (!ps) {
         diags.error(kv.first.loc,
                     "'" + def.name + "' has no parameter '" + kv.first.text +

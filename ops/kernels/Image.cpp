@@ -12,9 +12,11 @@
 #include <jpeglib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -22,6 +24,9 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h> // AVX2 kernels behind a run-time CPU check
 #endif
 
 namespace sluice {
@@ -349,6 +354,8 @@ struct JpegWindowJob {
   JDIMENSION width, height; ///< from the TurboJPEG header read
   JDIMENSION y0, y1, x0, x1;
   bool verifyFull; ///< entropy-decode the rows below the window too
+  int denom;       ///< DCT scale 1/denom (1, 2, 4, 8); width/height and
+                   ///< the window are in the scaled image
   uint8_t *dst;
   size_t dstStride;
   size_t offset; ///< out
@@ -386,6 +393,8 @@ bool jpegWindowRun(JpegWindowDecoder *d, JpegWindowJob *job) {
     return false;
   }
   cinfo->out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(job->denom);
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
   cinfo->do_block_smoothing = TRUE;
@@ -448,13 +457,20 @@ struct WindowPixels {
   size_t stride = 0;
 };
 
+std::atomic<bool> &windowDecodeAllowed() {
+  static std::atomic<bool> allowed{true};
+  return allowed;
+}
+
 /// Decodes `win` (inside the image) of a JPEG into `scratch`. False when
 /// the window path cannot vouch for the result (an error, any warning, a
 /// missing end marker, CMYK): the caller then decodes in full, which gives
 /// the same pixels or the full decode's error message.
 bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
                       int channels, CropBox win, bool verifyFull,
-                      Scratch &scratch, WindowPixels &out) {
+                      Scratch &scratch, WindowPixels &out, int denom = 1) {
+  if (!windowDecodeAllowed().load(std::memory_order_relaxed))
+    return false;
   if (info.format != ImageFormat::Jpeg || info.channels == 4)
     return false;
   thread_local JpegWindowDecoder decoder;
@@ -464,8 +480,10 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.data = reinterpret_cast<const unsigned char *>(bytes.data());
   job.size = static_cast<unsigned long>(bytes.size());
   job.channels = channels;
-  job.width = static_cast<JDIMENSION>(info.width);
-  job.height = static_cast<JDIMENSION>(info.height);
+  // libjpeg's scaled size: ceil(size / denom).
+  job.width = static_cast<JDIMENSION>((info.width + denom - 1) / denom);
+  job.height = static_cast<JDIMENSION>((info.height + denom - 1) / denom);
+  job.denom = denom;
   job.y0 = static_cast<JDIMENSION>(win.y);
   job.y1 = static_cast<JDIMENSION>(win.y + win.h);
   job.x0 = static_cast<JDIMENSION>(win.x);
@@ -473,7 +491,7 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.verifyFull = verifyFull;
   // The cropped region libjpeg writes is at most the image's width; one row
   // more takes the scanline read after the window when verifying in full.
-  job.dstStride = size_t(info.width) * channels;
+  job.dstStride = size_t(job.width) * channels;
   job.dst = scratch.get(job.dstStride * size_t(win.h + 1));
   job.offset = 0;
   if (!jpegWindowRun(&decoder, &job))
@@ -1015,15 +1033,24 @@ struct AaTaps {
   std::vector<double> kd;  ///< normalized weights (f32 images)
   std::vector<int32_t> ki; ///< kd in fixed point (u8 images)
   /// Whether the pass is the identity (no resampling on this axis).
-  bool identity() const { return in == out; }
+  bool identity() const { return in == out && whole; }
+  bool whole = true; ///< the box is [0, in)
+};
+
+/// A resampling box in source pixels, fractional (PIL's resize `box`):
+/// rows [y0, y1), columns [x0, x1). Unset: the whole view.
+struct SourceBox {
+  bool set = false;
+  double y0 = 0, x0 = 0, y1 = 0, x1 = 0;
 };
 
 /// PIL's precompute_coeffs (box [0, in)) and normalize_coeffs_8bpc.
-AaTaps antialiasTaps(int64_t in, int64_t out) {
+AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
   AaTaps t;
   t.in = in;
   t.out = out;
-  double scale = static_cast<double>(in) / static_cast<double>(out);
+  t.whole = in0 == 0.0 && in1 == static_cast<double>(in);
+  double scale = (in1 - in0) / static_cast<double>(out);
   double filterScale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * filterScale; // the triangle's support is 1
   t.ksize = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
@@ -1033,13 +1060,17 @@ AaTaps antialiasTaps(int64_t in, int64_t out) {
   t.ki.assign(static_cast<size_t>(out * t.ksize), 0);
   double ss = 1.0 / filterScale;
   for (int64_t o = 0; o < out; ++o) {
-    double center = (static_cast<double>(o) + 0.5) * scale;
+    double center = in0 + (static_cast<double>(o) + 0.5) * scale;
     int64_t xmin = static_cast<int64_t>(center - support + 0.5);
     if (xmin < 0)
       xmin = 0;
     int64_t xmax = static_cast<int64_t>(center + support + 0.5);
     if (xmax > in)
       xmax = in;
+    if (xmin > in - 1) // a box past the edge: the last pixel
+      xmin = in - 1;
+    if (xmax <= xmin)
+      xmax = xmin + 1;
     xmax -= xmin;
     double *k = t.kd.data() + o * t.ksize;
     double ww = 0.0;
@@ -1070,54 +1101,228 @@ inline uint8_t aaClip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// The two passes are built for AVX2 as well as the baseline, picked at load
-// time (the vertical pass's 32-bit multiplies vectorize only from SSE4.1).
+// The vertical pass is built for AVX2 as well as the baseline, picked at
+// load time (its 32-bit multiplies vectorize only from SSE4.1).
 #if defined(__x86_64__) && defined(__clang__)
 #define SLUICE_AA_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define SLUICE_AA_CLONES
 #endif
 
-/// One source row of u8 RGB through the horizontal taps into `dst` (outW
-/// pixels), mirrored when `mirror`.
-SLUICE_AA_CLONES
-void aaHorizontalRgb(const uint8_t *__restrict src, const int32_t *start,
-                     const int32_t *count, const int32_t *k, int64_t ksize,
-                     int64_t outW, uint8_t *__restrict dst) {
+/// Where the horizontal pass writes channel c of output pixel o: at
+/// `o' * pixel + c * channel` with o' = o, or outW - 1 - o when mirrored
+/// (a flip folded into the pass). Interleaved: pixel C, channel 1; planar:
+/// pixel 1, channel outW.
+struct AaLayout {
+  int64_t pixel = 3, channel = 1;
+  bool mirror = false;
+  int64_t at(int64_t o, int64_t outW) const {
+    return (mirror ? outW - 1 - o : o) * pixel;
+  }
+};
+
+/// One source row of u8 with C channels through the horizontal taps, in
+/// PIL's order of operations.
+void aaHorizontalScalar(const uint8_t *__restrict src, int64_t C,
+                        const AaTaps &t, AaLayout lay,
+                        uint8_t *__restrict dst) {
   const int32_t half = 1 << (kAaBits - 1);
-  for (int64_t o = 0; o < outW; ++o) {
-    const uint8_t *p = src + start[o] * 3;
-    const int32_t *w = k + o * ksize;
-    int32_t r = half, g = half, b = half;
-    for (int32_t x = 0, n = count[o]; x < n; ++x) {
-      r += p[3 * x] * w[x];
-      g += p[3 * x + 1] * w[x];
-      b += p[3 * x + 2] * w[x];
+  for (int64_t o = 0; o < t.out; ++o) {
+    const uint8_t *p = src + t.start[o] * C;
+    const int32_t *w = t.ki.data() + o * t.ksize;
+    uint8_t *d = dst + lay.at(o, t.out);
+    for (int64_t ch = 0; ch < C; ++ch) {
+      int32_t s = half;
+      for (int32_t x = 0, n = t.count[o]; x < n; ++x)
+        s += p[x * C + ch] * w[x];
+      d[ch * lay.channel] = aaClip8(s);
     }
-    dst[3 * o] = aaClip8(r);
-    dst[3 * o + 1] = aaClip8(g);
-    dst[3 * o + 2] = aaClip8(b);
   }
 }
 
-/// The same for any channel count.
-SLUICE_AA_CLONES
-void aaHorizontalAny(const uint8_t *__restrict src, int64_t C,
-                     const int32_t *start, const int32_t *count,
-                     const int32_t *k, int64_t ksize, int64_t outW,
-                     uint8_t *__restrict dst) {
-  const int32_t half = 1 << (kAaBits - 1);
-  for (int64_t o = 0; o < outW; ++o) {
-    const uint8_t *p = src + start[o] * C;
-    const int32_t *w = k + o * ksize;
-    for (int64_t ch = 0; ch < C; ++ch) {
-      int32_t s = half;
-      for (int32_t x = 0, n = count[o]; x < n; ++x)
-        s += p[x * C + ch] * w[x];
-      dst[o * C + ch] = aaClip8(s);
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+/// The horizontal taps of u8 RGB for the AVX2 pass. Every output reads an
+/// even-sized window of `window` pixels from `wstart[o]` (moved left from
+/// PIL's start where needed; extra taps weigh 0, so the sums are PIL's).
+/// Each 22-bit weight is split as hi * 2^11 + lo (both below 2^12), so that
+/// pixel * weight sums come out of 16-bit multiply-adds exactly:
+/// sum(p * w) = 2^11 * sum(p * hi) + sum(p * lo). For output pair q (outputs
+/// 2q, 2q+1) and tap pair j, `lo`/`hi` hold 16 int16s: [w_j, w_j+1] three
+/// times (R, G, B lanes) and [0, 0], for each of the two outputs.
+/// `tail` is the first output pair whose windows need not have a pixel after
+/// them in the row (the 8-byte loads read 2 bytes past a tap pair).
+struct AaRgbSimdTaps {
+  int64_t window = 0, pairs = 0, tail = 0;
+  std::vector<int32_t> wstart;
+  std::vector<int16_t> lo, hi;
+};
+
+bool aaRgbSimdTaps(const AaTaps &t, AaRgbSimdTaps &s) {
+  int64_t window = 0;
+  for (int32_t n : t.count)
+    window = std::max<int64_t>(window, n);
+  window += window & 1;
+  if (window > t.in || t.out < 2)
+    return false;
+  s.window = window;
+  s.pairs = t.out / 2;
+  s.wstart.resize(t.out);
+  s.lo.assign(static_cast<size_t>(s.pairs * (window / 2) * 16), 0);
+  s.hi.assign(s.lo.size(), 0);
+  s.tail = s.pairs;
+  for (int64_t o = 0; o < t.out; ++o) {
+    int64_t start = std::min<int64_t>(t.start[o], t.in - window);
+    s.wstart[o] = static_cast<int32_t>(start);
+    if (start + window >= t.in && o / 2 < s.tail)
+      s.tail = o / 2;
+    if (o / 2 >= s.pairs)
+      continue;
+    int64_t shift = t.start[o] - start;
+    for (int64_t x = 0; x < t.count[o]; ++x) {
+      int32_t w = t.ki[o * t.ksize + x];
+      if (w < 0 || w > (1 << kAaBits))
+        return false; // the triangle's weights never are
+      int64_t tap = shift + x;
+      size_t at = size_t(((o / 2) * (window / 2) + tap / 2) * 16 +
+                         (o & 1) * 8 + (tap & 1));
+      for (int lane = 0; lane < 3; ++lane) {
+        s.lo[at + 2 * lane] = static_cast<int16_t>(w & 2047);
+        s.hi[at + 2 * lane] = static_cast<int16_t>(w >> 11);
+      }
+    }
+  }
+  return true;
+}
+
+/// Output pixels 2q and 2q+1 of u8 RGB in AVX2 (one per 128-bit half):
+/// 8 bytes per tap pair (two pixels and 2 bytes after them), spread to
+/// 16-bit [R0 R1 G0 G1 B0 B1 0 0], multiply-added with the split weights.
+/// Planar and Mirror are AaLayout's, as template arguments so that the
+/// stores are a few plain moves.
+template <bool Planar, bool Mirror>
+__attribute__((target("avx2"))) void
+aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
+                     const AaRgbSimdTaps &s, uint8_t *__restrict dst) {
+  const __m256i spread = _mm256_setr_epi8(
+      0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, //
+      0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  const __m256i half = _mm256_set1_epi32(1 << (kAaBits - 1));
+  // [R0 G0 B0 0 R1 G1 B1 0] (output 2q's bytes, then 2q+1's) to the order
+  // the layout stores: planar [R R G G B B], interleaved [R G B R G B], the
+  // two outputs swapped when mirrored.
+  const __m128i order =
+      Planar ? (Mirror ? _mm_setr_epi8(4, 0, 5, 1, 6, 2, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 4, 1, 5, 2, 6, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1, -1))
+             : (Mirror ? _mm_setr_epi8(4, 5, 6, 0, 1, 2, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1, -1));
+  const int64_t taps2 = s.window / 2;
+  const int64_t outW = t.out;
+  uint8_t *planeG = dst + outW, *planeB = dst + 2 * outW;
+  for (int64_t q = 0; q < s.tail; ++q) {
+    const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
+    const uint8_t *p1 = src + int64_t(s.wstart[2 * q + 1]) * 3;
+    const int16_t *lo = s.lo.data() + q * taps2 * 16;
+    const int16_t *hi = s.hi.data() + q * taps2 * 16;
+    __m256i accLo = _mm256_setzero_si256(), accHi = _mm256_setzero_si256();
+    for (int64_t j = 0; j < taps2; ++j) {
+      __m256i v = _mm256_set_m128i(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p1 + 6 * j)),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
+      v = _mm256_shuffle_epi8(v, spread);
+      accLo = _mm256_add_epi32(
+          accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i *>(
+                                              lo + 16 * j))));
+      accHi = _mm256_add_epi32(
+          accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                          reinterpret_cast<const __m256i *>(
+                                              hi + 16 * j))));
+    }
+    // madd left R in lane 0, G in 1, B in 2 of each half.
+    __m256i acc = _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
+    acc = _mm256_srai_epi32(acc, kAaBits);
+    // Saturate to 0..255 as clip8 does: int32 -> int16 -> u8.
+    __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc),
+                                    _mm256_setzero_si256());
+    __m128i both = _mm_unpacklo_epi32(_mm256_castsi256_si128(b),
+                                      _mm256_extracti128_si256(b, 1));
+    both = _mm_shuffle_epi8(both, order);
+    uint64_t bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(both));
+    // The first output of the pair in memory order.
+    int64_t first = Mirror ? outW - 2 - 2 * q : 2 * q;
+    if constexpr (Planar) {
+      uint16_t r = uint16_t(bytes), g = uint16_t(bytes >> 16),
+               bl = uint16_t(bytes >> 32);
+      std::memcpy(dst + first, &r, 2);
+      std::memcpy(planeG + first, &g, 2);
+      std::memcpy(planeB + first, &bl, 2);
+    } else {
+      uint32_t head = uint32_t(bytes);
+      uint16_t rest = uint16_t(bytes >> 32);
+      std::memcpy(dst + 3 * first, &head, 4);
+      std::memcpy(dst + 3 * first + 4, &rest, 2);
+    }
+  }
+  // The last outputs, whose windows reach the row's end, the portable way.
+  const int32_t halfS = 1 << (kAaBits - 1);
+  for (int64_t o = 2 * s.tail; o < outW; ++o) {
+    const uint8_t *p = src + t.start[o] * 3;
+    const int32_t *w = t.ki.data() + o * t.ksize;
+    int32_t r = halfS, g = halfS, bl = halfS;
+    for (int32_t x = 0, n = t.count[o]; x < n; ++x) {
+      r += p[3 * x] * w[x];
+      g += p[3 * x + 1] * w[x];
+      bl += p[3 * x + 2] * w[x];
+    }
+    int64_t at = Mirror ? outW - 1 - o : o;
+    if constexpr (Planar) {
+      dst[at] = aaClip8(r);
+      planeG[at] = aaClip8(g);
+      planeB[at] = aaClip8(bl);
+    } else {
+      dst[3 * at] = aaClip8(r);
+      dst[3 * at + 1] = aaClip8(g);
+      dst[3 * at + 2] = aaClip8(bl);
     }
   }
 }
+
+void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
+                         const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
+  bool planar = lay.pixel == 1;
+  if (planar)
+    lay.mirror ? aaHorizontalRgbAvx2T<true, true>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<true, false>(src, t, s, dst);
+  else
+    lay.mirror ? aaHorizontalRgbAvx2T<false, true>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<false, false>(src, t, s, dst);
+}
+
+std::atomic<bool> &simdAllowed() {
+  // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
+  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
+                                   nullptr};
+  return allowed;
+}
+
+bool cpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has && simdAllowed().load(std::memory_order_relaxed);
+}
+#else
+std::atomic<bool> &simdAllowed() {
+  // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
+  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
+                                   nullptr};
+  return allowed;
+}
+bool cpuHasAvx2() { return false; }
+#endif
 
 /// One output row of the vertical pass: `n` rows of `len` bytes, `stride`
 /// apart from `src`, weighted by `k`, summed in `acc` (len int32s).
@@ -1147,12 +1352,29 @@ Scratch &antialiasScratch() {
 
 /// Antialiased resize of a u8 view: the horizontal pass over every source
 /// row into a reused scratch image, then `emit(oy, row)` for each output
-/// row of the vertical pass (outW * C bytes, valid during the call).
+/// row of the vertical pass (outW * C bytes, valid during the call). With
+/// `planar` (C == 3 only) a row holds the R, G and B rows one after the
+/// other; with `mirror` it is flipped left-right.
 template <typename Emit>
-void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, Emit &&emit) {
+void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
+                 bool mirror, Emit &&emit, SourceBox box = {}) {
   const int64_t C = src.c;
-  AaTaps tx = antialiasTaps(src.w, outW);
-  AaTaps ty = antialiasTaps(src.h, outH);
+  if (!box.set)
+    box = {true, 0, 0, double(src.h), double(src.w)};
+  AaTaps tx = antialiasTaps(src.w, outW, box.x0, box.x1);
+  AaTaps ty = antialiasTaps(src.h, outH, box.y0, box.y1);
+  AaLayout lay;
+  lay.pixel = planar ? 1 : C;
+  lay.channel = planar ? outW : 1;
+  lay.mirror = mirror;
+  // The horizontal pass runs even when it is the identity if it has to
+  // mirror or make planes.
+  const bool horizontal = !tx.identity() || mirror || planar;
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+  AaRgbSimdTaps simdTaps;
+  const bool simd = horizontal && C == 3 && !tx.identity() && cpuHasAvx2() &&
+                    aaRgbSimdTaps(tx, simdTaps);
+#endif
   // The rows the vertical taps read: all of them but for rounding at the
   // edges, as PIL's ybox_first/ybox_last.
   int64_t y0 = ty.start[0];
@@ -1163,24 +1385,25 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, Emit &&emit) {
   size_t stride;
   // Layout of the scratch: intermediate rows, then one output row, then the
   // int32 accumulators (aligned).
-  size_t interBytes = tx.identity() ? 0 : rowLen * size_t(y1 - y0);
+  size_t interBytes = horizontal ? rowLen * size_t(y1 - y0) : 0;
   size_t accAt = (interBytes + rowLen + 63) & ~size_t(63);
   uint8_t *base = scratch.get(accAt + rowLen * sizeof(int32_t));
   uint8_t *outRow = base + interBytes;
   auto *acc = reinterpret_cast<int32_t *>(base + accAt);
-  if (tx.identity()) {
+  if (!horizontal) {
     rows = src.data + y0 * src.rowStride;
     stride = static_cast<size_t>(src.rowStride);
   } else {
     for (int64_t y = y0; y < y1; ++y) {
       const uint8_t *in = src.data + y * src.rowStride;
       uint8_t *o = base + size_t(y - y0) * rowLen;
-      if (C == 3)
-        aaHorizontalRgb(in, tx.start.data(), tx.count.data(), tx.ki.data(),
-                        tx.ksize, outW, o);
-      else
-        aaHorizontalAny(in, C, tx.start.data(), tx.count.data(),
-                        tx.ki.data(), tx.ksize, outW, o);
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+      if (simd) {
+        aaHorizontalRgbAvx2(in, tx, simdTaps, lay, o);
+        continue;
+      }
+#endif
+      aaHorizontalScalar(in, C, tx, lay, o);
     }
     rows = base;
     stride = rowLen;
@@ -1202,8 +1425,8 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, Emit &&emit) {
 /// weights and sums, a float intermediate.
 void antialiasF32(View<float> src, float *dst, int64_t outH, int64_t outW) {
   const int64_t C = src.c;
-  AaTaps tx = antialiasTaps(src.w, outW);
-  AaTaps ty = antialiasTaps(src.h, outH);
+  AaTaps tx = antialiasTaps(src.w, outW, 0.0, double(src.w));
+  AaTaps ty = antialiasTaps(src.h, outH, 0.0, double(src.h));
   int64_t y0 = ty.start[0];
   int64_t y1 = ty.start[outH - 1] + ty.count[outH - 1];
   const int64_t rowLen = outW * C;
@@ -1247,9 +1470,10 @@ void resizeViewAa(View<T> src, T *dst, int64_t outH, int64_t outW,
     return resizeView(src, dst, outH, outW, interp);
   if constexpr (std::is_same_v<T, uint8_t>) {
     const size_t rowLen = static_cast<size_t>(outW * src.c);
-    antialiasU8(src, outH, outW, [&](int64_t oy, const uint8_t *row) {
-      std::memcpy(dst + oy * rowLen, row, rowLen);
-    });
+    antialiasU8(src, outH, outW, /*planar=*/false, /*mirror=*/false,
+                [&](int64_t oy, const uint8_t *row) {
+                  std::memcpy(dst + oy * rowLen, row, rowLen);
+                });
   } else {
     antialiasF32(src, dst, outH, outW);
   }
@@ -1320,10 +1544,12 @@ void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
 
 /// The tensor the epilogue writes for an H x W x C u8 image.
 Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, const ImageEpilogue &e) {
+  // Every pixel is written, so a batch row the runtime offers (its
+  // OutputTargetScope, Allocation.h) is as good as a fresh tensor.
   ElemType elem = e.normalize ? ElemType::F32 : ElemType::U8;
   if (e.chw)
-    return Tensor::empty(elem, {c, h, w});
-  return Tensor::empty(elem, {h, w, c});
+    return outputTensor(elem, {c, h, w});
+  return outputTensor(elem, {h, w, c});
 }
 
 Scratch &epilogueScratch() {
@@ -1338,8 +1564,19 @@ Scratch &epilogueScratch() {
 /// resize into a scratch image first.
 void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
                   Interpolation interp, bool antialias,
-                  const ImageEpilogue *epi) {
+                  const ImageEpilogue *epi, SourceBox box = {}) {
   if (!epi) {
+    if (box.set && antialias && interp == Interpolation::Bilinear) {
+      const size_t rowLen = static_cast<size_t>(outW * src.c);
+      uint8_t *dst = out.mutableData<uint8_t>();
+      antialiasU8(
+          src, outH, outW, /*planar=*/false, /*mirror=*/false,
+          [&](int64_t oy, const uint8_t *row) {
+            std::memcpy(dst + oy * rowLen, row, rowLen);
+          },
+          box);
+      return;
+    }
     resizeViewAa(src, out.mutableData<uint8_t>(), outH, outW, interp,
                  antialias);
     return;
@@ -1347,10 +1584,37 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
   const int64_t C = src.c;
   const int64_t rowLen = outW * C;
   if (antialias && interp == Interpolation::Bilinear) {
-    // Each antialiased u8 row goes through the epilogue as it is made.
-    antialiasU8(src, outH, outW, [&](int64_t oy, const uint8_t *row) {
-      epilogueRow(row, outW, C, oy, outH, epi->flip, *epi, out);
-    });
+    // Each antialiased u8 row goes through the epilogue as it is made; the
+    // flip is folded into the horizontal pass. For CHW RGB the rows come
+    // as three planes, so each channel's row is one contiguous loop.
+    if (C == 3 && epi->chw) {
+      const bool norm = epi->normalize;
+      antialiasU8(src, outH, outW, /*planar=*/true, epi->flip,
+                  [&](int64_t oy, const uint8_t *row) {
+                    for (int64_t ch = 0; ch < 3; ++ch) {
+                      const uint8_t *__restrict in = row + ch * outW;
+                      int64_t at = (ch * outH + oy) * outW;
+                      if (norm) {
+                        const float m = epi->mean[ch], sc = epi->scale[ch];
+                        float *__restrict o = out.mutableData<float>() + at;
+                        for (int64_t x = 0; x < outW; ++x)
+                          o[x] = normalizeValue(static_cast<float>(in[x]), m,
+                                                sc);
+                      } else {
+                        std::memcpy(out.mutableData<uint8_t>() + at, in,
+                                    static_cast<size_t>(outW));
+                      }
+                    }
+                  },
+                  box);
+      return;
+    }
+    antialiasU8(
+        src, outH, outW, /*planar=*/false, epi->flip,
+        [&](int64_t oy, const uint8_t *row) {
+          epilogueRow(row, outW, C, oy, outH, /*flip=*/false, *epi, out);
+        },
+        box);
     return;
   }
   if (interp == Interpolation::Bilinear && C == 3 && epi->chw) {
@@ -1443,6 +1707,14 @@ Status checkResizable(const Tensor &image, const char *op) {
 //===----------------------------------------------------------------------===//
 // Public API
 //===----------------------------------------------------------------------===//
+
+void setJpegWindowDecode(bool enabled) {
+  windowDecodeAllowed().store(enabled, std::memory_order_relaxed);
+}
+
+void setImageSimd(bool enabled) {
+  simdAllowed().store(enabled, std::memory_order_relaxed);
+}
 
 Expected<ImageInfo> readImageInfo(std::string_view bytes) {
   if (isJpeg(bytes)) {
@@ -1581,13 +1853,23 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
         break;
       }
   int64_t decH = info->height, decW = info->width;
+  // With antialiasing, the scaled decode resamples exactly the box's area
+  // (box / denom, fractional, as PIL's draft + resize(box=...) does) rather
+  // than the whole scaled pixels around it.
+  SourceBox fine;
   if (denom > 1) {
+    fine = {true, double(box.y) / denom, double(box.x) / denom,
+            double(box.y + box.h) / denom, double(box.x + box.w) / denom};
     decH = (info->height * num + denom - 1) / denom;
     decW = (info->width * num + denom - 1) / denom;
     int64_t y0 = box.y / denom, x0 = box.x / denom;
     int64_t y1 = std::min(decH, (box.y + box.h + denom - 1) / denom);
     int64_t x1 = std::min(decW, (box.x + box.w + denom - 1) / denom);
     box = {y0, x0, y1 - y0, x1 - x0};
+    fine.y0 -= double(y0);
+    fine.y1 -= double(y0);
+    fine.x0 -= double(x0);
+    fine.x1 -= double(x0);
   }
 
   Scratch &scratch = decodeScratch();
@@ -1595,12 +1877,13 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                    : Tensor::empty(ElemType::U8,
                                    {params.height, params.width, channels});
   WindowPixels px;
-  if (denom == 1 && decodeJpegWindow(bytes, *info, channels, box,
-                                     opts.verifyFull, scratch, px)) {
+  // The window path also decodes DCT-scaled (in scaled coordinates).
+  if (decodeJpegWindow(bytes, *info, channels, box, opts.verifyFull, scratch,
+                       px, denom)) {
     View<uint8_t> v{px.data, box.h, box.w, channels,
                     static_cast<int64_t>(px.stride)};
     resizeU8Into(v, out, params.height, params.width, params.interpolation,
-                 params.antialias, epi);
+                 params.antialias, epi, fine);
     scratch.trim();
     return out;
   }
@@ -1625,7 +1908,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   View<uint8_t> v{buf + (box.y * decW + box.x) * channels, box.h, box.w,
                   channels, decW * channels};
   resizeU8Into(v, out, params.height, params.width, params.interpolation,
-               params.antialias, epi);
+               params.antialias, epi, fine);
   scratch.trim();
   return out;
 }

@@ -179,6 +179,28 @@ std::string recordTypeTooLarge(const RecordType &t, int64_t limit) {
          ", more than budget.memory " + describeBytes(limit);
 }
 
+namespace {
+thread_local std::vector<Tensor> *currentTargets = nullptr;
+} // namespace
+
+OutputTargetScope::OutputTargetScope(std::vector<Tensor> *targets)
+    : outer_(currentTargets) {
+  currentTargets = targets;
+}
+
+OutputTargetScope::~OutputTargetScope() { currentTargets = outer_; }
+
+Tensor outputTensor(ElemType elem, std::vector<int64_t> shape) {
+  if (std::vector<Tensor> *targets = currentTargets)
+    for (Tensor &t : *targets)
+      if (t.valid() && t.elem() == elem && t.shape() == shape) {
+        Tensor out = std::move(t);
+        t = Tensor();
+        return out;
+      }
+  return Tensor::empty(elem, std::move(shape));
+}
+
 int64_t hostMemoryBytes() {
   static const int64_t bytes = [] {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

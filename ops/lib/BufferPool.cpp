@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/BufferPool.h"
+#include "sluice/ops/Allocation.h"
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +50,8 @@ public:
         void *p = idle_[i].p;
         idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
         idleBytes_ -= bytes;
+        if (limit_)
+          limit_->release(static_cast<int64_t>(bytes));
         ++hits_;
         return p;
       }
@@ -65,13 +68,16 @@ public:
       // Checked again under the lock: a concurrent setBufferPoolEnabled(false)
       // must not be followed by a buffer parked here.
       if (enabled_.load(std::memory_order_relaxed) && recurring(bytes) &&
-          idleOfSize(bytes) < kPoolMaxPerSize) {
+          idleOfSize(bytes) < kPoolMaxPerSize &&
+          (!limit_ || limit_->tryReserveNow(static_cast<int64_t>(bytes)))) {
         idle_.push_back({bytes, p});
         idleBytes_ += bytes;
         p = nullptr;
         size_t drop = 0;
         while (idleBytes_ > kPoolMaxIdleBytes) {
           idleBytes_ -= idle_[drop].bytes;
+          if (limit_)
+            limit_->release(static_cast<int64_t>(idle_[drop].bytes));
           evicted.push_back(idle_[drop].p);
           ++drop;
         }
@@ -90,6 +96,8 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       all.swap(idle_);
+      if (limit_)
+        limit_->release(static_cast<int64_t>(idleBytes_));
       idleBytes_ = 0;
       // A trimmed pool starts over: sizes must recur again to be kept.
       seen_.clear();
@@ -107,6 +115,33 @@ public:
       trim();
   }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+
+  /// Moves the idle buffers' reservations from the old limit to `limit`;
+  /// those it cannot hold are freed.
+  void setLimit(AllocationLimit *limit, AllocationLimit *onlyIf, bool check) {
+    std::vector<void *> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (check && limit_ != onlyIf)
+        return;
+      if (limit_)
+        limit_->release(static_cast<int64_t>(idleBytes_));
+      limit_ = limit;
+      std::vector<Idle> kept;
+      idleBytes_ = 0;
+      for (const Idle &i : idle_) {
+        if (!limit_ || limit_->tryReserveNow(static_cast<int64_t>(i.bytes))) {
+          kept.push_back(i);
+          idleBytes_ += i.bytes;
+        } else {
+          dropped.push_back(i.p);
+        }
+      }
+      idle_.swap(kept);
+    }
+    for (void *p : dropped)
+      freeAligned(p);
+  }
 
   BufferPoolStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -166,6 +201,8 @@ private:
 
   std::atomic<bool> enabled_;
   std::mutex mu_;
+  /// Where idle buffers are reserved (a running pipeline's budget).
+  AllocationLimit *limit_ = nullptr;
   /// Oldest first.
   std::vector<Idle> idle_;
   size_t idleBytes_ = 0;
@@ -191,6 +228,12 @@ bool bufferPoolKeeps(size_t bytes) {
 }
 BufferPoolStats bufferPoolStats() { return pool().stats(); }
 void trimBufferPool() { pool().trim(); }
+void setBufferPoolLimit(AllocationLimit *limit) {
+  pool().setLimit(limit, nullptr, false);
+}
+void clearBufferPoolLimit(AllocationLimit *limit) {
+  pool().setLimit(nullptr, limit, true);
+}
 
 namespace detail {
 void *poolAllocate(size_t bytes) { return pool().allocate(bytes); }

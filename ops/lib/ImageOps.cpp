@@ -85,7 +85,19 @@ OpDef decodeImage() {
            "are scaled to 8 bits, alpha is dropped). `channels: 1` converts "
            "to grayscale, `channels: 3` to RGB. The size varies per image, "
            "so the result has `?` height and width: resize or crop before "
-           "`batch`.";
+           "`batch`.\n\n"
+           "`scale: auto` (fused with `random_resized_crop`) against the "
+           "exact decode, measured by `bench/scale_psnr.py` (seed 42, "
+           "`random_resized_crop` 224, antialias on, PSNR of the u8 crops): "
+           "on 300 pictures of 900-1600 px cut from gnome-backgrounds "
+           "(`bench/gen_photos.py --min-side 900 --max-side 1600 --images "
+           "300 --name photos_large`), 266 crops (89 %) were decoded at a "
+           "DCT scale, with PSNR mean 49.4 dB, median 49.6 dB, 5th "
+           "percentile 39.2 dB, minimum 36.6 dB (46.2 dB over all pixels); "
+           "on the 2,000 ImageNet-sized (300-600 px) benchmark pictures only "
+           "50 crops (2.5 %) are 2x the output, PSNR mean 46.3 dB, minimum "
+           "33.7 dB. It pays on pictures several times larger than the "
+           "output and hardly changes ImageNet-sized ones.";
   op.example = "- decode_image: {field: data, as: image, channels: 3}";
   op.typeDoc = "`field` (bytes) becomes `u8[?,?,channels]`.";
   op.params = {

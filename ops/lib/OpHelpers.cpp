@@ -30,6 +30,16 @@ ParamSpec onErrorParam() {
                 "it (with the reason) and goes on.");
 }
 
+ParamSpec encodingParam() {
+  return enumParam("encoding", {"strict", "replace"})
+      .def(Value::string("strict"))
+      .describe("Text must be UTF-8. `strict`: bytes that are not are a "
+                "data error (located; `on_error` decides whether it stops "
+                "the run or the record is skipped and counted). `replace`: "
+                "each invalid sequence becomes U+FFFD and the record is "
+                "kept.");
+}
+
 ParamSpec interpolationParam() {
   return enumParam("interpolation", {"bilinear", "area", "nearest"})
       .def(Value::string("bilinear"))
@@ -82,7 +92,19 @@ RecordType withResult(TypeContext &ctx, FieldType result) {
   if (as.isString()) {
     if (!requireFieldName(ctx, as))
       return out;
-    out.set(as.asString(), std::move(result));
+    // Like rename: writing over another field is refused, not silent.
+    const std::string &to = as.asString();
+    if (to != fieldName(ctx) && ctx.input().find(to)) {
+      ctx.error(as,
+                "cannot write the result to '" + to + "': a field named '" +
+                    to + "' already exists (" +
+                    ctx.input().find(to)->type.str() + ")",
+                "choose a new name, drop '" + to +
+                    "' first with `select`, or leave out `as` to replace '" +
+                    fieldName(ctx) + "' itself");
+      return out;
+    }
+    out.set(to, std::move(result));
   } else {
     out.set(fieldName(ctx), std::move(result));
   }

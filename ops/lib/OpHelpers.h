@@ -40,6 +40,8 @@ ParamSpec fieldParam(std::string doc = "The input field.");
 ParamSpec asParam();
 /// `on_error: fail | skip` of every source.
 ParamSpec onErrorParam();
+/// `encoding: strict | replace` of readers of text (Utf8.h).
+ParamSpec encodingParam();
 /// `interpolation: bilinear | area | nearest`.
 ParamSpec interpolationParam();
 /// `antialias: true|false` of the resampling ops (default true).

@@ -41,9 +41,22 @@ std::string fieldList(const RecordType &t) {
 OpDef select() {
   OpDef op = record("select");
   op.summary = "Keeps the listed fields, in that order.";
-  op.doc = "Fields that are not listed are dropped early: the compiler "
-           "pushes the projection toward the source so dropped fields are "
-           "never decoded.";
+  op.doc =
+      "Fields nobody reads after the `select` are never produced: the "
+      "compiler (sluice-push-projections) pushes the projection toward the "
+      "source. A csv/tsv source then converts only the columns read (the "
+      "others are split and counted, so a line with the wrong number of "
+      "cells is still an error), a tfrecord source parses only the features "
+      "read, and an element step whose result is dropped is not run at all "
+      "(`decode_image` of an image whose `label` alone survives is never "
+      "decoded).\n\n"
+      "The one difference this makes: a data error in a value nobody reads "
+      "is not found (a malformed number in an unread column, a corrupt image "
+      "whose pixels are dropped). With `on_error: skip` that record is kept "
+      "instead of skipped; with `fail` the run goes on. The output is "
+      "otherwise byte-identical. To check every value, turn the pass off: "
+      "`--disable-pass sluice-push-projections` (Spark's CSV column pruning "
+      "makes the same trade).";
   op.example = "- select: [image, label]";
   op.typeDoc = "the listed fields, in the listed order.";
   op.params = {
@@ -154,8 +167,20 @@ OpDef filter() {
   op.doc = "The condition is an expression (see [map](#map)) over the "
            "record's fields: numeric scalar fields by name, entries of "
            "fixed-length vectors as `dense[3]`. Dropped records are counted "
-           "in the run's accounting. The compiler moves filters as early as "
-           "their fields allow.";
+           "in the run's accounting.\n\n"
+           "The compiler moves filters as early as their fields allow "
+           "(sluice-push-filters): before every element step that does not "
+           "write a field the condition reads, so a cheap condition runs "
+           "before an expensive decode. It never moves a filter across "
+           "`shuffle`, `batch`, `padded_batch`, `unbatch`, `take`, `skip`, "
+           "`shard`, `repeat`, `cache`, `interleave`, `prefetch`, `rename` or "
+           "another filter. Random steps are crossed: their draws derive from "
+           "the record's position in the source, which a filter does not "
+           "change, so every surviving record gets the same crop or flip. "
+           "Records the filter drops are then not processed by the steps it "
+           "moved before: a data error those steps would have raised on such "
+           "a record (a corrupt image) is not reported, and the record counts "
+           "as filtered rather than skipped.";
   op.example = "- filter: {where: \"label >= 0 and dense[0] < 5\"}";
   op.typeDoc = "unchanged.";
   op.params = {

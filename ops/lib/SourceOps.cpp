@@ -132,8 +132,8 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("glob", "files"), shuffleParam(), onErrorParam()};
-  op.shorthand = "glob";
+  op.params = {globParam("files", "files"), shuffleParam(), onErrorParam()};
+  op.shorthand = "files";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
     return RecordType({{"path", FieldType(ElemType::String)},
@@ -150,7 +150,8 @@ OpDef textLines() {
            "file, files in sorted order. Empty lines are records too.";
   op.example = "source:\n  text_lines: data/corpus/*.txt";
   op.typeDoc = "`line: string`.";
-  op.params = {globParam("files", "text files"), onErrorParam()};
+  op.params = {globParam("files", "text files"), encodingParam(),
+               onErrorParam()};
   op.shorthand = "files";
   op.cost = {100, 1, 1};
   op.typeRule = [](TypeContext &) {
@@ -177,7 +178,8 @@ OpDef delimited(std::string name, std::string delimiter) {
       "NaN for float columns (see `fill_missing`), a data error for integer "
       "columns. `hex32` reads hexadecimal ids (Criteo's categorical "
       "features) into i64; an empty `hex32` cell reads as 0, the usual "
-      "\"missing\" id for Criteo categoricals. Quoted cells (\"a,b\") follow RFC 4180.";
+      "\"missing\" id for Criteo categoricals. Quoted cells (\"a,b\") follow "
+      "RFC 4180.";
   // The csv example is DESIGN.md's Criteo source; tsv drops the delimiter.
   op.example = std::string("source:\n  ") + name +
                ":\n    files: data/criteo/day_*.tsv" +
@@ -214,6 +216,15 @@ OpDef delimited(std::string name, std::string delimiter) {
           .req()
           .length(1, std::numeric_limits<size_t>::max())
           .describe("The columns, in file order."),
+      encodingParam(),
+      param("read", ParamKind::StringList)
+          .length(1, std::numeric_limits<size_t>::max())
+          .describe("Produce only these columns (in file order); the cells "
+                    "of the others are counted (a line must still have "
+                    "every cell) but never converted, so a malformed value "
+                    "in them is not an error. The compiler sets it to the "
+                    "columns the pipeline reads (sluice-push-projections); "
+                    "default: all."),
       onErrorParam(),
   };
   op.cost = {1000, 5, 1};
@@ -246,6 +257,23 @@ OpDef delimited(std::string name, std::string delimiter) {
       int64_t count = intOr(col["count"], 1);
       out.set(name.asString(),
               count == 1 ? FieldType(*elem) : FieldType(*elem, {count}));
+    }
+    const Value &read = ctx.param("read");
+    if (read.isList()) {
+      RecordType kept;
+      for (const Value &r : read.items()) {
+        const Field *f = r.isString() ? out.find(r.asString()) : nullptr;
+        if (!f)
+          ctx.error(r,
+                    "'read' names '" + (r.isString() ? r.asString() : "") +
+                        "', which is not a column",
+                    "the columns are the `name`s under `columns`");
+      }
+      for (const Field &f : out.fields())
+        for (const Value &r : read.items())
+          if (r.isString() && r.asString() == f.name)
+            kept.set(f.name, f.type);
+      return kept;
     }
     return out;
   };
@@ -620,12 +648,12 @@ OpDef webdataset() {
            "sample `0001` with extensions `jpg` and `cls`. Each entry of "
            "`fields` picks one extension. `i64` parses the member's text as "
            "an integer (class labels in `.cls`).";
-  op.example = "source:\n  webdataset:\n    shards: data/shards/train-*.tar\n"
+  op.example = "source:\n  webdataset:\n    files: data/shards/train-*.tar\n"
                "    fields:\n      - {ext: jpg, name: data}\n"
                "      - {ext: cls, name: label, type: i64}";
   op.typeDoc = "`key: string` followed by one field per entry of `fields`.";
   op.params = {
-      globParam("shards", "tar shards"),
+      globParam("files", "tar shards"),
       structParam(
           "fields",
           {param("ext", ParamKind::String)

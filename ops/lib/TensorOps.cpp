@@ -276,8 +276,10 @@ OpDef mapOp() {
       "(`np.where`); comparisons and logic give bool.\n\n"
       "Results equal numpy's bit for bit (NaN compared as NaN), except the "
       "transcendental functions (`exp log log1p sin cos tanh sigmoid` and "
-      "float `pow`), which are the f64 libm result rounded to the type and "
-      "are within 4 units in the last place of numpy's "
+      "float `pow`), which are the f64 libm result (for `log`, sluice's own "
+      "f64 log, within 1 unit in the last place of libm's and shared with "
+      "the generated kernels) rounded to the type and are within 4 units in "
+      "the last place of numpy's "
       "(tests/examples/expr-numpy.test checks every dtype against numpy on "
       "random values, NaN, +-inf, -0, denormals and integer extremes). "
       "`dtype` converts the result (saturating, like `cast`).";

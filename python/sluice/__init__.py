@@ -8,7 +8,8 @@ The pipeline itself (reading, decoding, augmenting, shuffling, batching) runs
 in sluice's native runtime on its own threads; this package only hands its
 outputs to Python. See ``sluice.torch`` for a PyTorch IterableDataset.
 """
-from ._sluice import Buffer, Pipeline, PipelineError, SpecError, check
+from ._sluice import Buffer, Pipeline, PipelineError, SpecError, check, tune
 
-__all__ = ["Buffer", "Pipeline", "PipelineError", "SpecError", "check"]
+__all__ = ["Buffer", "Pipeline", "PipelineError", "SpecError", "check",
+           "tune"]
 __version__ = "0.1.0"

@@ -5,3 +5,4 @@ from ._sluice import SpecError as SpecError
 from ._sluice import check as check
 
 __version__: str
+from ._sluice import tune as tune

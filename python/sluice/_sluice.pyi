@@ -56,3 +56,15 @@ class Pipeline(Iterator[Dict[str, np.ndarray]]):
 
 def check(spec_path: str) -> List[Dict[str, Any]]:
     """The typed stages of a spec: name, op, line, col, type {field: type}."""
+
+def tune(
+    spec_path: str,
+    *,
+    cores: Optional[int] = None,
+    memory: Union[None, int, str] = None,
+    seconds: float = 1.5,
+    report_dir: Optional[str] = None,
+    disable_passes: Sequence[str] = ...,
+) -> Dict[str, Any]:
+    """Runs the autotuner (as `sluice tune`); report.json as a dict plus
+    ``schedule_yaml``."""

@@ -22,6 +22,7 @@
 //    before it propagates.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/autotune/Tune.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
@@ -450,6 +451,47 @@ py::list check(const std::string &path) {
   return out;
 }
 
+py::dict tune(const std::string &path, py::object cores, py::object memory,
+             double seconds, py::object reportDir,
+             std::vector<std::string> disablePasses) {
+  std::unique_ptr<dsl::Spec> spec = loadSpec(path);
+  runtime::Plan plan = compile(*spec, disablePasses);
+  autotune::TuneOptions opts;
+  if (!cores.is_none()) {
+    opts.cores = cores.cast<int64_t>();
+    if (opts.cores < 1)
+      throw py::value_error("cores must be >= 1");
+  }
+  opts.memoryBytes = parseMemory(memory);
+  if (!(seconds > 0) || seconds > 600)
+    throw py::value_error("seconds must be in (0, 600]");
+  opts.profile.secondsPerProbe = seconds;
+  opts.verifySeconds = std::max(1.0, seconds * 1.5);
+  auto where = [&](const dsl::Step &s) {
+    opts.profile.specWhere[s.name] = spec->file + ":" +
+                                     std::to_string(s.loc.line) + ":" +
+                                     std::to_string(s.loc.col);
+  };
+  where(spec->source);
+  for (const dsl::Step &s : spec->steps)
+    where(s);
+  std::optional<Expected<autotune::TuneResult>> r;
+  {
+    py::gil_scoped_release release;
+    r.emplace(autotune::tune(plan, opts));
+  }
+  if (!*r)
+    raise(pipelineErrorType, r->status().message());
+  if (!reportDir.is_none()) {
+    if (Status s = autotune::writeReports(**r, py::str(reportDir)); !s)
+      raise(pipelineErrorType, s.message());
+  }
+  std::string js = autotune::reportJson(**r).dump();
+  py::dict out = py::module_::import("json").attr("loads")(js);
+  out["schedule_yaml"] = autotune::scheduleYaml(**r);
+  return out;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_sluice, m) {
@@ -562,6 +604,19 @@ before the first batch.)")
           [](PyPipeline &p) { return p.pipe().heldOutputs().used(); },
           "Bytes of outputs Python still holds, counted in the budget.");
 
+  m.def("tune", &tune, py::arg("spec_path"), py::kw_only(),
+        py::arg("cores") = py::none(), py::arg("memory") = py::none(),
+        py::arg("seconds") = 1.5, py::arg("report_dir") = py::none(),
+        py::arg("disable_passes") = std::vector<std::string>{},
+        R"(Runs the autotuner on a spec, as `sluice tune` does.
+
+Profiles the pipeline (``seconds`` per probe), solves for ``cores`` and
+``memory`` (default: the spec's budget, else the host), runs the chosen
+schedule to measure it, and returns report.json's contents as a dict (schema
+in docs/autotune.md) plus ``schedule_yaml``, the schedule to save and pass
+as ``Pipeline(..., schedule=FILE)`` or ``sluice run --schedule FILE``.
+``report_dir`` also writes schedule.yaml, report.json, report.md and the
+SVG there. Raises SpecError or PipelineError like Pipeline.)");
   m.def("check", &check, py::arg("spec_path"),
         R"(Checks a spec and returns its typed stages.
 

@@ -35,6 +35,13 @@
 
 namespace sluice::runtime::detail {
 
+/// Counts a bad record skipped under `on_error: skip`. An error after which
+/// the rest of the file cannot be read (a TFRecord length CRC, truncation,
+/// an I/O error) is counted under its own reason ("..., rest of the file
+/// dropped") and named in a warning: the records lost with it are not
+/// countable, but they must not vanish without a word.
+void noteSkipped(StageCounters &c, const DataError &e);
+
 /// Where a record came from, for error messages.
 struct Origin {
   int64_t shard = -1;  ///< source shard, -1 after batch/unbatch
@@ -58,6 +65,8 @@ struct Shared {
   std::string tempDir;
   /// RunOptions::batchRowPlacement (and no SLUICE_NO_BATCH_PLACEMENT).
   bool batchRowPlacement = true;
+  /// RunOptions::directOutput (and no SLUICE_NO_DIRECT_OUTPUT).
+  bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
 
@@ -119,6 +128,27 @@ public:
   /// seen yet). May copy the record's fields into the batch buffer and
   /// replace them with views of their rows; leaves `rec` alone otherwise.
   virtual void place(uint64_t pos, Record &rec) = 0;
+  /// Direct output: before a worker processes the record expected at
+  /// `pos`, claims its row and returns views of it, one per field
+  /// (`rowViews`), and those the steps may write into (`targets`, for an
+  /// OutputTargetScope: the fields whose type no other field has, so a
+  /// result cannot land in another field's row); false (nothing claimed)
+  /// when the row is not open or already taken.
+  virtual bool claim(uint64_t pos, std::vector<Tensor> &rowViews,
+                     std::vector<Tensor> &targets) {
+    (void)pos;
+    (void)rowViews;
+    (void)targets;
+    return false;
+  }
+  /// Finishes a claimed row with the processed record: copies the fields
+  /// the steps did not write in place and makes them views of the row.
+  virtual void placeClaimed(uint64_t pos, Record &rec,
+                            const std::vector<Tensor> &rowViews) {
+    (void)pos;
+    (void)rec;
+    (void)rowViews;
+  }
 };
 
 class Stage {

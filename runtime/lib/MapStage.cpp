@@ -348,6 +348,7 @@ private:
 
   void workLoop() {
     std::vector<int64_t> ns(ops_.size(), 0);
+    std::vector<Tensor> rowViews, targets;
     int64_t cpu0 = threadCpuNs();
     int64_t items = 0;
     for (;;) {
@@ -387,12 +388,25 @@ private:
       // Slots [a, b) belong to this worker until they are marked done.
       for (uint64_t p = a; p < b; ++p) {
         Slot &s = slot(p);
-        process(s.item, s.outcome, ns.data());
+        // Direct output: claim the record's batch row first so the step
+        // that makes its result in one pass writes it there.
+        bool claimed = placer_ && shared_.directOutput &&
+                       placer_->claim(p - drops, rowViews, targets);
+        {
+          OutputTargetScope scope(claimed ? &targets : nullptr);
+          process(s.item, s.outcome, ns.data());
+        }
+        targets.clear();
         if (placer_ && s.outcome.kind == Outcome::Kept) {
           int64_t t0 = nowNs();
-          placer_->place(p - drops, s.item.rec);
+          if (claimed)
+            placer_->placeClaimed(p - drops, s.item.rec, rowViews);
+          else
+            placer_->place(p - drops, s.item.rec);
           ns[ops_.size() - 1] += nowNs() - t0;
         }
+        // Do not keep the batch buffer alive past its batch.
+        rowViews.clear();
       }
       items += static_cast<int64_t>(b - a);
       std::lock_guard<std::mutex> lock(mu_);

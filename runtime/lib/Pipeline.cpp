@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Pipeline.h"
 #include "Engine.h"
+#include "sluice/ops/BufferPool.h"
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -44,7 +45,11 @@ class Engine {
 public:
   static Expected<std::unique_ptr<Engine>> create(const Plan &plan,
                                                   const RunOptions &opts);
-  ~Engine() { stop(); }
+  ~Engine() {
+    stop();
+    if (poolLimit_)
+      clearBufferPoolLimit(poolLimit_.get());
+  }
 
   Expected<bool> next(Item &out, int64_t &epoch);
   void stop();
@@ -70,6 +75,12 @@ public:
   std::vector<std::unique_ptr<StageCounters>> counters_;
   std::vector<StaticNeed> extraNeeds_;
   std::unique_ptr<Stage> root_;
+  /// The buffer pool's idle buffers, reserved in this budget while the
+  /// pipeline lives (BufferPool.h).
+  std::unique_ptr<AccountAllocationLimit> poolLimit_;
+  /// The last output, counted until the caller asks for the next one.
+  MemoryAccount *outputAccount_ = nullptr;
+  int64_t outputHeld_ = 0;
 
   int64_t epoch_ = 0;
   /// Outputs of epoch_ to drop before delivering any (a replay resume).
@@ -206,6 +217,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   s = e->checkStaticMemory();
   if (!s)
     return s;
+  e->outputAccount_ = e->memory_->account("output");
+  e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
+      e->memory_->account("buffer pool (idle)"));
+  setBufferPoolLimit(e->poolLimit_.get());
   return e;
 }
 
@@ -226,6 +241,8 @@ Status Engine::build() {
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
   shared_.batchRowPlacement =
       opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  shared_.directOutput =
+      opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
 
@@ -259,6 +276,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  for (const std::string &w : source_->warnings())
+    sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))
     return Status::error(
         plan_.where(src) + ": interleave cannot be combined with ranks, "
@@ -621,6 +640,10 @@ Status Engine::checkStaticMemory() const {
 Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   if (startNs_ == 0)
     startNs_ = nowNs();
+  // The caller asks for the next output: the last one is theirs to keep or
+  // (usually) drop, no longer the pipeline's.
+  outputAccount_->release(outputHeld_);
+  outputHeld_ = 0;
   for (;;) {
     if (finished_)
       return false;
@@ -651,7 +674,9 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
       }
       epoch = epoch_;
       outputs_.fetch_add(1, std::memory_order_relaxed);
-      outputBytes_.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+      outputHeld_ = recordBytes(out.rec);
+      outputAccount_->forceReserve(outputHeld_);
+      outputBytes_.fetch_add(outputHeld_, std::memory_order_relaxed);
       return true;
     }
     root_->stop();
@@ -667,6 +692,14 @@ void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
     root_->stop();
+  // Nothing is held for the caller any more, and idle pool buffers are no
+  // longer this pipeline's to count.
+  if (outputAccount_) {
+    outputAccount_->release(outputHeld_);
+    outputHeld_ = 0;
+  }
+  if (poolLimit_)
+    clearBufferPoolLimit(poolLimit_.get());
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)
@@ -752,7 +785,8 @@ PipelineState Pipeline::state() const {
   s.rank = e.shared_.positional.rank;
   s.worldSize = e.shared_.positional.world;
   s.epoch = e.epoch_;
-  s.outputs = e.outputsInEpoch_ - e.skip_;
+  // Outputs still to drop were delivered by the run the state came from.
+  s.outputs = e.outputsInEpoch_ + e.skip_;
   int64_t rows = e.rowsInEpoch_;
   int64_t start = e.epochStart_;
   // At the end of an epoch, the next output is the next epoch's first.

@@ -116,7 +116,7 @@ protected:
       if (rr.isError()) {
         const DataError &e = rr.error();
         if (shared_.onError == OnError::Skip) {
-          c_->addSkipped(e.reason);
+          noteSkipped(*c_, e);
           continue;
         }
         c_->failed.fetch_add(1, std::memory_order_relaxed);

@@ -264,6 +264,16 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     return 2; // the destination: fix --sink or add --overwrite
   }
 
+  // Warnings known before the run (empty input files) come first; the
+  // ones found while running are printed after it.
+  size_t warned = 0;
+  auto printWarnings = [&] {
+    std::vector<std::string> ws = p.stats().warnings();
+    for (; warned < ws.size(); ++warned)
+      err << "sluice: warning: " << ws[warned] << "\n";
+  };
+  printWarnings();
+
   SignalScope signals(opts.handleSignals);
   bool tty = isatty(2) != 0;
   RunOptions::Progress mode = opts.progress;
@@ -392,6 +402,7 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
                      " outputs, as asked (--stop-after)";
   }
   Status closed = sink.close(outcome);
+  printWarnings();
   if (!failure.isOk())
     printError(err, failure.message());
   if (stopSignal)

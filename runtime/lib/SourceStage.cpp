@@ -28,6 +28,17 @@
 
 namespace sluice::runtime::detail {
 
+void noteSkipped(StageCounters &c, const DataError &e) {
+  if (e.recoverable) {
+    c.addSkipped(e.reason);
+    return;
+  }
+  c.addSkipped(e.reason + ", rest of the file dropped");
+  c.addWarning(e.message() + "; skipped (on_error: skip) together with " +
+               "everything after it in the file");
+}
+
+
 namespace {
 
 /// Records read ahead per open shard.
@@ -106,7 +117,7 @@ protected:
       if (rr.isError()) {
         const DataError &e = rr.error();
         if (shared_.onError == OnError::Skip) {
-          c_->addSkipped(e.reason);
+          noteSkipped(*c_, e);
           continue;
         }
         c_->failed.fetch_add(1, std::memory_order_relaxed);

@@ -524,28 +524,59 @@ struct RowLayout {
 /// copies it from there into its real row before it writes that row.
 class BatchRows final : public RowPlacer {
 public:
-  BatchRows(const RowLayout &layout, int64_t size)
-      : layout_(layout), size_(static_cast<uint64_t>(size)) {}
+  /// `ahead` counts the open buffers' rows that hold no record yet (a
+  /// placed row is counted by the record, a view of it).
+  BatchRows(const RowLayout &layout, int64_t size, MemoryAccount *ahead,
+            StageCounters *counters)
+      : layout_(layout), size_(static_cast<uint64_t>(size)), ahead_(ahead),
+        counters_(counters) {}
+  ~BatchRows() override { reset(); }
+
+  bool claim(uint64_t pos, std::vector<Tensor> &rowViews,
+             std::vector<Tensor> &targets) override {
+    std::vector<Tensor> dst;
+    if (!claimRow(pos, dst))
+      return false;
+    uint64_t row = pos % size_;
+    rowViews.clear();
+    targets.clear();
+    for (size_t f = 0; f < dst.size(); ++f) {
+      rowViews.push_back(Tensor::viewOf(dst[f], row * layout_.bytes[f],
+                                        layout_.elems[f], layout_.shapes[f]));
+      size_t same = 0;
+      for (size_t g = 0; g < dst.size(); ++g)
+        same += layout_.elems[g] == layout_.elems[f] &&
+                layout_.shapes[g] == layout_.shapes[f];
+      targets.push_back(same == 1 ? rowViews.back() : Tensor());
+    }
+    return true;
+  }
+
+  void placeClaimed(uint64_t pos, Record &rec,
+                    const std::vector<Tensor> &rowViews) override {
+    (void)pos;
+    if (!layout_.matches(rec) || rowViews.size() != rec.fields.size())
+      return; // the batch stage copies it when it assembles the batch
+    bool direct = false;
+    for (size_t f = 0; f < rowViews.size(); ++f) {
+      if (rec.fields[f].raw() != rowViews[f].raw())
+        copyRow(const_cast<uint8_t *>(rowViews[f].raw()),
+                rec.fields[f].raw(), layout_.bytes[f], layout_.stream[f]);
+      else
+        direct = true;
+      rec.fields[f] = rowViews[f];
+    }
+    if (direct)
+      counters_->rowsDirect.fetch_add(1, std::memory_order_relaxed);
+  }
 
   void place(uint64_t pos, Record &rec) override {
     if (!layout_.matches(rec))
       return;
-    uint64_t k = pos / size_, row = pos % size_;
+    uint64_t row = pos % size_;
     std::vector<Tensor> dst;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (k < firstOpen_ || k > firstOpen_ + 1)
-        return;
-      Open &o = open_[k];
-      if (o.claimed.empty()) {
-        o.claimed.assign(static_cast<size_t>(size_), false);
-        o.fields = layout_.allocate(static_cast<int64_t>(size_));
-      }
-      if (o.claimed[row])
-        return;
-      o.claimed[row] = true;
-      dst = o.fields;
-    }
+    if (!claimRow(pos, dst))
+      return;
     for (size_t f = 0; f < dst.size(); ++f) {
       size_t offset = row * layout_.bytes[f];
       copyRow(dst[f].mutableRaw() + offset, rec.fields[f].raw(),
@@ -554,6 +585,39 @@ public:
           Tensor::viewOf(dst[f], offset, layout_.elems[f], layout_.shapes[f]);
     }
   }
+
+private:
+  /// Claims row `pos` (opening its batch buffer); false if the batch is
+  /// not open or the row was claimed before. `dst`: the batch's buffers.
+  bool claimRow(uint64_t pos, std::vector<Tensor> &dst) {
+    uint64_t k = pos / size_, row = pos % size_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (k < firstOpen_ || k > firstOpen_ + 1)
+        return false;
+      Open &o = open_[k];
+      if (o.claimed.empty()) {
+        o.claimed.assign(static_cast<size_t>(size_), false);
+        o.fields = layout_.allocate(static_cast<int64_t>(size_));
+        for (const Tensor &t : o.fields)
+          o.unplaced += static_cast<int64_t>(t.memoryBytes());
+        ahead_->forceReserve(o.unplaced);
+      }
+      if (o.claimed[row])
+        return false;
+      o.claimed[row] = true;
+      dst = o.fields;
+      int64_t rowBytes = 0;
+      for (size_t f = 0; f < dst.size(); ++f)
+        rowBytes += static_cast<int64_t>(layout_.bytes[f]);
+      rowBytes = std::min(rowBytes, o.unplaced);
+      o.unplaced -= rowBytes;
+      ahead_->release(rowBytes);
+    }
+    return true;
+  }
+
+public:
 
   /// Closes batch `k` of the pass (and any before it) and returns its
   /// buffers, or nothing when no record was placed in it.
@@ -564,6 +628,9 @@ public:
     auto it = open_.find(k);
     if (it != open_.end())
       out = std::move(it->second.fields);
+    // From here the batch stage counts the buffer through its records.
+    for (auto i = open_.begin(); i != open_.upper_bound(k); ++i)
+      ahead_->release(i->second.unplaced);
     open_.erase(open_.begin(), open_.upper_bound(k));
     return out;
   }
@@ -573,6 +640,8 @@ public:
     std::map<uint64_t, Open> drop; // freed after the lock is released
     std::lock_guard<std::mutex> lock(mu_);
     drop.swap(open_);
+    for (const auto &o : drop)
+      ahead_->release(o.second.unplaced);
     firstOpen_ = 0;
   }
 
@@ -580,9 +649,12 @@ private:
   struct Open {
     std::vector<Tensor> fields;
     std::vector<bool> claimed;
+    int64_t unplaced = 0; ///< bytes reserved in ahead_ for empty rows
   };
   const RowLayout &layout_;
   const uint64_t size_;
+  MemoryAccount *ahead_;
+  StageCounters *counters_;
   std::mutex mu_;
   std::map<uint64_t, Open> open_;
   uint64_t firstOpen_ = 0;
@@ -635,7 +707,8 @@ public:
     if (!padded_)
       layout_ = RowLayout::of(step.inputType, size_);
     if (layout_ && layout_->recycled && s.batchRowPlacement) {
-      rows_ = std::make_unique<BatchRows>(*layout_, size_);
+      rows_ = std::make_unique<BatchRows>(
+          *layout_, size_, s.memory->account(step.name + " rows ahead"), c);
       if (!upstream_->attachRowPlacer(rows_.get()))
         rows_.reset();
     }
@@ -649,10 +722,12 @@ public:
   }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
-    // The records being collected plus the batch built from them.
+    // The records being collected, the next batch the workers fill ahead
+    // (or the batch built from the collected records), and the last batch,
+    // held for the caller until it asks for the next.
     StaticNeed n;
     n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
-    n.records = 2 * size_;
+    n.records = 3 * size_;
     n.type = step_.inputType;
     n.knob = step_.name + ".size";
     n.where = shared_.plan->where(step_);
@@ -711,6 +786,9 @@ protected:
     if (rows_)
       placed = rows_->take(passBatch_);
     ++passBatch_;
+    // A batch built in a new buffer is held beside its records until
+    // emit(): count it. (One the workers filled is counted by its records.)
+    BuildHold hold(account_, placed.empty() || n < size_ ? bytes_ : 0);
     if (layout_ &&
         std::all_of(items_.begin(), items_.end(),
                     [&](const Item &it) { return layout_->matches(it.rec); })) {
@@ -781,6 +859,16 @@ protected:
   }
 
 private:
+  /// Bytes reserved while a batch is built, released when it is handed on.
+  struct BuildHold {
+    BuildHold(MemoryAccount *a, int64_t b) : account(a), bytes(b) {
+      account->forceReserve(bytes);
+    }
+    ~BuildHold() { account->release(bytes); }
+    MemoryAccount *account;
+    int64_t bytes;
+  };
+
   Expected<bool> emit(std::vector<Tensor> fields, int64_t n, Item &out) {
     inc(c_->emitted, n);
     clear();

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
+#include <cstdlib>
+
 namespace sluice::runtime {
 
 uint64_t planFingerprint(const Plan &plan) {
@@ -19,6 +22,14 @@ uint64_t planFingerprint(const Plan &plan) {
   p.cores = 0;
   p.memoryBytes = 0;
   p.specFile.clear();
+  // The data directory by its canonical name: `sluice run dir/spec.yaml`
+  // and the executable `sluice compile` made of it (which holds the
+  // absolute path) read the same files.
+  if (char *real = ::realpath(p.baseDir.empty() ? "." : p.baseDir.c_str(),
+                              nullptr)) {
+    p.baseDir = real;
+    std::free(real);
+  }
   auto clear = [](PlanStage &s) {
     s.parallelism = 0;
     s.prefetch = -1;

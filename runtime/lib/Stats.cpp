@@ -72,6 +72,8 @@ nlohmann::ordered_json StageStats::toJson() const {
                    {"peak_bytes", bufferBytesPeak}};
   if (rowsInPlace > 0)
     j["rows_in_place"] = rowsInPlace;
+  if (rowsDirect > 0)
+    j["rows_direct"] = rowsDirect;
   return j;
 }
 
@@ -216,6 +218,26 @@ void StageCounters::notePeakBytes(int64_t bytes) {
     ;
 }
 
+void StageCounters::addWarning(std::string message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (warnings_.size() < kMaxWarnings)
+    warnings_.push_back(std::move(message));
+  else
+    ++warningsMore_;
+}
+
+std::vector<std::string> RunStats::warnings() const {
+  std::vector<std::string> out;
+  for (const StageStats &s : stages) {
+    for (const std::string &w : s.warnings)
+      out.push_back(w);
+    if (s.warningsMore > 0)
+      out.push_back(s.name + ": " + std::to_string(s.warningsMore) +
+                    " more warnings like these");
+  }
+  return out;
+}
+
 StageStats StageCounters::snapshot() const {
   StageStats s;
   s.name = name_;
@@ -233,6 +255,8 @@ StageStats StageCounters::snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.skipped.assign(skipped_.begin(), skipped_.end());
+    s.warnings = warnings_;
+    s.warningsMore = warningsMore_;
   }
   s.failed = ld(failed);
   s.discarded = ld(discarded);
@@ -251,6 +275,7 @@ StageStats StageCounters::snapshot() const {
   s.occupancyMax = ld(occupancyMax);
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
+  s.rowsDirect = ld(rowsDirect);
   return s;
 }
 

@@ -94,6 +94,6 @@ sluice.pipeline @types seed(0) epochs(1) budget(cores = 0, memory = 0) schedule 
 // CHECK-LABEL: sluice.pipeline @empty
 // CHECK: !sluice.stream<!sluice.record<{}>>
 sluice.pipeline @empty seed(0) epochs(1) budget(cores = 0, memory = 0) {
-  %0 = sluice.source "files" {glob = "*"} : !sluice.stream<!sluice.record<{}>>
+  %0 = sluice.source "files" {files = "*"} : !sluice.stream<!sluice.record<{}>>
   sluice.output %0 : !sluice.stream<!sluice.record<{}>>
 }

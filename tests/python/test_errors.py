@@ -104,3 +104,42 @@ def test_ctrl_c_stops_iteration_promptly(image_spec, tmp_path):
     assert proc.returncode == 42, out
     assert "interrupted after" in out
     assert elapsed < 10
+
+
+def test_gil_is_released_while_the_runtime_works(tmp_path):
+    """The first batch of an idx source with `shuffle: true` loads all 60000
+    records (hundreds of ms in the runtime). A Python thread keeps running
+    meanwhile: its longest pause is far shorter than the call."""
+    import threading
+    spec = write(tmp_path / "gil.yaml", """
+        pipeline: gil
+        source:
+          idx:
+            images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+            labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz
+            shuffle: true
+        steps:
+          - batch: {size: 10}
+        budget: {cores: 2, memory: 512MiB}
+        """)
+    p = sluice.Pipeline(spec)
+    done = threading.Event()
+    took = []
+
+    def consume():
+        t0 = time.monotonic()
+        next(p)
+        took.append(time.monotonic() - t0)
+        done.set()
+
+    t = threading.Thread(target=consume)
+    last = time.monotonic()
+    gap = 0.0
+    t.start()
+    while not done.is_set():
+        now = time.monotonic()
+        gap = max(gap, now - last)
+        last = now
+    t.join()
+    assert took[0] > 0.1, "the call was too short to tell"
+    assert gap < took[0] / 2, (gap, took[0])

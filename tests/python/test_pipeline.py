@@ -1,6 +1,7 @@
 """sluice.Pipeline: iteration, zero-copy outputs, the budget account of held
 batches, check(), per-epoch reshuffle, strings, seeds and schedules."""
 import gc
+import json
 
 import numpy as np
 import pytest
@@ -136,3 +137,21 @@ def test_fashion_mnist_batches(fashion_spec):
         assert b["image"].dtype == np.float32
         n += b["image"].shape[0]
     assert n == 2000
+
+
+def test_tune_returns_the_report_and_a_replayable_schedule(fashion_spec,
+                                                          tmp_path):
+    report = sluice.tune(fashion_spec, cores=2, seconds=0.3,
+                         report_dir=str(tmp_path / "report"))
+    assert isinstance(report, dict)
+    assert "schedule_yaml" in report and "schedule:" in report["schedule_yaml"]
+    on_disk = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert {k: v for k, v in report.items() if k != "schedule_yaml"}.keys() \
+        == on_disk.keys()
+    sched = tmp_path / "schedule.yaml"
+    sched.write_text(report["schedule_yaml"])
+    a = list(sluice.Pipeline(fashion_spec))
+    b = list(sluice.Pipeline(fashion_spec, schedule=str(sched)))
+    assert len(a) == len(b) and all(batches_equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(sluice.SpecError):
+        sluice.tune(str(tmp_path / "missing.yaml"))

@@ -83,6 +83,20 @@ def test_positional_resume_is_bit_identical(positional_spec, k):
     assert len(head) + len(rest) == len(full)
 
 
+@pytest.mark.parametrize("which", ["replay", "positional"])
+def test_state_of_a_resumed_pipeline_before_any_batch(which, image_spec,
+                                                      positional_spec):
+    spec = image_spec if which == "replay" else positional_spec
+    full = list(sluice.Pipeline(spec))
+    head, state, _ = resume_after(spec, 3)
+    q = sluice.Pipeline(spec)
+    q.load_state_dict(state)
+    again = q.state_dict()  # nothing delivered yet: the same place
+    r = sluice.Pipeline(spec)
+    r.load_state_dict(again)
+    assert all(batches_equal(a, b) for a, b in zip(full[3:], list(r)))
+
+
 def test_source_shuffle_reshuffles_each_epoch(positional_spec):
     full = list(sluice.Pipeline(positional_spec))
     e0 = [p for b in full[:12] for p in b["path"].tolist()]

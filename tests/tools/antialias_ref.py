@@ -14,6 +14,8 @@ what `sluice run --sink npy:DIR` wrote against PIL computed now:
   same OUT1 OUT2             the two sinks hold byte-identical batches
   torch DIR CASE OUT BOUND   as check, against torchvision's
                              F.resize(antialias=True) on the decoded tensor
+  psnr OUT1 OUT2 MIN         the two sinks differ in some image, and every
+                             image's PSNR of OUT2 against OUT1 is >= MIN dB
 
 Cases: jpeg_down / png_down / gray_down (resize to [h, w], antialiased),
 png_up (upscaling), png_short (resize: s, shorter side), png_noaa
@@ -102,6 +104,12 @@ def make(d):
                            "  - normalize: {field: image, mean: [123.7, 116.3, 103.5], "
                            "std: [58.4, 57.1, 57.4]}\n"
                            "  - transpose: {field: image, to: CHW}\n"),
+        # decode_image scale: auto against exact (same seed, same boxes).
+        "jpeg_scale_exact": spec("jpeg_scale_exact", "jpeg",
+                                 "random_resized_crop: {field: image, size: [%d, %d]}" % (dh, dw)),
+        "jpeg_scale_auto": spec("jpeg_scale_auto", "jpeg",
+                                "random_resized_crop: {field: image, size: [%d, %d]}" % (dh, dw)
+                                ).replace("channels: 3}", "channels: 3, scale: auto}"),
         "jpeg_train_noaa": spec("jpeg_train_noaa", "jpeg",
                                 "random_resized_crop: {field: image, size: [%d, %d], "
                                 "antialias: false}" % (dh, dw),
@@ -217,11 +225,30 @@ def same(a, b):
     print("identical: %d batches" % len(ia["outputs"]))
 
 
+def psnr(a, b, minimum):
+    x, y = read_images(a).astype(np.float64), read_images(b).astype(np.float64)
+    if x.shape != y.shape or x.shape[0] == 0:
+        fail("shapes %s and %s" % (x.shape, y.shape))
+    worst, differ = float("inf"), 0
+    for i in range(x.shape[0]):
+        mse = ((x[i] - y[i]) ** 2).mean()
+        if mse > 0:
+            differ += 1
+            worst = min(worst, 10 * np.log10(255.0 ** 2 / mse))
+    print("%d of %d images differ; lowest PSNR %.1f dB" % (differ, x.shape[0], worst))
+    if differ == 0:
+        fail("the outputs are identical")
+    if worst < minimum:
+        fail("PSNR %.1f dB < %.1f dB" % (worst, minimum))
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "make":
         make(argv[1])
     elif len(argv) == 5 and argv[0] in ("check", "torch"):
         check(argv[1], argv[2], argv[3], int(argv[4]), torch_ref=argv[0] == "torch")
+    elif len(argv) == 4 and argv[0] == "psnr":
+        psnr(argv[1], argv[2], float(argv[3]))
     elif len(argv) == 3 and argv[0] == "same":
         same(argv[1], argv[2])
     else:

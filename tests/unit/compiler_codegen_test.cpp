@@ -292,7 +292,9 @@ std::vector<StepCase> stepCases() {
       cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
   }
   for (ElemType e : ints)
-    for (int64_t b : {1, 7, 1000000})
+    for (int64_t b : {int64_t(1), int64_t(7), int64_t(16383), int64_t(16384),
+                      int64_t(1000000), int64_t(99991), (int64_t(1) << 40) + 3,
+                      (int64_t(1) << 62) - 1, int64_t(1) << 62})
       cases.push_back({"hash_bucket", {{"buckets", Value::integer(b)}}, e,
                        std::to_string(b) + " buckets"});
   return cases;

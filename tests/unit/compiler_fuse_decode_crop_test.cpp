@@ -126,15 +126,19 @@ protected:
   /// with neither, at 1 and 2 threads; all six runs must give the same
   /// bytes and drop the same records. `expectFused` decode + crop pairs are
   /// fused, and `expectFolded` steps folded into them.
-  void expectSameOutput(const std::string &yaml, int expectFused,
-                        int64_t expectSkipped, int expectFolded = 0) {
+  /// Also runs the fully fused plan with direct output off (the fused step
+  /// then allocates its result and the worker copies it into the batch
+  /// row); returns the rows written directly into batch buffers.
+  int64_t expectSameOutput(const std::string &yaml, int expectFused,
+                           int64_t expectSkipped, int expectFolded = 0) {
+    int64_t directRows = 0;
     runtime::Plan all = build(yaml, {});
     runtime::Plan cropOnly = build(yaml, {kEpilogue});
     runtime::Plan none = build(yaml, {kDecodeCrop, kEpilogue});
-    ASSERT_EQ(countOps(all, "decode_random_resized_crop"), expectFused);
-    ASSERT_EQ(countOps(cropOnly, "decode_random_resized_crop"), expectFused);
-    ASSERT_EQ(countOps(none, "decode_random_resized_crop"), 0);
-    ASSERT_EQ(countOps(none, "decode_image"), expectFused);
+    EXPECT_EQ(countOps(all, "decode_random_resized_crop"), expectFused);
+    EXPECT_EQ(countOps(cropOnly, "decode_random_resized_crop"), expectFused);
+    EXPECT_EQ(countOps(none, "decode_random_resized_crop"), 0);
+    EXPECT_EQ(countOps(none, "decode_image"), expectFused);
     EXPECT_EQ(cropOnly.stages.size() - all.stages.size(), size_t(expectFolded));
     std::string reference;
     for (int threads : {1, 2})
@@ -146,7 +150,7 @@ protected:
         o.threads = threads;
         runtime::RunStats stats;
         std::vector<Output> outs = runAll(*plan, o, &stats);
-        ASSERT_FALSE(outs.empty());
+        EXPECT_FALSE(outs.empty());
         std::string bytes = allBytes(outs);
         if (reference.empty())
           reference = bytes;
@@ -155,7 +159,19 @@ protected:
         // The cut JPEG is dropped by every run, once per epoch.
         EXPECT_EQ(skippedRecords(stats), expectSkipped)
             << what << ": " << stats.accounting();
+        if (plan != &all)
+          continue;
+        for (const runtime::StageStats &st : stats.stages)
+          directRows += st.rowsDirect;
+        runtime::RunOptions copied = o;
+        copied.directOutput = false;
+        runtime::RunStats copiedStats;
+        EXPECT_TRUE(allBytes(runAll(*plan, copied, &copiedStats)) == reference)
+            << "direct output off at " << threads << " threads differs";
+        for (const runtime::StageStats &st : copiedStats.stages)
+          EXPECT_EQ(st.rowsDirect, 0);
       }
+    return directRows;
   }
 
   static int64_t skippedRecords(const runtime::RunStats &stats) {
@@ -170,7 +186,7 @@ protected:
 };
 
 TEST_F(FuseDecodeCropTest, ImagenetStyleOutputIsIdentical) {
-  expectSameOutput(
+  int64_t direct = expectSameOutput(
       "pipeline: imagenet_small\nseed: 7\nsource:\n"
       "  image_folder: {root: img, on_error: skip}\n"
       "steps:\n"
@@ -184,6 +200,8 @@ TEST_F(FuseDecodeCropTest, ImagenetStyleOutputIsIdentical) {
       "  - batch: {size: 4}\n"
       "epochs: 2\n",
       1, 2, 3);
+  // At 2 threads the fused step writes its rows straight into the batch.
+  EXPECT_GT(direct, 0);
 }
 
 /// Every shape of epilogue the pass folds: flip after normalize, flip

@@ -191,7 +191,7 @@ TEST(Registry, StochasticAndFuseKinds) {
     EXPECT_EQ(op(n)->fuse, FuseKind::None) << n;
   EXPECT_EQ(op("select")->shorthand, "fields");
   EXPECT_EQ(op("filter")->shorthand, "where");
-  EXPECT_EQ(op("files")->shorthand, "glob");
+  EXPECT_EQ(op("files")->shorthand, "files");
 }
 
 TEST(Registry, ParamHelpers) {

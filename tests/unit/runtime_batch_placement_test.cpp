@@ -165,9 +165,24 @@ TEST_P(BatchPlacement, OutputIsIdenticalWithPlacementAndPoolOff) {
     runtime::StageStats b = stageNamed(s, "batch");
     EXPECT_GT(b.rowsInPlace, 0);
     EXPECT_LE(b.rowsInPlace, b.emitted);
+    // Without the compiler's passes nothing is fused: no step writes
+    // straight into the batch (compiler_fuse_decode_crop_test covers it).
+    EXPECT_EQ(b.rowsDirect, 0);
     EXPECT_EQ(s.memoryInUse, 0);
     if (batchBytes >= kPoolMinBytes)
       EXPECT_GT(bufferPoolStats().hits, hitsBefore);
+
+    // Direct output off: the step allocates its result and the worker
+    // copies it into the row. Same bytes.
+    runtime::RunOptions noDirect = o;
+    noDirect.directOutput = false;
+    runtime::RunStats sd;
+    std::vector<Output> copied = runAll(plan, noDirect, &sd);
+    EXPECT_TRUE(allBytes(copied) == allBytes(ref))
+        << "batches differ from the reference without direct output";
+    EXPECT_EQ(stageNamed(sd, "batch").rowsDirect, 0);
+    EXPECT_GT(stageNamed(sd, "batch").rowsInPlace, 0);
+    EXPECT_EQ(sd.memoryInUse, 0);
   }
 
   // With the pool off, batch buffers of 1 MiB and more are fresh pages:

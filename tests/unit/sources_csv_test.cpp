@@ -447,3 +447,60 @@ TEST(CsvSource, CriteoThroughput) {
 }
 
 } // namespace
+
+namespace {
+
+// `read` (set by sluice-push-projections): only the listed columns become
+// fields; the others are counted but never converted, so a malformed value
+// in them is not an error, while a wrong cell count still is.
+TEST(CsvRead, ProducesOnlyReadColumnsAndSkipsTheirConversion) {
+  TempDir dir;
+  dir.write("data.csv", "1,0.5,x\"y,ab,7\n"
+                        "2,1.5,oops,zz,8\n"
+                        "3,2.5,,q,9\n");
+  Value p = csvParams("data.csv",
+                      {column("id", "i64"), column("x", "f32"),
+                       column("junk", "f32"), column("h", "hex32"),
+                       column("n", "u8")});
+  p.set("read", list({str("n"), str("id")}));
+  auto src = make("csv", p, dir.path());
+  ASSERT_TRUE(src);
+  EXPECT_EQ(src->recordType().str(), "id: i64, n: u8"); // file order
+  ReadAll all = readAll(*src);
+  ASSERT_TRUE(all.errors.empty()) << all.errors[0].message();
+  ASSERT_EQ(all.records.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(scalarOf<int64_t>(*src, all.records[i], "id"), i + 1);
+    EXPECT_EQ(scalarOf<uint8_t>(*src, all.records[i], "n"), 7 + i);
+  }
+
+  // Without `read` the same file has two bad rows.
+  auto full = make("csv", csvParams("data.csv",
+                                    {column("id", "i64"), column("x", "f32"),
+                                     column("junk", "f32"),
+                                     column("h", "hex32"), column("n", "u8")}),
+                   dir.path());
+  ASSERT_TRUE(full);
+  EXPECT_FALSE(readAll(*full).errors.empty());
+
+  // The cell count is still checked.
+  dir.write("short.csv", "1,0.5,1,ab,7\n2,1.5,2\n");
+  Value s = csvParams("short.csv", {column("id", "i64"), column("x", "f32"),
+                                    column("junk", "f32"), column("h", "hex32"),
+                                    column("n", "u8")});
+  s.set("read", list({str("id")}));
+  auto shortSrc = make("csv", s, dir.path());
+  ASSERT_TRUE(shortSrc);
+  ReadAll bad = readAll(*shortSrc);
+  ASSERT_FALSE(bad.errors.empty());
+  EXPECT_NE(bad.errors[0].message().find("too few columns"), std::string::npos)
+      << bad.errors[0].message();
+
+  // `read` must name columns.
+  Value wrong = p;
+  wrong.set("read", list({str("nope")}));
+  EXPECT_NE(createError("csv", wrong, dir.path()).find("'nope'"),
+            std::string::npos);
+}
+
+} // namespace

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "ScheduleFile.h"
 
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
@@ -17,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <unistd.h>
 
 namespace sluice::tool {
@@ -91,26 +93,9 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
   rs.spec = loadSpec(f.specs[0]);
   if (!rs.spec)
     return kExitUsage;
-  if (!f.scheduleFile.empty()) {
-    std::string text, err;
-    if (!dsl::readFile(f.scheduleFile, text, err)) {
-      std::cerr << "sluice: error: " << err << "\n";
-      return kExitUsage;
-    }
-    dsl::DiagnosticEngine diags(f.scheduleFile, std::move(text));
-    std::map<std::string, dsl::StepSchedule> sched;
-    bool ok = dsl::parseScheduleFile(diags, *rs.spec, sched);
-    diags.print(std::cerr, colorStderr());
-    if (!ok)
-      return kExitUsage;
-    for (const auto &[name, s] : sched) {
-      runtime::ScheduleOverride o;
-      o.parallelism = s.parallelism;
-      o.prefetch = s.prefetch;
-      o.cache = s.cache;
-      rs.opts.schedule[name] = o;
-    }
-  }
+  if (!f.scheduleFile.empty() &&
+      !applyScheduleFile(f.scheduleFile, *rs.spec, rs.opts))
+    return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), command);
   Expected<runtime::Plan> plan =
@@ -149,6 +134,33 @@ std::string passList() {
 // check
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// The spec is valid; now look at the data it names, as `run` would open
+/// it (files listed, headers read, nothing decoded): a data path that does
+/// not exist, a glob that matches nothing, an empty file are warnings of
+/// `check` (the spec itself is fine, the data may appear later), errors of
+/// `run`.
+void warnAboutData(const dsl::Spec &spec) {
+  std::ostringstream remarks;
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(spec, compiler::PlanOptions(), remarks);
+  if (!plan)
+    return; // not a data problem; `run` reports it
+  Expected<std::unique_ptr<runtime::Pipeline>> p =
+      runtime::Pipeline::create(*plan);
+  if (!p) {
+    std::cerr << "sluice: warning: the data cannot be read as the spec "
+                 "says, so `sluice run` would fail now: "
+              << p.status().message() << "\n";
+    return;
+  }
+  for (const std::string &w : (*p)->stats().warnings())
+    std::cerr << "sluice: warning: " << w << "\n";
+}
+
+} // namespace
+
 CommandAction addCheckCommand(CLI::App &root) {
   struct State {
     std::vector<std::string> specs;
@@ -168,6 +180,7 @@ CommandAction addCheckCommand(CLI::App &root) {
       return kExitUsage;
     if (!st->quiet)
       std::cout << dsl::renderTypedStages(*spec);
+    warnAboutData(*spec);
     return kExitOk;
   };
 }

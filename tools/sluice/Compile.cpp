@@ -24,12 +24,7 @@
 #include "sluice/compiler/DataObject.h"
 #include "sluice/ops/Registry.h"
 
-#if __has_include("sluice/compiler/Codegen.h")
 #include "sluice/compiler/Codegen.h"
-#define SLUICE_HAVE_KERNEL_OBJECTS 1
-#else
-#define SLUICE_HAVE_KERNEL_OBJECTS 0
-#endif
 
 #include <nlohmann/json.hpp>
 
@@ -72,6 +67,7 @@ struct CompileFlags {
   std::string saveTemps;
   bool verbose = false;
   bool quiet = false;
+  bool noJit = false;
 };
 
 bool isExecutableFile(const std::string &p) {
@@ -267,7 +263,7 @@ struct TempDir {
 /// What the executable prints for --version/--help and uses to check a
 /// --schedule file: the spec's step names, as `sluice run` checks them.
 nlohmann::json compileInfo(const dsl::Spec &spec, const CompileFlags &f,
-                           size_t kernels) {
+                           const std::vector<std::string> &kernelSteps) {
   nlohmann::json steps = nlohmann::json::array();
   for (const dsl::Step &s : spec.steps)
     steps.push_back({{"name", s.name}, {"op", s.op}});
@@ -281,7 +277,8 @@ nlohmann::json compileInfo(const dsl::Spec &spec, const CompileFlags &f,
       {"compiled", utcNow()},
       {"source", {{"name", spec.source.name}, {"op", spec.source.op}}},
       {"steps", steps},
-      {"kernels", kernels},
+      {"kernelSteps", kernelSteps},
+      {"noJit", f.noJit},
       {"disabledPasses", f.disabledPasses},
   };
   if (cpu == "native")
@@ -355,28 +352,28 @@ int runCompile(const CompileFlags &f) {
     tmp.path = buf.data();
   }
 
-  size_t kernels = 0;
+  std::vector<std::string> kernelSteps;
   std::vector<compiler::DataSymbol> symbols;
   std::vector<std::string> objects = {tmp.path + "/data.o"};
-#if SLUICE_HAVE_KERNEL_OBJECTS
-  kernels = compiler::compiledStages(*plan).size();
-  if (Status s = compiler::emitKernelObject(*plan, f.targetCpu,
-                                            tmp.path + "/kernels.o");
-      !s) {
-    std::cerr << "sluice: error: cannot generate the kernels: " << s.message()
-              << "\n";
-    return kExitData;
+  if (!f.noJit) {
+    kernelSteps = compiler::compiledStages(*plan);
+    if (Status s = compiler::emitKernelObject(*plan, f.targetCpu,
+                                              tmp.path + "/kernels.o");
+        !s) {
+      std::cerr << "sluice: error: cannot generate the kernels: "
+                << s.message() << "\n";
+      return kExitData;
+    }
+    objects.push_back(tmp.path + "/kernels.o");
+  } else {
+    // An empty kernel table (only the terminator, a null entry of three
+    // pointers): every step runs the runtime's own kernels, as with
+    // `sluice run --no-jit`.
+    symbols.push_back({"sluice_kernel_table", std::string(24, '\0')});
   }
-  objects.push_back(tmp.path + "/kernels.o");
-#else
-  // No code generator in this build: an empty kernel table (only the
-  // terminator, a null entry of three pointers), so every step runs the
-  // runtime's own kernels, as `sluice run` does without one.
-  symbols.push_back({"sluice_kernel_table", std::string(24, '\0')});
-#endif
   symbols.push_back({"sluice_embedded_plan", plan->serialize()});
   symbols.push_back(
-      {"sluice_embedded_info", compileInfo(*spec, f, kernels).dump(1)});
+      {"sluice_embedded_info", compileInfo(*spec, f, kernelSteps).dump(1)});
   if (Status s = compiler::emitDataObject(symbols, objects[0]); !s) {
     std::cerr << "sluice: error: " << s.message() << "\n";
     return kExitData;
@@ -407,8 +404,9 @@ int runCompile(const CompileFlags &f) {
     std::cerr << out;
   if (!f.quiet) {
     std::cout << "wrote " << f.output << ": pipeline " << plan->name << ", "
-              << kernels << (kernels == 1 ? " compiled kernel" : " compiled kernels")
-              << " for CPU " << f.targetCpu;
+              << "kernels for " << kernelSteps.size()
+              << (kernelSteps.size() == 1 ? " step" : " steps")
+              << (f.noJit ? " (--no-jit)" : "") << " for CPU " << f.targetCpu;
     if (f.targetCpu == "native")
       std::cout << " (" << compiler::hostCpuName() << ")";
     std::cout << "; '" << f.output << " --help' lists its flags\n";
@@ -441,6 +439,9 @@ CommandAction addCompileCommand(CLI::App &root) {
       ->expected(1)
       ->allow_extra_args(false) // one NAME each time: SPEC may follow
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--no-jit", st->noJit,
+                "generate no kernels: the executable runs the runtime's own "
+                "kernels (same output bytes, as `sluice run --no-jit`)");
   cmd->add_option("--linker", st->linker,
                   "the clang++ that links the executable (default: "
                   "$SLUICE_LINKER, else clang++-19 on PATH); lld must be "

@@ -15,18 +15,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RunFlags.h"
+#include "ScheduleFile.h"
 
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Plan.h"
 
-#if __has_include("sluice/runtime/CompiledKernels.h")
 #include "sluice/runtime/CompiledKernels.h"
-#define SLUICE_HAVE_KERNEL_TABLE 1
-#else
-#define SLUICE_HAVE_KERNEL_TABLE 0
-#endif
 
 #include <nlohmann/json.hpp>
 
@@ -45,10 +41,9 @@ extern const char sluice_embedded_plan[];
 extern const uint64_t sluice_embedded_plan_size;
 extern const char sluice_embedded_info[];
 extern const uint64_t sluice_embedded_info_size;
-#if SLUICE_HAVE_KERNEL_TABLE
-// Defined by the kernels' object (compiler::emitKernelObject).
+// Defined by the kernels' object (compiler::emitKernelObject), or by the
+// data object as an empty table (`sluice compile --no-jit`).
 extern const SluiceKernelInfo sluice_kernel_table[];
-#endif
 }
 
 using namespace sluice;
@@ -116,9 +111,15 @@ std::string describe(const nlohmann::json &info, const std::string &prog) {
                   "  compiled from " +
                   str("spec") + "\n  by sluice " + str("sluice") + " on " +
                   str("compiled") + " for CPU " + cpu;
-  if (info.contains("kernels"))
-    s += ", " + std::to_string(info["kernels"].get<int64_t>()) +
-         " generated kernel" + (info["kernels"] == 1 ? "" : "s");
+  if (info.contains("kernelSteps")) {
+    const nlohmann::json &k = info["kernelSteps"];
+    s += "\n  generated kernels for " + std::to_string(k.size()) +
+         (k.size() == 1 ? " step" : " steps");
+    for (size_t i = 0; i < k.size(); ++i)
+      s += (i ? ", " : ": ") + k[i].get<std::string>();
+    if (info.value("noJit", false))
+      s += " (--no-jit)";
+  }
   if (info.contains("disabledPasses") && !info["disabledPasses"].empty()) {
     s += "\n  with passes disabled:";
     for (const auto &p : info["disabledPasses"])
@@ -129,6 +130,7 @@ std::string describe(const nlohmann::json &info, const std::string &prog) {
 
 struct ExeFlags {
   RunFlags run;
+  ResumeFlags resume;
   std::string scheduleFile;
   std::string dataRoot;
   std::vector<std::string> sourcePaths;
@@ -136,15 +138,10 @@ struct ExeFlags {
   bool printPlan = false;
 };
 
-/// --schedule: the same file `sluice run --schedule` reads, checked against
-/// the spec's step names (recorded at compile time).
+/// --schedule: the file `sluice run --schedule` reads, checked against the
+/// spec's step names as `sluice compile` recorded them.
 bool applySchedule(const std::string &file, const nlohmann::json &info,
                    runtime::RunOptions &opts) {
-  std::string text, err;
-  if (!dsl::readFile(file, text, err)) {
-    usageError(err);
-    return false;
-  }
   dsl::Spec names;
   names.pipeline = info.value("pipeline", "");
   if (info.contains("source"))
@@ -156,21 +153,7 @@ bool applySchedule(const std::string &file, const nlohmann::json &info,
       step.op = s.value("op", "");
       names.steps.push_back(step);
     }
-  dsl::DiagnosticEngine diags(file, std::move(text));
-  std::map<std::string, dsl::StepSchedule> sched;
-  bool ok = dsl::parseScheduleFile(diags, names, sched);
-  const char *noColor = std::getenv("NO_COLOR");
-  diags.print(std::cerr, isatty(2) && !(noColor && *noColor));
-  if (!ok)
-    return false;
-  for (const auto &[name, s] : sched) {
-    runtime::ScheduleOverride o;
-    o.parallelism = s.parallelism;
-    o.prefetch = s.prefetch;
-    o.cache = s.cache;
-    opts.schedule[name] = o;
-  }
-  return true;
+  return applyScheduleFile(file, names, opts);
 }
 
 /// --data-root and --source-path.
@@ -231,46 +214,17 @@ int parseCommandLine(CLI::App &app, int argc, char **argv) {
   } catch (const CLI::CallForHelp &) {
     std::cout << app.help();
     return kExitOk;
-  } catch (const CLI::ArgumentMismatch &e) {
-    std::string what = e.what();
-    size_t over = what.find(" was given a disallowed flag override");
-    if (over != std::string::npos) {
-      std::string flag = what.substr(0, over);
-      if (flag.rfind("-", 0) != 0)
-        flag = (flag.size() > 1 ? "--" : "-") + flag;
-      return usageError("option '" + flag + "' takes no value");
-    }
-    size_t colon = what.find(':');
-    if (colon != std::string::npos && what.rfind("-", 0) == 0)
-      return usageError("option '" + what.substr(0, colon) +
-                        "' needs a value");
-    return usageError(what);
   } catch (const CLI::ParseError &e) {
-    return usageError(e.what());
+    return reportParseError(e, "");
   }
-  for (const std::string &extra : app.remaining()) {
-    if (extra.size() > 1 && extra[0] == '-') {
-      std::string name = extra.substr(0, extra.find('='));
-      std::vector<std::string> all;
-      for (const CLI::Option *o : app.get_options()) {
-        for (const std::string &l : o->get_lnames())
-          all.push_back("--" + l);
-        for (const std::string &s : o->get_snames())
-          all.push_back("-" + s);
-      }
-      std::string m = closestMatch(name, all);
-      if (name == "--disable-pass")
-        return usageError("'--disable-pass' is a compile-time flag: the "
-                          "passes ran when this executable was compiled "
-                          "(give it to `sluice compile`)");
-      return usageError("unknown option '" + name + "'" +
-                        (m.empty() ? "" : "; did you mean '" + m + "'?"));
-    }
-    return usageError("unexpected argument '" + extra +
-                      "' (the spec is built in; this program takes only "
+  for (const std::string &extra : app.remaining())
+    if (extra.rfind("--disable-pass", 0) == 0)
+      return usageError("'--disable-pass' is a compile-time flag: the "
+                        "passes ran when this executable was compiled "
+                        "(give it to `sluice compile`)");
+  return rejectExtras(app, "",
+                      " (the spec is built in; this program takes only "
                       "options)");
-  }
-  return -1;
 }
 
 } // namespace
@@ -301,6 +255,7 @@ int main(int argc, char **argv) {
       "files; a relative PATH is relative to the current directory.\n"
       "exit codes: 0 ok, 1 pipeline or data error, 2 usage error");
   addRunFlags(app, f.run);
+  addResumeFlags(app, f.resume);
   app.add_option("--schedule", f.scheduleFile,
                  "per-step parallelism/prefetch/cache overrides (a YAML "
                  "schedule file, e.g. from `sluice tune`)")
@@ -339,7 +294,8 @@ int main(int argc, char **argv) {
     return kExitData;
   }
   runtime::RunOptions opts;
-  if (!applyRunFlags(f.run, opts, "") || !applyDataFlags(f, *plan))
+  if (!applyRunFlags(f.run, opts, "") ||
+      !applyResumeFlags(f.resume, opts, "") || !applyDataFlags(f, *plan))
     return kExitUsage;
   if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
     return kExitUsage;
@@ -347,8 +303,22 @@ int main(int argc, char **argv) {
     std::cout << plan->serialize() << "\n";
     return kExitOk;
   }
-#if SLUICE_HAVE_KERNEL_TABLE
-  opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
-#endif
-  return runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+  // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
+  // `sluice run` (an A/B switch; the outputs are the same bytes).
+  const char *noJit = std::getenv("SLUICE_NO_JIT");
+  bool kernelsOff = noJit && *noJit && std::string(noJit) != "0";
+  size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
+  if (!kernelsOff)
+    opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
+  int rc = runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+  if (opts.stats) {
+    std::string cpu = info.value("targetCpu", "?");
+    if (kernelsOff)
+      std::cout << "kernels: off (SLUICE_NO_JIT=1)\n";
+    else
+      std::cout << "kernels: " << kernels
+                << " compiled ahead of time for CPU " << cpu
+                << " (linked in)\n";
+  }
+  return rc;
 }

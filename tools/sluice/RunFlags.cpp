@@ -18,13 +18,14 @@
 namespace sluice::tool {
 
 namespace {
-std::string &programName() {
+std::string &programNameRef() {
   static std::string name = "sluice";
   return name;
 }
 } // namespace
 
-void setProgramName(std::string name) { programName() = std::move(name); }
+void setProgramName(std::string name) { programNameRef() = std::move(name); }
+const std::string &programName() { return programNameRef(); }
 
 int usageError(const std::string &msg, const std::string &command) {
   const std::string &prog = programName();
@@ -64,6 +65,48 @@ void addRunFlags(CLI::App &cmd, RunFlags &f) {
   cmd.add_flag("-q,--quiet", f.quiet,
                "no progress line while running (errors, warnings and the "
                "final accounting still print)");
+}
+
+int reportParseError(const CLI::ParseError &e, const std::string &command) {
+  std::string what = e.what();
+  if (dynamic_cast<const CLI::ArgumentMismatch *>(&e)) {
+    size_t over = what.find(" was given a disallowed flag override");
+    if (over != std::string::npos) {
+      std::string flag = what.substr(0, over);
+      if (flag.rfind("-", 0) != 0)
+        flag = (flag.size() > 1 ? "--" : "-") + flag;
+      return usageError("option '" + flag + "' takes no value", command);
+    }
+    // CLI11 starts the message with the option's name and a colon.
+    size_t colon = what.find(':');
+    if (colon != std::string::npos && what.rfind("-", 0) == 0)
+      return usageError("option '" + what.substr(0, colon) + "' needs a value",
+                        command);
+  }
+  return usageError(what, command);
+}
+
+int rejectExtras(const CLI::App &cmd, const std::string &command,
+                 const std::string &unexpectedHint) {
+  for (const std::string &extra : cmd.remaining()) {
+    if (extra.size() > 1 && extra[0] == '-') {
+      std::string name = extra.substr(0, extra.find('='));
+      std::vector<std::string> names;
+      for (const CLI::Option *o : cmd.get_options()) {
+        for (const std::string &l : o->get_lnames())
+          names.push_back("--" + l);
+        for (const std::string &s : o->get_snames())
+          names.push_back("-" + s);
+      }
+      std::string m = closestMatch(name, names);
+      return usageError("unknown option '" + name + "'" +
+                            (m.empty() ? "" : "; did you mean '" + m + "'?"),
+                        command);
+    }
+    return usageError("unexpected argument '" + extra + "'" + unexpectedHint,
+                      command);
+  }
+  return -1;
 }
 
 bool parseIntFlag(const std::string &opt, const std::string &v, int64_t min,

@@ -32,6 +32,8 @@ int usageError(const std::string &msg, const std::string &command = "");
 /// The program usageError() names ("sluice" unless set): a compiled
 /// executable names itself.
 void setProgramName(std::string name);
+/// The program name set by setProgramName() ("sluice" by default).
+const std::string &programName();
 
 /// The raw values of the run flags as given on the command line. Numbers
 /// are kept as text so that they are checked (and reported) in one place.
@@ -55,6 +57,19 @@ void addRunFlags(CLI::App &cmd, RunFlags &flags);
 /// error (pointing at `command`'s help) and returns false.
 bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
                    const std::string &command);
+
+/// CLI11's parse error `e` as a usage error pointing at `command`'s help
+/// ("option '--threads' needs a value", "option '--quiet' takes no value",
+/// else CLI11's message); returns kExitUsage. Help requests are not errors:
+/// catch CLI::CallForHelp before.
+int reportParseError(const CLI::ParseError &e, const std::string &command);
+
+/// The arguments `cmd` (parsed with allow_extras) did not take: an unknown
+/// option gets a usage error with a "did you mean" among `cmd`'s options,
+/// another argument "unexpected argument 'X'" plus `unexpectedHint`.
+/// Returns kExitUsage after printing, or -1 when nothing was left over.
+int rejectExtras(const CLI::App &cmd, const std::string &command,
+                 const std::string &unexpectedHint = "");
 
 /// `sluice run`'s checkpoint flags: --resume STATE, --save-state FILE,
 /// --stop-after N, --rank R, --world-size W.

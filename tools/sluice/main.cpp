@@ -65,27 +65,6 @@ const char *kRootFooter =
     "'sluice CMD --help' describes a command's options.\n"
     "exit codes: 0 ok, 1 pipeline or data error, 2 usage or spec error";
 
-/// Every spelling of every option of `cmd` ("--sink", "-q", ...).
-std::vector<std::string> optionNames(const CLI::App &cmd) {
-  std::vector<std::string> names;
-  for (const CLI::Option *o : cmd.get_options()) {
-    for (const std::string &l : o->get_lnames())
-      names.push_back("--" + l);
-    for (const std::string &s : o->get_snames())
-      names.push_back("-" + s);
-  }
-  return names;
-}
-
-/// The option an ArgumentMismatch is about: CLI11 starts its message with
-/// the option's name and a colon.
-std::string mismatchOption(const std::string &what) {
-  size_t colon = what.find(':');
-  if (colon == std::string::npos || what.rfind("-", 0) != 0)
-    return "";
-  return what.substr(0, colon);
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -153,31 +132,10 @@ int main(int argc, char **argv) {
   } catch (const CLI::CallForAllHelp &) {
     std::cout << root.help("", CLI::AppFormatMode::All);
     return kExitOk;
-  } catch (const CLI::ArgumentMismatch &e) {
-    std::string what = e.what();
-    size_t over = what.find(" was given a disallowed flag override");
-    if (over != std::string::npos) {
-      std::string flag = what.substr(0, over);
-      if (flag.rfind("-", 0) != 0)
-        flag = (flag.size() > 1 ? "--" : "-") + flag;
-      return usageError("option '" + flag + "' takes no value", first);
-    }
-    std::string opt = mismatchOption(what);
-    if (!opt.empty())
-      return usageError("option '" + opt + "' needs a value", first);
-    return usageError(e.what(), first);
   } catch (const CLI::ParseError &e) {
-    return usageError(e.what(), first);
+    return reportParseError(e, first);
   }
-  for (const std::string &extra : cmd->remaining()) {
-    if (extra.size() > 1 && extra[0] == '-') {
-      std::string name = extra.substr(0, extra.find('='));
-      std::string m = closestMatch(name, optionNames(*cmd));
-      return usageError("unknown option '" + name + "'" +
-                            (m.empty() ? "" : "; did you mean '" + m + "'?"),
-                        first);
-    }
-    return usageError("unexpected argument '" + extra + "'", first);
-  }
+  if (int rc = rejectExtras(*cmd, first); rc >= 0)
+    return rc;
   return actions[first]();
 }

@@ -139,7 +139,7 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const std::string &cpu,
       f.AddFeature(name, on);
     features = f.getString();
   } else if (std::unique_ptr<llvm::MCSubtargetInfo> sti(
-                 target->createMCSubtargetInfo(triple, cpuName, ""));
+                 target->createMCSubtargetInfo(triple, "", ""));
              !sti || !sti->isCPUStringValid(cpuName)) {
     error = "unknown target CPU '" + cpu +
             "' (use native, x86-64, x86-64-v2, x86-64-v3, x86-64-v4 or a "

@@ -258,7 +258,27 @@ Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   step(30, 0xBF58476D1CE4E5B9ull);
   step(27, 0x94D049BB133111EBull);
   step(31, 0);
-  Value r = b.create<arith::RemUIOp>(loc, x, constInt(b, loc, i64, buckets));
+  Value bc = constInt(b, loc, i64, buckets);
+  if (buckets < (int64_t(1) << 14) || buckets >= (int64_t(1) << 62))
+    return {b.create<arith::RemUIOp>(loc, x, bc), ElemType::I64};
+  // x mod b without a 64-bit division, which no vector unit has: the
+  // quotient estimated in f64 is off by at most one (x/b < 2^50, relative
+  // error < 2^-51, so the absolute error is < 1), and one correction each way
+  // gives the exact remainder. Vectorizes (AVX-512DQ converts u64 <-> f64).
+  Type f64 = b.getF64Type();
+  Value xf = b.create<arith::UIToFPOp>(loc, f64, x);
+  Value p = b.create<arith::MulFOp>(
+      loc, xf, constFloat(b, loc, f64, 1.0 / static_cast<double>(buckets)));
+  Value q = b.create<arith::FPToUIOp>(loc, i64, p);
+  Value r = b.create<arith::SubIOp>(loc, x,
+                                    b.create<arith::MulIOp>(loc, q, bc));
+  Value neg = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, r,
+                                      constInt(b, loc, i64, 0));
+  r = b.create<arith::SelectOp>(loc, neg, b.create<arith::AddIOp>(loc, r, bc),
+                                r);
+  Value big = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, r, bc);
+  r = b.create<arith::SelectOp>(loc, big, b.create<arith::SubIOp>(loc, r, bc),
+                                r);
   return {r, ElemType::I64};
 }
 

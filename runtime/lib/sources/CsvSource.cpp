@@ -24,12 +24,18 @@
 //    (Criteo leaves missing categoricals empty; DLRM's preprocessing reads
 //    them as 0), an error for integer and bool columns.
 //  * hex32: 1 to 8 hex digits, no prefix, read as an unsigned value into i64.
+//  * Columns left out of `read` (sluice-push-projections sets it to the
+//    columns the pipeline reads) are split and counted like the others, so
+//    line structure errors stay, but never converted or checked: a
+//    malformed value in them is not an error.
 //  * Blank lines are skipped (and not counted as records); `header: true`
 //    skips the first line. A UTF-8 byte order mark (Excel) is ignored.
 //
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+
+#include "sluice/ops/Utf8.h"
 
 #include "sluice/runtime/Memory.h"
 
@@ -52,6 +58,7 @@ struct CsvColumn {
   ElemType elem = ElemType::I64; // output element type
   bool hex32 = false;
   bool text = false; // bytes/string
+  bool skip = false; // not in `read`: cells counted, never converted
   int64_t count = 1;
   std::string typeName; // as written, for messages
 };
@@ -59,7 +66,7 @@ struct CsvColumn {
 /// Which column and element a cell fills, and how to convert it; flat so
 /// the per-cell work needs no chain of lookups.
 struct CellTarget {
-  enum Kind : uint8_t { Number, Hex, Text };
+  enum Kind : uint8_t { Number, Hex, Text, Skip };
   Kind kind;
   ElemType elem;
   uint32_t column;
@@ -71,6 +78,7 @@ public:
   std::vector<std::string> files;
   char delim = ',';
   bool header = false;
+  bool replaceInvalid = false; ///< encoding: replace
   std::vector<CsvColumn> columns;
   std::vector<CellTarget> cells;
 
@@ -92,7 +100,7 @@ public:
 
 enum class ScanStatus { Ok, NeedMore, Unterminated };
 
-enum class CellError : uint8_t { None, Parse, Hex, StrayQuote };
+enum class CellError : uint8_t { None, Parse, Hex, StrayQuote, Utf8 };
 
 /// What RecordScanner::scan() found out about one record.
 struct ScanResult {
@@ -243,17 +251,31 @@ inline int64_t plainDigits(const char *b, const char *e) {
 void RecordScanner::storeCell(size_t cell, const char *b, const char *e,
                               bool escaped, size_t offset, ScanResult &r) {
   const CellTarget &t = cells_[cell];
+  if (t.kind == CellTarget::Skip)
+    return;
   if (t.kind == CellTarget::Text) {
     std::string &s = strings_[t.column][t.element];
     if (!escaped) {
       s.assign(b, static_cast<size_t>(e - b));
-      return;
+    } else {
+      s.clear();
+      for (const char *p = b; p < e; ++p) {
+        s.push_back(*p);
+        if (*p == '"')
+          ++p; // a doubled quote stands for one
+      }
     }
-    s.clear();
-    for (const char *p = b; p < e; ++p) {
-      s.push_back(*p);
-      if (*p == '"')
-        ++p; // a doubled quote stands for one
+    // String columns are UTF-8 text (bytes columns are anything).
+    if (t.elem == ElemType::String) {
+      size_t bad = invalidUtf8At(s);
+      if (bad != std::string::npos) {
+        if (src_.replaceInvalid)
+          s = replaceInvalidUtf8(s);
+        else
+          noteError(r, cell, CellError::Utf8, ParseError::None,
+                    std::string_view(b, static_cast<size_t>(e - b)),
+                    offset + bad);
+      }
     }
     return;
   }
@@ -512,6 +534,8 @@ void CsvBlock::parse(const CsvSource &src) {
       break;
     for (size_t c = 0; c < src.columns.size(); ++c) {
       const CsvColumn &col = src.columns[c];
+      if (col.skip)
+        continue;
       if (col.text)
         strs[c] = strings[c].data() + row * col.count;
       else
@@ -705,6 +729,8 @@ std::shared_ptr<CsvBlock> CsvReader::cut() {
   int64_t bytes = static_cast<int64_t>(blk->text.capacity());
   for (size_t c = 0; c < src_.columns.size(); ++c) {
     const CsvColumn &col = src_.columns[c];
+    if (col.skip)
+      continue;
     if (col.text) {
       blk->strings[c].resize(static_cast<size_t>(capacity * col.count));
       bytes += capacity * col.count * static_cast<int64_t>(sizeof(std::string));
@@ -829,17 +855,20 @@ ReadResult CsvReader::emit(Record &out) {
     return report(b.issues[issue_++]);
 
   startRecord(out);
-  for (size_t c = 0; c < src_.columns.size(); ++c) {
+  for (size_t c = 0, k = 0; c < src_.columns.size(); ++c) {
     const CsvColumn &col = src_.columns[c];
+    if (col.skip)
+      continue;
+    const size_t field = k++; // natural field index: read columns only
     if (!col.text) {
       // A view of the block's column: no allocation per record.
-      put(out, c,
+      put(out, field,
           Tensor::viewOf(b.columns[c], static_cast<size_t>(row) * rowBytes_[c],
                          col.elem, shapes_[c]));
       continue;
     }
     auto first = cur_->strings[c].begin() + row * col.count;
-    put(out, c,
+    put(out, field,
         Tensor::strings(col.elem, shapes_[c],
                         std::vector<std::string>(
                             std::make_move_iterator(first),
@@ -870,6 +899,13 @@ ReadResult CsvReader::report(const CsvIssue &is) {
                 where + "text after the closing quote of a quoted field "
                         "(write a quote inside a quoted field as \"\")",
                 at, true, cellName(is.cell), startLine);
+  case CellError::Utf8: {
+    return fail(kind + ": invalid UTF-8",
+                where + "bytes that are not UTF-8 in a string column; fix the "
+                        "file, read the column as bytes, or set `encoding: "
+                        "replace` (U+FFFD)",
+                at, true, cellName(is.cell), startLine);
+  }
   case CellError::Hex:
     return fail(kind + ": bad hex32",
                 where + "'" + is.text.substr(0, 40) +
@@ -915,11 +951,19 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
                          delim + "'");
   src->delim = delim[0];
   src->header = boolParam(params, "header", false);
+  src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
 
   const Value &cols = params["columns"];
   if (!cols.isList() || cols.items().empty())
     return Status::error(kind + ": parameter 'columns' must list the columns, "
                                 "e.g. [{name: label, type: i64}]");
+  // `read` (set by sluice-push-projections, or by hand): the columns to
+  // produce; the others are split and counted but never converted.
+  std::vector<std::string> read;
+  bool readAll = !params["read"].isList();
+  if (!readAll)
+    for (const Value &r : params["read"].items())
+      read.push_back(r.isString() ? r.asString() : "");
   std::vector<Field> fields;
   for (const Value &c : cols.items()) {
     CsvColumn col;
@@ -943,11 +987,14 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
       col.text = !isNumeric(col.elem);
     }
     col.count = intParam(c, "count", 1);
+    col.skip =
+        !readAll && std::find(read.begin(), read.end(), col.name) == read.end();
     if (col.count < 1)
       return Status::error(kind + ": column '" + col.name +
                            "': count must be at least 1");
     for (int64_t i = 0; i < col.count; ++i)
-      src->cells.push_back({col.text    ? CellTarget::Text
+      src->cells.push_back({col.skip    ? CellTarget::Skip
+                            : col.text  ? CellTarget::Text
                             : col.hex32 ? CellTarget::Hex
                                         : CellTarget::Number,
                             col.elem,
@@ -956,9 +1003,17 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
     std::vector<int64_t> shape;
     if (col.count != 1)
       shape.push_back(col.count);
-    fields.push_back({col.name, FieldType(col.elem, shape)});
+    if (!col.skip)
+      fields.push_back({col.name, FieldType(col.elem, shape)});
     src->columns.push_back(std::move(col));
   }
+  for (const std::string &r : read)
+    if (std::none_of(src->columns.begin(), src->columns.end(),
+                     [&](const CsvColumn &c) { return c.name == r; }))
+      return Status::error(kind + ": 'read' names '" + r +
+                           "', which is not a column");
+  if (fields.empty())
+    return Status::error(kind + ": 'read' must name at least one column");
   src->setNaturalType(kind, RecordType(std::move(fields)));
   return std::unique_ptr<Source>(std::move(src));
 }

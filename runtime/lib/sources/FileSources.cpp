@@ -20,6 +20,11 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
+#include <set>
+
+#include <dirent.h>
+#include <sys/stat.h>
 
 namespace sluice::runtime::detail {
 
@@ -84,11 +89,34 @@ private:
   uint64_t bytes_ = 0;
 };
 
+/// A directory of an image folder that could not be listed: its reader
+/// reports the error once, so `on_error` decides (fail with the path, or
+/// skip and count it) instead of the files silently vanishing.
+class UnlistableDirReader final : public ReaderBase {
+public:
+  UnlistableDirReader(std::string path, const std::vector<int> &slots,
+                      std::string error)
+      : ReaderBase(std::move(path), slots), error_(std::move(error)) {}
+  ReadResult next(Record &) override {
+    if (done_)
+      return ReadResult::end();
+    done_ = true;
+    return fail("image_folder: cannot list a class directory", error_, -1,
+                true);
+  }
+  uint64_t bytesRead() const override { return 0; }
+
+private:
+  std::string error_;
+};
+
 class ImageFolderSource final : public SourceBase {
 public:
   std::string root;
   std::vector<std::string> classes;
   PathList files; // relative to root, class directory included
+  /// Shards that are directories which could not be listed, and why.
+  std::map<size_t, std::string> unlistable;
 
   size_t numShards() const override { return files.size(); }
   std::string shardName(size_t i) const override {
@@ -98,6 +126,9 @@ public:
     return static_cast<int64_t>(files.size());
   }
   std::unique_ptr<ShardReader> open(size_t i) const override {
+    if (auto it = unlistable.find(i); it != unlistable.end())
+      return std::make_unique<UnlistableDirReader>(shardName(i), slots(),
+                                                   it->second);
     return std::make_unique<WholeFileReader>(shardName(i), slots(),
                                              "image_folder", files.label(i));
   }
@@ -173,29 +204,62 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
                          "' (files directly under root are ignored; put the "
                          "files of each class in their own directory)");
 
-  std::vector<std::string> rel;
+  // Each class directory is walked with opendir/readdir: a directory that
+  // cannot be listed (permissions, I/O error) becomes a shard that reports
+  // the error when read, never a silent gap.
+  std::vector<std::pair<std::string, std::string>> rel; // path, error
+  std::vector<std::string> listed, bad;
   for (size_t c = 0; c < src->classes.size(); ++c) {
-    fs::path dir = fs::path(src->root) / src->classes[c];
     rel.clear();
-    auto opts = fs::directory_options::follow_directory_symlink |
-                fs::directory_options::skip_permission_denied;
-    for (fs::recursive_directory_iterator it(dir, opts, ec), end;
-         !ec && it != end; it.increment(ec)) {
-      if (isHidden(it->path())) {
-        if (it->is_directory(ec))
-          it.disable_recursion_pending();
+    std::vector<std::string> stack = {src->classes[c]};
+    std::set<std::pair<dev_t, ino_t>> visited; // symlink loops end here
+    while (!stack.empty()) {
+      std::string relDir = stack.back();
+      stack.pop_back();
+      std::string full = joinPath(src->root, relDir);
+      DIR *d = ::opendir(full.c_str());
+      if (!d) {
+        rel.emplace_back(relDir, std::strerror(errno));
         continue;
       }
-      if (it->is_regular_file(ec) && wanted(it->path()))
-        rel.push_back(it->path().lexically_relative(src->root).string());
+      errno = 0;
+      while (struct dirent *e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == ".." || name[0] == '.')
+          continue;
+        std::string childRel = relDir + "/" + name;
+        struct stat sb;
+        // stat, not lstat: symlinked files and directories are followed.
+        if (::stat(joinPath(src->root, childRel).c_str(), &sb) != 0)
+          continue; // a dangling link is not a file of the data set
+        if (S_ISDIR(sb.st_mode)) {
+          if (visited.insert({sb.st_dev, sb.st_ino}).second)
+            stack.push_back(childRel);
+        }
+        else if (S_ISREG(sb.st_mode) && wanted(fs::path(name)))
+          rel.emplace_back(childRel, "");
+        errno = 0;
+      }
+      if (errno != 0)
+        rel.emplace_back(relDir, std::strerror(errno));
+      ::closedir(d);
     }
-    if (ec)
-      return Status::error(kind + ": cannot list '" + dir.string() +
-                           "': " + ec.message());
     std::sort(rel.begin(), rel.end());
-    for (const std::string &r : rel)
+    for (const auto &[r, error] : rel) {
+      if (!error.empty()) {
+        src->unlistable[src->files.size()] = error;
+        bad.push_back(r);
+      }
       src->files.add(r, static_cast<int32_t>(c));
+    }
   }
+  if (src->files.size() == src->unlistable.size() && !bad.empty())
+    return Status::error(kind + ": cannot list " + bad[0] + " under '" +
+                         src->root + "': " + src->unlistable.begin()->second +
+                         (bad.size() > 1 ? " (and " +
+                                               std::to_string(bad.size() - 1) +
+                                               " more directories)"
+                                         : ""));
   if (src->files.size() == 0) {
     std::string list;
     for (const std::string &e : exts)

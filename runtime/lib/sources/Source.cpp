@@ -9,6 +9,10 @@
 
 #include "SourceImpl.h"
 
+#include <set>
+
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <map>
 
@@ -150,6 +154,29 @@ Expected<std::unique_ptr<Source>> Source::create(const std::string &kind,
     return made.status();
   std::unique_ptr<Source> src = made.take();
   src->kind_ = kind;
+  // An empty file of a record format gives no records, which is almost
+  // never meant (a failed download, a truncated copy): say so.
+  static const std::set<std::string> kFileFormats = {
+      "csv", "tsv", "tfrecord", "webdataset", "text_lines"};
+  if (kFileFormats.count(kind)) {
+    std::vector<std::string> empty;
+    for (size_t i = 0; i < src->numShards(); ++i) {
+      struct stat sb;
+      std::string name = src->shardName(i);
+      if (::stat(name.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) &&
+          sb.st_size == 0)
+        empty.push_back(name);
+    }
+    if (!empty.empty())
+      src->warnings_.push_back(
+          (empty.size() == 1 ? empty[0] + " is empty"
+                             : std::to_string(empty.size()) +
+                                   " files are empty (" + empty[0] +
+                                   (empty.size() > 1 ? ", " + empty[1] : "") +
+                                   (empty.size() > 2 ? ", ..." : "") + ")") +
+          " (0 bytes): no records from " +
+          (empty.size() == 1 ? "it" : "them"));
+  }
   src->onError_ = onError;
   if (type.empty()) {
     src->slots_.resize(src->type_.size());

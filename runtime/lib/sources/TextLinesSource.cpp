@@ -11,6 +11,10 @@
 
 #include "SourceImpl.h"
 
+#include "sluice/ops/Utf8.h"
+
+#include <cstdio>
+
 namespace sluice::runtime::detail {
 
 namespace {
@@ -18,6 +22,7 @@ namespace {
 class TextLinesSource final : public SourceBase {
 public:
   std::vector<std::string> files;
+  bool replaceInvalid = false; ///< encoding: replace
 
   size_t numShards() const override { return files.size(); }
   std::string shardName(size_t i) const override { return files[i]; }
@@ -27,7 +32,8 @@ public:
 class TextLinesReader final : public ReaderBase {
 public:
   TextLinesReader(const TextLinesSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()) {}
+      : ReaderBase(src.files[shard], src.slots()),
+        replace_(src.replaceInvalid) {}
 
   ReadResult next(Record &out) override {
     if (done_)
@@ -61,9 +67,26 @@ public:
     size_t textLen = len;
     if (nl && textLen > 0 && in_.data()[textLen - 1] == '\r')
       --textLen;
+    std::string_view text(in_.data(), textLen);
+    size_t bad = invalidUtf8At(text);
+    if (bad != std::string::npos && !replace_) {
+      char detail[160];
+      std::snprintf(detail, sizeof detail,
+                    "byte 0x%02x at column %zu is not valid UTF-8; fix the "
+                    "file, or read it with `encoding: replace` (U+FFFD)",
+                    static_cast<unsigned char>(text[bad]), bad + 1);
+      int64_t at = in_.offset() + static_cast<int64_t>(bad);
+      in_.consume(nl ? len + 1 : len);
+      ReadResult r =
+          fail("text_lines: invalid UTF-8", detail, at, true, "", record_ + 1);
+      ++record_;
+      return r;
+    }
     startRecord(out);
     put(out, 0,
-        Tensor::string(ElemType::String, std::string(in_.data(), textLen)));
+        Tensor::string(ElemType::String, bad == std::string::npos
+                                             ? std::string(text)
+                                             : replaceInvalidUtf8(text)));
     in_.consume(nl ? len + 1 : len);
     ++record_;
     return ReadResult::record();
@@ -73,6 +96,7 @@ public:
 private:
   BufferedInput in_;
   bool started_ = false;
+  bool replace_;
 };
 
 std::unique_ptr<ShardReader> TextLinesSource::open(size_t i) const {
@@ -90,6 +114,7 @@ Expected<std::unique_ptr<Source>> createTextLines(const std::string &kind,
   if (!files)
     return files.status();
   src->files = files.take();
+  src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
   src->setNaturalType(kind,
                       RecordType({{"line", FieldType(ElemType::String)}}));
   return std::unique_ptr<Source>(std::move(src));

@@ -153,6 +153,81 @@ def FuseCropEpilogue : Pass<"sluice-fuse-crop-epilogue"> {
   ];
 }
 
+def PushFilters : Pass<"sluice-push-filters"> {
+  let summary = "Moves each filter before the element steps it does not "
+                "depend on";
+  let description = [{
+    A `sluice.filter` moves up past element steps (and `select`) that do not
+    write a field its predicate reads, so a cheap predicate runs before an
+    expensive decode and the records it drops are never decoded. It never
+    crosses a record op that counts, reorders, groups or renames records
+    (shuffle, batch, padded_batch, unbatch, take, skip, shard, repeat,
+    cache, interleave, prefetch, rename, filter), nor a step whose output a
+    fixed schedule caches. Random steps are crossed: their draws derive from
+    (seed, epoch, record index, step) and the record index is the position
+    in the source, which filters do not change, so every surviving record
+    gets the same draws. A record the moved filter drops is no longer seen
+    by the crossed steps: a data error they would have raised on it is not
+    reported (it counts as filtered). With `remarks=true` every move is
+    reported at the filter.
+
+    ```mlir
+    // before
+    %1 = sluice.element "decode_image"(%0) {as = "image", field = "data"}
+        : !s0 -> !s1
+    %2 = sluice.filter %1 {where = "label != 3"} : !s1
+    // after
+    %1 = sluice.filter %0 {where = "label != 3"} : !s0
+    %2 = sluice.element "decode_image"(%1) {as = "image", field = "data"}
+        : !s0 -> !s1
+    ```
+  }];
+  let statistics = [
+    Statistic<"numMoved", "crossed-steps", "Number of steps filters moved before">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every moved filter as a remark">,
+  ];
+}
+
+def PushProjections : Pass<"sluice-push-projections"> {
+  let summary = "Never produces fields nobody downstream reads";
+  let description = [{
+    Computes, from `sluice.output` back to the source, the fields each
+    stage's output must carry (the output's fields, filter predicates, the
+    `field` each element step reads). Element steps whose result nobody
+    reads are removed (a `decode_image` whose image a `select` drops is never
+    run), `select` lists and `rename` mappings lose fields that no longer
+    exist, a csv/tsv source gets `read` (the other columns are counted but
+    never converted or checked), and a tfrecord source keeps only the
+    `features` read downstream (the others are skipped unparsed). Types are
+    re-inferred by the registry rules. Outputs stay byte-identical, except
+    that data errors in values nobody reads are not found (see docs/ops.md,
+    `select`). With `remarks=true` every change is reported.
+
+    ```mlir
+    // before
+    %0 = sluice.source "csv" {columns = [{name = "a", type = "f32"},
+        {name = "b", type = "f32"} ], files = "x.csv"} : !sluice.stream<
+        !sluice.record<{a: tensor<f32>, b: tensor<f32>}>>
+    %1 = sluice.select %0 {fields = ["a"]} : ... -> ...
+    // after
+    %0 = sluice.source "csv" {columns = [...], files = "x.csv", read = ["a"]}
+        : !sluice.stream<!sluice.record<{a: tensor<f32>}>>
+    %1 = sluice.select %0 {fields = ["a"]} : ... -> ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numRemoved", "removed-steps", "Number of steps removed">,
+    Statistic<"numPruned", "pruned-sources", "Number of sources told to skip fields">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every removed step and pruned source as a remark">,
+  ];
+}
+
 def FuseMaps : Pass<"sluice-fuse-maps"> {
   let summary = "Groups consecutive value-wise steps into one fused stage";
   let description = [{

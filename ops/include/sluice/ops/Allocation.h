@@ -29,6 +29,7 @@
 #define SLUICE_OPS_ALLOCATION_H
 
 #include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
 
 #include <cstdint>
@@ -50,6 +51,8 @@ public:
   /// them now.
   virtual bool tryReserve(int64_t bytes) = 0;
   virtual void release(int64_t bytes) = 0;
+  /// tryReserve() that never waits (for callers holding a lock).
+  virtual bool tryReserveNow(int64_t bytes) { return tryReserve(bytes); }
   /// The budget's limit and what it holds now (for messages).
   virtual int64_t limit() const = 0;
   virtual int64_t used() const = 0;
@@ -117,6 +120,30 @@ void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
 /// "one record of {image: u8[30000,30000,3]} takes 2.51 GiB, more than
 /// budget.memory 256 MiB". Used by `sluice check` and before a run starts.
 std::string recordTypeTooLarge(const RecordType &t, int64_t limit);
+
+/// Output targets: the runtime may hand the steps of one record the rows
+/// of a batch buffer the record will land in (views of the right type and
+/// shape). A kernel that makes its result in one pass (the fused decode +
+/// crop + epilogue) asks outputTensor() for its result and writes straight
+/// into the batch row, so the image is neither allocated nor copied. A
+/// kernel that asks for a type no target has gets a fresh tensor, and the
+/// runtime copies the record into its row afterwards as usual.
+class OutputTargetScope {
+public:
+  /// `targets` (null: none) must outlive the scope; each is used once.
+  explicit OutputTargetScope(std::vector<Tensor> *targets);
+  ~OutputTargetScope();
+  OutputTargetScope(const OutputTargetScope &) = delete;
+  OutputTargetScope &operator=(const OutputTargetScope &) = delete;
+
+private:
+  std::vector<Tensor> *outer_;
+};
+
+/// A target of the thread's OutputTargetScope with exactly `elem` and
+/// `shape` (taken: a second request gets a fresh tensor), or
+/// Tensor::empty(elem, shape).
+Tensor outputTensor(ElemType elem, std::vector<int64_t> shape);
 
 /// Physical memory this process may use: the host's RAM, or the cgroup's
 /// memory limit (cgroup v2 memory.max, v1 memory.limit_in_bytes) when that

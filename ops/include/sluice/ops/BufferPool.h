@@ -17,10 +17,13 @@
 // buffers back within one batch, and the cap bounds what an idle process
 // keeps (trimBufferPool() gives it back on demand).
 //
-// Memory accounting: idle pooled buffers belong to no record and no
-// pipeline, so MemoryBudget (runtime) does not count them; they are extra
-// resident memory of at most kPoolMaxIdleBytes per process on top of
-// budget.memory.
+// Memory accounting: idle buffers are resident memory, so a running
+// pipeline lends the pool its budget (setBufferPoolLimit): the pool keeps a
+// freed buffer only if the budget can hold it (it frees it otherwise) and
+// gives the bytes back when the buffer is handed out again or evicted.
+// Without a limit (no pipeline running) the pool holds at most
+// kPoolMaxIdleBytes uncounted; the next pipeline adopts them into its budget
+// (or frees what it cannot hold).
 //
 // SLUICE_NO_BUFFER_POOL=1 in the environment turns the pool off (every
 // buffer is allocated and freed as it would be without it);
@@ -62,6 +65,13 @@ void setBufferPoolEnabled(bool enabled);
 bool bufferPoolKeeps(size_t bytes);
 /// Counters now.
 BufferPoolStats bufferPoolStats();
+class AllocationLimit;
+/// Makes the pool reserve its idle buffers in `limit` (null: in nothing);
+/// the idle buffers move their reservation there, and those it cannot hold
+/// are freed.
+void setBufferPoolLimit(AllocationLimit *limit);
+/// setBufferPoolLimit(nullptr) if `limit` is the pool's limit now.
+void clearBufferPoolLimit(AllocationLimit *limit);
 /// Frees every idle buffer and forgets which sizes recurred (a size is
 /// kept again only after it has been allocated twice more).
 void trimBufferPool();

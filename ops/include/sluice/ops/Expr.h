@@ -60,10 +60,14 @@
 //    0^negative is 0.
 //  - sigmoid(x) is 1 / (1 + exp(-x)), each step rounded to the node's type.
 //  - + - * / sqrt floor ceil round abs min max are exact (bit-equal to
-//    numpy). Transcendental functions (exp log log1p sin cos tanh sigmoid,
+//    numpy). Transcendental functions (exp log1p sin cos tanh sigmoid,
 //    pow of floats) are computed with the f64 libm function and rounded to
 //    the node's type: for f64 that is numpy's libm result; for f32/f16 it is
 //    within the ulp bound the numpy tests state (kernels_expr_numpy_test).
+//    log is sluice's own f64 log (ops/kernels/MathImpl.h: fdlibm's
+//    algorithm, within 1 ulp of libm's), rounded the same way: the
+//    interpreter and the generated kernels share it, so they agree bit for
+//    bit while the generated loop stays vectorized.
 //  - NaN payloads (so that outputs are byte-identical whatever path or
 //    vector width computes them): an operation on one NaN returns it with
 //    its payload, quieted (-x and abs() only change its sign bit). When both

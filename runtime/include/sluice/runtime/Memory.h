@@ -15,13 +15,18 @@
 // unlimited, but the engine never runs with one: without budget.memory it
 // uses defaultMemoryBudget() (a share of the host's or cgroup's memory).
 //
-// What is not counted: idle buffers of the process-wide tensor buffer pool
-// (sluice/ops/BufferPool.h), which hold no record of any pipeline. They add
-// at most 256 MiB of resident memory per process on top of budget.memory
-// (SLUICE_NO_BUFFER_POOL=1 turns the pool off). A batch assembled in place
-// (RunOptions::batchRowPlacement) is counted as the records it holds, as
-// before; the next batch's buffer, which workers fill ahead, is covered by
-// the batch stage's static need of two batches of records.
+// Also counted: the tensor buffer pool's idle buffers while this pipeline
+// runs (sluice/ops/BufferPool.h; it keeps a freed buffer only if the budget
+// can hold it), the batch buffers the map stage's workers fill ahead (their
+// rows not yet placed: "<batch> rows ahead"), and the last output until the
+// caller asks for the next ("output"). So `memory peak` is what the process
+// holds on top of its fixed baseline: the binary and libraries (MLIR/LLVM,
+// oneTBB, libjpeg-turbo, libpng), thread stacks, per-thread decoder state
+// and decode scratch (at most 64 MiB per worker, usually one photo). That
+// baseline is about 74 MiB of RSS for `sluice run` of an image pipeline with
+// 2 threads on this project's reference host (tests/tools/rss_check.py
+// measures it; tests/examples/rss.test checks peak RSS <= budget.memory +
+// baseline and `memory peak` within 10% of peak RSS - baseline).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_MEMORY_H
@@ -125,6 +130,9 @@ public:
   /// A request the budget could give once other buffers drain waits up to
   /// ~100 ms for them; one larger than the whole limit is refused at once.
   bool tryReserve(int64_t bytes) override;
+  bool tryReserveNow(int64_t bytes) override {
+    return account_->tryReserve(bytes);
+  }
   void release(int64_t bytes) override { account_->release(bytes); }
   int64_t limit() const override { return account_->budget().limit(); }
   int64_t used() const override { return account_->budget().used(); }

@@ -141,6 +141,13 @@ struct RunOptions {
   /// leaves all copying to the batch stage. The outputs are the same bytes
   /// either way; the batch stage's `rowsInPlace` counter shows its effect.
   bool batchRowPlacement = true;
+  /// Direct output (with batch row placement): the worker claims the
+  /// record's batch row before running its steps, and the fused image step
+  /// (decode + crop + epilogue) writes its result straight into that row:
+  /// no per-image tensor is allocated or copied. false (or
+  /// SLUICE_NO_DIRECT_OUTPUT=1) makes the step allocate its output and the
+  /// worker copy it into the row. Same bytes either way.
+  bool directOutput = true;
   /// Parallel parsing: a csv/tsv source read without `interleave` cuts
   /// each file into blocks of whole records (about 1 MiB) and parses them
   /// on the worker threads, several at a time, while records, errors and

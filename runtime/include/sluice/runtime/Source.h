@@ -197,9 +197,14 @@ public:
   /// The reader refers to this Source, which must outlive it.
   virtual std::unique_ptr<ShardReader> open(size_t shard) const = 0;
 
+  /// What create() noticed that is not an error but should be said: empty
+  /// input files ("data/b.csv is empty (0 bytes): no records").
+  const std::vector<std::string> &warnings() const { return warnings_; }
+
 protected:
   Source() = default;
   std::string kind_;
+  std::vector<std::string> warnings_;
   /// Set by the kind's factory to the reader's natural type; create() then
   /// replaces it with the type it was given and fills slots_.
   RecordType type_;

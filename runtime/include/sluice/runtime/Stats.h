@@ -49,6 +49,11 @@ struct StageStats {
   int64_t filtered = 0;
   std::string filterReason; ///< why this stage filters ("where is false")
   std::vector<std::pair<std::string, int64_t>> skipped; ///< by reason
+  /// Things a person should know that are not errors (an empty input file,
+  /// the rest of a file dropped under on_error: skip); the first few, and
+  /// how many more there were.
+  std::vector<std::string> warnings;
+  int64_t warningsMore = 0;
   int64_t failed = 0;
   int64_t discarded = 0;
 
@@ -76,6 +81,9 @@ struct StageStats {
   /// batch: records the map stage before it had already written into their
   /// rows of the batch buffer (RunOptions::batchRowPlacement).
   int64_t rowsInPlace = 0;
+  /// batch: rows a step wrote its result straight into (direct output,
+  /// RunOptions::directOutput), a subset of rowsInPlace.
+  int64_t rowsDirect = 0;
 
   int64_t skippedTotal() const;
   bool balanced() const {
@@ -116,6 +124,9 @@ struct RunStats {
   std::string table() const;
   /// One accounting line per stage.
   std::string accounting() const;
+  /// Every stage's warnings, in stage order, each "sluice: warning: ..."
+  /// line.
+  std::vector<std::string> warnings() const;
   /// An internal-error Status naming every stage whose accounting does not
   /// balance; ok when all do.
   Status checkBalanced() const;
@@ -140,9 +151,13 @@ public:
   std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
   std::atomic<int64_t> parallelism{1};
   std::atomic<int64_t> rowsInPlace{0};
+  std::atomic<int64_t> rowsDirect{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);
+  /// Records a warning (kept: the first kMaxWarnings; counted: all).
+  void addWarning(std::string message);
+  static constexpr size_t kMaxWarnings = 20;
   void sampleOccupancy(int64_t occupancy);
   void notePeakBytes(int64_t bytes);
 
@@ -153,6 +168,8 @@ private:
   std::string filterReason_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t> skipped_;
+  std::vector<std::string> warnings_;
+  int64_t warningsMore_ = 0;
 };
 
 } // namespace sluice::runtime

@@ -157,8 +157,11 @@ CropBox randomResizedCropBox(int64_t height, int64_t width, double scaleLo,
 /// randomResizedCrop(decodeImage(...)) followed by the epilogue's steps
 /// unless `opts.allowDctScaling`: then a JPEG whose box is at least 2x the
 /// output size is decoded at 1/2, 1/4 or 1/8 scale in the DCT
-/// (libjpeg-turbo scaling factors), which is several times faster on large
-/// photos but gives slightly different pixels.
+/// (libjpeg-turbo scaling factors; the largest that keeps the box at least
+/// the output size), again only the box's window, and with antialiasing the
+/// resize resamples exactly the box's area of the scaled image (a
+/// fractional box, as PIL's draft + resize(box=...)): faster on large
+/// photos, with slightly different pixels (PSNR in docs/ops.md).
 Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
                                          const RandomResizedCropParams &params,
                                          Rng &rng,
@@ -201,6 +204,16 @@ Expected<Tensor> randomCrop(const Tensor &image, int64_t height, int64_t width,
 Expected<Tensor> randomResizedCrop(const Tensor &image,
                                    const RandomResizedCropParams &params,
                                    Rng &rng);
+
+/// Whether the image kernels may use their AVX2 paths on CPUs that have
+/// AVX2 (default true). They give the same bytes as the portable code; this
+/// exists so tests and benchmarks can compare the two.
+void setImageSimd(bool enabled);
+
+/// Whether fused decode + crop may decode only the crop window of a JPEG
+/// (default true); false decodes whole images, with the same pixels. For
+/// tests and A/B timing.
+void setJpegWindowDecode(bool enabled);
 
 enum class FlipAxis { Width, Height };
 
