@@ -12,6 +12,8 @@
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
 
+#include "Retype.h"
+
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Debug.h"
 
@@ -64,37 +66,6 @@ RecordType batchedRecord(RecordType record, int64_t dim) {
   }
   return RecordType::get(record.getContext(), record.getNames(), types);
 }
-
-/// Runs a registry type rule on a hypothetical input; problems are collected
-/// rather than reported, since they only mean "do not move".
-class ProbeTypeContext final : public sluice::TypeContext {
-public:
-  ProbeTypeContext(const sluice::RecordType &input, const sluice::Value &params)
-      : input_(input), params_(params) {}
-  const sluice::RecordType &input() const override { return input_; }
-  const sluice::Value &params() const override { return params_; }
-  void error(const sluice::Value &, std::string message, std::string) override {
-    fail(message);
-  }
-  void errorAtOp(std::string message, std::string) override { fail(message); }
-  void errorInString(const sluice::Value &, size_t, std::string message,
-                     std::string) override {
-    fail(message);
-  }
-  bool failed() const override { return !firstError.empty(); }
-  std::string resolvePath(const std::string &path) const override {
-    return path;
-  }
-  std::string firstError;
-
-private:
-  void fail(const std::string &message) {
-    if (firstError.empty())
-      firstError = message.empty() ? "(no message)" : message;
-  }
-  const sluice::RecordType &input_;
-  const sluice::Value &params_;
-};
 
 /// True if `schedule` caches the output of `step`: its own `cache` knob, or
 /// the `default` one when it has none (`none` opts out).
@@ -150,7 +121,8 @@ struct FuseMapBatchPass
     RecordType out = stage.getOutputStream().getType().getRecordType();
     sluice::RecordType batchedIn =
         sluice::compiler::convertRecordType(batchedRecord(in, dim));
-    ProbeTypeContext ctx(batchedIn, params);
+    // A failed rule only means "do not move".
+    sluice::compiler::detail::ProbeTypeContext ctx(batchedIn, params);
     sluice::RecordType inferred = def->typeRule(ctx);
     if (ctx.failed())
       return "its type rule rejects the batched input: " + ctx.firstError;
