@@ -2,6 +2,7 @@
 
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/ops/kernels/MathImpl.h"
+#include "sluice/ops/kernels/NumpyArith.h"
 
 #include "Dispatch.h"
 
@@ -14,6 +15,9 @@ namespace sluice {
 namespace kernels {
 
 namespace {
+using math::floorDivF;
+using math::modF;
+using math::powI;
 /// Elements per interpreter chunk: large enough to amortize the dispatch,
 /// small enough that all registers of a typical expression stay in L1.
 constexpr int64_t kChunk = 256;
@@ -70,18 +74,6 @@ inline int64_t modI(int64_t a, int64_t b) {
     r += b;
   return r;
 }
-/// Integer power with wrap-around; a negative exponent truncates 1/b^n.
-inline int64_t powI(int64_t b, int64_t n) {
-  if (n < 0)
-    return b == 1 ? 1 : b == -1 ? (n % 2 ? -1 : 1) : 0;
-  uint64_t r = 1, x = static_cast<uint64_t>(b);
-  for (uint64_t k = static_cast<uint64_t>(n); k; k >>= 1) {
-    if (k & 1)
-      r *= x;
-    x *= x;
-  }
-  return static_cast<int64_t>(r);
-}
 /// `v` with the quiet bit set (a NaN stays the same NaN, quieted; other
 /// values are not passed here).
 inline double quiet(double v) {
@@ -113,37 +105,6 @@ inline double maxHalf(double a, double b) {
 }
 inline double minHalf(double a, double b) {
   return a != a ? quiet(a) : b != b ? quiet(b) : (a <= b ? a : b);
-}
-/// numpy's npy_divmod in precision F: floor quotient and remainder with the
-/// divisor's sign.
-template <typename F> inline F floorDivF(F a, F b) {
-  if (b == 0)
-    return a / b;
-  F mod = std::fmod(a, b);
-  F div = (a - mod) / b;
-  if (mod != 0) {
-    if ((b < 0) != (mod < 0))
-      div -= F(1);
-  }
-  if (div != 0) {
-    F fl = std::floor(div);
-    if (div - fl > F(0.5))
-      fl += F(1);
-    return fl;
-  }
-  return std::copysign(F(0), a / b);
-}
-template <typename F> inline F modF(F a, F b) {
-  F mod = std::fmod(a, b);
-  if (b == 0)
-    return mod;
-  if (mod != 0) {
-    if ((b < 0) != (mod < 0))
-      mod += b;
-  } else {
-    mod = std::copysign(F(0), b);
-  }
-  return mod;
 }
 /// Rounds a double holding an f64 result to `t`'s precision.
 inline double narrow(double v, ElemType t) {

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/kernels/MathCalls.h"
 #include "sluice/ops/kernels/MathImpl.h"
+#include "sluice/ops/kernels/NumpyArith.h"
 
 #include <cmath>
 
@@ -28,54 +29,12 @@ float sluice_powf(float x, float y) { return std::pow(x, y); }
 float sluice_fmodf(float x, float y) { return std::fmod(x, y); }
 }
 
-namespace {
-template <typename F> F floorDivF(F a, F b) {
-  if (b == 0)
-    return a / b;
-  F mod = std::fmod(a, b);
-  F div = (a - mod) / b;
-  if (mod != 0) {
-    if ((b < 0) != (mod < 0))
-      div -= F(1);
-  }
-  if (div != 0) {
-    F fl = std::floor(div);
-    if (div - fl > F(0.5))
-      fl += F(1);
-    return fl;
-  }
-  return std::copysign(F(0), a / b);
-}
-template <typename F> F modF(F a, F b) {
-  F mod = std::fmod(a, b);
-  if (b == 0)
-    return mod;
-  if (mod != 0) {
-    if ((b < 0) != (mod < 0))
-      mod += b;
-  } else {
-    mod = std::copysign(F(0), b);
-  }
-  return mod;
-}
-} // namespace
-
 extern "C" {
-int64_t sluice_powi(int64_t b, int64_t n) {
-  if (n < 0)
-    return b == 1 ? 1 : b == -1 ? (n % 2 ? -1 : 1) : 0;
-  uint64_t r = 1, x = static_cast<uint64_t>(b);
-  for (uint64_t k = static_cast<uint64_t>(n); k; k >>= 1) {
-    if (k & 1)
-      r *= x;
-    x *= x;
-  }
-  return static_cast<int64_t>(r);
-}
-double sluice_floordiv_f64(double a, double b) { return floorDivF(a, b); }
-double sluice_mod_f64(double a, double b) { return modF(a, b); }
-float sluice_floordiv_f32(float a, float b) { return floorDivF(a, b); }
-float sluice_mod_f32(float a, float b) { return modF(a, b); }
+int64_t sluice_powi(int64_t b, int64_t n) { return sluice::math::powI(b, n); }
+double sluice_floordiv_f64(double a, double b) { return sluice::math::floorDivF(a, b); }
+double sluice_mod_f64(double a, double b) { return sluice::math::modF(a, b); }
+float sluice_floordiv_f32(float a, float b) { return sluice::math::floorDivF(a, b); }
+float sluice_mod_f32(float a, float b) { return sluice::math::modF(a, b); }
 }
 
 namespace sluice::math {
