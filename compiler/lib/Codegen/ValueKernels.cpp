@@ -93,26 +93,6 @@ Value quietNaN(OpBuilder &b, Location loc, Value v) {
   return b.create<arith::BitcastOp>(loc, v.getType(), out);
 }
 
-/// min/max of an integer element type as int64.
-std::pair<int64_t, int64_t> intRange(ElemType e) {
-  switch (e) {
-  case ElemType::U8:
-    return {0, 255};
-  case ElemType::I8:
-    return {-128, 127};
-  case ElemType::U16:
-    return {0, 65535};
-  case ElemType::I16:
-    return {-32768, 32767};
-  case ElemType::I32:
-    return {std::numeric_limits<int32_t>::min(),
-            std::numeric_limits<int32_t>::max()};
-  default:
-    return {std::numeric_limits<int64_t>::min(),
-            std::numeric_limits<int64_t>::max()};
-  }
-}
-
 /// widen(): integers to int64 (sign- or zero-extended), floats unchanged.
 Scalar widen(OpBuilder &b, Location loc, Scalar v) {
   if (!isIntElem(v.elem) || v.elem == ElemType::I64)
@@ -129,7 +109,7 @@ Scalar widen(OpBuilder &b, Location loc, Scalar v) {
 Value saturateIntToInt(OpBuilder &b, Location loc, Value v, ElemType to) {
   if (bits(to) == 64)
     return v;
-  auto [lo, hi] = intRange(to);
+  auto [lo, hi] = integerRange(to);
   Type i64 = b.getI64Type();
   Value l = constInt(b, loc, i64, lo), h = constInt(b, loc, i64, hi);
   Value below = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, v, l);
@@ -142,7 +122,7 @@ Value saturateIntToInt(OpBuilder &b, Location loc, Value v, ElemType to) {
 /// saturateCast<To>(double): NaN -> 0, <= min -> min, >= max -> max, else
 /// truncation toward zero.
 Value saturateF64ToInt(OpBuilder &b, Location loc, Value d, ElemType to) {
-  auto [lo, hi] = intRange(to);
+  auto [lo, hi] = integerRange(to);
   Type f64 = b.getF64Type(), i64 = b.getI64Type();
   Value dlo = constFloat(b, loc, f64, static_cast<double>(lo));
   Value dhi = constFloat(b, loc, f64, static_cast<double>(hi));
@@ -209,7 +189,7 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     }
     return {inner, v.elem};
   }
-  auto [minI, maxI] = intRange(v.elem);
+  auto [minI, maxI] = integerRange(v.elem);
   auto sat = [&](double d) -> int64_t {
     switch (v.elem) {
     case ElemType::U8:
