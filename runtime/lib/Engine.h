@@ -91,6 +91,12 @@ struct Shared {
   std::string describe(const Origin &o) const;
 };
 
+/// A bad record read from the source: under `on_error: skip` it is counted
+/// (noteSkipped) and ok is returned; under `fail` the failure is counted and
+/// the error names the source and its spec line.
+Status sourceRecordError(const Shared &shared, StageCounters &c,
+                         const DataError &e);
+
 /// Buffer sizes a stage needs when records have a static size, for the
 /// check before running.
 struct StaticNeed {

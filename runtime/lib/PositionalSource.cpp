@@ -114,17 +114,9 @@ protected:
       }
       c_->read.fetch_add(1, std::memory_order_relaxed);
       if (rr.isError()) {
-        const DataError &e = rr.error();
-        if (shared_.onError == OnError::Skip) {
-          noteSkipped(*c_, e);
-          continue;
-        }
-        c_->failed.fetch_add(1, std::memory_order_relaxed);
-        return Status::error(
-            e.message() + "\n  in source '" + shared_.plan->source.name +
-            "' at " + shared_.plan->where(shared_.plan->source) +
-            " (on_error: fail; add `on_error: skip` to the source to drop "
-            "bad records and count them)");
+        if (Status st = sourceRecordError(shared_, *c_, rr.error()); !st)
+          return st;
+        continue;
       }
       out.rec.index = static_cast<uint64_t>(p);
       c_->emitted.fetch_add(1, std::memory_order_relaxed);

@@ -38,6 +38,20 @@ void noteSkipped(StageCounters &c, const DataError &e) {
                "everything after it in the file");
 }
 
+Status sourceRecordError(const Shared &shared, StageCounters &c,
+                         const DataError &e) {
+  if (shared.onError == OnError::Skip) {
+    noteSkipped(c, e);
+    return Status::ok();
+  }
+  c.failed.fetch_add(1, std::memory_order_relaxed);
+  return Status::error(e.message() + "\n  in source '" +
+                       shared.plan->source.name + "' at " +
+                       shared.plan->where(shared.plan->source) +
+                       " (on_error: fail; add `on_error: skip` to the source "
+                       "to drop bad records and count them)");
+}
+
 
 namespace {
 
@@ -115,17 +129,9 @@ protected:
       if (++blockIndex_ >= block_)
         advance();
       if (rr.isError()) {
-        const DataError &e = rr.error();
-        if (shared_.onError == OnError::Skip) {
-          noteSkipped(*c_, e);
-          continue;
-        }
-        c_->failed.fetch_add(1, std::memory_order_relaxed);
-        return Status::error(
-            e.message() + "\n  in source '" + shared_.plan->source.name +
-            "' at " + shared_.plan->where(shared_.plan->source) +
-            " (on_error: fail; add `on_error: skip` to the source to drop "
-            "bad records and count them)");
+        if (Status st = sourceRecordError(shared_, *c_, rr.error()); !st)
+          return st;
+        continue;
       }
       out.origin.shard = static_cast<int64_t>(shard);
       out.origin.record = static_cast<int64_t>(out.rec.index);
