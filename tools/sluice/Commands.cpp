@@ -125,7 +125,7 @@ std::string passList() {
   std::string s;
   for (const std::string &p : compiler::graphPassNames())
     s += (s.empty() ? "" : ", ") + p;
-  return s;
+  return s + ", or 'all' for every one of them";
 }
 
 } // namespace
