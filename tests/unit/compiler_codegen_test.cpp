@@ -9,6 +9,7 @@
 // pipeline tests run whole specs with codegen on and off.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler_test_util.h"
 #include "runtime_test_util.h"
 
 #include "sluice/compiler/Codegen.h"
@@ -393,57 +394,14 @@ TEST(Codegen, EmitsAnObjectFile) {
 
 // --- whole pipelines -----------------------------------------------------===//
 
-std::string criteoTsv(uint32_t seed, int rows) {
-  std::mt19937 rng(seed);
-  std::string out;
-  char hex[16];
-  for (int r = 0; r < rows; ++r) {
-    out += std::to_string(static_cast<int>(rng() % 7) - 1);
-    for (int i = 0; i < 13; ++i) {
-      out += '\t';
-      uint32_t roll = rng() % 10;
-      if (roll == 0)
-        continue;
-      int64_t v = static_cast<int64_t>(rng() % 100000) - (roll == 1 ? 100 : 0);
-      out += std::to_string(roll == 2 ? v % 10 : v);
-    }
-    for (int i = 0; i < 26; ++i) {
-      out += '\t';
-      if (rng() % 12 == 0)
-        continue;
-      std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(rng()));
-      out += hex;
-    }
-    out += '\n';
-  }
-  return out;
-}
 
-runtime::Plan compileSpec(const std::string &path,
-                          std::vector<std::string> disabled = {}) {
-  std::string text, error;
-  EXPECT_TRUE(dsl::readFile(path, text, error)) << error;
-  dsl::DiagnosticEngine diags(path, text);
-  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-  std::ostringstream printed;
-  diags.print(printed);
-  EXPECT_TRUE(spec) << printed.str();
-  if (!spec)
-    return runtime::Plan();
-  compiler::PlanOptions opts;
-  opts.disabledPasses = std::move(disabled);
-  std::ostringstream err;
-  Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
-  EXPECT_TRUE(plan) << plan.status().message() << "\n" << err.str();
-  return plan ? plan.take() : runtime::Plan();
-}
 
 class CodegenPipeline : public ::testing::TestWithParam<int> {};
 
 TEST_P(CodegenPipeline, CriteoIsByteIdenticalWithCodegenAndFusionOnAndOff) {
   TempDir dir;
-  dir.write("day_0.tsv", criteoTsv(11, 2000));
-  dir.write("day_1.tsv", criteoTsv(12, 333));
+  dir.write("day_0.tsv", sluice::testing::criteoTsv(11, 2000));
+  dir.write("day_1.tsv", sluice::testing::criteoTsv(12, 333));
   std::string spec = dir.write(
       "spec.yaml",
       "pipeline: criteo_codegen\n"
@@ -467,14 +425,15 @@ TEST_P(CodegenPipeline, CriteoIsByteIdenticalWithCodegenAndFusionOnAndOff) {
   runtime::RunOptions plainOpts;
   plainOpts.threads = GetParam();
   runtime::Plan plainPlan =
-      compileSpec(spec, {"sluice-fuse-map-batch", "sluice-fuse-maps"});
+      sluice::testing::planOfSpecFile(
+          spec, {"sluice-fuse-map-batch", "sluice-fuse-maps"});
   std::string reference = rttest::allBytes(rttest::runAll(plainPlan, plainOpts));
   EXPECT_GT(reference.size(), 100000u);
 
   const std::vector<std::vector<std::string>> configs = {
       {}, {"sluice-fuse-map-batch"}, {"sluice-fuse-maps"}};
   for (const std::vector<std::string> &disabled : configs) {
-    runtime::Plan plan = compileSpec(spec, disabled);
+    runtime::Plan plan = sluice::testing::planOfSpecFile(spec, disabled);
     std::string what = disabled.empty() ? "all passes" : "without " + disabled[0];
     bool fused = disabled.empty() || disabled[0] != "sluice-fuse-maps";
     std::vector<std::string> expected =

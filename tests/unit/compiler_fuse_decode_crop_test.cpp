@@ -9,6 +9,7 @@
 // decode_image's `verify: full`.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler_test_util.h"
 #include "runtime_test_util.h"
 
 #include "sluice/compiler/Compiler.h"
@@ -98,21 +99,8 @@ protected:
   /// named in `disabled`.
   runtime::Plan build(const std::string &yaml,
                       std::vector<std::string> disabled) {
-    std::string path = dir_.write("spec.yaml", yaml);
-    dsl::DiagnosticEngine diags(path, yaml);
-    std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-    std::ostringstream errs;
-    diags.print(errs);
-    EXPECT_TRUE(spec) << errs.str();
-    if (!spec)
-      return runtime::Plan();
-    compiler::PlanOptions opts;
-    opts.disabledPasses = std::move(disabled);
-    std::ostringstream err;
-    Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
-    EXPECT_TRUE(bool(plan))
-        << (plan ? "" : plan.status().message()) << err.str();
-    return plan ? plan.take() : runtime::Plan();
+    return sluice::testing::planOfSpecFile(dir_.write("spec.yaml", yaml),
+                                           std::move(disabled));
   }
 
   static int countOps(const runtime::Plan &plan, const std::string &op) {

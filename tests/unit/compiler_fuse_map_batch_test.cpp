@@ -7,6 +7,7 @@
 // output tensor is compared byte for byte.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler_test_util.h"
 #include "runtime_test_util.h"
 
 #include "sluice/compiler/Compiler.h"
@@ -23,34 +24,6 @@ namespace {
 
 const std::string kPass = "sluice-fuse-map-batch";
 
-/// A Criteo-style day file: label, 13 integer-valued dense columns with
-/// empty cells and negatives, 26 hex32 categorical columns with empty cells,
-/// and some rows with a negative label for the filter.
-std::string criteoTsv(uint32_t seed, int rows) {
-  std::mt19937 rng(seed);
-  std::string out;
-  char hex[16];
-  for (int r = 0; r < rows; ++r) {
-    out += std::to_string(static_cast<int>(rng() % 7) - 1); // -1 is filtered
-    for (int i = 0; i < 13; ++i) {
-      out += '\t';
-      uint32_t roll = rng() % 10;
-      if (roll == 0)
-        continue; // missing
-      int64_t v = static_cast<int64_t>(rng() % 100000) - (roll == 1 ? 100 : 0);
-      out += std::to_string(roll == 2 ? v % 10 : v);
-    }
-    for (int i = 0; i < 26; ++i) {
-      out += '\t';
-      if (rng() % 12 == 0)
-        continue;
-      std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(rng()));
-      out += hex;
-    }
-    out += '\n';
-  }
-  return out;
-}
 
 std::string criteoSpec(const TempDir &dir, int batch, bool dropRemainder) {
   return "pipeline: criteo_fuse\n"
@@ -93,27 +66,14 @@ std::string fashionSpec(int batch, bool dropRemainder) {
          ", drop_remainder: " + (dropRemainder ? "true" : "false") + "}\n";
 }
 
-/// Compiles the spec at `path`, with `kPass` disabled or not.
+/// Compiles the spec at `path`, with `kPass` disabled or not. Only this
+/// pass is compared: sluice-fuse-maps (which would group the moved steps into
+/// one stage) has its own tests.
 runtime::Plan compile(const std::string &path, bool fused) {
-  std::string text, error;
-  EXPECT_TRUE(dsl::readFile(path, text, error)) << error;
-  dsl::DiagnosticEngine diags(path, text);
-  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-  std::ostringstream printed;
-  diags.print(printed);
-  EXPECT_TRUE(spec) << printed.str();
-  if (!spec)
-    return runtime::Plan();
-  compiler::PlanOptions opts;
-  // Only this pass is compared: sluice-fuse-maps (which would group the
-  // moved steps into one stage) has its own tests.
-  opts.disabledPasses.push_back("sluice-fuse-maps");
+  std::vector<std::string> disabled{"sluice-fuse-maps"};
   if (!fused)
-    opts.disabledPasses.push_back(kPass);
-  std::ostringstream err;
-  Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
-  EXPECT_TRUE(plan) << plan.status().message() << "\n" << err.str();
-  return plan ? plan.take() : runtime::Plan();
+    disabled.push_back(kPass);
+  return sluice::testing::planOfSpecFile(path, std::move(disabled));
 }
 
 std::vector<std::string> stageNames(const runtime::Plan &plan) {
@@ -154,8 +114,8 @@ class FuseMapBatch : public ::testing::TestWithParam<Case> {};
 TEST_P(FuseMapBatch, CriteoOutputsAreByteIdentical) {
   const Case &c = GetParam();
   TempDir dir;
-  dir.write("day_0.tsv", criteoTsv(1, 1500));
-  dir.write("day_1.tsv", criteoTsv(2, 777));
+  dir.write("day_0.tsv", sluice::testing::criteoTsv(1, 1500));
+  dir.write("day_1.tsv", sluice::testing::criteoTsv(2, 777));
   std::string spec =
       dir.write("spec.yaml", criteoSpec(dir, c.batch, c.dropRemainder));
 
