@@ -363,14 +363,16 @@ private:
         for (;;) {
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
-          if (cancel_ || dispatched_ < tail_ || lingered)
+          if (cancel_ || dispatched_ < tail_ || lingered ||
+              shared_.cancelled.load(std::memory_order_relaxed))
             break;
           ++idleWorkers_;
           work_.wait_for(lock, std::chrono::microseconds(200));
           --idleWorkers_;
           lingered = true;
         }
-        if (cancel_ || dispatched_ >= tail_) {
+        if (cancel_ || dispatched_ >= tail_ ||
+            shared_.cancelled.load(std::memory_order_relaxed)) {
           --activeTasks_;
           chargeTime(ns.data(), threadCpuNs() - cpu0);
           adaptChunk(ns.data(), items);
@@ -445,7 +447,12 @@ private:
         std::unique_lock<std::mutex> lock(mu_);
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
-        ready_.wait(lock, [&] { return head_ < tail_ && slot(head_).done; });
+        ready_.wait(lock, [&] {
+          return (head_ < tail_ && slot(head_).done) ||
+                 shared_.cancelled.load(std::memory_order_relaxed);
+        });
+        if (!(head_ < tail_ && slot(head_).done))
+          return cancelledError();
         Slot &s = slot(head_);
         if (s.marker == Slot::End)
           return false;
@@ -483,6 +490,17 @@ private:
     }
   }
 
+public:
+  void wake() override {
+    if (!parallel_)
+      return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.notify_all();
+    notFull_.notify_all();
+    work_.notify_all();
+  }
+
+private:
   void shutdown() {
     if (!parallel_)
       return;

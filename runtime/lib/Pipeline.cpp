@@ -53,6 +53,7 @@ public:
 
   Expected<bool> next(Item &out, int64_t &epoch);
   void stop();
+  void cancel();
   RunStats stats() const;
 
   Plan plan_;
@@ -688,6 +689,14 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   }
 }
 
+void Engine::cancel() {
+  shared_.cancelled.store(true);
+  // The stage chain is fixed once built; each wake() takes only its own
+  // stage's lock, so this is safe while another thread is inside next().
+  for (Stage *s = root_.get(); s; s = s->upstream())
+    s->wake();
+}
+
 void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
@@ -755,6 +764,15 @@ Expected<bool> Pipeline::next(Batch &out) {
 void Pipeline::stop() {
   if (engine_)
     engine_->stop();
+}
+
+void Pipeline::cancel() {
+  if (engine_)
+    engine_->cancel();
+}
+
+bool Pipeline::cancelled() const {
+  return engine_ && engine_->shared_.cancelled.load();
 }
 
 const RecordType &Pipeline::outputType() const {

@@ -52,6 +52,10 @@ inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
   p.epochs = spec.epochs;
   p.cores = spec.budget.cores;
   p.memoryBytes = spec.budget.memoryBytes;
+  p.rank = spec.distributed.rank;
+  p.worldSize = spec.distributed.worldSize;
+  p.rankLoc = spec.distributed.rankLoc;
+  p.worldSizeLoc = spec.distributed.worldSizeLoc;
   auto convert = [&](const dsl::Step &s, const RecordType &in) {
     runtime::PlanStage st;
     st.name = s.name;
