@@ -174,6 +174,51 @@ TEST_F(ReliabilityTest, SignalStopsWithCompleteOutputsAndExit130) {
   EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
+/// SIGINT while a batch of 500 records of 5 ms each (seconds of work) is
+/// being filled: the run stops within a record or two, well before the
+/// watchdog's grace period would abandon it, as an interruption (130, the
+/// complete outputs kept, the accounting balanced), not a failure.
+TEST_F(ReliabilityTest, SignalStopsABatchBeingAssembled) {
+  plan_ = planFromYaml(
+      dir_, "pipeline: rel\nsource:\n  csv:\n    files: data/*.csv\n"
+            "    columns:\n      - {name: id, type: i64}\n"
+            "      - {name: half, type: f32}\n"
+            "steps:\n  - map: {field: id, expr: \"x + 1\"}\n"
+            "  - batch: 500\n");
+  std::atomic<int64_t> seen{0};
+  runtime::RunOptions o =
+      withKernel([&](Record &, const runtime::ElementContext &) {
+        ++seen;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return Expected<bool>(true);
+      });
+  o.handleSignals = true;
+  std::chrono::steady_clock::time_point raised;
+  std::thread raiser([&] {
+    while (seen.load() < 50)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    raised = std::chrono::steady_clock::now();
+    std::raise(SIGINT);
+  });
+  std::ostringstream out, err;
+  int rc = runtime::runPipeline(plan_, o, out, err);
+  auto ended = std::chrono::steady_clock::now();
+  raiser.join();
+  EXPECT_EQ(rc, 130) << err.str();
+  EXPECT_LT(std::chrono::duration<double>(ended - raised).count(), 0.7);
+  EXPECT_LT(seen.load(), 500);
+  EXPECT_NE(err.str().find("interrupted by SIGINT (Ctrl-C) after 0 outputs"),
+            std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("cancelled"), std::string::npos) << err.str();
+  nlohmann::json index = readIndex(out_);
+  ASSERT_FALSE(index.is_null());
+  EXPECT_EQ(index["status"], "interrupted");
+  EXPECT_EQ(index["count"].get<int>(), 0);
+  expectConsistent(out_, index);
+  EXPECT_NE(out.str().find("discarded"), std::string::npos) << out.str();
+}
+
 TEST_F(ReliabilityTest, SigtermExits143) {
   std::atomic<int64_t> seen{0};
   runtime::RunOptions o =
@@ -368,6 +413,9 @@ TEST_P(CancelTest, ReachesIntoTheBatchBeingAssembled) {
   ASSERT_TRUE(bool(again));
   EXPECT_FALSE(*again);
   (*p)->stop();
+  // The records of the unfinished batch are counted (as discarded).
+  Status bal = (*p)->stats().checkBalanced();
+  EXPECT_TRUE(bal.isOk()) << bal.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CancelTest, ::testing::Values(1, 2));

@@ -169,7 +169,8 @@ struct RunOptions {
   /// Clear a non-empty npy output folder first (`--overwrite`); without
   /// it such a folder is refused (Sink.h).
   bool overwrite = false;
-  /// Catch SIGINT/SIGTERM while running: stop within a second, keep the
+  /// Catch SIGINT/SIGTERM while running: cancel() the output being built
+  /// (a batch being filled stops after the records under way), keep the
   /// complete outputs, write index.json saying the run was interrupted,
   /// print the accounting and the reason, and return 130/143. A second
   /// signal ends the process at once (no index.json: incomplete). The
