@@ -270,9 +270,13 @@ def test_rank_and_world_size_from_the_spec(positional_spec, tmp_path):
                             "{rank: 2, world_size: 3}")
     want = paths(sluice.Pipeline(positional_spec, epochs=1, rank=2,
                                  world_size=3))
-    assert paths(sluice.Pipeline(spec, epochs=1)) == want
+    p = sluice.Pipeline(spec, epochs=1)
+    assert (p.rank, p.world_size) == (2, 3)
+    assert paths(p) == want
     # The call overrides the spec, value by value.
-    assert paths(sluice.Pipeline(spec, epochs=1, rank=0)) == paths(
+    p = sluice.Pipeline(spec, epochs=1, rank=0)
+    assert (p.rank, p.world_size) == (0, 3)
+    assert paths(p) == paths(
         sluice.Pipeline(positional_spec, epochs=1, rank=0, world_size=3))
     assert paths(sluice.Pipeline(spec, epochs=1, rank=0, world_size=1)) == \
         paths(sluice.Pipeline(positional_spec, epochs=1))
