@@ -129,6 +129,7 @@ public:
     plan.epochs = pipeline.getEpochs();
     plan.cores = pipeline.getCores();
     plan.memoryBytes = pipeline.getMemory();
+    plan.scheduleAuto = spec.scheduleAutoWritten;
 
     // The region is a chain by construction today; a pass that made it a
     // DAG (several sources, a split) needs a Plan that can say so first.

@@ -177,6 +177,21 @@ public:
   /// stop). True when it will: only parallel map stages do.
   virtual bool attachRowPlacer(RowPlacer *) { return false; }
 
+  // Knobs that change while the pipeline runs (Pipeline::setParallelism,
+  // setPrefetch: the re-planning of `schedule: auto`). Safe from any thread
+  // while the stage runs; the outputs do not depend on them.
+  /// Whether this stage runs plan step `name` (a fused step's name, or
+  /// "<step>/prefetch" for a prefetch queue).
+  virtual bool runsStep(const std::string &name) const {
+    return c_ && c_->name() == name;
+  }
+  /// Workers of a parallel map stage: sets them (1..threads) and returns
+  /// true; false for a stage without workers.
+  virtual bool setParallelism(int64_t) { return false; }
+  /// Depth of a prefetch queue, within the capacity checked before running:
+  /// returns the depth applied, -1 for a stage without a queue.
+  virtual int64_t setDepth(int64_t) { return -1; }
+
 protected:
   virtual Status onStart(uint64_t epoch);
   virtual Expected<bool> produce(Item &out) = 0;

@@ -100,6 +100,32 @@ public:
     return true;
   }
 
+  bool runsStep(const std::string &name) const override {
+    for (const SubOp &op : ops_)
+      if (op.step->name == name)
+        return true;
+    return false;
+  }
+
+  /// In flight: more workers are enqueued by the feeder as records arrive
+  /// (it starts one whenever fewer than `parallelism_` are active), fewer
+  /// by workers leaving before they take their next run. Which worker
+  /// processes a record never shows in the outputs.
+  bool setParallelism(int64_t p) override {
+    if (!parallel_)
+      return false;
+    p = std::clamp<int64_t>(p, 1, std::max<int64_t>(1, shared_.threads));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      parallelism_ = p;
+      maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+    }
+    for (const SubOp &op : ops_)
+      op.counters->parallelism.store(p);
+    work_.notify_all();
+    return true;
+  }
+
 protected:
   Status onStart(uint64_t epoch) override {
     Status st = Stage::onStart(epoch);
@@ -350,6 +376,7 @@ private:
     std::vector<int64_t> ns(ops_.size(), 0);
     std::vector<Tensor> rowViews, targets;
     int64_t cpu0 = threadCpuNs();
+    int64_t lastCharge = nowNs();
     int64_t items = 0;
     for (;;) {
       uint64_t a, b, drops;
@@ -363,14 +390,16 @@ private:
         for (;;) {
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
-          if (cancel_ || dispatched_ < tail_ || lingered)
+          if (cancel_ || dispatched_ < tail_ || lingered ||
+              activeTasks_ > parallelism_)
             break;
           ++idleWorkers_;
           work_.wait_for(lock, std::chrono::microseconds(200));
           --idleWorkers_;
           lingered = true;
         }
-        if (cancel_ || dispatched_ >= tail_) {
+        // Also leave when the parallelism was lowered while running.
+        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_) {
           --activeTasks_;
           chargeTime(ns.data(), threadCpuNs() - cpu0);
           adaptChunk(ns.data(), items);
@@ -409,6 +438,19 @@ private:
         rowViews.clear();
       }
       items += static_cast<int64_t>(b - a);
+      // Charge the work done so far every few milliseconds, not only when
+      // the worker leaves: a worker of the bottleneck stage never runs out
+      // of input, and its time must show in the counters while it runs
+      // (the autotuner's probes and re-planner read them live).
+      if (int64_t t = nowNs(); t - lastCharge >= kChargeNs) {
+        int64_t cpu = threadCpuNs();
+        chargeTime(ns.data(), cpu - cpu0);
+        adaptChunk(ns.data(), items);
+        std::fill(ns.begin(), ns.end(), 0);
+        items = 0;
+        cpu0 = cpu;
+        lastCharge = t;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       for (uint64_t p = a; p < b; ++p) {
         Slot &s = slot(p);
@@ -436,7 +478,7 @@ private:
     for (size_t i = 0; i < ops_.size(); ++i)
       total += ns[i];
     int64_t per = std::max<int64_t>(1, total / items);
-    chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_);
+    chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_.load());
   }
 
   Expected<bool> produceParallel(Item &out) {
@@ -528,7 +570,9 @@ private:
   int64_t idleWorkers_ = 0;
   bool cancel_ = false;
   std::atomic<int64_t> chunk_{1};
-  int64_t maxChunk_ = 1;
+  std::atomic<int64_t> maxChunk_{1};
+  /// Workers charge their time to the counters at least this often.
+  static constexpr int64_t kChargeNs = 2000000;
   std::thread feeder_;
   MemoryAccount *account_ = nullptr;
   /// What the steps allocate while they process a record.

@@ -978,13 +978,24 @@ public:
                 int64_t buffer, RecordType type, std::string knob,
                 std::string where)
       : Stage(s, std::move(up), c), buffer_(std::max<int64_t>(1, buffer)),
-        type_(std::move(type)), knob_(std::move(knob)),
+        depth_(buffer_), type_(std::move(type)), knob_(std::move(knob)),
         where_(std::move(where)) {
     inlineTiming_ = false;
     account_ = s.memory->account(c->name());
     c->bufferCapacity.store(buffer_);
   }
   ~PrefetchStage() override { stopThread(); }
+
+  /// In flight, up to the capacity the memory check counted.
+  int64_t setDepth(int64_t d) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      depth_ = std::clamp<int64_t>(d, 1, buffer_);
+      d = depth_;
+    }
+    notFull_.notify_all();
+    return d;
+  }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
     StaticNeed n;
@@ -1068,7 +1079,7 @@ private:
       int64_t bytes = recordBytes(in.rec);
       bool reserved = false;
       while (!cancel_) {
-        if (static_cast<int64_t>(queue_.size()) < buffer_) {
+        if (static_cast<int64_t>(queue_.size()) < depth_) {
           if (account_->tryReserve(bytes)) {
             reserved = true;
             break;
@@ -1100,6 +1111,8 @@ private:
   }
 
   int64_t buffer_;
+  /// The depth in use (setDepth), at most buffer_.
+  int64_t depth_;
   RecordType type_;
   std::string knob_, where_;
   MemoryAccount *account_;
