@@ -6,6 +6,8 @@
 // unit drifts when the ratio leaves [1 / (1 + threshold), 1 + threshold]
 // and the change moves the pipeline's whole CPU per source record by at
 // least a tenth (a 40 ns step costing 120 ns is no reason to re-plan).
+// Only parallel units are judged: their workers' thread CPU is what a
+// loaded host disturbs least.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Replan.h"
@@ -128,6 +130,11 @@ void Replanner::tick(runtime::Pipeline &p) {
   std::string why;
   double hi = 1 + options_.threshold;
   for (const Unit &u : units(profile_, current_.cache.after)) {
+    // Inline stages are timed by the wall clock, which swings with the
+    // host's load (a thread preempted mid-record); only workers' thread
+    // CPU decides a drift. Inline costs are re-measured at a re-plan.
+    if (!u.parallel)
+      continue;
     double expected = 0, measured = 0, planned = 0;
     for (size_t i : u.steps) {
       if (ratio[i] <= 0)

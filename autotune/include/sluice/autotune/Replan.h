@@ -13,9 +13,10 @@
 // outputs do not change: order and random draws never depend on the
 // schedule. Every re-plan is kept with its reason for `--stats`.
 //
-// Thread CPU, not wall time, is compared for parallel steps: on a shared
-// host wall time swings with other processes' load, CPU per element much
-// less. Inline steps only have wall time, hence the persistence rule.
+// Thread CPU, not wall time, is compared, so only parallel stages (whose
+// workers' thread CPU is counted) can trigger a re-plan: on a shared host
+// wall time swings with other processes' load, CPU per element much less.
+// Inline stages are timed by wall clock; a re-plan re-measures them too.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_AUTOTUNE_REPLAN_H
