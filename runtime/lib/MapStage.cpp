@@ -100,10 +100,25 @@ public:
     return true;
   }
 
+  /// A plan step of this stage, or a spec step a fused one stands for
+  /// ("b" of "a+b+c").
   bool runsStep(const std::string &name) const override {
-    for (const SubOp &op : ops_)
-      if (op.step->name == name)
+    for (const SubOp &op : ops_) {
+      const std::string &n = op.step->name;
+      if (n == name)
         return true;
+      size_t start = 0;
+      for (;;) {
+        size_t plus = n.find('+', start);
+        if (n.compare(start, plus == std::string::npos ? std::string::npos
+                                                       : plus - start,
+                      name) == 0)
+          return true;
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
+    }
     return false;
   }
 
