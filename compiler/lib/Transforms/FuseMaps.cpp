@@ -56,6 +56,8 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
     llvm::StringRef op = stage.getRegistryName();
     if (!valueWise(op))
       return "'" + op.str() + "' is not value-wise";
+    if (stage->hasAttr(kFusedAttr))
+      return "sluice-fuse-remaps put it into a remap kernel";
     const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
     if (!def || def->kind != sluice::OpKind::Element || def->stochastic)
       return "'" + op.str() + "' is not a deterministic element op";
