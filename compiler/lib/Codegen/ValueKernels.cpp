@@ -264,6 +264,56 @@ Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   return {r, ElemType::I64};
 }
 
+/// Boundaries the generated bucketize covers: sorted, no NaN, few enough
+/// to compare against each one (kernels::bucketize binary-searches).
+bool bucketizeCovered(const runtime::PlanStage &s, std::vector<double> &b) {
+  b = s.params["boundaries"].asDoubleList();
+  if (b.size() > 64)
+    return false;
+  for (size_t i = 0; i < b.size(); ++i)
+    if (std::isnan(b[i]) || (i > 0 && b[i] < b[i - 1]))
+      return false;
+  return true;
+}
+
+/// kernels::bucketize: the number of boundaries <= x (NaN: all of them),
+/// compared exactly for i64 and in double for every other type.
+Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+                      Scalar v) {
+  std::vector<double> bounds;
+  bucketizeCovered(s, bounds);
+  Type i32 = b.getI32Type();
+  Value count = constInt(b, loc, i32, 0);
+  auto add = [&](Value bit) {
+    count = b.create<arith::AddIOp>(
+        loc, count, b.create<arith::ExtUIOp>(loc, i32, bit));
+  };
+  if (v.elem == ElemType::I64) {
+    for (double bd : bounds) {
+      if (bd >= 0x1p63)
+        continue; // never <= an int64
+      if (bd < -0x1p63) {
+        count = b.create<arith::AddIOp>(loc, count, constInt(b, loc, i32, 1));
+        continue;
+      }
+      double fb = std::floor(bd);
+      int64_t ib = static_cast<int64_t>(fb);
+      // b <= a  <=>  !(a < b): a >= ib for an integral b, a > ib otherwise.
+      auto pred = fb < bd ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sge;
+      add(b.create<arith::CmpIOp>(loc, pred, v.value,
+                                  constInt(b, loc, b.getI64Type(), ib)));
+    }
+    return {count, ElemType::I32};
+  }
+  Value d = convertScalar(b, loc, v, ElemType::F64).value;
+  for (double bd : bounds)
+    add(b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLE,
+                                constFloat(b, loc, b.getF64Type(), bd), d));
+  Value nan = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, d, d);
+  Value all = constInt(b, loc, i32, int64_t(bounds.size()));
+  return {b.create<arith::SelectOp>(loc, nan, all, count), ElemType::I32};
+}
+
 /// Lowers one step on one element; `outElem` is the step's output type.
 bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
                Scalar &v, ElemType outElem, std::string &error) {
@@ -275,6 +325,8 @@ bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     v = convertScalar(b, loc, v, outElem);
   else if (s.op == "hash_bucket")
     v = lowerHashBucket(b, loc, s, v);
+  else if (s.op == "bucketize")
+    v = lowerBucketize(b, loc, s, v);
   else if (s.op == "map") {
     Scalar r;
     if (!lowerMapExpr(b, loc, s, v, r, error))
@@ -307,7 +359,7 @@ std::optional<ElemType> fieldElem(const RecordType &type,
 bool coveredStep(const runtime::PlanStage &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
   static const char *const kOps[] = {"fill_missing", "clamp", "cast",
-                                     "hash_bucket", "map"};
+                                     "hash_bucket", "bucketize", "map"};
   if (s.kind != OpKind::Element ||
       std::find(std::begin(kOps), std::end(kOps), s.op) == std::end(kOps))
     return false;
@@ -333,6 +385,11 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
       (!isIntElem(in) || !s.params["buckets"].isNumber() ||
        s.params["buckets"].asInt() < 1))
     return false;
+  if (s.op == "bucketize") {
+    std::vector<double> bounds;
+    if (!bucketizeCovered(s, bounds) || outElem != ElemType::I32)
+      return false;
+  }
   if (s.op == "map") {
     if (!s.params["expr"].isString())
       return false;

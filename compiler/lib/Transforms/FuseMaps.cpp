@@ -40,7 +40,8 @@ constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";
 /// same position: what the code generator fuses into one loop.
 bool valueWise(llvm::StringRef op) {
   return llvm::StringSwitch<bool>(op)
-      .Cases("fill_missing", "clamp", "cast", "hash_bucket", "map", true)
+      .Cases("fill_missing", "clamp", "cast", "hash_bucket", "bucketize",
+             "map", true)
       .Default(false);
 }
 
