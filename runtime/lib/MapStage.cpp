@@ -164,6 +164,63 @@ protected:
     return parallel_ ? produceParallel(out) : produceInline(out);
   }
 
+  /// Inline: the steps on a run of records from upstream, timed once per
+  /// run when there is one step (else per step and record, as produce()).
+  Expected<size_t> produceMany(std::vector<Item> &out, size_t max) override {
+    if (parallel_)
+      return Stage::produceMany(out, max);
+    const bool perStep = ops_.size() > 1;
+    std::vector<int64_t> &ns = ns_;
+    struct Clear { // dropped records are not held after the call
+      std::vector<Item> &v;
+      ~Clear() { v.clear(); }
+    } clear{run_};
+    size_t n = 0;
+    while (n < max) {
+      run_.clear();
+      Expected<size_t> r = upstream_->nextMany(run_, max - n);
+      if (!r) {
+        if (n == 0)
+          return r.status();
+        holdError(r.status());
+        return n;
+      }
+      if (*r == 0)
+        break;
+      std::fill(ns.begin(), ns.end(), 0);
+      int64_t t0 = perStep ? 0 : nowNs();
+      for (size_t i = 0; i < run_.size(); ++i) {
+        Item &item = run_[i];
+        inc(ops_.front().counters->read);
+        Outcome o;
+        process(item, o, ns.data(), perStep);
+        bool kept = false;
+        Status s = commit(item, o, kept);
+        if (!s) {
+          // Pulled in this run but never looked at.
+          int64_t rest = static_cast<int64_t>(run_.size() - i - 1);
+          inc(ops_.front().counters->read, rest);
+          inc(ops_.front().counters->discarded, rest);
+          if (!perStep)
+            ns[0] += nowNs() - t0;
+          chargeTime(ns.data(), -1);
+          if (n == 0)
+            return s;
+          holdError(std::move(s));
+          return n;
+        }
+        if (kept) {
+          out.push_back(std::move(item));
+          ++n;
+        }
+      }
+      if (!perStep)
+        ns[0] += nowNs() - t0;
+      chargeTime(ns.data(), -1);
+    }
+    return n;
+  }
+
 private:
   struct Slot {
     Item item;
@@ -175,7 +232,7 @@ private:
   };
 
   /// Runs the steps on one record; returns the wall time per step in `ns`.
-  void process(Item &item, Outcome &o, int64_t *ns) {
+  void process(Item &item, Outcome &o, int64_t *ns, bool timed = true) {
     o = Outcome();
     int64_t bytes = recordBytes(item.rec);
     // What the steps allocate for this record is reserved in the budget
@@ -185,9 +242,10 @@ private:
     for (size_t i = 0; i < ops_.size(); ++i) {
       StageCounters &c = *ops_[i].counters;
       inc(c.bytesIn, bytes);
-      int64_t t0 = nowNs();
+      int64_t t0 = timed ? nowNs() : 0;
       Expected<bool> r = runStep(i, item.rec);
-      ns[i] += nowNs() - t0;
+      if (timed)
+        ns[i] += nowNs() - t0;
       if (!r) {
         o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
                                                   : Outcome::Failed;
@@ -288,7 +346,7 @@ private:
   }
 
   Expected<bool> produceInline(Item &out) {
-    std::vector<int64_t> ns(ops_.size());
+    std::vector<int64_t> &ns = ns_;
     for (;;) {
       Expected<bool> r = upstream_->next(out);
       if (!r || !*r)
@@ -566,6 +624,9 @@ private:
   }
 
   std::vector<SubOp> ops_;
+  /// produceInline/produceMany scratch: time per step, a run of records.
+  std::vector<int64_t> ns_ = std::vector<int64_t>(ops_.size());
+  std::vector<Item> run_;
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;

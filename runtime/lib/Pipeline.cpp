@@ -263,6 +263,7 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
