@@ -26,6 +26,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -90,9 +91,19 @@ struct Shared {
     int64_t resumeStart = 0;
   } positional;
 
+  /// Set by Pipeline::cancel() (from any thread): every stage's next()
+  /// fails with cancelledError() from then on, and waits for other threads'
+  /// results give up (Stage::wake()), so the thread in Pipeline::next()
+  /// returns after at most the record each thread is working on, also in
+  /// the middle of filling a batch or a shuffle buffer.
+  std::atomic<bool> cancelled{false};
+
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
 };
+
+/// What next() returns once the pipeline is cancelled.
+Status cancelledError();
 
 /// A bad record read from the source: under `on_error: skip` it is counted
 /// (noteSkipped) and ok is returned; under `fail` the failure is counted and
@@ -183,6 +194,9 @@ public:
   void stop();
 
   Stage *upstream() const { return upstream_.get(); }
+  /// Wakes this stage's waits for other threads' results after
+  /// Shared::cancelled is set, so they see it (callable from any thread).
+  virtual void wake() {}
   virtual void staticNeeds(std::vector<StaticNeed> &) const {}
   /// Asks this stage to hand its finished records to `placer` (null:
   /// stop). True when it will: only parallel map stages do.

@@ -464,7 +464,8 @@ private:
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
           if (cancel_ || dispatched_ < tail_ || lingered ||
-              activeTasks_ > parallelism_)
+              activeTasks_ > parallelism_ ||
+              shared_.cancelled.load(std::memory_order_relaxed))
             break;
           ++idleWorkers_;
           work_.wait_for(lock, std::chrono::microseconds(200));
@@ -472,7 +473,8 @@ private:
           lingered = true;
         }
         // Also leave when the parallelism was lowered while running.
-        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_) {
+        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
+            shared_.cancelled.load(std::memory_order_relaxed)) {
           --activeTasks_;
           chargeTime(ns.data(), threadCpuNs() - cpu0);
           adaptChunk(ns.data(), items);
@@ -560,7 +562,12 @@ private:
         std::unique_lock<std::mutex> lock(mu_);
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
-        ready_.wait(lock, [&] { return head_ < tail_ && slot(head_).done; });
+        ready_.wait(lock, [&] {
+          return (head_ < tail_ && slot(head_).done) ||
+                 shared_.cancelled.load(std::memory_order_relaxed);
+        });
+        if (!(head_ < tail_ && slot(head_).done))
+          return cancelledError();
         Slot &s = slot(head_);
         if (s.marker == Slot::End)
           return false;
@@ -598,6 +605,17 @@ private:
     }
   }
 
+public:
+  void wake() override {
+    if (!parallel_)
+      return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.notify_all();
+    notFull_.notify_all();
+    work_.notify_all();
+  }
+
+private:
   void shutdown() {
     if (!parallel_)
       return;

@@ -56,6 +56,7 @@ public:
 
   Expected<bool> next(Item &out, int64_t &epoch);
   void stop();
+  void cancel();
   RunStats stats() const;
 
   Plan plan_;
@@ -710,6 +711,14 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   }
 }
 
+void Engine::cancel() {
+  shared_.cancelled.store(true);
+  // The stage chain is fixed once built; each wake() takes only its own
+  // stage's lock, so this is safe while another thread is inside next().
+  for (Stage *s = root_.get(); s; s = s->upstream())
+    s->wake();
+}
+
 void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
@@ -823,6 +832,15 @@ Expected<int64_t> Pipeline::setPrefetch(const std::string &step,
     }
   return Status::error("step '" + step +
                        "' has no prefetch queue whose depth could change");
+}
+
+void Pipeline::cancel() {
+  if (engine_)
+    engine_->cancel();
+}
+
+bool Pipeline::cancelled() const {
+  return engine_ && engine_->shared_.cancelled.load();
 }
 
 const RecordType &Pipeline::outputType() const {

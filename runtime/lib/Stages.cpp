@@ -93,7 +93,16 @@ Status Stage::onStart(uint64_t epoch) {
   return upstream_ ? upstream_->start(epoch) : Status::ok();
 }
 
+Status cancelledError() {
+  return Status::error("the pipeline was cancelled (Pipeline::cancel(), "
+                       "e.g. Ctrl-C)");
+}
+
 Expected<bool> Stage::next(Item &out) {
+  // Checked once per record and stage: a batch or shuffle buffer being
+  // filled stops within a record of a cancel().
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   if (!inlineTiming_ || !c_) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
@@ -1132,7 +1141,12 @@ protected:
   Expected<bool> produce(Item &out) override {
     std::unique_lock<std::mutex> lock(mu_);
     c_->sampleOccupancy(static_cast<int64_t>(queue_.size()));
-    notEmpty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    notEmpty_.wait(lock, [&] {
+      return !queue_.empty() || done_ ||
+             shared_.cancelled.load(std::memory_order_relaxed);
+    });
+    if (queue_.empty() && !done_)
+      return cancelledError();
     if (!queue_.empty()) {
       out = std::move(queue_.front().first);
       account_->release(queue_.front().second);
@@ -1147,6 +1161,13 @@ protected:
       return e;
     }
     return false;
+  }
+
+public:
+  void wake() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    notEmpty_.notify_all();
+    notFull_.notify_all();
   }
 
 private:
