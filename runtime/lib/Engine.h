@@ -23,6 +23,7 @@
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Source.h"
 #include "sluice/runtime/Stats.h"
+#include "sluice/runtime/TaskHandoff.h"
 
 #include <oneapi/tbb/task_arena.h>
 

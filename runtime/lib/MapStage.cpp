@@ -427,7 +427,7 @@ private:
           work_.notify_one();
         else if (activeTasks_ < parallelism_) {
           ++activeTasks_;
-          shared_.arena->enqueue([this] { workLoop(); });
+          enqueueTask(*shared_.arena, [this] { workLoop(); });
         }
       }
       if (last) {
