@@ -129,6 +129,7 @@ public:
     plan.epochs = pipeline.getEpochs();
     plan.cores = pipeline.getCores();
     plan.memoryBytes = pipeline.getMemory();
+    plan.scheduleAuto = spec.scheduleAutoWritten;
     // Where the data is split is run configuration, not a stage: it goes
     // from the checked spec to the Plan without an attribute on the module.
     plan.rank = spec.distributed.rank;

@@ -392,26 +392,15 @@ public:
   /// (what `sluice run` does for `schedule: auto`, through the same
   /// library call). SLUICE_NO_AUTOTUNE=1 turns it off, as for `sluice run`.
   void autoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts) {
-    const char *off = std::getenv("SLUICE_NO_AUTOTUNE");
-    if (off && *off && std::string(off) != "0")
-      return;
-    autotune::TuneOptions t;
-    t.profile.base = opts;
-    t.profile.secondsPerProbe = 0.6;
-    t.profile.base.sink = "null";
-    t.profile.base.statsJsonPath.clear();
-    t.memoryBytes = opts.memoryBytes;
-    if (opts.threads > 0)
-      t.cores = std::min<int64_t>(opts.threads, autotune::hostCores());
     std::optional<Expected<autotune::AutoSchedule>> a;
     {
       py::gil_scoped_release release;
-      a.emplace(autotune::autoSchedule(plan, t));
+      a.emplace(autotune::applyAutoSchedule(plan, opts));
     }
     if (!*a)
       raise(pipelineErrorType, "schedule: auto: " + a->status().message());
-    for (const auto &[name, o] : (*a)->schedule)
-      opts.schedule[name] = o;
+    if (!(*a)->applied)
+      return;
     autotuned_ = true;
     explanation_ = (*a)->explanation;
   }

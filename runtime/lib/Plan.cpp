@@ -445,6 +445,10 @@ std::string Plan::serialize() const {
             {"memoryBytes", memoryBytes},
             {"source", stageJson(source)},
             {"stages", std::move(stageList)}};
+  // Written only when set, so plans without it keep their text (and their
+  // fingerprint).
+  if (scheduleAuto)
+    j["scheduleAuto"] = true;
   // Written only when the spec sets them, so plans without `distributed:`
   // keep their text.
   if (rank)
@@ -501,6 +505,13 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
       !r.getInt(j, "memoryBytes", "plan", p.memoryBytes) || !source ||
       !stageList || !r.stage(*source, "plan.source", p.source))
     return r.status();
+  if (j.contains("scheduleAuto")) {
+    if (!j["scheduleAuto"].is_boolean()) {
+      r.fail("plan.scheduleAuto", "expected true or false");
+      return r.status();
+    }
+    p.scheduleAuto = j["scheduleAuto"].get<bool>();
+  }
   if (!stageList->is_array()) {
     r.fail("plan.stages", "expected an array");
     return r.status();

@@ -423,8 +423,14 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   }
   out << "accounting (read = emitted + filtered + skipped, per stage):\n"
       << stats.accounting() << finalLine(stats, sink.summary());
-  if (opts.stats)
+  if (opts.stats) {
     out << "\n" << stats.table();
+    if (opts.controller) {
+      std::string r = opts.controller->report();
+      if (!r.empty())
+        out << "\n" << r;
+    }
+  }
   if (!opts.statsJsonPath.empty()) {
     std::ofstream f(opts.statsJsonPath);
     f << stats.jsonText(true) << "\n";

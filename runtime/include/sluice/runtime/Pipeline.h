@@ -93,6 +93,23 @@ struct PipelineState {
 /// The fingerprint PipelineState::fingerprint compares.
 uint64_t planFingerprint(const Plan &plan);
 
+class Pipeline;
+
+/// Watches a running pipeline and may change its knobs in flight
+/// (Pipeline::setParallelism / setPrefetch): the autotuner's re-planner for
+/// `schedule: auto` (autotune::applyAutoSchedule). The runtime knows only
+/// this interface. The Pipeline calls tick() from a thread of its own every
+/// interval() seconds, from its first next() until stop(); tick() may read
+/// stats() and change knobs, never call next() or stop().
+class RunController {
+public:
+  virtual ~RunController();
+  virtual double interval() const { return 0.5; }
+  virtual void tick(Pipeline &pipeline) = 0;
+  /// What it did and why, for `--stats` (empty: nothing to say).
+  virtual std::string report() const { return ""; }
+};
+
 /// How to run a Plan. Unset values fall back to the Plan.
 struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
@@ -156,6 +173,10 @@ struct RunOptions {
   /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
   /// time on the consumer's thread. Needs more than one thread.
   bool parallelParse = true;
+  /// Changes knobs while the pipeline runs (see RunController). With one,
+  /// every parallel step's reorder window is sized for all `threads`, so
+  /// its parallelism can rise in flight.
+  std::shared_ptr<RunController> controller;
 
   // runPipeline() only.
   /// Stop after this many outputs (0: run to the end), e.g. to save a state
@@ -285,6 +306,19 @@ public:
 
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;
+
+  /// Changes, while the pipeline runs (from any thread, e.g. a
+  /// RunController), the workers of the parallel step `step` (a plan step;
+  /// a fused step is found by any of its parts) to `parallelism`, within
+  /// 1..threads(). Outputs stay the same bytes: the reorder window keeps
+  /// their order whichever worker made them. An error names a step that is
+  /// unknown or runs inline (no workers to change).
+  Status setParallelism(const std::string &step, int64_t parallelism);
+  /// Changes the depth of the prefetch queue after `step` (its `prefetch`
+  /// knob) while the pipeline runs, within the depth the pipeline was
+  /// created with (the capacity its memory check counted). Returns the
+  /// depth applied; an error when `step` has no prefetch queue.
+  Expected<int64_t> setPrefetch(const std::string &step, int64_t depth);
 
   /// Where the run stands after the outputs delivered so far.
   PipelineState state() const;

@@ -58,6 +58,11 @@ struct Plan {
   int64_t epochs = 1;
   int64_t cores = 0;       ///< budget; 0 = all cores of the host
   int64_t memoryBytes = 0; ///< budget; 0 = no limit given
+  /// The spec says `schedule: auto`: whoever runs the plan (`sluice run`,
+  /// a compiled executable, the Python module) profiles it briefly and
+  /// applies the autotuner's schedule (autotune::applyAutoSchedule), and
+  /// re-plans while it runs when the measured rates drift.
+  bool scheduleAuto = false;
   /// The spec's `distributed: {rank, world_size}`, each unset when not
   /// written there (resolveRanks() in Pipeline.h decides a run's values),
   /// and where each is written, for messages.
