@@ -99,12 +99,27 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
   if (!k.fn)
     return kernelError(s, "null kernel pointer");
   static const Plan kNoPlan;
-  Expected<ElementFn> reference = bindFused(s, kNoPlan);
+  Expected<ElementFn> reference = s.op == "fused_map"
+                                       ? bindFused(s, kNoPlan)
+                                       : bindElementOp(s, kNoPlan);
   if (!reference)
     return reference.status();
   auto c = std::make_shared<const RemapChain>(chain.take());
+  // The kernel has the sizes the types know compiled in (Codegen): a record
+  // of another shape takes the unfused steps.
+  auto fits = [](const std::vector<int64_t> &actual,
+                 const std::vector<int64_t> &known) {
+    if (actual.size() != known.size())
+      return false;
+    for (size_t d = 0; d < known.size(); ++d)
+      if (known[d] != kDynamic && known[d] != actual[d])
+        return false;
+    return true;
+  };
   return ElementFn([c, ref = reference.take(), fn = reinterpret_cast<RemapFn>(k.fn),
-                    at = size_t(i), elem = *outElem](
+                    at = size_t(i), elem = *outElem, fits,
+                    inShape = s.inputType.fields()[size_t(i)].type.shape,
+                    outShape = s.outputType.fields()[size_t(o)].type.shape](
                        Record &rec, const ElementContext &ctx) -> Expected<bool> {
     if (at >= rec.fields.size())
       return ref(rec, ctx);
@@ -117,7 +132,9 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
     }
     std::vector<int64_t> shape;
     const Tensor &t = rec.fields[at];
-    if (!c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape))
+    if (!fits(t.shape(), inShape) ||
+        !c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape) ||
+        !fits(shape, outShape))
       return ref(rec, ctx);
     Tensor result = Tensor::empty(elem, shape);
     fn(t.raw(), result.mutableRaw(), params);

@@ -55,6 +55,12 @@ struct KernelSpec {
   std::shared_ptr<const runtime::RemapChain> chain;
   /// Static size of each output dim (-1 unknown), for the loop order.
   std::vector<int64_t> outShape;
+  /// Remap chains: the field's static shape at each step's input and at the
+  /// output (kDynamic where unknown). Known sizes are compiled in as
+  /// constants (a channel stride of 3 lets LLVM vectorize the pixel loop as
+  /// interleaved loads); the runtime binding sends records of any other
+  /// shape to the unfused steps.
+  std::vector<std::vector<int64_t>> staticDims;
   /// The table's signature string (see runtime/CompiledKernels.h).
   std::string signature() const;
 };
