@@ -57,9 +57,15 @@ protected:
     int i = 0;
     for (auto [h, w] : std::vector<std::pair<int, int>>{
              {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}})
-      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i++));
+    {
+      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i));
+      ++i;
+    }
     for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}})
-      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i++));
+    {
+      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i));
+      ++i;
+    }
     dir_.write("img/s/small.png", png(20, 60, 3, 99)); // < the 32x32 crop
   }
 

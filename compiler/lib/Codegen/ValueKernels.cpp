@@ -461,6 +461,8 @@ Value callLibm(OpBuilder &b, Location loc, llvm::StringRef name,
 }
 
 std::string KernelSpec::signature() const {
+  if (filter)
+    return "filter";
   if (chain)
     return "remap " + field + " " + std::string(elemTypeName(inElem)) +
            " -> " + outField + " " + std::string(elemTypeName(outElem));
@@ -835,8 +837,33 @@ std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
         fusedKernels(s, out);
       continue;
     }
+    if (s.op == "filter") {
+      if (!s.params["where"].isString())
+        continue;
+      ExprError perr;
+      ExprPtr e = parseExpr(s.params["where"].asString(), perr);
+      if (!e)
+        continue;
+      Expected<kernels::CompiledExpr> c =
+          kernels::CompiledExpr::compileRecord(*e, s.inputType);
+      if (!c || !filterLowerable(*c))
+        continue;
+      KernelSpec k;
+      k.stage = s.name;
+      k.funcName = "sluice_k" + std::to_string(out.size());
+      k.filter = std::make_shared<const kernels::CompiledExpr>(c.take());
+      out.push_back(std::move(k));
+      continue;
+    }
     if (s.op == "normalize") { // per channel: a chain of one step
-      remapKernel(s, out);
+      // Worth it when the channel's constants fold (one pair, or a small
+      // static channel dim unrolled); else the runtime's per-channel loop.
+      if (remapKernel(s, out)) {
+        const runtime::RemapChain::Step &st = out.back().chain->steps()[0];
+        if (std::max(st.meanCount, st.stdCount) > 1 &&
+            !unrolledChannelDim(out.back()))
+          out.pop_back();
+      }
       continue;
     }
     KernelSpec k;
@@ -866,6 +893,11 @@ OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,
   Type ptr = LLVM::LLVMPointerType::get(&ctx);
   Type i64 = b.getI64Type();
   for (const KernelSpec &k : kernels) {
+    if (k.filter) {
+      if (!buildFilterKernel(b, *module, k, error))
+        return nullptr;
+      continue;
+    }
     if (k.chain) {
       if (!buildRemapKernel(b, *module, k, error))
         return nullptr;
