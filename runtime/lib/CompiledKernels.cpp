@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/CompiledKernels.h"
 
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/Expr.h"
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/runtime/RemapChain.h"
@@ -139,7 +140,8 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
         !c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape) ||
         !fits(shape, outShape))
       return ref(rec, ctx);
-    Tensor result = Tensor::empty(elem, shape);
+    // Every value is written: a batch row the runtime offers will do.
+    Tensor result = outputTensor(elem, std::move(shape));
     fn(t.raw(), result.mutableRaw(), params);
     rec.fields[at] = std::move(result);
     return true;
