@@ -1102,8 +1102,16 @@ inline uint8_t aaClip8(int32_t v) {
 }
 
 // The vertical pass is built for AVX2 as well as the baseline, picked at
-// load time (its 32-bit multiplies vectorize only from SSE4.1).
-#if defined(__x86_64__) && defined(__clang__)
+// load time (its 32-bit multiplies vectorize only from SSE4.1). Not under
+// ThreadSanitizer: clang instruments the clones' ifunc resolver, which the
+// dynamic loader runs while relocating, before the TSan runtime exists
+// (every program crashed in __tsan_func_entry before main).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE_AA_NO_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__clang__) && !defined(SLUICE_AA_NO_CLONES)
 #define SLUICE_AA_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define SLUICE_AA_CLONES
