@@ -2115,5 +2115,24 @@ Expected<Tensor> randomFlip(const Tensor &image, FlipAxis axis, double p,
   return flip(image, axis);
 }
 
+Expected<Tensor> applyImageEpilogue(const Tensor &image,
+                                    const ImageEpilogue &e) {
+  Expected<Dims> d = imageDims(image, "image epilogue");
+  if (!d)
+    return d.status();
+  if (image.elem() != ElemType::U8)
+    return Status::error("image epilogue: expects u8, got " +
+                         image.type().str());
+  if (e.normalize && (e.mean.size() != size_t(d->c) ||
+                      e.scale.size() != size_t(d->c)))
+    return Status::error("image epilogue: needs one mean and scale per "
+                         "channel");
+  Tensor out = epilogueOutput(d->h, d->w, d->c, e);
+  const uint8_t *src = image.data<uint8_t>();
+  for (int64_t oy = 0; oy < d->h; ++oy)
+    epilogueRow(src + oy * d->w * d->c, d->w, d->c, oy, d->h, e.flip, e, out);
+  return out;
+}
+
 } // namespace kernels
 } // namespace sluice
