@@ -217,6 +217,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   s = e->checkStaticMemory();
   if (!s)
     return s;
+  noteProcessBaseline();
   e->outputAccount_ = e->memory_->account("output");
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
@@ -719,6 +720,9 @@ RunStats Engine::stats() const {
   r.outputBytes = outputBytes_.load();
   r.memoryLimit = memory_->limit();
   r.memoryPeak = memory_->peak();
+  r.processMemoryPeak = std::max(r.memoryPeak, processMemoryPeak());
+  r.baselineRss = processBaselineRss();
+  r.rss = currentRss();
   r.memoryInUse = memory_->used();
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)

@@ -92,7 +92,12 @@ nlohmann::ordered_json RunStats::toJson() const {
           {"outputs", outputs},
           {"output_bytes", outputBytes},
           {"memory",
-           {{"limit", memoryLimit}, {"peak", memoryPeak}, {"peaks", per}}},
+           {{"limit", memoryLimit},
+            {"peak", memoryPeak},
+            {"process_peak", processMemoryPeak},
+            {"baseline_rss", baselineRss},
+            {"rss", rss},
+            {"peaks", per}}},
           {"stages", std::move(list)}};
 }
 
@@ -171,6 +176,9 @@ std::string RunStats::table() const {
   out += "; memory peak " + formatBytes(memoryPeak);
   if (memoryLimit > 0)
     out += " of budget " + formatBytes(memoryLimit);
+  if (processMemoryPeak > memoryPeak)
+    out += " (process peak " + formatBytes(processMemoryPeak) +
+           ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
   return out;
 }

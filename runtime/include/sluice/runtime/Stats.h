@@ -107,6 +107,15 @@ struct RunStats {
   int64_t outputBytes = 0;
   int64_t memoryLimit = 0; ///< 0: no budget
   int64_t memoryPeak = 0;
+  /// processMemoryPeak() when the stats were taken: at least memoryPeak;
+  /// more when another pipeline of the process (a schedule probe) held
+  /// more.
+  int64_t processMemoryPeak = 0;
+  /// processBaselineRss() (Memory.h): the process's resident set before its
+  /// first pipeline started; 0 when unknown.
+  int64_t baselineRss = 0;
+  /// currentRss() when the stats were taken (0: unknown).
+  int64_t rss = 0;
   /// Bytes the pipeline's buffers reserve now: 0 once the pipeline has
   /// stopped, when every reservation was released. (Idle buffers of the
   /// tensor buffer pool are never reserved: sluice/ops/BufferPool.h.)
