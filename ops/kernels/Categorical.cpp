@@ -232,18 +232,28 @@ Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
            c == '\f';
   };
-  std::vector<int64_t> ids;
+  // Two passes over the text: count the tokens, then reserve the output
+  // (Tensor::empty: in the budget, before it is built) and write the ids
+  // straight into it. No list of ids grows with the text first.
+  auto forEachToken = [&](auto &&fn) {
+    size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && isSpace(s[i]))
+        ++i;
+      size_t start = i;
+      while (i < s.size() && !isSpace(s[i]))
+        ++i;
+      if (i == start)
+        break;
+      fn(std::string_view(s.data() + start, i - start));
+    }
+  };
+  int64_t count = 0;
+  forEachToken([&](std::string_view) { ++count; });
+  Tensor out = Tensor::empty(options.out, {count});
   std::string lowered;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && isSpace(s[i]))
-      ++i;
-    size_t start = i;
-    while (i < s.size() && !isSpace(s[i]))
-      ++i;
-    if (i == start)
-      break;
-    std::string_view tok(s.data() + start, i - start);
+  size_t k = 0;
+  forEachToken([&](std::string_view tok) {
     if (options.lowercase) {
       lowered.assign(tok);
       for (char &c : lowered)
@@ -252,11 +262,9 @@ Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
       tok = lowered;
     }
     int64_t id = vocab.lookup(tok);
-    ids.push_back(id < 0 ? options.unknownId : id);
-  }
-  Tensor out = Tensor::empty(options.out, {int64_t(ids.size())});
-  for (size_t k = 0; k < ids.size(); ++k)
-    storeFromInt(options.out, ids[k], out.mutableRaw(), k);
+    storeFromInt(options.out, id < 0 ? options.unknownId : id,
+                 out.mutableRaw(), k++);
+  });
   return out;
 }
 

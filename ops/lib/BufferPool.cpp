@@ -104,8 +104,7 @@ public:
     classes_[bytes / kAlignment - 1].push_back(p);
     idleBytes_ += bytes;
     ++idleBuffers_;
-    if (limit_ && limit_->tryReserveNow(static_cast<int64_t>(bytes)))
-      reserved_ += bytes;
+    reserve(bytes);
   }
 
   void trim() {
@@ -137,12 +136,11 @@ public:
         limit_->release(static_cast<int64_t>(reserved_));
       reserved_ = 0;
       limit_ = limit;
-      if (limit_ && idleBytes_ > 0 &&
-          !limit_->tryReserveNow(static_cast<int64_t>(idleBytes_)))
+      if (limit_ && idleBytes_ > 0 && !reserve(idleBytes_)) {
         freeIdleSlabs(freed);
-      if (limit_ && idleBytes_ > 0 &&
-          limit_->tryReserveNow(static_cast<int64_t>(idleBytes_)))
-        reserved_ = idleBytes_;
+        if (idleBytes_ > 0)
+          reserve(idleBytes_);
+      }
     }
     for (void *p : freed)
       freeAligned(p);
@@ -163,17 +161,27 @@ private:
     size_t count; ///< buffers
   };
 
+  /// Reserves `bytes` of idle buffers in limit_ (under the lock). Idle small
+  /// buffers cannot be handed back one by one (they live in slabs), so they
+  /// take at most a quarter of the budget: past it they wait uncounted
+  /// rather than crowd the pipeline out of a small budget.
+  bool reserve(size_t bytes) {
+    int64_t cap = limit_ ? limit_->limit() / 4 : 0;
+    if (!limit_ || (limit_->limit() > 0 &&
+                    static_cast<int64_t>(reserved_ + bytes) > cap) ||
+        !limit_->tryReserveNow(static_cast<int64_t>(bytes)))
+      return false;
+    reserved_ += bytes;
+    return true;
+  }
+
   /// Adds a new slab's buffers of `bytes` to `c` (under the lock). The idle
   /// ones are reserved in the limit like freed ones; when it cannot hold
   /// them the slab is a single buffer.
   void carve(size_t bytes, std::vector<void *> &c) {
     size_t count = std::max<size_t>(1, kSmallPoolSlabBytes / bytes);
-    if (count > 1 && limit_) {
-      if (limit_->tryReserveNow(static_cast<int64_t>((count - 1) * bytes)))
-        reserved_ += (count - 1) * bytes;
-      else
-        count = 1;
-    }
+    if (count > 1 && limit_ && !reserve((count - 1) * bytes))
+      count = 1;
     char *base = static_cast<char *>(
         ::operator new(count * bytes, std::align_val_t(kAlignment)));
     slabs_.push_back({base, bytes, count});
