@@ -64,6 +64,16 @@ public:
     inlineTiming_ = false;
     for (const SubOp &op : ops_)
       op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
+    // Inline filters can test runs of records held as columns.
+    runsOk_ = !parallel_;
+    for (const SubOp &op : ops_) {
+      if (!runsOk_)
+        break;
+      std::optional<Expected<RowsFilterFn>> f = bindRowsFilter(*op.step);
+      runsOk_ = f && *f;
+      if (runsOk_)
+        rowsFilters_.push_back(f->take());
+    }
     if (parallel_) {
       slots_.resize(static_cast<size_t>(window_));
       account_ = s.memory->account(ops_.front().step->name + " window");
@@ -92,6 +102,8 @@ public:
     n.where = shared_.plan->where(*ops_.front().step);
     out.push_back(std::move(n));
   }
+
+  bool runs() const override { return runsOk_ && upstream_->runs(); }
 
   bool attachRowPlacer(RowPlacer *placer) override {
     if (!parallel_)
@@ -178,6 +190,56 @@ protected:
       chargeTime(ns.data(), -1);
     }
     return n;
+  }
+
+  /// Run mode: each filter tests the run's selected rows at once and
+  /// narrows the selection; counted as produceInline counts its records.
+  Expected<bool> produceRun(ItemRun &run, int64_t max) override {
+    Expected<bool> r = upstream_->nextRun(run, max);
+    if (!r || !*r)
+      return r;
+    int64_t in = run.kept();
+    if (in == 0)
+      return true;
+    inc(ops_.front().counters->read, in);
+    const int64_t bytes = run.rowRecordBytes();
+    std::vector<int64_t> &ns = ns_;
+    std::fill(ns.begin(), ns.end(), 0);
+    for (size_t i = 0; i < ops_.size() && in > 0; ++i) {
+      StageCounters &c = *ops_[i].counters;
+      if (i > 0)
+        inc(c.read, in);
+      inc(c.bytesIn, in * bytes);
+      int64_t t0 = nowNs();
+      keepFlags_.resize(static_cast<size_t>(in));
+      Status st = rowsFilters_[i](run.columns,
+                                  run.selected ? run.keep.data() : nullptr, in,
+                                  keepFlags_.data());
+      if (!st) {
+        inc(c.failed, in);
+        const PlanStage &step = *ops_[i].step;
+        return Status::error(shared_.describe(run.origin) + ": " +
+                             step.reportedOp() + ": " + st.message() +
+                             "\n  in step '" + step.name + "' at " +
+                             shared_.plan->where(step));
+      }
+      nextKeep_.clear();
+      for (int64_t j = 0; j < in; ++j)
+        if (keepFlags_[size_t(j)])
+          nextKeep_.push_back(run.selected ? run.keep[size_t(j)]
+                                           : static_cast<uint32_t>(j));
+      run.keep.swap(nextKeep_);
+      run.selected = true;
+      ns[i] += nowNs() - t0;
+      int64_t out = static_cast<int64_t>(run.keep.size());
+      inc(c.emitted, out);
+      inc(c.elementsOut, out);
+      inc(c.filtered, in - out);
+      inc(c.bytesOut, out * bytes);
+      in = out;
+    }
+    chargeTime(ns.data(), -1);
+    return true;
   }
 
 private:
@@ -570,6 +632,11 @@ private:
   /// produceInline/produceMany scratch: time per step, a run of records.
   std::vector<int64_t> ns_ = std::vector<int64_t>(ops_.size());
   std::vector<Item> run_;
+  /// Run mode (runs()): one RowsFilterFn per step, scratch.
+  bool runsOk_ = false;
+  std::vector<RowsFilterFn> rowsFilters_;
+  std::vector<uint8_t> keepFlags_;
+  std::vector<uint32_t> nextKeep_;
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;

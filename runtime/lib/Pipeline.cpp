@@ -246,6 +246,8 @@ Status Engine::build() {
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.recordRuns =
+      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.

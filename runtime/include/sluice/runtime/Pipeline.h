@@ -156,6 +156,14 @@ struct RunOptions {
   /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
   /// time on the consumer's thread. Needs more than one thread.
   bool parallelParse = true;
+  /// Record runs: a `batch` of fixed-shape numeric records fed by a csv/tsv
+  /// source without text columns (and no `interleave`), through inline
+  /// `filter`s only, takes runs of rows as columns: the filters test a run
+  /// at once and the batch copies each run of kept rows with one memcpy
+  /// per field, with no record built per row. false (or
+  /// SLUICE_NO_RECORD_RUNS=1) builds every record. Same bytes, errors and
+  /// counts either way; the batch stage's `rowsFromRuns` counter shows it.
+  bool recordRuns = true;
 
   // runPipeline() only.
   /// Stop after this many outputs (0: run to the end), e.g. to save a state
