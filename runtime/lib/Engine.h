@@ -23,9 +23,11 @@
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Source.h"
 #include "sluice/runtime/Stats.h"
+#include "sluice/runtime/TaskHandoff.h"
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -115,9 +117,19 @@ struct Shared {
     int64_t resumeStart = 0;
   } positional;
 
+  /// Set by Pipeline::cancel() (from any thread): every stage's next()
+  /// fails with cancelledError() from then on, and waits for other threads'
+  /// results give up (Stage::wake()), so the thread in Pipeline::next()
+  /// returns after at most the record each thread is working on, also in
+  /// the middle of filling a batch or a shuffle buffer.
+  std::atomic<bool> cancelled{false};
+
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
 };
+
+/// What next() returns once the pipeline is cancelled.
+Status cancelledError();
 
 /// A bad record read from the source: under `on_error: skip` it is counted
 /// (noteSkipped) and ok is returned; under `fail` the failure is counted and
@@ -216,10 +228,28 @@ public:
   void stop();
 
   Stage *upstream() const { return upstream_.get(); }
+  /// Wakes this stage's waits for other threads' results after
+  /// Shared::cancelled is set, so they see it (callable from any thread).
+  virtual void wake() {}
   virtual void staticNeeds(std::vector<StaticNeed> &) const {}
   /// Asks this stage to hand its finished records to `placer` (null:
   /// stop). True when it will: only parallel map stages do.
   virtual bool attachRowPlacer(RowPlacer *) { return false; }
+
+  // Knobs that change while the pipeline runs (Pipeline::setParallelism,
+  // setPrefetch: the re-planning of `schedule: auto`). Safe from any thread
+  // while the stage runs; the outputs do not depend on them.
+  /// Whether this stage runs plan step `name` (a fused step's name, or
+  /// "<step>/prefetch" for a prefetch queue).
+  virtual bool runsStep(const std::string &name) const {
+    return c_ && c_->name() == name;
+  }
+  /// Workers of a parallel map stage: sets them (1..threads) and returns
+  /// true; false for a stage without workers.
+  virtual bool setParallelism(int64_t) { return false; }
+  /// Depth of a prefetch queue, within the capacity checked before running:
+  /// returns the depth applied, -1 for a stage without a queue.
+  virtual int64_t setDepth(int64_t) { return -1; }
 
 protected:
   virtual Status onStart(uint64_t epoch);

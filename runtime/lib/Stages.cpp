@@ -93,7 +93,16 @@ Status Stage::onStart(uint64_t epoch) {
   return upstream_ ? upstream_->start(epoch) : Status::ok();
 }
 
+Status cancelledError() {
+  return Status::error("the pipeline was cancelled (Pipeline::cancel(), "
+                       "e.g. Ctrl-C)");
+}
+
 Expected<bool> Stage::next(Item &out) {
+  // Checked once per record and stage: a batch or shuffle buffer being
+  // filled stops within a record of a cancel().
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   if (!inlineTiming_ || !c_) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
@@ -135,6 +144,9 @@ Expected<size_t> Stage::produceMany(std::vector<Item> &out, size_t max) {
 }
 
 Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
+  // As next(): a run stops within a run of a cancel().
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   if (held_) {
     Status s = std::move(*held_);
     held_.reset();
@@ -196,6 +208,8 @@ Expected<bool> Stage::produceRun(ItemRun &, int64_t) {
 }
 
 Expected<bool> Stage::nextRun(ItemRun &run, int64_t max) {
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   Expected<bool> r = true;
   if (!inlineTiming_ || !c_) {
     r = produceRun(run, max);
@@ -1213,13 +1227,24 @@ public:
                 int64_t buffer, RecordType type, std::string knob,
                 std::string where)
       : Stage(s, std::move(up), c), buffer_(std::max<int64_t>(1, buffer)),
-        type_(std::move(type)), knob_(std::move(knob)),
+        depth_(buffer_), type_(std::move(type)), knob_(std::move(knob)),
         where_(std::move(where)) {
     inlineTiming_ = false;
     account_ = s.memory->account(c->name());
     c->bufferCapacity.store(buffer_);
   }
   ~PrefetchStage() override { stopThread(); }
+
+  /// In flight, up to the capacity the memory check counted.
+  int64_t setDepth(int64_t d) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      depth_ = std::clamp<int64_t>(d, 1, buffer_);
+      d = depth_;
+    }
+    notFull_.notify_all();
+    return d;
+  }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
     StaticNeed n;
@@ -1255,7 +1280,12 @@ protected:
   Expected<bool> produce(Item &out) override {
     std::unique_lock<std::mutex> lock(mu_);
     c_->sampleOccupancy(static_cast<int64_t>(queue_.size()));
-    notEmpty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    notEmpty_.wait(lock, [&] {
+      return !queue_.empty() || done_ ||
+             shared_.cancelled.load(std::memory_order_relaxed);
+    });
+    if (queue_.empty() && !done_)
+      return cancelledError();
     if (!queue_.empty()) {
       out = std::move(queue_.front().first);
       account_->release(queue_.front().second);
@@ -1270,6 +1300,13 @@ protected:
       return e;
     }
     return false;
+  }
+
+public:
+  void wake() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    notEmpty_.notify_all();
+    notFull_.notify_all();
   }
 
 private:
@@ -1303,7 +1340,7 @@ private:
       int64_t bytes = recordBytes(in.rec);
       bool reserved = false;
       while (!cancel_) {
-        if (static_cast<int64_t>(queue_.size()) < buffer_) {
+        if (static_cast<int64_t>(queue_.size()) < depth_) {
           if (account_->tryReserve(bytes)) {
             reserved = true;
             break;
@@ -1335,6 +1372,8 @@ private:
   }
 
   int64_t buffer_;
+  /// The depth in use (setDepth), at most buffer_.
+  int64_t depth_;
   RecordType type_;
   std::string knob_, where_;
   MemoryAccount *account_;

@@ -14,6 +14,7 @@
 #include "sources_test_util.h"
 
 #include "sluice/runtime/Memory.h"
+#include "sluice/runtime/TaskHandoff.h"
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -218,7 +219,7 @@ TEST_P(CsvBlocks, AnyBlockSizeAndThreadsReadTheSame) {
       runtime::MemoryBudget budget(0);
       ReadAhead ra = inline_;
       ra.spawn = [&arena](std::function<void()> f) {
-        arena.enqueue(std::move(f));
+        runtime::enqueueTask(arena, std::move(f));
       };
       ra.memory = budget.account("read-ahead");
       ra.maxInFlight = 3;
