@@ -609,8 +609,11 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_F_UN(std::nearbyint(x[j]))
     case Op::ExpF:
       SLUICE_F_UN(std::exp(x[j]))
-    case Op::LogF:
-      SLUICE_F_UN(math::log(x[j])) // MathImpl.h: the JIT's log too
+    case Op::LogF: {
+      // MathImpl.h: the JIT's log too; vectorized over the chunk.
+      math::logArray(fr(in.a), fr(in.dst), len);
+      break;
+    }
     case Op::Log1pF:
       SLUICE_F_UN(std::log1p(x[j]))
     case Op::SqrtF:
