@@ -57,9 +57,15 @@ protected:
     int i = 0;
     for (auto [h, w] : std::vector<std::pair<int, int>>{
              {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}})
-      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i++));
+    {
+      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i));
+      ++i;
+    }
     for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}})
-      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i++));
+    {
+      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i));
+      ++i;
+    }
     dir_.write("img/s/small.png", png(20, 60, 3, 99)); // < the 32x32 crop
   }
 
@@ -79,8 +85,11 @@ protected:
   }
 
   /// Runs `yaml` in every configuration; all must give the reference's
-  /// bytes. `fused` is the stage sluice-fuse-remaps must make and compile.
-  void expectSame(const std::string &yaml, const std::string &fused) {
+  /// bytes. `fused` is the stage sluice-fuse-remaps must make and compile
+  /// (`byPass`; else a lone step compiled as a chain of one, which --no-jit
+  /// turns off).
+  void expectSame(const std::string &yaml, const std::string &fused,
+                  bool byPass = true) {
     std::string path = dir_.write("spec.yaml", yaml);
     runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
     runtime::RunOptions ref;
@@ -95,7 +104,8 @@ protected:
         << "'" << fused << "' is not compiled";
     runtime::Plan noRemap = sluice::testing::planOfSpecFile(path, {kPass});
     for (const runtime::PlanStage &s : noRemap.stages)
-      EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
+      if (byPass)
+        EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
 
     for (const runtime::Plan *plan : {&on, &noRemap}) {
       Expected<runtime::Plan> back =
@@ -164,6 +174,16 @@ TEST_F(RemapFusionTest, GrayImagesF64AndPadAfterNormalize) {
                        "-1.5}\n"
                        "  - fill_missing: {field: image, value: 0}\n"),
              "cast+map+random_crop+normalize+pad+fill_missing");
+}
+
+TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
+  // A lone normalize compiles as a chain of one step (its constants depend
+  // on the channel, the last index); here per record and, moved behind the
+  // batch by sluice-fuse-map-batch, per batch.
+  expectSame(spec("3", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - normalize: {field: image, mean: [120, 110.5, 100], "
+                       "std: [60, 0.5, 3]}\n"),
+             "normalize", /*byPass=*/false);
 }
 
 TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {
