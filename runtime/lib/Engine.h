@@ -69,6 +69,8 @@ struct Shared {
   bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// RunOptions::stageTiming: time steps and count their bytes.
+  bool timing = true;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the

@@ -263,6 +263,10 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.timing =
+      opts_.stageTiming == RunOptions::StageTiming::On ||
+      (opts_.stageTiming == RunOptions::StageTiming::Default &&
+       !switchedOff("SLUICE_NO_STAGE_TIMING"));
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.

@@ -93,11 +93,13 @@ Status Stage::onStart(uint64_t epoch) {
 }
 
 Expected<bool> Stage::next(Item &out) {
-  if (!inlineTiming_ || !c_) {
+  if (!inlineTiming_ || !c_ || !shared_.timing) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
       c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
-      c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+      if (shared_.timing)
+        c_->bytesOut.fetch_add(recordBytes(out.rec),
+                               std::memory_order_relaxed);
     }
     return r;
   }
@@ -124,13 +126,15 @@ void Stage::stop() {
 }
 
 Expected<bool> Stage::pull(Item &in) {
-  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  bool timed = inlineTiming_ && shared_.timing;
+  int64_t t0 = timed ? nowNs() : 0;
   Expected<bool> r = upstream_->next(in);
-  if (inlineTiming_)
+  if (timed)
     pullNs_ += nowNs() - t0;
   if (r && *r && c_) {
     c_->read.fetch_add(1, std::memory_order_relaxed);
-    c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
+    if (shared_.timing)
+      c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
   }
   return r;
 }
