@@ -12,7 +12,8 @@
 // configurations so load from other processes spreads over them; figures are
 // medians over rounds. Not a test: the machine is shared and noisy.
 //
-// usage: autotune_bench [--rounds N] SPEC...
+// usage: autotune_bench [--rounds N] [--verbose] SPEC...
+// (--verbose: every configuration's median and per-round rates on stderr)
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -188,17 +189,20 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
 
 int main(int argc, char **argv) {
   int rounds = 3;
+  bool verbose = false;
   std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rounds" && i + 1 < argc)
       rounds = std::atoi(argv[++i]);
+    else if (a == "--verbose")
+      verbose = true;
     else
       specs.push_back(a);
   }
   double load[1] = {0};
   getloadavg(load, 1);
-  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted | pred. error | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string &path : specs) {
     std::string text, err;
     if (!dsl::readFile(path, text, err)) {
@@ -267,16 +271,26 @@ int main(int argc, char **argv) {
     int64_t peak = 0;
     for (const Candidate &c : cands)
       peak = std::max(peak, c.memoryPeak);
-    double pred = r->solution.prediction.throughput;
-    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %+.0f%% | %.1f | %s |\n",
+    // The runs are whole runs (start-up included): compared with the
+    // model's whole-run figure.
+    double steady = r->solution.prediction.throughput;
+    double pred = r->solution.prediction.wholeRun;
+    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %.1f | %s |\n",
                 r->profile.pipeline.c_str(), cands[0].median(),
                 cands[1].median(), cands[2].median(), cands[best].median(),
                 cands[best].name.c_str(), cands[2].median() / oracle,
                 cands[2].median() / cands[1].median(),
-                cands[2].median() / cands[0].median(), pred,
+                cands[2].median() / cands[0].median(), steady, pred,
                 (pred - cands[2].median()) / cands[2].median() * 100, tuneSecs,
                 runtime::formatBytes(peak).c_str());
     std::fflush(stdout);
+    if (verbose)
+      for (const Candidate &c : cands) {
+        std::cerr << "  " << c.name << ": median " << c.median() << " (";
+        for (double x : c.rates)
+          std::cerr << " " << static_cast<int64_t>(x);
+        std::cerr << " )\n";
+      }
     std::cerr << r->profile.pipeline << ": " << cands.size()
               << " configurations x " << rounds << " rounds; tuned schedule:\n"
               << autotune::scheduleYaml(*r);

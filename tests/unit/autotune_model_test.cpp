@@ -144,6 +144,32 @@ TEST(AutotuneModel, ThroughputIsTheMinimumScaledBySelectivity) {
   EXPECT_NEAR(tight.throughput, 2 / 251.6e-6, 1e-6);
 }
 
+TEST(AutotuneModel, WholeRunCountsTheStartUpOnce) {
+  Profile p = pipeline();
+  p.epochs = 2;
+  p.startupSeconds = 0.5;
+  // 20000 records at 10000/s take 2 s, plus 0.5 s of start-up: 8000/s.
+  EXPECT_NEAR(wholeRunThroughput(p, 10000), 8000, 1e-9);
+  std::vector<Unit> us = units(p, -1);
+  Config c;
+  for (const Unit &u : us)
+    c.parallelism.push_back(u.parallel ? 2 : 1);
+  Prediction pr = predict(p, c, 64);
+  double total = 2 * 10000.0;
+  EXPECT_NEAR(pr.wholeRun, total / (0.5 + total / pr.throughput), 1e-6);
+  EXPECT_LT(pr.wholeRun, pr.throughput);
+  // Endless runs and unknown epoch sizes have no whole-run average.
+  p.epochs = -1;
+  EXPECT_EQ(wholeRunThroughput(p, 10000), 10000);
+  p.epochs = 2;
+  p.sourceRecordsPerEpoch.reset();
+  EXPECT_EQ(wholeRunThroughput(p, 10000), 10000);
+  // No start-up measured: the steady state.
+  p.sourceRecordsPerEpoch = 10000;
+  p.startupSeconds = 0;
+  EXPECT_EQ(wholeRunThroughput(p, 10000), 10000);
+}
+
 TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   Profile p = pipeline();
   p.epochs = 4;
