@@ -92,6 +92,12 @@ set(_build "")
 set(_install "")
 set(_seen "")
 _sluice_link_items(sluice_exe_main OFF _build _install _seen)
+# A sanitizer build's libraries need the sanitizer runtime at link time:
+# executables `sluice compile` writes from them are sanitized too.
+if(SLUICE_SANITIZE)
+  list(APPEND _build ${SLUICE_SANITIZE_LINK_FLAGS})
+  list(APPEND _install ${SLUICE_SANITIZE_LINK_FLAGS})
+endif()
 list(JOIN _build "\n" _build)
 list(JOIN _install "\n" _install)
 set(_head "# sluice ${PROJECT_VERSION}: what `sluice compile` links a compiled executable with\n# (one linker argument a line; \${dir} is this file's directory)\n")

@@ -8,7 +8,7 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".yaml", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.sluice_obj_root, "tests")
-config.excludes = ["unit", "tools", "CMakeLists.txt", "lit.cfg.py", "Inputs"]
+config.excludes = ["unit", "tools", "fuzz", "CMakeLists.txt", "lit.cfg.py", "Inputs"]
 
 config.environment["PATH"] = os.pathsep.join(
     [config.sluice_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])

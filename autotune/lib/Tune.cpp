@@ -170,31 +170,6 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   return r;
 }
 
-Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
-                                    const TuneOptions &opts) {
-  TuneOptions o = opts;
-  o.verify = false;
-  Expected<TuneResult> r = tune(plan, o);
-  if (!r)
-    return r.status();
-  AutoSchedule a;
-  a.schedule = r->schedule;
-  a.prediction = r->solution.prediction;
-  std::string s = "schedule: auto: profiled " +
-                  std::to_string(r->profile.probes.size()) + " probes in " +
-                  fmt(r->profile.seconds) + " s; predicted " +
-                  fmt(a.prediction.throughput) +
-                  " records/s, bottleneck " + a.prediction.bottleneckLabel +
-                  "\n";
-  for (const KnobChoice &k : r->solution.knobs)
-    s += "  " + (k.step.empty() ? std::string("(pipeline)") : k.step) + "." +
-         k.knob + " = " + k.value + ": " + k.reason + "\n";
-  for (const std::string &n : r->solution.notes)
-    s += "  note: " + n + "\n";
-  a.explanation = s;
-  return a;
-}
-
 namespace {
 
 bool envOff(const char *name) {

@@ -23,9 +23,11 @@
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Source.h"
 #include "sluice/runtime/Stats.h"
+#include "sluice/runtime/TaskHandoff.h"
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,6 +73,9 @@ struct Shared {
   bool parallelParse = true;
   /// RunOptions::stageTiming: time steps and count their bytes.
   bool timing = true;
+  /// `batch` pulls runs of records with nextMany() (no
+  /// SLUICE_NO_BULK_PULL).
+  bool bulkPull = true;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the
@@ -89,9 +94,19 @@ struct Shared {
     int64_t resumeStart = 0;
   } positional;
 
+  /// Set by Pipeline::cancel() (from any thread): every stage's next()
+  /// fails with cancelledError() from then on, and waits for other threads'
+  /// results give up (Stage::wake()), so the thread in Pipeline::next()
+  /// returns after at most the record each thread is working on, also in
+  /// the middle of filling a batch or a shuffle buffer.
+  std::atomic<bool> cancelled{false};
+
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
 };
+
+/// What next() returns once the pipeline is cancelled.
+Status cancelledError();
 
 /// A bad record read from the source: under `on_error: skip` it is counted
 /// (noteSkipped) and ok is returned; under `fail` the failure is counted and
@@ -170,10 +185,21 @@ public:
   Status start(uint64_t epoch);
   /// The next item of the pass; false at its end.
   Expected<bool> next(Item &out);
+  /// Appends up to `max` (> 0) items of the pass to `out` and returns how
+  /// many; 0 only at its end. The same items, order, counts and errors as
+  /// `max` calls of next() (an error met after some items is returned by
+  /// the following call), but a stage on the per-record path (source,
+  /// inline map) times and counts the run once instead of per record: on
+  /// tabular pipelines the clock reads and counter updates per record cost
+  /// as much as the steps. Used by `batch` (Shared::bulkPull).
+  Expected<size_t> nextMany(std::vector<Item> &out, size_t max);
   /// Stops the pass (idempotent).
   void stop();
 
   Stage *upstream() const { return upstream_.get(); }
+  /// Wakes this stage's waits for other threads' results after
+  /// Shared::cancelled is set, so they see it (callable from any thread).
+  virtual void wake() {}
   virtual void staticNeeds(std::vector<StaticNeed> &) const {}
   /// Asks this stage to hand its finished records to `placer` (null:
   /// stop). True when it will: only parallel map stages do.
@@ -201,6 +227,13 @@ protected:
   virtual void onStop() {}
   /// Pulls from upstream, counting `read` and input bytes.
   Expected<bool> pull(Item &in);
+  /// pull() for a run of up to `max` items (upstream's nextMany()).
+  Expected<size_t> pullMany(std::vector<Item> &out, size_t max);
+  /// nextMany()'s work; the default calls produce() for each item. An
+  /// override that meets an error after appending items keeps it with
+  /// holdError() and returns the count.
+  virtual Expected<size_t> produceMany(std::vector<Item> &out, size_t max);
+  void holdError(Status s) { held_ = std::move(s); }
 
   /// Number of times this stage was started in the current epoch, minus 1
   /// (a repetition under `repeat`); seeds per-pass randomness.
@@ -217,6 +250,8 @@ protected:
 
 private:
   int64_t pullNs_ = 0;
+  /// An error met by produceMany() after it had appended items.
+  std::optional<Status> held_;
   uint64_t epoch_ = 0;
   uint64_t passInEpoch_ = 0;
   bool startedOnce_ = false;

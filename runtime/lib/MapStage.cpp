@@ -164,6 +164,64 @@ protected:
     return parallel_ ? produceParallel(out) : produceInline(out);
   }
 
+  /// Inline: the steps on a run of records from upstream, timed once per
+  /// run when there is one step (else per step and record, as produce()).
+  Expected<size_t> produceMany(std::vector<Item> &out, size_t max) override {
+    if (parallel_)
+      return Stage::produceMany(out, max);
+    const bool perStep = ops_.size() > 1;
+    std::vector<int64_t> &ns = ns_;
+    struct Clear { // dropped records are not held after the call
+      std::vector<Item> &v;
+      ~Clear() { v.clear(); }
+    } clear{run_};
+    size_t n = 0;
+    while (n < max) {
+      run_.clear();
+      Expected<size_t> r = upstream_->nextMany(run_, max - n);
+      if (!r) {
+        if (n == 0)
+          return r.status();
+        holdError(r.status());
+        return n;
+      }
+      if (*r == 0)
+        break;
+      std::fill(ns.begin(), ns.end(), 0);
+      const bool runClock = !perStep && shared_.timing;
+      int64_t t0 = runClock ? nowNs() : 0;
+      for (size_t i = 0; i < run_.size(); ++i) {
+        Item &item = run_[i];
+        inc(ops_.front().counters->read);
+        Outcome o;
+        process(item, o, ns.data(), perStep);
+        bool kept = false;
+        Status s = commit(item, o, kept);
+        if (!s) {
+          // Pulled in this run but never looked at.
+          int64_t rest = static_cast<int64_t>(run_.size() - i - 1);
+          inc(ops_.front().counters->read, rest);
+          inc(ops_.front().counters->discarded, rest);
+          if (runClock)
+            ns[0] += nowNs() - t0;
+          chargeTime(ns.data(), -1);
+          if (n == 0)
+            return s;
+          holdError(std::move(s));
+          return n;
+        }
+        if (kept) {
+          out.push_back(std::move(item));
+          ++n;
+        }
+      }
+      if (runClock)
+        ns[0] += nowNs() - t0;
+      chargeTime(ns.data(), -1);
+    }
+    return n;
+  }
+
 private:
   struct Slot {
     Item item;
@@ -175,11 +233,13 @@ private:
   };
 
   /// Runs the steps on one record; adds the wall time per step to `ns[i]`
+  /// (when `timed`: a caller timing a whole run of records passes false)
   /// and its bytes in and out to `ns[n + i]` and `ns[2n + i]` (n steps): a
   /// worker keeps these in its own array and charges them to the shared
   /// counters every few milliseconds (chargeTime), so the counters cost no
-  /// contended atomic per step and record.
-  void process(Item &item, Outcome &o, int64_t *ns) {
+  /// contended atomic per step and record. Nothing is timed or counted with
+  /// the stage timing off (RunOptions::stageTiming).
+  void process(Item &item, Outcome &o, int64_t *ns, bool timed = true) {
     o = Outcome();
     const bool timing = shared_.timing;
     int64_t bytes = timing ? recordBytes(item.rec) : 0;
@@ -188,12 +248,13 @@ private:
     // counted by the window or the next buffer once the scope closes.
     AllocationScope scope(&scratchLimit_);
     const size_t n = ops_.size();
+    const bool clock = timing && timed;
     for (size_t i = 0; i < n; ++i) {
       if (timing)
         ns[n + i] += bytes;
-      int64_t t0 = timing ? nowNs() : 0;
+      int64_t t0 = clock ? nowNs() : 0;
       Expected<bool> r = runStep(i, item.rec);
-      if (timing)
+      if (clock)
         ns[i] += nowNs() - t0;
       if (!r) {
         o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
@@ -304,7 +365,7 @@ private:
   }
 
   Expected<bool> produceInline(Item &out) {
-    std::vector<int64_t> ns(3 * ops_.size());
+    std::vector<int64_t> &ns = ns_;
     for (;;) {
       Expected<bool> r = upstream_->next(out);
       if (!r || !*r)
@@ -385,7 +446,7 @@ private:
           work_.notify_one();
         else if (activeTasks_ < parallelism_) {
           ++activeTasks_;
-          shared_.arena->enqueue([this] { workLoop(); });
+          enqueueTask(*shared_.arena, [this] { workLoop(); });
         }
       }
       if (last) {
@@ -423,7 +484,8 @@ private:
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
           if (cancel_ || dispatched_ < tail_ || lingered ||
-              activeTasks_ > parallelism_)
+              activeTasks_ > parallelism_ ||
+              shared_.cancelled.load(std::memory_order_relaxed))
             break;
           ++idleWorkers_;
           work_.wait_for(lock, std::chrono::microseconds(200));
@@ -431,7 +493,8 @@ private:
           lingered = true;
         }
         // Also leave when the parallelism was lowered while running.
-        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_) {
+        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
+            shared_.cancelled.load(std::memory_order_relaxed)) {
           --activeTasks_;
           if (timing)
             chargeTime(ns.data(), threadCpuNs() - cpu0);
@@ -523,7 +586,12 @@ private:
         std::unique_lock<std::mutex> lock(mu_);
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
-        ready_.wait(lock, [&] { return head_ < tail_ && slot(head_).done; });
+        ready_.wait(lock, [&] {
+          return (head_ < tail_ && slot(head_).done) ||
+                 shared_.cancelled.load(std::memory_order_relaxed);
+        });
+        if (!(head_ < tail_ && slot(head_).done))
+          return cancelledError();
         Slot &s = slot(head_);
         if (s.marker == Slot::End)
           return false;
@@ -561,6 +629,17 @@ private:
     }
   }
 
+public:
+  void wake() override {
+    if (!parallel_)
+      return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.notify_all();
+    notFull_.notify_all();
+    work_.notify_all();
+  }
+
+private:
   void shutdown() {
     if (!parallel_)
       return;
@@ -587,6 +666,10 @@ private:
   }
 
   std::vector<SubOp> ops_;
+  /// produceInline/produceMany scratch: time and bytes per step (see
+  /// process()), a run of records.
+  std::vector<int64_t> ns_ = std::vector<int64_t>(3 * ops_.size());
+  std::vector<Item> run_;
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;

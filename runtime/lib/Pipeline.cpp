@@ -56,6 +56,7 @@ public:
 
   Expected<bool> next(Item &out, int64_t &epoch);
   void stop();
+  void cancel();
   RunStats stats() const;
 
   Plan plan_;
@@ -267,6 +268,7 @@ Status Engine::build() {
       opts_.stageTiming == RunOptions::StageTiming::On ||
       (opts_.stageTiming == RunOptions::StageTiming::Default &&
        !switchedOff("SLUICE_NO_STAGE_TIMING"));
+  shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -713,6 +715,14 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   }
 }
 
+void Engine::cancel() {
+  shared_.cancelled.store(true);
+  // The stage chain is fixed once built; each wake() takes only its own
+  // stage's lock, so this is safe while another thread is inside next().
+  for (Stage *s = root_.get(); s; s = s->upstream())
+    s->wake();
+}
+
 void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
@@ -826,6 +836,15 @@ Expected<int64_t> Pipeline::setPrefetch(const std::string &step,
     }
   return Status::error("step '" + step +
                        "' has no prefetch queue whose depth could change");
+}
+
+void Pipeline::cancel() {
+  if (engine_)
+    engine_->cancel();
+}
+
+bool Pipeline::cancelled() const {
+  return engine_ && engine_->shared_.cancelled.load();
 }
 
 const RecordType &Pipeline::outputType() const {

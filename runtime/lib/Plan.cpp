@@ -12,16 +12,19 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace sluice::runtime {
 
-std::string Plan::where(const PlanStage &s) const {
+std::string Plan::where(const PlanStage &s) const { return where(s.loc); }
+
+std::string Plan::where(SourceLoc loc) const {
   // Plans built by hand (tests, bindings) may have no spec file.
   std::string file = specFile.empty() ? "<plan>" : specFile;
-  if (!s.loc.valid())
+  if (!loc.valid())
     return file;
-  return file + ":" + std::to_string(s.loc.line) + ":" +
-         std::to_string(s.loc.col);
+  return file + ":" + std::to_string(loc.line) + ":" +
+         std::to_string(loc.col);
 }
 
 namespace {
@@ -446,6 +449,12 @@ std::string Plan::serialize() const {
   // fingerprint).
   if (scheduleAuto)
     j["scheduleAuto"] = true;
+  // Written only when the spec sets them, so plans without `distributed:`
+  // keep their text.
+  if (rank)
+    j["rank"] = {{"value", *rank}, {"loc", locJson(rankLoc)}};
+  if (worldSize)
+    j["worldSize"] = {{"value", *worldSize}, {"loc", locJson(worldSizeLoc)}};
   return prettyJson(j) + "\n";
 }
 
@@ -506,6 +515,19 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
   if (!stageList->is_array()) {
     r.fail("plan.stages", "expected an array");
     return r.status();
+  }
+  for (auto [key, value, where] :
+       {std::tuple{"rank", &p.rank, &p.rankLoc},
+        std::tuple{"worldSize", &p.worldSize, &p.worldSizeLoc}}) {
+    if (!j.contains(key))
+      continue;
+    const std::string path = std::string("plan.") + key;
+    const Json *l = r.member(j[key], "loc", path);
+    int64_t v = 0;
+    if (!r.getInt(j[key], "value", path, v) || !l ||
+        !r.loc(*l, path + ".loc", *where))
+      return r.status();
+    *value = v;
   }
   for (size_t i = 0; i < stageList->size(); ++i) {
     PlanStage s;

@@ -301,8 +301,13 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
         if (!sig)
           continue;
         auto now = std::chrono::steady_clock::now();
-        if (seen == std::chrono::steady_clock::time_point{})
+        if (seen == std::chrono::steady_clock::time_point{}) {
           seen = now;
+          // The output being built (a batch being filled) is given up
+          // after the record each worker is on; outputs already returned
+          // are still written.
+          p.cancel();
+        }
         if (std::chrono::duration<double>(now - seen).count() <
                 kStopGraceSeconds ||
             finalizing.exchange(true))
@@ -349,6 +354,10 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     // the pipeline emitted reaches the sink, so the counts agree.
     Expected<bool> more = p.next(b);
     if (!more) {
+      // Cancelled by the watchdog on a stop signal: an interruption, not a
+      // failure.
+      if (p.cancelled() && (stopSignal = signals.signal()))
+        break;
       failure = more.status();
       break;
     }

@@ -300,7 +300,7 @@ int main(int argc, char **argv) {
   }
   runtime::RunOptions opts;
   if (!applyRunFlags(f.run, opts, "") ||
-      !applyResumeFlags(f.resume, opts, "") || !applyDataFlags(f, *plan))
+      !applyResumeFlags(f.resume, *plan, opts, "") || !applyDataFlags(f, *plan))
     return kExitUsage;
   if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
     return kExitUsage;

@@ -90,8 +90,6 @@ struct AutoSchedule {
   /// re-planning is off): its events() say what it changed during the run.
   std::shared_ptr<Replanner> replanner;
 };
-Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
-                                    const TuneOptions &opts);
 
 /// How applyAutoSchedule() profiles and re-plans.
 struct AutoOptions {

@@ -200,7 +200,8 @@ struct RunOptions {
   /// Clear a non-empty npy output folder first (`--overwrite`); without
   /// it such a folder is refused (Sink.h).
   bool overwrite = false;
-  /// Catch SIGINT/SIGTERM while running: stop within a second, keep the
+  /// Catch SIGINT/SIGTERM while running: cancel() the output being built
+  /// (a batch being filled stops after the records under way), keep the
   /// complete outputs, write index.json saying the run was interrupted,
   /// print the accounting and the reason, and return 130/143. A second
   /// signal ends the process at once (no index.json: incomplete). The
@@ -220,6 +221,27 @@ struct RunOptions {
   /// (empty: $TMPDIR, else /tmp).
   std::string tempDir;
 };
+
+/// A rank and world size chosen by the caller (Python's
+/// Pipeline(rank=, world_size=), `--rank` / `--world-size`), each unset when
+/// not given, and how messages name them.
+struct RankArgs {
+  std::optional<int64_t> rank, worldSize;
+  std::string rankName = "rank", worldSizeName = "world_size";
+};
+
+/// Sets opts.rank and opts.worldSize, each value on its own, from the first
+/// of: `args`; the plan's (the spec's `distributed: {rank, world_size}`);
+/// the environment torchrun sets (RANK, WORLD_SIZE), or for the rank a
+/// Kubernetes Indexed Job's JOB_COMPLETION_INDEX; else rank 0 of 1. The
+/// spec outranks the environment because it is written for this pipeline,
+/// while the environment is set for every program of the job:
+/// `distributed: {rank: 0, world_size: 1}` makes every rank read all the
+/// data (an evaluation set), and `world_size: W` alone pairs with the
+/// index an Indexed Job sets. Errors name where each value came from: an
+/// environment variable that is not an integer (>= 0 for a rank, >= 1 for a
+/// world size), or a rank not below the world size.
+Status resolveRanks(const Plan &plan, const RankArgs &args, RunOptions &opts);
 
 /// One output of a pipeline: the fields of a record or of a batch. The
 /// tensors share their buffers with the pipeline (no copy) and stay valid
@@ -270,6 +292,15 @@ public:
   /// afterwards. Called by the destructor. Call it from the thread that
   /// calls next(), not concurrently with it.
   void stop();
+  /// Asks the pipeline to give up, from any thread (a signal watcher while
+  /// another thread waits in next()): next() then fails with "the pipeline
+  /// was cancelled" after at most the record each worker is busy with, also
+  /// in the middle of assembling a batch or filling a shuffle buffer, and
+  /// every later next() returns false. Call stop() (on next()'s thread)
+  /// afterwards to join the threads. Does not block.
+  void cancel();
+  /// Whether cancel() was called.
+  bool cancelled() const;
 
   const RecordType &outputType() const;
   const Plan &plan() const;
