@@ -2,7 +2,7 @@
 """What the per-stage counters cost: `sluice run` with them on vs off.
 
 Usage: counter_overhead.py [--sluice BIN] [--repeats N] [--threads T]
-                           [--callgrind N] SPEC...
+                           [--callgrind] SPEC...
 
 The per-stage timing and byte counters (the `cpu s`, `wall s` and bytes
 columns of --stats, which the autotuner reads) are on by default;
@@ -14,8 +14,11 @@ child's CPU seconds (user + system, from wait4) and wall seconds and their
 ratio. CPU time is the figure to read on a shared machine: it does not count
 time spent waiting for a core.
 
---callgrind N also counts instructions with valgrind's callgrind over the
-first N outputs at one thread (exact, unaffected by load; slow), on and off.
+--callgrind also counts instructions with valgrind's callgrind at one thread
+(exact, unaffected by load; slow), on and off, over whole runs of 1 and 2
+epochs (--epochs): the difference is one epoch of steady state, without the
+start-up (decompressing a source, JIT cache lookups, threads), which the
+counters do not touch.
 """
 import argparse
 import os
@@ -41,11 +44,11 @@ def run_once(cmd, env):
     return ru.ru_utime + ru.ru_stime, wall
 
 
-def callgrind(cmd, env, outputs):
+def callgrind(cmd, env, epochs):
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
         full = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-                ] + cmd + ["--stop-after", str(outputs)]
+                ] + cmd + ["--epochs", str(epochs)]
         r = subprocess.run(full, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
@@ -63,8 +66,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0,
                     help="--threads for sluice run (0: the spec's budget)")
-    ap.add_argument("--callgrind", type=int, default=0, metavar="N",
-                    help="also count instructions over N outputs")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="also count instructions (1 vs 2 epochs)")
     ap.add_argument("specs", nargs="+")
     a = ap.parse_args()
 
@@ -74,9 +77,10 @@ def main():
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
     print("| spec | CPU s on | CPU s off | CPU on/off | wall s on | "
           "wall s off | wall on/off |%s" %
-          (" instr. on | instr. off | instr. on/off |" if a.callgrind else ""))
+          (" instr./epoch on | instr./epoch off | steady on/off | whole "
+           "2-epoch run on/off |" if a.callgrind else ""))
     print("|---|---:|---:|---:|---:|---:|---:|%s" %
-          ("---:|---:|---:|" if a.callgrind else ""))
+          ("---:|---:|---:|---:|" if a.callgrind else ""))
     for spec in a.specs:
         cmd = [a.sluice, "run", spec, "--sink", "null", "--quiet"]
         if a.threads:
@@ -97,9 +101,11 @@ def main():
             mw_off, mw_on / mw_off)
         if a.callgrind:
             one = cmd + ["--threads", "1"] if not a.threads else cmd
-            i_on = callgrind(one, base, a.callgrind)
-            i_off = callgrind(one, off, a.callgrind)
-            row += " %d | %d | %.4f |" % (i_on, i_off, i_on / i_off)
+            on1, on2 = callgrind(one, base, 1), callgrind(one, base, 2)
+            off1, off2 = callgrind(one, off, 1), callgrind(one, off, 2)
+            per_on, per_off = on2 - on1, off2 - off1
+            row += " %.0f | %.0f | %.4f | %.4f |" % (
+                per_on, per_off, per_on / per_off, on2 / off2)
         print(row, flush=True)
     print("medians of %d interleaved runs each; load average at end: "
           "%.2f %.2f %.2f" % ((a.repeats,) + os.getloadavg()))
