@@ -93,6 +93,8 @@ struct Shared {
   bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// RunOptions::stageTiming: time steps and count their bytes.
+  bool timing = true;
   /// `batch` pulls runs of records with nextMany() (no
   /// SLUICE_NO_BULK_PULL).
   bool bulkPull = true;

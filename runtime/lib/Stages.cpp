@@ -103,11 +103,13 @@ Expected<bool> Stage::next(Item &out) {
   // filled stops within a record of a cancel().
   if (shared_.cancelled.load(std::memory_order_relaxed))
     return cancelledError();
-  if (!inlineTiming_ || !c_) {
+  if (!inlineTiming_ || !c_ || !shared_.timing) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
       c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
-      c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+      if (shared_.timing)
+        c_->bytesOut.fetch_add(recordBytes(out.rec),
+                               std::memory_order_relaxed);
     }
     return r;
   }
@@ -154,7 +156,7 @@ Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
   }
   const size_t before = out.size();
   Expected<size_t> r = 0;
-  if (!inlineTiming_ || !c_) {
+  if (!inlineTiming_ || !c_ || !shared_.timing) {
     r = produceMany(out, max);
   } else {
     pullNs_ = 0;
@@ -165,29 +167,34 @@ Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
     c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
   }
   if (c_ && out.size() > before) {
-    int64_t bytes = 0;
-    for (size_t i = before; i < out.size(); ++i)
-      bytes += recordBytes(out[i].rec);
     c_->elementsOut.fetch_add(static_cast<int64_t>(out.size() - before),
                               std::memory_order_relaxed);
-    c_->bytesOut.fetch_add(bytes, std::memory_order_relaxed);
+    if (shared_.timing) {
+      int64_t bytes = 0;
+      for (size_t i = before; i < out.size(); ++i)
+        bytes += recordBytes(out[i].rec);
+      c_->bytesOut.fetch_add(bytes, std::memory_order_relaxed);
+    }
   }
   return r;
 }
 
 Expected<size_t> Stage::pullMany(std::vector<Item> &out, size_t max) {
   const size_t before = out.size();
-  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  bool timed = inlineTiming_ && shared_.timing;
+  int64_t t0 = timed ? nowNs() : 0;
   Expected<size_t> r = upstream_->nextMany(out, max);
-  if (inlineTiming_)
+  if (timed)
     pullNs_ += nowNs() - t0;
   if (c_ && out.size() > before) {
-    int64_t bytes = 0;
-    for (size_t i = before; i < out.size(); ++i)
-      bytes += recordBytes(out[i].rec);
     c_->read.fetch_add(static_cast<int64_t>(out.size() - before),
                        std::memory_order_relaxed);
-    c_->bytesIn.fetch_add(bytes, std::memory_order_relaxed);
+    if (shared_.timing) {
+      int64_t bytes = 0;
+      for (size_t i = before; i < out.size(); ++i)
+        bytes += recordBytes(out[i].rec);
+      c_->bytesIn.fetch_add(bytes, std::memory_order_relaxed);
+    }
   }
   return r;
 }
@@ -252,13 +259,15 @@ void Stage::stop() {
 }
 
 Expected<bool> Stage::pull(Item &in) {
-  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  bool timed = inlineTiming_ && shared_.timing;
+  int64_t t0 = timed ? nowNs() : 0;
   Expected<bool> r = upstream_->next(in);
-  if (inlineTiming_)
+  if (timed)
     pullNs_ += nowNs() - t0;
   if (r && *r && c_) {
     c_->read.fetch_add(1, std::memory_order_relaxed);
-    c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
+    if (shared_.timing)
+      c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
   }
   return r;
 }

@@ -185,6 +185,16 @@ struct RunOptions {
   /// every parallel step's reorder window is sized for all `threads`, so
   /// its parallelism can rise in flight.
   std::shared_ptr<RunController> controller;
+  /// Per-stage timing and byte counters (the `cpu s`, `wall s`, bytes
+  /// columns of --stats, which the autotuner reads): two clock reads and a
+  /// walk over the record's fields per step and record. Default: on, unless
+  /// SLUICE_NO_STAGE_TIMING=1 is in the environment; Off leaves those
+  /// columns at 0 for every step (record counts, the accounting and the
+  /// source's bytes read from its files stay). The autotuner's
+  /// probes and `schedule: auto` runs use On. bench/counter_overhead.py
+  /// measures what they cost.
+  enum class StageTiming { Default, On, Off };
+  StageTiming stageTiming = StageTiming::Default;
 
   // runPipeline() only.
   /// Stop after this many outputs (0: run to the end), e.g. to save a state
