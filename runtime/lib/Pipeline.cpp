@@ -74,7 +74,9 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
-  std::unique_ptr<oneapi::tbb::task_arena> arena_;
+  /// Destroyed after the stages (declared before root_) and before the
+  /// source: waits for the tasks still queued (TaskHandoff.h).
+  std::unique_ptr<TaskArena> arena_;
   Shared shared_;
   std::vector<std::unique_ptr<StageCounters>> counters_;
   std::vector<StaticNeed> extraNeeds_;
@@ -228,8 +230,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
       oneapi::tbb::global_control::max_allowed_parallelism,
       static_cast<size_t>(hw + 1));
   (void)control;
-  e->arena_ = std::make_unique<oneapi::tbb::task_arena>(
-      static_cast<int>(e->threads_), 0);
+  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0);
   Status s = e->build();
   if (!s)
     return s;
@@ -265,7 +266,13 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.timing =
+      opts_.stageTiming == RunOptions::StageTiming::On ||
+      (opts_.stageTiming == RunOptions::StageTiming::Default &&
+       !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.recordRuns =
+      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.

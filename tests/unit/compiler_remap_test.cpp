@@ -21,6 +21,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cstring>
 
 using namespace sluice;
 using namespace sluice::rttest;
@@ -184,6 +185,54 @@ TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
                        "  - normalize: {field: image, mean: [120, 110.5, 100], "
                        "std: [60, 0.5, 3]}\n"),
              "normalize", /*byPass=*/false);
+}
+
+TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
+  // The kernel has the type's sizes (resize's 30x28, 3 channels) compiled
+  // in. Handed a record of another size, the bound kernel must not write
+  // 30x28 values into it: it gives the unfused steps' result.
+  std::string path = dir_.write(
+      "spec.yaml",
+      spec("3", "  - resize: {field: image, size: [30, 28]}\n"
+                "  - random_flip: {field: image, axis: width, p: 1}\n"
+                "  - normalize: {field: image, mean: [120, 110.5, 100], "
+                "std: [60, 0.5, 3]}\n"
+                "  - transpose: {field: image, to: CHW}\n"));
+  runtime::Plan plan = sluice::testing::planOfSpecFile(path);
+  const runtime::PlanStage *fused = nullptr;
+  for (const runtime::PlanStage &s : plan.stages)
+    if (s.name == "random_flip+normalize+transpose")
+      fused = &s;
+  ASSERT_NE(fused, nullptr);
+  auto jit = compiler::JitKernels::compile(plan);
+  ASSERT_TRUE(bool(jit)) << jit.status().message();
+  auto bound = (*jit)->binder()(*fused);
+  ASSERT_TRUE(bound.has_value() && bool(*bound));
+  Expected<runtime::ElementFn> unfused = runtime::bindFused(*fused, plan);
+  ASSERT_TRUE(bool(unfused)) << unfused.status().message();
+  int at = fused->inputType.indexOf("image");
+  ASSERT_GE(at, 0);
+  for (std::vector<int64_t> shape :
+       {std::vector<int64_t>{30, 28, 3}, std::vector<int64_t>{17, 40, 3}}) {
+    Record r;
+    r.index = 7;
+    for (const Field &f : fused->inputType.fields())
+      r.fields.push_back(Tensor::empty(
+          f.type.elem, f.name == "image" ? shape : std::vector<int64_t>{}));
+    Tensor &img = r.fields[size_t(at)];
+    for (int64_t i = 0; i < img.numElements(); ++i)
+      img.mutableData<uint8_t>()[i] = uint8_t(i * 37 % 251);
+    Record viaKernel = r, viaSteps = r;
+    runtime::ElementContext ctx;
+    ctx.seed = 5;
+    ASSERT_TRUE(bool((**bound)(viaKernel, ctx)));
+    ASSERT_TRUE(bool((*unfused)(viaSteps, ctx)));
+    const Tensor &a = viaKernel.fields[size_t(at)], &b = viaSteps.fields[size_t(at)];
+    EXPECT_EQ(a.shape(), (std::vector<int64_t>{3, shape[0], shape[1]}));
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)
+        << shape[0] << "x" << shape[1];
+  }
 }
 
 TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {

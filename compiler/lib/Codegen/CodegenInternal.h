@@ -118,6 +118,10 @@ buildKernelModule(mlir::MLIRContext &ctx, const std::vector<KernelSpec> &kernels
 /// Loads every dialect the generator and the lowering use.
 void loadCodegenDialects(mlir::MLIRContext &ctx);
 
+/// Merges the module's duplicate pure ops (CSE) so `explain --ir kernels`
+/// reads well; the printed module is also the cache key's input.
+bool tidyKernelModule(mlir::ModuleOp module, std::string &error);
+
 /// Lowers the module to the LLVM dialect in place.
 bool lowerToLLVMDialect(mlir::ModuleOp module, std::string &error);
 

@@ -590,6 +590,20 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
         loc, f32,
         b.create<arith::SIToFPOp>(loc, b.getF64Type(),
                                   widen(b, loc, v).value));
+  // An unrolled channel is a constant: its pair directly.
+  int64_t known = 0;
+  if (auto c = channel.getDefiningOp<arith::ConstantOp>())
+    if (auto attr = llvm::dyn_cast<IntegerAttr>(c.getValue()))
+      known = attr.getInt() >= 0 && attr.getInt() < n ? attr.getInt() : -1;
+  if (!channel.getDefiningOp<arith::ConstantOp>())
+    known = -1;
+  if (n == 1)
+    known = 0;
+  if (known >= 0) {
+    Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
+    return {b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),
+            ElemType::F32};
+  }
   Value mv = constFloat(b, loc, f32, m[0]), sv = constFloat(b, loc, f32, sc[0]);
   for (int64_t c = 1; c < n; ++c) {
     Value is = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, channel,
