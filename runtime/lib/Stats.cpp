@@ -74,6 +74,8 @@ nlohmann::ordered_json StageStats::toJson() const {
     j["rows_in_place"] = rowsInPlace;
   if (rowsDirect > 0)
     j["rows_direct"] = rowsDirect;
+  if (rowsFromRuns > 0)
+    j["rows_from_runs"] = rowsFromRuns;
   return j;
 }
 
@@ -276,6 +278,7 @@ StageStats StageCounters::snapshot() const {
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
   s.rowsDirect = ld(rowsDirect);
+  s.rowsFromRuns = ld(rowsFromRuns);
   return s;
 }
 
