@@ -41,6 +41,12 @@ std::string StageStats::accountingLine() const {
   if (discarded > 0)
     s += " + discarded " + std::to_string(discarded) +
          " (in buffers when the run stopped)";
+  if (!repaired.empty()) {
+    s += "; repaired ";
+    for (size_t i = 0; i < repaired.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(repaired[i].second) + " (" +
+           repaired[i].first + ")";
+  }
   return s;
 }
 
@@ -74,6 +80,12 @@ nlohmann::ordered_json StageStats::toJson() const {
     j["rows_in_place"] = rowsInPlace;
   if (rowsDirect > 0)
     j["rows_direct"] = rowsDirect;
+  if (!repaired.empty()) {
+    nlohmann::ordered_json rp = nlohmann::ordered_json::object();
+    for (const auto &[reason, n] : repaired)
+      rp[reason] = n;
+    j["repaired"] = std::move(rp);
+  }
   return j;
 }
 
@@ -202,6 +214,11 @@ void StageCounters::addSkipped(const std::string &reason, int64_t n) {
   skipped_[reason] += n;
 }
 
+void StageCounters::addRepaired(const std::string &reason, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  repaired_[reason] += n;
+}
+
 void StageCounters::sampleOccupancy(int64_t occupancy) {
   occupancySamples.fetch_add(1, std::memory_order_relaxed);
   occupancySum.fetch_add(occupancy, std::memory_order_relaxed);
@@ -255,6 +272,7 @@ StageStats StageCounters::snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.skipped.assign(skipped_.begin(), skipped_.end());
+    s.repaired.assign(repaired_.begin(), repaired_.end());
     s.warnings = warnings_;
     s.warningsMore = warningsMore_;
   }

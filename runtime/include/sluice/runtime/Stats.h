@@ -85,6 +85,11 @@ struct StageStats {
   /// RunOptions::directOutput), a subset of rowsInPlace.
   int64_t rowsDirect = 0;
 
+  /// Records kept after a repair, by reason (`encoding: replace` turning
+  /// invalid UTF-8 into U+FFFD). Not part of the accounting equation: a
+  /// repaired record is also counted as emitted.
+  std::vector<std::pair<std::string, int64_t>> repaired;
+
   int64_t skippedTotal() const;
   bool balanced() const {
     return read == emitted + filtered + skippedTotal() + failed + discarded;
@@ -155,6 +160,8 @@ public:
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);
+  /// Counts a record kept after a repair (StageStats::repaired).
+  void addRepaired(const std::string &reason, int64_t n = 1);
   /// Records a warning (kept: the first kMaxWarnings; counted: all).
   void addWarning(std::string message);
   static constexpr size_t kMaxWarnings = 20;
@@ -168,6 +175,7 @@ private:
   std::string filterReason_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t> skipped_;
+  std::map<std::string, int64_t> repaired_;
   std::vector<std::string> warnings_;
   int64_t warningsMore_ = 0;
 };
