@@ -26,6 +26,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -86,6 +87,15 @@ struct Shared {
     int64_t resumeEpoch = -1;
     int64_t resumeStart = 0;
   } positional;
+
+  /// The source stage's counters, and the source records that passes
+  /// served from caches stand for (summed over caches; owned by the
+  /// engine): a cache measures how many source records its recording pass
+  /// went through as the change of their sum (RunStats::records()).
+  StageCounters *sourceCounters = nullptr;
+  std::atomic<int64_t> *replayedSourceRecords = nullptr;
+  /// RunStats::records() so far.
+  int64_t recordsSoFar() const;
 
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;

@@ -70,6 +70,8 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
+  /// Shared::replayedSourceRecords.
+  std::atomic<int64_t> replayedSourceRecords_{0};
   std::unique_ptr<oneapi::tbb::task_arena> arena_;
   Shared shared_;
   std::vector<std::unique_ptr<StageCounters>> counters_;
@@ -276,6 +278,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  shared_.sourceCounters = sc;
+  shared_.replayedSourceRecords = &replayedSourceRecords_;
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))

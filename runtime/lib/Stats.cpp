@@ -50,6 +50,13 @@ std::string StageStats::accountingLine() const {
   return s;
 }
 
+int64_t RunStats::records() const {
+  int64_t n = stages.empty() ? 0 : stages.front().read;
+  for (const StageStats &s : stages)
+    n += s.replayedSourceRecords;
+  return n;
+}
+
 nlohmann::ordered_json StageStats::toJson() const {
   nlohmann::ordered_json j = {
       {"name", name},         {"op", op},
@@ -80,6 +87,8 @@ nlohmann::ordered_json StageStats::toJson() const {
     j["rows_in_place"] = rowsInPlace;
   if (rowsDirect > 0)
     j["rows_direct"] = rowsDirect;
+  if (replayedSourceRecords > 0)
+    j["replayed_source_records"] = replayedSourceRecords;
   if (!repaired.empty()) {
     nlohmann::ordered_json rp = nlohmann::ordered_json::object();
     for (const auto &[reason, n] : repaired)
@@ -102,6 +111,7 @@ nlohmann::ordered_json RunStats::toJson() const {
           {"threads", threads},
           {"wall_seconds", wallSeconds},
           {"outputs", outputs},
+          {"records", records()},
           {"output_bytes", outputBytes},
           {"memory",
            {{"limit", memoryLimit}, {"peak", memoryPeak}, {"peaks", per}}},
@@ -294,6 +304,7 @@ StageStats StageCounters::snapshot() const {
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
   s.rowsDirect = ld(rowsDirect);
+  s.replayedSourceRecords = ld(replayedSourceRecords);
   return s;
 }
 
