@@ -135,13 +135,16 @@ protected:
   runtime::Plan plan(const std::string &where, const std::string &cache,
                      const std::string &after, int epochs) {
     return planFromYaml(
-        dir_, "pipeline: cached\nseed: 9\nsource:\n  csv:\n    files: rows.csv\n"
-              "    columns:\n      - {name: id, type: i64}\n"
-              "      - {name: k, type: i64}\n"
-              "steps:\n"
-              "  - filter: \"" + where + "\"\n" + cache + after +
-              "  - batch: {size: 32}\n"
-              "epochs: " + std::to_string(epochs) + "\n");
+        dir_,
+        "pipeline: cached\nseed: 9\nsource:\n  csv:\n    files: rows.csv\n"
+        "    columns:\n      - {name: id, type: i64}\n"
+        "      - {name: k, type: i64}\n"
+        "steps:\n"
+        "  - filter: \"" +
+            where + "\"\n" + cache + after +
+            "  - batch: {size: 32}\n"
+            "epochs: " +
+            std::to_string(epochs) + "\n");
   }
   std::string cache() const {
     return std::string("  - cache: ") + GetParam() + "\n";
