@@ -5,7 +5,7 @@
 #   bin/sluice                               the driver (needs MLIR/LLVM 19)
 #   include/sluice/{ops,runtime}/...         headers of the embeddable runtime
 #   <libdir>/libsluice_{runtime,ops}.a       the runtime, for C++ programs
-#   <libdir>/libsluice_{dsl,runflags,schedule_file,exe_main}.a  the rest of a compiled
+#   <libdir>/libsluice_{dsl,runflags,schedule_file,autotune,exe_main}.a  the rest of a compiled
 #                                            executable (main(), run flags)
 #   <libdir>/sluice/exe-link.txt             the link manifest (below)
 #   <libdir>/cmake/sluice/                   sluiceConfig.cmake & co.
@@ -92,6 +92,12 @@ set(_build "")
 set(_install "")
 set(_seen "")
 _sluice_link_items(sluice_exe_main OFF _build _install _seen)
+# A sanitizer build's libraries need the sanitizer runtime at link time:
+# executables `sluice compile` writes from them are sanitized too.
+if(SLUICE_SANITIZE)
+  list(APPEND _build ${SLUICE_SANITIZE_LINK_FLAGS})
+  list(APPEND _install ${SLUICE_SANITIZE_LINK_FLAGS})
+endif()
 list(JOIN _build "\n" _build)
 list(JOIN _install "\n" _install)
 set(_head "# sluice ${PROJECT_VERSION}: what `sluice compile` links a compiled executable with\n# (one linker argument a line; \${dir} is this file's directory)\n")
@@ -112,7 +118,7 @@ install(TARGETS sluice_ops_objs sluice_ops sluice_runtime
 # What a compiled executable links besides the runtime (not exported: only
 # `sluice compile` uses them, through the manifest).
 install(TARGETS sluice_dsl sluice_runflags sluice_schedule_file
-  sluice_exe_main
+  sluice_autotune sluice_exe_main
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${SLUICE_SOURCE_DIR}/ops/include/sluice
                   ${SLUICE_SOURCE_DIR}/runtime/include/sluice

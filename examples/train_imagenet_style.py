@@ -9,10 +9,14 @@ sluice reads the JPEG/PNG class folders, decodes only the random crop's
 window, flips, normalizes and transposes to CHW on its own threads, and
 hands each batch of 128 [3, 224, 224] f32 images to PyTorch as tensors over
 its own buffers (no copy). With --pin-memory and a GPU the batches are copied
-into page-locked memory for an asynchronous transfer. Prints images/s per
-epoch for the whole loop (input + model).
+into page-locked memory for an asynchronous transfer (without a GPU the
+option only warns). Prints the first batch's types, the loss of every step
+(exiting with status 1 if one is not finite) and images/s per epoch for the
+whole loop (input + model). tests/python/test_torch.py runs it for a few
+steps on a handful of photographs.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -56,9 +60,18 @@ def main():
         for i, batch in enumerate(loader):
             if args.max_batches is not None and i >= args.max_batches:
                 break
+            if epoch == 0 and i == 0:
+                print("first batch: image %s %s, label %s %s" % (
+                    batch["image"].dtype, list(batch["image"].shape),
+                    batch["label"].dtype, list(batch["label"].shape)),
+                    flush=True)
             x = batch["image"].to(device, non_blocking=True)
             y = batch["label"].to(device, non_blocking=True)
             loss = F.cross_entropy(model(x), y)
+            if not math.isfinite(loss.item()):
+                print("error: the loss is not finite (%s) at epoch %d batch "
+                      "%d" % (loss.item(), epoch, i), file=sys.stderr)
+                return 1
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -109,6 +109,9 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   }
   ProfileOptions po = opts.profile;
   po.cores = std::min(r.budget.cores, host);
+  // Probes are plain runs from the start: no controller, no resume.
+  po.base.controller.reset();
+  po.base.resume.reset();
   // Probes run under the same memory budget as the result.
   if (r.budget.memoryBytes > 0)
     po.base.memoryBytes = r.budget.memoryBytes;
@@ -132,6 +135,8 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     if (r.budget.memoryBytes > 0)
       o.memoryBytes = r.budget.memoryBytes;
     o.schedule = r.schedule;
+    o.controller.reset();
+    o.resume.reset();
     // The model predicts the average over the spec's epochs (a cache pays
     // off from the second): measure the whole run when it is short enough,
     // else a steady-state window.
@@ -165,11 +170,34 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   return r;
 }
 
-Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
-                                    const TuneOptions &opts) {
-  TuneOptions o = opts;
-  o.verify = false;
-  Expected<TuneResult> r = tune(plan, o);
+namespace {
+
+bool envOff(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+} // namespace
+
+Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
+                                         runtime::RunOptions &opts,
+                                         const AutoOptions &auto_) {
+  if (envOff("SLUICE_NO_AUTOTUNE")) {
+    AutoSchedule a;
+    a.applied = false;
+    return a;
+  }
+  TuneOptions t;
+  t.profile.base = opts;
+  t.profile.secondsPerProbe = auto_.secondsPerProbe;
+  t.profile.base.sink = "null";
+  t.profile.base.statsJsonPath.clear();
+  t.profile.base.stats = false;
+  t.memoryBytes = opts.memoryBytes;
+  if (opts.threads > 0)
+    t.cores = std::min<int64_t>(opts.threads, hostCores());
+  t.verify = false;
+  Expected<TuneResult> r = tune(plan, t);
   if (!r)
     return r.status();
   AutoSchedule a;
@@ -186,6 +214,31 @@ Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
          k.knob + " = " + k.value + ": " + k.reason + "\n";
   for (const std::string &n : r->solution.notes)
     s += "  note: " + n + "\n";
+  for (const auto &[name, o] : a.schedule)
+    opts.schedule[name] = o;
+  if (auto_.replan && !envOff("SLUICE_NO_REPLAN")) {
+    // Re-planning sizes every parallel window for all the cores (the
+    // parallelism may rise in flight): only when that still fits.
+    Config widest = r->solution.config;
+    std::vector<Unit> us = units(r->profile, widest.cache.after);
+    for (size_t k = 0; k < us.size() && k < widest.parallelism.size(); ++k)
+      if (us[k].parallel && us[k].pinned == 0)
+        widest.parallelism[k] = r->budget.cores;
+    int64_t need = predict(r->profile, widest, r->budget.cores).memoryBytes;
+    if (r->budget.memoryBytes > 0 && need > r->budget.memoryBytes) {
+      s += "  re-planning off: windows for " +
+           std::to_string(r->budget.cores) +
+           " workers per parallel stage would not fit the memory budget\n";
+    } else {
+      a.replanner = std::make_shared<Replanner>(r->profile, r->budget,
+                                                r->solution.config,
+                                                auto_.replanOptions);
+      opts.controller = a.replanner;
+      s += "  re-planning on: every " + fmt(auto_.replanOptions.interval, "%.2g") +
+           " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
+           "turns it off)\n";
+    }
+  }
   a.explanation = s;
   return a;
 }

@@ -52,6 +52,11 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});
        }},
+      // Before fuse-maps, which leaves the steps it grouped alone.
+      {"sluice-fuse-remaps",
+       [](bool remarks) {
+         return createFuseRemaps(FuseRemapsOptions{remarks});
+       }},
       // After fuse-map-batch, so that the steps it moved behind a batch
       // are grouped there.
       {"sluice-fuse-maps",

@@ -129,6 +129,13 @@ public:
     plan.epochs = pipeline.getEpochs();
     plan.cores = pipeline.getCores();
     plan.memoryBytes = pipeline.getMemory();
+    plan.scheduleAuto = spec.scheduleAutoWritten;
+    // Where the data is split is run configuration, not a stage: it goes
+    // from the checked spec to the Plan without an attribute on the module.
+    plan.rank = spec.distributed.rank;
+    plan.worldSize = spec.distributed.worldSize;
+    plan.rankLoc = spec.distributed.rankLoc;
+    plan.worldSizeLoc = spec.distributed.worldSizeLoc;
 
     // The region is a chain by construction today; a pass that made it a
     // DAG (several sources, a split) needs a Plan that can say so first.

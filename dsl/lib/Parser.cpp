@@ -435,6 +435,7 @@ private:
 
   bool getInt(const YNode &n, const std::string &what, int64_t &out,
               int64_t min);
+  void parseDistributed(const YNode &n, Spec &spec);
 
   bool typesUncertain = false;
 };
@@ -1110,6 +1111,45 @@ void SpecChecker::parseBudget(const YNode &n, Spec &spec) {
   }
 }
 
+void SpecChecker::parseDistributed(const YNode &n, Spec &spec) {
+  const char *example = "for example: distributed: {rank: 0, world_size: 4} "
+                        "(either may be left to the environment: RANK, "
+                        "WORLD_SIZE, JOB_COMPLETION_INDEX)";
+  if (n.kind != YNode::Kind::Map) {
+    diags.error(n.loc,
+                std::string("'distributed' must be a mapping, but it is ") +
+                    n.kindName(),
+                example);
+    return;
+  }
+  Distributed &d = spec.distributed;
+  for (const auto &kv : n.map) {
+    const std::string &k = kv.first.text;
+    const YNode &v = kv.second;
+    int64_t x;
+    if (k == "rank") {
+      d.rankLoc = v.loc;
+      if (getInt(v, "'distributed.rank'", x, 0))
+        d.rank = x;
+    } else if (k == "world_size") {
+      d.worldSizeLoc = v.loc;
+      if (getInt(v, "'distributed.world_size'", x, 1))
+        d.worldSize = x;
+    } else {
+      diags.error(kv.first.loc,
+                  "unknown distributed key '" + k + "'" +
+                      didYouMean(k, {"rank", "world_size"}),
+                  "distributed keys: rank, world_size");
+    }
+  }
+  if (d.rank && d.worldSize && *d.rank >= *d.worldSize)
+    diags.error(d.rankLoc,
+                "'distributed.rank' is " + std::to_string(*d.rank) +
+                    ", out of range for world_size " +
+                    std::to_string(*d.worldSize),
+                "ranks count from 0: rank must be below world_size");
+}
+
 void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
   if (n.kind == YNode::Kind::Scalar) {
     spec.scheduleAutoWritten = n.text == "auto";
@@ -1267,7 +1307,8 @@ std::unique_ptr<Spec> SpecChecker::run() {
     return nullptr;
   }
   static const std::vector<std::string> kKeys = {
-      "pipeline", "seed", "source", "steps", "epochs", "budget", "schedule"};
+      "pipeline", "seed",   "source",   "steps",
+      "epochs",   "budget", "schedule", "distributed"};
   for (const auto &kv : top.map) {
     if (std::find(kKeys.begin(), kKeys.end(), kv.first.text) == kKeys.end())
       diags.error(kv.first.loc,
@@ -1319,6 +1360,8 @@ std::unique_ptr<Spec> SpecChecker::run() {
     parseBudget(*b, *spec);
   if (const YNode *s = top.get("schedule"))
     parseSchedule(*s, *spec);
+  if (const YNode *d = top.get("distributed"))
+    parseDistributed(*d, *spec);
   checkStaticSizes(*spec);
   if (diags.hasErrors())
     return nullptr;
@@ -1403,6 +1446,16 @@ std::string renderTypedStages(const Spec &spec) {
   line("source: " + spec.source.name, spec.source.outputType);
   for (const auto &s : spec.steps)
     line(s.name, s.outputType);
+  const Distributed &d = spec.distributed;
+  if (d.rank || d.worldSize) {
+    auto show = [](const std::optional<int64_t> &v, const char *env) {
+      return v ? std::to_string(*v) : std::string("(") + env + ")";
+    };
+    os << "distributed: rank "
+       << show(d.rank, "$RANK, else $JOB_COMPLETION_INDEX, else 0")
+       << " of world size " << show(d.worldSize, "$WORLD_SIZE, else 1")
+       << " (a Python call or --rank/--world-size overrides the spec)\n";
+  }
   return os.str();
 }
 

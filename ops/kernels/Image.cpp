@@ -1102,8 +1102,16 @@ inline uint8_t aaClip8(int32_t v) {
 }
 
 // The vertical pass is built for AVX2 as well as the baseline, picked at
-// load time (its 32-bit multiplies vectorize only from SSE4.1).
-#if defined(__x86_64__) && defined(__clang__)
+// load time (its 32-bit multiplies vectorize only from SSE4.1). Not under
+// ThreadSanitizer: clang instruments the clones' ifunc resolver, which the
+// dynamic loader runs while relocating, before the TSan runtime exists
+// (every program crashed in __tsan_func_entry before main).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE_AA_NO_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__clang__) && !defined(SLUICE_AA_NO_CLONES)
 #define SLUICE_AA_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define SLUICE_AA_CLONES
@@ -2105,6 +2113,25 @@ Expected<Tensor> randomFlip(const Tensor &image, FlipAxis axis, double p,
     return image;
   }
   return flip(image, axis);
+}
+
+Expected<Tensor> applyImageEpilogue(const Tensor &image,
+                                    const ImageEpilogue &e) {
+  Expected<Dims> d = imageDims(image, "image epilogue");
+  if (!d)
+    return d.status();
+  if (image.elem() != ElemType::U8)
+    return Status::error("image epilogue: expects u8, got " +
+                         image.type().str());
+  if (e.normalize && (e.mean.size() != size_t(d->c) ||
+                      e.scale.size() != size_t(d->c)))
+    return Status::error("image epilogue: needs one mean and scale per "
+                         "channel");
+  Tensor out = epilogueOutput(d->h, d->w, d->c, e);
+  const uint8_t *src = image.data<uint8_t>();
+  for (int64_t oy = 0; oy < d->h; ++oy)
+    epilogueRow(src + oy * d->w * d->c, d->w, d->c, oy, d->h, e.flip, e, out);
+  return out;
 }
 
 } // namespace kernels

@@ -14,6 +14,7 @@ are those of epoch n). Numeric fields become tensors over the runtime's
 buffers (``torch.from_numpy``, no copy); bytes and string fields become
 Python lists of ``bytes`` / ``str``.
 """
+import warnings
 from typing import Any, Dict, Iterator, Optional
 
 import torch as _torch
@@ -29,7 +30,11 @@ class Dataset(IterableDataset):
 
     spec_path: the pipeline spec (YAML).
     pin_memory: copy each batch into page-locked memory (for fast,
-        asynchronous ``.to("cuda", non_blocking=True)``); needs CUDA.
+        asynchronous ``.to("cuda", non_blocking=True)``). Without a CUDA
+        device it does nothing but warn once, as DataLoader's pin_memory
+        does: the tensors stay zero-copy views of the runtime's buffers, so
+        one script runs on a GPU host and a CPU-only one. ``pinning``
+        says whether batches are really pinned.
     epoch: the epoch the next iteration runs (see ``set_epoch``).
     Other keyword arguments (threads, seed, memory, schedule,
     disable_passes) go to ``sluice.Pipeline``.
@@ -41,12 +46,17 @@ class Dataset(IterableDataset):
         if "epochs" in pipeline_kwargs or "first_epoch" in pipeline_kwargs:
             raise TypeError("Dataset runs one epoch per iteration; choose it "
                             "with set_epoch(n) instead of epochs/first_epoch")
-        if pin_memory and not _torch.cuda.is_available():
-            raise ValueError("pin_memory=True needs CUDA (page-locked memory "
-                             "only helps copies to a GPU), and torch sees no "
-                             "CUDA device")
         self.spec_path = spec_path
         self.pin_memory = pin_memory
+        #: Whether batches are copied into page-locked memory: pin_memory
+        #: and a CUDA device torch can see.
+        self.pinning = bool(pin_memory) and _torch.cuda.is_available()
+        if pin_memory and not self.pinning:
+            warnings.warn("sluice.torch.Dataset: pin_memory=True, but torch "
+                          "sees no CUDA device, so batches are not pinned "
+                          "(page-locked memory only speeds up copies to a "
+                          "GPU); they stay zero-copy views of sluice's "
+                          "buffers", UserWarning, stacklevel=2)
         self.epoch = epoch
         self._kwargs = pipeline_kwargs
         self._pipeline: Optional[Pipeline] = None
@@ -74,9 +84,14 @@ class Dataset(IterableDataset):
         self._resume = state.get("pipeline")
 
     def pipeline(self) -> Pipeline:
-        """A new sluice.Pipeline for the current epoch."""
-        return Pipeline(self.spec_path, epochs=self.epoch + 1,
+        """A new sluice.Pipeline for the current epoch. A spec with
+        ``schedule: auto`` is profiled for the first epoch only: later
+        epochs reuse the schedule the autotuner chose then."""
+        pipe = Pipeline(self.spec_path, epochs=self.epoch + 1,
                         first_epoch=self.epoch, **self._kwargs)
+        if pipe.autotuned:
+            self._kwargs = dict(self._kwargs, schedule=pipe.schedule)
+        return pipe
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         info = get_worker_info()
@@ -104,7 +119,7 @@ class Dataset(IterableDataset):
                 out[name] = arr.tolist()
                 continue
             t = _torch.from_numpy(arr)
-            if self.pin_memory:
+            if self.pinning:
                 t = t.pin_memory()
             out[name] = t
         return out

@@ -16,10 +16,14 @@
 //    prints (file:line:col: error: ..., source line, caret); data and
 //    budget errors raise sluice.PipelineError with the runtime's message
 //    (file, record, byte offset, step).
-//  - threads: the GIL is released while the runtime produces a batch, and
-//    pending signals (Ctrl-C) are checked as soon as it returns: a
-//    KeyboardInterrupt stops the pipeline (its worker threads are joined)
-//    before it propagates.
+//  - threads: the GIL is released while the runtime produces a batch. On
+//    Python's main thread (the only one Python runs signal handlers on) the
+//    batch is produced by a helper thread while the main thread waits and
+//    runs pending signal handlers every 20 ms: when one raises (Ctrl-C's
+//    KeyboardInterrupt), the pipeline is cancelled, which reaches into the
+//    batch being assembled (runtime::Pipeline::cancel), its threads are
+//    joined, and the exception propagates. A handler that does not raise
+//    leaves the batch to finish. Other threads call the runtime directly.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -34,8 +38,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -90,9 +98,11 @@ runtime::Plan compile(const dsl::Spec &spec,
 /// Per-step schedule overrides from a schedule file (what `sluice tune`
 /// writes; `--schedule FILE`) or a dict {step: {parallelism, prefetch,
 /// cache}}.
-void applySchedule(const dsl::Spec &spec, const py::object &schedule,
-                   runtime::RunOptions &opts) {
-  if (schedule.is_none())
+void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
+                   const py::object &schedule, runtime::RunOptions &opts) {
+  if (schedule.is_none() ||
+      (py::isinstance<py::str>(schedule) &&
+       schedule.cast<std::string>() == "auto"))
     return;
   auto put = [&](const std::string &name, const dsl::StepSchedule &s) {
     runtime::ScheduleOverride o;
@@ -121,9 +131,14 @@ void applySchedule(const dsl::Spec &spec, const py::object &schedule,
   if (!py::isinstance<py::dict>(schedule))
     throw py::type_error("schedule must be a schedule file path or a dict "
                          "{step: {parallelism, prefetch, cache}}");
+  // Spec step names, and the plan's (a step the compiler fused is named
+  // "a+b", as in the `schedule` property of an autotuned pipeline).
   std::vector<std::string> names{"default", spec.source.name};
   for (const dsl::Step &st : spec.steps)
     names.push_back(st.name);
+  for (const runtime::PlanStage &st : plan.stages)
+    if (std::find(names.begin(), names.end(), st.name) == names.end())
+      names.push_back(st.name);
   for (auto item : schedule.cast<py::dict>()) {
     std::string name = py::str(item.first);
     if (std::find(names.begin(), names.end(), name) == names.end()) {
@@ -166,6 +181,83 @@ int64_t parseMemory(const py::object &memory) {
     throw py::value_error("memory needs a size such as 512MiB or 4GiB, got '" +
                           text + "'");
   return *b;
+}
+
+/// Produces outputs on a thread of its own for a caller that must stay free
+/// to run Python's signal handlers meanwhile. One request at a time.
+class Fetcher {
+public:
+  ~Fetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  /// Starts p->next(*out) on the fetcher's thread.
+  void post(runtime::Pipeline *p, runtime::Batch *out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable())
+      thread_ = std::thread([this] { loop(); });
+    pipeline_ = p;
+    out_ = out;
+    result_.reset();
+    pending_ = true;
+    cv_.notify_all();
+  }
+
+  /// Waits up to `timeout` for the posted request; true when it is done.
+  bool waitFor(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return result_.has_value(); });
+  }
+
+  Expected<bool> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Expected<bool> r = std::move(*result_);
+    result_.reset();
+    return r;
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return pending_ || quit_; });
+      if (quit_)
+        return;
+      pending_ = false;
+      runtime::Pipeline *p = pipeline_;
+      runtime::Batch *out = out_;
+      lock.unlock();
+      Expected<bool> r = p->next(*out);
+      lock.lock();
+      result_.emplace(std::move(r));
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  runtime::Pipeline *pipeline_ = nullptr;
+  runtime::Batch *out_ = nullptr;
+  std::optional<Expected<bool>> result_;
+  bool pending_ = false, quit_ = false;
+};
+
+/// Whether the calling thread is Python's main thread, where signal
+/// handlers run.
+bool onMainThread() {
+  static const unsigned long mainId =
+      py::module_::import("threading")
+          .attr("main_thread")()
+          .attr("ident")
+          .cast<unsigned long>();
+  return PyThread_get_thread_ident() == mainId;
 }
 
 /// Owns a running pipeline. Shared by the Python Pipeline object and every
@@ -281,44 +373,71 @@ public:
       plan.seed = seed.cast<uint64_t>();
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
-    applySchedule(*spec, schedule, opts);
-    setRanks(rank, worldSize, opts);
+    applySchedule(*spec, plan, schedule, opts);
+    setRanks(plan, rank, worldSize, opts);
+    // `schedule: auto` in the spec (and no schedule given here), or
+    // schedule="auto": profile, solve and apply, as `sluice run` does.
+    bool wantAuto = schedule.is_none()
+                        ? spec->scheduleAutoWritten
+                        : py::isinstance<py::str>(schedule) &&
+                              schedule.cast<std::string>() == "auto";
+    if (wantAuto)
+      autoSchedule(plan, opts);
     plan_ = std::move(plan);
     opts_ = std::move(opts);
     start();
   }
 
-  /// Rank and world size: the arguments, else torchrun's RANK/WORLD_SIZE,
-  /// else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX (with
-  /// WORLD_SIZE), else 0 of 1.
-  static void setRanks(const py::object &rank, const py::object &world,
-                       runtime::RunOptions &opts) {
-    auto env = [](const char *name) -> std::optional<int64_t> {
-      const char *v = std::getenv(name);
-      if (!v || !*v)
-        return std::nullopt;
-      char *end = nullptr;
-      long long x = std::strtoll(v, &end, 10);
-      if (*end || x < 0)
-        throw py::value_error(std::string("$") + name +
-                              " must be an integer >= 0, got '" + v + "'");
-      return x;
-    };
-    std::optional<int64_t> r = rank.is_none()
-                                   ? env("RANK")
-                                   : std::optional<int64_t>(rank.cast<int64_t>());
-    if (!r && rank.is_none())
-      r = env("JOB_COMPLETION_INDEX");
-    std::optional<int64_t> w =
-        world.is_none() ? env("WORLD_SIZE")
-                        : std::optional<int64_t>(world.cast<int64_t>());
-    opts.rank = r.value_or(0);
-    opts.worldSize = w.value_or(1);
-    if (opts.worldSize < 1 || opts.rank < 0 || opts.rank >= opts.worldSize)
-      throw py::value_error("rank " + std::to_string(opts.rank) +
-                            " is out of range for world size " +
-                            std::to_string(opts.worldSize) +
-                            " (0 <= rank < world_size)");
+  /// The autotuner's schedule for `plan` under `opts`, applied to `opts`
+  /// (what `sluice run` does for `schedule: auto`, through the same
+  /// library call). SLUICE_NO_AUTOTUNE=1 turns it off, as for `sluice run`.
+  void autoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts) {
+    std::optional<Expected<autotune::AutoSchedule>> a;
+    {
+      py::gil_scoped_release release;
+      a.emplace(autotune::applyAutoSchedule(plan, opts));
+    }
+    if (!*a)
+      raise(pipelineErrorType, "schedule: auto: " + a->status().message());
+    if (!(*a)->applied)
+      return;
+    autotuned_ = true;
+    explanation_ = (*a)->explanation;
+  }
+
+  /// opts_.schedule as {step: {knob: value}}.
+  py::dict scheduleDict() const {
+    py::dict d;
+    for (const auto &[name, o] : opts_.schedule) {
+      py::dict knobs;
+      if (o.parallelism)
+        knobs["parallelism"] = *o.parallelism;
+      if (o.prefetch)
+        knobs["prefetch"] = *o.prefetch;
+      if (o.cache)
+        knobs["cache"] = o.cache->empty() ? std::string("none") : *o.cache;
+      d[py::str(name)] = knobs;
+    }
+    return d;
+  }
+
+  bool autotuned_ = false;
+  std::string explanation_;
+
+  /// Rank and world size: the arguments, else the spec's `distributed:`,
+  /// else torchrun's RANK/WORLD_SIZE or a Kubernetes Indexed Job's
+  /// JOB_COMPLETION_INDEX, else 0 of 1 (runtime::resolveRanks).
+  static void setRanks(const runtime::Plan &plan, const py::object &rank,
+                       const py::object &world, runtime::RunOptions &opts) {
+    runtime::RankArgs args;
+    args.rankName = "rank=";
+    args.worldSizeName = "world_size=";
+    if (!rank.is_none())
+      args.rank = rank.cast<int64_t>();
+    if (!world.is_none())
+      args.worldSize = world.cast<int64_t>();
+    if (Status s = runtime::resolveRanks(plan, args, opts); !s)
+      throw py::value_error(s.message());
   }
 
   void start() {
@@ -366,17 +485,48 @@ public:
     return *box_->pipeline;
   }
 
+  /// The runtime's next output, with Python's signal handlers running
+  /// meanwhile (on the main thread): a handler that raises cancels the
+  /// pipeline, and the exception propagates once its threads are joined.
+  Expected<bool> fetch(runtime::Pipeline &p, runtime::Batch &b) {
+    if (!onMainThread()) {
+      py::gil_scoped_release release;
+      return p.next(b);
+    }
+    if (!fetcher_)
+      fetcher_ = std::make_unique<Fetcher>();
+    fetcher_->post(&p, &b);
+    for (;;) {
+      bool done;
+      {
+        py::gil_scoped_release release;
+        done = fetcher_->waitFor(std::chrono::milliseconds(20));
+      }
+      if (done)
+        return fetcher_->take();
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set e;
+        {
+          py::gil_scoped_release release;
+          p.cancel();
+          while (!fetcher_->waitFor(std::chrono::milliseconds(1000))) {
+          }
+          (void)fetcher_->take();
+          p.stop(); // joins the workers
+        }
+        throw e;
+      }
+    }
+  }
+
   py::dict next() {
     runtime::Pipeline &p = pipe();
     started_ = true;
     runtime::Batch b;
-    std::optional<Expected<bool>> r;
-    {
-      py::gil_scoped_release release;
-      r.emplace(p.next(b));
-    }
+    Expected<bool> r = fetch(p, b);
     if (PyErr_CheckSignals() != 0) {
-      // Ctrl-C: join the workers before the KeyboardInterrupt propagates.
+      // A signal handler raised just as the output came: join the workers
+      // before the exception propagates.
       py::error_already_set e;
       {
         py::gil_scoped_release release;
@@ -384,9 +534,9 @@ public:
       }
       throw e;
     }
+    if (!r)
+      raise(pipelineErrorType, r.status().message());
     if (!*r)
-      raise(pipelineErrorType, r->status().message());
-    if (!**r)
       throw py::stop_iteration();
     lastEpoch_ = b.epoch();
     py::dict out;
@@ -428,6 +578,8 @@ public:
 
   int64_t lastEpoch_ = -1;
   std::shared_ptr<Box> box_;
+  /// Declared after box_ so it is destroyed (its thread joined) first.
+  std::unique_ptr<Fetcher> fetcher_;
 };
 
 py::list check(const std::string &path) {
@@ -545,17 +697,25 @@ are); bytes and string fields are numpy object arrays of ``bytes`` /
           R"(Checks and compiles ``spec_path`` and builds the stage graph.
 
 epochs: overrides the spec's ``epochs`` (-1: forever).
-schedule: a schedule file (what ``sluice tune`` writes) or a dict
-    ``{step: {"parallelism": n, "prefetch": n, "cache": "memory"}}``.
+schedule: a schedule file (what ``sluice tune`` writes), a dict
+    ``{step: {"parallelism": n, "prefetch": n, "cache": "memory"}}``, or
+    "auto". When None and the spec says ``schedule: auto``, or with
+    "auto", the autotuner profiles the pipeline for about two seconds and
+    its schedule is applied, as ``sluice run`` does (SLUICE_NO_AUTOTUNE=1
+    turns that off; ``schedule={}`` runs with the runtime's defaults). The
+    outputs are the same bytes under any schedule; the ``schedule``
+    property shows the one in effect.
 threads: worker threads (0: the spec's budget.cores, or all cores).
 seed: overrides the spec's ``seed``.
 memory: budget.memory override, in bytes or as "512MiB".
 first_epoch: start at this epoch (epochs before it are not read).
 disable_passes: compiler passes not to run (as ``--disable-pass``).
-rank, world_size: this process's share of the data (default: torchrun's
-    RANK/WORLD_SIZE, else a Kubernetes Indexed Job's JOB_COMPLETION_INDEX
-    with WORLD_SIZE, else 0 of 1). Rank r reads the positions p of each
-    epoch's global order with p % world_size == r.
+rank, world_size: this process's share of the data, each from the first
+    of: this argument, the spec's ``distributed: {rank, world_size}``,
+    torchrun's RANK / WORLD_SIZE (or a Kubernetes Indexed Job's
+    JOB_COMPLETION_INDEX for the rank), else 0 of 1. Rank r reads the
+    positions p of each epoch's global order with p % world_size == r.
+    ValueError names where a bad value came from.
 
 Raises SpecError (file:line:col) for a spec that does not check, and
 PipelineError when the pipeline cannot start (e.g. its buffers cannot fit
@@ -590,6 +750,21 @@ before the first batch.)")
       .def_property_readonly(
           "output_type", &PyPipeline::outputType,
           "The output record type: {field: 'f32[128,3,224,224]', ...}.")
+      .def_property_readonly(
+          "schedule", &PyPipeline::scheduleDict,
+          R"(The per-step schedule overrides in effect, as
+``{step: {"parallelism": n, "prefetch": n, "cache": "memory"}}``: those
+given as ``schedule=``, or the autotuner's choice for ``schedule: auto``
+(steps the compiler fused are named "a+b"). Pass it as ``schedule=`` to
+another Pipeline of the same spec to skip the profiling.)")
+      .def_property_readonly(
+          "autotuned", [](PyPipeline &p) { return p.autotuned_; },
+          "Whether the autotuner chose the schedule (``schedule: auto``).")
+      .def_property_readonly(
+          "schedule_explanation",
+          [](PyPipeline &p) { return p.explanation_; },
+          "What the autotuner chose and why (what `sluice run --stats` "
+          "prints for ``schedule: auto``); empty when it did not run.")
       .def_property_readonly(
           "epochs", [](PyPipeline &p) { return p.pipe().epochs(); },
           "Epochs this pipeline runs (-1: forever).")

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/CompiledKernels.h"
 
+#include "sluice/runtime/RemapChain.h"
+
 #include <memory>
 #include <sstream>
 #include <string>
@@ -18,6 +20,7 @@ namespace sluice::runtime {
 namespace {
 
 using ValuesFn = void (*)(const void *, void *, int64_t);
+using RemapFn = void (*)(const void *, void *, const int64_t *);
 
 /// One "values FIELD IN -> OUT OUTELEM" entry, resolved to field positions.
 struct ValuesCall {
@@ -70,6 +73,59 @@ Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
   return c;
 }
 
+/// Binds a "remap FIELD IN -> FIELD OUTELEM" entry: the stage is a remap
+/// chain (RemapChain.h); per record the runtime fills the parameter block
+/// and calls the kernel once. Records the chain's steps would reject take
+/// the unfused steps, which report what they always reported.
+Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
+  std::istringstream in(k.signature ? k.signature : "");
+  std::string kind, field, inName, arrow, out, outName;
+  if (!(in >> kind >> field >> inName >> arrow >> out >> outName) ||
+      kind != "remap" || arrow != "->" || field != out)
+    return kernelError(s, std::string("unknown kernel signature '") +
+                              (k.signature ? k.signature : "") + "'");
+  Expected<RemapChain> chain = RemapChain::build(s);
+  if (!chain)
+    return kernelError(s, chain.status().message());
+  std::optional<ElemType> inElem = parseElemType(inName);
+  std::optional<ElemType> outElem = parseElemType(outName);
+  if (!inElem || !outElem || *inElem != chain->inElem() ||
+      *outElem != chain->outElem() || chain->field() != field)
+    return kernelError(s, "the kernel's types '" + std::string(k.signature) +
+                              "' are not the chain's");
+  int i = s.inputType.indexOf(field), o = s.outputType.indexOf(field);
+  if (i < 0 || o < 0 || i != o)
+    return kernelError(s, "its records have no field '" + field + "'");
+  if (!k.fn)
+    return kernelError(s, "null kernel pointer");
+  static const Plan kNoPlan;
+  Expected<ElementFn> reference = bindFused(s, kNoPlan);
+  if (!reference)
+    return reference.status();
+  auto c = std::make_shared<const RemapChain>(chain.take());
+  return ElementFn([c, ref = reference.take(), fn = reinterpret_cast<RemapFn>(k.fn),
+                    at = size_t(i), elem = *outElem](
+                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
+    if (at >= rec.fields.size())
+      return ref(rec, ctx);
+    int64_t small[64];
+    std::vector<int64_t> big;
+    int64_t *params = small;
+    if (c->paramCount() > 64) {
+      big.resize(c->paramCount());
+      params = big.data();
+    }
+    std::vector<int64_t> shape;
+    const Tensor &t = rec.fields[at];
+    if (!c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape))
+      return ref(rec, ctx);
+    Tensor result = Tensor::empty(elem, shape);
+    fn(t.raw(), result.mutableRaw(), params);
+    rec.fields[at] = std::move(result);
+    return true;
+  });
+}
+
 } // namespace
 
 size_t kernelTableSize(const SluiceKernelInfo *table) {
@@ -87,6 +143,9 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
         mine.push_back(&table[i]);
     if (mine.empty())
       return std::nullopt;
+    if (mine.size() == 1 && mine[0]->signature &&
+        std::string(mine[0]->signature).rfind("remap ", 0) == 0)
+      return bindRemap(s, *mine[0]);
     size_t width = s.inputType.size();
     auto calls = std::make_shared<std::vector<ValuesCall>>();
     for (const SluiceKernelInfo *k : mine) {

@@ -23,6 +23,7 @@
 #include "sluice/runtime/Plan.h"
 #include "sluice/runtime/Source.h"
 #include "sluice/runtime/Stats.h"
+#include "sluice/runtime/TaskHandoff.h"
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -70,6 +71,9 @@ struct Shared {
   bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// `batch` pulls runs of records with nextMany() (no
+  /// SLUICE_NO_BULK_PULL).
+  bool bulkPull = true;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the
@@ -97,9 +101,19 @@ struct Shared {
   /// RunStats::records() so far.
   int64_t recordsSoFar() const;
 
+  /// Set by Pipeline::cancel() (from any thread): every stage's next()
+  /// fails with cancelledError() from then on, and waits for other threads'
+  /// results give up (Stage::wake()), so the thread in Pipeline::next()
+  /// returns after at most the record each thread is working on, also in
+  /// the middle of filling a batch or a shuffle buffer.
+  std::atomic<bool> cancelled{false};
+
   /// "data/x.csv: record 17" for an item's origin.
   std::string describe(const Origin &o) const;
 };
+
+/// What next() returns once the pipeline is cancelled.
+Status cancelledError();
 
 /// A bad record read from the source: under `on_error: skip` it is counted
 /// (noteSkipped) and ok is returned; under `fail` the failure is counted and
@@ -178,14 +192,40 @@ public:
   Status start(uint64_t epoch);
   /// The next item of the pass; false at its end.
   Expected<bool> next(Item &out);
+  /// Appends up to `max` (> 0) items of the pass to `out` and returns how
+  /// many; 0 only at its end. The same items, order, counts and errors as
+  /// `max` calls of next() (an error met after some items is returned by
+  /// the following call), but a stage on the per-record path (source,
+  /// inline map) times and counts the run once instead of per record: on
+  /// tabular pipelines the clock reads and counter updates per record cost
+  /// as much as the steps. Used by `batch` (Shared::bulkPull).
+  Expected<size_t> nextMany(std::vector<Item> &out, size_t max);
   /// Stops the pass (idempotent).
   void stop();
 
   Stage *upstream() const { return upstream_.get(); }
+  /// Wakes this stage's waits for other threads' results after
+  /// Shared::cancelled is set, so they see it (callable from any thread).
+  virtual void wake() {}
   virtual void staticNeeds(std::vector<StaticNeed> &) const {}
   /// Asks this stage to hand its finished records to `placer` (null:
   /// stop). True when it will: only parallel map stages do.
   virtual bool attachRowPlacer(RowPlacer *) { return false; }
+
+  // Knobs that change while the pipeline runs (Pipeline::setParallelism,
+  // setPrefetch: the re-planning of `schedule: auto`). Safe from any thread
+  // while the stage runs; the outputs do not depend on them.
+  /// Whether this stage runs plan step `name` (a fused step's name, or
+  /// "<step>/prefetch" for a prefetch queue).
+  virtual bool runsStep(const std::string &name) const {
+    return c_ && c_->name() == name;
+  }
+  /// Workers of a parallel map stage: sets them (1..threads) and returns
+  /// true; false for a stage without workers.
+  virtual bool setParallelism(int64_t) { return false; }
+  /// Depth of a prefetch queue, within the capacity checked before running:
+  /// returns the depth applied, -1 for a stage without a queue.
+  virtual int64_t setDepth(int64_t) { return -1; }
 
 protected:
   virtual Status onStart(uint64_t epoch);
@@ -194,6 +234,13 @@ protected:
   virtual void onStop() {}
   /// Pulls from upstream, counting `read` and input bytes.
   Expected<bool> pull(Item &in);
+  /// pull() for a run of up to `max` items (upstream's nextMany()).
+  Expected<size_t> pullMany(std::vector<Item> &out, size_t max);
+  /// nextMany()'s work; the default calls produce() for each item. An
+  /// override that meets an error after appending items keeps it with
+  /// holdError() and returns the count.
+  virtual Expected<size_t> produceMany(std::vector<Item> &out, size_t max);
+  void holdError(Status s) { held_ = std::move(s); }
 
   /// Number of times this stage was started in the current epoch, minus 1
   /// (a repetition under `repeat`); seeds per-pass randomness.
@@ -210,6 +257,8 @@ protected:
 
 private:
   int64_t pullNs_ = 0;
+  /// An error met by produceMany() after it had appended items.
+  std::optional<Status> held_;
   uint64_t epoch_ = 0;
   uint64_t passInEpoch_ = 0;
   bool startedOnce_ = false;

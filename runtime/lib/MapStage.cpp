@@ -100,6 +100,47 @@ public:
     return true;
   }
 
+  /// A plan step of this stage, or a spec step a fused one stands for
+  /// ("b" of "a+b+c").
+  bool runsStep(const std::string &name) const override {
+    for (const SubOp &op : ops_) {
+      const std::string &n = op.step->name;
+      if (n == name)
+        return true;
+      size_t start = 0;
+      for (;;) {
+        size_t plus = n.find('+', start);
+        if (n.compare(start, plus == std::string::npos ? std::string::npos
+                                                       : plus - start,
+                      name) == 0)
+          return true;
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
+    }
+    return false;
+  }
+
+  /// In flight: more workers are enqueued by the feeder as records arrive
+  /// (it starts one whenever fewer than `parallelism_` are active), fewer
+  /// by workers leaving before they take their next run. Which worker
+  /// processes a record never shows in the outputs.
+  bool setParallelism(int64_t p) override {
+    if (!parallel_)
+      return false;
+    p = std::clamp<int64_t>(p, 1, std::max<int64_t>(1, shared_.threads));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      parallelism_ = p;
+      maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+    }
+    for (const SubOp &op : ops_)
+      op.counters->parallelism.store(p);
+    work_.notify_all();
+    return true;
+  }
+
 protected:
   Status onStart(uint64_t epoch) override {
     Status st = Stage::onStart(epoch);
@@ -123,6 +164,63 @@ protected:
     return parallel_ ? produceParallel(out) : produceInline(out);
   }
 
+  /// Inline: the steps on a run of records from upstream, timed once per
+  /// run when there is one step (else per step and record, as produce()).
+  Expected<size_t> produceMany(std::vector<Item> &out, size_t max) override {
+    if (parallel_)
+      return Stage::produceMany(out, max);
+    const bool perStep = ops_.size() > 1;
+    std::vector<int64_t> &ns = ns_;
+    struct Clear { // dropped records are not held after the call
+      std::vector<Item> &v;
+      ~Clear() { v.clear(); }
+    } clear{run_};
+    size_t n = 0;
+    while (n < max) {
+      run_.clear();
+      Expected<size_t> r = upstream_->nextMany(run_, max - n);
+      if (!r) {
+        if (n == 0)
+          return r.status();
+        holdError(r.status());
+        return n;
+      }
+      if (*r == 0)
+        break;
+      std::fill(ns.begin(), ns.end(), 0);
+      int64_t t0 = perStep ? 0 : nowNs();
+      for (size_t i = 0; i < run_.size(); ++i) {
+        Item &item = run_[i];
+        inc(ops_.front().counters->read);
+        Outcome o;
+        process(item, o, ns.data(), perStep);
+        bool kept = false;
+        Status s = commit(item, o, kept);
+        if (!s) {
+          // Pulled in this run but never looked at.
+          int64_t rest = static_cast<int64_t>(run_.size() - i - 1);
+          inc(ops_.front().counters->read, rest);
+          inc(ops_.front().counters->discarded, rest);
+          if (!perStep)
+            ns[0] += nowNs() - t0;
+          chargeTime(ns.data(), -1);
+          if (n == 0)
+            return s;
+          holdError(std::move(s));
+          return n;
+        }
+        if (kept) {
+          out.push_back(std::move(item));
+          ++n;
+        }
+      }
+      if (!perStep)
+        ns[0] += nowNs() - t0;
+      chargeTime(ns.data(), -1);
+    }
+    return n;
+  }
+
 private:
   struct Slot {
     Item item;
@@ -134,7 +232,7 @@ private:
   };
 
   /// Runs the steps on one record; returns the wall time per step in `ns`.
-  void process(Item &item, Outcome &o, int64_t *ns) {
+  void process(Item &item, Outcome &o, int64_t *ns, bool timed = true) {
     o = Outcome();
     int64_t bytes = recordBytes(item.rec);
     // What the steps allocate for this record is reserved in the budget
@@ -144,9 +242,10 @@ private:
     for (size_t i = 0; i < ops_.size(); ++i) {
       StageCounters &c = *ops_[i].counters;
       inc(c.bytesIn, bytes);
-      int64_t t0 = nowNs();
+      int64_t t0 = timed ? nowNs() : 0;
       Expected<bool> r = runStep(i, item.rec);
-      ns[i] += nowNs() - t0;
+      if (timed)
+        ns[i] += nowNs() - t0;
       if (!r) {
         o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
                                                   : Outcome::Failed;
@@ -249,7 +348,7 @@ private:
   }
 
   Expected<bool> produceInline(Item &out) {
-    std::vector<int64_t> ns(ops_.size());
+    std::vector<int64_t> &ns = ns_;
     for (;;) {
       Expected<bool> r = upstream_->next(out);
       if (!r || !*r)
@@ -330,7 +429,7 @@ private:
           work_.notify_one();
         else if (activeTasks_ < parallelism_) {
           ++activeTasks_;
-          shared_.arena->enqueue([this] { workLoop(); });
+          enqueueTask(*shared_.arena, [this] { workLoop(); });
         }
       }
       if (last) {
@@ -352,6 +451,7 @@ private:
     std::vector<int64_t> ns(ops_.size(), 0);
     std::vector<Tensor> rowViews, targets;
     int64_t cpu0 = threadCpuNs();
+    int64_t lastCharge = nowNs();
     int64_t items = 0;
     for (;;) {
       uint64_t a, b, drops;
@@ -365,14 +465,18 @@ private:
         for (;;) {
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
-          if (cancel_ || dispatched_ < tail_ || lingered)
+          if (cancel_ || dispatched_ < tail_ || lingered ||
+              activeTasks_ > parallelism_ ||
+              shared_.cancelled.load(std::memory_order_relaxed))
             break;
           ++idleWorkers_;
           work_.wait_for(lock, std::chrono::microseconds(200));
           --idleWorkers_;
           lingered = true;
         }
-        if (cancel_ || dispatched_ >= tail_) {
+        // Also leave when the parallelism was lowered while running.
+        if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
+            shared_.cancelled.load(std::memory_order_relaxed)) {
           --activeTasks_;
           chargeTime(ns.data(), threadCpuNs() - cpu0);
           adaptChunk(ns.data(), items);
@@ -411,6 +515,19 @@ private:
         rowViews.clear();
       }
       items += static_cast<int64_t>(b - a);
+      // Charge the work done so far every few milliseconds, not only when
+      // the worker leaves: a worker of the bottleneck stage never runs out
+      // of input, and its time must show in the counters while it runs
+      // (the autotuner's probes and re-planner read them live).
+      if (int64_t t = nowNs(); t - lastCharge >= kChargeNs) {
+        int64_t cpu = threadCpuNs();
+        chargeTime(ns.data(), cpu - cpu0);
+        adaptChunk(ns.data(), items);
+        std::fill(ns.begin(), ns.end(), 0);
+        items = 0;
+        cpu0 = cpu;
+        lastCharge = t;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       for (uint64_t p = a; p < b; ++p) {
         Slot &s = slot(p);
@@ -438,7 +555,7 @@ private:
     for (size_t i = 0; i < ops_.size(); ++i)
       total += ns[i];
     int64_t per = std::max<int64_t>(1, total / items);
-    chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_);
+    chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_.load());
   }
 
   Expected<bool> produceParallel(Item &out) {
@@ -447,7 +564,12 @@ private:
         std::unique_lock<std::mutex> lock(mu_);
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
-        ready_.wait(lock, [&] { return head_ < tail_ && slot(head_).done; });
+        ready_.wait(lock, [&] {
+          return (head_ < tail_ && slot(head_).done) ||
+                 shared_.cancelled.load(std::memory_order_relaxed);
+        });
+        if (!(head_ < tail_ && slot(head_).done))
+          return cancelledError();
         Slot &s = slot(head_);
         if (s.marker == Slot::End)
           return false;
@@ -485,6 +607,17 @@ private:
     }
   }
 
+public:
+  void wake() override {
+    if (!parallel_)
+      return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.notify_all();
+    notFull_.notify_all();
+    work_.notify_all();
+  }
+
+private:
   void shutdown() {
     if (!parallel_)
       return;
@@ -511,6 +644,9 @@ private:
   }
 
   std::vector<SubOp> ops_;
+  /// produceInline/produceMany scratch: time per step, a run of records.
+  std::vector<int64_t> ns_ = std::vector<int64_t>(ops_.size());
+  std::vector<Item> run_;
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;
@@ -530,7 +666,9 @@ private:
   int64_t idleWorkers_ = 0;
   bool cancel_ = false;
   std::atomic<int64_t> chunk_{1};
-  int64_t maxChunk_ = 1;
+  std::atomic<int64_t> maxChunk_{1};
+  /// Workers charge their time to the counters at least this often.
+  static constexpr int64_t kChargeNs = 2000000;
   std::thread feeder_;
   MemoryAccount *account_ = nullptr;
   /// What the steps allocate while they process a record.

@@ -16,6 +16,8 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <sys/stat.h>
@@ -46,6 +48,7 @@ public:
   static Expected<std::unique_ptr<Engine>> create(const Plan &plan,
                                                   const RunOptions &opts);
   ~Engine() {
+    stopController();
     stop();
     if (poolLimit_)
       clearBufferPoolLimit(poolLimit_.get());
@@ -53,6 +56,7 @@ public:
 
   Expected<bool> next(Item &out, int64_t &epoch);
   void stop();
+  void cancel();
   RunStats stats() const;
 
   Plan plan_;
@@ -104,6 +108,21 @@ public:
   std::atomic<int64_t> endNs_{0};
   mutable std::mutex stopMu_;
   MemoryAccount *held_ = nullptr;
+
+  /// RunOptions::controller's thread, from the first next() to stop().
+  std::thread controllerThread_;
+  std::mutex controllerMu_;
+  std::condition_variable controllerCv_;
+  bool controllerStop_ = false;
+  void stopController() {
+    {
+      std::lock_guard<std::mutex> lock(controllerMu_);
+      controllerStop_ = true;
+    }
+    controllerCv_.notify_all();
+    if (controllerThread_.joinable())
+      controllerThread_.join();
+  }
 };
 
 StageCounters *Engine::counters(const std::string &name, const std::string &op,
@@ -247,6 +266,7 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -313,7 +333,10 @@ Status Engine::build() {
     int64_t par = 0;
     if (groupHeavy)
       par = groupPar > 0 ? std::min(groupPar, threads_) : threads_;
-    int64_t window = std::max<int64_t>(16, par * 16) + groupPrefetch;
+    // With a controller the parallelism may rise to all threads in flight:
+    // the window is sized for that from the start.
+    int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
+    int64_t window = std::max<int64_t>(16, windowPar * 16) + groupPrefetch;
     cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
     if (!groupHeavy && groupPrefetch > 0) {
       StageCounters *c = counters(last.name + "/prefetch", "prefetch", "buffer",
@@ -692,6 +715,14 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   }
 }
 
+void Engine::cancel() {
+  shared_.cancelled.store(true);
+  // The stage chain is fixed once built; each wake() takes only its own
+  // stage's lock, so this is safe while another thread is inside next().
+  for (Stage *s = root_.get(); s; s = s->upstream())
+    s->wake();
+}
+
 void Engine::stop() {
   std::lock_guard<std::mutex> lock(stopMu_);
   if (root_)
@@ -743,7 +774,26 @@ Expected<std::unique_ptr<Pipeline>> Pipeline::create(const Plan &plan,
   return std::unique_ptr<Pipeline>(new Pipeline(e.take()));
 }
 
+RunController::~RunController() = default;
+
 Expected<bool> Pipeline::next(Batch &out) {
+  Engine &e = *engine_;
+  if (e.opts_.controller && !e.controllerThread_.joinable()) {
+    std::lock_guard<std::mutex> lock(e.controllerMu_);
+    if (!e.controllerStop_)
+      e.controllerThread_ = std::thread([this, &e] {
+        RunController &c = *e.opts_.controller;
+        auto period = std::chrono::duration<double>(
+            std::max(0.01, c.interval()));
+        std::unique_lock<std::mutex> lock(e.controllerMu_);
+        while (!e.controllerCv_.wait_for(lock, period,
+                                         [&] { return e.controllerStop_; })) {
+          lock.unlock();
+          c.tick(*this);
+          lock.lock();
+        }
+      });
+  }
   Item item;
   int64_t epoch = 0;
   Expected<bool> r = engine_->next(item, epoch);
@@ -757,8 +807,44 @@ Expected<bool> Pipeline::next(Batch &out) {
 }
 
 void Pipeline::stop() {
+  if (!engine_)
+    return;
+  engine_->stopController();
+  engine_->stop();
+}
+
+Status Pipeline::setParallelism(const std::string &step, int64_t parallelism) {
+  for (detail::Stage *s = engine_->root_.get(); s; s = s->upstream())
+    if (s->runsStep(step)) {
+      if (s->setParallelism(parallelism))
+        return Status::ok();
+      return Status::error("step '" + step +
+                           "' runs inline on its consumer's thread: it has "
+                           "no workers whose number could change");
+    }
+  return Status::error("no step '" + step + "' in this pipeline");
+}
+
+Expected<int64_t> Pipeline::setPrefetch(const std::string &step,
+                                        int64_t depth) {
+  std::string name = step + "/prefetch";
+  for (detail::Stage *s = engine_->root_.get(); s; s = s->upstream())
+    if (s->runsStep(name)) {
+      int64_t d = s->setDepth(depth);
+      if (d >= 0)
+        return d;
+    }
+  return Status::error("step '" + step +
+                       "' has no prefetch queue whose depth could change");
+}
+
+void Pipeline::cancel() {
   if (engine_)
-    engine_->stop();
+    engine_->cancel();
+}
+
+bool Pipeline::cancelled() const {
+  return engine_ && engine_->shared_.cancelled.load();
 }
 
 const RecordType &Pipeline::outputType() const {

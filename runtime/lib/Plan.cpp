@@ -12,16 +12,19 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace sluice::runtime {
 
-std::string Plan::where(const PlanStage &s) const {
+std::string Plan::where(const PlanStage &s) const { return where(s.loc); }
+
+std::string Plan::where(SourceLoc loc) const {
   // Plans built by hand (tests, bindings) may have no spec file.
   std::string file = specFile.empty() ? "<plan>" : specFile;
-  if (!s.loc.valid())
+  if (!loc.valid())
     return file;
-  return file + ":" + std::to_string(s.loc.line) + ":" +
-         std::to_string(s.loc.col);
+  return file + ":" + std::to_string(loc.line) + ":" +
+         std::to_string(loc.col);
 }
 
 namespace {
@@ -442,6 +445,16 @@ std::string Plan::serialize() const {
             {"memoryBytes", memoryBytes},
             {"source", stageJson(source)},
             {"stages", std::move(stageList)}};
+  // Written only when set, so plans without it keep their text (and their
+  // fingerprint).
+  if (scheduleAuto)
+    j["scheduleAuto"] = true;
+  // Written only when the spec sets them, so plans without `distributed:`
+  // keep their text.
+  if (rank)
+    j["rank"] = {{"value", *rank}, {"loc", locJson(rankLoc)}};
+  if (worldSize)
+    j["worldSize"] = {{"value", *worldSize}, {"loc", locJson(worldSizeLoc)}};
   return prettyJson(j) + "\n";
 }
 
@@ -492,9 +505,29 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
       !r.getInt(j, "memoryBytes", "plan", p.memoryBytes) || !source ||
       !stageList || !r.stage(*source, "plan.source", p.source))
     return r.status();
+  if (j.contains("scheduleAuto")) {
+    if (!j["scheduleAuto"].is_boolean()) {
+      r.fail("plan.scheduleAuto", "expected true or false");
+      return r.status();
+    }
+    p.scheduleAuto = j["scheduleAuto"].get<bool>();
+  }
   if (!stageList->is_array()) {
     r.fail("plan.stages", "expected an array");
     return r.status();
+  }
+  for (auto [key, value, where] :
+       {std::tuple{"rank", &p.rank, &p.rankLoc},
+        std::tuple{"worldSize", &p.worldSize, &p.worldSizeLoc}}) {
+    if (!j.contains(key))
+      continue;
+    const std::string path = std::string("plan.") + key;
+    const Json *l = r.member(j[key], "loc", path);
+    int64_t v = 0;
+    if (!r.getInt(j[key], "value", path, v) || !l ||
+        !r.loc(*l, path + ".loc", *where))
+      return r.status();
+    *value = v;
   }
   for (size_t i = 0; i < stageList->size(); ++i) {
     PlanStage s;

@@ -300,8 +300,13 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
         if (!sig)
           continue;
         auto now = std::chrono::steady_clock::now();
-        if (seen == std::chrono::steady_clock::time_point{})
+        if (seen == std::chrono::steady_clock::time_point{}) {
           seen = now;
+          // The output being built (a batch being filled) is given up
+          // after the record each worker is on; outputs already returned
+          // are still written.
+          p.cancel();
+        }
         if (std::chrono::duration<double>(now - seen).count() <
                 kStopGraceSeconds ||
             finalizing.exchange(true))
@@ -348,6 +353,10 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     // the pipeline emitted reaches the sink, so the counts agree.
     Expected<bool> more = p.next(b);
     if (!more) {
+      // Cancelled by the watchdog on a stop signal: an interruption, not a
+      // failure.
+      if (p.cancelled() && (stopSignal = signals.signal()))
+        break;
       failure = more.status();
       break;
     }
@@ -413,8 +422,14 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   }
   out << "accounting (read = emitted + filtered + skipped, per stage):\n"
       << stats.accounting() << finalLine(stats, sink.summary());
-  if (opts.stats)
+  if (opts.stats) {
     out << "\n" << stats.table();
+    if (opts.controller) {
+      std::string r = opts.controller->report();
+      if (!r.empty())
+        out << "\n" << r;
+    }
+  }
   if (!opts.statsJsonPath.empty()) {
     std::ofstream f(opts.statsJsonPath);
     f << stats.jsonText(true) << "\n";

@@ -203,7 +203,7 @@ private:
     // reads it); they add it to a counter that outlives them, and
     // foldParseCpu() moves it into the stage's counters.
     ra.spawn = [arena, cpu = parseCpuNs_](std::function<void()> task) {
-      arena->enqueue([cpu, task = std::move(task)] {
+      enqueueTask(*arena, [cpu, task = std::move(task)] {
         int64_t t0 = threadCpuNs();
         task();
         cpu->fetch_add(threadCpuNs() - t0, std::memory_order_relaxed);
@@ -218,7 +218,7 @@ private:
 
   void schedule(Slot &s) {
     s.reading = true;
-    shared_.arena->enqueue([this, &s] { readLoop(s); });
+    enqueueTask(*shared_.arena, [this, &s] { readLoop(s); });
   }
 
   void readLoop(Slot &s) {

@@ -94,6 +94,7 @@ Status Stage::start(uint64_t epoch) {
   startedOnce_ = true;
   epoch_ = epoch;
   running_ = true;
+  held_.reset();
   return onStart(epoch);
 }
 
@@ -101,7 +102,16 @@ Status Stage::onStart(uint64_t epoch) {
   return upstream_ ? upstream_->start(epoch) : Status::ok();
 }
 
+Status cancelledError() {
+  return Status::error("the pipeline was cancelled (Pipeline::cancel(), "
+                       "e.g. Ctrl-C)");
+}
+
 Expected<bool> Stage::next(Item &out) {
+  // Checked once per record and stage: a batch or shuffle buffer being
+  // filled stops within a record of a cancel().
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   if (!inlineTiming_ || !c_) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
@@ -119,6 +129,71 @@ Expected<bool> Stage::next(Item &out) {
   if (r && *r) {
     c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
     c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+  }
+  return r;
+}
+
+Expected<size_t> Stage::produceMany(std::vector<Item> &out, size_t max) {
+  size_t n = 0;
+  while (n < max) {
+    Item it;
+    Expected<bool> r = produce(it);
+    if (!r) {
+      if (n == 0)
+        return r.status();
+      holdError(r.status());
+      break;
+    }
+    if (!*r)
+      break;
+    out.push_back(std::move(it));
+    ++n;
+  }
+  return n;
+}
+
+Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
+  if (held_) {
+    Status s = std::move(*held_);
+    held_.reset();
+    return s;
+  }
+  const size_t before = out.size();
+  Expected<size_t> r = 0;
+  if (!inlineTiming_ || !c_) {
+    r = produceMany(out, max);
+  } else {
+    pullNs_ = 0;
+    int64_t t0 = nowNs();
+    r = produceMany(out, max);
+    int64_t self = nowNs() - t0 - pullNs_;
+    c_->wallNs.fetch_add(self, std::memory_order_relaxed);
+    c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
+  }
+  if (c_ && out.size() > before) {
+    int64_t bytes = 0;
+    for (size_t i = before; i < out.size(); ++i)
+      bytes += recordBytes(out[i].rec);
+    c_->elementsOut.fetch_add(static_cast<int64_t>(out.size() - before),
+                              std::memory_order_relaxed);
+    c_->bytesOut.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  return r;
+}
+
+Expected<size_t> Stage::pullMany(std::vector<Item> &out, size_t max) {
+  const size_t before = out.size();
+  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  Expected<size_t> r = upstream_->nextMany(out, max);
+  if (inlineTiming_)
+    pullNs_ += nowNs() - t0;
+  if (c_ && out.size() > before) {
+    int64_t bytes = 0;
+    for (size_t i = before; i < out.size(); ++i)
+      bytes += recordBytes(out[i].rec);
+    c_->read.fetch_add(static_cast<int64_t>(out.size() - before),
+                       std::memory_order_relaxed);
+    c_->bytesIn.fetch_add(bytes, std::memory_order_relaxed);
   }
   return r;
 }
@@ -760,8 +835,48 @@ protected:
       rows_->reset();
   }
 
-  Expected<bool> produce(Item &out) override {
+  /// Pulls what the batch still lacks as runs of records (nextMany),
+  /// reserving each record's bytes as the per-record loop below does.
+  Status pullRun() {
     while (static_cast<int64_t>(items_.size()) < size_) {
+      const size_t before = items_.size();
+      Expected<size_t> r =
+          pullMany(items_, static_cast<size_t>(size_) - before);
+      if (!r)
+        return r.status();
+      if (*r == 0)
+        return Status::ok();
+      for (size_t i = before; i < items_.size(); ++i) {
+        int64_t bytes = recordBytes(items_[i].rec);
+        if (!account_->tryReserve(bytes)) {
+          // The records after it were pulled in the same run: dropped too.
+          inc(c_->discarded, static_cast<int64_t>(items_.size() - i));
+          items_.resize(i);
+          return budgetError();
+        }
+        bytes_ += bytes;
+      }
+      c_->notePeakBytes(bytes_);
+    }
+    return Status::ok();
+  }
+
+  Status budgetError() const {
+    return Status::error(
+        shared_.plan->where(step_) + ": error: a batch of " +
+        std::to_string(size_) + " records does not fit in budget.memory " +
+        formatBytes(shared_.memory->limit()) +
+        " (buffers in use: " + shared_.memory->usageSummary() + "); lower " +
+        step_.name + ".size or raise budget.memory");
+  }
+
+  Expected<bool> produce(Item &out) override {
+    const bool bulk = shared_.bulkPull && !rows_;
+    if (bulk) {
+      if (Status st = pullRun(); !st)
+        return st;
+    }
+    while (!bulk && static_cast<int64_t>(items_.size()) < size_) {
       Item in;
       Expected<bool> r = pull(in);
       if (!r)
@@ -771,12 +886,7 @@ protected:
       int64_t bytes = recordBytes(in.rec);
       if (!account_->tryReserve(bytes)) {
         inc(c_->discarded);
-        return Status::error(
-            shared_.plan->where(step_) + ": error: a batch of " +
-            std::to_string(size_) + " records does not fit in budget.memory " +
-            formatBytes(shared_.memory->limit()) +
-            " (buffers in use: " + shared_.memory->usageSummary() +
-            "); lower " + step_.name + ".size or raise budget.memory");
+        return budgetError();
       }
       bytes_ += bytes;
       c_->notePeakBytes(bytes_);
@@ -987,13 +1097,24 @@ public:
                 int64_t buffer, RecordType type, std::string knob,
                 std::string where)
       : Stage(s, std::move(up), c), buffer_(std::max<int64_t>(1, buffer)),
-        type_(std::move(type)), knob_(std::move(knob)),
+        depth_(buffer_), type_(std::move(type)), knob_(std::move(knob)),
         where_(std::move(where)) {
     inlineTiming_ = false;
     account_ = s.memory->account(c->name());
     c->bufferCapacity.store(buffer_);
   }
   ~PrefetchStage() override { stopThread(); }
+
+  /// In flight, up to the capacity the memory check counted.
+  int64_t setDepth(int64_t d) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      depth_ = std::clamp<int64_t>(d, 1, buffer_);
+      d = depth_;
+    }
+    notFull_.notify_all();
+    return d;
+  }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
     StaticNeed n;
@@ -1029,7 +1150,12 @@ protected:
   Expected<bool> produce(Item &out) override {
     std::unique_lock<std::mutex> lock(mu_);
     c_->sampleOccupancy(static_cast<int64_t>(queue_.size()));
-    notEmpty_.wait(lock, [&] { return !queue_.empty() || done_; });
+    notEmpty_.wait(lock, [&] {
+      return !queue_.empty() || done_ ||
+             shared_.cancelled.load(std::memory_order_relaxed);
+    });
+    if (queue_.empty() && !done_)
+      return cancelledError();
     if (!queue_.empty()) {
       out = std::move(queue_.front().first);
       account_->release(queue_.front().second);
@@ -1044,6 +1170,13 @@ protected:
       return e;
     }
     return false;
+  }
+
+public:
+  void wake() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    notEmpty_.notify_all();
+    notFull_.notify_all();
   }
 
 private:
@@ -1077,7 +1210,7 @@ private:
       int64_t bytes = recordBytes(in.rec);
       bool reserved = false;
       while (!cancel_) {
-        if (static_cast<int64_t>(queue_.size()) < buffer_) {
+        if (static_cast<int64_t>(queue_.size()) < depth_) {
           if (account_->tryReserve(bytes)) {
             reserved = true;
             break;
@@ -1109,6 +1242,8 @@ private:
   }
 
   int64_t buffer_;
+  /// The depth in use (setDepth), at most buffer_.
+  int64_t depth_;
   RecordType type_;
   std::string knob_, where_;
   MemoryAccount *account_;

@@ -21,6 +21,7 @@ uint64_t planFingerprint(const Plan &plan) {
   p.epochs = 1;
   p.cores = 0;
   p.memoryBytes = 0;
+  p.scheduleAuto = false;
   p.specFile.clear();
   // The data directory by its canonical name: `sluice run dir/spec.yaml`
   // and the executable `sluice compile` made of it (which holds the

@@ -106,6 +106,103 @@ def test_ctrl_c_stops_iteration_promptly(image_spec, tmp_path):
     assert elapsed < 10
 
 
+SLOW_BATCH_SCRIPT = r"""
+import gc, sys, time, sluice
+
+def threads():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+
+spec = sys.argv[1]
+# One whole batch, uninterrupted: how long assembling one takes. Closing
+# it leaves oneTBB's worker pool warm, so the thread count below is the
+# baseline a stopped pipeline must return to.
+t0 = time.monotonic()
+p = sluice.Pipeline(spec, epochs=1)
+next(p)
+batch_s = time.monotonic() - t0
+p.close()
+del p
+gc.collect()
+base = threads()
+p = sluice.Pipeline(spec, epochs=1)
+print("ready %.3f" % batch_s, flush=True)
+try:
+    next(p)
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    stamp = time.monotonic()
+    del p
+    gc.collect()
+    # oneTBB's workers leave on their own shortly after the pipeline's
+    # arena is gone; a thread still there after 5 s hangs.
+    deadline = time.monotonic() + 5
+    while threads() > base and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = threads()
+    # The module still works after an interrupt.
+    q = sluice.Pipeline(spec, epochs=1, threads=1)
+    q.close()
+    print("interrupted %.6f %d %d" % (stamp, base, after), flush=True)
+    sys.exit(42)
+"""
+
+
+def test_ctrl_c_interrupts_a_batch_being_assembled(tmp_path):
+    """A batch of 160 decodes of a 2000x1500 JPEG takes seconds; SIGINT
+    half a second into it raises KeyboardInterrupt within a second (the
+    cancel reaches into the batch being filled), the process is back to its
+    threads from before the pipeline (none hangs), and it exits."""
+    from PIL import Image
+    import numpy as np
+    root = tmp_path / "big" / "a"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        yy, xx = np.mgrid[0:1500, 0:2000].astype(np.float32)
+        img = np.stack([128 + 90 * np.sin(0.003 * (c + 2) * xx + i) *
+                        np.cos(0.004 * yy) for c in range(3)], -1)
+        img += rng.normal(0, 20, img.shape)
+        Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(
+            root / ("%d.jpg" % i), quality=92)
+    spec = write(tmp_path / "slow.yaml", """
+        pipeline: slow_batches
+        source:
+          image_folder: {root: %s, extensions: [jpg]}
+        steps:
+          - repeat: 100
+          - decode_image: {field: data, as: image, channels: 3}
+          - resize: {field: image, size: [64, 64]}
+          - select: [image, label]
+          - batch: {size: 160}
+        budget: {cores: 2, memory: 512MiB}
+        """ % (tmp_path / "big"))
+    script = write(tmp_path / "slow.py", SLOW_BATCH_SCRIPT)
+    proc = subprocess.Popen([sys.executable, script, spec],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "ready", proc.stderr.read()
+        batch_s = float(line[1])
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 42, out + err
+    fields = out.split()
+    assert fields[0] == "interrupted", out + err
+    latency = float(fields[1]) - sent
+    base, after = int(fields[2]), int(fields[3])
+    # The interrupt landed inside the batch: it takes seconds to build.
+    assert batch_s > 1.5, batch_s
+    assert latency < 1.0, (latency, batch_s)
+    assert after <= base, (base, after)
+
+
 def test_gil_is_released_while_the_runtime_works(tmp_path):
     """The first batch of an idx source with `shuffle: true` loads all 60000
     records (hundreds of ms in the runtime). A Python thread keeps running

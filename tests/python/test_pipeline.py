@@ -155,3 +155,51 @@ def test_tune_returns_the_report_and_a_replayable_schedule(fashion_spec,
     assert len(a) == len(b) and all(batches_equal(x, y) for x, y in zip(a, b))
     with pytest.raises(sluice.SpecError):
         sluice.tune(str(tmp_path / "missing.yaml"))
+
+
+def test_schedule_auto_is_tuned_and_changes_no_byte(fashion_spec, tmp_path,
+                                                   monkeypatch):
+    """A spec saying `schedule: auto` is profiled and solved through the
+    autotuner's library call, as `sluice run` does; the chosen schedule is
+    visible and the outputs equal those of fixed schedules."""
+    monkeypatch.delenv("SLUICE_NO_AUTOTUNE", raising=False)
+    spec = write(tmp_path / "auto.yaml",
+                 open(fashion_spec).read() + "schedule: auto\n")
+    tuned = sluice.Pipeline(spec)
+    assert tuned.autotuned
+    assert tuned.schedule, tuned.schedule
+    for step, knobs in tuned.schedule.items():
+        assert set(knobs) <= {"parallelism", "prefetch", "cache"}, knobs
+    assert tuned.schedule_explanation
+    got = list(tuned)
+    fixed = list(sluice.Pipeline(spec, schedule={
+        "default": {"parallelism": 1, "prefetch": 1}}))
+    defaults = list(sluice.Pipeline(spec, schedule={}))
+    assert len(got) == len(fixed) == len(defaults) == 32
+    assert all(batches_equal(x, y) for x, y in zip(got, fixed))
+    assert all(batches_equal(x, y) for x, y in zip(got, defaults))
+    # The chosen schedule replays without profiling again.
+    again = sluice.Pipeline(spec, schedule=tuned.schedule)
+    assert not again.autotuned and again.schedule == tuned.schedule
+    # Not tuned: a spec without `schedule: auto`, schedule={}, or
+    # SLUICE_NO_AUTOTUNE=1 (as for `sluice run`); schedule="auto" asks for
+    # it on any spec.
+    assert not sluice.Pipeline(fashion_spec).autotuned
+    assert sluice.Pipeline(fashion_spec, schedule="auto").autotuned
+    monkeypatch.setenv("SLUICE_NO_AUTOTUNE", "1")
+    off = sluice.Pipeline(spec)
+    assert not off.autotuned and off.schedule == {}
+    assert off.schedule_explanation == ""
+
+
+def test_torch_dataset_tunes_once(fashion_spec, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import sluice.torch
+    monkeypatch.delenv("SLUICE_NO_AUTOTUNE", raising=False)
+    spec = write(tmp_path / "auto.yaml",
+                 open(fashion_spec).read() + "schedule: auto\n")
+    ds = sluice.torch.Dataset(spec)
+    first = ds.pipeline()
+    assert first.autotuned
+    second = ds.pipeline()
+    assert not second.autotuned and second.schedule == first.schedule

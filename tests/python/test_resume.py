@@ -6,6 +6,7 @@ checkpointed at world size 4 resuming at 3 sees every remaining record once."""
 import glob
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -248,3 +249,69 @@ def test_torch_dataset_state_dict(positional_spec):
     assert len(head) + len(rest) == len(full) == 12
     assert all(torch.equal(a["image"], b["image"])
                for a, b in zip(full, head + rest))
+
+
+def with_distributed(spec, tmp_path, block):
+    """`spec` plus a `distributed:` block, written next to the original so
+    its relative paths still resolve."""
+    text = open(spec).read() + "distributed: %s\n" % block
+    path = os.path.join(os.path.dirname(spec), "dist-%s.yaml" % tmp_path.name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def paths(pipe):
+    return [x for b in pipe for x in b["path"].tolist()]
+
+
+def test_rank_and_world_size_from_the_spec(positional_spec, tmp_path):
+    spec = with_distributed(positional_spec, tmp_path,
+                            "{rank: 2, world_size: 3}")
+    want = paths(sluice.Pipeline(positional_spec, epochs=1, rank=2,
+                                 world_size=3))
+    assert paths(sluice.Pipeline(spec, epochs=1)) == want
+    # The call overrides the spec, value by value.
+    assert paths(sluice.Pipeline(spec, epochs=1, rank=0)) == paths(
+        sluice.Pipeline(positional_spec, epochs=1, rank=0, world_size=3))
+    assert paths(sluice.Pipeline(spec, epochs=1, rank=0, world_size=1)) == \
+        paths(sluice.Pipeline(positional_spec, epochs=1))
+    types = sluice.check(spec)
+    assert types[-1]["name"] == "batch"
+
+
+def test_spec_ranks_beat_the_environment(positional_spec, tmp_path):
+    spec = with_distributed(positional_spec, tmp_path, "{world_size: 3}")
+    script = write(tmp_path / "env.py", ENV_SCRIPT)
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("RANK", "WORLD_SIZE", "JOB_COMPLETION_INDEX")}
+    # world_size from the spec (3, not $WORLD_SIZE's 8), the rank from $RANK.
+    e.update({"RANK": "1", "WORLD_SIZE": "8"})
+    out = subprocess.run(["/usr/bin/python3", script, spec],
+                         env=e, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == paths(
+        sluice.Pipeline(positional_spec, epochs=1, rank=1, world_size=3))
+    # A rank from the environment that the spec's world size cannot take:
+    # the message says where each value came from.
+    e["RANK"] = "5"
+    bad = subprocess.run(["/usr/bin/python3", script, spec],
+                         env=e, capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert ("ValueError: rank 5 is out of range for world size 3 (rank from "
+            "$RANK, world size from %s:" % spec) in bad.stderr
+
+
+def test_spec_rank_errors(positional_spec, tmp_path):
+    spec = with_distributed(positional_spec, tmp_path, "{rank: 3}")
+    with pytest.raises(ValueError, match=r"rank 3 is out of range for world "
+                       r"size 2 \(rank from .*:\d+:\d+, world size from "
+                       r"world_size="):
+        sluice.Pipeline(spec, world_size=2)
+    bad = with_distributed(positional_spec, tmp_path / "x",
+                           "{rank: 1.5, world_size: 0}")
+    with pytest.raises(sluice.SpecError) as e:
+        sluice.Pipeline(bad)
+    msg = str(e.value)
+    assert "'distributed.rank' must be an integer, got '1.5'" in msg
+    assert "'distributed.world_size' must be at least 1, got 0" in msg
+    assert re.search(r"dist-x\.yaml:\d+:\d+: error", msg)

@@ -20,6 +20,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 using namespace sluice;
@@ -254,4 +255,77 @@ TEST_F(AutotuneTune, PlansForABiggerHostWithoutMeasuring) {
     EXPECT_TRUE(j["measured"].is_null());
     EXPECT_EQ(j["budget"]["cores"], 16);
   }
+}
+
+// Re-planning in flight: the profile is taken on cheap lines only; the run
+// then meets lines 300 times longer (per-record cost follows the tokens).
+// The re-planner, started from the naive schedule (one worker), must see
+// the drift, re-solve and raise the parallelism while the run goes on,
+// and the outputs must equal the fixed schedule's.
+TEST(AutotuneReplan, DriftRaisesParallelismInFlightSameBytes) {
+  TempDir dir;
+  std::string shortLines, longLines;
+  const char *words[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 20000; ++i)
+    shortLines += std::string(words[i % 4]) + " b c\n";
+  for (int i = 0; i < 1500; ++i) {
+    for (int k = 0; k < 1000; ++k)
+      longLines += std::string(words[(i + k) % 4]) + " ";
+    longLines += "\n";
+  }
+  dir.write("data/1-cheap.txt", shortLines);
+  dir.write("data/2-dear.txt", longLines);
+  dir.write("vocab.txt", "[UNK]\na\nb\nc\nd\n");
+  auto spec = [&](const std::string &glob) {
+    return std::string("pipeline: drift\nsource:\n  text_lines: data/") + glob +
+           "\nsteps:\n"
+           "  - tokenize: {field: line, vocab: vocab.txt}\n"
+           "  - cast: {field: line, dtype: f32}\n"
+           "  - map: {field: line, expr: \"sqrt(abs(sin(x) * cos(x / 3) + "
+           "exp(-x / 255) * log(x + 1) + tanh(x / 64)))\"}\n"
+           "  - truncate: {field: line, length: 4}\n"
+           "  - padded_batch: {size: 16}\n"
+           "budget: {cores: 2}\n";
+  };
+  Loaded cheap = load(dir.write("cheap.yaml", spec("1-cheap.txt")));
+  Loaded all = load(dir.write("all.yaml", spec("*.txt")));
+  autotune::ProfileOptions po;
+  po.secondsPerProbe = 0.3;
+  po.base.tempDir = dir.path();
+  auto prof = autotune::profilePipeline(cheap.plan, po);
+  ASSERT_TRUE(prof) << prof.status().message();
+  autotune::Budget budget;
+  budget.cores = 2;
+  autotune::Config naive = autotune::naiveConfig(*prof);
+  autotune::ReplanOptions ro;
+  ro.interval = 0.01;
+  ro.minElements = 16;
+  ro.cooldown = 0.05;
+  auto replanner =
+      std::make_shared<autotune::Replanner>(*prof, budget, naive, ro);
+
+  runtime::RunOptions fixed;
+  fixed.threads = 2;
+  fixed.tempDir = dir.path();
+  fixed.schedule = autotune::toSchedule(*prof, naive);
+  runtime::RunOptions o = fixed;
+  o.controller = replanner;
+  std::string expected = runAll(all.plan, fixed);
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(runAll(all.plan, o), expected);
+
+  std::vector<autotune::ReplanEvent> ev = replanner->events();
+  ASSERT_FALSE(ev.empty()) << "no re-plan in " << replanner->looks()
+                           << " looks";
+  EXPECT_NE(ev.front().why.find("costs"), std::string::npos) << ev.front().why;
+  std::string changes;
+  for (const autotune::ReplanEvent &e : ev)
+    for (const std::string &c : e.changes)
+      changes += c + "\n";
+  EXPECT_NE(changes.find("parallelism of 'tokenize' 1 -> 2"),
+            std::string::npos)
+      << changes;
+  std::string report = replanner->report();
+  EXPECT_NE(report.find("re-planned"), std::string::npos) << report;
+  std::cout << report;
 }

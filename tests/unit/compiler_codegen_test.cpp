@@ -158,6 +158,8 @@ bool usesF16(const kernels::CompiledExpr &e) {
 ElemType outElem(const StepCase &c) {
   if (c.op == "hash_bucket")
     return ElemType::I64;
+  if (c.op == "bucketize")
+    return ElemType::I32;
   if (c.op == "cast")
     for (const auto &[k, v] : c.params)
       if (k == "dtype")
@@ -291,6 +293,21 @@ std::vector<StepCase> stepCases() {
           "x * 0.1 + 0.7", "x + 2147483647", "x > 3 ? 1 : 0",
           "x == 3 ? 2.5 : x"})
       cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
+    // Boundaries between, at and beyond the values; non-integral ones and
+    // doubles past int64's range test the exact int64 comparison.
+    auto list = [](std::vector<double> v) {
+      std::vector<Value> items;
+      for (double d : v)
+        items.push_back(Value::real(d));
+      return Value::list(std::move(items));
+    };
+    cases.push_back({"bucketize", {{"boundaries", list({-2.5, 0, 0, 3, 7.25})}},
+                     e, "[-2.5, 0, 0, 3, 7.25]"});
+    cases.push_back({"bucketize",
+                     {{"boundaries", list({-0x1p64, -0x1p63, -1e-300, 1.0,
+                                           0x1p53 + 2, 0x1p63, 1e300})}},
+                     e, "extremes"});
+    cases.push_back({"bucketize", {{"boundaries", list({})}}, e, "none"});
   }
   for (ElemType e : ints)
     for (int64_t b : {int64_t(1), int64_t(7), int64_t(16383), int64_t(16384),

@@ -8,6 +8,9 @@
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
 
+#include <atomic>
+#include <set>
+
 using namespace sluice;
 using namespace sluice::rttest;
 
@@ -119,3 +122,63 @@ TEST_F(DeterminismTest, RepeatDrawsNewCropsInEachPass) {
 }
 
 } // namespace
+
+namespace {
+
+/// Changes knobs on every tick, as the autotuner's re-planner may: the
+/// parallel group's workers between 1 and 2 and the prefetch depth after
+/// `batch` between 1 and 3. Also records what the runtime refused.
+class Flipper : public runtime::RunController {
+public:
+  double interval() const override { return 0.002; }
+  void tick(runtime::Pipeline &p) override {
+    ++ticks;
+    int64_t par = ticks % 2 ? 1 : 2;
+    if (p.setParallelism("random_flip", par))
+      ++changed;
+    Expected<int64_t> d = p.setPrefetch("batch", ticks % 3 + 1);
+    if (d)
+      depths.insert(*d);
+    for (const runtime::StageStats &s : p.stats().stages)
+      if (s.name == "random_crop+random_flip+normalize" ||
+          s.name == "random_crop")
+        seen.insert(s.parallelism);
+    unknown = p.setParallelism("no_such_step", 2).message();
+    inlineStep = p.setParallelism("batch", 2).message();
+    noQueue = p.setPrefetch("random_crop", 2).status().message();
+  }
+  std::atomic<int> ticks{0}, changed{0};
+  std::set<int64_t> depths, seen;
+  std::string unknown, inlineStep, noQueue;
+};
+
+} // namespace
+
+TEST_F(DeterminismTest, KnobsChangedInFlightKeepTheBytes) {
+  runtime::Plan p = plan(7, 3, "",
+                         "  - shuffle: 1000\n  - batch: {size: 64, "
+                         "drop_remainder: true}\n");
+  runtime::RunOptions fixed;
+  fixed.threads = 2;
+  fixed.schedule["random_crop"].parallelism = 2;
+  fixed.schedule["batch"].prefetch = 3;
+  std::string expected = allBytes(runAll(p, fixed));
+  runtime::RunOptions o = fixed;
+  auto flipper = std::make_shared<Flipper>();
+  o.controller = flipper;
+  EXPECT_EQ(allBytes(runAll(p, o)), expected);
+  // It really ran and changed things while outputs flowed (a loaded host
+  // may give it few ticks, but some).
+  EXPECT_GT(flipper->ticks.load(), 2);
+  EXPECT_GT(flipper->changed.load(), 0);
+  EXPECT_FALSE(flipper->depths.empty());
+  for (int64_t d : flipper->depths)
+    EXPECT_TRUE(d >= 1 && d <= 3) << d;
+  EXPECT_TRUE(flipper->seen.count(1) || flipper->seen.count(2));
+  EXPECT_NE(flipper->unknown.find("no step 'no_such_step'"), std::string::npos)
+      << flipper->unknown;
+  EXPECT_NE(flipper->inlineStep.find("runs inline"), std::string::npos)
+      << flipper->inlineStep;
+  EXPECT_NE(flipper->noQueue.find("no prefetch queue"), std::string::npos)
+      << flipper->noQueue;
+}

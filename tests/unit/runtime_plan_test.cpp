@@ -164,15 +164,27 @@ TEST(Plan, SerializeRoundTripsAnExampleSpec) {
            "  - map: {field: dense, expr: \"log(max(x, 0) + 1)\"}\n"
            "  - shuffle: 16\n  - batch: {size: 4, drop_remainder: true}\n"
            "budget: {cores: 2, memory: 1GiB}\n"
-           "schedule:\n  map: {parallelism: 2, prefetch: 4}\n");
+           "schedule:\n  map: {parallelism: 2, prefetch: 4}\n"
+           "distributed: {world_size: 3}\n");
   Expected<Plan> back = Plan::deserialize(p.serialize());
   ASSERT_TRUE(bool(back)) << back.status().message();
   expectSamePlan(p, *back);
+  EXPECT_EQ(back->serialize(), p.serialize());
+  EXPECT_FALSE(back->rank.has_value());
+  ASSERT_TRUE(back->worldSize.has_value());
+  EXPECT_EQ(*back->worldSize, 3);
+  EXPECT_EQ(back->where(back->worldSizeLoc), p.where(p.worldSizeLoc));
+  EXPECT_EQ(back->worldSizeLoc.line, 17);
   EXPECT_EQ(back->stages[1].parallelism, 2);
   EXPECT_EQ(back->memoryBytes, int64_t(1) << 30);
   // The deserialized plan runs like the original.
-  EXPECT_EQ(rttest::allBytes(rttest::runAll(*back)),
-            rttest::allBytes(rttest::runAll(p)));
+  runtime::RunOptions rank0;
+  rank0.rank = 0;
+  rank0.worldSize = 3;
+  EXPECT_EQ(rttest::allBytes(rttest::runAll(*back, rank0)),
+            rttest::allBytes(rttest::runAll(p, rank0)));
+  // A plan without `distributed:` writes neither key.
+  EXPECT_EQ(trickyPlan().serialize().find("worldSize"), std::string::npos);
 }
 
 TEST(Plan, DeserializeErrorsNameThePath) {

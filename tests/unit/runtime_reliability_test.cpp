@@ -174,6 +174,51 @@ TEST_F(ReliabilityTest, SignalStopsWithCompleteOutputsAndExit130) {
   EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
+/// SIGINT while a batch of 500 records of 5 ms each (seconds of work) is
+/// being filled: the run stops within a record or two, well before the
+/// watchdog's grace period would abandon it, as an interruption (130, the
+/// complete outputs kept, the accounting balanced), not a failure.
+TEST_F(ReliabilityTest, SignalStopsABatchBeingAssembled) {
+  plan_ = planFromYaml(
+      dir_, "pipeline: rel\nsource:\n  csv:\n    files: data/*.csv\n"
+            "    columns:\n      - {name: id, type: i64}\n"
+            "      - {name: half, type: f32}\n"
+            "steps:\n  - map: {field: id, expr: \"x + 1\"}\n"
+            "  - batch: 500\n");
+  std::atomic<int64_t> seen{0};
+  runtime::RunOptions o =
+      withKernel([&](Record &, const runtime::ElementContext &) {
+        ++seen;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return Expected<bool>(true);
+      });
+  o.handleSignals = true;
+  std::chrono::steady_clock::time_point raised;
+  std::thread raiser([&] {
+    while (seen.load() < 50)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    raised = std::chrono::steady_clock::now();
+    std::raise(SIGINT);
+  });
+  std::ostringstream out, err;
+  int rc = runtime::runPipeline(plan_, o, out, err);
+  auto ended = std::chrono::steady_clock::now();
+  raiser.join();
+  EXPECT_EQ(rc, 130) << err.str();
+  EXPECT_LT(std::chrono::duration<double>(ended - raised).count(), 0.7);
+  EXPECT_LT(seen.load(), 500);
+  EXPECT_NE(err.str().find("interrupted by SIGINT (Ctrl-C) after 0 outputs"),
+            std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("cancelled"), std::string::npos) << err.str();
+  nlohmann::json index = readIndex(out_);
+  ASSERT_FALSE(index.is_null());
+  EXPECT_EQ(index["status"], "interrupted");
+  EXPECT_EQ(index["count"].get<int>(), 0);
+  expectConsistent(out_, index);
+  EXPECT_NE(out.str().find("discarded"), std::string::npos) << out.str();
+}
+
 TEST_F(ReliabilityTest, SigtermExits143) {
   std::atomic<int64_t> seen{0};
   runtime::RunOptions o =
@@ -309,3 +354,68 @@ TEST_F(ReliabilityTest, NonEmptyFolderIsRefusedUnlessOverwrite) {
 }
 
 } // namespace
+
+/// Pipeline::cancel() from another thread while next() is filling a batch
+/// whose records take 5 ms each (1000 of them: seconds per batch): next()
+/// fails with "cancelled" after about one record per worker, not at the end
+/// of the batch, on the consumer's thread alone (threads 1) and with
+/// parallel workers; every later next() says the pipeline is done.
+class CancelTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CancelTest, ReachesIntoTheBatchBeingAssembled) {
+  TempDir dir;
+  std::string rows;
+  for (int i = 0; i < 3000; ++i)
+    rows += std::to_string(i) + "\n";
+  dir.write("data/ids.csv", rows);
+  runtime::Plan plan = planFromYaml(
+      dir, "pipeline: cancel\nsource:\n  csv:\n    files: data/*.csv\n"
+           "    columns: [{name: id, type: i64}]\n"
+           "steps:\n  - map: {field: id, expr: \"x + 1\"}\n"
+           "  - batch: 1000\n");
+  runtime::RunOptions o;
+  o.threads = GetParam();
+  std::atomic<int64_t> processed{0};
+  o.binder = [&](const runtime::PlanStage &st)
+      -> std::optional<Expected<runtime::ElementFn>> {
+    if (st.op != "map")
+      return std::nullopt;
+    return Expected<runtime::ElementFn>(runtime::ElementFn(
+        [&](Record &, const runtime::ElementContext &) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          processed.fetch_add(1);
+          return Expected<bool>(true);
+        }));
+  };
+  auto p = runtime::Pipeline::create(plan, o);
+  ASSERT_TRUE(bool(p)) << p.status().message();
+  std::chrono::steady_clock::time_point cancelledAt;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancelledAt = std::chrono::steady_clock::now();
+    (*p)->cancel();
+  });
+  runtime::Batch b;
+  Expected<bool> r = (*p)->next(b);
+  auto returned = std::chrono::steady_clock::now();
+  canceller.join();
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(r.status().message().find("cancelled"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE((*p)->cancelled());
+  double latency =
+      std::chrono::duration<double>(returned - cancelledAt).count();
+  // A record is 5 ms; the whole batch would be 2.5-5 s. Loose for a loaded
+  // machine, far below the batch.
+  EXPECT_LT(latency, 0.5);
+  EXPECT_LT(processed.load(), 1000);
+  Expected<bool> again = (*p)->next(b);
+  ASSERT_TRUE(bool(again));
+  EXPECT_FALSE(*again);
+  (*p)->stop();
+  // The records of the unfinished batch are counted (as discarded).
+  Status bal = (*p)->stats().checkBalanced();
+  EXPECT_TRUE(bal.isOk()) << bal.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CancelTest, ::testing::Values(1, 2));

@@ -41,26 +41,10 @@ const Case kCases[] = {
 
 class ResumeTest : public ::testing::TestWithParam<Case> {
 protected:
-  void SetUp() override {
-    auto rows = [](int64_t lo, int64_t hi) {
-      std::string s;
-      for (int64_t i = lo; i < hi; ++i)
-        s += std::to_string(i) + "," + std::to_string(i * 0.5) + "\n";
-      return s;
-    };
-    dir_.write("data/part-0.csv", rows(0, 7));
-    dir_.write("data/part-1.csv", rows(7, 12));
-    dir_.write("data/part-2.csv", rows(12, 20));
-  }
+  void SetUp() override { writeIdCsvs(dir_); }
 
   runtime::Plan plan(const std::string &steps, int64_t epochs = 2) {
-    std::string yaml = "pipeline: resume\nseed: 5\nsource:\n  csv:\n"
-                       "    files: data/part-*.csv\n    columns:\n"
-                       "      - {name: id, type: i64}\n"
-                       "      - {name: half, type: f32}\n";
-    yaml += "epochs: " + std::to_string(epochs) + "\n";
-    yaml += steps.empty() ? "steps: []\n" : "steps:\n" + steps;
-    return planFromYaml(dir_, yaml);
+    return idCsvPlan(dir_, "resume", steps, epochs);
   }
 
   TempDir dir_;
@@ -216,4 +200,93 @@ TEST_F(ResumeTest, FirstEpochRunsThatEpochAlone) {
 }
 
 } // namespace
+
+/// Sets (or with nullptr unsets) an environment variable for one test and
+/// restores it afterwards.
+class EnvVar {
+public:
+  EnvVar(const char *name, const char *value) : name_(name) {
+    const char *old = std::getenv(name);
+    if (old)
+      old_ = old;
+    had_ = old != nullptr;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~EnvVar() {
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+private:
+  const char *name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+/// resolveRanks: each value from the caller, else the spec, else the
+/// environment, else 0 of 1; errors say where each value came from.
+TEST_F(ResumeTest, RanksComeFromCallerThenSpecThenEnvironment) {
+  struct Case {
+    const char *distributed; ///< the spec's block ("" = none)
+    std::optional<int64_t> argRank, argWorld;
+    const char *envRank, *envWorld, *envIndex;
+    int64_t rank, world; ///< expected, or -1: an error containing `error`
+    const char *error;
+  };
+  const Case cases[] = {
+      {"", {}, {}, nullptr, nullptr, nullptr, 0, 1, ""},
+      {"", {}, {}, "2", "4", nullptr, 2, 4, ""},
+      {"", {}, {}, nullptr, "4", "3", 3, 4, ""},
+      {"", {}, {}, "1", "4", "3", 1, 4, ""},
+      {"{rank: 1, world_size: 3}", {}, {}, "0", "8", nullptr, 1, 3, ""},
+      {"{world_size: 3}", {}, {}, "2", "8", nullptr, 2, 3, ""},
+      {"{world_size: 3}", {}, {}, nullptr, nullptr, "1", 1, 3, ""},
+      {"{rank: 0, world_size: 1}", {}, {}, "3", "4", nullptr, 0, 1, ""},
+      {"{rank: 1, world_size: 3}", 0, {}, nullptr, nullptr, nullptr, 0, 3, ""},
+      {"{rank: 1, world_size: 3}", 4, 5, "0", "1", nullptr, 4, 5, ""},
+      {"{world_size: 2}", {}, {}, "2", nullptr, nullptr, -1, -1,
+       "rank 2 is out of range for world size 2 (rank from $RANK, world "
+       "size from "},
+      {"{rank: 1}", {}, 1, nullptr, nullptr, nullptr, -1, -1,
+       ":11:21, world size from world_size;"},
+      {"", {}, {}, "x", nullptr, nullptr, -1, -1,
+       "$RANK must be an integer >= 0, got 'x'"},
+      {"", {}, {}, nullptr, "0", nullptr, -1, -1,
+       "$WORLD_SIZE must be an integer >= 1, got '0'"},
+      {"{world_size: 2}", {}, {}, nullptr, "junk", nullptr, 0, 2, ""},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(std::string(c.distributed) + " rank=" +
+                 (c.argRank ? std::to_string(*c.argRank) : "-") + " env " +
+                 (c.envRank ? c.envRank : "-") + "/" +
+                 (c.envWorld ? c.envWorld : "-") + "/" +
+                 (c.envIndex ? c.envIndex : "-"));
+    std::string extra = *c.distributed
+                            ? std::string("distributed: ") + c.distributed +
+                                  "\n"
+                            : "";
+    runtime::Plan p = idCsvPlan(dir_, "ranks", "", 1, extra);
+    EnvVar r("RANK", c.envRank), w("WORLD_SIZE", c.envWorld),
+        i("JOB_COMPLETION_INDEX", c.envIndex);
+    runtime::RankArgs args;
+    args.rank = c.argRank;
+    args.worldSize = c.argWorld;
+    runtime::RunOptions opts;
+    Status s = runtime::resolveRanks(p, args, opts);
+    if (c.rank < 0) {
+      ASSERT_FALSE(s.isOk());
+      EXPECT_NE(s.message().find(c.error), std::string::npos) << s.message();
+      continue;
+    }
+    ASSERT_TRUE(s.isOk()) << s.message();
+    EXPECT_EQ(opts.rank, c.rank);
+    EXPECT_EQ(opts.worldSize, c.world);
+  }
+}
+
 } // namespace sluice::rttest

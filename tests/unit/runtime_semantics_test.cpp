@@ -44,26 +44,10 @@ std::vector<int64_t> everyNth(int64_t n, int64_t start) {
 
 class SemanticsTest : public ::testing::TestWithParam<Case> {
 protected:
-  void SetUp() override {
-    auto rows = [](int64_t lo, int64_t hi) {
-      std::string s;
-      for (int64_t i = lo; i < hi; ++i)
-        s += std::to_string(i) + "," + std::to_string(i * 0.5) + "\n";
-      return s;
-    };
-    dir_.write("data/part-0.csv", rows(0, 7));
-    dir_.write("data/part-1.csv", rows(7, 12));
-    dir_.write("data/part-2.csv", rows(12, 20));
-  }
+  void SetUp() override { writeIdCsvs(dir_); }
 
   runtime::Plan plan(const std::string &steps, int64_t epochs) {
-    std::string yaml = "pipeline: semantics\nseed: 5\nsource:\n  csv:\n"
-                       "    files: data/part-*.csv\n    columns:\n"
-                       "      - {name: id, type: i64}\n"
-                       "      - {name: half, type: f32}\n";
-    yaml += "epochs: " + std::to_string(epochs) + "\n";
-    yaml += steps.empty() ? "steps: []\n" : "steps:\n" + steps;
-    return planFromYaml(dir_, yaml);
+    return idCsvPlan(dir_, "semantics", steps, epochs);
   }
 
   TempDir dir_;

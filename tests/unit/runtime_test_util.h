@@ -52,6 +52,10 @@ inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
   p.epochs = spec.epochs;
   p.cores = spec.budget.cores;
   p.memoryBytes = spec.budget.memoryBytes;
+  p.rank = spec.distributed.rank;
+  p.worldSize = spec.distributed.worldSize;
+  p.rankLoc = spec.distributed.rankLoc;
+  p.worldSizeLoc = spec.distributed.worldSizeLoc;
   auto convert = [&](const dsl::Step &s, const RecordType &in) {
     runtime::PlanStage st;
     st.name = s.name;
@@ -97,6 +101,39 @@ inline runtime::Plan planFromYaml(const TempDir &dir, const std::string &yaml,
   if (!spec)
     return runtime::Plan();
   return planFromSpec(*spec);
+}
+
+/// The ids fixture of the runtime semantics and resume tests: three CSV
+/// files data/part-{0,1,2}.csv holding rows `id,half` (half = id * 0.5) for
+/// ids 0..19 (7, 5 and 8 rows), read by the csv source, so shard boundaries
+/// fall inside the epoch.
+inline void writeIdCsvs(const TempDir &dir) {
+  auto rows = [](int64_t lo, int64_t hi) {
+    std::string s;
+    for (int64_t i = lo; i < hi; ++i)
+      s += std::to_string(i) + "," + std::to_string(i * 0.5) + "\n";
+    return s;
+  };
+  dir.write("data/part-0.csv", rows(0, 7));
+  dir.write("data/part-1.csv", rows(7, 12));
+  dir.write("data/part-2.csv", rows(12, 20));
+}
+
+/// The plan of a spec named `name` (seed 5) reading writeIdCsvs()'s files
+/// with fields {id: i64, half: f32}, then `steps` (YAML list items, may be
+/// empty), for `epochs` epochs; `extra` is appended at the top level.
+inline runtime::Plan idCsvPlan(const TempDir &dir, const std::string &name,
+                               const std::string &steps, int64_t epochs,
+                               const std::string &extra = "") {
+  std::string yaml = "pipeline: " + name +
+                     "\nseed: 5\nsource:\n  csv:\n"
+                     "    files: data/part-*.csv\n    columns:\n"
+                     "      - {name: id, type: i64}\n"
+                     "      - {name: half, type: f32}\n";
+  yaml += "epochs: " + std::to_string(epochs) + "\n";
+  yaml += steps.empty() ? "steps: []\n" : "steps:\n" + steps;
+  yaml += extra;
+  return planFromYaml(dir, yaml);
 }
 
 /// One output with its fields copied out.

@@ -303,7 +303,7 @@ CommandAction addRunCommand(CLI::App &root) {
     int rc = setupSpecRun(*st, "run", rs);
     if (rc >= 0)
       return rc;
-    if (!applyResumeFlags(*rf, rs.opts, "run"))
+    if (!applyResumeFlags(*rf, rs.plan, rs.opts, "run"))
       return kExitUsage;
     if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
         (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)

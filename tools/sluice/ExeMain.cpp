@@ -13,10 +13,15 @@
 // --source-path replaces the source's files, so the executable can be copied
 // to a machine where the data lives elsewhere.
 //
+// A spec that says `schedule: auto` is tuned here as in `sluice run`
+// (autotune::applyAutoSchedule: a short profile, the GLPK solver, re-planning
+// while it runs); the autotuner depends on the runtime only.
+//
 //===----------------------------------------------------------------------===//
 #include "RunFlags.h"
 #include "ScheduleFile.h"
 
+#include "sluice/autotune/Tune.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Pipeline.h"
@@ -295,7 +300,7 @@ int main(int argc, char **argv) {
   }
   runtime::RunOptions opts;
   if (!applyRunFlags(f.run, opts, "") ||
-      !applyResumeFlags(f.resume, opts, "") || !applyDataFlags(f, *plan))
+      !applyResumeFlags(f.resume, *plan, opts, "") || !applyDataFlags(f, *plan))
     return kExitUsage;
   if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
     return kExitUsage;
@@ -310,6 +315,20 @@ int main(int argc, char **argv) {
   size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
   if (!kernelsOff)
     opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
+  // `schedule: auto` in the spec: profile, solve and re-plan as `sluice
+  // run` does (the autotuner is MLIR-free; it links GLPK), unless a
+  // --schedule file replays a schedule.
+  if (plan->scheduleAuto && f.scheduleFile.empty()) {
+    Expected<autotune::AutoSchedule> a =
+        autotune::applyAutoSchedule(*plan, opts);
+    if (!a) {
+      std::cerr << "sluice: error: schedule: auto: " << a.status().message()
+                << "\n";
+      return kExitData;
+    }
+    if (a->applied && opts.stats)
+      std::cout << a->explanation << "\n";
+  }
   int rc = runtime::runPipeline(*plan, opts, std::cout, std::cerr);
   if (opts.stats) {
     std::string cpu = info.value("targetCpu", "?");

@@ -182,16 +182,17 @@ void addResumeFlags(CLI::App &cmd, ResumeFlags &f) {
       ->type_name("N");
   cmd.add_option("--rank", f.rank,
                  "this process's share of the data: rank R of --world-size "
-                 "(default: $RANK, else $JOB_COMPLETION_INDEX, else 0)")
+                 "(default: the spec's distributed.rank, else $RANK, else "
+                 "$JOB_COMPLETION_INDEX, else 0)")
       ->type_name("R");
   cmd.add_option("--world-size", f.worldSize,
-                 "number of processes sharing the data (default: "
-                 "$WORLD_SIZE, else 1)")
+                 "number of processes sharing the data (default: the "
+                 "spec's distributed.world_size, else $WORLD_SIZE, else 1)")
       ->type_name("W");
 }
 
-bool applyResumeFlags(const ResumeFlags &f, runtime::RunOptions &opts,
-                      const std::string &command) {
+bool applyResumeFlags(const ResumeFlags &f, const runtime::Plan &plan,
+                      runtime::RunOptions &opts, const std::string &command) {
   int64_t n;
   if (!f.stopAfter.empty()) {
     if (!parseIntFlag("--stop-after", f.stopAfter, 1, n, command))
@@ -199,32 +200,21 @@ bool applyResumeFlags(const ResumeFlags &f, runtime::RunOptions &opts,
     opts.stopAfter = n;
   }
   opts.saveStatePath = f.saveState;
-  auto env = [](const char *name) -> std::string {
-    const char *v = std::getenv(name);
-    return v ? v : "";
-  };
-  // torchrun sets RANK and WORLD_SIZE; a Kubernetes Indexed Job sets
-  // JOB_COMPLETION_INDEX (its completions go in WORLD_SIZE).
-  const char *rankVar = !env("RANK").empty() ? "RANK" : "JOB_COMPLETION_INDEX";
-  std::string rank = f.rank.empty() ? env(rankVar) : f.rank;
-  std::string world = f.worldSize.empty() ? env("WORLD_SIZE") : f.worldSize;
-  if (!rank.empty()) {
-    if (!parseIntFlag(f.rank.empty() ? std::string("$") + rankVar : "--rank",
-                      rank, 0, n, command))
+  runtime::RankArgs ranks;
+  ranks.rankName = "--rank";
+  ranks.worldSizeName = "--world-size";
+  if (!f.rank.empty()) {
+    if (!parseIntFlag("--rank", f.rank, 0, n, command))
       return false;
-    opts.rank = n;
+    ranks.rank = n;
   }
-  if (!world.empty()) {
-    if (!parseIntFlag(f.worldSize.empty() ? "$WORLD_SIZE" : "--world-size",
-                      world, 1, n, command))
+  if (!f.worldSize.empty()) {
+    if (!parseIntFlag("--world-size", f.worldSize, 1, n, command))
       return false;
-    opts.worldSize = n;
+    ranks.worldSize = n;
   }
-  if (opts.rank >= opts.worldSize) {
-    usageError("rank " + std::to_string(opts.rank) +
-                   " is out of range for world size " +
-                   std::to_string(opts.worldSize),
-               command);
+  if (Status s = runtime::resolveRanks(plan, ranks, opts); !s) {
+    usageError(s.message(), command);
     return false;
   }
   if (!f.resume.empty()) {

@@ -81,10 +81,12 @@ struct ResumeFlags {
   std::string worldSize;
 };
 void addResumeFlags(CLI::App &cmd, ResumeFlags &flags);
-/// Reads the state file and checks the values; prints a usage error and
-/// returns false on a bad one.
-bool applyResumeFlags(const ResumeFlags &flags, runtime::RunOptions &opts,
-                      const std::string &command);
+/// Reads the state file and checks the values; decides the rank and world
+/// size from the flags, the plan (the spec's `distributed:`) and the
+/// environment (runtime::resolveRanks). Prints a usage error and returns
+/// false on a bad one.
+bool applyResumeFlags(const ResumeFlags &flags, const runtime::Plan &plan,
+                      runtime::RunOptions &opts, const std::string &command);
 
 /// Parses an integer >= `min` for option `opt`; prints a usage error and
 /// returns false otherwise.

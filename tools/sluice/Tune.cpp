@@ -208,25 +208,12 @@ CommandAction addTuneCommand(CLI::App &root) {
 
 int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
                       std::ostream &out, std::ostream &err) {
-  const char *off = std::getenv("SLUICE_NO_AUTOTUNE");
-  if (off && *off && std::string(off) != "0")
-    return -1;
-  autotune::TuneOptions t;
-  t.profile.base = opts;
-  t.profile.secondsPerProbe = 0.6;
-  t.profile.base.sink = "null";
-  t.profile.base.statsJsonPath.clear();
-  t.memoryBytes = opts.memoryBytes;
-  if (opts.threads > 0)
-    t.cores = std::min<int64_t>(opts.threads, autotune::hostCores());
-  Expected<autotune::AutoSchedule> a = autotune::autoSchedule(plan, t);
+  Expected<autotune::AutoSchedule> a = autotune::applyAutoSchedule(plan, opts);
   if (!a) {
     err << "sluice: error: schedule: auto: " << a.status().message() << "\n";
     return kExitData;
   }
-  for (const auto &[name, o] : a->schedule)
-    opts.schedule[name] = o;
-  if (opts.stats)
+  if (a->applied && opts.stats)
     out << a->explanation << "\n";
   return -1;
 }

@@ -19,6 +19,7 @@
 
 #include "sluice/ops/Types.h"
 #include "sluice/runtime/Plan.h"
+#include "sluice/runtime/RemapChain.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -48,6 +49,12 @@ struct KernelSpec {
   std::string field, outField;
   ElemType inElem = ElemType::F32, outElem = ElemType::F32;
   std::vector<const runtime::PlanStage *> steps;
+  /// Set for a remap chain (sluice-fuse-remaps): the kernel is
+  /// `void(const void *in, void *out, const int64_t *params)` over the
+  /// chain's parameter block (runtime/RemapChain.h), `steps` unused.
+  std::shared_ptr<const runtime::RemapChain> chain;
+  /// Static size of each output dim (-1 unknown), for the loop order.
+  std::vector<int64_t> outShape;
   /// The table's signature string (see runtime/CompiledKernels.h).
   std::string signature() const;
 };

@@ -26,6 +26,7 @@
 #include "CodegenInternal.h"
 
 #include "sluice/ops/Expr.h"
+#include "sluice/ops/kernels/Elementwise.h"
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/ops/kernels/Scalar.h"
 
@@ -38,6 +39,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 using namespace mlir;
@@ -262,6 +264,56 @@ Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   return {r, ElemType::I64};
 }
 
+/// Boundaries the generated bucketize covers: sorted, no NaN, few enough
+/// to compare against each one (kernels::bucketize binary-searches).
+bool bucketizeCovered(const runtime::PlanStage &s, std::vector<double> &b) {
+  b = s.params["boundaries"].asDoubleList();
+  if (b.size() > 64)
+    return false;
+  for (size_t i = 0; i < b.size(); ++i)
+    if (std::isnan(b[i]) || (i > 0 && b[i] < b[i - 1]))
+      return false;
+  return true;
+}
+
+/// kernels::bucketize: the number of boundaries <= x (NaN: all of them),
+/// compared exactly for i64 and in double for every other type.
+Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+                      Scalar v) {
+  std::vector<double> bounds;
+  bucketizeCovered(s, bounds);
+  Type i32 = b.getI32Type();
+  Value count = constInt(b, loc, i32, 0);
+  auto add = [&](Value bit) {
+    count = b.create<arith::AddIOp>(
+        loc, count, b.create<arith::ExtUIOp>(loc, i32, bit));
+  };
+  if (v.elem == ElemType::I64) {
+    for (double bd : bounds) {
+      if (bd >= 0x1p63)
+        continue; // never <= an int64
+      if (bd < -0x1p63) {
+        count = b.create<arith::AddIOp>(loc, count, constInt(b, loc, i32, 1));
+        continue;
+      }
+      double fb = std::floor(bd);
+      int64_t ib = static_cast<int64_t>(fb);
+      // b <= a  <=>  !(a < b): a >= ib for an integral b, a > ib otherwise.
+      auto pred = fb < bd ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sge;
+      add(b.create<arith::CmpIOp>(loc, pred, v.value,
+                                  constInt(b, loc, b.getI64Type(), ib)));
+    }
+    return {count, ElemType::I32};
+  }
+  Value d = convertScalar(b, loc, v, ElemType::F64).value;
+  for (double bd : bounds)
+    add(b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLE,
+                                constFloat(b, loc, b.getF64Type(), bd), d));
+  Value nan = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, d, d);
+  Value all = constInt(b, loc, i32, int64_t(bounds.size()));
+  return {b.create<arith::SelectOp>(loc, nan, all, count), ElemType::I32};
+}
+
 /// Lowers one step on one element; `outElem` is the step's output type.
 bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
                Scalar &v, ElemType outElem, std::string &error) {
@@ -273,6 +325,8 @@ bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     v = convertScalar(b, loc, v, outElem);
   else if (s.op == "hash_bucket")
     v = lowerHashBucket(b, loc, s, v);
+  else if (s.op == "bucketize")
+    v = lowerBucketize(b, loc, s, v);
   else if (s.op == "map") {
     Scalar r;
     if (!lowerMapExpr(b, loc, s, v, r, error))
@@ -305,7 +359,7 @@ std::optional<ElemType> fieldElem(const RecordType &type,
 bool coveredStep(const runtime::PlanStage &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
   static const char *const kOps[] = {"fill_missing", "clamp", "cast",
-                                     "hash_bucket", "map"};
+                                     "hash_bucket", "bucketize", "map"};
   if (s.kind != OpKind::Element ||
       std::find(std::begin(kOps), std::end(kOps), s.op) == std::end(kOps))
     return false;
@@ -331,6 +385,11 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
       (!isIntElem(in) || !s.params["buckets"].isNumber() ||
        s.params["buckets"].asInt() < 1))
     return false;
+  if (s.op == "bucketize") {
+    std::vector<double> bounds;
+    if (!bucketizeCovered(s, bounds) || outElem != ElemType::I32)
+      return false;
+  }
   if (s.op == "map") {
     if (!s.params["expr"].isString())
       return false;
@@ -402,6 +461,9 @@ Value callLibm(OpBuilder &b, Location loc, llvm::StringRef name,
 }
 
 std::string KernelSpec::signature() const {
+  if (chain)
+    return "remap " + field + " " + std::string(elemTypeName(inElem)) +
+           " -> " + outField + " " + std::string(elemTypeName(outElem));
   return "values " + field + " " + std::string(elemTypeName(inElem)) +
          " -> " + outField + " " + std::string(elemTypeName(outElem));
 }
@@ -439,11 +501,319 @@ static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &o
   return !chains.empty();
 }
 
+// --- remap chains (sluice-fuse-remaps) ----------------------------------===//
+//
+//   func.func @sluice_kN(%in: !llvm.ptr, %out: !llvm.ptr, %params: !llvm.ptr)
+//     scf.for %o0 ... scf.for %o1 ...          one loop per output dim
+//       idx_n = (o0, o1, ...)                  output position
+//       idx_k = remap_k^-1(idx_k+1)            back through every step:
+//                                              crop +offset, flip D-1-i,
+//                                              transpose permutes, pad -before
+//       v = in[idx_0]                          (0 where a pad is outside)
+//       v = step_k(v) for k = 0..n-1           value steps; pads select their
+//                                              value where idx_k is outside
+//       out[idx_n] = v
+//
+// Sizes, crop offsets and flip flags are loads from %params (the layout of
+// runtime/RemapChain.h), so one function serves every record. An output
+// dim that is the input's channel dim (a transpose to CHW) with a small
+// static size is unrolled innermost: the loop then walks the input's pixels
+// in order and writes one plane per channel, which LLVM vectorizes as an
+// interleaved load (de-interleaving shuffles), not as gathers.
+
+namespace {
+
+/// The steps' value lowerings the remap kernel reuses must all be covered.
+bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
+  if (!supportedElem(st.inElem) || !supportedElem(st.outElem))
+    return false;
+  const runtime::PlanStage &s = *st.stage;
+  if (st.kind != runtime::RemapChain::Kind::Value)
+    return true;
+  if (s.op == "normalize")
+    return std::max(st.meanCount, st.stdCount) <= 16 &&
+           st.outElem == ElemType::F32;
+  std::string field, out;
+  ElemType in, o;
+  return coveredStep(s, field, out, in, o) && field == out &&
+         in == st.inElem && o == st.outElem;
+}
+
+/// The constant `value` stored as `elem` (storeFromDouble's conversion).
+Value elemConstant(OpBuilder &b, Location loc, ElemType elem, double value) {
+  uint8_t bytes[8] = {0};
+  kernels::storeFromDouble(elem, value, bytes, 0);
+  Type t = storageType(b.getContext(), elem);
+  if (elem == ElemType::F32) {
+    uint32_t u;
+    std::memcpy(&u, bytes, 4);
+    return b.create<arith::ConstantOp>(
+        loc, FloatAttr::get(t, llvm::APFloat(llvm::APFloat::IEEEsingle(),
+                                             llvm::APInt(32, u))));
+  }
+  if (elem == ElemType::F64) {
+    uint64_t u;
+    std::memcpy(&u, bytes, 8);
+    return constF64Bits(b, loc, u);
+  }
+  uint64_t u = 0;
+  std::memcpy(&u, bytes, elemTypeSize(elem));
+  return b.create<arith::ConstantOp>(
+      loc, b.getIntegerAttr(t, llvm::APInt(bits(elem), u)));
+}
+
+/// normalize on one element whose channel (last index) is `channel`:
+/// float(x) as kernels::normalize converts it, then (x - m[c]) * scale[c].
+Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+                      Scalar v, Value channel) {
+  std::vector<double> mean = s.params["mean"].asDoubleList();
+  std::vector<double> sd = s.params["std"].asDoubleList();
+  if (mean.size() == 1 && sd.size() > 1)
+    mean.assign(sd.size(), mean[0]);
+  if (sd.size() == 1 && mean.size() > 1)
+    sd.assign(mean.size(), sd[0]);
+  int64_t n = static_cast<int64_t>(std::max(mean.size(), sd.size()));
+  std::vector<float> m, sc;
+  kernels::normalizeTables(mean, sd, n, m, sc);
+  Type f32 = b.getF32Type();
+  Value x;
+  if (v.elem == ElemType::F32)
+    x = v.value;
+  else if (v.elem == ElemType::F64)
+    x = b.create<arith::TruncFOp>(loc, f32, quietNaN(b, loc, v.value));
+  else // static_cast<float>(double(int)), as loadAsDouble does
+    x = b.create<arith::TruncFOp>(
+        loc, f32,
+        b.create<arith::SIToFPOp>(loc, b.getF64Type(),
+                                  widen(b, loc, v).value));
+  Value mv = constFloat(b, loc, f32, m[0]), sv = constFloat(b, loc, f32, sc[0]);
+  for (int64_t c = 1; c < n; ++c) {
+    Value is = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, channel,
+                                       constInt(b, loc, b.getI64Type(), c));
+    mv = b.create<arith::SelectOp>(loc, is, constFloat(b, loc, f32, m[c]), mv);
+    sv = b.create<arith::SelectOp>(loc, is, constFloat(b, loc, f32, sc[c]), sv);
+  }
+  Value d = b.create<arith::SubFOp>(loc, x, mv);
+  return {b.create<arith::MulFOp>(loc, d, sv), ElemType::F32};
+}
+
+/// The kernel of a remap chain, if `s` is one the generator covers.
+bool remapKernel(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
+  Expected<runtime::RemapChain> chain = runtime::RemapChain::build(s);
+  if (!chain)
+    return false;
+  for (const runtime::RemapChain::Step &st : chain->steps())
+    if (!remapValueStepCovered(st))
+      return false;
+  KernelSpec k;
+  k.stage = s.name;
+  k.funcName = "sluice_k" + std::to_string(out.size());
+  k.field = k.outField = chain->field();
+  k.inElem = chain->inElem();
+  k.outElem = chain->outElem();
+  int o = s.outputType.indexOf(k.field);
+  if (o >= 0)
+    k.outShape = s.outputType.fields()[size_t(o)].type.shape;
+  k.outShape.resize(chain->rankAt(chain->steps().size()), -1);
+  k.chain = std::make_shared<const runtime::RemapChain>(chain.take());
+  out.push_back(std::move(k));
+  return true;
+}
+
+/// The output dim that is the input's last (channel) dim after the chain's
+/// transposes, if it has a small static size and is not innermost already.
+std::optional<size_t> unrolledChannelDim(const KernelSpec &k) {
+  const runtime::RemapChain &c = *k.chain;
+  size_t outRank = c.rankAt(c.steps().size());
+  size_t inRank = c.rankAt(0);
+  if (inRank < 2 || outRank < 2)
+    return std::nullopt;
+  for (size_t j = 0; j + 1 < outRank; ++j) {
+    if (k.outShape[j] < 1 || k.outShape[j] > 4)
+      continue;
+    size_t d = j;
+    for (size_t s = c.steps().size(); s-- > 0;) {
+      const runtime::RemapChain::Step &st = c.steps()[s];
+      if (st.kind == runtime::RemapChain::Kind::Transpose)
+        d = size_t(st.perm[d]);
+    }
+    if (d == inRank - 1)
+      return j;
+  }
+  return std::nullopt;
+}
+
+bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                      std::string &error) {
+  using Kind = runtime::RemapChain::Kind;
+  MLIRContext *ctx = b.getContext();
+  const runtime::RemapChain &c = *k.chain;
+  Location loc = NameLoc::get(b.getStringAttr(k.stage));
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  Type i64 = b.getI64Type();
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(loc, k.funcName,
+                                   b.getFunctionType({ptr, ptr, ptr}, {}));
+  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
+  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
+        params = entry->getArgument(2);
+  auto param = [&](size_t i) -> Value {
+    Value at = b.create<LLVM::GEPOp>(loc, ptr, i64, params,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    return b.create<LLVM::LoadOp>(loc, i64, at);
+  };
+  // Every size and draw, loaded once at the top.
+  size_t n = c.steps().size();
+  std::vector<std::vector<Value>> dims(n + 1);
+  std::vector<std::vector<Value>> draws(n);
+  for (size_t s = 0; s <= n; ++s) {
+    for (size_t d = 0; d < c.rankAt(s); ++d)
+      dims[s].push_back(param(c.dimsAt(s) + d));
+    if (s < n) {
+      Kind kind = c.steps()[s].kind;
+      size_t count = kind == Kind::CenterCrop || kind == Kind::RandomCrop ? 2
+                     : kind == Kind::Flip                                 ? 1
+                                                                          : 0;
+      for (size_t j = 0; j < count; ++j)
+        draws[s].push_back(param(c.drawAt(s) + j));
+    }
+  }
+  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
+  size_t outRank = c.rankAt(n);
+  std::optional<size_t> unrolled = unrolledChannelDim(k);
+  std::vector<Value> oIdx(outRank);
+  // The loop nest over the output dims (the unrolled one left out).
+  for (size_t j = 0; j < outRank; ++j) {
+    if (unrolled && *unrolled == j)
+      continue;
+    auto loop = b.create<scf::ForOp>(loc, zero, dims[n][j], one);
+    b.setInsertionPointToStart(loop.getBody());
+    oIdx[j] = loop.getInductionVar();
+  }
+  int64_t copies = unrolled ? k.outShape[*unrolled] : 1;
+  Type inT = storageType(ctx, k.inElem), outT = storageType(ctx, k.outElem);
+  for (int64_t u = 0; u < copies; ++u) {
+    if (unrolled)
+      oIdx[*unrolled] = constInt(b, loc, i64, u);
+    // Backward: the position at every step's input, and the bounds checks.
+    std::vector<std::vector<Value>> at(n + 1);
+    std::vector<Value> inside(n);
+    at[n] = oIdx;
+    for (size_t s = n; s-- > 0;) {
+      const runtime::RemapChain::Step &st = c.steps()[s];
+      std::vector<Value> idx = at[s + 1];
+      auto checkAll = [&](const std::vector<size_t> &which) {
+        Value ok;
+        for (size_t d : which) {
+          Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult,
+                                             idx[d], dims[s][d]);
+          ok = ok ? b.create<arith::AndIOp>(loc, ok, in).getResult() : in;
+        }
+        return ok;
+      };
+      switch (st.kind) {
+      case Kind::Value:
+        break;
+      case Kind::CenterCrop:
+      case Kind::RandomCrop:
+        idx[0] = b.create<arith::AddIOp>(loc, idx[0], draws[s][0]);
+        idx[1] = b.create<arith::AddIOp>(loc, idx[1], draws[s][1]);
+        if (st.kind == Kind::RandomCrop && st.padding > 0)
+          inside[s] = checkAll({0, 1});
+        break;
+      case Kind::Flip: {
+        size_t a = size_t(st.axis);
+        Value last = b.create<arith::SubIOp>(loc, dims[s][a], one);
+        Value mirrored = b.create<arith::SubIOp>(loc, last, idx[a]);
+        Value flip = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne,
+                                             draws[s][0], zero);
+        idx[a] = b.create<arith::SelectOp>(loc, flip, mirrored, idx[a]);
+        break;
+      }
+      case Kind::Transpose: {
+        std::vector<Value> from(idx.size());
+        for (size_t j = 0; j < idx.size(); ++j)
+          from[size_t(st.perm[j])] = idx[j];
+        idx = from;
+        break;
+      }
+      case Kind::Pad: {
+        std::vector<size_t> padded;
+        for (size_t d = 0; d < idx.size(); ++d)
+          if (st.pads[d].first || st.pads[d].second) {
+            if (st.pads[d].first)
+              idx[d] = b.create<arith::SubIOp>(
+                  loc, idx[d], constInt(b, loc, i64, st.pads[d].first));
+            padded.push_back(d);
+          }
+        if (!padded.empty())
+          inside[s] = checkAll(padded);
+        break;
+      }
+      }
+      at[s] = idx;
+    }
+    // The input element (row-major), at position 0 when a pad is outside.
+    Value lin = zero;
+    for (size_t d = 0; d < at[0].size(); ++d) {
+      lin = d ? b.create<arith::MulIOp>(loc, lin, dims[0][d]).getResult() : lin;
+      lin = b.create<arith::AddIOp>(loc, lin, at[0][d]);
+    }
+    Value all;
+    for (Value ok : inside)
+      if (ok)
+        all = all ? b.create<arith::AndIOp>(loc, all, ok).getResult() : ok;
+    if (all)
+      lin = b.create<arith::SelectOp>(loc, all, lin, zero);
+    Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{lin});
+    Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
+    // Forward: the value steps, and the pads' values where they are outside.
+    for (size_t s = 0; s < n; ++s) {
+      const runtime::RemapChain::Step &st = c.steps()[s];
+      Location stepLoc = NameLoc::get(b.getStringAttr(st.stage->name));
+      if (inside[s]) {
+        double fill = st.kind == Kind::Pad ? st.value : 0;
+        Value pv = elemConstant(b, stepLoc, v.elem, fill);
+        v.value = b.create<arith::SelectOp>(stepLoc, inside[s], v.value, pv);
+      }
+      if (st.kind != Kind::Value)
+        continue;
+      if (st.stage->op == "normalize") {
+        Value ch = at[s].empty() ? zero : at[s].back();
+        v = lowerNormalize(b, stepLoc, *st.stage, v, ch);
+      } else if (!lowerStep(b, stepLoc, *st.stage, v, st.outElem, error)) {
+        return false;
+      }
+      if (v.elem != st.outElem) {
+        error = "step '" + st.stage->name + "' lowered to the wrong type";
+        return false;
+      }
+    }
+    Value olin = zero;
+    for (size_t d = 0; d < outRank; ++d) {
+      olin = d ? b.create<arith::MulIOp>(loc, olin, dims[n][d]).getResult()
+               : olin;
+      olin = b.create<arith::AddIOp>(loc, olin, oIdx[d]);
+    }
+    Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{olin});
+    b.create<LLVM::StoreOp>(loc, v.value, dst);
+  }
+  b.setInsertionPointToEnd(entry);
+  b.create<func::ReturnOp>(loc);
+  return true;
+}
+
+} // namespace
+
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
   std::vector<KernelSpec> out;
   for (const runtime::PlanStage &s : plan.stages) {
     if (s.op == "fused_map") {
-      fusedKernels(s, out);
+      if (!remapKernel(s, out))
+        fusedKernels(s, out);
       continue;
     }
     KernelSpec k;
@@ -473,6 +843,11 @@ OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,
   Type ptr = LLVM::LLVMPointerType::get(&ctx);
   Type i64 = b.getI64Type();
   for (const KernelSpec &k : kernels) {
+    if (k.chain) {
+      if (!buildRemapKernel(b, *module, k, error))
+        return nullptr;
+      continue;
+    }
     Location loc = NameLoc::get(b.getStringAttr(k.stage));
     b.setInsertionPointToEnd(module->getBody());
     auto fn = b.create<func::FuncOp>(

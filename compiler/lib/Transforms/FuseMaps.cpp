@@ -40,7 +40,8 @@ constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";
 /// same position: what the code generator fuses into one loop.
 bool valueWise(llvm::StringRef op) {
   return llvm::StringSwitch<bool>(op)
-      .Cases("fill_missing", "clamp", "cast", "hash_bucket", "map", true)
+      .Cases("fill_missing", "clamp", "cast", "hash_bucket", "bucketize",
+             "map", true)
       .Default(false);
 }
 
@@ -56,6 +57,8 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
     llvm::StringRef op = stage.getRegistryName();
     if (!valueWise(op))
       return "'" + op.str() + "' is not value-wise";
+    if (stage->hasAttr(kFusedAttr))
+      return "sluice-fuse-remaps put it into a remap kernel";
     const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
     if (!def || def->kind != sluice::OpKind::Element || def->stochastic)
       return "'" + op.str() + "' is not a deterministic element op";

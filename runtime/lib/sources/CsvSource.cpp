@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -79,6 +80,9 @@ public:
   char delim = ',';
   bool header = false;
   bool replaceInvalid = false; ///< encoding: replace
+  /// Blocks without quotes or carriage returns take RecordScanner's
+  /// scanBlockRecord() (SLUICE_NO_FAST_CSV=1: every record takes scan()).
+  bool fastParse = true;
   std::vector<CsvColumn> columns;
   std::vector<CellTarget> cells;
 
@@ -116,7 +120,26 @@ struct ScanResult {
   size_t errOffset = 0; // from the record's start
 };
 
+/// Hex digit values, 0xff for other bytes. A table lookup instead of range
+/// tests: digits and letters mix unpredictably in hashes, and the branches
+/// cost more than the lookup.
+struct HexTable {
+  uint8_t v[256];
+  HexTable() {
+    std::memset(v, 0xff, sizeof v);
+    for (int c = 0; c < 10; ++c)
+      v['0' + c] = static_cast<uint8_t>(c);
+    for (int c = 0; c < 6; ++c)
+      v['a' + c] = v['A' + c] = static_cast<uint8_t>(10 + c);
+  }
+};
+const HexTable &hexDigitTable() {
+  static const HexTable table;
+  return table;
+}
+
 bool parseHex32(std::string_view text, int64_t &out) {
+  const HexTable &table = hexDigitTable();
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
     text.remove_prefix(1);
   while (!text.empty() &&
@@ -128,18 +151,6 @@ bool parseHex32(std::string_view text, int64_t &out) {
   }
   if (text.size() > 8)
     return false;
-  // A table lookup instead of range tests: digits and letters mix
-  // unpredictably in hashes, and the branches cost more than the lookup.
-  static const struct HexTable {
-    uint8_t v[256];
-    HexTable() {
-      std::memset(v, 0xff, sizeof v);
-      for (int c = 0; c < 10; ++c)
-        v['0' + c] = static_cast<uint8_t>(c);
-      for (int c = 0; c < 6; ++c)
-        v['a' + c] = v['A' + c] = static_cast<uint8_t>(10 + c);
-    }
-  } table;
   uint32_t v = 0, bad = 0;
   for (char c : text) {
     uint32_t digit = table.v[static_cast<unsigned char>(c)];
@@ -169,6 +180,14 @@ public:
   /// converting its cells when `store`.
   ScanStatus scan(const char *b, const char *e, bool eof, bool store,
                   ScanResult &r);
+
+  /// The fast path for text with no quote and no carriage return (the
+  /// caller checks): converts the record at `b` (the text ends at `e`,
+  /// which ends the file or follows a line feed) and returns the byte after
+  /// it, or null when the record is not simple and well formed (wrong cell
+  /// count, a value that does not convert); scan() then does it again and
+  /// says what is wrong, exactly as if this path did not exist.
+  const char *scanSimple(const char *b, const char *e);
 
 private:
   void storeCell(size_t cell, const char *b, const char *e, bool escaped,
@@ -398,6 +417,138 @@ ScanStatus RecordScanner::scan(const char *const b, const char *const e,
   return ScanStatus::Ok;
 }
 
+/// Separators (delimiter, line feed) of the 64 bytes at p, one bit each;
+/// bytes at or after e count as none.
+inline uint64_t separatorMaskUpTo(const char *p, const char *e, char delim) {
+  size_t n = static_cast<size_t>(e - p);
+#if defined(__SSE2__)
+  if (n >= 64)
+    return separatorMask(p, delim);
+  char tail[64] = {};
+  std::memcpy(tail, p, n);
+  return separatorMask(tail, delim) & ((uint64_t(1) << n) - 1);
+#else
+  uint64_t m = 0;
+  for (size_t i = 0; i < std::min<size_t>(n, 64); ++i)
+    m |= uint64_t(p[i] == delim || p[i] == '\n') << i;
+  return m;
+#endif
+}
+
+const char *RecordScanner::scanSimple(const char *const b,
+                                      const char *const e) {
+  const char delim = src_.delim;
+  const size_t want = src_.cells.size();
+  const char *p = b;
+  // The separator mask of the 64 bytes from `base`; refilled as the cells
+  // move past it. Each cell costs a shift and a count of trailing zeros.
+  const char *base = b;
+  uint64_t mask = separatorMaskUpTo(b, e, delim);
+  for (size_t cell = 0;; ++cell) {
+    const char *q, *at = p;
+    while (true) {
+      if (size_t off = static_cast<size_t>(at - base); off < 64) {
+        if (uint64_t m = mask >> off) {
+          q = at + __builtin_ctzll(m);
+          break;
+        }
+        at = base + 64;
+      }
+      if (at >= e) {
+        q = e;
+        break;
+      }
+      base = at;
+      mask = separatorMaskUpTo(at, e, delim);
+    }
+    // The cell is [p, q).
+    if (cell >= want)
+      return nullptr;
+    const CellTarget &t = cells_[cell];
+    switch (t.kind) {
+    case CellTarget::Skip:
+      break;
+    case CellTarget::Hex: {
+      int64_t v;
+      size_t n = static_cast<size_t>(q - p);
+      const uint8_t *digit = hexDigitTable().v;
+      const auto *u = reinterpret_cast<const unsigned char *>(p);
+      if (n == 8) {
+        // Criteo's ids: always 8 digits, unrolled (no loop-carried chain).
+        uint32_t d0 = digit[u[0]], d1 = digit[u[1]], d2 = digit[u[2]],
+                 d3 = digit[u[3]], d4 = digit[u[4]], d5 = digit[u[5]],
+                 d6 = digit[u[6]], d7 = digit[u[7]];
+        if ((d0 | d1 | d2 | d3 | d4 | d5 | d6 | d7) & 0xf0)
+          return nullptr;
+        v = static_cast<int64_t>(d0 << 28 | d1 << 24 | d2 << 20 | d3 << 16 |
+                                 d4 << 12 | d5 << 8 | d6 << 4 | d7);
+      } else if (n < 8) {
+        uint32_t x = 0, bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          uint32_t d = digit[u[i]];
+          bad |= d;
+          x = (x << 4) | (d & 0xf);
+        }
+        v = static_cast<int64_t>(x);
+        if (bad & 0xf0)
+          return nullptr;
+      } else if (!parseHex32(std::string_view(p, n), v)) {
+        return nullptr;
+      }
+      std::memcpy(data_[t.column] + 8 * t.element, &v, 8);
+      break;
+    }
+    case CellTarget::Number: {
+      // What storeCell() stores, and also a minus sign before the digits
+      // (parseNumber's own fast path: -0 is -0.0).
+      uint8_t *dst = data_[t.column];
+      if (t.elem == ElemType::F32) {
+        if (p == q) {
+          float nan =
+              static_cast<float>(std::numeric_limits<double>::quiet_NaN());
+          std::memcpy(dst + 4 * t.element, &nan, 4);
+          break;
+        }
+        bool neg = *p == '-';
+        int64_t v = q - p - neg <= 15 ? plainDigits(p + neg, q) : -1;
+        if (v >= 0) {
+          double dv = static_cast<double>(neg ? -v : v);
+          if (neg && v == 0)
+            dv = -0.0;
+          float f = static_cast<float>(dv);
+          std::memcpy(dst + 4 * t.element, &f, 4);
+          break;
+        }
+      } else if (t.elem == ElemType::I64) {
+        bool neg = p < q && *p == '-';
+        int64_t v = plainDigits(p + neg, q);
+        if (v >= 0) {
+          v = neg ? -v : v;
+          std::memcpy(dst + 8 * t.element, &v, 8);
+          break;
+        }
+      }
+      if (parseNumber(std::string_view(p, size_t(q - p)), t.elem, dst,
+                      t.element) != ParseError::None)
+        return nullptr;
+      break;
+    }
+    case CellTarget::Text: {
+      ScanResult r;
+      storeCell(cell, p, q, /*escaped=*/false, size_t(p - b), r);
+      if (r.err != CellError::None)
+        return nullptr;
+      break;
+    }
+    }
+    if (q == e)
+      return cell + 1 == want ? e : nullptr;
+    if (*q == '\n')
+      return cell + 1 == want ? q + 1 : nullptr;
+    p = q + 1;
+  }
+}
+
 /// The end of the last whole record in [b, e) (just past its line break),
 /// or null when no record ends there; `b` starts a record. Follows scan():
 /// a quote opens a quoted field only at the start of a cell, and line
@@ -526,6 +677,11 @@ void CsvBlock::parse(const CsvSource &src) {
   const char *p = b;
   int64_t line = 0, row = 0;
   ScanResult r;
+  // Text without quotes and carriage returns (most tables) takes the fast
+  // path, which falls back to scan() for each record it cannot take.
+  const bool simple = src.fastParse &&
+                      !std::memchr(b, '"', size_t(e - b)) &&
+                      !std::memchr(b, '\r', size_t(e - b));
   for (;;) {
     // Blank lines are not records.
     for (size_t n; (n = blankLineAt(p, e)) > 0; p += n)
@@ -542,6 +698,14 @@ void CsvBlock::parse(const CsvSource &src) {
         data[c] =
             columns[c].mutableRaw() +
             row * col.count * static_cast<int64_t>(elemTypeSize(col.elem));
+    }
+    if (simple) {
+      if (const char *next = scanner.scanSimple(p, e)) {
+        line += next[-1] == '\n';
+        p = next;
+        ++row;
+        continue;
+      }
     }
     // The text ends with a whole record (or with the file), so the scan
     // never needs more.
@@ -952,6 +1116,8 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
   src->delim = delim[0];
   src->header = boolParam(params, "header", false);
   src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
+  if (const char *off = std::getenv("SLUICE_NO_FAST_CSV"))
+    src->fastParse = !*off || std::string(off) == "0";
 
   const Value &cols = params["columns"];
   if (!cols.isList() || cols.items().empty())

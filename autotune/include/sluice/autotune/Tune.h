@@ -12,10 +12,12 @@
 #ifndef SLUICE_AUTOTUNE_TUNE_H
 #define SLUICE_AUTOTUNE_TUNE_H
 
+#include "sluice/autotune/Replan.h"
 #include "sluice/autotune/Solver.h"
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -81,9 +83,38 @@ struct AutoSchedule {
   Schedule schedule;
   std::string explanation;
   Prediction prediction;
+  /// False when SLUICE_NO_AUTOTUNE=1 turned `schedule: auto` off (nothing
+  /// was profiled or applied).
+  bool applied = true;
+  /// The re-planner installed as RunOptions::controller (null when
+  /// re-planning is off): its events() say what it changed during the run.
+  std::shared_ptr<Replanner> replanner;
 };
-Expected<AutoSchedule> autoSchedule(const runtime::Plan &plan,
-                                    const TuneOptions &opts);
+
+/// How applyAutoSchedule() profiles and re-plans.
+struct AutoOptions {
+  /// Seconds of probing per probe level (two levels on two cores, in two
+  /// interleaved windows each).
+  double secondsPerProbe = 0.6;
+  /// Re-plan while the pipeline runs when measured rates drift
+  /// (SLUICE_NO_REPLAN=1 in the environment turns it off too).
+  bool replan = true;
+  ReplanOptions replanOptions;
+};
+
+/// THE entry point for `schedule: auto`, for every runner of a Plan
+/// (`sluice run`, compiled executables, the Python module): profiles `plan`
+/// briefly under `opts` (its threads, budget, binder, temp dir), solves, and
+/// applies the result to `opts`: the schedule into opts.schedule, and
+/// (unless re-planning is off) a Replanner into opts.controller that changes
+/// parallelism in flight when rates drift. Then run with `opts` as usual;
+/// the outputs are the same bytes as under any schedule. The result's
+/// explanation says what was chosen and why (print it for `--stats`; the
+/// re-planner's report() comes with the run's statistics).
+/// SLUICE_NO_AUTOTUNE=1 leaves `opts` alone (applied = false).
+Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
+                                         runtime::RunOptions &opts,
+                                         const AutoOptions &auto_ = {});
 
 } // namespace sluice::autotune
 

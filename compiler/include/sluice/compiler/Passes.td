@@ -266,4 +266,45 @@ def FuseMaps : Pass<"sluice-fuse-maps"> {
   ];
 }
 
+def FuseRemaps : Pass<"sluice-fuse-remaps"> {
+  let summary = "Groups crop/flip/transpose/pad runs with the value-wise "
+                "steps around them into one kernel";
+  let description = [{
+    Marks every run of two or more consecutive steps on one field, at least
+    one of which only moves values (`center_crop`, `random_crop`,
+    `random_flip`, `transpose`, `pad`), the others value-wise (`cast`,
+    `normalize`, `clamp`, `fill_missing`, `map`), as one fused stage
+    (`sluice.fused = "a+b+c"`, as sluice-fuse-maps does; PlanGen makes it one
+    `fused_map` runtime stage keeping the steps). The code generator
+    compiles the run to one kernel: each output value is read from the input
+    position the composed index maps give (or is a pad value), then goes
+    through the value steps in registers. The image's size, the crop offsets
+    and the flip decision are kernel arguments the runtime fills per record
+    from the random streams of the unfused steps, so one kernel serves every
+    record and the draws and bytes do not change. Without the code generator
+    the runtime runs the kept steps one after another. A step with its own
+    `as`, a step on another field, one a fixed schedule names, or any other
+    op ends a run. Runs before sluice-fuse-maps, which leaves marked steps
+    alone. With `remarks=true` every fused run is reported at its first step.
+
+    ```mlir
+    // before
+    %1 = sluice.element "random_crop"(%0) {field = "image", padding = 2, size = [28, 28]} : !s -> !s
+    %2 = sluice.element "normalize"(%1) {field = "image", mean = [72.94], std = [90.02]} : !s -> !t
+    // after
+    %1 = sluice.element "random_crop"(%0) {field = "image", padding = 2, size = [28, 28]}
+        {sluice.fused = "random_crop+normalize"} : !s -> !s
+    %2 = sluice.element "normalize"(%1) {field = "image", mean = [72.94], std = [90.02]}
+        {sluice.fused = "random_crop+normalize"} : !s -> !t
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-steps", "Number of steps put into a remap kernel">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every fused run as a remark">,
+  ];
+}
+
 #endif // SLUICE_PASSES_TD

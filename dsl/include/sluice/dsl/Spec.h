@@ -48,6 +48,17 @@ struct Budget {
   SourceLoc coresLoc, memoryLoc;
 };
 
+/// `distributed: {rank: R, world_size: W}`: this process's share of the
+/// data, each value optional. A Python call or --rank/--world-size
+/// overrides a value written here; a value not written here comes from the
+/// environment torchrun or a Kubernetes Indexed Job sets
+/// (runtime::resolveRanks()).
+struct Distributed {
+  std::optional<int64_t> rank;
+  std::optional<int64_t> worldSize;
+  SourceLoc rankLoc, worldSizeLoc;
+};
+
 /// A checked pipeline.
 struct Spec {
   std::string file;      ///< path as given on the command line
@@ -57,6 +68,7 @@ struct Spec {
   std::vector<Step> steps;
   int64_t epochs = 1;
   Budget budget;
+  Distributed distributed;
   bool scheduleAuto = true;
   /// The spec says `schedule: auto` in so many words: `sluice run` then
   /// profiles briefly and applies the autotuner's schedule (a spec without

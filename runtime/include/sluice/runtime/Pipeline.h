@@ -93,6 +93,23 @@ struct PipelineState {
 /// The fingerprint PipelineState::fingerprint compares.
 uint64_t planFingerprint(const Plan &plan);
 
+class Pipeline;
+
+/// Watches a running pipeline and may change its knobs in flight
+/// (Pipeline::setParallelism / setPrefetch): the autotuner's re-planner for
+/// `schedule: auto` (autotune::applyAutoSchedule). The runtime knows only
+/// this interface. The Pipeline calls tick() from a thread of its own every
+/// interval() seconds, from its first next() until stop(); tick() may read
+/// stats() and change knobs, never call next() or stop().
+class RunController {
+public:
+  virtual ~RunController();
+  virtual double interval() const { return 0.5; }
+  virtual void tick(Pipeline &pipeline) = 0;
+  /// What it did and why, for `--stats` (empty: nothing to say).
+  virtual std::string report() const { return ""; }
+};
+
 /// How to run a Plan. Unset values fall back to the Plan.
 struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
@@ -156,6 +173,10 @@ struct RunOptions {
   /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
   /// time on the consumer's thread. Needs more than one thread.
   bool parallelParse = true;
+  /// Changes knobs while the pipeline runs (see RunController). With one,
+  /// every parallel step's reorder window is sized for all `threads`, so
+  /// its parallelism can rise in flight.
+  std::shared_ptr<RunController> controller;
 
   // runPipeline() only.
   /// Stop after this many outputs (0: run to the end), e.g. to save a state
@@ -169,7 +190,8 @@ struct RunOptions {
   /// Clear a non-empty npy output folder first (`--overwrite`); without
   /// it such a folder is refused (Sink.h).
   bool overwrite = false;
-  /// Catch SIGINT/SIGTERM while running: stop within a second, keep the
+  /// Catch SIGINT/SIGTERM while running: cancel() the output being built
+  /// (a batch being filled stops after the records under way), keep the
   /// complete outputs, write index.json saying the run was interrupted,
   /// print the accounting and the reason, and return 130/143. A second
   /// signal ends the process at once (no index.json: incomplete). The
@@ -189,6 +211,27 @@ struct RunOptions {
   /// (empty: $TMPDIR, else /tmp).
   std::string tempDir;
 };
+
+/// A rank and world size chosen by the caller (Python's
+/// Pipeline(rank=, world_size=), `--rank` / `--world-size`), each unset when
+/// not given, and how messages name them.
+struct RankArgs {
+  std::optional<int64_t> rank, worldSize;
+  std::string rankName = "rank", worldSizeName = "world_size";
+};
+
+/// Sets opts.rank and opts.worldSize, each value on its own, from the first
+/// of: `args`; the plan's (the spec's `distributed: {rank, world_size}`);
+/// the environment torchrun sets (RANK, WORLD_SIZE), or for the rank a
+/// Kubernetes Indexed Job's JOB_COMPLETION_INDEX; else rank 0 of 1. The
+/// spec outranks the environment because it is written for this pipeline,
+/// while the environment is set for every program of the job:
+/// `distributed: {rank: 0, world_size: 1}` makes every rank read all the
+/// data (an evaluation set), and `world_size: W` alone pairs with the
+/// index an Indexed Job sets. Errors name where each value came from: an
+/// environment variable that is not an integer (>= 0 for a rank, >= 1 for a
+/// world size), or a rank not below the world size.
+Status resolveRanks(const Plan &plan, const RankArgs &args, RunOptions &opts);
 
 /// One output of a pipeline: the fields of a record or of a batch. The
 /// tensors share their buffers with the pipeline (no copy) and stay valid
@@ -239,6 +282,15 @@ public:
   /// afterwards. Called by the destructor. Call it from the thread that
   /// calls next(), not concurrently with it.
   void stop();
+  /// Asks the pipeline to give up, from any thread (a signal watcher while
+  /// another thread waits in next()): next() then fails with "the pipeline
+  /// was cancelled" after at most the record each worker is busy with, also
+  /// in the middle of assembling a batch or filling a shuffle buffer, and
+  /// every later next() returns false. Call stop() (on next()'s thread)
+  /// afterwards to join the threads. Does not block.
+  void cancel();
+  /// Whether cancel() was called.
+  bool cancelled() const;
 
   const RecordType &outputType() const;
   const Plan &plan() const;
@@ -254,6 +306,19 @@ public:
 
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;
+
+  /// Changes, while the pipeline runs (from any thread, e.g. a
+  /// RunController), the workers of the parallel step `step` (a plan step;
+  /// a fused step is found by any of its parts) to `parallelism`, within
+  /// 1..threads(). Outputs stay the same bytes: the reorder window keeps
+  /// their order whichever worker made them. An error names a step that is
+  /// unknown or runs inline (no workers to change).
+  Status setParallelism(const std::string &step, int64_t parallelism);
+  /// Changes the depth of the prefetch queue after `step` (its `prefetch`
+  /// knob) while the pipeline runs, within the depth the pipeline was
+  /// created with (the capacity its memory check counted). Returns the
+  /// depth applied; an error when `step` has no prefetch queue.
+  Expected<int64_t> setPrefetch(const std::string &step, int64_t depth);
 
   /// Where the run stands after the outputs delivered so far.
   PipelineState state() const;

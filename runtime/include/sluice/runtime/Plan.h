@@ -16,6 +16,7 @@
 #include "sluice/ops/Value.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,16 @@ struct Plan {
   int64_t epochs = 1;
   int64_t cores = 0;       ///< budget; 0 = all cores of the host
   int64_t memoryBytes = 0; ///< budget; 0 = no limit given
+  /// The spec says `schedule: auto`: whoever runs the plan (`sluice run`,
+  /// a compiled executable, the Python module) profiles it briefly and
+  /// applies the autotuner's schedule (autotune::applyAutoSchedule), and
+  /// re-plans while it runs when the measured rates drift.
+  bool scheduleAuto = false;
+  /// The spec's `distributed: {rank, world_size}`, each unset when not
+  /// written there (resolveRanks() in Pipeline.h decides a run's values),
+  /// and where each is written, for messages.
+  std::optional<int64_t> rank, worldSize;
+  SourceLoc rankLoc, worldSizeLoc;
   PlanStage source;
   std::vector<PlanStage> stages;
 
@@ -65,6 +76,8 @@ struct Plan {
   }
   /// "spec.yaml:12:5" for a stage, or the spec file alone.
   std::string where(const PlanStage &s) const;
+  /// "spec.yaml:12:5" for a position in the spec, or the spec file alone.
+  std::string where(SourceLoc loc) const;
 
   /// A self-contained text form (JSON) that deserialize() reads back exactly;
   /// compiled executables embed it.

@@ -104,6 +104,12 @@ struct ImageEpilogue {
   bool chw = false; ///< write [C, H, W] instead of [H, W, C]
 };
 
+/// The epilogue on an already resized u8 image (HWC or HW), row by row with
+/// the code the fused resize runs on each row it writes (the hand-written
+/// path the generated remap kernels are measured against, bench/
+/// epilogue_bench.cpp).
+Expected<Tensor> applyImageEpilogue(const Tensor &image, const ImageEpilogue &e);
+
 /// How a fused decode + crop decodes.
 struct DecodeOptions {
   /// Entropy-decode every row of a JPEG, also the rows below the window,

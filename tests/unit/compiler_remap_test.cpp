@@ -1,0 +1,202 @@
+//===- compiler_remap_test.cpp - Remap kernels = the unfused steps --------===//
+//
+// sluice-fuse-remaps and the remap kernels it leads to must not change a
+// byte or a draw: image pipelines over PNGs written here (RGB and gray, of
+// several sizes, one too small for its crop so that on_error: skip drops
+// it) run with the pass and generated code on, with the pass on and the
+// runtime's kernels (the kept steps one after another), with the pass off,
+// and with every pass off, at 1 and 2 threads; all outputs must be equal.
+// The chains cover every remap op (center_crop, random_crop with padding,
+// random_flip along both axes, transpose, pad) between value steps of
+// several element types (cast, clamp, fill_missing, map, normalize).
+//
+//===----------------------------------------------------------------------===//
+#include "compiler_test_util.h"
+#include "runtime_test_util.h"
+
+#include "sluice/compiler/Codegen.h"
+#include "sluice/compiler/Compiler.h"
+#include "sluice/runtime/RemapChain.h"
+
+#include <png.h>
+
+#include <algorithm>
+
+using namespace sluice;
+using namespace sluice::rttest;
+
+namespace {
+
+const std::string kPass = "sluice-fuse-remaps";
+
+std::string png(int h, int w, int channels, int seed) {
+  std::vector<uint8_t> px(size_t(h) * w * channels);
+  uint32_t state = uint32_t(seed) * 2654435761u + 7;
+  for (size_t i = 0; i < px.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    px[i] = uint8_t((i * 7 + (state >> 24)) & 0xFF);
+  }
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = w;
+  image.height = h;
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  EXPECT_TRUE(
+      png_image_write_get_memory_size(image, size, 0, px.data(), 0, nullptr));
+  std::string out(size, '\0');
+  EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, px.data(),
+                                        0, nullptr));
+  out.resize(size);
+  return out;
+}
+
+class RemapFusionTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    int i = 0;
+    for (auto [h, w] : std::vector<std::pair<int, int>>{
+             {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}})
+      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i++));
+    for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}})
+      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i++));
+    dir_.write("img/s/small.png", png(20, 60, 3, 99)); // < the 32x32 crop
+  }
+
+  std::string spec(const std::string &channels, const std::string &steps) {
+    return "pipeline: remap_test\n"
+           "seed: 5\n"
+           "source:\n"
+           "  image_folder: {root: " +
+           dir_.path() +
+           "/img, extensions: [png], on_error: skip}\n"
+           "steps:\n"
+           "  - decode_image: {field: data, as: image, channels: " +
+           channels + "}\n" + steps +
+           "  - select: [image, label]\n"
+           "  - batch: {size: 4}\n"
+           "epochs: 2\n";
+  }
+
+  /// Runs `yaml` in every configuration; all must give the reference's
+  /// bytes. `fused` is the stage sluice-fuse-remaps must make and compile.
+  void expectSame(const std::string &yaml, const std::string &fused) {
+    std::string path = dir_.write("spec.yaml", yaml);
+    runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
+    runtime::RunOptions ref;
+    ref.threads = 1;
+    std::string reference = allBytes(runAll(off, ref));
+    ASSERT_GT(reference.size(), 1000u);
+
+    runtime::Plan on = sluice::testing::planOfSpecFile(path);
+    std::vector<std::string> compiled = compiler::compiledStages(on);
+    EXPECT_NE(std::find(compiled.begin(), compiled.end(), fused),
+              compiled.end())
+        << "'" << fused << "' is not compiled";
+    runtime::Plan noRemap = sluice::testing::planOfSpecFile(path, {kPass});
+    for (const runtime::PlanStage &s : noRemap.stages)
+      EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
+
+    for (const runtime::Plan *plan : {&on, &noRemap}) {
+      Expected<runtime::Plan> back =
+          runtime::Plan::deserialize(plan->serialize());
+      ASSERT_TRUE(bool(back)) << back.status().message();
+      auto jit = compiler::JitKernels::compile(*back);
+      ASSERT_TRUE(bool(jit)) << jit.status().message();
+      for (int threads : {1, 2}) {
+        runtime::RunOptions withJit, without;
+        withJit.threads = without.threads = threads;
+        withJit.binder = (*jit)->binder();
+        std::string what = std::string(plan == &on ? "pass on" : "pass off") +
+                           ", " + std::to_string(threads) + " threads";
+        EXPECT_TRUE(allBytes(runAll(*back, withJit)) == reference)
+            << "codegen on, " << what << ": output bytes differ";
+        EXPECT_TRUE(allBytes(runAll(*back, without)) == reference)
+            << "codegen off, " << what << ": output bytes differ";
+      }
+    }
+  }
+
+  sluice::testing::TempDir dir_;
+};
+
+TEST_F(RemapFusionTest, CenterCropFlipNormalizeChw) {
+  expectSame(spec("3",
+                  "  - resize: {field: image, size: [36, 40]}\n"
+                  "  - center_crop: {field: image, size: [32, 30]}\n"
+                  "  - random_flip: {field: image, axis: width}\n"
+                  "  - normalize: {field: image, mean: [123.675, 116.28, "
+                  "103.53], std: [58.395, 57.12, 57.375]}\n"
+                  "  - transpose: {field: image, to: CHW}\n"),
+             "center_crop+random_flip+normalize+transpose");
+}
+
+TEST_F(RemapFusionTest, SmallImageTakesTheUnfusedStepsAndIsSkipped) {
+  // No resize: small.png (20x60) is smaller than the crop; the fused stage
+  // hands it to the unfused center_crop, whose error on_error: skip counts.
+  expectSame(spec("3", "  - center_crop: {field: image, size: [32, 32]}\n"
+                       "  - random_flip: {field: image, axis: height, p: 0.7}\n"
+                       "  - cast: {field: image, dtype: f32}\n"),
+             "center_crop+random_flip+cast");
+}
+
+TEST_F(RemapFusionTest, RandomCropWithPaddingPadAndValueSteps) {
+  expectSame(spec("3", "  - random_crop: {field: image, size: [24, 20], "
+                       "padding: 5}\n"
+                       "  - random_flip: {field: image}\n"
+                       "  - pad: {field: image, padding: [1, 2, 3, 4], value: "
+                       "201}\n"
+                       "  - cast: {field: image, dtype: i16}\n"
+                       "  - map: {field: image, expr: \"x * 3 - 200\"}\n"
+                       "  - clamp: {field: image, min: -50, max: 400}\n"
+                       "  - transpose: {field: image, perm: [1, 0, 2]}\n"),
+             "random_crop+random_flip+pad+cast+map+clamp+transpose");
+}
+
+TEST_F(RemapFusionTest, GrayImagesF64AndPadAfterNormalize) {
+  expectSame(spec("1", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - cast: {field: image, dtype: f64}\n"
+                       "  - map: {field: image, expr: \"x / 7\"}\n"
+                       "  - random_crop: {field: image, size: [26, 26], "
+                       "padding: 2}\n"
+                       "  - normalize: {field: image, mean: 0.5, std: 2}\n"
+                       "  - pad: {field: image, padding: [2, 0, 0, 3], value: "
+                       "-1.5}\n"
+                       "  - fill_missing: {field: image, value: 0}\n"),
+             "cast+map+random_crop+normalize+pad+fill_missing");
+}
+
+TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {
+  std::string path = dir_.write(
+      "spec.yaml",
+      spec("3", "  - random_crop: {field: image, size: [24, 20], padding: 5}\n"
+                "  - random_flip: {field: image}\n"
+                "  - transpose: {field: image, to: CHW}\n"));
+  runtime::Plan plan = sluice::testing::planOfSpecFile(path);
+  const runtime::PlanStage *fused = nullptr;
+  for (const runtime::PlanStage &s : plan.stages)
+    if (s.op == "fused_map")
+      fused = &s;
+  ASSERT_NE(fused, nullptr);
+  Expected<runtime::RemapChain> chain = runtime::RemapChain::build(*fused);
+  ASSERT_TRUE(bool(chain)) << chain.status().message();
+  // dims 3 + draws 2, dims 3 + flip 1, dims 3, output dims 3.
+  EXPECT_EQ(chain->paramCount(), 15u);
+  Tensor img = Tensor::empty(ElemType::U8, {40, 48, 3});
+  std::vector<int64_t> params(chain->paramCount()), shape;
+  ASSERT_TRUE(chain->fill(img, 5, 0, 3, params.data(), shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 24, 20}));
+  EXPECT_EQ(params[0], 40);
+  EXPECT_GE(params[3], -5); // top, relative to the unpadded image
+  EXPECT_LE(params[3], 40 + 5 - 24);
+  EXPECT_TRUE(params[8] == 0 || params[8] == 1); // the flip
+  // A record of another rank is left to the unfused steps.
+  EXPECT_FALSE(chain->fill(Tensor::empty(ElemType::U8, {40, 48}), 5, 0, 3,
+                           params.data(), shape));
+  // A chain on two fields is no remap chain.
+  runtime::PlanStage bad = *fused;
+  bad.fused.back().params.set("field", Value::string("label"));
+  EXPECT_FALSE(bool(runtime::RemapChain::build(bad)));
+}
+
+} // namespace
