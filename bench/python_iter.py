@@ -1,27 +1,36 @@
 #!/usr/bin/python3
 """Python iteration benchmark: what handing batches to Python costs.
 
-On the ImageNet-style pipeline (bench/specs/imagenet_bench.yaml, the data of
-bench/gen_data.py), in interleaved rounds:
+On the ImageNet-style pipeline, in interleaved rounds, over either data set:
+--data photos (the default) runs bench/specs/photos_bench.yaml on the real
+pictures bench/gen_photos.py cuts from gnome-backgrounds; --data imagenet runs
+bench/specs/imagenet_bench.yaml on the generated JPEGs of bench/gen_data.py:
 
   native   `sluice bench SPEC --seconds S`: outputs/s x 128 (images/s
            delivered by the C++ runtime to its null consumer)
   python   sluice.Pipeline(SPEC) iterated from Python for S seconds after a
            warm-up, each batch turned into a tensor with torch.from_numpy
   torch    torchvision ImageFolder + the same transforms in a DataLoader
-           (bench/peers/torch_imagenet.py), num_workers = the cores
+           (bench/peers/torch_imagenet.py), num_workers = --torch-workers
+           (default: the cores)
 
 Wall-clock rates are noisy on a shared machine, so each round also counts
 CPU time (user + sys, getrusage of a child process) per image for the same
 --cpu-epochs epochs run natively (`sluice run SPEC --sink null`) and iterated
 from Python: on a CPU-bound pipeline the extra CPU per image is what Python
-costs, whatever else runs on the machine.
+costs, whatever else runs on the machine. The DataLoader's CPU per image
+(its worker processes included) over one epoch is counted the same way: on a
+CPU-bound loader, CPU per image is what sets images/s once the cores are
+busy, so python/torch in CPU per image is the load-independent form of the
+images/s ratio.
 
 Prints the medians over --repeats rounds, the Python overhead
 (1 - python/native; target <= 5%) and python/torch (target >= 3x), with the
 load average at the start and the end.
 
-Usage: python_iter.py [--seconds S] [--repeats N] [--torch-batches N]
+Usage: python_iter.py [--data photos|imagenet] [--seconds S] [--repeats N]
+                      [--torch-batches N] [--torch-workers N] [--no-torch]
+                      [--cpu-epochs N]
 """
 import argparse
 import os
@@ -37,12 +46,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
 
-def spec_for(data):
-    """The bench spec with its data prefix pointed at `data`."""
-    text = open(os.path.join(HERE, "specs", "imagenet_bench.yaml")).read()
+def spec_for(data, name):
+    """bench/specs/NAME_bench.yaml with its data prefix pointed at `data`."""
+    text = open(os.path.join(HERE, "specs", name + "_bench.yaml")).read()
     text = text.replace("/tmp/sluice-bench-data", data)
     d = tempfile.mkdtemp(prefix="sluice-pyiter-")
-    path = os.path.join(d, "imagenet_bench.yaml")
+    path = os.path.join(d, name + "_bench.yaml")
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -92,6 +101,30 @@ print(n, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
 """
 
 
+# The DataLoader peer's CPU per image: the child's own CPU plus its worker
+# processes' (reaped when the loader is dropped), counted after the imports.
+TORCH_LOOP = r"""
+import gc, resource, sys
+sys.path.insert(0, sys.argv[1])
+import torch_imagenet
+
+def cpu():
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+c0 = cpu()
+loader = torch_imagenet.make_loader(sys.argv[2], int(sys.argv[3]), 42)
+n = 0
+for _ in range(int(sys.argv[4])):
+    for x, _ in loader:
+        n += x.shape[0]
+del loader
+gc.collect()
+print(n, cpu() - c0)
+"""
+
+
 def child_cpu(cmd):
     """CPU seconds (user + sys) a child command uses, and its stdout."""
     import resource
@@ -101,8 +134,14 @@ def child_cpu(cmd):
     return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), out
 
 
-def cpu_per_image(kind, sluice_bin, spec, epochs, pydir):
-    if kind == "native":
+def cpu_per_image(kind, sluice_bin, spec, epochs, pydir, root=None,
+                  workers=0):
+    if kind == "torch":
+        _, out = child_cpu([sys.executable, "-c", TORCH_LOOP,
+                            os.path.join(HERE, "peers"), root, str(workers),
+                            str(epochs)])
+        images, cpu = int(out.split()[0]), float(out.split()[1])
+    elif kind == "native":
         cpu, out = child_cpu([sluice_bin, "run", spec, "--epochs", str(epochs),
                               "--sink", "null", "--quiet"])
         m = re.search(r"(\d+) outputs in", out)
@@ -124,39 +163,51 @@ def main():
     ap.add_argument("--torch-batches", type=int, default=10)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cpu-epochs", type=int, default=2)
+    ap.add_argument("--data", choices=("photos", "imagenet"), default="photos")
+    ap.add_argument("--torch-workers", type=int, default=None,
+                    help="the DataLoader's num_workers (default: the cores)")
     args = ap.parse_args()
     data = os.environ.get("SLUICE_BENCH_DATA", "/tmp/sluice-bench-data")
-    root = os.path.join(data, "imagenet", "train")
+    root = os.path.join(data, args.data, "train")
     if not os.path.isdir(root):
-        sys.exit("python_iter.py: no data at %s; run bench/gen_data.py" % root)
+        sys.exit("python_iter.py: no data at %s; run bench/%s" % (
+            root, "gen_photos.py" if args.data == "photos" else "gen_data.py"))
     build = os.environ.get("SLUICE_BUILD_DIR",
                            os.path.join(HERE, "..", "build"))
     sluice_bin = os.environ.get("SLUICE", os.path.join(build, "bin", "sluice"))
     sys.path.insert(0, os.path.join(build, "python"))
-    spec = spec_for(data)
+    spec = spec_for(data, args.data)
     cores = os.cpu_count() or 1
+    workers = cores if args.torch_workers is None else args.torch_workers
     load0 = os.getloadavg()[0]
     runs = {"native": [], "python": [], "torch": []}
     cpu = {"native": [], "python": []}
+    if not args.no_torch:
+        cpu["torch"] = []
     pydir = os.path.join(build, "python")
     for r in range(args.repeats):
         for k in ("native", "python") if r % 2 == 0 else ("python", "native"):
             cpu[k].append(cpu_per_image(k, sluice_bin, spec, args.cpu_epochs,
                                         pydir))
+        if not args.no_torch:
+            cpu["torch"].append(cpu_per_image("torch", sluice_bin, spec, 1,
+                                              pydir, root, workers))
         runs["native"].append(native(sluice_bin, spec, args.seconds))
         runs["python"].append(python(spec, args.seconds))
         if not args.no_torch:
             import torch_imagenet
             runs["torch"].append(torch_imagenet.measure(
-                root, cores, 2, args.torch_batches, 42 + r))
-        print("round %d: %s; CPU ms/image native %.3f python %.3f" % (
+                root, workers, 2, args.torch_batches, 42 + r))
+        print("round %d: %s; CPU ms/image %s" % (
             r, ", ".join("%s %.1f" % (k, v[-1]) for k, v in runs.items()
-                         if v), cpu["native"][-1], cpu["python"][-1]),
+                         if v), ", ".join("%s %.3f" % (k, v[-1])
+                                          for k, v in cpu.items())),
             flush=True)
     load1 = os.getloadavg()[0]
     med = {k: statistics.median(v) for k, v in runs.items() if v}
-    print("\nmedian images/s over %d rounds (load average %.2f -> %.2f):"
-          % (args.repeats, load0, load1))
+    print("\n%s data, median images/s over %d rounds (load average %.2f -> "
+          "%.2f; torch num_workers=%d):" % (args.data, args.repeats, load0,
+                                             load1, workers))
     for k, v in med.items():
         print("  %-7s %8.1f   (runs: %s)" % (k, v, ", ".join(
             "%.1f" % x for x in runs[k])))
@@ -169,8 +220,12 @@ def main():
              ", ".join("%.3f" % x for x in cpu["native"]),
              ", ".join("%.3f" % x for x in cpu["python"]), 100 * (cp / cn - 1)))
     if "torch" in med:
-        print("python / torch DataLoader: %.2fx (target >= 3x)"
+        print("python / torch DataLoader: %.2fx images/s (target >= 3x)"
               % (med["python"] / med["torch"]))
+        ct = statistics.median(cpu["torch"])
+        print("CPU per image, torch DataLoader (1 epoch, its workers "
+              "included): %.3f ms (runs: %s): %.2fx python's"
+              % (ct, ", ".join("%.3f" % x for x in cpu["torch"]), ct / cp))
     shutil.rmtree(os.path.dirname(spec), ignore_errors=True)
 
 

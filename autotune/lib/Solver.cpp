@@ -72,7 +72,15 @@ struct Lp {
   glp_prob *prob = glp_create_prob();
   std::vector<int> ia{0}, ja{0};
   std::vector<double> ar{0};
-  ~Lp() { glp_delete_prob(prob); }
+  // GLPK keeps a per-thread environment (about 5 KB) from the first call
+  // until glp_free_env(); the re-planner solves on threads that come and
+  // go (each pipeline's controller thread), and LeakSanitizer reported it
+  // (examples/schedule-auto.test). One Lp per thread at a time is alive
+  // (this file is GLPK's only user), so the environment goes with it.
+  ~Lp() {
+    glp_delete_prob(prob);
+    glp_free_env();
+  }
   int col(const std::string &name, int kind, double lo, double hi,
           double obj) {
     int j = glp_add_cols(prob, 1);

@@ -180,7 +180,14 @@ OpDef filter() {
            "Records the filter drops are then not processed by the steps it "
            "moved before: a data error those steps would have raised on such "
            "a record (a corrupt image) is not reported, and the record counts "
-           "as filtered rather than skipped.";
+           "as filtered rather than skipped.\n\n"
+           "With the code generator on (the default; `--no-jit` turns it "
+           "off), a condition over integer, f32 and f64 fields runs as a "
+           "generated native function: the interpreter's own bytecode "
+           "lowered instruction by instruction, so it keeps exactly the "
+           "records the interpreter keeps. A record the interpreter would "
+           "reject (an index past the end of a variable-length field) is "
+           "handed to it and fails with its message.";
   op.example = "- filter: {where: \"label >= 0 and dense[0] < 5\"}";
   op.typeDoc = "unchanged.";
   op.params = {

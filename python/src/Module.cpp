@@ -775,6 +775,13 @@ another Pipeline of the same spec to skip the profiling.)")
           "epoch", [](PyPipeline &p) { return p.lastEpoch_; },
           "Epoch of the last output (-1 before the first).")
       .def_property_readonly(
+          "rank", [](PyPipeline &p) { return p.opts_.rank; },
+          "This pipeline's rank (from the call, the spec's ``distributed:``, "
+          "the environment, or 0).")
+      .def_property_readonly(
+          "world_size", [](PyPipeline &p) { return p.opts_.worldSize; },
+          "The world size its share is cut for (1: the whole data).")
+      .def_property_readonly(
           "held_bytes",
           [](PyPipeline &p) { return p.pipe().heldOutputs().used(); },
           "Bytes of outputs Python still holds, counted in the budget.");

@@ -8,6 +8,9 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/CompiledKernels.h"
 
+#include "sluice/ops/Allocation.h"
+#include "sluice/ops/Expr.h"
+#include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/runtime/RemapChain.h"
 
 #include <memory>
@@ -21,6 +24,7 @@ namespace {
 
 using ValuesFn = void (*)(const void *, void *, int64_t);
 using RemapFn = void (*)(const void *, void *, const int64_t *);
+using FilterFn = void (*)(const void *const *, int64_t *);
 
 /// One "values FIELD IN -> OUT OUTELEM" entry, resolved to field positions.
 struct ValuesCall {
@@ -99,12 +103,27 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
   if (!k.fn)
     return kernelError(s, "null kernel pointer");
   static const Plan kNoPlan;
-  Expected<ElementFn> reference = bindFused(s, kNoPlan);
+  Expected<ElementFn> reference = s.op == "fused_map"
+                                       ? bindFused(s, kNoPlan)
+                                       : bindElementOp(s, kNoPlan);
   if (!reference)
     return reference.status();
   auto c = std::make_shared<const RemapChain>(chain.take());
+  // The kernel has the sizes the types know compiled in (Codegen): a record
+  // of another shape takes the unfused steps.
+  auto fits = [](const std::vector<int64_t> &actual,
+                 const std::vector<int64_t> &known) {
+    if (actual.size() != known.size())
+      return false;
+    for (size_t d = 0; d < known.size(); ++d)
+      if (known[d] != kDynamic && known[d] != actual[d])
+        return false;
+    return true;
+  };
   return ElementFn([c, ref = reference.take(), fn = reinterpret_cast<RemapFn>(k.fn),
-                    at = size_t(i), elem = *outElem](
+                    at = size_t(i), elem = *outElem, fits,
+                    inShape = s.inputType.fields()[size_t(i)].type.shape,
+                    outShape = s.outputType.fields()[size_t(o)].type.shape](
                        Record &rec, const ElementContext &ctx) -> Expected<bool> {
     if (at >= rec.fields.size())
       return ref(rec, ctx);
@@ -117,12 +136,69 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
     }
     std::vector<int64_t> shape;
     const Tensor &t = rec.fields[at];
-    if (!c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape))
+    if (!fits(t.shape(), inShape) ||
+        !c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape) ||
+        !fits(shape, outShape))
       return ref(rec, ctx);
-    Tensor result = Tensor::empty(elem, shape);
+    // Every value is written: a batch row the runtime offers will do.
+    Tensor result = outputTensor(elem, std::move(shape));
     fn(t.raw(), result.mutableRaw(), params);
     rec.fields[at] = std::move(result);
     return true;
+  });
+}
+
+/// Binds a "filter" entry: the condition's load slots (field, flattened
+/// index) come from the same bytecode compile the interpreter runs; per
+/// record the runtime points at each slot's element and calls the kernel.
+/// A record the interpreter would reject (a missing field, another type, an
+/// index out of range) goes to it, which reports what it always reported.
+Expected<ElementFn> bindFilterKernel(const PlanStage &s,
+                                     const SluiceKernelInfo &k) {
+  if (s.op != "filter")
+    return kernelError(s, "a filter kernel on a step that is not a filter");
+  if (!k.fn)
+    return kernelError(s, "null kernel pointer");
+  const Value &text = s.params["where"];
+  if (!text.isString())
+    return kernelError(s, "parameter 'where' is missing");
+  ExprError err;
+  ExprPtr e = parseExpr(text.asString(), err);
+  if (!e)
+    return kernelError(s, err.message);
+  Expected<kernels::CompiledExpr> code =
+      kernels::CompiledExpr::compileRecord(*e, s.inputType);
+  if (!code)
+    return kernelError(s, code.status().message());
+  static const Plan kNoPlan;
+  Expected<ElementFn> reference = bindElementOp(s, kNoPlan);
+  if (!reference)
+    return reference.status();
+  auto slots = std::make_shared<const std::vector<kernels::CompiledExpr::Slot>>(
+      code->slots());
+  return ElementFn([slots, ref = reference.take(),
+                    fn = reinterpret_cast<FilterFn>(k.fn)](
+                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
+    const void *small[16];
+    std::vector<const void *> big;
+    const void **ptrs = small;
+    if (slots->size() > 16) {
+      big.resize(slots->size());
+      ptrs = big.data();
+    }
+    for (size_t i = 0; i < slots->size(); ++i) {
+      const kernels::CompiledExpr::Slot &slot = (*slots)[i];
+      if (slot.field < 0 || size_t(slot.field) >= rec.fields.size())
+        return ref(rec, ctx);
+      const Tensor &t = rec.fields[size_t(slot.field)];
+      if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
+          slot.index < 0 || slot.index >= t.numElements())
+        return ref(rec, ctx);
+      ptrs[i] = t.raw() + size_t(slot.index) * elemTypeSize(slot.elem);
+    }
+    int64_t kept = 0;
+    fn(ptrs, &kept);
+    return kept != 0;
   });
 }
 
@@ -146,6 +222,9 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
     if (mine.size() == 1 && mine[0]->signature &&
         std::string(mine[0]->signature).rfind("remap ", 0) == 0)
       return bindRemap(s, *mine[0]);
+    if (mine.size() == 1 && mine[0]->signature &&
+        std::string(mine[0]->signature) == "filter")
+      return bindFilterKernel(s, *mine[0]);
     size_t width = s.inputType.size();
     auto calls = std::make_shared<std::vector<ValuesCall>>();
     for (const SluiceKernelInfo *k : mine) {

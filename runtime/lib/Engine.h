@@ -61,7 +61,7 @@ struct Shared {
   const Plan *plan = nullptr;
   const Source *source = nullptr;
   MemoryBudget *memory = nullptr;
-  oneapi::tbb::task_arena *arena = nullptr;
+  TaskArena *arena = nullptr;
   OnError onError = OnError::Fail;
   int64_t threads = 1;
   std::string tempDir;

@@ -76,7 +76,9 @@ public:
   std::unique_ptr<MemoryBudget> memory_;
   /// Shared::replayedSourceRecords.
   std::atomic<int64_t> replayedSourceRecords_{0};
-  std::unique_ptr<oneapi::tbb::task_arena> arena_;
+  /// Destroyed after the stages (declared before root_) and before the
+  /// source: waits for the tasks still queued (TaskHandoff.h).
+  std::unique_ptr<TaskArena> arena_;
   Shared shared_;
   std::vector<std::unique_ptr<StageCounters>> counters_;
   std::vector<StaticNeed> extraNeeds_;
@@ -230,8 +232,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
       oneapi::tbb::global_control::max_allowed_parallelism,
       static_cast<size_t>(hw + 1));
   (void)control;
-  e->arena_ = std::make_unique<oneapi::tbb::task_arena>(
-      static_cast<int>(e->threads_), 0);
+  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0);
   Status s = e->build();
   if (!s)
     return s;

@@ -43,11 +43,19 @@ std::pair<int64_t, int64_t> sizeHW(const Value &v) {
 } // namespace
 
 Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
-  if (fused.op != "fused_map" || fused.fused.empty())
+  // A lone normalize is a chain of one step: its channel is the last index.
+  bool lone = fused.op == "normalize";
+  if (!lone && (fused.op != "fused_map" || fused.fused.empty()))
     return chainError(fused, "not a fused stage");
   RemapChain c;
   bool anyRemap = false;
-  for (const PlanStage &s : fused.fused) {
+  std::vector<const PlanStage *> stepList;
+  if (lone)
+    stepList.push_back(&fused);
+  for (const PlanStage &s : fused.fused)
+    stepList.push_back(&s);
+  for (const PlanStage *sp : stepList) {
+    const PlanStage &s = *sp;
     const Value &f = s.params["field"], &as = s.params["as"];
     if (!f.isString())
       return chainError(fused, "step '" + s.name + "' names no field");
@@ -139,6 +147,7 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
         size_t n = std::max(mean.size(), sd.size());
         st.meanCount = mean.size() == 1 ? (sd.size() > 1 ? n : 1) : mean.size();
         st.stdCount = sd.size() == 1 ? (mean.size() > 1 ? n : 1) : sd.size();
+        anyRemap = true; // its constants depend on the position
       }
     } else {
       return chainError(fused, "'" + op + "' is neither a remap nor a value op");
@@ -151,7 +160,7 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
     c.steps_.push_back(std::move(st));
   }
   if (!anyRemap)
-    return chainError(fused, "no step moves values");
+    return chainError(fused, "no step moves values or normalizes");
   for (const Step &st : c.steps_) {
     c.dimsAt_.push_back(c.count_);
     c.count_ += st.inRank;

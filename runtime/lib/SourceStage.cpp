@@ -198,7 +198,7 @@ private:
 
   ReadAhead parseAhead() const {
     ReadAhead ra;
-    oneapi::tbb::task_arena *arena = shared_.arena;
+    TaskArena *arena = shared_.arena;
     // The parse tasks' CPU time is the source's cost too (the autotuner
     // reads it); they add it to a counter that outlives them, and
     // foldParseCpu() moves it into the stage's counters.

@@ -203,3 +203,56 @@ def test_torch_dataset_tunes_once(fashion_spec, tmp_path, monkeypatch):
     assert first.autotuned
     second = ds.pipeline()
     assert not second.autotuned and second.schedule == first.schedule
+
+
+def test_stubs_match_the_module():
+    """The .pyi stubs an editor completes from name exactly the extension's
+    public classes, functions, methods and properties (with the same keyword
+    arguments for the constructors and functions), and each of those has a
+    docstring."""
+    import ast
+    import os
+    import inspect
+    from sluice import _sluice
+    stub = ast.parse(open(os.path.join(os.path.dirname(_sluice.__file__),
+                                       "_sluice.pyi")).read())
+    classes = {n.name: n for n in stub.body if isinstance(n, ast.ClassDef)}
+    funcs = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
+    public = {k for k in vars(_sluice) if not k.startswith("_")}
+    assert public == set(classes) | set(funcs)
+
+    def kwargs(fn):
+        a = fn.args
+        return [x.arg for x in a.args + a.kwonlyargs if x.arg != "self"]
+
+    for name, fn in funcs.items():
+        obj = getattr(_sluice, name)
+        assert obj.__doc__ and len(obj.__doc__) > 40, name
+        for arg in kwargs(fn):
+            assert arg in obj.__doc__.split("\n", 1)[0], (name, arg)
+    for name, cls in classes.items():
+        obj = getattr(_sluice, name)
+        assert obj.__doc__, name
+        members = {n.name: n for n in cls.body
+                   if isinstance(n, ast.FunctionDef)}
+        real = {k for k, v in vars(obj).items() if not k.startswith("_")
+                or k in ("__init__", "__iter__", "__next__", "__len__",
+                         "__enter__", "__exit__")}
+        if issubclass(obj, Exception):
+            real.discard("__init__")
+        elif "__init__" in real:
+            try:
+                obj()
+            except TypeError as e:
+                if "No constructor defined" in str(e):
+                    real.discard("__init__")  # made by the module only
+        assert set(members) == real, (name, set(members) ^ real)
+        for m in members:
+            attr = inspect.getattr_static(obj, m)
+            doc = getattr(attr, "__doc__", None)
+            if m not in ("__iter__", "__enter__", "__exit__"):
+                assert doc, (name, m)
+        if "__init__" in members:
+            sig = obj.__init__.__doc__.split("\n", 1)[0]
+            for arg in kwargs(members["__init__"]):
+                assert arg + ":" in sig, (name, arg, sig)

@@ -270,9 +270,13 @@ def test_rank_and_world_size_from_the_spec(positional_spec, tmp_path):
                             "{rank: 2, world_size: 3}")
     want = paths(sluice.Pipeline(positional_spec, epochs=1, rank=2,
                                  world_size=3))
-    assert paths(sluice.Pipeline(spec, epochs=1)) == want
+    p = sluice.Pipeline(spec, epochs=1)
+    assert (p.rank, p.world_size) == (2, 3)
+    assert paths(p) == want
     # The call overrides the spec, value by value.
-    assert paths(sluice.Pipeline(spec, epochs=1, rank=0)) == paths(
+    p = sluice.Pipeline(spec, epochs=1, rank=0)
+    assert (p.rank, p.world_size) == (0, 3)
+    assert paths(p) == paths(
         sluice.Pipeline(positional_spec, epochs=1, rank=0, world_size=3))
     assert paths(sluice.Pipeline(spec, epochs=1, rank=0, world_size=1)) == \
         paths(sluice.Pipeline(positional_spec, epochs=1))
@@ -315,3 +319,47 @@ def test_spec_rank_errors(positional_spec, tmp_path):
     assert "'distributed.rank' must be an integer, got '1.5'" in msg
     assert "'distributed.world_size' must be at least 1, got 0" in msg
     assert re.search(r"dist-x\.yaml:\d+:\d+: error", msg)
+
+
+def test_spec_cli_and_python_agree_on_every_rank(positional_spec, tmp_path):
+    """Rank r of 3 reads the same batches, bit for bit, whether the share
+    comes from the Python call, the spec's `distributed:`, `sluice run
+    --rank/--world-size` or torchrun's RANK/WORLD_SIZE; the three shares
+    together hold every record of the epoch exactly once."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "JOB_COMPLETION_INDEX")}
+    env["NO_COLOR"] = "1"
+
+    def cli(spec, out, *args, extra_env=None):
+        r = subprocess.run([SLUICE_BIN, "run", spec, "--quiet", "--epochs",
+                            "1", "--sink", "npy:%s" % out] + list(args),
+                           capture_output=True, text=True,
+                           env=dict(env, **(extra_env or {})))
+        assert r.returncode == 0, r.stderr
+        index = json.loads((out / "index.json").read_text())
+        assert index["complete"] is True
+        return [(np.load(out / ("%06d.image.npy" % i)),
+                 np.load(out / ("%06d.label.npy" % i)))
+                for i in range(index["count"])]
+
+    every = []
+    for r in range(3):
+        want = list(sluice.Pipeline(positional_spec, epochs=1, rank=r,
+                                    world_size=3))
+        assert want, "rank %d got no batch" % r
+        spec = with_distributed(positional_spec, tmp_path / str(r),
+                                "{rank: %d, world_size: 3}" % r)
+        got = list(sluice.Pipeline(spec, epochs=1))
+        assert len(got) == len(want)
+        assert all(batches_equal(a, b) for a, b in zip(want, got))
+        for outs in (cli(positional_spec, tmp_path / ("flags%d" % r),
+                         "--rank", str(r), "--world-size", "3"),
+                     cli(spec, tmp_path / ("spec%d" % r)),
+                     cli(positional_spec, tmp_path / ("env%d" % r),
+                         extra_env={"RANK": str(r), "WORLD_SIZE": "3"})):
+            assert len(outs) == len(want)
+            for (image, label), b in zip(outs, want):
+                assert image.tobytes() == b["image"].tobytes()
+                assert label.tobytes() == b["label"].tobytes()
+        every += [p for b in want for p in b["path"].tolist()]
+    assert len(every) == 48 and len(set(every)) == 48

@@ -21,6 +21,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cstring>
 
 using namespace sluice;
 using namespace sluice::rttest;
@@ -57,9 +58,15 @@ protected:
     int i = 0;
     for (auto [h, w] : std::vector<std::pair<int, int>>{
              {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}})
-      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i++));
+    {
+      dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i));
+      ++i;
+    }
     for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}})
-      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i++));
+    {
+      dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i));
+      ++i;
+    }
     dir_.write("img/s/small.png", png(20, 60, 3, 99)); // < the 32x32 crop
   }
 
@@ -79,8 +86,11 @@ protected:
   }
 
   /// Runs `yaml` in every configuration; all must give the reference's
-  /// bytes. `fused` is the stage sluice-fuse-remaps must make and compile.
-  void expectSame(const std::string &yaml, const std::string &fused) {
+  /// bytes. `fused` is the stage sluice-fuse-remaps must make and compile
+  /// (`byPass`; else a lone step compiled as a chain of one, which --no-jit
+  /// turns off).
+  void expectSame(const std::string &yaml, const std::string &fused,
+                  bool byPass = true) {
     std::string path = dir_.write("spec.yaml", yaml);
     runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
     runtime::RunOptions ref;
@@ -95,7 +105,8 @@ protected:
         << "'" << fused << "' is not compiled";
     runtime::Plan noRemap = sluice::testing::planOfSpecFile(path, {kPass});
     for (const runtime::PlanStage &s : noRemap.stages)
-      EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
+      if (byPass)
+        EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
 
     for (const runtime::Plan *plan : {&on, &noRemap}) {
       Expected<runtime::Plan> back =
@@ -164,6 +175,64 @@ TEST_F(RemapFusionTest, GrayImagesF64AndPadAfterNormalize) {
                        "-1.5}\n"
                        "  - fill_missing: {field: image, value: 0}\n"),
              "cast+map+random_crop+normalize+pad+fill_missing");
+}
+
+TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
+  // A lone normalize compiles as a chain of one step (its constants depend
+  // on the channel, the last index); here per record and, moved behind the
+  // batch by sluice-fuse-map-batch, per batch.
+  expectSame(spec("3", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - normalize: {field: image, mean: [120, 110.5, 100], "
+                       "std: [60, 0.5, 3]}\n"),
+             "normalize", /*byPass=*/false);
+}
+
+TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
+  // The kernel has the type's sizes (resize's 30x28, 3 channels) compiled
+  // in. Handed a record of another size, the bound kernel must not write
+  // 30x28 values into it: it gives the unfused steps' result.
+  std::string path = dir_.write(
+      "spec.yaml",
+      spec("3", "  - resize: {field: image, size: [30, 28]}\n"
+                "  - random_flip: {field: image, axis: width, p: 1}\n"
+                "  - normalize: {field: image, mean: [120, 110.5, 100], "
+                "std: [60, 0.5, 3]}\n"
+                "  - transpose: {field: image, to: CHW}\n"));
+  runtime::Plan plan = sluice::testing::planOfSpecFile(path);
+  const runtime::PlanStage *fused = nullptr;
+  for (const runtime::PlanStage &s : plan.stages)
+    if (s.name == "random_flip+normalize+transpose")
+      fused = &s;
+  ASSERT_NE(fused, nullptr);
+  auto jit = compiler::JitKernels::compile(plan);
+  ASSERT_TRUE(bool(jit)) << jit.status().message();
+  auto bound = (*jit)->binder()(*fused);
+  ASSERT_TRUE(bound.has_value() && bool(*bound));
+  Expected<runtime::ElementFn> unfused = runtime::bindFused(*fused, plan);
+  ASSERT_TRUE(bool(unfused)) << unfused.status().message();
+  int at = fused->inputType.indexOf("image");
+  ASSERT_GE(at, 0);
+  for (std::vector<int64_t> shape :
+       {std::vector<int64_t>{30, 28, 3}, std::vector<int64_t>{17, 40, 3}}) {
+    Record r;
+    r.index = 7;
+    for (const Field &f : fused->inputType.fields())
+      r.fields.push_back(Tensor::empty(
+          f.type.elem, f.name == "image" ? shape : std::vector<int64_t>{}));
+    Tensor &img = r.fields[size_t(at)];
+    for (int64_t i = 0; i < img.numElements(); ++i)
+      img.mutableData<uint8_t>()[i] = uint8_t(i * 37 % 251);
+    Record viaKernel = r, viaSteps = r;
+    runtime::ElementContext ctx;
+    ctx.seed = 5;
+    ASSERT_TRUE(bool((**bound)(viaKernel, ctx)));
+    ASSERT_TRUE(bool((*unfused)(viaSteps, ctx)));
+    const Tensor &a = viaKernel.fields[size_t(at)], &b = viaSteps.fields[size_t(at)];
+    EXPECT_EQ(a.shape(), (std::vector<int64_t>{3, shape[0], shape[1]}));
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)
+        << shape[0] << "x" << shape[1];
+  }
 }
 
 TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {

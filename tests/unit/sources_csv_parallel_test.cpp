@@ -215,7 +215,7 @@ TEST_P(CsvBlocks, AnyBlockSizeAndThreadsReadTheSame) {
     }
     for (int threads : {1, 2}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      oneapi::tbb::task_arena arena(threads);
+      runtime::TaskArena arena(threads, 1); // waits for its tasks
       runtime::MemoryBudget budget(0);
       ReadAhead ra = inline_;
       ra.spawn = [&arena](std::function<void()> f) {

@@ -55,6 +55,16 @@ struct KernelSpec {
   std::shared_ptr<const runtime::RemapChain> chain;
   /// Static size of each output dim (-1 unknown), for the loop order.
   std::vector<int64_t> outShape;
+  /// Remap chains: the field's static shape at each step's input and at the
+  /// output (kDynamic where unknown). Known sizes are compiled in as
+  /// constants (a channel stride of 3 lets LLVM vectorize the pixel loop as
+  /// interleaved loads); the runtime binding sends records of any other
+  /// shape to the unfused steps.
+  std::vector<std::vector<int64_t>> staticDims;
+  /// Set for a `filter` step: the kernel is
+  /// `void(const void *const *slots, int64_t *kept)`, one pointer per load
+  /// slot of the condition's bytecode, `steps` unused.
+  std::shared_ptr<const kernels::CompiledExpr> filter;
   /// The table's signature string (see runtime/CompiledKernels.h).
   std::string signature() const;
 };
@@ -79,6 +89,13 @@ struct Scalar {
 /// left to the interpreter).
 bool exprLowerable(const kernels::CompiledExpr &expr);
 
+/// True if a filter condition has a lowering (its fields' types too).
+bool filterLowerable(const kernels::CompiledExpr &expr);
+
+/// Builds the kernel of a `filter` KernelSpec (ExprToArith.cpp).
+bool buildFilterKernel(mlir::OpBuilder &b, mlir::ModuleOp module,
+                       const KernelSpec &k, std::string &error);
+
 /// Lowers `map`'s expression on one element `x` (ExprToArith.cpp). Fails
 /// (returns false, `error` set) for an expression it cannot lower.
 bool lowerMapExpr(mlir::OpBuilder &b, mlir::Location loc,
@@ -100,6 +117,10 @@ buildKernelModule(mlir::MLIRContext &ctx, const std::vector<KernelSpec> &kernels
 
 /// Loads every dialect the generator and the lowering use.
 void loadCodegenDialects(mlir::MLIRContext &ctx);
+
+/// Merges the module's duplicate pure ops (CSE) so `explain --ir kernels`
+/// reads well; the printed module is also the cache key's input.
+bool tidyKernelModule(mlir::ModuleOp module, std::string &error);
 
 /// Lowers the module to the LLVM dialect in place.
 bool lowerToLLVMDialect(mlir::ModuleOp module, std::string &error);

@@ -31,6 +31,8 @@
 #include "sluice/ops/kernels/MathImpl.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -107,6 +109,8 @@ struct Lowering {
   Scalar x;
   llvm::DenseMap<int32_t, Value> iregs, fregs;
   std::string &error;
+  /// filter: the value of each load slot (empty for map, which loads x).
+  std::vector<Scalar> slots = {};
 
   Type i64() { return b.getI64Type(); }
   Type f64() { return b.getF64Type(); }
@@ -133,14 +137,17 @@ struct Lowering {
   Value I(int32_t r) { return iregs.lookup(r); }
   Value F(int32_t r) { return fregs.lookup(r); }
 
-  /// The map element as the interpreter's load lambda reads it.
-  Value loadF() {
-    return convertScalar(b, loc, x, ElemType::F64).value;
+  /// The map element (or the filter's slot) as the interpreter's load
+  /// lambda reads it (loadAsDouble / loadAsInt).
+  Scalar slot(int32_t i) {
+    return slots.empty() ? x : slots[size_t(i)];
   }
-  Value loadI() {
-    if (x.elem == ElemType::F32 || x.elem == ElemType::F64)
-      return convertScalar(b, loc, x, ElemType::I64).value; // saturating
-    return convertScalar(b, loc, x, ElemType::I64).value;   // widening
+  Value loadF(int32_t i) {
+    return convertScalar(b, loc, slot(i), ElemType::F64).value;
+  }
+  Value loadI(int32_t i) {
+    // Floats saturate, integers widen (Scalar.h's conversion).
+    return convertScalar(b, loc, slot(i), ElemType::I64).value;
   }
   /// `v` with its quiet bit set (the interpreter's quiet()).
   Value quiet(Value v) {
@@ -191,10 +198,14 @@ struct Lowering {
       fregs[in.dst] = cf(in.fimm);
       return true;
     case Op::LoadI:
-      iregs[in.dst] = loadI();
+      if (!slots.empty() && size_t(in.a) >= slots.size())
+        break;
+      iregs[in.dst] = loadI(in.a);
       return true;
     case Op::LoadF:
-      fregs[in.dst] = loadF();
+      if (!slots.empty() && size_t(in.a) >= slots.size())
+        break;
+      fregs[in.dst] = loadF(in.a);
       return true;
     case Op::CvtIF:
       fregs[in.dst] = b.create<arith::SIToFPOp>(loc, f64(), I(in.a));
@@ -419,7 +430,8 @@ struct Lowering {
 
 } // namespace
 
-bool exprLowerable(const CompiledExpr &expr) {
+/// Every instruction has a lowering.
+static bool codeLowerable(const CompiledExpr &expr) {
   for (const CompiledExpr::Instr &in : expr.code()) {
     switch (in.op) {
     case Op::WrapI:
@@ -441,7 +453,12 @@ bool exprLowerable(const CompiledExpr &expr) {
       break;
     }
   }
-  return supportedElem(expr.resultType()) && supportedElem(expr.inputType());
+  return true;
+}
+
+bool exprLowerable(const CompiledExpr &expr) {
+  return codeLowerable(expr) && supportedElem(expr.resultType()) &&
+         supportedElem(expr.inputType());
 }
 
 bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
@@ -470,6 +487,65 @@ bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
   }
   Scalar raw{r, compiled->resultIsInt() ? ElemType::I64 : ElemType::F64};
   result = convertScalar(b, loc, raw, compiled->resultType());
+  return true;
+}
+
+bool filterLowerable(const CompiledExpr &expr) {
+  // The result only decides (non-zero keeps), so a bool result is fine.
+  if (!codeLowerable(expr))
+    return false;
+  for (const CompiledExpr::Slot &slot : expr.slots())
+    if (slot.field < 0 || !supportedElem(slot.elem))
+      return false;
+  return true;
+}
+
+bool buildFilterKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                       std::string &error) {
+  MLIRContext *ctx = b.getContext();
+  const CompiledExpr &code = *k.filter;
+  Location loc = NameLoc::get(b.getStringAttr(k.stage));
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  Type i64 = b.getI64Type();
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(loc, k.funcName,
+                                   b.getFunctionType({ptr, ptr}, {}));
+  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
+  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  Value slotPtrs = entry->getArgument(0), out = entry->getArgument(1);
+  std::vector<Scalar> slots;
+  for (size_t i = 0; i < code.slots().size(); ++i) {
+    const CompiledExpr::Slot &slot = code.slots()[i];
+    Value at = b.create<LLVM::GEPOp>(loc, ptr, ptr, slotPtrs,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    Value p = b.create<LLVM::LoadOp>(loc, ptr, at);
+    Type t = storageType(ctx, slot.elem);
+    slots.push_back({b.create<LLVM::LoadOp>(loc, t, p), slot.elem});
+  }
+  Lowering l{b, loc, Scalar{}, llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(), error, slots};
+  for (const CompiledExpr::Instr &in : code.code())
+    if (!l.lower(in))
+      return false;
+  Value r = code.resultIsInt() ? l.I(code.resultRegister())
+                               : l.F(code.resultRegister());
+  if (!r) {
+    error = "the condition of '" + k.stage + "' has no result register";
+    return false;
+  }
+  // CompiledExpr::test: kept when the result is non-zero (NaN is).
+  Value kept =
+      code.resultIsInt()
+          ? b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, r, l.ci(0))
+                .getResult()
+          : b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, r,
+                                    l.cf(0.0))
+                .getResult();
+  Value v = b.create<arith::ExtUIOp>(loc, i64, kept);
+  b.create<LLVM::StoreOp>(loc, v, out);
+  b.create<func::ReturnOp>(loc);
   return true;
 }
 

@@ -147,6 +147,8 @@ Expected<BuiltModule> buildModule(const runtime::Plan &plan) {
   m.module = buildKernelModule(*m.ctx, m.kernels, error);
   if (!m.module)
     return Status::error("internal error generating kernels: " + error);
+  if (!tidyKernelModule(*m.module, error))
+    return Status::error("internal error generating kernels: " + error);
   llvm::raw_string_ostream os(m.text);
   m.module->print(os);
   return m;

@@ -30,6 +30,7 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DerivedTypes.h"
@@ -50,6 +51,18 @@
 using namespace mlir;
 
 namespace sluice::compiler::codegen {
+
+bool tidyKernelModule(ModuleOp module, std::string &error) {
+  // CSE only: it merges identical pure ops (the constants every step and
+  // every unrolled channel makes again), nothing that could change a value.
+  PassManager pm(module.getContext());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(module))) {
+    error = "tidying the kernels failed";
+    return false;
+  }
+  return true;
+}
 
 bool lowerToLLVMDialect(ModuleOp module, std::string &error) {
   PassManager pm(module.getContext());

@@ -461,6 +461,8 @@ Value callLibm(OpBuilder &b, Location loc, llvm::StringRef name,
 }
 
 std::string KernelSpec::signature() const {
+  if (filter)
+    return "filter";
   if (chain)
     return "remap " + field + " " + std::string(elemTypeName(inElem)) +
            " -> " + outField + " " + std::string(elemTypeName(outElem));
@@ -516,10 +518,12 @@ static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &o
 //
 // Sizes, crop offsets and flip flags are loads from %params (the layout of
 // runtime/RemapChain.h), so one function serves every record. An output
-// dim that is the input's channel dim (a transpose to CHW) with a small
-// static size is unrolled innermost: the loop then walks the input's pixels
-// in order and writes one plane per channel, which LLVM vectorizes as an
-// interleaved load (de-interleaving shuffles), not as gathers.
+// dim that is the input's channel dim with a small static size (3 in HWC,
+// or after a transpose to CHW) is unrolled innermost: the loop then walks
+// the input's pixels in order with the channel a constant (normalize's
+// per-channel constants fold), and a CHW result is one plane per channel,
+// which LLVM vectorizes as an interleaved load (de-interleaving shuffles),
+// not as gathers. A lone `normalize` is compiled the same way.
 
 namespace {
 
@@ -586,6 +590,20 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
         loc, f32,
         b.create<arith::SIToFPOp>(loc, b.getF64Type(),
                                   widen(b, loc, v).value));
+  // An unrolled channel is a constant: its pair directly.
+  int64_t known = 0;
+  if (auto c = channel.getDefiningOp<arith::ConstantOp>())
+    if (auto attr = llvm::dyn_cast<IntegerAttr>(c.getValue()))
+      known = attr.getInt() >= 0 && attr.getInt() < n ? attr.getInt() : -1;
+  if (!channel.getDefiningOp<arith::ConstantOp>())
+    known = -1;
+  if (n == 1)
+    known = 0;
+  if (known >= 0) {
+    Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
+    return {b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),
+            ElemType::F32};
+  }
   Value mv = constFloat(b, loc, f32, m[0]), sv = constFloat(b, loc, f32, sc[0]);
   for (int64_t c = 1; c < n; ++c) {
     Value is = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, channel,
@@ -615,20 +633,32 @@ bool remapKernel(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
   if (o >= 0)
     k.outShape = s.outputType.fields()[size_t(o)].type.shape;
   k.outShape.resize(chain->rankAt(chain->steps().size()), -1);
+  // The static shape at every step's input, and the output's.
+  for (size_t st = 0; st <= chain->steps().size(); ++st) {
+    const runtime::PlanStage *at =
+        st < chain->steps().size() ? chain->steps()[st].stage : nullptr;
+    const RecordType &type = at ? at->inputType : s.outputType;
+    int f = type.indexOf(k.field);
+    std::vector<int64_t> dims;
+    if (f >= 0)
+      dims = type.fields()[size_t(f)].type.shape;
+    dims.resize(chain->rankAt(st), kDynamic);
+    k.staticDims.push_back(std::move(dims));
+  }
   k.chain = std::make_shared<const runtime::RemapChain>(chain.take());
   out.push_back(std::move(k));
   return true;
 }
 
 /// The output dim that is the input's last (channel) dim after the chain's
-/// transposes, if it has a small static size and is not innermost already.
+/// transposes, if it has a small static size.
 std::optional<size_t> unrolledChannelDim(const KernelSpec &k) {
   const runtime::RemapChain &c = *k.chain;
   size_t outRank = c.rankAt(c.steps().size());
   size_t inRank = c.rankAt(0);
   if (inRank < 2 || outRank < 2)
     return std::nullopt;
-  for (size_t j = 0; j + 1 < outRank; ++j) {
+  for (size_t j = 0; j < outRank; ++j) {
     if (k.outShape[j] < 1 || k.outShape[j] > 4)
       continue;
     size_t d = j;
@@ -670,8 +700,13 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   std::vector<std::vector<Value>> dims(n + 1);
   std::vector<std::vector<Value>> draws(n);
   for (size_t s = 0; s <= n; ++s) {
-    for (size_t d = 0; d < c.rankAt(s); ++d)
-      dims[s].push_back(param(c.dimsAt(s) + d));
+    for (size_t d = 0; d < c.rankAt(s); ++d) {
+      int64_t known = s < k.staticDims.size() && d < k.staticDims[s].size()
+                          ? k.staticDims[s][d]
+                          : kDynamic;
+      dims[s].push_back(known > 0 ? constInt(b, loc, i64, known)
+                                  : param(c.dimsAt(s) + d));
+    }
     if (s < n) {
       Kind kind = c.steps()[s].kind;
       size_t count = kind == Kind::CenterCrop || kind == Kind::RandomCrop ? 2
@@ -816,6 +851,35 @@ std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
         fusedKernels(s, out);
       continue;
     }
+    if (s.op == "filter") {
+      if (!s.params["where"].isString())
+        continue;
+      ExprError perr;
+      ExprPtr e = parseExpr(s.params["where"].asString(), perr);
+      if (!e)
+        continue;
+      Expected<kernels::CompiledExpr> c =
+          kernels::CompiledExpr::compileRecord(*e, s.inputType);
+      if (!c || !filterLowerable(*c))
+        continue;
+      KernelSpec k;
+      k.stage = s.name;
+      k.funcName = "sluice_k" + std::to_string(out.size());
+      k.filter = std::make_shared<const kernels::CompiledExpr>(c.take());
+      out.push_back(std::move(k));
+      continue;
+    }
+    if (s.op == "normalize") { // per channel: a chain of one step
+      // Worth it when the channel's constants fold (one pair, or a small
+      // static channel dim unrolled); else the runtime's per-channel loop.
+      if (remapKernel(s, out)) {
+        const runtime::RemapChain::Step &st = out.back().chain->steps()[0];
+        if (std::max(st.meanCount, st.stdCount) > 1 &&
+            !unrolledChannelDim(out.back()))
+          out.pop_back();
+      }
+      continue;
+    }
     KernelSpec k;
     if (!coveredStep(s, k.field, k.outField, k.inElem, k.outElem))
       continue;
@@ -843,6 +907,11 @@ OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,
   Type ptr = LLVM::LLVMPointerType::get(&ctx);
   Type i64 = b.getI64Type();
   for (const KernelSpec &k : kernels) {
+    if (k.filter) {
+      if (!buildFilterKernel(b, *module, k, error))
+        return nullptr;
+      continue;
+    }
     if (k.chain) {
       if (!buildRemapKernel(b, *module, k, error))
         return nullptr;

@@ -20,6 +20,19 @@
 //       the field; OUT may also name a field the stage appends or replaces
 //       (`as`).
 //
+//   "remap FIELD IN -> FIELD OUTELEM"
+//       void fn(const void *in, void *out, const int64_t *params)
+//       A remap chain (sluice-fuse-remaps, or a lone normalize): the whole
+//       field in one call; `params` is the per-record block RemapChain.h
+//       lays out (sizes, crop offsets, flip draws). The stage's only entry.
+//
+//   "filter"
+//       void fn(const void *const *slots, int64_t *kept)
+//       A filter's condition: slots[i] points at the element that load slot
+//       i of the condition's bytecode (kernels::CompiledExpr::slots()) reads;
+//       *kept is set to 1 to keep the record, 0 to drop it. The stage's only
+//       entry.
+//
 // The table shape is versioned by the signature grammar: an entry whose
 // signature the runtime does not understand is an error at bind time, never
 // silently skipped.

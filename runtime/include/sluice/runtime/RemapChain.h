@@ -69,8 +69,10 @@ public:
   };
 
   /// The chain of a `fused_map` stage whose steps all work on one field
-  /// (no `as`), at least one of them a remap op, every one a remap or a
-  /// remap value op. Fails (with why) for any other stage.
+  /// (no `as`), at least one of them a remap op or a normalize (whose
+  /// constants depend on the position), every one a remap or a remap value
+  /// op; or of a lone `normalize` step (a chain of one). Fails (with why)
+  /// for any other stage.
   static Expected<RemapChain> build(const PlanStage &fused);
 
   const std::string &field() const { return field_; }
