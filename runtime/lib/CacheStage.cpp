@@ -161,7 +161,9 @@ private:
       if (r && *r) {
         inc(c_->read);
         inc(c_->emitted);
-        c_->bytesIn.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+        if (shared_.timing)
+          c_->bytesIn.fetch_add(recordBytes(out.rec),
+                                std::memory_order_relaxed);
       }
       if (r)
         noteServed(*r);

@@ -564,7 +564,8 @@ Expected<ElementFn> bindSelect(const PlanStage &s) {
       });
 }
 
-Expected<ElementFn> bindFilter(const PlanStage &s) {
+Expected<std::shared_ptr<const CompiledExpr>>
+compileFilter(const PlanStage &s) {
   const Value &text = s.params["where"];
   if (!text.isString())
     return bindError(s, "parameter 'where' is missing");
@@ -576,7 +577,14 @@ Expected<ElementFn> bindFilter(const PlanStage &s) {
       CompiledExpr::compileRecord(*e, s.inputType);
   if (!compiled)
     return bindError(s, compiled.status().message());
-  auto code = std::make_shared<const CompiledExpr>(compiled.take());
+  return std::make_shared<const CompiledExpr>(compiled.take());
+}
+
+Expected<ElementFn> bindFilter(const PlanStage &s) {
+  Expected<std::shared_ptr<const CompiledExpr>> compiled = compileFilter(s);
+  if (!compiled)
+    return compiled.status();
+  auto code = compiled.take();
   return ElementFn(
       [code](Record &rec, const ElementContext &) -> Expected<bool> {
         return code->test(rec);
@@ -606,6 +614,20 @@ Expected<ElementFn> bindFused(const PlanStage &s, const Plan &plan) {
         }
         return true;
       });
+}
+
+std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &s) {
+  if (s.op != "filter")
+    return std::nullopt;
+  Expected<std::shared_ptr<const CompiledExpr>> compiled = compileFilter(s);
+  if (!compiled)
+    return Expected<RowsFilterFn>(compiled.status());
+  auto code = compiled.take();
+  return Expected<RowsFilterFn>(RowsFilterFn(
+      [code](const std::vector<Tensor> &columns, const uint32_t *rows,
+             int64_t n, uint8_t *keep) {
+        return code->testRows(columns, rows, n, keep);
+      }));
 }
 
 Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {

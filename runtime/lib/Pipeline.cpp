@@ -267,7 +267,13 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.timing =
+      opts_.stageTiming == RunOptions::StageTiming::On ||
+      (opts_.stageTiming == RunOptions::StageTiming::Default &&
+       !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.recordRuns =
+      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.

@@ -95,6 +95,8 @@ nlohmann::ordered_json StageStats::toJson() const {
       rp[reason] = n;
     j["repaired"] = std::move(rp);
   }
+  if (rowsFromRuns > 0)
+    j["rows_from_runs"] = rowsFromRuns;
   return j;
 }
 
@@ -305,6 +307,7 @@ StageStats StageCounters::snapshot() const {
   s.rowsInPlace = ld(rowsInPlace);
   s.rowsDirect = ld(rowsDirect);
   s.replayedSourceRecords = ld(replayedSourceRecords);
+  s.rowsFromRuns = ld(rowsFromRuns);
   return s;
 }
 

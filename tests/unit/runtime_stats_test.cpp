@@ -83,6 +83,45 @@ TEST_F(StatsTest, CountersFollowTheStream) {
   }
 }
 
+// RunOptions::stageTiming Off (SLUICE_NO_STAGE_TIMING=1), which
+// bench/counter_overhead.py compares against: no clock reads or byte walks,
+// so the time and byte columns of every step stay 0, while the record
+// accounting and the outputs are the same as with the counters on.
+TEST_F(StatsTest, StageTimingOffKeepsAccountingAndOutputs) {
+  runtime::RunOptions on, off;
+  on.stageTiming = runtime::RunOptions::StageTiming::On;
+  off.stageTiming = runtime::RunOptions::StageTiming::Off;
+  runtime::RunStats son, soff;
+  std::vector<Output> a = runAll(plan_, on, &son);
+  std::vector<Output> b = runAll(plan_, off, &soff);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].fields.size(), b[i].fields.size());
+    for (size_t f = 0; f < a[i].fields.size(); ++f)
+      EXPECT_TRUE(a[i].fields[f].sameAs(b[i].fields[f])) << i << " " << f;
+  }
+  ASSERT_EQ(son.stages.size(), soff.stages.size());
+  bool anyTime = false;
+  for (size_t i = 0; i < son.stages.size(); ++i) {
+    const runtime::StageStats &x = son.stages[i], &y = soff.stages[i];
+    EXPECT_EQ(x.read, y.read) << x.name;
+    EXPECT_EQ(x.emitted, y.emitted) << x.name;
+    EXPECT_EQ(x.filtered, y.filtered) << x.name;
+    EXPECT_EQ(x.elementsOut, y.elementsOut) << x.name;
+    EXPECT_GT(x.bytesOut, 0) << x.name;
+    anyTime = anyTime || x.wallSeconds > 0;
+    // The source's bytes read from its files and its parse workers' CPU
+    // are kept (read from the readers, no clock per record).
+    if (i == 0)
+      continue;
+    EXPECT_EQ(y.bytesIn, 0) << y.name;
+    EXPECT_EQ(y.bytesOut, 0) << y.name;
+    EXPECT_EQ(y.wallSeconds, 0) << y.name;
+    EXPECT_EQ(y.cpuSeconds, 0) << y.name;
+  }
+  EXPECT_TRUE(anyTime);
+}
+
 TEST_F(StatsTest, RunPrintsAccountingTableAndJson) {
   runtime::RunOptions o;
   o.stats = true;

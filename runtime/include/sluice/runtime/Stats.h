@@ -84,6 +84,9 @@ struct StageStats {
   /// batch: rows a step wrote its result straight into (direct output,
   /// RunOptions::directOutput), a subset of rowsInPlace.
   int64_t rowsDirect = 0;
+  /// batch: rows copied from runs of rows held as columns instead of from
+  /// records (RunOptions::recordRuns).
+  int64_t rowsFromRuns = 0;
 
   /// cache: the source records its replayed passes stand for (each replay
   /// pass counts the source records read while it was recorded, spread
@@ -169,6 +172,7 @@ public:
   std::atomic<int64_t> rowsInPlace{0};
   std::atomic<int64_t> rowsDirect{0};
   std::atomic<int64_t> replayedSourceRecords{0};
+  std::atomic<int64_t> rowsFromRuns{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);
