@@ -4,9 +4,11 @@
 
 #include "Dispatch.h"
 #include "sluice/ops/Random.h"
+#include "sluice/ops/Utf8.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -221,13 +223,31 @@ Expected<std::shared_ptr<const Vocab>> Vocab::shared(const std::string &path) {
 }
 
 Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
-                          const TokenizeOptions &options) {
+                          const TokenizeOptions &options, size_t *replaced) {
   if (!text.valid() || text.isNumeric() || text.rank() != 0)
     return Status::error("tokenize: expects a scalar string, got " +
                          (text.valid() ? text.type().str() : "nothing"));
   if (options.out != ElemType::I32 && options.out != ElemType::I64)
     return Status::error("tokenize: output type must be i32 or i64");
-  const std::string &s = text.str();
+  if (replaced)
+    *replaced = 0;
+  const std::string *textp = &text.str();
+  std::string repaired;
+  size_t bad = invalidUtf8At(*textp);
+  if (bad != std::string::npos) {
+    if (!options.replaceInvalid) {
+      char msg[200];
+      std::snprintf(msg, sizeof msg,
+                    "invalid UTF-8: byte 0x%02x at offset %zu of the text is "
+                    "not valid UTF-8; fix the data, or set `encoding: "
+                    "replace` on the step (U+FFFD)",
+                    static_cast<unsigned char>((*textp)[bad]), bad);
+      return Status::error(msg);
+    }
+    repaired = replaceInvalidUtf8(*textp, replaced);
+    textp = &repaired;
+  }
+  const std::string &s = *textp;
   auto isSpace = [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
            c == '\f';

@@ -17,6 +17,7 @@
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/ops/kernels/Image.h"
 #include "sluice/ops/kernels/Layout.h"
+#include "sluice/runtime/Stats.h"
 
 #include <cmath>
 #include <map>
@@ -525,11 +526,18 @@ Expected<ElementFn> bindTokenize(const PlanStage &s, const FieldIO &io,
                             "; add it as a line of the file or set `unknown` "
                             "to one of its tokens");
   opts.out = io.outType.elem == ElemType::I32 ? ElemType::I32 : ElemType::I64;
+  opts.replaceInvalid = s.params["encoding"].isString() &&
+                        s.params["encoding"].asString() == "replace";
   std::shared_ptr<const kernels::Vocab> v = *vocab;
   return unary(io,
                [v, opts](const Tensor &t, Record &,
-                         const ElementContext &) -> Expected<Tensor> {
-                 return kernels::tokenize(t, *v, opts);
+                         const ElementContext &ctx) -> Expected<Tensor> {
+                 size_t replaced = 0;
+                 Expected<Tensor> r = kernels::tokenize(t, *v, opts, &replaced);
+                 if (replaced > 0 && ctx.counters)
+                   ctx.counters->addRepaired(
+                       "tokenize: invalid UTF-8 replaced by U+FFFD");
+                 return r;
                });
 }
 

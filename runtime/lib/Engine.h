@@ -119,6 +119,15 @@ struct Shared {
     int64_t resumeStart = 0;
   } positional;
 
+  /// The source stage's counters, and the source records that passes
+  /// served from caches stand for (summed over caches; owned by the
+  /// engine): a cache measures how many source records its recording pass
+  /// went through as the change of their sum (RunStats::records()).
+  StageCounters *sourceCounters = nullptr;
+  std::atomic<int64_t> *replayedSourceRecords = nullptr;
+  /// RunStats::records() so far.
+  int64_t recordsSoFar() const;
+
   /// Set by Pipeline::cancel() (from any thread): every stage's next()
   /// fails with cancelledError() from then on, and waits for other threads'
   /// results give up (Stage::wake()), so the thread in Pipeline::next()

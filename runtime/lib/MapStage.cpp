@@ -342,7 +342,9 @@ private:
   /// any other data error instead of escaping the worker thread.
   Expected<bool> runStep(size_t i, Record &rec) {
     try {
-      return ops_[i].fn(rec, ctx_);
+      ElementContext ctx = ctx_;
+      ctx.counters = ops_[i].counters;
+      return ops_[i].fn(rec, ctx);
     } catch (const AllocationRefused &e) {
       return Status::error(e.what());
     } catch (const std::bad_alloc &) {

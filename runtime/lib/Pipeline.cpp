@@ -74,6 +74,8 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
+  /// Shared::replayedSourceRecords.
+  std::atomic<int64_t> replayedSourceRecords_{0};
   /// Destroyed after the stages (declared before root_) and before the
   /// source: waits for the tasks still queued (TaskHandoff.h).
   std::unique_ptr<TaskArena> arena_;
@@ -304,6 +306,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  shared_.sourceCounters = sc;
+  shared_.replayedSourceRecords = &replayedSourceRecords_;
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))

@@ -53,6 +53,15 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t) {
   return n;
 }
 
+int64_t Shared::recordsSoFar() const {
+  int64_t n = sourceCounters
+                  ? sourceCounters->read.load(std::memory_order_relaxed)
+                  : 0;
+  if (replayedSourceRecords)
+    n += replayedSourceRecords->load(std::memory_order_relaxed);
+  return n;
+}
+
 std::string Shared::describe(const Origin &o) const {
   if (o.shard >= 0 && source &&
       static_cast<size_t>(o.shard) < source->numShards()) {

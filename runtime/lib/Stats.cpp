@@ -41,7 +41,20 @@ std::string StageStats::accountingLine() const {
   if (discarded > 0)
     s += " + discarded " + std::to_string(discarded) +
          " (in buffers when the run stopped)";
+  if (!repaired.empty()) {
+    s += "; repaired ";
+    for (size_t i = 0; i < repaired.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(repaired[i].second) + " (" +
+           repaired[i].first + ")";
+  }
   return s;
+}
+
+int64_t RunStats::records() const {
+  int64_t n = stages.empty() ? 0 : stages.front().read;
+  for (const StageStats &s : stages)
+    n += s.replayedSourceRecords;
+  return n;
 }
 
 nlohmann::ordered_json StageStats::toJson() const {
@@ -74,6 +87,14 @@ nlohmann::ordered_json StageStats::toJson() const {
     j["rows_in_place"] = rowsInPlace;
   if (rowsDirect > 0)
     j["rows_direct"] = rowsDirect;
+  if (replayedSourceRecords > 0)
+    j["replayed_source_records"] = replayedSourceRecords;
+  if (!repaired.empty()) {
+    nlohmann::ordered_json rp = nlohmann::ordered_json::object();
+    for (const auto &[reason, n] : repaired)
+      rp[reason] = n;
+    j["repaired"] = std::move(rp);
+  }
   if (rowsFromRuns > 0)
     j["rows_from_runs"] = rowsFromRuns;
   return j;
@@ -92,6 +113,7 @@ nlohmann::ordered_json RunStats::toJson() const {
           {"threads", threads},
           {"wall_seconds", wallSeconds},
           {"outputs", outputs},
+          {"records", records()},
           {"output_bytes", outputBytes},
           {"memory",
            {{"limit", memoryLimit},
@@ -212,6 +234,11 @@ void StageCounters::addSkipped(const std::string &reason, int64_t n) {
   skipped_[reason] += n;
 }
 
+void StageCounters::addRepaired(const std::string &reason, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  repaired_[reason] += n;
+}
+
 void StageCounters::sampleOccupancy(int64_t occupancy) {
   occupancySamples.fetch_add(1, std::memory_order_relaxed);
   occupancySum.fetch_add(occupancy, std::memory_order_relaxed);
@@ -265,6 +292,7 @@ StageStats StageCounters::snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.skipped.assign(skipped_.begin(), skipped_.end());
+    s.repaired.assign(repaired_.begin(), repaired_.end());
     s.warnings = warnings_;
     s.warningsMore = warningsMore_;
   }
@@ -286,6 +314,7 @@ StageStats StageCounters::snapshot() const {
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
   s.rowsDirect = ld(rowsDirect);
+  s.replayedSourceRecords = ld(replayedSourceRecords);
   s.rowsFromRuns = ld(rowsFromRuns);
   return s;
 }

@@ -25,9 +25,14 @@
 namespace sluice::runtime {
 
 /// What a bound step needs besides the record.
+class StageCounters;
+
 struct ElementContext {
   uint64_t seed = 0;
   uint64_t epoch = 0;
+  /// The counters of the step being run, for what a step counts besides
+  /// its outcome (StageCounters::addRepaired); null outside a pipeline.
+  StageCounters *counters = nullptr;
 };
 
 /// A bound step: rewrites `rec` (fields in the step's input type order) into
