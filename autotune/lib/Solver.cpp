@@ -138,7 +138,17 @@ Schedule toSchedule(const Profile &p, const Config &c) {
   return s;
 }
 
-Expected<Solution> solve(const Profile &p, const Budget &budget) {
+namespace {
+
+/// A cache the spec did not ask for must raise the predicted throughput by
+/// at least this fraction: it costs memory or disk, its first epoch runs
+/// uncached, and the model's error is larger than a gain of a few percent.
+constexpr double kMinCacheGain = 0.05;
+
+/// The program, with (`allowCache`) or without the cache options the spec
+/// did not pin.
+Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
+                                bool allowCache) {
   auto t0 = std::chrono::steady_clock::now();
   Solution sol;
   const int64_t cores = std::max<int64_t>(1, budget.cores);
@@ -201,6 +211,8 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
     }
     options = kept;
   }
+  if (!allowCache && !cachePinned)
+    options = {CacheOption{}};
   if (!p.sourceRecordsPerEpoch)
     sol.notes.push_back("no cache considered: the source cannot tell how many "
                         "records an epoch has, so a cache's size is unknown");
@@ -488,6 +500,38 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
                                               t0)
                     .count();
   return sol;
+}
+
+} // namespace
+
+Expected<Solution> solve(const Profile &p, const Budget &budget) {
+  Expected<Solution> with = solveProgram(p, budget, true);
+  if (!with || with->config.cache.after < 0)
+    return with;
+  for (const KnobChoice &k : with->knobs)
+    if (k.knob == "cache" && k.pinned)
+      return with;
+  // A cache was chosen: is it worth it?
+  Expected<Solution> without = solveProgram(p, budget, false);
+  if (!without)
+    return with;
+  double a = with->prediction.throughput, b = without->prediction.throughput;
+  if (!(b > 0) || a > b * (1 + kMinCacheGain))
+    return with;
+  const CacheOption &c = with->config.cache;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "a %s cache after '%s' would raise the predicted throughput "
+                "by only %.1f%% (less than %.0f%%): not worth its %s",
+                c.to.c_str(), p.steps[static_cast<size_t>(c.after)].name.c_str(),
+                (a / b - 1) * 100, kMinCacheGain * 100,
+                c.to == "disk" ? "disk space" : "memory");
+  without->notes.push_back(buf);
+  for (KnobChoice &k : without->knobs)
+    if (k.knob == "cache")
+      k.reason = buf;
+  without->seconds += with->seconds;
+  return without;
 }
 
 } // namespace sluice::autotune

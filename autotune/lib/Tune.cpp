@@ -140,7 +140,7 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     // The model predicts the average over the spec's epochs (a cache pays
     // off from the second): measure the whole run when it is short enough,
     // else a steady-state window.
-    double predicted = r.solution.prediction.throughput;
+    double predicted = r.solution.prediction.wholeRun;
     if (r.profile.epochs > 0 && r.profile.sourceRecordsPerEpoch &&
         predicted > 0 &&
         static_cast<double>(r.profile.epochs * *r.profile.sourceRecordsPerEpoch) /
@@ -234,6 +234,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
                                                 r->solution.config,
                                                 auto_.replanOptions);
       opts.controller = a.replanner;
+      // The re-planner reads the stage timers.
+      opts.stageTiming = runtime::RunOptions::StageTiming::On;
       s += "  re-planning on: every " + fmt(auto_.replanOptions.interval, "%.2g") +
            " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
            "turns it off)\n";

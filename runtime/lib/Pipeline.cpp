@@ -74,6 +74,8 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
+  /// Shared::replayedSourceRecords.
+  std::atomic<int64_t> replayedSourceRecords_{0};
   /// Destroyed after the stages (declared before root_) and before the
   /// source: waits for the tasks still queued (TaskHandoff.h).
   std::unique_ptr<TaskArena> arena_;
@@ -237,6 +239,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   s = e->checkStaticMemory();
   if (!s)
     return s;
+  noteProcessBaseline();
   e->outputAccount_ = e->memory_->account("output");
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
@@ -265,7 +268,13 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.timing =
+      opts_.stageTiming == RunOptions::StageTiming::On ||
+      (opts_.stageTiming == RunOptions::StageTiming::Default &&
+       !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.recordRuns =
+      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -297,6 +306,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  shared_.sourceCounters = sc;
+  shared_.replayedSourceRecords = &replayedSourceRecords_;
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))
@@ -751,6 +762,9 @@ RunStats Engine::stats() const {
   r.outputBytes = outputBytes_.load();
   r.memoryLimit = memory_->limit();
   r.memoryPeak = memory_->peak();
+  r.processMemoryPeak = std::max(r.memoryPeak, processMemoryPeak());
+  r.baselineRss = processBaselineRss();
+  r.rss = currentRss();
   r.memoryInUse = memory_->used();
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)
