@@ -367,10 +367,11 @@ struct RunResult {
   std::string accounting;
 };
 
-RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
-  runtime::RunOptions o;
-  o.threads = threads;
-  o.parallelParse = parallel;
+/// Runs `plan` under `o` to the end: its bytes, error and accounting lines
+/// (with each stage's byte and element counts when `withBytes`), checking
+/// that the accounting balances and no memory is left counted.
+RunResult runPlan(const runtime::Plan &plan, const runtime::RunOptions &o,
+                  bool withBytes, int64_t *rowsFromRuns = nullptr) {
   RunResult res;
   auto p = runtime::Pipeline::create(plan, o);
   EXPECT_TRUE(bool(p)) << (p ? "" : p.status().message());
@@ -391,12 +392,27 @@ RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
   (*p)->stop();
   res.bytes = rttest::allBytes(outs);
   runtime::RunStats s = (*p)->stats();
-  for (const runtime::StageStats &st : s.stages)
-    res.accounting += st.accountingLine() + "\n";
+  for (const runtime::StageStats &st : s.stages) {
+    res.accounting += st.accountingLine();
+    if (withBytes)
+      res.accounting += " in " + std::to_string(st.bytesIn) + " out " +
+                        std::to_string(st.bytesOut) + " elements " +
+                        std::to_string(st.elementsOut);
+    res.accounting += "\n";
+    if (rowsFromRuns && st.op == "batch")
+      *rowsFromRuns = st.rowsFromRuns;
+  }
   Status bal = s.checkBalanced();
   EXPECT_TRUE(bal.isOk()) << bal.message();
   EXPECT_EQ(s.memoryInUse, 0);
   return res;
+}
+
+RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
+  runtime::RunOptions o;
+  o.threads = threads;
+  o.parallelParse = parallel;
+  return runPlan(plan, o, /*withBytes=*/false);
 }
 
 TEST(CsvParallelPipeline, SameOutputsSkipsAndErrors) {
@@ -485,39 +501,8 @@ RunResult runCriteoRuns(const runtime::Plan &plan, int threads, bool runs,
   runtime::RunOptions o;
   o.threads = threads;
   o.recordRuns = runs;
-  RunResult res;
-  auto p = runtime::Pipeline::create(plan, o);
-  EXPECT_TRUE(bool(p)) << (p ? "" : p.status().message());
-  if (!p)
-    return res;
-  std::vector<rttest::Output> outs;
-  runtime::Batch b;
-  for (;;) {
-    Expected<bool> more = (*p)->next(b);
-    if (!more) {
-      res.error = more.status().message();
-      break;
-    }
-    if (!*more)
-      break;
-    outs.push_back({b.fields(), b.epoch()});
-  }
-  (*p)->stop();
-  res.bytes = rttest::allBytes(outs);
-  runtime::RunStats s = (*p)->stats();
-  for (const runtime::StageStats &st : s.stages) {
-    // Bytes too: a run counts what its records would have.
-    res.accounting += st.accountingLine() + " in " +
-                      std::to_string(st.bytesIn) + " out " +
-                      std::to_string(st.bytesOut) + " elements " +
-                      std::to_string(st.elementsOut) + "\n";
-    if (rowsFromRuns && st.op == "batch")
-      *rowsFromRuns = st.rowsFromRuns;
-  }
-  Status bal = s.checkBalanced();
-  EXPECT_TRUE(bal.isOk()) << bal.message();
-  EXPECT_EQ(s.memoryInUse, 0);
-  return res;
+  // Bytes too: a run counts what its records would have.
+  return runPlan(plan, o, /*withBytes=*/true, rowsFromRuns);
 }
 
 /// Record runs (RunOptions::recordRuns): `batch` after a csv/tsv source and
