@@ -10,6 +10,8 @@
 #include "sluice/autotune/Tune.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,15 +19,11 @@
 
 namespace sluice::autotune {
 
+using detail::fmt;
+
 using nlohmann::json;
 
 namespace {
-
-std::string fmt(double v, const char *f = "%.1f") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 /// 91.6k, 2.06M, 512.
 std::string human(double v) {

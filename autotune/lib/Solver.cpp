@@ -9,6 +9,8 @@
 #include "sluice/autotune/Solver.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <glpk.h>
 
 #include <algorithm>
@@ -19,20 +21,9 @@
 
 namespace sluice::autotune {
 
-namespace {
+using detail::fmtRate;
 
-std::string fmtRate(double v) {
-  char b[32];
-  if (!std::isfinite(v))
-    return "unbounded";
-  if (v >= 1e6)
-    std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
+namespace {
 
 /// Prefetch candidates: the last step of every parallel unit (its window
 /// runs ahead) and the pipeline's last step (decouples the consumer).

@@ -9,6 +9,8 @@
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,17 +20,13 @@
 
 namespace sluice::autotune {
 
+using detail::fmt;
+
 namespace {
 
 double loadAverage() {
   double l[1] = {0};
   return getloadavg(l, 1) == 1 ? l[0] : 0;
-}
-
-std::string fmt(double v, const char *f = "%.1f") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 /// What the bottleneck would need at `cores`: the parallelism that lifts it
