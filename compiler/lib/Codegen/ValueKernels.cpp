@@ -590,15 +590,13 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
         loc, f32,
         b.create<arith::SIToFPOp>(loc, b.getF64Type(),
                                   widen(b, loc, v).value));
-  // An unrolled channel is a constant: its pair directly.
-  int64_t known = 0;
+  // One pair, or an unrolled (constant) channel: its pair directly, the
+  // same constants the selects below would pick.
+  int64_t known = n == 1 ? 0 : -1;
   if (auto c = channel.getDefiningOp<arith::ConstantOp>())
     if (auto attr = llvm::dyn_cast<IntegerAttr>(c.getValue()))
-      known = attr.getInt() >= 0 && attr.getInt() < n ? attr.getInt() : -1;
-  if (!channel.getDefiningOp<arith::ConstantOp>())
-    known = -1;
-  if (n == 1)
-    known = 0;
+      if (attr.getInt() >= 0 && attr.getInt() < n)
+        known = attr.getInt();
   if (known >= 0) {
     Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
     return {b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),
