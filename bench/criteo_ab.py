@@ -24,7 +24,6 @@ Usage: bench/criteo_ab.py [--repeats N] [--seconds S] [--threads N]
                           [--spec SPEC] VARIANT VARIANT...
 """
 import argparse
-import filecmp
 import os
 import re
 import resource
@@ -34,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from compile_vs_run import same_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,14 +55,6 @@ def run(cmd, env):
         sys.exit("failed (%d): %s\n%s%s" % (p.returncode, " ".join(cmd),
                                             p.stdout, p.stderr))
     return p.stdout + p.stderr, wall, cpu
-
-
-def same_tree(a, b):
-    cmp = filecmp.dircmp(a, b)
-    if cmp.left_only or cmp.right_only:
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    return not mismatch and not errors
 
 
 def main():

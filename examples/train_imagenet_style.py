@@ -3,7 +3,7 @@
 ImageNet-style spec examples/imagenet.yaml through sluice, on the CPU or a
 GPU when there is one.
 
-    scripts/setup --bench && /usr/bin/python3 examples/train_imagenet_style.py
+    scripts/setup && /usr/bin/python3 examples/train_imagenet_style.py
 
 sluice reads the JPEG/PNG class folders, decodes only the random crop's
 window, flips, normalizes and transposes to CHW on its own threads, and
@@ -39,13 +39,20 @@ def main():
     ap.add_argument("--max-batches", type=int, default=None)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--classes", type=int, default=None,
+                    help="the model's output classes (default: the class "
+                    "folders of examples/data/imagenet/train for the "
+                    "example spec, else 1000)")
     args = ap.parse_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     stages = sluice.check(args.spec)
-    classes = len([d for d in os.listdir(os.path.join(
-        HERE, "data", "imagenet", "train"))]) if args.spec.endswith(
-        "imagenet.yaml") else 1000
+    classes = args.classes
+    if classes is None:
+        example = os.path.join(HERE, "imagenet.yaml")
+        classes = len(os.listdir(os.path.join(HERE, "data", "imagenet",
+                                              "train"))) if os.path.abspath(
+            args.spec) == example else 1000
     print("sluice output:", stages[-1]["type"], "->", device, flush=True)
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=classes).to(device)

@@ -42,3 +42,12 @@ try:
         config.available_features.add("torch")
 except (OSError, subprocess.SubprocessError):
     pass
+
+# Sanitized builds (scripts/sanitize): `asan` / `tsan`. Tests of what a
+# sanitizer changes by design say `UNSUPPORTED: asan` with the reason
+# (docs/reliability.md lists them).
+_sanitize = getattr(config, "sluice_sanitize", "")
+if "address" in _sanitize:
+    config.available_features.add("asan")
+if "thread" in _sanitize:
+    config.available_features.add("tsan")

@@ -274,6 +274,16 @@ double cacheSeconds(const Profile &p, const CacheOption &c) {
 
 } // namespace
 
+double wholeRunThroughput(const Profile &p, double steady) {
+  if (p.epochs <= 0 || !p.sourceRecordsPerEpoch ||
+      *p.sourceRecordsPerEpoch <= 0 || !(steady > 0) ||
+      !std::isfinite(steady) || p.startupSeconds <= 0)
+    return steady;
+  double total = static_cast<double>(p.epochs) *
+                 static_cast<double>(*p.sourceRecordsPerEpoch);
+  return total / (p.startupSeconds + total / steady);
+}
+
 Prediction predict(const Profile &p, const Config &c, int64_t cores) {
   Prediction r;
   std::vector<Unit> us = units(p, c.cache.after);
@@ -359,6 +369,7 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
                          ? r.throughput / up.capacity
                          : 0;
   r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
+  r.wholeRun = wholeRunThroughput(p, r.throughput);
   r.memoryBytes = mem;
   return r;
 }

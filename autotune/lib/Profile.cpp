@@ -175,8 +175,12 @@ Expected<Probe> measure(const runtime::Plan &plan,
                         const runtime::RunOptions &opts, double seconds,
                         int64_t maxRecords,
                         std::vector<runtime::RunStats> *samplesOut) {
+  // The counters are what a probe reads: timing on, whatever the
+  // environment says.
+  runtime::RunOptions timed = opts;
+  timed.stageTiming = runtime::RunOptions::StageTiming::On;
   Expected<std::unique_ptr<runtime::Pipeline>> made =
-      runtime::Pipeline::create(plan, opts);
+      runtime::Pipeline::create(plan, timed);
   if (!made)
     return made.status();
   std::unique_ptr<runtime::Pipeline> p = made.take();
@@ -212,6 +216,10 @@ Expected<Probe> measure(const runtime::Plan &plan,
   runtime::Batch batch;
   Status error = Status::ok();
   bool ended = false;
+  // When the first output came and how many source records had been read
+  // by then: what start-up cost beyond that work (see Probe::startupSeconds).
+  double firstT = -1;
+  int64_t firstSrc = 0;
   while (!enough.load()) {
     Expected<bool> more = p->next(batch);
     if (!more) {
@@ -221,6 +229,11 @@ Expected<Probe> measure(const runtime::Plan &plan,
     if (!*more) {
       ended = true;
       break;
+    }
+    if (firstT < 0) {
+      firstT = since(start);
+      runtime::RunStats st = p->stats();
+      firstSrc = st.stages.empty() ? 0 : st.stages.front().emitted;
     }
   }
   {
@@ -264,6 +277,10 @@ Expected<Probe> measure(const runtime::Plan &plan,
     pr.sourceRecordsPerSecond = static_cast<double>(pr.sourceRecords) / pr.seconds;
     pr.outputsPerSecond = static_cast<double>(b.outputs - outA) / pr.seconds;
   }
+  if (firstT >= 0 && pr.sourceRecordsPerSecond > 0)
+    pr.startupSeconds =
+        std::max(0.0, firstT - static_cast<double>(firstSrc) /
+                                   pr.sourceRecordsPerSecond);
   pr.memoryPeak = b.memoryPeak;
   const std::string &lastName =
       plan.stages.empty() ? plan.source.name : plan.stages.back().name;
@@ -433,6 +450,18 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
         if (!v.empty())
           v = {{1, v.front().secondsPerRecord}};
       }
+
+  {
+    std::vector<double> ups;
+    for (const Window &w : windows)
+      if (w.probe.startupSeconds >= 0)
+        ups.push_back(w.probe.startupSeconds);
+    if (!ups.empty()) {
+      std::sort(ups.begin(), ups.end());
+      size_t n = ups.size();
+      prof.startupSeconds = n % 2 ? ups[n / 2] : (ups[n / 2 - 1] + ups[n / 2]) / 2;
+    }
+  }
 
   prof.sourceRecordsPerEpoch = std::nullopt;
   {

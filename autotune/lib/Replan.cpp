@@ -12,11 +12,15 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Replan.h"
 
+#include "Format.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 namespace sluice::autotune {
+
+using detail::fmtRate;
 
 namespace {
 
@@ -36,19 +40,6 @@ std::string fmtSeconds(double s) {
     std::snprintf(b, sizeof b, "%.3g ms", s * 1e3);
   else
     std::snprintf(b, sizeof b, "%.3g us", s * 1e6);
-  return b;
-}
-
-std::string fmtRate(double v) {
-  char b[32];
-  if (!std::isfinite(v))
-    return "unbounded";
-  if (v >= 1e6)
-    std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.1f", v);
   return b;
 }
 

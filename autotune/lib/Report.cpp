@@ -10,6 +10,8 @@
 #include "sluice/autotune/Tune.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,15 +19,11 @@
 
 namespace sluice::autotune {
 
+using detail::fmt;
+
 using nlohmann::json;
 
 namespace {
-
-std::string fmt(double v, const char *f = "%.1f") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 /// 91.6k, 2.06M, 512.
 std::string human(double v) {
@@ -64,11 +62,17 @@ std::string unitWhere(const Profile &p, const UnitPrediction &u) {
   return paren == std::string::npos ? w : w.substr(0, paren);
 }
 
+/// What the measurement is compared with: the whole-run average (start-up
+/// included) when the whole run was measured, else the steady state.
+double comparedPrediction(const TuneResult &r) {
+  return r.measuredWholeRun ? r.solution.prediction.wholeRun
+                            : r.solution.prediction.throughput;
+}
+
 double predictionError(const TuneResult &r) {
   if (!r.measured || r.measured->sourceRecordsPerSecond <= 0)
     return NAN;
-  return (r.solution.prediction.throughput -
-          r.measured->sourceRecordsPerSecond) /
+  return (comparedPrediction(r) - r.measured->sourceRecordsPerSecond) /
          r.measured->sourceRecordsPerSecond;
 }
 
@@ -159,6 +163,7 @@ json reportJson(const TuneResult &r) {
                   {"fixed_memory_bytes", p.fixedMemoryBytes},
                   {"disk_bytes_per_second", p.diskBytesPerSecond},
                   {"counter_overhead", p.counterOverhead},
+                  {"startup_seconds", p.startupSeconds},
                   {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -234,6 +239,7 @@ json reportJson(const TuneResult &r) {
                  {"constraints", r.solution.constraints},
                  {"seconds", r.solution.seconds}};
   j["predicted"] = {{"records_per_second", num(pr.throughput)},
+                    {"whole_run_records_per_second", num(pr.wholeRun)},
                     {"outputs_per_second", num(pr.outputsPerSecond)},
                     {"cpu_capacity", num(pr.cpuCapacity)},
                     {"memory_bytes", pr.memoryBytes},
@@ -265,8 +271,12 @@ std::string reportMarkdown(const TuneResult &r) {
        " cores, load average " + fmt(r.loadAverage, "%.2f") +
        " (measurements on a loaded host are noisy).\n\n";
   s += "| | records/s | outputs/s |\n|---|---:|---:|\n";
-  s += "| predicted (tuned) | " + fmt(pr.throughput) + " | " +
+  s += "| predicted (tuned, steady state) | " + fmt(pr.throughput) + " | " +
        fmt(pr.outputsPerSecond, "%.2f") + " |\n";
+  if (pr.wholeRun != pr.throughput)
+    s += "| predicted (tuned, whole run with " + fmt(p.startupSeconds, "%.2f") +
+         " s start-up) | " + fmt(pr.wholeRun) + " | " +
+         fmt(pr.wholeRun * p.outputsPerSourceRecord, "%.2f") + " |\n";
   if (r.measured)
     s += "| measured (tuned) | " + fmt(r.measured->sourceRecordsPerSecond) +
          " | " + fmt(r.measured->outputsPerSecond, "%.2f") + " |\n";

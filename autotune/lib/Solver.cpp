@@ -9,6 +9,8 @@
 #include "sluice/autotune/Solver.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <glpk.h>
 
 #include <algorithm>
@@ -19,20 +21,9 @@
 
 namespace sluice::autotune {
 
-namespace {
+using detail::fmtRate;
 
-std::string fmtRate(double v) {
-  char b[32];
-  if (!std::isfinite(v))
-    return "unbounded";
-  if (v >= 1e6)
-    std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
+namespace {
 
 /// Prefetch candidates: the last step of every parallel unit (its window
 /// runs ahead) and the pipeline's last step (decouples the consumer).
@@ -72,7 +63,15 @@ struct Lp {
   glp_prob *prob = glp_create_prob();
   std::vector<int> ia{0}, ja{0};
   std::vector<double> ar{0};
-  ~Lp() { glp_delete_prob(prob); }
+  // GLPK keeps a per-thread environment (about 5 KB) from the first call
+  // until glp_free_env(); the re-planner solves on threads that come and
+  // go (each pipeline's controller thread), and LeakSanitizer reported it
+  // (examples/schedule-auto.test). One Lp per thread at a time is alive
+  // (this file is GLPK's only user), so the environment goes with it.
+  ~Lp() {
+    glp_delete_prob(prob);
+    glp_free_env();
+  }
   int col(const std::string &name, int kind, double lo, double hi,
           double obj) {
     int j = glp_add_cols(prob, 1);
@@ -130,7 +129,17 @@ Schedule toSchedule(const Profile &p, const Config &c) {
   return s;
 }
 
-Expected<Solution> solve(const Profile &p, const Budget &budget) {
+namespace {
+
+/// A cache the spec did not ask for must raise the predicted throughput by
+/// at least this fraction: it costs memory or disk, its first epoch runs
+/// uncached, and the model's error is larger than a gain of a few percent.
+constexpr double kMinCacheGain = 0.05;
+
+/// The program, with (`allowCache`) or without the cache options the spec
+/// did not pin.
+Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
+                                bool allowCache) {
   auto t0 = std::chrono::steady_clock::now();
   Solution sol;
   const int64_t cores = std::max<int64_t>(1, budget.cores);
@@ -193,6 +202,8 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
     }
     options = kept;
   }
+  if (!allowCache && !cachePinned)
+    options = {CacheOption{}};
   if (!p.sourceRecordsPerEpoch)
     sol.notes.push_back("no cache considered: the source cannot tell how many "
                         "records an epoch has, so a cache's size is unknown");
@@ -480,6 +491,38 @@ Expected<Solution> solve(const Profile &p, const Budget &budget) {
                                               t0)
                     .count();
   return sol;
+}
+
+} // namespace
+
+Expected<Solution> solve(const Profile &p, const Budget &budget) {
+  Expected<Solution> with = solveProgram(p, budget, true);
+  if (!with || with->config.cache.after < 0)
+    return with;
+  for (const KnobChoice &k : with->knobs)
+    if (k.knob == "cache" && k.pinned)
+      return with;
+  // A cache was chosen: is it worth it?
+  Expected<Solution> without = solveProgram(p, budget, false);
+  if (!without)
+    return with;
+  double a = with->prediction.throughput, b = without->prediction.throughput;
+  if (!(b > 0) || a > b * (1 + kMinCacheGain))
+    return with;
+  const CacheOption &c = with->config.cache;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "a %s cache after '%s' would raise the predicted throughput "
+                "by only %.1f%% (less than %.0f%%): not worth its %s",
+                c.to.c_str(), p.steps[static_cast<size_t>(c.after)].name.c_str(),
+                (a / b - 1) * 100, kMinCacheGain * 100,
+                c.to == "disk" ? "disk space" : "memory");
+  without->notes.push_back(buf);
+  for (KnobChoice &k : without->knobs)
+    if (k.knob == "cache")
+      k.reason = buf;
+  without->seconds += with->seconds;
+  return without;
 }
 
 } // namespace sluice::autotune

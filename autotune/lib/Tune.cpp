@@ -9,6 +9,8 @@
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Memory.h"
 
+#include "Format.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,17 +20,13 @@
 
 namespace sluice::autotune {
 
+using detail::fmt;
+
 namespace {
 
 double loadAverage() {
   double l[1] = {0};
   return getloadavg(l, 1) == 1 ? l[0] : 0;
-}
-
-std::string fmt(double v, const char *f = "%.1f") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 /// What the bottleneck would need at `cores`: the parallelism that lifts it
@@ -140,7 +138,7 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     // The model predicts the average over the spec's epochs (a cache pays
     // off from the second): measure the whole run when it is short enough,
     // else a steady-state window.
-    double predicted = r.solution.prediction.throughput;
+    double predicted = r.solution.prediction.wholeRun;
     if (r.profile.epochs > 0 && r.profile.sourceRecordsPerEpoch &&
         predicted > 0 &&
         static_cast<double>(r.profile.epochs * *r.profile.sourceRecordsPerEpoch) /
@@ -234,6 +232,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
                                                 r->solution.config,
                                                 auto_.replanOptions);
       opts.controller = a.replanner;
+      // The re-planner reads the stage timers.
+      opts.stageTiming = runtime::RunOptions::StageTiming::On;
       s += "  re-planning on: every " + fmt(auto_.replanOptions.interval, "%.2g") +
            " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
            "turns it off)\n";

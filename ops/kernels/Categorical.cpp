@@ -4,9 +4,11 @@
 
 #include "Dispatch.h"
 #include "sluice/ops/Random.h"
+#include "sluice/ops/Utf8.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -221,29 +223,57 @@ Expected<std::shared_ptr<const Vocab>> Vocab::shared(const std::string &path) {
 }
 
 Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
-                          const TokenizeOptions &options) {
+                          const TokenizeOptions &options, size_t *replaced) {
   if (!text.valid() || text.isNumeric() || text.rank() != 0)
     return Status::error("tokenize: expects a scalar string, got " +
                          (text.valid() ? text.type().str() : "nothing"));
   if (options.out != ElemType::I32 && options.out != ElemType::I64)
     return Status::error("tokenize: output type must be i32 or i64");
-  const std::string &s = text.str();
+  if (replaced)
+    *replaced = 0;
+  const std::string *textp = &text.str();
+  std::string repaired;
+  size_t bad = invalidUtf8At(*textp);
+  if (bad != std::string::npos) {
+    if (!options.replaceInvalid) {
+      char msg[200];
+      std::snprintf(msg, sizeof msg,
+                    "invalid UTF-8: byte 0x%02x at offset %zu of the text is "
+                    "not valid UTF-8; fix the data, or set `encoding: "
+                    "replace` on the step (U+FFFD)",
+                    static_cast<unsigned char>((*textp)[bad]), bad);
+      return Status::error(msg);
+    }
+    repaired = replaceInvalidUtf8(*textp, replaced);
+    textp = &repaired;
+  }
+  const std::string &s = *textp;
   auto isSpace = [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
            c == '\f';
   };
-  std::vector<int64_t> ids;
+  // Two passes over the text: count the tokens, then reserve the output
+  // (Tensor::empty: in the budget, before it is built) and write the ids
+  // straight into it. No list of ids grows with the text first.
+  auto forEachToken = [&](auto &&fn) {
+    size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && isSpace(s[i]))
+        ++i;
+      size_t start = i;
+      while (i < s.size() && !isSpace(s[i]))
+        ++i;
+      if (i == start)
+        break;
+      fn(std::string_view(s.data() + start, i - start));
+    }
+  };
+  int64_t count = 0;
+  forEachToken([&](std::string_view) { ++count; });
+  Tensor out = Tensor::empty(options.out, {count});
   std::string lowered;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && isSpace(s[i]))
-      ++i;
-    size_t start = i;
-    while (i < s.size() && !isSpace(s[i]))
-      ++i;
-    if (i == start)
-      break;
-    std::string_view tok(s.data() + start, i - start);
+  size_t k = 0;
+  forEachToken([&](std::string_view tok) {
     if (options.lowercase) {
       lowered.assign(tok);
       for (char &c : lowered)
@@ -252,11 +282,9 @@ Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
       tok = lowered;
     }
     int64_t id = vocab.lookup(tok);
-    ids.push_back(id < 0 ? options.unknownId : id);
-  }
-  Tensor out = Tensor::empty(options.out, {int64_t(ids.size())});
-  for (size_t k = 0; k < ids.size(); ++k)
-    storeFromInt(options.out, ids[k], out.mutableRaw(), k);
+    storeFromInt(options.out, id < 0 ? options.unknownId : id,
+                 out.mutableRaw(), k++);
+  });
   return out;
 }
 

@@ -609,8 +609,11 @@ void CompiledExpr::run(int64_t len, const Load &load,
       SLUICE_F_UN(std::nearbyint(x[j]))
     case Op::ExpF:
       SLUICE_F_UN(std::exp(x[j]))
-    case Op::LogF:
-      SLUICE_F_UN(math::log(x[j])) // MathImpl.h: the JIT's log too
+    case Op::LogF: {
+      // MathImpl.h: the JIT's log too; vectorized over the chunk.
+      math::logArray(fr(in.a), fr(in.dst), len);
+      break;
+    }
     case Op::Log1pF:
       SLUICE_F_UN(std::log1p(x[j]))
     case Op::SqrtF:
@@ -831,6 +834,60 @@ Expected<double> CompiledExpr::evalRecord(const Record &record) const {
   bool isInt;
   int64_t ival;
   return evalScalar(record, isInt, ival);
+}
+
+Status CompiledExpr::testRows(const std::vector<Tensor> &columns,
+                              const uint32_t *rows, int64_t n,
+                              uint8_t *keep) const {
+  if (isMap_)
+    return Status::error("filter: expression was compiled for map");
+  // The same checks as evalScalar() makes per record, once per run.
+  std::vector<int64_t> rowElems(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot &slot = slots_[i];
+    if (slot.field >= int32_t(columns.size()))
+      return Status::error("filter: record has " +
+                           std::to_string(columns.size()) +
+                           " fields, expected field '" + slot.name + "'");
+    const Tensor &t = columns[size_t(slot.field)];
+    if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
+        t.rank() == 0)
+      return Status::error("filter: field '" + slot.name +
+                           "' does not have the compiled type " +
+                           std::string(elemTypeName(slot.elem)));
+    rowElems[i] = t.dim(0) > 0 ? t.numElements() / t.dim(0) : 0;
+    if (n > 0 && slot.index >= rowElems[i])
+      return Status::error("filter: index " + std::to_string(slot.index) +
+                           " is out of range for '" + slot.name + "'");
+  }
+  Scratch &s = evalScratch();
+  for (int64_t base = 0; base < n; base += kChunk) {
+    int64_t len = std::min(kChunk, n - base);
+    auto load = [&](int32_t si, int64_t *idst, double *fdst) {
+      const Slot &slot = slots_[size_t(si)];
+      const uint8_t *raw = columns[size_t(slot.field)].raw();
+      const int64_t stride = rowElems[size_t(si)];
+      for (int64_t j = 0; j < len; ++j) {
+        int64_t row = rows ? int64_t(rows[base + j]) : base + j;
+        size_t at = size_t(row * stride + slot.index);
+        if (idst)
+          idst[j] = loadAsInt(slot.elem, raw, at);
+        else
+          fdst[j] = loadAsDouble(slot.elem, raw, at);
+      }
+    };
+    run(len, load, s.iregs, s.fregs);
+    if (resultIsInt_) {
+      const int64_t *r = s.iregs.data() + size_t(resultReg_) * kChunk;
+      for (int64_t j = 0; j < len; ++j)
+        keep[base + j] = r[j] != 0;
+    } else {
+      const double *r = s.fregs.data() + size_t(resultReg_) * kChunk;
+      for (int64_t j = 0; j < len; ++j)
+        keep[base + j] = r[j] != 0;
+    }
+  }
+  return Status::ok();
 }
 
 std::string CompiledExpr::dump() const {

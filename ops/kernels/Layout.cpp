@@ -3,6 +3,7 @@
 #include "sluice/ops/kernels/Layout.h"
 
 #include "Dispatch.h"
+#include "sluice/ops/Allocation.h"
 
 #include <algorithm>
 #include <cstring>
@@ -90,10 +91,29 @@ struct RowCopier {
 };
 
 /// A tensor of `shape` filled with `value` (numeric) or "" (strings).
+/// The heap bytes copies of `values` take: strings longer than fit inside
+/// the string object (15 bytes in libstdc++) get size + 1.
+int64_t stringPayload(std::vector<std::string>::const_iterator begin,
+                      std::vector<std::string>::const_iterator end) {
+  int64_t n = 0;
+  for (auto it = begin; it != end; ++it)
+    if (it->size() > 15)
+      n += static_cast<int64_t>(it->size()) + 1;
+  return n;
+}
+
+/// `shape` of "" strings, its bytes reserved first (the shape may come from
+/// a parameter: pad's padding).
+Tensor emptyStrings(ElemType elem, const std::vector<int64_t> &shape,
+                    int64_t payloadBytes = 0) {
+  chargeStringTensor(elem, shape, payloadBytes);
+  return Tensor::strings(elem, shape,
+                         std::vector<std::string>(size_t(product(shape))));
+}
+
 Tensor filled(ElemType elem, const std::vector<int64_t> &shape, double value) {
   if (!isNumeric(elem))
-    return Tensor::strings(elem, shape,
-                           std::vector<std::string>(size_t(product(shape))));
+    return emptyStrings(elem, shape);
   Tensor t = Tensor::empty(elem, shape);
   size_t es = elemTypeSize(elem);
   uint8_t pattern[8] = {};
@@ -112,8 +132,7 @@ Tensor filled(ElemType elem, const std::vector<int64_t> &shape, double value) {
 
 Tensor emptyLike(ElemType elem, const std::vector<int64_t> &shape) {
   if (!isNumeric(elem))
-    return Tensor::strings(elem, shape,
-                           std::vector<std::string>(size_t(product(shape))));
+    return emptyStrings(elem, shape);
   return Tensor::empty(elem, shape);
 }
 
@@ -366,6 +385,11 @@ Expected<Tensor> stack(const std::vector<Tensor> &items) {
   std::vector<int64_t> shape = first.shape();
   shape.insert(shape.begin(), int64_t(items.size()));
   if (!first.isNumeric()) {
+    int64_t payload = 0;
+    for (const Tensor &t : items)
+      payload += stringPayload(t.stringValues().begin(),
+                               t.stringValues().end());
+    chargeStringTensor(first.elem(), shape, payload);
     std::vector<std::string> all;
     all.reserve(size_t(product(shape)));
     for (const Tensor &t : items)
@@ -445,6 +469,9 @@ Expected<std::vector<Tensor>> unstack(const Tensor &batch) {
   for (int64_t i = 0; i < n; ++i) {
     if (!batch.isNumeric()) {
       const auto &s = batch.stringValues();
+      chargeStringTensor(batch.elem(), shape,
+                         stringPayload(s.begin() + i * per,
+                                       s.begin() + (i + 1) * per));
       out.push_back(
           Tensor::strings(batch.elem(), shape,
                           std::vector<std::string>(s.begin() + i * per,

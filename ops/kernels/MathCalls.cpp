@@ -48,6 +48,15 @@ double log(double x) {
   return logImpl(ops, x);
 }
 
+#if defined(__x86_64__) && defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void logArray(const double *x, double *out, int64_t n) {
+  ScalarOps ops;
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = logImpl(ops, x[i]);
+}
+
 } // namespace sluice::math
 
 namespace sluice::kernels {

@@ -146,6 +146,21 @@ void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
                                   s ? s->limit() : nullptr));
 }
 
+void chargeStringTensor(ElemType elem, const std::vector<int64_t> &shape,
+                        int64_t payloadBytes) {
+  std::optional<int64_t> bytes = static_cast<int64_t>(sizeof(std::string));
+  for (int64_t d : shape)
+    if (bytes && (d < 0 || __builtin_mul_overflow(*bytes, d, &*bytes)))
+      bytes.reset();
+  constexpr int64_t kFixed = static_cast<int64_t>(
+      kTensorOverheadBytes + sizeof(std::vector<std::string>));
+  if (bytes && (payloadBytes < 0 ||
+                __builtin_add_overflow(*bytes, payloadBytes + kFixed, &*bytes)))
+    bytes.reset();
+  if (!bytes || AllocationScope::current())
+    chargeTensorAllocation(bytes, elem, shape);
+}
+
 std::string recordTypeTooLarge(const RecordType &t, int64_t limit) {
   if (limit <= 0)
     return "";

@@ -2,8 +2,9 @@
 //
 // Numeric buffers are 64-byte aligned and padded to a multiple of 64 bytes so
 // vectorized kernels may load whole cache lines at the tail without reading
-// past the allocation. Buffers of 1 MiB and more come from and go back to
-// the process-wide pool of BufferPool.h (same alignment and padding).
+// past the allocation. Buffers over 64 KiB come from and go back to
+// the process-wide pool of BufferPool.h (same alignment and padding), and
+// those of at most 64 KiB to its size-class pool of small buffers.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Tensor.h"
@@ -22,6 +23,31 @@ namespace sluice {
 namespace {
 constexpr size_t kAlignment = 64;
 
+/// Allocates a small buffer's shared_ptr control block from the small-buffer
+/// pool too (its 64-byte class), so that a small tensor's bookkeeping costs
+/// what it is counted at and is reused across threads like its data.
+template <typename T> struct ControlBlockAllocator {
+  using value_type = T;
+  ControlBlockAllocator() = default;
+  template <typename U>
+  ControlBlockAllocator(const ControlBlockAllocator<U> &) noexcept {}
+  T *allocate(size_t n) {
+    static_assert(alignof(T) <= kAlignment);
+    return static_cast<T *>(
+        detail::smallPoolAllocate(classBytes(n), /*evenIfDisabled=*/true));
+  }
+  void deallocate(T *p, size_t n) noexcept {
+    detail::smallPoolRelease(p, classBytes(n));
+  }
+  static size_t classBytes(size_t n) {
+    return (n * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  template <typename U>
+  bool operator==(const ControlBlockAllocator<U> &) const {
+    return true;
+  }
+};
+
 std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
   // Always allocate at least one line so that valid() holds for empty tensors.
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -33,6 +59,12 @@ std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
         static_cast<uint8_t *>(p),
         [rounded](uint8_t *q) { detail::poolRelease(q, rounded); });
   }
+  if (rounded <= kSmallPoolMaxBytes)
+    if (void *p = detail::smallPoolAllocate(rounded))
+      return std::shared_ptr<uint8_t>(
+          static_cast<uint8_t *>(p),
+          [rounded](uint8_t *q) { detail::smallPoolRelease(q, rounded); },
+          ControlBlockAllocator<uint8_t>());
   void *p = ::operator new(rounded, std::align_val_t(kAlignment));
   return std::shared_ptr<uint8_t>(static_cast<uint8_t *>(p), [](uint8_t *q) {
     ::operator delete(q, std::align_val_t(kAlignment));

@@ -651,7 +651,11 @@ OpDef tokenize() {
   op.doc = "Splits on whitespace; each token's id is its 0-based line number "
            "in the `vocab` file (one token per line, read when the pipeline "
            "starts). Tokens not in the vocabulary get the id of `unknown`, "
-           "which must be in it. `lowercase` lowercases ASCII letters first.";
+           "which must be in it. `lowercase` lowercases ASCII letters first. The "
+           "text must be UTF-8: with `encoding: strict` (the default) "
+           "invalid bytes are a data error located at the record (on_error "
+           "decides), with `replace` they become U+FFFD and the record is "
+           "counted as repaired in the step's accounting line.";
   op.example = "- tokenize: {field: line, vocab: vocab.txt, as: tokens}";
   op.typeDoc = "`field` (one string per record) becomes `i64[?]`.";
   op.params = {
@@ -666,6 +670,7 @@ OpDef tokenize() {
       param("lowercase", ParamKind::Bool)
           .def(Value::boolean(false))
           .describe("Lowercase ASCII letters before the lookup."),
+      encodingParam(),
   };
   op.fuse = FuseKind::None;
   op.cost = {500, 20, 2};

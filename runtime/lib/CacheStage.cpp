@@ -5,6 +5,12 @@
 // running the stages above. A pass that stops early leaves an incomplete
 // recording, which is thrown away so the next pass records again.
 //
+// A replayed pass stands for the source records its recording pass went
+// through (RunStats::records(), so records/s means the same with or without
+// a cache): each record it serves credits its share of them, and the end of
+// the pass the rest (a recording of 0 records, after a filter that dropped
+// everything, still stands for the records read to make it).
+//
 // `to: memory` keeps the records (sharing their buffers) and counts their
 // bytes against budget.memory; `to: disk` writes them to a file in a simple
 // length-prefixed format, for data sets larger than RAM:
@@ -55,6 +61,7 @@ public:
 protected:
   Status onStart(uint64_t epoch) override {
     pos_ = 0;
+    served_ = credited_ = 0;
     if (complete_) {
       replaying_ = true;
       if (disk_)
@@ -63,6 +70,8 @@ protected:
     }
     replaying_ = false;
     discardRecording();
+    recordStart_ = shared_.recordsSoFar();
+    recorded_ = 0;
     if (disk_) {
       Status s = openForWrite();
       if (!s)
@@ -85,6 +94,7 @@ protected:
       return r;
     if (!*r) {
       complete_ = true;
+      perPass_ = shared_.recordsSoFar() - recordStart_;
       if (disk_) {
         if (std::fflush(file_) != 0)
           return ioError("write");
@@ -98,10 +108,34 @@ protected:
       return s;
     }
     inc(c_->emitted);
+    ++recorded_;
     return true;
   }
 
 private:
+  /// Credits the replayed pass with the source records it stands for, up
+  /// to `upTo` in total for this pass.
+  void credit(int64_t upTo) {
+    if (upTo <= credited_)
+      return;
+    int64_t n = upTo - credited_;
+    credited_ = upTo;
+    inc(c_->replayedSourceRecords, n);
+    if (shared_.replayedSourceRecords)
+      shared_.replayedSourceRecords->fetch_add(n, std::memory_order_relaxed);
+  }
+  /// One more record served by the replayed pass (false: the pass ended).
+  void noteServed(bool more) {
+    if (!more) {
+      credit(perPass_);
+      return;
+    }
+    ++served_;
+    if (recorded_ > 0)
+      credit(static_cast<int64_t>(static_cast<__int128>(perPass_) * served_ /
+                                  recorded_));
+  }
+
   /// Keeps the record (shared with the copy passed on, compacted first so
   /// a row of a larger block does not keep the block alive).
   Status keep(Item &item) {
@@ -127,15 +161,22 @@ private:
       if (r && *r) {
         inc(c_->read);
         inc(c_->emitted);
-        c_->bytesIn.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+        if (shared_.timing)
+          c_->bytesIn.fetch_add(recordBytes(out.rec),
+                                std::memory_order_relaxed);
       }
+      if (r)
+        noteServed(*r);
       return r;
     }
-    if (pos_ >= items_.size())
+    if (pos_ >= items_.size()) {
+      noteServed(false);
       return false;
+    }
     out = items_[pos_++];
     inc(c_->read);
     inc(c_->emitted);
+    noteServed(true);
     return true;
   }
 
@@ -302,6 +343,11 @@ private:
   std::vector<Item> items_;
   size_t pos_ = 0;
   int64_t bytes_ = 0;
+  /// RunStats::records() when the recording pass started; the source
+  /// records it went through (perPass_) and the records it kept.
+  int64_t recordStart_ = 0, perPass_ = 0, recorded_ = 0;
+  /// This replayed pass: records served, source records credited.
+  int64_t served_ = 0, credited_ = 0;
   std::string path_;
   std::FILE *file_ = nullptr;
 };

@@ -17,6 +17,7 @@
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/ops/kernels/Image.h"
 #include "sluice/ops/kernels/Layout.h"
+#include "sluice/runtime/Stats.h"
 
 #include <cmath>
 #include <map>
@@ -525,11 +526,18 @@ Expected<ElementFn> bindTokenize(const PlanStage &s, const FieldIO &io,
                             "; add it as a line of the file or set `unknown` "
                             "to one of its tokens");
   opts.out = io.outType.elem == ElemType::I32 ? ElemType::I32 : ElemType::I64;
+  opts.replaceInvalid = s.params["encoding"].isString() &&
+                        s.params["encoding"].asString() == "replace";
   std::shared_ptr<const kernels::Vocab> v = *vocab;
   return unary(io,
                [v, opts](const Tensor &t, Record &,
-                         const ElementContext &) -> Expected<Tensor> {
-                 return kernels::tokenize(t, *v, opts);
+                         const ElementContext &ctx) -> Expected<Tensor> {
+                 size_t replaced = 0;
+                 Expected<Tensor> r = kernels::tokenize(t, *v, opts, &replaced);
+                 if (replaced > 0 && ctx.counters)
+                   ctx.counters->addRepaired(
+                       "tokenize: invalid UTF-8 replaced by U+FFFD");
+                 return r;
                });
 }
 
@@ -556,7 +564,8 @@ Expected<ElementFn> bindSelect(const PlanStage &s) {
       });
 }
 
-Expected<ElementFn> bindFilter(const PlanStage &s) {
+Expected<std::shared_ptr<const CompiledExpr>>
+compileFilter(const PlanStage &s) {
   const Value &text = s.params["where"];
   if (!text.isString())
     return bindError(s, "parameter 'where' is missing");
@@ -568,7 +577,14 @@ Expected<ElementFn> bindFilter(const PlanStage &s) {
       CompiledExpr::compileRecord(*e, s.inputType);
   if (!compiled)
     return bindError(s, compiled.status().message());
-  auto code = std::make_shared<const CompiledExpr>(compiled.take());
+  return std::make_shared<const CompiledExpr>(compiled.take());
+}
+
+Expected<ElementFn> bindFilter(const PlanStage &s) {
+  Expected<std::shared_ptr<const CompiledExpr>> compiled = compileFilter(s);
+  if (!compiled)
+    return compiled.status();
+  auto code = compiled.take();
   return ElementFn(
       [code](Record &rec, const ElementContext &) -> Expected<bool> {
         return code->test(rec);
@@ -598,6 +614,20 @@ Expected<ElementFn> bindFused(const PlanStage &s, const Plan &plan) {
         }
         return true;
       });
+}
+
+std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &s) {
+  if (s.op != "filter")
+    return std::nullopt;
+  Expected<std::shared_ptr<const CompiledExpr>> compiled = compileFilter(s);
+  if (!compiled)
+    return Expected<RowsFilterFn>(compiled.status());
+  auto code = compiled.take();
+  return Expected<RowsFilterFn>(RowsFilterFn(
+      [code](const std::vector<Tensor> &columns, const uint32_t *rows,
+             int64_t n, uint8_t *keep) {
+        return code->testRows(columns, rows, n, keep);
+      }));
 }
 
 Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {

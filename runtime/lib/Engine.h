@@ -56,12 +56,34 @@ struct Item {
   Origin origin;
 };
 
+/// A run of consecutive records of the stream held as columns (what
+/// ShardReader::nextRun gives), with the rows still selected after filters.
+/// Record i of the run has index firstIndex + i and comes from record
+/// origin.record + i of shard origin.shard.
+struct ItemRun {
+  std::vector<Tensor> columns; ///< [rows, ...field shape] per field
+  int64_t rows = 0;
+  uint64_t firstIndex = 0;
+  Origin origin;
+  /// Whether `keep` lists the rows still in the stream (in order); when
+  /// false every row is.
+  bool selected = false;
+  std::vector<uint32_t> keep;
+
+  int64_t kept() const {
+    return selected ? static_cast<int64_t>(keep.size()) : rows;
+  }
+  /// What recordBytes() says of one of the run's records read on its own
+  /// (a record of views of one row per field).
+  int64_t rowRecordBytes() const;
+};
+
 /// State shared by the stages of one pipeline.
 struct Shared {
   const Plan *plan = nullptr;
   const Source *source = nullptr;
   MemoryBudget *memory = nullptr;
-  oneapi::tbb::task_arena *arena = nullptr;
+  TaskArena *arena = nullptr;
   OnError onError = OnError::Fail;
   int64_t threads = 1;
   std::string tempDir;
@@ -71,9 +93,14 @@ struct Shared {
   bool directOutput = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// RunOptions::stageTiming: time steps and count their bytes.
+  bool timing = true;
   /// `batch` pulls runs of records with nextMany() (no
   /// SLUICE_NO_BULK_PULL).
   bool bulkPull = true;
+  /// RunOptions::recordRuns (and no SLUICE_NO_RECORD_RUNS): `batch` takes
+  /// runs of rows as columns (Stage::nextRun) where its upstream can.
+  bool recordRuns = true;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the
@@ -91,6 +118,15 @@ struct Shared {
     int64_t resumeEpoch = -1;
     int64_t resumeStart = 0;
   } positional;
+
+  /// The source stage's counters, and the source records that passes
+  /// served from caches stand for (summed over caches; owned by the
+  /// engine): a cache measures how many source records its recording pass
+  /// went through as the change of their sum (RunStats::records()).
+  StageCounters *sourceCounters = nullptr;
+  std::atomic<int64_t> *replayedSourceRecords = nullptr;
+  /// RunStats::records() so far.
+  int64_t recordsSoFar() const;
 
   /// Set by Pipeline::cancel() (from any thread): every stage's next()
   /// fails with cancelledError() from then on, and waits for other threads'
@@ -191,6 +227,14 @@ public:
   /// tabular pipelines the clock reads and counter updates per record cost
   /// as much as the steps. Used by `batch` (Shared::bulkPull).
   Expected<size_t> nextMany(std::vector<Item> &out, size_t max);
+  /// Whether nextRun() may be used instead of next(): this stage and the
+  /// ones above it can hand on runs of records as columns.
+  virtual bool runs() const { return false; }
+  /// The next run of records (ItemRun) with at most `max` (> 0) rows still
+  /// selected; false at the end of the pass. A run may have no row left
+  /// (all filtered). The same records, counts and errors as next(), but
+  /// the records are never built one by one. Only when runs().
+  Expected<bool> nextRun(ItemRun &run, int64_t max);
   /// Stops the pass (idempotent).
   void stop();
 
@@ -231,6 +275,10 @@ protected:
   /// override that meets an error after appending items keeps it with
   /// holdError() and returns the count.
   virtual Expected<size_t> produceMany(std::vector<Item> &out, size_t max);
+  /// nextRun()'s work (only stages whose runs() can be true override it).
+  virtual Expected<bool> produceRun(ItemRun &run, int64_t max);
+  /// pull() for a run (upstream's nextRun()), counting its selected rows.
+  Expected<bool> pullRows(ItemRun &run, int64_t max);
   void holdError(Status s) { held_ = std::move(s); }
 
   /// Number of times this stage was started in the current epoch, minus 1

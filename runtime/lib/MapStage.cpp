@@ -64,6 +64,16 @@ public:
     inlineTiming_ = false;
     for (const SubOp &op : ops_)
       op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
+    // Inline filters can test runs of records held as columns.
+    runsOk_ = !parallel_;
+    for (const SubOp &op : ops_) {
+      if (!runsOk_)
+        break;
+      std::optional<Expected<RowsFilterFn>> f = bindRowsFilter(*op.step);
+      runsOk_ = f && *f;
+      if (runsOk_)
+        rowsFilters_.push_back(f->take());
+    }
     if (parallel_) {
       slots_.resize(static_cast<size_t>(window_));
       account_ = s.memory->account(ops_.front().step->name + " window");
@@ -92,6 +102,8 @@ public:
     n.where = shared_.plan->where(*ops_.front().step);
     out.push_back(std::move(n));
   }
+
+  bool runs() const override { return runsOk_ && upstream_->runs(); }
 
   bool attachRowPlacer(RowPlacer *placer) override {
     if (!parallel_)
@@ -188,7 +200,8 @@ protected:
       if (*r == 0)
         break;
       std::fill(ns.begin(), ns.end(), 0);
-      int64_t t0 = perStep ? 0 : nowNs();
+      const bool runClock = !perStep && shared_.timing;
+      int64_t t0 = runClock ? nowNs() : 0;
       for (size_t i = 0; i < run_.size(); ++i) {
         Item &item = run_[i];
         inc(ops_.front().counters->read);
@@ -201,7 +214,7 @@ protected:
           int64_t rest = static_cast<int64_t>(run_.size() - i - 1);
           inc(ops_.front().counters->read, rest);
           inc(ops_.front().counters->discarded, rest);
-          if (!perStep)
+          if (runClock)
             ns[0] += nowNs() - t0;
           chargeTime(ns.data(), -1);
           if (n == 0)
@@ -214,11 +227,61 @@ protected:
           ++n;
         }
       }
-      if (!perStep)
+      if (runClock)
         ns[0] += nowNs() - t0;
       chargeTime(ns.data(), -1);
     }
     return n;
+  }
+
+  /// Run mode: each filter tests the run's selected rows at once and
+  /// narrows the selection; counted as produceInline counts its records.
+  Expected<bool> produceRun(ItemRun &run, int64_t max) override {
+    Expected<bool> r = upstream_->nextRun(run, max);
+    if (!r || !*r)
+      return r;
+    int64_t in = run.kept();
+    if (in == 0)
+      return true;
+    inc(ops_.front().counters->read, in);
+    const int64_t bytes = run.rowRecordBytes();
+    std::vector<int64_t> &ns = ns_;
+    std::fill(ns.begin(), ns.end(), 0);
+    for (size_t i = 0; i < ops_.size() && in > 0; ++i) {
+      StageCounters &c = *ops_[i].counters;
+      if (i > 0)
+        inc(c.read, in);
+      inc(c.bytesIn, in * bytes);
+      int64_t t0 = nowNs();
+      keepFlags_.resize(static_cast<size_t>(in));
+      Status st = rowsFilters_[i](run.columns,
+                                  run.selected ? run.keep.data() : nullptr, in,
+                                  keepFlags_.data());
+      if (!st) {
+        inc(c.failed, in);
+        const PlanStage &step = *ops_[i].step;
+        return Status::error(shared_.describe(run.origin) + ": " +
+                             step.reportedOp() + ": " + st.message() +
+                             "\n  in step '" + step.name + "' at " +
+                             shared_.plan->where(step));
+      }
+      nextKeep_.clear();
+      for (int64_t j = 0; j < in; ++j)
+        if (keepFlags_[size_t(j)])
+          nextKeep_.push_back(run.selected ? run.keep[size_t(j)]
+                                           : static_cast<uint32_t>(j));
+      run.keep.swap(nextKeep_);
+      run.selected = true;
+      ns[i] += nowNs() - t0;
+      int64_t out = static_cast<int64_t>(run.keep.size());
+      inc(c.emitted, out);
+      inc(c.elementsOut, out);
+      inc(c.filtered, in - out);
+      inc(c.bytesOut, out * bytes);
+      in = out;
+    }
+    chargeTime(ns.data(), -1);
+    return true;
   }
 
 private:
@@ -231,20 +294,29 @@ private:
     Status error;
   };
 
-  /// Runs the steps on one record; returns the wall time per step in `ns`.
+  /// Runs the steps on one record; adds the wall time per step to `ns[i]`
+  /// (when `timed`: a caller timing a whole run of records passes false)
+  /// and its bytes in and out to `ns[n + i]` and `ns[2n + i]` (n steps): a
+  /// worker keeps these in its own array and charges them to the shared
+  /// counters every few milliseconds (chargeTime), so the counters cost no
+  /// contended atomic per step and record. Nothing is timed or counted with
+  /// the stage timing off (RunOptions::stageTiming).
   void process(Item &item, Outcome &o, int64_t *ns, bool timed = true) {
     o = Outcome();
-    int64_t bytes = recordBytes(item.rec);
+    const bool timing = shared_.timing;
+    int64_t bytes = timing ? recordBytes(item.rec) : 0;
     // What the steps allocate for this record is reserved in the budget
     // while they run (Allocation.h); the record's surviving tensors are
     // counted by the window or the next buffer once the scope closes.
     AllocationScope scope(&scratchLimit_);
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      StageCounters &c = *ops_[i].counters;
-      inc(c.bytesIn, bytes);
-      int64_t t0 = timed ? nowNs() : 0;
+    const size_t n = ops_.size();
+    const bool clock = timing && timed;
+    for (size_t i = 0; i < n; ++i) {
+      if (timing)
+        ns[n + i] += bytes;
+      int64_t t0 = clock ? nowNs() : 0;
       Expected<bool> r = runStep(i, item.rec);
-      if (timed)
+      if (clock)
         ns[i] += nowNs() - t0;
       if (!r) {
         o.kind = shared_.onError == OnError::Skip ? Outcome::Skipped
@@ -258,8 +330,10 @@ private:
         o.stopAt = static_cast<int>(i);
         return;
       }
-      bytes = recordBytes(item.rec);
-      inc(c.bytesOut, bytes);
+      if (timing) {
+        bytes = recordBytes(item.rec);
+        ns[2 * n + i] += bytes;
+      }
     }
   }
 
@@ -268,7 +342,9 @@ private:
   /// any other data error instead of escaping the worker thread.
   Expected<bool> runStep(size_t i, Record &rec) {
     try {
-      return ops_[i].fn(rec, ctx_);
+      ElementContext ctx = ctx_;
+      ctx.counters = ops_[i].counters;
+      return ops_[i].fn(rec, ctx);
     } catch (const AllocationRefused &e) {
       return Status::error(e.what());
     } catch (const std::bad_alloc &) {
@@ -326,11 +402,18 @@ private:
     return Status::ok();
   }
 
+  /// Adds a worker's accumulated time and bytes (process()) to the
+  /// counters.
   void chargeTime(const int64_t *ns, int64_t cpu) {
+    const size_t n = ops_.size();
     int64_t total = 0;
-    for (size_t i = 0; i < ops_.size(); ++i)
+    for (size_t i = 0; i < n; ++i)
       total += ns[i];
-    for (size_t i = 0; i < ops_.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
+      if (ns[n + i])
+        inc(ops_[i].counters->bytesIn, ns[n + i]);
+      if (ns[2 * n + i])
+        inc(ops_[i].counters->bytesOut, ns[2 * n + i]);
       inc(ops_[i].counters->wallNs, ns[i]);
       // Thread CPU time is measured per run of records; share it out by the
       // wall time each step took (cpu < 0: use wall time).
@@ -446,11 +529,12 @@ private:
   }
 
   void workLoop() {
-    std::vector<int64_t> ns(ops_.size(), 0);
+    std::vector<int64_t> ns(3 * ops_.size(), 0);
     std::vector<Tensor> rowViews, targets;
-    int64_t cpu0 = threadCpuNs();
+    const bool timing = shared_.timing;
+    int64_t cpu0 = timing ? threadCpuNs() : 0;
     int64_t lastCharge = nowNs();
-    int64_t items = 0;
+    int64_t items = 0, runNs = 0;
     for (;;) {
       uint64_t a, b, drops;
       {
@@ -476,8 +560,9 @@ private:
         if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
             shared_.cancelled.load(std::memory_order_relaxed)) {
           --activeTasks_;
-          chargeTime(ns.data(), threadCpuNs() - cpu0);
-          adaptChunk(ns.data(), items);
+          if (timing)
+            chargeTime(ns.data(), threadCpuNs() - cpu0);
+          adaptChunk(runNs, items);
           idle_.notify_all();
           return;
         }
@@ -490,6 +575,7 @@ private:
         drops = knownDrops_;
       }
       // Slots [a, b) belong to this worker until they are marked done.
+      int64_t runStart = nowNs();
       for (uint64_t p = a; p < b; ++p) {
         Slot &s = slot(p);
         // Direct output: claim the record's batch row first so the step
@@ -502,28 +588,33 @@ private:
         }
         targets.clear();
         if (placer_ && s.outcome.kind == Outcome::Kept) {
-          int64_t t0 = nowNs();
+          int64_t t0 = shared_.timing ? nowNs() : 0;
           if (claimed)
             placer_->placeClaimed(p - drops, s.item.rec, rowViews);
           else
             placer_->place(p - drops, s.item.rec);
-          ns[ops_.size() - 1] += nowNs() - t0;
+          if (shared_.timing)
+            ns[ops_.size() - 1] += nowNs() - t0;
         }
         // Do not keep the batch buffer alive past its batch.
         rowViews.clear();
       }
+      int64_t t = nowNs();
+      runNs += t - runStart;
       items += static_cast<int64_t>(b - a);
       // Charge the work done so far every few milliseconds, not only when
       // the worker leaves: a worker of the bottleneck stage never runs out
       // of input, and its time must show in the counters while it runs
       // (the autotuner's probes and re-planner read them live).
-      if (int64_t t = nowNs(); t - lastCharge >= kChargeNs) {
-        int64_t cpu = threadCpuNs();
-        chargeTime(ns.data(), cpu - cpu0);
-        adaptChunk(ns.data(), items);
-        std::fill(ns.begin(), ns.end(), 0);
-        items = 0;
-        cpu0 = cpu;
+      if (t - lastCharge >= kChargeNs) {
+        if (timing) {
+          int64_t cpu = threadCpuNs();
+          chargeTime(ns.data(), cpu - cpu0);
+          std::fill(ns.begin(), ns.end(), 0);
+          cpu0 = cpu;
+        }
+        adaptChunk(runNs, items);
+        items = runNs = 0;
         lastCharge = t;
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -546,12 +637,9 @@ private:
 
   /// Sizes runs of records so that a task works ~20us between lock
   /// acquisitions: tiny records go in runs, large images one by one.
-  void adaptChunk(const int64_t *ns, int64_t items) {
+  void adaptChunk(int64_t total, int64_t items) {
     if (items <= 0)
       return;
-    int64_t total = 0;
-    for (size_t i = 0; i < ops_.size(); ++i)
-      total += ns[i];
     int64_t per = std::max<int64_t>(1, total / items);
     chunk_ = std::clamp<int64_t>(20000 / per, 1, maxChunk_.load());
   }
@@ -642,9 +730,15 @@ private:
   }
 
   std::vector<SubOp> ops_;
-  /// produceInline/produceMany scratch: time per step, a run of records.
-  std::vector<int64_t> ns_ = std::vector<int64_t>(ops_.size());
+  /// produceInline/produceMany scratch: time and bytes per step (see
+  /// process()), a run of records.
+  std::vector<int64_t> ns_ = std::vector<int64_t>(3 * ops_.size());
   std::vector<Item> run_;
+  /// Run mode (runs()): one RowsFilterFn per step, scratch.
+  bool runsOk_ = false;
+  std::vector<RowsFilterFn> rowsFilters_;
+  std::vector<uint8_t> keepFlags_;
+  std::vector<uint32_t> nextKeep_;
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;

@@ -6,6 +6,14 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Memory.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,6 +56,84 @@ std::string formatBytes(int64_t bytes) {
   return buf;
 }
 
+namespace {
+/// Bytes reserved in all budgets alive now, and the most ever.
+std::atomic<int64_t> &processUsed() {
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+std::atomic<int64_t> &processPeak() {
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+void addToProcess(int64_t bytes) {
+  int64_t next =
+      processUsed().fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::atomic<int64_t> &peak = processPeak();
+  int64_t p = peak.load(std::memory_order_relaxed);
+  while (next > p && !peak.compare_exchange_weak(p, next,
+                                                 std::memory_order_relaxed))
+    ;
+}
+} // namespace
+
+int configureProcessAllocator() {
+#ifdef __GLIBC__
+  const char *tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_ARENA_MAX") ||
+      (tunables && std::strstr(tunables, "glibc.malloc.arena_max")))
+    return 0;
+  int arenas = 1;
+  if (const char *v = std::getenv("SLUICE_MALLOC_ARENAS"); v && *v) {
+    char *end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1024)
+      return 0;
+    arenas = static_cast<int>(n);
+  }
+  if (arenas == 0)
+    return 0;
+  return mallopt(M_ARENA_MAX, arenas) == 1 ? arenas : 0;
+#else
+  return 0;
+#endif
+}
+
+namespace {
+std::atomic<int64_t> &baselineRss() {
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+} // namespace
+
+void noteProcessBaseline() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    baselineRss().store(currentRss(), std::memory_order_relaxed);
+  });
+}
+
+int64_t currentRss() {
+  long pages = 0, resident = 0;
+  if (FILE *f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2)
+      resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+int64_t processBaselineRss() {
+  return baselineRss().load(std::memory_order_relaxed);
+}
+
+int64_t processMemoryPeak() {
+  return processPeak().load(std::memory_order_relaxed);
+}
+
 void MemoryAccount::notePeak(int64_t v) {
   int64_t p = peak_.load(std::memory_order_relaxed);
   while (v > p && !peak_.compare_exchange_weak(p, v, std::memory_order_relaxed))
@@ -75,6 +161,7 @@ void MemoryAccount::release(int64_t bytes) {
     return;
   used_.fetch_sub(bytes, std::memory_order_relaxed);
   budget_->used_.fetch_sub(bytes, std::memory_order_relaxed);
+  processUsed().fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 MemoryAccount *MemoryBudget::account(std::string name) {
@@ -90,6 +177,7 @@ bool MemoryBudget::tryAdd(int64_t bytes) {
     if (limit_ > 0 && next > limit_)
       return false;
     if (used_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      addToProcess(bytes);
       int64_t p = peak_.load(std::memory_order_relaxed);
       while (next > p &&
              !peak_.compare_exchange_weak(p, next, std::memory_order_relaxed))
@@ -100,6 +188,7 @@ bool MemoryBudget::tryAdd(int64_t bytes) {
 }
 
 void MemoryBudget::add(int64_t bytes) {
+  addToProcess(bytes);
   int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t p = peak_.load(std::memory_order_relaxed);
   while (next > p &&

@@ -74,7 +74,11 @@ public:
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
-  std::unique_ptr<oneapi::tbb::task_arena> arena_;
+  /// Shared::replayedSourceRecords.
+  std::atomic<int64_t> replayedSourceRecords_{0};
+  /// Destroyed after the stages (declared before root_) and before the
+  /// source: waits for the tasks still queued (TaskHandoff.h).
+  std::unique_ptr<TaskArena> arena_;
   Shared shared_;
   std::vector<std::unique_ptr<StageCounters>> counters_;
   std::vector<StaticNeed> extraNeeds_;
@@ -228,14 +232,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
       oneapi::tbb::global_control::max_allowed_parallelism,
       static_cast<size_t>(hw + 1));
   (void)control;
-  e->arena_ = std::make_unique<oneapi::tbb::task_arena>(
-      static_cast<int>(e->threads_), 0);
+  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0);
   Status s = e->build();
   if (!s)
     return s;
   s = e->checkStaticMemory();
   if (!s)
     return s;
+  noteProcessBaseline();
   e->outputAccount_ = e->memory_->account("output");
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
@@ -264,7 +268,13 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.timing =
+      opts_.stageTiming == RunOptions::StageTiming::On ||
+      (opts_.stageTiming == RunOptions::StageTiming::Default &&
+       !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.recordRuns =
+      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -296,6 +306,8 @@ Status Engine::build() {
   }
 
   StageCounters *sc = counters(src.name, src.op, "source", plan_.where(src));
+  shared_.sourceCounters = sc;
+  shared_.replayedSourceRecords = &replayedSourceRecords_;
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))
@@ -750,6 +762,9 @@ RunStats Engine::stats() const {
   r.outputBytes = outputBytes_.load();
   r.memoryLimit = memory_->limit();
   r.memoryPeak = memory_->peak();
+  r.processMemoryPeak = std::max(r.memoryPeak, processMemoryPeak());
+  r.baselineRss = processBaselineRss();
+  r.rss = currentRss();
   r.memoryInUse = memory_->used();
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)

@@ -79,7 +79,9 @@ public:
 private:
   std::string line() {
     RunStats s = p_.stats();
-    int64_t read = s.stages.empty() ? 0 : s.stages.front().read;
+    // Source records, counting passes served from a cache as the records
+    // they stand for (RunStats::records()).
+    int64_t read = s.records();
     double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
             .count();
@@ -212,20 +214,17 @@ std::string signalName(int sig) {
                           : "signal " + std::to_string(sig);
 }
 
-/// Source records read so far.
-int64_t recordsRead(const RunStats &s) {
-  return s.stages.empty() ? 0 : s.stages.front().read;
-}
-
-/// The final line: outputs, time, rates, epochs, threads, the sink.
+/// The final line: outputs, time, records (RunStats::records()), rates,
+/// epochs, threads, the sink.
 std::string finalLine(const RunStats &stats, const std::string &sinkSummary) {
   double secs = stats.wallSeconds > 0 ? stats.wallSeconds : 0;
   char line[256];
   std::snprintf(line, sizeof(line),
-                "%lld outputs in %.2f s (%s records/s, %s outputs/s) over %lld "
-                "epoch%s with %lld threads",
+                "%lld outputs in %.2f s (%lld records, %s records/s, %s "
+                "outputs/s) over %lld epoch%s with %lld threads",
                 static_cast<long long>(stats.outputs), secs,
-                fmtRate(secs > 0 ? recordsRead(stats) / secs : 0).c_str(),
+                static_cast<long long>(stats.records()),
+                fmtRate(secs > 0 ? stats.records() / secs : 0).c_str(),
                 fmtRate(secs > 0 ? stats.outputs / secs : 0).c_str(),
                 static_cast<long long>(stats.epochsDone),
                 stats.epochsDone == 1 ? "" : "s",

@@ -144,6 +144,60 @@ protected:
     }
   }
 
+  /// Runs need one shard at a time (no interleave) read on this thread;
+  /// a reader that holds no run (ShardReader::nextRun returns 0) is read
+  /// record by record, each record a run of one.
+  bool runs() const override {
+    return cycle_ == 1 && !readAhead_ && shared_.source->readsRuns();
+  }
+
+  Expected<bool> produceRun(ItemRun &run, int64_t max) override {
+    run.selected = false;
+    run.keep.clear();
+    if (!slots_.empty()) {
+      Slot &s = *slots_[pos_];
+      int64_t k = 0;
+      if (s.reader) {
+        RecordRun rr;
+        rr.columns = std::move(run.columns);
+        k = s.reader->nextRun(rr, max);
+        run.columns = std::move(rr.columns);
+        if (k > 0) {
+          index_ += static_cast<uint64_t>(k);
+          c_->read.fetch_add(k, std::memory_order_relaxed);
+          c_->emitted.fetch_add(k, std::memory_order_relaxed);
+          run.rows = k;
+          run.firstIndex = index_ - static_cast<uint64_t>(k);
+          run.origin.shard = static_cast<int64_t>(s.shard);
+          run.origin.record = rr.first;
+          if (parallelParse_ && (runs_++ & 15) == 0)
+            foldParseCpu();
+          c_->bytesIn.store(bytesRead(), std::memory_order_relaxed);
+          return true;
+        }
+      }
+    }
+    // The next record on its own (opening the next shard, or an error).
+    Item it;
+    Expected<bool> r = produce(it);
+    if (!r || !*r)
+      return r;
+    run.columns.resize(it.rec.fields.size());
+    for (size_t f = 0; f < it.rec.fields.size(); ++f) {
+      Tensor &t = it.rec.fields[f];
+      if (!t.valid() || !t.isNumeric())
+        return Status::error("internal error: a run of records with a "
+                             "non-numeric field");
+      std::vector<int64_t> shape{1};
+      shape.insert(shape.end(), t.shape().begin(), t.shape().end());
+      run.columns[f] = Tensor::viewOf(t, 0, t.elem(), std::move(shape));
+    }
+    run.rows = 1;
+    run.firstIndex = it.rec.index;
+    run.origin = it.origin;
+    return true;
+  }
+
 private:
   struct Slot;
   /// Reads the next record of a slot's shard with the reader's allocations
@@ -198,7 +252,7 @@ private:
 
   ReadAhead parseAhead() const {
     ReadAhead ra;
-    oneapi::tbb::task_arena *arena = shared_.arena;
+    TaskArena *arena = shared_.arena;
     // The parse tasks' CPU time is the source's cost too (the autotuner
     // reads it); they add it to a counter that outlives them, and
     // foldParseCpu() moves it into the stage's counters.
@@ -316,6 +370,7 @@ private:
   int64_t open_ = 0;
   uint64_t index_ = 0;
   int64_t doneBytes_ = 0;
+  uint64_t runs_ = 0;
 };
 
 } // namespace

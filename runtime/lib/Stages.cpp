@@ -53,6 +53,15 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t) {
   return n;
 }
 
+int64_t Shared::recordsSoFar() const {
+  int64_t n = sourceCounters
+                  ? sourceCounters->read.load(std::memory_order_relaxed)
+                  : 0;
+  if (replayedSourceRecords)
+    n += replayedSourceRecords->load(std::memory_order_relaxed);
+  return n;
+}
+
 std::string Shared::describe(const Origin &o) const {
   if (o.shard >= 0 && source &&
       static_cast<size_t>(o.shard) < source->numShards()) {
@@ -103,11 +112,13 @@ Expected<bool> Stage::next(Item &out) {
   // filled stops within a record of a cancel().
   if (shared_.cancelled.load(std::memory_order_relaxed))
     return cancelledError();
-  if (!inlineTiming_ || !c_) {
+  if (!inlineTiming_ || !c_ || !shared_.timing) {
     Expected<bool> r = produce(out);
     if (r && *r && c_) {
       c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
-      c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
+      if (shared_.timing)
+        c_->bytesOut.fetch_add(recordBytes(out.rec),
+                               std::memory_order_relaxed);
     }
     return r;
   }
@@ -144,6 +155,9 @@ Expected<size_t> Stage::produceMany(std::vector<Item> &out, size_t max) {
 }
 
 Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
+  // As next(): a run stops within a run of a cancel().
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
   if (held_) {
     Status s = std::move(*held_);
     held_.reset();
@@ -151,7 +165,7 @@ Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
   }
   const size_t before = out.size();
   Expected<size_t> r = 0;
-  if (!inlineTiming_ || !c_) {
+  if (!inlineTiming_ || !c_ || !shared_.timing) {
     r = produceMany(out, max);
   } else {
     pullNs_ = 0;
@@ -162,29 +176,84 @@ Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
     c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
   }
   if (c_ && out.size() > before) {
-    int64_t bytes = 0;
-    for (size_t i = before; i < out.size(); ++i)
-      bytes += recordBytes(out[i].rec);
     c_->elementsOut.fetch_add(static_cast<int64_t>(out.size() - before),
                               std::memory_order_relaxed);
-    c_->bytesOut.fetch_add(bytes, std::memory_order_relaxed);
+    if (shared_.timing) {
+      int64_t bytes = 0;
+      for (size_t i = before; i < out.size(); ++i)
+        bytes += recordBytes(out[i].rec);
+      c_->bytesOut.fetch_add(bytes, std::memory_order_relaxed);
+    }
   }
   return r;
 }
 
 Expected<size_t> Stage::pullMany(std::vector<Item> &out, size_t max) {
   const size_t before = out.size();
-  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  bool timed = inlineTiming_ && shared_.timing;
+  int64_t t0 = timed ? nowNs() : 0;
   Expected<size_t> r = upstream_->nextMany(out, max);
-  if (inlineTiming_)
+  if (timed)
     pullNs_ += nowNs() - t0;
   if (c_ && out.size() > before) {
-    int64_t bytes = 0;
-    for (size_t i = before; i < out.size(); ++i)
-      bytes += recordBytes(out[i].rec);
     c_->read.fetch_add(static_cast<int64_t>(out.size() - before),
                        std::memory_order_relaxed);
-    c_->bytesIn.fetch_add(bytes, std::memory_order_relaxed);
+    if (shared_.timing) {
+      int64_t bytes = 0;
+      for (size_t i = before; i < out.size(); ++i)
+        bytes += recordBytes(out[i].rec);
+      c_->bytesIn.fetch_add(bytes, std::memory_order_relaxed);
+    }
+  }
+  return r;
+}
+
+int64_t ItemRun::rowRecordBytes() const {
+  int64_t n = static_cast<int64_t>(columns.size() * sizeof(Tensor));
+  for (const Tensor &t : columns)
+    if (t.valid() && rows > 0)
+      n += static_cast<int64_t>(Tensor::numericMemoryBytes(
+          t.nbytes() / static_cast<size_t>(rows)));
+  return n;
+}
+
+Expected<bool> Stage::produceRun(ItemRun &, int64_t) {
+  return Status::error("internal error: stage '" +
+                       (c_ ? c_->name() : std::string("?")) +
+                       "' cannot hand on runs of records");
+}
+
+Expected<bool> Stage::nextRun(ItemRun &run, int64_t max) {
+  if (shared_.cancelled.load(std::memory_order_relaxed))
+    return cancelledError();
+  Expected<bool> r = true;
+  if (!inlineTiming_ || !c_) {
+    r = produceRun(run, max);
+  } else {
+    pullNs_ = 0;
+    int64_t t0 = nowNs();
+    r = produceRun(run, max);
+    int64_t self = nowNs() - t0 - pullNs_;
+    c_->wallNs.fetch_add(self, std::memory_order_relaxed);
+    c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
+  }
+  if (r && *r && c_ && run.kept() > 0) {
+    c_->elementsOut.fetch_add(run.kept(), std::memory_order_relaxed);
+    c_->bytesOut.fetch_add(run.kept() * run.rowRecordBytes(),
+                           std::memory_order_relaxed);
+  }
+  return r;
+}
+
+Expected<bool> Stage::pullRows(ItemRun &run, int64_t max) {
+  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  Expected<bool> r = upstream_->nextRun(run, max);
+  if (inlineTiming_)
+    pullNs_ += nowNs() - t0;
+  if (r && *r && c_ && run.kept() > 0) {
+    c_->read.fetch_add(run.kept(), std::memory_order_relaxed);
+    c_->bytesIn.fetch_add(run.kept() * run.rowRecordBytes(),
+                          std::memory_order_relaxed);
   }
   return r;
 }
@@ -199,13 +268,15 @@ void Stage::stop() {
 }
 
 Expected<bool> Stage::pull(Item &in) {
-  int64_t t0 = inlineTiming_ ? nowNs() : 0;
+  bool timed = inlineTiming_ && shared_.timing;
+  int64_t t0 = timed ? nowNs() : 0;
   Expected<bool> r = upstream_->next(in);
-  if (inlineTiming_)
+  if (timed)
     pullNs_ += nowNs() - t0;
   if (r && *r && c_) {
     c_->read.fetch_add(1, std::memory_order_relaxed);
-    c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
+    if (shared_.timing)
+      c_->bytesIn.fetch_add(recordBytes(in.rec), std::memory_order_relaxed);
   }
   return r;
 }
@@ -787,6 +858,7 @@ public:
       if (!upstream_->attachRowPlacer(rows_.get()))
         rows_.reset();
     }
+    runMode_ = s.recordRuns && layout_ && !rows_ && upstream_->runs();
   }
 
   ~BatchStage() override {
@@ -861,7 +933,89 @@ protected:
         step_.name + ".size or raise budget.memory");
   }
 
+  /// Run mode: copies runs of rows (ItemRun) from their columns into the
+  /// batch's buffers, a memcpy per field and run of consecutive kept rows,
+  /// instead of one per field and record.
+  Expected<bool> produceFromRuns(Item &out) {
+    int64_t bufferBytes = 0;
+    for (size_t f = 0; f < layout_->bytes.size(); ++f)
+      bufferBytes += static_cast<int64_t>(Tensor::numericMemoryBytes(
+          layout_->bytes[f] * static_cast<size_t>(size_)));
+    if (!account_->tryReserve(bufferBytes))
+      return budgetError();
+    struct Hold { // the buffer being filled, until it is handed on
+      MemoryAccount *account;
+      int64_t bytes;
+      ~Hold() { account->release(bytes); }
+    } hold{account_, bufferBytes};
+    std::vector<Tensor> placed = layout_->allocate(size_);
+    int64_t n = 0;
+    while (n < size_) {
+      Expected<bool> r = pullRows(run_, size_ - n);
+      if (!r) {
+        inc(c_->discarded, n);
+        return r.status();
+      }
+      if (!*r)
+        break;
+      const int64_t k = run_.kept();
+      if (k == 0)
+        continue;
+      if (k > size_ - n || run_.columns.size() != placed.size())
+        return Status::error("internal error: " + step_.name +
+                             " was handed a run that does not fit its batch");
+      for (size_t f = 0; f < placed.size(); ++f) {
+        const Tensor &col = run_.columns[f];
+        const size_t rb = layout_->bytes[f];
+        if (col.elem() != layout_->elems[f] ||
+            col.nbytes() != rb * static_cast<size_t>(run_.rows))
+          return Status::error("internal error: " + step_.name +
+                               ": a run's field " + std::to_string(f) +
+                               " is " + col.type().str());
+        uint8_t *dst = placed[f].mutableRaw() + static_cast<size_t>(n) * rb;
+        const uint8_t *src = col.raw();
+        if (!run_.selected) {
+          copyRow(dst, src, static_cast<size_t>(k) * rb, layout_->stream[f]);
+          continue;
+        }
+        // Consecutive kept rows in one copy.
+        const std::vector<uint32_t> &keep = run_.keep;
+        for (size_t i = 0; i < keep.size();) {
+          size_t j = i + 1;
+          while (j < keep.size() && keep[j] == keep[j - 1] + 1)
+            ++j;
+          copyRow(dst, src + size_t(keep[i]) * rb, (j - i) * rb,
+                  layout_->stream[f]);
+          dst += (j - i) * rb;
+          i = j;
+        }
+      }
+      n += k;
+      inc(c_->rowsFromRuns, k);
+      c_->notePeakBytes(bufferBytes);
+    }
+    run_.columns.clear(); // the source's block is not held past the batch
+    if (n == 0)
+      return false;
+    c_->sampleOccupancy(n);
+    if (n < size_ && dropRemainder_) {
+      inc(c_->filtered, n);
+      return false;
+    }
+    ++passBatch_;
+    if (n < size_) {
+      // A partial batch has its own shape.
+      std::vector<Tensor> part = layout_->allocate(n);
+      for (size_t f = 0; f < part.size(); ++f)
+        std::memcpy(part[f].mutableRaw(), placed[f].raw(), part[f].nbytes());
+      placed = std::move(part);
+    }
+    return emit(std::move(placed), n, out);
+  }
+
   Expected<bool> produce(Item &out) override {
+    if (runMode_)
+      return produceFromRuns(out);
     const bool bulk = shared_.bulkPull && !rows_;
     if (bulk) {
       if (Status st = pullRun(); !st)
@@ -1004,6 +1158,9 @@ private:
   std::optional<RowLayout> layout_;
   /// Set when the upstream map stage places rows.
   std::unique_ptr<BatchRows> rows_;
+  /// Batches are filled from runs of rows (Shared::recordRuns).
+  bool runMode_ = false;
+  ItemRun run_;
   MemoryAccount *account_;
   std::vector<Item> items_;
   int64_t bytes_ = 0;

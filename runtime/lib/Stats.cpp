@@ -41,7 +41,20 @@ std::string StageStats::accountingLine() const {
   if (discarded > 0)
     s += " + discarded " + std::to_string(discarded) +
          " (in buffers when the run stopped)";
+  if (!repaired.empty()) {
+    s += "; repaired ";
+    for (size_t i = 0; i < repaired.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(repaired[i].second) + " (" +
+           repaired[i].first + ")";
+  }
   return s;
+}
+
+int64_t RunStats::records() const {
+  int64_t n = stages.empty() ? 0 : stages.front().read;
+  for (const StageStats &s : stages)
+    n += s.replayedSourceRecords;
+  return n;
 }
 
 nlohmann::ordered_json StageStats::toJson() const {
@@ -74,6 +87,16 @@ nlohmann::ordered_json StageStats::toJson() const {
     j["rows_in_place"] = rowsInPlace;
   if (rowsDirect > 0)
     j["rows_direct"] = rowsDirect;
+  if (replayedSourceRecords > 0)
+    j["replayed_source_records"] = replayedSourceRecords;
+  if (!repaired.empty()) {
+    nlohmann::ordered_json rp = nlohmann::ordered_json::object();
+    for (const auto &[reason, n] : repaired)
+      rp[reason] = n;
+    j["repaired"] = std::move(rp);
+  }
+  if (rowsFromRuns > 0)
+    j["rows_from_runs"] = rowsFromRuns;
   return j;
 }
 
@@ -90,9 +113,15 @@ nlohmann::ordered_json RunStats::toJson() const {
           {"threads", threads},
           {"wall_seconds", wallSeconds},
           {"outputs", outputs},
+          {"records", records()},
           {"output_bytes", outputBytes},
           {"memory",
-           {{"limit", memoryLimit}, {"peak", memoryPeak}, {"peaks", per}}},
+           {{"limit", memoryLimit},
+            {"peak", memoryPeak},
+            {"process_peak", processMemoryPeak},
+            {"baseline_rss", baselineRss},
+            {"rss", rss},
+            {"peaks", per}}},
           {"stages", std::move(list)}};
 }
 
@@ -171,6 +200,9 @@ std::string RunStats::table() const {
   out += "; memory peak " + formatBytes(memoryPeak);
   if (memoryLimit > 0)
     out += " of budget " + formatBytes(memoryLimit);
+  if (processMemoryPeak > memoryPeak)
+    out += " (process peak " + formatBytes(processMemoryPeak) +
+           ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
   return out;
 }
@@ -200,6 +232,11 @@ Status RunStats::checkBalanced() const {
 void StageCounters::addSkipped(const std::string &reason, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   skipped_[reason] += n;
+}
+
+void StageCounters::addRepaired(const std::string &reason, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  repaired_[reason] += n;
 }
 
 void StageCounters::sampleOccupancy(int64_t occupancy) {
@@ -255,6 +292,7 @@ StageStats StageCounters::snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.skipped.assign(skipped_.begin(), skipped_.end());
+    s.repaired.assign(repaired_.begin(), repaired_.end());
     s.warnings = warnings_;
     s.warningsMore = warningsMore_;
   }
@@ -276,6 +314,8 @@ StageStats StageCounters::snapshot() const {
   s.bufferBytesPeak = ld(bufferBytesPeak);
   s.rowsInPlace = ld(rowsInPlace);
   s.rowsDirect = ld(rowsDirect);
+  s.replayedSourceRecords = ld(replayedSourceRecords);
+  s.rowsFromRuns = ld(rowsFromRuns);
   return s;
 }
 

@@ -12,34 +12,7 @@ import struct
 import sys
 import zlib
 
-# CRC-32C (Castagnoli), bit by bit: slow and obviously correct.
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(data):
-    c = crc32c(data)
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def varint(n):
-    out = b""
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out += bytes([b | 0x80])
-        else:
-            return out + bytes([b])
-
-
-def field(num, payload):  # length-delimited protobuf field
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
+from tfrecord_writer import field, masked, varint
 
 
 def example(label, value):

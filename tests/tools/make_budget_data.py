@@ -8,10 +8,13 @@ the declared size. Usage: make_budget_data.py DIR
                732 MiB decoded) and one small PNG
   DIR/jpg/     image_folder with three small PNGs (for resize/pad/one_hot)
   DIR/tar/     shard-000.tar: one member whose header declares ~8 GiB in a
-               2 KB file; big-000.tar: a real 3 MiB member, then a small one
+               2 KB file; lie-000.tar.gz / huge-000.tar.gz: ~200 MiB / ~8 GiB
+               declared, 1.5 KB inside gzip; big-000.tar: a real 3 MiB
+               member, then a small one
   DIR/*.yaml   the specs (see budget.test)
 Only the standard library is used, so the PNG is written row by row.
 """
+import gzip
 import os
 import struct
 import sys
@@ -77,6 +80,13 @@ def main():
     # ~8 GiB declared, 2 KB on disk.
     with open(os.path.join(d, "tar/shard-000.tar"), "wb") as f:
         f.write(tar_header("000.bin", (8 << 30) - 512) + b"x" * 1536)
+    # The same lies inside a .tar.gz, where the bytes left are unknown until
+    # inflated: ~200 MiB declared (less than the budget) and ~8 GiB (more),
+    # each with 1.5 KB of data.
+    for name, size in (("lie-000.tar.gz", 200 << 20),
+                       ("huge-000.tar.gz", (8 << 30) - 512)):
+        with gzip.open(os.path.join(d, "tar", name), "wb") as f:
+            f.write(tar_header("000.bin", size) + b"x" * 1536)
     # A real 3 MiB member (more than the 2 MiB budget) and a small sample.
     with open(os.path.join(d, "tar/big-000.tar"), "wb") as f:
         f.write(tar_member("000.bin", b"\x01" * (3 << 20)))
@@ -123,6 +133,10 @@ budget: {cores: 1, memory: %(mem)s}
 """
     spec(os.path.join(d, "tar-declared.yaml"),
          tar % dict(glob="shard-*.tar", onerr="", mem="256MiB"))
+    spec(os.path.join(d, "tar-gz-lie.yaml"),
+         tar % dict(glob="lie-*.tar.gz", onerr="", mem="512MiB"))
+    spec(os.path.join(d, "tar-gz-huge.yaml"),
+         tar % dict(glob="huge-*.tar.gz", onerr="", mem="256MiB"))
     spec(os.path.join(d, "tar-big-fail.yaml"),
          tar % dict(glob="big-*.tar", onerr="", mem="2MiB"))
     spec(os.path.join(d, "tar-big-skip.yaml"),

@@ -297,6 +297,38 @@ TEST_F(Tokenize, SharedVocabIsLoadedOnce) {
             std::string::npos);
 }
 
+TEST(TokenizeEncoding, InvalidUtf8IsAnErrorUnlessReplaced) {
+  std::shared_ptr<const Vocab> vocab =
+      Vocab::fromTokens({"[UNK]", "a", "b", "\xef\xbf\xbd"});
+  // 0xff cannot start a sequence; 0xc3 0x28 is a cut-off two-byte sequence.
+  Tensor bytes = Tensor::string(ElemType::Bytes, "a \xff b \xc3\x28");
+  TokenizeOptions strict;
+  strict.unknownId = 0;
+  Expected<Tensor> bad = tokenize(bytes, *vocab, strict);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find(
+                "invalid UTF-8: byte 0xff at offset 2 of the text"),
+            std::string::npos)
+      << bad.status().message();
+
+  TokenizeOptions replace = strict;
+  replace.replaceInvalid = true;
+  size_t replaced = 99;
+  Expected<Tensor> ids = tokenize(bytes, *vocab, replace, &replaced);
+  ASSERT_TRUE(ids) << ids.status().message();
+  EXPECT_EQ(replaced, 2u);
+  std::vector<int64_t> got(ids->data<int64_t>(),
+                           ids->data<int64_t>() + ids->dim(0));
+  // "a" U+FFFD "b" U+FFFD"(": the last token is not in the vocabulary.
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 3, 2, 0}));
+
+  // Valid text is untouched and counts no replacement.
+  Expected<Tensor> ok = tokenize(Tensor::string(ElemType::String, "a b"),
+                                 *vocab, strict, &replaced);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(replaced, 0u);
+}
+
 TEST(Vocab, LargeVocabLookups) {
   std::vector<std::string> toks;
   for (int i = 0; i < 50000; ++i)

@@ -9,6 +9,8 @@
 #include "runtime_test_util.h"
 
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/kernels/Categorical.h"
+#include "sluice/ops/kernels/Layout.h"
 #include "sluice/runtime/Memory.h"
 
 #include <cstdlib>
@@ -218,6 +220,64 @@ TEST(AllocationScopeTest, CheckAndScratchNameTheSizeAndTheBudget) {
   EXPECT_FALSE(again.isOk());
   EXPECT_NE(again.message().find("lower parallelism"), std::string::npos)
       << again.message();
+}
+
+TEST(AllocationScopeTest, TokenizeReservesItsOutputBeforeBuildingIt) {
+  std::string words;
+  for (int i = 0; i < 200000; ++i)
+    words += i % 3 ? "a " : "b ";
+  Tensor text = Tensor::string(ElemType::String, words);
+  std::shared_ptr<const kernels::Vocab> vocab =
+      kernels::Vocab::fromTokens({"a", "b"});
+  {
+    // 200,000 i64 ids (1.5 MiB) under a 1 MiB budget: refused when the
+    // output is reserved, before any id is stored.
+    runtime::MemoryBudget budget(int64_t(1) << 20);
+    runtime::AccountAllocationLimit limit(budget.account("scratch"));
+    AllocationScope scope(&limit);
+    EXPECT_THROW((void)kernels::tokenize(text, *vocab), AllocationRefused);
+    EXPECT_EQ(scope.charged(), 0);
+  }
+  runtime::MemoryBudget budget(int64_t(8) << 20);
+  runtime::AccountAllocationLimit limit(budget.account("scratch"));
+  AllocationScope scope(&limit);
+  Expected<Tensor> ids = kernels::tokenize(text, *vocab);
+  ASSERT_TRUE(bool(ids)) << ids.status().message();
+  ASSERT_EQ(ids->shape(), (std::vector<int64_t>{200000}));
+  EXPECT_EQ(ids->data<int64_t>()[0], 1);
+  EXPECT_EQ(ids->data<int64_t>()[1], 0);
+  EXPECT_EQ(ids->data<int64_t>()[199999], 0);
+  // What was charged is the output, nothing more.
+  EXPECT_EQ(scope.charged(),
+            int64_t(Tensor::numericMemoryBytes(200000 * sizeof(int64_t))));
+}
+
+TEST(AllocationScopeTest, StringKernelsReserveBeforeBuilding) {
+  Tensor words = Tensor::strings(
+      ElemType::String, {2},
+      {"short", std::string(1000, 'x')}); // one inline, one on the heap
+  // A padded shape whose string objects cannot be counted: refused, not a
+  // std::length_error or a wrapped size, with or without a scope.
+  EXPECT_THROW((void)kernels::paddedStack({words}, {int64_t(1) << 60}, 0),
+               AllocationRefused);
+  runtime::MemoryBudget budget(int64_t(1) << 20);
+  runtime::AccountAllocationLimit limit(budget.account("scratch"));
+  AllocationScope scope(&limit);
+  // 100,000 empty strings (3 MiB of string objects) do not fit in 1 MiB.
+  EXPECT_THROW((void)kernels::paddedStack({words}, {100000}, 0),
+               AllocationRefused);
+  EXPECT_EQ(scope.charged(), 0);
+  // Batching copies the strings: reserved first, heap bytes included.
+  std::vector<Tensor> items(2000, words); // 2 MB of copies
+
+  EXPECT_THROW((void)kernels::stack(items), AllocationRefused);
+  items.resize(100);
+  Expected<Tensor> b = kernels::stack(items);
+  ASSERT_TRUE(bool(b)) << b.status().message();
+  EXPECT_EQ(b->stringValues()[199], std::string(1000, 'x'));
+  EXPECT_EQ(scope.charged(),
+            int64_t(kTensorOverheadBytes + sizeof(std::vector<std::string>) +
+                    200 * sizeof(std::string) + 100 * 1001));
 }
 
 TEST(AllocationScopeTest, DefaultBudgetIsAShareOfTheHostNotUnlimited) {

@@ -83,6 +83,45 @@ TEST_F(StatsTest, CountersFollowTheStream) {
   }
 }
 
+// RunOptions::stageTiming Off (SLUICE_NO_STAGE_TIMING=1), which
+// bench/counter_overhead.py compares against: no clock reads or byte walks,
+// so the time and byte columns of every step stay 0, while the record
+// accounting and the outputs are the same as with the counters on.
+TEST_F(StatsTest, StageTimingOffKeepsAccountingAndOutputs) {
+  runtime::RunOptions on, off;
+  on.stageTiming = runtime::RunOptions::StageTiming::On;
+  off.stageTiming = runtime::RunOptions::StageTiming::Off;
+  runtime::RunStats son, soff;
+  std::vector<Output> a = runAll(plan_, on, &son);
+  std::vector<Output> b = runAll(plan_, off, &soff);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].fields.size(), b[i].fields.size());
+    for (size_t f = 0; f < a[i].fields.size(); ++f)
+      EXPECT_TRUE(a[i].fields[f].sameAs(b[i].fields[f])) << i << " " << f;
+  }
+  ASSERT_EQ(son.stages.size(), soff.stages.size());
+  bool anyTime = false;
+  for (size_t i = 0; i < son.stages.size(); ++i) {
+    const runtime::StageStats &x = son.stages[i], &y = soff.stages[i];
+    EXPECT_EQ(x.read, y.read) << x.name;
+    EXPECT_EQ(x.emitted, y.emitted) << x.name;
+    EXPECT_EQ(x.filtered, y.filtered) << x.name;
+    EXPECT_EQ(x.elementsOut, y.elementsOut) << x.name;
+    EXPECT_GT(x.bytesOut, 0) << x.name;
+    anyTime = anyTime || x.wallSeconds > 0;
+    // The source's bytes read from its files and its parse workers' CPU
+    // are kept (read from the readers, no clock per record).
+    if (i == 0)
+      continue;
+    EXPECT_EQ(y.bytesIn, 0) << y.name;
+    EXPECT_EQ(y.bytesOut, 0) << y.name;
+    EXPECT_EQ(y.wallSeconds, 0) << y.name;
+    EXPECT_EQ(y.cpuSeconds, 0) << y.name;
+  }
+  EXPECT_TRUE(anyTime);
+}
+
 TEST_F(StatsTest, RunPrintsAccountingTableAndJson) {
   runtime::RunOptions o;
   o.stats = true;
@@ -120,5 +159,110 @@ TEST_F(StatsTest, RunPrintsAccountingTableAndJson) {
           "wall_seconds", "bytes_in", "bytes_out"})
       EXPECT_TRUE(st.contains(key)) << key;
 }
+
+/// records/s counts what a run went through in source records: a pass
+/// served from a cache stands for the source records read to record it,
+/// and the recording pass is not counted twice (RunStats::records()).
+class CacheRecordsTest : public ::testing::TestWithParam<const char *> {
+protected:
+  void SetUp() override {
+    std::string rows;
+    for (int i = 0; i < 300; ++i)
+      rows += std::to_string(i) + "," + std::to_string(i % 7) + "\n";
+    dir_.write("rows.csv", rows);
+  }
+  runtime::Plan plan(const std::string &where, const std::string &cache,
+                     const std::string &after, int epochs) {
+    return planFromYaml(
+        dir_,
+        "pipeline: cached\nseed: 9\nsource:\n  csv:\n    files: rows.csv\n"
+        "    columns:\n      - {name: id, type: i64}\n"
+        "      - {name: k, type: i64}\n"
+        "steps:\n"
+        "  - filter: \"" +
+            where + "\"\n" + cache + after +
+            "  - batch: {size: 32}\n"
+            "epochs: " +
+            std::to_string(epochs) + "\n");
+  }
+  std::string cache() const {
+    return std::string("  - cache: ") + GetParam() + "\n";
+  }
+  TempDir dir_;
+};
+
+TEST_P(CacheRecordsTest, ReplayedEpochsCountTheirSourceRecordsOnce) {
+  runtime::RunStats s, plain;
+  std::vector<Output> outs = runAll(plan("k != 3", cache(), "", 3), {}, &s);
+  std::vector<Output> ref = runAll(plan("k != 3", "", "", 3), {}, &plain);
+  EXPECT_EQ(allBytes(outs), allBytes(ref));
+  EXPECT_EQ(stageNamed(s, "csv").read, 300); // read once, replayed twice
+  EXPECT_EQ(stageNamed(s, "cache").replayedSourceRecords, 600);
+  EXPECT_EQ(stageNamed(s, "cache").read, 3 * 257); // 257 pass the filter
+  EXPECT_EQ(s.records(), 900);
+  EXPECT_EQ(plain.records(), 900); // the same without the cache
+  EXPECT_EQ(stageNamed(plain, "csv").read, 900);
+}
+
+TEST_P(CacheRecordsTest, ARepeatAfterTheCacheCountsEveryRepetition) {
+  runtime::RunStats s;
+  std::vector<Output> outs =
+      runAll(plan("k != 3", cache(), "  - repeat: 4\n", 1), {}, &s);
+  EXPECT_EQ(stageNamed(s, "csv").read, 300);
+  EXPECT_EQ(s.records(), 1200);
+}
+
+TEST_P(CacheRecordsTest, AnEmptyRecordingStandsForTheRecordsReadToMakeIt) {
+  // Nothing passes the filter: the replayed passes serve no record but
+  // still stand for the 300 source records each.
+  runtime::RunStats s;
+  std::vector<Output> outs = runAll(plan("k > 100", cache(), "", 4), {}, &s);
+  EXPECT_TRUE(outs.empty());
+  EXPECT_EQ(stageNamed(s, "csv").read, 300);
+  EXPECT_EQ(s.records(), 1200);
+}
+
+TEST_P(CacheRecordsTest, RecordsGrowSteadilyDuringAReplayedPass) {
+  // Each record a replayed pass serves credits its share: the count never
+  // goes back and never runs ahead of the records that stand behind it.
+  auto p = runtime::Pipeline::create(plan("k != 3", cache(), "", 2), {});
+  ASSERT_TRUE(bool(p)) << p.status().message();
+  runtime::Batch b;
+  int64_t last = 0, epoch2Batches = 0;
+  for (;;) {
+    Expected<bool> more = (*p)->next(b);
+    ASSERT_TRUE(bool(more)) << more.status().message();
+    if (!*more)
+      break;
+    int64_t now = (*p)->stats().records();
+    EXPECT_GE(now, last);
+    EXPECT_LE(now, 600);
+    if (b.epoch() == 1 && ++epoch2Batches == 4) // 128 of 257 records served
+      EXPECT_GE(now, 300 + 300 * 128 / 257) << "replayed records not credited";
+    last = now;
+  }
+  (*p)->stop();
+  EXPECT_EQ((*p)->stats().records(), 600);
+}
+
+TEST_P(CacheRecordsTest, TheFinalLineAndJsonGiveRecords) {
+  runtime::RunOptions o;
+  o.stats = true;
+  o.statsJsonPath = dir_ / "stats.json";
+  o.progress = runtime::RunOptions::Progress::Off;
+  std::ostringstream out, err;
+  ASSERT_EQ(runtime::runPipeline(plan("k != 3", cache(), "", 3), o, out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("(900 records, "), std::string::npos) << out.str();
+  std::ifstream in(dir_ / "stats.json");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(buf.str());
+  EXPECT_EQ(j["records"], 900);
+}
+
+INSTANTIATE_TEST_SUITE_P(To, CacheRecordsTest,
+                         ::testing::Values("memory", "disk"));
 
 } // namespace

@@ -215,7 +215,7 @@ TEST_P(CsvBlocks, AnyBlockSizeAndThreadsReadTheSame) {
     }
     for (int threads : {1, 2}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      oneapi::tbb::task_arena arena(threads);
+      runtime::TaskArena arena(threads, 1); // waits for its tasks
       runtime::MemoryBudget budget(0);
       ReadAhead ra = inline_;
       ra.spawn = [&arena](std::function<void()> f) {
@@ -367,10 +367,11 @@ struct RunResult {
   std::string accounting;
 };
 
-RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
-  runtime::RunOptions o;
-  o.threads = threads;
-  o.parallelParse = parallel;
+/// Runs `plan` under `o` to the end: its bytes, error and accounting lines
+/// (with each stage's byte and element counts when `withBytes`), checking
+/// that the accounting balances and no memory is left counted.
+RunResult runPlan(const runtime::Plan &plan, const runtime::RunOptions &o,
+                  bool withBytes, int64_t *rowsFromRuns = nullptr) {
   RunResult res;
   auto p = runtime::Pipeline::create(plan, o);
   EXPECT_TRUE(bool(p)) << (p ? "" : p.status().message());
@@ -391,12 +392,27 @@ RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
   (*p)->stop();
   res.bytes = rttest::allBytes(outs);
   runtime::RunStats s = (*p)->stats();
-  for (const runtime::StageStats &st : s.stages)
-    res.accounting += st.accountingLine() + "\n";
+  for (const runtime::StageStats &st : s.stages) {
+    res.accounting += st.accountingLine();
+    if (withBytes)
+      res.accounting += " in " + std::to_string(st.bytesIn) + " out " +
+                        std::to_string(st.bytesOut) + " elements " +
+                        std::to_string(st.elementsOut);
+    res.accounting += "\n";
+    if (rowsFromRuns && st.op == "batch")
+      *rowsFromRuns = st.rowsFromRuns;
+  }
   Status bal = s.checkBalanced();
   EXPECT_TRUE(bal.isOk()) << bal.message();
   EXPECT_EQ(s.memoryInUse, 0);
   return res;
+}
+
+RunResult runCriteo(const runtime::Plan &plan, int threads, bool parallel) {
+  runtime::RunOptions o;
+  o.threads = threads;
+  o.parallelParse = parallel;
+  return runPlan(plan, o, /*withBytes=*/false);
 }
 
 TEST(CsvParallelPipeline, SameOutputsSkipsAndErrors) {
@@ -476,6 +492,69 @@ TEST(CsvParallelPipeline, BulkPullSameAsPerRecord) {
             << ref.error;
       else
         EXPECT_EQ(got.accounting, ref.accounting);
+    }
+  }
+}
+
+RunResult runCriteoRuns(const runtime::Plan &plan, int threads, bool runs,
+                        int64_t *rowsFromRuns = nullptr) {
+  runtime::RunOptions o;
+  o.threads = threads;
+  o.recordRuns = runs;
+  // Bytes too: a run counts what its records would have.
+  return runPlan(plan, o, /*withBytes=*/true, rowsFromRuns);
+}
+
+/// Record runs (RunOptions::recordRuns): `batch` after a csv/tsv source and
+/// inline filters copies runs of rows from the parsed blocks' columns. The
+/// outputs, errors and every stage's counts (bytes included) equal those of
+/// building each record, with bad rows (skipped, or failing the run
+/// mid-batch), filters that drop rows or every row, two files, a partial
+/// last batch or drop_remainder, one and two threads (one thread parses on
+/// the consumer's thread, two in blocks on the workers).
+TEST(CsvParallelPipeline, RecordRunsSameAsRecords) {
+  TempDir dir;
+  dir.write("d/day_0.tsv", criteoText(30000));
+  dir.write("d/day_1.tsv", criteoText(5000));
+  const char *stepsCases[] = {
+      "  - filter: {where: \"label >= 1\"}\n"
+      "  - filter: {where: \"dense[2] < 4000 or cat[25] % 3 == 1\"}\n"
+      "  - batch: {size: 777}\n",
+      "  - batch: {size: 1000, drop_remainder: true}\n",
+      "  - filter: {where: \"label > 5\"}\n"
+      "  - batch: {size: 100}\n",
+  };
+  for (const char *steps : stepsCases) {
+    for (const char *onError : {"skip", "fail"}) {
+      SCOPED_TRACE(std::string(onError) + "\n" + steps);
+      runtime::Plan plan = rttest::planFromYaml(
+          dir, std::string("pipeline: runs\nsource:\n  tsv:\n"
+                           "    files: d/day_*.tsv\n    on_error: ") +
+                   onError +
+                   "\n    columns:\n"
+                   "      - {name: label, type: i64}\n"
+                   "      - {name: dense, type: f32, count: 13}\n"
+                   "      - {name: cat, type: hex32, count: 26}\n"
+                   "steps:\n" +
+                   steps);
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        int64_t fromRuns = 0, fromRecords = 0;
+        RunResult ref = runCriteoRuns(plan, threads, false, &fromRecords);
+        RunResult got = runCriteoRuns(plan, threads, true, &fromRuns);
+        EXPECT_TRUE(got.bytes == ref.bytes) << "outputs differ";
+        EXPECT_EQ(got.error, ref.error);
+        EXPECT_EQ(got.accounting, ref.accounting);
+        EXPECT_EQ(fromRecords, 0);
+        if (std::string(steps).find("label > 5") == std::string::npos) {
+          EXPECT_FALSE(ref.bytes.empty());
+          EXPECT_GT(fromRuns, 1000) << "the runs were not used";
+        }
+        if (std::string(onError) == "fail")
+          EXPECT_NE(ref.error.find("day_0.tsv:9001: record 9000"),
+                    std::string::npos)
+              << ref.error;
+      }
     }
   }
 }

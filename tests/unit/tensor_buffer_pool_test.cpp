@@ -1,12 +1,15 @@
 //===- tensor_buffer_pool_test.cpp - Reuse of large tensor buffers --------===//
 //
-// The process-wide pool behind Tensor::empty for buffers of 1 MiB and more:
+// The process-wide pool behind Tensor::empty for buffers over 64 KiB:
 // recurring sizes are handed out again (64-byte aligned, the same memory),
 // its bounds hold, it can be turned off from code and from the
 // environment, it is safe under concurrent use, and row views keep their
-// base buffer alive.
+// base buffer alive. The small-buffer pool (up to 64 KiB, slabs per 64-byte
+// class): reuse across threads, slabs freed by a trim only when wholly idle,
+// idle bytes reserved in a pipeline's limit, and its off switch.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Tensor.h"
 
@@ -96,8 +99,9 @@ TEST_F(BufferPool, PadsOddSizesLikeOtherBuffers) {
 }
 
 TEST_F(BufferPool, LeavesSmallAndOneOffBuffersToMalloc) {
+  // Small ones go to the small-buffer pool, never to this one.
   for (int i = 0; i < 3; ++i)
-    Tensor::empty(ElemType::U8, {(1 << 20) - 64});
+    Tensor::empty(ElemType::U8, {static_cast<int64_t>(kPoolMinBytes) - 64});
   EXPECT_EQ(bufferPoolStats().idleBuffers, 0);
   Tensor::empty(ElemType::U8, {(5 << 20) + 128});
   Tensor::empty(ElemType::U8, {(5 << 20) + 192});
@@ -187,6 +191,131 @@ TEST_F(BufferPool, HandsEachBufferToOneOwnerUnderConcurrency) {
   BufferPoolStats s = bufferPoolStats();
   EXPECT_GT(hits(), 0);
   EXPECT_LE(s.idleBuffers, static_cast<int64_t>(2 * kPoolMaxPerSize));
+}
+
+/// Counts what the pool reserves, like a pipeline's budget.
+class CountingLimit : public AllocationLimit {
+public:
+  explicit CountingLimit(int64_t limit) : limit_(limit) {}
+  bool tryReserve(int64_t bytes) override {
+    if (used_ + bytes > limit_)
+      return false;
+    used_ += bytes;
+    return true;
+  }
+  void release(int64_t bytes) override { used_ -= bytes; }
+  int64_t limit() const override { return limit_; }
+  int64_t used() const override { return used_; }
+
+private:
+  int64_t limit_;
+  int64_t used_ = 0;
+};
+
+/// Each test starts with the small-buffer pool on, nothing idle in it.
+class SmallBufferPool : public ::testing::Test {
+protected:
+  void SetUp() override {
+    setSmallBufferPoolEnabled(true);
+    trimBufferPool();
+    before_ = bufferPoolStats();
+  }
+  void TearDown() override {
+    setBufferPoolLimit(nullptr);
+    setSmallBufferPoolEnabled(true);
+    trimBufferPool();
+  }
+  BufferPoolStats before_;
+};
+
+TEST_F(SmallBufferPool, CarvesSlabsAndReusesBuffersAcrossThreads) {
+  if (!smallBufferPoolEnabled())
+    GTEST_SKIP() << "SLUICE_NO_BUFFER_POOL / SLUICE_NO_SMALL_BUFFER_POOL set";
+  Tensor a = Tensor::empty(ElemType::F32, {3, 7}); // 84 bytes: class 128
+  EXPECT_TRUE(aligned64(a));
+  BufferPoolStats s = bufferPoolStats();
+  // One slab for the data class and one for the control blocks' class.
+  EXPECT_GE(s.smallSlabBytes - before_.smallSlabBytes,
+            static_cast<int64_t>(kSmallPoolSlabBytes));
+  const uint8_t *p = a.raw();
+  // Freed on another thread, handed out again here.
+  std::thread([t = std::move(a)]() mutable { t = Tensor(); }).join();
+  int64_t hitsBefore = bufferPoolStats().smallHits;
+  Tensor b = Tensor::empty(ElemType::U8, {100}); // also class 128
+  EXPECT_EQ(b.raw(), p);
+  EXPECT_GT(bufferPoolStats().smallHits, hitsBefore);
+  // Every buffer of a slab is distinct, aligned and writable.
+  std::vector<Tensor> many;
+  for (int i = 0; i < 2000; ++i) {
+    many.push_back(Tensor::empty(ElemType::U8, {100}));
+    std::memset(many.back().mutableRaw(), i & 0xff, 100);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_TRUE(aligned64(many[i]));
+    ASSERT_EQ(many[i].data<uint8_t>()[99], i & 0xff) << i;
+  }
+}
+
+TEST_F(SmallBufferPool, TrimFreesOnlyWhollyIdleSlabs) {
+  if (!smallBufferPoolEnabled())
+    GTEST_SKIP() << "SLUICE_NO_BUFFER_POOL / SLUICE_NO_SMALL_BUFFER_POOL set";
+  const int64_t cls = 4096; // 16 buffers per 64 KiB slab
+  std::vector<Tensor> held;
+  for (int i = 0; i < 40; ++i) // three slabs of this class
+    held.push_back(Tensor::empty(ElemType::U8, {cls}));
+  int64_t slabs = bufferPoolStats().smallSlabBytes;
+  Tensor keep = held.front(); // keeps the first slab in use
+  held.clear();
+  trimBufferPool();
+  BufferPoolStats s = bufferPoolStats();
+  EXPECT_LT(s.smallSlabBytes, slabs);
+  EXPECT_GE(s.smallSlabBytes, static_cast<int64_t>(kSmallPoolSlabBytes));
+  keep = Tensor();
+  trimBufferPool();
+  EXPECT_EQ(bufferPoolStats().smallSlabBytes, 0);
+  EXPECT_EQ(bufferPoolStats().smallIdleBytes, 0);
+}
+
+TEST_F(SmallBufferPool, ReservesIdleBytesInTheLimit) {
+  if (!smallBufferPoolEnabled())
+    GTEST_SKIP() << "SLUICE_NO_BUFFER_POOL / SLUICE_NO_SMALL_BUFFER_POOL set";
+  CountingLimit limit(int64_t(1) << 30);
+  setBufferPoolLimit(&limit);
+  {
+    std::vector<Tensor> held;
+    for (int i = 0; i < 100; ++i)
+      held.push_back(Tensor::empty(ElemType::U8, {1000}));
+    // What is idle (the rest of the slabs) is reserved; what is handed out
+    // is the holder's to count.
+    EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+  }
+  EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+  EXPECT_GT(limit.used(), 100 * 1000);
+  setBufferPoolLimit(nullptr);
+  EXPECT_EQ(limit.used(), 0);
+  // A limit that cannot hold the idle slabs makes the pool free them.
+  CountingLimit tiny(1024);
+  setBufferPoolLimit(&tiny);
+  EXPECT_EQ(bufferPoolStats().smallSlabBytes, 0);
+  EXPECT_EQ(tiny.used(), 0);
+  setBufferPoolLimit(nullptr);
+}
+
+TEST_F(SmallBufferPool, OffLeavesSmallBuffersToMalloc) {
+  Tensor pooled = Tensor::empty(ElemType::U8, {64});
+  setSmallBufferPoolEnabled(false);
+  int64_t slabs = bufferPoolStats().smallSlabBytes;
+  std::vector<Tensor> held;
+  for (int i = 0; i < 100; ++i) {
+    held.push_back(Tensor::empty(ElemType::U8, {64 * (i % 8 + 1)}));
+    ASSERT_TRUE(aligned64(held.back()));
+  }
+  EXPECT_EQ(bufferPoolStats().smallSlabBytes, slabs);
+  // A buffer handed out while the pool was on goes back to its slab.
+  pooled = Tensor();
+  held.clear();
+  trimBufferPool();
+  EXPECT_EQ(bufferPoolStats().smallSlabBytes, 0);
 }
 
 TEST(TensorView, SharesAndKeepsItsBaseAlive) {

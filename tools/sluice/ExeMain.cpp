@@ -235,6 +235,7 @@ int parseCommandLine(CLI::App &app, int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  runtime::configureProcessAllocator(); // before any thread: Memory.h
   std::string prog = argc > 0 && argv[0] ? argv[0] : "pipeline";
   if (size_t slash = prog.rfind('/'); slash != std::string::npos)
     prog = prog.substr(slash + 1);

@@ -10,6 +10,7 @@
 #include "Driver.h"
 
 #include "sluice/ops/Registry.h"
+#include "sluice/runtime/Memory.h"
 
 #include <iostream>
 #include <map>
@@ -68,6 +69,7 @@ const char *kRootFooter =
 } // namespace
 
 int main(int argc, char **argv) {
+  runtime::configureProcessAllocator(); // before any thread: Memory.h
   CLI::App root("sluice: a declarative input-pipeline compiler for ML "
                 "training",
                 "sluice");

@@ -29,12 +29,11 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::kFusedAttr;
+using sluice::compiler::detail::markFused;
 using sluice::compiler::detail::stringParam;
 
 namespace {
-
-/// The attribute that names a step's fused group.
-constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";
 
 /// Ops whose every output value is a function of the input value at the
 /// same position: what the code generator fuses into one loop.
@@ -112,14 +111,8 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
   }
 
   void fuse(ArrayRef<StageOpInterface> stages) {
-    std::string name;
-    for (StageOpInterface s : stages)
-      name += (name.empty() ? "" : "+") + s.getStageName().str();
-    auto attr = StringAttr::get(&getContext(), name);
-    for (StageOpInterface s : stages) {
-      s->setAttr(kFusedAttr, attr);
-      ++numFused;
-    }
+    std::string name = markFused(stages);
+    numFused += stages.size();
     LLVM_DEBUG(llvm::dbgs() << "fused '" << name << "'\n");
     if (emitRemarks)
       stages.front()->emitRemark()

@@ -32,11 +32,11 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::kFusedAttr;
+using sluice::compiler::detail::markFused;
 using sluice::compiler::detail::stringParam;
 
 namespace {
-
-constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";
 
 struct FuseRemapsPass
     : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
@@ -111,14 +111,8 @@ struct FuseRemapsPass
   }
 
   void fuse(ArrayRef<StageOpInterface> stages) {
-    std::string name;
-    for (StageOpInterface s : stages)
-      name += (name.empty() ? "" : "+") + s.getStageName().str();
-    auto attr = StringAttr::get(&getContext(), name);
-    for (StageOpInterface s : stages) {
-      s->setAttr(kFusedAttr, attr);
-      ++numFused;
-    }
+    std::string name = markFused(stages);
+    numFused += stages.size();
     LLVM_DEBUG(llvm::dbgs() << "fused '" << name << "'\n");
     if (emitRemarks)
       stages.front()->emitRemark()

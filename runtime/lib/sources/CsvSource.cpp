@@ -89,6 +89,12 @@ public:
   size_t numShards() const override { return files.size(); }
   std::string shardName(size_t i) const override { return files[i]; }
   std::unique_ptr<ShardReader> open(size_t i) const override;
+  bool readsRuns() const override {
+    for (const CsvColumn &c : columns)
+      if (!c.skip && c.text)
+        return false;
+    return true;
+  }
 
   /// "label, dense x13, cat x26"
   std::string layout() const {
@@ -750,6 +756,7 @@ public:
       blockBytes_ = ra_.blockBytes;
   }
   ReadResult next(Record &out) override;
+  int64_t nextRun(RecordRun &run, int64_t max) override;
   uint64_t bytesRead() const override { return bytesRead_; }
 
 private:
@@ -1006,6 +1013,39 @@ ReadResult CsvReader::next(Record &out) {
       return ReadResult::end();
     }
   }
+}
+
+int64_t CsvReader::nextRun(RecordRun &run, int64_t max) {
+  // Only within the current block, up to its next bad record; text columns
+  // are strings per record, not rows of a buffer.
+  if (done_ || !cur_ || row_ >= cur_->rows || max <= 0)
+    return 0;
+  const CsvBlock &b = *cur_;
+  int64_t end = std::min(b.rows, row_ + max);
+  if (issue_ < b.issues.size())
+    end = std::min(end, b.issues[issue_].row);
+  const int64_t k = end - row_;
+  if (k <= 0)
+    return 0;
+  for (const CsvColumn &col : src_.columns)
+    if (!col.skip && col.text)
+      return 0;
+  run.columns.resize(slots_.size());
+  for (size_t c = 0, f = 0; c < src_.columns.size(); ++c) {
+    const CsvColumn &col = src_.columns[c];
+    if (col.skip)
+      continue;
+    std::vector<int64_t> shape{k};
+    shape.insert(shape.end(), shapes_[c].begin(), shapes_[c].end());
+    run.columns[static_cast<size_t>(slots_[f++])] =
+        Tensor::viewOf(b.columns[c], static_cast<size_t>(row_) * rowBytes_[c],
+                       col.elem, std::move(shape));
+  }
+  run.rows = k;
+  run.first = record_;
+  record_ += k;
+  row_ += k;
+  return k;
 }
 
 ReadResult CsvReader::emit(Record &out) {

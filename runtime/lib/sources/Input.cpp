@@ -105,6 +105,22 @@ long BufferedInput::rawRead(char *dst, size_t n) {
       error_ = std::string("read failed: ") + std::strerror(errno);
       return -1;
     }
+    if (got == 0 && n > 0 && rawSize_) {
+      // The end before the size the file had when it was opened: it was
+      // cut short (rewritten in place) while being read. Without this the
+      // records past the cut would be missing without a word.
+      off_t at = ::lseek(fd_, 0, SEEK_CUR);
+      if (at >= 0 && static_cast<uint64_t>(at) < *rawSize_) {
+        struct stat st;
+        std::string now = ::fstat(fd_, &st) == 0
+                              ? std::to_string(st.st_size) + " bytes now"
+                              : "smaller now";
+        error_ = "the file shrank while being read (" +
+                 std::to_string(*rawSize_) + " bytes when opened, " + now +
+                 ", the end reached at byte " + std::to_string(at) + ")";
+        return -1;
+      }
+    }
     rawBytes_ += static_cast<uint64_t>(got);
     return static_cast<long>(got);
   }

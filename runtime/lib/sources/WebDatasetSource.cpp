@@ -107,6 +107,39 @@ public:
   uint64_t bytesRead() const override { return in_.bytesRead(); }
 
 private:
+  /// Reads member_'s data into `v`. A plain file's header was checked
+  /// against the bytes left in the file, so `v` is sized at once; a .tar.gz
+  /// cannot tell what is left before inflating it, so `v` grows by
+  /// kGzipChunk as the bytes arrive: a header that declares more than the
+  /// stream holds (up to what budget.memory allows) ends at the stream's end
+  /// having allocated about what was there, not what it claimed. False when
+  /// the stream ends first.
+  bool readMember(std::string &v) {
+    v.clear();
+    if (in_.rawSize()) {
+      v.resize(member_.size);
+      return in_.read(&v[0], member_.size) == member_.size;
+    }
+    constexpr uint64_t kGzipChunk = uint64_t(1) << 20;
+    uint64_t got = 0;
+    while (got < member_.size) {
+      uint64_t n = std::min(kGzipChunk, member_.size - got);
+      v.resize(got + n); // capacity grows geometrically: linear in total
+      uint64_t r = in_.read(&v[got], n);
+      got += r;
+      if (r != n) {
+        v.clear();
+        v.shrink_to_fit();
+        return false;
+      }
+    }
+    // Geometric growth may leave up to twice the bytes allocated: give the
+    // slack back, the record is counted by what it holds.
+    if (v.capacity() > v.size() + v.size() / 8)
+      v.shrink_to_fit();
+    return true;
+  }
+
   /// Reads headers up to the next regular-file member. False at the end of
   /// the archive (problem_.reason empty) or on a problem.
   bool nextMember(Member &m);
@@ -350,15 +383,20 @@ ReadResult WebDatasetReader::next(Record &out) {
         have_[static_cast<size_t>(f)] = 1;
         if (in_.skip(member_.size + pad) != member_.size + pad)
           return fail("webdataset: truncated tar",
-                      "the file ends inside member '" + member_.name + "'",
+                      "the file ends inside member '" + member_.name +
+                          "' (it declares " + std::to_string(member_.size) +
+                          " bytes)",
                       member_.offset, false);
         continue;
       }
       std::string &v = values_[static_cast<size_t>(f)];
-      v.resize(member_.size);
-      if (in_.read(&v[0], member_.size) != member_.size || in_.skip(pad) != pad)
+      if (!readMember(v) || in_.skip(pad) != pad)
         return fail("webdataset: truncated tar",
-                    "the file ends inside member '" + member_.name + "'",
+                    "the file ends inside member '" + member_.name + "'" +
+                        (in_.rawSize() ? ""
+                                       : " (it declares " +
+                                             std::to_string(member_.size) +
+                                             " bytes)"),
                     member_.offset, false, member_.ext);
       have_[static_cast<size_t>(f)] = 1;
       continue;

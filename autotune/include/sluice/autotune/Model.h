@@ -115,7 +115,11 @@ struct UnitPrediction {
 
 /// What a configuration is predicted to do.
 struct Prediction {
-  double throughput = 0;       ///< source records/s
+  double throughput = 0;       ///< source records/s, steady state
+  /// Source records/s averaged over the spec's whole run, start-up
+  /// included (wholeRunThroughput); = throughput for endless runs or an
+  /// unknown epoch size.
+  double wholeRun = 0;
   double outputsPerSecond = 0; ///< pipeline outputs/s
   int bottleneck = -1;         ///< unit index; -1: the CPU
   std::string bottleneckLabel;
@@ -124,6 +128,12 @@ struct Prediction {
   int64_t diskBytes = 0;
   std::vector<UnitPrediction> units;
 };
+
+/// A whole run's average rate at steady-state rate `steady`: its source
+/// records (epochs x records per epoch) over Profile::startupSeconds plus
+/// their time at `steady`. `steady` when the run is endless or the epoch's
+/// size unknown.
+double wholeRunThroughput(const Profile &p, double steady);
 
 /// Evaluates `c` on `cores` cores. `c.parallelism` must match the units of
 /// `c.cache.after`.

@@ -94,6 +94,10 @@ struct Probe {
   /// source stops reading after the first epoch, so throughput after a
   /// cache is counted here (in source-record equivalents: / its visits).
   int64_t lastStepInputs = 0;
+  /// Seconds from the first next() to the first output beyond the work the
+  /// records read by then took at the measured rate: opening and reading
+  /// headers, decompressing an idx file, starting threads (-1: no output).
+  double startupSeconds = -1;
 };
 
 /// A whole profile.
@@ -119,6 +123,10 @@ struct Profile {
   /// Counter cost per source record / work per source record.
   double counterOverhead = 0;
   double seconds = 0; ///< spent profiling
+  /// A run's fixed start-up cost (median of the probes'
+  /// Probe::startupSeconds): a short run's average rate is its records
+  /// over this plus records / steady-state throughput.
+  double startupSeconds = 0;
   /// Process CPU seconds per source record at parallelism 1, and its ratio
   /// to the CPU the stage counters account for (>= 1).
   double processCpuPerRecord = 0;

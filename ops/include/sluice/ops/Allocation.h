@@ -115,6 +115,16 @@ Status reserveScratch(std::optional<int64_t> bytes, std::string_view what);
 void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
                             const std::vector<int64_t> &shape);
 
+/// Reserves, before it is built, what a Bytes/String tensor of `elem` and
+/// `shape` whose strings hold `payloadBytes` in all takes (as
+/// Tensor::memoryBytes counts it: the string objects, their heap bytes,
+/// kTensorOverheadBytes); throws AllocationRefused when the thread's scope
+/// cannot give it or the element count overflows, like Tensor::empty. Kernels
+/// that build strings (pad, batch, unbatch, truncate of text fields) call it
+/// first.
+void chargeStringTensor(ElemType elem, const std::vector<int64_t> &shape,
+                        int64_t payloadBytes = 0);
+
 /// "" when one record of type `t` can fit in `limit` bytes as far as its
 /// static fields (numeric, every dim known) tell; else why not, e.g.
 /// "one record of {image: u8[30000,30000,3]} takes 2.51 GiB, more than

@@ -20,13 +20,19 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 namespace sluice::runtime {
 
 /// What a bound step needs besides the record.
+class StageCounters;
+
 struct ElementContext {
   uint64_t seed = 0;
   uint64_t epoch = 0;
+  /// The counters of the step being run, for what a step counts besides
+  /// its outcome (StageCounters::addRepaired); null outside a pipeline.
+  StageCounters *counters = nullptr;
 };
 
 /// A bound step: rewrites `rec` (fields in the step's input type order) into
@@ -48,6 +54,18 @@ Expected<ElementFn> bindElementOp(const PlanStage &stage, const Plan &plan);
 /// Binds a `fused_map` stage (PlanStage::fused) to its steps' kernels, run
 /// one after another (what bindElementOp does for it).
 Expected<ElementFn> bindFused(const PlanStage &stage, const Plan &plan);
+
+/// A `filter` on a run of records held as columns: `columns[f]` holds field
+/// f of record i in row i; sets keep[j] (1 kept, 0 dropped) for each of the
+/// `n` rows listed in `rows` (null: rows 0..n-1), as the ElementFn does per
+/// record. Must be thread-safe.
+using RowsFilterFn =
+    std::function<Status(const std::vector<Tensor> &columns,
+                         const uint32_t *rows, int64_t n, uint8_t *keep)>;
+
+/// The RowsFilterFn of a `filter` step (the same compiled expression as
+/// bindElementOp's); nullopt for any other step.
+std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &stage);
 
 /// The random stream of a step: streamId(op, k) where k is the 1-based
 /// occurrence of the op among the steps, read from the step name ("random_flip"

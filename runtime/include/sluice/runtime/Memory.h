@@ -21,12 +21,15 @@
 // rows not yet placed: "<batch> rows ahead"), and the last output until the
 // caller asks for the next ("output"). So `memory peak` is what the process
 // holds on top of its fixed baseline: the binary and libraries (MLIR/LLVM,
-// oneTBB, libjpeg-turbo, libpng), thread stacks, per-thread decoder state
-// and decode scratch (at most 64 MiB per worker, usually one photo). That
-// baseline is about 74 MiB of RSS for `sluice run` of an image pipeline with
-// 2 threads on this project's reference host (tests/tools/rss_check.py
-// measures it; tests/examples/rss.test checks peak RSS <= budget.memory +
-// baseline and `memory peak` within 10% of peak RSS - baseline).
+// oneTBB, libjpeg-turbo, libpng), JIT code, thread stacks, per-thread
+// decoder state and decode scratch (at most 64 MiB per worker, usually one
+// photo). noteProcessBaseline() records the resident set when the first
+// pipeline is created (after returning the heap's free pages); it was
+// 75-77 MiB after a one-record run of an image or idx pipeline with 2
+// threads on this project's reference host, 81-84 MiB with JIT kernels.
+// tests/examples/rss.test and rss-examples.test check peak RSS <=
+// budget.memory + baseline and `memory peak` within 10% of peak RSS -
+// baseline (tests/tools/rss_check.py, rss_table.py).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_MEMORY_H
@@ -51,6 +54,41 @@ int64_t recordBytes(const Record &r);
 /// Replaces the fields that pin a larger buffer than their own bytes
 /// (Tensor::compacted) by copies, before a stage keeps the record for long.
 void compactRecord(Record &r);
+
+/// The most bytes the budgets of this process held at once (pipelines run
+/// one after another or side by side, e.g. `schedule: auto`'s probe runs
+/// before the run itself): what the process held on top of its baseline.
+int64_t processMemoryPeak();
+
+/// Called as a pipeline is created: the first time in the process, returns
+/// the heap's free pages to the system (malloc_trim: what compiling the
+/// plan and its kernels freed) and records the resident set then, the
+/// process's fixed baseline (binary, libraries, JIT code, the main thread).
+void noteProcessBaseline();
+/// The resident set noteProcessBaseline() recorded, in bytes (0: not yet,
+/// or not readable here). Peak RSS minus this is what the pipelines of the
+/// process added: their buffers (what `memory peak` counts), plus worker
+/// thread stacks and per-thread decoder state (a few MiB).
+int64_t processBaselineRss();
+/// The process's resident set now, in bytes (0 when not readable).
+int64_t currentRss();
+
+/// What a program that runs pipelines (the sluice tool, a compiled
+/// executable) calls first, before any thread starts: tells glibc's malloc
+/// to keep one arena (M_ARENA_MAX 1) instead of one per thread. A pipeline's
+/// buffers are made on one thread and freed on another (a file read by the
+/// source, decoded by a worker; a shuffle buffer drained by the consumer),
+/// so with an arena per thread each arena grows to the working set of the
+/// buffers its thread made and their free space is never reused by the
+/// others: on bench/specs/imagenet_bench.yaml (with its schedule probe)
+/// peak RSS was 710 MiB for 356 MiB counted; with one arena 443 MiB. The
+/// small-buffer pool (BufferPool.h) already keeps tensors thread-agnostic;
+/// this covers byte strings and containers. Skipped when the user chose
+/// (MALLOC_ARENA_MAX or a glibc.malloc.arena_max tunable in the
+/// environment); SLUICE_MALLOC_ARENAS=N sets N arenas, 0 leaves glibc's
+/// default (8 per core). A library user (the Python module) is not changed:
+/// its process is the user's. Returns the arena limit it set (0: none).
+int configureProcessAllocator();
 
 /// "1.5 GiB", "812 KiB", "17 B": human-readable, three significant digits.
 std::string formatBytes(int64_t bytes);

@@ -173,10 +173,28 @@ struct RunOptions {
   /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
   /// time on the consumer's thread. Needs more than one thread.
   bool parallelParse = true;
+  /// Record runs: a `batch` of fixed-shape numeric records fed by a csv/tsv
+  /// source without text columns (and no `interleave`), through inline
+  /// `filter`s only, takes runs of rows as columns: the filters test a run
+  /// at once and the batch copies each run of kept rows with one memcpy
+  /// per field, with no record built per row. false (or
+  /// SLUICE_NO_RECORD_RUNS=1) builds every record. Same bytes, errors and
+  /// counts either way; the batch stage's `rowsFromRuns` counter shows it.
+  bool recordRuns = true;
   /// Changes knobs while the pipeline runs (see RunController). With one,
   /// every parallel step's reorder window is sized for all `threads`, so
   /// its parallelism can rise in flight.
   std::shared_ptr<RunController> controller;
+  /// Per-stage timing and byte counters (the `cpu s`, `wall s`, bytes
+  /// columns of --stats, which the autotuner reads): two clock reads and a
+  /// walk over the record's fields per step and record. Default: on, unless
+  /// SLUICE_NO_STAGE_TIMING=1 is in the environment; Off leaves those
+  /// columns at 0 for every step (record counts, the accounting and the
+  /// source's bytes read from its files stay). The autotuner's
+  /// probes and `schedule: auto` runs use On. bench/counter_overhead.py
+  /// measures what they cost.
+  enum class StageTiming { Default, On, Off };
+  StageTiming stageTiming = StageTiming::Default;
 
   // runPipeline() only.
   /// Stop after this many outputs (0: run to the end), e.g. to save a state

@@ -140,6 +140,16 @@ struct ReadAhead {
   size_t maxInFlight = 4;
 };
 
+/// A run of consecutive good records of one shard held as columns: field f
+/// of the run's i-th record is row i of columns[f] (shape [rows, ...the
+/// field's shape]), usually views of the reader's own buffers.
+struct RecordRun {
+  std::vector<Tensor> columns;
+  int64_t rows = 0;
+  /// Position in the shard of the first record (DataLocation::record).
+  int64_t first = 0;
+};
+
 /// Reads the records of one shard, in order.
 class ShardReader {
 public:
@@ -154,6 +164,16 @@ public:
   /// Error, `out` is unspecified; if the error is recoverable the following
   /// call reads the next record, otherwise it returns End.
   virtual ReadResult next(Record &out) = 0;
+  /// Reads up to `max` records as one run when the next ones are good
+  /// records the reader already holds as columns (a parsed CSV/TSV block),
+  /// and returns how many; 0 when it cannot now (the next record is an
+  /// error, in another block, or not read yet): next() then reads it. The
+  /// records are the ones next() would have read one by one.
+  virtual int64_t nextRun(RecordRun &run, int64_t max) {
+    (void)run;
+    (void)max;
+    return 0;
+  }
   /// Bytes read from storage so far (compressed bytes for .gz files).
   virtual uint64_t bytesRead() const = 0;
 };
@@ -196,6 +216,9 @@ public:
   /// next(), so the on_error policy applies to it like to any bad record.
   /// The reader refers to this Source, which must outlive it.
   virtual std::unique_ptr<ShardReader> open(size_t shard) const = 0;
+  /// Whether its readers hand out runs of records as columns
+  /// (ShardReader::nextRun), so consumers may ask for them.
+  virtual bool readsRuns() const { return false; }
 
   /// What create() noticed that is not an error but should be said: empty
   /// input files ("data/b.csv is empty (0 bytes): no records").

@@ -84,6 +84,18 @@ struct StageStats {
   /// batch: rows a step wrote its result straight into (direct output,
   /// RunOptions::directOutput), a subset of rowsInPlace.
   int64_t rowsDirect = 0;
+  /// batch: rows copied from runs of rows held as columns instead of from
+  /// records (RunOptions::recordRuns).
+  int64_t rowsFromRuns = 0;
+
+  /// cache: the source records its replayed passes stand for (each replay
+  /// pass counts the source records read while it was recorded, spread
+  /// over the records it serves). Not part of the accounting equation.
+  int64_t replayedSourceRecords = 0;
+  /// Records kept after a repair, by reason (`encoding: replace` turning
+  /// invalid UTF-8 into U+FFFD). Not part of the accounting equation: a
+  /// repaired record is also counted as emitted.
+  std::vector<std::pair<std::string, int64_t>> repaired;
 
   int64_t skippedTotal() const;
   bool balanced() const {
@@ -107,12 +119,28 @@ struct RunStats {
   int64_t outputBytes = 0;
   int64_t memoryLimit = 0; ///< 0: no budget
   int64_t memoryPeak = 0;
+  /// processMemoryPeak() when the stats were taken: at least memoryPeak;
+  /// more when another pipeline of the process (a schedule probe) held
+  /// more.
+  int64_t processMemoryPeak = 0;
+  /// processBaselineRss() (Memory.h): the process's resident set before its
+  /// first pipeline started; 0 when unknown.
+  int64_t baselineRss = 0;
+  /// currentRss() when the stats were taken (0: unknown).
+  int64_t rss = 0;
   /// Bytes the pipeline's buffers reserve now: 0 once the pipeline has
   /// stopped, when every reservation was released. (Idle buffers of the
   /// tensor buffer pool are never reserved: sluice/ops/BufferPool.h.)
   int64_t memoryInUse = 0;
   std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
   std::vector<StageStats> stages; ///< source first, in stream order
+
+  /// The records the run went through, in source records: those read from
+  /// the source, plus those that passes served from a cache stand for
+  /// (StageStats::replayedSourceRecords). The same with or without a cache,
+  /// so records/s (the progress and final lines, `sluice bench`) compares
+  /// across runs; see docs/reliability.md.
+  int64_t records() const;
 
   /// The counters as JSON (the autotuner's input; include
   /// <nlohmann/json.hpp> to use it).
@@ -152,9 +180,13 @@ public:
   std::atomic<int64_t> parallelism{1};
   std::atomic<int64_t> rowsInPlace{0};
   std::atomic<int64_t> rowsDirect{0};
+  std::atomic<int64_t> replayedSourceRecords{0};
+  std::atomic<int64_t> rowsFromRuns{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);
+  /// Counts a record kept after a repair (StageStats::repaired).
+  void addRepaired(const std::string &reason, int64_t n = 1);
   /// Records a warning (kept: the first kMaxWarnings; counted: all).
   void addWarning(std::string message);
   static constexpr size_t kMaxWarnings = 20;
@@ -168,6 +200,7 @@ private:
   std::string filterReason_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t> skipped_;
+  std::map<std::string, int64_t> repaired_;
   std::vector<std::string> warnings_;
   int64_t warningsMore_ = 0;
 };

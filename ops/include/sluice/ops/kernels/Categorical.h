@@ -88,12 +88,18 @@ struct TokenizeOptions {
   bool lowercase = false;       ///< ASCII lowercase before lookup (UTF-8 safe)
   int64_t unknownId = -1;       ///< id of tokens not in the vocabulary
   ElemType out = ElemType::I64; ///< I32 or I64
+  /// `encoding: replace`: invalid UTF-8 becomes U+FFFD (Utf8.h) before the
+  /// split; otherwise (`strict`) it is an error naming the byte.
+  bool replaceInvalid = false;
 };
 
 /// Splits a scalar String/Bytes on ASCII whitespace and maps each token to
-/// its vocabulary id: -> out[num_tokens].
+/// its vocabulary id: -> out[num_tokens]. The text must be UTF-8 (see
+/// TokenizeOptions::replaceInvalid); `replaced` (optional) receives how many
+/// invalid sequences were replaced.
 Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
-                          const TokenizeOptions &options = {});
+                          const TokenizeOptions &options = {},
+                          size_t *replaced = nullptr);
 
 } // namespace kernels
 } // namespace sluice

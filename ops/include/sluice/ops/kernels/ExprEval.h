@@ -59,6 +59,12 @@ public:
   Expected<bool> test(const Record &record) const;
   /// The value on one record, as a double.
   Expected<double> evalRecord(const Record &record) const;
+  /// filter on records held as columns: `columns[f]` holds field f of
+  /// record i in row i ([rows, ...field shape]); tests the `n` rows listed
+  /// in `rows` (null: rows 0..n-1) and sets keep[j] to 1 or 0, exactly as
+  /// test() on each record.
+  Status testRows(const std::vector<Tensor> &columns, const uint32_t *rows,
+                  int64_t n, uint8_t *keep) const;
 
   /// The bytecode, one instruction per line (for `sluice explain` and tests).
   std::string dump() const;

@@ -128,6 +128,12 @@ struct ScalarOps {
 /// sluice's log: logImpl on ScalarOps (defined in MathCalls.cpp, compiled
 /// without FP contraction).
 double log(double x);
+/// out[i] = log(x[i]) for i < n, the same bits as log(): logImpl inlined
+/// into a loop the compiler vectorizes (built for AVX2 and the baseline,
+/// picked at run time; both without FP contraction). The interpreter's
+/// `log` runs through it: a call per value of log() stops vectorization
+/// and cost twice the libm call it replaced.
+void logArray(const double *x, double *out, int64_t n);
 
 } // namespace sluice::math
 
