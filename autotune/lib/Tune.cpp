@@ -75,6 +75,106 @@ std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
   return out;
 }
 
+/// A cache the spec did not pin must gain this much (the solver's rule,
+/// Solver.cpp): also what a split of a fused stage must gain.
+constexpr double kMinSplitGain = 0.05;
+
+/// The plan stage index of a fused stage that holds the pipeline's first
+/// random step after a deterministic prefix of its own (Plan.h
+/// cacheSplitPoint), when a cache could go there: everything before it is
+/// deterministic, the epoch's size is known, the run has more than one
+/// epoch, and the spec pins no cache. nullopt otherwise, and with
+/// SLUICE_NO_CACHE_SPLIT=1.
+std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
+                                      const Profile &p) {
+  if (runtime::cacheSplitDisabledByEnvironment() ||
+      !p.sourceRecordsPerEpoch || p.epochs == 1 ||
+      p.steps.size() != plan.stages.size() + 1)
+    return std::nullopt;
+  for (const StepProfile &s : p.steps)
+    if (!s.pinnedCache.empty() && s.pinnedCache != "-")
+      return std::nullopt;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    if (s.op == "repeat" || s.op == "take" || s.op == "cache" ||
+        s.threadBoundary)
+      return std::nullopt;
+    if (!s.stochastic)
+      continue;
+    if (i > 0 && runtime::cacheSplitPoint(plan.stages[i - 1]))
+      return i - 1;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// Prices a cache inside the fused stage plan.stages[at]: profiles the plan
+/// split after the stage's deterministic prefix and solves it; when that
+/// solution caches right after the prefix and beats the fused one (r) by
+/// more than kMinSplitGain, it replaces r's profile and solution (the
+/// schedule's cache on the prefix's last step splits the stage again when
+/// it runs). A note says what was compared either way.
+Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
+                            const ProfileOptions &po, TuneResult &r) {
+  const runtime::PlanStage &fused = plan.stages[at];
+  size_t k = *runtime::cacheSplitPoint(fused);
+  const std::string after = fused.fused[k].name;
+  runtime::Plan split = plan;
+  runtime::splitFusedAfter(split, after);
+  Expected<Profile> sp = profilePipeline(split, po);
+  if (!sp)
+    return sp.status().withContext("profiling the plan split after '" +
+                                   after + "': ");
+  Expected<Solution> ss = solve(*sp, r.budget);
+  if (!ss)
+    return ss.status().withContext("solving the plan split after '" +
+                                   after + "': ");
+  const std::string &prefix = split.stages[at].name;
+  const std::string &rest = split.stages[at + 1].name;
+  double fusedT = r.solution.prediction.throughput;
+  double splitT = ss->prediction.throughput;
+  bool cachedThere =
+      ss->config.cache.after == static_cast<int64_t>(at + 1);
+  std::string what = "cache point inside fused '" + fused.name +
+                     "' after '" + after + "' (profiled split into '" +
+                     prefix + "' and '" + rest + "'): ";
+  if (!cachedThere) {
+    r.solution.notes.push_back(what + "the solver put no cache there; kept "
+                                      "fused (SLUICE_NO_CACHE_SPLIT=1 skips "
+                                      "this)");
+    return Status::ok();
+  }
+  std::string cmp = "a " + ss->config.cache.to + " cache after it is "
+                    "predicted " + fmt(splitT) + " records/s against " +
+                    fmt(fusedT) + " fused without one (" +
+                    fmt((splitT / fusedT - 1) * 100, "%+.0f") + "%)";
+  if (!(splitT > fusedT * (1 + kMinSplitGain))) {
+    r.solution.notes.push_back(what + cmp + ": under the 5% a cache must "
+                                            "gain; kept fused");
+    return Status::ok();
+  }
+  Solution chosen = ss.take();
+  for (KnobChoice &kc : chosen.knobs)
+    if (kc.knob == "cache" && kc.step == prefix)
+      kc.reason += std::string(kc.reason.empty() || kc.reason.back() == '.'
+                                   ? ""
+                                   : ".") +
+                   " The compiler had fused '" + fused.name +
+                   "'; the cache splits it after '" + after +
+                   "' (the rest is random).";
+  chosen.notes.insert(chosen.notes.end(), r.solution.notes.begin(),
+                      r.solution.notes.end());
+  chosen.notes.push_back(what + cmp + ": split and cached "
+                                      "(SLUICE_NO_CACHE_SPLIT=1 keeps it "
+                                      "fused)");
+  chosen.seconds += r.solution.seconds;
+  double fusedSeconds = r.profile.seconds;
+  r.profile = sp.take();
+  r.profile.seconds += fusedSeconds; // both profiles' time
+  r.solution = std::move(chosen);
+  return Status::ok();
+}
+
 } // namespace
 
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
@@ -122,8 +222,12 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   if (!sol)
     return sol.status();
   r.solution = sol.take();
-  r.schedule = toSchedule(r.profile, r.solution.config);
+  // The naive configuration is the compiled plan's (fused, no cache).
   r.naive = predict(r.profile, naiveConfig(r.profile), r.budget.cores);
+  if (std::optional<size_t> at = fusedCachePoint(plan, r.profile))
+    if (Status s = priceFusedCachePoint(plan, *at, po, r); !s)
+      return s;
+  r.schedule = toSchedule(r.profile, r.solution.config);
   r.scaleAdvice = scaleAdvice(r.profile, r.solution, r.budget.cores);
   if (opts.verify && !r.otherHost) {
     runtime::RunOptions o = opts.profile.base;
