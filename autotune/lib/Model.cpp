@@ -179,6 +179,16 @@ int64_t materializedBytes(const Profile &p, size_t i) {
                               static_cast<double>(*p.sourceRecordsPerEpoch));
 }
 
+int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+                          const std::vector<int64_t> &par) {
+  int64_t before = 0, after = 0;
+  bool phases = p.epochs < 0 || p.epochs >= 2;
+  for (size_t k = 0; k < us.size() && k < par.size(); ++k)
+    if (us[k].parallel)
+      (us[k].beforeCache && phases ? before : after) += par[k];
+  return std::max(before, after);
+}
+
 std::vector<CacheOption> cacheOptions(const Profile &p) {
   std::vector<CacheOption> out;
   for (size_t i = 0; i < p.steps.size(); ++i) {

@@ -109,11 +109,10 @@ std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
 }
 
 /// Prices a cache inside the fused stage plan.stages[at]: profiles the plan
-/// split after the stage's deterministic prefix and solves it; when that
-/// solution caches right after the prefix and beats the fused one (r) by
-/// more than kMinSplitGain, it replaces r's profile and solution (the
+/// split after the stage's deterministic prefix and solves it; when
+/// chooseFusedCache() prefers it, it replaces r's profile and solution (the
 /// schedule's cache on the prefix's last step splits the stage again when
-/// it runs). A note says what was compared either way.
+/// it runs).
 Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
                             const ProfileOptions &po, TuneResult &r) {
   const runtime::PlanStage &fused = plan.stages[at];
@@ -129,44 +128,24 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   if (!ss)
     return ss.status().withContext("solving the plan split after '" +
                                    after + "': ");
-  const std::string &prefix = split.stages[at].name;
-  const std::string &rest = split.stages[at + 1].name;
-  double fusedT = r.solution.prediction.throughput;
-  double splitT = ss->prediction.throughput;
-  bool cachedThere =
-      ss->config.cache.after == static_cast<int64_t>(at + 1);
-  std::string what = "cache point inside fused '" + fused.name +
-                     "' after '" + after + "' (profiled split into '" +
-                     prefix + "' and '" + rest + "'): ";
-  if (!cachedThere) {
-    r.solution.notes.push_back(what + "the solver put no cache there; kept "
-                                      "fused (SLUICE_NO_CACHE_SPLIT=1 skips "
-                                      "this)");
-    return Status::ok();
-  }
-  std::string cmp = "a " + ss->config.cache.to + " cache after it is "
-                    "predicted " + fmt(splitT) + " records/s against " +
-                    fmt(fusedT) + " fused without one (" +
-                    fmt((splitT / fusedT - 1) * 100, "%+.0f") + "%)";
-  if (!(splitT > fusedT * (1 + kMinSplitGain))) {
-    r.solution.notes.push_back(what + cmp + ": under the 5% a cache must "
-                                            "gain; kept fused");
+  FusedCacheChoice c = chooseFusedCache(r.solution, *ss, *sp, at + 1,
+                                        fused.name);
+  if (!c.split) {
+    r.solution.notes.push_back(c.note);
     return Status::ok();
   }
   Solution chosen = ss.take();
   for (KnobChoice &kc : chosen.knobs)
-    if (kc.knob == "cache" && kc.step == prefix)
+    if (kc.knob == "cache" && kc.step == split.stages[at].name)
       kc.reason += std::string(kc.reason.empty() || kc.reason.back() == '.'
                                    ? ""
                                    : ".") +
                    " The compiler had fused '" + fused.name +
                    "'; the cache splits it after '" + after +
                    "' (the rest is random).";
-  chosen.notes.insert(chosen.notes.end(), r.solution.notes.begin(),
+  chosen.notes.insert(chosen.notes.begin(), r.solution.notes.begin(),
                       r.solution.notes.end());
-  chosen.notes.push_back(what + cmp + ": split and cached "
-                                      "(SLUICE_NO_CACHE_SPLIT=1 keeps it "
-                                      "fused)");
+  chosen.notes.push_back(c.note);
   chosen.seconds += r.solution.seconds;
   double fusedSeconds = r.profile.seconds;
   r.profile = sp.take();
@@ -176,6 +155,41 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
 }
 
 } // namespace
+
+FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
+                                  const Profile &splitProfile,
+                                  size_t prefixStep,
+                                  const std::string &fusedName) {
+  FusedCacheChoice c;
+  const StepProfile &prefix = splitProfile.steps.at(prefixStep);
+  std::string rest = prefixStep + 1 < splitProfile.steps.size()
+                         ? splitProfile.steps[prefixStep + 1].name
+                         : std::string();
+  std::string after =
+      prefix.specSteps.empty() ? prefix.name : prefix.specSteps.back();
+  std::string what = "cache point inside fused '" + fusedName + "' after '" +
+                     after + "' (profiled split into '" + prefix.name +
+                     "' and '" + rest + "'): ";
+  const std::string off = " (SLUICE_NO_CACHE_SPLIT=1 skips this)";
+  if (split.config.cache.after != static_cast<int64_t>(prefixStep)) {
+    c.note = what + "the solver put no cache there; kept fused" + off;
+    return c;
+  }
+  double fusedT = fused.prediction.throughput;
+  double splitT = split.prediction.throughput;
+  std::string cmp = "a " + split.config.cache.to +
+                    " cache after it is predicted " + fmt(splitT) +
+                    " records/s against " + fmt(fusedT) +
+                    " fused without one (" +
+                    fmt((splitT / fusedT - 1) * 100, "%+.1f") + "%)";
+  if (!(splitT > fusedT * (1 + kMinSplitGain))) {
+    c.note = what + cmp + ": under the 5% a cache must gain; kept fused" + off;
+    return c;
+  }
+  c.split = true;
+  c.note = what + cmp + ": split and cached" + off;
+  return c;
+}
 
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   auto t0 = std::chrono::steady_clock::now();
