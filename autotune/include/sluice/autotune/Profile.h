@@ -161,7 +161,7 @@ struct ProfileOptions {
   /// Seconds per probe level, split over `rounds` interleaved windows.
   double secondsPerProbe = 1.5;
   int rounds = 2;
-  int64_t maxRecordsPerProbe = 200000;
+  int64_t maxRecordsPerProbe = 4000000;
   /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
   /// the budget is over 4).
   std::vector<int64_t> parallelisms;
