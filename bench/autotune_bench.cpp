@@ -208,6 +208,7 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
 int main(int argc, char **argv) {
   int rounds = 3, finalRounds = 0;
   bool verbose = false, noJit = compiler::jitDisabledByEnvironment();
+  bool trace = false;
   std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -219,6 +220,8 @@ int main(int argc, char **argv) {
       verbose = true;
     else if (a == "--no-jit")
       noJit = true;
+    else if (a == "--trace")
+      trace = true;
     else
       specs.push_back(a);
   }
@@ -270,6 +273,42 @@ int main(int argc, char **argv) {
       return 1;
     }
     int64_t cores = r->budget.cores;
+    if (trace) {
+      // Where a whole run of the tuned schedule spends its time: the
+      // counters every 50 ms (t, source records, outputs), then the probes'
+      // steady rates for comparison.
+      for (int rep = 0; rep < 3; ++rep) {
+        runtime::RunOptions o;
+        o.schedule = r->schedule;
+        o.threads = cores;
+        o.binder = gBinder;
+        o.progress = runtime::RunOptions::Progress::Off;
+        std::vector<runtime::RunStats> samples;
+        auto m = autotune::measure(*plan, o, 1e9, int64_t(1) << 60, &samples);
+        if (!m)
+          break;
+        std::printf("trace %d: whole run %.0f records/s in %.3f s\n", rep,
+                    m->sourceRecordsPerSecond, m->seconds);
+        int64_t prevSrc = 0;
+        double prevT = 0;
+        for (const runtime::RunStats &st : samples) {
+          if (st.stages.empty())
+            continue;
+          int64_t src = st.stages.front().emitted;
+          double dt = st.wallSeconds - prevT;
+          std::printf("  t %.3f src %lld out %lld rate %.0f\n", st.wallSeconds,
+                      static_cast<long long>(src),
+                      static_cast<long long>(st.outputs),
+                      dt > 0 ? static_cast<double>(src - prevSrc) / dt : 0.0);
+          prevSrc = src;
+          prevT = st.wallSeconds;
+        }
+      }
+      for (const autotune::Probe &q : r->profile.probes)
+        std::printf("probe %s: %.0f records/s over %.3f s\n", q.label.c_str(),
+                    q.sourceRecordsPerSecond, q.seconds);
+      continue;
+    }
     int64_t perEpoch = r->profile.sourceRecordsPerEpoch.value_or(0);
     if (perEpoch <= 0) {
       // A source that cannot tell (csv): count one epoch.

@@ -283,6 +283,14 @@ Expected<Probe> measure(const runtime::Plan &plan,
     pr.startupSeconds =
         std::max(0.0, firstT - static_cast<double>(firstSrc) /
                                    pr.sourceRecordsPerSecond);
+  // The ramp does not end with the first output: buffers are first
+  // touched, the pool grows, workers wake for the first time. Up to the
+  // end of the warm-up the run took t0 for what the steady state reads in
+  // srcA / rate; the difference is the whole start-up a run pays once.
+  if (w != 0 && pr.sourceRecordsPerSecond > 0)
+    pr.startupSeconds = std::max(
+        pr.startupSeconds,
+        t0 - static_cast<double>(srcA) / pr.sourceRecordsPerSecond);
   pr.memoryPeak = b.memoryPeak;
   const std::string &lastName =
       plan.stages.empty() ? plan.source.name : plan.stages.back().name;

@@ -141,7 +141,13 @@ namespace {
 /// with more workers (idle cores gain nothing), then the program's.
 constexpr double kRefineTie = 0.005;
 
-void refine(const Profile &p, Config &c, int64_t cores, double memLimit) {
+void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
+  // Ranked on the model's structure with one calibration for all levels:
+  // the per-level figures set the predicted level of the configuration
+  // chosen, but a few noisy probe windows must not decide between levels
+  // (on a loaded host two windows at the same level differ by up to 2x).
+  Profile p = prof;
+  p.calibrationByLevel.clear();
   std::vector<Unit> us = units(p, c.cache.after);
   if (us.size() != c.parallelism.size())
     return;
