@@ -177,6 +177,41 @@ TEST_F(RemapFusionTest, GrayImagesF64AndPadAfterNormalize) {
              "cast+map+random_crop+normalize+pad+fill_missing");
 }
 
+TEST_F(RemapFusionTest, F16ChainWithPadCropFlipAndValueSteps) {
+  // f16 elements travel as their bits; the value steps convert them with
+  // Scalar.h's rules (x * 0.37 rounds in f16, the pad value rounds to f16,
+  // x / (x - 2.5) makes infinities and NaNs, fill_missing replaces those).
+  expectSame(spec("3", "  - cast: {field: image, dtype: f16}\n"
+                       "  - random_crop: {field: image, size: [24, 20], "
+                       "padding: 3}\n"
+                       "  - map: {field: image, expr: \"x * 0.37 - 20\"}\n"
+                       "  - random_flip: {field: image}\n"
+                       "  - pad: {field: image, padding: [1, 2, 3, 4], value: "
+                       "1000.3}\n"
+                       "  - map: {field: image, expr: \"x / (x - 2.5)\"}\n"
+                       "  - clamp: {field: image, min: -0.3, max: 30.1}\n"
+                       "  - fill_missing: {field: image, value: 0.1}\n"
+                       "  - normalize: {field: image, mean: [1, 2, 3], "
+                       "std: [3, 2, 0.7]}\n"
+                       "  - transpose: {field: image, to: CHW}\n"),
+             "cast+random_crop+map+random_flip+pad+map.2+clamp+fill_missing+"
+             "normalize+transpose");
+}
+
+TEST_F(RemapFusionTest, BoolChain) {
+  // A bool image from a comparison, transposed and padded as bytes, then
+  // read back as numbers by a cast (crop and flip take no bool images).
+  expectSame(spec("1", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - map: {field: image, expr: \"x > 100\"}\n"
+                       "  - transpose: {field: image, perm: [1, 0, 2]}\n"
+                       "  - pad: {field: image, padding: [2, 2, 0, 1], value: "
+                       "1}\n"
+                       "  - map: {field: image, expr: \"not x\"}\n"
+                       "  - cast: {field: image, dtype: f16}\n"
+                       "  - map: {field: image, expr: \"x - 0.25\"}\n"),
+             "map+transpose+pad+map.2+cast+map.3");
+}
+
 TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
   // A lone normalize compiles as a chain of one step (its constants depend
   // on the channel, the last index); here per record and, moved behind the
