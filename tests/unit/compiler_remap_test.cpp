@@ -21,6 +21,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace sluice;
@@ -29,6 +30,15 @@ using namespace sluice::rttest;
 namespace {
 
 const std::string kPass = "sluice-fuse-remaps";
+
+/// Sets an environment variable for one scope.
+struct ScopedEnv {
+  ScopedEnv(const char *name, const char *value) : name(name) {
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name); }
+  const char *name;
+};
 
 std::string png(int h, int w, int channels, int seed) {
   std::vector<uint8_t> px(size_t(h) * w * channels);
@@ -267,6 +277,91 @@ TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
     ASSERT_EQ(a.shape(), b.shape());
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)
         << shape[0] << "x" << shape[1];
+  }
+}
+
+/// The ImageNet-style epilogue after the fused decode + random resized
+/// crop: with the code generator on (PlanOptions::codegen) it is one
+/// generated remap kernel after the resize; with it off (--no-jit), with
+/// SLUICE_NO_GENERATED_EPILOGUE=1 and with sluice-fuse-remaps off it is
+/// folded into the hand-written resize. Every variant gives the bytes of
+/// the unfused steps.
+TEST_F(RemapFusionTest, ImageEpilogueGeneratedWithCodegenFoldedWithout) {
+  for (bool antialias : {true, false}) {
+    for (const std::string epilogue :
+         {"  - random_flip: {field: image, axis: width, p: 0.5}\n"
+          "  - normalize: {field: image, mean: [123.675, 116.28, 103.53], "
+          "std: [58.395, 57.12, 57.375]}\n"
+          "  - transpose: {field: image, to: CHW}\n",
+          "  - normalize: {field: image, mean: [120, 110.5, 100], "
+          "std: [60, 0.5, 3]}\n"
+          "  - random_flip: {field: image, axis: width, p: 0.5}\n",
+          "  - normalize: {field: image, mean: [120], std: [60]}\n"}) {
+      SCOPED_TRACE(epilogue + (antialias ? " antialias" : " no antialias"));
+      std::string path = dir_.write(
+          "spec.yaml",
+          spec("3", "  - random_resized_crop: {field: image, size: [32, 24], "
+                    "scale: [0.3, 1.0], antialias: " +
+                        std::string(antialias ? "true" : "false") + "}\n" +
+                        epilogue));
+      runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
+      runtime::RunOptions ref;
+      ref.threads = 1;
+      std::string reference = allBytes(runAll(off, ref));
+      ASSERT_GT(reference.size(), 1000u);
+
+      auto names = [](const runtime::Plan &p) {
+        std::vector<std::string> v;
+        for (const runtime::PlanStage &s : p.stages)
+          v.push_back(s.name);
+        return v;
+      };
+      auto has = [](const std::vector<std::string> &v, const std::string &n) {
+        return std::find(v.begin(), v.end(), n) != v.end();
+      };
+      runtime::Plan generated =
+          sluice::testing::planOfSpecFile(path, {}, /*codegen=*/true);
+      runtime::Plan folded = sluice::testing::planOfSpecFile(path);
+      runtime::Plan noRemap =
+          sluice::testing::planOfSpecFile(path, {kPass}, /*codegen=*/true);
+      // The crop writes u8 HWC; the epilogue is one compiled stage.
+      EXPECT_TRUE(has(names(generated), "decode_image+random_resized_crop"));
+      std::vector<std::string> compiled = compiler::compiledStages(generated);
+      bool epilogueCompiled = false;
+      for (const runtime::PlanStage &s : generated.stages)
+        if (s.name != "decode_image+random_resized_crop" &&
+            !has(names(folded), s.name) && s.name != "select" &&
+            s.name != "batch")
+          epilogueCompiled = has(compiled, s.name);
+      EXPECT_TRUE(epilogueCompiled) << "no compiled epilogue stage";
+      for (const runtime::Plan *p : {&folded, &noRemap})
+        EXPECT_FALSE(has(names(*p), "decode_image+random_resized_crop"))
+            << "the epilogue is not folded";
+      {
+        ScopedEnv env("SLUICE_NO_GENERATED_EPILOGUE", "1");
+        runtime::Plan a =
+            sluice::testing::planOfSpecFile(path, {}, /*codegen=*/true);
+        EXPECT_EQ(names(a), names(folded));
+      }
+
+      for (const runtime::Plan *plan : {&generated, &folded, &noRemap}) {
+        auto jit = compiler::JitKernels::compile(*plan);
+        ASSERT_TRUE(bool(jit)) << jit.status().message();
+        for (int threads : {1, 2}) {
+          runtime::RunOptions withJit, without;
+          withJit.threads = without.threads = threads;
+          withJit.binder = (*jit)->binder();
+          std::string what = std::string(plan == &generated ? "generated"
+                                         : plan == &folded  ? "folded"
+                                                            : "remaps off") +
+                             ", " + std::to_string(threads) + " threads";
+          EXPECT_TRUE(allBytes(runAll(*plan, withJit)) == reference)
+              << "codegen on, " << what << ": output bytes differ";
+          EXPECT_TRUE(allBytes(runAll(*plan, without)) == reference)
+              << "codegen off, " << what << ": output bytes differ";
+        }
+      }
+    }
   }
 }
 
