@@ -161,7 +161,10 @@ void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
     }
   if (nPar == 0 || count > 20000)
     return;
-  int64_t allowed = std::max(cores, nPar);
+  // Workers before a cache and after it count apart (Model.h), as in the
+  // program's cores rows.
+  int64_t allowed = std::max(
+      cores, concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1)));
   auto workers = [&](const std::vector<int64_t> &par) {
     int64_t n = 0;
     for (size_t k = 0; k < us.size(); ++k)
@@ -175,7 +178,7 @@ void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
     if (us[k].parallel && us[k].pinned > 0)
       par[k] = us[k].pinned;
   for (;;) {
-    if (workers(par) <= allowed) {
+    if (concurrentWorkers(p, us, par) <= allowed) {
       Config cand = c;
       cand.parallelism = par;
       Prediction pr = predict(p, cand, cores);
