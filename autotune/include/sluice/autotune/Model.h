@@ -77,6 +77,17 @@ struct Config {
 /// cache): a cache ends the fused group it falls in, as the runtime does.
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
 
+/// Workers that compete for the cores at once under parallelism `par` (per
+/// unit of `us`, the units of a configuration of `p`). With a cache and at
+/// least two epochs, the parallel units before the cache and those after it
+/// are counted apart and the larger count is returned: the units before it
+/// run in the first epoch only, so over the run they mostly do not share
+/// the cores with the later ones (all the work together stays bounded by
+/// the CPU: in a CPU-bound first epoch that bound is what the two sets
+/// share). Otherwise all parallel units' workers together.
+int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+                          const std::vector<int64_t> &par);
+
 /// Every place a cache may go: after the source or a step, while everything
 /// up to it is deterministic and the epoch's size is known; memory and disk.
 std::vector<CacheOption> cacheOptions(const Profile &p);
@@ -101,6 +112,25 @@ double unitSlotBytes(const Profile &p, const Unit &u);
 /// dip of two standard deviations for one interval, plus one; 1..64.
 int64_t queueDepth(double cv, double itemsPerSecond, double window = 0.05);
 
+/// The probe level a configuration corresponds to: the largest parallelism
+/// of a parallel unit the spec did not pin (probes set all of them to one
+/// level); 0 when there is none (every probe ran the same configuration).
+int64_t configLevel(const Profile &p, const Config &c);
+
+/// Profile::calibrationByLevel at `level`: the measured value at a probed
+/// level, linear between two probed levels, the nearest one outside them;
+/// Profile::calibration when nothing was measured per level or level is 0.
+double calibrationAt(const Profile &p, double level);
+
+/// Throughput of two stages in tandem, the upstream one serving `up` items/s
+/// and the downstream one `down`, with `slots` buffered items between them
+/// (the classic M/M/1/K blocking result, as tf.data's model reasons about
+/// buffers): with N = slots + 1 places and rho = up / down,
+/// up (1 - rho^N) / (1 - rho^(N+1)), or down N / (N + 1) at rho = 1. Tends to
+/// min(up, down) as the buffer grows; without a buffer two equal stages
+/// reach half their rate. An infinite side leaves the other's rate.
+double tandemThroughput(double up, double down, double slots);
+
 /// Per-unit prediction.
 struct UnitPrediction {
   std::string label;
@@ -124,6 +154,14 @@ struct Prediction {
   int bottleneck = -1;         ///< unit index; -1: the CPU
   std::string bottleneckLabel;
   double cpuCapacity = 0; ///< source records/s all cores could serve
+  /// Records/s at which a parallel unit's workers get only the cores the
+  /// other threads leave them (infinite when no unit is short of cores).
+  double contentionBound = 0;
+  /// Throughput factor from buffering beyond what the probes ran with
+  /// (tandemThroughput; 1 with the probes' buffers).
+  double bufferFactor = 1;
+  /// calibrationAt(configLevel) applied to every capacity.
+  double calibration = 1;
   int64_t memoryBytes = 0; ///< buffers + memory cache + fixed
   int64_t diskBytes = 0;
   std::vector<UnitPrediction> units;
