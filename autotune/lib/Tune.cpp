@@ -207,6 +207,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   TuneOptions t;
   t.profile.base = opts;
   t.profile.secondsPerProbe = auto_.secondsPerProbe;
+  t.profile.rounds = 2; // 0.3 s windows: three would leave 0.2 s each
   t.profile.base.sink = "null";
   t.profile.base.statsJsonPath.clear();
   t.profile.base.stats = false;
