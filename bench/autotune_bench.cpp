@@ -16,10 +16,12 @@
 // --final rounds (default 2x --rounds) of their own, and the table reports
 // that final pass. Not a test: the machine is shared and noisy.
 //
-// usage: autotune_bench [--rounds N] [--final N] [--verbose] [--no-jit] SPEC...
+// usage: autotune_bench [--rounds N] [--final N] [--min-seconds S] [--verbose]
+//                       [--no-jit] [--trace] SPEC...
 // (--verbose: every configuration's median, per-round rates and the model's
 // prediction of it on stderr; --no-jit: the runtime's kernels instead of the
-// JIT ones `sluice run` uses)
+// JIT ones `sluice run` uses; --min-seconds: whole runs repeat back to back
+// until a measurement lasts S seconds, default 1)
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -83,9 +85,36 @@ std::string scheduleKey(const autotune::Schedule &s) {
 /// --no-jit (or SLUICE_NO_JIT=1), so the bench measures what users run.
 runtime::KernelBinder gBinder;
 
-/// Runs the plan's whole epochs; source-record equivalents per second.
+double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
+                    int64_t cores, int64_t perEpoch, int64_t *peak,
+                    double *records);
+
+/// Seconds one measurement lasts at least: whole runs are repeated back to
+/// back until this much time has passed (a Criteo-sized run takes 0.1-0.4 s,
+/// and one burst of load from another process decides a run that short).
+double gMinSeconds = 1.0;
+
+/// Runs the plan's whole epochs, again until gMinSeconds have passed;
+/// source-record equivalents per second over all of them (each run pays its
+/// own start-up, so this is still the whole-run rate).
 double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
                 int64_t cores, int64_t perEpoch, int64_t *peak) {
+  double records = 0, seconds = 0;
+  do {
+    double n = 0;
+    double rate = runWholeOnce(plan, s, cores, perEpoch, peak, &n);
+    if (!(rate > 0))
+      return 0;
+    records += n;
+    seconds += n / rate;
+  } while (seconds < gMinSeconds);
+  return records / seconds;
+}
+
+/// One run of the plan's whole epochs; source-record equivalents per second.
+double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
+                    int64_t cores, int64_t perEpoch, int64_t *peak,
+                    double *records) {
   runtime::RunOptions o;
   o.schedule = s;
   o.threads = cores;
@@ -110,7 +139,8 @@ double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   runtime::RunStats st = (*p)->stats();
   *peak = std::max(*peak, st.memoryPeak);
-  return static_cast<double>(perEpoch * (*p)->epochs()) / secs;
+  *records = static_cast<double>(perEpoch * (*p)->epochs());
+  return *records / secs;
 }
 
 /// The peer: tf.data-style hill climbing on measured work per worker.
@@ -240,6 +270,8 @@ int main(int argc, char **argv) {
       noJit = true;
     else if (a == "--trace")
       trace = true;
+    else if (a == "--min-seconds" && i + 1 < argc)
+      gMinSeconds = std::atof(argv[++i]);
     else
       specs.push_back(a);
   }
