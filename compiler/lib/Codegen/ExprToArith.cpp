@@ -114,6 +114,10 @@ struct Lowering {
   std::string &error;
   /// filter: the value of each load slot (empty for map, which loads x).
   std::vector<Scalar> slots = {};
+  /// The f16 bits behind each f64 value NarrowF made (halfToFloat of them),
+  /// so an f16 result is stored as those bits: floatToHalf(halfToFloat(h))
+  /// is h for every h doubleToHalf gives (NaNs come out of it quiet).
+  llvm::DenseMap<Value, Value> halfBits{};
 
   Type i64() { return b.getI64Type(); }
   Type f64() { return b.getF64Type(); }
@@ -226,7 +230,9 @@ struct Lowering {
       }
       if (in.type == ElemType::F16) { // halfToFloat(doubleToHalf(v))
         Value h = f64ToHalf(b, loc, F(in.a));
-        fregs[in.dst] = b.create<arith::ExtFOp>(loc, f64(), halfToF32(b, loc, h));
+        Value d = b.create<arith::ExtFOp>(loc, f64(), halfToF32(b, loc, h));
+        fregs[in.dst] = d;
+        halfBits[d] = h;
         return true;
       }
       if (in.type != ElemType::F32)
@@ -490,6 +496,11 @@ bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
     error = "expression of '" + step.name + "' has no result register";
     return false;
   }
+  if (compiled->resultType() == ElemType::F16 && !compiled->resultIsInt())
+    if (Value h = l.halfBits.lookup(r)) {
+      result = {h, ElemType::F16};
+      return true;
+    }
   Scalar raw{r, compiled->resultIsInt() ? ElemType::I64 : ElemType::F64};
   result = convertScalar(b, loc, raw, compiled->resultType());
   return true;
