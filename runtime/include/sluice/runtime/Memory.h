@@ -65,6 +65,15 @@ int64_t processMemoryPeak();
 /// plan and its kernels freed) and records the resident set then, the
 /// process's fixed baseline (binary, libraries, JIT code, the main thread).
 void noteProcessBaseline();
+/// Returns the heap's free pages to the system (glibc's malloc_trim), as a
+/// pipeline stops: a pipeline frees most of what it made (records, reader
+/// buffers) into the heap, where the pages stay resident and counted in no
+/// budget; a pipeline that runs next (the run after `schedule: auto`'s probe
+/// runs) would reuse them without counting them, and `memory peak` would
+/// fall short of what the process holds (examples/imagenet.yaml: ~100 MiB
+/// of the probes' records). The buffer pool's idle buffers stay: they are
+/// counted. SLUICE_NO_HEAP_TRIM=1 leaves the heap as it is.
+void returnFreeHeapPages();
 /// The resident set noteProcessBaseline() recorded, in bytes (0: not yet,
 /// or not readable here). Peak RSS minus this is what the pipelines of the
 /// process added: their buffers (what `memory peak` counts), plus worker
