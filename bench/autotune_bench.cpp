@@ -16,11 +16,14 @@
 // --final rounds (default 2x --rounds) of their own, and the table reports
 // that final pass. Not a test: the machine is shared and noisy.
 //
-// usage: autotune_bench [--rounds N] [--final N] [--verbose] SPEC...
-// (--verbose: every configuration's median and per-round rates on stderr)
+// usage: autotune_bench [--rounds N] [--final N] [--verbose] [--no-jit] SPEC...
+// (--verbose: every configuration's median, per-round rates and the model's
+// prediction of it on stderr; --no-jit: the runtime's kernels instead of the
+// JIT ones `sluice run` uses)
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/runtime/Memory.h"
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <sys/resource.h>
 
@@ -39,20 +43,27 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty())
+    return 0;
+  return v.size() % 2 ? v[v.size() / 2]
+                      : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 struct Candidate {
   std::string name;
   autotune::Schedule schedule;
   std::vector<double> rates; ///< source records/s per round (whole run)
   int64_t memoryPeak = 0;
-  double median() const {
-    std::vector<double> v = rates;
-    std::sort(v.begin(), v.end());
-    if (v.empty())
-      return 0;
-    return v.size() % 2 ? v[v.size() / 2]
-                        : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  }
+  /// The configuration, for the model's prediction of it (--verbose).
+  std::optional<autotune::Config> config;
+  double median() const { return medianOf(rates); }
 };
+
+/// The kernel binder every run uses: `sluice run`'s JIT kernels unless
+/// --no-jit (or SLUICE_NO_JIT=1), so the bench measures what users run.
+runtime::KernelBinder gBinder;
 
 /// Runs the plan's whole epochs; source-record equivalents per second.
 double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
@@ -61,6 +72,7 @@ double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
   o.schedule = s;
   o.threads = cores;
   o.progress = runtime::RunOptions::Progress::Off;
+  o.binder = gBinder;
   auto p = runtime::Pipeline::create(plan, o);
   if (!p) {
     std::cerr << "  run failed: " << p.status().message() << "\n";
@@ -84,21 +96,22 @@ double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
 }
 
 /// The peer: tf.data-style hill climbing on measured work per worker.
-autotune::Schedule hillClimb(const runtime::Plan &plan,
-                             const autotune::Profile &prof, int64_t cores) {
+autotune::Config hillClimb(const runtime::Plan &plan,
+                           const autotune::Profile &prof, int64_t cores) {
   std::vector<autotune::Unit> us = autotune::units(prof, -1);
   std::vector<int64_t> par(us.size(), 1);
   int64_t used = 0;
   for (const autotune::Unit &u : us)
     used += u.parallel;
-  auto schedule = [&] {
+  auto config = [&] {
     autotune::Config c;
     c.parallelism = par;
-    return autotune::toSchedule(prof, c);
+    return c;
   };
   while (used < cores) {
     runtime::RunOptions o;
-    o.schedule = schedule();
+    o.schedule = autotune::toSchedule(prof, config());
+    o.binder = gBinder;
     o.threads = cores;
     o.epochs = 1000000;
     std::vector<runtime::RunStats> samples;
@@ -131,7 +144,7 @@ autotune::Schedule hillClimb(const runtime::Plan &plan,
     ++par[pick];
     ++used;
   }
-  return schedule();
+  return config();
 }
 
 /// The oracle's grid.
@@ -160,6 +173,7 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
             cfg.prefetch = tuned.config.prefetch;
           Candidate cand;
           cand.schedule = autotune::toSchedule(prof, cfg);
+          cand.config = cfg;
           std::string n = "p=";
           for (size_t k = 0; k < us.size(); ++k)
             if (us[k].parallel)
@@ -193,7 +207,8 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
 
 int main(int argc, char **argv) {
   int rounds = 3, finalRounds = 0;
-  bool verbose = false;
+  bool verbose = false, noJit = compiler::jitDisabledByEnvironment();
+  bool trace = false;
   std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -203,12 +218,24 @@ int main(int argc, char **argv) {
       finalRounds = std::atoi(argv[++i]);
     else if (a == "--verbose")
       verbose = true;
+    else if (a == "--no-jit")
+      noJit = true;
+    else if (a == "--trace")
+      trace = true;
     else
       specs.push_back(a);
   }
   double load[1] = {0};
   getloadavg(load, 1);
-  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  double loadLo = load[0], loadHi = load[0];
+  auto noteLoad = [&] {
+    double l[1] = {0};
+    if (getloadavg(l, 1) == 1) {
+      loadLo = std::min(loadLo, l[0]);
+      loadHi = std::max(loadHi, l[0]);
+    }
+  };
+  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string &path : specs) {
     std::string text, err;
     if (!dsl::readFile(path, text, err)) {
@@ -224,8 +251,20 @@ int main(int argc, char **argv) {
     auto plan = compiler::buildPlan(*spec, {}, std::cerr);
     if (!plan)
       return 1;
+    std::unique_ptr<compiler::JitKernels> kernels;
+    gBinder = nullptr;
+    if (!noJit) {
+      auto k = compiler::JitKernels::compile(*plan);
+      if (!k) {
+        std::cerr << path << ": " << k.status().message() << "\n";
+        return 1;
+      }
+      kernels = k.take();
+      gBinder = kernels->binder();
+    }
     autotune::TuneOptions topts;
     topts.verify = false;
+    topts.profile.base.binder = gBinder;
     auto t0 = Clock::now();
     auto r = autotune::tune(*plan, topts);
     double tuneSecs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -234,12 +273,49 @@ int main(int argc, char **argv) {
       return 1;
     }
     int64_t cores = r->budget.cores;
+    if (trace) {
+      // Where a whole run of the tuned schedule spends its time: the
+      // counters every 50 ms (t, source records, outputs), then the probes'
+      // steady rates for comparison.
+      for (int rep = 0; rep < 3; ++rep) {
+        runtime::RunOptions o;
+        o.schedule = r->schedule;
+        o.threads = cores;
+        o.binder = gBinder;
+        o.progress = runtime::RunOptions::Progress::Off;
+        std::vector<runtime::RunStats> samples;
+        auto m = autotune::measure(*plan, o, 1e9, int64_t(1) << 60, &samples);
+        if (!m)
+          break;
+        std::printf("trace %d: whole run %.0f records/s in %.3f s\n", rep,
+                    m->sourceRecordsPerSecond, m->seconds);
+        int64_t prevSrc = 0;
+        double prevT = 0;
+        for (const runtime::RunStats &st : samples) {
+          if (st.stages.empty())
+            continue;
+          int64_t src = st.stages.front().emitted;
+          double dt = st.wallSeconds - prevT;
+          std::printf("  t %.3f src %lld out %lld rate %.0f\n", st.wallSeconds,
+                      static_cast<long long>(src),
+                      static_cast<long long>(st.outputs),
+                      dt > 0 ? static_cast<double>(src - prevSrc) / dt : 0.0);
+          prevSrc = src;
+          prevT = st.wallSeconds;
+        }
+      }
+      for (const autotune::Probe &q : r->profile.probes)
+        std::printf("probe %s: %.0f records/s over %.3f s\n", q.label.c_str(),
+                    q.sourceRecordsPerSecond, q.seconds);
+      continue;
+    }
     int64_t perEpoch = r->profile.sourceRecordsPerEpoch.value_or(0);
     if (perEpoch <= 0) {
       // A source that cannot tell (csv): count one epoch.
       runtime::RunOptions o;
       o.epochs = 1;
       o.progress = runtime::RunOptions::Progress::Off;
+      o.binder = gBinder;
       auto p = runtime::Pipeline::create(*plan, o);
       runtime::Batch b;
       while (p) {
@@ -255,27 +331,42 @@ int main(int argc, char **argv) {
       continue;
     }
     std::vector<Candidate> cands;
-    Candidate naive{"naive", autotune::toSchedule(r->profile,
-                                                  autotune::naiveConfig(r->profile)), {}, 0};
-    Candidate peer{"hill climb", hillClimb(*plan, r->profile, cores), {}, 0};
-    Candidate tuned{"tuned", r->schedule, {}, 0};
+    autotune::Config naiveCfg = autotune::naiveConfig(r->profile);
+    autotune::Config peerCfg = hillClimb(*plan, r->profile, cores);
+    Candidate naive{"naive", autotune::toSchedule(r->profile, naiveCfg), {}, 0,
+                    naiveCfg};
+    Candidate peer{"hill climb", autotune::toSchedule(r->profile, peerCfg), {},
+                   0, peerCfg};
+    Candidate tuned{"tuned", r->schedule, {}, 0, r->solution.config};
     cands.push_back(naive);
     cands.push_back(peer);
     cands.push_back(tuned);
     std::vector<Candidate> g = grid(r->profile, r->solution, cores);
     size_t gridStart = cands.size();
     cands.insert(cands.end(), g.begin(), g.end());
-    for (int round = 0; round < rounds; ++round)
+    for (int round = 0; round < rounds; ++round) {
+      noteLoad();
       for (Candidate &c : cands)
         c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
                                    &c.memoryPeak));
+    }
+    // What the model says of a configuration, against its median.
+    auto predicted = [&](const Candidate &c) -> std::string {
+      if (!c.config)
+        return "";
+      double w = autotune::predict(r->profile, *c.config, cores).wholeRun;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " predicted %.0f (%+.0f%%)", w,
+                    (w - c.median()) / c.median() * 100);
+      return buf;
+    };
     if (verbose) {
       std::cerr << r->profile.pipeline << ": screening pass\n";
       for (const Candidate &c : cands) {
         std::cerr << "  " << c.name << ": median " << c.median() << " (";
         for (double x : c.rates)
           std::cerr << " " << static_cast<int64_t>(x);
-        std::cerr << " )\n";
+        std::cerr << " )" << predicted(c) << "\n";
       }
     }
     // The final pass: naive, peer, tuned and the screening's best three.
@@ -293,10 +384,37 @@ int main(int argc, char **argv) {
     for (Candidate &c : fin)
       c.rates.clear();
     int nFinal = finalRounds > 0 ? finalRounds : 2 * rounds;
-    for (int round = 0; round < nFinal; ++round)
-      for (Candidate &c : fin)
+    // Paired prediction error: every final round profiles again right
+    // before it runs the tuned schedule, so prediction and measurement see
+    // the same load from other processes (the one-shot error compares a
+    // prediction with runs minutes later).
+    std::vector<double> paired;
+    autotune::TuneOptions again = topts;
+    again.cores = cores;
+    for (int round = 0; round < nFinal; ++round) {
+      noteLoad();
+      auto re = autotune::tune(*plan, again);
+      double pr = re ? autotune::predict(re->profile, r->solution.config, cores)
+                           .wholeRun
+                     : 0;
+      // The tuned schedule first, right after its prediction.
+      std::vector<size_t> runOrder{2};
+      for (size_t i = 0; i < fin.size(); ++i)
+        if (i != 2)
+          runOrder.push_back(i);
+      for (size_t i : runOrder) {
+        Candidate &c = fin[i];
         c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
                                    &c.memoryPeak));
+      }
+      double m = fin[2].rates.back();
+      if (pr > 0 && m > 0)
+        paired.push_back((pr - m) / m);
+      if (verbose)
+        std::cerr << r->profile.pipeline << ": final round " << round + 1
+                  << ": predicted " << static_cast<int64_t>(pr)
+                  << ", measured " << static_cast<int64_t>(m) << "\n";
+    }
     size_t screened = cands.size();
     cands = fin;
     size_t best = gridStart;
@@ -311,13 +429,23 @@ int main(int argc, char **argv) {
     // model's whole-run figure.
     double steady = r->solution.prediction.throughput;
     double pred = r->solution.prediction.wholeRun;
-    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %.1f | %s |\n",
+    std::string pairedText = "-";
+    if (!paired.empty()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%+.0f%% (%+.0f..%+.0f%%)",
+                    medianOf(paired) * 100,
+                    *std::min_element(paired.begin(), paired.end()) * 100,
+                    *std::max_element(paired.begin(), paired.end()) * 100);
+      pairedText = buf;
+    }
+    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %s | %.1f | %s |\n",
                 r->profile.pipeline.c_str(), cands[0].median(),
                 cands[1].median(), cands[2].median(), cands[best].median(),
                 cands[best].name.c_str(), cands[2].median() / oracle,
                 cands[2].median() / cands[1].median(),
                 cands[2].median() / cands[0].median(), steady, pred,
-                (pred - cands[2].median()) / cands[2].median() * 100, tuneSecs,
+                (pred - cands[2].median()) / cands[2].median() * 100,
+                pairedText.c_str(), tuneSecs,
                 runtime::formatBytes(peak).c_str());
     std::fflush(stdout);
     if (verbose)
@@ -327,7 +455,7 @@ int main(int argc, char **argv) {
         std::cerr << "  " << c.name << ": median " << c.median() << " (";
         for (double x : c.rates)
           std::cerr << " " << static_cast<int64_t>(x);
-        std::cerr << " )\n";
+        std::cerr << " )" << predicted(c) << "\n";
       }
     std::cerr << r->profile.pipeline << ": " << screened
               << " configurations x " << rounds << " rounds, then "
@@ -335,13 +463,18 @@ int main(int argc, char **argv) {
               << " final rounds; tuned schedule:\n"
               << autotune::scheduleYaml(*r);
   }
+  noteLoad();
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   std::printf("\nrecords/s are source records (equivalents) per second over "
               "the spec's whole epochs, median of the final pass (%d screening "
               "rounds, then the best three of the grid with naive, peer and "
-              "tuned); load average at "
-              "start %.2f; process peak RSS %ld MiB\n",
-              rounds, load[0], u.ru_maxrss / 1024);
+              "tuned); pred. error: the first tune's prediction against the "
+              "final median; paired: median over the final rounds of a fresh "
+              "profile's prediction against the tuned run right after it; "
+              "kernels: %s; load average %.2f at start, %.2f..%.2f during the "
+              "rounds; process peak RSS %ld MiB\n",
+              rounds, noJit ? "runtime (--no-jit)" : "JIT (as sluice run)",
+              load[0], loadLo, loadHi, u.ru_maxrss / 1024);
   return 0;
 }

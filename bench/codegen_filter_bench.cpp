@@ -3,9 +3,11 @@
 // A `filter` runs once per record, before batching, so its cost is per
 // record: the bytecode interpreter (runtime::bindElementOp, the reference)
 // against the generated condition (JitKernels' "filter" kernel through its
-// runtime binding: slot checks, pointer fill, call). Two conditions on a
-// Criteo-like record (label i64, dense f32[13], cat i64[26]): the example's
-// `label >= 0`, and a longer one reading three fields. Each iteration
+// runtime binding: slot checks, pointer fill, call). Conditions on a
+// Criteo-like record (label i64, dense f32[13], cat i64[26], and a bool
+// `flag` and an f16 `h`): the example's `label >= 0` (0), a longer one
+// reading three fields (1), the bool alone (2), and the bool with an f16
+// comparison (3). Each iteration
 // filters 4096 records. Run with
 //   build/bin/codegen_filter_bench --benchmark_repetitions=7 \
 //     --benchmark_enable_random_interleaving=true
@@ -13,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Codegen.h"
+#include "sluice/ops/kernels/Scalar.h"
 #include "sluice/runtime/ElementOps.h"
 
 #include <benchmark/benchmark.h>
@@ -27,7 +30,8 @@ constexpr int kRecords = 4096;
 
 const char *const kConditions[] = {
     "label >= 0",
-    "label >= 0 and dense[0] < 5 and (dense[3] != dense[3] or cat[2] % 7 != 3)"};
+    "label >= 0 and dense[0] < 5 and (dense[3] != dense[3] or cat[2] % 7 != 3)",
+    "flag", "flag and h < 0.5"};
 
 runtime::Plan filterPlan(const char *where) {
   runtime::PlanStage s;
@@ -38,7 +42,9 @@ runtime::Plan filterPlan(const char *where) {
   s.params.set("where", Value::string(where));
   s.inputType = RecordType({{"label", FieldType(ElemType::I64, {})},
                             {"dense", FieldType(ElemType::F32, {13})},
-                            {"cat", FieldType(ElemType::I64, {26})}});
+                            {"cat", FieldType(ElemType::I64, {26})},
+                            {"flag", FieldType(ElemType::Bool, {})},
+                            {"h", FieldType(ElemType::F16, {})}});
   s.outputType = s.inputType;
   runtime::Plan plan;
   plan.name = "filter_bench";
@@ -61,7 +67,12 @@ std::vector<Record> records() {
     Tensor cat = Tensor::empty(ElemType::I64, {26});
     for (int j = 0; j < 26; ++j)
       cat.mutableData<int64_t>()[j] = int64_t(rng() >> 33);
-    r.fields = {label, dense, cat};
+    Tensor flag = Tensor::empty(ElemType::Bool, {});
+    flag.mutableRaw()[0] = rng() % 3 == 0;
+    Tensor h = Tensor::empty(ElemType::F16, {});
+    h.mutableData<uint16_t>()[0] =
+        kernels::floatToHalf(float(rng() % 1000) / 1000.0f);
+    r.fields = {label, dense, cat, flag, h};
   }
   return out;
 }
@@ -118,7 +129,7 @@ void BM_FilterJit(benchmark::State &s) { runFilter(s, true); }
 
 } // namespace
 
-BENCHMARK(BM_FilterInterpreter)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_FilterJit)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FilterInterpreter)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FilterJit)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

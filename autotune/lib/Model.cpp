@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace sluice::autotune {
@@ -275,13 +276,60 @@ double cacheSeconds(const Profile &p, const CacheOption &c) {
 } // namespace
 
 double wholeRunThroughput(const Profile &p, double steady) {
-  if (p.epochs <= 0 || !p.sourceRecordsPerEpoch ||
-      *p.sourceRecordsPerEpoch <= 0 || !(steady > 0) ||
+  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
+                                        ? p.sourceRecordsPerEpoch
+                                        : p.estimatedRecordsPerEpoch;
+  if (p.epochs <= 0 || !perEpoch || *perEpoch <= 0 || !(steady > 0) ||
       !std::isfinite(steady) || p.startupSeconds <= 0)
     return steady;
-  double total = static_cast<double>(p.epochs) *
-                 static_cast<double>(*p.sourceRecordsPerEpoch);
+  double total =
+      static_cast<double>(p.epochs) * static_cast<double>(*perEpoch);
   return total / (p.startupSeconds + total / steady);
+}
+
+int64_t configLevel(const Profile &p, const Config &c) {
+  std::vector<Unit> us = units(p, c.cache.after);
+  int64_t level = 0;
+  for (size_t k = 0; k < us.size() && k < c.parallelism.size(); ++k)
+    if (us[k].parallel && us[k].pinned == 0)
+      level = std::max(level, c.parallelism[k]);
+  return level;
+}
+
+double calibrationAt(const Profile &p, double level) {
+  double fallback = p.calibration > 0 ? p.calibration : 1;
+  if (p.calibrationByLevel.empty() || level <= 0)
+    return fallback;
+  auto hi = p.calibrationByLevel.lower_bound(static_cast<int64_t>(
+      std::ceil(level)));
+  if (hi == p.calibrationByLevel.end())
+    return std::prev(hi)->second;
+  if (hi == p.calibrationByLevel.begin() ||
+      static_cast<double>(hi->first) == level)
+    return hi->second;
+  auto lo = std::prev(hi);
+  double t = (level - static_cast<double>(lo->first)) /
+             static_cast<double>(hi->first - lo->first);
+  return lo->second + t * (hi->second - lo->second);
+}
+
+double tandemThroughput(double up, double down, double slots) {
+  if (!(up > 0) || !(down > 0))
+    return 0;
+  if (!std::isfinite(up))
+    return down;
+  if (!std::isfinite(down))
+    return up;
+  double n = std::max(0.0, slots) + 1;
+  double rho = up / down;
+  if (std::abs(rho - 1) < 1e-9)
+    return down * n / (n + 1);
+  // up (1 - rho^n) / (1 - rho^(n+1)), written to stay finite for large n:
+  // with rho > 1 divide through by rho^(n+1).
+  if (rho < 1)
+    return up * (1 - std::pow(rho, n)) / (1 - std::pow(rho, n + 1));
+  double r = 1 / rho;
+  return up * (std::pow(r, n + 1) - r) / (std::pow(r, n + 1) - 1);
 }
 
 Prediction predict(const Profile &p, const Config &c, int64_t cores) {
@@ -349,16 +397,115 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
     else
       r.diskBytes = c.cache.bytes;
   }
-  cpu *= std::max(1.0, p.cpuOverheadFactor);
+  double overhead = std::max(1.0, p.cpuOverheadFactor);
+  cpu *= overhead;
   r.cpuCapacity = cpu > 0 ? static_cast<double>(cores) / cpu : kInf;
   if (r.cpuCapacity < r.throughput) {
     r.throughput = r.cpuCapacity;
     r.bottleneck = -1;
   }
-  // The probes' calibration scales every capacity alike.
-  double k = p.calibration > 0 ? p.calibration : 1;
+
+  // Contention for the cores: a parallel unit's p workers run only on the
+  // cores the other threads (the source's, the consumer's, other stages'
+  // workers) leave free at throughput T: T s_k <= speedup(min(p, cores -
+  // T x their CPU per record)). With linear scaling this is the CPU bound;
+  // with the measured sub-linear scaling it binds below both (two stages
+  // that each reach their rate alone do not reach it together on shared
+  // cores). The largest T meeting every such bound, by bisection.
+  r.contentionBound = kInf;
+  {
+    std::vector<double> unitCpu(us.size(), 0);
+    double allCpu = 0;
+    for (size_t k = 0; k < us.size(); ++k) {
+      double f = us[k].beforeCache ? 1 / e : 1;
+      for (size_t i : us[k].steps)
+        unitCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+      unitCpu[k] *= overhead;
+      allCpu += unitCpu[k];
+    }
+    allCpu += cacheCost * overhead;
+    auto fits = [&](double t, size_t *limiting) {
+      for (size_t k = 0; k < us.size(); ++k) {
+        const UnitPrediction &up = r.units[k];
+        if (!us[k].parallel || !(up.secondsPerRecord > 0))
+          continue;
+        double free = static_cast<double>(cores) - t * (allCpu - unitCpu[k]);
+        double par = static_cast<double>(up.parallelism);
+        if (free >= par)
+          continue;
+        Usl usl = unitUsl(p, us[k]);
+        double speed = std::min(usl.speedup(par), usl.speedup(std::max(0.0, free)));
+        if (t * up.secondsPerRecord > speed * (1 + 1e-12)) {
+          if (limiting)
+            *limiting = k;
+          return false;
+        }
+      }
+      return true;
+    };
+    size_t limiting = 0;
+    if (std::isfinite(r.throughput) && !fits(r.throughput, &limiting)) {
+      double lo = 0, hi = r.throughput;
+      for (int it = 0; it < 60; ++it) {
+        double mid = (lo + hi) / 2;
+        (fits(mid, nullptr) ? lo : hi) = mid;
+      }
+      r.contentionBound = lo;
+      if (lo < r.throughput * (1 - 1e-9)) {
+        r.throughput = lo;
+        r.bottleneck = static_cast<int>(limiting);
+      }
+    }
+  }
+
+  // Buffers: the probes ran with the runtime's windows (16 slots per
+  // worker) and Profile::probePrefetch; a configuration with deeper buffers
+  // loses less to blocking between the stages on either side of each, by
+  // the tandem formula's ratio (1 when it buffers as the probes did).
+  r.bufferFactor = 1;
+  {
+    // Capacity of everything up to unit k, and after it.
+    auto minCap = [&](size_t from, size_t to) {
+      double m = kInf;
+      for (size_t j = from; j < to && j < r.units.size(); ++j)
+        m = std::min(m, r.units[j].capacity);
+      return m;
+    };
+    auto probeDepth = [&](size_t step) -> int64_t {
+      auto it = p.probePrefetch.find(step);
+      return it != p.probePrefetch.end() ? it->second : 0;
+    };
+    for (size_t k = 0; k < us.size(); ++k) {
+      size_t last = us[k].steps.back();
+      auto pf = c.prefetch.find(last);
+      int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
+      int64_t ref = probeDepth(last);
+      if (depth == ref)
+        continue;
+      double slots, refSlots;
+      if (us[k].parallel) {
+        slots = static_cast<double>(windowSlots(r.units[k].parallelism, depth));
+        refSlots = static_cast<double>(windowSlots(r.units[k].parallelism, ref));
+      } else {
+        slots = static_cast<double>(depth);
+        refSlots = static_cast<double>(ref);
+      }
+      double a = minCap(0, k + 1), b = minCap(k + 1, us.size());
+      double x = tandemThroughput(a, b, slots);
+      double x0 = tandemThroughput(a, b, refSlots);
+      if (x > 0 && x0 > 0 && std::isfinite(x) && std::isfinite(x0))
+        r.bufferFactor *= x / x0;
+    }
+    r.throughput *= r.bufferFactor;
+  }
+
+  // The probes' calibration at this configuration's level scales every
+  // capacity alike.
+  double k = calibrationAt(p, static_cast<double>(configLevel(p, c)));
+  r.calibration = k;
   r.throughput *= k;
   r.cpuCapacity *= k;
+  r.contentionBound *= k;
   for (UnitPrediction &up : r.units)
     up.capacity *= k;
   r.bottleneckLabel = r.bottleneck >= 0

@@ -11,6 +11,7 @@
 #include "sluice/autotune/Profile.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/ElementOps.h"
+#include "sluice/runtime/Source.h"
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 namespace sluice::autotune {
@@ -281,6 +283,14 @@ Expected<Probe> measure(const runtime::Plan &plan,
     pr.startupSeconds =
         std::max(0.0, firstT - static_cast<double>(firstSrc) /
                                    pr.sourceRecordsPerSecond);
+  // The ramp does not end with the first output: buffers are first
+  // touched, the pool grows, workers wake for the first time. Up to the
+  // end of the warm-up the run took t0 for what the steady state reads in
+  // srcA / rate; the difference is the whole start-up a run pays once.
+  if (w != 0 && pr.sourceRecordsPerSecond > 0)
+    pr.startupSeconds = std::max(
+        pr.startupSeconds,
+        t0 - static_cast<double>(srcA) / pr.sourceRecordsPerSecond);
   pr.memoryPeak = b.memoryPeak;
   const std::string &lastName =
       plan.stages.empty() ? plan.source.name : plan.stages.back().name;
@@ -515,8 +525,38 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   double work = std::max(prof.processCpuPerRecord, accounted);
   prof.counterOverhead = work > 0 ? visits * counterCostSeconds() / work : 0;
 
-  // Calibrate the model's level on the probes (see Profile::calibration).
+  // What the probes buffered (the calibration includes it): the spec's
+  // pinned prefetch depths, nothing more.
+  for (size_t i = 0; i < prof.steps.size(); ++i)
+    if (prof.steps[i].pinnedPrefetch > 0)
+      prof.probePrefetch[i] = prof.steps[i].pinnedPrefetch;
+
+  // A source that cannot count its records (csv, text, tfrecord): estimate
+  // an epoch from its files' sizes and the bytes it read per record, so a
+  // whole run's start-up can be counted (never used to size a cache).
+  if (!prof.sourceRecordsPerEpoch && prof.steps.front().bytesIn > 0) {
+    Expected<std::unique_ptr<runtime::Source>> src = runtime::Source::create(
+        plan.source.op, plan.source.params, plan.source.outputType,
+        plan.baseDir);
+    if (src) {
+      double bytes = 0;
+      for (size_t i = 0; i < (*src)->numShards(); ++i) {
+        struct stat sb;
+        if (::stat((*src)->shardName(i).c_str(), &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+          bytes += static_cast<double>(sb.st_size);
+      }
+      double world = std::max<int64_t>(1, opts.base.worldSize);
+      if (bytes > 0)
+        prof.estimatedRecordsPerEpoch = static_cast<int64_t>(
+            bytes / prof.steps.front().bytesIn / world);
+    }
+  }
+
+  // Calibrate the model's level on the probes (see Profile::calibration),
+  // overall and per probe level.
   std::vector<double> ratios;
+  std::map<int64_t, std::vector<double>> levelRatios;
   for (const Window &w : windows) {
     Config c;
     for (size_t i = 0; i < prof.steps.size(); ++i)
@@ -528,15 +568,25 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     for (const Unit &u : units(prof, c.cache.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
     double model = predict(prof, c, cores).throughput;
-    if (model > 0 && std::isfinite(model) && w.probe.sourceRecordsPerSecond > 0)
+    if (model > 0 && std::isfinite(model) && w.probe.sourceRecordsPerSecond > 0) {
       ratios.push_back(w.probe.sourceRecordsPerSecond / model);
+      levelRatios[w.level].push_back(ratios.back());
+    }
   }
-  if (!ratios.empty()) {
-    std::sort(ratios.begin(), ratios.end());
-    size_t n = ratios.size();
-    double med = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
-    prof.calibration = std::clamp(med, 0.02, 2.0);
-  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  if (!ratios.empty())
+    prof.calibration = std::clamp(median(ratios), 0.02, 2.0);
+  // Per level only where the level is a knob (a free parallel stage).
+  bool free = false;
+  for (const Unit &u : us)
+    free = free || (u.parallel && u.pinned == 0);
+  if (free)
+    for (const auto &[level, rs] : levelRatios)
+      prof.calibrationByLevel[level] = std::clamp(median(rs), 0.02, 2.0);
   prof.seconds = since(t0);
   return prof;
 }

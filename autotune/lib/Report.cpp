@@ -153,6 +153,9 @@ json reportJson(const TuneResult &r) {
                       {"records_per_second", q.sourceRecordsPerSecond},
                       {"outputs_per_second", q.outputsPerSecond},
                       {"memory_peak_bytes", q.memoryPeak}});
+  json calByLevel = json::object();
+  for (const auto &[level, k] : p.calibrationByLevel)
+    calByLevel[std::to_string(level)] = k;
   j["profile"] = {{"seconds", p.seconds},
                   {"epochs", p.epochs},
                   {"source_records_per_epoch",
@@ -164,6 +167,12 @@ json reportJson(const TuneResult &r) {
                   {"disk_bytes_per_second", p.diskBytesPerSecond},
                   {"counter_overhead", p.counterOverhead},
                   {"startup_seconds", p.startupSeconds},
+                  {"estimated_source_records_per_epoch",
+                   p.estimatedRecordsPerEpoch
+                       ? json(*p.estimatedRecordsPerEpoch)
+                       : json(nullptr)},
+                  {"calibration", p.calibration},
+                  {"calibration_by_level", calByLevel},
                   {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -242,6 +251,9 @@ json reportJson(const TuneResult &r) {
                     {"whole_run_records_per_second", num(pr.wholeRun)},
                     {"outputs_per_second", num(pr.outputsPerSecond)},
                     {"cpu_capacity", num(pr.cpuCapacity)},
+                    {"contention_bound", num(pr.contentionBound)},
+                    {"buffer_factor", pr.bufferFactor},
+                    {"calibration", pr.calibration},
                     {"memory_bytes", pr.memoryBytes},
                     {"disk_bytes", pr.diskBytes},
                     {"naive_records_per_second", num(r.naive.throughput)}};

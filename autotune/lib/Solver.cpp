@@ -131,6 +131,79 @@ Schedule toSchedule(const Profile &p, const Config &c) {
 
 namespace {
 
+/// The program's capacities are linear in the binaries; the full model is
+/// not (the calibration of the configuration's level, cores shared with the
+/// other threads, buffers). Every parallelism assignment of the chosen cache
+/// option (when there are at most 20,000) is evaluated with predict() and
+/// the best within the cores and memory kept. Throughputs within
+/// kRefineTie of each other count as equal (the buffer term moves them by
+/// fractions of a percent, far below what the model can tell): then the one
+/// with more workers (idle cores gain nothing), then the program's.
+constexpr double kRefineTie = 0.005;
+
+void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
+  // Ranked on the model's structure with one calibration for all levels:
+  // the per-level figures set the predicted level of the configuration
+  // chosen, but a few noisy probe windows must not decide between levels
+  // (on a loaded host two windows at the same level differ by up to 2x).
+  Profile p = prof;
+  p.calibrationByLevel.clear();
+  std::vector<Unit> us = units(p, c.cache.after);
+  if (us.size() != c.parallelism.size())
+    return;
+  int64_t nPar = 0;
+  double count = 1;
+  for (const Unit &u : us)
+    if (u.parallel) {
+      ++nPar;
+      if (u.pinned == 0)
+        count *= static_cast<double>(cores);
+    }
+  if (nPar == 0 || count > 20000)
+    return;
+  int64_t allowed = std::max(cores, nPar);
+  auto workers = [&](const std::vector<int64_t> &par) {
+    int64_t n = 0;
+    for (size_t k = 0; k < us.size(); ++k)
+      n += us[k].parallel ? par[k] : 0;
+    return n;
+  };
+  Config best = c;
+  double bestT = predict(p, c, cores).throughput;
+  std::vector<int64_t> par(us.size(), 1);
+  for (size_t k = 0; k < us.size(); ++k)
+    if (us[k].parallel && us[k].pinned > 0)
+      par[k] = us[k].pinned;
+  for (;;) {
+    if (workers(par) <= allowed) {
+      Config cand = c;
+      cand.parallelism = par;
+      Prediction pr = predict(p, cand, cores);
+      bool fits = !std::isfinite(memLimit) ||
+                  static_cast<double>(pr.memoryBytes) <= memLimit;
+      if (fits && (pr.throughput > bestT * (1 + kRefineTie) ||
+                   (pr.throughput >= bestT * (1 - kRefineTie) &&
+                    workers(par) > workers(best.parallelism)))) {
+        best = cand;
+        bestT = pr.throughput;
+      }
+    }
+    size_t k = 0;
+    for (; k < us.size(); ++k) {
+      if (!us[k].parallel || us[k].pinned > 0)
+        continue;
+      if (par[k] < cores) {
+        ++par[k];
+        break;
+      }
+      par[k] = 1;
+    }
+    if (k == us.size())
+      break;
+  }
+  c = best;
+}
+
 /// A cache the spec did not ask for must raise the predicted throughput by
 /// at least this fraction: it costs memory or disk, its first epoch runs
 /// uncached, and the model's error is larger than a gain of a few percent.
@@ -241,6 +314,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   std::vector<OptionVars> ov(options.size());
   std::vector<std::pair<int, double>> sumY, coresRow, memRow, diskRow;
   const double e = p.epochs < 0 ? 1000.0 : std::max<double>(1, p.epochs);
+  const double cal = calibrationAt(p, static_cast<double>(cores));
   for (size_t o = 0; o < options.size(); ++o) {
     const CacheOption &opt = options[o];
     double penalty = opt.after < 0 ? 0 : eps * (opt.to == "disk" ? 2 : 1);
@@ -259,8 +333,10 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     for (const Unit &u : us) {
       UnitVars uv{u, {}};
       double f = u.beforeCache ? 1 / e : 1;
-      // Calibrated like predict(): capacities scale by p.calibration.
-      double secs = unitSeconds(p, u) * f / (p.calibration > 0 ? p.calibration : 1);
+      // Calibrated like predict(): capacities scale by the calibration of
+      // the configuration's level; the program uses the level of all cores
+      // (what it usually chooses) and refine() re-ranks with the full model.
+      double secs = unitSeconds(p, u) * f / cal;
       for (size_t i : u.steps)
         cpu += p.steps[i].visits * p.steps[i].cpuPerElement * f;
       double m = tmax * secs;
@@ -300,13 +376,13 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       probe.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
     Prediction pr = predict(p, probe, cores);
     if (opt.after >= 0 && !pr.units.empty()) {
-      double secs = pr.units.back().secondsPerRecord /
-                    (p.calibration > 0 ? p.calibration : 1);
+      double secs = pr.units.back().secondsPerRecord / cal;
       if (secs > 0)
         lp.row({{tCol, secs}, {ov[o].y, tmax * secs}}, 1 + tmax * secs);
     }
     double cpuAll = std::isfinite(pr.cpuCapacity) && pr.cpuCapacity > 0
-                        ? static_cast<double>(cores) / pr.cpuCapacity
+                        ? static_cast<double>(cores) * pr.calibration /
+                              pr.cpuCapacity / cal
                         : cpu;
     if (cpuAll > 0)
       lp.row({{tCol, cpuAll}, {ov[o].y, tmax * cpuAll}},
@@ -404,6 +480,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (size_t i = 0; i < p.steps.size(); ++i)
     if (p.steps[i].pinnedPrefetch >= 0 && !sol.config.prefetch.count(i))
       sol.config.prefetch[i] = p.steps[i].pinnedPrefetch;
+  refine(p, sol.config, cores, memLimit);
   sol.prediction = predict(p, sol.config, cores);
   const Prediction &pr = sol.prediction;
 

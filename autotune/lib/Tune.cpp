@@ -138,11 +138,14 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     // The model predicts the average over the spec's epochs (a cache pays
     // off from the second): measure the whole run when it is short enough,
     // else a steady-state window.
+    // (csv and other sources that cannot count: the epoch estimated from
+    // their files' size decides.)
     double predicted = r.solution.prediction.wholeRun;
-    if (r.profile.epochs > 0 && r.profile.sourceRecordsPerEpoch &&
-        predicted > 0 &&
-        static_cast<double>(r.profile.epochs * *r.profile.sourceRecordsPerEpoch) /
-                predicted <=
+    std::optional<int64_t> perEpoch = r.profile.sourceRecordsPerEpoch
+                                          ? r.profile.sourceRecordsPerEpoch
+                                          : r.profile.estimatedRecordsPerEpoch;
+    if (r.profile.epochs > 0 && perEpoch && predicted > 0 &&
+        static_cast<double>(r.profile.epochs * *perEpoch) / predicted <=
             opts.wholeRunSeconds) {
       o.epochs = r.profile.epochs;
       r.measuredWholeRun = true;
@@ -152,6 +155,22 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
             ? measure(plan, o, 1e9, std::numeric_limits<int64_t>::max())
             : measure(plan, o, opts.verifySeconds,
                       opts.profile.maxRecordsPerProbe * 4);
+    // A whole run under a second is at the mercy of a moment's load from
+    // other processes: two more, and the median.
+    if (m && r.measuredWholeRun && m->seconds < 1) {
+      std::vector<Probe> runs{*m};
+      for (int i = 0; i < 2; ++i) {
+        Expected<Probe> again =
+            measure(plan, o, 1e9, std::numeric_limits<int64_t>::max());
+        if (!again)
+          return again.status().withContext("running the tuned schedule: ");
+        runs.push_back(*again);
+      }
+      std::sort(runs.begin(), runs.end(), [](const Probe &a, const Probe &b) {
+        return a.sourceRecordsPerSecond < b.sourceRecordsPerSecond;
+      });
+      m = runs[1];
+    }
     if (!m)
       return m.status().withContext("running the tuned schedule: ");
     r.measured = *m;

@@ -11,9 +11,14 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_os_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
 
 using namespace mlir;
 
@@ -22,45 +27,48 @@ namespace {
 
 struct GraphPass {
   const char *name;
-  std::function<std::unique_ptr<Pass>(bool remarks)> create;
+  /// `codegen`: the run compiles kernels (PlanOptions::codegen and
+  /// codegenEpilogue()); only sluice-fuse-crop-epilogue looks at it.
+  std::function<std::unique_ptr<Pass>(bool remarks, bool codegen)> create;
 };
 
 /// The graph passes in the order `explain` (and later `run`) applies them.
 const std::vector<GraphPass> &graphPasses() {
   static const std::vector<GraphPass> passes = {
       {"sluice-eliminate-noops",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createEliminateNoops(EliminateNoopsOptions{remarks});
        }},
       {"sluice-push-filters",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createPushFilters(PushFiltersOptions{remarks});
        }},
       {"sluice-push-projections",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createPushProjections(PushProjectionsOptions{remarks});
        }},
       {"sluice-fuse-decode-crop",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createFuseDecodeCrop(FuseDecodeCropOptions{remarks});
        }},
       {"sluice-fuse-crop-epilogue",
-       [](bool remarks) {
-         return createFuseCropEpilogue(FuseCropEpilogueOptions{remarks});
+       [](bool remarks, bool codegen) {
+         return createFuseCropEpilogue(
+             FuseCropEpilogueOptions{remarks, /*leaveToCodegen=*/codegen});
        }},
       {"sluice-fuse-map-batch",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createFuseMapBatch(FuseMapBatchOptions{remarks});
        }},
       // Before fuse-maps, which leaves the steps it grouped alone.
       {"sluice-fuse-remaps",
-       [](bool remarks) {
+       [](bool remarks, bool) {
          return createFuseRemaps(FuseRemapsOptions{remarks});
        }},
       // After fuse-map-batch, so that the steps it moved behind a batch
       // are grouped there.
       {"sluice-fuse-maps",
-       [](bool remarks) { return createFuseMaps(FuseMapsOptions{remarks}); }},
+       [](bool remarks, bool) { return createFuseMaps(FuseMapsOptions{remarks}); }},
   };
   return passes;
 }
@@ -155,7 +163,7 @@ private:
 /// was disabled.
 LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
                            const GraphPass &pass, bool disabled, bool remarks,
-                           llvm::raw_ostream *printAfterAll) {
+                           bool codegen, llvm::raw_ostream *printAfterAll) {
   Location at = module.getLoc();
   if (auto pipeline = module.getOps<ir::PipelineOp>(); !pipeline.empty())
     at = (*pipeline.begin()).getLoc();
@@ -174,7 +182,7 @@ LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
         /*printAfterOnlyOnFailure=*/false, *printAfterAll);
   }
-  pm.addPass(pass.create(remarks));
+  pm.addPass(pass.create(remarks, codegen));
   auto start = std::chrono::steady_clock::now();
   LogicalResult result = pm.run(module);
   double ms = std::chrono::duration<double, std::milli>(
@@ -198,18 +206,19 @@ LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
 
 /// The module of `spec` after the graph passes that `disabledPasses` leaves
 /// on; null after errors, which `diagnostics` holds. With `printAfterAll`,
-/// the module is printed there after every pass.
+/// the module is printed there after every pass. `codegen`: image
+/// epilogues are left to the generated kernel (leaveEpilogues()).
 OwningOpRef<ModuleOp>
 compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
              const std::vector<std::string> &disabledPasses, bool remarks,
-             llvm::raw_ostream *printAfterAll) {
+             llvm::raw_ostream *printAfterAll, bool codegen = false) {
   OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
   if (!module)
     return nullptr;
   for (const GraphPass &pass : graphPasses())
     if (failed(runGraphPass(ctx, *module, pass,
                             isDisabled(pass.name, disabledPasses), remarks,
-                            printAfterAll)))
+                            codegen, printAfterAll)))
       return nullptr;
   return module;
 }
@@ -233,7 +242,61 @@ Status compileFailure(const dsl::Spec &spec, size_t errors) {
                        (errors == 1 ? " error" : " errors") + ")");
 }
 
+/// Whether a run with the code generator on should leave the image
+/// epilogues of `spec` to the generated kernel: only if it changes the plan
+/// and every stage it changes besides the crop itself is one the generator
+/// compiles (a chain it could not compile would run as slow runtime steps,
+/// so the hand-written fold stays). Compiles the graph both ways, quietly;
+/// a few milliseconds.
+bool leaveEpilogues(const dsl::Spec &spec,
+                    const std::vector<std::string> &disabledPasses) {
+  if (!codegenEpilogue(disabledPasses))
+    return false;
+  auto planOf = [&](bool leave) -> std::optional<runtime::Plan> {
+    std::unique_ptr<MLIRContext> ctx = pipelineContext();
+    std::ostringstream quiet; // the final compile reports the errors
+    SpecDiagnostics diagnostics(*ctx, spec, quiet);
+    OwningOpRef<ModuleOp> module = compileGraph(
+        *ctx, spec, disabledPasses, /*remarks=*/false, nullptr, leave);
+    if (!module)
+      return std::nullopt;
+    FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
+    if (failed(plan))
+      return std::nullopt;
+    return std::move(*plan);
+  };
+  std::optional<runtime::Plan> left = planOf(true), folded = planOf(false);
+  if (!left || !folded)
+    return false;
+  std::set<std::string> foldedNames;
+  for (const runtime::PlanStage &s : folded->stages)
+    foldedNames.insert(s.name);
+  std::vector<std::string> generated = compiledStages(*left);
+  bool changed = false;
+  for (const runtime::PlanStage &s : left->stages) {
+    if (foldedNames.count(s.name))
+      continue;
+    changed = true;
+    if (s.op != "decode_random_resized_crop" &&
+        std::find(generated.begin(), generated.end(), s.name) ==
+            generated.end())
+      return false;
+  }
+  return changed;
+}
+
+bool envSwitchedOff(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
 } // namespace
+
+bool codegenEpilogue(const std::vector<std::string> &disabledPasses) {
+  return !isDisabled("sluice-fuse-crop-epilogue", disabledPasses) &&
+         !isDisabled("sluice-fuse-remaps", disabledPasses) &&
+         !envSwitchedOff("SLUICE_NO_GENERATED_EPILOGUE");
+}
 
 std::vector<std::string> graphPassNames() {
   std::vector<std::string> names;
@@ -258,9 +321,10 @@ Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
   if (Status names = checkPassNames(opts.disabledPasses); !names)
     return names;
   std::unique_ptr<MLIRContext> ctx = pipelineContext();
+  bool leave = opts.codegen && leaveEpilogues(spec, opts.disabledPasses);
   SpecDiagnostics diagnostics(*ctx, spec, err);
-  OwningOpRef<ModuleOp> module =
-      compileGraph(*ctx, spec, opts.disabledPasses, opts.remarks, nullptr);
+  OwningOpRef<ModuleOp> module = compileGraph(
+      *ctx, spec, opts.disabledPasses, opts.remarks, nullptr, leave);
   FailureOr<runtime::Plan> plan = failure();
   if (module)
     plan = derivePlan(*module, spec);
@@ -284,12 +348,13 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
     return 2;
   }
 
+  bool leave = opts.codegen && leaveEpilogues(spec, opts.disabledPasses);
   std::unique_ptr<MLIRContext> ctx = pipelineContext();
   SpecDiagnostics diagnostics(*ctx, spec, err);
   llvm::raw_os_ostream rawOut(out);
   OwningOpRef<ModuleOp> module =
       compileGraph(*ctx, spec, opts.disabledPasses, opts.remarks,
-                   opts.printIrAfterAll ? &rawOut : nullptr);
+                   opts.printIrAfterAll ? &rawOut : nullptr, leave);
   rawOut.flush();
   if (!module) {
     diagnostics.flush();

@@ -273,7 +273,13 @@ OpDef mapOp() {
       "through every operation (quieted); a NaN an operation creates is "
       "the processor's default NaN.\n"
       "- `c ? a : b` promotes `a` and `b` like an arithmetic operation "
-      "(`np.where`); comparisons and logic give bool.\n\n"
+      "(`np.where`); comparisons and logic give bool.\n"
+      "- A bool field is a condition: `not`, `and`, `or`, `==`/`!=` with "
+      "another bool and `x ? a : b` take it (any non-zero byte is true); "
+      "arithmetic on it is a spec error. f16 arithmetic is computed in f64 "
+      "and rounded to f16 after every operation (for `+ - * / sqrt` exactly "
+      "IEEE f16 arithmetic); `min`/`max` of equal f16 values give the first "
+      "(numpy's half loop).\n\n"
       "Results equal numpy's bit for bit (NaN compared as NaN), except the "
       "transcendental functions (`exp log log1p sin cos tanh sigmoid` and "
       "float `pow`), which are the f64 libm result (for `log`, sluice's own "
@@ -282,7 +288,12 @@ OpDef mapOp() {
       "the last place of numpy's "
       "(tests/examples/expr-numpy.test checks every dtype against numpy on "
       "random values, NaN, +-inf, -0, denormals and integer extremes). "
-      "`dtype` converts the result (saturating, like `cast`).";
+      "`dtype` converts the result (saturating, like `cast`).\n\n"
+      "With the code generator on (the default; `--no-jit` turns it off), "
+      "the expression runs as generated native code for every numeric "
+      "dtype, f16 and bool included: the interpreter's bytecode lowered "
+      "instruction by instruction, with the same bytes (NaN payloads "
+      "included).";
   op.example = "- map: {field: dense, expr: \"log(max(x, 0) + 1)\"}";
   op.typeDoc = "`field` keeps its shape; the element type is the "
                "expression's (or `dtype`).";

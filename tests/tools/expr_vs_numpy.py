@@ -3,18 +3,21 @@
 
 Usage: expr_vs_numpy.py WORKDIR
 
-For every dtype it writes an .npy of random values plus the hard cases (NaN,
-+-inf, -0, denormals, integer extremes, 0.7, 2.5, ...), a spec with one
-`map: {as: rK}` step per expression, runs `sluice run` twice (all graph
-passes on, and with sluice-fuse-map-batch off), and compares:
+For every dtype (bool too) it writes an .npy of random values plus the hard
+cases (NaN with quiet and signaling payloads, +-inf, -0, denormals and
+subnormal halves, integer extremes, 0.7, 2.5, ...), a spec with one
+`map: {as: rK}` step per expression, runs `sluice run` three times (all graph
+passes on, with sluice-fuse-map-batch off, and with the generated kernels off:
+`--no-jit`, the interpreter), and compares:
   - each result with numpy's, computed with np._set_promotion_state("weak")
     (NEP 50 as in numpy 2; numpy 1.24 has it behind that switch): bit-exact,
     NaN compared as NaN (payloads are not numpy's contract), except the
     transcendental functions, which may differ by ULP_BOUND units in the last
     place (numpy's own SIMD/SVML f32 and f64 kernels are not correctly
     rounded; sluice computes them in f64 with libm and rounds once);
-  - the two runs byte for byte, NaN payloads included.
-Then `filter` over a CSV with several typed columns checks mixed-type
+  - the three runs byte for byte, NaN payloads included.
+`filter` on the f16 and bool arrays checks which elements survive; then
+`filter` over a CSV with several typed columns checks mixed-type
 promotion (u8 + i8 -> i16, i64 vs f32 -> f64, ...) record by record.
 """
 import math
@@ -36,6 +39,8 @@ BATCH = 512
 
 def specials(dt):
     dt = np.dtype(dt)
+    if dt.kind == "b":
+        return np.array([False, True, True, False], dtype=bool)
     if dt.kind == "f":
         fi = np.finfo(dt)
         v = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 0.7, -0.7, 2.5, -2.5,
@@ -59,6 +64,8 @@ def specials(dt):
 
 def random_values(dt, rng):
     dt = np.dtype(dt)
+    if dt.kind == "b":
+        return rng.random(N_RANDOM) < 0.5
     if dt.kind == "f":
         mag = 10.0 ** rng.uniform(-8, 6 if dt.itemsize > 2 else 4, N_RANDOM)
         return (rng.choice([-1, 1], N_RANDOM) * mag).astype(dt)
@@ -162,13 +169,28 @@ CASES = [
     ("x * log(2)", "x * math.log(2)", "f", True),
 ]
 
-DTYPES = ["f16", "f32", "f64", "u8", "i8", "u16", "i16", "i32", "i64"]
+# bool is a condition: arithmetic on it is a spec error (numpy's `-` and
+# `abs` reject or reinterpret bools); logic, comparisons of bools and `?`.
+BOOL_CASES = [
+    ("x", None, "b", False),
+    ("not x", "~x", "b", False),
+    ("x ? 1 : 0", "np.where(x, 1, 0)", "b", False),
+    ("x ? 2.5 : -1", "np.where(x, 2.5, -1.0)", "b", False),
+    ("x == true", "x == True", "b", False),
+    ("x != false", "x != False", "b", False),
+    ("x and not x", "x & ~x", "b", False),
+    ("x ? x : false", "np.where(x, x, False)", "b", False),
+]
+CASES += BOOL_CASES
+
+DTYPES = ["f16", "f32", "f64", "u8", "i8", "u16", "i16", "i32", "i64", "bool"]
 
 
 def np_dtype(name):
     return np.dtype({"f16": "float16", "f32": "float32", "f64": "float64",
                      "u8": "uint8", "i8": "int8", "u16": "uint16",
-                     "i16": "int16", "i32": "int32", "i64": "int64"}[name])
+                     "i16": "int16", "i32": "int32", "i64": "int64",
+                     "bool": "bool"}[name])
 
 
 def applies(kinds, dt):
@@ -212,21 +234,26 @@ def check_maps(work):
                 f.write("  - map: {field: x, as: r%d, expr: \"%s\"}\n" % (k, c[0]))
             f.write("  - batch: {size: %d}\n" % BATCH)
         outs = []
-        for name, extra in (("on", []), ("off", ["--disable-pass", "sluice-fuse-map-batch"])):
+        for name, extra in (("on", []), ("off", ["--disable-pass", "sluice-fuse-map-batch"]),
+                            ("nojit", ["--no-jit"])):
             out = os.path.join(d, name)
             run([SLUICE, "run", os.path.join(d, "spec.yaml"), "--quiet",
                  "--sink", "npy:" + out] + extra)
             outs.append(out)
         nbatches = (len(x) + BATCH - 1) // BATCH
         for k, (expr, npexpr, _, transcendental) in enumerate(cases):
-            parts = [[], []]
+            parts = [[], [], []]
             for r, out in enumerate(outs):
                 for b in range(nbatches):
                     parts[r].append(np.load(os.path.join(out, "%06d.r%d.npy" % (b, k))))
             got = np.concatenate(parts[0])
             off = np.concatenate(parts[1])
+            nojit = np.concatenate(parts[2])
             if got.tobytes() != off.tobytes():
                 print("FAIL %s on %s: fuse-map-batch on/off differ in bytes" % (expr, dt))
+                failures += 1
+            if got.tobytes() != nojit.tobytes():
+                print("FAIL %s on %s: the JIT on/off differ in bytes" % (expr, dt))
                 failures += 1
             ns = dict(NS)
             ns["x"] = x
@@ -252,6 +279,50 @@ def check_maps(work):
                     expr, dt, bad.sum(), len(got), x[i].tolist(), got[i].tolist(), want[i].tolist()))
                 failures += 1
     return failures, compared
+
+
+# filter on one f16 or bool field (the npy arrays of check_maps): numpy says
+# which elements survive.
+NPY_FILTERS = {
+    "f16": [("x < 0.7", "x < np.float16(0.7)"), ("x == 0.7", "x == np.float16(0.7)"),
+            ("x != x", "x != x"), ("x * 2 > 100", "x * 2 > 100"),
+            ("max(x, 0) == 0", "np.maximum(x, 0) == 0"),
+            ("round(x) == 2 or x // 3 == -1", "(np.rint(x) == 2) | (x // 3 == -1)"),
+            ("x * 1000 >= 65504", "x * 1000 >= 65504")],
+    "bool": [("x", "x"), ("not x", "~x"), ("x == false", "x == False")],
+}
+
+
+def check_npy_filters(work):
+    failures = 0
+    checked = 0
+    for dt, filters in NPY_FILTERS.items():
+        d = os.path.join(work, dt)
+        x = np.load(os.path.join(d, "x.npy"))
+        for k, (expr, npexpr) in enumerate(filters):
+            spec = os.path.join(d, "filter%d.yaml" % k)
+            with open(spec, "w") as f:
+                f.write("pipeline: filter_%s\nsource:\n  npy: {files: x.npy, field: x}\n"
+                        "steps:\n  - filter: {where: \"%s\"}\n  - batch: {size: %d}\n"
+                        % (dt, expr, len(x)))
+            outs = []
+            for name, extra in (("on", []), ("nojit", ["--no-jit"])):
+                out = os.path.join(d, "filter%d_%s" % (k, name))
+                run([SLUICE, "run", spec, "--quiet", "--sink", "npy:" + out] + extra)
+                path = os.path.join(out, "000000.x.npy")
+                outs.append(np.load(path) if os.path.exists(path) else x[:0])
+            ns = dict(NS)
+            ns["x"] = x
+            want = x[np.asarray(eval(npexpr, ns))]
+            checked += 1
+            if outs[0].tobytes() != want.tobytes():
+                print("FAIL filter %s on %s: sluice kept %d elements, numpy %d" % (
+                    expr, dt, len(outs[0]), len(want)))
+                failures += 1
+            if outs[0].tobytes() != outs[1].tobytes():
+                print("FAIL filter %s on %s: the JIT on/off keep different elements" % (expr, dt))
+                failures += 1
+    return failures, checked
 
 
 # Mixed dtypes: filter over a CSV with typed columns; numpy says which
@@ -319,10 +390,12 @@ def main():
     work = sys.argv[1]
     os.makedirs(work, exist_ok=True)
     failures, compared = check_maps(work)
+    f, npy_filters = check_npy_filters(work)
+    failures += f
     failures += check_filters(work)
     if failures:
         sys.exit("%d expression checks failed" % failures)
-    print("ok: %d values compared with numpy, %d filters" % (compared, len(FILTERS)))
+    print("ok: %d values compared with numpy, %d filters" % (compared, len(FILTERS) + npy_filters))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""NaN payloads survive sluice-fuse-map-batch: on and off give the same bytes.
+"""NaN payloads survive sluice-fuse-map-batch and the JIT: on and off give
+the same bytes.
 
 Usage: nan_payloads.py WORKDIR
 
 Writes f16/f32/f64 .npy arrays full of NaNs with payloads (quiet and
 signaling, both signs) among ordinary values and infinities, runs every
 value-wise step that the pass moves after `batch` (fill_missing, map, clamp,
-cast, normalize, bucketize) with the pass on and off, and compares the npy
-outputs byte for byte. Also checks the documented payload rule on the
+cast, normalize, bucketize) with the pass on and off, and with the generated
+kernels off (`--no-jit`: the interpreter and the runtime's kernels), and
+compares the npy outputs byte for byte. Also checks the documented payload rule on the
 unfused output: `map: x` returns each NaN with its payload (f16/f32 quieted
 when widened, f64 untouched).
 """
@@ -69,7 +71,8 @@ def main():
                 f.write("pipeline: nan_%s\nsource:\n  npy: {files: x_%s.npy, field: x}\n"
                         "steps:\n  - %s\n  - batch: {size: 96}\n" % (dt, dt, step))
             outs = []
-            for mode, extra in (("on", []), ("off", ["--disable-pass", "sluice-fuse-map-batch"])):
+            for mode, extra in (("on", []), ("off", ["--disable-pass", "sluice-fuse-map-batch"]),
+                                ("nojit", ["--no-jit"])):
                 out = os.path.join(work, "%s_%s_%s" % (dt, name, mode))
                 p = subprocess.run([SLUICE, "run", spec, "--quiet", "--sink", "npy:" + out] + extra,
                                    capture_output=True, text=True)
@@ -82,11 +85,19 @@ def main():
                 print("FAIL %s %s: different output files" % (dt, name))
                 failures += 1
                 continue
+            if names != sorted(f for f in os.listdir(outs[2]) if f.endswith(".npy")):
+                print("FAIL %s %s: different output files with --no-jit" % (dt, name))
+                failures += 1
+                continue
             for fn in names:
                 a = open(os.path.join(outs[0], fn), "rb").read()
                 b = open(os.path.join(outs[1], fn), "rb").read()
+                c = open(os.path.join(outs[2], fn), "rb").read()
                 if a != b:
                     print("FAIL %s %s: %s differs with fuse-map-batch on vs off" % (dt, name, fn))
+                    failures += 1
+                if a != c:
+                    print("FAIL %s %s: %s differs with the JIT on vs off" % (dt, name, fn))
                     failures += 1
             if name == "map_id":
                 got = np.concatenate([np.load(os.path.join(outs[1], f))
@@ -101,7 +112,8 @@ def main():
                     failures += 1
     if failures:
         sys.exit("%d NaN payload checks failed" % failures)
-    print("ok: %d specs byte-identical with sluice-fuse-map-batch on and off" % runs)
+    print("ok: %d specs byte-identical with sluice-fuse-map-batch on and off "
+          "and with the JIT on and off" % runs)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,36 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
       std::memcpy(raw + 8 * i, &v, 8);
       break;
     }
+    case ElemType::F16: {
+      uint16_t h;
+      static const uint16_t special[] = {
+          0x7E00, // quiet NaN
+          0x7C01, // signaling NaN, payload 1
+          0xFD23, // negative signaling NaN with a payload
+          0xFE7F, // negative quiet NaN with a payload
+          0x7C00, 0xFC00, // +-inf
+          0x8000, 0x0000, // -0, +0
+          0x0001, 0x83FF, // smallest subnormal, largest negative subnormal
+          0x0400, 0x8400, // +-smallest normal
+          0x7BFF, 0xFBFF, // max, lowest
+          0x4100, 0xC100, 0x3800, 0x3E00}; // 2.5, -2.5, 0.5, 1.5
+      if (kind < 6) {
+        h = special[(r >> 8) % (sizeof(special) / sizeof(uint16_t))];
+      } else if (kind == 6) { // NaN with a payload (and either sign)
+        h = uint16_t(0x7C01 | ((r >> 32) & 0x3FF) | ((r & 1) << 15));
+      } else if (kind == 7) { // any bit pattern
+        h = uint16_t(r >> 16);
+      } else {
+        h = kernels::floatToHalf(
+            static_cast<float>(static_cast<int64_t>(r >> 40) % 2000) / 8.0f -
+            100.0f);
+      }
+      std::memcpy(raw + 2 * i, &h, 2);
+      break;
+    }
+    case ElemType::Bool: // mostly 0 and 1, some other non-zero bytes
+      raw[i] = kind < 7 ? 0 : kind < 14 ? 1 : uint8_t(r >> 8);
+      break;
     default: {
       unsigned size = elemTypeSize(elem);
       uint64_t v = r;
@@ -138,20 +168,22 @@ Expected<kernels::CompiledExpr> compileCase(const StepCase &c) {
   return kernels::CompiledExpr::compileMap(*e, c.in);
 }
 
-/// numpy computes math functions of small integers in f16; the code
-/// generator leaves f16 arithmetic to the interpreter.
-bool usesF16(const kernels::CompiledExpr &e) {
-  if (e.resultType() == ElemType::F16)
-    return true;
-  for (const kernels::CompiledExpr::Instr &in : e.code())
-    if (in.type == ElemType::F16 &&
-        (in.op == kernels::CompiledExpr::Op::NarrowF ||
-         in.op == kernels::CompiledExpr::Op::MinF ||
-         in.op == kernels::CompiledExpr::Op::MaxF ||
-         in.op == kernels::CompiledExpr::Op::ModF ||
-         in.op == kernels::CompiledExpr::Op::FloorDivF))
-      return true;
-  return false;
+/// Every f16 bit pattern, once (and a few more, so the length is not a
+/// multiple of any vector width).
+Tensor everyHalf() {
+  Tensor t = Tensor::empty(ElemType::F16, {65536 + 3});
+  uint16_t *h = t.mutableData<uint16_t>();
+  for (uint32_t i = 0; i < 65536 + 3; ++i)
+    h[i] = uint16_t(i * 40503u); // odd: a permutation of the 65536 patterns
+  return t;
+}
+
+/// Every byte as a bool element (the runtime reads any non-zero as true).
+Tensor everyBoolByte() {
+  Tensor t = Tensor::empty(ElemType::Bool, {256 * 3 + 1});
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    t.mutableRaw()[i] = uint8_t(i * 7);
+  return t;
 }
 
 /// The output element type the registry's type rule gives the step.
@@ -199,23 +231,19 @@ class CodegenStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   const StepCase &c = GetParam();
   constexpr int64_t n = 4099; // not a multiple of any vector width
-  bool f16 = false;
   if (c.op == "map") {
     auto compiled = compileCase(c);
     if (!compiled) // e.g. a literal that does not fit the type (NEP 50)
       GTEST_SKIP() << describe(c) << ": " << compiled.status().message();
-    f16 = usesF16(*compiled);
   }
+  // The plan's static length does not bind the kernel: the runtime calls
+  // it with each tensor's element count, so the exhaustive inputs below
+  // (every f16 pattern, every bool byte) may be longer.
   runtime::Plan plan = planFor(c, n);
   compiler::CodegenOptions opts;
   opts.useCache = false;
   auto jit = compiler::JitKernels::compile(plan, opts);
   ASSERT_TRUE(bool(jit)) << jit.status().message();
-  if (f16) { // left to the interpreter, and said so by the table
-    EXPECT_EQ((*jit)->stats().kernels, 0) << describe(c);
-    EXPECT_FALSE((*jit)->binder()(plan.stages[0]).has_value());
-    return;
-  }
   ASSERT_EQ((*jit)->stats().kernels, 1) << describe(c) << " was not compiled";
   const runtime::PlanStage &stage = plan.stages[0];
   auto bound = (*jit)->binder()(stage);
@@ -224,8 +252,13 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   Expected<runtime::ElementFn> reference = runtime::bindElementOp(stage, plan);
   ASSERT_TRUE(bool(reference)) << reference.status().message();
 
-  for (uint32_t seed : {1u, 2u, 3u}) {
-    Tensor input = randomTensor(c.in, n, seed);
+  for (uint32_t seed : {0u, 1u, 2u, 3u}) {
+    Tensor input = seed != 0              ? randomTensor(c.in, n, seed)
+                   : c.in == ElemType::F16  ? everyHalf()
+                   : c.in == ElemType::Bool ? everyBoolByte()
+                                            : Tensor();
+    if (!input.valid())
+      continue;
     Record a, b;
     a.fields = {input};
     b.fields = {input};
@@ -242,7 +275,7 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
     // selects). Such elements must still be NaN on both sides.
     bool nanSignMayDiffer = c.label == "x > 0 ? x : 0 - x" &&
                             (c.in == ElemType::F64 || c.in == ElemType::F32);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < input.numElements(); ++i) {
       size_t size = elemTypeSize(x.elem());
       if (nanSignMayDiffer) {
         double u = kernels::loadAsDouble(x.elem(), x.raw(), size_t(i));
@@ -265,11 +298,13 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
 
 std::vector<StepCase> stepCases() {
   std::vector<StepCase> cases;
-  const ElemType all[] = {ElemType::U8,  ElemType::I8,  ElemType::U16,
-                          ElemType::I16, ElemType::I32, ElemType::I64,
-                          ElemType::F32, ElemType::F64};
+  const ElemType all[] = {ElemType::U8,  ElemType::I8,   ElemType::U16,
+                          ElemType::I16, ElemType::I32,  ElemType::I64,
+                          ElemType::F16, ElemType::F32,  ElemType::F64,
+                          ElemType::Bool};
   const ElemType ints[] = {ElemType::U8,  ElemType::I8,  ElemType::U16,
-                           ElemType::I16, ElemType::I32, ElemType::I64};
+                           ElemType::I16, ElemType::I32, ElemType::I64,
+                           ElemType::Bool};
   for (ElemType e : all) {
     cases.push_back({"fill_missing", {{"value", Value::real(-1.5)}}, e, "-1.5"});
     cases.push_back({"clamp",
@@ -283,6 +318,15 @@ std::vector<StepCase> stepCases() {
                        {{"dtype", Value::string(std::string(elemTypeName(to)))}},
                        e,
                        "to " + std::string(elemTypeName(to))});
+    if (e == ElemType::Bool) {
+      // bool is a condition: no arithmetic (a spec error, as numpy's
+      // `-` on bools), but logic, comparisons of bools, and `?`.
+      for (const char *expr :
+           {"x", "not x", "x ? 1 : 0", "x ? 2.5 : -1", "x ? -3 : 300",
+            "x == true", "x != false", "x and true", "x or false",
+            "not x ? 0.5 : 1e30", "x ? x : false"})
+        cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
+    }
     for (const char *expr :
          {"log(max(x, 0) + 1)", "x * 2 + 1", "x - 7", "x % 3", "x % -4",
           "x / 3", "x // 3", "x // -4", "-x", "abs(x)", "min(x, 5)",
@@ -291,8 +335,11 @@ std::vector<StepCase> stepCases() {
           "sin(x) + cos(x)", "pow(x, 2)", "pow(x, 3) + 1", "x * 1.5 // 0.25",
           "pow(x, 0.5)", "log1p(abs(x))", "x * x * x", "x % 2.5",
           "x * 0.1 + 0.7", "x + 2147483647", "x > 3 ? 1 : 0",
-          "x == 3 ? 2.5 : x"})
-      cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
+          "x == 3 ? 2.5 : x", "x * 1000", "x / 1e-4", "x * 1e-5",
+          "max(x, -x)", "min(-x, x)", "x + 65504", "x == 0.7",
+          "x < 0.7 ? -x : x * 3"})
+      if (e != ElemType::Bool)
+        cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
     // Boundaries between, at and beyond the values; non-integral ones and
     // doubles past int64's range test the exact int64 comparison.
     auto list = [](std::vector<double> v) {
@@ -411,8 +458,8 @@ TEST(Codegen, EmitsAnObjectFile) {
 
 // --- filter conditions ---------------------------------------------------===//
 
-/// A filter stage over scalar fields of several types, a fixed-length f32
-/// vector and a dynamically sized i32 vector.
+/// A filter stage over scalar fields of several types (f16 and bool too), a
+/// fixed-length f32 vector and a dynamically sized i32 vector.
 runtime::PlanStage filterStage(const std::string &where) {
   runtime::PlanStage s;
   s.name = "filter";
@@ -426,7 +473,9 @@ runtime::PlanStage filterStage(const std::string &where) {
                             {"d", FieldType(ElemType::U8, {})},
                             {"e", FieldType(ElemType::I64, {})},
                             {"v", FieldType(ElemType::F32, {4})},
-                            {"w", FieldType(ElemType::I32, {kDynamic})}});
+                            {"w", FieldType(ElemType::I32, {kDynamic})},
+                            {"h", FieldType(ElemType::F16, {})},
+                            {"t", FieldType(ElemType::Bool, {})}});
   s.outputType = s.inputType;
   return s;
 }
@@ -452,6 +501,13 @@ Record filterRecord(const std::vector<Tensor> &columns, int64_t i) {
   std::memcpy(w.mutableRaw(), columns[6].raw() + 8 * size_t(i),
               size_t(len) * 4);
   r.fields.push_back(std::move(w));
+  for (size_t f = 7; f < 9; ++f) { // h (f16), t (bool)
+    const Tensor &col = columns[f];
+    Tensor t = Tensor::empty(col.elem(), {});
+    size_t size = elemTypeSize(col.elem());
+    std::memcpy(t.mutableRaw(), col.raw() + size * size_t(i), size);
+    r.fields.push_back(std::move(t));
+  }
   return r;
 }
 
@@ -464,7 +520,8 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
       randomTensor(ElemType::F32, n, 1), randomTensor(ElemType::F64, n, 2),
       randomTensor(ElemType::I8, n, 3),  randomTensor(ElemType::U8, n, 4),
       randomTensor(ElemType::I64, n, 5), randomTensor(ElemType::F32, 4 * n, 6),
-      randomTensor(ElemType::I32, 2 * n, 7)};
+      randomTensor(ElemType::I32, 2 * n, 7), randomTensor(ElemType::F16, n, 8),
+      randomTensor(ElemType::Bool, n, 9)};
   const std::vector<std::string> conditions = {
       "a == 2.5 or a == 0.7",
       "a < 0.7",
@@ -484,7 +541,24 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
       "a",
       "d",
       "w[1] > 0",
-      "e > 0 and w[0] < 5"};
+      "e > 0 and w[0] < 5",
+      // f16 (compared as numpy does: f16 with a Python float is f16) and
+      // bool fields (any non-zero byte is true)
+      "h == 0.7 or h == 2.5",
+      "h < 0.7",
+      "h != h",
+      "h * 2 > a",
+      "h + c >= 3",
+      "max(h, 0) == 0",
+      "round(h) == 2 or h // 3 == -1",
+      "h * 1000 > 60000",
+      "t",
+      "not t",
+      "t and h < 1",
+      "not t or a > 0",
+      "t == (c > 0)",
+      "t ? h > 0 : d > 100",
+      "(t ? h : a) < 0.5"};
   for (const std::string &where : conditions) {
     runtime::Plan plan;
     plan.name = "filter_test";
@@ -514,7 +588,7 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
       differ += *k1 != *k2 ? 1 : 0;
     }
     EXPECT_EQ(differ, 0) << where;
-    if (where != "a != a") // NaNs are about 1 in 20 here
+    if (where != "a != a" && where != "h != h") // NaNs are about 1 in 20 here
       EXPECT_GT(kept, 0) << where << " keeps nothing: a weak test";
     EXPECT_LT(kept, n) << where << " keeps everything: a weak test";
   }

@@ -21,6 +21,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace sluice;
@@ -29,6 +30,15 @@ using namespace sluice::rttest;
 namespace {
 
 const std::string kPass = "sluice-fuse-remaps";
+
+/// Sets an environment variable for one scope.
+struct ScopedEnv {
+  ScopedEnv(const char *name, const char *value) : name(name) {
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name); }
+  const char *name;
+};
 
 std::string png(int h, int w, int channels, int seed) {
   std::vector<uint8_t> px(size_t(h) * w * channels);
@@ -177,6 +187,41 @@ TEST_F(RemapFusionTest, GrayImagesF64AndPadAfterNormalize) {
              "cast+map+random_crop+normalize+pad+fill_missing");
 }
 
+TEST_F(RemapFusionTest, F16ChainWithPadCropFlipAndValueSteps) {
+  // f16 elements travel as their bits; the value steps convert them with
+  // Scalar.h's rules (x * 0.37 rounds in f16, the pad value rounds to f16,
+  // x / (x - 2.5) makes infinities and NaNs, fill_missing replaces those).
+  expectSame(spec("3", "  - cast: {field: image, dtype: f16}\n"
+                       "  - random_crop: {field: image, size: [24, 20], "
+                       "padding: 3}\n"
+                       "  - map: {field: image, expr: \"x * 0.37 - 20\"}\n"
+                       "  - random_flip: {field: image}\n"
+                       "  - pad: {field: image, padding: [1, 2, 3, 4], value: "
+                       "1000.3}\n"
+                       "  - map: {field: image, expr: \"x / (x - 2.5)\"}\n"
+                       "  - clamp: {field: image, min: -0.3, max: 30.1}\n"
+                       "  - fill_missing: {field: image, value: 0.1}\n"
+                       "  - normalize: {field: image, mean: [1, 2, 3], "
+                       "std: [3, 2, 0.7]}\n"
+                       "  - transpose: {field: image, to: CHW}\n"),
+             "cast+random_crop+map+random_flip+pad+map.2+clamp+fill_missing+"
+             "normalize+transpose");
+}
+
+TEST_F(RemapFusionTest, BoolChain) {
+  // A bool image from a comparison, transposed and padded as bytes, then
+  // read back as numbers by a cast (crop and flip take no bool images).
+  expectSame(spec("1", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - map: {field: image, expr: \"x > 100\"}\n"
+                       "  - transpose: {field: image, perm: [1, 0, 2]}\n"
+                       "  - pad: {field: image, padding: [2, 2, 0, 1], value: "
+                       "1}\n"
+                       "  - map: {field: image, expr: \"not x\"}\n"
+                       "  - cast: {field: image, dtype: f16}\n"
+                       "  - map: {field: image, expr: \"x - 0.25\"}\n"),
+             "map+transpose+pad+map.2+cast+map.3");
+}
+
 TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
   // A lone normalize compiles as a chain of one step (its constants depend
   // on the channel, the last index); here per record and, moved behind the
@@ -232,6 +277,91 @@ TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
     ASSERT_EQ(a.shape(), b.shape());
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)
         << shape[0] << "x" << shape[1];
+  }
+}
+
+/// The ImageNet-style epilogue after the fused decode + random resized
+/// crop: with the code generator on (PlanOptions::codegen) it is one
+/// generated remap kernel after the resize; with it off (--no-jit), with
+/// SLUICE_NO_GENERATED_EPILOGUE=1 and with sluice-fuse-remaps off it is
+/// folded into the hand-written resize. Every variant gives the bytes of
+/// the unfused steps.
+TEST_F(RemapFusionTest, ImageEpilogueGeneratedWithCodegenFoldedWithout) {
+  for (bool antialias : {true, false}) {
+    for (const std::string epilogue :
+         {"  - random_flip: {field: image, axis: width, p: 0.5}\n"
+          "  - normalize: {field: image, mean: [123.675, 116.28, 103.53], "
+          "std: [58.395, 57.12, 57.375]}\n"
+          "  - transpose: {field: image, to: CHW}\n",
+          "  - normalize: {field: image, mean: [120, 110.5, 100], "
+          "std: [60, 0.5, 3]}\n"
+          "  - random_flip: {field: image, axis: width, p: 0.5}\n",
+          "  - normalize: {field: image, mean: [120], std: [60]}\n"}) {
+      SCOPED_TRACE(epilogue + (antialias ? " antialias" : " no antialias"));
+      std::string path = dir_.write(
+          "spec.yaml",
+          spec("3", "  - random_resized_crop: {field: image, size: [32, 24], "
+                    "scale: [0.3, 1.0], antialias: " +
+                        std::string(antialias ? "true" : "false") + "}\n" +
+                        epilogue));
+      runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
+      runtime::RunOptions ref;
+      ref.threads = 1;
+      std::string reference = allBytes(runAll(off, ref));
+      ASSERT_GT(reference.size(), 1000u);
+
+      auto names = [](const runtime::Plan &p) {
+        std::vector<std::string> v;
+        for (const runtime::PlanStage &s : p.stages)
+          v.push_back(s.name);
+        return v;
+      };
+      auto has = [](const std::vector<std::string> &v, const std::string &n) {
+        return std::find(v.begin(), v.end(), n) != v.end();
+      };
+      runtime::Plan generated =
+          sluice::testing::planOfSpecFile(path, {}, /*codegen=*/true);
+      runtime::Plan folded = sluice::testing::planOfSpecFile(path);
+      runtime::Plan noRemap =
+          sluice::testing::planOfSpecFile(path, {kPass}, /*codegen=*/true);
+      // The crop writes u8 HWC; the epilogue is one compiled stage.
+      EXPECT_TRUE(has(names(generated), "decode_image+random_resized_crop"));
+      std::vector<std::string> compiled = compiler::compiledStages(generated);
+      bool epilogueCompiled = false;
+      for (const runtime::PlanStage &s : generated.stages)
+        if (s.name != "decode_image+random_resized_crop" &&
+            !has(names(folded), s.name) && s.name != "select" &&
+            s.name != "batch")
+          epilogueCompiled = has(compiled, s.name);
+      EXPECT_TRUE(epilogueCompiled) << "no compiled epilogue stage";
+      for (const runtime::Plan *p : {&folded, &noRemap})
+        EXPECT_FALSE(has(names(*p), "decode_image+random_resized_crop"))
+            << "the epilogue is not folded";
+      {
+        ScopedEnv env("SLUICE_NO_GENERATED_EPILOGUE", "1");
+        runtime::Plan a =
+            sluice::testing::planOfSpecFile(path, {}, /*codegen=*/true);
+        EXPECT_EQ(names(a), names(folded));
+      }
+
+      for (const runtime::Plan *plan : {&generated, &folded, &noRemap}) {
+        auto jit = compiler::JitKernels::compile(*plan);
+        ASSERT_TRUE(bool(jit)) << jit.status().message();
+        for (int threads : {1, 2}) {
+          runtime::RunOptions withJit, without;
+          withJit.threads = without.threads = threads;
+          withJit.binder = (*jit)->binder();
+          std::string what = std::string(plan == &generated ? "generated"
+                                         : plan == &folded  ? "folded"
+                                                            : "remaps off") +
+                             ", " + std::to_string(threads) + " threads";
+          EXPECT_TRUE(allBytes(runAll(*plan, withJit)) == reference)
+              << "codegen on, " << what << ": output bytes differ";
+          EXPECT_TRUE(allBytes(runAll(*plan, without)) == reference)
+              << "codegen off, " << what << ": output bytes differ";
+        }
+      }
+    }
   }
 }
 

@@ -26,7 +26,8 @@ namespace sluice::testing {
 /// The Plan of the spec at `path`, built without the graph passes named in
 /// `disabled`. Spec or compile errors fail the test (and give an empty Plan).
 inline runtime::Plan planOfSpecFile(const std::string &path,
-                                    std::vector<std::string> disabled = {}) {
+                                    std::vector<std::string> disabled = {},
+                                    bool codegen = false) {
   std::string text, error;
   EXPECT_TRUE(dsl::readFile(path, text, error)) << error;
   dsl::DiagnosticEngine diags(path, text);
@@ -38,6 +39,7 @@ inline runtime::Plan planOfSpecFile(const std::string &path,
     return runtime::Plan();
   compiler::PlanOptions opts;
   opts.disabledPasses = std::move(disabled);
+  opts.codegen = codegen;
   std::ostringstream err;
   Expected<runtime::Plan> plan = compiler::buildPlan(*spec, opts, err);
   EXPECT_TRUE(bool(plan)) << (plan ? "" : plan.status().message()) << "\n"

@@ -90,6 +90,7 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
     return kExitUsage;
   compiler::PlanOptions planOpts;
   planOpts.disabledPasses = f.disabledPasses;
+  planOpts.codegen = !f.noJit && !compiler::jitDisabledByEnvironment();
   rs.spec = loadSpec(f.specs[0]);
   if (!rs.spec)
     return kExitUsage;
@@ -107,7 +108,7 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
     return kExitData;
   }
   rs.plan = plan.take();
-  if (!f.noJit && !compiler::jitDisabledByEnvironment()) {
+  if (planOpts.codegen) {
     auto kernels = compiler::JitKernels::compile(rs.plan);
     if (!kernels) {
       std::cerr << "sluice: error: " << kernels.status().message() << "\n";
@@ -193,6 +194,7 @@ CommandAction addExplainCommand(CLI::App &root) {
   struct State {
     std::vector<std::string> specs;
     compiler::ExplainOptions opts;
+    bool noJit = false;
   };
   auto st = std::make_shared<State>();
   CLI::App *cmd = root.add_subcommand(
@@ -218,12 +220,17 @@ CommandAction addExplainCommand(CLI::App &root) {
                 "graph pass makes");
   cmd->add_flag("--locations", st->opts.locations,
                 "print each op's location (which spec line it came from)");
+  cmd->add_flag("--no-jit", st->noJit,
+                "show the pipeline `sluice run --no-jit` runs (image "
+                "epilogues folded into the hand-written resize; also "
+                "SLUICE_NO_JIT=1)");
   return [st] {
     if (!checkOneSpec(st->specs, "explain"))
       return kExitUsage;
     auto spec = loadSpec(st->specs[0]);
     if (!spec)
       return kExitUsage;
+    st->opts.codegen = !st->noJit && !compiler::jitDisabledByEnvironment();
     return compiler::explain(*spec, st->opts, std::cout, std::cerr);
   };
 }

@@ -321,6 +321,7 @@ int runCompile(const CompileFlags &f) {
     return kExitUsage;
   compiler::PlanOptions planOpts;
   planOpts.disabledPasses = f.disabledPasses;
+  planOpts.codegen = !f.noJit;
   Expected<runtime::Plan> plan =
       compiler::buildPlan(*spec, planOpts, std::cerr);
   if (!plan) {
@@ -328,10 +329,27 @@ int runCompile(const CompileFlags &f) {
       std::cerr << "sluice: error: " << plan.status().message() << "\n";
     return kExitData;
   }
-
   // The executable runs from anywhere: relative data paths resolve against
   // the spec's directory as an absolute path (or --data-root at run time).
   plan->baseDir = realPath(plan->baseDir.empty() ? "." : plan->baseDir);
+  // What the executable runs with SLUICE_NO_JIT=1: the plan of `sluice run
+  // --no-jit` (image epilogues folded into the hand-written resize), kept
+  // only where it differs.
+  std::string noJitPlan;
+  if (planOpts.codegen) {
+    planOpts.codegen = false;
+    std::ostringstream quiet; // the same spec compiled once more
+    Expected<runtime::Plan> folded =
+        compiler::buildPlan(*spec, planOpts, quiet);
+    if (!folded) {
+      std::cerr << quiet.str() << "sluice: error: "
+                << folded.status().message() << "\n";
+      return kExitData;
+    }
+    folded->baseDir = plan->baseDir;
+    if (folded->serialize() != plan->serialize())
+      noJitPlan = folded->serialize();
+  }
 
   TempDir tmp;
   if (!f.saveTemps.empty()) {
@@ -372,6 +390,7 @@ int runCompile(const CompileFlags &f) {
     symbols.push_back({"sluice_kernel_table", std::string(24, '\0')});
   }
   symbols.push_back({"sluice_embedded_plan", plan->serialize()});
+  symbols.push_back({"sluice_embedded_plan_nojit", noJitPlan});
   symbols.push_back(
       {"sluice_embedded_info", compileInfo(*spec, f, kernelSteps).dump(1)});
   if (Status s = compiler::emitDataObject(symbols, objects[0]); !s) {

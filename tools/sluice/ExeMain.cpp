@@ -44,6 +44,10 @@ extern "C" {
 // Defined by the data object `sluice compile` writes (emitDataObject).
 extern const char sluice_embedded_plan[];
 extern const uint64_t sluice_embedded_plan_size;
+// The plan SLUICE_NO_JIT=1 runs where it differs from the main one (image
+// epilogues folded into the hand-written resize); empty where it does not.
+extern const char sluice_embedded_plan_nojit[];
+extern const uint64_t sluice_embedded_plan_nojit_size;
 extern const char sluice_embedded_info[];
 extern const uint64_t sluice_embedded_info_size;
 // Defined by the kernels' object (compiler::emitKernelObject), or by the
@@ -291,8 +295,16 @@ int main(int argc, char **argv) {
     return kExitOk;
   }
 
+  // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
+  // `sluice run` (an A/B switch; the outputs are the same bytes), on the
+  // plan `sluice run --no-jit` runs.
+  const char *noJit = std::getenv("SLUICE_NO_JIT");
+  bool kernelsOff = noJit && *noJit && std::string(noJit) != "0";
   Expected<runtime::Plan> plan = runtime::Plan::deserialize(
-      std::string(sluice_embedded_plan, sluice_embedded_plan_size));
+      kernelsOff && sluice_embedded_plan_nojit_size > 0
+          ? std::string(sluice_embedded_plan_nojit,
+                        sluice_embedded_plan_nojit_size)
+          : std::string(sluice_embedded_plan, sluice_embedded_plan_size));
   if (!plan) {
     std::cerr << prog << ": error: the embedded plan cannot be read ("
               << plan.status().message()
@@ -309,10 +321,6 @@ int main(int argc, char **argv) {
     std::cout << plan->serialize() << "\n";
     return kExitOk;
   }
-  // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
-  // `sluice run` (an A/B switch; the outputs are the same bytes).
-  const char *noJit = std::getenv("SLUICE_NO_JIT");
-  bool kernelsOff = noJit && *noJit && std::string(noJit) != "0";
   size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
   if (!kernelsOff)
     opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);

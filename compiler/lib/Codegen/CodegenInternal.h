@@ -73,10 +73,19 @@ struct KernelSpec {
 /// the generator covers, in plan order.
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan);
 
-/// True if `elem` has a scalar lowering (integers, f32, f64).
+/// True if `elem` has a scalar lowering (integers, bool, f16, f32, f64).
 bool supportedElem(ElemType elem);
-/// The MLIR storage type of an element (u8 -> i8, f32 -> f32, ...).
+/// The MLIR storage type of an element (u8 -> i8, f32 -> f32, bool -> i8,
+/// f16 -> i16: its bits, converted by the functions below).
 mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
+
+/// kernels::halfToFloat on the i16 bits `h`: an f32 (exact; a signaling NaN
+/// stays signaling, as there), in integer operations.
+mlir::Value halfToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
+/// kernels::floatToHalf of the f32 `f`: i16 bits, nearest even.
+mlir::Value f32ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
+/// kernels::doubleToHalf of the f64 `d` (through f32 rounded to odd).
+mlir::Value f64ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value d);
 
 /// A scalar in a kernel body with its sluice element type (the MLIR type
 /// alone cannot tell u8 from i8).
@@ -85,8 +94,7 @@ struct Scalar {
   ElemType elem = ElemType::F32;
 };
 
-/// True if every instruction of `expr` has a lowering (f16 arithmetic is
-/// left to the interpreter).
+/// True if every instruction of `expr` has a lowering.
 bool exprLowerable(const kernels::CompiledExpr &expr);
 
 /// True if a filter condition has a lowering (its fields' types too).

@@ -15,7 +15,10 @@
 //
 // Registers become SSA values (a register written twice simply names a new
 // value). Integer registers are i64 with two's-complement wrap, float
-// registers f64, exactly as in the interpreter. `log` is the one algorithm
+// registers f64, exactly as in the interpreter. f16 arithmetic is f64
+// arithmetic narrowed after every operation (NarrowF: doubleToHalf then
+// halfToFloat, spelled in integer operations, ValueKernels.cpp); a bool
+// field loads as 0 or 1 (`!= 0`). `log` is the one algorithm
 // of ops/kernels/MathImpl.h, which the interpreter runs on doubles and this
 // file instantiates on arith ops (the same operations, so the same bits,
 // and no call, so the loop vectorizes). The other transcendental functions
@@ -111,6 +114,10 @@ struct Lowering {
   std::string &error;
   /// filter: the value of each load slot (empty for map, which loads x).
   std::vector<Scalar> slots = {};
+  /// The f16 bits behind each f64 value NarrowF made (halfToFloat of them),
+  /// so an f16 result is stored as those bits: floatToHalf(halfToFloat(h))
+  /// is h for every h doubleToHalf gives (NaNs come out of it quiet).
+  llvm::DenseMap<Value, Value> halfBits{};
 
   Type i64() { return b.getI64Type(); }
   Type f64() { return b.getF64Type(); }
@@ -159,10 +166,11 @@ struct Lowering {
   /// firstNaN(a, r): a NaN first operand wins, quieted.
   Value firstNaN(Value a, Value r) { return sel(isNan(a), quiet(a), r); }
   /// maxF/minF: the first NaN (quieted), else the larger/smaller; ties give
-  /// the second operand.
-  Value nanMinMax(Value a, Value c, bool isMax) {
-    Value pick = isMax ? sel(cmpf(arith::CmpFPredicate::OGT, a, c), a, c)
-                       : sel(cmpf(arith::CmpFPredicate::OLT, a, c), a, c);
+  /// the second operand (maxHalf/minHalf, for f16: the first).
+  Value nanMinMax(Value a, Value c, bool isMax, bool firstOnTie) {
+    using FP = arith::CmpFPredicate;
+    Value pick = isMax ? sel(cmpf(firstOnTie ? FP::OGE : FP::OGT, a, c), a, c)
+                       : sel(cmpf(firstOnTie ? FP::OLE : FP::OLT, a, c), a, c);
     return sel(isNan(a), quiet(a), sel(isNan(c), quiet(c), pick));
   }
   /// wrapTo(): truncate to the integer type and widen back.
@@ -210,8 +218,8 @@ struct Lowering {
     case Op::CvtIF:
       fregs[in.dst] = b.create<arith::SIToFPOp>(loc, f64(), I(in.a));
       return true;
-    case Op::WrapI:
-      if (!supportedElem(in.type))
+    case Op::WrapI: // to an integer type (never to bool)
+      if (!isInteger(in.type) || in.type == ElemType::Bool)
         break;
       iregs[in.dst] = wrap(I(in.a), in.type);
       return true;
@@ -220,8 +228,15 @@ struct Lowering {
         fregs[in.dst] = F(in.a);
         return true;
       }
+      if (in.type == ElemType::F16) { // halfToFloat(doubleToHalf(v))
+        Value h = f64ToHalf(b, loc, F(in.a));
+        Value d = b.create<arith::ExtFOp>(loc, f64(), halfToF32(b, loc, h));
+        fregs[in.dst] = d;
+        halfBits[d] = h;
+        return true;
+      }
       if (in.type != ElemType::F32)
-        break; // f16 arithmetic is left to the interpreter
+        break;
       Value t = b.create<arith::TruncFOp>(loc, b.getF32Type(), F(in.a));
       fregs[in.dst] = b.create<arith::ExtFOp>(loc, f64(), t);
       return true;
@@ -388,14 +403,12 @@ struct Lowering {
           F(in.a), callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)}));
       return true;
     case Op::MinF:
-      if (in.type == ElemType::F16)
-        break;
-      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false);
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false,
+                                /*firstOnTie=*/in.type == ElemType::F16);
       return true;
     case Op::MaxF:
-      if (in.type == ElemType::F16)
-        break;
-      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true);
+      fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/true,
+                                /*firstOnTie=*/in.type == ElemType::F16);
       return true;
     case Op::LtF:
       iregs[in.dst] = boolToI64(cmpf(FP::OLT, F(in.a), F(in.b)));
@@ -435,18 +448,16 @@ static bool codeLowerable(const CompiledExpr &expr) {
   for (const CompiledExpr::Instr &in : expr.code()) {
     switch (in.op) {
     case Op::WrapI:
-      if (!supportedElem(in.type))
+      if (!isInteger(in.type) || in.type == ElemType::Bool)
         return false;
       break;
     case Op::NarrowF:
-    case Op::FloorDivF:
-    case Op::ModF:
-      if (in.type != ElemType::F32 && in.type != ElemType::F64)
+      if (!isFloat(in.type))
         return false;
       break;
-    case Op::MinF:
-    case Op::MaxF:
-      if (in.type == ElemType::F16)
+    case Op::FloorDivF: // the precision: f16 arithmetic computes these in f32
+    case Op::ModF:
+      if (in.type != ElemType::F32 && in.type != ElemType::F64)
         return false;
       break;
     default:
@@ -485,6 +496,11 @@ bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
     error = "expression of '" + step.name + "' has no result register";
     return false;
   }
+  if (compiled->resultType() == ElemType::F16 && !compiled->resultIsInt())
+    if (Value h = l.halfBits.lookup(r)) {
+      result = {h, ElemType::F16};
+      return true;
+    }
   Scalar raw{r, compiled->resultIsInt() ? ElemType::I64 : ElemType::F64};
   result = convertScalar(b, loc, raw, compiled->resultType());
   return true;

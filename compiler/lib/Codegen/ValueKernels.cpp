@@ -95,11 +95,135 @@ Value quietNaN(OpBuilder &b, Location loc, Value v) {
   return b.create<arith::BitcastOp>(loc, v.getType(), out);
 }
 
-/// widen(): integers to int64 (sign- or zero-extended), floats unchanged.
+} // namespace
+
+// --- f16 as bits --------------------------------------------------------===//
+//
+// An f16 element is carried as its i16 bits, and converted with integer
+// operations that spell out ops/kernels/Scalar.h's halfToFloat, floatToHalf
+// and doubleToHalf step for step. LLVM's fpext/fptrunc on `half` would give
+// the same numbers but not the same NaNs: the hardware conversion quiets a
+// signaling NaN that halfToFloat keeps signaling (and without F16C it is a
+// library call). A bool element is its byte (i8): read as `!= 0`, written
+// as 0 or 1, as Scalar.h's loads and stores do.
+
+Value halfToF32(OpBuilder &b, Location loc, Value h) {
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
+  Value x = b.create<arith::ExtUIOp>(loc, i32, h);
+  Value sign = b.create<arith::ShLIOp>(
+      loc, b.create<arith::AndIOp>(loc, x, c(0x8000)), c(16));
+  Value exp = b.create<arith::AndIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, x, c(10)), c(0x1F));
+  Value man = b.create<arith::AndIOp>(loc, x, c(0x3FF));
+  Value manHigh = b.create<arith::ShLIOp>(loc, man, c(13));
+  // exp 31: inf / NaN, the payload kept (a signaling NaN stays signaling).
+  Value special = b.create<arith::OrIOp>(
+      loc, b.create<arith::OrIOp>(loc, sign, c(0x7F800000)), manHigh);
+  // 0 < exp < 31: rebias.
+  Value rebiased = b.create<arith::ShLIOp>(
+      loc, b.create<arith::AddIOp>(loc, exp, c(112)), c(23));
+  Value normal = b.create<arith::OrIOp>(
+      loc, b.create<arith::OrIOp>(loc, sign, rebiased), manHigh);
+  // exp 0: man * 2^-24, exact in f32 (and +-0 for man 0).
+  Value small = b.create<arith::MulFOp>(
+      loc, b.create<arith::UIToFPOp>(loc, f32, man),
+      constFloat(b, loc, f32, 0x1p-24));
+  Value subnormal = b.create<arith::OrIOp>(
+      loc, b.create<arith::BitcastOp>(loc, i32, small), sign);
+  Value isSpecial =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, exp, c(0x1F));
+  Value isZeroExp =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, exp, c(0));
+  Value r = b.create<arith::SelectOp>(loc, isZeroExp, subnormal, normal);
+  r = b.create<arith::SelectOp>(loc, isSpecial, special, r);
+  return b.create<arith::BitcastOp>(loc, f32, r);
+}
+
+Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
+  Type i32 = b.getI32Type(), i16 = b.getI16Type(), f32 = b.getF32Type();
+  auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
+  auto c16 = [&](uint16_t v) { return constInt(b, loc, i16, int64_t(v)); };
+  auto lo16 = [&](Value v) { return b.create<arith::TruncIOp>(loc, i16, v); };
+  Value bitsV = b.create<arith::BitcastOp>(loc, i32, f);
+  Value sign = lo16(b.create<arith::AndIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, bitsV, c(16)), c(0x8000)));
+  Value abs = b.create<arith::AndIOp>(loc, bitsV, c(0x7FFFFFFF));
+  // NaN: quiet, the top 10 payload bits kept.
+  Value nan = b.create<arith::OrIOp>(
+      loc, c16(0x7E00),
+      lo16(b.create<arith::AndIOp>(
+          loc, b.create<arith::ShRUIOp>(loc, abs, c(13)), c(0x3FF))));
+  // Below 2^-14: scaled so the subnormal unit is 1, rounded to nearest even
+  // by the FPU (exact: a power-of-two scaling well within range).
+  Value isSmall =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, abs, c(0x38800000));
+  Value scaled = b.create<arith::MulFOp>(
+      loc, b.create<arith::BitcastOp>(loc, f32, abs),
+      constFloat(b, loc, f32, 0x1p24));
+  Value rounded = b.create<mlir::math::RoundEvenOp>(loc, scaled);
+  // (only converted where it is in range: fptoui of a large value is poison)
+  rounded = b.create<arith::SelectOp>(loc, isSmall, rounded,
+                                      constFloat(b, loc, f32, 0));
+  Value sub = b.create<arith::FPToUIOp>(loc, i16, rounded);
+  // Normal: rebias the exponent, round the mantissa to 10 bits (ties even).
+  Value mant = b.create<arith::AddIOp>(loc, abs, c(0xC8000000u));
+  Value odd = b.create<arith::AndIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, mant, c(13)), c(1));
+  Value round = b.create<arith::AddIOp>(loc, c(0xFFF), odd);
+  Value normal = lo16(b.create<arith::ShRUIOp>(
+      loc, b.create<arith::AddIOp>(loc, mant, round), c(13)));
+  Value isNan =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs, c(0x7F800000));
+  Value isBig =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, abs, c(0x477FF000));
+  Value r = b.create<arith::SelectOp>(loc, isSmall, sub, normal);
+  r = b.create<arith::SelectOp>(loc, isBig, c16(0x7C00), r);
+  r = b.create<arith::SelectOp>(loc, isNan, nan, r);
+  return b.create<arith::OrIOp>(loc, sign, r);
+}
+
+Value f64ToHalf(OpBuilder &b, Location loc, Value d) {
+  Type i32 = b.getI32Type(), f32 = b.getF32Type(), f64 = b.getF64Type();
+  auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
+  // float f = static_cast<float>(d): the hardware quiets a signaling NaN.
+  Value f = b.create<arith::TruncFOp>(loc, f32, quietNaN(b, loc, d));
+  Value fb = b.create<arith::BitcastOp>(loc, i32, f);
+  Value finite = b.create<arith::CmpIOp>(
+      loc, arith::CmpIPredicate::ult,
+      b.create<arith::AndIOp>(loc, fb, c(0x7FFFFFFF)), c(0x7F800000));
+  Value back = b.create<arith::ExtFOp>(loc, f64, f);
+  Value inexact =
+      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, back, d);
+  // Rounded to odd: a step back toward zero if f rounded away from it,
+  // then the last bit set, so the second rounding cannot go wrong.
+  Value away = b.create<arith::CmpFOp>(
+      loc, arith::CmpFPredicate::OGT, b.create<mlir::math::AbsFOp>(loc, back),
+      b.create<mlir::math::AbsFOp>(loc, d));
+  Value stepped = b.create<arith::SelectOp>(
+      loc, away, b.create<arith::SubIOp>(loc, fb, c(1)), fb);
+  Value odd = b.create<arith::OrIOp>(loc, stepped, c(1));
+  Value adjust = b.create<arith::AndIOp>(loc, finite, inexact);
+  Value r = b.create<arith::SelectOp>(loc, adjust, odd, fb);
+  return f32ToHalf(b, loc, b.create<arith::BitcastOp>(loc, f32, r));
+}
+
+namespace {
+
+/// widen() of ops/kernels/Dispatch.h: integers to int64 (sign- or
+/// zero-extended), bool to int64 0 or 1 (`!= 0`: any non-zero byte is true),
+/// f16 to its exact f32, f32 and f64 unchanged.
 Scalar widen(OpBuilder &b, Location loc, Scalar v) {
+  Type i64 = b.getI64Type();
+  if (v.elem == ElemType::Bool) {
+    Value nz = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, v.value,
+                                       constInt(b, loc, v.value.getType(), 0));
+    return {b.create<arith::ExtUIOp>(loc, i64, nz), ElemType::I64};
+  }
+  if (v.elem == ElemType::F16)
+    return {halfToF32(b, loc, v.value), ElemType::F32};
   if (!isIntElem(v.elem) || v.elem == ElemType::I64)
     return v;
-  Type i64 = b.getI64Type();
   Value w = isSigned(v.elem) ? b.create<arith::ExtSIOp>(loc, i64, v.value)
                                    .getResult()
                              : b.create<arith::ExtUIOp>(loc, i64, v.value)
@@ -150,9 +274,18 @@ double paramDouble(const runtime::PlanStage &s, const char *name,
 
 Scalar lowerFillMissing(OpBuilder &b, Location loc,
                         const runtime::PlanStage &s, Scalar v) {
+  double value = paramDouble(s, "value", 0);
+  if (v.elem == ElemType::F16) { // NaN bits: |h| > 0x7C00
+    Type i16 = b.getI16Type();
+    Value abs = b.create<arith::AndIOp>(loc, v.value, constInt(b, loc, i16, 0x7FFF));
+    Value nan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                        constInt(b, loc, i16, 0x7C00));
+    Value c = constInt(
+        b, loc, i16, kernels::floatToHalf(static_cast<float>(value)));
+    return {b.create<arith::SelectOp>(loc, nan, c, v.value), v.elem};
+  }
   if (v.elem != ElemType::F32 && v.elem != ElemType::F64)
     return v; // the kernel returns non-float input unchanged
-  double value = paramDouble(s, "value", 0);
   Type t = v.value.getType();
   Value c = v.elem == ElemType::F32
                 ? constFloat(b, loc, t, static_cast<float>(value))
@@ -172,6 +305,42 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     hi = maxV.asDouble();
   Type t = v.value.getType();
   Value x = v.value;
+  if (v.elem == ElemType::F16) {
+    // kernels::clamp: bounds as f32, compared with the element's f32; a NaN
+    // keeps its bits, any other element converts back to its own bits.
+    Type f32 = b.getF32Type();
+    Value f = halfToF32(b, loc, x);
+    Value inner = x;
+    if (hi) {
+      float h = static_cast<float>(*hi);
+      Value gt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, f,
+                                         constFloat(b, loc, f32, h));
+      inner = b.create<arith::SelectOp>(
+          loc, gt, constInt(b, loc, t, kernels::floatToHalf(h)), x);
+    }
+    if (lo) {
+      float l = static_cast<float>(*lo);
+      Value lt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, f,
+                                         constFloat(b, loc, f32, l));
+      inner = b.create<arith::SelectOp>(
+          loc, lt, constInt(b, loc, t, kernels::floatToHalf(l)), inner);
+    }
+    return {inner, v.elem};
+  }
+  if (v.elem == ElemType::Bool) {
+    // kernels::clamp on 0 or 1 in double, written back as `!= 0`: the two
+    // results are known here.
+    auto clampBool = [&](double d) {
+      d = lo && d < *lo ? std::ceil(*lo) : d;
+      d = hi && d > *hi ? std::floor(*hi) : d;
+      return int64_t(d != 0);
+    };
+    Value nz = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, x,
+                                       constInt(b, loc, t, 0));
+    return {b.create<arith::SelectOp>(loc, nz, constInt(b, loc, t, clampBool(1)),
+                                      constInt(b, loc, t, clampBool(0))),
+            v.elem};
+  }
   if (v.elem == ElemType::F32 || v.elem == ElemType::F64) {
     // dst = x < l ? l : (x > h ? h : x); NaN compares false and is kept.
     Value inner = x;
@@ -382,7 +551,8 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
       s.params["min"].asDouble() > s.params["max"].asDouble())
     return false; // the runtime reports the error per record
   if (s.op == "hash_bucket" &&
-      (!isIntElem(in) || !s.params["buckets"].isNumber() ||
+      (!(isIntElem(in) || in == ElemType::Bool) ||
+       !s.params["buckets"].isNumber() ||
        s.params["buckets"].asInt() < 1))
     return false;
   if (s.op == "bucketize") {
@@ -407,7 +577,8 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
 } // namespace
 
 bool supportedElem(ElemType elem) {
-  return isIntElem(elem) || elem == ElemType::F32 || elem == ElemType::F64;
+  return isIntElem(elem) || elem == ElemType::F16 || elem == ElemType::F32 ||
+         elem == ElemType::F64 || elem == ElemType::Bool;
 }
 
 Type storageType(MLIRContext *ctx, ElemType elem) {
@@ -417,8 +588,8 @@ Type storageType(MLIRContext *ctx, ElemType elem) {
     return b.getF32Type();
   case ElemType::F64:
     return b.getF64Type();
-  case ElemType::F16:
-    return b.getF16Type();
+  case ElemType::F16: // its bits (see halfToF32)
+    return b.getI16Type();
   default:
     return b.getIntegerType(bits(elem));
   }
@@ -428,7 +599,29 @@ Scalar convertScalar(OpBuilder &b, Location loc, Scalar v, ElemType to) {
   if (v.elem == to)
     return v;
   Scalar w = widen(b, loc, v);
+  if (w.elem == to) // f16 -> f32 (exact), bool -> i64
+    return w;
   Type toType = storageType(b.getContext(), to);
+  if (to == ElemType::Bool) { // `!= 0`: NaN is true, -0 false
+    Value nz =
+        w.elem == ElemType::I64
+            ? b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, w.value,
+                                      constInt(b, loc, w.value.getType(), 0))
+                  .getResult()
+            : b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, w.value,
+                                      constFloat(b, loc, w.value.getType(), 0))
+                  .getResult();
+    return {b.create<arith::ExtUIOp>(loc, toType, nz), to};
+  }
+  if (to == ElemType::F16) { // floatToHalf(static_cast<float>(w))
+    Value f = w.value;
+    if (w.elem == ElemType::I64)
+      f = b.create<arith::SIToFPOp>(loc, b.getF32Type(), w.value);
+    else if (w.elem == ElemType::F64)
+      f = b.create<arith::TruncFOp>(loc, b.getF32Type(),
+                                    quietNaN(b, loc, w.value));
+    return {f32ToHalf(b, loc, f), to};
+  }
   if (to == ElemType::F32 || to == ElemType::F64) {
     if (w.elem == ElemType::I64)
       return {b.create<arith::SIToFPOp>(loc, toType, w.value), to};
@@ -585,20 +778,24 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     x = v.value;
   else if (v.elem == ElemType::F64)
     x = b.create<arith::TruncFOp>(loc, f32, quietNaN(b, loc, v.value));
+  else if (v.elem == ElemType::F16 || v.elem == ElemType::Bool)
+    // static_cast<float>(loadAsDouble(...)): through double, so a
+    // signaling NaN comes out quiet.
+    x = convertScalar(b, loc, convertScalar(b, loc, v, ElemType::F64),
+                      ElemType::F32)
+            .value;
   else // static_cast<float>(double(int)), as loadAsDouble does
     x = b.create<arith::TruncFOp>(
         loc, f32,
         b.create<arith::SIToFPOp>(loc, b.getF64Type(),
                                   widen(b, loc, v).value));
-  // An unrolled channel is a constant: its pair directly.
-  int64_t known = 0;
+  // One pair, or an unrolled (constant) channel: its pair directly, the
+  // same constants the selects below would pick.
+  int64_t known = n == 1 ? 0 : -1;
   if (auto c = channel.getDefiningOp<arith::ConstantOp>())
     if (auto attr = llvm::dyn_cast<IntegerAttr>(c.getValue()))
-      known = attr.getInt() >= 0 && attr.getInt() < n ? attr.getInt() : -1;
-  if (!channel.getDefiningOp<arith::ConstantOp>())
-    known = -1;
-  if (n == 1)
-    known = 0;
+      if (attr.getInt() >= 0 && attr.getInt() < n)
+        known = attr.getInt();
   if (known >= 0) {
     Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
     return {b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),

@@ -9,6 +9,12 @@
 // the resize writes each output row. The pixels are the same u8 values
 // before the same float expression, so the output bytes do not change.
 //
+// When the code generator is on (`leave-to-codegen`), an epilogue that
+// sluice-fuse-remaps turns into one generated kernel is left unfolded: that
+// kernel (flip, normalize and the CHW transpose as one index map, written
+// into the batch row) costs a fraction of the hand-written row code, which
+// stays the path of `--no-jit`.
+//
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
@@ -155,8 +161,38 @@ struct FuseCropEpiloguePass
       epi.steps.push_back(step);
       cur = step.getOutput();
     }
-    if (!epi.steps.empty())
-      fold(crop, epi);
+    if (epi.steps.empty())
+      return;
+    if (leaveToCodegen && generated(epi)) {
+      numLeft += epi.steps.size();
+      LLVM_DEBUG(llvm::dbgs() << "left the epilogue of '"
+                              << crop.getStageName()
+                              << "' to the generated kernel\n");
+      if (emitRemarks)
+        epi.steps.front().emitRemark()
+            << "left " << quotedNames(epi) << " after '"
+            << crop.getStageName()
+            << "' to one generated kernel (sluice-fuse-remaps), which "
+               "writes the batch row; --no-jit folds them into the resize";
+      return;
+    }
+    fold(crop, epi);
+  }
+
+  /// True if sluice-fuse-remaps makes the epilogue one generated kernel:
+  /// two or more steps, one of them moving values, or a lone normalize
+  /// (compiled as a chain of one).
+  static bool generated(const Epilogue &epi) {
+    if (epi.steps.size() == 1)
+      return static_cast<bool>(epi.normalize);
+    return epi.flip || epi.transpose;
+  }
+
+  static std::string quotedNames(const Epilogue &epi) {
+    std::string names;
+    for (ElementOp step : epi.steps)
+      names += (names.empty() ? "'" : ", '") + step.getStageName().str() + "'";
+    return names;
   }
 
   void fold(ElementOp crop, Epilogue epi) {
@@ -187,12 +223,8 @@ struct FuseCropEpiloguePass
         crop.getInput(), params.getDictionary(ctx), StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
     if (emitRemarks) {
-      std::string folded;
-      for (ElementOp step : epi.steps)
-        folded +=
-            (folded.empty() ? "'" : ", '") + step.getStageName().str() + "'";
       epi.steps.front().emitRemark()
-          << "folded " << folded << " into '" << crop.getStageName()
+          << "folded " << quotedNames(epi) << " into '" << crop.getStageName()
           << "': done while the resize writes each row";
     }
     last.getOutput().replaceAllUsesWith(fused.getOutput());

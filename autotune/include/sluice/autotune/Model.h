@@ -101,6 +101,25 @@ double unitSlotBytes(const Profile &p, const Unit &u);
 /// dip of two standard deviations for one interval, plus one; 1..64.
 int64_t queueDepth(double cv, double itemsPerSecond, double window = 0.05);
 
+/// The probe level a configuration corresponds to: the largest parallelism
+/// of a parallel unit the spec did not pin (probes set all of them to one
+/// level); 0 when there is none (every probe ran the same configuration).
+int64_t configLevel(const Profile &p, const Config &c);
+
+/// Profile::calibrationByLevel at `level`: the measured value at a probed
+/// level, linear between two probed levels, the nearest one outside them;
+/// Profile::calibration when nothing was measured per level or level is 0.
+double calibrationAt(const Profile &p, double level);
+
+/// Throughput of two stages in tandem, the upstream one serving `up` items/s
+/// and the downstream one `down`, with `slots` buffered items between them
+/// (the classic M/M/1/K blocking result, as tf.data's model reasons about
+/// buffers): with N = slots + 1 places and rho = up / down,
+/// up (1 - rho^N) / (1 - rho^(N+1)), or down N / (N + 1) at rho = 1. Tends to
+/// min(up, down) as the buffer grows; without a buffer two equal stages
+/// reach half their rate. An infinite side leaves the other's rate.
+double tandemThroughput(double up, double down, double slots);
+
 /// Per-unit prediction.
 struct UnitPrediction {
   std::string label;
@@ -124,6 +143,14 @@ struct Prediction {
   int bottleneck = -1;         ///< unit index; -1: the CPU
   std::string bottleneckLabel;
   double cpuCapacity = 0; ///< source records/s all cores could serve
+  /// Records/s at which a parallel unit's workers get only the cores the
+  /// other threads leave them (infinite when no unit is short of cores).
+  double contentionBound = 0;
+  /// Throughput factor from buffering beyond what the probes ran with
+  /// (tandemThroughput; 1 with the probes' buffers).
+  double bufferFactor = 1;
+  /// calibrationAt(configLevel) applied to every capacity.
+  double calibration = 1;
   int64_t memoryBytes = 0; ///< buffers + memory cache + fixed
   int64_t diskBytes = 0;
   std::vector<UnitPrediction> units;

@@ -137,6 +137,23 @@ struct Profile {
   /// loaded machine); the model itself decides the relative merits of
   /// configurations. 1 for a synthetic profile.
   double calibration = 1;
+  /// The same ratio per probe level (the parallelism every free parallel
+  /// stage ran at), median over that level's windows. What no counter sees
+  /// differs by level: at p = cores the workers share the cores with the
+  /// source's and the consumer's threads and hand off more, and on a loaded
+  /// host other processes take a different share of a 1-thread and of a
+  /// many-thread pipeline. predict() uses the level of the configuration
+  /// (calibrationAt); empty: `calibration` everywhere.
+  std::map<int64_t, double> calibrationByLevel;
+  /// Prefetch depths the probes ran with, per plan step index (the buffers
+  /// the calibration already includes; predict() credits a configuration
+  /// only with the buffering it has beyond them).
+  std::map<size_t, int64_t> probePrefetch;
+  /// Source records per epoch estimated from the size of the source's files
+  /// and the bytes read per record, for a source that cannot count them
+  /// (csv, text lines, tfrecord): used for the whole-run average
+  /// (wholeRunThroughput), never to size a cache.
+  std::optional<int64_t> estimatedRecordsPerEpoch;
 };
 
 /// How to profile.
@@ -144,7 +161,7 @@ struct ProfileOptions {
   /// Seconds per probe level, split over `rounds` interleaved windows.
   double secondsPerProbe = 1.5;
   int rounds = 2;
-  int64_t maxRecordsPerProbe = 200000;
+  int64_t maxRecordsPerProbe = 4000000;
   /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
   /// the budget is over 4).
   std::vector<int64_t> parallelisms;

@@ -31,6 +31,9 @@ struct ExplainOptions {
   /// Print each op's location (`loc("map.2"("spec.yaml":12:5))`): which
   /// line of the spec every stage came from.
   bool locations = false;
+  /// Compile as `sluice run` does with the code generator on (see
+  /// PlanOptions::codegen); false shows the `--no-jit` pipeline.
+  bool codegen = true;
 };
 
 /// Builds the `sluice` module for `spec`, verifies it, runs the graph passes
@@ -53,7 +56,21 @@ struct PlanOptions {
   /// Print a remark (to `err`, located in the spec) for every change a graph
   /// pass makes.
   bool remarks = false;
+  /// The run compiles kernels with the code generator (JIT, or a compiled
+  /// executable's object). Then an image epilogue the generator compiles
+  /// (flip, normalize, CHW after the fused decode + crop) is left to it
+  /// instead of being folded into the hand-written resize, unless
+  /// sluice-fuse-remaps is disabled or SLUICE_NO_GENERATED_EPILOGUE=1 (see
+  /// codegenEpilogue()). Off (the default, and `--no-jit`), the fold stays.
+  bool codegen = false;
 };
+
+/// Whether PlanOptions::codegen leaves image epilogues to the generated
+/// kernel given the disabled passes and the environment: false when
+/// sluice-fuse-crop-epilogue or sluice-fuse-remaps is disabled, or
+/// SLUICE_NO_GENERATED_EPILOGUE=1 (an A/B switch: the hand-written fold,
+/// same bytes).
+bool codegenEpilogue(const std::vector<std::string> &disabledPasses);
 
 /// Compiles `spec` as explain does (MLIRGen, verify, graph passes) and
 /// derives the runtime::Plan of the optimized module: the source and every

@@ -129,6 +129,15 @@ def FuseCropEpilogue : Pass<"sluice-fuse-crop-epilogue"> {
     a step. With `remarks=true` every fold, and the step that stopped one,
     is reported.
 
+    With `leave-to-codegen=true` (what `sluice run` and `sluice compile`
+    ask for when the code generator is on) an epilogue that
+    sluice-fuse-remaps makes one generated kernel (two or more steps with a
+    flip or a transpose among them, or a lone `normalize`) is left alone:
+    the resize writes the u8 crop and the generated kernel writes the
+    mirrored, normalized CHW floats straight into the batch row, faster than
+    the hand-written row code. The hand-written fold stays the path of
+    `--no-jit` and of a run with the generated epilogue turned off.
+
     ```mlir
     // before
     %2 = sluice.element "decode_random_resized_crop"(%0) {...} : !s0 -> !s2
@@ -146,10 +155,15 @@ def FuseCropEpilogue : Pass<"sluice-fuse-crop-epilogue"> {
   }];
   let statistics = [
     Statistic<"numFolded", "folded-steps", "Number of steps folded into a crop">,
+    Statistic<"numLeft", "left-steps",
+              "Number of epilogue steps left to the generated kernel">,
   ];
   let options = [
     Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
            "Report every fold and every step not folded as a remark">,
+    Option<"leaveToCodegen", "leave-to-codegen", "bool", /*default=*/"false",
+           "Leave an epilogue sluice-fuse-remaps makes one generated kernel "
+           "unfolded (the code generator is on)">,
   ];
 }
 
