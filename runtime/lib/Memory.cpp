@@ -116,17 +116,6 @@ void noteProcessBaseline() {
   });
 }
 
-void returnFreeHeapPages() {
-#ifdef __GLIBC__
-  static const bool off = [] {
-    const char *v = std::getenv("SLUICE_NO_HEAP_TRIM");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  if (!off)
-    malloc_trim(0);
-#endif
-}
-
 int64_t currentRss() {
   long pages = 0, resident = 0;
   if (FILE *f = std::fopen("/proc/self/statm", "r")) {

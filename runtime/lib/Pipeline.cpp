@@ -105,7 +105,6 @@ public:
   std::atomic<int64_t> epochsDone_{0};
   bool started_ = false;
   bool finished_ = false;
-  bool heapTrimmed_ = false; ///< stop() returned the heap's free pages
   std::atomic<int64_t> outputs_{0}, outputBytes_{0};
   std::atomic<int64_t> startNs_{0};
   std::atomic<int64_t> endNs_{0};
@@ -744,13 +743,6 @@ void Engine::stop() {
   }
   if (poolLimit_)
     clearBufferPoolLimit(poolLimit_.get());
-  // What the pipeline freed into the heap is resident but counted nowhere:
-  // give it back, so that the next pipeline of the process (a run after
-  // `schedule: auto`'s probes) starts from what its budget counts.
-  if (!heapTrimmed_) {
-    heapTrimmed_ = true;
-    returnFreeHeapPages();
-  }
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)

@@ -18,8 +18,7 @@
 // Bytes change accounts without being counted twice: a buffer recycled by
 // the pool gives back its idle reservation before its new holder counts it,
 // and a holder releases its records' bytes before freeing them into the
-// pool. When a pipeline stops it returns the heap's free pages
-// (returnFreeHeapPages), which no budget counts. A budget of 0 here means
+// pool. A budget of 0 here means
 // unlimited, but the engine never runs with one: without budget.memory it
 // uses defaultMemoryBudget() (a share of the host's or cgroup's memory).
 //
@@ -73,15 +72,6 @@ int64_t processMemoryPeak();
 /// plan and its kernels freed) and records the resident set then, the
 /// process's fixed baseline (binary, libraries, JIT code, the main thread).
 void noteProcessBaseline();
-/// Returns the heap's free pages to the system (glibc's malloc_trim), as a
-/// pipeline stops: a pipeline frees most of what it made (records, reader
-/// buffers) into the heap, where the pages stay resident and counted in no
-/// budget; a pipeline that runs next (the run after `schedule: auto`'s probe
-/// runs) would reuse them without counting them, and `memory peak` would
-/// fall short of what the process holds (examples/imagenet.yaml: ~100 MiB
-/// of the probes' records). The buffer pool's idle buffers stay: they are
-/// counted. SLUICE_NO_HEAP_TRIM=1 leaves the heap as it is.
-void returnFreeHeapPages();
 /// The resident set noteProcessBaseline() recorded, in bytes (0: not yet,
 /// or not readable here). Peak RSS minus this is what the pipelines of the
 /// process added: their buffers (what `memory peak` counts), plus worker
