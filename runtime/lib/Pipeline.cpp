@@ -486,6 +486,13 @@ Status Engine::build() {
       SubOp op;
       op.step = &st;
       op.fn = fn.take();
+      if (st.op == "filter" && opts_.rowsBinder) {
+        std::optional<Expected<RowsFilterFn>> rows = opts_.rowsBinder(st);
+        if (rows && !*rows)
+          return rows->status().withContext(where + ": ");
+        if (rows)
+          op.rows = rows->take();
+      }
       op.counters =
           counters(st.name, st.op,
                    st.kind == OpKind::Element ? "element" : "record", where);
