@@ -17,8 +17,10 @@ passes on, with sluice-fuse-map-batch off, and with the generated kernels off:
     rounded; sluice computes them in f64 with libm and rounds once);
   - the three runs byte for byte, NaN payloads included.
 `filter` on the f16 and bool arrays checks which elements survive; then
-`filter` over a CSV with several typed columns checks mixed-type
-promotion (u8 + i8 -> i16, i64 vs f32 -> f64, ...) record by record.
+`filter` over a CSV with several typed columns (a bool one too) checks
+mixed-type promotion (u8 + i8 -> i16, i64 vs f32 -> f64, ...) record by
+record, run as csv record runs, per record (the generated filter kernel)
+and with --no-jit.
 """
 import math
 import os
