@@ -180,6 +180,16 @@ int64_t materializedBytes(const Profile &p, size_t i) {
                               static_cast<double>(*p.sourceRecordsPerEpoch));
 }
 
+int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+                          const std::vector<int64_t> &par) {
+  int64_t before = 0, after = 0;
+  bool phases = p.epochs < 0 || p.epochs >= 2;
+  for (size_t k = 0; k < us.size() && k < par.size(); ++k)
+    if (us[k].parallel)
+      (us[k].beforeCache && phases ? before : after) += par[k];
+  return std::max(before, after);
+}
+
 std::vector<CacheOption> cacheOptions(const Profile &p) {
   std::vector<CacheOption> out;
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -266,8 +276,11 @@ double cacheSeconds(const Profile &p, const CacheOption &c) {
   double e = effectiveEpochs(p);
   double perRecord = static_cast<double>(c.bytes) /
                      static_cast<double>(*p.sourceRecordsPerEpoch);
+  // A disk cache is never faster than a memory cache: the bandwidth probe
+  // (16 MiB, write then read) often measures the page cache, faster than
+  // the cache stage's framed record files are read back.
   double bw = c.to == "disk" && p.diskBytesPerSecond > 0
-                  ? p.diskBytesPerSecond
+                  ? std::min(p.diskBytesPerSecond, kMemoryCacheBytesPerSecond)
                   : kMemoryCacheBytesPerSecond;
   // Written once (first epoch), read in the others.
   return perRecord / bw * (1 / e + (e - 1) / e);

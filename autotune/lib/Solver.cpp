@@ -161,7 +161,10 @@ void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
     }
   if (nPar == 0 || count > 20000)
     return;
-  int64_t allowed = std::max(cores, nPar);
+  // Workers before a cache and after it count apart (Model.h), as in the
+  // program's cores rows.
+  int64_t allowed = std::max(
+      cores, concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1)));
   auto workers = [&](const std::vector<int64_t> &par) {
     int64_t n = 0;
     for (size_t k = 0; k < us.size(); ++k)
@@ -175,7 +178,7 @@ void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
     if (us[k].parallel && us[k].pinned > 0)
       par[k] = us[k].pinned;
   for (;;) {
-    if (workers(par) <= allowed) {
+    if (concurrentWorkers(p, us, par) <= allowed) {
       Config cand = c;
       cand.parallelism = par;
       Prediction pr = predict(p, cand, cores);
@@ -253,10 +256,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   // has more parallel stages than cores do they share (one worker each).
   {
     auto nPar = [&](const CacheOption &o) {
-      int64_t n = 0;
-      for (const Unit &u : units(p, o.after))
-        n += u.parallel;
-      return n;
+      std::vector<Unit> us = units(p, o.after);
+      return concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
     };
     int64_t least = nPar(options.front());
     for (const CacheOption &o : options)
@@ -325,10 +326,12 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     if (opt.to == "disk")
       diskRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
     std::vector<Unit> us = units(p, opt.after);
-    int64_t nPar = 0;
-    for (const Unit &u : us)
-      nPar += u.parallel;
-    std::vector<std::pair<int, double>> optCores;
+    int64_t nPar =
+        concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
+    const bool phases = p.epochs < 0 || p.epochs >= 2;
+    // Workers before a cache and after it are counted apart
+    // (concurrentWorkers): the former run in the first epoch only.
+    std::vector<std::pair<int, double>> optCores, optCoresBefore;
     double cpu = 0;
     for (const Unit &u : us) {
       UnitVars uv{u, {}};
@@ -357,7 +360,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
           uv.x.push_back({par, x});
           one.push_back({x, 1});
           cap.push_back({x, -usl.speedup(static_cast<double>(par))});
-          optCores.push_back({x, static_cast<double>(par)});
+          (u.beforeCache && phases ? optCoresBefore : optCores)
+              .push_back({x, static_cast<double>(par)});
           memRow.push_back(
               {x, static_cast<double>(windowSlots(par, 0)) * slot});
         }
@@ -392,6 +396,11 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     optCores.push_back(
         {ov[o].y, -static_cast<double>(std::max<int64_t>(cores, nPar))});
     lp.row(optCores, 0);
+    if (!optCoresBefore.empty()) {
+      optCoresBefore.push_back(
+          {ov[o].y, -static_cast<double>(std::max<int64_t>(cores, nPar))});
+      lp.row(optCoresBefore, 0);
+    }
     if (nPar > cores)
       sol.notes.push_back(std::to_string(nPar) +
                           " parallel stages on " + std::to_string(cores) +

@@ -75,7 +75,121 @@ std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
   return out;
 }
 
+/// A cache the spec did not pin must gain this much (the solver's rule,
+/// Solver.cpp): also what a split of a fused stage must gain.
+constexpr double kMinSplitGain = 0.05;
+
+/// The plan stage index of a fused stage that holds the pipeline's first
+/// random step after a deterministic prefix of its own (Plan.h
+/// cacheSplitPoint), when a cache could go there: everything before it is
+/// deterministic, the epoch's size is known, the run has more than one
+/// epoch, and the spec pins no cache. nullopt otherwise, and with
+/// SLUICE_NO_CACHE_SPLIT=1.
+std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
+                                      const Profile &p) {
+  if (runtime::cacheSplitDisabledByEnvironment() ||
+      !p.sourceRecordsPerEpoch || p.epochs == 1 ||
+      p.steps.size() != plan.stages.size() + 1)
+    return std::nullopt;
+  for (const StepProfile &s : p.steps)
+    if (!s.pinnedCache.empty() && s.pinnedCache != "-")
+      return std::nullopt;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    if (s.op == "repeat" || s.op == "take" || s.op == "cache" ||
+        s.threadBoundary)
+      return std::nullopt;
+    if (!s.stochastic)
+      continue;
+    if (i > 0 && runtime::cacheSplitPoint(plan.stages[i - 1]))
+      return i - 1;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// Prices a cache inside the fused stage plan.stages[at]: profiles the plan
+/// split after the stage's deterministic prefix and solves it; when
+/// chooseFusedCache() prefers it, it replaces r's profile and solution (the
+/// schedule's cache on the prefix's last step splits the stage again when
+/// it runs).
+Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
+                            const ProfileOptions &po, TuneResult &r) {
+  const runtime::PlanStage &fused = plan.stages[at];
+  size_t k = *runtime::cacheSplitPoint(fused);
+  const std::string after = fused.fused[k].name;
+  runtime::Plan split = plan;
+  runtime::splitFusedAfter(split, after);
+  Expected<Profile> sp = profilePipeline(split, po);
+  if (!sp)
+    return sp.status().withContext("profiling the plan split after '" +
+                                   after + "': ");
+  Expected<Solution> ss = solve(*sp, r.budget);
+  if (!ss)
+    return ss.status().withContext("solving the plan split after '" +
+                                   after + "': ");
+  FusedCacheChoice c = chooseFusedCache(r.solution, *ss, *sp, at + 1,
+                                        fused.name);
+  if (!c.split) {
+    r.solution.notes.push_back(c.note);
+    return Status::ok();
+  }
+  Solution chosen = ss.take();
+  for (KnobChoice &kc : chosen.knobs)
+    if (kc.knob == "cache" && kc.step == split.stages[at].name)
+      kc.reason += std::string(kc.reason.empty() || kc.reason.back() == '.'
+                                   ? ""
+                                   : ".") +
+                   " The compiler had fused '" + fused.name +
+                   "'; the cache splits it after '" + after +
+                   "' (the rest is random).";
+  chosen.notes.insert(chosen.notes.begin(), r.solution.notes.begin(),
+                      r.solution.notes.end());
+  chosen.notes.push_back(c.note);
+  chosen.seconds += r.solution.seconds;
+  double fusedSeconds = r.profile.seconds;
+  r.profile = sp.take();
+  r.profile.seconds += fusedSeconds; // both profiles' time
+  r.solution = std::move(chosen);
+  return Status::ok();
+}
+
 } // namespace
+
+FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
+                                  const Profile &splitProfile,
+                                  size_t prefixStep,
+                                  const std::string &fusedName) {
+  FusedCacheChoice c;
+  const StepProfile &prefix = splitProfile.steps.at(prefixStep);
+  std::string rest = prefixStep + 1 < splitProfile.steps.size()
+                         ? splitProfile.steps[prefixStep + 1].name
+                         : std::string();
+  std::string after =
+      prefix.specSteps.empty() ? prefix.name : prefix.specSteps.back();
+  std::string what = "cache point inside fused '" + fusedName + "' after '" +
+                     after + "' (profiled split into '" + prefix.name +
+                     "' and '" + rest + "'): ";
+  const std::string off = " (SLUICE_NO_CACHE_SPLIT=1 skips this)";
+  if (split.config.cache.after != static_cast<int64_t>(prefixStep)) {
+    c.note = what + "the solver put no cache there; kept fused" + off;
+    return c;
+  }
+  double fusedT = fused.prediction.throughput;
+  double splitT = split.prediction.throughput;
+  std::string cmp = "a " + split.config.cache.to +
+                    " cache after it is predicted " + fmt(splitT) +
+                    " records/s against " + fmt(fusedT) +
+                    " fused without one (" +
+                    fmt((splitT / fusedT - 1) * 100, "%+.1f") + "%)";
+  if (!(splitT > fusedT * (1 + kMinSplitGain))) {
+    c.note = what + cmp + ": under the 5% a cache must gain; kept fused" + off;
+    return c;
+  }
+  c.split = true;
+  c.note = what + cmp + ": split and cached" + off;
+  return c;
+}
 
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   auto t0 = std::chrono::steady_clock::now();
@@ -122,8 +236,12 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   if (!sol)
     return sol.status();
   r.solution = sol.take();
-  r.schedule = toSchedule(r.profile, r.solution.config);
+  // The naive configuration is the compiled plan's (fused, no cache).
   r.naive = predict(r.profile, naiveConfig(r.profile), r.budget.cores);
+  if (std::optional<size_t> at = fusedCachePoint(plan, r.profile))
+    if (Status s = priceFusedCachePoint(plan, *at, po, r); !s)
+      return s;
+  r.schedule = toSchedule(r.profile, r.solution.config);
   r.scaleAdvice = scaleAdvice(r.profile, r.solution, r.budget.cores);
   if (opts.verify && !r.otherHost) {
     runtime::RunOptions o = opts.profile.base;

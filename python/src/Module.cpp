@@ -139,6 +139,11 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
   for (const runtime::PlanStage &st : plan.stages)
     if (std::find(names.begin(), names.end(), st.name) == names.end())
       names.push_back(st.name);
+  // The halves of a fused stage a cache splits (runtime/Plan.h), as the
+  // autotuner names them.
+  for (const runtime::PlanStage &st : runtime::cacheSplitStages(plan))
+    if (std::find(names.begin(), names.end(), st.name) == names.end())
+      names.push_back(st.name);
   for (auto item : schedule.cast<py::dict>()) {
     std::string name = py::str(item.first);
     if (std::find(names.begin(), names.end(), name) == names.end()) {

@@ -143,14 +143,47 @@ void Engine::applySchedule() {
     if (o.cache)
       s.cache = *o.cache == "none" ? std::string() : *o.cache;
   };
-  auto def = opts_.schedule.find("default");
+  // A cache on a step inside a fused stage goes right after that step: the
+  // stage is split there first (else the cache would follow the stage's
+  // random steps and replay one epoch's draws). Plan.h, cacheSplitPoint.
+  for (const auto &[name, o] : opts_.schedule)
+    if (name != "default" && o.cache && *o.cache != "none" && !o.cache->empty())
+      splitFusedAfter(plan_, name);
+  // A key that joins steps ("a+b", a stage of a plan split at another cache
+  // point) but names no stage of this plan stands for its steps: parallelism
+  // on each, prefetch and cache on the last (where they act), as in a
+  // schedule file; knobs that name a step directly come first.
+  std::map<std::string, ScheduleOverride> schedule = opts_.schedule;
+  for (const auto &entry : opts_.schedule) {
+    const std::string &name = entry.first;
+    const ScheduleOverride &o = entry.second;
+    if (name.find('+') == std::string::npos ||
+        std::any_of(plan_.stages.begin(), plan_.stages.end(),
+                    [&](const PlanStage &st) { return st.name == name; }))
+      continue;
+    for (size_t start = 0;;) {
+      size_t plus = name.find('+', start);
+      ScheduleOverride &t = schedule[name.substr(start, plus - start)];
+      if (!t.parallelism)
+        t.parallelism = o.parallelism;
+      if (plus == std::string::npos) {
+        if (!t.prefetch)
+          t.prefetch = o.prefetch;
+        if (!t.cache)
+          t.cache = o.cache;
+        break;
+      }
+      start = plus + 1;
+    }
+  }
+  auto def = schedule.find("default");
   for (PlanStage *s : [&] {
          std::vector<PlanStage *> all{&plan_.source};
          for (PlanStage &st : plan_.stages)
            all.push_back(&st);
          return all;
        }()) {
-    if (def != opts_.schedule.end())
+    if (def != schedule.end())
       apply(*s, def->second);
     // A step the compiler fused from several ("a+b") takes the knobs of
     // its spec steps in order (a schedule file names spec steps), then its
@@ -159,16 +192,16 @@ void Engine::applySchedule() {
       size_t start = 0;
       for (;;) {
         size_t plus = s->name.find('+', start);
-        auto part = opts_.schedule.find(s->name.substr(start, plus - start));
-        if (part != opts_.schedule.end())
+        auto part = schedule.find(s->name.substr(start, plus - start));
+        if (part != schedule.end())
           apply(*s, part->second);
         if (plus == std::string::npos)
           break;
         start = plus + 1;
       }
     }
-    auto it = opts_.schedule.find(s->name);
-    if (it != opts_.schedule.end())
+    auto it = schedule.find(s->name);
+    if (it != schedule.end())
       apply(*s, it->second);
   }
 }

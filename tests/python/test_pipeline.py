@@ -256,3 +256,43 @@ def test_stubs_match_the_module():
             sig = obj.__init__.__doc__.split("\n", 1)[0]
             for arg in kwargs(members["__init__"]):
                 assert arg + ":" in sig, (name, arg, sig)
+
+
+def test_schedule_auto_caches_inside_a_fused_stage(tmp_path, monkeypatch):
+    """cast+map+normalize+random_crop+random_flip is one fused random stage;
+    `schedule: auto` prices a cache after normalize (the plan split there)
+    as `sluice run` does, chooses it for 3 epochs of a costly map, and the
+    outputs are those of the fused plan without a cache."""
+    monkeypatch.delenv("SLUICE_NO_AUTOTUNE", raising=False)
+    monkeypatch.delenv("SLUICE_NO_CACHE_SPLIT", raising=False)
+    spec = write(tmp_path / "prefix.yaml", """
+        pipeline: prefix
+        seed: 5
+        source:
+          idx:
+            images: /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
+            labels: /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
+        steps:
+          - cast: {field: image, dtype: f32}
+          - map: {field: image, expr: "sqrt(abs(sin(x) * cos(x / 3) + exp(-x / 255) * log(x + 1)))"}
+          - normalize: {field: image, mean: 0.5, std: 0.25}
+          - random_crop: {field: image, size: [24, 24]}
+          - random_flip: {field: image, axis: width}
+          - batch: {size: 500}
+        epochs: 3
+        budget: {cores: 2, memory: 512MiB}
+        schedule: auto
+        """)
+    tuned = sluice.Pipeline(spec)
+    assert tuned.autotuned
+    assert tuned.schedule.get("cast+map+normalize", {}).get("cache") in (
+        "memory", "disk"), tuned.schedule_explanation
+    assert "cache point inside fused" in tuned.schedule_explanation
+    got = list(tuned)
+    plain = list(sluice.Pipeline(spec, schedule={}))
+    assert len(got) == len(plain) == 60
+    assert all(batches_equal(x, y) for x, y in zip(got, plain))
+    # The chosen schedule replays the same split without profiling.
+    again = sluice.Pipeline(spec, schedule=tuned.schedule)
+    assert not again.autotuned
+    assert all(batches_equal(x, y) for x, y in zip(list(again), plain))

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Model.h"
 #include "sluice/autotune/Solver.h"
+#include "sluice/autotune/Tune.h"
 
 #include <gtest/gtest.h>
 
@@ -380,9 +381,8 @@ double bruteForce(const Profile &p, int64_t cores, int64_t memory,
     std::vector<Unit> us = units(p, o.after);
     std::vector<int64_t> par(us.size(), 1);
     for (;;) {
-      int64_t used = 0;
-      for (size_t k = 0; k < us.size(); ++k)
-        used += us[k].parallel ? par[k] : 0;
+      // Workers before a cache and after it count apart (Model.h).
+      int64_t used = concurrentWorkers(p, us, par);
       Config c;
       c.cache = o;
       c.parallelism = par;
@@ -581,4 +581,94 @@ TEST(AutotuneSolver, NeverCachesAfterRandomOps) {
   auto sol = solve(p, Budget{2, int64_t(1) << 30, 0});
   ASSERT_TRUE(sol);
   EXPECT_LE(sol->config.cache.after, 0);
+}
+
+namespace {
+
+/// src (1 us) -> `a` (deterministic, aUs) -> `b` (random, 100 us), 4 epochs
+/// of 10,000 records, 1000 bytes per record: the plan split after a fused
+/// stage's deterministic prefix `a`.
+Profile splitPlan(double aUs) {
+  Profile p;
+  p.pipeline = "split";
+  p.epochs = 4;
+  p.hostCores = 64;
+  p.sourceRecordsPerEpoch = 10000;
+  p.steps.push_back(source(1));
+  p.steps.push_back(step("a", aUs));
+  p.steps.push_back(step("b", 100));
+  p.steps[2].stochastic = true;
+  linear(p, 1);
+  linear(p, 2);
+  return p;
+}
+
+/// The same plan as compiled: `a+b` one fused random stage of `us`.
+Profile fusedPlan(double us) {
+  Profile p = splitPlan(1);
+  p.steps.pop_back();
+  p.steps[1] = step("a+b", us);
+  p.steps[1].specSteps = {"a", "b"};
+  p.steps[1].stochastic = true;
+  p.scaling.clear();
+  linear(p, 1);
+  return p;
+}
+
+} // namespace
+
+TEST(AutotuneSolver, CacheInsideAFusedStageIsPricedAgainstTheFusedPlan) {
+  Budget b{2, int64_t(1) << 30, 0};
+  // Fused: the only cache place is after src (a gain of 0.07%: none); two
+  // workers on a+b, the CPU limits: 2 / 1101 us = 1816.5 records/s.
+  auto fused = solve(fusedPlan(1100), b);
+  ASSERT_TRUE(fused) << fused.status().message();
+  EXPECT_EQ(fused->config.cache.after, -1);
+  EXPECT_NEAR(fused->prediction.throughput, 2 / 1101e-6, 0.1);
+  // Split after a, 4 epochs: a memory cache after a runs a once per 4
+  // epochs. Work per record: 1/4 + 1000/4 + 100 + 0.25 (src and a once,
+  // the cache: 1000 bytes at 4 GB/s) = 350.5 us; a and b each get both
+  // cores (a runs in the first epoch only, so its workers are not b's):
+  // a 2 / 250 us = 8000, b 20000, the CPU 2 / 350.5 us = 5706.1 records/s
+  // limits (with the cores summed over a and b, 1 + 1: a's 4000).
+  Profile sp = splitPlan(1000);
+  auto split = solve(sp, b);
+  ASSERT_TRUE(split) << split.status().message();
+  EXPECT_EQ(split->config.cache.after, 1);
+  EXPECT_EQ(split->config.cache.to, "memory");
+  EXPECT_EQ(split->config.parallelism, (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_NEAR(split->prediction.throughput, 2 / 350.5e-6, 0.1);
+  FusedCacheChoice c =
+      chooseFusedCache(*fused, *split, sp, 1, "a+b");
+  EXPECT_TRUE(c.split);
+  EXPECT_NE(c.note.find("cache point inside fused 'a+b' after 'a' (profiled "
+                        "split into 'a' and 'b'): a memory cache after it is "
+                        "predicted 5706.1 records/s against 1816.5 fused "
+                        "without one (+214.1%): split and cached"),
+            std::string::npos)
+      << c.note;
+
+  // Fusion that saves more than the cache gains: a+b fused costs 366 us,
+  // 2 / 367 us = 5449.6 records/s; the split and cached plan is only +4.7%
+  // over it: kept fused.
+  auto cheap = solve(fusedPlan(366), b);
+  ASSERT_TRUE(cheap) << cheap.status().message();
+  c = chooseFusedCache(*cheap, *split, sp, 1, "a+b");
+  EXPECT_FALSE(c.split);
+  EXPECT_NE(c.note.find("against 5449.6 fused without one (+4.7%): under the 5% a "
+                        "cache must gain; kept fused"),
+            std::string::npos)
+      << c.note;
+
+  // One epoch: no cache pays, so the split plan has none there.
+  sp.epochs = 1;
+  fused = solve(fusedPlan(1100), b);
+  split = solve(sp, b);
+  ASSERT_TRUE(fused && split);
+  EXPECT_EQ(split->config.cache.after, -1);
+  c = chooseFusedCache(*fused, *split, sp, 1, "a+b");
+  EXPECT_FALSE(c.split);
+  EXPECT_NE(c.note.find("the solver put no cache there; kept fused"),
+            std::string::npos)
+      << c.note;
 }

@@ -36,6 +36,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -136,13 +137,27 @@ struct BuiltModule {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::vector<KernelSpec> kernels;
   std::string text;
+  /// The plan the kernels were collected from (they point into it).
+  std::unique_ptr<runtime::Plan> plan;
 };
 
-Expected<BuiltModule> buildModule(const runtime::Plan &plan) {
+/// `withSplits`: also the kernels of the stages a cache inside a fused
+/// stage splits it into (runtime::cacheSplitStages), so a split the
+/// autotuner or a schedule file chooses at run time runs generated code.
+Expected<BuiltModule> buildModule(const runtime::Plan &plan,
+                                  bool withSplits = true) {
   BuiltModule m;
   m.ctx = std::make_unique<mlir::MLIRContext>(
       mlir::MLIRContext::Threading::DISABLED);
-  m.kernels = collectKernels(plan);
+  m.plan = std::make_unique<runtime::Plan>(plan);
+  if (withSplits)
+    for (runtime::PlanStage &s : runtime::cacheSplitStages(plan))
+      if (std::none_of(m.plan->stages.begin(), m.plan->stages.end(),
+                       [&](const runtime::PlanStage &t) {
+                         return t.name == s.name;
+                       }))
+        m.plan->stages.push_back(std::move(s));
+  m.kernels = collectKernels(*m.plan);
   std::string error;
   m.module = buildKernelModule(*m.ctx, m.kernels, error);
   if (!m.module)
@@ -331,7 +346,8 @@ Status emitKernelObject(const runtime::Plan &plan, const std::string &cpu,
 
 Status printKernels(const runtime::Plan &plan, const std::string &form,
                     std::ostream &out) {
-  Expected<BuiltModule> built = buildModule(plan);
+  // The plan's own kernels (not those of split halves a cache may need).
+  Expected<BuiltModule> built = buildModule(plan, /*withSplits=*/false);
   if (!built)
     return built.status();
   BuiltModule m = built.take();

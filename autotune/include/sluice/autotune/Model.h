@@ -77,6 +77,17 @@ struct Config {
 /// cache): a cache ends the fused group it falls in, as the runtime does.
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
 
+/// Workers that compete for the cores at once under parallelism `par` (per
+/// unit of `us`, the units of a configuration of `p`). With a cache and at
+/// least two epochs, the parallel units before the cache and those after it
+/// are counted apart and the larger count is returned: the units before it
+/// run in the first epoch only, so over the run they mostly do not share
+/// the cores with the later ones (all the work together stays bounded by
+/// the CPU: in a CPU-bound first epoch that bound is what the two sets
+/// share). Otherwise all parallel units' workers together.
+int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+                          const std::vector<int64_t> &par);
+
 /// Every place a cache may go: after the source or a step, while everything
 /// up to it is deterministic and the epoch's size is known; memory and disk.
 std::vector<CacheOption> cacheOptions(const Profile &p);

@@ -61,6 +61,24 @@ struct TuneResult {
 /// Profiles, solves, and (opts.verify) measures the chosen schedule.
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts);
 
+/// A cache point inside a fused stage (runtime/Plan.h cacheSplitPoint):
+/// tune() profiles the plan split after the stage's deterministic prefix,
+/// solves it, and compares with the fused plan's solution.
+struct FusedCacheChoice {
+  bool split = false; ///< run split, with the split solution's cache
+  std::string note;   ///< what was compared, for the report
+};
+
+/// Decides between `fused` (the compiled plan's solution) and `split` (the
+/// solution of `splitProfile`, the plan split after the prefix that ends at
+/// its step `prefixStep`; `fusedName` names the stage before the split):
+/// split when `split` caches right after the prefix and predicts more than
+/// 5% over `fused` (the gain any cache must earn).
+FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
+                                  const Profile &splitProfile,
+                                  size_t prefixStep,
+                                  const std::string &fusedName);
+
 /// The writers.
 std::string scheduleYaml(const TuneResult &r);
 nlohmann::json reportJson(const TuneResult &r);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sluice::runtime {
@@ -84,6 +85,45 @@ struct Plan {
   std::string serialize() const;
   static Expected<Plan> deserialize(const std::string &text);
 };
+
+/// Cache points inside a fused stage. The compiler fuses a deterministic
+/// prefix with the random steps after it (sluice-fuse-remaps makes
+/// `cast+map+normalize+random_crop+random_flip` one stage), which leaves no
+/// stage boundary where a cache could keep the costly deterministic work of
+/// one epoch for the next. A cache on a step inside such a stage (from a
+/// schedule file, `schedule: auto` or the autotuner) splits the stage right
+/// after that step into two fused stages, as the fusion passes would have
+/// grouped the steps with a `cache:` step there; the runtime does this
+/// (Pipeline applies the schedule), so every runner (`sluice run`, compiled
+/// executables, Python) runs the same split. Random draws are keyed by
+/// source position, so the bytes do not change.
+
+/// The index in `s.fused` of the last step of the deterministic prefix of
+/// fused stage `s` when a random step follows it inside `s` (the one inner
+/// boundary worth a cache); nullopt for any other stage.
+std::optional<size_t> cacheSplitPoint(const PlanStage &s);
+
+/// The two stages fused stage `s` becomes when split after its step
+/// `s.fused[k]` (k + 1 < s.fused.size()): each part of one step is that
+/// step, of more a `fused_map` named by its steps joined with '+'. The
+/// first part keeps the group's parallelism, the second also its prefetch
+/// and cache.
+std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k);
+
+/// Splits the fused stage holding the step named `step` (a spec step name,
+/// or a fused name whose last part it is) right after that step, unless it
+/// is the stage's last step. Returns true when it split.
+bool splitFusedAfter(Plan &plan, const std::string &step);
+
+/// The stages splitting every fused stage of `plan` at its
+/// cacheSplitPoint() would create, so that code generators compile their
+/// kernels up front (a split chosen at run time then finds them).
+std::vector<PlanStage> cacheSplitStages(const Plan &plan);
+
+/// Whether SLUICE_NO_CACHE_SPLIT=1 turns off cache points inside fused
+/// stages (the autotuner then offers none; a cache pinned on an inner step
+/// still splits, since a cache after the random steps would change bytes).
+bool cacheSplitDisabledByEnvironment();
 
 } // namespace sluice::runtime
 

@@ -1,0 +1,113 @@
+//===- CacheSplit.cpp - Cache points inside a fused stage -----------------===//
+//
+// The fusion passes group a deterministic prefix with the random steps
+// after it into one stage, so the stream between them (what a cache would
+// keep across epochs) never exists as a stage boundary. Splitting the fused
+// stage after the prefix gives that boundary back. It is a Plan rewrite, not
+// a re-lowering through the compiler, because compiled executables and the
+// Python module run plans without one; the code generator compiles the
+// split halves' kernels up front (cacheSplitStages), so a split chosen at
+// run time runs generated code too.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/runtime/Plan.h"
+
+#include <cstdlib>
+
+namespace sluice::runtime {
+
+namespace {
+
+bool stochasticOp(const std::string &op) {
+  const OpDef *def = Registry::instance().find(op);
+  return def && def->stochastic;
+}
+
+/// One part of a split fused stage: steps [from, to) of `s`.
+PlanStage part(const PlanStage &s, size_t from, size_t to) {
+  if (to - from == 1)
+    return s.fused[from];
+  PlanStage p;
+  p.op = "fused_map";
+  p.kind = OpKind::Element;
+  p.params = Value::map();
+  std::vector<Value> names;
+  for (size_t i = from; i < to; ++i) {
+    p.name += (p.name.empty() ? "" : "+") + s.fused[i].name;
+    names.push_back(Value::string(s.fused[i].name));
+    p.fused.push_back(s.fused[i]);
+  }
+  p.params.set("steps", Value::list(std::move(names)));
+  p.inputType = s.fused[from].inputType;
+  p.outputType = s.fused[to - 1].outputType;
+  p.loc = s.fused[from].loc;
+  return p;
+}
+
+/// The last '+'-separated part of a step name.
+std::string lastPart(const std::string &name) {
+  size_t plus = name.rfind('+');
+  return plus == std::string::npos ? name : name.substr(plus + 1);
+}
+
+} // namespace
+
+std::optional<size_t> cacheSplitPoint(const PlanStage &s) {
+  if (s.op != "fused_map" || s.fused.size() < 2)
+    return std::nullopt;
+  for (size_t i = 0; i < s.fused.size(); ++i)
+    if (stochasticOp(s.fused[i].op)) {
+      if (i == 0)
+        return std::nullopt;
+      return i - 1;
+    }
+  return std::nullopt;
+}
+
+std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k) {
+  PlanStage a = part(s, 0, k + 1), b = part(s, k + 1, s.fused.size());
+  a.parallelism = s.parallelism;
+  a.prefetch = -1;
+  a.cache.clear();
+  b.parallelism = s.parallelism;
+  b.prefetch = s.prefetch;
+  b.cache = s.cache;
+  return {std::move(a), std::move(b)};
+}
+
+bool splitFusedAfter(Plan &plan, const std::string &step) {
+  std::string name = lastPart(step);
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    const PlanStage &s = plan.stages[i];
+    if (s.op != "fused_map")
+      continue;
+    for (size_t k = 0; k + 1 < s.fused.size(); ++k) {
+      if (s.fused[k].name != name)
+        continue;
+      auto [a, b] = splitFused(s, k);
+      plan.stages[i] = std::move(b);
+      plan.stages.insert(plan.stages.begin() + static_cast<long>(i),
+                         std::move(a));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<PlanStage> cacheSplitStages(const Plan &plan) {
+  std::vector<PlanStage> out;
+  for (const PlanStage &s : plan.stages)
+    if (std::optional<size_t> k = cacheSplitPoint(s)) {
+      auto [a, b] = splitFused(s, *k);
+      out.push_back(std::move(a));
+      out.push_back(std::move(b));
+    }
+  return out;
+}
+
+bool cacheSplitDisabledByEnvironment() {
+  const char *v = std::getenv("SLUICE_NO_CACHE_SPLIT");
+  return v && *v && std::string(v) != "0";
+}
+
+} // namespace sluice::runtime
