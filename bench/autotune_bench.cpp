@@ -158,12 +158,11 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
     std::vector<autotune::Unit> us = autotune::units(prof, c.after);
     std::vector<int64_t> par(us.size(), 1);
     for (;;) {
-      int64_t used = 0, nPar = 0;
-      for (size_t k = 0; k < us.size(); ++k)
-        if (us[k].parallel) {
-          used += par[k];
-          ++nPar;
-        }
+      // Workers before a cache and after it count apart, as the solver
+      // counts them (autotune::concurrentWorkers).
+      int64_t used = autotune::concurrentWorkers(prof, us, par);
+      int64_t nPar = autotune::concurrentWorkers(
+          prof, us, std::vector<int64_t>(us.size(), 1));
       if (used <= std::max(cores, nPar))
         for (bool prefetch : {false, true}) {
           autotune::Config cfg;

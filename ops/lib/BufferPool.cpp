@@ -262,22 +262,22 @@ public:
     if (enabled_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(mu_);
       noteAllocation(bytes);
-      // The most recently freed buffer of the size: its pages are the
-      // likeliest to still be in a cache.
-      for (size_t i = idle_.size(); i-- > 0;) {
-        if (idle_[i].bytes != bytes)
-          continue;
-        void *p = idle_[i].p;
-        if (limit_)
-          limit_->release(static_cast<int64_t>(idle_[i].counted));
-        idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
-        idleBytes_ -= bytes;
-        ++hits_;
+      if (void *p = takeIdle(bytes))
         return p;
-      }
       ++misses_;
     }
     return ::operator new(bytes, std::align_val_t(kAlignment));
+  }
+
+  /// An idle buffer of `bytes`, or null (then nothing is noted).
+  void *take(size_t bytes) {
+    if (!enabled_.load(std::memory_order_relaxed))
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    void *p = takeIdle(bytes);
+    if (p)
+      noteAllocation(bytes);
+    return p;
   }
 
   void release(void *p, size_t bytes) {
@@ -419,6 +419,23 @@ private:
     *victim = {bytes, 1, tick_};
   }
 
+  /// Hands out the most recently freed idle buffer of `bytes` (its pages
+  /// are the likeliest to still be in a cache), or null (under the lock).
+  void *takeIdle(size_t bytes) {
+    for (size_t i = idle_.size(); i-- > 0;) {
+      if (idle_[i].bytes != bytes)
+        continue;
+      void *p = idle_[i].p;
+      if (limit_)
+        limit_->release(static_cast<int64_t>(idle_[i].counted));
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+      idleBytes_ -= bytes;
+      ++hits_;
+      return p;
+    }
+    return nullptr;
+  }
+
   bool recurring(size_t bytes) const {
     for (const Seen &s : seen_)
       if (s.bytes == bytes)
@@ -488,6 +505,7 @@ void clearBufferPoolLimit(AllocationLimit *limit) {
 
 namespace detail {
 void *poolAllocate(size_t bytes) { return pool().allocate(bytes); }
+void *poolTakeIdle(size_t bytes) { return pool().take(bytes); }
 void poolRelease(void *p, size_t bytes) { pool().release(p, bytes); }
 void *smallPoolAllocate(size_t bytes, bool evenIfDisabled) {
   return smallPool().allocate(bytes, evenIfDisabled);

@@ -13,6 +13,7 @@
 #include "sluice/ops/kernels/ExprEval.h"
 #include "sluice/runtime/RemapChain.h"
 
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -25,6 +26,8 @@ namespace {
 using ValuesFn = void (*)(const void *, void *, int64_t);
 using RemapFn = void (*)(const void *, void *, const int64_t *);
 using FilterFn = void (*)(const void *const *, int64_t *);
+using FilterRowsFn = void (*)(const void *const *, const int64_t *,
+                              const uint32_t *, int64_t, uint8_t *);
 
 /// One "values FIELD IN -> OUT OUTELEM" entry, resolved to field positions.
 struct ValuesCall {
@@ -202,7 +205,87 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
   });
 }
 
+/// Binds a "filter rows" entry: per run, the same checks as
+/// CompiledExpr::testRows, then one call over the rows.
+Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStage &s,
+                                            const SluiceKernelInfo &k) {
+  if (s.op != "filter")
+    return kernelError(s, "a filter kernel on a step that is not a filter");
+  if (!k.fn)
+    return kernelError(s, "null kernel pointer");
+  const Value &text = s.params["where"];
+  if (!text.isString())
+    return kernelError(s, "parameter 'where' is missing");
+  ExprError err;
+  ExprPtr e = parseExpr(text.asString(), err);
+  if (!e)
+    return kernelError(s, err.message);
+  Expected<kernels::CompiledExpr> code =
+      kernels::CompiledExpr::compileRecord(*e, s.inputType);
+  if (!code)
+    return kernelError(s, code.status().message());
+  std::optional<Expected<RowsFilterFn>> reference = bindRowsFilter(s);
+  if (!reference)
+    return kernelError(s, "no column test for this step");
+  if (!*reference)
+    return reference->status();
+  auto slots = std::make_shared<const std::vector<kernels::CompiledExpr::Slot>>(
+      code->slots());
+  return RowsFilterFn([slots, ref = reference->take(),
+                       fn = reinterpret_cast<FilterRowsFn>(k.fn)](
+                          const std::vector<Tensor> &columns,
+                          const uint32_t *rows, int64_t n,
+                          uint8_t *keep) -> Status {
+    const void *smallBases[16];
+    int64_t smallStrides[16];
+    std::vector<const void *> bigBases;
+    std::vector<int64_t> bigStrides;
+    const void **bases = smallBases;
+    int64_t *strides = smallStrides;
+    if (slots->size() > 16) {
+      bigBases.resize(slots->size());
+      bigStrides.resize(slots->size());
+      bases = bigBases.data();
+      strides = bigStrides.data();
+    }
+    for (size_t i = 0; i < slots->size(); ++i) {
+      const kernels::CompiledExpr::Slot &slot = (*slots)[i];
+      if (slot.field < 0 || size_t(slot.field) >= columns.size())
+        return ref(columns, rows, n, keep);
+      const Tensor &t = columns[size_t(slot.field)];
+      if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
+          t.rank() == 0 || t.dim(0) <= 0)
+        return ref(columns, rows, n, keep);
+      int64_t rowElems = t.numElements() / t.dim(0);
+      if (slot.index < 0 || slot.index >= rowElems)
+        return ref(columns, rows, n, keep);
+      bases[i] = t.raw() + size_t(slot.index) * elemTypeSize(slot.elem);
+      strides[i] = rowElems;
+    }
+    if (n > 0)
+      fn(bases, strides, rows, n, keep);
+    return Status::ok();
+  });
+}
+
 } // namespace
+
+RowsKernelBinder rowsBinderFromKernelTable(const SluiceKernelInfo *table) {
+  // SLUICE_NO_GENERATED_ROWS_FILTER=1: record runs test their filters with
+  // the interpreter (an A/B switch; the same rows are kept).
+  const char *off = std::getenv("SLUICE_NO_GENERATED_ROWS_FILTER");
+  if (off && *off && std::string(off) != "0")
+    return [](const PlanStage &) -> std::optional<Expected<RowsFilterFn>> {
+      return std::nullopt;
+    };
+  return [table](const PlanStage &s) -> std::optional<Expected<RowsFilterFn>> {
+    for (size_t i = 0; table && table[i].stage; ++i)
+      if (s.name == table[i].stage && table[i].signature &&
+          std::string(table[i].signature) == "filter rows")
+        return bindFilterRowsKernel(s, table[i]);
+    return std::nullopt;
+  };
+}
 
 size_t kernelTableSize(const SluiceKernelInfo *table) {
   size_t n = 0;
@@ -215,8 +298,10 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
   return [table](const PlanStage &s) -> std::optional<Expected<ElementFn>> {
     std::vector<const SluiceKernelInfo *> mine;
     for (size_t i = 0; table && table[i].stage; ++i)
-      if (s.name == table[i].stage)
-        mine.push_back(&table[i]);
+      if (s.name == table[i].stage &&
+          !(table[i].signature &&
+            std::string(table[i].signature) == "filter rows"))
+        mine.push_back(&table[i]); // the column form: rowsBinderFromKernelTable
     if (mine.empty())
       return std::nullopt;
     if (mine.size() == 1 && mine[0]->signature &&

@@ -307,6 +307,9 @@ private:
 struct SubOp {
   const PlanStage *step = nullptr;
   ElementFn fn;
+  /// A filter's compiled column test (RunOptions::rowsBinder); empty: the
+  /// map stage binds the interpreter's (bindRowsFilter).
+  RowsFilterFn rows;
   StageCounters *counters = nullptr;
 };
 

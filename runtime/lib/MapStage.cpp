@@ -69,6 +69,10 @@ public:
     for (const SubOp &op : ops_) {
       if (!runsOk_)
         break;
+      if (op.rows) { // compiled (RunOptions::rowsBinder)
+        rowsFilters_.push_back(op.rows);
+        continue;
+      }
       std::optional<Expected<RowsFilterFn>> f = bindRowsFilter(*op.step);
       runsOk_ = f && *f;
       if (runsOk_)

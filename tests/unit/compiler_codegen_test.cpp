@@ -19,6 +19,7 @@
 #include "sluice/ops/kernels/Scalar.h"
 #include "sluice/runtime/CompiledKernels.h"
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -390,6 +391,159 @@ TEST(Codegen, UncoveredStepsAreLeftToTheRuntime) {
   (void)hashFloat;
 }
 
+/// A lone normalize over any channel count is a generated kernel (constant
+/// per-channel tables; flat over the elements in periods, as the runtime's
+/// loop) with the runtime kernel's bytes: 1, 3, 4, 5, 8 and 64 channels,
+/// per-channel and single-pair constants, integer and float inputs with
+/// NaN payloads, +-inf, -0 and denormals, the channel dim known to the type
+/// or not, and a row count that leaves a partial period.
+TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
+  for (int64_t channels : {1, 3, 4, 5, 8, 64}) {
+    for (ElemType elem : {ElemType::U8, ElemType::I32, ElemType::F32,
+                          ElemType::F64}) {
+      for (bool knownChannels : {true, false}) {
+        for (bool onePair : {false, true}) {
+          std::string what = std::to_string(channels) + " channels of " +
+                             std::string(elemTypeName(elem)) +
+                             (knownChannels ? "" : ", channel dim unknown") +
+                             (onePair ? ", one mean" : "");
+          SCOPED_TRACE(what);
+          const int64_t rows = 37;
+          std::vector<Value> mean, sd;
+          for (int64_t c = 0; c < channels; ++c) {
+            mean.push_back(Value::real(onePair && c ? 0 : 0.37 * c - 11.5));
+            sd.push_back(Value::real(0.25 + 1.3 * c));
+          }
+          if (onePair)
+            mean.resize(1);
+          runtime::Plan plan;
+          plan.name = "normalize_test";
+          runtime::PlanStage st;
+          st.name = st.op = "normalize";
+          st.kind = OpKind::Element;
+          st.params = Value::map();
+          st.params.set("field", Value::string("x"));
+          st.params.set("mean", Value::list(mean));
+          st.params.set("std", Value::list(sd));
+          st.inputType = RecordType({{"x", FieldType(elem, {kDynamic,
+                                                            knownChannels
+                                                                ? channels
+                                                                : kDynamic})}});
+          st.outputType = RecordType({{"x", FieldType(ElemType::F32,
+                                                      st.inputType.fields()[0]
+                                                          .type.shape)}});
+          plan.stages.push_back(st);
+          compiler::CodegenOptions opts;
+          opts.useCache = false;
+          auto jit = compiler::JitKernels::compile(plan, opts);
+          ASSERT_TRUE(bool(jit)) << jit.status().message();
+          ASSERT_EQ((*jit)->stats().kernels, 1) << "not compiled";
+          auto bound = (*jit)->binder()(plan.stages[0]);
+          ASSERT_TRUE(bound.has_value() && bool(*bound));
+          Expected<runtime::ElementFn> reference =
+              runtime::bindElementOp(plan.stages[0], plan);
+          ASSERT_TRUE(bool(reference)) << reference.status().message();
+          for (uint32_t seed : {7u, 8u}) {
+            Tensor flat = randomTensor(elem, rows * channels, seed);
+            Tensor input = Tensor::empty(elem, {rows, channels});
+            std::memcpy(input.mutableRaw(), flat.raw(), flat.nbytes());
+            Record a, b;
+            a.fields = {input};
+            b.fields = {input};
+            runtime::ElementContext ctx;
+            Expected<bool> ra = (**bound)(a, ctx);
+            Expected<bool> rb = (*reference)(b, ctx);
+            ASSERT_TRUE(bool(ra)) << ra.status().message();
+            ASSERT_TRUE(bool(rb)) << rb.status().message();
+            const Tensor &x = a.fields[0], &y = b.fields[0];
+            ASSERT_EQ(x.type().str(), y.type().str());
+            ASSERT_EQ(x.type().str(),
+                      "f32[" + std::to_string(rows) + "," +
+                          std::to_string(channels) + "]");
+            EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0)
+                << "bytes differ";
+          }
+        }
+      }
+    }
+  }
+}
+
+/// normalize over more than 4 channels inside a remap chain (flip, CHW)
+/// and alone, in whole pipelines over .npy records of 5, 8 and 64 channels
+/// (floats with NaN, +-inf, -0 and denormals; and u8): the generated
+/// kernels give the bytes of every pass off without codegen.
+TEST(Codegen, ManyChannelNormalizeInPipelines) {
+  TempDir dir;
+  for (int64_t channels : {3, 5, 8, 64}) {
+    for (const char *dtype : {"f4", "u1"}) {
+      SCOPED_TRACE(std::to_string(channels) + " channels, " + dtype);
+      const int64_t n = 6, h = 5, w = 7;
+      ElemType elem = dtype[0] == 'f' ? ElemType::F32 : ElemType::U8;
+      Tensor data = randomTensor(elem, n * h * w * channels, 11);
+      std::string dict = std::string("{'descr': '") +
+                         (elem == ElemType::F32 ? "<f4" : "|u1") +
+                         "', 'fortran_order': False, 'shape': (" +
+                         std::to_string(n) + ", " + std::to_string(h) + ", " +
+                         std::to_string(w) + ", " + std::to_string(channels) +
+                         "), }";
+      std::string header = dict;
+      while ((10 + header.size() + 1) % 64 != 0)
+        header += ' ';
+      header += '\n';
+      std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+      npy += char(header.size() & 0xFF);
+      npy += char(header.size() >> 8);
+      npy += header;
+      npy.append(reinterpret_cast<const char *>(data.raw()), data.nbytes());
+      dir.write("x.npy", npy);
+      std::string mean, sd;
+      for (int64_t c = 0; c < channels; ++c) {
+        mean += (c ? ", " : "") + std::to_string(0.5 * c - 3);
+        sd += (c ? ", " : "") + std::to_string(0.75 + 0.5 * c);
+      }
+      for (const std::string &steps :
+           {"  - random_flip: {field: x, axis: width, p: 0.5}\n"
+            "  - normalize: {field: x, mean: [" + mean + "], std: [" + sd +
+                "]}\n"
+                "  - transpose: {field: x, to: CHW}\n",
+            "  - normalize: {field: x, mean: [" + mean + "], std: [" + sd +
+                "]}\n"
+                "  - random_flip: {field: x, axis: height, p: 0.5}\n",
+            "  - normalize: {field: x, mean: [" + mean + "], std: [" + sd +
+                "]}\n"
+                "  - map: {field: x, expr: \"x * 2\"}\n"}) {
+        SCOPED_TRACE(steps);
+        std::string path = dir.write(
+            "spec.yaml", "pipeline: many_channels\nseed: 3\nsource:\n"
+                         "  npy: {files: " + dir.path() + "/x.npy, field: x}\n"
+                         "steps:\n" + steps +
+                         "  - batch: {size: 4}\nepochs: 2\n");
+        runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
+        runtime::RunOptions ref;
+        ref.threads = 1;
+        std::string reference = rttest::allBytes(rttest::runAll(off, ref));
+        ASSERT_GT(reference.size(), 1000u);
+        runtime::Plan on = sluice::testing::planOfSpecFile(path);
+        std::vector<std::string> compiled = compiler::compiledStages(on);
+        bool normalizeCompiled = false;
+        for (const std::string &name : compiled)
+          normalizeCompiled |= name.find("normalize") != std::string::npos;
+        EXPECT_TRUE(normalizeCompiled) << "no compiled stage has normalize";
+        auto jit = compiler::JitKernels::compile(on);
+        ASSERT_TRUE(bool(jit)) << jit.status().message();
+        for (int threads : {1, 2}) {
+          runtime::RunOptions withJit;
+          withJit.threads = threads;
+          withJit.binder = (*jit)->binder();
+          EXPECT_TRUE(rttest::allBytes(rttest::runAll(on, withJit)) == reference)
+              << threads << " threads: output bytes differ";
+        }
+      }
+    }
+  }
+}
+
 /// A table entry with a signature the runtime does not know is refused.
 TEST(Codegen, UnknownSignatureIsAnError) {
   runtime::Plan plan = planFor({"fill_missing", {}, ElemType::F32, ""}, 8);
@@ -591,6 +745,197 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
     if (where != "a != a" && where != "h != h") // NaNs are about 1 in 20 here
       EXPECT_GT(kept, 0) << where << " keeps nothing: a weak test";
     EXPECT_LT(kept, n) << where << " keeps everything: a weak test";
+  }
+}
+
+/// The column form of each condition ("filter rows", for record runs)
+/// keeps exactly the rows the interpreter's column test
+/// (CompiledExpr::testRows) keeps, over all rows and over a selection; a
+/// run the interpreter rejects gets its message.
+TEST(Codegen, FilterRowsKernelDecidesAsTheInterpreter) {
+  const int64_t n = 3000;
+  auto shaped = [](Tensor flat, std::vector<int64_t> shape) {
+    Tensor t = Tensor::empty(flat.elem(), shape);
+    std::memcpy(t.mutableRaw(), flat.raw(), t.nbytes());
+    return t;
+  };
+  std::vector<Tensor> columns = {
+      randomTensor(ElemType::F32, n, 1), randomTensor(ElemType::F64, n, 2),
+      randomTensor(ElemType::I8, n, 3),  randomTensor(ElemType::U8, n, 4),
+      randomTensor(ElemType::I64, n, 5),
+      shaped(randomTensor(ElemType::F32, 4 * n, 6), {n, 4}),
+      shaped(randomTensor(ElemType::I32, 2 * n, 7), {n, 2})};
+  std::vector<uint32_t> selection;
+  for (uint32_t r = 0; r < uint32_t(n); r += 1 + r % 5)
+    selection.push_back(r);
+  for (const std::string &where :
+       {"a == 2.5 or a == 0.7", "a < 0.7", "a != a", "b >= -2.5 and b < 300.5",
+        "not (b > 0) or e % 3 == 2", "c * 2 > d", "c // 3 == -2 or d % 7 == 1",
+        "e - 1 < e", "abs(e) > 100", "v[0] + v[3] > 1 and v[2] != 0.5",
+        "max(a, v[1]) >= min(b, 2)", "round(a) == 2",
+        "log(max(b, 0) + 1) < 3", "sqrt(abs(a)) > 1.5", "floor(b) == ceil(b)",
+        "a", "d", "w[1] > 0", "e > 0 and w[0] < 5"}) {
+    SCOPED_TRACE(where);
+    runtime::Plan plan;
+    plan.name = "filter_rows_test";
+    runtime::PlanStage stage = filterStage(where);
+    stage.inputType = RecordType({{"a", FieldType(ElemType::F32, {})},
+                                  {"b", FieldType(ElemType::F64, {})},
+                                  {"c", FieldType(ElemType::I8, {})},
+                                  {"d", FieldType(ElemType::U8, {})},
+                                  {"e", FieldType(ElemType::I64, {})},
+                                  {"v", FieldType(ElemType::F32, {4})},
+                                  {"w", FieldType(ElemType::I32, {2})}});
+    stage.outputType = stage.inputType;
+    plan.stages = {stage};
+    auto jit = compiler::JitKernels::compile(plan);
+    ASSERT_TRUE(bool(jit)) << jit.status().message();
+    auto bound = (*jit)->rowsBinder()(plan.stages[0]);
+    ASSERT_TRUE(bound.has_value()) << "no compiled column test";
+    ASSERT_TRUE(bool(*bound)) << bound->status().message();
+    auto reference = runtime::bindRowsFilter(plan.stages[0]);
+    ASSERT_TRUE(reference.has_value() && bool(*reference));
+    // The per-record binder does not take the column entry.
+    auto perRecord = (*jit)->binder()(plan.stages[0]);
+    ASSERT_TRUE(perRecord.has_value() && bool(*perRecord));
+    for (bool selected : {false, true}) {
+      int64_t m = selected ? int64_t(selection.size()) : n;
+      const uint32_t *rows = selected ? selection.data() : nullptr;
+      std::vector<uint8_t> k1(size_t(m), 7), k2(size_t(m), 9);
+      Status s1 = (**bound)(columns, rows, m, k1.data());
+      Status s2 = (**reference)(columns, rows, m, k2.data());
+      ASSERT_TRUE(s1.isOk()) << s1.message();
+      ASSERT_TRUE(s2.isOk()) << s2.message();
+      EXPECT_TRUE(k1 == k2) << (selected ? "selected rows" : "all rows");
+      int64_t kept = 0;
+      for (uint8_t k : k1)
+        kept += k;
+      if (std::string(where) != "a != a")
+        EXPECT_GT(kept, 0) << "keeps nothing: a weak test";
+      EXPECT_LT(kept, m) << "keeps everything: a weak test";
+    }
+    // A column of another type: the interpreter's error.
+    std::vector<Tensor> wrong = columns;
+    wrong[0] = randomTensor(ElemType::F64, n, 9);
+    wrong[5] = randomTensor(ElemType::I64, n, 9);
+    wrong[6] = randomTensor(ElemType::F32, n, 9);
+    std::vector<uint8_t> k1(static_cast<size_t>(n)), k2(static_cast<size_t>(n));
+    Status s1 = (**bound)(wrong, nullptr, n, k1.data());
+    Status s2 = (**reference)(wrong, nullptr, n, k2.data());
+    EXPECT_EQ(s1.isOk(), s2.isOk());
+    EXPECT_EQ(s1.message(), s2.message());
+  }
+}
+
+/// Record runs (csv/tsv rows from parsed blocks into the batch, no record
+/// per row) test their inline filters with the generated column kernels
+/// when codegen is on: same bytes, errors and accounting as records
+/// through the interpreter and as runs through it, with bad rows skipped
+/// or failing the run.
+TEST(Codegen, RecordRunsUseTheGeneratedFilterKernel) {
+  TempDir dir;
+  std::string text = sluice::testing::criteoTsv(21, 30000);
+  // A bad row (a letter in a dense column) at line 9001.
+  size_t at = 0;
+  for (int line = 0; line < 9000; ++line)
+    at = text.find('\n', at) + 1;
+  size_t tab = text.find('\t', at);
+  text.insert(tab + 1, "x");
+  dir.write("d/day_0.tsv", text);
+  dir.write("d/day_1.tsv", sluice::testing::criteoTsv(22, 5000));
+  for (const char *steps :
+       {"  - filter: {where: \"label >= 1\"}\n"
+        "  - filter: {where: \"dense[2] < 4000 or cat[25] % 3 == 1\"}\n"
+        "  - batch: {size: 777}\n",
+        "  - filter: {where: \"dense[0] != dense[0] or log(max(dense[1], 0) "
+        "+ 1) > 2\"}\n"
+        "  - batch: {size: 1000, drop_remainder: true}\n",
+        "  - filter: {where: \"label > 5\"}\n"
+        "  - batch: {size: 100}\n"}) {
+    for (const char *onError : {"skip", "fail"}) {
+      SCOPED_TRACE(std::string(onError) + "\n" + steps);
+      runtime::Plan plan = rttest::planFromYaml(
+          dir, std::string("pipeline: runs\nsource:\n  tsv:\n"
+                           "    files: d/day_*.tsv\n    on_error: ") +
+                   onError +
+                   "\n    columns:\n"
+                   "      - {name: label, type: i64}\n"
+                   "      - {name: dense, type: f32, count: 13}\n"
+                   "      - {name: cat, type: hex32, count: 26}\n"
+                   "steps:\n" +
+                   steps);
+      auto jit = compiler::JitKernels::compile(plan);
+      ASSERT_TRUE(bool(jit)) << jit.status().message();
+      auto calls = std::make_shared<std::atomic<int64_t>>(0);
+      auto counted = [calls, rows = (*jit)->rowsBinder()](
+                         const runtime::PlanStage &s)
+          -> std::optional<Expected<runtime::RowsFilterFn>> {
+        auto r = rows(s);
+        if (!r || !*r)
+          return r;
+        return Expected<runtime::RowsFilterFn>(runtime::RowsFilterFn(
+            [calls, fn = r->take()](const std::vector<Tensor> &c,
+                                    const uint32_t *sel, int64_t n,
+                                    uint8_t *keep) {
+              calls->fetch_add(1);
+              return fn(c, sel, n, keep);
+            }));
+      };
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        auto run = [&](bool codegen, bool runs, int64_t &fromRuns) {
+          runtime::RunOptions o;
+          o.threads = threads;
+          o.recordRuns = runs;
+          if (codegen) {
+            o.binder = (*jit)->binder();
+            o.rowsBinder = counted;
+          }
+          std::string error;
+          std::vector<rttest::Output> outs;
+          auto p = runtime::Pipeline::create(plan, o);
+          EXPECT_TRUE(bool(p));
+          if (!p)
+            return std::make_pair(std::string(), std::string());
+          runtime::Batch b;
+          for (;;) {
+            Expected<bool> more = (*p)->next(b);
+            if (!more) {
+              error = more.status().message();
+              break;
+            }
+            if (!*more)
+              break;
+            outs.push_back({b.fields(), b.epoch()});
+          }
+          (*p)->stop();
+          std::string acct;
+          for (const runtime::StageStats &st : (*p)->stats().stages) {
+            acct += st.accountingLine() + "\n";
+            if (st.op == "batch")
+              fromRuns = st.rowsFromRuns;
+          }
+          return std::make_pair(rttest::allBytes(outs) + "\n" + error, acct);
+        };
+        int64_t r0 = 0, r1 = 0, r2 = 0;
+        calls->store(0);
+        auto reference = run(false, false, r0);
+        auto interpreted = run(false, true, r1);
+        auto generated = run(true, true, r2);
+        EXPECT_TRUE(generated.first == reference.first) << "outputs differ";
+        EXPECT_TRUE(interpreted.first == reference.first);
+        EXPECT_EQ(generated.second, reference.second);
+        EXPECT_EQ(r0, 0);
+        if (std::string(steps).find("label > 5") == std::string::npos) {
+          EXPECT_GT(r2, 1000) << "the runs were not used";
+          EXPECT_EQ(r2, r1);
+        }
+        if (threads == 1 || r2 > 0)
+          EXPECT_GT(calls->load(), 0) << "the generated column test never ran";
+        if (std::string(onError) == "fail")
+          EXPECT_NE(reference.first.find("day_0.tsv:9001"), std::string::npos);
+      }
+    }
   }
 }
 

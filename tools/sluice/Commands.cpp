@@ -115,7 +115,7 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
       return kExitData;
     }
     rs.kernels = kernels.take();
-    rs.opts.binder = rs.kernels->binder();
+    rs.kernels->bind(rs.opts);
   }
   return -1;
 }

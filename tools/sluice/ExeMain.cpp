@@ -322,8 +322,10 @@ int main(int argc, char **argv) {
     return kExitOk;
   }
   size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
-  if (!kernelsOff)
+  if (!kernelsOff) {
     opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
+    opts.rowsBinder = runtime::rowsBinderFromKernelTable(sluice_kernel_table);
+  }
   // `schedule: auto` in the spec: profile, solve and re-plan as `sluice
   // run` does (the autotuner is MLIR-free; it links GLPK), unless a
   // --schedule file replays a schedule.

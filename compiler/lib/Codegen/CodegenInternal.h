@@ -65,6 +65,10 @@ struct KernelSpec {
   /// `void(const void *const *slots, int64_t *kept)`, one pointer per load
   /// slot of the condition's bytecode, `steps` unused.
   std::shared_ptr<const kernels::CompiledExpr> filter;
+  /// With `filter`: the column form instead, for record runs
+  /// (`void(const void *const *bases, const int64_t *strides,
+  /// const uint32_t *rows, int64_t n, uint8_t *keep)`, "filter rows").
+  bool rows = false;
   /// The table's signature string (see runtime/CompiledKernels.h).
   std::string signature() const;
 };

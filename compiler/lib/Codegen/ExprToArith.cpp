@@ -37,6 +37,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -516,8 +517,120 @@ bool filterLowerable(const CompiledExpr &expr) {
   return true;
 }
 
+namespace {
+
+/// The condition of `code` on the slot values `slots`, as an i1: kept when
+/// the result is non-zero (NaN is), as CompiledExpr::test decides.
+Value lowerCondition(OpBuilder &b, Location loc, const CompiledExpr &code,
+                     std::vector<Scalar> slots, const std::string &stage,
+                     std::string &error) {
+  Lowering l{b, loc, Scalar{}, llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(), error, std::move(slots)};
+  for (const CompiledExpr::Instr &in : code.code())
+    if (!l.lower(in))
+      return nullptr;
+  Value r = code.resultIsInt() ? l.I(code.resultRegister())
+                               : l.F(code.resultRegister());
+  if (!r) {
+    error = "the condition of '" + stage + "' has no result register";
+    return nullptr;
+  }
+  return code.resultIsInt()
+             ? b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, r,
+                                       l.ci(0))
+                   .getResult()
+             : b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, r,
+                                       l.cf(0.0))
+                   .getResult();
+}
+
+/// The "filter rows" kernel: the condition over a run of records held as
+/// columns (runtime::RowsFilterFn),
+///
+///   void fn(const void *const *bases, const int64_t *strides,
+///           const uint32_t *rows, int64_t n, uint8_t *keep)
+///
+/// where slot i's value of row r is element r * strides[i] of bases[i] (the
+/// column's data, already offset by the slot's index); keep[j] = 1 if row
+/// rows[j] (j itself when rows is null) is kept, else 0. The loop without a
+/// selection is its own copy, so that LLVM can vectorize it.
+bool buildFilterRowsKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                           std::string &error) {
+  MLIRContext *ctx = b.getContext();
+  const CompiledExpr &code = *k.filter;
+  Location loc = NameLoc::get(b.getStringAttr(k.stage));
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  Type i64 = b.getI64Type(), i32 = b.getI32Type(), i8 = b.getI8Type();
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(
+      loc, k.funcName, b.getFunctionType({ptr, ptr, ptr, i64, ptr}, {}));
+  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
+  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  Value basesPtr = entry->getArgument(0), stridesPtr = entry->getArgument(1),
+        rows = entry->getArgument(2), n = entry->getArgument(3),
+        keep = entry->getArgument(4);
+  std::vector<Value> bases, strides;
+  for (size_t i = 0; i < code.slots().size(); ++i) {
+    Value at = b.create<LLVM::GEPOp>(loc, ptr, ptr, basesPtr,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    bases.push_back(b.create<LLVM::LoadOp>(loc, ptr, at));
+    Value st = b.create<LLVM::GEPOp>(loc, ptr, i64, stridesPtr,
+                                     ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    strides.push_back(b.create<LLVM::LoadOp>(loc, i64, st));
+  }
+  Value zero = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i64, 0));
+  Value one = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i64, 1));
+  Value null = b.create<LLVM::ZeroOp>(loc, ptr);
+  Value selected =
+      b.create<LLVM::ICmpOp>(loc, LLVM::ICmpPredicate::ne, rows, null);
+  bool ok = true;
+  auto body = [&](bool useRows) {
+    auto loop = b.create<scf::ForOp>(loc, zero, n, one);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value j = loop.getInductionVar();
+    Value row = j;
+    if (useRows) {
+      Value at = b.create<LLVM::GEPOp>(loc, ptr, i32, rows, ValueRange{j});
+      row = b.create<arith::ExtUIOp>(loc, i64,
+                                     b.create<LLVM::LoadOp>(loc, i32, at));
+    }
+    std::vector<Scalar> slots;
+    for (size_t i = 0; i < code.slots().size(); ++i) {
+      const CompiledExpr::Slot &slot = code.slots()[i];
+      Type t = storageType(ctx, slot.elem);
+      Value idx = b.create<arith::MulIOp>(loc, row, strides[i]);
+      Value p = b.create<LLVM::GEPOp>(loc, ptr, t, bases[i], ValueRange{idx});
+      slots.push_back({b.create<LLVM::LoadOp>(loc, t, p), slot.elem});
+    }
+    Value kept = lowerCondition(b, loc, code, std::move(slots), k.stage, error);
+    if (!kept) {
+      ok = false;
+      return;
+    }
+    Value dst = b.create<LLVM::GEPOp>(loc, ptr, i8, keep, ValueRange{j});
+    b.create<LLVM::StoreOp>(loc, b.create<arith::ExtUIOp>(loc, i8, kept), dst);
+  };
+  auto branch = b.create<scf::IfOp>(loc, selected, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&branch.getThenRegion().front());
+    body(true);
+    b.setInsertionPointToStart(&branch.getElseRegion().front());
+    body(false);
+  }
+  b.create<func::ReturnOp>(loc);
+  return ok;
+}
+
+} // namespace
+
 bool buildFilterKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
                        std::string &error) {
+  if (k.rows)
+    return buildFilterRowsKernel(b, module, k, error);
   MLIRContext *ctx = b.getContext();
   const CompiledExpr &code = *k.filter;
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
@@ -540,25 +653,10 @@ bool buildFilterKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
     Type t = storageType(ctx, slot.elem);
     slots.push_back({b.create<LLVM::LoadOp>(loc, t, p), slot.elem});
   }
-  Lowering l{b, loc, Scalar{}, llvm::DenseMap<int32_t, Value>(),
-             llvm::DenseMap<int32_t, Value>(), error, slots};
-  for (const CompiledExpr::Instr &in : code.code())
-    if (!l.lower(in))
-      return false;
-  Value r = code.resultIsInt() ? l.I(code.resultRegister())
-                               : l.F(code.resultRegister());
-  if (!r) {
-    error = "the condition of '" + k.stage + "' has no result register";
-    return false;
-  }
   // CompiledExpr::test: kept when the result is non-zero (NaN is).
-  Value kept =
-      code.resultIsInt()
-          ? b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, r, l.ci(0))
-                .getResult()
-          : b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, r,
-                                    l.cf(0.0))
-                .getResult();
+  Value kept = lowerCondition(b, loc, code, std::move(slots), k.stage, error);
+  if (!kept)
+    return false;
   Value v = b.create<arith::ExtUIOp>(loc, i64, kept);
   b.create<LLVM::StoreOp>(loc, v, out);
   b.create<func::ReturnOp>(loc);

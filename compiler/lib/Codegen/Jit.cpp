@@ -215,6 +215,13 @@ const SluiceKernelInfo *JitKernels::table() const { return impl_->table; }
 runtime::KernelBinder JitKernels::binder() const {
   return runtime::binderFromKernelTable(impl_->table);
 }
+runtime::RowsKernelBinder JitKernels::rowsBinder() const {
+  return runtime::rowsBinderFromKernelTable(impl_->table);
+}
+void JitKernels::bind(runtime::RunOptions &opts) const {
+  opts.binder = binder();
+  opts.rowsBinder = rowsBinder();
+}
 const CodegenStats &JitKernels::stats() const { return impl_->stats; }
 
 std::string JitKernels::summary() const {

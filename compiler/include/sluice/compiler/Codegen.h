@@ -18,6 +18,7 @@
 
 #include "sluice/ops/Status.h"
 #include "sluice/runtime/CompiledKernels.h"
+#include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Plan.h"
 
 #include <cstdint>
@@ -66,6 +67,11 @@ public:
   const SluiceKernelInfo *table() const;
   /// binderFromKernelTable(table()).
   runtime::KernelBinder binder() const;
+  /// rowsBinderFromKernelTable(table()): filters' column tests for record
+  /// runs.
+  runtime::RowsKernelBinder rowsBinder() const;
+  /// Sets opts.binder and opts.rowsBinder.
+  void bind(runtime::RunOptions &opts) const;
   const CodegenStats &stats() const;
   /// One line for `--stats`: "kernels: 3 compiled in 41.2 ms (cache miss)".
   std::string summary() const;

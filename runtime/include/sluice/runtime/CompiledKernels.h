@@ -33,6 +33,15 @@
 //       *kept is set to 1 to keep the record, 0 to drop it. The stage's only
 //       entry.
 //
+//   "filter rows"
+//       void fn(const void *const *bases, const int64_t *strides,
+//               const uint32_t *rows, int64_t n, uint8_t *keep)
+//       The same condition over a run of records held as columns (record
+//       runs, RowsFilterFn): load slot i of row r is element r * strides[i]
+//       of bases[i] (the slot's column, offset by its index in a row);
+//       keep[j] = 1 if row rows[j] (row j when rows is null) is kept, else
+//       0. A filter stage's second entry, bound by rowsBinderFromKernelTable.
+//
 // The table shape is versioned by the signature grammar: an entry whose
 // signature the runtime does not understand is an error at bind time, never
 // silently skipped.
@@ -67,6 +76,18 @@ using KernelBinder =
 /// leaves the others (nullopt) to the runtime. The table must outlive the
 /// pipeline. A null table binds nothing.
 KernelBinder binderFromKernelTable(const SluiceKernelInfo *table);
+
+/// The shape of RunOptions::rowsBinder.
+using RowsKernelBinder =
+    std::function<std::optional<Expected<RowsFilterFn>>(const PlanStage &)>;
+
+/// A binder of the "filter rows" entries of `table`: the column test of
+/// each filter stage it names (nullopt for the others, which then take the
+/// interpreter's CompiledExpr::testRows). A run whose columns the
+/// interpreter would reject (another type, an index out of range) goes to
+/// the interpreter, which reports what it always reported.
+/// SLUICE_NO_GENERATED_ROWS_FILTER=1 makes it bind nothing.
+RowsKernelBinder rowsBinderFromKernelTable(const SluiceKernelInfo *table);
 
 /// The number of entries before the terminator.
 size_t kernelTableSize(const SluiceKernelInfo *table);

@@ -149,6 +149,12 @@ struct RunOptions {
   /// bindElementOp() handle the step. Steps of kind Element with an op the
   /// registry does not know (a fused kernel) must be bound here.
   std::function<std::optional<Expected<ElementFn>>(const PlanStage &)> binder;
+  /// Binds `filter` steps to compiled column tests for record runs (an
+  /// inline filter testing a run of rows held as columns, Stage::nextRun):
+  /// a RowsFilterFn for the filters it compiled, nullopt to let
+  /// bindRowsFilter() (the interpreter's CompiledExpr::testRows) test them.
+  std::function<std::optional<Expected<RowsFilterFn>>(const PlanStage &)>
+      rowsBinder;
   /// Batch row placement: the parallel map stage right before a `batch` of
   /// fixed-shape numeric records copies each record into its row of the
   /// batch buffer on the worker that produced it, so assembling a batch
