@@ -148,6 +148,7 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   chosen.notes.push_back(c.note);
   chosen.seconds += r.solution.seconds;
   double fusedSeconds = r.profile.seconds;
+  r.fusedProbes = r.profile.probes.size();
   r.profile = sp.take();
   r.profile.seconds += fusedSeconds; // both profiles' time
   r.solution = std::move(chosen);
@@ -339,7 +340,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   a.schedule = r->schedule;
   a.prediction = r->solution.prediction;
   std::string s = "schedule: auto: profiled " +
-                  std::to_string(r->profile.probes.size()) + " probes in " +
+                  std::to_string(r->profile.probes.size() + r->fusedProbes) +
+                  " probes in " +
                   fmt(r->profile.seconds) + " s; predicted " +
                   fmt(a.prediction.throughput) +
                   " records/s, bottleneck " + a.prediction.bottleneckLabel +
