@@ -16,10 +16,12 @@
 // --final rounds (default 2x --rounds) of their own, and the table reports
 // that final pass. Not a test: the machine is shared and noisy.
 //
-// usage: autotune_bench [--rounds N] [--final N] [--verbose] [--no-jit] SPEC...
+// usage: autotune_bench [--rounds N] [--final N] [--min-seconds S] [--verbose]
+//                       [--no-jit] [--trace] SPEC...
 // (--verbose: every configuration's median, per-round rates and the model's
 // prediction of it on stderr; --no-jit: the runtime's kernels instead of the
-// JIT ones `sluice run` uses)
+// JIT ones `sluice run` uses; --min-seconds: whole runs repeat back to back
+// until a measurement lasts S seconds, default 1)
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -61,13 +63,58 @@ struct Candidate {
   double median() const { return medianOf(rates); }
 };
 
+/// A schedule's knobs as text, with the defaults (prefetch 0, no cache)
+/// left out, so two schedules that run the same configuration compare equal.
+std::string scheduleKey(const autotune::Schedule &s) {
+  std::string k;
+  for (const auto &[step, o] : s) {
+    std::string part;
+    if (o.parallelism)
+      part += " p=" + std::to_string(*o.parallelism);
+    if (o.prefetch && *o.prefetch > 0)
+      part += " f=" + std::to_string(*o.prefetch);
+    if (o.cache && !o.cache->empty())
+      part += " c=" + *o.cache;
+    if (!part.empty())
+      k += step + ":" + part + ";";
+  }
+  return k;
+}
+
 /// The kernel binder every run uses: `sluice run`'s JIT kernels unless
 /// --no-jit (or SLUICE_NO_JIT=1), so the bench measures what users run.
 runtime::KernelBinder gBinder;
 
-/// Runs the plan's whole epochs; source-record equivalents per second.
+double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
+                    int64_t cores, int64_t perEpoch, int64_t *peak,
+                    double *records);
+
+/// Seconds one measurement lasts at least: whole runs are repeated back to
+/// back until this much time has passed (a Criteo-sized run takes 0.1-0.4 s,
+/// and one burst of load from another process decides a run that short).
+double gMinSeconds = 1.0;
+
+/// Runs the plan's whole epochs, again until gMinSeconds have passed;
+/// source-record equivalents per second over all of them (each run pays its
+/// own start-up, so this is still the whole-run rate).
 double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
                 int64_t cores, int64_t perEpoch, int64_t *peak) {
+  double records = 0, seconds = 0;
+  do {
+    double n = 0;
+    double rate = runWholeOnce(plan, s, cores, perEpoch, peak, &n);
+    if (!(rate > 0))
+      return 0;
+    records += n;
+    seconds += n / rate;
+  } while (seconds < gMinSeconds);
+  return records / seconds;
+}
+
+/// One run of the plan's whole epochs; source-record equivalents per second.
+double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
+                    int64_t cores, int64_t perEpoch, int64_t *peak,
+                    double *records) {
   runtime::RunOptions o;
   o.schedule = s;
   o.threads = cores;
@@ -92,7 +139,8 @@ double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   runtime::RunStats st = (*p)->stats();
   *peak = std::max(*peak, st.memoryPeak);
-  return static_cast<double>(perEpoch * (*p)->epochs()) / secs;
+  *records = static_cast<double>(perEpoch * (*p)->epochs());
+  return *records / secs;
 }
 
 /// The peer: tf.data-style hill climbing on measured work per worker.
@@ -158,12 +206,11 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
     std::vector<autotune::Unit> us = autotune::units(prof, c.after);
     std::vector<int64_t> par(us.size(), 1);
     for (;;) {
-      int64_t used = 0, nPar = 0;
-      for (size_t k = 0; k < us.size(); ++k)
-        if (us[k].parallel) {
-          used += par[k];
-          ++nPar;
-        }
+      // Workers before a cache and after it count apart, as the solver
+      // counts them (autotune::concurrentWorkers).
+      int64_t used = autotune::concurrentWorkers(prof, us, par);
+      int64_t nPar = autotune::concurrentWorkers(
+          prof, us, std::vector<int64_t>(us.size(), 1));
       if (used <= std::max(cores, nPar))
         for (bool prefetch : {false, true}) {
           autotune::Config cfg;
@@ -222,6 +269,8 @@ int main(int argc, char **argv) {
       noJit = true;
     else if (a == "--trace")
       trace = true;
+    else if (a == "--min-seconds" && i + 1 < argc)
+      gMinSeconds = std::atof(argv[++i]);
     else
       specs.push_back(a);
   }
@@ -343,7 +392,16 @@ int main(int argc, char **argv) {
     cands.push_back(tuned);
     std::vector<Candidate> g = grid(r->profile, r->solution, cores);
     size_t gridStart = cands.size();
-    cands.insert(cands.end(), g.begin(), g.end());
+    // The grid point that is the tuned schedule is run once, as "tuned":
+    // two noisy medians of one configuration would make tuned/oracle < 1
+    // by chance alone (the oracle is the best of the grid and tuned).
+    std::string tunedKey = scheduleKey(r->schedule);
+    for (const Candidate &c : g)
+      if (scheduleKey(c.schedule) != tunedKey)
+        cands.push_back(c);
+      else if (verbose)
+        std::cerr << r->profile.pipeline << ": grid point " << c.name
+                  << " is the tuned schedule\n";
     for (int round = 0; round < rounds; ++round) {
       noteLoad();
       for (Candidate &c : cands)
@@ -417,11 +475,13 @@ int main(int argc, char **argv) {
     }
     size_t screened = cands.size();
     cands = fin;
-    size_t best = gridStart;
+    // The oracle: the best of the grid's finalists and the tuned schedule
+    // (itself a grid point).
+    size_t best = 2;
     for (size_t i = gridStart; i < cands.size(); ++i)
       if (cands[i].median() > cands[best].median())
         best = i;
-    double oracle = std::max(cands[best].median(), cands[2].median());
+    double oracle = cands[best].median();
     int64_t peak = 0;
     for (const Candidate &c : cands)
       peak = std::max(peak, c.memoryPeak);

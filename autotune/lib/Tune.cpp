@@ -148,6 +148,7 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   chosen.notes.push_back(c.note);
   chosen.seconds += r.solution.seconds;
   double fusedSeconds = r.profile.seconds;
+  r.fusedProbes = r.profile.probes.size();
   r.profile = sp.take();
   r.profile.seconds += fusedSeconds; // both profiles' time
   r.solution = std::move(chosen);
@@ -325,6 +326,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   TuneOptions t;
   t.profile.base = opts;
   t.profile.secondsPerProbe = auto_.secondsPerProbe;
+  t.profile.rounds = 2; // 0.3 s windows: three would leave 0.2 s each
   t.profile.base.sink = "null";
   t.profile.base.statsJsonPath.clear();
   t.profile.base.stats = false;
@@ -339,7 +341,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   a.schedule = r->schedule;
   a.prediction = r->solution.prediction;
   std::string s = "schedule: auto: profiled " +
-                  std::to_string(r->profile.probes.size()) + " probes in " +
+                  std::to_string(r->profile.probes.size() + r->fusedProbes) +
+                  " probes in " +
                   fmt(r->profile.seconds) + " s; predicted " +
                   fmt(a.prediction.throughput) +
                   " records/s, bottleneck " + a.prediction.bottleneckLabel +

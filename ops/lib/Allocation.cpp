@@ -136,6 +136,67 @@ Status reserveScratch(std::optional<int64_t> bytes, std::string_view what) {
   return Status::ok();
 }
 
+namespace {
+/// Why a buffer that outlives its record (HeldAllocation) was refused.
+std::string heldRefusal(int64_t bytes, std::string_view what,
+                        const AllocationLimit *limit) {
+  int64_t left = std::max<int64_t>(0, limit->limit() - limit->used());
+  return std::string(what) + ": " + describeBytes(bytes) +
+         " needed, more than the " + describeBytes(left) + " left of budget.memory " +
+         describeBytes(limit->limit()) +
+         " (raise budget.memory, or lower parallelism, prefetch or buffer "
+         "sizes)";
+}
+} // namespace
+
+void HeldAllocation::resize(int64_t bytes, std::string_view what) {
+  bytes = std::max<int64_t>(0, bytes);
+  if (!bound_) {
+    AllocationScope *s = currentScope;
+    limit_ = s ? s->limit() : nullptr;
+    bound_ = true;
+  }
+  if (limit_ && bytes > bytes_) {
+    if (!limit_->tryReserve(bytes - bytes_))
+      throw AllocationRefused(heldRefusal(bytes, what, limit_));
+  } else if (limit_ && bytes < bytes_) {
+    limit_->release(bytes_ - bytes);
+  }
+  bytes_ = bytes;
+}
+
+int64_t HeldAllocation::available() const {
+  const AllocationLimit *l = limit_;
+  if (!bound_)
+    l = currentScope ? currentScope->limit() : nullptr;
+  if (!l || l->limit() <= 0)
+    return -1;
+  return std::max<int64_t>(0, l->limit() - l->used());
+}
+
+bool HeldAllocation::tryResize(int64_t bytes) {
+  bytes = std::max<int64_t>(0, bytes);
+  if (!bound_) {
+    AllocationScope *s = currentScope;
+    limit_ = s ? s->limit() : nullptr;
+    bound_ = true;
+  }
+  if (limit_ && bytes > bytes_) {
+    if (!limit_->tryReserveNow(bytes - bytes_))
+      return false;
+  } else if (limit_ && bytes < bytes_) {
+    limit_->release(bytes_ - bytes);
+  }
+  bytes_ = bytes;
+  return true;
+}
+
+void HeldAllocation::reset() {
+  if (limit_ && bytes_ > 0)
+    limit_->release(bytes_);
+  bytes_ = 0;
+}
+
 void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
                             const std::vector<int64_t> &shape) {
   AllocationScope *s = currentScope;

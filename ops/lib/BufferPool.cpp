@@ -63,6 +63,31 @@ bool setInEnvironment(const char *name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
+/// Buffers from this size up are backed by transparent huge pages where
+/// the kernel allows it (THP "madvise" mode): a batch buffer's first touch
+/// then takes one fault per 2 MiB instead of one per 4 KiB page.
+constexpr size_t kHugePageMinBytes = size_t(4) << 20;
+constexpr size_t kHugePageBytes = size_t(2) << 20;
+
+/// madvise(MADV_HUGEPAGE) over the whole 2 MiB pages inside [p, p + bytes),
+/// unless SLUICE_NO_HUGE_PAGES is set. Advice only: it changes where the
+/// bytes live, never what they are.
+void adviseHugePages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  static const bool off = setInEnvironment("SLUICE_NO_HUGE_PAGES");
+  if (off || bytes < kHugePageMinBytes)
+    return;
+  uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
+  if (last > first)
+    ::madvise(reinterpret_cast<void *>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 bool enabledByEnvironment() { return !setInEnvironment("SLUICE_NO_BUFFER_POOL"); }
 
 /// Free lists of small buffers, one per 64-byte size class, carved out of
@@ -260,24 +285,29 @@ public:
 
   void *allocate(size_t bytes) {
     if (enabled_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      noteAllocation(bytes);
-      // The most recently freed buffer of the size: its pages are the
-      // likeliest to still be in a cache.
-      for (size_t i = idle_.size(); i-- > 0;) {
-        if (idle_[i].bytes != bytes)
-          continue;
-        void *p = idle_[i].p;
-        if (limit_)
-          limit_->release(static_cast<int64_t>(idle_[i].counted));
-        idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
-        idleBytes_ -= bytes;
-        ++hits_;
-        return p;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        noteAllocation(bytes);
+        if (void *p = takeIdle(bytes))
+          return p;
+        ++misses_;
       }
-      ++misses_;
+      void *p = ::operator new(bytes, std::align_val_t(kAlignment));
+      adviseHugePages(p, bytes);
+      return p;
     }
     return ::operator new(bytes, std::align_val_t(kAlignment));
+  }
+
+  /// An idle buffer of `bytes`, or null (then nothing is noted).
+  void *take(size_t bytes) {
+    if (!enabled_.load(std::memory_order_relaxed))
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    void *p = takeIdle(bytes);
+    if (p)
+      noteAllocation(bytes);
+    return p;
   }
 
   void release(void *p, size_t bytes) {
@@ -419,6 +449,23 @@ private:
     *victim = {bytes, 1, tick_};
   }
 
+  /// Hands out the most recently freed idle buffer of `bytes` (its pages
+  /// are the likeliest to still be in a cache), or null (under the lock).
+  void *takeIdle(size_t bytes) {
+    for (size_t i = idle_.size(); i-- > 0;) {
+      if (idle_[i].bytes != bytes)
+        continue;
+      void *p = idle_[i].p;
+      if (limit_)
+        limit_->release(static_cast<int64_t>(idle_[i].counted));
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+      idleBytes_ -= bytes;
+      ++hits_;
+      return p;
+    }
+    return nullptr;
+  }
+
   bool recurring(size_t bytes) const {
     for (const Seen &s : seen_)
       if (s.bytes == bytes)
@@ -488,6 +535,7 @@ void clearBufferPoolLimit(AllocationLimit *limit) {
 
 namespace detail {
 void *poolAllocate(size_t bytes) { return pool().allocate(bytes); }
+void *poolTakeIdle(size_t bytes) { return pool().take(bytes); }
 void poolRelease(void *p, size_t bytes) { pool().release(p, bytes); }
 void *smallPoolAllocate(size_t bytes, bool evenIfDisabled) {
   return smallPool().allocate(bytes, evenIfDisabled);

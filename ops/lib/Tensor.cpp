@@ -48,17 +48,23 @@ template <typename T> struct ControlBlockAllocator {
   }
 };
 
-std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
-  // Always allocate at least one line so that valid() holds for empty tensors.
+/// Bytes allocateAligned() asks for: at least one line so that valid()
+/// holds for empty tensors.
+size_t roundedBytes(size_t nbytes) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0)
-    rounded = kAlignment;
-  if (rounded >= kPoolMinBytes) {
-    void *p = detail::poolAllocate(rounded);
-    return std::shared_ptr<uint8_t>(
-        static_cast<uint8_t *>(p),
-        [rounded](uint8_t *q) { detail::poolRelease(q, rounded); });
-  }
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+std::shared_ptr<uint8_t> pooledBuffer(void *p, size_t rounded) {
+  return std::shared_ptr<uint8_t>(
+      static_cast<uint8_t *>(p),
+      [rounded](uint8_t *q) { detail::poolRelease(q, rounded); });
+}
+
+std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
+  size_t rounded = roundedBytes(nbytes);
+  if (rounded >= kPoolMinBytes)
+    return pooledBuffer(detail::poolAllocate(rounded), rounded);
   if (rounded <= kSmallPoolMaxBytes)
     if (void *p = detail::smallPoolAllocate(rounded))
       return std::shared_ptr<uint8_t>(
@@ -92,17 +98,32 @@ Tensor Tensor::empty(ElemType elem, std::vector<int64_t> shape) {
       bytes.reset();
   if (bytes && *bytes > std::numeric_limits<int64_t>::max() - 4096)
     bytes.reset();
-  if (!bytes || AllocationScope::current())
+  Tensor t;
+  if (bytes && AllocationScope::current() &&
+      roundedBytes(static_cast<size_t>(*bytes)) >= kPoolMinBytes) {
+    // An idle pooled buffer gives its reservation back as it is taken:
+    // take it before charging the scope, or the budget would count the
+    // same resident bytes twice for a moment (a 77 MB batch buffer, at the
+    // budget's peak).
+    size_t rounded = roundedBytes(static_cast<size_t>(*bytes));
+    if (void *p = detail::poolTakeIdle(rounded)) {
+      t.buf_ = pooledBuffer(p, rounded);
+      chargeTensorAllocation(
+          static_cast<int64_t>(numericMemoryBytes(static_cast<size_t>(*bytes))),
+          elem, shape); // refused: t.buf_ goes back to the pool
+    }
+  }
+  if (!t.buf_ && (!bytes || AllocationScope::current()))
     chargeTensorAllocation(
         bytes ? std::optional<int64_t>(static_cast<int64_t>(
                     numericMemoryBytes(static_cast<size_t>(*bytes))))
               : std::nullopt,
         elem, shape);
-  Tensor t;
   t.elem_ = elem;
   t.nbytes_ = static_cast<size_t>(*bytes);
   t.shape_ = std::move(shape);
-  t.buf_ = allocateAligned(t.nbytes_);
+  if (!t.buf_)
+    t.buf_ = allocateAligned(t.nbytes_);
   return t;
 }
 

@@ -70,7 +70,7 @@ public:
   Status checkStaticMemory() const;
   StageCounters *counters(const std::string &name, const std::string &op,
                           const std::string &kind, const std::string &where);
-  void applySchedule();
+  Status applySchedule();
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
@@ -134,7 +134,7 @@ StageCounters *Engine::counters(const std::string &name, const std::string &op,
   return counters_.back().get();
 }
 
-void Engine::applySchedule() {
+Status Engine::applySchedule() {
   auto apply = [&](PlanStage &s, const ScheduleOverride &o) {
     if (o.parallelism)
       s.parallelism = *o.parallelism;
@@ -149,6 +149,44 @@ void Engine::applySchedule() {
   for (const auto &[name, o] : opts_.schedule)
     if (name != "default" && o.cache && *o.cache != "none" && !o.cache->empty())
       splitFusedAfter(plan_, name);
+  // A stage fused some other way (decode_image+random_resized_crop) keeps
+  // no steps to split: a cache on a step inside it before a random step
+  // would replay the first epoch's draws, so it is refused.
+  for (const auto &[name, o] : opts_.schedule) {
+    if (name == "default" || !o.cache || *o.cache == "none" || o.cache->empty())
+      continue;
+    std::string step = name.substr(name.rfind('+') + 1);
+    for (const PlanStage &st : plan_.stages) {
+      std::vector<std::string> parts;
+      for (size_t start = 0;;) {
+        size_t plus = st.name.find('+', start);
+        parts.push_back(st.name.substr(start, plus - start));
+        if (plus == std::string::npos)
+          break;
+        start = plus + 1;
+      }
+      auto at = std::find(parts.begin(), parts.end(), step);
+      if (parts.size() < 2 || at == parts.end() || at + 1 == parts.end())
+        continue;
+      for (auto later = at + 1; later != parts.end(); ++later) {
+        // A step is named after its op, or op.N for a later occurrence.
+        std::string op = *later;
+        size_t dot = op.rfind('.');
+        if (dot != std::string::npos &&
+            op.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+          op.resize(dot);
+        const OpDef *def = Registry::instance().find(op);
+        if (def && def->stochastic)
+          return Status::error(
+              plan_.where(st) + ": cannot cache after '" + step +
+              "': the compiler fused it with the random step '" + *later +
+              "' into '" + st.name + "', and a cache after that stage would "
+              "replay the first epoch's random draws; to cache there, turn "
+              "that fusion off with --disable-pass (`sluice explain "
+              "--remarks SPEC` names the pass)");
+      }
+    }
+  }
   // A key that joins steps ("a+b", a stage of a plan split at another cache
   // point) but names no stage of this plan stands for its steps: parallelism
   // on each, prefetch and cache on the last (where they act), as in a
@@ -204,6 +242,7 @@ void Engine::applySchedule() {
     if (it != schedule.end())
       apply(*s, it->second);
   }
+  return Status::ok();
 }
 
 namespace {
@@ -233,7 +272,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   auto e = std::make_unique<Engine>();
   e->plan_ = plan;
   e->opts_ = opts;
-  e->applySchedule();
+  if (Status s = e->applySchedule(); !s)
+    return s;
   int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
   int64_t cores = plan.cores > 0 ? plan.cores : hw;
   // More workers than cores only time-slice (and oneTBB would refuse them,

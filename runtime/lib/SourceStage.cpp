@@ -103,7 +103,10 @@ protected:
       if (!s.reader) {
         if (inputLeft) {
           s.shard = nextShard_++;
-          s.reader = src.open(s.shard);
+          {
+            AllocationScope scope(&scratchLimit_);
+            s.reader = src.open(s.shard);
+          }
           if (parallelParse_)
             s.reader->setReadAhead(parseAhead());
           s.ended = false;
@@ -160,7 +163,23 @@ protected:
       if (s.reader) {
         RecordRun rr;
         rr.columns = std::move(run.columns);
-        k = s.reader->nextRun(rr, max);
+        {
+          // As read(): the reader's buffers are counted in the budget.
+          AllocationScope scope(&scratchLimit_);
+          try {
+            k = s.reader->nextRun(rr, max);
+          } catch (const std::bad_alloc &e) {
+            return Status::error(
+                shared_.source->shardName(s.shard) +
+                ": memory: record does not fit: " +
+                (dynamic_cast<const AllocationRefused *>(&e)
+                     ? std::string(e.what())
+                     : std::string("out of memory: the system refused an "
+                                   "allocation (std::bad_alloc); lower "
+                                   "budget.memory below what the host can "
+                                   "give")));
+          }
+        }
         run.columns = std::move(rr.columns);
         if (k > 0) {
           index_ += static_cast<uint64_t>(k);

@@ -941,6 +941,10 @@ protected:
     for (size_t f = 0; f < layout_->bytes.size(); ++f)
       bufferBytes += static_cast<int64_t>(Tensor::numericMemoryBytes(
           layout_->bytes[f] * static_cast<size_t>(size_)));
+    // Allocated (no page touched yet, or recycled by the pool, which gives
+    // back its idle reservation as it hands the buffer out) before it is
+    // reserved, so that the bytes are never counted twice.
+    std::vector<Tensor> placed = layout_->allocate(size_);
     if (!account_->tryReserve(bufferBytes))
       return budgetError();
     struct Hold { // the buffer being filled, until it is handed on
@@ -948,7 +952,6 @@ protected:
       int64_t bytes;
       ~Hold() { account->release(bytes); }
     } hold{account_, bufferBytes};
-    std::vector<Tensor> placed = layout_->allocate(size_);
     int64_t n = 0;
     while (n < size_) {
       Expected<bool> r = pullRows(run_, size_ - n);
@@ -1052,13 +1055,19 @@ protected:
     ++passBatch_;
     // A batch built in a new buffer is held beside its records until
     // emit(): count it. (One the workers filled is counted by its records.)
-    BuildHold hold(account_, placed.empty() || n < size_ ? bytes_ : 0);
-    if (layout_ &&
+    const bool fresh = placed.empty() || n < size_;
+    const bool rows =
+        layout_ &&
         std::all_of(items_.begin(), items_.end(),
-                    [&](const Item &it) { return layout_->matches(it.rec); })) {
-      // A partial batch has its own shape: copy every row into it.
-      if (placed.empty() || n < size_)
-        placed = layout_->allocate(n);
+                    [&](const Item &it) { return layout_->matches(it.rec); });
+    // A partial batch has its own shape: copy every row into it. Allocated
+    // before it is counted: a buffer the pool recycles gives back its idle
+    // reservation as it is taken, and counting it first would count those
+    // bytes twice at the budget's peak.
+    if (rows && fresh)
+      placed = layout_->allocate(n);
+    BuildHold hold(account_, fresh ? bytes_ : 0);
+    if (rows) {
       // In stream order: a record not in place sits in a row after its own
       // (or in another buffer), so it is read before that row is written.
       int64_t inPlace = 0;
@@ -1143,9 +1152,12 @@ private:
   }
 
   void clear() {
-    items_.clear();
+    // Released first: a record's buffers freed into the buffer pool are
+    // counted there as they arrive, and counting them here too would count
+    // a whole batch of records twice at the moment the batch is emitted.
     account_->release(bytes_);
     bytes_ = 0;
+    items_.clear();
   }
 
   const PlanStage &step_;

@@ -17,8 +17,10 @@ passes on, with sluice-fuse-map-batch off, and with the generated kernels off:
     rounded; sluice computes them in f64 with libm and rounds once);
   - the three runs byte for byte, NaN payloads included.
 `filter` on the f16 and bool arrays checks which elements survive; then
-`filter` over a CSV with several typed columns checks mixed-type
-promotion (u8 + i8 -> i16, i64 vs f32 -> f64, ...) record by record.
+`filter` over a CSV with several typed columns (a bool one too) checks
+mixed-type promotion (u8 + i8 -> i16, i64 vs f32 -> f64, ...) record by
+record, run as csv record runs, per record (the generated filter kernel)
+and with --no-jit.
 """
 import math
 import os
@@ -211,8 +213,9 @@ def ulp_diff(a, b):
     return np.abs(ia - ib)
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True,
+                       env=dict(os.environ, **env) if env else None)
     if p.returncode != 0:
         sys.exit("command failed: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
 
@@ -327,7 +330,7 @@ def check_npy_filters(work):
 
 # Mixed dtypes: filter over a CSV with typed columns; numpy says which
 # records survive.
-MIXED = ["f32", "f64", "u8", "i8", "u16", "i16", "i32", "i64"]
+MIXED = ["f32", "f64", "u8", "i8", "u16", "i16", "i32", "i64", "bool"]
 FILTERS = [
     ("u8 + i8 > 100", "(u8 + i8) > 100"),
     ("u8 + i8 == -56", "(u8 + i8) == -56"),
@@ -341,6 +344,10 @@ FILTERS = [
     ("u8 / i8 > 1", "(u8 / i8) > 1"),
     ("f32 == 0.7", "f32 == 0.7"),
     ("max(i8, u8) > 100", "np.maximum(i8, u8) > 100"),
+    ("bool and i8 > 0", "bool & (i8 > 0)"),
+    ("not bool or f32 == 0.7", "~bool | (f32 == 0.7)"),
+    ("bool == (u8 > 100)", "bool == (u8 > 100)"),
+    ("bool ? f32 < 0 : i16 > 7", "np.where(bool, f32 < 0, i16 > 7)"),
 ]
 
 
@@ -372,17 +379,23 @@ def check_filters(work):
             for dt in MIXED:
                 f.write("      - {name: %s, type: %s}\n" % (dt, dt))
             f.write("steps:\n  - filter: {where: \"%s\"}\n  - batch: {size: %d}\n" % (expr, n))
-        out = os.path.join(d, "o%d" % k)
-        run([SLUICE, "run", spec, "--quiet", "--sink", "npy:" + out])
         ns = dict(NS)
         ns.update(cols)
         keep = np.asarray(eval(npexpr, ns))
-        path = os.path.join(out, "000000.i64.npy")
-        got = np.load(path) if os.path.exists(path) else np.zeros(0, np.int64)
         want = cols["i64"][keep]
-        if got.tobytes() != want.tobytes():
-            print("FAIL filter %s: sluice kept %d records, numpy %d" % (expr, len(got), len(want)))
-            failures += 1
+        # As it runs (csv record runs), per record (the generated filter
+        # kernel), and with the generated kernels off.
+        for name, extra, env in (("", [], None),
+                                 ("records", [], {"SLUICE_NO_RECORD_RUNS": "1"}),
+                                 ("nojit", ["--no-jit"], {"SLUICE_NO_RECORD_RUNS": "1"})):
+            out = os.path.join(d, "o%d%s" % (k, name))
+            run([SLUICE, "run", spec, "--quiet", "--sink", "npy:" + out] + extra, env)
+            path = os.path.join(out, "000000.i64.npy")
+            got = np.load(path) if os.path.exists(path) else np.zeros(0, np.int64)
+            if got.tobytes() != want.tobytes():
+                print("FAIL filter %s (%s): sluice kept %d records, numpy %d" % (
+                    expr, name or "record runs", len(got), len(want)))
+                failures += 1
     return failures
 
 

@@ -17,6 +17,7 @@
 
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <cstring>
 
 using namespace sluice;
@@ -69,7 +70,8 @@ struct PoolOff {
 /// the batch stage forgot to write would show).
 void seedPoolWithGarbage(size_t bytes) {
   std::vector<Tensor> held;
-  for (size_t i = 0; i < kPoolMaxPerSize; ++i) {
+  // More than the batches a pipeline has in flight at once.
+  for (size_t i = 0; i < std::min<size_t>(kPoolMaxPerSize, 8); ++i) {
     held.push_back(Tensor::empty(ElemType::U8, {static_cast<int64_t>(bytes)}));
     std::memset(held.back().mutableRaw(), 0xA5, bytes);
   }

@@ -90,6 +90,8 @@ TEST_F(MemoryTest, RefusesAMemoryCacheOfAKnownSizeDataSet) {
 
 TEST_F(MemoryTest, StopsAGrowingMemoryCacheBeforeTheBudget) {
   // CSV sources do not know their size: the cache is measured as it fills.
+  // (The reader's buffer, 180 KiB for this file, does not fit in 64 KiB
+  // either: it shrinks to what the budget gives and reads shorter blocks.)
   std::string rows;
   for (int i = 0; i < 5000; ++i)
     rows += std::to_string(i) + ",some text that takes room " +
@@ -120,6 +122,48 @@ TEST_F(MemoryTest, StopsAGrowingMemoryCacheBeforeTheBudget) {
   ASSERT_EQ(outs.size(), 10000u);
   EXPECT_EQ(outs[4321].fields[1].str(), outs[9321].fields[1].str());
   EXPECT_EQ(outs[4321].fields[1].str(), "some text that takes room 30247");
+}
+
+TEST_F(MemoryTest, ReadersCountTheirBuffersAndZlibState) {
+  // Fashion-MNIST's .gz files: the image stream holds a 1 MiB block buffer
+  // and zlib's 256 KiB input and 512 KiB output buffers and inflate state;
+  // the labels file (~5 KB compressed, 10 KB of data) far less.
+  std::string yaml = fmnist("  - batch: 1000\n", "256MiB");
+  if (yaml.empty())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  runtime::RunStats stats;
+  std::vector<Output> outs = runAll(planFromYaml(dir_, yaml), {}, &stats);
+  ASSERT_EQ(outs.size(), 10u);
+  int64_t reading = -1;
+  for (const auto &[name, bytes] : stats.memoryPeaks)
+    if (name == "idx reading")
+      reading = bytes;
+  EXPECT_GE(reading, (1 << 20) + 768 * 1024) << reading;
+  EXPECT_LE(reading, (1 << 20) + 768 * 1024 + 256 * 1024) << reading;
+}
+
+TEST_F(MemoryTest, ReadBufferRefusesARecordLongerThanTheBudget) {
+  // One line of 1 MiB cannot be held under 256 KiB: a data error naming
+  // the file and the buffer, never std::bad_alloc.
+  std::string longLine = "1," + std::string(1 << 20, 'x') + "\n";
+  dir_.write("long.csv", "0,a\n" + longLine);
+  std::string yaml2 = "pipeline: rows\nsource:\n  csv:\n    files: long.csv\n"
+                      "    columns:\n      - {name: id, type: i64}\n"
+                      "      - {name: text, type: string}\n"
+                      "steps:\n  - batch: 1\n"
+                      "budget: {memory: 256KiB, cores: 1}\n";
+  runtime::RunOptions o;
+  o.progress = runtime::RunOptions::Progress::Off;
+  std::ostringstream out, err;
+  EXPECT_EQ(runtime::runPipeline(planFromYaml(dir_, yaml2, "long.yaml"), o,
+                                 out, err),
+            1);
+  EXPECT_NE(err.str().find("long.csv"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("the read buffer of"), std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("left of budget.memory 256 KiB"), std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("bad_alloc"), std::string::npos) << err.str();
 }
 
 TEST_F(MemoryTest, StopsAShuffleOfDynamicRecordsBeforeTheBudget) {

@@ -109,11 +109,12 @@ TEST_F(BufferPool, LeavesSmallAndOneOffBuffersToMalloc) {
   EXPECT_EQ(hits(), 0);
 }
 
-TEST_F(BufferPool, KeepsAFewBuffersPerSize) {
-  const int64_t n = (4 << 20) + 640;
+TEST_F(BufferPool, KeepsAtMostMaxPerSizeBuffersOfOneSize) {
+  // The smallest pooled size, never touched: ~70 MiB of address space.
+  const int64_t n = static_cast<int64_t>(kPoolMinBytes);
   Tensor::empty(ElemType::U8, {n});
   std::vector<Tensor> held;
-  for (int i = 0; i < 10; ++i)
+  for (size_t i = 0; i < kPoolMaxPerSize + 6; ++i)
     held.push_back(Tensor::empty(ElemType::U8, {n}));
   held.clear();
   EXPECT_EQ(bufferPoolStats().idleBuffers,

@@ -88,8 +88,11 @@ mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
 mlir::Value halfToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
 /// kernels::floatToHalf of the f32 `f`: i16 bits, nearest even.
 mlir::Value f32ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
-/// kernels::doubleToHalf of the f64 `d` (through f32 rounded to odd).
-mlir::Value f64ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value d);
+/// The interpreter's NarrowF to f16 on the f64 `d`:
+/// double(halfToFloat(doubleToHalf(d))); `halfBits` is set to the i16 bits
+/// doubleToHalf(d).
+mlir::Value narrowF64ToHalf(mlir::OpBuilder &b, mlir::Location loc,
+                            mlir::Value d, mlir::Value &halfBits);
 
 /// A scalar in a kernel body with its sluice element type (the MLIR type
 /// alone cannot tell u8 from i8).

@@ -17,7 +17,7 @@
 // value). Integer registers are i64 with two's-complement wrap, float
 // registers f64, exactly as in the interpreter. f16 arithmetic is f64
 // arithmetic narrowed after every operation (NarrowF: doubleToHalf then
-// halfToFloat, spelled in integer operations, ValueKernels.cpp); a bool
+// halfToFloat, spelled in integer operations, narrowF64ToHalf); a bool
 // field loads as 0 or 1 (`!= 0`). `log` is the one algorithm
 // of ops/kernels/MathImpl.h, which the interpreter runs on doubles and this
 // file instantiates on arith ops (the same operations, so the same bits,
@@ -230,8 +230,8 @@ struct Lowering {
         return true;
       }
       if (in.type == ElemType::F16) { // halfToFloat(doubleToHalf(v))
-        Value h = f64ToHalf(b, loc, F(in.a));
-        Value d = b.create<arith::ExtFOp>(loc, f64(), halfToF32(b, loc, h));
+        Value h;
+        Value d = narrowF64ToHalf(b, loc, F(in.a), h);
         fregs[in.dst] = d;
         halfBits[d] = h;
         return true;

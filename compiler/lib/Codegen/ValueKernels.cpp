@@ -101,8 +101,9 @@ Value quietNaN(OpBuilder &b, Location loc, Value v) {
 // --- f16 as bits --------------------------------------------------------===//
 //
 // An f16 element is carried as its i16 bits, and converted with integer
-// operations that spell out ops/kernels/Scalar.h's halfToFloat, floatToHalf
-// and doubleToHalf step for step. LLVM's fpext/fptrunc on `half` would give
+// operations that spell out ops/kernels/Scalar.h's halfToFloat and
+// floatToHalf step for step (and doubleToHalf's correctly rounded result,
+// narrowF64ToHalf). LLVM's fpext/fptrunc on `half` would give
 // the same numbers but not the same NaNs: the hardware conversion quiets a
 // signaling NaN that halfToFloat keeps signaling (and without F16C it is a
 // library call). A bool element is its byte (i8): read as `!= 0`, written
@@ -184,29 +185,64 @@ Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
   return b.create<arith::OrIOp>(loc, sign, r);
 }
 
-Value f64ToHalf(OpBuilder &b, Location loc, Value d) {
-  Type i32 = b.getI32Type(), f32 = b.getF32Type(), f64 = b.getF64Type();
-  auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
-  // float f = static_cast<float>(d): the hardware quiets a signaling NaN.
-  Value f = b.create<arith::TruncFOp>(loc, f32, quietNaN(b, loc, d));
-  Value fb = b.create<arith::BitcastOp>(loc, i32, f);
-  Value finite = b.create<arith::CmpIOp>(
-      loc, arith::CmpIPredicate::ult,
-      b.create<arith::AndIOp>(loc, fb, c(0x7FFFFFFF)), c(0x7F800000));
-  Value back = b.create<arith::ExtFOp>(loc, f64, f);
-  Value inexact =
-      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, back, d);
-  // Rounded to odd: a step back toward zero if f rounded away from it,
-  // then the last bit set, so the second rounding cannot go wrong.
-  Value away = b.create<arith::CmpFOp>(
-      loc, arith::CmpFPredicate::OGT, b.create<mlir::math::AbsFOp>(loc, back),
-      b.create<mlir::math::AbsFOp>(loc, d));
-  Value stepped = b.create<arith::SelectOp>(
-      loc, away, b.create<arith::SubIOp>(loc, fb, c(1)), fb);
-  Value odd = b.create<arith::OrIOp>(loc, stepped, c(1));
-  Value adjust = b.create<arith::AndIOp>(loc, finite, inexact);
-  Value r = b.create<arith::SelectOp>(loc, adjust, odd, fb);
-  return f32ToHalf(b, loc, b.create<arith::BitcastOp>(loc, f32, r));
+Value narrowF64ToHalf(OpBuilder &b, Location loc, Value d, Value &halfBits) {
+  // doubleToHalf rounds correctly (to nearest, ties to even: its f32 step
+  // rounds to odd), so rounding the f64's bits straight to 10 mantissa bits
+  // gives its bits, in fewer operations than its two steps; and the f64
+  // of those bits is written directly rather than through halfToFloat.
+  Type i64 = b.getI64Type(), i16 = b.getI16Type(), f64 = b.getF64Type();
+  auto c = [&](uint64_t v) { return constInt(b, loc, i64, int64_t(v)); };
+  auto and_ = [&](Value x, uint64_t m) {
+    return b.create<arith::AndIOp>(loc, x, c(m)).getResult();
+  };
+  auto lo16 = [&](Value v) { return b.create<arith::TruncIOp>(loc, i16, v); };
+  auto cmp = [&](arith::CmpIPredicate p, Value x, uint64_t v) {
+    return b.create<arith::CmpIOp>(loc, p, x, c(v)).getResult();
+  };
+  Value x = b.create<arith::BitcastOp>(loc, i64, d);
+  Value sign = and_(x, 0x8000000000000000ull);
+  Value abs = and_(x, 0x7FFFFFFFFFFFFFFFull);
+  Value isNan = cmp(arith::CmpIPredicate::ugt, abs, 0x7FF0000000000000ull);
+  // >= 65520 rounds to inf (the tie between 65504 and 2^16 goes even).
+  Value isBig = cmp(arith::CmpIPredicate::uge, abs, 0x40EFFE0000000000ull);
+  // Below 2^-14: a subnormal half (or 0).
+  Value isSmall = cmp(arith::CmpIPredicate::ult, abs, 0x3F10000000000000ull);
+  // NaN: quiet, the top 10 payload bits kept (as float(d) then
+  // floatToHalf keep them).
+  Value payload = and_(b.create<arith::ShRUIOp>(loc, abs, c(42)), 0x3FF);
+  Value nanH = b.create<arith::OrIOp>(loc, payload, c(0x7E00));
+  Value nanD = b.create<arith::OrIOp>(loc, and_(abs, 0x7FFFFC0000000000ull),
+                                      c(0x0008000000000000ull));
+  // Normal: the mantissa rounded to 10 bits, ties to even (a carry moves
+  // into the exponent), the exponent rebiased from 1023 to 15.
+  Value odd = and_(b.create<arith::ShRUIOp>(loc, abs, c(42)), 1);
+  Value rounded = b.create<arith::AddIOp>(
+      loc, abs, b.create<arith::AddIOp>(loc, c((1ull << 41) - 1), odd));
+  Value normD = and_(rounded, ~((1ull << 42) - 1));
+  Value normH = b.create<arith::SubIOp>(
+      loc, b.create<arith::ShRUIOp>(loc, rounded, c(42)), c(1008ull << 10));
+  // Subnormal: m = nearbyint(|d| * 2^24) (an exact scaling), m * 2^-24.
+  Value scaled = b.create<arith::MulFOp>(
+      loc, b.create<arith::BitcastOp>(loc, f64, abs),
+      constFloat(b, loc, f64, 0x1p24));
+  Value m = b.create<mlir::math::RoundEvenOp>(loc, scaled);
+  // (only converted where it is in range: fptoui of a large value is poison)
+  m = b.create<arith::SelectOp>(loc, isSmall, m, constFloat(b, loc, f64, 0));
+  Value subH = b.create<arith::FPToUIOp>(loc, i64, m);
+  Value subD = b.create<arith::BitcastOp>(
+      loc, i64,
+      b.create<arith::MulFOp>(loc, m, constFloat(b, loc, f64, 0x1p-24)));
+  auto pick = [&](Value nan, Value inf, Value sub, Value norm) {
+    Value r = b.create<arith::SelectOp>(loc, isSmall, sub, norm);
+    r = b.create<arith::SelectOp>(loc, isBig, inf, r);
+    return b.create<arith::SelectOp>(loc, isNan, nan, r).getResult();
+  };
+  Value h = pick(nanH, c(0x7C00), subH, normH);
+  halfBits = lo16(b.create<arith::OrIOp>(
+      loc, h, b.create<arith::ShRUIOp>(loc, sign, c(48))));
+  Value r = pick(nanD, c(0x7FF0000000000000ull), subD, normD);
+  return b.create<arith::BitcastOp>(loc, f64,
+                                    b.create<arith::OrIOp>(loc, r, sign));
 }
 
 namespace {

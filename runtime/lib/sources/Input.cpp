@@ -26,6 +26,19 @@ namespace sluice::runtime::detail {
 BufferedInput::BufferedInput(size_t blockSize)
     : blockSize_(std::max<size_t>(blockSize, 4096)) {}
 
+namespace {
+/// zlib's input buffer for a .gz stream (gzbuffer; it adds an output buffer
+/// of twice that); smaller for smaller files.
+constexpr unsigned kGzipBufferBytes = 256 * 1024;
+/// zlib's inflate state (~7 KiB) and its 32 KiB window, and gzFile's own.
+constexpr int64_t kInflateStateBytes = 40 * 1024;
+/// The least a buffer shrinks to when the budget cannot give more.
+constexpr size_t kMinBlockBytes = 16 * 1024;
+constexpr unsigned kMinGzipBufferBytes = 8 * 1024;
+
+uint64_t roundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+} // namespace
+
 BufferedInput::~BufferedInput() {
   if (fd_ >= 0)
     ::close(fd_);
@@ -48,15 +61,74 @@ bool BufferedInput::open(const std::string &path, bool decompress) {
     eof_ = true;
     return false;
   }
-  if (decompress && isGzipPath(path)) {
+  const bool regular = S_ISREG(st.st_mode);
+  const bool gzip = decompress && isGzipPath(path);
+  // Buffers no larger than the file needs: a small file (a labels file, a
+  // short shard) must not hold a 1 MiB block and 768 KiB of zlib buffers.
+  unsigned gzBytes = kGzipBufferBytes;
+  if (regular && !gzip)
+    blockSize_ = std::clamp<size_t>(
+        roundUp(static_cast<uint64_t>(st.st_size) + 1, 4096), 4096,
+        blockSize_);
+  if (regular && gzip) {
+    gzBytes = static_cast<unsigned>(std::clamp<uint64_t>(
+        roundUp(static_cast<uint64_t>(st.st_size), 4096), 8192,
+        kGzipBufferBytes));
+    // The gzip trailer's ISIZE: the (last member's) uncompressed size mod
+    // 2^32, a hint for the block buffer only.
+    unsigned char tail[4];
+    if (st.st_size >= 18 &&
+        ::pread(fd, tail, 4, st.st_size - 4) == 4) {
+      uint64_t isize = uint64_t(tail[0]) | uint64_t(tail[1]) << 8 |
+                       uint64_t(tail[2]) << 16 | uint64_t(tail[3]) << 24;
+      blockSize_ =
+          std::clamp<size_t>(roundUp(isize + 1, 4096), 4096, blockSize_);
+    }
+  }
+  // Counted in the budget while the stream is open (HeldAllocation): the
+  // block buffer, and for .gz zlib's input buffer, its output buffer (twice
+  // the input) and the inflate state with its 32 KiB window. Under a budget
+  // that cannot give them now they shrink (reads are then shorter), down to
+  // kMinBlockBytes and kMinGzipBufferBytes; only those are refused.
+  auto zlibFor = [&](unsigned in) {
+    return gzip ? 3 * int64_t(in) + kInflateStateBytes : 0;
+  };
+  // They take at most a quarter of what the budget has left, so that the
+  // records they are read for still fit.
+  const int64_t room = held_.available();
+  while ((room >= 0 && static_cast<int64_t>(blockSize_) + zlibFor(gzBytes) >
+                           room / 4) ||
+         !held_.tryResize(static_cast<int64_t>(blockSize_) +
+                          zlibFor(gzBytes))) {
+    if (blockSize_ <= kMinBlockBytes &&
+        (!gzip || gzBytes <= kMinGzipBufferBytes))
+      break;
+    if (gzip && gzBytes > kMinGzipBufferBytes &&
+        (3 * size_t(gzBytes) >= blockSize_ || blockSize_ <= kMinBlockBytes))
+      gzBytes = std::max(kMinGzipBufferBytes, gzBytes / 2);
+    else
+      blockSize_ = std::max(kMinBlockBytes, blockSize_ / 2);
+  }
+  try {
+    held_.resize(static_cast<int64_t>(blockSize_) + zlibFor(gzBytes),
+                 "the read buffers of " + path);
+  } catch (const AllocationRefused &e) {
+    ::close(fd);
+    error_ = e.what();
+    eof_ = true;
+    return false;
+  }
+  zlibBytes_ = zlibFor(gzBytes);
+  if (gzip) {
     gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
       ::close(fd);
+      held_.reset();
       error_ = "cannot open gzip stream";
       eof_ = true;
       return false;
     }
-    gzbuffer(gz, 256 * 1024);
+    gzbuffer(gz, gzBytes);
     gz_ = gz;
   } else {
     fd_ = fd;
@@ -139,10 +211,29 @@ bool BufferedInput::fill() {
   }
   if (cap_ - lim_ < blockSize_ / 2) {
     size_t newCap = std::max(cap_ * 2, lim_ + blockSize_);
-    std::unique_ptr<char[]> bigger(new char[newCap]);
-    std::memcpy(bigger.get(), buf_.get(), lim_);
-    buf_ = std::move(bigger);
-    cap_ = newCap;
+    // Growth the budget cannot give is done without while the buffer has
+    // room left (a shorter read); a record longer than the whole buffer
+    // needs it.
+    bool grow = held_.tryResize(static_cast<int64_t>(newCap) + zlibBytes_);
+    if (!grow && lim_ == cap_) {
+      try {
+        held_.resize(static_cast<int64_t>(newCap) + zlibBytes_,
+                     "the read buffer of " + path_ + " (grown to " +
+                         std::to_string(newCap) + " bytes for a record that "
+                         "does not fit in " + std::to_string(cap_) + ")");
+        grow = true;
+      } catch (const AllocationRefused &e) {
+        error_ = e.what();
+        eof_ = true;
+        return false;
+      }
+    }
+    if (grow) {
+      std::unique_ptr<char[]> bigger(new char[newCap]);
+      std::memcpy(bigger.get(), buf_.get(), lim_);
+      buf_ = std::move(bigger);
+      cap_ = newCap;
+    }
   }
   long got = rawRead(buf_.get() + lim_, cap_ - lim_);
   if (got <= 0) {

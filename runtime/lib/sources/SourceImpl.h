@@ -7,6 +7,7 @@
 #ifndef SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
 #define SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
 
+#include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Source.h"
 
 #include <cstring>
@@ -20,6 +21,10 @@ namespace sluice::runtime::detail {
 
 /// Sequential reads from a file through a growable buffer. Names ending in
 /// ".gz" are gzip-decompressed (offsets then count decompressed bytes).
+/// The buffers are sized to the file (at most the block size; a .gz file's
+/// trailer tells its size) and, opened in a source stage's allocation
+/// scope, counted in budget.memory while the file is open; open() fails
+/// (error() says why) when the budget cannot hold them.
 /// Readers parse straight out of the buffer: data()/avail() is the window of
 /// bytes read but not yet consumed.
 class BufferedInput {
@@ -57,6 +62,10 @@ public:
   size_t skip(size_t n);
   /// Bytes taken from storage (compressed bytes for .gz).
   uint64_t bytesRead() const;
+  /// The block size the buffer was opened with (smaller than asked for a
+  /// small file or a budget that could not give more): readers that ask
+  /// for whole blocks (ensure) ask for at most this.
+  size_t blockSize() const { return blockSize_; }
   /// Size of the file on disk when it is not decompressed.
   std::optional<uint64_t> rawSize() const { return rawSize_; }
 
@@ -73,6 +82,9 @@ private:
   uint64_t rawBytes_ = 0;
   std::optional<uint64_t> rawSize_;
   std::string path_, error_;
+  /// The buffer and zlib's state, counted in the budget (Allocation.h).
+  HeldAllocation held_;
+  int64_t zlibBytes_ = 0;
 };
 
 /// Consumes a UTF-8 byte order mark at the current position, if any.

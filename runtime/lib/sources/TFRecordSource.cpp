@@ -149,6 +149,7 @@ private:
   BufferedInput in_;
   bool started_ = false;
   std::string payload_;
+  HeldAllocation payloadHeld_; ///< payload_'s capacity, in the budget
   std::vector<Wire> spans_; // Feature bytes per wanted feature, or null
 };
 
@@ -225,6 +226,11 @@ ReadResult TFRecordReader::next(Record &out) {
   while (have < length) {
     size_t step = static_cast<size_t>(
         std::min<uint64_t>(length - have, uint64_t(64) << 20));
+    // The payload buffer is kept for the next records: counted while the
+    // reader lives (reserved before it grows).
+    if (static_cast<int64_t>(have + step) > payloadHeld_.bytes())
+      payloadHeld_.resize(static_cast<int64_t>(have + step),
+                          "the record buffer of " + file_);
     payload_.resize(have + step);
     size_t got = in_.read(&payload_[have], step);
     have += got;
@@ -232,6 +238,8 @@ ReadResult TFRecordReader::next(Record &out) {
       break;
   }
   payload_.resize(have);
+  // What it really holds (std::string may round its capacity up).
+  payloadHeld_.tryResize(static_cast<int64_t>(payload_.capacity()));
   uint32_t dataCrc = 0;
   if (have < length || in_.read(&dataCrc, 4) != 4) {
     if (in_.failed())

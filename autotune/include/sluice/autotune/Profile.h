@@ -158,9 +158,12 @@ struct Profile {
 
 /// How to profile.
 struct ProfileOptions {
-  /// Seconds per probe level, split over `rounds` interleaved windows.
+  /// Seconds per probe level, split over `rounds` interleaved windows. Three
+  /// windows per level: the per-level calibration is their median, which
+  /// drops one window a burst of other processes' load hit (with two it is
+  /// their mean).
   double secondsPerProbe = 1.5;
-  int rounds = 2;
+  int rounds = 3;
   int64_t maxRecordsPerProbe = 4000000;
   /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
   /// the budget is over 4).

@@ -56,6 +56,9 @@ struct TuneResult {
   /// When the budget is more cores than the host: what would limit and
   /// what it would need.
   std::string scaleAdvice;
+  /// Probes run on the compiled (fused) plan when `profile` is that of the
+  /// plan split for a cache inside a fused stage (chooseFusedCache), else 0.
+  size_t fusedProbes = 0;
 };
 
 /// Profiles, solves, and (opts.verify) measures the chosen schedule.

@@ -109,6 +109,42 @@ Status checkAllocation(std::optional<int64_t> bytes, std::string_view what);
 /// with the scope.
 Status reserveScratch(std::optional<int64_t> bytes, std::string_view what);
 
+/// Bytes of a buffer that outlives the record it was made for (a reader's
+/// block buffer and the zlib state of a .gz stream, a parser's spare
+/// buffers), reserved in the limit of the scope open on the thread when it
+/// is first sized, until it is resized, reset or destroyed: the budget
+/// counts them as long as they are resident, and refuses the ones it cannot
+/// hold (AllocationRefused) instead of letting them grow past it. Without a
+/// scope (a reader used outside a pipeline) nothing is reserved. The scope's
+/// limit must outlive the object: the runtime opens a source's readers in
+/// its source stage's scope and closes them before the stage goes.
+class HeldAllocation {
+public:
+  HeldAllocation() = default;
+  ~HeldAllocation() { reset(); }
+  HeldAllocation(const HeldAllocation &) = delete;
+  HeldAllocation &operator=(const HeldAllocation &) = delete;
+  /// Holds `bytes` from now on: growth is reserved first (throws
+  /// AllocationRefused naming `what` when the budget cannot give it, and
+  /// then holds what it held before), a shrink is released.
+  void resize(int64_t bytes, std::string_view what);
+  /// resize() that neither waits for other buffers to drain nor throws:
+  /// false (holding what it held) when the budget cannot give the growth
+  /// now. For a buffer that can make do with less.
+  bool tryResize(int64_t bytes);
+  /// Releases everything.
+  void reset();
+  int64_t bytes() const { return bytes_; }
+  /// What the budget it reserves in (the scope open on the thread, when not
+  /// bound yet) has left now; -1 when there is no limit.
+  int64_t available() const;
+
+private:
+  AllocationLimit *limit_ = nullptr;
+  bool bound_ = false;
+  int64_t bytes_ = 0;
+};
+
 /// Reserves the `bytes` (nullopt: overflowed) of a tensor of `elem` and
 /// `shape` about to be allocated (Tensor::empty); throws AllocationRefused
 /// when they cannot be given.

@@ -11,7 +11,14 @@
 // images, resize outputs, tar members) is reserved too, through the
 // per-thread AllocationScope of sluice/ops/Allocation.h that the map and
 // source stages open over an AccountAllocationLimit; a reservation refused
-// there is a data error of that record. A budget of 0 here means
+// there is a data error of that record. What a reader keeps while its file
+// is open (its block buffer, zlib's state of a .gz stream) is reserved in
+// the source stage's account for that long (HeldAllocation).
+//
+// Bytes change accounts without being counted twice: a buffer recycled by
+// the pool gives back its idle reservation before its new holder counts it,
+// and a holder releases its records' bytes before freeing them into the
+// pool. A budget of 0 here means
 // unlimited, but the engine never runs with one: without budget.memory it
 // uses defaultMemoryBudget() (a share of the host's or cgroup's memory).
 //
