@@ -27,6 +27,7 @@ struct TuneFlags {
   std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
   std::vector<std::string> disabledPasses;
   bool quiet = false;
+  bool noJit = false;
 };
 
 std::map<std::string, std::string> specWhere(const dsl::Spec &spec) {
@@ -90,6 +91,9 @@ int runTune(const TuneFlags &f) {
   bool quiet = f.quiet;
   compiler::PlanOptions planOpts;
   planOpts.disabledPasses = f.disabledPasses;
+  // The plan `sluice run` executes: the same codegen decision, so probes,
+  // model and the measured run time the generated kernels users get.
+  planOpts.codegen = !f.noJit && !compiler::jitDisabledByEnvironment();
 
   // The baseline is read first: a typo in its path should not cost a tune.
   nlohmann::json baseline;
@@ -122,13 +126,28 @@ int runTune(const TuneFlags &f) {
   }
 
   autotune::TuneOptions opts;
+  // Every run the tuner makes (probes, the plan split for a cache inside a
+  // fused stage, the measured run) copies profile.base: bind the kernels
+  // there. Their table also holds the split halves of fused stages.
+  std::unique_ptr<compiler::JitKernels> kernels;
+  if (planOpts.codegen) {
+    auto k = compiler::JitKernels::compile(*plan);
+    if (!k) {
+      std::cerr << "sluice: error: " << k.status().message() << "\n";
+      return kExitData;
+    }
+    kernels = k.take();
+    kernels->bind(opts.profile.base);
+  }
   opts.cores = cores;
   opts.memoryBytes = memory;
   opts.profile.secondsPerProbe = seconds;
   opts.profile.specWhere = specWhere(*spec);
   opts.verifySeconds = std::max(1.0, seconds * 1.5);
   if (!quiet)
-    std::cerr << "sluice tune: profiling " << plan->name << "...\n";
+    std::cerr << "sluice tune: profiling " << plan->name << " ("
+              << (kernels ? kernels->summary() : "kernels: off (--no-jit)")
+              << ")...\n";
   Expected<autotune::TuneResult> r = autotune::tune(*plan, opts);
   if (!r) {
     std::cerr << "sluice: error: " << r.status().message() << "\n";
@@ -202,6 +221,9 @@ CommandAction addTuneCommand(CLI::App &root) {
   cmd->add_option("--disable-pass", st->disabledPasses,
                   "do not run this graph pass (repeatable)")
       ->type_name("NAME");
+  cmd->add_flag("--no-jit", st->noJit,
+                "tune the pipeline `sluice run --no-jit` runs (the runtime's "
+                "own kernels; also SLUICE_NO_JIT=1)");
   cmd->add_flag("-q,--quiet", st->quiet, "print only errors and the check");
   return [st] { return runTune(*st); };
 }
