@@ -33,6 +33,7 @@ class Pipeline(Iterator[Dict[str, np.ndarray]]):
         disable_passes: Sequence[str] = ...,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        jit: bool = True,
     ) -> None: ...
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
@@ -63,6 +64,8 @@ class Pipeline(Iterator[Dict[str, np.ndarray]]):
     def autotuned(self) -> bool: ...
     @property
     def schedule_explanation(self) -> str: ...
+    @property
+    def kernels(self) -> int: ...
 
 def check(spec_path: str) -> List[Dict[str, Any]]:
     """The typed stages of a spec: name, op, line, col, type {field: type}."""
@@ -75,6 +78,7 @@ def tune(
     seconds: float = 1.5,
     report_dir: Optional[str] = None,
     disable_passes: Sequence[str] = ...,
+    jit: bool = True,
 ) -> Dict[str, Any]:
     """Runs the autotuner (as `sluice tune`); report.json as a dict plus
     ``schedule_yaml``."""

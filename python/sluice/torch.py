@@ -37,7 +37,7 @@ class Dataset(IterableDataset):
         says whether batches are really pinned.
     epoch: the epoch the next iteration runs (see ``set_epoch``).
     Other keyword arguments (threads, seed, memory, schedule,
-    disable_passes) go to ``sluice.Pipeline``.
+    disable_passes, jit) go to ``sluice.Pipeline``.
     """
 
     def __init__(self, spec_path: str, *, pin_memory: bool = False,

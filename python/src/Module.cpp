@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
@@ -78,10 +79,19 @@ std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
   return spec;
 }
 
+/// Whether to generate kernels: `jit=` and not SLUICE_NO_JIT=1, as
+/// `sluice run` decides with --no-jit.
+bool wantJit(bool jit) { return jit && !compiler::jitDisabledByEnvironment(); }
+
+/// The plan `sluice run` builds: with `codegen`, the plan for generated
+/// kernels (image epilogues stay their own stage instead of being folded
+/// into the hand-written resize), as `sluice run` without --no-jit.
 runtime::Plan compile(const dsl::Spec &spec,
-                      const std::vector<std::string> &disabledPasses) {
+                      const std::vector<std::string> &disabledPasses,
+                      bool codegen) {
   compiler::PlanOptions opts;
   opts.disabledPasses = disabledPasses;
+  opts.codegen = codegen;
   if (Status s = compiler::checkPassNames(disabledPasses); !s)
     throw py::value_error(s.message());
   std::ostringstream err;
@@ -93,6 +103,26 @@ runtime::Plan compile(const dsl::Spec &spec,
     raise(specErrorType, msg);
   }
   return plan.take();
+}
+
+/// The generated kernels of `plan` (null when `codegen` is off), bound into
+/// `opts` as `sluice run` binds them. The caller keeps them alive as long
+/// as any pipeline run with `opts`.
+std::shared_ptr<compiler::JitKernels>
+compileKernels(const runtime::Plan &plan, bool codegen,
+               runtime::RunOptions &opts) {
+  if (!codegen)
+    return nullptr;
+  std::optional<Expected<std::unique_ptr<compiler::JitKernels>>> k;
+  {
+    py::gil_scoped_release release;
+    k.emplace(compiler::JitKernels::compile(plan));
+  }
+  if (!*k)
+    raise(pipelineErrorType, "sluice: error: " + k->status().message());
+  std::shared_ptr<compiler::JitKernels> kernels = k->take();
+  kernels->bind(opts);
+  return kernels;
 }
 
 /// Per-step schedule overrides from a schedule file (what `sluice tune`
@@ -270,6 +300,9 @@ bool onMainThread() {
 /// account (and the pool it returns to) alive after the pipeline object is
 /// gone.
 struct Box {
+  /// The generated code the pipeline's stages call: declared first, so it
+  /// outlives the pipeline.
+  std::shared_ptr<compiler::JitKernels> kernels;
   std::unique_ptr<runtime::Pipeline> pipeline;
 };
 
@@ -361,9 +394,10 @@ public:
   PyPipeline(const std::string &path, py::object epochs, py::object schedule,
              int64_t threads, py::object seed, py::object memory,
              int64_t firstEpoch, std::vector<std::string> disablePasses,
-             py::object rank, py::object worldSize) {
+             py::object rank, py::object worldSize, bool jit) {
     std::unique_ptr<dsl::Spec> spec = loadSpec(path);
-    runtime::Plan plan = compile(*spec, disablePasses);
+    bool codegen = wantJit(jit);
+    runtime::Plan plan = compile(*spec, disablePasses, codegen);
     runtime::RunOptions opts;
     if (!epochs.is_none()) {
       int64_t n = epochs.cast<int64_t>();
@@ -380,6 +414,9 @@ public:
     opts.firstEpoch = firstEpoch;
     applySchedule(*spec, plan, schedule, opts);
     setRanks(plan, rank, worldSize, opts);
+    // Of the final plan (its seed set), bound before the autotuner copies
+    // opts: its probes time the kernels the pipeline runs.
+    kernels_ = compileKernels(plan, codegen, opts);
     // `schedule: auto` in the spec (and no schedule given here), or
     // schedule="auto": profile, solve and apply, as `sluice run` does.
     bool wantAuto = schedule.is_none()
@@ -456,6 +493,7 @@ public:
     if (box_)
       box_->pipeline->stop();
     box_ = std::make_shared<Box>();
+    box_->kernels = kernels_;
     box_->pipeline = p->take();
     started_ = false;
   }
@@ -480,6 +518,8 @@ public:
     start();
   }
 
+  /// Declared before opts_, whose binders call into it.
+  std::shared_ptr<compiler::JitKernels> kernels_;
   runtime::Plan plan_;
   runtime::RunOptions opts_;
   bool started_ = false;
@@ -610,10 +650,14 @@ py::list check(const std::string &path) {
 
 py::dict tune(const std::string &path, py::object cores, py::object memory,
              double seconds, py::object reportDir,
-             std::vector<std::string> disablePasses) {
+             std::vector<std::string> disablePasses, bool jit) {
   std::unique_ptr<dsl::Spec> spec = loadSpec(path);
-  runtime::Plan plan = compile(*spec, disablePasses);
+  bool codegen = wantJit(jit);
+  runtime::Plan plan = compile(*spec, disablePasses, codegen);
   autotune::TuneOptions opts;
+  // Every run the tuner makes copies profile.base, as in `sluice tune`.
+  std::shared_ptr<compiler::JitKernels> kernels =
+      compileKernels(plan, codegen, opts.profile.base);
   if (!cores.is_none()) {
     opts.cores = cores.cast<int64_t>();
     if (opts.cores < 1)
@@ -692,13 +736,14 @@ are); bytes and string fields are numpy object arrays of ``bytes`` /
       .def(
           py::init<const std::string &, py::object, py::object, int64_t,
                    py::object, py::object, int64_t, std::vector<std::string>,
-                   py::object, py::object>(),
+                   py::object, py::object, bool>(),
           py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
           py::arg("schedule") = py::none(), py::arg("threads") = 0,
           py::arg("seed") = py::none(), py::arg("memory") = py::none(),
           py::arg("first_epoch") = 0,
           py::arg("disable_passes") = std::vector<std::string>{},
           py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+          py::arg("jit") = true,
           R"(Checks and compiles ``spec_path`` and builds the stage graph.
 
 epochs: overrides the spec's ``epochs`` (-1: forever).
@@ -721,6 +766,10 @@ rank, world_size: this process's share of the data, each from the first
     JOB_COMPLETION_INDEX for the rank), else 0 of 1. Rank r reads the
     positions p of each epoch's global order with p % world_size == r.
     ValueError names where a bad value came from.
+jit: compile the value-wise steps to native kernels, as ``sluice run``
+    does (the default); False runs the runtime's own kernels, as
+    ``sluice run --no-jit`` (SLUICE_NO_JIT=1 also turns it off). The
+    outputs are the same bytes either way; ``kernels`` tells which ran.
 
 Raises SpecError (file:line:col) for a spec that does not check, and
 PipelineError when the pipeline cannot start (e.g. its buffers cannot fit
@@ -766,6 +815,13 @@ another Pipeline of the same spec to skip the profiling.)")
           "autotuned", [](PyPipeline &p) { return p.autotuned_; },
           "Whether the autotuner chose the schedule (``schedule: auto``).")
       .def_property_readonly(
+          "kernels",
+          [](PyPipeline &p) -> int64_t {
+            return p.kernels_ ? p.kernels_->stats().kernels : 0;
+          },
+          "Generated kernel functions the pipeline runs (0 with jit=False or "
+          "SLUICE_NO_JIT=1, or when no step is compiled).")
+      .def_property_readonly(
           "schedule_explanation",
           [](PyPipeline &p) { return p.explanation_; },
           "What the autotuner chose and why (what `sluice run --stats` "
@@ -795,6 +851,7 @@ another Pipeline of the same spec to skip the profiling.)")
         py::arg("cores") = py::none(), py::arg("memory") = py::none(),
         py::arg("seconds") = 1.5, py::arg("report_dir") = py::none(),
         py::arg("disable_passes") = std::vector<std::string>{},
+        py::arg("jit") = true,
         R"(Runs the autotuner on a spec, as `sluice tune` does.
 
 Profiles the pipeline (``seconds`` per probe), solves for ``cores`` and
@@ -803,7 +860,8 @@ schedule to measure it, and returns report.json's contents as a dict (schema
 in docs/autotune.md) plus ``schedule_yaml``, the schedule to save and pass
 as ``Pipeline(..., schedule=FILE)`` or ``sluice run --schedule FILE``.
 ``report_dir`` also writes schedule.yaml, report.json, report.md and the
-SVG there. Raises SpecError or PipelineError like Pipeline.)");
+SVG there. ``jit`` as for Pipeline: the tuner times the kernels the
+pipeline will run. Raises SpecError or PipelineError like Pipeline.)");
   m.def("check", &check, py::arg("spec_path"),
         R"(Checks a spec and returns its typed stages.
 

@@ -296,3 +296,70 @@ def test_schedule_auto_caches_inside_a_fused_stage(tmp_path, monkeypatch):
     again = sluice.Pipeline(spec, schedule=tuned.schedule)
     assert not again.autotuned
     assert all(batches_equal(x, y) for x, y in zip(list(again), plain))
+
+
+@pytest.fixture(scope="session")
+def expr_spec(tmp_path_factory):
+    """A CSV with negative, missing and out-of-range cells, a filter and a map
+    expression: steps the code generator compiles to kernels."""
+    d = tmp_path_factory.mktemp("expr")
+    rng = np.random.default_rng(9)
+    with open(d / "rows.csv", "w") as f:
+        for i in range(700):
+            cells = ["" if rng.random() < 0.1 else "%.4f" % v
+                     for v in rng.normal(0, 50, 4)]
+            f.write("%d,%s,%d\n" % (int(rng.integers(-1, 3)), ",".join(cells),
+                                    int(rng.integers(0, 1 << 30))))
+    return write(d / "expr.yaml", """
+        pipeline: expr
+        source:
+          csv:
+            files: %s/rows.csv
+            columns:
+              - {name: label, type: i64}
+              - {name: dense, type: f32, count: 4}
+              - {name: id, type: i64}
+        steps:
+          - filter: {where: "label >= 0 && id %% 7 != 3"}
+          - fill_missing: {field: dense, value: 0}
+          - map: {field: dense, expr: "log(max(x, 0) + 1) * 2 - 0.5"}
+          - hash_bucket: {field: id, buckets: 1000}
+          - batch: {size: 64}
+        epochs: 2
+        budget: {cores: 2}
+        """ % d)
+
+
+@pytest.mark.parametrize("which", ["expr", "images"])
+def test_generated_kernels_same_bytes_as_cli(which, expr_spec, image_spec,
+                                             tmp_path, monkeypatch):
+    """Pipeline compiles the plan `sluice run` runs, generated kernels
+    included (``kernels`` counts them); jit=False and SLUICE_NO_JIT=1 run
+    the runtime's own kernels. All three, and the CLI, give the same bytes."""
+    import glob
+    import subprocess
+    from conftest import SLUICE_BIN, batches_equal
+    spec = expr_spec if which == "expr" else image_spec
+    monkeypatch.delenv("SLUICE_NO_JIT", raising=False)
+    p = sluice.Pipeline(spec)
+    assert p.kernels > 0
+    jit = list(p)
+    off = sluice.Pipeline(spec, jit=False)
+    assert off.kernels == 0
+    assert len(jit) > 2 and len(list(off)) == len(jit)
+    off = list(sluice.Pipeline(spec, jit=False))
+    assert all(batches_equal(a, b) for a, b in zip(jit, off))
+    monkeypatch.setenv("SLUICE_NO_JIT", "1")
+    env_off = sluice.Pipeline(spec)
+    assert env_off.kernels == 0
+    assert all(batches_equal(a, b) for a, b in zip(jit, env_off))
+    monkeypatch.delenv("SLUICE_NO_JIT")
+    r = subprocess.run([SLUICE_BIN, "run", spec, "--quiet", "--sink",
+                        "npy:%s" % (tmp_path / "cli")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    field = "dense" if which == "expr" else "image"
+    cli = [np.load(f) for f in
+           sorted(glob.glob(str(tmp_path / "cli" / ("*.%s.npy" % field))))]
+    assert len(cli) == len(jit)
+    assert all(c.tobytes() == b[field].tobytes() for c, b in zip(cli, jit))
