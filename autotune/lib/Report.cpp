@@ -138,6 +138,8 @@ json reportJson(const TuneResult &r) {
   j["pipeline"] = p.pipeline;
   j["spec"] = p.specFile;
   j["host"] = {{"cores", p.hostCores}, {"load_average", r.loadAverage}};
+  if (!r.kernels.empty())
+    j["kernels"] = r.kernels;
   j["budget"] = {{"cores", r.budget.cores},
                  {"cores_from", r.coresFrom},
                  {"memory_bytes", r.budget.memoryBytes},
@@ -281,7 +283,10 @@ std::string reportMarkdown(const TuneResult &r) {
                                  : std::string("unlimited")) +
        " (" + r.memoryFrom + "). Host: " + std::to_string(p.hostCores) +
        " cores, load average " + fmt(r.loadAverage, "%.2f") +
-       " (measurements on a loaded host are noisy).\n\n";
+       " (measurements on a loaded host are noisy)." +
+       (r.kernels.empty() ? std::string()
+                          : " Kernels: " + r.kernels + ".") +
+       "\n\n";
   s += "| | records/s | outputs/s |\n|---|---:|---:|\n";
   s += "| predicted (tuned, steady state) | " + fmt(pr.throughput) + " | " +
        fmt(pr.outputsPerSecond, "%.2f") + " |\n";
@@ -518,6 +523,11 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
       return j["predicted"]["records_per_second"].get<double>();
     return 0;
   };
+  std::string bkern = baseline.value("kernels", ""),
+              nkern = current.value("kernels", "");
+  if (!bkern.empty() && !nkern.empty() && bkern != nkern)
+    c.text += "note kernels: " + nkern + ", the baseline's: " + bkern +
+              " (compare reports made with the same --no-jit setting)\n";
   double b = rate(baseline), n = rate(current);
   double change = b > 0 ? (n - b) / b : 0;
   line(b > 0 && change < -tolerance,

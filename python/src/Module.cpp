@@ -683,6 +683,7 @@ py::dict tune(const std::string &path, py::object cores, py::object memory,
   }
   if (!*r)
     raise(pipelineErrorType, r->status().message());
+  (**r).kernels = kernels ? "generated" : "runtime";
   if (!reportDir.is_none()) {
     if (Status s = autotune::writeReports(**r, py::str(reportDir)); !s)
       raise(pipelineErrorType, s.message());

@@ -153,6 +153,7 @@ int runTune(const TuneFlags &f) {
     std::cerr << "sluice: error: " << r.status().message() << "\n";
     return kExitData;
   }
+  r->kernels = kernels ? "generated" : "runtime";
   nlohmann::json report = autotune::reportJson(*r);
   if (!reportDir.empty()) {
     if (Status s = autotune::writeReports(*r, reportDir); !s) {

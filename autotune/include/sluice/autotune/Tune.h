@@ -59,6 +59,11 @@ struct TuneResult {
   /// Probes run on the compiled (fused) plan when `profile` is that of the
   /// plan split for a cache inside a fused stage (chooseFusedCache), else 0.
   size_t fusedProbes = 0;
+  /// Which kernels the runs used, set by the caller that bound them:
+  /// "generated" (the code generator's) or "runtime" (--no-jit: the
+  /// interpreter and hand-written kernels); "" when not said. A baseline
+  /// made in one mode compares poorly with a run in the other.
+  std::string kernels;
 };
 
 /// Profiles, solves, and (opts.verify) measures the chosen schedule.
