@@ -151,13 +151,11 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
   });
 }
 
-/// Binds a "filter" entry: the condition's load slots (field, flattened
-/// index) come from the same bytecode compile the interpreter runs; per
-/// record the runtime points at each slot's element and calls the kernel.
-/// A record the interpreter would reject (a missing field, another type, an
-/// index out of range) goes to it, which reports what it always reported.
-Expected<ElementFn> bindFilterKernel(const PlanStage &s,
-                                     const SluiceKernelInfo &k) {
+/// The checks both filter entries start with, and the condition compiled
+/// as the interpreter compiles it (its load slots name what the kernel
+/// reads).
+Expected<kernels::CompiledExpr> filterCondition(const PlanStage &s,
+                                                const SluiceKernelInfo &k) {
   if (s.op != "filter")
     return kernelError(s, "a filter kernel on a step that is not a filter");
   if (!k.fn)
@@ -173,6 +171,19 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
       kernels::CompiledExpr::compileRecord(*e, s.inputType);
   if (!code)
     return kernelError(s, code.status().message());
+  return code;
+}
+
+/// Binds a "filter" entry: the condition's load slots (field, flattened
+/// index) come from the same bytecode compile the interpreter runs; per
+/// record the runtime points at each slot's element and calls the kernel.
+/// A record the interpreter would reject (a missing field, another type, an
+/// index out of range) goes to it, which reports what it always reported.
+Expected<ElementFn> bindFilterKernel(const PlanStage &s,
+                                     const SluiceKernelInfo &k) {
+  Expected<kernels::CompiledExpr> code = filterCondition(s, k);
+  if (!code)
+    return code.status();
   static const Plan kNoPlan;
   Expected<ElementFn> reference = bindElementOp(s, kNoPlan);
   if (!reference)
@@ -209,21 +220,9 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
 /// CompiledExpr::testRows, then one call over the rows.
 Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStage &s,
                                             const SluiceKernelInfo &k) {
-  if (s.op != "filter")
-    return kernelError(s, "a filter kernel on a step that is not a filter");
-  if (!k.fn)
-    return kernelError(s, "null kernel pointer");
-  const Value &text = s.params["where"];
-  if (!text.isString())
-    return kernelError(s, "parameter 'where' is missing");
-  ExprError err;
-  ExprPtr e = parseExpr(text.asString(), err);
-  if (!e)
-    return kernelError(s, err.message);
-  Expected<kernels::CompiledExpr> code =
-      kernels::CompiledExpr::compileRecord(*e, s.inputType);
+  Expected<kernels::CompiledExpr> code = filterCondition(s, k);
   if (!code)
-    return kernelError(s, code.status().message());
+    return code.status();
   std::optional<Expected<RowsFilterFn>> reference = bindRowsFilter(s);
   if (!reference)
     return kernelError(s, "no column test for this step");
