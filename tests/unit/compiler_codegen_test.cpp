@@ -544,6 +544,196 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
   }
 }
 
+/// One step of a hand-built fused chain on field x: op, params, and the
+/// element type it writes (normalize: f32; map: the expression's type).
+struct ChainStep {
+  std::string op;
+  std::vector<std::pair<std::string, Value>> params;
+};
+
+/// A `fused_map` stage of `steps` on field x of type `in` with shape
+/// [rows, channels] (`channels` kDynamic: not known to the type), as
+/// PlanGen builds it from a sluice-fuse-maps run.
+runtime::PlanStage fusedChain(const std::vector<ChainStep> &steps, ElemType in,
+                              int64_t channels) {
+  runtime::PlanStage fused;
+  fused.op = "fused_map";
+  fused.kind = OpKind::Element;
+  fused.params = Value::map();
+  std::vector<Value> names;
+  ElemType elem = in;
+  std::vector<int64_t> shape = {kDynamic, channels};
+  fused.inputType = RecordType({{"x", FieldType(in, shape)}});
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ChainStep &c = steps[i];
+    runtime::PlanStage st;
+    st.name = c.op + "." + std::to_string(i);
+    st.op = c.op;
+    st.kind = OpKind::Element;
+    st.params = Value::map();
+    st.params.set("field", Value::string("x"));
+    for (const auto &[k, v] : c.params)
+      st.params.set(k, v);
+    StepCase sc{c.op, c.params, elem, ""};
+    ElemType out = c.op == "normalize" ? ElemType::F32 : outElem(sc);
+    st.inputType = RecordType({{"x", FieldType(elem, shape)}});
+    st.outputType = RecordType({{"x", FieldType(out, shape)}});
+    elem = out;
+    fused.name += (i ? "+" : "") + st.name;
+    names.push_back(Value::string(st.name));
+    fused.fused.push_back(st);
+  }
+  fused.params.set("steps", Value::list(names));
+  fused.outputType = RecordType({{"x", FieldType(elem, shape)}});
+  return fused;
+}
+
+/// A normalize inside a sluice-fuse-maps run (per record or per batch: the
+/// kernel sees [rows, C] either way) is compiled into the run's value loop
+/// with its channel from the element's position, and gives the bytes of the
+/// unfused runtime steps: before and after map, cast, clamp, fill_missing
+/// and another normalize; u8, i64, f16, f32 and f64 inputs with NaN
+/// payloads, +-inf, -0 and denormals; f16, f32 and f64 outputs; 1, 3, 5,
+/// 13 and 64 channels, known to the type or not, one pair or per channel.
+/// A record whose last dim is not the lists' length takes the unfused
+/// steps and fails with their error.
+TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
+  auto list = [](std::vector<double> v) {
+    std::vector<Value> items;
+    for (double d : v)
+      items.push_back(Value::real(d));
+    return Value::list(std::move(items));
+  };
+  int cases = 0;
+  for (int64_t channels : {1, 3, 5, 13, 64}) {
+    std::vector<double> mean, sd, mean2, sd2;
+    for (int64_t c = 0; c < channels; ++c) {
+      mean.push_back(0.37 * double(c) - 11.5);
+      sd.push_back(0.25 + 1.3 * double(c));
+      mean2.push_back(1.0 / (1.0 + double(c)));
+      sd2.push_back(3.0 - 0.01 * double(c));
+    }
+    ChainStep norm{"normalize", {{"mean", list(mean)}, {"std", list(sd)}}};
+    ChainStep onePair{"normalize", {{"mean", list({2.5})}, {"std", list(sd)}}};
+    ChainStep norm2{"normalize", {{"mean", list(mean2)}, {"std", list(sd2)}}};
+    auto map = [](const char *e) {
+      return ChainStep{"map", {{"expr", Value::string(e)}}};
+    };
+    auto cast = [](const char *to) {
+      return ChainStep{"cast", {{"dtype", Value::string(to)}}};
+    };
+    ChainStep clamp{"clamp", {{"min", Value::real(-3)}, {"max", Value::real(3)}}};
+    ChainStep fill{"fill_missing", {{"value", Value::real(-1.5)}}};
+    const std::vector<std::vector<ChainStep>> chains = {
+        {map("x * 2 + 1"), norm},
+        {cast("f32"), norm},
+        {norm, clamp},
+        {norm, cast("f16")},
+        {norm, cast("f64")},
+        {fill, norm, map("x * 0.5 - 1")},
+        {onePair, map("log(max(x, 0) + 1)")},
+        {norm, norm2},
+        {norm, map("x > 0 ? x : -x"), cast("u8")},
+    };
+    for (ElemType in : {ElemType::U8, ElemType::I64, ElemType::F16,
+                        ElemType::F32, ElemType::F64}) {
+      for (size_t ci = 0; ci < chains.size(); ++ci) {
+        const std::vector<ChainStep> &chain = chains[ci];
+        if (chain[0].op == "fill_missing" && in != ElemType::F32 &&
+            in != ElemType::F64)
+          continue;
+        if (chain[0].op == "map") { // an integer map needs its own literal
+          StepCase sc{"map", chain[0].params, in, ""};
+          if (!compileCase(sc))
+            continue;
+        }
+        for (bool known : {true, false}) {
+          runtime::PlanStage stage =
+              fusedChain(chain, in, known ? channels : kDynamic);
+          std::string what = stage.name + " on " +
+                             std::string(elemTypeName(in)) + ", " +
+                             std::to_string(channels) + " channels" +
+                             (known ? "" : " (unknown to the type)");
+          SCOPED_TRACE(what);
+          runtime::Plan plan;
+          plan.name = "fused_normalize";
+          plan.stages = {stage};
+          EXPECT_EQ(compiler::compiledStages(plan),
+                    std::vector<std::string>{stage.name});
+          compiler::CodegenOptions opts;
+          opts.useCache = false;
+          auto jit = compiler::JitKernels::compile(plan, opts);
+          ASSERT_TRUE(bool(jit)) << jit.status().message();
+          ASSERT_EQ((*jit)->stats().kernels, 1) << "not compiled";
+          const SluiceKernelInfo &entry = (*jit)->table()[0];
+          EXPECT_EQ(std::string(entry.signature).find("channels") !=
+                        std::string::npos,
+                    channels > 1)
+              << entry.signature;
+          auto bound = (*jit)->binder()(plan.stages[0]);
+          ASSERT_TRUE(bound.has_value());
+          ASSERT_TRUE(bool(*bound)) << bound->status().message();
+          Expected<runtime::ElementFn> reference =
+              runtime::bindElementOp(plan.stages[0], plan);
+          ASSERT_TRUE(bool(reference)) << reference.status().message();
+          for (int64_t rows : {int64_t(37), int64_t(1), int64_t(0)}) {
+            Tensor flat = randomTensor(in, rows * channels, uint32_t(rows + ci));
+            Tensor input = Tensor::empty(in, {rows, channels});
+            std::memcpy(input.mutableRaw(), flat.raw(), flat.nbytes());
+            Record a, b;
+            a.fields = {input};
+            b.fields = {input};
+            runtime::ElementContext ctx;
+            Expected<bool> ra = (**bound)(a, ctx);
+            Expected<bool> rb = (*reference)(b, ctx);
+            ASSERT_TRUE(bool(ra)) << ra.status().message();
+            ASSERT_TRUE(bool(rb)) << rb.status().message();
+            const Tensor &x = a.fields[0], &y = b.fields[0];
+            ASSERT_EQ(x.type().str(), y.type().str());
+            EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0)
+                << rows << " rows: bytes differ";
+          }
+          if (!known && channels > 1) {
+            // One channel too many: the runtime's error, from its steps.
+            Tensor input = randomTensor(in, 4 * (channels + 1), 5);
+            Tensor wide = Tensor::empty(in, {4, channels + 1});
+            std::memcpy(wide.mutableRaw(), input.raw(), input.nbytes());
+            Record a, b;
+            a.fields = {wide};
+            b.fields = {wide};
+            runtime::ElementContext ctx;
+            Expected<bool> ra = (**bound)(a, ctx);
+            Expected<bool> rb = (*reference)(b, ctx);
+            ASSERT_FALSE(bool(rb));
+            ASSERT_FALSE(bool(ra));
+            EXPECT_EQ(ra.status().message(), rb.status().message());
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 300);
+}
+
+/// A normalize whose lists would fail every record (lengths that disagree)
+/// keeps its run with the runtime, which reports the error.
+TEST(Codegen, FusedNormalizeTheRuntimeRejectsIsLeftToIt) {
+  auto list = [](std::vector<double> v) {
+    std::vector<Value> items;
+    for (double d : v)
+      items.push_back(Value::real(d));
+    return Value::list(std::move(items));
+  };
+  runtime::PlanStage stage = fusedChain(
+      {{"normalize", {{"mean", list({1, 2})}, {"std", list({1, 2, 3})}}},
+       {"clamp", {{"max", Value::real(1)}}}},
+      ElemType::F32, kDynamic);
+  runtime::Plan plan;
+  plan.stages = {stage};
+  EXPECT_EQ(compiler::compiledStages(plan), std::vector<std::string>{});
+}
+
 /// A table entry with a signature the runtime does not know is refused.
 TEST(Codegen, UnknownSignatureIsAnError) {
   runtime::Plan plan = planFor({"fill_missing", {}, ElemType::F32, ""}, 8);

@@ -799,7 +799,7 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
   if (st.kind != runtime::RemapChain::Kind::Value)
     return true;
   if (s.op == "normalize") // any channel count (constant tables)
-    return st.outElem == ElemType::F32;
+    return st.outElem == ElemType::F32 && normalizeChannels(s) > 0;
   std::string field, out;
   ElemType in, o;
   return coveredStep(s, field, out, in, o) && field == out &&
