@@ -932,6 +932,71 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
           ElemType::F32};
 }
 
+/// The period of the loops over values in `c` channels: the least
+/// multiple of c that is a multiple of 16 floats (one AVX-512 register),
+/// doubled up to at least 128 elements (LLVM fully unrolls a shorter
+/// constant inner loop and then vectorizes the outer one with gathers and
+/// scatters: 16 elements for 8 channels ran 4x slower than the runtime's
+/// loop); c itself when that would pass 65536.
+int64_t normalizePeriod(int64_t c) {
+  c = std::max<int64_t>(c, 1);
+  int64_t period = c * (16 / std::gcd(c, int64_t(16)));
+  while (period < 128)
+    period *= 2;
+  return period > 65536 ? c : period;
+}
+
+/// normalize's constants over one period of `period` elements (a multiple
+/// of its channel count): two constant tables, entry j holding channel
+/// (j mod C)'s mean and 1/std.
+std::pair<Value, Value> periodTables(OpBuilder &b, Location loc,
+                                     const runtime::PlanStage &s,
+                                     int64_t period) {
+  std::vector<float> m, sc;
+  normalizeConstants(s, m, sc);
+  size_t c = m.size();
+  std::vector<float> mp(static_cast<size_t>(period)),
+      sp(static_cast<size_t>(period));
+  for (size_t j = 0; j < mp.size(); ++j) {
+    mp[j] = m[j % c];
+    sp[j] = sc[j % c];
+  }
+  return {constTable(b, loc, mp), constTable(b, loc, sp)};
+}
+
+/// Loops over `total` elements in periods of `period`, calling `element`
+/// (i, i's position in its period) to build each loop's body:
+///
+///   for (b = 0; b < n / P; ++b) for (j = 0; j < P; ++j) element(bP+j, j)
+///   for (i = n / P * P; i < n; ++i) element(i, i - n / P * P)
+///
+/// The inner loop has a constant trip count and contiguous accesses, which
+/// LLVM vectorizes. False when `element` fails.
+bool periodLoops(OpBuilder &b, Location loc, Value total, int64_t period,
+                 llvm::function_ref<bool(Value, Value)> element) {
+  Type i64 = b.getI64Type();
+  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
+  Value p = constInt(b, loc, i64, period);
+  Value blocks = b.create<arith::DivUIOp>(loc, total, p);
+  Value main = b.create<arith::MulIOp>(loc, blocks, p);
+  OpBuilder::InsertionGuard guard(b);
+  {
+    OpBuilder::InsertionGuard inLoops(b);
+    auto outer = b.create<scf::ForOp>(loc, zero, blocks, one);
+    b.setInsertionPointToStart(outer.getBody());
+    Value base = b.create<arith::MulIOp>(loc, outer.getInductionVar(), p);
+    auto inner = b.create<scf::ForOp>(loc, zero, p, one);
+    b.setInsertionPointToStart(inner.getBody());
+    Value j = inner.getInductionVar();
+    if (!element(b.create<arith::AddIOp>(loc, base, j), j))
+      return false;
+  }
+  auto tail = b.create<scf::ForOp>(loc, main, total, one);
+  b.setInsertionPointToStart(tail.getBody());
+  Value i = tail.getInductionVar();
+  return element(i, b.create<arith::SubIOp>(loc, i, main));
+}
+
 /// A lone normalize over several channels that are not unrolled (more than
 /// 4, or a channel dim the type does not know): the runtime kernel's loop
 /// (kernels::normalize), flat over the elements in periods of P = the least
@@ -949,58 +1014,36 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   MLIRContext *ctx = b.getContext();
   Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
-  std::vector<float> m, sc;
-  normalizeConstants(s, m, sc);
-  int64_t c = static_cast<int64_t>(m.size());
-  // At least 128 elements: LLVM fully unrolls a shorter constant inner
-  // loop and then vectorizes the outer one with gathers and scatters (16
-  // elements for 8 channels ran 4x slower than the runtime's loop).
-  int64_t period = c * (16 / std::gcd(c, int64_t(16)));
-  while (period < 128)
-    period *= 2;
-  if (period > 65536)
-    period = c;
-  std::vector<float> mp(static_cast<size_t>(period)),
-      sp(static_cast<size_t>(period));
-  for (int64_t j = 0; j < period; ++j) {
-    mp[size_t(j)] = m[size_t(j % c)];
-    sp[size_t(j)] = sc[size_t(j % c)];
-  }
-  Value mTable = constTable(b, loc, mp), scTable = constTable(b, loc, sp);
+  int64_t period = normalizePeriod(normalizeChannels(s));
+  auto [mTable, scTable] = periodTables(b, loc, s, period);
   Value total = constInt(b, loc, i64, 1);
   for (Value d : inDims)
     total = b.create<arith::MulIOp>(loc, total, d);
-  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
-  Value p = constInt(b, loc, i64, period);
-  Value blocks = b.create<arith::DivUIOp>(loc, total, p);
-  Value main = b.create<arith::MulIOp>(loc, blocks, p);
   Type inT = storageType(ctx, k.inElem), f32 = b.getF32Type();
-  auto element = [&](Value i, Value at) {
+  return periodLoops(b, loc, total, period, [&](Value i, Value at) {
     Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
     Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
     Value r = normalizeFromTables(b, loc, normalizeInput(b, loc, v), mTable,
                                   scTable, at);
     Value dst = b.create<LLVM::GEPOp>(loc, ptr, f32, outPtr, ValueRange{i});
     b.create<LLVM::StoreOp>(loc, r, dst);
-  };
-  {
-    OpBuilder::InsertionGuard guard(b);
-    auto outer = b.create<scf::ForOp>(loc, zero, blocks, one);
-    b.setInsertionPointToStart(outer.getBody());
-    Value base = b.create<arith::MulIOp>(loc, outer.getInductionVar(), p);
-    auto inner = b.create<scf::ForOp>(loc, zero, p, one);
-    b.setInsertionPointToStart(inner.getBody());
-    Value j = inner.getInductionVar();
-    element(b.create<arith::AddIOp>(loc, base, j), j);
-  }
-  {
-    OpBuilder::InsertionGuard guard(b);
-    auto tail = b.create<scf::ForOp>(loc, main, total, one);
-    b.setInsertionPointToStart(tail.getBody());
-    Value i = tail.getInductionVar();
-    element(i, b.create<arith::SubIOp>(loc, i, main));
-  }
-  return true;
+    return true;
+  });
+}
+
+/// Opens kernel `k`'s function (arguments `args`, no result; its stage and
+/// signature as attributes) at the end of `module`, with `b` at the start
+/// of its entry block, which it returns.
+Block *beginKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                   ArrayRef<Type> args) {
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(NameLoc::get(b.getStringAttr(k.stage)),
+                                   k.funcName, b.getFunctionType(args, {}));
+  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
+  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  return entry;
 }
 
 /// The kernel of a remap chain, if `s` is one the generator covers.
@@ -1069,13 +1112,7 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   Type ptr = LLVM::LLVMPointerType::get(ctx);
   Type i64 = b.getI64Type();
-  b.setInsertionPointToEnd(module.getBody());
-  auto fn = b.create<func::FuncOp>(loc, k.funcName,
-                                   b.getFunctionType({ptr, ptr, ptr}, {}));
-  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
-  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
+  Block *entry = beginKernel(b, module, k, {ptr, ptr, ptr});
   Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
         params = entry->getArgument(2);
   auto param = [&](size_t i) -> Value {
@@ -1254,49 +1291,26 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   MLIRContext *ctx = b.getContext();
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
-  b.setInsertionPointToEnd(module.getBody());
-  auto fn = b.create<func::FuncOp>(loc, k.funcName,
-                                   b.getFunctionType({ptr, ptr, i64}, {}));
-  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
-  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
+  Block *entry = beginKernel(b, module, k, {ptr, ptr, i64});
   Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
         n = entry->getArgument(2);
   Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
   Type inT = storageType(ctx, k.inElem), outT = storageType(ctx, k.outElem);
 
-  int64_t period = 1;
-  if (k.channels > 1) {
-    int64_t c = k.channels;
-    period = c * (16 / std::gcd(c, int64_t(16)));
-    while (period < 128) // see buildFlatNormalize
-      period *= 2;
-    if (period > 65536)
-      period = c;
-  }
+  int64_t period = k.channels > 1 ? normalizePeriod(k.channels) : 1;
   // Each per-channel normalize's tables, one entry per period position.
   std::vector<std::pair<Value, Value>> tables(k.steps.size());
   for (size_t st = 0; st < k.steps.size(); ++st) {
     const runtime::PlanStage &s = *k.steps[st];
     if (s.op != "normalize" || normalizeChannels(s) < 2)
       continue;
-    std::vector<float> m, sc;
-    normalizeConstants(s, m, sc);
-    int64_t c = static_cast<int64_t>(m.size());
-    if (c != k.channels || period % c != 0) {
+    if (normalizeChannels(s) != k.channels || period % k.channels != 0) {
       error = "step '" + s.name + "' does not fit the channels of '" +
               k.stage + "'";
       return false;
     }
-    std::vector<float> mp(static_cast<size_t>(period)),
-        sp(static_cast<size_t>(period));
-    for (int64_t j = 0; j < period; ++j) {
-      mp[size_t(j)] = m[size_t(j % c)];
-      sp[size_t(j)] = sc[size_t(j % c)];
-    }
-    Location stepLoc = NameLoc::get(b.getStringAttr(s.name));
-    tables[st] = {constTable(b, stepLoc, mp), constTable(b, stepLoc, sp)};
+    tables[st] = periodTables(b, NameLoc::get(b.getStringAttr(s.name)), s,
+                              period);
   }
 
   // out[i] = f(in[i]); `at`: i's position in the period.
@@ -1339,26 +1353,8 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
     b.setInsertionPointToStart(loop.getBody());
     if (!element(loop.getInductionVar(), zero))
       return false;
-  } else {
-    Value p = constInt(b, loc, i64, period);
-    Value blocks = b.create<arith::DivUIOp>(loc, n, p);
-    Value main = b.create<arith::MulIOp>(loc, blocks, p);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      auto outer = b.create<scf::ForOp>(loc, zero, blocks, one);
-      b.setInsertionPointToStart(outer.getBody());
-      Value base = b.create<arith::MulIOp>(loc, outer.getInductionVar(), p);
-      auto inner = b.create<scf::ForOp>(loc, zero, p, one);
-      b.setInsertionPointToStart(inner.getBody());
-      Value j = inner.getInductionVar();
-      if (!element(b.create<arith::AddIOp>(loc, base, j), j))
-        return false;
-    }
-    auto tail = b.create<scf::ForOp>(loc, main, n, one);
-    b.setInsertionPointToStart(tail.getBody());
-    Value i = tail.getInductionVar();
-    if (!element(i, b.create<arith::SubIOp>(loc, i, main)))
-      return false;
+  } else if (!periodLoops(b, loc, n, period, element)) {
+    return false;
   }
   b.setInsertionPointToEnd(entry);
   b.create<func::ReturnOp>(loc);
