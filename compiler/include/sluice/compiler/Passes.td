@@ -291,7 +291,8 @@ def FuseRemaps : Pass<"sluice-fuse-remaps"> {
     Marks every run of two or more consecutive steps on one field, at least
     one of which only moves values (`center_crop`, `random_crop`,
     `random_flip`, `transpose`, `pad`), the others value-wise (`cast`,
-    `normalize`, `clamp`, `fill_missing`, `map`), as one fused stage
+    `normalize`, `clamp`, `fill_missing`, `map`, `hash_bucket`,
+    `bucketize`), as one fused stage
     (`sluice.fused = "a+b+c"`, as sluice-fuse-maps does; PlanGen makes it one
     `fused_map` runtime stage keeping the steps). The code generator
     compiles the run to one kernel: each output value is read from the input
