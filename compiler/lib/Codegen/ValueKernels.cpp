@@ -16,6 +16,11 @@
 //     }
 //   }
 //
+// A per-channel normalize in the chain needs each element's channel (its
+// last index): the loop then runs in periods of a multiple of the channel
+// count and reads the normalize's pair from period tables at the position
+// in the period (buildValuesKernel).
+//
 // The loop is scalar on purpose: every step is a pure function of one
 // element, so LLVM's loop vectorizer (O3, LowerToLLVM.cpp) widens it to the
 // target's vectors, and the scalar form stays readable in `explain --ir
