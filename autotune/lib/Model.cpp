@@ -644,8 +644,10 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   }
 
   // The probes' calibration at this configuration's level scales every
-  // capacity alike.
-  double k = calibrationAt(p, static_cast<double>(configLevel(p, c)));
+  // capacity alike (the cached epochs: their own, when measured).
+  double k = phase == Phase::Cached && p.cachedCalibration > 0
+                 ? p.cachedCalibration
+                 : calibrationAt(p, static_cast<double>(configLevel(p, c)));
   r.calibration = k;
   r.throughput *= k;
   r.cpuCapacity *= k;

@@ -175,6 +175,12 @@ json reportJson(const TuneResult &r) {
                        : json(nullptr)},
                   {"calibration", p.calibration},
                   {"calibration_by_level", calByLevel},
+                  {"cached_calibration",
+                   p.cachedCalibration > 0 ? json(p.cachedCalibration)
+                                           : json(nullptr)},
+                  {"cached_measured_records_per_second",
+                   p.cachedMeasured > 0 ? json(p.cachedMeasured)
+                                        : json(nullptr)},
                   {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {

@@ -195,6 +195,14 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   EXPECT_NEAR(pr.throughput, 1 / (0.25 * 150e-6 + 0.75 * 100e-6), 1e-6);
   // The cached epochs take the longer share of the run: c limits there.
   EXPECT_EQ(pr.bottleneckLabel, "c (cached epochs)");
+  // The cached epochs measured at half the model (a probe past the first
+  // epoch: Profile::cachedCalibration): only that phase slows, to 5000.
+  p.cachedCalibration = 0.5;
+  Prediction probed = predict(p, c, 64);
+  EXPECT_NEAR(probed.firstEpoch, 1 / 150e-6, 1e-6);
+  EXPECT_NEAR(probed.cachedEpochs, 5000, 1e-6);
+  EXPECT_NEAR(probed.throughput, 1 / (0.25 * 150e-6 + 0.75 / 5000), 1e-6);
+  p.cachedCalibration = 0;
   // One epoch only: a cache only costs, nothing is split in phases.
   p.epochs = 1;
   Prediction one = predict(p, c, 64);
