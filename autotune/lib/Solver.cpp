@@ -616,6 +616,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
         double t = predict(flat, more, cores).throughput;
         double t0 = predict(flat, sol.config, cores).throughput;
         double gain = t / t0 - 1;
+        t = pr.throughput * (1 + gain); // at the chosen one's calibration
         char more_[320];
         std::snprintf(
             more_, sizeof more_,
