@@ -354,8 +354,8 @@ struct JpegWindowJob {
   JDIMENSION width, height; ///< from the TurboJPEG header read
   JDIMENSION y0, y1, x0, x1;
   bool verifyFull; ///< entropy-decode the rows below the window too
-  int denom;       ///< DCT scale 1/denom (1, 2, 4, 8); width/height and
-                   ///< the window are in the scaled image
+  int num;         ///< DCT scale num/8 (1..8); width/height and the
+                   ///< window are in the scaled image
   uint8_t *dst;
   size_t dstStride;
   size_t offset; ///< out
@@ -393,8 +393,8 @@ bool jpegWindowRun(JpegWindowDecoder *d, JpegWindowJob *job) {
     return false;
   }
   cinfo->out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
-  cinfo->scale_num = 1;
-  cinfo->scale_denom = static_cast<unsigned int>(job->denom);
+  cinfo->scale_num = static_cast<unsigned int>(job->num);
+  cinfo->scale_denom = 8;
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
   cinfo->do_block_smoothing = TRUE;
@@ -462,13 +462,38 @@ std::atomic<bool> &windowDecodeAllowed() {
   return allowed;
 }
 
+/// The numerators M of the DCT scales M/8 that decode_image's `scale: auto`
+/// may pick, as a bit mask (bit M). Default: 1/8, 2/8 and 4/8, the scales
+/// whose IDCTs libjpeg-turbo 2.1 has in SIMD. The others (3/8, 5/8, 6/8,
+/// 7/8) run its C IDCTs (with 4:2:0 chroma at 2M x 2M) and were measured
+/// slower than the full-size SIMD IDCT plus the larger resize on real
+/// photos (bench/image_profile_bench.cpp; bench/results.md, 2026-11-24):
+/// SLUICE_DCT_SCALES=1,2,3,4,5,6,7 names the set to measure them again.
+std::atomic<unsigned> &dctScaleMask() {
+  static std::atomic<unsigned> mask{[] {
+    unsigned m = kDefaultDctScales;
+    if (const char *v = std::getenv("SLUICE_DCT_SCALES"); v && *v) {
+      m = 0;
+      for (const char *p = v; *p; ++p)
+        if (*p >= '1' && *p <= '7')
+          m |= 1u << (*p - '0');
+    }
+    return m;
+  }()};
+  return mask;
+}
+
+bool dctScaleAllowed(int num) {
+  return (dctScaleMask().load(std::memory_order_relaxed) >> num) & 1u;
+}
+
 /// Decodes `win` (inside the image) of a JPEG into `scratch`. False when
 /// the window path cannot vouch for the result (an error, any warning, a
 /// missing end marker, CMYK): the caller then decodes in full, which gives
 /// the same pixels or the full decode's error message.
 bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
                       int channels, CropBox win, bool verifyFull,
-                      Scratch &scratch, WindowPixels &out, int denom = 1) {
+                      Scratch &scratch, WindowPixels &out, int num = 8) {
   if (!windowDecodeAllowed().load(std::memory_order_relaxed))
     return false;
   if (info.format != ImageFormat::Jpeg || info.channels == 4)
@@ -480,10 +505,10 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.data = reinterpret_cast<const unsigned char *>(bytes.data());
   job.size = static_cast<unsigned long>(bytes.size());
   job.channels = channels;
-  // libjpeg's scaled size: ceil(size / denom).
-  job.width = static_cast<JDIMENSION>((info.width + denom - 1) / denom);
-  job.height = static_cast<JDIMENSION>((info.height + denom - 1) / denom);
-  job.denom = denom;
+  // libjpeg's scaled size: ceil(size * num / 8).
+  job.width = static_cast<JDIMENSION>((info.width * num + 7) / 8);
+  job.height = static_cast<JDIMENSION>((info.height * num + 7) / 8);
+  job.num = num;
   job.y0 = static_cast<JDIMENSION>(win.y);
   job.y1 = static_cast<JDIMENSION>(win.y + win.h);
   job.x0 = static_cast<JDIMENSION>(win.x);
@@ -1724,6 +1749,10 @@ void setImageSimd(bool enabled) {
   simdAllowed().store(enabled, std::memory_order_relaxed);
 }
 
+void setDctScales(unsigned mask) {
+  dctScaleMask().store(mask & 0xFEu, std::memory_order_relaxed);
+}
+
 Expected<ImageInfo> readImageInfo(std::string_view bytes) {
   if (isJpeg(bytes)) {
     tjhandle tj = jpegDecompressor();
@@ -1851,28 +1880,31 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
       randomResizedCropBox(info->height, info->width, params.scaleLo,
                            params.scaleHi, params.ratioLo, params.ratioHi, rng);
 
-  // Pick the smallest DCT scale that keeps the box at least the output size.
-  int num = 1, denom = 1;
+  // Pick the smallest DCT scale M/8 that keeps the box at least the output
+  // size, among the scales allowed (dctScaleAllowed).
+  int num = 8;
   if (opts.allowDctScaling && info->format == ImageFormat::Jpeg &&
       info->channels != 4)
-    for (int d : {8, 4, 2})
-      if (box.h / d >= params.height && box.w / d >= params.width) {
-        denom = d;
+    for (int m = 1; m < 8; ++m)
+      if (dctScaleAllowed(m) && box.h * m / 8 >= params.height &&
+          box.w * m / 8 >= params.width) {
+        num = m;
         break;
       }
   int64_t decH = info->height, decW = info->width;
   // With antialiasing, the scaled decode resamples exactly the box's area
-  // (box / denom, fractional, as PIL's draft + resize(box=...) does) rather
+  // (box * M/8, fractional, as PIL's draft + resize(box=...) does) rather
   // than the whole scaled pixels around it.
   SourceBox fine;
-  if (denom > 1) {
-    fine = {true, double(box.y) / denom, double(box.x) / denom,
-            double(box.y + box.h) / denom, double(box.x + box.w) / denom};
-    decH = (info->height * num + denom - 1) / denom;
-    decW = (info->width * num + denom - 1) / denom;
-    int64_t y0 = box.y / denom, x0 = box.x / denom;
-    int64_t y1 = std::min(decH, (box.y + box.h + denom - 1) / denom);
-    int64_t x1 = std::min(decW, (box.x + box.w + denom - 1) / denom);
+  if (num < 8) {
+    const double f = num / 8.0;
+    fine = {true, double(box.y) * f, double(box.x) * f,
+            double(box.y + box.h) * f, double(box.x + box.w) * f};
+    decH = (info->height * num + 7) / 8;
+    decW = (info->width * num + 7) / 8;
+    int64_t y0 = box.y * num / 8, x0 = box.x * num / 8;
+    int64_t y1 = std::min(decH, ((box.y + box.h) * num + 7) / 8);
+    int64_t x1 = std::min(decW, ((box.x + box.w) * num + 7) / 8);
     box = {y0, x0, y1 - y0, x1 - x0};
     fine.y0 -= double(y0);
     fine.y1 -= double(y0);
@@ -1887,7 +1919,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   WindowPixels px;
   // The window path also decodes DCT-scaled (in scaled coordinates).
   if (decodeJpegWindow(bytes, *info, channels, box, opts.verifyFull, scratch,
-                       px, denom)) {
+                       px, num)) {
     View<uint8_t> v{px.data, box.h, box.w, channels,
                     static_cast<int64_t>(px.stride)};
     resizeU8Into(v, out, params.height, params.width, params.interpolation,
@@ -1906,7 +1938,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     return s;
   uint8_t *buf = scratch.get(rowBytes * decH);
   Status s = Status::ok();
-  if (denom > 1)
+  if (num < 8)
     s = decodeJpegInto(jpegDecompressor(), bytes, *info, channels, int(decW),
                        int(decH), buf);
   else
