@@ -1227,12 +1227,46 @@ bool aaRgbSimdTaps(const AaTaps &t, AaRgbSimdTaps &s) {
   return true;
 }
 
+/// The sums of output pair q of the AVX2 horizontal pass, rounded and
+/// shifted: R, G, B in lanes 0-2 of each 128-bit half (output 2q low,
+/// 2q+1 high).
+/// Taps2 > 0: the tap pairs per window as a constant (the loop unrolls).
+template <int Taps2>
+__attribute__((target("avx2"), always_inline)) inline __m256i
+aaPairSumsAvx2(const uint8_t *__restrict src, const AaRgbSimdTaps &s,
+               int64_t q, int64_t taps2, __m256i spread, __m256i half) {
+  if constexpr (Taps2 > 0)
+    taps2 = Taps2;
+  const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
+  const uint8_t *p1 = src + int64_t(s.wstart[2 * q + 1]) * 3;
+  const int16_t *lo = s.lo.data() + q * taps2 * 16;
+  const int16_t *hi = s.hi.data() + q * taps2 * 16;
+  __m256i accLo = _mm256_setzero_si256(), accHi = _mm256_setzero_si256();
+  for (int64_t j = 0; j < taps2; ++j) {
+    __m256i v = _mm256_set_m128i(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p1 + 6 * j)),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
+    v = _mm256_shuffle_epi8(v, spread);
+    accLo = _mm256_add_epi32(
+        accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                        reinterpret_cast<const __m256i *>(
+                                            lo + 16 * j))));
+    accHi = _mm256_add_epi32(
+        accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                        reinterpret_cast<const __m256i *>(
+                                            hi + 16 * j))));
+  }
+  __m256i acc = _mm256_add_epi32(
+      _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
+  return _mm256_srai_epi32(acc, kAaBits);
+}
+
 /// Output pixels 2q and 2q+1 of u8 RGB in AVX2 (one per 128-bit half):
 /// 8 bytes per tap pair (two pixels and 2 bytes after them), spread to
 /// 16-bit [R0 R1 G0 G1 B0 B1 0 0], multiply-added with the split weights.
 /// Planar and Mirror are AaLayout's, as template arguments so that the
 /// stores are a few plain moves.
-template <bool Planar, bool Mirror>
+template <bool Planar, bool Mirror, int Taps2>
 __attribute__((target("avx2"))) void
 aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
                      const AaRgbSimdTaps &s, uint8_t *__restrict dst) {
@@ -1252,33 +1286,49 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
                                        -1, -1, -1, -1, -1)
                        : _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1,
                                        -1, -1, -1, -1, -1));
+  // Four outputs (two pairs) at a time share the rounding, packing and
+  // stores: [o, o+1, o+2, o+3] as RGB0 words to the layout's order.
+  const __m128i order4 =
+      Planar ? (Mirror ? _mm_setr_epi8(12, 8, 4, 0, 13, 9, 5, 1, 14, 10, 6, 2,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14,
+                                       -1, -1, -1, -1))
+             : (Mirror ? _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
+                                       -1, -1, -1, -1));
   const int64_t taps2 = s.window / 2;
   const int64_t outW = t.out;
   uint8_t *planeG = dst + outW, *planeB = dst + 2 * outW;
-  for (int64_t q = 0; q < s.tail; ++q) {
-    const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
-    const uint8_t *p1 = src + int64_t(s.wstart[2 * q + 1]) * 3;
-    const int16_t *lo = s.lo.data() + q * taps2 * 16;
-    const int16_t *hi = s.hi.data() + q * taps2 * 16;
-    __m256i accLo = _mm256_setzero_si256(), accHi = _mm256_setzero_si256();
-    for (int64_t j = 0; j < taps2; ++j) {
-      __m256i v = _mm256_set_m128i(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p1 + 6 * j)),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
-      v = _mm256_shuffle_epi8(v, spread);
-      accLo = _mm256_add_epi32(
-          accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i *>(
-                                              lo + 16 * j))));
-      accHi = _mm256_add_epi32(
-          accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i *>(
-                                              hi + 16 * j))));
+  int64_t q = 0;
+  for (; q + 1 < s.tail; q += 2) {
+    __m256i a = aaPairSumsAvx2<Taps2>(src, s, q, taps2, spread, half);
+    __m256i b = aaPairSumsAvx2<Taps2>(src, s, q + 1, taps2, spread, half);
+    // Saturate as clip8: int32 -> int16 -> u8. Low half: outputs 2q and
+    // 2q+2, high half: 2q+1 and 2q+3.
+    __m256i bytes8 = _mm256_packus_epi16(_mm256_packs_epi32(a, b),
+                                         _mm256_setzero_si256());
+    __m128i four = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes8),
+                                      _mm256_extracti128_si256(bytes8, 1));
+    four = _mm_shuffle_epi8(four, order4);
+    int64_t first = Mirror ? outW - 4 - 2 * q : 2 * q;
+    if constexpr (Planar) {
+      uint32_t r = uint32_t(_mm_cvtsi128_si32(four));
+      uint32_t g = uint32_t(_mm_extract_epi32(four, 1));
+      uint32_t bl = uint32_t(_mm_extract_epi32(four, 2));
+      std::memcpy(dst + first, &r, 4);
+      std::memcpy(planeG + first, &g, 4);
+      std::memcpy(planeB + first, &bl, 4);
+    } else {
+      uint64_t head = uint64_t(_mm_cvtsi128_si64(four));
+      uint32_t rest = uint32_t(_mm_extract_epi32(four, 2));
+      std::memcpy(dst + 3 * first, &head, 8);
+      std::memcpy(dst + 3 * first + 8, &rest, 4);
     }
+  }
+  for (; q < s.tail; ++q) {
     // madd left R in lane 0, G in 1, B in 2 of each half.
-    __m256i acc = _mm256_add_epi32(
-        _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
-    acc = _mm256_srai_epi32(acc, kAaBits);
+    __m256i acc = aaPairSumsAvx2<Taps2>(src, s, q, taps2, spread, half);
     // Saturate to 0..255 as clip8 does: int32 -> int16 -> u8.
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc),
                                     _mm256_setzero_si256());
@@ -1325,15 +1375,34 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
   }
 }
 
-void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
-                         const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
+template <int Taps2>
+void aaHorizontalRgbAvx2N(const uint8_t *src, const AaTaps &t,
+                          const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
   bool planar = lay.pixel == 1;
   if (planar)
-    lay.mirror ? aaHorizontalRgbAvx2T<true, true>(src, t, s, dst)
-               : aaHorizontalRgbAvx2T<true, false>(src, t, s, dst);
+    lay.mirror ? aaHorizontalRgbAvx2T<true, true, Taps2>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<true, false, Taps2>(src, t, s, dst);
   else
-    lay.mirror ? aaHorizontalRgbAvx2T<false, true>(src, t, s, dst)
-               : aaHorizontalRgbAvx2T<false, false>(src, t, s, dst);
+    lay.mirror ? aaHorizontalRgbAvx2T<false, true, Taps2>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<false, false, Taps2>(src, t, s, dst);
+}
+
+/// Windows of 2 to 8 taps (shrinking by up to ~3.5x, and every
+/// enlargement) get a kernel with the tap loop unrolled.
+void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
+                         const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
+  switch (s.window / 2) {
+  case 1:
+    return aaHorizontalRgbAvx2N<1>(src, t, s, lay, dst);
+  case 2:
+    return aaHorizontalRgbAvx2N<2>(src, t, s, lay, dst);
+  case 3:
+    return aaHorizontalRgbAvx2N<3>(src, t, s, lay, dst);
+  case 4:
+    return aaHorizontalRgbAvx2N<4>(src, t, s, lay, dst);
+  default:
+    return aaHorizontalRgbAvx2N<0>(src, t, s, lay, dst);
+  }
 }
 
 std::atomic<bool> &simdAllowed() {
