@@ -1070,8 +1070,10 @@ struct SourceBox {
 };
 
 /// PIL's precompute_coeffs (box [0, in)) and normalize_coeffs_8bpc.
-AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
-  AaTaps t;
+/// Into `t`, whose vectors keep their capacity from call to call (the
+/// fused crop builds two sets per image).
+void antialiasTapsInto(AaTaps &t, int64_t in, int64_t out, double in0,
+                       double in1) {
   t.in = in;
   t.out = out;
   t.whole = in0 == 0.0 && in1 == static_cast<double>(in);
@@ -1117,6 +1119,11 @@ AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
     t.start[o] = static_cast<int32_t>(xmin);
     t.count[o] = static_cast<int32_t>(xmax);
   }
+}
+
+AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
+  AaTaps t;
+  antialiasTapsInto(t, in, out, in0, in1);
   return t;
 }
 
@@ -1463,8 +1470,11 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
   const int64_t C = src.c;
   if (!box.set)
     box = {true, 0, 0, double(src.h), double(src.w)};
-  AaTaps tx = antialiasTaps(src.w, outW, box.x0, box.x1);
-  AaTaps ty = antialiasTaps(src.h, outH, box.y0, box.y1);
+  // Per thread, so that their buffers are reused from image to image;
+  // emit never resizes.
+  thread_local AaTaps tx, ty;
+  antialiasTapsInto(tx, src.w, outW, box.x0, box.x1);
+  antialiasTapsInto(ty, src.h, outH, box.y0, box.y1);
   AaLayout lay;
   lay.pixel = planar ? 1 : C;
   lay.channel = planar ? outW : 1;
@@ -1473,7 +1483,7 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
   // mirror or make planes.
   const bool horizontal = !tx.identity() || mirror || planar;
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
-  AaRgbSimdTaps simdTaps;
+  thread_local AaRgbSimdTaps simdTaps;
   const bool simd = horizontal && C == 3 && !tx.identity() && cpuHasAvx2() &&
                     aaRgbSimdTaps(tx, simdTaps);
 #endif
