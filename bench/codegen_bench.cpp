@@ -9,15 +9,17 @@
 // `fused_map` stage sluice-fuse-maps makes of it (one kernel per field).
 // F16Map* run a map on an f16 [4096, 13] field (f16 arithmetic, rounded to
 // f16 after every operation): `x * 0.5 + 1` (0) and `log(max(x, 0) + 1)`
-// (1), interpreter vs generated kernel. Run with
+// (1), interpreter vs generated kernel. MapNormalize* time a normalize
+// inside a value-wise run (sluice-fuse-maps) against the same steps as
+// separate stages, see there. Run with
 //   build/bin/codegen_bench --benchmark_repetitions=5 \
 //     --benchmark_enable_random_interleaving=true
 // and compare medians; also reports the JIT compile time.
 //
 //===----------------------------------------------------------------------===//
-#include "sluice/compiler/Codegen.h"
+#include "BenchJit.h"
+
 #include "sluice/ops/kernels/Scalar.h"
-#include "sluice/runtime/ElementOps.h"
 
 #include <benchmark/benchmark.h>
 
@@ -96,45 +98,48 @@ runtime::Plan fusedPlan() {
   return plan;
 }
 
-void runChain(benchmark::State &state, bool jit, int only = -1,
-              bool fused = false) {
-  runtime::Plan plan = fused ? fusedPlan() : criteoPlan();
-  if (only >= 0)
-    plan.stages = {plan.stages[size_t(only)]};
+/// Times `plan`'s stages one after another on a copy of `input`, each bound
+/// to its generated kernel (`jit`, where it has one) or the runtime's;
+/// `compiled` (with `jit`): how many stages must have a generated kernel.
+void timeStages(benchmark::State &state, const runtime::Plan &plan, bool jit,
+                const Record &input, int64_t items, int compiled = -1) {
   std::unique_ptr<compiler::JitKernels> kernels;
   if (jit) {
-    compiler::CodegenOptions opts;
-    opts.useCache = false;
-    auto k = compiler::JitKernels::compile(plan, opts);
-    if (!k) {
-      state.SkipWithError(k.status().message().c_str());
+    kernels = bench::compileUncached(state, plan);
+    if (!kernels)
+      return;
+    if (compiled >= 0 &&
+        compiler::compiledStages(plan).size() != size_t(compiled)) {
+      state.SkipWithError("not every stage was compiled");
       return;
     }
-    kernels = k.take();
     state.counters["compile_ms"] = kernels->stats().totalMs;
   }
   std::vector<runtime::ElementFn> fns;
   for (const runtime::PlanStage &s : plan.stages) {
-    std::optional<Expected<runtime::ElementFn>> bound;
-    if (kernels)
-      bound = kernels->binder()(s);
-    Expected<runtime::ElementFn> fn =
-        bound ? std::move(*bound) : runtime::bindElementOp(s, plan);
-    if (!fn) {
-      state.SkipWithError(fn.status().message().c_str());
+    std::optional<runtime::ElementFn> fn =
+        bench::bindStage(state, kernels.get(), s, plan);
+    if (!fn)
       return;
-    }
-    fns.push_back(fn.take());
+    fns.push_back(std::move(*fn));
   }
-  Record input = criteoBatch();
   runtime::ElementContext ctx;
   for (auto _ : state) {
     Record r = input;
     for (const runtime::ElementFn &f : fns)
       benchmark::DoNotOptimize(f(r, ctx));
-    benchmark::DoNotOptimize(r.fields[1].raw());
+    for (const Tensor &t : r.fields)
+      benchmark::DoNotOptimize(t.raw());
   }
-  state.SetItemsProcessed(state.iterations() * kRows);
+  state.SetItemsProcessed(state.iterations() * items);
+}
+
+void runChain(benchmark::State &state, bool jit, int only = -1,
+              bool fused = false) {
+  runtime::Plan plan = fused ? fusedPlan() : criteoPlan();
+  if (only >= 0)
+    plan.stages = {plan.stages[size_t(only)]};
+  timeStages(state, plan, jit, criteoBatch(), kRows);
 }
 
 void BM_CriteoChainRuntime(benchmark::State &s) { runChain(s, false); }
@@ -162,28 +167,11 @@ void runF16Map(benchmark::State &state, bool jit) {
   plan.name = "f16_map";
   plan.stages = {stage("map", "map", "h", t,
                        {{"expr", Value::string(kF16Exprs[state.range(0)])}})};
-  Expected<runtime::ElementFn> fn = runtime::bindElementOp(plan.stages[0], plan);
   std::unique_ptr<compiler::JitKernels> kernels;
-  if (jit) {
-    compiler::CodegenOptions opts;
-    opts.useCache = false;
-    auto k = compiler::JitKernels::compile(plan, opts);
-    if (!k) {
-      state.SkipWithError(k.status().message().c_str());
-      return;
-    }
-    kernels = k.take();
-    auto bound = kernels->binder()(plan.stages[0]);
-    if (!bound) {
-      state.SkipWithError("the f16 map was not compiled");
-      return;
-    }
-    fn = std::move(*bound);
-  }
-  if (!fn) {
-    state.SkipWithError(fn.status().message().c_str());
+  std::optional<runtime::ElementFn> fn =
+      bench::bindFirst(state, plan, jit, "the f16 map was not compiled", kernels);
+  if (!fn)
     return;
-  }
   std::mt19937 rng(11);
   Record input;
   input.fields = {Tensor::empty(ElemType::F16, {kRows, 13})};
@@ -225,24 +213,10 @@ void runNormalize(benchmark::State &state, bool jit) {
   plan.name = "normalize";
   plan.stages = {s};
   std::unique_ptr<compiler::JitKernels> kernels;
-  std::optional<Expected<runtime::ElementFn>> bound;
-  if (jit) {
-    compiler::CodegenOptions opts;
-    opts.useCache = false;
-    auto k = compiler::JitKernels::compile(plan, opts);
-    if (!k || (*k)->stats().kernels != 1) {
-      state.SkipWithError("normalize was not compiled");
-      return;
-    }
-    kernels = k.take();
-    bound = kernels->binder()(plan.stages[0]);
-  }
-  Expected<runtime::ElementFn> fn =
-      bound ? std::move(*bound) : runtime::bindElementOp(plan.stages[0], plan);
-  if (!fn) {
-    state.SkipWithError(fn.status().message().c_str());
+  std::optional<runtime::ElementFn> fn =
+      bench::bindFirst(state, plan, jit, "normalize was not compiled", kernels);
+  if (!fn)
     return;
-  }
   Record input;
   input.fields = {Tensor::empty(ElemType::U8, {h, w, c})};
   std::mt19937 rng(3);
@@ -263,22 +237,102 @@ BENCHMARK(BM_NormalizeRuntime)->Arg(3)->Arg(5)->Arg(8)->Arg(64)
 BENCHMARK(BM_NormalizeJit)->Arg(3)->Arg(5)->Arg(8)->Arg(64)
     ->Unit(benchmark::kMicrosecond);
 
+/// A normalize inside a value-wise run, as sluice-fuse-maps fuses it, vs the
+/// same steps as separate stages (sluice-fuse-maps off), all with generated
+/// kernels (and, for reference, the unfused runtime kernels without the
+/// JIT). Argument 0: a tabular batch after sluice-fuse-map-batch, f32
+/// [4096, 13], `map: log(max(x, 0) + 1)` then normalize with 13 per-column
+/// means and stds; 1: a u8 [224, 224, 3] image, `cast: f32` then normalize
+/// with ImageNet's constants; 2: as 0 with the cheap `map: x * 0.5 + 1`. Fused, each value is read once and written
+/// once; unfused, the map's (cast's) f32 result makes a round trip through
+/// memory and a second kernel call.
+runtime::Plan mapNormalizePlan(int which, bool fused) {
+  bool image = which == 1;
+  std::vector<int64_t> shape =
+      image ? std::vector<int64_t>{224, 224, 3} : std::vector<int64_t>{kRows, 13};
+  RecordType in({{"x", FieldType(image ? ElemType::U8 : ElemType::F32, shape)}});
+  RecordType f32({{"x", FieldType(ElemType::F32, shape)}});
+  std::vector<Value> mean, sd;
+  for (int64_t c = 0; c < shape.back(); ++c) {
+    mean.push_back(Value::real(image ? 123.675 - 7.4 * double(c)
+                                     : 0.5 + 0.25 * double(c)));
+    sd.push_back(Value::real(image ? 58.395 - 0.6 * double(c)
+                                   : 1.5 + 0.125 * double(c)));
+  }
+  runtime::PlanStage first =
+      image ? stage("cast", "cast", "x", in, {{"dtype", Value::string("f32")}})
+            : stage("map", "map", "x", in,
+                    {{"expr", Value::string(which == 0 ? "log(max(x, 0) + 1)"
+                                                       : "x * 0.5 + 1")}});
+  first.outputType = f32;
+  runtime::PlanStage norm = stage("normalize", "normalize", "x", f32,
+                                  {{"mean", Value::list(mean)},
+                                   {"std", Value::list(sd)}});
+  runtime::Plan plan;
+  plan.name = "map_normalize";
+  plan.stages = {first, norm};
+  if (fused) {
+    runtime::PlanStage f = first;
+    f.name = first.name + "+normalize";
+    f.op = "fused_map";
+    f.params = Value::map();
+    f.outputType = f32;
+    f.fused = plan.stages;
+    plan.stages = {f};
+  }
+  return plan;
+}
+
+Record mapNormalizeInput(int which) {
+  std::mt19937 rng(5);
+  Record r;
+  if (which == 1) {
+    r.fields = {Tensor::empty(ElemType::U8, {224, 224, 3})};
+    for (int64_t i = 0; i < r.fields[0].numElements(); ++i)
+      r.fields[0].mutableData<uint8_t>()[i] = uint8_t(rng());
+    return r;
+  }
+  r.fields = {Tensor::empty(ElemType::F32, {kRows, 13})};
+  float *d = r.fields[0].mutableData<float>();
+  for (int64_t i = 0; i < kRows * 13; ++i)
+    d[i] = rng() % 10 == 0 ? NAN : float(int64_t(rng() % 100000) - 100);
+  return r;
+}
+
+void runMapNormalize(benchmark::State &state, bool jit, bool fused) {
+  int which = int(state.range(0));
+  runtime::Plan plan = mapNormalizePlan(which, fused);
+  Record input = mapNormalizeInput(which);
+  timeStages(state, plan, jit, input, input.fields[0].numElements(),
+             jit ? int(plan.stages.size()) : -1);
+}
+void BM_MapNormalizeFusedJit(benchmark::State &s) {
+  runMapNormalize(s, true, true);
+}
+void BM_MapNormalizeUnfusedJit(benchmark::State &s) {
+  runMapNormalize(s, true, false);
+}
+void BM_MapNormalizeUnfusedRuntime(benchmark::State &s) {
+  runMapNormalize(s, false, false);
+}
+BENCHMARK(BM_MapNormalizeFusedJit)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MapNormalizeUnfusedJit)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MapNormalizeUnfusedRuntime)
+    ->DenseRange(0, 2)
+    ->Unit(benchmark::kMicrosecond);
+
 /// The generated kernels alone on preallocated buffers (no allocation, no
 /// record handling): what the chain costs when outputs are written in place.
 void BM_CriteoKernelsOnly(benchmark::State &state) {
   runtime::Plan plan = fusedPlan();
-  compiler::CodegenOptions opts;
-  opts.useCache = false;
-  auto k = compiler::JitKernels::compile(plan, opts);
-  if (!k) {
-    state.SkipWithError(k.status().message().c_str());
+  std::unique_ptr<compiler::JitKernels> k = bench::compileUncached(state, plan);
+  if (!k)
     return;
-  }
   Record in = criteoBatch();
   Tensor dense = Tensor::empty(ElemType::F32, {kRows, 13});
   Tensor cat = Tensor::empty(ElemType::I64, {kRows, 26});
   using Fn = void (*)(const void *, void *, int64_t);
-  const SluiceKernelInfo *t = (*k)->table();
+  const SluiceKernelInfo *t = k->table();
   for (auto _ : state) {
     reinterpret_cast<Fn>(t[0].fn)(in.fields[1].raw(), dense.mutableRaw(),
                                   kRows * 13);

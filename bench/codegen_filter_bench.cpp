@@ -15,9 +15,9 @@
 // as columns in one call (record runs). Setup checks both keep the same records.
 //
 //===----------------------------------------------------------------------===//
-#include "sluice/compiler/Codegen.h"
+#include "BenchJit.h"
+
 #include "sluice/ops/kernels/Scalar.h"
-#include "sluice/runtime/ElementOps.h"
 
 #include <benchmark/benchmark.h>
 
@@ -84,36 +84,19 @@ void runFilter(benchmark::State &state, bool jit) {
   const char *where = kConditions[state.range(0)];
   runtime::Plan plan = filterPlan(where);
   std::unique_ptr<compiler::JitKernels> kernels;
-  runtime::ElementFn fn;
-  Expected<runtime::ElementFn> reference =
-      runtime::bindElementOp(plan.stages[0], plan);
-  if (!reference) {
-    state.SkipWithError(reference.status().message().c_str());
+  std::optional<runtime::ElementFn> reference =
+      bench::bindStage(state, nullptr, plan.stages[0], plan);
+  std::optional<runtime::ElementFn> fn =
+      reference ? bench::bindFirst(state, plan, jit,
+                                   "the filter was not compiled", kernels)
+                : std::nullopt;
+  if (!fn)
     return;
-  }
-  if (jit) {
-    compiler::CodegenOptions opts;
-    opts.useCache = false;
-    auto k = compiler::JitKernels::compile(plan, opts);
-    if (!k) {
-      state.SkipWithError(k.status().message().c_str());
-      return;
-    }
-    kernels = k.take();
-    auto bound = kernels->binder()(plan.stages[0]);
-    if (!bound || !*bound) {
-      state.SkipWithError("the filter was not compiled");
-      return;
-    }
-    fn = bound->take();
-  } else {
-    fn = *reference;
-  }
   std::vector<Record> recs = records();
   runtime::ElementContext ctx;
   int kept = 0;
   for (Record &r : recs) {
-    Expected<bool> a = fn(r, ctx), b = (*reference)(r, ctx);
+    Expected<bool> a = (*fn)(r, ctx), b = (*reference)(r, ctx);
     if (!a || !b || *a != *b) {
       state.SkipWithError("the kernel and the interpreter disagree");
       return;
@@ -122,7 +105,7 @@ void runFilter(benchmark::State &state, bool jit) {
   }
   for (auto _ : state)
     for (Record &r : recs)
-      benchmark::DoNotOptimize(fn(r, ctx));
+      benchmark::DoNotOptimize((*fn)(r, ctx));
   state.SetItemsProcessed(state.iterations() * kRecords);
   state.counters["kept"] = kept;
 }
@@ -147,20 +130,14 @@ void runRowsFilter(benchmark::State &state, bool jit) {
   std::unique_ptr<compiler::JitKernels> kernels;
   runtime::RowsFilterFn fn = **reference;
   if (jit) {
-    compiler::CodegenOptions opts;
-    opts.useCache = false;
-    auto k = compiler::JitKernels::compile(plan, opts);
-    if (!k) {
-      state.SkipWithError(k.status().message().c_str());
+    if (!(kernels = bench::compileUncached(state, plan)))
       return;
-    }
-    kernels = k.take();
-    auto bound = kernels->rowsBinder()(plan.stages[0]);
-    if (!bound || !*bound) {
-      state.SkipWithError("the column test was not compiled");
+    std::optional<runtime::RowsFilterFn> bound =
+        bench::takeBound(state, kernels->rowsBinder()(plan.stages[0]),
+                         "the column test was not compiled");
+    if (!bound)
       return;
-    }
-    fn = bound->take();
+    fn = std::move(*bound);
   }
   std::vector<Record> recs = records();
   std::vector<Tensor> columns;

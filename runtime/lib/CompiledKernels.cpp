@@ -35,6 +35,8 @@ struct ValuesCall {
   size_t in = 0, out = 0;
   ElemType inElem = ElemType::F32, outElem = ElemType::F32;
   std::string field;
+  /// "channels C": the field's last dim must be C (> 1), else 1.
+  int64_t channels = 1;
 };
 
 Status kernelError(const PlanStage &s, const std::string &what) {
@@ -53,6 +55,14 @@ Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
       kind != "values" || arrow != "->")
     return kernelError(s, std::string("unknown kernel signature '") +
                               (k.signature ? k.signature : "") + "'");
+  int64_t channels = 1;
+  std::string word;
+  if (in >> word) { // "channels C" and nothing after it
+    std::string rest;
+    if (word != "channels" || !(in >> channels) || channels < 2 || (in >> rest))
+      return kernelError(s, std::string("unknown kernel signature '") +
+                                k.signature + "'");
+  }
   std::optional<ElemType> inElem = parseElemType(inName);
   std::optional<ElemType> outElem = parseElemType(outName);
   if (!inElem || !outElem || !isNumeric(*inElem) || !isNumeric(*outElem))
@@ -75,6 +85,7 @@ Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
   c.inElem = *inElem;
   c.outElem = *outElem;
   c.field = field;
+  c.channels = channels;
   if (c.out == width)
     ++width;
   return c;
@@ -324,9 +335,32 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
           s, "its kernels produce " + std::to_string(width) +
                  " fields, the step's output type has " +
                  std::to_string(s.outputType.size())));
-    ElementFn fn = [calls, name = s.name](Record &rec,
-                                          const ElementContext &)
-        -> Expected<bool> {
+    // A chain with a per-channel normalize has its channel count compiled
+    // in: a record whose field has another last dim takes the unfused
+    // steps, which report the mismatch as they always did.
+    bool perChannel = false;
+    for (const ValuesCall &c : *calls)
+      perChannel |= c.channels > 1;
+    ElementFn reference;
+    if (perChannel) {
+      static const Plan kNoPlan;
+      Expected<ElementFn> ref = s.op == "fused_map" ? bindFused(s, kNoPlan)
+                                                    : bindElementOp(s, kNoPlan);
+      if (!ref)
+        return Expected<ElementFn>(ref.status());
+      reference = ref.take();
+    }
+    ElementFn fn = [calls, reference, name = s.name](
+                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
+      if (reference)
+        for (const ValuesCall &c : *calls) {
+          if (c.channels < 2)
+            continue;
+          const Tensor *t = c.in < rec.fields.size() ? &rec.fields[c.in] : nullptr;
+          if (!t || !t->valid() || t->rank() == 0 ||
+              t->dim(t->rank() - 1) != c.channels)
+            return reference(rec, ctx);
+        }
       for (const ValuesCall &c : *calls) {
         if (c.in >= rec.fields.size() || c.out > rec.fields.size())
           return Status::error("internal error: record has " +

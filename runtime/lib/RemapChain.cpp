@@ -23,7 +23,8 @@ bool isRemapOp(const std::string &op) {
 
 bool isRemapValueOp(const std::string &op) {
   return op == "cast" || op == "normalize" || op == "clamp" ||
-         op == "fill_missing" || op == "map";
+         op == "fill_missing" || op == "map" || op == "hash_bucket" ||
+         op == "bucketize";
 }
 
 namespace {

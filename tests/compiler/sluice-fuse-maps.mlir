@@ -74,3 +74,41 @@ sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) sched
   %3 = sluice.element "clamp"(%2) {field = "x", max = 1.0} : !s -> !s
   sluice.output %3 : !s
 }
+
+// -----
+
+!row = !sluice.stream<!sluice.record<{pix: tensor<4x3xui8>, dense: tensor<13xf32>}>>
+!rowf = !sluice.stream<!sluice.record<{pix: tensor<4x3xf32>, dense: tensor<13xf32>}>>
+
+// normalize is value-wise too (its channel is the position's last index,
+// which the generated loop knows): per record it joins `cast` before it and
+// `clamp` after it, per batch `map` before it and `cast` after it. A
+// normalize with its own `as` ends a run as any such step does.
+// CHECK-LABEL: sluice.pipeline @normalize
+// CHECK:         sluice.element "cast"({{.*}}) {{{.*}}} {sluice.fused = "cast+normalize+clamp"}
+// CHECK-NEXT:    sluice.element "normalize"({{.*}}) {{{.*}}} {sluice.fused = "cast+normalize+clamp"}
+// CHECK-NEXT:    sluice.element "clamp"({{.*}}) {{{.*}}} {sluice.fused = "cast+normalize+clamp"}
+// CHECK-NEXT:    sluice.element "normalize"
+// CHECK-NOT:     sluice.fused
+// CHECK-NEXT:    sluice.batch
+// CHECK-NEXT:    sluice.map {{.*}}sluice.fused = "map+normalize.3+cast.2"
+// CHECK-NEXT:    sluice.element "normalize"({{.*}}) {{{.*}}sluice.fused = "map+normalize.3+cast.2"}
+// CHECK-NEXT:    sluice.element "cast"({{.*}}) {{{.*}}sluice.fused = "map+normalize.3+cast.2"}
+// CHECK-NEXT:    sluice.output
+!rowp = !sluice.stream<!sluice.record<{pix: tensor<4x3xf32>, dense: tensor<13xf32>, p2: tensor<4x3xf32>}>>
+!batp = !sluice.stream<!sluice.record<{pix: tensor<?x4x3xf32>, dense: tensor<?x13xf32>, p2: tensor<?x4x3xf32>}>>
+!batp16 = !sluice.stream<!sluice.record<{pix: tensor<?x4x3xf32>, dense: tensor<?x13xf16>, p2: tensor<?x4x3xf32>}>>
+sluice.pipeline @normalize seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  %0 = sluice.source "npy" {files = "*.npy"} : !row
+  // expected-remark@+1 {{fused 3 steps into 'cast+normalize+clamp'}}
+  %1 = sluice.element "cast"(%0) {field = "pix", dtype = "f32"} : !row -> !rowf
+  %2 = sluice.element "normalize"(%1) {field = "pix", mean = [1.0, 2.0, 3.0], std = [4.0, 5.0, 6.0]} : !rowf -> !rowf
+  %3 = sluice.element "clamp"(%2) {field = "pix", min = -1.0, max = 1.0} : !rowf -> !rowf
+  %4 = sluice.element "normalize"(%3) {field = "pix", as = "p2", mean = [0.5], std = [2.0]} {name = "normalize.2"} : !rowf -> !rowp
+  %5 = sluice.batch %4 {size = 32} : !rowp -> !batp
+  // expected-remark@+1 {{fused 3 steps into 'map+normalize.3+cast.2'}}
+  %6 = sluice.map %5 {field = "dense", expr = "log(max(x, 0) + 1)"} : !batp -> !batp
+  %7 = sluice.element "normalize"(%6) {field = "dense", mean = [0.5], std = [0.25]} {name = "normalize.3"} : !batp -> !batp
+  %8 = sluice.element "cast"(%7) {field = "dense", dtype = "f16"} {name = "cast.2"} : !batp -> !batp16
+  sluice.output %8 : !batp16
+}

@@ -64,3 +64,33 @@ sluice.pipeline @runs seed(0) epochs(1) budget(cores = 0, memory = 0) {
   %5 = sluice.element "pad"(%4) {field = "image", padding = [0]} : !two -> !two
   sluice.output %5 : !two
 }
+
+// -----
+
+!img = !sluice.stream<!sluice.record<{image: tensor<8x6x3xui8>}>>
+!chw = !sluice.stream<!sluice.record<{image: tensor<3x8x6xui8>}>>
+!ids = !sluice.stream<!sluice.record<{image: tensor<3x8x6xi64>}>>
+!pad = !sluice.stream<!sluice.record<{image: tensor<10x8x3xui8>}>>
+!bkt = !sluice.stream<!sluice.record<{image: tensor<10x8x3xi32>}>>
+
+// hash_bucket and bucketize are value-wise too: they join a remap run.
+// CHECK-LABEL: sluice.pipeline @buckets
+// CHECK:         sluice.element "transpose"({{.*}}) {{{.*}}} {sluice.fused = "transpose+hash_bucket"}
+// CHECK-NEXT:    sluice.element "hash_bucket"({{.*}}) {{{.*}}} {sluice.fused = "transpose+hash_bucket"}
+// CHECK-LABEL: sluice.pipeline @buckets2
+// CHECK:         sluice.element "pad"({{.*}}) {{{.*}}} {sluice.fused = "pad+bucketize"}
+// CHECK-NEXT:    sluice.element "bucketize"({{.*}}) {{{.*}}} {sluice.fused = "pad+bucketize"}
+sluice.pipeline @buckets seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  %0 = sluice.source "npy" {files = "*.npy"} : !img
+  // expected-remark@+1 {{fused 2 steps into 'transpose+hash_bucket'}}
+  %1 = sluice.element "transpose"(%0) {field = "image", to = "CHW"} : !img -> !chw
+  %2 = sluice.element "hash_bucket"(%1) {field = "image", buckets = 5} : !chw -> !ids
+  sluice.output %2 : !ids
+}
+sluice.pipeline @buckets2 seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  %0 = sluice.source "npy" {files = "*.npy"} : !img
+  // expected-remark@+1 {{fused 2 steps into 'pad+bucketize'}}
+  %1 = sluice.element "pad"(%0) {field = "image", padding = [1]} : !img -> !pad
+  %2 = sluice.element "bucketize"(%1) {field = "image", boundaries = [10.0, 100.0]} : !pad -> !bkt
+  sluice.output %2 : !bkt
+}

@@ -1,15 +1,16 @@
 #!/usr/bin/python3
-"""NaN payloads survive sluice-fuse-map-batch and the JIT: on and off give
-the same bytes.
+"""NaN payloads survive sluice-fuse-map-batch, sluice-fuse-maps and the JIT:
+on and off give the same bytes.
 
 Usage: nan_payloads.py WORKDIR
 
 Writes f16/f32/f64 .npy arrays full of NaNs with payloads (quiet and
 signaling, both signs) among ordinary values and infinities, runs every
 value-wise step that the pass moves after `batch` (fill_missing, map, clamp,
-cast, normalize, bucketize) with the pass on and off, and with the generated
-kernels off (`--no-jit`: the interpreter and the runtime's kernels), and
-compares the npy outputs byte for byte. Also checks the documented payload rule on the
+cast, normalize, bucketize) and runs of them that sluice-fuse-maps fuses
+(normalize before and after map, cast, clamp, fill_missing) with each pass
+on and off, and with the generated kernels off (`--no-jit`: the interpreter
+and the runtime's kernels), and compares the npy outputs byte for byte. Also checks the documented payload rule on the
 unfused output: `map: x` returns each NaN with its payload (f16/f32 quieted
 when widened, f64 untouched).
 """
@@ -45,6 +46,20 @@ STEPS = [
     ("cast64", "cast: {field: x, dtype: f64}"),
     ("normalize", "normalize: {field: x, mean: [0.5, 1, 2], std: [3, 0.25, 1]}"),
     ("bucketize", "bucketize: {field: x, boundaries: [-1, 0, 1]}"),
+    # Runs sluice-fuse-maps fuses (per batch, and per record with
+    # sluice-fuse-map-batch off).
+    ("map_norm", "map: {field: x, expr: \"x * 2 + 1\"}\n"
+                 "  - normalize: {field: x, mean: [0.5, 1, 2], std: [3, 0.25, 1]}"),
+    ("cast_norm_clamp", "cast: {field: x, dtype: f32}\n"
+                        "  - normalize: {field: x, mean: [0.5, 1, 2], std: [3, 0.25, 1]}\n"
+                        "  - clamp: {field: x, min: -1, max: 2}"),
+    ("norm_cast16", "normalize: {field: x, mean: [-1], std: [0.75]}\n"
+                    "  - cast: {field: x, dtype: f16}"),
+    ("norm_cast64", "normalize: {field: x, mean: [0.5, 1, 2], std: [3, 0.25, 1]}\n"
+                    "  - cast: {field: x, dtype: f64}"),
+    ("fill_norm_map", "fill_missing: {field: x, value: 1.5}\n"
+                      "  - normalize: {field: x, mean: [0.5, 1, 2], std: [3, 0.25, 1]}\n"
+                      "  - map: {field: x, expr: \"log(max(x, 0) + 1) - x\"}"),
 ]
 
 
@@ -72,7 +87,8 @@ def main():
                         "steps:\n  - %s\n  - batch: {size: 96}\n" % (dt, dt, step))
             outs = []
             for mode, extra in (("on", []), ("off", ["--disable-pass", "sluice-fuse-map-batch"]),
-                                ("nojit", ["--no-jit"])):
+                                ("nojit", ["--no-jit"]),
+                                ("unfused", ["--disable-pass", "sluice-fuse-maps"])):
                 out = os.path.join(work, "%s_%s_%s" % (dt, name, mode))
                 p = subprocess.run([SLUICE, "run", spec, "--quiet", "--sink", "npy:" + out] + extra,
                                    capture_output=True, text=True)
@@ -93,11 +109,15 @@ def main():
                 a = open(os.path.join(outs[0], fn), "rb").read()
                 b = open(os.path.join(outs[1], fn), "rb").read()
                 c = open(os.path.join(outs[2], fn), "rb").read()
+                d = open(os.path.join(outs[3], fn), "rb").read()
                 if a != b:
                     print("FAIL %s %s: %s differs with fuse-map-batch on vs off" % (dt, name, fn))
                     failures += 1
                 if a != c:
                     print("FAIL %s %s: %s differs with the JIT on vs off" % (dt, name, fn))
+                    failures += 1
+                if a != d:
+                    print("FAIL %s %s: %s differs with fuse-maps on vs off" % (dt, name, fn))
                     failures += 1
             if name == "map_id":
                 got = np.concatenate([np.load(os.path.join(outs[1], f))
@@ -112,8 +132,8 @@ def main():
                     failures += 1
     if failures:
         sys.exit("%d NaN payload checks failed" % failures)
-    print("ok: %d specs byte-identical with sluice-fuse-map-batch on and off "
-          "and with the JIT on and off" % runs)
+    print("ok: %d specs byte-identical with sluice-fuse-map-batch on and off, "
+          "with sluice-fuse-maps on and off and with the JIT on and off" % runs)
 
 
 if __name__ == "__main__":

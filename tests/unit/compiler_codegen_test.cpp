@@ -150,6 +150,49 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
   return t;
 }
 
+/// randomTensor() of `rows` x `channels` values, shaped [rows, channels].
+Tensor randomMatrix(ElemType elem, int64_t rows, int64_t channels,
+                    uint32_t seed) {
+  Tensor flat = randomTensor(elem, rows * channels, seed);
+  Tensor t = Tensor::empty(elem, {rows, channels});
+  std::memcpy(t.mutableRaw(), flat.raw(), flat.nbytes());
+  return t;
+}
+
+/// Runs `kernel` and `reference` on records holding `input`: both succeed
+/// with the same type and bytes (the result, returned), or both fail with
+/// the same message (an invalid tensor returned).
+Tensor expectSameResult(const runtime::ElementFn &kernel,
+                        const runtime::ElementFn &reference,
+                        const Tensor &input) {
+  Record a, b;
+  a.fields = {input};
+  b.fields = {input};
+  runtime::ElementContext ctx;
+  Expected<bool> ra = kernel(a, ctx);
+  Expected<bool> rb = reference(b, ctx);
+  EXPECT_EQ(bool(ra), bool(rb))
+      << (ra ? rb.status().message() : ra.status().message());
+  if (!ra || !rb) {
+    EXPECT_EQ(ra ? "" : ra.status().message(),
+              rb ? "" : rb.status().message());
+    return Tensor();
+  }
+  const Tensor &x = a.fields[0], &y = b.fields[0];
+  EXPECT_EQ(x.type().str(), y.type().str());
+  if (x.type().str() == y.type().str())
+    EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << "bytes differ";
+  return x;
+}
+
+/// A list parameter of doubles.
+Value list(const std::vector<double> &v) {
+  std::vector<Value> items;
+  for (double d : v)
+    items.push_back(Value::real(d));
+  return Value::list(std::move(items));
+}
+
 struct StepCase {
   std::string op;
   std::vector<std::pair<std::string, Value>> params;
@@ -193,6 +236,8 @@ ElemType outElem(const StepCase &c) {
     return ElemType::I64;
   if (c.op == "bucketize")
     return ElemType::I32;
+  if (c.op == "normalize")
+    return ElemType::F32;
   if (c.op == "cast")
     for (const auto &[k, v] : c.params)
       if (k == "dtype")
@@ -204,9 +249,8 @@ ElemType outElem(const StepCase &c) {
   return c.in;
 }
 
-runtime::Plan planFor(const StepCase &c, int64_t n) {
-  runtime::Plan plan;
-  plan.name = "codegen_test";
+/// The step `c` on field x of shape `shape`, named after its op.
+runtime::PlanStage stepStage(const StepCase &c, std::vector<int64_t> shape) {
   runtime::PlanStage s;
   s.name = c.op;
   s.op = c.op;
@@ -215,9 +259,15 @@ runtime::Plan planFor(const StepCase &c, int64_t n) {
   s.params.set("field", Value::string("x"));
   for (const auto &[k, v] : c.params)
     s.params.set(k, v);
-  s.inputType = RecordType({{"x", FieldType(c.in, {n})}});
-  s.outputType = RecordType({{"x", FieldType(outElem(c), {n})}});
-  plan.stages.push_back(s);
+  s.inputType = RecordType({{"x", FieldType(c.in, shape)}});
+  s.outputType = RecordType({{"x", FieldType(outElem(c), shape)}});
+  return s;
+}
+
+runtime::Plan planFor(const StepCase &c, int64_t n) {
+  runtime::Plan plan;
+  plan.name = "codegen_test";
+  plan.stages.push_back(stepStage(c, {n}));
   return plan;
 }
 
@@ -343,12 +393,6 @@ std::vector<StepCase> stepCases() {
         cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
     // Boundaries between, at and beyond the values; non-integral ones and
     // doubles past int64's range test the exact int64 comparison.
-    auto list = [](std::vector<double> v) {
-      std::vector<Value> items;
-      for (double d : v)
-        items.push_back(Value::real(d));
-      return Value::list(std::move(items));
-    };
     cases.push_back({"bucketize", {{"boundaries", list({-2.5, 0, 0, 3, 7.25})}},
                      e, "[-2.5, 0, 0, 3, 7.25]"});
     cases.push_back({"bucketize",
@@ -444,24 +488,11 @@ TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
               runtime::bindElementOp(plan.stages[0], plan);
           ASSERT_TRUE(bool(reference)) << reference.status().message();
           for (uint32_t seed : {7u, 8u}) {
-            Tensor flat = randomTensor(elem, rows * channels, seed);
-            Tensor input = Tensor::empty(elem, {rows, channels});
-            std::memcpy(input.mutableRaw(), flat.raw(), flat.nbytes());
-            Record a, b;
-            a.fields = {input};
-            b.fields = {input};
-            runtime::ElementContext ctx;
-            Expected<bool> ra = (**bound)(a, ctx);
-            Expected<bool> rb = (*reference)(b, ctx);
-            ASSERT_TRUE(bool(ra)) << ra.status().message();
-            ASSERT_TRUE(bool(rb)) << rb.status().message();
-            const Tensor &x = a.fields[0], &y = b.fields[0];
-            ASSERT_EQ(x.type().str(), y.type().str());
-            ASSERT_EQ(x.type().str(),
-                      "f32[" + std::to_string(rows) + "," +
-                          std::to_string(channels) + "]");
-            EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0)
-                << "bytes differ";
+            Tensor x = expectSameResult(
+                **bound, *reference, randomMatrix(elem, rows, channels, seed));
+            ASSERT_TRUE(x.valid());
+            EXPECT_EQ(x.type().str(), "f32[" + std::to_string(rows) + "," +
+                                          std::to_string(channels) + "]");
           }
         }
       }
@@ -542,6 +573,158 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
       }
     }
   }
+}
+
+/// One step of a hand-built fused chain on field x: op, params, and the
+/// element type it writes (normalize: f32; map: the expression's type).
+struct ChainStep {
+  std::string op;
+  std::vector<std::pair<std::string, Value>> params;
+};
+
+/// A `fused_map` stage of `steps` on field x of type `in` with shape
+/// [rows, channels] (`channels` kDynamic: not known to the type), as
+/// PlanGen builds it from a sluice-fuse-maps run.
+runtime::PlanStage fusedChain(const std::vector<ChainStep> &steps, ElemType in,
+                              int64_t channels) {
+  runtime::PlanStage fused;
+  fused.op = "fused_map";
+  fused.kind = OpKind::Element;
+  fused.params = Value::map();
+  std::vector<Value> names;
+  ElemType elem = in;
+  std::vector<int64_t> shape = {kDynamic, channels};
+  fused.inputType = RecordType({{"x", FieldType(in, shape)}});
+  for (size_t i = 0; i < steps.size(); ++i) {
+    runtime::PlanStage st =
+        stepStage({steps[i].op, steps[i].params, elem, ""}, shape);
+    st.name += "." + std::to_string(i);
+    elem = st.outputType.fields()[0].type.elem;
+    fused.name += (i ? "+" : "") + st.name;
+    names.push_back(Value::string(st.name));
+    fused.fused.push_back(st);
+  }
+  fused.params.set("steps", Value::list(names));
+  fused.outputType = RecordType({{"x", FieldType(elem, shape)}});
+  return fused;
+}
+
+/// A normalize inside a sluice-fuse-maps run (per record or per batch: the
+/// kernel sees [rows, C] either way) is compiled into the run's value loop
+/// with its channel from the element's position, and gives the bytes of the
+/// unfused runtime steps: before and after map, cast, clamp, fill_missing
+/// and another normalize; u8, i64, f16, f32 and f64 inputs with NaN
+/// payloads, +-inf, -0 and denormals; f16, f32 and f64 outputs; 1, 3, 5,
+/// 13 and 64 channels, known to the type or not, one pair or per channel.
+/// A record whose last dim is not the lists' length takes the unfused
+/// steps and fails with their error.
+TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
+  int cases = 0;
+  for (int64_t channels : {1, 3, 5, 13, 64}) {
+    std::vector<double> mean, sd, mean2, sd2;
+    for (int64_t c = 0; c < channels; ++c) {
+      mean.push_back(0.37 * double(c) - 11.5);
+      sd.push_back(0.25 + 1.3 * double(c));
+      mean2.push_back(1.0 / (1.0 + double(c)));
+      sd2.push_back(3.0 - 0.01 * double(c));
+    }
+    ChainStep norm{"normalize", {{"mean", list(mean)}, {"std", list(sd)}}};
+    ChainStep onePair{"normalize", {{"mean", list({2.5})}, {"std", list(sd)}}};
+    ChainStep norm2{"normalize", {{"mean", list(mean2)}, {"std", list(sd2)}}};
+    auto map = [](const char *e) {
+      return ChainStep{"map", {{"expr", Value::string(e)}}};
+    };
+    auto cast = [](const char *to) {
+      return ChainStep{"cast", {{"dtype", Value::string(to)}}};
+    };
+    ChainStep clamp{"clamp", {{"min", Value::real(-3)}, {"max", Value::real(3)}}};
+    ChainStep fill{"fill_missing", {{"value", Value::real(-1.5)}}};
+    const std::vector<std::vector<ChainStep>> chains = {
+        {map("x * 2 + 1"), norm},
+        {cast("f32"), norm},
+        {norm, clamp},
+        {norm, cast("f16")},
+        {norm, cast("f64")},
+        {fill, norm, map("x * 0.5 - 1")},
+        {onePair, map("log(max(x, 0) + 1)")},
+        {norm, norm2},
+        {norm, map("x > 0 ? x : -x"), cast("u8")},
+    };
+    for (ElemType in : {ElemType::U8, ElemType::I64, ElemType::F16,
+                        ElemType::F32, ElemType::F64}) {
+      // Every chain as a stage of one plan (one compile); the channel dim
+      // is known to the types of every other chain.
+      runtime::Plan plan;
+      plan.name = "fused_normalize";
+      for (size_t ci = 0; ci < chains.size(); ++ci) {
+        const std::vector<ChainStep> &chain = chains[ci];
+        if (chain[0].op == "fill_missing" && in != ElemType::F32 &&
+            in != ElemType::F64)
+          continue;
+        if (chain[0].op == "map") { // an integer map needs its own literal
+          StepCase sc{"map", chain[0].params, in, ""};
+          if (!compileCase(sc))
+            continue;
+        }
+        runtime::PlanStage stage =
+            fusedChain(chain, in, ci % 2 ? channels : kDynamic);
+        stage.name = std::to_string(ci) + ":" + stage.name;
+        plan.stages.push_back(stage);
+      }
+      std::vector<std::string> names;
+      for (const runtime::PlanStage &st : plan.stages)
+        names.push_back(st.name);
+      EXPECT_EQ(compiler::compiledStages(plan), names);
+      compiler::CodegenOptions opts;
+      opts.useCache = false;
+      auto jit = compiler::JitKernels::compile(plan, opts);
+      ASSERT_TRUE(bool(jit)) << jit.status().message();
+      ASSERT_EQ(runtime::kernelTableSize((*jit)->table()), names.size());
+      for (size_t si = 0; si < plan.stages.size(); ++si) {
+        const runtime::PlanStage &stage = plan.stages[si];
+        bool known = stage.inputType.fields()[0].type.shape[1] != kDynamic;
+        SCOPED_TRACE(stage.name + " on " + std::string(elemTypeName(in)) +
+                     ", " + std::to_string(channels) + " channels" +
+                     (known ? "" : " (unknown to the type)"));
+        const SluiceKernelInfo &entry = (*jit)->table()[si];
+        EXPECT_EQ(std::string(entry.signature).find("channels") !=
+                      std::string::npos,
+                  channels > 1)
+            << entry.signature;
+        auto bound = (*jit)->binder()(stage);
+        ASSERT_TRUE(bound.has_value());
+        ASSERT_TRUE(bool(*bound)) << bound->status().message();
+        Expected<runtime::ElementFn> reference =
+            runtime::bindElementOp(stage, plan);
+        ASSERT_TRUE(bool(reference)) << reference.status().message();
+        for (int64_t rows : {int64_t(37), int64_t(1), int64_t(0)}) {
+          SCOPED_TRACE(std::to_string(rows) + " rows");
+          EXPECT_TRUE(expectSameResult(**bound, *reference,
+                                       randomMatrix(in, rows, channels,
+                                                    uint32_t(rows + si)))
+                          .valid());
+        }
+        if (!known && channels > 1) // one channel too many: the steps' error
+          EXPECT_FALSE(expectSameResult(**bound, *reference,
+                                        randomMatrix(in, 4, channels + 1, 5))
+                           .valid());
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 150);
+}
+
+/// A normalize whose lists would fail every record (lengths that disagree)
+/// keeps its run with the runtime, which reports the error.
+TEST(Codegen, FusedNormalizeTheRuntimeRejectsIsLeftToIt) {
+  runtime::PlanStage stage = fusedChain(
+      {{"normalize", {{"mean", list({1, 2})}, {"std", list({1, 2, 3})}}},
+       {"clamp", {{"max", Value::real(1)}}}},
+      ElemType::F32, kDynamic);
+  runtime::Plan plan;
+  plan.stages = {stage};
+  EXPECT_EQ(compiler::compiledStages(plan), std::vector<std::string>{});
 }
 
 /// A table entry with a signature the runtime does not know is refused.
@@ -855,15 +1038,9 @@ TEST(Codegen, RecordRunsUseTheGeneratedFilterKernel) {
     for (const char *onError : {"skip", "fail"}) {
       SCOPED_TRACE(std::string(onError) + "\n" + steps);
       runtime::Plan plan = rttest::planFromYaml(
-          dir, std::string("pipeline: runs\nsource:\n  tsv:\n"
-                           "    files: d/day_*.tsv\n    on_error: ") +
-                   onError +
-                   "\n    columns:\n"
-                   "      - {name: label, type: i64}\n"
-                   "      - {name: dense, type: f32, count: 13}\n"
-                   "      - {name: cat, type: hex32, count: 26}\n"
-                   "steps:\n" +
-                   steps);
+          dir, "pipeline: runs\n" +
+                   sluice::testing::criteoTsvSource("d/day_*.tsv", onError) +
+                   "steps:\n" + steps);
       auto jit = compiler::JitKernels::compile(plan);
       ASSERT_TRUE(bool(jit)) << jit.status().message();
       auto calls = std::make_shared<std::atomic<int64_t>>(0);
@@ -951,15 +1128,9 @@ TEST_P(CodegenPipeline, CriteoIsByteIdenticalWithCodegenAndFusionOnAndOff) {
   dir.write("day_1.tsv", sluice::testing::criteoTsv(12, 333));
   std::string spec = dir.write(
       "spec.yaml",
-      "pipeline: criteo_codegen\n"
-      "source:\n"
-      "  tsv:\n"
-      "    files: " + dir.path() + "/day_*.tsv\n"
-      "    columns:\n"
-      "      - {name: label, type: i64}\n"
-      "      - {name: dense, type: f32, count: 13}\n"
-      "      - {name: cat, type: hex32, count: 26}\n"
-      "steps:\n"
+      "pipeline: criteo_codegen\n" +
+          sluice::testing::criteoTsvSource(dir.path() + "/day_*.tsv") +
+          "steps:\n"
       "  - filter: {where: \"label >= 0\"}\n"
       "  - fill_missing: {field: dense, value: 0}\n"
       "  - clamp: {field: dense, min: -5, max: 50000}\n"

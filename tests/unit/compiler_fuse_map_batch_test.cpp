@@ -26,16 +26,8 @@ const std::string kPass = "sluice-fuse-map-batch";
 
 
 std::string criteoSpec(const TempDir &dir, int batch, bool dropRemainder) {
-  return "pipeline: criteo_fuse\n"
-         "source:\n"
-         "  tsv:\n"
-         "    files: " +
-         dir.path() +
-         "/day_*.tsv\n"
-         "    columns:\n"
-         "      - {name: label, type: i64}\n"
-         "      - {name: dense, type: f32, count: 13}\n"
-         "      - {name: cat, type: hex32, count: 26}\n"
+  return "pipeline: criteo_fuse\n" +
+         sluice::testing::criteoTsvSource(dir.path() + "/day_*.tsv") +
          "steps:\n"
          "  - filter: {where: \"label >= 0\"}\n"
          "  - fill_missing: {field: dense, value: 0}\n"

@@ -222,6 +222,24 @@ TEST_F(RemapFusionTest, BoolChain) {
              "map+transpose+pad+map.2+cast+map.3");
 }
 
+TEST_F(RemapFusionTest, BucketizeAndHashBucketJoinTheChain) {
+  // Per record (the shuffle keeps the steps before the batch): the ids of
+  // a flipped, padded image, and the buckets of a transposed one.
+  expectSame(spec("3", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - random_flip: {field: image}\n"
+                       "  - pad: {field: image, padding: 2, value: 7}\n"
+                       "  - hash_bucket: {field: image, buckets: 13}\n"
+                       "  - shuffle: {buffer: 3}\n"),
+             "random_flip+pad+hash_bucket");
+  expectSame(spec("1", "  - resize: {field: image, size: [30, 28]}\n"
+                       "  - cast: {field: image, dtype: f32}\n"
+                       "  - transpose: {field: image, perm: [1, 0, 2]}\n"
+                       "  - bucketize: {field: image, boundaries: [10, 99.5, "
+                       "200]}\n"
+                       "  - shuffle: {buffer: 3}\n"),
+             "cast+transpose+bucketize");
+}
+
 TEST_F(RemapFusionTest, LoneNormalizePerChannel) {
   // A lone normalize compiles as a chain of one step (its constants depend
   // on the channel, the last index); here per record and, moved behind the

@@ -422,13 +422,7 @@ TEST(CsvParallelPipeline, SameOutputsSkipsAndErrors) {
   for (const char *onError : {"skip", "fail"}) {
     SCOPED_TRACE(onError);
     runtime::Plan plan = rttest::planFromYaml(
-        dir, std::string("pipeline: criteo\nsource:\n  tsv:\n"
-                         "    files: d/day_*.tsv\n    on_error: ") +
-                 onError +
-                 "\n    columns:\n"
-                 "      - {name: label, type: i64}\n"
-                 "      - {name: dense, type: f32, count: 13}\n"
-                 "      - {name: cat, type: hex32, count: 26}\n"
+        dir, "pipeline: criteo\n" + criteoTsvSource("d/day_*.tsv", onError) +
                  "steps:\n"
                  "  - filter: {where: \"label >= 1\"}\n"
                  "  - fill_missing: {field: dense, value: 0}\n"
@@ -466,13 +460,7 @@ TEST(CsvParallelPipeline, BulkPullSameAsPerRecord) {
   for (const char *onError : {"skip", "fail"}) {
     SCOPED_TRACE(onError);
     runtime::Plan plan = rttest::planFromYaml(
-        dir, std::string("pipeline: bulk\nsource:\n  tsv:\n"
-                         "    files: d/day_*.tsv\n    on_error: ") +
-                 onError +
-                 "\n    columns:\n"
-                 "      - {name: label, type: i64}\n"
-                 "      - {name: dense, type: f32, count: 13}\n"
-                 "      - {name: cat, type: hex32, count: 26}\n"
+        dir, "pipeline: bulk\n" + criteoTsvSource("d/day_*.tsv", onError) +
                  "steps:\n"
                  "  - filter: {where: \"label >= 1\"}\n"
                  "  - clamp: {field: dense, min: 0, max: 100}\n"
@@ -528,15 +516,8 @@ TEST(CsvParallelPipeline, RecordRunsSameAsRecords) {
     for (const char *onError : {"skip", "fail"}) {
       SCOPED_TRACE(std::string(onError) + "\n" + steps);
       runtime::Plan plan = rttest::planFromYaml(
-          dir, std::string("pipeline: runs\nsource:\n  tsv:\n"
-                           "    files: d/day_*.tsv\n    on_error: ") +
-                   onError +
-                   "\n    columns:\n"
-                   "      - {name: label, type: i64}\n"
-                   "      - {name: dense, type: f32, count: 13}\n"
-                   "      - {name: cat, type: hex32, count: 26}\n"
-                   "steps:\n" +
-                   steps);
+          dir, "pipeline: runs\n" + criteoTsvSource("d/day_*.tsv", onError) +
+                   "steps:\n" + steps);
       for (int threads : {1, 2}) {
         SCOPED_TRACE("threads " + std::to_string(threads));
         int64_t fromRuns = 0, fromRecords = 0;
@@ -565,12 +546,8 @@ TEST(CsvParallelPipeline, RecordRunsSameAsRecords) {
 TEST(CsvParallelPipeline, KeptRecordsDoNotPinTheirBlocks) {
   TempDir dir;
   dir.write("d/day_0.tsv", criteoText(3000));
-  const std::string head = "pipeline: pins\nseed: 1\nsource:\n  tsv:\n"
-                           "    files: d/day_0.tsv\n    on_error: skip\n"
-                           "    columns:\n"
-                           "      - {name: label, type: i64}\n"
-                           "      - {name: dense, type: f32, count: 13}\n"
-                           "      - {name: cat, type: hex32, count: 26}\n";
+  const std::string head = "pipeline: pins\nseed: 1\n" +
+                           criteoTsvSource("d/day_0.tsv", "skip");
   auto pinned = [&](const std::string &steps) {
     runtime::Plan plan = rttest::planFromYaml(dir, head + steps);
     runtime::RunOptions o;

@@ -68,6 +68,19 @@ private:
   std::string path_;
 };
 
+/// The `source:` of a spec over Criteo-style day files (tab-separated:
+/// label i64, 13 dense f32 cells into one field, 26 hex32 ids into one),
+/// `files` a glob; `onError` (skip/fail) when not empty.
+inline std::string criteoTsvSource(const std::string &files,
+                                   const std::string &onError = "") {
+  return "source:\n  tsv:\n    files: " + files + "\n" +
+         (onError.empty() ? "" : "    on_error: " + onError + "\n") +
+         "    columns:\n"
+         "      - {name: label, type: i64}\n"
+         "      - {name: dense, type: f32, count: 13}\n"
+         "      - {name: cat, type: hex32, count: 26}\n";
+}
+
 } // namespace sluice::testing
 
 #endif // SLUICE_TESTS_UNIT_TEST_UTIL_H

@@ -49,6 +49,12 @@ struct KernelSpec {
   std::string field, outField;
   ElemType inElem = ElemType::F32, outElem = ElemType::F32;
   std::vector<const runtime::PlanStage *> steps;
+  /// Value chains with a per-channel `normalize`: its channel count C (the
+  /// field's last dim), > 1. Element i is in channel i mod C, which the
+  /// kernel's loop derives from i; the runtime binding sends a record whose
+  /// last dim is not C to the unfused steps (which report the mismatch).
+  /// 1: no step depends on the position.
+  int64_t channels = 1;
   /// Set for a remap chain (sluice-fuse-remaps): the kernel is
   /// `void(const void *in, void *out, const int64_t *params)` over the
   /// chain's parameter block (runtime/RemapChain.h), `steps` unused.

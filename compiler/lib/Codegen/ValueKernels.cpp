@@ -1,7 +1,8 @@
 //===- ValueKernels.cpp - Value-wise steps as loops of arith/math ---------===//
 //
 // Lowers the value-wise steps of a Plan (fill_missing, clamp, cast,
-// hash_bucket, map) to one function per field chain:
+// hash_bucket, bucketize, map, and normalize inside a fused chain) to one
+// function per field chain:
 //
 //   stage "fill_missing+map" on field dense (f32)
 //                 │
@@ -14,6 +15,11 @@
 //       llvm.store %r, (gep %out[%i])
 //     }
 //   }
+//
+// A per-channel normalize in the chain needs each element's channel (its
+// last index): the loop then runs in periods of a multiple of the channel
+// count and reads the normalize's pair from period tables at the position
+// in the period (buildValuesKernel).
 //
 // The loop is scalar on purpose: every step is a pure function of one
 // element, so LLVM's loop vectorizer (O3, LowerToLLVM.cpp) widens it to the
@@ -561,11 +567,32 @@ std::optional<ElemType> fieldElem(const RecordType &type,
   return type.fields()[size_t(i)].type.elem;
 }
 
+/// normalize's channel count as a fused value loop needs it: 1 when one
+/// mean/std pair serves every channel, else the lists' length (the runtime
+/// kernel then requires the field's last dim to equal it, or reports an
+/// error). 0 when the runtime would reject every record (an empty list,
+/// lengths that disagree, a std that is not finite and positive): such a
+/// step is left to the runtime, which reports it.
+int64_t normalizeChannels(const runtime::PlanStage &s) {
+  std::vector<double> mean = s.params["mean"].asDoubleList();
+  std::vector<double> sd = s.params["std"].asDoubleList();
+  if (mean.empty() || sd.empty() ||
+      (mean.size() != sd.size() && mean.size() != 1 && sd.size() != 1))
+    return 0;
+  for (double v : sd)
+    if (!(v > 0) || !std::isfinite(v))
+      return 0;
+  return static_cast<int64_t>(std::max(mean.size(), sd.size()));
+}
+
 /// Whether the generator covers `s` as a single step, and its field IO.
+/// (A normalize is covered inside a fused chain, which knows the channel;
+/// a lone normalize stage is compiled as a chain of one, remapKernel.)
 bool coveredStep(const runtime::PlanStage &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
   static const char *const kOps[] = {"fill_missing", "clamp", "cast",
-                                     "hash_bucket", "bucketize", "map"};
+                                     "hash_bucket", "bucketize", "map",
+                                     "normalize"};
   if (s.kind != OpKind::Element ||
       std::find(std::begin(kOps), std::end(kOps), s.op) == std::end(kOps))
     return false;
@@ -591,6 +618,9 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
       (!(isIntElem(in) || in == ElemType::Bool) ||
        !s.params["buckets"].isNumber() ||
        s.params["buckets"].asInt() < 1))
+    return false;
+  if (s.op == "normalize" &&
+      (normalizeChannels(s) == 0 || outElem != ElemType::F32))
     return false;
   if (s.op == "bucketize") {
     std::vector<double> bounds;
@@ -697,13 +727,16 @@ std::string KernelSpec::signature() const {
     return "remap " + field + " " + std::string(elemTypeName(inElem)) +
            " -> " + outField + " " + std::string(elemTypeName(outElem));
   return "values " + field + " " + std::string(elemTypeName(inElem)) +
-         " -> " + outField + " " + std::string(elemTypeName(outElem));
+         " -> " + outField + " " + std::string(elemTypeName(outElem)) +
+         (channels > 1 ? " channels " + std::to_string(channels) : "");
 }
 
 /// The kernels of a `fused_map` stage: one chain per field, its steps in
 /// stage order (steps on different fields commute: none has its own `as`).
 /// All or nothing: a stage with a step the generator does not cover is left
-/// to the runtime whole.
+/// to the runtime whole. A chain with a per-channel normalize records the
+/// channel count its records must have (KernelSpec::channels); two such
+/// steps that disagree would fail every record, so the runtime keeps them.
 static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
   std::vector<KernelSpec> chains;
   for (const runtime::PlanStage &step : s.fused) {
@@ -722,6 +755,12 @@ static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &o
       it = chains.end() - 1;
     } else if (it->outElem != in) {
       return false;
+    }
+    if (step.op == "normalize") {
+      int64_t c = normalizeChannels(step);
+      if (c > 1 && it->channels > 1 && it->channels != c)
+        return false;
+      it->channels = std::max(it->channels, c);
     }
     it->steps.push_back(&step);
     it->outElem = outElem;
@@ -765,7 +804,7 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
   if (st.kind != runtime::RemapChain::Kind::Value)
     return true;
   if (s.op == "normalize") // any channel count (constant tables)
-    return st.outElem == ElemType::F32;
+    return st.outElem == ElemType::F32 && normalizeChannels(s) > 0;
   std::string field, out;
   ElemType in, o;
   return coveredStep(s, field, out, in, o) && field == out &&
@@ -898,6 +937,71 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
           ElemType::F32};
 }
 
+/// The period of the loops over values in `c` channels: the least
+/// multiple of c that is a multiple of 16 floats (one AVX-512 register),
+/// doubled up to at least 128 elements (LLVM fully unrolls a shorter
+/// constant inner loop and then vectorizes the outer one with gathers and
+/// scatters: 16 elements for 8 channels ran 4x slower than the runtime's
+/// loop); c itself when that would pass 65536.
+int64_t normalizePeriod(int64_t c) {
+  c = std::max<int64_t>(c, 1);
+  int64_t period = c * (16 / std::gcd(c, int64_t(16)));
+  while (period < 128)
+    period *= 2;
+  return period > 65536 ? c : period;
+}
+
+/// normalize's constants over one period of `period` elements (a multiple
+/// of its channel count): two constant tables, entry j holding channel
+/// (j mod C)'s mean and 1/std.
+std::pair<Value, Value> periodTables(OpBuilder &b, Location loc,
+                                     const runtime::PlanStage &s,
+                                     int64_t period) {
+  std::vector<float> m, sc;
+  normalizeConstants(s, m, sc);
+  size_t c = m.size();
+  std::vector<float> mp(static_cast<size_t>(period)),
+      sp(static_cast<size_t>(period));
+  for (size_t j = 0; j < mp.size(); ++j) {
+    mp[j] = m[j % c];
+    sp[j] = sc[j % c];
+  }
+  return {constTable(b, loc, mp), constTable(b, loc, sp)};
+}
+
+/// Loops over `total` elements in periods of `period`, calling `element`
+/// (i, i's position in its period) to build each loop's body:
+///
+///   for (b = 0; b < n / P; ++b) for (j = 0; j < P; ++j) element(bP+j, j)
+///   for (i = n / P * P; i < n; ++i) element(i, i - n / P * P)
+///
+/// The inner loop has a constant trip count and contiguous accesses, which
+/// LLVM vectorizes. False when `element` fails.
+bool periodLoops(OpBuilder &b, Location loc, Value total, int64_t period,
+                 llvm::function_ref<bool(Value, Value)> element) {
+  Type i64 = b.getI64Type();
+  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
+  Value p = constInt(b, loc, i64, period);
+  Value blocks = b.create<arith::DivUIOp>(loc, total, p);
+  Value main = b.create<arith::MulIOp>(loc, blocks, p);
+  OpBuilder::InsertionGuard guard(b);
+  {
+    OpBuilder::InsertionGuard inLoops(b);
+    auto outer = b.create<scf::ForOp>(loc, zero, blocks, one);
+    b.setInsertionPointToStart(outer.getBody());
+    Value base = b.create<arith::MulIOp>(loc, outer.getInductionVar(), p);
+    auto inner = b.create<scf::ForOp>(loc, zero, p, one);
+    b.setInsertionPointToStart(inner.getBody());
+    Value j = inner.getInductionVar();
+    if (!element(b.create<arith::AddIOp>(loc, base, j), j))
+      return false;
+  }
+  auto tail = b.create<scf::ForOp>(loc, main, total, one);
+  b.setInsertionPointToStart(tail.getBody());
+  Value i = tail.getInductionVar();
+  return element(i, b.create<arith::SubIOp>(loc, i, main));
+}
+
 /// A lone normalize over several channels that are not unrolled (more than
 /// 4, or a channel dim the type does not know): the runtime kernel's loop
 /// (kernels::normalize), flat over the elements in periods of P = the least
@@ -915,58 +1019,36 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   MLIRContext *ctx = b.getContext();
   Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
-  std::vector<float> m, sc;
-  normalizeConstants(s, m, sc);
-  int64_t c = static_cast<int64_t>(m.size());
-  // At least 128 elements: LLVM fully unrolls a shorter constant inner
-  // loop and then vectorizes the outer one with gathers and scatters (16
-  // elements for 8 channels ran 4x slower than the runtime's loop).
-  int64_t period = c * (16 / std::gcd(c, int64_t(16)));
-  while (period < 128)
-    period *= 2;
-  if (period > 65536)
-    period = c;
-  std::vector<float> mp(static_cast<size_t>(period)),
-      sp(static_cast<size_t>(period));
-  for (int64_t j = 0; j < period; ++j) {
-    mp[size_t(j)] = m[size_t(j % c)];
-    sp[size_t(j)] = sc[size_t(j % c)];
-  }
-  Value mTable = constTable(b, loc, mp), scTable = constTable(b, loc, sp);
+  int64_t period = normalizePeriod(normalizeChannels(s));
+  auto [mTable, scTable] = periodTables(b, loc, s, period);
   Value total = constInt(b, loc, i64, 1);
   for (Value d : inDims)
     total = b.create<arith::MulIOp>(loc, total, d);
-  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
-  Value p = constInt(b, loc, i64, period);
-  Value blocks = b.create<arith::DivUIOp>(loc, total, p);
-  Value main = b.create<arith::MulIOp>(loc, blocks, p);
   Type inT = storageType(ctx, k.inElem), f32 = b.getF32Type();
-  auto element = [&](Value i, Value at) {
+  return periodLoops(b, loc, total, period, [&](Value i, Value at) {
     Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
     Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
     Value r = normalizeFromTables(b, loc, normalizeInput(b, loc, v), mTable,
                                   scTable, at);
     Value dst = b.create<LLVM::GEPOp>(loc, ptr, f32, outPtr, ValueRange{i});
     b.create<LLVM::StoreOp>(loc, r, dst);
-  };
-  {
-    OpBuilder::InsertionGuard guard(b);
-    auto outer = b.create<scf::ForOp>(loc, zero, blocks, one);
-    b.setInsertionPointToStart(outer.getBody());
-    Value base = b.create<arith::MulIOp>(loc, outer.getInductionVar(), p);
-    auto inner = b.create<scf::ForOp>(loc, zero, p, one);
-    b.setInsertionPointToStart(inner.getBody());
-    Value j = inner.getInductionVar();
-    element(b.create<arith::AddIOp>(loc, base, j), j);
-  }
-  {
-    OpBuilder::InsertionGuard guard(b);
-    auto tail = b.create<scf::ForOp>(loc, main, total, one);
-    b.setInsertionPointToStart(tail.getBody());
-    Value i = tail.getInductionVar();
-    element(i, b.create<arith::SubIOp>(loc, i, main));
-  }
-  return true;
+    return true;
+  });
+}
+
+/// Opens kernel `k`'s function (arguments `args`, no result; its stage and
+/// signature as attributes) at the end of `module`, with `b` at the start
+/// of its entry block, which it returns.
+Block *beginKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                   ArrayRef<Type> args) {
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(NameLoc::get(b.getStringAttr(k.stage)),
+                                   k.funcName, b.getFunctionType(args, {}));
+  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
+  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  return entry;
 }
 
 /// The kernel of a remap chain, if `s` is one the generator covers.
@@ -1035,13 +1117,7 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   Type ptr = LLVM::LLVMPointerType::get(ctx);
   Type i64 = b.getI64Type();
-  b.setInsertionPointToEnd(module.getBody());
-  auto fn = b.create<func::FuncOp>(loc, k.funcName,
-                                   b.getFunctionType({ptr, ptr, ptr}, {}));
-  fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
-  fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
+  Block *entry = beginKernel(b, module, k, {ptr, ptr, ptr});
   Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
         params = entry->getArgument(2);
   auto param = [&](size_t i) -> Value {
@@ -1203,14 +1279,111 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   return true;
 }
 
+/// The kernel of a value chain (`void(in, out, n)`, out[i] = f(in[i])):
+///
+///   for (i = 0; i < n; ++i) out[i] = f(in[i])
+///
+/// With a per-channel normalize in the chain (k.channels = C > 1) element
+/// i is in channel i mod C. The loop then runs in periods of P elements, P
+/// a multiple of C chosen as buildFlatNormalize chooses it, and each such
+/// normalize reads its pair from P-entry constant tables at the position in
+/// the period, so no element needs a division:
+///
+///   for (b = 0; b < n / P; ++b) for (j = 0; j < P; ++j) out[bP+j] = f(in[bP+j], j)
+///   for (i = n / P * P; i < n; ++i) out[i] = f(in[i], i - n / P * P)
+bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
+                       std::string &error) {
+  MLIRContext *ctx = b.getContext();
+  Location loc = NameLoc::get(b.getStringAttr(k.stage));
+  Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
+  Block *entry = beginKernel(b, module, k, {ptr, ptr, i64});
+  Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
+        n = entry->getArgument(2);
+  Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
+  Type inT = storageType(ctx, k.inElem), outT = storageType(ctx, k.outElem);
+
+  int64_t period = k.channels > 1 ? normalizePeriod(k.channels) : 1;
+  // Each per-channel normalize's tables, one entry per period position.
+  std::vector<std::pair<Value, Value>> tables(k.steps.size());
+  for (size_t st = 0; st < k.steps.size(); ++st) {
+    const runtime::PlanStage &s = *k.steps[st];
+    if (s.op != "normalize" || normalizeChannels(s) < 2)
+      continue;
+    if (normalizeChannels(s) != k.channels || period % k.channels != 0) {
+      error = "step '" + s.name + "' does not fit the channels of '" +
+              k.stage + "'";
+      return false;
+    }
+    tables[st] = periodTables(b, NameLoc::get(b.getStringAttr(s.name)), s,
+                              period);
+  }
+
+  // out[i] = f(in[i]); `at`: i's position in the period.
+  auto element = [&](Value i, Value at) {
+    Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
+    Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
+    for (size_t st = 0; st < k.steps.size(); ++st) {
+      const runtime::PlanStage *s = k.steps[st];
+      std::string field, outField;
+      ElemType se, so;
+      if (!coveredStep(*s, field, outField, se, so) || se != v.elem) {
+        error = "step '" + s->name + "' does not fit the chain of '" +
+                k.stage + "'";
+        return false;
+      }
+      Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
+      if (s->op == "normalize") {
+        v = tables[st].first
+                ? Scalar{normalizeFromTables(b, stepLoc,
+                                             normalizeInput(b, stepLoc, v),
+                                             tables[st].first,
+                                             tables[st].second, at),
+                         ElemType::F32}
+                : lowerNormalize(b, stepLoc, *s, v, zero); // one pair
+      } else if (!lowerStep(b, stepLoc, *s, v, so, error)) {
+        return false;
+      }
+    }
+    if (v.elem != k.outElem) {
+      error = "kernel of '" + k.stage + "' ends in the wrong type";
+      return false;
+    }
+    Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{i});
+    b.create<LLVM::StoreOp>(loc, v.value, dst);
+    return true;
+  };
+
+  if (period == 1) {
+    auto loop = b.create<scf::ForOp>(loc, zero, n, one);
+    b.setInsertionPointToStart(loop.getBody());
+    if (!element(loop.getInductionVar(), zero))
+      return false;
+  } else if (!periodLoops(b, loc, n, period, element)) {
+    return false;
+  }
+  b.setInsertionPointToEnd(entry);
+  b.create<func::ReturnOp>(loc);
+  return true;
+}
+
 } // namespace
 
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
   std::vector<KernelSpec> out;
   for (const runtime::PlanStage &s : plan.stages) {
     if (s.op == "fused_map") {
-      if (!remapKernel(s, out))
+      // A chain that moves values (sluice-fuse-remaps) is one remap kernel;
+      // a value-wise run (sluice-fuse-maps) one loop per field, flat over
+      // the elements, also when a normalize makes it a chain of one field
+      // that RemapChain would take too.
+      bool moves = std::any_of(s.fused.begin(), s.fused.end(),
+                               [](const runtime::PlanStage &st) {
+                                 return runtime::isRemapOp(st.op);
+                               });
+      if (moves && !remapKernel(s, out))
         fusedKernels(s, out);
+      else if (!moves && !fusedKernels(s, out))
+        remapKernel(s, out);
       continue;
     }
     if (s.op == "filter") {
@@ -1264,10 +1437,7 @@ OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,
                                         std::string &error) {
   loadCodegenDialects(ctx);
   OpBuilder b(&ctx);
-  Location unknown = b.getUnknownLoc();
-  OwningOpRef<ModuleOp> module = ModuleOp::create(unknown);
-  Type ptr = LLVM::LLVMPointerType::get(&ctx);
-  Type i64 = b.getI64Type();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
   for (const KernelSpec &k : kernels) {
     if (k.filter) {
       if (!buildFilterKernel(b, *module, k, error))
@@ -1279,43 +1449,8 @@ OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,
         return nullptr;
       continue;
     }
-    Location loc = NameLoc::get(b.getStringAttr(k.stage));
-    b.setInsertionPointToEnd(module->getBody());
-    auto fn = b.create<func::FuncOp>(
-        loc, k.funcName, b.getFunctionType({ptr, ptr, i64}, {}));
-    fn->setAttr("sluice.stage", b.getStringAttr(k.stage));
-    fn->setAttr("sluice.signature", b.getStringAttr(k.signature()));
-    Block *entry = fn.addEntryBlock();
-    b.setInsertionPointToStart(entry);
-    Value in = entry->getArgument(0), outPtr = entry->getArgument(1),
-          n = entry->getArgument(2);
-    Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
-    auto loop = b.create<scf::ForOp>(loc, zero, n, one);
-    b.setInsertionPointToStart(loop.getBody());
-    Value i = loop.getInductionVar();
-    Type inT = storageType(&ctx, k.inElem), outT = storageType(&ctx, k.outElem);
-    Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
-    Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
-    for (const runtime::PlanStage *s : k.steps) {
-      std::string field, outField;
-      ElemType se, so;
-      if (!coveredStep(*s, field, outField, se, so) || se != v.elem) {
-        error = "step '" + s->name + "' does not fit the chain of '" +
-                k.stage + "'";
-        return nullptr;
-      }
-      Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
-      if (!lowerStep(b, stepLoc, *s, v, so, error))
-        return nullptr;
-    }
-    if (v.elem != k.outElem) {
-      error = "kernel of '" + k.stage + "' ends in the wrong type";
+    if (!buildValuesKernel(b, *module, k, error))
       return nullptr;
-    }
-    Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{i});
-    b.create<LLVM::StoreOp>(loc, v.value, dst);
-    b.setInsertionPointToEnd(entry);
-    b.create<func::ReturnOp>(loc);
   }
   return module;
 }

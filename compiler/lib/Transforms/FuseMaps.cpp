@@ -1,7 +1,9 @@
 //===- FuseMaps.cpp - One stage for a run of value-wise steps -------------===//
 //
 // `fill_missing, clamp, map, hash_bucket` are four stages, four kernel
-// calls, four output tensors and four passes over the same values. Grouped
+// calls, four output tensors and four passes over the same values (and
+// `cast, normalize` on a tabular column, or `normalize, clamp` on a batch,
+// two). Grouped
 // into one stage, the code generator emits one kernel per field that reads
 // each value once, applies all of that field's steps in registers and writes
 // the result once. The pass only decides the groups (a `sluice.fused`
@@ -36,11 +38,13 @@ using sluice::compiler::detail::stringParam;
 namespace {
 
 /// Ops whose every output value is a function of the input value at the
-/// same position: what the code generator fuses into one loop.
+/// same position (normalize: and of its channel, the position's last index,
+/// which the generated loop knows): what the code generator fuses into one
+/// loop.
 bool valueWise(llvm::StringRef op) {
   return llvm::StringSwitch<bool>(op)
       .Cases("fill_missing", "clamp", "cast", "hash_bucket", "bucketize",
-             "map", true)
+             "map", "normalize", true)
       .Default(false);
 }
 

@@ -246,14 +246,18 @@ def FuseMaps : Pass<"sluice-fuse-maps"> {
   let summary = "Groups consecutive value-wise steps into one fused stage";
   let description = [{
     Marks every run of two or more consecutive `fill_missing`, `clamp`,
-    `cast`, `hash_bucket` and `map` steps (per record, or per batch after
-    sluice-fuse-map-batch moved them there) as one fused stage: each op of
-    the run gets `sluice.fused = "a+b+c"`, the run's step names joined by
-    '+' (the convention of fused step names, so errors and statistics name
-    the steps). PlanGen turns the run into one runtime stage of op
+    `cast`, `normalize`, `hash_bucket`, `bucketize` and `map` steps (per
+    record, or per batch after sluice-fuse-map-batch moved them there) as
+    one fused stage: each op of the run gets `sluice.fused = "a+b+c"`, the
+    run's step names joined by '+' (the convention of fused step names, so
+    errors and statistics name the steps). PlanGen turns the run into one runtime stage of op
     `fused_map` that keeps the steps, and the code generator compiles one
     kernel per field the run touches: each field's values are read once,
-    go through all of its steps in registers and are written once. Without
+    go through all of its steps in registers and are written once. A
+    `normalize` takes each value's channel (its last index) from the
+    value's position in the loop, so a per-channel normalize fuses too,
+    before or after the other steps; a record whose last dim is not the
+    mean/std lists' length takes the unfused steps, which report it. Without
     the code generator the runtime runs the kept steps one after another,
     with the same bytes. A step with its own `as` (it leaves its input in
     the record) ends a run, as do random ops and steps a fixed schedule
@@ -287,7 +291,8 @@ def FuseRemaps : Pass<"sluice-fuse-remaps"> {
     Marks every run of two or more consecutive steps on one field, at least
     one of which only moves values (`center_crop`, `random_crop`,
     `random_flip`, `transpose`, `pad`), the others value-wise (`cast`,
-    `normalize`, `clamp`, `fill_missing`, `map`), as one fused stage
+    `normalize`, `clamp`, `fill_missing`, `map`, `hash_bucket`,
+    `bucketize`), as one fused stage
     (`sluice.fused = "a+b+c"`, as sluice-fuse-maps does; PlanGen makes it one
     `fused_map` runtime stage keeping the steps). The code generator
     compiles the run to one kernel: each output value is read from the input

@@ -11,14 +11,17 @@
 //
 // Signatures (the `signature` string says how to call `fn`):
 //
-//   "values FIELD IN -> OUT OUTELEM"
+//   "values FIELD IN -> OUT OUTELEM" [" channels C"]
 //       void fn(const void *in, void *out, int64_t n)
 //       A value-wise chain over field FIELD (element type IN) writing field
 //       OUT (element type OUTELEM, same shape): out[i] = f(in[i]) for
 //       i < n. A stage may have several entries (one per field it touches);
 //       they run in table order on the same record. FIELD == OUT replaces
 //       the field; OUT may also name a field the stage appends or replaces
-//       (`as`).
+//       (`as`). With "channels C" (a per-channel normalize in the chain)
+//       f also depends on i mod C, the channel: the kernel is only called
+//       on records whose FIELD has last dim C; the others take the unfused
+//       steps.
 //
 //   "remap FIELD IN -> FIELD OUTELEM"
 //       void fn(const void *in, void *out, const int64_t *params)

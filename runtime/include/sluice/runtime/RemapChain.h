@@ -2,8 +2,8 @@
 //
 // sluice-fuse-remaps groups a run of steps on one field that only move
 // values (center_crop, random_crop, random_flip, transpose, pad) with the
-// value-wise steps around them (cast, normalize, clamp, fill_missing, map)
-// into one `fused_map` stage. The code generator compiles such a chain to
+// value-wise steps around them (cast, normalize, clamp, fill_missing, map,
+// hash_bucket, bucketize) into one `fused_map` stage. The code generator compiles such a chain to
 // ONE kernel for every record: out[o] = f(in[remap(o)]), where remap is the
 // composition of the steps' index maps. What differs between records (the
 // image's size, the crop offsets a random_crop draws, whether random_flip
