@@ -341,6 +341,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   Expected<TuneResult> r = tune(plan, t);
   if (!r)
     return r.status();
+  // What the probes freed into the heap is no part of the run (Memory.h).
+  runtime::releaseFreeHeap();
   AutoSchedule a;
   a.schedule = r->schedule;
   a.prediction = r->solution.prediction;

@@ -148,6 +148,14 @@ Status cancelledError();
 Status sourceRecordError(const Shared &shared, StageCounters &c,
                          const DataError &e);
 
+/// Reads the next record of `reader` (a shard of `file`) with what the
+/// reader allocates for it (records, declared lengths it checks, buffers it
+/// grows) counted in `limit`: an allocation refused there or failed is an
+/// unrecoverable data error of the shard ("memory: record does not fit"),
+/// never an exception escaping the thread.
+ReadResult readCounted(AllocationLimit &limit, ShardReader &reader,
+                       Record &rec, const std::string &file);
+
 /// Buffer sizes a stage needs when records have a static size, for the
 /// check before running.
 struct StaticNeed {

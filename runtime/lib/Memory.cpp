@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <thread>
 
 namespace sluice::runtime {
@@ -97,6 +98,45 @@ int configureProcessAllocator() {
 #else
   return 0;
 #endif
+}
+
+namespace {
+/// Whether environment variable `name` is set to something other than "0".
+bool envFlag(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+} // namespace
+
+bool releaseFreeHeap() {
+#ifdef __GLIBC__
+  if (envFlag("SLUICE_NO_HEAP_TRIM"))
+    return false;
+  malloc_trim(0);
+  return true;
+#else
+  return false;
+#endif
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SLUICE_EXIT_RUNS_CHECKS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||    \
+    __has_feature(memory_sanitizer) || __has_feature(leak_sanitizer)
+#define SLUICE_EXIT_RUNS_CHECKS 1
+#endif
+#endif
+
+void endProcess(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+#ifndef SLUICE_EXIT_RUNS_CHECKS
+  if (!envFlag("SLUICE_NO_QUICK_EXIT"))
+    ::_exit(code);
+#endif
+  std::exit(code);
 }
 
 namespace {

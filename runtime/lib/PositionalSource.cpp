@@ -19,6 +19,11 @@
 // other ranks (cheap next to the per-record steps, which run only on this
 // rank's records).
 //
+// As in the sequential source stage, what the readers hold while a file is
+// open (block buffer, zlib state) and allocate for a record (a whole file's
+// bytes, a declared length) is counted in "<source> reading"; a record the
+// budget cannot hold is a data error of its file (readCounted).
+//
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
@@ -35,7 +40,9 @@ constexpr uint64_t kPermutationStream = 0x7065726d;
 
 class PositionalSourceStage : public Stage {
 public:
-  PositionalSourceStage(Shared &s, StageCounters *c) : Stage(s, nullptr, c) {
+  PositionalSourceStage(Shared &s, StageCounters *c)
+      : Stage(s, nullptr, c),
+        scratchLimit_(s.memory->account(c->name() + " reading")) {
     const Source &src = *s.source;
     perShard_ = src.kind() == "image_folder" || src.kind() == "files";
     if (perShard_)
@@ -95,8 +102,9 @@ protected:
       int64_t id = P.permute ? perm_[static_cast<size_t>(p)] : p;
       ReadResult rr = ReadResult::end();
       if (perShard_) {
-        std::unique_ptr<ShardReader> r = src.open(static_cast<size_t>(id));
-        rr = r->next(out.rec);
+        std::unique_ptr<ShardReader> r = open(static_cast<size_t>(id));
+        rr = readCounted(scratchLimit_, *r, out.rec,
+                         src.shardName(static_cast<size_t>(id)));
         doneBytes_ += static_cast<int64_t>(r->bytesRead());
         out.origin.shard = id;
         out.origin.record = 0;
@@ -135,6 +143,14 @@ private:
     Origin origin;
   };
 
+  /// Opens shard `i` with its reader's buffers (block buffer, zlib state)
+  /// counted in the budget while it is open, as the sequential source
+  /// stage does ("<source> reading").
+  std::unique_ptr<ShardReader> open(size_t i) {
+    AllocationScope scope(&scratchLimit_);
+    return shared_.source->open(i);
+  }
+
   /// Reads front to back up to global position `p` (positions only grow
   /// within a pass); records of other positions are passed over.
   ReadResult seek(int64_t p, Item &out) {
@@ -143,10 +159,11 @@ private:
       if (!cursor_) {
         if (cursorShard_ >= src.numShards())
           return ReadResult::end();
-        cursor_ = src.open(cursorShard_);
+        cursor_ = open(cursorShard_);
         openShard_ = cursorShard_++;
       }
-      ReadResult rr = cursor_->next(out.rec);
+      ReadResult rr = readCounted(scratchLimit_, *cursor_, out.rec,
+                                  src.shardName(openShard_));
       if (rr.isEnd()) {
         doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
         cursor_.reset();
@@ -170,10 +187,10 @@ private:
     table_.clear();
     table_.reserve(static_cast<size_t>(n_));
     for (size_t s = 0; s < src.numShards(); ++s) {
-      std::unique_ptr<ShardReader> r = src.open(s);
+      std::unique_ptr<ShardReader> r = open(s);
       for (;;) {
         Entry e;
-        e.result = r->next(e.rec);
+        e.result = readCounted(scratchLimit_, *r, e.rec, src.shardName(s));
         if (e.result.isEnd())
           break;
         e.origin.shard = static_cast<int64_t>(s);
@@ -202,6 +219,9 @@ private:
     return Status::ok();
   }
 
+  /// What the readers hold and allocate for the record they read; declared
+  /// before the readers, which release into it as they close.
+  AccountAllocationLimit scratchLimit_;
   bool perShard_ = false;
   int64_t n_ = -1;
   int64_t next_ = 0;

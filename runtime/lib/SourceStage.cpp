@@ -53,6 +53,30 @@ Status sourceRecordError(const Shared &shared, StageCounters &c,
 }
 
 
+ReadResult readCounted(AllocationLimit &limit, ShardReader &reader,
+                       Record &rec, const std::string &file) {
+  AllocationScope scope(&limit);
+  std::string problem;
+  try {
+    return reader.next(rec);
+  } catch (const AllocationRefused &e) {
+    problem = e.what();
+  } catch (const std::bad_alloc &) {
+    problem = "out of memory: the system refused an allocation "
+              "(std::bad_alloc); lower budget.memory below what the host "
+              "can give";
+  } catch (const std::length_error &e) {
+    problem = std::string("a buffer would be too large (") + e.what() + ")";
+  }
+  rec = Record();
+  DataError e;
+  e.where.file = file;
+  e.reason = "memory: record does not fit";
+  e.detail = problem;
+  e.recoverable = false;
+  return ReadResult::error(std::move(e));
+}
+
 namespace {
 
 /// Records read ahead per open shard.
@@ -219,31 +243,10 @@ protected:
 
 private:
   struct Slot;
-  /// Reads the next record of a slot's shard with the reader's allocations
-  /// (records, declared lengths checked with checkAllocation) counted in
-  /// the budget; an allocation refused or failed is an unrecoverable data
-  /// error of the shard, not an exception escaping the thread.
+  /// Reads the next record of a slot's shard, its allocations counted.
   ReadResult read(Slot &s, Record &rec) {
-    AllocationScope scope(&scratchLimit_);
-    std::string problem;
-    try {
-      return s.reader->next(rec);
-    } catch (const AllocationRefused &e) {
-      problem = e.what();
-    } catch (const std::bad_alloc &) {
-      problem = "out of memory: the system refused an allocation "
-                "(std::bad_alloc); lower budget.memory below what the host "
-                "can give";
-    } catch (const std::length_error &e) {
-      problem = std::string("a buffer would be too large (") + e.what() + ")";
-    }
-    rec = Record();
-    DataError e;
-    e.where.file = shared_.source->shardName(s.shard);
-    e.reason = "memory: record does not fit";
-    e.detail = problem;
-    e.recoverable = false;
-    return ReadResult::error(std::move(e));
+    return readCounted(scratchLimit_, *s.reader, rec,
+                       shared_.source->shardName(s.shard));
   }
 
   /// What a read-ahead task read: a record, an error or the end.

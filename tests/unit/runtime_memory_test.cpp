@@ -13,6 +13,7 @@
 #include "sluice/ops/kernels/Layout.h"
 #include "sluice/runtime/Memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 #include <sstream>
@@ -140,6 +141,84 @@ TEST_F(MemoryTest, ReadersCountTheirBuffersAndZlibState) {
       reading = bytes;
   EXPECT_GE(reading, (1 << 20) + 768 * 1024) << reading;
   EXPECT_LE(reading, (1 << 20) + 768 * 1024 + 256 * 1024) << reading;
+}
+
+TEST_F(MemoryTest, PositionalReadersCountTheirBuffers) {
+  // Read by position (a rank's share, or `shuffle: true` on the source),
+  // the idx readers' block buffers and zlib state are counted as they are
+  // when read front to back: in "idx reading", while the file is open.
+  std::string yaml = fmnist("  - batch: 1000\n", "256MiB");
+  if (yaml.empty())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  auto readingPeak = [](const runtime::RunStats &stats,
+                        const std::string &account) {
+    for (const auto &[name, bytes] : stats.memoryPeaks)
+      if (name == account)
+        return bytes;
+    return int64_t(-1);
+  };
+  // A rank's share: the positions of the other rank are passed over.
+  runtime::RunOptions o;
+  o.rank = 1;
+  o.worldSize = 2;
+  runtime::RunStats stats;
+  std::vector<Output> outs = runAll(planFromYaml(dir_, yaml), o, &stats);
+  ASSERT_EQ(outs.size(), 5u);
+  int64_t reading = readingPeak(stats, "idx reading");
+  EXPECT_GE(reading, (1 << 20) + 768 * 1024) << reading;
+  EXPECT_LE(reading, (1 << 20) + 768 * 1024 + 256 * 1024) << reading;
+  EXPECT_LE(stats.memoryPeak, int64_t(256) << 20);
+
+  // Permuted: the table of records and, while it loads, the readers.
+  std::string shuffled = yaml;
+  shuffled.replace(shuffled.find("\nsteps:"), 0, "\n    shuffle: true");
+  outs = runAll(planFromYaml(dir_, shuffled, "shuffled.yaml"), {}, &stats);
+  ASSERT_EQ(outs.size(), 10u);
+  reading = readingPeak(stats, "idx reading");
+  EXPECT_GE(reading, (1 << 20) + 768 * 1024) << reading;
+  EXPECT_LE(reading, (1 << 20) + 768 * 1024 + 256 * 1024) << reading;
+  // 10,000 records of 28x28 u8 and a label.
+  EXPECT_GE(readingPeak(stats, "idx (shuffle: true)"), 10000 * (784 + 8));
+}
+
+TEST_F(MemoryTest, WholeFileLargerThanTheBudgetIsALocatedDataError) {
+  // A file source reads each file whole: a 2 MiB file under a 1 MiB budget
+  // is refused before it is read, with the file and what the budget has,
+  // read front to back and by position alike; `on_error: skip` drops it
+  // and reads the others.
+  dir_.write("a.bin", std::string(1000, 'a'));
+  dir_.write("b.bin", std::string(2 << 20, 'b'));
+  dir_.write("c.bin", std::string(3000, 'c'));
+  for (const char *shuffle : {"", ", shuffle: true"}) {
+    SCOPED_TRACE(shuffle);
+    std::string yaml = std::string("pipeline: blobs\nsource:\n  files: "
+                                   "{files: '*.bin'") +
+                       shuffle + "}\nbudget: {memory: 1MiB, cores: 1}\n";
+    runtime::RunOptions o;
+    o.progress = runtime::RunOptions::Progress::Off;
+    std::ostringstream out, err;
+    EXPECT_EQ(runtime::runPipeline(planFromYaml(dir_, yaml), o, out, err), 1);
+    EXPECT_NE(err.str().find("b.bin"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find("memory: record does not fit"), std::string::npos)
+        << err.str();
+    EXPECT_NE(err.str().find("the 2097152-byte file needs 2 MiB, more than"),
+              std::string::npos)
+        << err.str();
+    EXPECT_EQ(err.str().find("bad_alloc"), std::string::npos) << err.str();
+
+    std::string skip = yaml;
+    skip.replace(skip.find("'*.bin'"), 7, "'*.bin', on_error: skip");
+    runtime::RunStats stats;
+    std::vector<Output> outs =
+        runAll(planFromYaml(dir_, skip, "skip.yaml"), {}, &stats);
+    ASSERT_EQ(outs.size(), 2u);
+    std::vector<size_t> sizes;
+    for (const Output &r : outs)
+      sizes.push_back(r.fields[1].str().size());
+    std::sort(sizes.begin(), sizes.end());
+    EXPECT_EQ(sizes, (std::vector<size_t>{1000, 3000}));
+    EXPECT_LE(stats.memoryPeak, int64_t(1) << 20);
+  }
 }
 
 TEST_F(MemoryTest, ReadBufferRefusesARecordLongerThanTheBudget) {

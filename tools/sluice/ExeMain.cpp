@@ -350,5 +350,5 @@ int main(int argc, char **argv) {
                 << " compiled ahead of time for CPU " << cpu
                 << " (linked in)\n";
   }
-  return rc;
+  runtime::endProcess(rc); // flushes; skips static teardown (Memory.h)
 }

@@ -139,5 +139,5 @@ int main(int argc, char **argv) {
   }
   if (int rc = rejectExtras(*cmd, first); rc >= 0)
     return rc;
-  return actions[first]();
+  runtime::endProcess(actions[first]()); // flushes; skips static teardown
 }

@@ -71,8 +71,11 @@ public:
       return ReadResult::end();
     done_ = true;
     std::string bytes, error;
-    if (!readWholeFile(file_, bytes, error))
-      return fail(kind_ + ": cannot read file", error, -1, true);
+    bool refused = false;
+    if (!readWholeFile(file_, bytes, error, &refused))
+      return fail(refused ? std::string("memory: record does not fit")
+                          : kind_ + ": cannot read file",
+                  error, -1, true);
     bytes_ = bytes.size();
     startRecord(out);
     put(out, 0, Tensor::string(ElemType::String, file_));

@@ -310,7 +310,7 @@ uint64_t BufferedInput::bytesRead() const {
 }
 
 bool readWholeFile(const std::string &path, std::string &out,
-                   std::string &error) {
+                   std::string &error, bool *refused) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error = std::string("cannot open: ") + std::strerror(errno);
@@ -320,6 +320,19 @@ bool readWholeFile(const std::string &path, std::string &out,
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     error = "not a regular file";
+    return false;
+  }
+  // The file's bytes are the record's: reserved in the thread's allocation
+  // scope (the source stage's "<source> reading") before they are read, so
+  // a file larger than budget.memory is refused instead of allocated.
+  if (Status r = reserveScratch(static_cast<int64_t>(st.st_size),
+                                "the " + std::to_string(st.st_size) +
+                                    "-byte file");
+      !r) {
+    ::close(fd);
+    error = r.message();
+    if (refused)
+      *refused = true;
     return false;
   }
   out.resize(static_cast<size_t>(st.st_size));

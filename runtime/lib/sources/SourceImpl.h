@@ -94,9 +94,11 @@ inline void skipByteOrderMark(BufferedInput &in) {
     in.consume(3);
 }
 
-/// Reads a whole file as raw bytes (no decompression).
+/// Reads a whole file as raw bytes (no decompression). Its size is reserved
+/// first in the thread's allocation scope (reserveScratch): when the budget
+/// cannot hold it, false with `*refused` (if given) set and nothing read.
 bool readWholeFile(const std::string &path, std::string &out,
-                   std::string &error);
+                   std::string &error, bool *refused = nullptr);
 
 /// Bytes of a dense array of numeric `elem` with the given dims.
 uint64_t arrayBytes(ElemType elem, const std::vector<int64_t> &dims);

@@ -97,6 +97,29 @@ int64_t currentRss();
 /// its process is the user's. Returns the arena limit it set (0: none).
 int configureProcessAllocator();
 
+/// Returns the heap's free pages to the system (glibc's malloc_trim) when
+/// nothing else needs them soon: called once `schedule: auto`'s probe runs
+/// have ended, before the run itself. The probes' pipelines leave their
+/// freed byte strings and containers (csv block texts, read buffers) in
+/// the heap, resident but counted in no budget; the run then added them to
+/// its peak RSS on top of what it counted (criteo_bench: ~9 MiB free in the
+/// heap after the probes; see bench/README.md "Memory"). A no-op under
+/// SLUICE_NO_HEAP_TRIM=1 (or off glibc); returns whether it trimmed.
+bool releaseFreeHeap();
+
+/// Ends the process with `code` once a program that runs pipelines (the
+/// sluice tool, a compiled executable) has done its work: flushes
+/// std::cout/std::cerr and every C stream, then leaves without running
+/// static destructors (_exit). Tearing down LLVM, MLIR, oneTBB and the
+/// other libraries' static objects does nothing a finished run needs, and
+/// it faults in code pages of theirs that the run never touched: on
+/// bench/specs/criteo_bench.yaml it raised the process's peak RSS by ~1.5
+/// MiB after the last pipeline had ended, peak RSS the budget does not
+/// count. Under a sanitizer (LeakSanitizer checks at exit) or
+/// SLUICE_NO_QUICK_EXIT=1 it calls std::exit(code) instead. Never used by
+/// a library user (the Python module): its process is the user's.
+[[noreturn]] void endProcess(int code);
+
 /// "1.5 GiB", "812 KiB", "17 B": human-readable, three significant digits.
 std::string formatBytes(int64_t bytes);
 
