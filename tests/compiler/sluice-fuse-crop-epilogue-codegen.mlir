@@ -47,7 +47,7 @@ sluice.pipeline @left seed(0) epochs(1) budget(cores = 0, memory = 0) {
 sluice.pipeline @lone_normalize seed(0) epochs(1) budget(cores = 0, memory = 0) {
   %0 = sluice.source "image_folder" {root = "data"} : !src
   %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", as = "image", channels = 3, crop_step = "random_resized_crop", size = [8, 6]} {name = "decode_image+random_resized_crop"} : !src -> !crp
-  // expected-remark@+1 {{left 'normalize' after 'decode_image+random_resized_crop' to one generated kernel}}
+  // expected-remark@+1 {{left 'normalize' after 'decode_image+random_resized_crop' to a generated kernel (alone, it writes the batch row; sluice-fuse-maps fuses it with value-wise steps after it); --no-jit folds them into the resize}}
   %2 = sluice.element "normalize"(%1) {field = "image", mean = [1.0, 2.0, 3.0], std = [4.0]} : !crp -> !nrm
   sluice.output %2 : !nrm
 }

@@ -739,6 +739,20 @@ TEST(Codegen, UnknownSignatureIsAnError) {
   EXPECT_NE(bound->status().message().find("unknown kernel signature"),
             std::string::npos)
       << bound->status().message();
+  // A per-channel values entry needs a channel count of 2 or more, and
+  // nothing may follow it.
+  for (const char *sig :
+       {"values x f32 -> x f32 channels 1", "values x f32 -> x f32 channels",
+        "values x f32 -> x f32 channels 3 more", "values x f32 -> x f32 lanes 3"}) {
+    SluiceKernelInfo bad[] = {{"fill_missing", sig, reinterpret_cast<void *>(1)},
+                              {nullptr, nullptr, nullptr}};
+    auto b = runtime::binderFromKernelTable(bad)(plan.stages[0]);
+    ASSERT_TRUE(b.has_value());
+    ASSERT_FALSE(bool(*b)) << sig;
+    EXPECT_NE(b->status().message().find("unknown kernel signature"),
+              std::string::npos)
+        << b->status().message();
+  }
 }
 
 /// The object cache: a second compile of the same plan loads the object.

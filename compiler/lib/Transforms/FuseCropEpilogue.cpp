@@ -172,8 +172,13 @@ struct FuseCropEpiloguePass
         epi.steps.front().emitRemark()
             << "left " << quotedNames(epi) << " after '"
             << crop.getStageName()
-            << "' to one generated kernel (sluice-fuse-remaps), which "
-               "writes the batch row; --no-jit folds them into the resize";
+            << (epi.steps.size() == 1
+                    ? "' to a generated kernel (alone, it writes the batch "
+                      "row; sluice-fuse-maps fuses it with value-wise steps "
+                      "after it)"
+                    : "' to one generated kernel (sluice-fuse-remaps), which "
+                      "writes the batch row")
+            << "; --no-jit folds them into the resize";
       return;
     }
     fold(crop, epi);
