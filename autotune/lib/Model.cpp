@@ -345,7 +345,73 @@ double tandemThroughput(double up, double down, double slots) {
   return up * (std::pow(r, n + 1) - r) / (std::pow(r, n + 1) - 1);
 }
 
-Prediction predict(const Profile &p, const Config &c, int64_t cores) {
+std::vector<double> busyWorkers(double offered, int64_t servers) {
+  size_t c = static_cast<size_t>(std::max<int64_t>(1, servers));
+  std::vector<double> d(c + 1, 0.0);
+  if (!(offered > 0)) {
+    d[0] = 1;
+    return d;
+  }
+  if (!(offered < static_cast<double>(c))) {
+    d[c] = 1;
+    return d;
+  }
+  // pi_n ~ a^n / n! below c; the states n >= c (all busy, some waiting)
+  // sum to a^c / c! / (1 - a / c).
+  double term = 1, sum = 0;
+  for (size_t n = 0; n < c; ++n) {
+    d[n] = term;
+    sum += term;
+    term *= offered / static_cast<double>(n + 1);
+  }
+  d[c] = term / (1 - offered / static_cast<double>(c));
+  sum += d[c];
+  for (double &x : d)
+    x /= sum;
+  return d;
+}
+
+double threadShare(const std::vector<std::vector<double>> &others,
+                   double cores) {
+  std::vector<double> n{1.0}; // P(N = n) over the others so far
+  for (const std::vector<double> &d : others) {
+    if (d.empty())
+      continue;
+    std::vector<double> next(n.size() + d.size() - 1, 0.0);
+    for (size_t i = 0; i < n.size(); ++i)
+      for (size_t j = 0; j < d.size(); ++j)
+        next[i + j] += n[i] * d[j];
+    n = std::move(next);
+  }
+  double share = 0;
+  for (size_t i = 0; i < n.size(); ++i)
+    share += n[i] * std::min(1.0, cores / static_cast<double>(i + 1));
+  return share;
+}
+
+namespace {
+
+/// Which part of a run predictPhase() evaluates: every epoch's work averaged
+/// (no cache, or the probes' configuration), a cached run's first epoch
+/// (everything runs, and the cache is written), or its later epochs (only
+/// the units after the cache run, fed by the cache).
+enum class Phase { Averaged, First, Cached };
+
+/// A unit's share of its work per source record in `phase`.
+double phaseFactor(const Unit &u, Phase phase, double e) {
+  switch (phase) {
+  case Phase::Averaged:
+    return u.beforeCache ? 1 / e : 1;
+  case Phase::First:
+    return 1;
+  case Phase::Cached:
+    return u.beforeCache ? 0 : 1;
+  }
+  return 1;
+}
+
+Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
+                        Phase phase) {
   Prediction r;
   std::vector<Unit> us = units(p, c.cache.after);
   double e = effectiveEpochs(p);
@@ -360,14 +426,23 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
     up.parallel = u.parallel;
     up.parallelism =
         u.parallel ? (k < c.parallelism.size() ? c.parallelism[k] : 1) : 1;
-    double f = u.beforeCache ? 1 / e : 1;
+    double f = phaseFactor(u, phase, e);
     up.secondsPerRecord = unitSeconds(p, u) * f;
     double speed =
         u.parallel ? unitUsl(p, u).speedup(static_cast<double>(up.parallelism))
                    : 1.0;
     up.capacity = up.secondsPerRecord > 0 ? speed / up.secondsPerRecord : kInf;
+    double unitCpuPerRecord = 0;
     for (size_t i : u.steps)
-      cpu += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+      unitCpuPerRecord += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+    cpu += unitCpuPerRecord;
+    // A thread runs on one core at most: p workers cannot do more CPU work
+    // per second than p cores (the counters' CPU can exceed their wall time
+    // for a cheap stage, and a re-plan scales both by the CPU's drift).
+    if (unitCpuPerRecord > 0)
+      up.capacity = std::min(up.capacity,
+                             static_cast<double>(up.parallelism) /
+                                 unitCpuPerRecord);
     if (u.parallel) {
       auto pf = c.prefetch.find(u.steps.back());
       int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
@@ -430,14 +505,70 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
     std::vector<double> unitCpu(us.size(), 0);
     double allCpu = 0;
     for (size_t k = 0; k < us.size(); ++k) {
-      double f = us[k].beforeCache ? 1 / e : 1;
+      double f = phaseFactor(us[k], phase, e);
       for (size_t i : us[k].steps)
         unitCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
       unitCpu[k] *= overhead;
       allCpu += unitCpu[k];
     }
     allCpu += cacheCost * overhead;
+    // Threads that compete for the cores: one per serial unit (the feeder
+    // of the parallel unit after it, a prefetch thread, or the consumer),
+    // each parallel unit's workers, and the cache's (it runs on the thread
+    // that pulls from it) as one more serial thread. Units idle in this
+    // phase (before the cache, in the cached epochs) hold none. Index
+    // us.size() is the cache.
+    const size_t cacheIdx = us.size();
+    const bool cached = c.cache.after >= 0 && cacheCost > 0;
+    auto active = [&](size_t k) {
+      return k == cacheIdx ? cached : r.units[k].secondsPerRecord > 0;
+    };
+    auto parallelAt = [&](size_t k) {
+      return k < us.size() && us[k].parallel;
+    };
+    auto secondsAt = [&](size_t k) {
+      return k == cacheIdx ? cacheCost : r.units[k].secondsPerRecord;
+    };
+    auto cpuAt = [&](size_t k) {
+      return k == cacheIdx ? cacheCost * overhead : unitCpu[k];
+    };
+    int64_t threads = 0;
+    for (size_t k = 0; k <= cacheIdx; ++k)
+      if (active(k))
+        threads += parallelAt(k) ? r.units[k].parallelism : 1;
+    // How many of unit k's threads are busy at throughput t.
+    auto busy = [&](size_t k, double t) -> std::vector<double> {
+      double offered = active(k) ? t * cpuAt(k) : 0;
+      if (parallelAt(k))
+        return busyWorkers(offered, r.units[k].parallelism);
+      double b = std::clamp(offered, 0.0, 1.0);
+      return {1 - b, b};
+    };
     auto fits = [&](double t, size_t *limiting) {
+      // A serial unit's one thread gets a whole core only while no more
+      // threads than cores are runnable; with more (a parallel unit's
+      // workers busy at once beside it) the scheduler shares the cores, and
+      // a serial bottleneck slows by its lost share. With no more threads
+      // than cores nothing is shared.
+      if (threads > cores)
+        for (size_t j = 0; j <= cacheIdx; ++j) {
+          if (parallelAt(j) || !active(j))
+            continue;
+          double need = t * secondsAt(j);
+          if (need <= static_cast<double>(cores) /
+                          static_cast<double>(threads))
+            continue; // fits even at the smallest share
+          std::vector<std::vector<double>> others;
+          for (size_t k = 0; k <= cacheIdx; ++k)
+            if (k != j && active(k))
+              others.push_back(busy(k, t));
+          if (need > threadShare(others, static_cast<double>(cores)) *
+                         (1 + 1e-12)) {
+            if (limiting)
+              *limiting = j;
+            return false;
+          }
+        }
       for (size_t k = 0; k < us.size(); ++k) {
         const UnitPrediction &up = r.units[k];
         if (!us[k].parallel || !(up.secondsPerRecord > 0))
@@ -513,8 +644,10 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
   }
 
   // The probes' calibration at this configuration's level scales every
-  // capacity alike.
-  double k = calibrationAt(p, static_cast<double>(configLevel(p, c)));
+  // capacity alike (the cached epochs: their own, when measured).
+  double k = phase == Phase::Cached && p.cachedCalibration > 0
+                 ? p.cachedCalibration
+                 : calibrationAt(p, static_cast<double>(configLevel(p, c)));
   r.calibration = k;
   r.throughput *= k;
   r.cpuCapacity *= k;
@@ -531,6 +664,42 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
   r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
   r.wholeRun = wholeRunThroughput(p, r.throughput);
   r.memoryBytes = mem;
+  return r;
+}
+
+} // namespace
+
+Prediction predict(const Profile &p, const Config &c, int64_t cores) {
+  Prediction r = predictPhase(p, c, cores, Phase::Averaged);
+  double e = effectiveEpochs(p);
+  if (c.cache.after < 0 || !(e > 1))
+    return r;
+  // A cache splits the run in two phases: the first epoch runs everything
+  // and writes the cache; the others run only what follows it, fed by the
+  // cache. Each has its own bottleneck, and the run's average rate is the
+  // epochs' records over the two phases' times (a fast cached phase does
+  // not make up for a slow first epoch: averaging the work per record
+  // first, as Phase::Averaged does, overstates it).
+  Prediction first = predictPhase(p, c, cores, Phase::First);
+  Prediction rest = predictPhase(p, c, cores, Phase::Cached);
+  if (!(first.throughput > 0) || !(rest.throughput > 0))
+    return r;
+  double t1 = 1 / e / first.throughput;
+  double t2 = (e - 1) / e / rest.throughput;
+  r.firstEpoch = first.throughput;
+  r.cachedEpochs = rest.throughput;
+  r.throughput = 1 / (t1 + t2);
+  const Prediction &dominant = t1 >= t2 ? first : rest;
+  r.bottleneck = dominant.bottleneck;
+  r.bottleneckLabel = dominant.bottleneckLabel +
+                      (t1 >= t2 ? " (first epoch)" : " (cached epochs)");
+  r.contentionBound = dominant.contentionBound;
+  for (UnitPrediction &up : r.units)
+    up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
+                         ? r.throughput / up.capacity
+                         : 0;
+  r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
+  r.wholeRun = wholeRunThroughput(p, r.throughput);
   return r;
 }
 

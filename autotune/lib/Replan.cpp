@@ -176,7 +176,16 @@ void Replanner::replan(runtime::Pipeline &p, const runtime::RunStats &now,
   e.sourceRecords = now.stages.empty() ? 0 : now.stages.front().emitted;
   e.why = why;
   e.predictedBefore = predicted_;
-  // The profile takes the measured costs; scaling curves keep their shape.
+  // The CPU no stage counter sees (hand-offs, wake-ups, allocation) is a
+  // cost per record: it stays in seconds while the counted work drifts.
+  double countedBefore = 0;
+  for (const StepProfile &s : profile_.steps)
+    countedBefore += s.visits * s.cpuPerElement;
+  // The profile takes the measured costs. Of a scaling sample at p
+  // workers, the work at one worker scales with the cost; what p workers
+  // add beyond it (hand-offs, waits for the shared window: a cost per item,
+  // not per unit of work) is kept in seconds. A unit that was too cheap to
+  // scale when profiled (sigma near 1) scales once its work grows.
   for (size_t i = 0; i < profile_.steps.size(); ++i) {
     if (ratio[i] <= 0)
       continue;
@@ -184,10 +193,23 @@ void Replanner::replan(runtime::Pipeline &p, const runtime::RunStats &now,
     s.secondsPerElement *= ratio[i];
     s.cpuPerElement *= ratio[i];
     auto sc = profile_.scaling.find(i);
-    if (sc != profile_.scaling.end())
-      for (ScalingSample &x : sc->second)
-        x.secondsPerRecord *= ratio[i];
+    if (sc == profile_.scaling.end())
+      continue;
+    double one = 0;
+    for (const ScalingSample &x : sc->second)
+      if (x.parallelism == 1)
+        one = x.secondsPerRecord;
+    for (ScalingSample &x : sc->second)
+      x.secondsPerRecord = one > 0 ? one * ratio[i] +
+                                         std::max(0.0, x.secondsPerRecord - one)
+                                   : x.secondsPerRecord * ratio[i];
   }
+  double countedAfter = 0;
+  for (const StepProfile &s : profile_.steps)
+    countedAfter += s.visits * s.cpuPerElement;
+  if (countedAfter > 0 && profile_.cpuOverheadFactor > 1)
+    profile_.cpuOverheadFactor =
+        1 + (profile_.cpuOverheadFactor - 1) * countedBefore / countedAfter;
   Expected<Solution> sol = solve(profile_, budget_);
   if (!sol) {
     e.changes.push_back("no new schedule: " + sol.status().message());

@@ -175,6 +175,12 @@ json reportJson(const TuneResult &r) {
                        : json(nullptr)},
                   {"calibration", p.calibration},
                   {"calibration_by_level", calByLevel},
+                  {"cached_calibration",
+                   p.cachedCalibration > 0 ? json(p.cachedCalibration)
+                                           : json(nullptr)},
+                  {"cached_measured_records_per_second",
+                   p.cachedMeasured > 0 ? json(p.cachedMeasured)
+                                        : json(nullptr)},
                   {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -258,7 +264,11 @@ json reportJson(const TuneResult &r) {
                     {"calibration", pr.calibration},
                     {"memory_bytes", pr.memoryBytes},
                     {"disk_bytes", pr.diskBytes},
-                    {"naive_records_per_second", num(r.naive.throughput)}};
+                    {"naive_records_per_second", num(r.naive.throughput)},
+                    {"first_epoch_records_per_second",
+                     pr.firstEpoch > 0 ? num(pr.firstEpoch) : nullptr},
+                    {"cached_epochs_records_per_second",
+                     pr.cachedEpochs > 0 ? num(pr.cachedEpochs) : nullptr}};
   if (r.measured)
     j["measured"] = {{"records_per_second", r.measured->sourceRecordsPerSecond},
                      {"outputs_per_second", r.measured->outputsPerSecond},
@@ -290,6 +300,15 @@ std::string reportMarkdown(const TuneResult &r) {
   s += "| | records/s | outputs/s |\n|---|---:|---:|\n";
   s += "| predicted (tuned, steady state) | " + fmt(pr.throughput) + " | " +
        fmt(pr.outputsPerSecond, "%.2f") + " |\n";
+  if (pr.firstEpoch > 0 && pr.cachedEpochs > 0) {
+    s += "| predicted (tuned, first epoch: everything runs, the cache is "
+         "written) | " +
+         fmt(pr.firstEpoch) + " | " +
+         fmt(pr.firstEpoch * p.outputsPerSourceRecord, "%.2f") + " |\n";
+    s += "| predicted (tuned, cached epochs) | " + fmt(pr.cachedEpochs) +
+         " | " + fmt(pr.cachedEpochs * p.outputsPerSourceRecord, "%.2f") +
+         " |\n";
+  }
   if (pr.wholeRun != pr.throughput)
     s += "| predicted (tuned, whole run with " + fmt(p.startupSeconds, "%.2f") +
          " s start-up) | " + fmt(pr.wholeRun) + " | " +

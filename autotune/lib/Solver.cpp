@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace sluice::autotune {
@@ -137,72 +138,148 @@ namespace {
 /// option (when there are at most 20,000) is evaluated with predict() and
 /// the best within the cores and memory kept. Throughputs within
 /// kRefineTie of each other count as equal (the buffer term moves them by
-/// fractions of a percent, far below what the model can tell): then the one
-/// with more workers (idle cores gain nothing), then the program's.
+/// fractions of a percent, far below what the model can tell). Ties go to
+/// the configuration that still holds when any one free parallel unit costs
+/// kModelMargin more than measured (a unit near the edge keeps a worker in
+/// reserve), and then to fewer workers: a worker the model says adds
+/// nothing only adds a thread that competes for the cores with the
+/// bottleneck's and a hand-off per item (the contention the model prices
+/// with threadShare() is fractions of a percent on a loaded host, where the
+/// counters read CPU time below wall time).
 constexpr double kRefineTie = 0.005;
 
-void refine(const Profile &prof, Config &c, int64_t cores, double memLimit) {
+/// How much costlier than measured a parallel unit may turn out before the
+/// solver counts a configuration as fragile: the accuracy the model is held
+/// to (predictions within 15% of measured; docs/autotune.md).
+constexpr double kModelMargin = 0.15;
+
+/// `p` with the unit `u` costing `factor` times its measured work (seconds,
+/// CPU and scaling samples alike).
+Profile costlier(const Profile &p, const Unit &u, double factor) {
+  Profile q = p;
+  for (size_t i : u.steps) {
+    q.steps[i].secondsPerElement *= factor;
+    q.steps[i].cpuPerElement *= factor;
+    auto it = q.scaling.find(i);
+    if (it != q.scaling.end())
+      for (ScalingSample &s : it->second)
+        s.secondsPerRecord *= factor;
+  }
+  return q;
+}
+
+/// The profiles in which one free parallel unit of `us` costs kModelMargin
+/// more than measured, one per such unit.
+std::vector<Profile> fragileProfiles(const Profile &p,
+                                     const std::vector<Unit> &us) {
+  std::vector<Profile> out;
+  for (const Unit &u : us)
+    if (u.parallel && u.pinned == 0)
+      out.push_back(costlier(p, u, 1 + kModelMargin));
+  return out;
+}
+
+/// The throughput `c` keeps when any one of its free parallel units turns
+/// out kModelMargin costlier than measured (the least over the units).
+double fragileThroughput(const std::vector<Profile> &fragile, const Config &c,
+                         int64_t cores) {
+  double t = std::numeric_limits<double>::infinity();
+  for (const Profile &q : fragile)
+    t = std::min(t, predict(q, c, cores).throughput);
+  return fragile.empty() ? 0 : t;
+}
+
+int64_t workerCount(const std::vector<Unit> &us,
+                    const std::vector<int64_t> &par) {
+  int64_t n = 0;
+  for (size_t k = 0; k < us.size() && k < par.size(); ++k)
+    n += us[k].parallel ? par[k] : 0;
+  return n;
+}
+
+void refine(const Profile &prof, Config &c,
+            const std::vector<CacheOption> &options, int64_t cores,
+            double memLimit) {
   // Ranked on the model's structure with one calibration for all levels:
   // the per-level figures set the predicted level of the configuration
   // chosen, but a few noisy probe windows must not decide between levels
   // (on a loaded host two windows at the same level differ by up to 2x).
   Profile p = prof;
   p.calibrationByLevel.clear();
-  std::vector<Unit> us = units(p, c.cache.after);
-  if (us.size() != c.parallelism.size())
+  if (units(p, c.cache.after).size() != c.parallelism.size())
     return;
-  int64_t nPar = 0;
-  double count = 1;
-  for (const Unit &u : us)
-    if (u.parallel) {
-      ++nPar;
-      if (u.pinned == 0)
-        count *= static_cast<double>(cores);
-    }
-  if (nPar == 0 || count > 20000)
-    return;
-  // Workers before a cache and after it count apart (Model.h), as in the
-  // program's cores rows.
-  int64_t allowed = std::max(
-      cores, concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1)));
-  auto workers = [&](const std::vector<int64_t> &par) {
-    int64_t n = 0;
-    for (size_t k = 0; k < us.size(); ++k)
-      n += us[k].parallel ? par[k] : 0;
-    return n;
-  };
   Config best = c;
+  std::vector<Unit> bestUnits = units(p, c.cache.after);
   double bestT = predict(p, c, cores).throughput;
-  std::vector<int64_t> par(us.size(), 1);
-  for (size_t k = 0; k < us.size(); ++k)
-    if (us[k].parallel && us[k].pinned > 0)
-      par[k] = us[k].pinned;
-  for (;;) {
-    if (concurrentWorkers(p, us, par) <= allowed) {
-      Config cand = c;
-      cand.parallelism = par;
-      Prediction pr = predict(p, cand, cores);
-      bool fits = !std::isfinite(memLimit) ||
-                  static_cast<double>(pr.memoryBytes) <= memLimit;
-      if (fits && (pr.throughput > bestT * (1 + kRefineTie) ||
-                   (pr.throughput >= bestT * (1 - kRefineTie) &&
-                    workers(par) > workers(best.parallelism)))) {
-        best = cand;
-        bestT = pr.throughput;
+  double bestF =
+      fragileThroughput(fragileProfiles(p, bestUnits), c, cores);
+  // Every cache option the program had, with every parallelism: the
+  // program priced a cache with the work before it averaged over the
+  // epochs; predict() runs the first epoch and the cached ones apart, which
+  // can rank the places differently.
+  for (const CacheOption &o : options) {
+    std::vector<Unit> us = units(p, o.after);
+    int64_t nPar = 0;
+    double count = 1;
+    for (const Unit &u : us)
+      if (u.parallel) {
+        ++nPar;
+        if (u.pinned == 0)
+          count *= static_cast<double>(cores);
       }
-    }
-    size_t k = 0;
-    for (; k < us.size(); ++k) {
-      if (!us[k].parallel || us[k].pinned > 0)
-        continue;
-      if (par[k] < cores) {
-        ++par[k];
+    if (count > 20000 || (nPar == 0 && o.after == c.cache.after))
+      continue;
+    std::vector<Profile> fragile = fragileProfiles(p, us);
+    // Workers before a cache and after it count apart (Model.h), as in the
+    // program's cores rows.
+    int64_t allowed = std::max(
+        cores, concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1)));
+    auto better = [&](double t, double f, const std::vector<int64_t> &par) {
+      if (t > bestT * (1 + kRefineTie))
+        return true;
+      if (t < bestT * (1 - kRefineTie))
+        return false;
+      if (f > bestF * (1 + kRefineTie))
+        return true;
+      if (f < bestF * (1 - kRefineTie))
+        return false;
+      return workerCount(us, par) < workerCount(bestUnits, best.parallelism);
+    };
+    std::vector<int64_t> par(us.size(), 1);
+    for (size_t k = 0; k < us.size(); ++k)
+      if (us[k].parallel && us[k].pinned > 0)
+        par[k] = us[k].pinned;
+    for (;;) {
+      if (concurrentWorkers(p, us, par) <= allowed) {
+        Config cand = c;
+        cand.cache = o;
+        cand.parallelism = par;
+        Prediction pr = predict(p, cand, cores);
+        bool fits = !std::isfinite(memLimit) ||
+                    static_cast<double>(pr.memoryBytes) <= memLimit;
+        if (fits) {
+          double f = fragileThroughput(fragile, cand, cores);
+          if (better(pr.throughput, f, par)) {
+            best = cand;
+            bestUnits = us;
+            bestT = pr.throughput;
+            bestF = f;
+          }
+        }
+      }
+      size_t k = 0;
+      for (; k < us.size(); ++k) {
+        if (!us[k].parallel || us[k].pinned > 0)
+          continue;
+        if (par[k] < cores) {
+          ++par[k];
+          break;
+        }
+        par[k] = 1;
+      }
+      if (k == us.size())
         break;
-      }
-      par[k] = 1;
     }
-    if (k == us.size())
-      break;
   }
   c = best;
 }
@@ -489,7 +566,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (size_t i = 0; i < p.steps.size(); ++i)
     if (p.steps[i].pinnedPrefetch >= 0 && !sol.config.prefetch.count(i))
       sol.config.prefetch[i] = p.steps[i].pinnedPrefetch;
-  refine(p, sol.config, cores, memLimit);
+  refine(p, sol.config, options, cores, memLimit);
   sol.prediction = predict(p, sol.config, cores);
   const Prediction &pr = sol.prediction;
 
@@ -522,8 +599,38 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     else if (static_cast<int>(k) == pr.bottleneck)
       kc.reason += "; this is the bottleneck and the core budget (" +
                    std::to_string(cores) + ") is spent";
-    else
+    else {
       kc.reason += ", above " + bneck + ": more workers would not help";
+      // What one worker more is predicted to do (the model's contention
+      // term: a thread more beside the others on the cores).
+      Config more = sol.config;
+      ++more.parallelism[k];
+      if (up.parallelism < cores &&
+          concurrentWorkers(p, us, more.parallelism) <=
+              std::max(cores, concurrentWorkers(
+                                  p, us, std::vector<int64_t>(us.size(), 1)))) {
+        // Compared as refine() ranks them: with one calibration for both
+        // levels.
+        Profile flat = p;
+        flat.calibrationByLevel.clear();
+        double t = predict(flat, more, cores).throughput;
+        double t0 = predict(flat, sol.config, cores).throughput;
+        double gain = t / t0 - 1;
+        t = pr.throughput * (1 + gain); // at the chosen one's calibration
+        char more_[320];
+        std::snprintf(
+            more_, sizeof more_,
+            "; %lld workers are predicted %s records/s (%+.1f%%): %s",
+            static_cast<long long>(up.parallelism + 1), fmtRate(t).c_str(),
+            gain * 100,
+            gain < -kRefineTie
+                ? "the extra worker's thread would take the cores' share of "
+                  "the other threads (contention)"
+                : "no gain the model can tell, so the fewer threads are kept "
+                  "(no extra hand-offs or contention)");
+        kc.reason += more_;
+      }
+    }
     sol.knobs.push_back(kc);
   }
   for (const BufVars &b : bufs) {

@@ -131,6 +131,22 @@ double calibrationAt(const Profile &p, double level);
 /// reach half their rate. An infinite side leaves the other's rate.
 double tandemThroughput(double up, double down, double slots);
 
+/// How many of a parallel unit's `servers` workers are busy, when work
+/// arrives at `offered` workers' worth (its CPU seconds per record times the
+/// throughput, in cores): the M/M/c busy-server distribution (index n =
+/// P(n busy), n = 0..servers; all busy when offered >= servers). Work comes
+/// in bursts (a batch, a run of slots), so workers overlap more often than
+/// independent ones would.
+std::vector<double> busyWorkers(double offered, int64_t servers);
+
+/// The share of a core a thread that wants to run gets on `cores` cores
+/// while the other threads are busy with the given distributions (each a
+/// vector of P(n of them busy)): E[min(1, cores / (1 + N))], N the number
+/// of others busy, the distributions taken as independent (a fair
+/// scheduler shares the cores equally among runnable threads).
+double threadShare(const std::vector<std::vector<double>> &others,
+                   double cores);
+
 /// Per-unit prediction.
 struct UnitPrediction {
   std::string label;
@@ -155,13 +171,21 @@ struct Prediction {
   std::string bottleneckLabel;
   double cpuCapacity = 0; ///< source records/s all cores could serve
   /// Records/s at which a parallel unit's workers get only the cores the
-  /// other threads leave them (infinite when no unit is short of cores).
+  /// other threads leave them, or a serial unit's thread only its share of
+  /// a core among the runnable threads (infinite when no unit is short of
+  /// cores).
   double contentionBound = 0;
   /// Throughput factor from buffering beyond what the probes ran with
   /// (tandemThroughput; 1 with the probes' buffers).
   double bufferFactor = 1;
   /// calibrationAt(configLevel) applied to every capacity.
   double calibration = 1;
+  /// With a cache and more than one epoch: the rate of the first epoch
+  /// (everything runs and the cache is written) and of the cached epochs
+  /// (only what follows the cache runs); `throughput` is the epochs'
+  /// records over both phases' times. 0 without a cache.
+  double firstEpoch = 0;
+  double cachedEpochs = 0;
   int64_t memoryBytes = 0; ///< buffers + memory cache + fixed
   int64_t diskBytes = 0;
   std::vector<UnitPrediction> units;

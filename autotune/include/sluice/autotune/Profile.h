@@ -154,6 +154,18 @@ struct Profile {
   /// (csv, text lines, tfrecord): used for the whole-run average
   /// (wholeRunThroughput), never to size a cache.
   std::optional<int64_t> estimatedRecordsPerEpoch;
+  /// Measured / modelled rate of a cached run's later epochs (only the
+  /// units after the cache run, fed by it), from a probe that ran the
+  /// chosen cached schedule past its first epoch (tune(),
+  /// TuneOptions::probeCachedEpochs); predict() uses it for that phase
+  /// instead of the probe level's calibration. 0: not measured. The
+  /// uncached probes cannot tell it: what they miss is mostly a cost per
+  /// item handed between threads, a small share of a record's time while
+  /// the costly prefix runs and a large one when the cache feeds a few
+  /// microseconds of work per record.
+  double cachedCalibration = 0;
+  /// The cached epochs' measured rate (source records/s) behind it.
+  double cachedMeasured = 0;
 };
 
 /// How to profile.

@@ -38,6 +38,13 @@ struct TuneOptions {
   /// Measure the whole run (all epochs) when it is predicted to take at most
   /// this long; a steady-state window of verifySeconds otherwise.
   double wholeRunSeconds = 8;
+  /// When the chosen schedule caches and the run has two or more epochs:
+  /// run it past its first epoch and measure the cached epochs for
+  /// cachedEpochsSeconds (Profile::cachedCalibration), if the first epoch
+  /// is predicted to take at most firstEpochSeconds.
+  bool probeCachedEpochs = true;
+  double cachedEpochsSeconds = 0.6;
+  double firstEpochSeconds = 5;
 };
 
 struct TuneResult {
@@ -59,6 +66,9 @@ struct TuneResult {
   /// Probes run on the compiled (fused) plan when `profile` is that of the
   /// plan split for a cache inside a fused stage (chooseFusedCache), else 0.
   size_t fusedProbes = 0;
+  /// What the cached-epochs probe did or why it did not run ("" when the
+  /// schedule has no cache).
+  std::string cachedProbeNote;
   /// Which kernels the runs used, set by the caller that bound them:
   /// "generated" (the code generator's) or "runtime" (--no-jit: the
   /// interpreter and hand-written kernels); "" when not said. A baseline
