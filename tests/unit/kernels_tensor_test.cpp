@@ -491,4 +491,17 @@ TEST(PaddedStack, PadsToLongestOrFixedShape) {
   EXPECT_EQ(wb->stringValues(), (std::vector<std::string>{"a", "", "b", "c"}));
 }
 
+TEST(TensorString, TakesItsValueWithoutACopy) {
+  // A whole file read as one record (image_folder, files) becomes a scalar
+  // Bytes tensor: its bytes must move in, not be copied a second time.
+  std::string file(1 << 20, 'x');
+  file[12345] = 'y';
+  const char *bytes = file.data();
+  Tensor t = Tensor::string(ElemType::Bytes, std::move(file));
+  EXPECT_EQ(t.str().data(), bytes);
+  EXPECT_EQ(t.str().size(), size_t(1) << 20);
+  EXPECT_EQ(t.str()[12345], 'y');
+  EXPECT_EQ(t.rank(), 0u);
+}
+
 } // namespace

@@ -43,9 +43,13 @@ public:
   /// A Bytes/String tensor of the given shape with one string per element.
   static Tensor strings(ElemType elem, std::vector<int64_t> shape,
                         std::vector<std::string> values);
-  /// A scalar Bytes/String tensor.
+  /// A scalar Bytes/String tensor. `value` is moved in, never copied (a
+  /// braced list would copy it: an initializer_list's elements are const),
+  /// so a whole file read as one record is not copied a second time.
   static Tensor string(ElemType elem, std::string value) {
-    return strings(elem, {}, {std::move(value)});
+    std::vector<std::string> one(1);
+    one[0] = std::move(value);
+    return strings(elem, {}, std::move(one));
   }
 
   bool valid() const { return buf_ != nullptr || strs_ != nullptr; }
