@@ -192,6 +192,26 @@ BENCHMARK(BM_Resize)
     ->Args({int(Interpolation::Nearest), 0})
     ->Args({int(Interpolation::Area), 0});
 
+/// Antialiased bilinear (PIL's filter) from a crop-sized u8 RGB image to
+/// 224x224, with the AVX2 passes (simd 1) or the portable ones (simd 0).
+void BM_ResizeAntialias(benchmark::State &state) {
+  Tensor img = u8Image(state.range(0), state.range(1));
+  setImageSimd(state.range(2) != 0);
+  for (auto _ : state) {
+    Expected<Tensor> out =
+        resize(img, 224, 224, Interpolation::Bilinear, /*antialias=*/true);
+    benchmark::DoNotOptimize(out->raw());
+  }
+  setImageSimd(true);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ResizeAntialias)
+    ->ArgNames({"h", "w", "simd"})
+    ->Args({300, 300, 1})
+    ->Args({300, 300, 0})
+    ->Args({180, 200, 1})
+    ->Args({450, 400, 1});
+
 //===----------------------------------------------------------------------===//
 // Element-wise and layout
 //===----------------------------------------------------------------------===//

@@ -354,8 +354,8 @@ struct JpegWindowJob {
   JDIMENSION width, height; ///< from the TurboJPEG header read
   JDIMENSION y0, y1, x0, x1;
   bool verifyFull; ///< entropy-decode the rows below the window too
-  int denom;       ///< DCT scale 1/denom (1, 2, 4, 8); width/height and
-                   ///< the window are in the scaled image
+  int num;         ///< DCT scale num/8 (1..8); width/height and the
+                   ///< window are in the scaled image
   uint8_t *dst;
   size_t dstStride;
   size_t offset; ///< out
@@ -393,8 +393,8 @@ bool jpegWindowRun(JpegWindowDecoder *d, JpegWindowJob *job) {
     return false;
   }
   cinfo->out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_EXT_RGB;
-  cinfo->scale_num = 1;
-  cinfo->scale_denom = static_cast<unsigned int>(job->denom);
+  cinfo->scale_num = static_cast<unsigned int>(job->num);
+  cinfo->scale_denom = 8;
   cinfo->dct_method = JDCT_ISLOW;
   cinfo->do_fancy_upsampling = TRUE;
   cinfo->do_block_smoothing = TRUE;
@@ -462,13 +462,38 @@ std::atomic<bool> &windowDecodeAllowed() {
   return allowed;
 }
 
+/// The numerators M of the DCT scales M/8 that decode_image's `scale: auto`
+/// may pick, as a bit mask (bit M). Default: 1/8, 2/8 and 4/8, the scales
+/// whose IDCTs libjpeg-turbo 2.1 has in SIMD. The others (3/8, 5/8, 6/8,
+/// 7/8) run its C IDCTs (with 4:2:0 chroma at 2M x 2M) and were measured
+/// slower than the full-size SIMD IDCT plus the larger resize on real
+/// photos (bench/image_profile_bench.cpp; bench/results.md, 2026-11-24):
+/// SLUICE_DCT_SCALES=1,2,3,4,5,6,7 names the set to measure them again.
+std::atomic<unsigned> &dctScaleMask() {
+  static std::atomic<unsigned> mask{[] {
+    unsigned m = kDefaultDctScales;
+    if (const char *v = std::getenv("SLUICE_DCT_SCALES"); v && *v) {
+      m = 0;
+      for (const char *p = v; *p; ++p)
+        if (*p >= '1' && *p <= '7')
+          m |= 1u << (*p - '0');
+    }
+    return m;
+  }()};
+  return mask;
+}
+
+bool dctScaleAllowed(int num) {
+  return (dctScaleMask().load(std::memory_order_relaxed) >> num) & 1u;
+}
+
 /// Decodes `win` (inside the image) of a JPEG into `scratch`. False when
 /// the window path cannot vouch for the result (an error, any warning, a
 /// missing end marker, CMYK): the caller then decodes in full, which gives
 /// the same pixels or the full decode's error message.
 bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
                       int channels, CropBox win, bool verifyFull,
-                      Scratch &scratch, WindowPixels &out, int denom = 1) {
+                      Scratch &scratch, WindowPixels &out, int num = 8) {
   if (!windowDecodeAllowed().load(std::memory_order_relaxed))
     return false;
   if (info.format != ImageFormat::Jpeg || info.channels == 4)
@@ -480,10 +505,10 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
   job.data = reinterpret_cast<const unsigned char *>(bytes.data());
   job.size = static_cast<unsigned long>(bytes.size());
   job.channels = channels;
-  // libjpeg's scaled size: ceil(size / denom).
-  job.width = static_cast<JDIMENSION>((info.width + denom - 1) / denom);
-  job.height = static_cast<JDIMENSION>((info.height + denom - 1) / denom);
-  job.denom = denom;
+  // libjpeg's scaled size: ceil(size * num / 8).
+  job.width = static_cast<JDIMENSION>((info.width * num + 7) / 8);
+  job.height = static_cast<JDIMENSION>((info.height * num + 7) / 8);
+  job.num = num;
   job.y0 = static_cast<JDIMENSION>(win.y);
   job.y1 = static_cast<JDIMENSION>(win.y + win.h);
   job.x0 = static_cast<JDIMENSION>(win.x);
@@ -1045,8 +1070,10 @@ struct SourceBox {
 };
 
 /// PIL's precompute_coeffs (box [0, in)) and normalize_coeffs_8bpc.
-AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
-  AaTaps t;
+/// Into `t`, whose vectors keep their capacity from call to call (the
+/// fused crop builds two sets per image).
+void antialiasTapsInto(AaTaps &t, int64_t in, int64_t out, double in0,
+                       double in1) {
   t.in = in;
   t.out = out;
   t.whole = in0 == 0.0 && in1 == static_cast<double>(in);
@@ -1092,6 +1119,11 @@ AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
     t.start[o] = static_cast<int32_t>(xmin);
     t.count[o] = static_cast<int32_t>(xmax);
   }
+}
+
+AaTaps antialiasTaps(int64_t in, int64_t out, double in0, double in1) {
+  AaTaps t;
+  antialiasTapsInto(t, in, out, in0, in1);
   return t;
 }
 
@@ -1202,12 +1234,46 @@ bool aaRgbSimdTaps(const AaTaps &t, AaRgbSimdTaps &s) {
   return true;
 }
 
+/// The sums of output pair q of the AVX2 horizontal pass, rounded and
+/// shifted: R, G, B in lanes 0-2 of each 128-bit half (output 2q low,
+/// 2q+1 high).
+/// Taps2 > 0: the tap pairs per window as a constant (the loop unrolls).
+template <int Taps2>
+__attribute__((target("avx2"), always_inline)) inline __m256i
+aaPairSumsAvx2(const uint8_t *__restrict src, const AaRgbSimdTaps &s,
+               int64_t q, int64_t taps2, __m256i spread, __m256i half) {
+  if constexpr (Taps2 > 0)
+    taps2 = Taps2;
+  const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
+  const uint8_t *p1 = src + int64_t(s.wstart[2 * q + 1]) * 3;
+  const int16_t *lo = s.lo.data() + q * taps2 * 16;
+  const int16_t *hi = s.hi.data() + q * taps2 * 16;
+  __m256i accLo = _mm256_setzero_si256(), accHi = _mm256_setzero_si256();
+  for (int64_t j = 0; j < taps2; ++j) {
+    __m256i v = _mm256_set_m128i(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p1 + 6 * j)),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
+    v = _mm256_shuffle_epi8(v, spread);
+    accLo = _mm256_add_epi32(
+        accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                        reinterpret_cast<const __m256i *>(
+                                            lo + 16 * j))));
+    accHi = _mm256_add_epi32(
+        accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
+                                        reinterpret_cast<const __m256i *>(
+                                            hi + 16 * j))));
+  }
+  __m256i acc = _mm256_add_epi32(
+      _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
+  return _mm256_srai_epi32(acc, kAaBits);
+}
+
 /// Output pixels 2q and 2q+1 of u8 RGB in AVX2 (one per 128-bit half):
 /// 8 bytes per tap pair (two pixels and 2 bytes after them), spread to
 /// 16-bit [R0 R1 G0 G1 B0 B1 0 0], multiply-added with the split weights.
 /// Planar and Mirror are AaLayout's, as template arguments so that the
 /// stores are a few plain moves.
-template <bool Planar, bool Mirror>
+template <bool Planar, bool Mirror, int Taps2>
 __attribute__((target("avx2"))) void
 aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
                      const AaRgbSimdTaps &s, uint8_t *__restrict dst) {
@@ -1227,33 +1293,49 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
                                        -1, -1, -1, -1, -1)
                        : _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1,
                                        -1, -1, -1, -1, -1));
+  // Four outputs (two pairs) at a time share the rounding, packing and
+  // stores: [o, o+1, o+2, o+3] as RGB0 words to the layout's order.
+  const __m128i order4 =
+      Planar ? (Mirror ? _mm_setr_epi8(12, 8, 4, 0, 13, 9, 5, 1, 14, 10, 6, 2,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14,
+                                       -1, -1, -1, -1))
+             : (Mirror ? _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14,
+                                       -1, -1, -1, -1));
   const int64_t taps2 = s.window / 2;
   const int64_t outW = t.out;
   uint8_t *planeG = dst + outW, *planeB = dst + 2 * outW;
-  for (int64_t q = 0; q < s.tail; ++q) {
-    const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
-    const uint8_t *p1 = src + int64_t(s.wstart[2 * q + 1]) * 3;
-    const int16_t *lo = s.lo.data() + q * taps2 * 16;
-    const int16_t *hi = s.hi.data() + q * taps2 * 16;
-    __m256i accLo = _mm256_setzero_si256(), accHi = _mm256_setzero_si256();
-    for (int64_t j = 0; j < taps2; ++j) {
-      __m256i v = _mm256_set_m128i(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p1 + 6 * j)),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
-      v = _mm256_shuffle_epi8(v, spread);
-      accLo = _mm256_add_epi32(
-          accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i *>(
-                                              lo + 16 * j))));
-      accHi = _mm256_add_epi32(
-          accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                          reinterpret_cast<const __m256i *>(
-                                              hi + 16 * j))));
+  int64_t q = 0;
+  for (; q + 1 < s.tail; q += 2) {
+    __m256i a = aaPairSumsAvx2<Taps2>(src, s, q, taps2, spread, half);
+    __m256i b = aaPairSumsAvx2<Taps2>(src, s, q + 1, taps2, spread, half);
+    // Saturate as clip8: int32 -> int16 -> u8. Low half: outputs 2q and
+    // 2q+2, high half: 2q+1 and 2q+3.
+    __m256i bytes8 = _mm256_packus_epi16(_mm256_packs_epi32(a, b),
+                                         _mm256_setzero_si256());
+    __m128i four = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes8),
+                                      _mm256_extracti128_si256(bytes8, 1));
+    four = _mm_shuffle_epi8(four, order4);
+    int64_t first = Mirror ? outW - 4 - 2 * q : 2 * q;
+    if constexpr (Planar) {
+      uint32_t r = uint32_t(_mm_cvtsi128_si32(four));
+      uint32_t g = uint32_t(_mm_extract_epi32(four, 1));
+      uint32_t bl = uint32_t(_mm_extract_epi32(four, 2));
+      std::memcpy(dst + first, &r, 4);
+      std::memcpy(planeG + first, &g, 4);
+      std::memcpy(planeB + first, &bl, 4);
+    } else {
+      uint64_t head = uint64_t(_mm_cvtsi128_si64(four));
+      uint32_t rest = uint32_t(_mm_extract_epi32(four, 2));
+      std::memcpy(dst + 3 * first, &head, 8);
+      std::memcpy(dst + 3 * first + 8, &rest, 4);
     }
+  }
+  for (; q < s.tail; ++q) {
     // madd left R in lane 0, G in 1, B in 2 of each half.
-    __m256i acc = _mm256_add_epi32(
-        _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
-    acc = _mm256_srai_epi32(acc, kAaBits);
+    __m256i acc = aaPairSumsAvx2<Taps2>(src, s, q, taps2, spread, half);
     // Saturate to 0..255 as clip8 does: int32 -> int16 -> u8.
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc),
                                     _mm256_setzero_si256());
@@ -1300,15 +1382,34 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
   }
 }
 
-void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
-                         const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
+template <int Taps2>
+void aaHorizontalRgbAvx2N(const uint8_t *src, const AaTaps &t,
+                          const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
   bool planar = lay.pixel == 1;
   if (planar)
-    lay.mirror ? aaHorizontalRgbAvx2T<true, true>(src, t, s, dst)
-               : aaHorizontalRgbAvx2T<true, false>(src, t, s, dst);
+    lay.mirror ? aaHorizontalRgbAvx2T<true, true, Taps2>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<true, false, Taps2>(src, t, s, dst);
   else
-    lay.mirror ? aaHorizontalRgbAvx2T<false, true>(src, t, s, dst)
-               : aaHorizontalRgbAvx2T<false, false>(src, t, s, dst);
+    lay.mirror ? aaHorizontalRgbAvx2T<false, true, Taps2>(src, t, s, dst)
+               : aaHorizontalRgbAvx2T<false, false, Taps2>(src, t, s, dst);
+}
+
+/// Windows of 2 to 8 taps (shrinking by up to ~3.5x, and every
+/// enlargement) get a kernel with the tap loop unrolled.
+void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
+                         const AaRgbSimdTaps &s, AaLayout lay, uint8_t *dst) {
+  switch (s.window / 2) {
+  case 1:
+    return aaHorizontalRgbAvx2N<1>(src, t, s, lay, dst);
+  case 2:
+    return aaHorizontalRgbAvx2N<2>(src, t, s, lay, dst);
+  case 3:
+    return aaHorizontalRgbAvx2N<3>(src, t, s, lay, dst);
+  case 4:
+    return aaHorizontalRgbAvx2N<4>(src, t, s, lay, dst);
+  default:
+    return aaHorizontalRgbAvx2N<0>(src, t, s, lay, dst);
+  }
 }
 
 std::atomic<bool> &simdAllowed() {
@@ -1353,6 +1454,85 @@ void aaVerticalRow(const uint8_t *src, size_t stride, const int32_t *k,
   }
 }
 
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+/// aaVerticalRow in AVX2 with the sums in registers: 32 bytes of the row at
+/// a time, two source rows per step interleaved as 16-bit pairs and
+/// multiply-added with the pair's weights split as in the horizontal pass
+/// (w = hi * 2^11 + lo, both below 2^12), so the int32 sums are exactly
+/// aaVerticalRow's. False (nothing written) for weights outside [0, 2^22].
+__attribute__((target("avx2"))) bool
+aaVerticalRowAvx2(const uint8_t *src, size_t stride, const int32_t *k,
+                  int32_t n, int64_t len, uint8_t *__restrict dst) {
+  constexpr int32_t kMaxPairs = 64;
+  if (n > 2 * kMaxPairs)
+    return false;
+  __m256i whi[kMaxPairs], wlo[kMaxPairs];
+  for (int32_t y = 0; y < n; y += 2) {
+    int32_t w0 = k[y], w1 = y + 1 < n ? k[y + 1] : 0;
+    if (w0 < 0 || w0 > (1 << kAaBits) || w1 < 0 || w1 > (1 << kAaBits))
+      return false;
+    whi[y / 2] = _mm256_set1_epi32(int32_t((uint32_t(w1 >> 11) << 16) |
+                                           uint32_t(w0 >> 11)));
+    wlo[y / 2] = _mm256_set1_epi32(int32_t((uint32_t(w1 & 2047) << 16) |
+                                           uint32_t(w0 & 2047)));
+  }
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i half = _mm256_set1_epi32(1 << (kAaBits - 1));
+  int64_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
+    __m256i l0 = zero, l1 = zero, l2 = zero, l3 = zero;
+    for (int32_t y = 0; y < n; y += 2) {
+      __m256i a = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i *>(src + y * stride + i));
+      __m256i b = y + 1 < n ? _mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i *>(
+                                      src + (y + 1) * stride + i))
+                            : zero;
+      __m256i alo = _mm256_unpacklo_epi8(a, zero);
+      __m256i ahi = _mm256_unpackhi_epi8(a, zero);
+      __m256i blo = _mm256_unpacklo_epi8(b, zero);
+      __m256i bhi = _mm256_unpackhi_epi8(b, zero);
+      // Per 128-bit lane: bytes 0-3, 4-7, 8-11, 12-15 as (a, b) pairs.
+      __m256i p0 = _mm256_unpacklo_epi16(alo, blo);
+      __m256i p1 = _mm256_unpackhi_epi16(alo, blo);
+      __m256i p2 = _mm256_unpacklo_epi16(ahi, bhi);
+      __m256i p3 = _mm256_unpackhi_epi16(ahi, bhi);
+      const __m256i wh = whi[y / 2], wl = wlo[y / 2];
+      h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(p0, wh));
+      h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(p1, wh));
+      h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(p2, wh));
+      h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(p3, wh));
+      l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(p0, wl));
+      l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(p1, wl));
+      l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(p2, wl));
+      l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(p3, wl));
+    }
+    auto finish = [&](__m256i h, __m256i l) __attribute__((target("avx2"))) {
+      return _mm256_srai_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l),
+                           half),
+          kAaBits);
+    };
+    __m256i v0 = finish(h0, l0), v1 = finish(h1, l1), v2 = finish(h2, l2),
+            v3 = finish(h3, l3);
+    // clip8: int32 -> int16 -> u8, back in byte order (the unpacks and
+    // packs work within 128-bit lanes alike).
+    __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v0, v1),
+                                        _mm256_packs_epi32(v2, v3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), bytes);
+  }
+  const int32_t halfS = 1 << (kAaBits - 1);
+  for (; i < len; ++i) {
+    int32_t acc = halfS;
+    for (int32_t y = 0; y < n; ++y)
+      acc += static_cast<int32_t>(src[y * stride + i]) * k[y];
+    dst[i] = aaClip8(acc);
+  }
+  return true;
+}
+#endif
+
 Scratch &antialiasScratch() {
   thread_local Scratch s;
   return s;
@@ -1369,8 +1549,11 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
   const int64_t C = src.c;
   if (!box.set)
     box = {true, 0, 0, double(src.h), double(src.w)};
-  AaTaps tx = antialiasTaps(src.w, outW, box.x0, box.x1);
-  AaTaps ty = antialiasTaps(src.h, outH, box.y0, box.y1);
+  // Per thread, so that their buffers are reused from image to image;
+  // emit never resizes.
+  thread_local AaTaps tx, ty;
+  antialiasTapsInto(tx, src.w, outW, box.x0, box.x1);
+  antialiasTapsInto(ty, src.h, outH, box.y0, box.y1);
   AaLayout lay;
   lay.pixel = planar ? 1 : C;
   lay.channel = planar ? outW : 1;
@@ -1379,7 +1562,7 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
   // mirror or make planes.
   const bool horizontal = !tx.identity() || mirror || planar;
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
-  AaRgbSimdTaps simdTaps;
+  thread_local AaRgbSimdTaps simdTaps;
   const bool simd = horizontal && C == 3 && !tx.identity() && cpuHasAvx2() &&
                     aaRgbSimdTaps(tx, simdTaps);
 #endif
@@ -1422,6 +1605,15 @@ void antialiasU8(View<uint8_t> src, int64_t outH, int64_t outW, bool planar,
       emit(oy, first);
       continue;
     }
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
+    if (cpuHasAvx2() && aaVerticalRowAvx2(first, stride,
+                                          ty.ki.data() + oy * ty.ksize,
+                                          ty.count[oy],
+                                          static_cast<int64_t>(rowLen), outRow)) {
+      emit(oy, static_cast<const uint8_t *>(outRow));
+      continue;
+    }
+#endif
     aaVerticalRow(first, stride, ty.ki.data() + oy * ty.ksize, ty.count[oy],
                   static_cast<int64_t>(rowLen), acc, outRow);
     emit(oy, static_cast<const uint8_t *>(outRow));
@@ -1724,6 +1916,10 @@ void setImageSimd(bool enabled) {
   simdAllowed().store(enabled, std::memory_order_relaxed);
 }
 
+void setDctScales(unsigned mask) {
+  dctScaleMask().store(mask & 0xFEu, std::memory_order_relaxed);
+}
+
 Expected<ImageInfo> readImageInfo(std::string_view bytes) {
   if (isJpeg(bytes)) {
     tjhandle tj = jpegDecompressor();
@@ -1851,28 +2047,31 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
       randomResizedCropBox(info->height, info->width, params.scaleLo,
                            params.scaleHi, params.ratioLo, params.ratioHi, rng);
 
-  // Pick the smallest DCT scale that keeps the box at least the output size.
-  int num = 1, denom = 1;
+  // Pick the smallest DCT scale M/8 that keeps the box at least the output
+  // size, among the scales allowed (dctScaleAllowed).
+  int num = 8;
   if (opts.allowDctScaling && info->format == ImageFormat::Jpeg &&
       info->channels != 4)
-    for (int d : {8, 4, 2})
-      if (box.h / d >= params.height && box.w / d >= params.width) {
-        denom = d;
+    for (int m = 1; m < 8; ++m)
+      if (dctScaleAllowed(m) && box.h * m / 8 >= params.height &&
+          box.w * m / 8 >= params.width) {
+        num = m;
         break;
       }
   int64_t decH = info->height, decW = info->width;
   // With antialiasing, the scaled decode resamples exactly the box's area
-  // (box / denom, fractional, as PIL's draft + resize(box=...) does) rather
+  // (box * M/8, fractional, as PIL's draft + resize(box=...) does) rather
   // than the whole scaled pixels around it.
   SourceBox fine;
-  if (denom > 1) {
-    fine = {true, double(box.y) / denom, double(box.x) / denom,
-            double(box.y + box.h) / denom, double(box.x + box.w) / denom};
-    decH = (info->height * num + denom - 1) / denom;
-    decW = (info->width * num + denom - 1) / denom;
-    int64_t y0 = box.y / denom, x0 = box.x / denom;
-    int64_t y1 = std::min(decH, (box.y + box.h + denom - 1) / denom);
-    int64_t x1 = std::min(decW, (box.x + box.w + denom - 1) / denom);
+  if (num < 8) {
+    const double f = num / 8.0;
+    fine = {true, double(box.y) * f, double(box.x) * f,
+            double(box.y + box.h) * f, double(box.x + box.w) * f};
+    decH = (info->height * num + 7) / 8;
+    decW = (info->width * num + 7) / 8;
+    int64_t y0 = box.y * num / 8, x0 = box.x * num / 8;
+    int64_t y1 = std::min(decH, ((box.y + box.h) * num + 7) / 8);
+    int64_t x1 = std::min(decW, ((box.x + box.w) * num + 7) / 8);
     box = {y0, x0, y1 - y0, x1 - x0};
     fine.y0 -= double(y0);
     fine.y1 -= double(y0);
@@ -1887,7 +2086,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
   WindowPixels px;
   // The window path also decodes DCT-scaled (in scaled coordinates).
   if (decodeJpegWindow(bytes, *info, channels, box, opts.verifyFull, scratch,
-                       px, denom)) {
+                       px, num)) {
     View<uint8_t> v{px.data, box.h, box.w, channels,
                     static_cast<int64_t>(px.stride)};
     resizeU8Into(v, out, params.height, params.width, params.interpolation,
@@ -1906,7 +2105,7 @@ Expected<Tensor> decodeRandomResizedCrop(std::string_view bytes, int channels,
     return s;
   uint8_t *buf = scratch.get(rowBytes * decH);
   Status s = Status::ok();
-  if (denom > 1)
+  if (num < 8)
     s = decodeJpegInto(jpegDecompressor(), bytes, *info, channels, int(decW),
                        int(decH), buf);
   else

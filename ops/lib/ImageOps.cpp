@@ -132,7 +132,11 @@ OpDef decodeImage() {
               "Faster, with pixels close to but not equal to `exact`'s (see "
               "the PSNR figures above). `exact` (the "
               "default) decodes every pixel. PNGs, unfused decodes and "
-              "boxes smaller than 2x the output are always exact."),
+              "boxes smaller than 2x the output are always exact. "
+              "libjpeg-turbo's other scales (3/8, 5/8, 6/8, 7/8) run C "
+              "IDCTs and measured slower on real photos than the exact "
+              "window plus its larger resize, so they are not used; "
+              "`SLUICE_DCT_SCALES=1,2,3,4,5,6,7` allows them (to measure)."),
   };
   op.fuse = FuseKind::None;
   op.cost = {2000, 8, 8};

@@ -299,6 +299,54 @@ TEST_P(DecodeCropTest, ScaledWindowEqualsScaledFullDecode) {
     }
 }
 
+/// Every DCT scale M/8 the mask can allow (the fractional ones are off by
+/// default, measured slower): the window decode at M/8 equals the scaled
+/// full decode, and a scale that is taken changes pixels (so the scaled
+/// path really ran), while the default mask gives the bytes it always gave.
+TEST_P(DecodeCropTest, FractionalDctScalesWindowEqualsScaledFullDecode) {
+  auto [enc, channels] = GetParam();
+  std::string jpeg = encode(enc, 5);
+  RandomResizedCropParams p;
+  p.height = 12;
+  p.width = 10;
+  DecodeOptions scaled;
+  scaled.allowDctScaling = true;
+  for (unsigned m : {3u, 5u, 6u, 7u}) {
+    setDctScales(1u << m);
+    int differs = 0;
+    for (bool antialias : {false, true})
+      for (uint64_t index = 0; index < 24; ++index) {
+        p.antialias = antialias;
+        Rng a(7, 0, index, 1), b(7, 0, index, 1), c(7, 0, index, 1);
+        Expected<Tensor> window = decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
+        setJpegWindowDecode(false);
+        Expected<Tensor> whole = decodeRandomResizedCrop(jpeg, channels, p, b, scaled);
+        setJpegWindowDecode(true);
+        Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, channels, p, c);
+        ASSERT_TRUE(window && whole && exact);
+        ASSERT_EQ(std::memcmp(window->raw(), whole->raw(), whole->nbytes()), 0)
+            << "scale " << m << "/8, record " << index << " antialias "
+            << antialias;
+        differs += std::memcmp(window->raw(), exact->raw(), exact->nbytes()) != 0;
+      }
+    if (std::min(enc.height, enc.width) >= 39) // boxes big enough for 3/8
+      EXPECT_GT(differs, 0) << "scale " << m << "/8 was never taken";
+  }
+  // Back to the default: 1/8, 2/8, 4/8 only; a box under 2x the output
+  // size is decoded exactly, as before.
+  setDctScales(kDefaultDctScales);
+  p.height = enc.height / 2 + 1;
+  p.width = enc.width / 2 + 1;
+  for (uint64_t index = 0; index < 8; ++index) {
+    Rng a(7, 0, index, 2), b(7, 0, index, 2);
+    Expected<Tensor> withAuto = decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
+    Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, channels, p, b);
+    ASSERT_TRUE(withAuto && exact);
+    ASSERT_EQ(std::memcmp(withAuto->raw(), exact->raw(), exact->nbytes()), 0)
+        << "record " << index;
+  }
+}
+
 /// The fused epilogue equals flip, normalize and transpose done one after
 /// another on the resized crop, bit for bit.
 TEST(DecodeCropEpilogue, EqualsTheStepsOneAfterAnother) {

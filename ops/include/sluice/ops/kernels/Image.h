@@ -221,6 +221,15 @@ void setImageSimd(bool enabled);
 /// tests and A/B timing.
 void setJpegWindowDecode(bool enabled);
 
+/// The DCT scales M/8 that `scale: auto` (DecodeOptions::allowDctScaling)
+/// may decode at, as a bit mask: bit M allows M/8, for M = 1..7. The
+/// default, kDefaultDctScales, is 1/8, 2/8 and 4/8, the scales that
+/// libjpeg-turbo 2.1 runs in SIMD; the others were measured slower on real
+/// photos than decoding the window at full size. SLUICE_DCT_SCALES=1,2,4,6
+/// sets the mask at start-up; this, for tests and A/B timing.
+constexpr unsigned kDefaultDctScales = (1u << 1) | (1u << 2) | (1u << 4);
+void setDctScales(unsigned mask);
+
 enum class FlipAxis { Width, Height };
 
 /// Mirrors the image along an axis (Width: left-right).
