@@ -233,17 +233,7 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
           cand.name = n;
           out.push_back(cand);
         }
-      size_t k = 0;
-      for (; k < us.size(); ++k) {
-        if (!us[k].parallel || us[k].pinned)
-          continue;
-        if (par[k] < cores) {
-          ++par[k];
-          break;
-        }
-        par[k] = 1;
-      }
-      if (k == us.size())
+      if (!autotune::nextParallelism(us, par, cores))
         break;
     }
   }

@@ -109,6 +109,20 @@ std::string unitLabel(const Profile &p, const Unit &u) {
   return s;
 }
 
+bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
+                     int64_t cores) {
+  for (size_t k = 0; k < us.size(); ++k) {
+    if (!us[k].parallel || us[k].pinned > 0)
+      continue;
+    if (par[k] < cores) {
+      ++par[k];
+      return true;
+    }
+    par[k] = 1;
+  }
+  return false;
+}
+
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
   std::vector<Unit> out;
   Unit serial;
@@ -410,6 +424,17 @@ double phaseFactor(const Unit &u, Phase phase, double e) {
   return 1;
 }
 
+/// The figures that follow from `r.throughput`: each unit's utilization,
+/// outputs per second and the whole run's rate.
+void finishRates(const Profile &p, Prediction &r) {
+  for (UnitPrediction &up : r.units)
+    up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
+                         ? r.throughput / up.capacity
+                         : 0;
+  r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
+  r.wholeRun = wholeRunThroughput(p, r.throughput);
+}
+
 Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
                         Phase phase) {
   Prediction r;
@@ -657,12 +682,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   r.bottleneckLabel = r.bottleneck >= 0
                           ? r.units[static_cast<size_t>(r.bottleneck)].label
                           : "cpu (all " + std::to_string(cores) + " cores busy)";
-  for (UnitPrediction &up : r.units)
-    up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
-                         ? r.throughput / up.capacity
-                         : 0;
-  r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
-  r.wholeRun = wholeRunThroughput(p, r.throughput);
+  finishRates(p, r);
   r.memoryBytes = mem;
   return r;
 }
@@ -694,12 +714,7 @@ Prediction predict(const Profile &p, const Config &c, int64_t cores) {
   r.bottleneckLabel = dominant.bottleneckLabel +
                       (t1 >= t2 ? " (first epoch)" : " (cached epochs)");
   r.contentionBound = dominant.contentionBound;
-  for (UnitPrediction &up : r.units)
-    up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
-                         ? r.throughput / up.capacity
-                         : 0;
-  r.outputsPerSecond = r.throughput * p.outputsPerSourceRecord;
-  r.wholeRun = wholeRunThroughput(p, r.throughput);
+  finishRates(p, r);
   return r;
 }
 

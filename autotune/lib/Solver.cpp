@@ -267,17 +267,7 @@ void refine(const Profile &prof, Config &c,
           }
         }
       }
-      size_t k = 0;
-      for (; k < us.size(); ++k) {
-        if (!us[k].parallel || us[k].pinned > 0)
-          continue;
-        if (par[k] < cores) {
-          ++par[k];
-          break;
-        }
-        par[k] = 1;
-      }
-      if (k == us.size())
+      if (!nextParallelism(us, par, cores))
         break;
     }
   }

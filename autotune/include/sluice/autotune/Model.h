@@ -77,6 +77,15 @@ struct Config {
 /// cache): a cache ends the fused group it falls in, as the runtime does.
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
 
+/// Steps `par` (one entry per unit of `us`) to the next parallelism vector
+/// of an exhaustive enumeration: each free parallel unit in turn counts
+/// 1..cores, like an odometer; serial and pinned units keep their entry.
+/// Returns false once every combination has been visited (`par` then holds
+/// 1 for every counting unit again). Used by the solver's refinement and the
+/// bench's grid; the unit tests' brute force keeps its own loop on purpose.
+bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
+                     int64_t cores);
+
 /// Workers that compete for the cores at once under parallelism `par` (per
 /// unit of `us`, the units of a configuration of `p`). With a cache and at
 /// least two epochs, the parallel units before the cache and those after it
