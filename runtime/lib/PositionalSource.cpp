@@ -42,7 +42,8 @@ class PositionalSourceStage : public Stage {
 public:
   PositionalSourceStage(Shared &s, StageCounters *c)
       : Stage(s, nullptr, c),
-        scratchLimit_(s.memory->account(c->name() + " reading")) {
+        scratchLimit_(s.memory->account(c->name() + " reading"),
+                      /*credit=*/true) {
     const Source &src = *s.source;
     perShard_ = src.kind() == "image_folder" || src.kind() == "files";
     if (perShard_)

@@ -87,7 +87,8 @@ public:
   SourceStage(Shared &s, StageCounters *c, int64_t cycle, int64_t block)
       : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
         block_(std::max<int64_t>(1, block)),
-        scratchLimit_(s.memory->account(c->name() + " reading")) {
+        scratchLimit_(s.memory->account(c->name() + " reading"),
+                      /*credit=*/true) {
     readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
     // Interleave's read-ahead already keeps the threads busy; block-parallel
     // parsing inside it would only add tasks.

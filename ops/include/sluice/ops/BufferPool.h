@@ -51,6 +51,13 @@
 // instead of 7.2; the sys-time share moved within the noise of a shared
 // host). SLUICE_NO_HUGE_PAGES=1 turns that off.
 //
+// Each thread keeps a small cache of idle small buffers (up to 4 KiB
+// classes, 8 KiB per class) in front of the shared lists, counted in the
+// budget like them (kSmallPoolThreadCredit); it goes back to the shared
+// lists when the thread ends, the pool is trimmed or turned off, or the
+// budget changes (ops/lib/BufferPool.cpp says why and measures it).
+// SLUICE_NO_SMALL_POOL_CACHE=1 turns the caches off.
+//
 // SLUICE_NO_BUFFER_POOL=1 in the environment turns both pools off (every
 // buffer is allocated and freed as it would be without them);
 // SLUICE_NO_SMALL_BUFFER_POOL=1 turns off only the small one;
@@ -91,6 +98,13 @@ constexpr size_t kPoolMaxIdleBytes = size_t(256) << 20;
 /// buffer when its class is larger).
 constexpr size_t kSmallPoolSlabBytes = size_t(64) << 10;
 
+/// Most bytes a thread's small-buffer cache may have reserved in the
+/// running pipeline's budget beyond the idle buffers it holds (it reserves
+/// in chunks of up to half this, and at most 1/256 of the limit each, so
+/// that freeing a small buffer rarely touches the budget's shared
+/// counters).
+constexpr size_t kSmallPoolThreadCredit = size_t(64) << 10;
+
 /// Counters of the process-wide buffer pool.
 struct BufferPoolStats {
   int64_t idleBuffers = 0; ///< buffers held for reuse now
@@ -101,6 +115,10 @@ struct BufferPoolStats {
   int64_t smallIdleBytes = 0;   ///< their bytes
   int64_t smallHits = 0;        ///< small allocations served from the pool
   int64_t smallSlabBytes = 0;   ///< bytes of the slabs it holds (idle or not)
+  /// What the small-buffer pool has reserved in the running pipeline's
+  /// budget (setBufferPoolLimit): its idle buffers, in the shared lists and
+  /// the threads' caches, plus the caches' credit.
+  int64_t smallReservedBytes = 0;
 };
 
 /// Whether freed large buffers are kept for reuse (initially: unless
