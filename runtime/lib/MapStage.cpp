@@ -175,7 +175,11 @@ protected:
     return Status::ok();
   }
 
-  void onStop() override { shutdown(); }
+  void onStop() override {
+    shutdown();
+    // No step runs any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
+  }
 
   Expected<bool> produce(Item &out) override {
     return parallel_ ? produceParallel(out) : produceInline(out);

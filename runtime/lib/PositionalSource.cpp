@@ -90,6 +90,8 @@ protected:
     if (cursor_)
       doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
     cursor_.reset();
+    // Nothing reads any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
   }
 
   Expected<bool> produce(Item &out) override {

@@ -113,7 +113,11 @@ protected:
     return Status::ok();
   }
 
-  void onStop() override { closeAll(); }
+  void onStop() override {
+    closeAll();
+    // Nothing reads any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
+  }
 
   // tf.data's interleave order: the cycle position moves on after
   // `block_length` records or when its shard ends; an empty slot takes the
