@@ -197,9 +197,16 @@ int64_t workerCount(const std::vector<Unit> &us,
   return n;
 }
 
+/// How close (relative predicted throughput) another parallelism of the
+/// chosen configuration must come for the solver to report it as a close
+/// call (Solution::closeCall): the model's contention and buffer terms are
+/// of this order, below what it can resolve.
+constexpr double kCloseCallBand = 0.02;
+
 void refine(const Profile &prof, Config &c,
             const std::vector<CacheOption> &options, int64_t cores,
-            double memLimit) {
+            double memLimit, std::optional<Config> *closeCall,
+            double *closeGain) {
   // Ranked on the model's structure with one calibration for all levels:
   // the per-level figures set the predicted level of the configuration
   // chosen, but a few noisy probe windows must not decide between levels
@@ -211,6 +218,12 @@ void refine(const Profile &prof, Config &c,
   Config best = c;
   std::vector<Unit> bestUnits = units(p, c.cache.after);
   double bestT = predict(p, c, cores).throughput;
+  // Every configuration evaluated, for the close call.
+  struct Seen {
+    Config config;
+    double t;
+  };
+  std::vector<Seen> seen{{c, bestT}};
   double bestF =
       fragileThroughput(fragileProfiles(p, bestUnits), c, cores);
   // Every cache option the program had, with every parallelism: the
@@ -258,6 +271,7 @@ void refine(const Profile &prof, Config &c,
         bool fits = !std::isfinite(memLimit) ||
                     static_cast<double>(pr.memoryBytes) <= memLimit;
         if (fits) {
+          seen.push_back({cand, pr.throughput});
           double f = fragileThroughput(fragile, cand, cores);
           if (better(pr.throughput, f, par)) {
             best = cand;
@@ -272,6 +286,23 @@ void refine(const Profile &prof, Config &c,
     }
   }
   c = best;
+  // The close call: the best other parallelism of the same cache option
+  // the model puts within kCloseCallBand of the chosen one.
+  if (closeCall) {
+    closeCall->reset();
+    double closeT = 0;
+    for (const Seen &x : seen) {
+      if (x.config.cache.after != best.cache.after ||
+          x.config.cache.to != best.cache.to ||
+          x.config.parallelism == best.parallelism ||
+          x.t < bestT * (1 - kCloseCallBand) || x.t <= closeT)
+        continue;
+      *closeCall = x.config;
+      closeT = x.t;
+    }
+    if (*closeCall && closeGain)
+      *closeGain = closeT / bestT - 1;
+  }
 }
 
 /// A cache the spec did not ask for must raise the predicted throughput by
@@ -556,7 +587,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (size_t i = 0; i < p.steps.size(); ++i)
     if (p.steps[i].pinnedPrefetch >= 0 && !sol.config.prefetch.count(i))
       sol.config.prefetch[i] = p.steps[i].pinnedPrefetch;
-  refine(p, sol.config, options, cores, memLimit);
+  refine(p, sol.config, options, cores, memLimit, &sol.closeCall,
+         &sol.closeCallGain);
   sol.prediction = predict(p, sol.config, cores);
   const Prediction &pr = sol.prediction;
 

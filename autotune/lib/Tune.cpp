@@ -283,7 +283,171 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   return Status::ok();
 }
 
+/// The options the tuned schedule runs with after solving (verify, the
+/// close call): the profile's base at the budget, no controller or resume.
+runtime::RunOptions runOptionsAfterSolving(const TuneOptions &opts,
+                                           const TuneResult &r) {
+  runtime::RunOptions o = opts.profile.base;
+  o.epochs = r.profile.epochs < 0 ? -1 : 1000000;
+  o.threads = r.budget.cores;
+  o.progress = runtime::RunOptions::Progress::Off;
+  if (r.budget.memoryBytes > 0)
+    o.memoryBytes = r.budget.memoryBytes;
+  o.schedule = r.schedule;
+  o.controller.reset();
+  o.resume.reset();
+  return o;
+}
+
+/// Whether a run of the spec's whole epochs at `predicted` records/s takes
+/// at most `seconds` (csv and other sources that cannot count: the epoch
+/// estimated from their files' size decides).
+bool wholeRunFits(const Profile &p, double predicted, double seconds) {
+  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
+                                        ? p.sourceRecordsPerEpoch
+                                        : p.estimatedRecordsPerEpoch;
+  return p.epochs > 0 && perEpoch && predicted > 0 &&
+         static_cast<double>(p.epochs * *perEpoch) / predicted <= seconds;
+}
+
+/// Source-record equivalents per second of one measured run (counted where
+/// the last step reads: a cache stops the source).
+double sourceRate(const Profile &p, const Probe &m) {
+  double v = p.steps.empty() ? 1 : p.steps.back().visits;
+  if (v > 0 && m.seconds > 0 && m.lastStepInputs > 0)
+    return static_cast<double>(m.lastStepInputs) / m.seconds / v;
+  return m.sourceRecordsPerSecond;
+}
+
+/// "cast+map+normalize p=2, random_crop+random_flip p=1".
+std::string parallelismText(const Profile &p, const Config &c) {
+  std::vector<Unit> us = units(p, c.cache.after);
+  std::string s;
+  for (size_t k = 0; k < us.size() && k < c.parallelism.size(); ++k) {
+    if (!us[k].parallel)
+      continue;
+    if (!s.empty())
+      s += ", ";
+    s += unitLabel(p, us[k]) + " p=" + std::to_string(c.parallelism[k]);
+  }
+  return s;
+}
+
 } // namespace
+
+/// Settles the solver's close call (Solution::closeCall) by running both
+/// configurations alternately (TuneOptions::measureCloseCalls); switches
+/// r.solution and r.schedule to the close call when it wins.
+Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
+                        TuneResult &r) {
+  if (!r.solution.closeCall)
+    return Status::ok();
+  const Config chosen = r.solution.config;
+  const Config other = *r.solution.closeCall;
+  const Profile &p = r.profile;
+  const std::string what = "close call: " + parallelismText(p, other) +
+                           " is predicted " +
+                           fmt(r.solution.closeCallGain * 100, "%+.1f") +
+                           "% against the chosen " +
+                           parallelismText(p, chosen) +
+                           " (within the 2% the model cannot resolve)";
+  const char *off = std::getenv("SLUICE_NO_CLOSE_CALLS");
+  if (off && *off && std::string(off) != "0") {
+    r.closeCallNote = what + "; not measured (SLUICE_NO_CLOSE_CALLS=1)";
+    r.solution.notes.push_back(r.closeCallNote);
+    return Status::ok();
+  }
+  runtime::RunOptions base = runOptionsAfterSolving(opts, r);
+  const bool whole = wholeRunFits(
+      p, std::max(r.solution.prediction.wholeRun, 1e-9), opts.wholeRunSeconds);
+  if (whole)
+    base.epochs = p.epochs;
+  auto runOnce = [&](const Config &c) -> Expected<double> {
+    runtime::RunOptions o = base;
+    o.schedule = toSchedule(p, c);
+    Expected<Probe> m =
+        whole ? measure(plan, o, 1e9, std::numeric_limits<int64_t>::max())
+              : measure(plan, o, opts.closeCallWindowSeconds,
+                        opts.profile.maxRecordsPerProbe);
+    if (!m)
+      return m.status().withContext("measuring the close call: ");
+    return sourceRate(p, *m);
+  };
+  std::vector<double> a, b;
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < 7; ++i) {
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count();
+    if (i >= 3 && seconds >= opts.closeCallSeconds)
+      break;
+    // Alternate which runs first, so a drift in load favours neither.
+    Expected<double> x = i % 2 ? runOnce(other) : runOnce(chosen);
+    if (!x)
+      return x.status();
+    Expected<double> y = i % 2 ? runOnce(chosen) : runOnce(other);
+    if (!y)
+      return y.status();
+    a.push_back(i % 2 ? *y : *x);
+    b.push_back(i % 2 ? *x : *y);
+  }
+  double ratio = 0;
+  bool wins = closeCallWins(a, b, opts.closeCallMargin, &ratio);
+  r.closeCallNote = what + "; measured " + std::to_string(a.size()) +
+                    (whole ? " paired whole runs" : " paired windows") +
+                    ", median ratio " + fmt(ratio, "%.3f") + ": " +
+                    (wins ? "the close call is kept"
+                          : "the chosen one stays (the close call must gain " +
+                                fmt(opts.closeCallMargin * 100, "%.0f") +
+                                "%)") +
+                    " (SLUICE_NO_CLOSE_CALLS=1 skips this)";
+  r.solution.notes.push_back(r.closeCallNote);
+  if (!wins)
+    return Status::ok();
+  r.solution.config = other;
+  r.solution.prediction = predict(p, other, r.budget.cores);
+  r.schedule = toSchedule(p, other);
+  // The parallelism knobs that changed say why.
+  std::vector<Unit> us = units(p, other.cache.after);
+  for (size_t k = 0; k < us.size() && k < other.parallelism.size(); ++k) {
+    if (!us[k].parallel || other.parallelism[k] == chosen.parallelism[k])
+      continue;
+    for (KnobChoice &kc : r.solution.knobs) {
+      bool mine = false;
+      for (size_t i : us[k].steps)
+        mine = mine || kc.step == p.steps[i].name;
+      if (!mine || kc.knob != "parallelism")
+        continue;
+      kc.value = std::to_string(other.parallelism[k]);
+      kc.reason = "a close call the model could not resolve (" +
+                  fmt(r.solution.closeCallGain * 100, "%+.1f") +
+                  "% predicted against " +
+                  std::to_string(chosen.parallelism[k]) +
+                  "): measured faster, median ratio " + fmt(ratio, "%.3f") +
+                  " over " + std::to_string(a.size()) + " paired runs";
+    }
+  }
+  return Status::ok();
+}
+
+bool closeCallWins(const std::vector<double> &chosen,
+                   const std::vector<double> &other, double margin,
+                   double *ratio) {
+  std::vector<double> q;
+  for (size_t i = 0; i < chosen.size() && i < other.size(); ++i)
+    if (chosen[i] > 0 && other[i] > 0)
+      q.push_back(other[i] / chosen[i]);
+  if (ratio)
+    *ratio = 0;
+  if (q.empty())
+    return false;
+  std::sort(q.begin(), q.end());
+  double m = q.size() % 2 ? q[q.size() / 2]
+                          : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
+  if (ratio)
+    *ratio = m;
+  return m > 1 + margin;
+}
 
 FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
                                   const Profile &splitProfile,
@@ -378,32 +542,20 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     if (Status s = priceFusedCachePoint(plan, *at, po, r); !s)
       return s;
   r.schedule = toSchedule(r.profile, r.solution.config);
+  if (opts.measureCloseCalls && !r.otherHost)
+    if (Status s = settleCloseCall(plan, opts, r); !s)
+      return s;
   if (opts.probeCachedEpochs && !r.otherHost)
     if (Status s = probeCachedEpochs(plan, opts, r); !s)
       return s;
   r.scaleAdvice = scaleAdvice(r.profile, r.solution, r.budget.cores);
   if (opts.verify && !r.otherHost) {
-    runtime::RunOptions o = opts.profile.base;
-    o.epochs = r.profile.epochs < 0 ? -1 : 1000000;
-    o.threads = r.budget.cores;
-    o.progress = runtime::RunOptions::Progress::Off;
-    if (r.budget.memoryBytes > 0)
-      o.memoryBytes = r.budget.memoryBytes;
-    o.schedule = r.schedule;
-    o.controller.reset();
-    o.resume.reset();
+    runtime::RunOptions o = runOptionsAfterSolving(opts, r);
     // The model predicts the average over the spec's epochs (a cache pays
     // off from the second): measure the whole run when it is short enough,
     // else a steady-state window.
-    // (csv and other sources that cannot count: the epoch estimated from
-    // their files' size decides.)
-    double predicted = r.solution.prediction.wholeRun;
-    std::optional<int64_t> perEpoch = r.profile.sourceRecordsPerEpoch
-                                          ? r.profile.sourceRecordsPerEpoch
-                                          : r.profile.estimatedRecordsPerEpoch;
-    if (r.profile.epochs > 0 && perEpoch && predicted > 0 &&
-        static_cast<double>(r.profile.epochs * *perEpoch) / predicted <=
-            opts.wholeRunSeconds) {
+    if (wholeRunFits(r.profile, r.solution.prediction.wholeRun,
+                     opts.wholeRunSeconds)) {
       o.epochs = r.profile.epochs;
       r.measuredWholeRun = true;
     }
@@ -437,10 +589,7 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     r.measured = *m;
     r.measured->label = "tuned";
     // In source-record equivalents (a cache stops the source).
-    double v = r.profile.steps.empty() ? 1 : r.profile.steps.back().visits;
-    if (v > 0 && m->seconds > 0 && m->lastStepInputs > 0)
-      r.measured->sourceRecordsPerSecond =
-          static_cast<double>(m->lastStepInputs) / m->seconds / v;
+    r.measured->sourceRecordsPerSecond = sourceRate(r.profile, *m);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                             t0)
@@ -476,8 +625,10 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   if (opts.threads > 0)
     t.cores = std::min<int64_t>(opts.threads, hostCores());
   t.verify = false;
-  // The run itself is about to start: no epoch spent probing a cache.
+  // The run itself is about to start: no epoch spent probing a cache, no
+  // runs settling a close call.
   t.probeCachedEpochs = false;
+  t.measureCloseCalls = false;
   Expected<TuneResult> r = tune(plan, t);
   if (!r)
     return r.status();

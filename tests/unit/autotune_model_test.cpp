@@ -587,6 +587,83 @@ TEST(AutotuneSolver, ASerialBottleneckKeepsItsCore) {
   EXPECT_TRUE(explained);
 }
 
+TEST(AutotuneSolver, ACloseCallIsAnotherParallelismWithinTwoPercent) {
+  // A serial source of 10 us per record feeds a parallel stage on 2 cores.
+  auto profile = [](double stageUs) {
+    Profile p;
+    p.pipeline = "close call";
+    p.hostCores = 2;
+    p.steps.push_back(source(10));
+    p.steps.push_back(step("a", stageUs));
+    linear(p, 1, {1, 2});
+    return p;
+  };
+  auto at = [](const Profile &p, int64_t par) {
+    Config c;
+    c.parallelism = {1, par};
+    return predict(p, c, 2).throughput;
+  };
+  {
+    // 1 us of stage work: the second worker is busy so seldom (M/M/2 at
+    // T x 1 us = 0.1) that it costs the source 0.15% of its core: a tie,
+    // one worker is kept, and two are the close call at that gain.
+    Profile p = profile(1);
+    double one = at(p, 1), two = at(p, 2);
+    EXPECT_NEAR(one, 1e5, 1e-6);
+    EXPECT_LT(two / one - 1, 0);
+    EXPECT_GT(two / one - 1, -0.005);
+    auto sol = solve(p, Budget{2, 0, 0});
+    ASSERT_TRUE(sol) << sol.status().message();
+    EXPECT_EQ(sol->config.parallelism[1], 1);
+    ASSERT_TRUE(sol->closeCall.has_value());
+    EXPECT_EQ(sol->closeCall->parallelism, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(sol->closeCall->cache.after, sol->config.cache.after);
+    EXPECT_EQ(sol->closeCall->prefetch, sol->config.prefetch);
+    EXPECT_NEAR(sol->closeCallGain, two / one - 1, 1e-9);
+  }
+  {
+    // 5 us (AutotuneSolver.ASerialBottleneckKeepsItsCore): two workers are
+    // predicted 3.1% slower, outside the 2% band: no close call.
+    Profile p = profile(5);
+    EXPECT_LT(at(p, 2) / at(p, 1) - 1, -0.02);
+    auto sol = solve(p, Budget{2, 0, 0});
+    ASSERT_TRUE(sol);
+    EXPECT_EQ(sol->config.parallelism[1], 1);
+    EXPECT_FALSE(sol->closeCall.has_value());
+  }
+  {
+    // 40 us: one worker serves 25,000 records/s; two reach the CPU's
+    // 2 / 50 us = 40,000. One worker is far below: no close call.
+    Profile p = profile(40);
+    auto sol = solve(p, Budget{2, 0, 0});
+    ASSERT_TRUE(sol);
+    EXPECT_EQ(sol->config.parallelism[1], 2);
+    EXPECT_NEAR(at(p, 1), 25000, 1e-6);
+    EXPECT_NEAR(at(p, 2), 40000, 1e-6);
+    EXPECT_FALSE(sol->closeCall.has_value());
+  }
+}
+
+TEST(AutotuneCloseCall, WinsOnTheMedianPairedRatio) {
+  double ratio = -1;
+  // Pair ratios 1.06, 1.07, 0.90: median 1.06 > 1.02.
+  EXPECT_TRUE(closeCallWins({100, 100, 100}, {106, 107, 90}, 0.02, &ratio));
+  EXPECT_NEAR(ratio, 1.06, 1e-12);
+  // 1.01, 1.015, 1.30 (one pair hit by a burst): median 1.015, under 2%.
+  EXPECT_FALSE(closeCallWins({100, 200, 100}, {101, 203, 130}, 0.02, &ratio));
+  EXPECT_NEAR(ratio, 1.015, 1e-12);
+  // Even count: the mean of the middle two (1.03 and 1.05).
+  EXPECT_TRUE(
+      closeCallWins({100, 100, 100, 100}, {90, 103, 105, 120}, 0.02, &ratio));
+  EXPECT_NEAR(ratio, 1.04, 1e-12);
+  // Slower, no pair, a failed run (0) left out.
+  EXPECT_FALSE(closeCallWins({100, 100, 100}, {95, 96, 97}, 0.02));
+  EXPECT_FALSE(closeCallWins({}, {}, 0.02, &ratio));
+  EXPECT_EQ(ratio, 0);
+  EXPECT_TRUE(closeCallWins({100, 0, 100}, {110, 500, 110}, 0.02, &ratio));
+  EXPECT_NEAR(ratio, 1.1, 1e-12);
+}
+
 TEST(AutotuneSolver, CachesTheExpensivePrefixWhenItFits) {
   Profile p = pipeline();
   p.epochs = 10;

@@ -190,6 +190,90 @@ TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
   EXPECT_FALSE(autotune::check(nlohmann::json::object(), j, 0.1).ok);
 }
 
+TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
+  // A solution and a close call made by hand on the real plan (whether the
+  // solver finds one depends on the profile): the parallel stage at the
+  // other parallelism. The margin decides deterministically: any measured
+  // ratio beats a margin of -1, none beats 1e9.
+  opts.verify = false;
+  opts.probeCachedEpochs = false;
+  opts.measureCloseCalls = false;
+  opts.closeCallSeconds = 0.2;
+  auto r = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_FALSE(r->solution.closeCall.has_value() &&
+               !r->closeCallNote.empty()); // not settled with it off
+  std::vector<autotune::Unit> us =
+      autotune::units(r->profile, r->solution.config.cache.after);
+  autotune::Config other = r->solution.config;
+  size_t k = us.size();
+  for (size_t i = 0; i < us.size(); ++i)
+    if (us[i].parallel && us[i].pinned == 0)
+      k = i;
+  ASSERT_LT(k, us.size()) << "the plan has a free parallel stage";
+  other.parallelism[k] = other.parallelism[k] == 1 ? 2 : 1;
+  const autotune::Config chosen = r->solution.config;
+  auto withCall = [&] {
+    autotune::TuneResult x = *r;
+    x.solution.closeCall = other;
+    x.solution.closeCallGain = -0.004;
+    return x;
+  };
+  auto parAt = [&](const autotune::Schedule &s) {
+    for (size_t i : us[k].steps) {
+      auto it = s.find(r->profile.steps[i].name);
+      if (it != s.end() && it->second.parallelism)
+        return *it->second.parallelism;
+    }
+    return int64_t(-1);
+  };
+
+  autotune::TuneOptions keep = opts;
+  keep.closeCallMargin = 1e9;
+  autotune::TuneResult a = withCall();
+  ASSERT_TRUE(autotune::settleCloseCall(l.plan, keep, a));
+  EXPECT_EQ(a.solution.config.parallelism, chosen.parallelism);
+  EXPECT_EQ(parAt(a.schedule), chosen.parallelism[k]);
+  EXPECT_NE(a.closeCallNote.find("paired whole runs"), std::string::npos)
+      << a.closeCallNote; // 3 epochs of 40,000 rows: whole runs
+  EXPECT_NE(a.closeCallNote.find("the chosen one stays"), std::string::npos)
+      << a.closeCallNote;
+  EXPECT_EQ(a.solution.notes.back(), a.closeCallNote);
+
+  autotune::TuneOptions take = opts;
+  take.closeCallMargin = -1;
+  autotune::TuneResult b = withCall();
+  ASSERT_TRUE(autotune::settleCloseCall(l.plan, take, b));
+  EXPECT_EQ(b.solution.config.parallelism, other.parallelism);
+  EXPECT_EQ(parAt(b.schedule), other.parallelism[k]);
+  EXPECT_NE(b.closeCallNote.find("the close call is kept"), std::string::npos)
+      << b.closeCallNote;
+  bool explained = false;
+  for (const autotune::KnobChoice &kc : b.solution.knobs)
+    if (kc.knob == "parallelism" &&
+        kc.value == std::to_string(other.parallelism[k]))
+      explained = kc.reason.find("close call") != std::string::npos &&
+                  kc.reason.find("paired runs") != std::string::npos;
+  EXPECT_TRUE(explained);
+  // The schedule is the close call's, so it still replays to the same
+  // bytes as the runtime's defaults.
+  runtime::RunOptions plain, replay;
+  plain.tempDir = replay.tempDir = dir.path();
+  replay.schedule = b.schedule;
+  EXPECT_EQ(runAll(l.plan, plain), runAll(l.plan, replay));
+
+  // Off by name: nothing runs, the note says so.
+  ::setenv("SLUICE_NO_CLOSE_CALLS", "1", 1);
+  autotune::TuneResult c = withCall();
+  Status s = autotune::settleCloseCall(l.plan, take, c);
+  ::unsetenv("SLUICE_NO_CLOSE_CALLS");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(c.solution.config.parallelism, chosen.parallelism);
+  EXPECT_NE(c.closeCallNote.find("not measured (SLUICE_NO_CLOSE_CALLS=1)"),
+            std::string::npos)
+      << c.closeCallNote;
+}
+
 TEST(AutotuneTuneMemory, TightMemoryIsRespectedAndExplained) {
   // Fashion-MNIST's test split (Debian's dataset-fashion-mnist): 10000
   // records, 12.5 MiB after the source, more after normalize. Three epochs

@@ -20,6 +20,7 @@
 
 #include "sluice/autotune/Model.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,15 @@ struct Solution {
   /// GiB) does not fit budget.memory 512 MiB").
   std::vector<std::string> notes;
   std::string status; ///< "optimal", ...
+  /// Another parallelism of the chosen configuration (the same cache and
+  /// prefetch) that the model predicts within 2% of it: the best such one,
+  /// a difference below what the model resolves (its contention and buffer
+  /// terms are of that order, and the runtime's hand-offs, which no stage
+  /// counter sees, are not in it). tune() settles it by running both
+  /// (TuneOptions::measureCloseCalls). closeCallGain: its predicted
+  /// throughput over the chosen one's, minus 1 (at one calibration).
+  std::optional<Config> closeCall;
+  double closeCallGain = 0;
   int variables = 0;
   int constraints = 0;
   double seconds = 0;

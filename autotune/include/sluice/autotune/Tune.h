@@ -45,6 +45,17 @@ struct TuneOptions {
   bool probeCachedEpochs = true;
   double cachedEpochsSeconds = 0.6;
   double firstEpochSeconds = 5;
+  /// When the solver reports a close call (Solution::closeCall: another
+  /// parallelism predicted within 2%): run the chosen configuration and
+  /// the close call alternately, whole runs when they are as short as
+  /// wholeRunSeconds allows, else windows of closeCallWindowSeconds, in
+  /// at least 3 and at most 7 pairs until closeCallSeconds have passed, and
+  /// keep the close call when it measured faster by more than
+  /// closeCallMargin (closeCallWins). SLUICE_NO_CLOSE_CALLS=1 turns it off.
+  bool measureCloseCalls = true;
+  double closeCallSeconds = 2;
+  double closeCallWindowSeconds = 0.4;
+  double closeCallMargin = 0.02;
 };
 
 struct TuneResult {
@@ -69,6 +80,9 @@ struct TuneResult {
   /// What the cached-epochs probe did or why it did not run ("" when the
   /// schedule has no cache).
   std::string cachedProbeNote;
+  /// What the close-call runs measured and decided ("" when there was no
+  /// close call or it was not measured).
+  std::string closeCallNote;
   /// Which kernels the runs used, set by the caller that bound them:
   /// "generated" (the code generator's) or "runtime" (--no-jit: the
   /// interpreter and hand-written kernels); "" when not said. A baseline
@@ -78,6 +92,26 @@ struct TuneResult {
 
 /// Profiles, solves, and (opts.verify) measures the chosen schedule.
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts);
+
+/// Settles `r.solution.closeCall` (tune() calls it after solving when
+/// opts.measureCloseCalls): runs the chosen configuration and the close
+/// call alternately as TuneOptions describes and, when closeCallWins(),
+/// makes the close call the solution (its prediction, schedule and the
+/// changed parallelism knobs with their reason). Either way a note in
+/// r.solution.notes and r.closeCallNote says what was measured.
+/// SLUICE_NO_CLOSE_CALLS=1: nothing runs, the note says so.
+Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
+                       TuneResult &r);
+
+/// The verdict on a close call from paired runs: `chosen[i]` and
+/// `other[i]` (records/s) ran back to back. True (take the other
+/// configuration) when the median of other[i] / chosen[i] exceeds
+/// 1 + `margin`; the median of the per-pair ratios, so a burst of load
+/// from other processes during one pair does not decide. False without a
+/// complete pair. `ratio` (optional) receives that median (0 without one).
+bool closeCallWins(const std::vector<double> &chosen,
+                   const std::vector<double> &other, double margin,
+                   double *ratio = nullptr);
 
 /// A cache point inside a fused stage (runtime/Plan.h cacheSplitPoint):
 /// tune() profiles the plan split after the stage's deterministic prefix,
