@@ -358,8 +358,11 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
     return Status::ok();
   }
   runtime::RunOptions base = runOptionsAfterSolving(opts, r);
-  const bool whole = wholeRunFits(
-      p, std::max(r.solution.prediction.wholeRun, 1e-9), opts.wholeRunSeconds);
+  // Whole runs when three pairs of them fit in the time given (a cache's
+  // first epoch counts only in a whole run), else steady-state windows.
+  const bool whole =
+      wholeRunFits(p, std::max(r.solution.prediction.wholeRun, 1e-9),
+                   std::min(opts.wholeRunSeconds, opts.closeCallSeconds / 4));
   if (whole)
     base.epochs = p.epochs;
   auto runOnce = [&](const Config &c) -> Expected<double> {

@@ -262,6 +262,17 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
   replay.schedule = b.schedule;
   EXPECT_EQ(runAll(l.plan, plain), runAll(l.plan, replay));
 
+  // A whole run predicted longer than a quarter of the time given:
+  // steady-state windows instead, three pairs.
+  autotune::TuneOptions windows = keep;
+  windows.closeCallSeconds = 1e-4;
+  windows.closeCallWindowSeconds = 0.1;
+  autotune::TuneResult w = withCall();
+  ASSERT_TRUE(autotune::settleCloseCall(l.plan, windows, w));
+  EXPECT_NE(w.closeCallNote.find("measured 3 paired windows"),
+            std::string::npos)
+      << w.closeCallNote;
+
   // Off by name: nothing runs, the note says so.
   ::setenv("SLUICE_NO_CLOSE_CALLS", "1", 1);
   autotune::TuneResult c = withCall();
