@@ -60,7 +60,8 @@ public:
         parallel_(parallelism > 0 && s.arena != nullptr),
         parallelism_(std::max<int64_t>(1, parallelism)),
         window_(std::max<int64_t>(2, window)),
-        scratchLimit_(s.memory->account(ops_.front().step->name + " scratch")) {
+        scratchLimit_(s.memory->account(ops_.front().step->name + " scratch"),
+                      /*credit=*/true) {
     inlineTiming_ = false;
     for (const SubOp &op : ops_)
       op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
@@ -174,7 +175,11 @@ protected:
     return Status::ok();
   }
 
-  void onStop() override { shutdown(); }
+  void onStop() override {
+    shutdown();
+    // No step runs any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
+  }
 
   Expected<bool> produce(Item &out) override {
     return parallel_ ? produceParallel(out) : produceInline(out);

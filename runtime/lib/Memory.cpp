@@ -261,8 +261,94 @@ std::vector<std::pair<std::string, int64_t>> MemoryBudget::peaks() const {
   return out;
 }
 
-bool AccountAllocationLimit::tryReserve(int64_t bytes) {
+AccountAllocationLimit::AccountAllocationLimit(MemoryAccount *account,
+                                               bool credit)
+    : account_(account) {
+  if (!credit || envFlag("SLUICE_NO_BUDGET_CREDIT"))
+    return;
+  int64_t l = account_->budget().limit();
+  int64_t chunk = l > 0 ? std::min(kMaxCreditChunk, l / 1024 / 64 * 64)
+                        : kMaxCreditChunk;
+  // Below a few KiB a chunk would save little and cost a tight budget.
+  if (chunk < 1024)
+    return;
+  chunk_ = chunk;
+  slots_.reset(new Slot[kCreditSlots]);
+}
+
+AccountAllocationLimit::~AccountAllocationLimit() { returnCredit(); }
+
+AccountAllocationLimit::Slot &AccountAllocationLimit::threadSlot() {
+  static std::atomic<unsigned> next{0};
+  thread_local const unsigned index =
+      next.fetch_add(1, std::memory_order_relaxed);
+  return slots_[index % kCreditSlots];
+}
+
+int64_t AccountAllocationLimit::outstandingCredit() const {
+  int64_t n = 0;
+  if (slots_)
+    for (int i = 0; i < kCreditSlots; ++i)
+      n += slots_[i].credit.load(std::memory_order_relaxed);
+  return n;
+}
+
+bool AccountAllocationLimit::returnCredit() {
+  if (!slots_)
+    return false;
+  int64_t n = 0;
+  for (int i = 0; i < kCreditSlots; ++i)
+    n += slots_[i].credit.exchange(0, std::memory_order_relaxed);
+  account_->release(n);
+  return n > 0;
+}
+
+bool AccountAllocationLimit::reserveExactly(int64_t bytes) {
   if (account_->tryReserve(bytes))
+    return true;
+  // Other threads' credit may hold what this request needs.
+  return returnCredit() && account_->tryReserve(bytes);
+}
+
+bool AccountAllocationLimit::tryReserveNow(int64_t bytes) {
+  if (bytes <= 0)
+    return true;
+  if (chunk_ == 0 || bytes > chunk_)
+    return reserveExactly(bytes);
+  Slot &s = threadSlot();
+  int64_t c = s.credit.load(std::memory_order_relaxed);
+  while (c >= bytes)
+    if (s.credit.compare_exchange_weak(c, c - bytes,
+                                       std::memory_order_relaxed))
+      return true;
+  // Out of credit: this request and a fresh chunk in one reservation.
+  if (account_->tryReserve(bytes + chunk_)) {
+    s.credit.fetch_add(chunk_, std::memory_order_relaxed);
+    return true;
+  }
+  return reserveExactly(bytes);
+}
+
+void AccountAllocationLimit::release(int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  if (chunk_ == 0 || bytes > 2 * chunk_) {
+    account_->release(bytes);
+    return;
+  }
+  Slot &s = threadSlot();
+  int64_t c = s.credit.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  // More than two chunks: keep one, give the rest back.
+  while (c > 2 * chunk_)
+    if (s.credit.compare_exchange_weak(c, chunk_,
+                                       std::memory_order_relaxed)) {
+      account_->release(c - chunk_);
+      return;
+    }
+}
+
+bool AccountAllocationLimit::tryReserve(int64_t bytes) {
+  if (tryReserveNow(bytes))
     return true;
   const MemoryBudget &b = account_->budget();
   if (!b.limited() || bytes > b.limit())
@@ -271,7 +357,7 @@ bool AccountAllocationLimit::tryReserve(int64_t bytes) {
   // wait turns a momentary peak into a delay instead of a failed record.
   for (int i = 0; i < 100; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (account_->tryReserve(bytes))
+    if (reserveExactly(bytes))
       return true;
   }
   return false;

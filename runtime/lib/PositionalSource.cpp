@@ -42,7 +42,8 @@ class PositionalSourceStage : public Stage {
 public:
   PositionalSourceStage(Shared &s, StageCounters *c)
       : Stage(s, nullptr, c),
-        scratchLimit_(s.memory->account(c->name() + " reading")) {
+        scratchLimit_(s.memory->account(c->name() + " reading"),
+                      /*credit=*/true) {
     const Source &src = *s.source;
     perShard_ = src.kind() == "image_folder" || src.kind() == "files";
     if (perShard_)
@@ -89,6 +90,8 @@ protected:
     if (cursor_)
       doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
     cursor_.reset();
+    // Nothing reads any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
   }
 
   Expected<bool> produce(Item &out) override {

@@ -87,7 +87,8 @@ public:
   SourceStage(Shared &s, StageCounters *c, int64_t cycle, int64_t block)
       : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
         block_(std::max<int64_t>(1, block)),
-        scratchLimit_(s.memory->account(c->name() + " reading")) {
+        scratchLimit_(s.memory->account(c->name() + " reading"),
+                      /*credit=*/true) {
     readAhead_ = cycle_ > 1 && s.threads > 1 && s.arena != nullptr;
     // Interleave's read-ahead already keeps the threads busy; block-parallel
     // parsing inside it would only add tasks.
@@ -112,7 +113,11 @@ protected:
     return Status::ok();
   }
 
-  void onStop() override { closeAll(); }
+  void onStop() override {
+    closeAll();
+    // Nothing reads any more: the threads' budget credit goes back.
+    scratchLimit_.returnCredit();
+  }
 
   // tf.data's interleave order: the cycle position moves on after
   // `block_length` records or when its shard ends; an empty slot takes the

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 using namespace sluice;
 using namespace sluice::rttest;
@@ -401,6 +402,109 @@ TEST(AllocationScopeTest, StringKernelsReserveBeforeBuilding) {
   EXPECT_EQ(scope.charged(),
             int64_t(kTensorOverheadBytes + sizeof(std::vector<std::string>) +
                     200 * sizeof(std::string) + 100 * 1001));
+}
+
+//===----------------------------------------------------------------------===//
+// Budget credit: small reservations from a thread's chunk, the limit hard
+//===----------------------------------------------------------------------===//
+
+TEST(BudgetCreditTest, SmallTensorsComeFromTheThreadsChunk) {
+  unsetenv("SLUICE_NO_BUDGET_CREDIT");
+  runtime::MemoryBudget budget(int64_t(16) << 20);
+  runtime::MemoryAccount *account = budget.account("map scratch");
+  auto limit = std::make_unique<runtime::AccountAllocationLimit>(
+      account, /*credit=*/true);
+  const int64_t chunk = limit->creditChunk();
+  ASSERT_EQ(chunk, int64_t(16) << 10); // 1/1024 of the limit
+  int64_t charged = 0;
+  {
+    AllocationScope scope(limit.get());
+    std::vector<Tensor> held;
+    for (int i = 0; i < 100; ++i)
+      held.push_back(Tensor::empty(ElemType::U8, {28, 28}));
+    charged = scope.charged();
+    EXPECT_EQ(charged, 100 * int64_t(Tensor::numericMemoryBytes(784)));
+    // Reserved: what the tensors take plus this thread's unused credit
+    // (less than a chunk: it took one chunk at a time).
+    EXPECT_GE(budget.used(), charged);
+    EXPECT_LT(budget.used(), charged + chunk);
+    EXPECT_EQ(budget.used() - charged, limit->outstandingCredit());
+  }
+  // Released into the thread's credit: at most two chunks stay reserved.
+  EXPECT_GT(budget.used(), 0);
+  EXPECT_LE(budget.used(), 2 * chunk);
+  EXPECT_EQ(budget.used(), limit->outstandingCredit());
+  EXPECT_GE(budget.peak(), charged);
+  // The limit gives its credit back as it goes.
+  limit.reset();
+  EXPECT_EQ(budget.used(), 0);
+  EXPECT_EQ(account->used(), 0);
+}
+
+TEST(BudgetCreditTest, TheBudgetStaysHardWithCreditHeldByOtherThreads) {
+  unsetenv("SLUICE_NO_BUDGET_CREDIT");
+  const int64_t limitBytes = int64_t(4) << 20;
+  runtime::MemoryBudget budget(limitBytes);
+  runtime::AccountAllocationLimit limit(budget.account("map scratch"),
+                                        /*credit=*/true);
+  const int64_t chunk = limit.creditChunk();
+  ASSERT_EQ(chunk, int64_t(4) << 10);
+  // Four threads each leave up to two chunks of credit behind.
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t)
+    workers.emplace_back([&] {
+      AllocationScope scope(&limit);
+      std::vector<Tensor> held;
+      for (int i = 0; i < 20; ++i)
+        held.push_back(Tensor::empty(ElemType::F32, {28, 28}));
+    });
+  for (std::thread &w : workers)
+    w.join();
+  const int64_t credit = limit.outstandingCredit();
+  EXPECT_GT(credit, 0);
+  EXPECT_EQ(budget.used(), credit);
+  // A request that fits only once that credit is taken back succeeds ...
+  {
+    AllocationScope scope(&limit);
+    EXPECT_TRUE(reserveScratch(limitBytes - 100, "rows").isOk());
+    EXPECT_EQ(limit.outstandingCredit(), 0);
+    EXPECT_EQ(budget.used(), limitBytes - 100);
+    // ... and one byte past the limit is refused, credit or not, small
+    // (served from credit when there is some) or large, with the located
+    // message the budget gives without credit.
+    Status small = reserveScratch(101, "a small tensor");
+    ASSERT_FALSE(small.isOk());
+    EXPECT_NE(small.message().find("a small tensor needs 101 B, more than "
+                                   "the 100 B left of budget.memory 4 MiB"),
+              std::string::npos)
+        << small.message();
+    EXPECT_THROW(Tensor::empty(ElemType::U8, {200}), AllocationRefused);
+    EXPECT_TRUE(reserveScratch(100, "the last bytes").isOk());
+    EXPECT_EQ(budget.used(), limitBytes);
+  }
+  EXPECT_LE(budget.peak(), limitBytes);
+  EXPECT_LE(budget.used(), 2 * chunk);
+}
+
+TEST(BudgetCreditTest, TurnsOffByItsVariableAndForTinyBudgets) {
+  setenv("SLUICE_NO_BUDGET_CREDIT", "1", 1);
+  runtime::MemoryBudget budget(int64_t(64) << 20);
+  runtime::AccountAllocationLimit off(budget.account("a"), /*credit=*/true);
+  unsetenv("SLUICE_NO_BUDGET_CREDIT");
+  EXPECT_EQ(off.creditChunk(), 0);
+  {
+    AllocationScope scope(&off);
+    Tensor t = Tensor::empty(ElemType::U8, {28, 28});
+    // Without credit the budget holds exactly what is charged.
+    EXPECT_EQ(budget.used(), scope.charged());
+  }
+  EXPECT_EQ(budget.used(), 0);
+  // Not asked for, or a budget under 1 MiB: no credit either.
+  runtime::AccountAllocationLimit plain(budget.account("b"));
+  EXPECT_EQ(plain.creditChunk(), 0);
+  runtime::MemoryBudget tiny(int64_t(512) << 10);
+  runtime::AccountAllocationLimit small(tiny.account("c"), /*credit=*/true);
+  EXPECT_EQ(small.creditChunk(), 0);
 }
 
 TEST(AllocationScopeTest, DefaultBudgetIsAShareOfTheHostNotUnlimited) {

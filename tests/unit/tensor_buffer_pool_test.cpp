@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -239,12 +241,18 @@ TEST_F(SmallBufferPool, CarvesSlabsAndReusesBuffersAcrossThreads) {
   EXPECT_GE(s.smallSlabBytes - before_.smallSlabBytes,
             static_cast<int64_t>(kSmallPoolSlabBytes));
   const uint8_t *p = a.raw();
-  // Freed on another thread, handed out again here.
+  // Freed on another thread, which ends: its cache goes back to the shared
+  // lists, and the next thread to need the class gets it.
   std::thread([t = std::move(a)]() mutable { t = Tensor(); }).join();
   int64_t hitsBefore = bufferPoolStats().smallHits;
-  Tensor b = Tensor::empty(ElemType::U8, {100}); // also class 128
-  EXPECT_EQ(b.raw(), p);
+  const uint8_t *q = nullptr;
+  std::thread([&q] {
+    Tensor b = Tensor::empty(ElemType::U8, {100}); // also class 128
+    q = b.raw();
+  }).join();
+  EXPECT_EQ(q, p);
   EXPECT_GT(bufferPoolStats().smallHits, hitsBefore);
+  Tensor b = Tensor::empty(ElemType::U8, {100});
   // Every buffer of a slab is distinct, aligned and writable.
   std::vector<Tensor> many;
   for (int i = 0; i < 2000; ++i) {
@@ -287,10 +295,15 @@ TEST_F(SmallBufferPool, ReservesIdleBytesInTheLimit) {
     for (int i = 0; i < 100; ++i)
       held.push_back(Tensor::empty(ElemType::U8, {1000}));
     // What is idle (the rest of the slabs) is reserved; what is handed out
-    // is the holder's to count.
-    EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+    // is the holder's to count. The thread's cache reserves ahead in
+    // chunks: at most kSmallPoolThreadCredit more than it holds.
+    int64_t idle = bufferPoolStats().smallIdleBytes;
+    EXPECT_GE(limit.used(), idle);
+    EXPECT_LE(limit.used(), idle + int64_t(kSmallPoolThreadCredit));
   }
-  EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+  int64_t idle = bufferPoolStats().smallIdleBytes;
+  EXPECT_GE(limit.used(), idle);
+  EXPECT_LE(limit.used(), idle + int64_t(kSmallPoolThreadCredit));
   EXPECT_GT(limit.used(), 100 * 1000);
   setBufferPoolLimit(nullptr);
   EXPECT_EQ(limit.used(), 0);
@@ -300,6 +313,87 @@ TEST_F(SmallBufferPool, ReservesIdleBytesInTheLimit) {
   EXPECT_EQ(bufferPoolStats().smallSlabBytes, 0);
   EXPECT_EQ(tiny.used(), 0);
   setBufferPoolLimit(nullptr);
+}
+
+TEST_F(SmallBufferPool, ThreadCachesAreCountedAndGoBackWhenTheThreadEnds) {
+  if (!smallBufferPoolEnabled())
+    GTEST_SKIP() << "SLUICE_NO_BUFFER_POOL / SLUICE_NO_SMALL_BUFFER_POOL set";
+  CountingLimit limit(int64_t(1) << 30);
+  setBufferPoolLimit(&limit);
+  // A worker frees small buffers and stays alive (as oneTBB's workers do
+  // between pipelines) while the budget is checked, then ends.
+  std::mutex mu;
+  std::condition_variable cv;
+  int stage = 0;
+  std::thread worker([&] {
+    {
+      std::vector<Tensor> held;
+      for (int i = 0; i < 300; ++i)
+        held.push_back(Tensor::empty(ElemType::U8, {1000 + i % 3 * 64}));
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stage == 1; });
+    // The worker's cache holds some of its buffers: idle, and counted.
+    BufferPoolStats s = bufferPoolStats();
+    EXPECT_GE(limit.used(), s.smallIdleBytes);
+    EXPECT_LE(limit.used(), s.smallIdleBytes + 2 * int64_t(kSmallPoolThreadCredit));
+    EXPECT_GE(s.smallIdleBytes, 300 * 1000);
+    // A new budget takes the caches' bytes over; the old one is left with
+    // nothing reserved.
+    CountingLimit next(int64_t(1) << 30);
+    setBufferPoolLimit(&next);
+    EXPECT_EQ(limit.used(), 0);
+    EXPECT_GE(next.used(), bufferPoolStats().smallIdleBytes);
+    setBufferPoolLimit(&limit);
+    EXPECT_EQ(next.used(), 0);
+    stage = 2;
+    cv.notify_all();
+  }
+  worker.join();
+  // Its cache went back to the shared lists: every buffer is idle again, so
+  // a trim frees every slab (nothing leaked in the ended thread's cache).
+  BufferPoolStats s = bufferPoolStats();
+  EXPECT_GE(limit.used(), s.smallIdleBytes);
+  EXPECT_LE(limit.used(), s.smallIdleBytes + int64_t(kSmallPoolThreadCredit));
+  setBufferPoolLimit(nullptr);
+  EXPECT_EQ(limit.used(), 0);
+  trimBufferPool();
+  EXPECT_EQ(bufferPoolStats().smallSlabBytes, 0);
+  EXPECT_EQ(bufferPoolStats().smallIdleBytes, 0);
+}
+
+TEST_F(SmallBufferPool, ExactAccountingWithoutThreadCaches) {
+  const char *off = std::getenv("SLUICE_NO_SMALL_POOL_CACHE");
+  if (!off || std::string(off) != "1" || !smallBufferPoolEnabled())
+    GTEST_SKIP() << "run by ThreadCachesTurnOffByTheirVariable";
+  CountingLimit limit(int64_t(1) << 30);
+  setBufferPoolLimit(&limit);
+  std::vector<Tensor> held;
+  for (int i = 0; i < 100; ++i)
+    held.push_back(Tensor::empty(ElemType::U8, {1000}));
+  EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+  held.clear();
+  EXPECT_EQ(limit.used(), bufferPoolStats().smallIdleBytes);
+  setBufferPoolLimit(nullptr);
+}
+
+TEST(SmallBufferPoolEnvironment, ThreadCachesTurnOffByTheirVariable) {
+  char self[4096];
+  ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  std::string cmd = std::string("SLUICE_NO_SMALL_POOL_CACHE=1 ") + self +
+                    " --gtest_filter=SmallBufferPool."
+                    "ExactAccountingWithoutThreadCaches > /dev/null 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc)) << cmd;
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << cmd;
 }
 
 TEST_F(SmallBufferPool, OffLeavesSmallBuffersToMalloc) {

@@ -51,6 +51,20 @@
 // instead of 7.2; the sys-time share moved within the noise of a shared
 // host). SLUICE_NO_HUGE_PAGES=1 turns that off.
 //
+// Each thread keeps a cache of idle small buffers (classes up to 8 KiB, 64
+// KiB per class) in front of the shared lists, counted in the budget like
+// them: the pool's reservation moves with the buffers, and a cache reserves
+// ahead in chunks (at most kSmallPoolThreadCredit beyond what it holds).
+// Only its thread touches a cache. It goes back to the shared lists when
+// the thread ends, when the thread allocates or frees after a trim (or the
+// pool turned off), and when the thread that sets or clears the pipeline's
+// limit does so; a budget change moves the whole reservation, the caches'
+// share included, from the old limit to the new one (ops/lib/BufferPool.cpp
+// says why and how it was measured). trimBufferPool() frees the slabs
+// wholly idle in the shared lists and the calling thread's cache; buffers
+// in another live thread's cache wait for that thread.
+// SLUICE_NO_SMALL_POOL_CACHE=1 turns the caches off.
+//
 // SLUICE_NO_BUFFER_POOL=1 in the environment turns both pools off (every
 // buffer is allocated and freed as it would be without them);
 // SLUICE_NO_SMALL_BUFFER_POOL=1 turns off only the small one;
@@ -91,6 +105,13 @@ constexpr size_t kPoolMaxIdleBytes = size_t(256) << 20;
 /// buffer when its class is larger).
 constexpr size_t kSmallPoolSlabBytes = size_t(64) << 10;
 
+/// Most bytes a thread's small-buffer cache may have reserved in the
+/// running pipeline's budget beyond the idle buffers it holds (it reserves
+/// in chunks of up to half this, and at most 1/256 of the limit each, so
+/// that freeing a small buffer rarely touches the pool's lock or the
+/// budget's shared counters).
+constexpr size_t kSmallPoolThreadCredit = size_t(64) << 10;
+
 /// Counters of the process-wide buffer pool.
 struct BufferPoolStats {
   int64_t idleBuffers = 0; ///< buffers held for reuse now
@@ -101,6 +122,10 @@ struct BufferPoolStats {
   int64_t smallIdleBytes = 0;   ///< their bytes
   int64_t smallHits = 0;        ///< small allocations served from the pool
   int64_t smallSlabBytes = 0;   ///< bytes of the slabs it holds (idle or not)
+  /// What the small-buffer pool has reserved in the running pipeline's
+  /// budget (setBufferPoolLimit): its idle buffers, in the shared lists and
+  /// the threads' caches, plus the caches' credit.
+  int64_t smallReservedBytes = 0;
 };
 
 /// Whether freed large buffers are kept for reuse (initially: unless
@@ -128,8 +153,10 @@ void setBufferPoolLimit(AllocationLimit *limit);
 /// setBufferPoolLimit(nullptr) if `limit` is the pool's limit now.
 void clearBufferPoolLimit(AllocationLimit *limit);
 /// Frees every idle large buffer and every small-buffer slab whose buffers
-/// are all idle, and forgets which sizes recurred (a size is kept again
-/// only after it has been allocated twice more).
+/// are all idle (in the shared lists or the calling thread's cache; other
+/// threads' caches return theirs at their next allocation), and forgets
+/// which sizes recurred (a size is kept again only after it has been
+/// allocated twice more).
 void trimBufferPool();
 
 namespace detail {

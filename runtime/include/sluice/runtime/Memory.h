@@ -191,22 +191,62 @@ private:
 /// Allocation.h): what they allocate for a record is reserved in `account`
 /// while they run, so the budget sees a step's scratch (decoded images,
 /// resize outputs, one-hot matrices) and refuses what cannot fit.
+///
+/// Budget credit (`credit` true, unless SLUICE_NO_BUDGET_CREDIT=1): a
+/// record's small tensors are reserved and released one by one, several
+/// per record, and each reservation was a handful of atomic operations on
+/// counters every thread of the pipeline shares (the budget's total and
+/// peak, the process's, the account's). With credit, each thread (one of
+/// kCreditSlots slots, cache-line apart) takes the budget in chunks of
+/// creditChunk() bytes and serves requests up to a chunk from its own
+/// slot; released bytes go back to the slot, and a slot holding more than
+/// two chunks gives all but one back. Larger requests go to the account
+/// as before. The budget stays a hard limit: credit is reserved in the
+/// account like any bytes (so `memory peak` counts outstanding credit: at
+/// most two chunks per thread running the stage), and a request the
+/// account cannot give first takes every slot's credit back, so a refusal
+/// means the budget is really spent, with the same located error as
+/// without credit.
 class AccountAllocationLimit final : public AllocationLimit {
 public:
-  explicit AccountAllocationLimit(MemoryAccount *account)
-      : account_(account) {}
+  explicit AccountAllocationLimit(MemoryAccount *account, bool credit = false);
+  ~AccountAllocationLimit() override;
+  AccountAllocationLimit(const AccountAllocationLimit &) = delete;
+  AccountAllocationLimit &operator=(const AccountAllocationLimit &) = delete;
   /// A request the budget could give once other buffers drain waits up to
   /// ~100 ms for them; one larger than the whole limit is refused at once.
   bool tryReserve(int64_t bytes) override;
-  bool tryReserveNow(int64_t bytes) override {
-    return account_->tryReserve(bytes);
-  }
-  void release(int64_t bytes) override { account_->release(bytes); }
+  bool tryReserveNow(int64_t bytes) override;
+  void release(int64_t bytes) override;
   int64_t limit() const override { return account_->budget().limit(); }
   int64_t used() const override { return account_->budget().used(); }
 
+  /// Bytes a thread takes from the budget at a time (0: no credit).
+  int64_t creditChunk() const { return chunk_; }
+  /// Credit the threads hold now (reserved in the account, not in use).
+  int64_t outstandingCredit() const;
+  /// Gives every thread's credit back to the account; returns whether
+  /// there was any. Called before a refusal and as the limit goes.
+  bool returnCredit();
+
+  /// Slots of per-thread credit (threads beyond this share slots).
+  static constexpr int kCreditSlots = 16;
+  /// Largest chunk, and the share of the budget's limit a chunk is at
+  /// most (1/1024: 512 KiB at 512 MiB gives 32 KiB, 8 MiB gives 8 KiB).
+  static constexpr int64_t kMaxCreditChunk = int64_t(32) << 10;
+
 private:
+  struct alignas(64) Slot {
+    std::atomic<int64_t> credit{0};
+  };
+  Slot &threadSlot();
+  /// account_->tryReserve, and once more after taking every slot's credit
+  /// back when it fails.
+  bool reserveExactly(int64_t bytes);
+
   MemoryAccount *account_;
+  int64_t chunk_ = 0;
+  std::unique_ptr<Slot[]> slots_;
 };
 
 } // namespace sluice::runtime
