@@ -358,8 +358,24 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
     return Status::ok();
   }
   runtime::RunOptions base = runOptionsAfterSolving(opts, r);
-  const bool whole = wholeRunFits(
-      p, std::max(r.solution.prediction.wholeRun, 1e-9), opts.wholeRunSeconds);
+  // Whole runs when a run is predicted to take at most a quarter of the
+  // time given, else steady-state windows. A cached run's first epoch and
+  // its cached epochs run different stages, so only whole runs compare two
+  // cached configurations: those get half the time given per run, and are
+  // not measured when a run is longer.
+  const bool cached = chosen.cache.after >= 0 && (p.epochs < 0 || p.epochs >= 2);
+  const double wholeLimit = std::min(
+      opts.wholeRunSeconds, opts.closeCallSeconds / (cached ? 2 : 4));
+  const double predicted = std::max(r.solution.prediction.wholeRun, 1e-9);
+  const bool whole = wholeRunFits(p, predicted, wholeLimit);
+  if (cached && !whole) {
+    r.closeCallNote = what +
+                      "; not measured: only whole runs compare two cached "
+                      "configurations, and one is predicted to take over " +
+                      fmt(wholeLimit, "%.1f") + " s";
+    r.solution.notes.push_back(r.closeCallNote);
+    return Status::ok();
+  }
   if (whole)
     base.epochs = p.epochs;
   auto runOnce = [&](const Config &c) -> Expected<double> {

@@ -5,8 +5,10 @@
 // bytes, a tight memory budget (on Fashion-MNIST, whose epoch size is known,
 // so a cache is on the table) respected by the measured peak, and `check`
 // failing on an injected regression (a baseline three times faster: far
-// beyond any noise) and passing on an unchanged report. No timing is
-// asserted: the host is shared.
+// beyond any noise) and passing on an unchanged report; a close call settled
+// by paired runs (the verdict forced by the margin, so nothing depends on
+// which configuration the loaded host favours). No timing is asserted: the
+// host is shared.
 //
 //===----------------------------------------------------------------------===//
 #include "test_util.h"
@@ -261,6 +263,33 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
   plain.tempDir = replay.tempDir = dir.path();
   replay.schedule = b.schedule;
   EXPECT_EQ(runAll(l.plan, plain), runAll(l.plan, replay));
+
+  // A whole run predicted longer than a quarter of the time given:
+  // steady-state windows instead, three pairs.
+  autotune::TuneOptions windows = keep;
+  windows.closeCallSeconds = 1e-4;
+  windows.closeCallWindowSeconds = 0.1;
+  autotune::TuneResult w = withCall();
+  ASSERT_TRUE(autotune::settleCloseCall(l.plan, windows, w));
+  EXPECT_NE(w.closeCallNote.find("measured 3 paired windows"),
+            std::string::npos)
+      << w.closeCallNote;
+
+  // Cached configurations compare on whole runs only: with a memory cache
+  // after the filter (the plan's first step, deterministic) and no time
+  // for a whole run, nothing runs and the note says why.
+  {
+    autotune::TuneResult x = withCall();
+    autotune::CacheOption cache{1, "memory", 0};
+    ASSERT_EQ(autotune::units(x.profile, 1).size(), us.size());
+    x.solution.config.cache = cache;
+    x.solution.closeCall->cache = cache;
+    ASSERT_TRUE(autotune::settleCloseCall(l.plan, windows, x));
+    EXPECT_EQ(x.solution.config.parallelism, chosen.parallelism);
+    EXPECT_NE(x.closeCallNote.find("not measured: only whole runs compare"),
+              std::string::npos)
+        << x.closeCallNote;
+  }
 
   // Off by name: nothing runs, the note says so.
   ::setenv("SLUICE_NO_CLOSE_CALLS", "1", 1);

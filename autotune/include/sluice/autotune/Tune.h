@@ -47,8 +47,10 @@ struct TuneOptions {
   double firstEpochSeconds = 5;
   /// When the solver reports a close call (Solution::closeCall: another
   /// parallelism predicted within 2%): run the chosen configuration and
-  /// the close call alternately, whole runs when they are as short as
-  /// wholeRunSeconds allows, else windows of closeCallWindowSeconds, in
+  /// the close call alternately, whole runs when one is predicted to take
+  /// at most closeCallSeconds / 4 (and wholeRunSeconds), else steady-state
+  /// windows of closeCallWindowSeconds (with a cache and two or more
+  /// epochs: whole runs up to closeCallSeconds / 2, else not measured), in
   /// at least 3 and at most 7 pairs until closeCallSeconds have passed, and
   /// keep the close call when it measured faster by more than
   /// closeCallMargin (closeCallWins). SLUICE_NO_CLOSE_CALLS=1 turns it off.
