@@ -58,9 +58,10 @@ def sluice_figures(out, name):
 def resource_figures(out, name):
     """Medians over the rounds of what getrusage counted for `sluice bench
     NAME`: peak RSS (MiB), system time as a share of the process's CPU time,
-    and minor page faults per image (over every image the run decoded,
+    minor page faults, CPU milliseconds (user + system) and context switches
+    (voluntary + involuntary) per image (over every image the run decoded,
     warm-up and start-up included), or None."""
-    rss, sys_share, faults = [], [], []
+    rss, sys_share, faults, cpu_ms, switches = [], [], [], [], []
     for path in sorted(glob.glob(os.path.join(out, "rusage_sluice_%s_*.json" % name))):
         m = re.fullmatch(r"rusage_sluice_%s_(\d+)\.json" % re.escape(name),
                          os.path.basename(path))
@@ -79,11 +80,16 @@ def resource_figures(out, name):
                 break
         if images:
             faults.append(ru["minor_faults"] / images)
+            cpu_ms.append(1000.0 * cpu / images)
+            if "voluntary_switches" in ru:
+                switches.append((ru["voluntary_switches"] +
+                                 ru.get("involuntary_switches", 0)) / images)
     if not rss:
         return None
     med = lambda v: statistics.median(v) if v else None
     return {"rss_mib": med(rss), "sys_share": med(sys_share),
-            "faults_per_image": med(faults), "rounds": len(rss)}
+            "faults_per_image": med(faults), "cpu_ms_per_image": med(cpu_ms),
+            "switches_per_image": med(switches), "rounds": len(rss)}
 
 
 def decode_figures(out, prefix="decode_only"):
@@ -97,6 +103,22 @@ def decode_figures(out, prefix="decode_only"):
                 continue
             runs.setdefault(int(m.group(1)), []).append(b["items_per_second"])
     return {t: statistics.median(r) for t, r in runs.items()}, runs
+
+
+def decode_cpu_ms(out, prefix="decode_only"):
+    """Median CPU milliseconds per image of the 1-thread decode loop (Google
+    Benchmark's cpu_time per iteration), or None."""
+    cpu = []
+    for path in sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix))):
+        for b in (load_json(path) or {}).get("benchmarks", []):
+            if (b.get("error_occurred") or "threads:1" not in b.get("name", "")
+                    or b.get("run_type", "iteration") != "iteration"
+                    or "cpu_time" not in b):
+                continue
+            scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}.get(
+                b.get("time_unit", "ns"), 1e-6)
+            cpu.append(b["cpu_time"] * scale)
+    return statistics.median(cpu) if cpu else None
 
 
 def merge_rounds(out, prefix, key):
@@ -259,21 +281,31 @@ def main():
                      verdict(r_numpy, 5.0)))
     lines.append("")
     lines.append("What the kernel counted per `sluice bench` process (getrusage; medians over "
-                 "the rounds; faults per image over every image decoded, start-up and warm-up "
+                 "the rounds; per image over every image decoded, start-up and warm-up "
                  "included):")
     lines.append("")
-    lines.append("| sluice run | images/s | peak RSS | sys share of CPU | minor faults / image |")
-    lines.append("|---|---|---|---|---|")
+    lines.append("| sluice run | images/s | peak RSS | sys share of CPU | minor faults / image "
+                 "| CPU ms / image | context switches / image |")
+    lines.append("|---|---|---|---|---|---|---|")
     for label, name, s in (("synthetic images", "imagenet", s_img),
                            ("real pictures, exact", "photos", s_ph),
                            ("real pictures, scale: auto", "photos_auto", s_auto)):
         res = resource_figures(out, name)
         if res is None:
             continue
-        lines.append("| %s | %s | %s MiB | %s | %s |" % (
+        lines.append("| %s | %s | %s MiB | %s | %s | %s | %s |" % (
             label, fmt(s["rate"]), fmt(res["rss_mib"]),
             "%.1f %%" % (100 * res["sys_share"]) if res["sys_share"] is not None else "—",
-            fmt(res["faults_per_image"], 1)))
+            fmt(res["faults_per_image"], 1),
+            "%.3f" % res["cpu_ms_per_image"] if res["cpu_ms_per_image"] else "—",
+            "%.2f" % res["switches_per_image"] if res["switches_per_image"] else "—"))
+    dec_cpu = decode_cpu_ms(out, "decode_photos")
+    if dec_cpu:
+        lines.append("")
+        lines.append("The decode-only loop on the real pictures takes %.3f CPU ms per image "
+                     "(1 thread, Google Benchmark's cpu_time, median over the rounds): "
+                     "its CPU per image over a pipeline's is what that pipeline would reach "
+                     "against it with every core busy." % dec_cpu)
     lines.append("")
     lines.append("Details:")
     lines.append("")

@@ -91,6 +91,8 @@ struct Shared {
   bool batchRowPlacement = true;
   /// RunOptions::directOutput (and no SLUICE_NO_DIRECT_OUTPUT).
   bool directOutput = true;
+  /// RunOptions::batchedHandoff (and no SLUICE_NO_BATCHED_HANDOFF).
+  bool batchedHandoff = true;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
   /// RunOptions::stageTiming: time steps and count their bytes.

@@ -23,6 +23,16 @@
 // earlier in the stream), and a drop it could not know of only costs the
 // batch stage a copy. That copy time counts toward the group's last step.
 //
+// Batched hand-offs (Shared::batchedHandoff): with large records (images,
+// one per run) every hand-off used to wake a sleeping thread: a worker woke
+// the consumer for each finished record, and the consumer woke the feeder
+// for each freed slot; on a machine with as many cores as workers each
+// wake-up preempts a worker (about three context switches per image). The
+// consumer now waits until a run of `handoff_` records at the head is
+// finished (or everything in the window is, or a marker is reached), and
+// the feeder until as many slots are free; the order, records and counts
+// are the same.
+//
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
@@ -84,6 +94,8 @@ public:
       account_ = s.memory->account(ops_.front().step->name + " window");
       ops_.back().counters->bufferCapacity.store(window_);
       maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+      if (s.batchedHandoff)
+        handoff_ = std::clamp<int64_t>(window_ / 4, 1, kMaxHandoff);
     }
   }
 
@@ -506,7 +518,9 @@ private:
             account_->forceReserve(bytes);
             break;
           }
+          feederWaitsMemory_ = true;
           notFull_.wait_for(lock, std::chrono::milliseconds(5));
+          feederWaitsMemory_ = false;
         }
         Slot &s = slot(tail_);
         s = Slot();
@@ -639,9 +653,27 @@ private:
         if (s.outcome.kind != Outcome::Kept)
           ++knownDrops_;
       }
-      if (a <= head_)
+      if (handoff_ > 1 ? headReady() : a <= head_)
         ready_.notify_one();
     }
+  }
+
+  /// Whether the consumer takes records now (under mu_): the head record
+  /// is finished and, with batched hand-offs, so are the `handoff_` records
+  /// from it, or every record in the window (nothing else can finish before
+  /// the consumer frees slots), or the run reaches a marker.
+  bool headReady() {
+    if (!(head_ < tail_ && slot(head_).done))
+      return false;
+    int64_t n = 0;
+    for (uint64_t p = head_; p < tail_; ++p) {
+      const Slot &s = slot(p);
+      if (!s.done)
+        return false;
+      if (s.marker != Slot::None || ++n >= handoff_)
+        return true;
+    }
+    return true;
   }
 
   /// Sizes runs of records so that a task works ~20us between lock
@@ -660,7 +692,7 @@ private:
         ops_.back().counters->sampleOccupancy(
             static_cast<int64_t>(tail_ - head_));
         ready_.wait(lock, [&] {
-          return (head_ < tail_ && slot(head_).done) ||
+          return headReady() ||
                  shared_.cancelled.load(std::memory_order_relaxed);
         });
         if (!(head_ < tail_ && slot(head_).done))
@@ -674,9 +706,10 @@ private:
           return e;
         }
         ops_.back().counters->notePeakBytes(account_->used());
-        // Take every finished record at the head (up to a worker's run) in
-        // one go: one lock and one wake-up of the feeder per run.
-        int64_t limit = std::max<int64_t>(1, chunk_);
+        // Take every finished record at the head (up to a worker's run, or
+        // the hand-off run) in one go: one lock and one wake-up of the
+        // feeder per run.
+        int64_t limit = std::max<int64_t>({1, chunk_, handoff_});
         while (head_ < tail_ && static_cast<int64_t>(taken_.size()) < limit) {
           Slot &h = slot(head_);
           if (!h.done || h.marker != Slot::None)
@@ -686,8 +719,16 @@ private:
           h.bytes = 0;
           ++head_;
         }
+        // Batched: the feeder (waiting for a free slot when the window is
+        // full) is woken once `handoff_` slots are free, and fills them in
+        // one go; at once when it waits for the memory just released.
+        bool wakeFeeder =
+            feederWaitsMemory_ ||
+            static_cast<int64_t>(static_cast<uint64_t>(window_) -
+                                 (tail_ - head_)) >= handoff_;
         lock.unlock();
-        notFull_.notify_one();
+        if (wakeFeeder)
+          notFull_.notify_one();
       }
       std::pair<Item, Outcome> next = std::move(taken_.front());
       taken_.pop_front();
@@ -766,6 +807,12 @@ private:
   int64_t activeTasks_ = 0;
   int64_t idleWorkers_ = 0;
   bool cancel_ = false;
+  /// Batched hand-offs: the run of finished records the consumer waits
+  /// for, and of free slots before it wakes the feeder (1: every record).
+  int64_t handoff_ = 1;
+  /// The feeder waits for budget the window holds (under mu_).
+  bool feederWaitsMemory_ = false;
+  static constexpr int64_t kMaxHandoff = 16;
   std::atomic<int64_t> chunk_{1};
   std::atomic<int64_t> maxChunk_{1};
   /// Workers charge their time to the counters at least this often.

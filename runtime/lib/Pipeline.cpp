@@ -339,6 +339,8 @@ Status Engine::build() {
       opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
   shared_.directOutput =
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
+  shared_.batchedHandoff =
+      opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.timing =

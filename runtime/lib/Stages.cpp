@@ -680,7 +680,14 @@ public:
 
   bool claim(uint64_t pos, std::vector<Tensor> &rowViews,
              std::vector<Tensor> &targets) override {
-    std::vector<Tensor> dst;
+    // The worker's own list of the batch's buffers, kept for its capacity
+    // (one allocation per thread, not per record) and emptied before
+    // returning so that it never holds a batch buffer alive.
+    thread_local std::vector<Tensor> dst;
+    struct Empty {
+      std::vector<Tensor> &v;
+      ~Empty() { v.clear(); }
+    } empty{dst};
     if (!claimRow(pos, dst))
       return false;
     uint64_t row = pos % size_;

@@ -1,10 +1,12 @@
 //===- runtime_batch_placement_test.cpp - In-place batch assembly ---------===//
 //
 // The parallel map stage before a `batch` writes records straight into
-// their rows of the batch buffer (RunOptions::batchRowPlacement), and large
-// batch buffers come from the tensor buffer pool. Neither may change a
-// byte of the output: every case runs once with both turned off (the
-// reference), then with both on at one and two threads, and with only the
+// their rows of the batch buffer (RunOptions::batchRowPlacement), hands
+// finished records to its consumer in runs (RunOptions::batchedHandoff),
+// and large batch buffers come from the tensor buffer pool. None may change
+// a byte of the output: every case runs once with all turned off (the
+// reference), then with all on at one and two threads, with only the
+// hand-offs one by one, and with only the
 // pool off, over JPEGs encoded here, with partial and dropped last batches,
 // corrupt images skipped and records filtered (which make the map stage's
 // row predictions wrong), and batch buffers recycled from a pool seeded
@@ -127,6 +129,7 @@ TEST_P(BatchPlacement, OutputIsIdenticalWithPlacementAndPoolOff) {
   runtime::RunOptions refOpts;
   refOpts.threads = 2;
   refOpts.batchRowPlacement = false;
+  refOpts.batchedHandoff = false;
   runtime::RunStats refStats;
   std::vector<Output> ref;
   {
@@ -185,6 +188,23 @@ TEST_P(BatchPlacement, OutputIsIdenticalWithPlacementAndPoolOff) {
     EXPECT_EQ(stageNamed(sd, "batch").rowsDirect, 0);
     EXPECT_GT(stageNamed(sd, "batch").rowsInPlace, 0);
     EXPECT_EQ(sd.memoryInUse, 0);
+
+    // Hand-offs one record at a time (the unbatched path). Same bytes and
+    // the same counts.
+    runtime::RunOptions single = o;
+    single.batchedHandoff = false;
+    runtime::RunStats sh;
+    std::vector<Output> one = runAll(plan, single, &sh);
+    EXPECT_TRUE(allBytes(one) == allBytes(ref))
+        << "batches differ from the reference with one-by-one hand-offs";
+    EXPECT_TRUE(allBytes(one) == allBytes(outs));
+    for (const runtime::StageStats &st : s.stages) {
+      runtime::StageStats other = stageNamed(sh, st.name);
+      EXPECT_EQ(st.emitted, other.emitted) << st.name;
+      EXPECT_EQ(st.skippedTotal(), other.skippedTotal()) << st.name;
+      EXPECT_EQ(st.filtered, other.filtered) << st.name;
+    }
+    EXPECT_EQ(sh.memoryInUse, 0);
   }
 
   // With the pool off, batch buffers of 1 MiB and more are fresh pages:

@@ -171,6 +171,14 @@ struct RunOptions {
   /// SLUICE_NO_DIRECT_OUTPUT=1) makes the step allocate its output and the
   /// worker copy it into the row. Same bytes either way.
   bool directOutput = true;
+  /// Batched hand-offs between the threads of a parallel map stage: its
+  /// consumer waits for a run of finished records (a quarter of the
+  /// reorder window, at most 16) instead of being woken for each one, and
+  /// wakes its feeder for as many free slots, so that large records
+  /// (images) cost a few thread wake-ups per run instead of about three
+  /// per record. false (or SLUICE_NO_BATCHED_HANDOFF=1) hands records over
+  /// one at a time. Same records, order and counts either way.
+  bool batchedHandoff = true;
   /// Parallel parsing: a csv/tsv source read without `interleave` cuts
   /// each file into blocks of whole records (about 1 MiB) and parses them
   /// on the worker threads, several at a time, while records, errors and
