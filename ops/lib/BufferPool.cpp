@@ -17,7 +17,7 @@
 // class (kCacheMinBuffers..kCacheMaxBuffers buffers) for itself, trades
 // them with the shared lists half a cache at a time (one lock per batch),
 // and a batch moves with its budget reservation (no budget counter is
-// touched). A cache reserves in chunks (cacheChunk): what it frees eats
+// touched). A cache reserves in chunks (chunkFor): what it frees eats
 // into its credit and what it hands out adds to it, and only a cache whose
 // credit is spent, or exceeds two chunks, goes to the budget. So idle bytes
 // are never uncounted and at most two chunks per thread are counted that
@@ -25,16 +25,22 @@
 // the producer's cache keeps refilling from the shared lists and the
 // consumer's keeps spilling into them: with caches of 8 KiB per class the
 // batches were 1-2 buffers and the caches cost more than they saved (branch
-// issue-7mem-tcache); with 64 KiB they are 5-256 buffers.
+// issue-7mem-tcache); with 64 KiB (8-512 buffers) they are 4-256.
 //
-// Correctness rules: a cache's bytes are reserved in the pool's limit like
-// the shared idle buffers; setBufferPoolLimit() takes every cache's lock,
-// moves the caches' buffers to the shared lists and their reservations to
-// the new limit, so no reservation outlives its budget; a trim (or turning
-// the pool off) empties every cache first, so a wholly idle slab is always
-// seen; a thread's cache goes back to the shared lists when the thread
-// ends. Lock order: the cache registry, then a cache's own lock, then the
-// pool's lock. SLUICE_NO_SMALL_POOL_CACHE=1 turns the caches off.
+// Correctness rules: only its own thread touches a cache (no lock on the
+// hot path); the counters stats read from other threads are atomics. The
+// pool's reservation is one sum, the shared lists' share plus the caches'
+// shares, of which one part is reserved in the limit and the rest is
+// uncounted (no limit, or past the quarter-of-the-budget cap);
+// setBufferPoolLimit() moves that sum from the old limit to the new one
+// without touching any cache, so no reservation outlives its budget. A
+// trim (or turning the pool off) bumps a counter that makes each cache go
+// back to the shared lists at its thread's next allocation or free; the
+// trimming thread's own cache goes back at once, and a cache whose thread
+// is parked keeps its slabs until it runs again or ends. A thread's cache
+// goes back to the shared lists when the thread ends. Lock order: the
+// cache registry, then the pool's lock. SLUICE_NO_SMALL_POOL_CACHE=1 turns
+// the caches off.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/BufferPool.h"
