@@ -232,6 +232,11 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
 
   autotune::TuneOptions keep = opts;
   keep.closeCallMargin = 1e9;
+  // Whole runs are chosen when one is predicted to take at most a quarter of
+  // closeCallSeconds, from a profile that a loaded host slows: 0.2 s gave
+  // 0.05 s, which a starved profile exceeded (windows were measured). 8 s
+  // allows 2 s per run; quiet, a run here takes a few hundredths of that.
+  keep.closeCallSeconds = 8;
   autotune::TuneResult a = withCall();
   ASSERT_TRUE(autotune::settleCloseCall(l.plan, keep, a));
   EXPECT_EQ(a.solution.config.parallelism, chosen.parallelism);
