@@ -72,6 +72,11 @@ int64_t processMemoryPeak();
 /// plan and its kernels freed) and records the resident set then, the
 /// process's fixed baseline (binary, libraries, JIT code, the main thread).
 void noteProcessBaseline();
+/// Under SLUICE_DEBUG_RSS=1, prints a line on stderr with `what`, the
+/// resident set over the baseline, the bytes the budgets count and the
+/// difference (a sampler thread prints one at each new high of the
+/// resident set); does nothing otherwise.
+void debugRssMark(const char *what);
 /// The resident set noteProcessBaseline() recorded, in bytes (0: not yet,
 /// or not readable here). Peak RSS minus this is what the pipelines of the
 /// process added: their buffers (what `memory peak` counts), plus worker
@@ -157,7 +162,8 @@ private:
 /// The budget of one pipeline: a limit (0 = unlimited) and its accounts.
 class MemoryBudget {
 public:
-  explicit MemoryBudget(int64_t limitBytes) : limit_(limitBytes) {}
+  explicit MemoryBudget(int64_t limitBytes);
+  ~MemoryBudget();
   MemoryBudget(const MemoryBudget &) = delete;
   MemoryBudget &operator=(const MemoryBudget &) = delete;
 
