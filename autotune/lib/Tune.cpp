@@ -650,6 +650,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     return r.status();
   // What the probes freed into the heap is no part of the run (Memory.h).
   runtime::releaseFreeHeap();
+  runtime::debugRssMark("probes done, heap trimmed");
   AutoSchedule a;
   a.schedule = r->schedule;
   a.prediction = r->solution.prediction;

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Memory.h"
+#include "sluice/ops/BufferPool.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +147,52 @@ std::atomic<int64_t> &baselineRss() {
 }
 } // namespace
 
+namespace {
+std::chrono::steady_clock::time_point debugStart() {
+  static const auto t0 = std::chrono::steady_clock::now();
+  return t0;
+}
+/// One SLUICE_DEBUG_RSS line on stderr: the resident set over the baseline
+/// beside the bytes the budgets count, and the pool's idle bytes.
+std::mutex &liveBudgetsMu() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const MemoryBudget *> &liveBudgets() {
+  static std::vector<const MemoryBudget *> v;
+  return v;
+}
+bool debugRss();
+void debugRssLine(const char *what) {
+  int64_t rss = currentRss(), base = baselineRss().load();
+  int64_t used = processUsed().load(std::memory_order_relaxed);
+  BufferPoolStats ps = bufferPoolStats();
+  double mib = 1 << 20;
+  std::fprintf(stderr,
+               "sluice rss: %8.3f s %-28s rss-base %7.1f MiB counted %7.1f "
+               "MiB gap %6.1f MiB pool idle %6.1f MiB\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             debugStart())
+                   .count(),
+               what, (rss - base) / mib, used / mib, (rss - base - used) / mib,
+               ps.idleBytes / mib);
+  std::lock_guard<std::mutex> lock(liveBudgetsMu());
+  for (const MemoryBudget *b : liveBudgets())
+    std::fprintf(stderr, "sluice rss:   budget: %s\n", b->usageSummary().c_str());
+}
+bool debugRss() {
+  static const bool on = std::getenv("SLUICE_DEBUG_RSS") &&
+                         *std::getenv("SLUICE_DEBUG_RSS") &&
+                         std::strcmp(std::getenv("SLUICE_DEBUG_RSS"), "0") != 0;
+  return on;
+}
+} // namespace
+
+void debugRssMark(const char *what) {
+  if (debugRss())
+    debugRssLine(what);
+}
+
 void noteProcessBaseline() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -153,6 +200,26 @@ void noteProcessBaseline() {
     malloc_trim(0);
 #endif
     baselineRss().store(currentRss(), std::memory_order_relaxed);
+    if (!debugRss())
+      return;
+    debugStart();
+    // Samples every millisecond; prints each new high of the resident set.
+    std::thread([] {
+      int64_t high = 0, countedHigh = 0;
+      for (;;) {
+        int64_t rss = currentRss();
+        if (rss > high + (int64_t(1) << 20)) {
+          high = rss;
+          debugRssLine("new rss high");
+        }
+        int64_t used = processUsed().load(std::memory_order_relaxed);
+        if (used > countedHigh + (int64_t(1) << 20)) {
+          countedHigh = used;
+          debugRssLine("new counted high");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }).detach();
   });
 }
 
@@ -202,6 +269,21 @@ void MemoryAccount::release(int64_t bytes) {
   used_.fetch_sub(bytes, std::memory_order_relaxed);
   budget_->used_.fetch_sub(bytes, std::memory_order_relaxed);
   processUsed().fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemoryBudget::MemoryBudget(int64_t limitBytes) : limit_(limitBytes) {
+  if (!debugRss())
+    return;
+  std::lock_guard<std::mutex> lock(liveBudgetsMu());
+  liveBudgets().push_back(this);
+}
+
+MemoryBudget::~MemoryBudget() {
+  if (!debugRss())
+    return;
+  std::lock_guard<std::mutex> lock(liveBudgetsMu());
+  auto &v = liveBudgets();
+  v.erase(std::remove(v.begin(), v.end(), this), v.end());
 }
 
 MemoryAccount *MemoryBudget::account(std::string name) {

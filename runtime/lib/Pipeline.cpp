@@ -48,13 +48,20 @@ public:
   static Expected<std::unique_ptr<Engine>> create(const Plan &plan,
                                                   const RunOptions &opts);
   ~Engine() {
+    debugRssMark("pipeline ending");
     stopController();
     stop();
     if (poolLimit_)
       clearBufferPoolLimit(poolLimit_.get());
+    debugRssMark("pipeline stopped");
   }
 
   Expected<bool> next(Item &out, int64_t &epoch);
+  /// Stops counting the last output (the caller's from now on).
+  void releaseOutput() {
+    outputAccount_->release(outputHeld_);
+    outputHeld_ = 0;
+  }
   void stop();
   void cancel();
   RunStats stats() const;
@@ -317,6 +324,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
   setBufferPoolLimit(e->poolLimit_.get());
+  debugRssMark("pipeline created");
   return e;
 }
 
@@ -759,8 +767,7 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
     startNs_ = nowNs();
   // The caller asks for the next output: the last one is theirs to keep or
   // (usually) drop, no longer the pipeline's.
-  outputAccount_->release(outputHeld_);
-  outputHeld_ = 0;
+  releaseOutput();
   for (;;) {
     if (finished_)
       return false;
@@ -886,6 +893,16 @@ Expected<bool> Pipeline::next(Batch &out) {
           lock.lock();
         }
       });
+  }
+  // Drops the caller's reference to the last output as the engine stops
+  // counting it (Pipeline.h): freed now, its buffers go to the pool, which
+  // reserves them in the budget again, or back to the system. Released
+  // first: the pool's reservation must not meet the output's, or `memory
+  // peak` would count the buffer twice for a moment.
+  static const bool keepLast = switchedOff("SLUICE_KEEP_LAST_OUTPUT");
+  if (!keepLast) {
+    e.releaseOutput();
+    out = Batch();
   }
   Item item;
   int64_t epoch = 0;

@@ -26,7 +26,10 @@
 // runs (sluice/ops/BufferPool.h; it keeps a freed buffer only if the budget
 // can hold it), the batch buffers the map stage's workers fill ahead (their
 // rows not yet placed: "<batch> rows ahead"), and the last output until the
-// caller asks for the next ("output"). So `memory peak` is what the process
+// caller asks for the next ("output"; Pipeline::next then empties the
+// caller's Batch, so a caller that passes the same Batch again frees it
+// instead of holding it uncounted while the next is made). So `memory peak`
+// is what the process
 // holds on top of its fixed baseline: the binary and libraries (MLIR/LLVM,
 // oneTBB, libjpeg-turbo, libpng), JIT code, thread stacks, per-thread
 // decoder state and decode scratch (at most 64 MiB per worker, usually one
@@ -72,6 +75,13 @@ int64_t processMemoryPeak();
 /// plan and its kernels freed) and records the resident set then, the
 /// process's fixed baseline (binary, libraries, JIT code, the main thread).
 void noteProcessBaseline();
+/// Under SLUICE_DEBUG_RSS=1, prints a line on stderr with `what`, the
+/// resident set over the baseline, the bytes the budgets count and the
+/// difference, the buffer pool's idle bytes, and each live budget's
+/// accounts (a sampler thread, started with the first pipeline, prints one
+/// at each new high of the resident set and of the counted bytes, checked
+/// every millisecond); does nothing otherwise.
+void debugRssMark(const char *what);
 /// The resident set noteProcessBaseline() recorded, in bytes (0: not yet,
 /// or not readable here). Peak RSS minus this is what the pipelines of the
 /// process added: their buffers (what `memory peak` counts), plus worker
@@ -157,7 +167,8 @@ private:
 /// The budget of one pipeline: a limit (0 = unlimited) and its accounts.
 class MemoryBudget {
 public:
-  explicit MemoryBudget(int64_t limitBytes) : limit_(limitBytes) {}
+  explicit MemoryBudget(int64_t limitBytes);
+  ~MemoryBudget();
   MemoryBudget(const MemoryBudget &) = delete;
   MemoryBudget &operator=(const MemoryBudget &) = delete;
 
