@@ -130,6 +130,31 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
                                    after + "': ");
   FusedCacheChoice c = chooseFusedCache(r.solution, *ss, *sp, at + 1,
                                         fused.name);
+  double extraSeconds = 0;
+  if (!c.consistent) {
+    // The two comparisons disagree: the profiles saw the host differently.
+    // Profile the split plan once more, right after, and decide on that.
+    Expected<Profile> sp2 = profilePipeline(split, po);
+    if (!sp2)
+      return sp2.status().withContext("profiling the plan split after '" +
+                                      after + "' again: ");
+    Expected<Solution> ss2 = solve(*sp2, r.budget);
+    if (!ss2)
+      return ss2.status().withContext("solving the plan split after '" +
+                                      after + "' again: ");
+    FusedCacheChoice c2 = chooseFusedCache(r.solution, *ss2, *sp2, at + 1,
+                                           fused.name);
+    c2.note += "; decided on a second profile of the split plan: on the "
+               "first, its own calibration and the comparison at one "
+               "calibration disagreed (" +
+               c.note.substr(std::min(c.note.find("predicted"),
+                                      c.note.size())) +
+               ")";
+    extraSeconds = sp->seconds;
+    sp = std::move(sp2);
+    ss = std::move(ss2);
+    c = std::move(c2);
+  }
   if (!c.split) {
     r.solution.notes.push_back(c.note);
     return Status::ok();
@@ -150,7 +175,7 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   double fusedSeconds = r.profile.seconds;
   r.fusedProbes = r.profile.probes.size();
   r.profile = sp.take();
-  r.profile.seconds += fusedSeconds; // both profiles' time
+  r.profile.seconds += fusedSeconds + extraSeconds; // every profile's time
   r.solution = std::move(chosen);
   return Status::ok();
 }
@@ -498,6 +523,8 @@ FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
                     " fused without one (" +
                     fmt((splitU / fusedU - 1) * 100, "%+.1f") +
                     "% at one calibration)";
+  c.consistent = (splitT > fusedT * (1 + kMinSplitGain)) ==
+                 (splitU > fusedU * (1 + kMinSplitGain));
   if (!(splitU > fusedU * (1 + kMinSplitGain))) {
     c.note = what + cmp + ": under the 5% a cache must gain; kept fused" + off;
     return c;

@@ -825,6 +825,7 @@ TEST(AutotuneSolver, CacheInsideAFusedStageIsPricedAgainstTheFusedPlan) {
   FusedCacheChoice c =
       chooseFusedCache(*fused, *split, sp, 1, "a+b");
   EXPECT_TRUE(c.split);
+  EXPECT_TRUE(c.consistent); // one calibration for both: the same verdict
   EXPECT_NE(c.note.find("cache point inside fused 'a+b' after 'a' (profiled "
                         "split into 'a' and 'b'): a memory cache after it is "
                         "predicted 5706.1 records/s against 1816.5 fused "
@@ -841,6 +842,9 @@ TEST(AutotuneSolver, CacheInsideAFusedStageIsPricedAgainstTheFusedPlan) {
     loaded.prediction.calibration *= 0.25;
     FusedCacheChoice l = chooseFusedCache(*fused, loaded, sp, 1, "a+b");
     EXPECT_TRUE(l.split) << l.note;
+    // Its own calibrated prediction (1426.5 < 1816.5) says the opposite:
+    // the verdicts disagree, so tune() profiles the split plan again.
+    EXPECT_FALSE(l.consistent);
     EXPECT_NE(l.note.find("predicted 1426.5 records/s against 1816.5 fused "
                           "without one (+214.1% at one calibration)"),
               std::string::npos)
@@ -854,6 +858,18 @@ TEST(AutotuneSolver, CacheInsideAFusedStageIsPricedAgainstTheFusedPlan) {
   ASSERT_TRUE(cheap) << cheap.status().message();
   c = chooseFusedCache(*cheap, *split, sp, 1, "a+b");
   EXPECT_FALSE(c.split);
+  EXPECT_TRUE(c.consistent);
+  // A split profile whose own calibration is 4x the fused one's (its
+  // counters and its throughput disagree): +318.8% calibrated, +4.7% at one
+  // calibration: kept fused here, and flagged for a second profile.
+  {
+    Solution high = *split;
+    high.prediction.throughput *= 4;
+    high.prediction.calibration *= 4;
+    FusedCacheChoice h = chooseFusedCache(*cheap, high, sp, 1, "a+b");
+    EXPECT_FALSE(h.split) << h.note;
+    EXPECT_FALSE(h.consistent) << h.note;
+  }
   EXPECT_NE(c.note.find("against 5449.6 fused without one (+4.7% at one "
                         "calibration): under the 5% a cache must gain; kept "
                         "fused"),

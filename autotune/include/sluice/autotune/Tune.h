@@ -121,6 +121,12 @@ bool closeCallWins(const std::vector<double> &chosen,
 struct FusedCacheChoice {
   bool split = false; ///< run split, with the split solution's cache
   std::string note;   ///< what was compared, for the report
+  /// Whether the plans' own calibrated predictions give the same verdict as
+  /// the comparison at one calibration. They disagree when the two profiles
+  /// saw the host differently (a load burst during one, or a profile whose
+  /// counters and throughput disagree); tune() then profiles the split plan
+  /// once more and decides on that profile.
+  bool consistent = true;
 };
 
 /// Decides between `fused` (the compiled plan's solution) and `split` (the
