@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 namespace sluice::autotune {
 
@@ -120,46 +121,45 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   const std::string after = fused.fused[k].name;
   runtime::Plan split = plan;
   runtime::splitFusedAfter(split, after);
-  Expected<Profile> sp = profilePipeline(split, po);
-  if (!sp)
-    return sp.status().withContext("profiling the plan split after '" +
-                                   after + "': ");
-  Expected<Solution> ss = solve(*sp, r.budget);
-  if (!ss)
-    return ss.status().withContext("solving the plan split after '" +
-                                   after + "': ");
-  FusedCacheChoice c = chooseFusedCache(r.solution, *ss, *sp, at + 1,
-                                        fused.name);
+  std::optional<Profile> sp;
+  std::optional<Solution> ss;
+  FusedCacheChoice c;
+  // Profiles and solves the split plan, and compares it with the fused one.
+  auto price = [&](const std::string &again) -> Status {
+    Expected<Profile> p = profilePipeline(split, po);
+    if (!p)
+      return p.status().withContext("profiling the plan split after '" +
+                                    after + "'" + again + ": ");
+    Expected<Solution> s = solve(*p, r.budget);
+    if (!s)
+      return s.status().withContext("solving the plan split after '" +
+                                    after + "'" + again + ": ");
+    sp = p.take();
+    ss = s.take();
+    c = chooseFusedCache(r.solution, *ss, *sp, at + 1, fused.name);
+    return Status::ok();
+  };
+  if (Status s = price(""); !s)
+    return s;
   double extraSeconds = 0;
   if (!c.consistent) {
     // The two comparisons disagree: the profiles saw the host differently.
     // Profile the split plan once more, right after, and decide on that.
-    Expected<Profile> sp2 = profilePipeline(split, po);
-    if (!sp2)
-      return sp2.status().withContext("profiling the plan split after '" +
-                                      after + "' again: ");
-    Expected<Solution> ss2 = solve(*sp2, r.budget);
-    if (!ss2)
-      return ss2.status().withContext("solving the plan split after '" +
-                                      after + "' again: ");
-    FusedCacheChoice c2 = chooseFusedCache(r.solution, *ss2, *sp2, at + 1,
-                                           fused.name);
-    c2.note += "; decided on a second profile of the split plan: on the "
-               "first, its own calibration and the comparison at one "
-               "calibration disagreed (" +
-               c.note.substr(std::min(c.note.find("predicted"),
-                                      c.note.size())) +
-               ")";
+    const std::string first = c.note;
     extraSeconds = sp->seconds;
-    sp = std::move(sp2);
-    ss = std::move(ss2);
-    c = std::move(c2);
+    if (Status s = price(" again"); !s)
+      return s;
+    c.note += "; decided on a second profile of the split plan: on the "
+              "first, its own calibration and the comparison at one "
+              "calibration disagreed (" +
+              first.substr(std::min(first.find("predicted"), first.size())) +
+              ")";
   }
   if (!c.split) {
     r.solution.notes.push_back(c.note);
     return Status::ok();
   }
-  Solution chosen = ss.take();
+  Solution chosen = std::move(*ss);
   for (KnobChoice &kc : chosen.knobs)
     if (kc.knob == "cache" && kc.step == split.stages[at].name)
       kc.reason += std::string(kc.reason.empty() || kc.reason.back() == '.'
@@ -174,7 +174,7 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   chosen.seconds += r.solution.seconds;
   double fusedSeconds = r.profile.seconds;
   r.fusedProbes = r.profile.probes.size();
-  r.profile = sp.take();
+  r.profile = std::move(*sp);
   r.profile.seconds += fusedSeconds + extraSeconds; // every profile's time
   r.solution = std::move(chosen);
   return Status::ok();
