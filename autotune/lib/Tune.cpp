@@ -303,16 +303,37 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   o.controller.reset();
   o.resume.reset();
   double v = p.steps.empty() ? 1 : p.steps.back().visits;
-  Expected<CachedRun> run =
-      measureCachedEpochs(plan, o, opts.cachedEpochsSeconds,
-                          std::max(10.0, 3 * firstSeconds), v);
-  if (!run)
-    return run.status().withContext("probing the cached epochs: ");
-  if (!(run->cachedRate > 0)) {
+  // A few runs, each phase's median: one run's first epoch is a fraction
+  // of a second, and a burst of load from other processes during it would
+  // set the whole prediction. A first epoch predicted over a second is
+  // long enough to ride out a burst: fewer runs then.
+  int runs = std::clamp(static_cast<int>(std::ceil(
+                            1.0 / std::max(firstSeconds, 1e-3))),
+                        1, std::max(1, opts.cachedProbeRuns));
+  std::vector<double> firsts, rates;
+  for (int i = 0; i < runs; ++i) {
+    Expected<CachedRun> one = measureCachedEpochs(
+        plan, o, opts.cachedEpochsSeconds / runs,
+        std::max(10.0, 3 * firstSeconds), v);
+    if (!one)
+      return one.status().withContext("probing the cached epochs: ");
+    if (!(one->cachedRate > 0))
+      break;
+    firsts.push_back(one->firstSeconds);
+    rates.push_back(one->cachedRate);
+  }
+  if (rates.empty()) {
     r.cachedProbeNote = "cached epochs not probed: the first epoch did not "
                         "end in time";
     return Status::ok();
   }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    size_t n = x.size();
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+  };
+  CachedRun med{median(firsts), median(rates)};
+  const CachedRun *run = &med;
   // Both phases' model rates without calibration, and what the run measured
   // of each: the first epoch's records over its time less the start-up the
   // whole-run average adds on its own (wholeRunThroughput).
@@ -329,13 +350,15 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   }
   r.solution.prediction = predict(p, c, r.budget.cores);
   r.cachedProbeNote =
-      "cached epochs probed: " + fmt(run->cachedRate) +
+      "cached epochs probed (median of " + std::to_string(rates.size()) +
+      (rates.size() == 1 ? " run" : " runs") +
+      "): " + fmt(run->cachedRate) +
       " records/s against " + fmt(cachedModel) +
       " modelled (calibration " + fmt(p.cachedCalibration, "%.2f") +
       ", the probes' level " + fmt(before.calibration, "%.2f") + ")";
   if (p.firstCalibration > 0)
     r.cachedProbeNote +=
-        "; its first epoch, in the same run: " + fmt(firstRate) +
+        "; its first epoch, in the same runs: " + fmt(firstRate) +
         " records/s against " + fmt(firstModel) + " modelled (calibration " +
         fmt(p.firstCalibration, "%.2f") + "; the probes' level predicted " +
         fmt(before.firstEpoch) + ", " +
