@@ -356,6 +356,7 @@ Status Engine::build() {
       (opts_.stageTiming == RunOptions::StageTiming::Default &&
        !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.coarseBatchCount = switchedOff("SLUICE_COARSE_BATCH_COUNT");
   shared_.recordRuns =
       opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
