@@ -324,6 +324,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
   setBufferPoolLimit(e->poolLimit_.get());
+  // What earlier pipelines of this process left free in the heap (the
+  // probes of `schedule: auto`), which this one refills (Memory.h).
+  e->memory_->carryFreeHeap(e->memory_->account("heap left free"));
   debugRssMark("pipeline created");
   return e;
 }
@@ -833,6 +836,7 @@ void Engine::stop() {
   }
   if (poolLimit_)
     clearBufferPoolLimit(poolLimit_.get());
+  memory_->dropCarriedHeap();
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)
