@@ -836,7 +836,8 @@ void Engine::stop() {
   }
   if (poolLimit_)
     clearBufferPoolLimit(poolLimit_.get());
-  memory_->dropCarriedHeap();
+  if (memory_)
+    memory_->dropCarriedHeap();
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)
