@@ -17,11 +17,14 @@
 // that final pass. Not a test: the machine is shared and noisy.
 //
 // usage: autotune_bench [--rounds N] [--final N] [--min-seconds S] [--verbose]
-//                       [--no-jit] [--trace] SPEC...
+//                       [--no-jit] [--trace] [--phases N] SPEC...
 // (--verbose: every configuration's median, per-round rates and the model's
 // prediction of it on stderr; --no-jit: the runtime's kernels instead of the
 // JIT ones `sluice run` uses; --min-seconds: whole runs repeat back to back
-// until a measurement lasts S seconds, default 1)
+// until a measurement lasts S seconds, default 1; --phases N: instead of the
+// grid, N interleaved pairs of the tuned cached schedule's first epoch and
+// one epoch of the same plan split at the cache point without the cache,
+// same knobs: wall and process CPU of each, and the tune's phase figures)
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -240,12 +243,103 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
   return out;
 }
 
+double processCpuSeconds() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+/// --phases: what a cached schedule's first epoch costs against the same
+/// epoch without the cache. Each pair runs (a) the tuned schedule for one
+/// epoch (the cache is written, as in a whole run's first epoch) and (b)
+/// the plan split where the tuned cache splits it, same knobs, no cache,
+/// one epoch; which runs first alternates. Prints each pair's wall seconds
+/// and process CPU seconds, then the medians and the ratio of rates.
+void phasePairs(const runtime::Plan &plan, const autotune::TuneResult &r,
+                int pairs) {
+  std::string cacheStep;
+  autotune::Schedule uncached = r.schedule;
+  for (auto &[step, o] : uncached)
+    if (o.cache && !o.cache->empty()) {
+      cacheStep = step;
+      o.cache.reset();
+    }
+  if (cacheStep.empty()) {
+    std::printf("%s: the tuned schedule has no cache; --phases skipped\n",
+                r.profile.pipeline.c_str());
+    return;
+  }
+  runtime::Plan split = plan;
+  runtime::splitFusedAfter(split, cacheStep);
+  const autotune::Prediction &pd = r.solution.prediction;
+  std::printf("%s: the tune's prediction: first epoch %.0f records/s "
+              "(first-epoch calibration %.2f), cached epochs %.0f, whole "
+              "run %.0f\n",
+              r.profile.pipeline.c_str(), pd.firstEpoch,
+              r.profile.firstCalibration, pd.cachedEpochs, pd.wholeRun);
+  int64_t perEpoch = r.profile.sourceRecordsPerEpoch.value_or(0);
+  auto oneEpoch = [&](const runtime::Plan &pl, const autotune::Schedule &s,
+                      double *cpu) {
+    runtime::RunOptions o;
+    o.schedule = s;
+    o.threads = r.budget.cores;
+    o.binder = gBinder;
+    o.epochs = 1;
+    o.progress = runtime::RunOptions::Progress::Off;
+    auto p = runtime::Pipeline::create(pl, o);
+    if (!p)
+      return 0.0;
+    double c0 = processCpuSeconds();
+    auto t0 = Clock::now();
+    runtime::Batch b;
+    for (;;) {
+      auto more = (*p)->next(b);
+      if (!more || !*more)
+        break;
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    *cpu = processCpuSeconds() - c0;
+    return secs;
+  };
+  std::vector<double> cw, cc, uw, uc;
+  for (int i = 0; i < pairs; ++i) {
+    double cpuC = 0, cpuU = 0, wallC, wallU;
+    if (i % 2) {
+      wallU = oneEpoch(split, uncached, &cpuU);
+      wallC = oneEpoch(plan, r.schedule, &cpuC);
+    } else {
+      wallC = oneEpoch(plan, r.schedule, &cpuC);
+      wallU = oneEpoch(split, uncached, &cpuU);
+    }
+    std::printf("  pair %d: cached first epoch %.4f s (%.0f records/s, CPU "
+                "%.3f s) | uncached epoch %.4f s (%.0f records/s, CPU %.3f "
+                "s)\n",
+                i + 1, wallC, perEpoch / wallC, cpuC, wallU, perEpoch / wallU,
+                cpuU);
+    cw.push_back(wallC);
+    cc.push_back(cpuC);
+    uw.push_back(wallU);
+    uc.push_back(cpuU);
+  }
+  std::vector<double> ratio;
+  for (size_t i = 0; i < cw.size(); ++i)
+    ratio.push_back(uw[i] / cw[i]);
+  std::printf("%s: medians: cached first epoch %.0f records/s, CPU %.1f us "
+              "per record; uncached %.0f records/s, CPU %.1f us per record; "
+              "rate ratio (cached / uncached, median of pairs) %.3f\n",
+              r.profile.pipeline.c_str(), perEpoch / medianOf(cw),
+              medianOf(cc) / perEpoch * 1e6, perEpoch / medianOf(uw),
+              medianOf(uc) / perEpoch * 1e6, medianOf(ratio));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   int rounds = 3, finalRounds = 0;
   bool verbose = false, noJit = compiler::jitDisabledByEnvironment();
   bool trace = false;
+  int phases = 0;
   std::vector<std::string> specs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -259,6 +353,8 @@ int main(int argc, char **argv) {
       noJit = true;
     else if (a == "--trace")
       trace = true;
+    else if (a == "--phases" && i + 1 < argc)
+      phases = std::atoi(argv[++i]);
     else if (a == "--min-seconds" && i + 1 < argc)
       gMinSeconds = std::atof(argv[++i]);
     else
@@ -274,7 +370,8 @@ int main(int argc, char **argv) {
       loadHi = std::max(loadHi, l[0]);
     }
   };
-  std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  if (phases == 0)
+    std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string &path : specs) {
     std::string text, err;
     if (!dsl::readFile(path, text, err)) {
@@ -346,6 +443,11 @@ int main(int argc, char **argv) {
       for (const autotune::Probe &q : r->profile.probes)
         std::printf("probe %s: %.0f records/s over %.3f s\n", q.label.c_str(),
                     q.sourceRecordsPerSecond, q.seconds);
+      continue;
+    }
+    if (phases > 0) {
+      phasePairs(*plan, *r, phases);
+      noteLoad();
       continue;
     }
     int64_t perEpoch = r->profile.sourceRecordsPerEpoch.value_or(0);
@@ -516,6 +618,13 @@ int main(int argc, char **argv) {
   noteLoad();
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
+  if (phases > 0) {
+    std::printf("\n--phases: kernels %s; load average %.2f at start, "
+                "%.2f..%.2f\n",
+                noJit ? "runtime (--no-jit)" : "JIT (as sluice run)", load[0],
+                loadLo, loadHi);
+    return 0;
+  }
   std::printf("\nrecords/s are source records (equivalents) per second over "
               "the spec's whole epochs, median of the final pass (%d screening "
               "rounds, then the best three of the grid with naive, peer and "
