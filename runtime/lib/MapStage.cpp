@@ -558,6 +558,11 @@ private:
     int64_t cpu0 = timing ? threadCpuNs() : 0;
     int64_t lastCharge = nowNs();
     int64_t items = 0, runNs = 0;
+    // Arena slicing: this task's slot goes to a waiting task once it has
+    // run this long (0: never).
+    const int64_t slice = shared_.arenaSliceNs;
+    const int64_t sliceStart = lastCharge;
+    TaskArena &arena = *shared_.arena;
     for (;;) {
       uint64_t a, b, drops;
       {
@@ -565,19 +570,24 @@ private:
         // Linger briefly before giving the thread back: when the input is
         // the bottleneck, records trickle in one by one, and re-enqueueing
         // a task for each would pay a worker wake-up per record. The wait
-        // is short so that other stages sharing the arena are not starved.
-        bool lingered = false;
+        // is short so that other stages sharing the arena are not starved;
+        // with arena slicing it ends as soon as another task waits for a
+        // slot (checked every 50 us).
+        const int lingerTurns = slice > 0 ? 4 : 1;
+        const auto lingerWait = std::chrono::microseconds(200 / lingerTurns);
+        int lingered = 0;
         for (;;) {
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
-          if (cancel_ || dispatched_ < tail_ || lingered ||
+          if (cancel_ || dispatched_ < tail_ || lingered >= lingerTurns ||
               activeTasks_ > parallelism_ ||
-              shared_.cancelled.load(std::memory_order_relaxed))
+              shared_.cancelled.load(std::memory_order_relaxed) ||
+              (slice > 0 && arena.waiting() > 0))
             break;
           ++idleWorkers_;
-          work_.wait_for(lock, std::chrono::microseconds(200));
+          work_.wait_for(lock, lingerWait);
           --idleWorkers_;
-          lingered = true;
+          ++lingered;
         }
         // Also leave when the parallelism was lowered while running.
         if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
@@ -655,6 +665,20 @@ private:
       }
       if (handoff_ > 1 ? headReady() : a <= head_)
         ready_.notify_one();
+      // Arena slicing: after a slice, give the slot to a task waiting for
+      // one (another step's worker) and go on in a task enqueued behind it;
+      // this worker stays counted in activeTasks_ until that task leaves,
+      // so shutdown() waits for it and the feeder starts no extra one.
+      if (slice > 0 && t - sliceStart >= slice && arena.waiting() > 0 &&
+          !cancel_ && dispatched_ < tail_ &&
+          !shared_.cancelled.load(std::memory_order_relaxed)) {
+        if (timing)
+          chargeTime(ns.data(), threadCpuNs() - cpu0);
+        adaptChunk(runNs, items);
+        ++slicesGiven_;
+        enqueueTask(arena, [this] { workLoop(); });
+        return;
+      }
     }
   }
 
@@ -806,6 +830,8 @@ private:
   RowPlacer *placer_ = nullptr;
   int64_t activeTasks_ = 0;
   int64_t idleWorkers_ = 0;
+  /// Times a worker gave its slot to a waiting task (arena slicing).
+  int64_t slicesGiven_ = 0;
   bool cancel_ = false;
   /// Batched hand-offs: the run of finished records the consumer waits
   /// for, and of free slots before it wakes the feeder (1: every record).

@@ -266,6 +266,10 @@ bool switchedOff(const char *name) {
   return v && *v && std::string(v) != "0";
 }
 
+/// Arena slicing (RunOptions::arenaSlicing): how long a parallel step's
+/// worker keeps its slot while another task waits for one.
+constexpr int64_t kArenaSliceNs = 1000000;
+
 std::string resolve(const std::string &base, const std::string &path) {
   if (path.empty() || path[0] == '/' || base.empty())
     return path;
@@ -312,7 +316,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
       oneapi::tbb::global_control::max_allowed_parallelism,
       static_cast<size_t>(hw + 1));
   (void)control;
-  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0);
+  // Turns (TaskHandoff.h): the arena runs its tasks in order and parallel
+  // steps' workers give their slot to a waiting task after a slice.
+  e->arena_ = std::make_unique<TaskArena>(
+      static_cast<int>(e->threads_), 0,
+      opts.arenaSlicing && !switchedOff("SLUICE_NO_ARENA_SLICING"));
   Status s = e->build();
   if (!s)
     return s;
@@ -349,6 +357,9 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.batchedHandoff =
       opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
+  shared_.arenaSliceNs = arena_->turns() ? kArenaSliceNs : 0;
+  if (const char *v = std::getenv("SLUICE_ARENA_SLICE_US"); v && arena_->turns())
+    shared_.arenaSliceNs = std::atoll(v) * 1000;
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.timing =
