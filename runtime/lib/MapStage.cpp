@@ -33,6 +33,18 @@
 // the feeder until as many slots are free; the order, records and counts
 // are the same.
 //
+// Arena slicing (Shared::arenaSliceNs, TaskHandoff.h): the pipeline's arena
+// has one slot per core, shared by every parallel step. A worker used to
+// keep its slot while its step had input, so in a pipeline whose costly
+// step feeds a cheap one (cast+map+normalize, a cache, then crop+flip) the
+// cheap step's task waited until the costly step's reorder window filled
+// and its workers ran dry, and the cores idled in turns. Now a worker that
+// has run for a slice while another task waits for a slot enqueues its own
+// continuation behind that task and returns (it stays counted in
+// activeTasks_, so the feeder starts no extra worker and shutdown() waits
+// for it), and a worker with nothing to do leaves at once when a task
+// waits. Which worker processes a record still never shows in the output.
+//
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
@@ -675,7 +687,7 @@ private:
         if (timing)
           chargeTime(ns.data(), threadCpuNs() - cpu0);
         adaptChunk(runNs, items);
-        ++slicesGiven_;
+        inc(ops_.front().counters->slotsGiven);
         enqueueTask(arena, [this] { workLoop(); });
         return;
       }
@@ -830,8 +842,6 @@ private:
   RowPlacer *placer_ = nullptr;
   int64_t activeTasks_ = 0;
   int64_t idleWorkers_ = 0;
-  /// Times a worker gave its slot to a waiting task (arena slicing).
-  int64_t slicesGiven_ = 0;
   bool cancel_ = false;
   /// Batched hand-offs: the run of finished records the consumer waits
   /// for, and of free slots before it wakes the feeder (1: every record).

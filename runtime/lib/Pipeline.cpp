@@ -266,10 +266,6 @@ bool switchedOff(const char *name) {
   return v && *v && std::string(v) != "0";
 }
 
-/// Arena slicing (RunOptions::arenaSlicing): how long a parallel step's
-/// worker keeps its slot while another task waits for one.
-constexpr int64_t kArenaSliceNs = 1000000;
-
 std::string resolve(const std::string &base, const std::string &path) {
   if (path.empty() || path[0] == '/' || base.empty())
     return path;
@@ -357,7 +353,8 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.batchedHandoff =
       opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
-  shared_.arenaSliceNs = arena_->turns() ? kArenaSliceNs : 0;
+  shared_.arenaSliceNs =
+      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000 : 0;
   if (const char *v = std::getenv("SLUICE_ARENA_SLICE_US"); v && arena_->turns())
     shared_.arenaSliceNs = std::atoll(v) * 1000;
   shared_.parallelParse =

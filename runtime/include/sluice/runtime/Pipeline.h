@@ -188,8 +188,12 @@ struct RunOptions {
   /// waiting until the costly step's workers run dry, so the cores do not
   /// idle in turns. false (or SLUICE_NO_ARENA_SLICING=1) keeps each worker
   /// on its slot until its step has no input. Same records, order and
-  /// counts either way.
+  /// counts either way. The stats count the slots given per step
+  /// (`slots_given` in --stats-json).
   bool arenaSlicing = true;
+  /// Arena slicing: how long a worker keeps its slot while another task
+  /// waits for one, in microseconds.
+  int64_t arenaSliceMicros = 1000;
   /// Parallel parsing: a csv/tsv source read without `interleave` cuts
   /// each file into blocks of whole records (about 1 MiB) and parses them
   /// on the worker threads, several at a time, while records, errors and
