@@ -669,9 +669,12 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   }
 
   // The probes' calibration at this configuration's level scales every
-  // capacity alike (the cached epochs: their own, when measured).
+  // capacity alike (a cached run's first epoch and its cached epochs: their
+  // own, when measured).
   double k = phase == Phase::Cached && p.cachedCalibration > 0
                  ? p.cachedCalibration
+             : phase == Phase::First && p.firstCalibration > 0
+                 ? p.firstCalibration
                  : calibrationAt(p, static_cast<double>(configLevel(p, c)));
   r.calibration = k;
   r.throughput *= k;

@@ -181,6 +181,12 @@ json reportJson(const TuneResult &r) {
                   {"cached_measured_records_per_second",
                    p.cachedMeasured > 0 ? json(p.cachedMeasured)
                                         : json(nullptr)},
+                  {"first_epoch_calibration",
+                   p.firstCalibration > 0 ? json(p.firstCalibration)
+                                          : json(nullptr)},
+                  {"first_epoch_measured_records_per_second",
+                   p.firstMeasured > 0 ? json(p.firstMeasured)
+                                       : json(nullptr)},
                   {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {

@@ -180,15 +180,23 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   return Status::ok();
 }
 
+/// What measureCachedEpochs() saw: the first epoch's seconds (from the
+/// first next() to its last output) and the cached epochs' rate (0: the
+/// first epoch did not end in time, or nothing was measured after it).
+struct CachedRun {
+  double firstSeconds = 0;
+  double cachedRate = 0;
+};
+
 /// Runs `plan` under `o` (a cached schedule, endless epochs) past its first
-/// epoch and measures the cached epochs: source-record equivalents per
-/// second (counted at the plan's last step, `lastVisits` of its inputs per
-/// source record) from the end of the first epoch until `seconds` and one
-/// more whole epoch have passed; 0 when the first epoch does not end within
-/// `capSeconds`.
-Expected<double> measureCachedEpochs(const runtime::Plan &plan,
-                                     runtime::RunOptions o, double seconds,
-                                     double capSeconds, double lastVisits) {
+/// epoch and measures both phases: how long the first epoch took, and the
+/// cached epochs' source-record equivalents per second (counted at the
+/// plan's last step, `lastVisits` of its inputs per source record) from the
+/// end of the first epoch until `seconds` and one more whole epoch have
+/// passed; nothing when the first epoch does not end within `capSeconds`.
+Expected<CachedRun> measureCachedEpochs(const runtime::Plan &plan,
+                                        runtime::RunOptions o, double seconds,
+                                        double capSeconds, double lastVisits) {
   o.stageTiming = runtime::RunOptions::StageTiming::On;
   Expected<std::unique_ptr<runtime::Pipeline>> made =
       runtime::Pipeline::create(plan, o);
@@ -209,9 +217,9 @@ Expected<double> measureCachedEpochs(const runtime::Plan &plan,
         .count();
   };
   runtime::Batch b;
-  double t0 = -1, lastLook = -1;
+  double t0 = -1, lastLook = -1, lastOut = 0;
   int64_t in0 = 0, epochs0 = 0;
-  double rate = 0;
+  CachedRun run;
   for (;;) {
     Expected<bool> more = p->next(b);
     if (!more) {
@@ -221,35 +229,46 @@ Expected<double> measureCachedEpochs(const runtime::Plan &plan,
     if (!*more)
       break;
     double t = since(start);
-    if (t - lastLook < 0.005)
+    // Until the first epoch ends, look at every output a little apart (its
+    // end is timed by the output before the one that shows it done);
+    // afterwards every 5 ms.
+    if (t - lastLook < (t0 < 0 ? 0.0005 : 0.005)) {
+      lastOut = t;
       continue;
+    }
     lastLook = t;
     runtime::RunStats st = p->stats();
     if (t0 < 0) {
       if (st.epochsDone >= 1) {
         t0 = t;
+        run.firstSeconds = lastOut > 0 ? lastOut : t;
         in0 = lastInputs(st);
         epochs0 = st.epochsDone;
       } else if (t > capSeconds) {
         break;
       }
+      lastOut = t;
       continue;
     }
+    lastOut = t;
     if (t - t0 >= seconds && st.epochsDone >= epochs0 + 1) {
       double n = static_cast<double>(lastInputs(st) - in0);
-      rate = lastVisits > 0 ? n / (t - t0) / lastVisits : 0;
+      run.cachedRate = lastVisits > 0 ? n / (t - t0) / lastVisits : 0;
       break;
     }
     if (t - t0 > capSeconds)
       break;
   }
   p->stop();
-  return rate;
+  if (!(run.cachedRate > 0))
+    run.firstSeconds = 0;
+  return run;
 }
 
-/// The cached-epochs probe (TuneOptions::probeCachedEpochs): measures the
-/// chosen cached schedule's later epochs, sets the profile's
-/// cachedCalibration and predicts the solution again.
+/// The cached-epochs probe (TuneOptions::probeCachedEpochs): runs the chosen
+/// cached schedule past its first epoch, sets the profile's
+/// firstCalibration and cachedCalibration from what the two phases
+/// measured in that one run, and predicts the solution again.
 Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
                          TuneResult &r) {
   const Config &c = r.solution.config;
@@ -258,11 +277,12 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
       !p.sourceRecordsPerEpoch)
     return Status::ok();
   p.cachedCalibration = 0;
+  p.firstCalibration = 0;
   Prediction before = predict(p, c, r.budget.cores);
   if (!(before.firstEpoch > 0) || !(before.cachedEpochs > 0))
     return Status::ok();
-  double firstSeconds =
-      static_cast<double>(*p.sourceRecordsPerEpoch) / before.firstEpoch;
+  double records = static_cast<double>(*p.sourceRecordsPerEpoch);
+  double firstSeconds = records / before.firstEpoch;
   if (firstSeconds > opts.firstEpochSeconds) {
     r.cachedProbeNote =
         "cached epochs not probed: the first epoch is predicted to take " +
@@ -283,27 +303,69 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   o.controller.reset();
   o.resume.reset();
   double v = p.steps.empty() ? 1 : p.steps.back().visits;
-  Expected<double> rate =
-      measureCachedEpochs(plan, o, opts.cachedEpochsSeconds,
-                          std::max(10.0, 3 * firstSeconds), v);
-  if (!rate)
-    return rate.status().withContext("probing the cached epochs: ");
-  if (!(*rate > 0)) {
+  // A few runs, each phase's median: one run's first epoch is a fraction
+  // of a second, and a burst of load from other processes during it would
+  // set the whole prediction. A first epoch predicted over a second is
+  // long enough to ride out a burst: fewer runs then.
+  int runs = std::clamp(static_cast<int>(std::ceil(
+                            1.0 / std::max(firstSeconds, 1e-3))),
+                        1, std::max(1, opts.cachedProbeRuns));
+  std::vector<double> firsts, rates;
+  for (int i = 0; i < runs; ++i) {
+    Expected<CachedRun> one = measureCachedEpochs(
+        plan, o, opts.cachedEpochsSeconds / runs,
+        std::max(10.0, 3 * firstSeconds), v);
+    if (!one)
+      return one.status().withContext("probing the cached epochs: ");
+    if (!(one->cachedRate > 0))
+      break;
+    firsts.push_back(one->firstSeconds);
+    rates.push_back(one->cachedRate);
+  }
+  if (rates.empty()) {
     r.cachedProbeNote = "cached epochs not probed: the first epoch did not "
                         "end in time";
     return Status::ok();
   }
-  double model = before.cachedEpochs / before.calibration;
-  p.cachedMeasured = *rate;
-  p.cachedCalibration = std::clamp(*rate / model, 0.02, 2.0);
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    size_t n = x.size();
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+  };
+  CachedRun med{median(firsts), median(rates)};
+  const CachedRun *run = &med;
+  // Both phases' model rates without calibration, and what the run measured
+  // of each: the first epoch's records over its time less the start-up the
+  // whole-run average adds on its own (wholeRunThroughput).
+  double cachedModel = before.cachedEpochs / before.calibration;
+  double firstModel = before.firstEpoch / before.calibration;
+  double firstRun = std::max(run->firstSeconds - p.startupSeconds,
+                             0.5 * run->firstSeconds);
+  double firstRate = records / firstRun;
+  p.cachedMeasured = run->cachedRate;
+  p.cachedCalibration = std::clamp(run->cachedRate / cachedModel, 0.02, 2.0);
+  if (firstModel > 0 && run->firstSeconds > 0) {
+    p.firstMeasured = firstRate;
+    p.firstCalibration = std::clamp(firstRate / firstModel, 0.02, 2.0);
+  }
   r.solution.prediction = predict(p, c, r.budget.cores);
   r.cachedProbeNote =
-      "cached epochs probed: " + fmt(*rate) + " records/s against " +
-      fmt(model) + " modelled (calibration " +
-      fmt(p.cachedCalibration, "%.2f") + ", the probes' level " +
-      fmt(before.calibration, "%.2f") + "): predicted " +
-      fmt(before.throughput) + " -> " +
-      fmt(r.solution.prediction.throughput) + " records/s over the run";
+      "cached epochs probed (median of " + std::to_string(rates.size()) +
+      (rates.size() == 1 ? " run" : " runs") +
+      "): " + fmt(run->cachedRate) +
+      " records/s against " + fmt(cachedModel) +
+      " modelled (calibration " + fmt(p.cachedCalibration, "%.2f") +
+      ", the probes' level " + fmt(before.calibration, "%.2f") + ")";
+  if (p.firstCalibration > 0)
+    r.cachedProbeNote +=
+        "; its first epoch, in the same runs: " + fmt(firstRate) +
+        " records/s against " + fmt(firstModel) + " modelled (calibration " +
+        fmt(p.firstCalibration, "%.2f") + "; the probes' level predicted " +
+        fmt(before.firstEpoch) + ", " +
+        fmt((before.firstEpoch / firstRate - 1) * 100, "%+.0f") + "%)";
+  r.cachedProbeNote += ": predicted " + fmt(before.throughput) + " -> " +
+                       fmt(r.solution.prediction.throughput) +
+                       " records/s over the run";
   r.solution.notes.push_back(r.cachedProbeNote);
   return Status::ok();
 }

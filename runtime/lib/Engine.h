@@ -99,6 +99,10 @@ struct Shared {
   int64_t arenaSliceNs = 0;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// SLUICE_COARSE_BATCH_COUNT=1: `batch` counts a batch it builds in a new
+  /// buffer by its records' bytes (tensor overhead included) instead of the
+  /// buffer's own bytes, as before.
+  bool coarseBatchCount = false;
   /// RunOptions::stageTiming: time steps and count their bytes.
   bool timing = true;
   /// `batch` pulls runs of records with nextMany() (no

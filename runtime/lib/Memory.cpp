@@ -109,11 +109,56 @@ bool envFlag(const char *name) {
 }
 } // namespace
 
+bool heapCarryEnabled() {
+#ifdef __GLIBC__
+  return !envFlag("SLUICE_NO_HEAP_CARRY");
+#else
+  return false;
+#endif
+}
+
+namespace {
+/// mallinfo2's free bytes when the baseline was recorded or the heap last
+/// trimmed by this file (-1: not yet): malloc_trim returns free pages but
+/// leaves the chunks free, so what was free then is not resident.
+std::atomic<int64_t> &baselineFreeHeap() {
+  static std::atomic<int64_t> v{-1};
+  return v;
+}
+int64_t freeHeapNow() {
+#ifdef __GLIBC__
+  return static_cast<int64_t>(mallinfo2().fordblks);
+#else
+  return 0;
+#endif
+}
+} // namespace
+
+namespace {
+/// malloc_trim(0), after which the free chunks it emptied (their pages
+/// returned, but still free bytes to mallinfo2) are the new reference.
+void trimHeap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+  if (baselineFreeHeap().load(std::memory_order_relaxed) >= 0)
+    baselineFreeHeap().store(freeHeapNow(), std::memory_order_relaxed);
+#endif
+}
+} // namespace
+
+int64_t freeHeapAboveBaseline() {
+  int64_t base = baselineFreeHeap().load(std::memory_order_relaxed);
+  if (base < 0)
+    return 0;
+  return std::max<int64_t>(0, freeHeapNow() - base);
+}
+
 bool releaseFreeHeap() {
 #ifdef __GLIBC__
-  if (envFlag("SLUICE_NO_HEAP_TRIM"))
+  // The next pipeline counts the free heap and refills it.
+  if (envFlag("SLUICE_NO_HEAP_TRIM") || heapCarryEnabled())
     return false;
-  malloc_trim(0);
+  trimHeap();
   return true;
 #else
   return false;
@@ -200,6 +245,7 @@ void noteProcessBaseline() {
     malloc_trim(0);
 #endif
     baselineRss().store(currentRss(), std::memory_order_relaxed);
+    baselineFreeHeap().store(freeHeapNow(), std::memory_order_relaxed);
     if (!debugRss())
       return;
     debugStart();
@@ -294,11 +340,21 @@ MemoryAccount *MemoryBudget::account(std::string name) {
 
 bool MemoryBudget::tryAdd(int64_t bytes) {
   int64_t cur = used_.load(std::memory_order_relaxed);
-  for (;;) {
+  for (bool trimmed = false;;) {
     int64_t next = cur + bytes;
-    if (limit_ > 0 && next > limit_)
-      return false;
+    if (limit_ > 0 && next > limit_) {
+      // Free heap counted for reuse gives way to a real request.
+      if (trimmed || carried_.load(std::memory_order_relaxed) <= 0 ||
+          !trimCarriedHeap())
+        return false;
+      trimmed = true;
+      cur = used_.load(std::memory_order_relaxed);
+      continue;
+    }
     if (used_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      // Before the peak: the carried free heap this growth may have used.
+      if (carried_.load(std::memory_order_relaxed) > 0)
+        noteCarryGrowth(bytes);
       addToProcess(bytes);
       int64_t p = peak_.load(std::memory_order_relaxed);
       while (next > p &&
@@ -310,12 +366,80 @@ bool MemoryBudget::tryAdd(int64_t bytes) {
 }
 
 void MemoryBudget::add(int64_t bytes) {
-  addToProcess(bytes);
   int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (carried_.load(std::memory_order_relaxed) > 0)
+    noteCarryGrowth(bytes);
+  addToProcess(bytes);
   int64_t p = peak_.load(std::memory_order_relaxed);
   while (next > p &&
          !peak_.compare_exchange_weak(p, next, std::memory_order_relaxed))
     ;
+}
+
+int64_t MemoryBudget::carryFreeHeap(MemoryAccount *account) {
+  if (!heapCarryEnabled() || account->budget_ != this)
+    return 0;
+  std::lock_guard<std::mutex> lock(carryMu_);
+  if (carried_.load(std::memory_order_relaxed) > 0)
+    return 0;
+  int64_t free = freeHeapAboveBaseline();
+  if (free < (int64_t(1) << 20))
+    return 0;
+  if (!account->tryReserve(free)) {
+    trimHeap();
+    return 0;
+  }
+  carryAccount_ = account;
+  sinceRefresh_.store(0, std::memory_order_relaxed);
+  carryReserved_ = 0;
+  carryGrace_ = std::max<int64_t>(int64_t(16) << 20, 2 * free);
+  carried_.store(free, std::memory_order_relaxed);
+  return free;
+}
+
+void MemoryBudget::noteCarryGrowth(int64_t bytes) {
+  if (sinceRefresh_.fetch_add(bytes, std::memory_order_relaxed) + bytes <
+      kCarryRefreshBytes)
+    return;
+  std::unique_lock<std::mutex> lock(carryMu_, std::try_to_lock);
+  if (!lock.owns_lock())
+    return;
+  carryReserved_ += sinceRefresh_.exchange(0, std::memory_order_relaxed);
+  int64_t c = carried_.load(std::memory_order_relaxed);
+  if (c <= 0)
+    return;
+  int64_t keep = std::clamp<int64_t>(freeHeapAboveBaseline(), 0, c);
+  // What is left is too little to be worth a check per MiB reserved.
+  if (keep < kCarryRefreshBytes)
+    keep = 0;
+  // What the pipeline has not reused by the time it reserved twice the
+  // carried bytes (16 MiB at least) it is not likely to: back to the
+  // system, as the trim after the probes did.
+  if (keep > 0 && carryReserved_ >= carryGrace_) {
+    trimHeap();
+    keep = 0;
+  }
+  if (keep < c) {
+    carried_.store(keep, std::memory_order_relaxed);
+    carryAccount_->release(c - keep);
+  }
+}
+
+bool MemoryBudget::trimCarriedHeap() {
+  std::lock_guard<std::mutex> lock(carryMu_);
+  int64_t c = carried_.exchange(0, std::memory_order_relaxed);
+  if (c <= 0)
+    return false;
+  trimHeap();
+  carryAccount_->release(c);
+  return true;
+}
+
+void MemoryBudget::dropCarriedHeap() {
+  std::lock_guard<std::mutex> lock(carryMu_);
+  int64_t c = carried_.exchange(0, std::memory_order_relaxed);
+  if (c > 0)
+    carryAccount_->release(c);
 }
 
 std::string MemoryBudget::usageSummary() const {

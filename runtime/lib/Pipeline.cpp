@@ -328,6 +328,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
   setBufferPoolLimit(e->poolLimit_.get());
+  // What earlier pipelines of this process left free in the heap (the
+  // probes of `schedule: auto`), which this one refills (Memory.h).
+  e->memory_->carryFreeHeap(e->memory_->account("heap left free"));
   debugRssMark("pipeline created");
   return e;
 }
@@ -364,6 +367,7 @@ Status Engine::build() {
       (opts_.stageTiming == RunOptions::StageTiming::Default &&
        !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
+  shared_.coarseBatchCount = switchedOff("SLUICE_COARSE_BATCH_COUNT");
   shared_.recordRuns =
       opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
 
@@ -840,6 +844,8 @@ void Engine::stop() {
   }
   if (poolLimit_)
     clearBufferPoolLimit(poolLimit_.get());
+  if (memory_)
+    memory_->dropCarriedHeap();
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)

@@ -202,7 +202,32 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   EXPECT_NEAR(probed.firstEpoch, 1 / 150e-6, 1e-6);
   EXPECT_NEAR(probed.cachedEpochs, 5000, 1e-6);
   EXPECT_NEAR(probed.throughput, 1 / (0.25 * 150e-6 + 0.75 / 5000), 1e-6);
+  // Both phases measured in one probe run (Profile::firstCalibration: the
+  // first epoch ran at 0.8 of the model, 5333.3 records/s): each phase takes
+  // its own, and the run averages their times.
+  p.firstCalibration = 0.8;
+  Prediction both = predict(p, c, 64);
+  EXPECT_NEAR(both.firstEpoch, 0.8 / 150e-6, 1e-6);
+  EXPECT_NEAR(both.cachedEpochs, 5000, 1e-6);
+  EXPECT_NEAR(both.throughput,
+              1 / (0.25 * 150e-6 / 0.8 + 0.75 / 5000), 1e-6);
+  // The first epoch now takes the longer share of the run.
   p.cachedCalibration = 0;
+  Prediction firstOnly = predict(p, c, 64);
+  EXPECT_NEAR(firstOnly.firstEpoch, 0.8 / 150e-6, 1e-6);
+  EXPECT_NEAR(firstOnly.cachedEpochs, 1 / 100e-6, 1e-6);
+  EXPECT_NEAR(firstOnly.throughput,
+              1 / (0.25 * 150e-6 / 0.8 + 0.75 * 100e-6), 1e-6);
+  // The probes' calibration (0.5 here) still sets a configuration without
+  // a cache: the phase calibrations are for the cached schedule's phases.
+  p.calibration = 0.5;
+  p.firstCalibration = 0.8;
+  Config none;
+  for (const Unit &u : units(p, -1))
+    none.parallelism.push_back(u.parallel ? 1 : 1);
+  EXPECT_NEAR(predict(p, none, 64).throughput, 0.5 / 150e-6, 1e-6);
+  p.calibration = 1;
+  p.firstCalibration = 0;
   // One epoch only: a cache only costs, nothing is split in phases.
   p.epochs = 1;
   Prediction one = predict(p, c, 64);

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -142,6 +143,44 @@ TEST_F(MemoryTest, ReadersCountTheirBuffersAndZlibState) {
       reading = bytes;
   EXPECT_GE(reading, (1 << 20) + 768 * 1024) << reading;
   EXPECT_LE(reading, (1 << 20) + 768 * 1024 + 256 * 1024) << reading;
+}
+
+TEST_F(MemoryTest, ABatchBuiltInANewBufferCountsThatBuffer) {
+  // `batch` holds the records it collected beside the new buffer it copies
+  // them into until it hands the batch on. That buffer is counted by its
+  // own bytes (1000 rows of 784 + 8 bytes), not by the records' bytes again
+  // (each record also counts its tensors' overhead: ~1.3 KiB), which
+  // overstated the peak of examples/fashion_mnist_test.yaml by ~0.5 MiB.
+  // SLUICE_COARSE_BATCH_COUNT=1 counts the records' bytes again. Same bytes
+  // either way.
+  std::string yaml = fmnist("  - batch: 1000\n", "256MiB");
+  if (yaml.empty())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  runtime::Plan plan = planFromYaml(dir_, yaml);
+  auto batchPeak = [](const runtime::RunStats &st) {
+    for (const auto &[name, bytes] : st.memoryPeaks)
+      if (name == "batch")
+        return bytes;
+    return int64_t(-1);
+  };
+  runtime::RunStats fine, coarse;
+  std::vector<Output> a = runAll(plan, {}, &fine);
+  ::setenv("SLUICE_COARSE_BATCH_COUNT", "1", 1);
+  std::vector<Output> b = runAll(plan, {}, &coarse);
+  ::unsetenv("SLUICE_COARSE_BATCH_COUNT");
+  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t f = 0; f < 2; ++f)
+      EXPECT_TRUE(a[i].fields[f].sameAs(b[i].fields[f])) << i;
+  // Coarse: the records twice. Fine: the records once and the buffer.
+  const int64_t records = batchPeak(coarse) / 2;
+  const int64_t buffer =
+      static_cast<int64_t>(Tensor::numericMemoryBytes(1000 * 784) +
+                           Tensor::numericMemoryBytes(1000 * 8)); // i64
+  EXPECT_GT(records, 1000 * 784);
+  EXPECT_EQ(batchPeak(coarse), 2 * records);
+  EXPECT_EQ(batchPeak(fine), records + buffer);
 }
 
 TEST_F(MemoryTest, PositionalReadersCountTheirBuffers) {
@@ -535,6 +574,102 @@ TEST(AllocationScopeTest, RecordTypesLargerThanTheBudgetAreNamed) {
 }
 
 namespace {
+
+#ifdef __GLIBC__
+/// malloc'd and written: the compiler may not drop the allocation.
+void *heapBlock(size_t bytes, int fill) {
+  void *p = std::malloc(bytes);
+  std::memset(p, fill, bytes);
+  asm volatile("" : : "r"(p) : "memory");
+  return p;
+}
+
+/// The checks of FreeHeapIsCountedUntilReusedAndGivesWayToRequests, run in
+/// a fresh process (what earlier tests left in the heap would change what
+/// the blocks below reuse): "" or what failed.
+std::string heapCarryChecks() {
+#define CARRY_CHECK(cond)                                                      \
+  if (!(cond))                                                                 \
+    return std::string("failed: " #cond " (free above the reference ") +     \
+           std::to_string(runtime::freeHeapAboveBaseline()) + ")";
+  runtime::noteProcessBaseline();
+  // 24 MiB in 100 KiB blocks (under glibc's mmap threshold: from the heap)
+  // with a block after them (as large: a small one may land in a hole
+  // before them), so that freeing them leaves a free chunk in the heap
+  // rather than a top that free() trims.
+  std::vector<void *> blocks;
+  for (int i = 0; i < 240; ++i)
+    blocks.push_back(heapBlock(100 << 10, 1));
+  void *pin = heapBlock(100 << 10, 0);
+  for (void *b : blocks)
+    std::free(b);
+  blocks.clear();
+  const int64_t freed = runtime::freeHeapAboveBaseline();
+  CARRY_CHECK(freed >= int64_t(22) << 20);
+
+  runtime::MemoryBudget budget(int64_t(64) << 20);
+  runtime::MemoryAccount *heap = budget.account("heap left free");
+  runtime::MemoryAccount *work = budget.account("work");
+  const int64_t carried = budget.carryFreeHeap(heap);
+  CARRY_CHECK(carried >= int64_t(22) << 20);
+  CARRY_CHECK(heap->used() == carried);
+  // 8 MiB of it used again, and as much and a refresh step reserved: the
+  // carried bytes shrink by about what was reused.
+  for (int i = 0; i < 80; ++i)
+    blocks.push_back(heapBlock(100 << 10, 2));
+  CARRY_CHECK(work->tryReserve(80 * (100 << 10)));
+  CARRY_CHECK(work->tryReserve(runtime::MemoryBudget::kCarryRefreshBytes));
+  CARRY_CHECK(budget.carriedHeap() <= carried - (int64_t(7) << 20));
+  CARRY_CHECK(budget.carriedHeap() >= carried - (int64_t(9) << 20));
+  CARRY_CHECK(heap->used() == budget.carriedHeap());
+  // A request only the carried bytes stand in the way of: the heap is
+  // trimmed, nothing is carried, and the request is granted.
+  const int64_t room = budget.limit() - budget.used();
+  CARRY_CHECK(work->tryReserve(room + budget.carriedHeap() / 2));
+  CARRY_CHECK(budget.carriedHeap() == 0);
+  CARRY_CHECK(heap->used() == 0);
+  CARRY_CHECK(budget.used() <= budget.limit());
+  // The trimmed chunks are free but not resident: not carried again.
+  work->release(work->used());
+  runtime::MemoryBudget next(int64_t(64) << 20);
+  CARRY_CHECK(next.carryFreeHeap(next.account("heap left free")) == 0);
+  // Freed again (resident): carried, unless the budget cannot hold it.
+  for (void *b : blocks)
+    std::free(b);
+  runtime::MemoryBudget tiny(int64_t(2) << 20);
+  CARRY_CHECK(tiny.carryFreeHeap(tiny.account("heap left free")) == 0);
+  std::free(pin);
+  return "";
+#undef CARRY_CHECK
+}
+
+TEST(HeapCarryTest, FreeHeapIsCountedUntilReusedAndGivesWayToRequests) {
+  // What earlier pipelines freed into the heap (schedule: auto's probes'
+  // shuffle buffers) is resident: a budget carries it in an account and
+  // lets go of it as the heap's free bytes are used again, and a request
+  // the budget cannot otherwise give trims the heap instead of failing.
+  if (!runtime::heapCarryEnabled())
+    GTEST_SKIP() << "SLUICE_NO_HEAP_CARRY is set";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string failed = heapCarryChecks();
+        std::fprintf(stderr, "%s\n", failed.c_str());
+        std::fflush(stderr);
+        std::_Exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(HeapCarryTest, TurnsOffByItsVariable) {
+  ::setenv("SLUICE_NO_HEAP_CARRY", "1", 1);
+  EXPECT_FALSE(runtime::heapCarryEnabled());
+  runtime::MemoryBudget budget(int64_t(64) << 20);
+  EXPECT_EQ(budget.carryFreeHeap(budget.account("heap left free")), 0);
+  ::unsetenv("SLUICE_NO_HEAP_CARRY");
+  EXPECT_TRUE(runtime::heapCarryEnabled());
+}
+#endif
 
 TEST(LastOutputTest, NextEmptiesTheCallersBatchFirst) {
   // Pipeline::next drops the caller's last batch before it makes the next

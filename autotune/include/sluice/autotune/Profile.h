@@ -166,6 +166,19 @@ struct Profile {
   double cachedCalibration = 0;
   /// The cached epochs' measured rate (source records/s) behind it.
   double cachedMeasured = 0;
+  /// Measured / modelled rate of a cached run's first epoch (everything
+  /// runs and the cache is written), from the same probe run as
+  /// cachedCalibration (its first epoch, less Profile::startupSeconds);
+  /// predict() uses it for that phase instead of the probe level's
+  /// calibration. 0: not measured. The uncached probes miss what only the
+  /// cached schedule does in its first epoch: keeping every record (its
+  /// buffers are not reused, so the stage before the cache allocates
+  /// afresh), the cache stage's bookkeeping and budget accounting, and the
+  /// parallel stages on either side of the cache sharing the cores and the
+  /// runtime's task slots.
+  double firstCalibration = 0;
+  /// The first epoch's measured rate (source records/s) behind it.
+  double firstMeasured = 0;
 };
 
 /// How to profile.

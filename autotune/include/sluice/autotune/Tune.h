@@ -39,12 +39,18 @@ struct TuneOptions {
   /// this long; a steady-state window of verifySeconds otherwise.
   double wholeRunSeconds = 8;
   /// When the chosen schedule caches and the run has two or more epochs:
-  /// run it past its first epoch and measure the cached epochs for
+  /// run it past its first epoch, timing that epoch
+  /// (Profile::firstCalibration), and measure the cached epochs for
   /// cachedEpochsSeconds (Profile::cachedCalibration), if the first epoch
-  /// is predicted to take at most firstEpochSeconds.
+  /// is predicted to take at most firstEpochSeconds. cachedProbeRuns such
+  /// runs (fewer when the first epoch is predicted to take over a second),
+  /// each with its share of cachedEpochsSeconds; each phase's median is
+  /// kept, so one run hit by a burst of other processes' load does not set
+  /// the prediction.
   bool probeCachedEpochs = true;
   double cachedEpochsSeconds = 0.6;
   double firstEpochSeconds = 5;
+  int cachedProbeRuns = 3;
   /// When the solver reports a close call (Solution::closeCall: another
   /// parallelism predicted within 2%): run the chosen configuration and
   /// the close call alternately, whole runs when one is predicted to take

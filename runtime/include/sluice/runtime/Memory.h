@@ -22,7 +22,9 @@
 // unlimited, but the engine never runs with one: without budget.memory it
 // uses defaultMemoryBudget() (a share of the host's or cgroup's memory).
 //
-// Also counted: the tensor buffer pool's idle buffers while this pipeline
+// Also counted: the free heap earlier pipelines of the process left, until
+// it is reused (MemoryBudget::carryFreeHeap, "heap left free"); the tensor
+// buffer pool's idle buffers while this pipeline
 // runs (sluice/ops/BufferPool.h; it keeps a freed buffer only if the budget
 // can hold it), the batch buffers the map stage's workers fill ahead (their
 // rows not yet placed: "<batch> rows ahead"), and the last output until the
@@ -109,13 +111,28 @@ int configureProcessAllocator();
 
 /// Returns the heap's free pages to the system (glibc's malloc_trim) when
 /// nothing else needs them soon: called once `schedule: auto`'s probe runs
-/// have ended, before the run itself. The probes' pipelines leave their
+/// have ended, before the run itself. Only with the free heap carry off
+/// (heapCarryEnabled()): otherwise the run counts those pages and refills
+/// them (on bench/specs/photos_bench.yaml the trim freed the probes' 85 MiB
+/// of file bytes and the run faulted them in again, ~22k faults). The probes' pipelines leave their
 /// freed byte strings and containers (csv block texts, read buffers) in
 /// the heap, resident but counted in no budget; the run then added them to
 /// its peak RSS on top of what it counted (criteo_bench: ~9 MiB free in the
 /// heap after the probes; see bench/README.md "Memory"). A no-op under
 /// SLUICE_NO_HEAP_TRIM=1 (or off glibc); returns whether it trimmed.
 bool releaseFreeHeap();
+
+/// Bytes free inside the malloc heap now (glibc's mallinfo2 fordblks, all
+/// arenas: freed chunks and the top chunk, resident once touched), above
+/// what was free when noteProcessBaseline() recorded the baseline; 0 off
+/// glibc or before the baseline.
+int64_t freeHeapAboveBaseline();
+
+/// Whether a new pipeline counts the free heap earlier pipelines of the
+/// process left (MemoryBudget::carryFreeHeap) instead of `schedule: auto`
+/// trimming it after its probes: on unless SLUICE_NO_HEAP_CARRY=1 (or off
+/// glibc). With it on, releaseFreeHeap() leaves the heap alone.
+bool heapCarryEnabled();
 
 /// Ends the process with `code` once a program that runs pipelines (the
 /// sluice tool, a compiled executable) has done its work: flushes
@@ -186,16 +203,56 @@ public:
   /// Per-account peaks, in creation order.
   std::vector<std::pair<std::string, int64_t>> peaks() const;
 
+  /// Counts in `account` the free heap the process's earlier pipelines left
+  /// (freeHeapAboveBaseline(): `schedule: auto`'s probes free their shuffle
+  /// buffers' byte strings into the heap, resident, and the next pipeline
+  /// refills that memory instead of faulting in new pages). The reservation
+  /// shrinks as the heap's free bytes are used again: checked (mallinfo2)
+  /// each time kCarryRefreshBytes more have been reserved in the budget
+  /// since the last check, so it overstates by about that much at most
+  /// (what the heap gives out for counted records is reserved first), and
+  /// it is let go of once under kCarryRefreshBytes. What is still free once
+  /// the budget has reserved twice the carried bytes (16 MiB at least) is
+  /// returned to the system (malloc_trim): memory the pipeline does not
+  /// reuse is not kept for it. When the budget cannot hold it,
+  /// or a reservation is refused while some is carried, the heap's free
+  /// pages are returned (malloc_trim) and nothing is carried, so the budget
+  /// stays as hard as without it. Returns the bytes carried (0 below 1 MiB).
+  int64_t carryFreeHeap(MemoryAccount *account);
+  /// The carried bytes now.
+  int64_t carriedHeap() const {
+    return carried_.load(std::memory_order_relaxed);
+  }
+  /// Stops carrying: releases what is left of the reservation.
+  void dropCarriedHeap();
+  /// Bytes reserved between two checks of the carried free heap.
+  static constexpr int64_t kCarryRefreshBytes = int64_t(1) << 20;
+
 private:
   friend class MemoryAccount;
   bool tryAdd(int64_t bytes);
   void add(int64_t bytes);
+  /// Counts `bytes` reserved while some free heap is carried; every
+  /// kCarryRefreshBytes, shrinks the carried reservation to the heap's
+  /// free bytes now (one thread at a time).
+  void noteCarryGrowth(int64_t bytes);
+  /// Returns the heap's free pages and releases all that is carried.
+  bool trimCarriedHeap();
 
   int64_t limit_;
   std::atomic<int64_t> used_{0};
   std::atomic<int64_t> peak_{0};
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<MemoryAccount>> accounts_;
+  /// The carried free heap (carryFreeHeap), reserved in carryAccount_.
+  std::atomic<int64_t> carried_{0};
+  std::atomic<int64_t> sinceRefresh_{0};
+  /// Bytes reserved since carrying began, and how many it may take to
+  /// reuse the carried heap before the rest is trimmed (under carryMu_).
+  int64_t carryReserved_ = 0;
+  int64_t carryGrace_ = 0;
+  MemoryAccount *carryAccount_ = nullptr;
+  std::mutex carryMu_;
 };
 
 /// Lends an account to the steps running on a thread (sluice/ops/
