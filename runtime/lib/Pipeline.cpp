@@ -357,9 +357,8 @@ Status Engine::build() {
   shared_.batchedHandoff =
       opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
   shared_.arenaSliceNs =
-      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000 : 0;
-  if (const char *v = std::getenv("SLUICE_ARENA_SLICE_US"); v && arena_->turns())
-    shared_.arenaSliceNs = std::atoll(v) * 1000;
+      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000
+                      : 0;
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.timing =
