@@ -268,7 +268,8 @@ Expected<CachedRun> measureCachedEpochs(const runtime::Plan &plan,
 /// The cached-epochs probe (TuneOptions::probeCachedEpochs): runs the chosen
 /// cached schedule past its first epoch, sets the profile's
 /// firstCalibration and cachedCalibration from what the two phases
-/// measured in that one run, and predicts the solution again.
+/// measured in those runs (TuneOptions::cachedProbeRuns), and predicts the
+/// solution again.
 Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
                          TuneResult &r) {
   const Config &c = r.solution.config;
@@ -276,8 +277,8 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   if (c.cache.after < 0 || !(p.epochs < 0 || p.epochs >= 2) ||
       !p.sourceRecordsPerEpoch)
     return Status::ok();
-  p.cachedCalibration = 0;
-  p.firstCalibration = 0;
+  p.cachedCalibration = p.cachedMeasured = 0;
+  p.firstCalibration = p.firstMeasured = 0;
   Prediction before = predict(p, c, r.budget.cores);
   if (!(before.firstEpoch > 0) || !(before.cachedEpochs > 0))
     return Status::ok();
@@ -332,19 +333,18 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
     size_t n = x.size();
     return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
   };
-  CachedRun med{median(firsts), median(rates)};
-  const CachedRun *run = &med;
-  // Both phases' model rates without calibration, and what the run measured
-  // of each: the first epoch's records over its time less the start-up the
+  const CachedRun run{median(firsts), median(rates)};
+  // Both phases' model rates without calibration, and what the runs
+  // measured of each: the first epoch's records over its time less the start-up the
   // whole-run average adds on its own (wholeRunThroughput).
   double cachedModel = before.cachedEpochs / before.calibration;
   double firstModel = before.firstEpoch / before.calibration;
-  double firstRun = std::max(run->firstSeconds - p.startupSeconds,
-                             0.5 * run->firstSeconds);
+  double firstRun = std::max(run.firstSeconds - p.startupSeconds,
+                             0.5 * run.firstSeconds);
   double firstRate = records / firstRun;
-  p.cachedMeasured = run->cachedRate;
-  p.cachedCalibration = std::clamp(run->cachedRate / cachedModel, 0.02, 2.0);
-  if (firstModel > 0 && run->firstSeconds > 0) {
+  p.cachedMeasured = run.cachedRate;
+  p.cachedCalibration = std::clamp(run.cachedRate / cachedModel, 0.02, 2.0);
+  if (firstModel > 0 && run.firstSeconds > 0) {
     p.firstMeasured = firstRate;
     p.firstCalibration = std::clamp(firstRate / firstModel, 0.02, 2.0);
   }
@@ -352,7 +352,7 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   r.cachedProbeNote =
       "cached epochs probed (median of " + std::to_string(rates.size()) +
       (rates.size() == 1 ? " run" : " runs") +
-      "): " + fmt(run->cachedRate) +
+      "): " + fmt(run.cachedRate) +
       " records/s against " + fmt(cachedModel) +
       " modelled (calibration " + fmt(p.cachedCalibration, "%.2f") +
       ", the probes' level " + fmt(before.calibration, "%.2f") + ")";
