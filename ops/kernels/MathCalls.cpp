@@ -48,7 +48,15 @@ double log(double x) {
   return logImpl(ops, x);
 }
 
-#if defined(__x86_64__) && defined(__clang__)
+// Not under ThreadSanitizer: the clones' ifunc resolver runs before the
+// TSan runtime is set up and crashed every program in __tsan_func_entry
+// before main (as Image.cpp's SLUICE_AA_CLONES).
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE_MATH_NO_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__clang__) && !defined(SLUICE_MATH_NO_CLONES)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void logArray(const double *x, double *out, int64_t n) {

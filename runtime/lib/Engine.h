@@ -93,6 +93,10 @@ struct Shared {
   bool directOutput = true;
   /// RunOptions::batchedHandoff (and no SLUICE_NO_BATCHED_HANDOFF).
   bool batchedHandoff = true;
+  /// Arena slicing (RunOptions::arenaSlicing, TaskHandoff.h): a parallel
+  /// step's worker gives its arena slot to a waiting task after this long
+  /// (0: never; it keeps the slot while its step has input).
+  int64_t arenaSliceNs = 0;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
   /// SLUICE_COARSE_BATCH_COUNT=1: `batch` counts a batch it builds in a new

@@ -33,6 +33,18 @@
 // the feeder until as many slots are free; the order, records and counts
 // are the same.
 //
+// Arena slicing (Shared::arenaSliceNs, TaskHandoff.h): the pipeline's arena
+// has one slot per core, shared by every parallel step. A worker used to
+// keep its slot while its step had input, so in a pipeline whose costly
+// step feeds a cheap one (cast+map+normalize, a cache, then crop+flip) the
+// cheap step's task waited until the costly step's reorder window filled
+// and its workers ran dry, and the cores idled in turns. Now a worker that
+// has run for a slice while another task waits for a slot enqueues its own
+// continuation behind that task and returns (it stays counted in
+// activeTasks_, so the feeder starts no extra worker and shutdown() waits
+// for it), and a worker with nothing to do leaves at once when a task
+// waits. Which worker processes a record still never shows in the output.
+//
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 
@@ -558,6 +570,11 @@ private:
     int64_t cpu0 = timing ? threadCpuNs() : 0;
     int64_t lastCharge = nowNs();
     int64_t items = 0, runNs = 0;
+    // Arena slicing: this task's slot goes to a waiting task once it has
+    // run this long (0: never).
+    const int64_t slice = shared_.arenaSliceNs;
+    const int64_t sliceStart = lastCharge;
+    TaskArena &arena = *shared_.arena;
     for (;;) {
       uint64_t a, b, drops;
       {
@@ -565,19 +582,24 @@ private:
         // Linger briefly before giving the thread back: when the input is
         // the bottleneck, records trickle in one by one, and re-enqueueing
         // a task for each would pay a worker wake-up per record. The wait
-        // is short so that other stages sharing the arena are not starved.
-        bool lingered = false;
+        // is short so that other stages sharing the arena are not starved;
+        // with arena slicing it ends as soon as another task waits for a
+        // slot (checked every 50 us).
+        const int lingerTurns = slice > 0 ? 4 : 1;
+        const auto lingerWait = std::chrono::microseconds(200 / lingerTurns);
+        int lingered = 0;
         for (;;) {
           while (dispatched_ < tail_ && slot(dispatched_).marker != Slot::None)
             ++dispatched_;
-          if (cancel_ || dispatched_ < tail_ || lingered ||
+          if (cancel_ || dispatched_ < tail_ || lingered >= lingerTurns ||
               activeTasks_ > parallelism_ ||
-              shared_.cancelled.load(std::memory_order_relaxed))
+              shared_.cancelled.load(std::memory_order_relaxed) ||
+              (slice > 0 && arena.waiting() > 0))
             break;
           ++idleWorkers_;
-          work_.wait_for(lock, std::chrono::microseconds(200));
+          work_.wait_for(lock, lingerWait);
           --idleWorkers_;
-          lingered = true;
+          ++lingered;
         }
         // Also leave when the parallelism was lowered while running.
         if (cancel_ || dispatched_ >= tail_ || activeTasks_ > parallelism_ ||
@@ -655,6 +677,20 @@ private:
       }
       if (handoff_ > 1 ? headReady() : a <= head_)
         ready_.notify_one();
+      // Arena slicing: after a slice, give the slot to a task waiting for
+      // one (another step's worker) and go on in a task enqueued behind it;
+      // this worker stays counted in activeTasks_ until that task leaves,
+      // so shutdown() waits for it and the feeder starts no extra one.
+      if (slice > 0 && t - sliceStart >= slice && arena.waiting() > 0 &&
+          !cancel_ && dispatched_ < tail_ &&
+          !shared_.cancelled.load(std::memory_order_relaxed)) {
+        if (timing)
+          chargeTime(ns.data(), threadCpuNs() - cpu0);
+        adaptChunk(runNs, items);
+        inc(ops_.front().counters->slotsGiven);
+        enqueueTask(arena, [this] { workLoop(); });
+        return;
+      }
     }
   }
 

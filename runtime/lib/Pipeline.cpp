@@ -312,7 +312,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
       oneapi::tbb::global_control::max_allowed_parallelism,
       static_cast<size_t>(hw + 1));
   (void)control;
-  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0);
+  // Turns (TaskHandoff.h): the arena runs its tasks in order and parallel
+  // steps' workers give their slot to a waiting task after a slice.
+  e->arena_ = std::make_unique<TaskArena>(
+      static_cast<int>(e->threads_), 0,
+      opts.arenaSlicing && !switchedOff("SLUICE_NO_ARENA_SLICING"));
   Status s = e->build();
   if (!s)
     return s;
@@ -352,6 +356,9 @@ Status Engine::build() {
       opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
   shared_.batchedHandoff =
       opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
+  shared_.arenaSliceNs =
+      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000
+                      : 0;
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.timing =

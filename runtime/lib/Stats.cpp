@@ -97,6 +97,8 @@ nlohmann::ordered_json StageStats::toJson() const {
   }
   if (rowsFromRuns > 0)
     j["rows_from_runs"] = rowsFromRuns;
+  if (slotsGiven > 0)
+    j["slots_given"] = slotsGiven;
   return j;
 }
 
@@ -316,6 +318,7 @@ StageStats StageCounters::snapshot() const {
   s.rowsDirect = ld(rowsDirect);
   s.replayedSourceRecords = ld(replayedSourceRecords);
   s.rowsFromRuns = ld(rowsFromRuns);
+  s.slotsGiven = ld(slotsGiven);
   return s;
 }
 

@@ -179,6 +179,21 @@ struct RunOptions {
   /// per record. false (or SLUICE_NO_BATCHED_HANDOFF=1) hands records over
   /// one at a time. Same records, order and counts either way.
   bool batchedHandoff = true;
+  /// Arena slicing: the pipeline's oneTBB arena (one slot per thread) runs
+  /// its tasks in the order they were enqueued, and a parallel step's
+  /// worker that has run for a slice (1 ms) while another task waits for a
+  /// slot re-enqueues itself behind it and gives its slot back, instead of
+  /// keeping it as long as its step has input: a cheap step after a costly
+  /// one (crop and flip after a cached map) runs beside it instead of
+  /// waiting until the costly step's workers run dry, so the cores do not
+  /// idle in turns. false (or SLUICE_NO_ARENA_SLICING=1) keeps each worker
+  /// on its slot until its step has no input. Same records, order and
+  /// counts either way. The stats count the slots given per step
+  /// (`slots_given` in --stats-json).
+  bool arenaSlicing = true;
+  /// Arena slicing: how long a worker keeps its slot while another task
+  /// waits for one, in microseconds.
+  int64_t arenaSliceMicros = 1000;
   /// Parallel parsing: a csv/tsv source read without `interleave` cuts
   /// each file into blocks of whole records (about 1 MiB) and parses them
   /// on the worker threads, several at a time, while records, errors and

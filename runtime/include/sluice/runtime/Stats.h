@@ -87,6 +87,9 @@ struct StageStats {
   /// batch: rows copied from runs of rows held as columns instead of from
   /// records (RunOptions::recordRuns).
   int64_t rowsFromRuns = 0;
+  /// Parallel step: times one of its workers gave its arena slot to a
+  /// task waiting for one after a slice (RunOptions::arenaSlicing).
+  int64_t slotsGiven = 0;
 
   /// cache: the source records its replayed passes stand for (each replay
   /// pass counts the source records read while it was recorded, spread
@@ -182,6 +185,7 @@ public:
   std::atomic<int64_t> rowsDirect{0};
   std::atomic<int64_t> replayedSourceRecords{0};
   std::atomic<int64_t> rowsFromRuns{0};
+  std::atomic<int64_t> slotsGiven{0};
 
   void setFilterReason(std::string r) { filterReason_ = std::move(r); }
   void addSkipped(const std::string &reason, int64_t n = 1);

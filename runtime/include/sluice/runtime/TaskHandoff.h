@@ -23,14 +23,29 @@
 // queued CSV parse task whose block the reader took back holds that block:
 // its text and columns leaked with every pipeline, found by LeakSanitizer).
 //
+// Turns (TaskArena's `turns` mode, RunOptions::arenaSlicing): a pipeline's
+// arena has one slot per core, and a parallel step's worker keeps its slot
+// while its step has input, so a task of another step (the crop/flip after
+// a costly map and its cache) waited until the map's reorder window filled
+// and its workers ran dry: the cores took turns idling. In turns mode the
+// arena counts the tasks enqueued but not started (waiting()), and runs its
+// tasks strictly in the order they were enqueued: each oneTBB task it hands
+// over runs the oldest callable of its own queue, not the one it was made
+// for (oneTBB spreads enqueued tasks over random lanes, so a worker that
+// re-enqueued itself to give way could come straight back before the task
+// it gave way to). A long-running worker that sees waiting() > 0 after a
+// slice re-enqueues its continuation and returns its slot (MapStage.cpp).
+//
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_TASKHANDOFF_H
 #define SLUICE_RUNTIME_TASKHANDOFF_H
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -85,10 +100,13 @@ template <class F> void enqueueTask(oneapi::tbb::task_arena &arena, F &&f) {
 
 /// A oneTBB arena that outlives every task enqueued on it: the destructor
 /// (or waitIdle()) waits until each has run and its callable is destroyed.
+/// With `turns`, callables run in the order they were enqueued and
+/// waiting() counts those not started yet (see the file comment).
 class TaskArena {
 public:
-  TaskArena(int maxConcurrency, unsigned reservedForMasters)
-      : arena_(maxConcurrency, reservedForMasters) {}
+  TaskArena(int maxConcurrency, unsigned reservedForMasters,
+            bool turns = false)
+      : arena_(maxConcurrency, reservedForMasters), turns_(turns) {}
   TaskArena(const TaskArena &) = delete;
   TaskArena &operator=(const TaskArena &) = delete;
   ~TaskArena() { waitIdle(); }
@@ -97,19 +115,40 @@ public:
   /// counts as finished, so nothing it captured outlives waitIdle().
   template <class F> void enqueue(F &&f) {
     using Fn = std::decay_t<F>;
-    Fn *fn = new Fn(std::forward<F>(f));
+    Queued q{new Fn(std::forward<F>(f)), [](void *p) {
+               Fn *fn = static_cast<Fn *>(p);
+               (*fn)();
+               delete fn;
+             }};
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++pending_;
+      if (turns_)
+        fifo_.push_back(q);
+      waiting_.fetch_add(1, std::memory_order_relaxed);
     }
-    enqueueTask(arena_, [this, fn] {
-      (*fn)();
-      delete fn;
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0)
-        idle_.notify_all();
-    });
+    if (turns_) {
+      // Whichever callable is oldest when a worker takes this task.
+      enqueueTask(arena_, [this] {
+        Queued next;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          next = fifo_.front();
+          fifo_.pop_front();
+        }
+        run(next);
+      });
+    } else {
+      enqueueTask(arena_, [this, q] { run(q); });
+    }
   }
+
+  /// Tasks enqueued and not started yet (only counted with `turns`;
+  /// relaxed: a hint for a worker deciding whether to give its slot away).
+  int64_t waiting() const {
+    return turns_ ? waiting_.load(std::memory_order_relaxed) : 0;
+  }
+  bool turns() const { return turns_; }
 
   /// Waits until every task enqueued so far has run.
   void waitIdle() {
@@ -118,10 +157,27 @@ public:
   }
 
 private:
+  /// A callable of any type and how to run (and then delete) it.
+  struct Queued {
+    void *fn = nullptr;
+    void (*call)(void *) = nullptr;
+  };
+
+  void run(Queued q) {
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    q.call(q.fn);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--pending_ == 0)
+      idle_.notify_all();
+  }
+
   oneapi::tbb::task_arena arena_;
+  const bool turns_;
   std::mutex mu_;
   std::condition_variable idle_;
   int64_t pending_ = 0;
+  std::deque<Queued> fifo_;
+  std::atomic<int64_t> waiting_{0};
 };
 
 /// Runs `f` on a worker of `arena`, counted until it has run.
