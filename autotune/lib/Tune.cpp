@@ -737,9 +737,11 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   Expected<TuneResult> r = tune(plan, t);
   if (!r)
     return r.status();
-  // What the probes freed into the heap is no part of the run (Memory.h).
-  runtime::releaseFreeHeap();
-  runtime::debugRssMark("probes done, heap trimmed");
+  // What the probes freed into the heap: the run counts and refills it, or
+  // with SLUICE_NO_HEAP_CARRY=1 it is trimmed here (Memory.h).
+  bool trimmed = runtime::releaseFreeHeap();
+  runtime::debugRssMark(trimmed ? "probes done, heap trimmed"
+                                : "probes done, free heap left to the run");
   AutoSchedule a;
   a.schedule = r->schedule;
   a.prediction = r->solution.prediction;
