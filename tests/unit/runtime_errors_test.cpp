@@ -19,23 +19,9 @@ namespace {
 
 /// A w x h RGB gradient as a JPEG.
 std::string encodeJpeg(int w, int h, int seed) {
-  std::vector<unsigned char> rgb(static_cast<size_t>(w * h * 3));
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c)
-        rgb[static_cast<size_t>((y * w + x) * 3 + c)] =
-            static_cast<unsigned char>((x * 7 + y * 3 + c * 50 + seed * 31) &
-                                       0xFF);
-  tjhandle tj = tjInitCompress();
-  unsigned char *buf = nullptr;
-  unsigned long size = 0;
-  int rc = tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size,
-                       TJSAMP_420, 90, 0);
-  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
-  std::string out(reinterpret_cast<char *>(buf), size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
+  return encodeRgbJpeg(w, h, [seed](int x, int y, int c) {
+    return x * 7 + y * 3 + c * 50 + seed * 31;
+  });
 }
 
 class ErrorsTest : public ::testing::Test {

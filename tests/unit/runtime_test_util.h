@@ -16,6 +16,7 @@
 #include "sluice/runtime/Plan.h"
 
 #include <gtest/gtest.h>
+#include <turbojpeg.h>
 
 #include <sstream>
 #include <string>
@@ -134,6 +135,27 @@ inline runtime::Plan idCsvPlan(const TempDir &dir, const std::string &name,
   yaml += steps.empty() ? "steps: []\n" : "steps:\n" + steps;
   yaml += extra;
   return planFromYaml(dir, yaml);
+}
+
+/// A w x h RGB image as a 4:2:0 JPEG of quality 90, each sample
+/// `pixel(x, y, c) & 0xFF` (c = 0, 1, 2 for R, G, B).
+template <class F> std::string encodeRgbJpeg(int w, int h, F pixel) {
+  std::vector<unsigned char> rgb(static_cast<size_t>(w * h * 3));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        rgb[static_cast<size_t>((y * w + x) * 3 + c)] =
+            static_cast<unsigned char>(pixel(x, y, c) & 0xFF);
+  tjhandle tj = tjInitCompress();
+  unsigned char *buf = nullptr;
+  unsigned long size = 0;
+  int rc = tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size,
+                       TJSAMP_420, 90, 0);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  std::string out(reinterpret_cast<char *>(buf), size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
 }
 
 /// One output with its fields copied out.
