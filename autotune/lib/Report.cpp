@@ -14,8 +14,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
 #include <fstream>
-#include <sys/stat.h>
+#include <unistd.h>
 
 namespace sluice::autotune {
 
@@ -497,18 +501,46 @@ std::string reportSvg(const TuneResult &r) {
   return s;
 }
 
+Status prepareReportDir(const std::string &dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::is_directory(dir))
+    return Status::error("cannot create the report directory '" + dir +
+                         "'" + (ec ? ": " + ec.message() : std::string()) +
+                         "; give --report a directory you can write to");
+  // A directory that exists but is read-only should fail here, before a
+  // tune, not after it.
+  std::string probe = dir + "/.sluice-report-probe";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  if (fd < 0)
+    return Status::error("cannot write into the report directory '" + dir +
+                         "': " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::ok();
+}
+
 Status writeReports(const TuneResult &r, const std::string &dir) {
-  ::mkdir(dir.c_str(), 0777);
-  struct stat sb;
-  if (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return Status::error("cannot create the report directory '" + dir + "'");
+  if (Status s = prepareReportDir(dir); !s)
+    return s;
+  // Each file is written beside its final name and renamed over it, so a
+  // CI job never reads a half-written report.json or schedule.yaml (a
+  // baseline from an earlier tune stays whole if this one is interrupted).
   auto write = [&](const std::string &name, const std::string &text) {
     std::string path = dir + "/" + name;
-    std::ofstream f(path, std::ios::binary);
+    std::string tmp = path + ".tmp";
+    std::ofstream f(tmp, std::ios::binary);
     f << text;
     f.close();
-    if (!f)
+    if (!f) {
+      std::remove(tmp.c_str());
       return Status::error("cannot write '" + path + "'");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      return Status::error("cannot write '" + path + "': " + why);
+    }
     return Status::ok();
   };
   for (auto [name, text] :

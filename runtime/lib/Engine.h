@@ -352,10 +352,13 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
                                          StageCounters *c, int64_t buffer,
                                          RecordType type, std::string knob,
                                          std::string where);
+/// `recordsPerPass`: an upper bound on the records that reach the shuffle in
+/// one pass, when the source knows its size (bounds the static memory need).
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
                                         StageCounters *c,
-                                        const PlanStage &step);
+                                        const PlanStage &step,
+                                        std::optional<int64_t> recordsPerPass);
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,
                                       StageCounters *c, const PlanStage &step,

@@ -421,6 +421,10 @@ Status Engine::build() {
     count = std::max<int64_t>(0, (*count - r + w - 1) / w);
   }
   expectedSourceRecords_ = count;
+  // An upper bound on the records per pass at each point of the stream,
+  // kept through filters (which `count`, an exact figure, is not): it
+  // bounds what a shuffle buffer can ever hold.
+  std::optional<int64_t> atMost = count;
 
   std::vector<SubOp> group;
   int64_t groupPar = 0, groupPrefetch = 0;
@@ -543,7 +547,7 @@ Status Engine::build() {
     StageCounters *c = counters(st.name, st.op, "record", where);
     const Value &p = st.params;
     if (st.op == "shuffle") {
-      cur = makeShuffleStage(shared_, std::move(cur), c, st);
+      cur = makeShuffleStage(shared_, std::move(cur), c, st, atMost);
     } else if (st.op == "batch" || st.op == "padded_batch") {
       cur = makeBatchStage(shared_, std::move(cur), c, st,
                            st.op == "padded_batch");
@@ -553,9 +557,14 @@ Status Engine::build() {
             p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
         count = drop ? *count / size : (*count + size - 1) / size;
       }
+      if (atMost) {
+        int64_t size = std::max<int64_t>(1, p["size"].asInt());
+        atMost = (*atMost + size - 1) / size;
+      }
     } else if (st.op == "unbatch") {
       cur = makeUnbatchStage(shared_, std::move(cur), c);
       count.reset();
+      atMost.reset();
     } else if (st.op == "repeat") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : -1;
       cur = makeRepeatStage(shared_, std::move(cur), c, n);
@@ -563,6 +572,10 @@ Status Engine::build() {
         count = *count * n;
       else
         count.reset();
+      if (atMost && n >= 0)
+        atMost = *atMost * n;
+      else
+        atMost.reset();
       if (expectedSourceRecords_ && n >= 0)
         expectedSourceRecords_ = *expectedSourceRecords_ * n;
       else if (n < 0)
@@ -572,12 +585,15 @@ Status Engine::build() {
       cur = makeTakeStage(shared_, std::move(cur), c, n);
       if (count)
         count = std::min(*count, n);
+      atMost = std::min(atMost.value_or(n), std::max<int64_t>(n, 0));
       expectedSourceRecords_.reset(); // the source may stop early
     } else if (st.op == "skip") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
       cur = makeSkipStage(shared_, std::move(cur), c, n);
       if (count)
         count = std::max<int64_t>(0, *count - n);
+      if (atMost)
+        atMost = std::max<int64_t>(0, *atMost - n);
     } else if (st.op == "shard") {
       int64_t n = p["num_shards"].isNumber() ? p["num_shards"].asInt() : 1;
       int64_t i = p["index"].isNumber() ? p["index"].asInt() : 0;
@@ -588,6 +604,8 @@ Status Engine::build() {
       cur = makeShardStage(shared_, std::move(cur), c, n, i);
       if (count)
         count = (*count - i + n - 1) / n;
+      if (atMost)
+        atMost = std::max<int64_t>(0, (*atMost - i + n - 1) / n);
     } else if (st.op == "interleave") {
       cur = makeIdentityStage(shared_, std::move(cur), c);
     } else if (st.op == "cache") {

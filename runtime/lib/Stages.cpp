@@ -435,8 +435,9 @@ private:
 class ShuffleStage : public Stage {
 public:
   ShuffleStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
-               const PlanStage &step)
-      : Stage(s, std::move(up), c), step_(step) {
+               const PlanStage &step, std::optional<int64_t> recordsPerPass)
+      : Stage(s, std::move(up), c), step_(step),
+        recordsPerPass_(recordsPerPass) {
     const Value &p = step.params;
     if (p["buffer"].isNumber())
       buffer_ = std::max<int64_t>(1, p["buffer"].asInt());
@@ -454,9 +455,18 @@ public:
   }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
+    // The buffer is emptied at the end of every pass, so it never holds
+    // more records than one pass brings (a 4096-record buffer over a folder
+    // of 138 images holds 138).
+    int64_t held = buffer_;
+    if (recordsPerPass_ && *recordsPerPass_ < held)
+      held = std::max<int64_t>(*recordsPerPass_, 0);
     StaticNeed n;
     n.what = "the shuffle buffer of " + std::to_string(buffer_) + " records";
-    n.records = buffer_;
+    if (held < buffer_)
+      n.what += " (" + std::to_string(held) + " at most: the records of one "
+                "pass)";
+    n.records = held;
     n.type = step_.inputType;
     n.knob = step_.name + ".buffer";
     n.where = shared_.plan->where(step_);
@@ -543,6 +553,8 @@ private:
   }
 
   const PlanStage &step_;
+  /// At most this many records reach the shuffle per pass, when known.
+  std::optional<int64_t> recordsPerPass_;
   int64_t buffer_ = 1;
   uint64_t seed_ = 0;
   bool reshuffle_ = true;
@@ -1453,8 +1465,10 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
                                         StageCounters *c,
-                                        const PlanStage &step) {
-  return std::make_unique<ShuffleStage>(shared, std::move(upstream), c, step);
+                                        const PlanStage &step,
+                                        std::optional<int64_t> recordsPerPass) {
+  return std::make_unique<ShuffleStage>(shared, std::move(upstream), c, step,
+                                        recordsPerPass);
 }
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,

@@ -364,6 +364,46 @@ budget: {cores: 2}
   EXPECT_LE(roomy->solution.config.cache.after, 1); // never after random_flip
 }
 
+TEST(AutotuneTuneMemory, AShuffleBufferLargerThanTheDataSetHoldsOnePass) {
+  // A buffer of a million records over Fashion-MNIST's 10,000 holds 10,000
+  // at most (33 MiB after normalize): the tune fits in 64 MiB and predicts
+  // the buffer at that size, not at a million records (3.3 GB).
+  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
+  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  TempDir dir;
+  std::string spec = dir.write("fm.yaml", R"(pipeline: fm_big_shuffle
+seed: 1
+source:
+  idx:
+    images: )" + dirName + R"(/t10k-images-idx3-ubyte.gz
+    labels: )" + dirName + R"(/t10k-labels-idx1-ubyte.gz
+steps:
+  - normalize: {field: image, mean: 72.94, std: 90.02}
+  - shuffle: {buffer: 1000000}
+  - batch: {size: 500}
+budget: {cores: 2, memory: 64MiB}
+)");
+  Loaded l = load(spec);
+  autotune::TuneOptions opts;
+  opts.profile.secondsPerProbe = 0.3;
+  opts.verifySeconds = 0.5;
+  opts.profile.base.tempDir = dir.path();
+  auto r = autotune::tune(l.plan, opts);
+  ASSERT_TRUE(r) << r.status().message();
+  bool seen = false;
+  for (const autotune::StepProfile &st : r->profile.steps)
+    if (st.op == "shuffle") {
+      seen = true;
+      EXPECT_EQ(st.heldRecords, 10000);
+    }
+  EXPECT_TRUE(seen);
+  EXPECT_LE(r->solution.prediction.memoryBytes, int64_t(64) << 20);
+  EXPECT_GE(r->solution.prediction.memoryBytes, int64_t(30) << 20);
+  ASSERT_TRUE(r->measured.has_value());
+  EXPECT_LE(r->measured->memoryPeak, int64_t(64) << 20);
+}
+
 TEST_F(AutotuneTune, PlansForABiggerHostWithoutMeasuring) {
   opts.cores = 16;
   auto r = autotune::tune(l.plan, opts);

@@ -113,6 +113,13 @@ int runTune(const TuneFlags &f) {
     }
   }
 
+  // So is a report directory that cannot be written.
+  if (!reportDir.empty())
+    if (Status s = autotune::prepareReportDir(reportDir); !s) {
+      std::cerr << "sluice: error: " << s.message() << "\n";
+      return kExitUsage;
+    }
+
   std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
   if (!spec)
     return kExitUsage;

@@ -150,7 +150,11 @@ std::string scheduleYaml(const TuneResult &r);
 nlohmann::json reportJson(const TuneResult &r);
 std::string reportMarkdown(const TuneResult &r);
 std::string reportSvg(const TuneResult &r);
-/// Writes the four files into `dir` (created if missing).
+/// Creates `dir` (and its parents) if missing and checks that files can be
+/// written there; `sluice tune` calls it before profiling.
+Status prepareReportDir(const std::string &dir);
+/// Writes the four files into `dir` (created with its parents if missing),
+/// each through a temporary file renamed over the final name.
 Status writeReports(const TuneResult &r, const std::string &dir);
 
 /// `--check`: compares `current` (a report.json) against `baseline`.
