@@ -63,6 +63,8 @@ struct Candidate {
   int64_t memoryPeak = 0;
   /// The configuration, for the model's prediction of it (--verbose).
   std::optional<autotune::Config> config;
+  /// Process CPU seconds per source record, per final round (whole run).
+  std::vector<double> cpuPerRecord;
   double median() const { return medianOf(rates); }
 };
 
@@ -91,6 +93,7 @@ runtime::KernelBinder gBinder;
 double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
                     int64_t cores, int64_t perEpoch, int64_t *peak,
                     double *records);
+double processCpuSeconds();
 
 /// Seconds one measurement lasts at least: whole runs are repeated back to
 /// back until this much time has passed (a Criteo-sized run takes 0.1-0.4 s,
@@ -101,8 +104,10 @@ double gMinSeconds = 1.0;
 /// source-record equivalents per second over all of them (each run pays its
 /// own start-up, so this is still the whole-run rate).
 double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
-                int64_t cores, int64_t perEpoch, int64_t *peak) {
+                int64_t cores, int64_t perEpoch, int64_t *peak,
+                double *cpuPerRecord = nullptr) {
   double records = 0, seconds = 0;
+  double c0 = processCpuSeconds();
   do {
     double n = 0;
     double rate = runWholeOnce(plan, s, cores, perEpoch, peak, &n);
@@ -111,6 +116,8 @@ double runWhole(const runtime::Plan &plan, const autotune::Schedule &s,
     records += n;
     seconds += n / rate;
   } while (seconds < gMinSeconds);
+  if (cpuPerRecord)
+    *cpuPerRecord = (processCpuSeconds() - c0) / records;
   return records / seconds;
 }
 
@@ -371,7 +378,7 @@ int main(int argc, char **argv) {
     }
   };
   if (phases == 0)
-    std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | tuned/naive at full cores | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string &path : specs) {
     std::string text, err;
     if (!dsl::readFile(path, text, err)) {
@@ -531,8 +538,10 @@ int main(int argc, char **argv) {
                                cands.begin() + static_cast<long>(gridStart));
     for (size_t i : order)
       fin.push_back(cands[i]);
-    for (Candidate &c : fin)
+    for (Candidate &c : fin) {
       c.rates.clear();
+      c.cpuPerRecord.clear();
+    }
     int nFinal = finalRounds > 0 ? finalRounds : 2 * rounds;
     // Paired prediction error: every final round profiles again right
     // before it runs the tuned schedule, so prediction and measurement see
@@ -554,8 +563,10 @@ int main(int argc, char **argv) {
           runOrder.push_back(i);
       for (size_t i : runOrder) {
         Candidate &c = fin[i];
+        double cpu = 0;
         c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
-                                   &c.memoryPeak));
+                                   &c.memoryPeak, &cpu));
+        c.cpuPerRecord.push_back(cpu);
       }
       double m = fin[2].rates.back();
       if (pr > 0 && m > 0)
@@ -590,12 +601,21 @@ int main(int argc, char **argv) {
                     *std::max_element(paired.begin(), paired.end()) * 100);
       pairedText = buf;
     }
-    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %s | %.1f | %s |\n",
+    // The most tuned/naive can be on this host for the tuned schedule's
+    // work: its process CPU per record spread over every core with none
+    // idle (naive's measured wall time against that floor).
+    double tunedCpu = medianOf(cands[2].cpuPerRecord);
+    double fullCores =
+        tunedCpu > 0 && cands[0].median() > 0
+            ? (tunedCpu / static_cast<double>(cores)) * cands[0].median()
+            : 0;
+    fullCores = fullCores > 0 ? 1 / fullCores : 0;
+    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %s | %.1f | %s |\n",
                 r->profile.pipeline.c_str(), cands[0].median(),
                 cands[1].median(), cands[2].median(), cands[best].median(),
                 cands[best].name.c_str(), cands[2].median() / oracle,
                 cands[2].median() / cands[1].median(),
-                cands[2].median() / cands[0].median(), steady, pred,
+                cands[2].median() / cands[0].median(), fullCores, steady, pred,
                 (pred - cands[2].median()) / cands[2].median() * 100,
                 pairedText.c_str(), tuneSecs,
                 runtime::formatBytes(peak).c_str());
@@ -631,6 +651,9 @@ int main(int argc, char **argv) {
               "tuned); pred. error: the first tune's prediction against the "
               "final median; paired: median over the final rounds of a fresh "
               "profile's prediction against the tuned run right after it; "
+              "tuned/naive at full cores: naive's rate against the tuned "
+              "runs' process CPU per record divided by the cores, the most "
+              "the tuned schedule's work allows on this host; "
               "kernels: %s; load average %.2f at start, %.2f..%.2f during the "
               "rounds; process peak RSS %ld MiB\n",
               rounds, noJit ? "runtime (--no-jit)" : "JIT (as sluice run)",
