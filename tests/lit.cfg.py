@@ -51,3 +51,9 @@ if "address" in _sanitize:
     config.available_features.add("asan")
 if "thread" in _sanitize:
     config.available_features.add("tsan")
+
+# Debian's jpegtran (libjpeg-turbo-progs, installed by scripts/setup) writes
+# the restart-marked JPEGs of jpeg-restarts.test.
+import shutil
+if shutil.which("jpegtran"):
+    config.available_features.add("jpegtran")

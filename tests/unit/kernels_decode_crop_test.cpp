@@ -20,7 +20,10 @@
 #include <turbojpeg.h>
 
 #include <cmath>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
+#include <jpeglib.h>
 #include <string>
 #include <vector>
 
@@ -70,6 +73,66 @@ std::string encode(const Encoding &e, uint32_t seed) {
   std::string out(reinterpret_cast<char *>(buf), size);
   tjFree(buf);
   tjDestroy(tj);
+  return out;
+}
+
+/// How often `withRestarts` puts a restart marker.
+enum class Restarts {
+  OneMcu,   ///< every MCU (`jpegtran -restart 1B`)
+  TwoMcus,  ///< every 2 MCUs: tiles a row only when it has an even count
+  ThreeMcus,///< every 3 MCUs: rows whose count is not a multiple fall back
+  Row,      ///< every MCU row
+  TwoRows,  ///< every 2 MCU rows
+};
+
+struct JpegJump {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+};
+
+/// `jpeg` transcoded losslessly (the same DCT coefficients, so the same
+/// pixels; progressive input comes out sequential) with restart markers.
+std::string withRestarts(const std::string &jpeg, Restarts r) {
+  jpeg_decompress_struct d;
+  jpeg_compress_struct k;
+  JpegJump e;
+  d.err = k.err = jpeg_std_error(&e.pub);
+  e.pub.error_exit = [](j_common_ptr c) {
+    std::longjmp(reinterpret_cast<JpegJump *>(c->err)->jump, 1);
+  };
+  unsigned char *buf = nullptr;
+  unsigned long size = 0;
+  jpeg_create_decompress(&d);
+  jpeg_create_compress(&k);
+  if (setjmp(e.jump)) {
+    jpeg_destroy_compress(&k);
+    jpeg_destroy_decompress(&d);
+    std::free(buf);
+    ADD_FAILURE() << "transcoding failed";
+    return {};
+  }
+  jpeg_mem_src(&d, reinterpret_cast<const unsigned char *>(jpeg.data()),
+               jpeg.size());
+  jpeg_read_header(&d, TRUE);
+  jvirt_barray_ptr *coefs = jpeg_read_coefficients(&d);
+  jpeg_mem_dest(&k, &buf, &size);
+  jpeg_copy_critical_parameters(&d, &k);
+  unsigned mcuW = d.num_components == 1 ? 8 : 8 * d.max_h_samp_factor;
+  unsigned perRow = (d.image_width + mcuW - 1) / mcuW;
+  switch (r) {
+  case Restarts::OneMcu: k.restart_interval = 1; break;
+  case Restarts::TwoMcus: k.restart_interval = 2; break;
+  case Restarts::ThreeMcus: k.restart_interval = 3; break;
+  case Restarts::Row: k.restart_interval = perRow; break;
+  case Restarts::TwoRows: k.restart_interval = 2 * perRow; break;
+  }
+  jpeg_write_coefficients(&k, coefs);
+  jpeg_finish_compress(&k);
+  jpeg_destroy_compress(&k);
+  jpeg_finish_decompress(&d);
+  jpeg_destroy_decompress(&d);
+  std::string out(reinterpret_cast<char *>(buf), size);
+  std::free(buf);
   return out;
 }
 
@@ -162,6 +225,68 @@ TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
       // Both consumed the same draws.
       EXPECT_EQ(a.nextU32(), b.nextU32());
     }
+}
+
+/// With restart markers the window decode cuts the intervals that cover
+/// the window out of the file; the pixels must still be the full decode's,
+/// for every subsampling, interval (tiling the row, not tiling it, whole
+/// rows) and box, with the interval path on and off.
+TEST_P(DecodeCropTest, RestartIntervalWindowEqualsFullDecodeThenCrop) {
+  auto [enc, channels] = GetParam();
+  std::string plain = encode(enc, 13);
+  Expected<Tensor> full = decodeImage(plain, channels);
+  ASSERT_TRUE(bool(full)) << full.status().message();
+  int64_t H = enc.height, W = enc.width;
+  std::vector<CropBox> boxes = {{0, 0, H, W}, {0, 0, 1, 1},
+                                {H - 1, W - 1, 1, 1}, {H / 3, W / 3, H / 3, W / 3}};
+  for (int64_t a : {7, 8, 9, 15, 16, 17, 31, 32, 33})
+    for (int64_t b : {1, 2, 16, 23})
+      if (a + b <= H && a + b <= W) {
+        boxes.push_back({a, a, b, b});
+        boxes.push_back({H - a - b, W - a - b, b, b});
+      }
+  Rng rng(17, 0, static_cast<uint64_t>(H * 1000 + W), 3);
+  for (int i = 0; i < 60; ++i) {
+    int64_t h = rng.uniformInt(1, H + 1), w = rng.uniformInt(1, W + 1);
+    boxes.push_back(
+        {rng.uniformInt(0, H - h + 1), rng.uniformInt(0, W - w + 1), h, w});
+  }
+  for (Restarts r : {Restarts::OneMcu, Restarts::TwoMcus, Restarts::ThreeMcus,
+                     Restarts::Row, Restarts::TwoRows}) {
+    SCOPED_TRACE("restart mode " + std::to_string(int(r)));
+    std::string jpeg = withRestarts(plain, r);
+    ASSERT_FALSE(jpeg.empty());
+    Expected<Tensor> again = decodeImage(jpeg, channels);
+    ASSERT_TRUE(bool(again)) << again.status().message();
+    ASSERT_EQ(std::memcmp(again->raw(), full->raw(), full->nbytes()), 0)
+        << "the transcode is lossless";
+    for (bool on : {true, false}) {
+      SCOPED_TRACE(on ? "interval path on" : "interval path off");
+      setRestartWindowDecode(on);
+      for (CropBox box : boxes) {
+        expectSameCrop(jpeg, *full, channels, box);
+        if (::testing::Test::HasFatalFailure()) {
+          setRestartWindowDecode(true);
+          return;
+        }
+      }
+      RandomResizedCropParams p;
+      p.height = 24;
+      p.width = 20;
+      p.antialias = true;
+      for (uint64_t index = 0; index < 20; ++index) {
+        Rng a(5, 1, index, 9), b(5, 1, index, 9);
+        Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, channels, p, a);
+        Expected<Tensor> unfused = randomResizedCrop(*full, p, b);
+        ASSERT_TRUE(bool(fused)) << fused.status().message();
+        ASSERT_TRUE(bool(unfused));
+        ASSERT_EQ(std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()),
+                  0)
+            << "record " << index;
+      }
+    }
+    setRestartWindowDecode(true);
+  }
 }
 
 const Encoding kEncodings[] = {
@@ -273,6 +398,56 @@ TEST(DecodeCropErrors, WindowModeStopsAfterTheWindowButRefusesCutFiles) {
     ASSERT_FALSE(bool(cutWindow)) << "kept " << keep;
     EXPECT_EQ(cutWindow.status().message(), cutFull.status().message());
   }
+}
+
+/// Damaged files with restart markers: a file cut short anywhere is still
+/// the full decode's error (the intervals are only used when the end marker
+/// is there); markers out of sequence or foreign markers in the scan send
+/// the file to the usual window decode, which gives its usual result; and
+/// damage in an interval the window does not use goes unnoticed, as damage
+/// below the window does without restart markers.
+TEST(DecodeCropErrors, RestartFilesCutOrOutOfSequenceBehaveAsBefore) {
+  Encoding enc{"s420", 160, 144, 3, TJSAMP_420, false};
+  std::string plain = encode(enc, 23);
+  std::string jpeg = withRestarts(plain, Restarts::OneMcu);
+  Expected<Tensor> clean = decodeImage(jpeg, 3);
+  ASSERT_TRUE(bool(clean));
+  CropBox box{40, 40, 30, 30};
+  for (double keep : {0.3, 0.9, 0.999}) {
+    std::string cut = jpeg.substr(0, size_t(jpeg.size() * keep));
+    Expected<Tensor> cutFull = decodeImage(cut, 3);
+    ASSERT_FALSE(bool(cutFull));
+    Expected<Tensor> w = decodeImageCrop(cut, 3, box);
+    ASSERT_FALSE(bool(w)) << "kept " << keep;
+    EXPECT_EQ(w.status().message(), cutFull.status().message());
+  }
+  // Every restart marker found, in order: swap two of them.
+  std::vector<size_t> rst;
+  for (size_t i = 0; i + 1 < jpeg.size(); ++i)
+    if (static_cast<unsigned char>(jpeg[i]) == 0xFF &&
+        (static_cast<unsigned char>(jpeg[i + 1]) & 0xF8) == 0xD0)
+      rst.push_back(i);
+  ASSERT_GT(rst.size(), 20u);
+  std::string swapped = jpeg;
+  std::swap(swapped[rst[3] + 1], swapped[rst[4] + 1]);
+  setRestartWindowDecode(false);
+  Expected<Tensor> before = decodeImageCrop(swapped, 3, box);
+  setRestartWindowDecode(true);
+  Expected<Tensor> now = decodeImageCrop(swapped, 3, box);
+  ASSERT_EQ(bool(before), bool(now));
+  if (before)
+    EXPECT_EQ(std::memcmp(before->raw(), now->raw(), now->nbytes()), 0);
+  else
+    EXPECT_EQ(before.status().message(), now.status().message());
+  // Damage in the last interval, far from the box: not looked at.
+  std::string bad = jpeg;
+  size_t at = rst.back() + 3;
+  bad[at] = static_cast<char>(0xFF ^ static_cast<unsigned char>(bad[at]));
+  Expected<Tensor> w = decodeImageCrop(bad, 3, box);
+  ASSERT_TRUE(bool(w)) << w.status().message();
+  Expected<Tensor> expected = crop(*clean, box);
+  ASSERT_TRUE(bool(expected));
+  EXPECT_EQ(std::memcmp(w->raw(), expected->raw(), expected->nbytes()), 0);
 }
 
 /// DCT-scaled decoding of only the window gives the pixels of the whole

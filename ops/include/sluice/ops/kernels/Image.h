@@ -221,6 +221,14 @@ void setImageSimd(bool enabled);
 /// tests and A/B timing.
 void setJpegWindowDecode(bool enabled);
 
+/// Whether the window decode may cut a JPEG's restart intervals that cover
+/// the window out of the file and decode only those (default true, unless
+/// SLUICE_NO_RESTART_WINDOW is set): for JPEGs whose restart interval
+/// divides the MCUs of a row (or is whole rows), the crop then costs in
+/// proportion to its area instead of to its last row. Same pixels; for
+/// tests and A/B timing.
+void setRestartWindowDecode(bool enabled);
+
 /// The DCT scales M/8 that `scale: auto` (DecodeOptions::allowDctScaling)
 /// may decode at, as a bit mask: bit M allows M/8, for M = 1..7. The
 /// default, kDefaultDctScales, is 1/8, 2/8 and 4/8, the scales that
