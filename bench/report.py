@@ -2,9 +2,9 @@
 """Turns the raw outputs of one bench/run.sh run into the results table.
 
 Reads OUT/ (written by run.sh), one file per round N of each benchmark:
-decode_only_N.json and decode_photos_N.json (Google Benchmark),
+decode_only_N.json, decode_photos_N.json and decode_photos_rst_N.json (Google Benchmark),
 torch_imagenet_N.json and torch_photos_N.json, numpy_criteo_N.json,
-sluice_{imagenet,photos,photos_auto,criteo}_N.txt (`sluice bench` output) with
+sluice_{imagenet,photos,photos_auto,photos_rst,photos_rst_auto,criteo}_N.txt (`sluice bench` output) with
 rusage_sluice_*_N.json (bench/rusage.py: the process's getrusage) and
 stats_sluice_*_N.json (`--stats-json`: images processed), plus manifest.json
 and photos_manifest.json of the data and meta.json (machine and command). Each
@@ -92,10 +92,17 @@ def resource_figures(out, name):
             "switches_per_image": med(switches), "rounds": len(rss)}
 
 
+def round_files(out, prefix):
+    """OUT/PREFIX_N.json for every round N (not PREFIX_rst_N.json)."""
+    return sorted(p for p in glob.glob(os.path.join(out, "%s_*.json" % prefix))
+                  if re.fullmatch(r"%s_\d+\.json" % re.escape(prefix),
+                                  os.path.basename(p)))
+
+
 def decode_figures(out, prefix="decode_only"):
     """{threads: median items/s} over the rounds' Google Benchmark JSONs."""
     runs = {}
-    for path in sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix))):
+    for path in round_files(out, prefix):
         for b in (load_json(path) or {}).get("benchmarks", []):
             m = re.search(r"threads:(\d+)", b.get("name", ""))
             if (b.get("error_occurred") or not m or "items_per_second" not in b
@@ -109,7 +116,7 @@ def decode_cpu_ms(out, prefix="decode_only"):
     """Median CPU milliseconds per image of the 1-thread decode loop (Google
     Benchmark's cpu_time per iteration), or None."""
     cpu = []
-    for path in sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix))):
+    for path in round_files(out, prefix):
         for b in (load_json(path) or {}).get("benchmarks", []):
             if (b.get("error_occurred") or "threads:1" not in b.get("name", "")
                     or b.get("run_type", "iteration") != "iteration"
@@ -126,7 +133,7 @@ def merge_rounds(out, prefix, key):
     "settings" or "modes") are pooled and their median recomputed; the peer's
     figure is the best median (the plain Python loop never counts)."""
     rounds = [load_json(p) for p in
-              sorted(glob.glob(os.path.join(out, "%s_*.json" % prefix)))]
+              round_files(out, prefix)]
     rounds = [r for r in rounds if r]
     if not rounds:
         return None
@@ -193,6 +200,11 @@ def main():
     r_ph_torch = ratio(s_ph["rate"], torch_ph_rate)
     r_ph_decode = ratio(s_ph["rate"], dec_ph_same)
     r_auto_decode = ratio(s_auto["rate"], dec_ph_same)
+    # The same pictures with restart markers (jpegtran -restart 1B -optimize).
+    s_rst = sluice_figures(out, "photos_rst")
+    s_rst_auto = sluice_figures(out, "photos_rst_auto")
+    dec_rst, _ = decode_figures(out, "decode_photos_rst")
+    dec_rst_same = dec_rst.get(ph_threads) if ph_threads else None
 
     torch_rate = torch["rate"] if torch else None
     numpy_rate = numpy_["rate"] if numpy_ else None
@@ -273,6 +285,23 @@ def main():
                      sluice_cell(s_auto, "images/s"), fmt(dec_ph_same),
                      fmt(r_auto_decode, 2) + "×" if r_auto_decode else "—",
                      verdict(r_auto_decode, 1.3)))
+    for label, s in (("restart-marked pictures (the same files through `jpegtran -restart 1B "
+                      "-optimize`), exact decode", s_rst),
+                     ("restart-marked pictures, `scale: auto`", s_rst_auto)):
+        if s["rate"] is None and dec_rst_same is None:
+            continue
+        target = "≥ 1.3× (%s)" % verdict(ratio(s["rate"], dec_ph_same), 1.3) \
+            if "auto" in label else "—"
+        lines.append("| %s | %s | the decode loop on the original pictures "
+                     "| %s images/s | %s | %s |" % (
+                         label, sluice_cell(s, "images/s"), fmt(dec_ph_same),
+                         fmt(ratio(s["rate"], dec_ph_same), 2) + "×"
+                         if ratio(s["rate"], dec_ph_same) else "—", target))
+        lines.append("| same | %s | the decode loop on the restart-marked pictures "
+                     "| %s images/s | %s | — |" % (
+                         sluice_cell(s, "images/s"), fmt(dec_rst_same),
+                         fmt(ratio(s["rate"], dec_rst_same), 2) + "×"
+                         if ratio(s["rate"], dec_rst_same) else "—"))
     lines.append("| Criteo-style (parse, filter, fill_missing, log map, hash_bucket, batch 4096) "
                  "| %s | Python/numpy (best: %s) | %s rows/s | %s | ≥ 5× (%s) |" % (
                      sluice_cell(s_tab, "rows/s"),
@@ -289,7 +318,10 @@ def main():
     lines.append("|---|---|---|---|---|---|---|")
     for label, name, s in (("synthetic images", "imagenet", s_img),
                            ("real pictures, exact", "photos", s_ph),
-                           ("real pictures, scale: auto", "photos_auto", s_auto)):
+                           ("real pictures, scale: auto", "photos_auto", s_auto),
+                           ("restart-marked pictures, exact", "photos_rst", s_rst),
+                           ("restart-marked pictures, scale: auto", "photos_rst_auto",
+                            s_rst_auto)):
         res = resource_figures(out, name)
         if res is None:
             continue

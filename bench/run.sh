@@ -6,7 +6,11 @@
 #                     (real pictures cut from gnome-backgrounds, bench/gen_photos.py;
 #                     exact decode / `scale: auto`), each
 #                     vs the torch DataLoader (bench/peers/torch_imagenet.py)
-#                     vs a plain libjpeg-turbo decode loop (decode_only_bench)
+#                     vs a plain libjpeg-turbo decode loop (decode_only_bench);
+#                     and photos_rst_bench.yaml / photos_rst_auto_bench.yaml: the
+#                     same pictures rewritten by `jpegtran -restart 1B -optimize`
+#                     (lossless; the restart-interval window decode), vs the
+#                     decode loop on those files and on the originals
 #   tabular pipeline: sluice bench bench/specs/criteo_bench.yaml
 #                     vs Python/numpy (bench/peers/numpy_criteo.py)
 #
@@ -116,10 +120,20 @@ if ! $PY -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["images"] !
   rm -rf "$DATA/photos"
   $PY bench/gen_photos.py --out "$DATA" --images "$IMAGES" >/dev/null
 fi
+# The same pictures with a restart marker after every MCU, written by
+# Debian's jpegtran (lossless), made again whenever the pictures were.
+if [ ! -f "$DATA/photos_rst/stamp" ] ||
+    [ "$DATA/photos/manifest.json" -nt "$DATA/photos_rst/stamp" ]; then
+  log "rewriting the real pictures with restart markers into $DATA/photos_rst (jpegtran)"
+  rm -rf "$DATA/photos_rst"
+  $PY tests/tools/jpegtran_copy.py "$DATA/photos/train" "$DATA/photos_rst/train" \
+    -restart 1B -optimize >/dev/null
+  touch "$DATA/photos_rst/stamp"
+fi
 cp "$DATA/manifest.json" "$OUT/manifest.json"
 cp "$DATA/photos/manifest.json" "$OUT/photos_manifest.json"
 mkdir -p "$OUT/specs"
-for s in imagenet photos photos_auto criteo; do
+for s in imagenet photos photos_auto photos_rst photos_rst_auto criteo; do
   sed "s|/tmp/sluice-bench-data|$DATA|g" "bench/specs/${s}_bench.yaml" \
     >"$OUT/specs/${s}_bench.yaml"
 done
@@ -188,6 +202,13 @@ for r in $(seq "$REPEATS"); do
     log "warning: decode_only_bench failed on the pictures, see $OUT/decode_photos_$r.log"
   sluice_bench photos "$r"
   sluice_bench photos_auto "$r"
+  log "round $r/$REPEATS: decode-only loop on the restart-marked pictures"
+  "$DECODE" "$DATA/photos_rst/train" --benchmark_min_time="$DECODE_MIN_TIME" \
+    --benchmark_format=json --benchmark_out="$OUT/decode_photos_rst_$r.json" \
+    >"$OUT/decode_photos_rst_$r.log" 2>&1 ||
+    log "warning: decode_only_bench failed on the restart-marked pictures"
+  sluice_bench photos_rst "$r"
+  sluice_bench photos_rst_auto "$r"
   log "round $r/$REPEATS: torch DataLoader on the real pictures"
   $PY bench/peers/torch_imagenet.py "$DATA/photos/train" --repeats 1 \
     --batches "$TORCH_BATCHES" --json "$OUT/torch_photos_$r.json" >&2 ||
