@@ -575,7 +575,7 @@ bool indexRestarts(const unsigned char *d, size_t n, RestartIndex &ix) {
         return false;
       dri = be16(seg);
     } else if (m == 0xDA) {
-      if (ix.sof == 0 || seg[0] != nc)
+      if (ix.sof == 0 || len < 3 || seg[0] != nc)
         return false; // a scan without every component: several scans
       ix.scanStart = p + 2 + len;
       break;
@@ -607,7 +607,11 @@ bool indexRestarts(const unsigned char *d, size_t n, RestartIndex &ix) {
     return false;
   }
   size_t expected = size_t(ix.perRow) * ix.intervalRows;
-  if (expected < 2)
+  // Each interval but the last ends in a 2-byte marker; the index is
+  // counted against the budget like the rest of the record's scratch.
+  if (expected < 2 || expected > n / 2 ||
+      !reserveScratch(int64_t(expected * sizeof(size_t)),
+                      "the restart interval index"))
     return false;
   thread_local std::vector<size_t> at;
   at.clear();

@@ -116,9 +116,14 @@ OpDef decodeImage() {
               "crop box of a JPEG is decoded. `window` stops decoding after "
               "the box's last row: a file without its end marker (cut "
               "short) is still an error, but damage below the box goes "
-              "unnoticed. `full` entropy-decodes the rest too, so damaged "
-              "data anywhere is the error a full decode gives. Without "
-              "fusion every image is decoded in full."),
+              "unnoticed. A JPEG whose restart markers tile each MCU row "
+              "(from a camera, or `jpegtran -restart 1B`) has only the "
+              "restart intervals around the box decoded, same pixels, so "
+              "there damage beside or above the box goes unnoticed too "
+              "(`SLUICE_NO_RESTART_WINDOW=1` turns that off). `full` "
+              "entropy-decodes the rest too, so damaged data anywhere is the "
+              "error a full decode gives. Without fusion every image is "
+              "decoded in full."),
       enumParam("scale", {"exact", "auto"})
           .def(Value::string("exact"))
           .describe(
