@@ -22,8 +22,14 @@
 //      with the new size, the intervals' entropy-coded bytes, renumbered
 //      RST markers);
 //   4. checks that the box's pixels from the assembled JPEG equal the full
-//      decode's (they should: the coefficients are the same, and the pixel
-//      of margin keeps fancy upsampling's neighbours inside the image).
+//      decode's (they should: the coefficients are the same, the pixel of
+//      margin keeps fancy upsampling's neighbours inside the image, and a
+//      copy at least two MCUs wide keeps libjpeg from replicating instead of
+//      interpolating chroma).
+//
+// The product's version of step 3 is in ops/kernels/Image.cpp (the
+// restart-interval window of the fused crop); this probe measures it
+// against the decoders alone.
 //
 // It prints the medians over --rounds of each decode's cost as a fraction of
 // the full decode, the one-time transcode cost, the size change, and the
@@ -238,10 +244,20 @@ void assemble(const Indexed &t, const Box &b, Bytes &out, unsigned &ox,
   unsigned r1 = std::min(t.mcuRows, (b.y1 + t.mcuH) / t.mcuH);
   unsigned c0 = b.x0 > 0 ? (b.x0 - 1) / iw : 0;
   unsigned c1 = std::min(perRow, (b.x1 + iw) / iw);
+  // libjpeg replicates chroma rows of two samples or fewer instead of
+  // interpolating them: at least two MCUs across and down (as the kernel).
+  auto span = [](unsigned lo, unsigned hi, unsigned step, unsigned size) {
+    return std::min((hi - lo) * step, size - lo * step);
+  };
+  while (span(c0, c1, iw, t.width) < 2 * t.mcuW && (c0 > 0 || c1 < perRow))
+    c0 > 0 ? --c0 : ++c1;
+  while (span(r0, r1, t.mcuH, t.height) < 2 * t.mcuH &&
+         (r0 > 0 || r1 < t.mcuRows))
+    r0 > 0 ? --r0 : ++r1;
   ox = c0 * iw;
   oy = r0 * t.mcuH;
-  unsigned w = std::min((c1 - c0) * iw, t.width - ox);
-  unsigned h = std::min((r1 - r0) * t.mcuH, t.height - oy);
+  unsigned w = span(c0, c1, iw, t.width);
+  unsigned h = span(r0, r1, t.mcuH, t.height);
   out.assign(t.jpeg.begin(), t.jpeg.begin() + static_cast<long>(t.scanStart));
   out[t.sof + 5] = static_cast<unsigned char>(h >> 8);
   out[t.sof + 6] = static_cast<unsigned char>(h & 255);
