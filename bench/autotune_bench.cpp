@@ -378,7 +378,13 @@ int main(int argc, char **argv) {
     }
   };
   if (phases == 0)
-    std::printf("| pipeline | naive | hill climb (peer) | tuned | oracle (best of grid) | tuned/oracle | tuned/peer | tuned/naive | tuned/naive at full cores | predicted steady | predicted whole run | pred. error | pred. error, paired (range) | tune s | peak accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| pipeline | naive | hill climb (peer) | tuned | oracle (best of "
+        "grid) | tuned/oracle | tuned/peer | tuned/naive | tuned/naive at full "
+        "cores | predicted steady | predicted whole run | pred. error | pred. "
+        "error, paired (range) | tune s | peak accounted "
+        "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|--"
+        "-:|---:|\n");
   for (const std::string &path : specs) {
     std::string text, err;
     if (!dsl::readFile(path, text, err)) {
@@ -564,8 +570,8 @@ int main(int argc, char **argv) {
       for (size_t i : runOrder) {
         Candidate &c = fin[i];
         double cpu = 0;
-        c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
-                                   &c.memoryPeak, &cpu));
+        c.rates.push_back(
+            runWhole(*plan, c.schedule, cores, perEpoch, &c.memoryPeak, &cpu));
         c.cpuPerRecord.push_back(cpu);
       }
       double m = fin[2].rates.back();
@@ -610,15 +616,15 @@ int main(int argc, char **argv) {
             ? (tunedCpu / static_cast<double>(cores)) * cands[0].median()
             : 0;
     fullCores = fullCores > 0 ? 1 / fullCores : 0;
-    std::printf("| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %+.0f%% | %s | %.1f | %s |\n",
-                r->profile.pipeline.c_str(), cands[0].median(),
-                cands[1].median(), cands[2].median(), cands[best].median(),
-                cands[best].name.c_str(), cands[2].median() / oracle,
-                cands[2].median() / cands[1].median(),
-                cands[2].median() / cands[0].median(), fullCores, steady, pred,
-                (pred - cands[2].median()) / cands[2].median() * 100,
-                pairedText.c_str(), tuneSecs,
-                runtime::formatBytes(peak).c_str());
+    std::printf(
+        "| %s | %.0f | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.2f | %.2f | "
+        "%.0f | %.0f | %+.0f%% | %s | %.1f | %s |\n",
+        r->profile.pipeline.c_str(), cands[0].median(), cands[1].median(),
+        cands[2].median(), cands[best].median(), cands[best].name.c_str(),
+        cands[2].median() / oracle, cands[2].median() / cands[1].median(),
+        cands[2].median() / cands[0].median(), fullCores, steady, pred,
+        (pred - cands[2].median()) / cands[2].median() * 100,
+        pairedText.c_str(), tuneSecs, runtime::formatBytes(peak).c_str());
     std::fflush(stdout);
     if (verbose)
       std::cerr << r->profile.pipeline << ": final pass\n";

@@ -1,4 +1,5 @@
-//===- jpeg_restart_probe_bench.cpp - random access into JPEGs by restarts -===//
+//===- jpeg_restart_probe_bench.cpp - random access into JPEGs by restarts
+//-===//
 //
 // A measurement, not a feature: how much of a random_resized_crop decode a
 // JPEG with restart markers would save, on real photographs. A baseline JPEG
@@ -221,8 +222,8 @@ bool transcode(const Bytes &in, unsigned targetMcus, Indexed &t) {
     } else if (m == 0xD9) {
       t.scanEnd = q;
       return t.sof != 0 &&
-             t.at.size() == static_cast<size_t>(t.mcusPerRow / t.interval) *
-                                t.mcuRows;
+             t.at.size() ==
+                 static_cast<size_t>(t.mcusPerRow / t.interval) * t.mcuRows;
     } else {
       q += 2; // a stuffed 0xFF 0x00
     }
@@ -398,8 +399,8 @@ int main(int argc, char **argv) {
     double fullSecs = seconds(t0);
     t0 = Clock::now();
     for (size_t i = 0; i < files.size(); ++i)
-      decode(files[i], true, boxes[i].x0, boxes[i].y0, boxes[i].x1,
-             boxes[i].y1, part, s);
+      decode(files[i], true, boxes[i].x0, boxes[i].y0, boxes[i].x1, boxes[i].y1,
+             part, s);
     double windowSecs = seconds(t0);
     t0 = Clock::now();
     for (size_t i = 0; i < idx.size(); ++i) {
@@ -423,9 +424,9 @@ int main(int argc, char **argv) {
       "boxes whose pixels differ from the full decode: %zu\n"
       "one-time lossless transcode: %.1f us per photo (%.2f full decodes), "
       "size x%.3f\n",
-      files.size(), skipped, mcus, median(tFull) * 1e6, rounds,
-      median(rWindow), median(rAssembled), boxArea / n, assembledArea / n,
-      differ, transcodeSecs / n * 1e6, transcodeSecs / n / median(tFull),
+      files.size(), skipped, mcus, median(tFull) * 1e6, rounds, median(rWindow),
+      median(rAssembled), boxArea / n, assembledArea / n, differ,
+      transcodeSecs / n * 1e6, transcodeSecs / n / median(tFull),
       static_cast<double>(outBytes) / static_cast<double>(inBytes));
   return differ ? 1 : 0;
 }

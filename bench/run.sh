@@ -182,6 +182,15 @@ sluice_bench() { # NAME ROUND: one `sluice bench`, or a status saying why not
   fi
 }
 
+decode_loop() { # SET ROUND: the decode-only loop on $DATA/SET/train
+  local set=$1 r=$2
+  log "round $r/$REPEATS: decode-only loop on $set"
+  "$DECODE" "$DATA/$set/train" --benchmark_min_time="$DECODE_MIN_TIME" \
+    --benchmark_format=json --benchmark_out="$OUT/decode_${set}_$r.json" \
+    >"$OUT/decode_${set}_$r.log" 2>&1 ||
+    log "warning: decode_only_bench failed on $set, see $OUT/decode_${set}_$r.log"
+}
+
 for r in $(seq "$REPEATS"); do
   log "round $r/$REPEATS: decode-only loop (1 and 2 threads)"
   "$DECODE" "$DATA/imagenet/train" --benchmark_min_time="$DECODE_MIN_TIME" \
@@ -195,18 +204,10 @@ for r in $(seq "$REPEATS"); do
     log "warning: torch_imagenet.py failed"
   # Real pictures: the decode loop, exact and `scale: auto`, and torch,
   # back to back so that they see the same load.
-  log "round $r/$REPEATS: decode-only loop on the real pictures"
-  "$DECODE" "$DATA/photos/train" --benchmark_min_time="$DECODE_MIN_TIME" \
-    --benchmark_format=json --benchmark_out="$OUT/decode_photos_$r.json" \
-    >"$OUT/decode_photos_$r.log" 2>&1 ||
-    log "warning: decode_only_bench failed on the pictures, see $OUT/decode_photos_$r.log"
+  decode_loop photos "$r"
   sluice_bench photos "$r"
   sluice_bench photos_auto "$r"
-  log "round $r/$REPEATS: decode-only loop on the restart-marked pictures"
-  "$DECODE" "$DATA/photos_rst/train" --benchmark_min_time="$DECODE_MIN_TIME" \
-    --benchmark_format=json --benchmark_out="$OUT/decode_photos_rst_$r.json" \
-    >"$OUT/decode_photos_rst_$r.log" 2>&1 ||
-    log "warning: decode_only_bench failed on the restart-marked pictures"
+  decode_loop photos_rst "$r"
   sluice_bench photos_rst "$r"
   sluice_bench photos_rst_auto "$r"
   log "round $r/$REPEATS: torch DataLoader on the real pictures"

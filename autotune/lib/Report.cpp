@@ -12,9 +12,9 @@
 
 #include "Format.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -505,8 +505,8 @@ Status prepareReportDir(const std::string &dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (!std::filesystem::is_directory(dir))
-    return Status::error("cannot create the report directory '" + dir +
-                         "'" + (ec ? ": " + ec.message() : std::string()) +
+    return Status::error("cannot create the report directory '" + dir + "'" +
+                         (ec ? ": " + ec.message() : std::string()) +
                          "; give --report a directory you can write to");
   // A directory that exists but is read-only should fail here, before a
   // tune, not after it.

@@ -523,9 +523,9 @@ struct RestartIndex {
   size_t scanEnd = 0;   ///< offset of the EOI marker
   unsigned width = 0, height = 0;
   unsigned mcuW = 8, mcuH = 8;
-  unsigned perRow = 1;      ///< intervals across a row of intervals
-  unsigned intervalW = 0;   ///< pixels across one interval
-  unsigned intervalH = 0;   ///< pixel rows of one interval
+  unsigned perRow = 1;    ///< intervals across a row of intervals
+  unsigned intervalW = 0; ///< pixels across one interval
+  unsigned intervalH = 0; ///< pixel rows of one interval
   unsigned intervalRows = 0;
   std::vector<size_t> at; ///< first byte of each interval
 };

@@ -356,8 +356,7 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
 /// one pass, when the source knows its size (bounds the static memory need).
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
-                                        StageCounters *c,
-                                        const PlanStage &step,
+                                        StageCounters *c, const PlanStage &step,
                                         std::optional<int64_t> recordsPerPass);
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,

@@ -464,7 +464,8 @@ public:
     StaticNeed n;
     n.what = "the shuffle buffer of " + std::to_string(buffer_) + " records";
     if (held < buffer_)
-      n.what += " (" + std::to_string(held) + " at most: the records of one "
+      n.what += " (" + std::to_string(held) +
+                " at most: the records of one "
                 "pass)";
     n.records = held;
     n.type = step_.inputType;
@@ -1464,8 +1465,7 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
 }
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
-                                        StageCounters *c,
-                                        const PlanStage &step,
+                                        StageCounters *c, const PlanStage &step,
                                         std::optional<int64_t> recordsPerPass) {
   return std::make_unique<ShuffleStage>(shared, std::move(upstream), c, step,
                                         recordsPerPass);

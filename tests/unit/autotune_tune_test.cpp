@@ -308,29 +308,38 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
       << c.closeCallNote;
 }
 
+/// A spec over Fashion-MNIST's test split (Debian's dataset-fashion-mnist)
+/// in `dir`, or "" when the package is not installed.
+static std::string fashionMnistSpec(TempDir &dir, const std::string &name,
+                                    const std::string &steps,
+                                    const std::string &rest) {
+  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
+  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
+    return "";
+  return dir.write("fm.yaml",
+                   "pipeline: " + name +
+                       "\nseed: 1\nsource:\n"
+                       "  idx:\n    images: " +
+                       dirName +
+                       "/t10k-images-idx3-ubyte.gz\n    labels: " + dirName +
+                       "/t10k-labels-idx1-ubyte.gz\nsteps:\n" + steps + rest);
+}
+
 TEST(AutotuneTuneMemory, TightMemoryIsRespectedAndExplained) {
   // Fashion-MNIST's test split (Debian's dataset-fashion-mnist): 10000
   // records, 12.5 MiB after the source, more after normalize. Three epochs
   // make a cache worth having; 8 MiB leaves room for the shuffle buffer and
   // batches but not for a memory cache.
-  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
-  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   TempDir dir;
-  std::string spec = dir.write("fm.yaml", R"(pipeline: fm_tight
-seed: 1
-source:
-  idx:
-    images: )" + dirName + R"(/t10k-images-idx3-ubyte.gz
-    labels: )" + dirName + R"(/t10k-labels-idx1-ubyte.gz
-steps:
-  - normalize: {field: image, mean: 72.94, std: 90.02}
-  - random_flip: {field: image, axis: width}
-  - shuffle: {buffer: 500}
-  - batch: {size: 128}
-epochs: 3
-budget: {cores: 2}
-)");
+  std::string spec = fashionMnistSpec(
+      dir, "fm_tight",
+      "  - normalize: {field: image, mean: 72.94, std: 90.02}\n"
+      "  - random_flip: {field: image, axis: width}\n"
+      "  - shuffle: {buffer: 500}\n"
+      "  - batch: {size: 128}\n",
+      "epochs: 3\nbudget: {cores: 2}\n");
+  if (spec.empty())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   Loaded l = load(spec);
   autotune::TuneOptions opts;
   opts.profile.secondsPerProbe = 0.3;
@@ -368,22 +377,15 @@ TEST(AutotuneTuneMemory, AShuffleBufferLargerThanTheDataSetHoldsOnePass) {
   // A buffer of a million records over Fashion-MNIST's 10,000 holds 10,000
   // at most (33 MiB after normalize): the tune fits in 64 MiB and predicts
   // the buffer at that size, not at a million records (3.3 GB).
-  const std::string dirName = SLUICE_FASHION_MNIST_DIR;
-  if (!std::filesystem::exists(dirName + "/t10k-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   TempDir dir;
-  std::string spec = dir.write("fm.yaml", R"(pipeline: fm_big_shuffle
-seed: 1
-source:
-  idx:
-    images: )" + dirName + R"(/t10k-images-idx3-ubyte.gz
-    labels: )" + dirName + R"(/t10k-labels-idx1-ubyte.gz
-steps:
-  - normalize: {field: image, mean: 72.94, std: 90.02}
-  - shuffle: {buffer: 1000000}
-  - batch: {size: 500}
-budget: {cores: 2, memory: 64MiB}
-)");
+  std::string spec = fashionMnistSpec(
+      dir, "fm_big_shuffle",
+      "  - normalize: {field: image, mean: 72.94, std: 90.02}\n"
+      "  - shuffle: {buffer: 1000000}\n"
+      "  - batch: {size: 500}\n",
+      "budget: {cores: 2, memory: 64MiB}\n");
+  if (spec.empty())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   Loaded l = load(spec);
   autotune::TuneOptions opts;
   opts.profile.secondsPerProbe = 0.3;

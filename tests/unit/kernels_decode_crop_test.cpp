@@ -78,11 +78,11 @@ std::string encode(const Encoding &e, uint32_t seed) {
 
 /// How often `withRestarts` puts a restart marker.
 enum class Restarts {
-  OneMcu,   ///< every MCU (`jpegtran -restart 1B`)
-  TwoMcus,  ///< every 2 MCUs: tiles a row only when it has an even count
-  ThreeMcus,///< every 3 MCUs: rows whose count is not a multiple fall back
-  Row,      ///< every MCU row
-  TwoRows,  ///< every 2 MCU rows
+  OneMcu,    ///< every MCU (`jpegtran -restart 1B`)
+  TwoMcus,   ///< every 2 MCUs: tiles a row only when it has an even count
+  ThreeMcus, ///< every 3 MCUs: rows whose count is not a multiple fall back
+  Row,       ///< every MCU row
+  TwoRows,   ///< every 2 MCU rows
 };
 
 struct JpegJump {
@@ -120,11 +120,21 @@ std::string withRestarts(const std::string &jpeg, Restarts r) {
   unsigned mcuW = d.num_components == 1 ? 8 : 8 * d.max_h_samp_factor;
   unsigned perRow = (d.image_width + mcuW - 1) / mcuW;
   switch (r) {
-  case Restarts::OneMcu: k.restart_interval = 1; break;
-  case Restarts::TwoMcus: k.restart_interval = 2; break;
-  case Restarts::ThreeMcus: k.restart_interval = 3; break;
-  case Restarts::Row: k.restart_interval = perRow; break;
-  case Restarts::TwoRows: k.restart_interval = 2 * perRow; break;
+  case Restarts::OneMcu:
+    k.restart_interval = 1;
+    break;
+  case Restarts::TwoMcus:
+    k.restart_interval = 2;
+    break;
+  case Restarts::ThreeMcus:
+    k.restart_interval = 3;
+    break;
+  case Restarts::Row:
+    k.restart_interval = perRow;
+    break;
+  case Restarts::TwoRows:
+    k.restart_interval = 2 * perRow;
+    break;
   }
   jpeg_write_coefficients(&k, coefs);
   jpeg_finish_compress(&k);
@@ -237,8 +247,10 @@ TEST_P(DecodeCropTest, RestartIntervalWindowEqualsFullDecodeThenCrop) {
   Expected<Tensor> full = decodeImage(plain, channels);
   ASSERT_TRUE(bool(full)) << full.status().message();
   int64_t H = enc.height, W = enc.width;
-  std::vector<CropBox> boxes = {{0, 0, H, W}, {0, 0, 1, 1},
-                                {H - 1, W - 1, 1, 1}, {H / 3, W / 3, H / 3, W / 3}};
+  std::vector<CropBox> boxes = {{0, 0, H, W},
+                                {0, 0, 1, 1},
+                                {H - 1, W - 1, 1, 1},
+                                {H / 3, W / 3, H / 3, W / 3}};
   for (int64_t a : {7, 8, 9, 15, 16, 17, 31, 32, 33})
     for (int64_t b : {1, 2, 16, 23})
       if (a + b <= H && a + b <= W) {

@@ -87,11 +87,10 @@ TEST_F(MemoryTest, AShuffleBufferHoldsAtMostOnePassOfRecords) {
   // bounds it further.
   for (const char *before :
        {"", "  - filter: {where: \"label >= 0\"}\n", "  - take: 20000\n"}) {
-    std::string yaml =
-        fmnist(std::string(before) +
-                   "  - normalize: {field: image, mean: 0, std: 1}\n"
-                   "  - shuffle: 100000\n  - batch: 1000\n",
-               "64MiB");
+    std::string yaml = fmnist(
+        std::string(before) + "  - normalize: {field: image, mean: 0, std: 1}\n"
+                              "  - shuffle: 100000\n  - batch: 1000\n",
+        "64MiB");
     if (yaml.empty())
       GTEST_SKIP() << "dataset-fashion-mnist is not installed";
     runtime::Plan p = planFromYaml(dir_, yaml);
@@ -99,8 +98,8 @@ TEST_F(MemoryTest, AShuffleBufferHoldsAtMostOnePassOfRecords) {
       // (Run once only: a second pipeline in this process would count the
       // heap the first one left free against its budget.)
       auto pipe = runtime::Pipeline::create(p);
-      EXPECT_TRUE(bool(pipe)) << before
-                              << (pipe ? "" : pipe.status().message());
+      EXPECT_TRUE(bool(pipe))
+          << before << (pipe ? "" : pipe.status().message());
       continue;
     }
     runtime::RunOptions o;
@@ -116,7 +115,8 @@ TEST_F(MemoryTest, AShuffleBufferHoldsAtMostOnePassOfRecords) {
                              "  - normalize: {field: image, mean: 0, std: 1}\n"
                              "  - shuffle: 100000\n  - batch: 1000\n",
                              "64MiB");
-  auto pipe = runtime::Pipeline::create(planFromYaml(dir_, twice, "twice.yaml"));
+  auto pipe =
+      runtime::Pipeline::create(planFromYaml(dir_, twice, "twice.yaml"));
   ASSERT_FALSE(bool(pipe));
   EXPECT_NE(pipe.status().message().find("(20000 at most: the records of one "
                                          "pass)"),
