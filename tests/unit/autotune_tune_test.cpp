@@ -397,7 +397,10 @@ TEST(AutotuneTuneMemory, AShuffleBufferLargerThanTheDataSetHoldsOnePass) {
   for (const autotune::StepProfile &st : r->profile.steps)
     if (st.op == "shuffle") {
       seen = true;
-      EXPECT_EQ(st.heldRecords, 10000);
+      // One pass (10,000 records) times the records per source record the
+      // probes measured at the shuffle (1 within a percent).
+      EXPECT_GE(st.heldRecords, 9900);
+      EXPECT_LE(st.heldRecords, 10100);
     }
   EXPECT_TRUE(seen);
   EXPECT_LE(r->solution.prediction.memoryBytes, int64_t(64) << 20);

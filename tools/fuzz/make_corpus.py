@@ -4,6 +4,7 @@ valid inputs per fuzz target, each under 4 KiB). Usage: make_corpus.py."""
 import io
 import os
 import struct
+import subprocess
 import sys
 import tarfile
 
@@ -58,6 +59,18 @@ for fmt in ("JPEG", "PNG"):
         buf = io.BytesIO()
         Image.new(mode, size, 128).save(buf, format=fmt)
         put("image", "%s-%s" % (fmt.lower(), mode), buf.getvalue())
+# JPEGs with restart markers (Debian's jpegtran), for the fused crop's
+# restart-interval window: one marker per MCU, and one per MCU row.
+grad = Image.new("RGB", (40, 37))
+grad.putdata([((x * 6) % 256, (y * 7) % 256, (x * y) % 256)
+              for y in range(37) for x in range(40)])
+buf = io.BytesIO()
+grad.save(buf, format="JPEG", quality=80)
+for name, args in (("jpeg-RGB-restarts", ["-restart", "1B"]),
+                   ("jpeg-RGB-restart-rows", ["-restart", "1"])):
+    out = subprocess.run(["jpegtran"] + args, input=buf.getvalue(),
+                         stdout=subprocess.PIPE, check=True).stdout
+    put("image", name, out)
 for i, e in enumerate(["x * 2 + 1", "log(max(x, 0) + 1)", "(label >= 3) & (x < 0.5)",
                        "where(x > 0, x, -x) / 255.0", "clip(x, -1, 1) ** 2"]):
     put("expr", "e%d" % i, e)
