@@ -613,7 +613,7 @@ bool indexRestarts(const unsigned char *d, size_t n, RestartIndex &ix) {
       !reserveScratch(int64_t(expected * sizeof(size_t)),
                       "the restart interval index"))
     return false;
-  thread_local std::vector<size_t> at;
+  std::vector<size_t> &at = ix.at;
   at.clear();
   at.push_back(ix.scanStart);
   for (size_t q = ix.scanStart; q + 1 < n;) {
@@ -633,7 +633,6 @@ bool indexRestarts(const unsigned char *d, size_t n, RestartIndex &ix) {
       if (at.size() != expected)
         return false;
       ix.scanEnd = q;
-      ix.at.swap(at);
       return true;
     } else {
       return false; // another marker inside the scan (DNL, a second scan)
@@ -713,6 +712,16 @@ bool decodeJpegWindow(std::string_view bytes, const ImageInfo &info,
       restartWindowAllowed().load(std::memory_order_relaxed)) {
     thread_local RestartIndex ix;
     thread_local std::vector<unsigned char> part;
+    // The thread keeps these for the next image, but not beyond ordinary
+    // sizes: what a huge file needed is counted only while it is decoded.
+    struct Trim {
+      ~Trim() {
+        if (part.capacity() > (size_t(16) << 20))
+          std::vector<unsigned char>().swap(part);
+        if (ix.at.capacity() > (size_t(1) << 20))
+          std::vector<size_t>().swap(ix.at);
+      }
+    } trim;
     if (indexRestarts(data, bytes.size(), ix) &&
         ix.width == unsigned(info.width) &&
         ix.height == unsigned(info.height)) {

@@ -113,13 +113,6 @@ int runTune(const TuneFlags &f) {
     }
   }
 
-  // So is a report directory that cannot be written.
-  if (!reportDir.empty())
-    if (Status s = autotune::prepareReportDir(reportDir); !s) {
-      std::cerr << "sluice: error: " << s.message() << "\n";
-      return kExitUsage;
-    }
-
   std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
   if (!spec)
     return kExitUsage;
@@ -131,6 +124,15 @@ int runTune(const TuneFlags &f) {
       std::cerr << "sluice: error: " << plan.status().message() << "\n";
     return kExitData;
   }
+
+  // A report directory that cannot be written should not cost a tune either
+  // (checked once the spec is known to be good, so a spec error leaves no
+  // directory behind).
+  if (!reportDir.empty())
+    if (Status s = autotune::prepareReportDir(reportDir); !s) {
+      std::cerr << "sluice: error: " << s.message() << "\n";
+      return kExitUsage;
+    }
 
   autotune::TuneOptions opts;
   // Every run the tuner makes (probes, the plan split for a cache inside a
