@@ -343,11 +343,14 @@ bool MemoryBudget::tryAdd(int64_t bytes) {
   for (bool trimmed = false;;) {
     int64_t next = cur + bytes;
     if (limit_ > 0 && next > limit_) {
-      // Free heap counted for reuse gives way to a real request.
-      if (trimmed || carried_.load(std::memory_order_relaxed) <= 0 ||
-          !trimCarriedHeap())
+      // Free heap counted for reuse gives way to a real request. Look once
+      // more in any case: another thread may have just trimmed it (its
+      // trimCarriedHeap() then finds nothing left and returns false here).
+      if (trimmed)
         return false;
       trimmed = true;
+      if (carried_.load(std::memory_order_relaxed) > 0)
+        trimCarriedHeap();
       cur = used_.load(std::memory_order_relaxed);
       continue;
     }
@@ -385,6 +388,14 @@ int64_t MemoryBudget::carryFreeHeap(MemoryAccount *account) {
   int64_t free = freeHeapAboveBaseline();
   if (free < (int64_t(1) << 20))
     return 0;
+  // More than half the budget is not carried but returned: the free heap
+  // may be another live pipeline's (a training pipeline still open while an
+  // evaluation one starts, in one Python process), and a budget mostly
+  // taken by it leaves too little for this pipeline's own first buffers.
+  if (limit_ > 0 && free > limit_ / 2) {
+    trimHeap();
+    return 0;
+  }
   if (!account->tryReserve(free)) {
     trimHeap();
     return 0;

@@ -214,7 +214,8 @@ public:
   /// it is let go of once under kCarryRefreshBytes. What is still free once
   /// the budget has reserved twice the carried bytes (16 MiB at least) is
   /// returned to the system (malloc_trim): memory the pipeline does not
-  /// reuse is not kept for it. When the budget cannot hold it,
+  /// reuse is not kept for it. When it is more than half the budget (it
+  /// may be another live pipeline's), or the budget cannot hold it,
   /// or a reservation is refused while some is carried, the heap's free
   /// pages are returned (malloc_trim) and nothing is carried, so the budget
   /// stays as hard as without it. Returns the bytes carried (0 below 1 MiB).
