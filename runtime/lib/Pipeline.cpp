@@ -413,18 +413,18 @@ Status Engine::build() {
       shared_.positional.on ? makePositionalSourceStage(shared_, sc)
                             : makeSourceStage(shared_, sc, cycle, block);
 
-  // Records per epoch, while every step so far keeps the count (for the
-  // memory cache check and the progress ETA).
+  // Records per pass at each point of the stream (for the memory cache
+  // check, the progress ETA and the shuffle buffer's static size).
   std::optional<int64_t> count = source_->sizeHint();
   if (count && shared_.positional.world > 1) {
     int64_t w = shared_.positional.world, r = shared_.positional.rank;
     count = std::max<int64_t>(0, (*count - r + w - 1) / w);
   }
   expectedSourceRecords_ = count;
-  // An upper bound on the records per pass at each point of the stream,
-  // kept through filters (which `count`, an exact figure, is not): it
-  // bounds what a shuffle buffer can ever hold.
-  std::optional<int64_t> atMost = count;
+  // After a filter (or a take of a source of unknown size) `count` is only
+  // an upper bound: still what bounds a shuffle buffer, but not what the
+  // memory cache check and the expected outputs need.
+  bool countExact = true;
 
   std::vector<SubOp> group;
   int64_t groupPar = 0, groupPrefetch = 0;
@@ -478,7 +478,7 @@ Status Engine::build() {
         return s;
       StageCounters *c =
           counters(st.name + "/cache", "cache", "buffer", plan_.where(st));
-      if (st.cache == "memory" && count) {
+      if (st.cache == "memory" && count && countExact) {
         StaticNeed n;
         n.what = "the memory cache after '" + st.name + "' of " +
                  std::to_string(*count) + " records";
@@ -523,7 +523,7 @@ Status Engine::build() {
                    st.kind == OpKind::Element ? "element" : "record", where);
       if (st.op == "filter") {
         op.counters->setFilterReason("where is false");
-        count.reset();
+        countExact = false;
       }
       if (st.kind == OpKind::Element) {
         groupHeavy = true;
@@ -547,7 +547,7 @@ Status Engine::build() {
     StageCounters *c = counters(st.name, st.op, "record", where);
     const Value &p = st.params;
     if (st.op == "shuffle") {
-      cur = makeShuffleStage(shared_, std::move(cur), c, st, atMost);
+      cur = makeShuffleStage(shared_, std::move(cur), c, st, count);
     } else if (st.op == "batch" || st.op == "padded_batch") {
       cur = makeBatchStage(shared_, std::move(cur), c, st,
                            st.op == "padded_batch");
@@ -557,14 +557,9 @@ Status Engine::build() {
             p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
         count = drop ? *count / size : (*count + size - 1) / size;
       }
-      if (atMost) {
-        int64_t size = std::max<int64_t>(1, p["size"].asInt());
-        atMost = (*atMost + size - 1) / size;
-      }
     } else if (st.op == "unbatch") {
       cur = makeUnbatchStage(shared_, std::move(cur), c);
       count.reset();
-      atMost.reset();
     } else if (st.op == "repeat") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : -1;
       cur = makeRepeatStage(shared_, std::move(cur), c, n);
@@ -572,10 +567,6 @@ Status Engine::build() {
         count = *count * n;
       else
         count.reset();
-      if (atMost && n >= 0)
-        atMost = *atMost * n;
-      else
-        atMost.reset();
       if (expectedSourceRecords_ && n >= 0)
         expectedSourceRecords_ = *expectedSourceRecords_ * n;
       else if (n < 0)
@@ -583,17 +574,18 @@ Status Engine::build() {
     } else if (st.op == "take") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
       cur = makeTakeStage(shared_, std::move(cur), c, n);
-      if (count)
+      if (count) {
         count = std::min(*count, n);
-      atMost = std::min(atMost.value_or(n), std::max<int64_t>(n, 0));
+      } else {
+        count = std::max<int64_t>(n, 0);
+        countExact = false;
+      }
       expectedSourceRecords_.reset(); // the source may stop early
     } else if (st.op == "skip") {
       int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
       cur = makeSkipStage(shared_, std::move(cur), c, n);
       if (count)
         count = std::max<int64_t>(0, *count - n);
-      if (atMost)
-        atMost = std::max<int64_t>(0, *atMost - n);
     } else if (st.op == "shard") {
       int64_t n = p["num_shards"].isNumber() ? p["num_shards"].asInt() : 1;
       int64_t i = p["index"].isNumber() ? p["index"].asInt() : 0;
@@ -604,8 +596,6 @@ Status Engine::build() {
       cur = makeShardStage(shared_, std::move(cur), c, n, i);
       if (count)
         count = (*count - i + n - 1) / n;
-      if (atMost)
-        atMost = std::max<int64_t>(0, (*atMost - i + n - 1) / n);
     } else if (st.op == "interleave") {
       cur = makeIdentityStage(shared_, std::move(cur), c);
     } else if (st.op == "cache") {
@@ -623,7 +613,7 @@ Status Engine::build() {
                                "' is not a directory; create it or choose "
                                "another `path`");
       }
-      if (to == "memory" && count) {
+      if (to == "memory" && count && countExact) {
         StaticNeed n;
         n.what = "the memory cache of " + std::to_string(*count) + " records";
         n.records = *count;
@@ -650,7 +640,7 @@ Status Engine::build() {
   if (!s)
     return s;
   root_ = std::move(cur);
-  expectedOutputs_ = count;
+  expectedOutputs_ = countExact ? count : std::nullopt;
   return Status::ok();
 }
 
