@@ -132,8 +132,26 @@ void BM_DecodeOnly(benchmark::State &state) {
       static_cast<double>(outBytes) / 1e6, benchmark::Counter::kIsRate);
 }
 
-// Real time, so that items/s with 2 threads is the combined throughput.
-BENCHMARK(BM_DecodeOnly)->Threads(1)->Threads(2)->UseRealTime();
+/// The thread counts to run: SLUICE_DECODE_THREADS ("1,2,4,8,16", what
+/// bench/scaling.py passes up to the host's cores), else 1 and 2.
+std::vector<int> threadCounts() {
+  std::vector<int> out;
+  const char *env = std::getenv("SLUICE_DECODE_THREADS");
+  std::string list = env && *env ? env : "1,2";
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos)
+      comma = list.size();
+    int n = std::atoi(list.substr(start, comma - start).c_str());
+    if (n > 0)
+      out.push_back(n);
+    start = comma + 1;
+  }
+  if (out.empty())
+    out = {1, 2};
+  return out;
+}
 
 } // namespace
 
@@ -149,6 +167,12 @@ int main(int argc, char **argv) {
   }
   if (argc == 2)
     rootOverride() = argv[1];
+  // Real time, so that items/s with N threads is the combined throughput.
+  benchmark::internal::Benchmark *b =
+      benchmark::RegisterBenchmark("BM_DecodeOnly", BM_DecodeOnly);
+  for (int n : threadCounts())
+    b->Threads(n);
+  b->UseRealTime();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

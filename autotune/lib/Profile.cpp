@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -348,8 +349,22 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   std::vector<int64_t> order;
   for (int r = 0; r < rounds; ++r)
     order.insert(order.end(), levels.begin(), levels.end());
+  if (opts.totalSeconds > 0) {
+    // What each window costs besides its measured seconds (a pipeline's
+    // start, its first outputs) is paid once per window: leave a third of
+    // the bound for it.
+    double share = opts.totalSeconds * 2 / 3 / static_cast<double>(order.size());
+    windowSeconds = std::min(windowSeconds, share);
+  }
+  std::set<int64_t> levelsDone;
   for (size_t n = 0; n < order.size(); ++n) {
     int64_t level = order[n];
+    if (opts.totalSeconds > 0 && levelsDone.count(level) &&
+        std::chrono::duration<double>(Clock::now() - t0).count() +
+                windowSeconds >
+            opts.totalSeconds)
+      continue; // out of time: this level already has a window
+    levelsDone.insert(level);
     runtime::RunOptions o = opts.base;
     o.epochs = prof.epochs < 0 ? -1 : 1000000;
     o.threads = cores;

@@ -89,8 +89,8 @@ std::string scheduleYaml(const TuneResult &r) {
                        ? runtime::formatBytes(r.budget.memoryBytes)
                        : std::string("unlimited")) +
                   ".\n# Replay: sluice run SPEC --schedule THIS_FILE; or paste "
-                  "the schedule: mapping into the spec\n# (a step named in a "
-                  "spec's schedule is not fused with its neighbours).\n";
+                  "the schedule: mapping into the spec\n# (the steps of a "
+                  "fused stage keep their fusion: their knobs agree).\n";
   s += "pipeline: " + r.profile.pipeline + "\nschedule:\n";
   if (r.schedule.empty())
     s += "  {}\n";
@@ -285,9 +285,18 @@ json reportJson(const TuneResult &r) {
                      {"seconds", r.measured->seconds},
                      {"whole_run", r.measuredWholeRun},
                      {"memory_peak_bytes", r.measured->memoryPeak},
+                     // Process CPU per source record: what `--check` compares
+                     // when the host's load moved the throughput.
+                     {"cpu_seconds_per_record",
+                      r.measured->sourceRecords > 0
+                          ? json(r.measured->processCpuSeconds /
+                                 static_cast<double>(r.measured->sourceRecords))
+                          : json(nullptr)},
                      {"prediction_error", num(predictionError(r))}};
   else
     j["measured"] = nullptr;
+  j["profile_cpu_seconds_per_record"] =
+      p.processCpuPerRecord > 0 ? json(p.processCpuPerRecord) : json(nullptr);
   j["scale_advice"] = r.scaleAdvice;
   j["tune_seconds"] = r.seconds;
   return j;
@@ -572,12 +581,28 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
                    std::to_string(kReportVersion));
     return c;
   }
-  auto rate = [](const json &j) -> double {
+  auto rate = [](const json &j, const char *key) -> double {
     if (j.contains("measured") && j["measured"].is_object() &&
-        j["measured"]["records_per_second"].is_number())
-      return j["measured"]["records_per_second"].get<double>();
-    if (j["predicted"]["records_per_second"].is_number())
-      return j["predicted"]["records_per_second"].get<double>();
+        j["measured"][key].is_number())
+      return j["measured"][key].get<double>();
+    if (j.contains("predicted") && j["predicted"].is_object() &&
+        j["predicted"][key].is_number())
+      return j["predicted"][key].get<double>();
+    return 0;
+  };
+  // CPU seconds per source record: what the pipeline costs, whatever share
+  // of the cores other processes left it. The measured run's when both
+  // reports have one, else the profile's single-worker probe.
+  auto cpuPerRecord = [](const json &j, bool measured) -> double {
+    if (measured) {
+      if (j.contains("measured") && j["measured"].is_object() &&
+          j["measured"]["cpu_seconds_per_record"].is_number())
+        return j["measured"]["cpu_seconds_per_record"].get<double>();
+      return 0;
+    }
+    if (j.contains("profile_cpu_seconds_per_record") &&
+        j["profile_cpu_seconds_per_record"].is_number())
+      return j["profile_cpu_seconds_per_record"].get<double>();
     return 0;
   };
   std::string bkern = baseline.value("kernels", ""),
@@ -585,12 +610,44 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
   if (!bkern.empty() && !nkern.empty() && bkern != nkern)
     c.text += "note kernels: " + nkern + ", the baseline's: " + bkern +
               " (compare reports made with the same --no-jit setting)\n";
-  double b = rate(baseline), n = rate(current);
+  double b = rate(baseline, "records_per_second"),
+         n = rate(current, "records_per_second");
+  double bo = rate(baseline, "outputs_per_second"),
+         no = rate(current, "outputs_per_second");
   double change = b > 0 ? (n - b) / b : 0;
-  line(b > 0 && change < -tolerance,
-       "throughput " + fmt(n) + " records/s vs baseline " + fmt(b) + " (" +
-           fmt(change * 100, "%+.1f") + "%, tolerance -" +
-           fmt(tolerance * 100, "%.0f") + "%)");
+  bool measuredBoth = cpuPerRecord(baseline, true) > 0 &&
+                      cpuPerRecord(current, true) > 0;
+  double bc = cpuPerRecord(baseline, measuredBoth),
+         nc = cpuPerRecord(current, measuredBoth);
+  double cpuChange = bc > 0 && nc > 0 ? (nc - bc) / bc : 0;
+  bool slower = b > 0 && change < -tolerance;
+  bool costlier = bc > 0 && nc > 0 && cpuChange > tolerance;
+  std::string rates = fmt(n) + " source records/s (" + fmt(no) +
+                      " outputs/s) vs baseline " + fmt(b) +
+                      " source records/s (" + fmt(bo) + " outputs/s): " +
+                      fmt(change * 100, "%+.1f") + "%, tolerance -" +
+                      fmt(tolerance * 100, "%.0f") + "%";
+  if (slower && bc > 0 && nc > 0 && !costlier) {
+    // Fewer records per second for the same CPU per record: the host gave
+    // the pipeline fewer cores (another process's load), the pipeline did
+    // not get slower.
+    line(false, "throughput " + rates + "; but CPU per source record " +
+                    fmt(nc * 1e6) + " us vs " + fmt(bc * 1e6) + " us (" +
+                    fmt(cpuChange * 100, "%+.1f") +
+                    "%) is within tolerance, so the drop is the host's load "
+                    "(load average " +
+                    fmt(current["host"].value("load_average", 0.0), "%.1f") +
+                    " now, " +
+                    fmt(baseline["host"].value("load_average", 0.0), "%.1f") +
+                    " then), not the pipeline");
+  } else {
+    line(slower, "throughput " + rates);
+  }
+  if (bc > 0 && nc > 0)
+    line(slower && costlier,
+         std::string("CPU per source record ") + fmt(nc * 1e6) + " us vs " +
+             fmt(bc * 1e6) + " us (" + fmt(cpuChange * 100, "%+.1f") + "%, " +
+             (measuredBoth ? "tuned runs" : "single-worker probes") + ")");
   // The bottleneck moved when the baseline's bottleneck is now clearly not
   // limiting: its capacity is more than the tolerance above the predicted
   // throughput (a near-tie between two stages is not a move).

@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
+
+#include "ScheduleCache.h"
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Memory.h"
 
@@ -16,6 +18,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <iostream>
+#include <ctime>
 #include <limits>
 #include <optional>
 
@@ -711,6 +716,51 @@ bool envOff(const char *name) {
 
 } // namespace
 
+namespace {
+
+/// Installs the in-flight re-planner (unless re-planning is off or its
+/// windows would not fit the budget) and says so in `s`.
+void installReplanner(const Profile &profile, const Budget &budget,
+                      const Config &config, runtime::RunOptions &opts,
+                      const AutoOptions &auto_, AutoSchedule &a,
+                      std::string &s) {
+  if (!auto_.replan || envOff("SLUICE_NO_REPLAN"))
+    return;
+  // Re-planning sizes every parallel window for all the cores (the
+  // parallelism may rise in flight): only when that still fits.
+  Config widest = config;
+  std::vector<Unit> us = units(profile, widest.cache.after);
+  for (size_t k = 0; k < us.size() && k < widest.parallelism.size(); ++k)
+    if (us[k].parallel && us[k].pinned == 0)
+      widest.parallelism[k] = budget.cores;
+  int64_t need = predict(profile, widest, budget.cores).memoryBytes;
+  if (budget.memoryBytes > 0 && need > budget.memoryBytes) {
+    s += "  re-planning off: windows for " + std::to_string(budget.cores) +
+         " workers per parallel stage would not fit the memory budget\n";
+    return;
+  }
+  a.replanner = std::make_shared<Replanner>(profile, budget, config,
+                                            auto_.replanOptions);
+  opts.controller = a.replanner;
+  // The re-planner reads the stage timers.
+  opts.stageTiming = runtime::RunOptions::StageTiming::On;
+  s += "  re-planning on: every " +
+       fmt(auto_.replanOptions.interval, "%.2g") +
+       " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
+       "turns it off)\n";
+}
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+} // namespace
+
 Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
                                          runtime::RunOptions &opts,
                                          const AutoOptions &auto_) {
@@ -719,10 +769,49 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     a.applied = false;
     return a;
   }
+  // A schedule an earlier run tuned for this plan, host and data.
+  bool cache = auto_.useCache && scheduleCacheEnabled();
+  std::string key, entry;
+  if (cache) {
+    key = scheduleCacheKey(plan, opts, hostCores());
+    if (std::optional<CachedSchedule> c = loadCachedSchedule(key, &entry)) {
+      AutoSchedule a;
+      a.reused = true;
+      a.cacheEntry = entry;
+      a.schedule = c->schedule;
+      a.prediction = c->prediction;
+      std::string tuned = c->explanation;
+      std::string first = tuned.substr(0, tuned.find('\n'));
+      std::string rest =
+          tuned.find('\n') == std::string::npos
+              ? ""
+              : tuned.substr(tuned.find('\n') + 1);
+      // The tuning run's re-planning line is replaced by this run's.
+      std::string kept;
+      std::istringstream lines(rest);
+      for (std::string l; std::getline(lines, l);)
+        if (l.rfind("  re-planning", 0) != 0)
+          kept += l + "\n";
+      const std::string prefix = "schedule: auto: ";
+      if (first.rfind(prefix, 0) == 0)
+        first = first.substr(prefix.size());
+      std::string s = "schedule: auto: reused the schedule tuned at " +
+                      c->tunedAt +
+                      " for this plan, host and data; nothing probed (" +
+                      entry + "; SLUICE_NO_SCHEDULE_CACHE=1 probes afresh)\n"
+                      "  tuned then: " + first + "\n" + kept;
+      for (const auto &[name, o] : a.schedule)
+        opts.schedule[name] = o;
+      installReplanner(c->profile, c->budget, c->config, opts, auto_, a, s);
+      a.explanation = s;
+      return a;
+    }
+  }
   TuneOptions t;
   t.profile.base = opts;
   t.profile.secondsPerProbe = auto_.secondsPerProbe;
   t.profile.rounds = 2; // 0.3 s windows: three would leave 0.2 s each
+  t.profile.totalSeconds = auto_.maxProbeSeconds;
   t.profile.base.sink = "null";
   t.profile.base.statsJsonPath.clear();
   t.profile.base.stats = false;
@@ -734,6 +823,12 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   // runs settling a close call.
   t.probeCachedEpochs = false;
   t.measureCloseCalls = false;
+  if (auto_.progressLine && opts.progress != runtime::RunOptions::Progress::Off)
+    std::cerr << "sluice: schedule: auto: probing '" << plan.name
+              << "' before its first batch"
+              << (cache ? " (the result is kept for the next run)" : "")
+              << "...\n"
+              << std::flush;
   Expected<TuneResult> r = tune(plan, t);
   if (!r)
     return r.status();
@@ -759,31 +854,27 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     s += "  note: " + n + "\n";
   for (const auto &[name, o] : a.schedule)
     opts.schedule[name] = o;
-  if (auto_.replan && !envOff("SLUICE_NO_REPLAN")) {
-    // Re-planning sizes every parallel window for all the cores (the
-    // parallelism may rise in flight): only when that still fits.
-    Config widest = r->solution.config;
-    std::vector<Unit> us = units(r->profile, widest.cache.after);
-    for (size_t k = 0; k < us.size() && k < widest.parallelism.size(); ++k)
-      if (us[k].parallel && us[k].pinned == 0)
-        widest.parallelism[k] = r->budget.cores;
-    int64_t need = predict(r->profile, widest, r->budget.cores).memoryBytes;
-    if (r->budget.memoryBytes > 0 && need > r->budget.memoryBytes) {
-      s += "  re-planning off: windows for " +
-           std::to_string(r->budget.cores) +
-           " workers per parallel stage would not fit the memory budget\n";
-    } else {
-      a.replanner = std::make_shared<Replanner>(r->profile, r->budget,
-                                                r->solution.config,
-                                                auto_.replanOptions);
-      opts.controller = a.replanner;
-      // The re-planner reads the stage timers.
-      opts.stageTiming = runtime::RunOptions::StageTiming::On;
-      s += "  re-planning on: every " + fmt(auto_.replanOptions.interval, "%.2g") +
-           " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
-           "turns it off)\n";
+  if (cache) {
+    CachedSchedule c;
+    c.schedule = a.schedule;
+    c.explanation = s;
+    c.prediction = a.prediction;
+    c.profile = r->profile;
+    c.budget = r->budget;
+    c.config = r->solution.config;
+    c.tunedAt = utcNow();
+    if (Status st = storeCachedSchedule(key, c); !st)
+      s += "  note: not kept for the next run: " + st.message() + "\n";
+    else {
+      a.cacheEntry = loadCachedSchedule(key, &entry) ? entry : "";
+      s += "  kept for the next run of this plan on this host (" +
+           (a.cacheEntry.empty() ? std::string("could not be read back")
+                                 : a.cacheEntry) +
+           ")\n";
     }
   }
+  installReplanner(r->profile, r->budget, r->solution.config, opts, auto_, a,
+                   s);
   a.explanation = s;
   return a;
 }

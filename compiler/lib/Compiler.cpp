@@ -39,6 +39,12 @@ const std::vector<GraphPass> &graphPasses() {
        [](bool remarks, bool) {
          return createEliminateNoops(EliminateNoopsOptions{remarks});
        }},
+      // Before the fusion passes: the steps it moves the shuffle above
+      // are then fused with what follows them (decode + crop, the batch).
+      {"sluice-hoist-shuffle",
+       [](bool remarks, bool) {
+         return createHoistShuffle(HoistShuffleOptions{remarks});
+       }},
       {"sluice-push-filters",
        [](bool remarks, bool) {
          return createPushFilters(PushFiltersOptions{remarks});

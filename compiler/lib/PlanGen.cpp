@@ -249,8 +249,16 @@ private:
     if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule()) {
       if (auto knobs = schedule->getAs<DictionaryAttr>("default"))
         applyKnobs(knobs, out);
-      if (auto knobs = schedule->getAs<DictionaryAttr>(out.name))
-        applyKnobs(knobs, out);
+      // A fused stage ("a+b") takes the knobs of each of its steps, in
+      // order: the fusion passes fuse named steps only when their knobs
+      // agree (parallelism on any, prefetch and cache on the last).
+      llvm::StringRef rest = out.name;
+      while (!rest.empty()) {
+        auto [part, tail] = rest.split('+');
+        if (auto knobs = schedule->getAs<DictionaryAttr>(part))
+          applyKnobs(knobs, out);
+        rest = tail;
+      }
     }
     return out;
   }

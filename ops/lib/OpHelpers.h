@@ -25,13 +25,24 @@ inline OpDef newOp(std::string name, OpKind kind) {
   return op;
 }
 inline OpDef source(std::string name) {
-  return newOp(std::move(name), OpKind::Source);
+  OpDef op = newOp(std::move(name), OpKind::Source);
+  op.traits.count = Cardinality::Source;
+  return op;
 }
+/// Element ops look at one record and give one record; they may raise data
+/// errors unless the entry says otherwise (`traits.dataErrors = false`).
 inline OpDef element(std::string name) {
-  return newOp(std::move(name), OpKind::Element);
+  OpDef op = newOp(std::move(name), OpKind::Element);
+  op.traits.perRecord = true;
+  op.traits.count = Cardinality::OneToOne;
+  op.traits.dataErrors = true;
+  return op;
 }
+/// Record ops work on the stream; each entry states its traits.
 inline OpDef record(std::string name) {
-  return newOp(std::move(name), OpKind::Record);
+  OpDef op = newOp(std::move(name), OpKind::Record);
+  op.traits.count = Cardinality::Same;
+  return op;
 }
 
 /// `field` (required Field) with a doc line.

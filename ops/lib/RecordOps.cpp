@@ -40,6 +40,8 @@ std::string fieldList(const RecordType &t) {
 
 OpDef select() {
   OpDef op = record("select");
+  op.traits.perRecord = true;
+  op.traits.count = Cardinality::OneToOne;
   op.summary = "Keeps the listed fields, in that order.";
   op.doc =
       "Fields nobody reads after the `select` are never produced: the "
@@ -94,6 +96,8 @@ static OpRegistration regSelect(select());
 
 OpDef rename() {
   OpDef op = record("rename");
+  op.traits.perRecord = true;
+  op.traits.count = Cardinality::OneToOne;
   op.summary = "Renames fields.";
   op.doc = "Written as a mapping from old to new names (short for "
            "`rename: {mapping: {image: pixels}}`). Renames happen at once, "
@@ -163,6 +167,8 @@ static OpRegistration regRename(rename());
 
 OpDef filter() {
   OpDef op = record("filter");
+  op.traits.perRecord = true;
+  op.traits.count = Cardinality::Fewer;
   op.summary = "Keeps the records for which a condition holds.";
   op.doc = "The condition is an expression (see [map](#map)) over the "
            "record's fields: numeric scalar fields by name, entries of "
@@ -291,12 +297,17 @@ static OpRegistration regFilter(filter());
 
 OpDef shuffle() {
   OpDef op = record("shuffle");
+  op.traits.reorders = true;
   op.summary = "Shuffles records through a buffer of `buffer` records.";
   op.doc = "Keeps `buffer` records and emits a random one of them for each "
            "new record, as tf.data does: a buffer at least the size of the "
            "dataset gives a uniform shuffle. The buffer's bytes count "
-           "against the memory budget; put `shuffle` before decoding to "
-           "buffer small encoded records.";
+           "against the memory budget. Written after steps that give one "
+           "record for each record (decode, augmentations, select), it is "
+           "moved up by the compiler to where its records are smallest, "
+           "usually right after the source (sluice-hoist-shuffle: the same "
+           "output bytes, since every random draw is keyed by the record's "
+           "source position; `sluice check` says where it runs).";
   op.example = "- shuffle: {buffer: 4096}";
   op.typeDoc = "unchanged.";
   op.params = {
@@ -318,6 +329,7 @@ static OpRegistration regShuffle(shuffle());
 
 OpDef batch() {
   OpDef op = record("batch");
+  op.traits.count = Cardinality::Groups;
   op.summary = "Stacks `size` consecutive records into one.";
   op.doc = "Every field gets a leading batch dim. Fields must have the same "
            "shape in every record (use `padded_batch` for varying lengths). "
@@ -363,6 +375,7 @@ static OpRegistration regBatch(batch());
 
 OpDef paddedBatch() {
   OpDef op = record("padded_batch");
+  op.traits.count = Cardinality::Groups;
   op.summary = "Batches records whose fields vary in length, padding them.";
   op.doc = "Like `batch`, but fields with `?` dims are padded with "
            "`pad_value` to the longest in the batch, or padded or cut to "
@@ -417,6 +430,7 @@ static OpRegistration regPaddedBatch(paddedBatch());
 
 OpDef unbatch() {
   OpDef op = record("unbatch");
+  op.traits.count = Cardinality::More;
   op.summary = "Splits each record along its first dim into records.";
   op.doc = "The inverse of `batch`: a record whose fields have a leading dim "
            "n becomes n records. All fields must have the same leading size "
@@ -450,6 +464,7 @@ static OpRegistration regUnbatch(unbatch());
 
 OpDef repeat() {
   OpDef op = record("repeat");
+  op.traits.count = Cardinality::More;
   op.summary = "Repeats the stream `count` times, or forever.";
   op.doc = "Each repetition is a new epoch for the random ops before it "
            "(new crops, new shuffle order).";
@@ -469,6 +484,7 @@ static OpRegistration regRepeat(repeat());
 
 OpDef take() {
   OpDef op = record("take");
+  op.traits.count = Cardinality::Fewer;
   op.summary = "Keeps only the first `count` records.";
   op.doc = "Stops reading the source once `count` records have passed.";
   op.example = "- take: 1000";
@@ -488,6 +504,7 @@ static OpRegistration regTake(take());
 
 OpDef skip() {
   OpDef op = record("skip");
+  op.traits.count = Cardinality::Fewer;
   op.summary = "Drops the first `count` records.";
   op.doc = "Skipped records are counted in the run's accounting.";
   op.example = "- skip: 1000";
@@ -507,6 +524,7 @@ static OpRegistration regSkip(skip());
 
 OpDef shard() {
   OpDef op = record("shard");
+  op.traits.count = Cardinality::Fewer;
   op.summary = "Keeps every num_shards-th record, starting at `index`.";
   op.doc = "For data-parallel training: worker `index` of `num_shards` sees "
            "records index, index + num_shards, ... Place it right after the "
@@ -540,6 +558,7 @@ static OpRegistration regShard(shard());
 
 OpDef interleave() {
   OpDef op = record("interleave");
+  op.traits.reorders = true;
   op.summary = "Reads several source files at once, interleaving their "
                "records.";
   op.doc = "Takes `block_length` records from each of `cycle_length` open "
@@ -570,6 +589,7 @@ static OpRegistration regInterleave(interleave());
 
 OpDef cache() {
   OpDef op = record("cache");
+  op.traits.materializes = true;
   op.summary = "Stores the stream after the first epoch and replays it.";
   op.doc = "Later epochs read the cached records instead of running the "
            "steps before `cache` again, so put it after expensive "

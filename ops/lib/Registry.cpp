@@ -103,6 +103,9 @@ void Registry::add(OpDef def) {
                  def.name.c_str());
     std::abort();
   }
+  if (def.stochastic && def.traits.random == RandomKey::None)
+    def.traits.random = def.traits.reorders ? RandomKey::StreamOrder
+                                            : RandomKey::SourcePosition;
   ops_.push_back(std::move(def));
 }
 
@@ -373,6 +376,41 @@ void paramRows(std::ostream &os, const ParamSpec &p,
     paramRows(os, m, sub);
 }
 
+/// The traits in words, for docs/ops.md.
+std::string traitsText(const OpTraits &t) {
+  std::string out = t.perRecord ? "per record" : "on the stream";
+  switch (t.count) {
+  case Cardinality::Source:
+    break;
+  case Cardinality::OneToOne:
+    out += t.dataErrors ? "; one record out for each record in, unless a "
+                          "data error skips it (`on_error: skip`)"
+                        : "; one record out for each record in";
+    break;
+  case Cardinality::Fewer:
+    out += "; drops records";
+    break;
+  case Cardinality::More:
+    out += "; gives more records than it gets";
+    break;
+  case Cardinality::Groups:
+    out += "; groups records";
+    break;
+  case Cardinality::Same:
+    out += "; passes every record on";
+    break;
+  }
+  if (t.reorders)
+    out += "; reorders records";
+  if (t.materializes)
+    out += "; keeps records to replay them";
+  if (t.random == RandomKey::SourcePosition)
+    out += "; random draws keyed by the record's source position";
+  else if (t.random == RandomKey::StreamOrder)
+    out += "; random draws follow the order records arrive in";
+  return out;
+}
+
 const char *fuseText(FuseKind f) {
   switch (f) {
   case FuseKind::None:
@@ -423,6 +461,9 @@ void renderOp(std::ostream &os, const OpDef &op) {
     os << "**Random:** seeded by (seed, epoch), so the order does not depend "
           "on parallelism.\n\n";
   }
+  if (op.kind != OpKind::Source)
+    os << "**Traits** (what the graph passes ask): " << traitsText(op.traits)
+       << ".\n\n";
   os << "**Cost hints** (before profiling): " << num(op.cost.nsPerElement)
      << " ns per record";
   if (op.cost.nsPerByte > 0)

@@ -98,15 +98,33 @@ sluice.pipeline @perm_then_normalize seed(0) epochs(1) budget(cores = 0, memory 
 !src = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>}>>
 !crp = !sluice.stream<!sluice.record<{data: tensor<8x8x3xui8>}>>
 
-// A fixed schedule that names the flip keeps it a step of its own.
+// A fixed schedule that puts a prefetch after the crop keeps the flip a
+// step of its own; the same parallelism on both would keep the fold.
 // CHECK-LABEL: sluice.pipeline @scheduled
 // CHECK-NEXT:    sluice.source
 // CHECK-NEXT:    sluice.element "decode_random_resized_crop"(%{{.*}}) {channels = 3, crop_step = "random_resized_crop", field = "data", size = [8, 8]} {name = "decode_image+random_resized_crop"}
 // CHECK-NEXT:    sluice.element "random_flip"
-sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {random_flip = {parallelism = 2}} {
+sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {random_flip = {parallelism = 2}, random_resized_crop = {prefetch = 2}} {
   %0 = sluice.source "image_folder" {root = "data"} : !src
   %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", channels = 3, crop_step = "random_resized_crop", size = [8, 8]} {name = "decode_image+random_resized_crop"} : !src -> !crp
-  // expected-remark@+1 {{did not fold 'random_flip' into 'decode_image+random_resized_crop': the schedule names it}}
+  // expected-remark@+1 {{did not fold 'random_flip' into 'decode_image+random_resized_crop': the schedule puts a prefetch after 'random_resized_crop'}}
+  %2 = sluice.element "random_flip"(%1) {field = "data"} : !crp -> !crp
+  sluice.output %2 : !crp
+}
+
+// -----
+
+!src = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>}>>
+!crp = !sluice.stream<!sluice.record<{data: tensor<8x8x3xui8>}>>
+
+// CHECK-LABEL: sluice.pipeline @scheduled_agreeing
+// CHECK-NEXT:    sluice.source
+// CHECK-NEXT:    sluice.element "decode_random_resized_crop"(%{{.*}}) {{{.*}}flip_step = "random_flip"{{.*}}}
+// CHECK-NEXT:    sluice.output
+sluice.pipeline @scheduled_agreeing seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {random_flip = {parallelism = 2}, random_resized_crop = {parallelism = 2}, decode_image = {parallelism = 2}} {
+  %0 = sluice.source "image_folder" {root = "data"} : !src
+  %1 = sluice.element "decode_random_resized_crop"(%0) {field = "data", channels = 3, crop_step = "random_resized_crop", size = [8, 8]} {name = "decode_image+random_resized_crop"} : !src -> !crp
+  // expected-remark@+1 {{folded 'random_flip' into 'decode_image+random_resized_crop'}}
   %2 = sluice.element "random_flip"(%1) {field = "data"} : !crp -> !crp
   sluice.output %2 : !crp
 }

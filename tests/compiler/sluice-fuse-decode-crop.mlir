@@ -89,15 +89,52 @@ sluice.pipeline @not_adjacent seed(0) epochs(1) budget(cores = 0, memory = 0) {
 !dec = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<?x?x3xui8>}>>
 !crp = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<8x8x3xui8>}>>
 
-// A fixed schedule that names a step keeps both steps and their knobs.
+// A fixed schedule whose knobs agree keeps the fusion (the fused stage takes
+// each step's knobs); a prefetch after the decode, or two parallelisms, keep
+// both steps.
 // CHECK-LABEL: sluice.pipeline @scheduled
+// CHECK-NEXT:    sluice.source
+// CHECK-NEXT:    sluice.element "decode_random_resized_crop"{{.*}}name = "decode_image+random_resized_crop"
+sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {decode_image = {parallelism = 2}, random_resized_crop = {parallelism = 2, prefetch = 4}} {
+  %0 = sluice.source "image_folder" {root = "data"} : !src
+  %1 = sluice.element "decode_image"(%0) {field = "data", as = "image", channels = 3} : !src -> !dec
+  // expected-remark@+1 {{fused 'decode_image' into 'random_resized_crop'}}
+  %2 = sluice.element "random_resized_crop"(%1) {field = "image", size = [8, 8]} : !dec -> !crp
+  sluice.output %2 : !crp
+}
+
+// -----
+
+!src = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>}>>
+!dec = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<?x?x3xui8>}>>
+!crp = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<8x8x3xui8>}>>
+
+// CHECK-LABEL: sluice.pipeline @prefetch_between
 // CHECK-NEXT:    sluice.source
 // CHECK-NEXT:    sluice.element "decode_image"
 // CHECK-NEXT:    sluice.element "random_resized_crop"
-sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {decode_image = {parallelism = 2}} {
+sluice.pipeline @prefetch_between seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {decode_image = {prefetch = 2}} {
   %0 = sluice.source "image_folder" {root = "data"} : !src
   %1 = sluice.element "decode_image"(%0) {field = "data", as = "image", channels = 3} : !src -> !dec
-  // expected-remark@+1 {{did not fuse 'decode_image' into 'random_resized_crop': the schedule names one of the steps}}
+  // expected-remark@+1 {{did not fuse 'decode_image' into 'random_resized_crop': the schedule puts a prefetch after 'decode_image'}}
+  %2 = sluice.element "random_resized_crop"(%1) {field = "image", size = [8, 8]} : !dec -> !crp
+  sluice.output %2 : !crp
+}
+
+// -----
+
+!src = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>}>>
+!dec = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<?x?x3xui8>}>>
+!crp = !sluice.stream<!sluice.record<{data: tensor<!sluice.bytes>, image: tensor<8x8x3xui8>}>>
+
+// CHECK-LABEL: sluice.pipeline @two_parallelisms
+// CHECK-NEXT:    sluice.source
+// CHECK-NEXT:    sluice.element "decode_image"
+// CHECK-NEXT:    sluice.element "random_resized_crop"
+sluice.pipeline @two_parallelisms seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {decode_image = {parallelism = 2}, random_resized_crop = {parallelism = 1}} {
+  %0 = sluice.source "image_folder" {root = "data"} : !src
+  %1 = sluice.element "decode_image"(%0) {field = "data", as = "image", channels = 3} : !src -> !dec
+  // expected-remark@+1 {{did not fuse 'decode_image' into 'random_resized_crop': the schedule gives 'decode_image' and 'random_resized_crop' different parallelisms}}
   %2 = sluice.element "random_resized_crop"(%1) {field = "image", size = [8, 8]} : !dec -> !crp
   sluice.output %2 : !crp
 }

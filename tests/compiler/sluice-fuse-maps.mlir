@@ -59,20 +59,25 @@ sluice.pipeline @breaks seed(0) epochs(1) budget(cores = 0, memory = 0) {
 
 !s = !sluice.stream<!sluice.record<{x: tensor<4xf32>}>>
 
-// A fixed schedule that names a step keeps it out of any run (its knobs
-// would be lost under the fused name); `as` equal to the field is fine.
+// A fixed schedule's prefetch after a step ends the run there (fusing would
+// drop the buffer); parallelisms that agree keep the steps fused (PlanGen
+// gives the fused stage each step's knobs); two parallelisms split it.
+// `as` equal to the field is fine.
 // CHECK-LABEL: sluice.pipeline @scheduled
 // CHECK:         sluice.element "fill_missing"
 // CHECK-NOT:     sluice.fused
 // CHECK-NEXT:    sluice.map {{.*}}sluice.fused = "map+clamp"
 // CHECK-NEXT:    sluice.element "clamp"({{.*}}) {{{.*}}} {sluice.fused = "map+clamp"}
-sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {fill_missing = {parallelism = 2}} {
+// CHECK-NEXT:    sluice.element "clamp"({{.*}}) {{{.*}}name = "clamp.2"}
+// CHECK-NOT:     sluice.fused
+sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) schedule {fill_missing = {prefetch = 2}, map = {parallelism = 2}, clamp = {parallelism = 2}, clamp.2 = {parallelism = 1}} {
   %0 = sluice.source "npy" {files = "*.npy"} : !s
   %1 = sluice.element "fill_missing"(%0) {field = "x", value = 0.0} : !s -> !s
   // expected-remark@+1 {{fused 2 steps into 'map+clamp'}}
   %2 = sluice.map %1 {field = "x", as = "x", expr = "x * 2"} : !s -> !s
   %3 = sluice.element "clamp"(%2) {field = "x", max = 1.0} : !s -> !s
-  sluice.output %3 : !s
+  %4 = sluice.element "clamp"(%3) {field = "x", min = 0.0} {name = "clamp.2"} : !s -> !s
+  sluice.output %4 : !s
 }
 
 // -----

@@ -194,6 +194,44 @@ TEST(Registry, StochasticAndFuseKinds) {
   EXPECT_EQ(op("files")->shorthand, "files");
 }
 
+// The traits the graph passes ask instead of op names
+// (sluice-hoist-shuffle crosses what is per record and one to one).
+TEST(Registry, Traits) {
+  const Registry &reg = Registry::instance();
+  for (const OpDef *d : reg.all(OpKind::Element)) {
+    EXPECT_TRUE(d->traits.perRecord) << d->name;
+    EXPECT_EQ(d->traits.count, Cardinality::OneToOne) << d->name;
+    EXPECT_FALSE(d->traits.reorders) << d->name;
+    // Element ops draw by the record's source position, never by its
+    // place in the stream.
+    EXPECT_EQ(d->traits.random, d->stochastic ? RandomKey::SourcePosition
+                                              : RandomKey::None)
+        << d->name;
+  }
+  for (const OpDef *d : reg.all(OpKind::Source))
+    EXPECT_EQ(d->traits.count, Cardinality::Source) << d->name;
+  auto t = [&](const char *n) { return reg.find(n)->traits; };
+  EXPECT_TRUE(t("decode_image").dataErrors);
+  for (const char *n : {"select", "rename"}) {
+    EXPECT_TRUE(t(n).perRecord) << n;
+    EXPECT_EQ(t(n).count, Cardinality::OneToOne) << n;
+    EXPECT_FALSE(t(n).dataErrors) << n;
+  }
+  EXPECT_EQ(t("filter").count, Cardinality::Fewer);
+  EXPECT_TRUE(t("shuffle").reorders);
+  EXPECT_EQ(t("shuffle").random, RandomKey::StreamOrder);
+  EXPECT_TRUE(t("interleave").reorders);
+  EXPECT_TRUE(t("cache").materializes);
+  EXPECT_EQ(t("prefetch").count, Cardinality::Same);
+  EXPECT_FALSE(t("prefetch").materializes);
+  for (const char *n : {"batch", "padded_batch"})
+    EXPECT_EQ(t(n).count, Cardinality::Groups) << n;
+  for (const char *n : {"unbatch", "repeat"})
+    EXPECT_EQ(t(n).count, Cardinality::More) << n;
+  for (const char *n : {"take", "skip", "shard"})
+    EXPECT_EQ(t(n).count, Cardinality::Fewer) << n;
+}
+
 TEST(Registry, ParamHelpers) {
   ParamSpec p =
       param("size", ParamKind::IntList).req().length(2, 2).scalar(2).atLeast(1);

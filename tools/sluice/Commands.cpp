@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -137,17 +138,75 @@ std::string passList() {
 
 namespace {
 
+/// The spec step names a plan stage runs: its own, the '+'-joined names of a
+/// fused stage, and the steps of a fused map.
+void stepNamesOf(const runtime::PlanStage &s, std::set<std::string> &out) {
+  size_t start = 0;
+  while (start <= s.name.size()) {
+    size_t plus = s.name.find('+', start);
+    if (plus == std::string::npos)
+      plus = s.name.size();
+    out.insert(s.name.substr(start, plus - start));
+    start = plus + 1;
+  }
+  for (const runtime::PlanStage &f : s.fused)
+    stepNamesOf(f, out);
+}
+
+/// Where each shuffle of the spec runs after the graph passes, with its
+/// line: a shuffle sluice-hoist-shuffle moved runs before steps written
+/// above it.
+std::string shufflePlacement(const dsl::Spec &spec,
+                             const runtime::Plan &plan) {
+  std::ostringstream os;
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    const runtime::PlanStage &sh = plan.stages[i];
+    if (sh.op != "shuffle")
+      continue;
+    std::set<std::string> later;
+    for (size_t j = i + 1; j < plan.stages.size(); ++j)
+      stepNamesOf(plan.stages[j], later);
+    std::vector<std::string> crossed;
+    bool seen = false;
+    for (const dsl::Step &st : spec.steps) {
+      if (st.name == sh.name) {
+        seen = true;
+        break;
+      }
+      if (later.count(st.name))
+        crossed.push_back(st.name);
+    }
+    if (!seen)
+      continue;
+    os << "  " << sh.name << " (" << plan.where(sh) << ") runs ";
+    if (crossed.empty()) {
+      os << "where it is written\n";
+      continue;
+    }
+    os << (i == 0 ? "right after the source" : "after " + plan.stages[i - 1].name)
+       << ", before ";
+    for (size_t k = 0; k < crossed.size(); ++k)
+      os << (k ? ", " : "") << crossed[k];
+    os << " (sluice-hoist-shuffle: its buffer holds smaller records there, "
+          "same output; `--disable-pass sluice-hoist-shuffle` keeps it where "
+          "written)\n";
+  }
+  return os.str();
+}
+
 /// The spec is valid; now look at the data it names, as `run` would open
 /// it (files listed, headers read, nothing decoded): a data path that does
 /// not exist, a glob that matches nothing, an empty file are warnings of
 /// `check` (the spec itself is fine, the data may appear later), errors of
 /// `run`.
-void warnAboutData(const dsl::Spec &spec) {
+void warnAboutData(const dsl::Spec &spec, bool quiet) {
   std::ostringstream remarks;
   Expected<runtime::Plan> plan =
       compiler::buildPlan(spec, compiler::PlanOptions(), remarks);
   if (!plan)
     return; // not a data problem; `run` reports it
+  if (!quiet)
+    std::cout << shufflePlacement(spec, *plan);
   Expected<std::unique_ptr<runtime::Pipeline>> p =
       runtime::Pipeline::create(*plan);
   if (!p) {
@@ -181,7 +240,7 @@ CommandAction addCheckCommand(CLI::App &root) {
       return kExitUsage;
     if (!st->quiet)
       std::cout << dsl::renderTypedStages(*spec);
-    warnAboutData(*spec);
+    warnAboutData(*spec, st->quiet);
     return kExitOk;
   };
 }

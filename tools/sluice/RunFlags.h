@@ -24,6 +24,9 @@ namespace sluice::tool {
 constexpr int kExitOk = 0;
 constexpr int kExitData = 1;
 constexpr int kExitUsage = 2;
+/// `sluice tune --check`: the pipeline ran, and it regressed against the
+/// baseline (1 stays "could not run": a pipeline or data error).
+constexpr int kExitRegressed = 3;
 
 /// Prints "sluice: error: MSG" and a pointer to `--help`; returns kExitUsage.
 /// `command` names the subcommand whose help to point at ("" for the root).

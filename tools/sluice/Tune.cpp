@@ -118,6 +118,19 @@ int runTune(const TuneFlags &f) {
     return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), "tune");
+  // A baseline of another pipeline compares nothing: refuse it before
+  // profiling.
+  if (!checkPath.empty() && baseline.is_object() &&
+      baseline.contains("pipeline") && baseline["pipeline"].is_string() &&
+      baseline["pipeline"].get<std::string>() != spec->pipeline) {
+    std::cerr << "sluice: error: " << checkPath
+              << ": the baseline is for pipeline '"
+              << baseline["pipeline"].get<std::string>() << "', not '"
+              << spec->pipeline << "' (" << f.specs[0]
+              << "); make a baseline of this pipeline with `sluice tune "
+              << f.specs[0] << " --report DIR` and pass DIR/report.json\n";
+    return kExitUsage;
+  }
   Expected<runtime::Plan> plan = compiler::buildPlan(*spec, planOpts, std::cerr);
   if (!plan) {
     if (!plan.status().message().empty())
@@ -189,7 +202,7 @@ int runTune(const TuneFlags &f) {
     std::cout << "\ncheck against " << checkPath << ":\n" << c.text;
     if (!c.ok) {
       std::cout << "check FAILED\n";
-      return kExitData;
+      return kExitRegressed;
     }
     std::cout << "check passed\n";
   }
@@ -218,9 +231,13 @@ CommandAction addTuneCommand(CLI::App &root) {
                   "into DIR")
       ->type_name("DIR");
   cmd->add_option("--check", st->check,
-                  "compare with a baseline report.json: exit 1 when the "
-                  "throughput fell beyond the tolerance, the bottleneck "
-                  "moved, or a budget would be broken")
+                  "compare with a baseline report.json of the same "
+                  "pipeline: exit 3 when the throughput fell beyond the "
+                  "tolerance and the CPU per source record rose beyond it "
+                  "(a drop the host's load explains passes), the bottleneck "
+                  "moved, or a budget would be broken; exit 1 when the "
+                  "pipeline could not run, 2 for a baseline that cannot be "
+                  "compared")
       ->type_name("BASELINE.json");
   cmd->add_option("--tolerance", st->tolerance,
                   "allowed throughput drop for --check (default 10%)")

@@ -32,6 +32,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::resultField;
 using sluice::compiler::detail::stringParam;
 
@@ -73,10 +74,17 @@ struct FuseCropEpiloguePass
              "' and leaves the cropped image in the record";
     if (epi.transpose)
       return "it comes after the transpose";
-    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
-      if (schedule->contains(step.getStageName()) ||
-          schedule->contains(crop.getStageName()))
-        return "the schedule names it";
+    // The step the folded one follows: the crop (the last step of the
+    // fused "decode+crop") or the epilogue's last.
+    StringRef prev = epi.steps.empty()
+                         ? crop.getStageName().rsplit('+').second.empty()
+                               ? crop.getStageName()
+                               : crop.getStageName().rsplit('+').second
+                         : ElementOp(epi.steps.back()).getStageName();
+    if (std::string split = scheduleSplits(pipeline.getSchedule(), prev,
+                                           step.getStageName());
+        !split.empty())
+      return split;
     StringRef kind = step.getKind();
     if (kind == "random_flip") {
       if (epi.flip)

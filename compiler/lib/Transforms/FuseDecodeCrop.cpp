@@ -24,6 +24,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::resultField;
 
 namespace {
@@ -54,13 +55,11 @@ struct FuseDecodeCropPass
       return "the crop writes field '" + cropped.value_or("").str() +
              "' and leaves the full decoded image '" + decoded->str() +
              "' in the record";
-    // A fixed schedule sets knobs per step name; the fused stage has a new
-    // name, so fusing would silently drop them.
-    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
-      if (schedule->contains(decode.getStageName()) ||
-          schedule->contains(crop.getStageName()))
-        return "the schedule names one of the steps";
-    return "";
+    // A fixed schedule's knobs move onto the fused stage when they agree
+    // (PlanGen applies each part's); a prefetch or cache between the two, or
+    // two parallelisms, keep them apart.
+    return scheduleSplits(pipeline.getSchedule(), decode.getStageName(),
+                          crop.getStageName());
   }
 
   void run(PipelineOp pipeline) {

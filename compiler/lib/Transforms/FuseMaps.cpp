@@ -31,6 +31,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::kFusedAttr;
 using sluice::compiler::detail::markFused;
 using sluice::compiler::detail::stringParam;
@@ -72,9 +73,6 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
       return "it names no field";
     if (as && *as != *field)
       return "it writes a new field '" + as->str() + "'";
-    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
-      if (schedule->contains(stage.getStageName()))
-        return "the schedule names it";
     if (!stage.getOutputStream().hasOneUse())
       return "its stream has other consumers";
     return "";
@@ -106,6 +104,17 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
                                   << "\n");
         flush();
         continue;
+      }
+      if (chained) {
+        std::string split =
+            scheduleSplits(pipeline.getSchedule(),
+                           runOps.back().getStageName(), stage.getStageName());
+        if (!split.empty()) {
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '"
+                                  << stage.getStageName() << "': " << split
+                                  << "\n");
+          chained = false;
+        }
       }
       if (!chained)
         flush();

@@ -32,6 +32,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::kFusedAttr;
 using sluice::compiler::detail::markFused;
 using sluice::compiler::detail::stringParam;
@@ -61,9 +62,6 @@ struct FuseRemapsPass
       return "it names no field";
     if (as && *as != *f)
       return "it writes a new field '" + as->str() + "'";
-    if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule())
-      if (schedule->contains(stage.getStageName()))
-        return "the schedule names it";
     if (!stage.getOutputStream().hasOneUse())
       return "its stream has other consumers";
     field = f->str();
@@ -102,6 +100,17 @@ struct FuseRemapsPass
                      stage.getInputStream() ==
                          runOps.back().getOutputStream() &&
                      field == runField;
+      if (chained) {
+        std::string split =
+            scheduleSplits(pipeline.getSchedule(),
+                           runOps.back().getStageName(), stage.getStageName());
+        if (!split.empty()) {
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '"
+                                  << stage.getStageName() << "': " << split
+                                  << "\n");
+          chained = false;
+        }
+      }
       if (!chained)
         flush();
       runOps.push_back(stage);

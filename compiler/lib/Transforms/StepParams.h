@@ -35,6 +35,41 @@ inline std::optional<mlir::StringRef> resultField(mlir::DictionaryAttr params) {
   return field;
 }
 
+/// Why a fixed schedule keeps step `before` from being fused with the step
+/// `after` it feeds, or "". A prefetch or a cache written on `before` acts
+/// between the two, so fusing would drop it; parallelisms written on both
+/// must agree. Knobs that agree are kept: PlanGen applies the knobs of every
+/// step of a fused stage ("a+b") to it, so a schedule `sluice tune` wrote
+/// (parallelism on each step of a fused stage, prefetch and cache on its
+/// last) keeps the fusion when it is pasted into the spec. The `default`
+/// entry applies to every stage alike and splits nothing.
+inline std::string scheduleSplits(std::optional<mlir::DictionaryAttr> schedule,
+                                  mlir::StringRef before,
+                                  mlir::StringRef after) {
+  if (!schedule)
+    return "";
+  auto knobs = [&](mlir::StringRef step) {
+    return schedule->getAs<mlir::DictionaryAttr>(step);
+  };
+  mlir::DictionaryAttr b = knobs(before), a = knobs(after);
+  if (b) {
+    if (auto prefetch = b.getAs<mlir::IntegerAttr>("prefetch");
+        prefetch && prefetch.getInt() > 0)
+      return "the schedule puts a prefetch after '" + before.str() + "'";
+    if (auto cache = b.getAs<mlir::StringAttr>("cache");
+        cache && cache.getValue() != "none")
+      return "the schedule caches the output of '" + before.str() + "'";
+  }
+  if (a && b) {
+    auto pa = a.getAs<mlir::IntegerAttr>("parallelism");
+    auto pb = b.getAs<mlir::IntegerAttr>("parallelism");
+    if (pa && pb && pa.getInt() != pb.getInt())
+      return "the schedule gives '" + before.str() + "' and '" + after.str() +
+             "' different parallelisms";
+  }
+  return "";
+}
+
 /// The attribute that names a step's fused group (PlanGen makes the steps
 /// of one group one stage).
 constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";

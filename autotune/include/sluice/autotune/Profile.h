@@ -190,6 +190,11 @@ struct ProfileOptions {
   double secondsPerProbe = 1.5;
   int rounds = 3;
   int64_t maxRecordsPerProbe = 4000000;
+  /// A bound on the whole profile's wall time (0: none), for `schedule:
+  /// auto` before a run's first batch: the windows shrink to share it, and
+  /// once it has passed the windows left are dropped (each probe level keeps
+  /// at least one).
+  double totalSeconds = 0;
   /// Probe parallelisms; empty: 1 and the core budget (and 4 between when
   /// the budget is over 4).
   std::vector<int64_t> parallelisms;

@@ -177,6 +177,11 @@ struct AutoSchedule {
   /// The re-planner installed as RunOptions::controller (null when
   /// re-planning is off): its events() say what it changed during the run.
   std::shared_ptr<Replanner> replanner;
+  /// The schedule came from the schedule cache: an earlier run tuned this
+  /// plan on this host over the same data, and nothing was probed.
+  bool reused = false;
+  /// The cache entry read or written ("" when the cache is off).
+  std::string cacheEntry;
 };
 
 /// How applyAutoSchedule() profiles and re-plans.
@@ -184,10 +189,20 @@ struct AutoOptions {
   /// Seconds of probing per probe level (two levels on two cores, in two
   /// interleaved windows each).
   double secondsPerProbe = 0.6;
+  /// Wall seconds all the probes may take together, at any core count
+  /// (ProfileOptions::totalSeconds): the first batch should not wait long.
+  double maxProbeSeconds = 1.0;
   /// Re-plan while the pipeline runs when measured rates drift
   /// (SLUICE_NO_REPLAN=1 in the environment turns it off too).
   bool replan = true;
   ReplanOptions replanOptions;
+  /// Reuse a schedule an earlier run tuned for the same plan, host and data,
+  /// and keep this one for later runs (SLUICE_NO_SCHEDULE_CACHE=1 turns it
+  /// off too).
+  bool useCache = true;
+  /// Print one line to stderr before probing ("probing ... for about N s"),
+  /// so a terminal or a notebook is not silent while it probes.
+  bool progressLine = true;
 };
 
 /// THE entry point for `schedule: auto`, for every runner of a Plan

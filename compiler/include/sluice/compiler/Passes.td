@@ -167,6 +167,56 @@ def FuseCropEpilogue : Pass<"sluice-fuse-crop-epilogue"> {
   ];
 }
 
+def HoistShuffle : Pass<"sluice-hoist-shuffle"> {
+  let summary = "Moves each shuffle toward the source, to where its records "
+                "are smallest";
+  let description = [{
+    A `sluice.shuffle` written after the decode and augmentation steps buffers
+    decoded (often f32) records: hundreds of KiB each instead of the encoded
+    bytes, and the batch after it copies each one on one thread. The pass
+    moves the shuffle up past the steps before it that look at one record at
+    a time and give exactly one record for it (the op registry's traits:
+    `perRecord`, `OneToOne`, random draws keyed by the record's source
+    position, not by its place in the stream), and past `prefetch`, to the
+    point among those where the estimated record is smallest (static shapes
+    count exactly; a dynamic field is estimated from the registry's output
+    size hints), usually right after the source.
+
+    Why the output is byte-identical: the shuffle's choices depend only on
+    how many records reach it and in which order, and each crossed step
+    neither drops nor reorders records; every random step draws from (seed,
+    epoch, record's source index, step), which the shuffle keeps with the
+    record. A step that may raise a data error (a corrupt image) is crossed
+    only under the source's `on_error: fail`: under `skip` it can drop a
+    record, which would change what the shuffle counts. Never crossed:
+    filters, batches, take/skip/shard, repeat, interleave, cache, another
+    shuffle, and a step whose output a fixed schedule caches. With
+    `remarks=true` every move, and every shuffle left where it is, is
+    reported at the shuffle.
+
+    ```mlir
+    // before
+    %1 = sluice.element "decode_image"(%0) {as = "image", field = "data"}
+        : !s0 -> !s1
+    %2 = sluice.select %1 {fields = ["image", "label"]} : !s1 -> !s2
+    %3 = sluice.shuffle %2 {buffer = 4096 : i64} : !s2
+    // after
+    %1 = sluice.shuffle %0 {buffer = 4096 : i64} : !s0
+    %2 = sluice.element "decode_image"(%1) {as = "image", field = "data"}
+        : !s0 -> !s1
+    %3 = sluice.select %2 {fields = ["image", "label"]} : !s1 -> !s2
+    ```
+  }];
+  let statistics = [
+    Statistic<"numMoved", "crossed-steps", "Number of steps shuffles moved before">,
+  ];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "Report every moved shuffle, and every one left in place, as a "
+           "remark">,
+  ];
+}
+
 def PushFilters : Pass<"sluice-push-filters"> {
   let summary = "Moves each filter before the element steps it does not "
                 "depend on";

@@ -98,6 +98,45 @@ enum class FuseKind {
   IndexRemap,  ///< out[i] = in[g(i)] (crop, flip, transpose, pad)
 };
 
+/// How an op changes the number of records that pass it.
+enum class Cardinality {
+  Source,   ///< makes the stream
+  OneToOne, ///< one record out for each record in (a data error aside)
+  Fewer,    ///< drops records (filter, take, skip, shard)
+  More,     ///< makes several records of one, or repeats them
+  Groups,   ///< combines several records into one (batch)
+  Same,     ///< passes the stream through unchanged (cache, prefetch)
+};
+
+/// How an op's random draws are keyed.
+enum class RandomKey {
+  None,           ///< deterministic
+  SourcePosition, ///< by (seed, epoch, record's source index, step): where
+                  ///< the record is in the stream does not matter
+  StreamOrder,    ///< by the order records arrive in (shuffle)
+};
+
+/// What passes, the code generator, the runtime and the tuner ask about an
+/// op instead of its name. Filled by the registry helpers from the op's kind
+/// (element ops: per record, one to one, may raise data errors) and set by
+/// the entries that differ.
+struct OpTraits {
+  /// Looks at one record at a time and never at its neighbours or its place
+  /// in the stream (element ops, select, rename, filter).
+  bool perRecord = false;
+  Cardinality count = Cardinality::OneToOne;
+  RandomKey random = RandomKey::None;
+  /// May reject a record because of its values (a corrupt image, an id out
+  /// of range): under the source's `on_error: skip` the record is skipped,
+  /// so the step is then not one to one.
+  bool dataErrors = false;
+  /// Changes the order of records.
+  bool reorders = false;
+  /// Keeps the records it passes to replay them later (cache): moving a
+  /// step across it changes what is replayed.
+  bool materializes = false;
+};
+
 /// Rough per-element costs the autotuner starts from before it has a profile.
 struct CostHints {
   double nsPerElement = 50;  ///< fixed cost per record
@@ -153,6 +192,9 @@ struct OpDef {
   TypeRule typeRule;
   FuseKind fuse = FuseKind::None;
   bool stochastic = false; ///< draws random numbers (seeded per element)
+  /// What passes and the tuner ask about the op (Registry::add fills
+  /// `random` from `stochastic` when an entry leaves it None).
+  OpTraits traits;
   /// Created only by compiler passes (e.g. a fused decode + crop): find()
   /// resolves it for the verifier, PlanGen and the runtime, but all(),
   /// names(), `sluice ops` and the docs leave it out, and the front end
