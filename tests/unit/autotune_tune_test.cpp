@@ -168,15 +168,26 @@ TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(a, b);
 
-  // check: unchanged passes; a baseline three times faster fails.
+  // check: unchanged passes; a baseline three times faster at a third of
+  // the CPU per record fails; three times faster at the same CPU per
+  // record is the host's load (another process took the cores) and passes.
   autotune::CheckResult same = autotune::check(j, j, 0.10);
   EXPECT_TRUE(same.ok) << same.text;
+  ASSERT_TRUE(j["measured"]["cpu_seconds_per_record"].is_number());
   nlohmann::json faster = j;
   faster["measured"]["records_per_second"] =
       j["measured"]["records_per_second"].get<double>() * 3;
+  autotune::CheckResult loaded = autotune::check(faster, j, 0.10);
+  EXPECT_TRUE(loaded.ok) << loaded.text;
+  EXPECT_NE(loaded.text.find("the drop is the host's load"), std::string::npos)
+      << loaded.text;
+  faster["measured"]["cpu_seconds_per_record"] =
+      j["measured"]["cpu_seconds_per_record"].get<double>() / 3;
   autotune::CheckResult slow = autotune::check(faster, j, 0.10);
   EXPECT_FALSE(slow.ok);
   EXPECT_NE(slow.text.find("FAIL throughput"), std::string::npos) << slow.text;
+  EXPECT_NE(slow.text.find("FAIL CPU per source record"), std::string::npos)
+      << slow.text;
   nlohmann::json moved = j;
   // A stage the current report does not have (kind "stage"): with the
   // run's own kind, a "cpu" bottleneck on a quiet host compares the CPU's
@@ -375,8 +386,9 @@ TEST(AutotuneTuneMemory, TightMemoryIsRespectedAndExplained) {
 
 TEST(AutotuneTuneMemory, AShuffleBufferLargerThanTheDataSetHoldsOnePass) {
   // A buffer of a million records over Fashion-MNIST's 10,000 holds 10,000
-  // at most (33 MiB after normalize): the tune fits in 64 MiB and predicts
-  // the buffer at that size, not at a million records (3.3 GB).
+  // at most (sluice-hoist-shuffle puts it before the normalize: ~8 MiB of
+  // u8 images): the tune fits in 64 MiB and predicts the buffer at that
+  // size, not at a million records (0.8 GB).
   TempDir dir;
   std::string spec = fashionMnistSpec(
       dir, "fm_big_shuffle",
@@ -404,7 +416,7 @@ TEST(AutotuneTuneMemory, AShuffleBufferLargerThanTheDataSetHoldsOnePass) {
     }
   EXPECT_TRUE(seen);
   EXPECT_LE(r->solution.prediction.memoryBytes, int64_t(64) << 20);
-  EXPECT_GE(r->solution.prediction.memoryBytes, int64_t(30) << 20);
+  EXPECT_GE(r->solution.prediction.memoryBytes, int64_t(7) << 20);
   ASSERT_TRUE(r->measured.has_value());
   EXPECT_LE(r->measured->memoryPeak, int64_t(64) << 20);
 }

@@ -183,16 +183,17 @@ TEST(CacheSplit, APinnedCacheKeepsFusionOnEitherSide) {
   // (sluice-fuse-maps takes normalize into the value-wise run before it.)
   EXPECT_EQ(names(a), (Names{"cast+map+normalize", "cache",
                              "random_crop+random_flip", "batch"}));
-  // A `cache` knob in the spec's schedule: the scheduled step stays out of
-  // fused groups, its neighbours still fuse.
+  // A `cache` knob in the spec's schedule on the last step of a value-wise
+  // run: the run stays fused and the fused stage takes the knob (a cache
+  // written on a step inside a run would end the run there).
   std::string withKnob =
       spec(kPrefix, "schedule:\n  normalize: {cache: memory}\n");
   withKnob.replace(withKnob.find("epochs: 1"), 9, "epochs: 2");
   runtime::Plan b =
       sluice::testing::planOfSpecFile(dir.write("b.yaml", withKnob));
-  EXPECT_EQ(names(b), (Names{"cast+map", "normalize",
-                             "random_crop+random_flip", "batch"}));
-  EXPECT_EQ(b.stages[1].cache, "memory");
+  EXPECT_EQ(names(b), (Names{"cast+map+normalize", "random_crop+random_flip",
+                             "batch"}));
+  EXPECT_EQ(b.stages[0].cache, "memory");
   // Same bytes as without any cache, codegen on and off.
   std::string plainText = spec(kPrefix);
   plainText.replace(plainText.find("epochs: 1"), 9, "epochs: 2");
