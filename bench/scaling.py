@@ -234,6 +234,12 @@ def main():
             cells.append("%.0f / %.0f (%.2f× / %.2f×)" % (whole, steady, whole / d, steady / d))
         w("| %d | %.0f | %s |" % (n, d, " | ".join(cells)))
     w("")
+    w("Process CPU per image (user + system µs, median; steadier than rates "
+      "on a shared host): " + "; ".join(
+          "%d thread%s: %s" % (n, "" if n == 1 else "s", ", ".join(
+              "%s %.0f" % (k, med(x["cpu"] / max(1, x["records"]) for x in results[(k, n)]) * 1e6)
+              for k in specs)) for n in threads) + ".")
+    w("")
     w("Peak RSS (MiB, median) at %d threads: %s." % (threads[-1], ", ".join(
         "%s %.0f" % (k, med(x["rss_kib"] for x in results[(k, threads[-1])]) / 1024)
         for k in specs)))
