@@ -13,6 +13,7 @@
 #include "sluice/compiler/SluiceOps.h"
 
 #include "Retype.h"
+#include "StepParams.h"
 
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Debug.h"
@@ -26,6 +27,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::cachedBySchedule;
 
 namespace {
 
@@ -65,16 +67,6 @@ RecordType batchedRecord(RecordType record, int64_t dim) {
     types.push_back(RankedTensorType::get(shape, tensor.getElementType()));
   }
   return RecordType::get(record.getContext(), record.getNames(), types);
-}
-
-/// True if `schedule` caches the output of `step`: its own `cache` knob, or
-/// the `default` one when it has none (`none` opts out).
-bool cachedBySchedule(DictionaryAttr schedule, llvm::StringRef step) {
-  for (llvm::StringRef entry : {step, llvm::StringRef("default")})
-    if (auto knobs = schedule.getAs<DictionaryAttr>(entry))
-      if (auto cache = knobs.getAs<StringAttr>("cache"))
-        return cache.getValue() != "none";
-  return false;
 }
 
 struct FuseMapBatchPass

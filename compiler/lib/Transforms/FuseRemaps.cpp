@@ -100,17 +100,12 @@ struct FuseRemapsPass
                      stage.getInputStream() ==
                          runOps.back().getOutputStream() &&
                      field == runField;
-      if (chained) {
-        std::string split =
-            scheduleSplits(pipeline.getSchedule(),
-                           runOps.back().getStageName(), stage.getStageName());
-        if (!split.empty()) {
-          LLVM_DEBUG(llvm::dbgs() << "run ends before '"
-                                  << stage.getStageName() << "': " << split
-                                  << "\n");
-          chained = false;
-        }
-      }
+      // A fixed schedule's knobs that act between the two end the run.
+      if (chained && !scheduleSplits(pipeline.getSchedule(),
+                                     runOps.back().getStageName(),
+                                     stage.getStageName())
+                          .empty())
+        chained = false;
       if (!chained)
         flush();
       runOps.push_back(stage);

@@ -51,6 +51,7 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
+using sluice::compiler::detail::cachedBySchedule;
 using sluice::compiler::detail::resultField;
 using sluice::compiler::detail::stringParam;
 
@@ -146,14 +147,8 @@ struct HoistShufflePass
     }
     // A fixed schedule that caches after the step put a materialization
     // point there: the cache would replay the shuffled order.
-    if (schedule)
-      for (StringRef entry : {stage.getStageName(), StringRef("default")})
-        if (auto knobs = schedule->getAs<DictionaryAttr>(entry))
-          if (auto cache = knobs.getAs<StringAttr>("cache")) {
-            if (cache.getValue() != "none")
-              return "the fixed schedule caches the output of " + name;
-            break;
-          }
+    if (schedule && cachedBySchedule(*schedule, stage.getStageName()))
+      return "the fixed schedule caches the output of " + name;
     return "";
   }
 

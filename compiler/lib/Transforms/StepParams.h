@@ -35,6 +35,17 @@ inline std::optional<mlir::StringRef> resultField(mlir::DictionaryAttr params) {
   return field;
 }
 
+/// True if `schedule` caches the output of `step`: its own `cache` knob, or
+/// the `default` one when it has none (`none` opts out).
+inline bool cachedBySchedule(mlir::DictionaryAttr schedule,
+                             llvm::StringRef step) {
+  for (llvm::StringRef entry : {step, llvm::StringRef("default")})
+    if (auto knobs = schedule.getAs<mlir::DictionaryAttr>(entry))
+      if (auto cache = knobs.getAs<mlir::StringAttr>("cache"))
+        return cache.getValue() != "none";
+  return false;
+}
+
 /// Why a fixed schedule keeps step `before` from being fused with the step
 /// `after` it feeds, or "". A prefetch or a cache written on `before` acts
 /// between the two, so fusing would drop it; parallelisms written on both
