@@ -37,7 +37,42 @@ double loadAverage() {
 
 /// What the bottleneck would need at `cores`: the parallelism that lifts it
 /// to the next limit, or why no parallelism can.
+std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores);
+
+/// scaleAdvice, and for more workers than the probes ran, how sure it is:
+/// the scaling curves are fitted to probes at a few parallelisms on this
+/// host (two on two cores, where the fitted contention also holds the
+/// sharing of those cores with the source's and consumer's threads), so
+/// beyond them they extrapolate. The same configuration with every parallel
+/// unit scaling linearly bounds the prediction from above.
 std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
+  std::string out = scaleAdviceAt(p, s, cores);
+  int64_t probed = 1;
+  for (const Probe &pr : p.probes)
+    probed = std::max(probed, pr.parallelism);
+  if (cores <= probed)
+    return out;
+  Profile linear = p;
+  for (auto &[step, samples] : linear.scaling)
+    samples.erase(std::remove_if(samples.begin(), samples.end(),
+                                 [](const ScalingSample &x) {
+                                   return x.parallelism != 1;
+                                 }),
+                  samples.end());
+  double upper = predict(linear, s.config, cores).throughput;
+  double fitted = s.prediction.throughput;
+  if (upper > fitted * 1.02)
+    out += " Uncertain: the probes ran at most " + std::to_string(probed) +
+           " worker" + (probed == 1 ? "" : "s") + " per stage, so the " +
+           std::to_string(cores) + "-core figure extrapolates their fitted "
+           "scaling; with linear scaling it would be " + fmt(upper) +
+           " records/s (" + fmt((upper / fitted - 1) * 100, "%+.0f") +
+           "%). The truth lies between; `sluice tune` on a host with the "
+           "cores measures it.";
+  return out;
+}
+
+std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores) {
   const Prediction &pr = s.prediction;
   std::string out = "At " + std::to_string(cores) + " cores the limit is " +
                     pr.bottleneckLabel + " at " + fmt(pr.throughput) +
