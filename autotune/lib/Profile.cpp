@@ -310,6 +310,9 @@ Expected<Probe> measure(const runtime::Plan &plan,
   return pr;
 }
 
+/// The largest shuffle buffer a probe runs with (profilePipeline).
+constexpr int64_t kProbeShuffleBuffer = 256;
+
 Expected<Profile> profilePipeline(const runtime::Plan &plan,
                                   const ProfileOptions &opts) {
   auto t0 = Clock::now();
@@ -334,6 +337,18 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     if (cores > 1)
       levels.push_back(cores);
   }
+
+  // The probes measure rates, not an order: a shuffle buffer of thousands
+  // of records (the README's 4096, often the whole epoch of a small data
+  // set) would make every window read that many records before its first
+  // output. They run with the buffer capped; what the buffer holds is
+  // modelled from the plan's size (StepProfile::heldRecords) and the bytes
+  // per record measured here.
+  runtime::Plan probePlan = plan;
+  for (runtime::PlanStage &st : probePlan.stages)
+    if (st.op == "shuffle" && st.params["buffer"].isNumber() &&
+        st.params["buffer"].asInt() > kProbeShuffleBuffer)
+      st.params.set("buffer", Value::integer(kProbeShuffleBuffer));
 
   std::vector<Unit> us = units(prof, -1);
   struct Window {
@@ -379,7 +394,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     Window win;
     win.level = level;
     Expected<Probe> pr =
-        measure(plan, o, windowSeconds, opts.maxRecordsPerProbe / rounds,
+        measure(probePlan, o, windowSeconds, opts.maxRecordsPerProbe / rounds,
                 &win.samples);
     if (!pr)
       return pr.status();
