@@ -30,7 +30,7 @@ sluice.pipeline @readme_order seed(42) epochs(1) budget(cores = 0, memory = 0) {
   %4 = sluice.element "normalize"(%3) {field = "image", mean = [123.675, 116.28, 103.53], std = [58.395, 57.12, 57.375]} : !s2 -> !s3
   %5 = sluice.element "transpose"(%4) {field = "image", to = "CHW"} : !s3 -> !s4
   %6 = sluice.select %5 {fields = ["image", "label"]} : !s4 -> !s5
-  // expected-remark@+1 {{moved 'shuffle' before 'decode_image', 'random_resized_crop', 'random_flip', 'normalize', 'transpose', 'select' (right after the source): its buffer holds records of about 64 KiB there instead of 588 KiB}}
+  // expected-remark@+1 {{moved 'shuffle' before 'decode_image', 'random_resized_crop', 'random_flip', 'normalize', 'transpose', 'select' (right after the source): its buffer holds records of an estimated 64 KiB there instead of 588 KiB}}
   %7 = sluice.shuffle %6 {buffer = 4096 : i64} : !s5
   %8 = sluice.batch %7 {drop_remainder = true, size = 128 : i64} : !s5 -> !s6
   sluice.output %8 : !s6
@@ -77,7 +77,7 @@ sluice.pipeline @filter_and_batch seed(1) epochs(1) budget(cores = 0, memory = 0
   %0 = sluice.source "csv" {columns = [{count = 1, name = "label", type = "i64"}, {count = 13, name = "dense", type = "f32"}, {count = 26, name = "cat", type = "hex32"}], delimiter = "\t", files = "d.tsv", header = false, on_error = "fail"} : !c
   %1 = sluice.filter %0 {where = "label >= 0"} : !c
   %2 = sluice.map %1 {expr = "log(max(x, 0) + 1)", field = "dense"} : !c -> !c
-  // expected-remark@+1 {{moved 'shuffle' before 'map': its buffer holds records of about 268 B there, as where it was written; that step gives one record for each record, so the output is the same}}
+  // expected-remark@+1 {{moved 'shuffle' before 'map': its buffer holds records of an estimated 268 B there, as where it was written; that step gives one record for each record, so the output is the same}}
   %3 = sluice.shuffle %2 {buffer = 100 : i64} : !c
   %4 = sluice.batch %3 {size = 64 : i64} : !c -> !b
   // expected-remark@+1 {{'shuffle.2' stays where it is: 'batch' works on the stream (batch), so the records it gives depend on where the shuffle is}}
@@ -103,7 +103,7 @@ sluice.pipeline @cached_by_schedule seed(42) epochs(2) budget(cores = 0, memory 
   %1 = sluice.element "decode_image"(%0) {as = "image", channels = 3, field = "data", scale = "exact", verify = "window"} : !s0 -> !s1
   %2 = sluice.element "center_crop"(%1) {field = "image", size = [32, 32]} : !s1 -> !s2
   %3 = sluice.element "random_flip"(%2) {axis = "width", field = "image", p = 0.5} : !s2 -> !s2
-  // expected-remark@+1 {{moved 'shuffle' before 'random_flip': its buffer holds records of about 67 KiB there, as where it was written; that step gives one record for each record and draws by source position, so the output is the same; it stops there because the fixed schedule caches the output of 'center_crop'}}
+  // expected-remark@+1 {{moved 'shuffle' before 'random_flip': its buffer holds records of an estimated 67 KiB there, as where it was written; that step gives one record for each record and draws by source position, so the output is the same; it stops there because the fixed schedule caches the output of 'center_crop'}}
   %4 = sluice.shuffle %3 {buffer = 64 : i64} : !s2
   sluice.output %4 : !s2
 }

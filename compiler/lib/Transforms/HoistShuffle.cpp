@@ -258,7 +258,7 @@ struct HoistShufflePass
       InFlightDiagnostic d = shuffle->emitRemark();
       d << "moved '" << shuffle.getStageName() << "' before " << names
         << (best == 0 ? " (right after the source)" : "")
-        << ": its buffer holds records of about " << bytes(size[best])
+        << ": its buffer holds records of an estimated " << bytes(size[best])
         << " there";
       if (size[best] < size.back())
         d << " instead of " << bytes(size.back());
