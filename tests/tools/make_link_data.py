@@ -10,6 +10,7 @@ Usage: make_link_data.py DIR
   DIR/img/{fail,skip}.yaml    image_folder over DIR/img
   DIR/img/files-{fail,skip}.yaml    the `files` source over img/*/*.png
   DIR/img/csv.yaml    a csv source whose glob matches a dangling link
+  DIR/img/glob.yaml   a csv glob through glob/shut/, a directory of mode 000
 """
 import io
 import os
@@ -47,3 +48,13 @@ with open(os.path.join(d, "csv", "1.csv"), "w") as f:
 os.symlink("gone.csv", os.path.join(d, "csv", "2.csv"))
 with open(os.path.join(d, "csv.yaml"), "w") as f:
     f.write("pipeline: csv\nsource:\n  csv: {files: 'csv/*.csv', columns: [{name: x, type: i64}]}\n")
+
+# A glob through a directory that cannot be listed (mode 000; the test runs
+# sluice as an unprivileged user, since root lists it anyway).
+for sub, rows in (("open", "1\n2\n"), ("shut", "3\n4\n")):
+    os.makedirs(os.path.join(d, "glob", sub))
+    with open(os.path.join(d, "glob", sub, "%s.csv" % sub), "w") as f:
+        f.write(rows)
+os.chmod(os.path.join(d, "glob", "shut"), 0)
+with open(os.path.join(d, "glob.yaml"), "w") as f:
+    f.write("pipeline: glob\nsource:\n  csv: {files: 'glob/*/*.csv', columns: [{name: x, type: i64}]}\n")
