@@ -291,41 +291,42 @@ Status Engine::checkCachePlacement() const {
       start = plus + 1;
     }
   };
-  const PlanStage *firstRandom = nullptr;
-  const PlanStage *lastFixed = &plan_.source;
-  // A source with `shuffle: true` reads in a new order every epoch.
+  auto caches = [](const PlanStage &st) {
+    return !st.cache.empty() || st.op == "cache";
+  };
+  // A source with `shuffle: true` reads in a new order every epoch: no
+  // cache may follow it.
   const Value &sourceShuffle = plan_.source.params["shuffle"];
   if (sourceShuffle.isBool() && sourceShuffle.asBool()) {
-    for (const PlanStage *st = &plan_.source;;) {
-      if (!st->cache.empty() || st->op == "cache")
-        return Status::error(
-            plan_.where(*st) + ": cannot cache after '" + st->name +
-            "': the source '" + plan_.source.name +
-            "' reads in a new random order every epoch (`shuffle: true`), "
-            "so a cache would replay the first epoch's order in every later "
-            "epoch; drop the source's `shuffle: true` and shuffle after the "
-            "cache");
-      size_t next = st == &plan_.source
-                        ? 0
-                        : static_cast<size_t>(st - plan_.stages.data()) + 1;
-      if (next >= plan_.stages.size())
-        return Status::ok();
-      st = &plan_.stages[next];
-    }
+    const PlanStage *cached = caches(plan_.source) ? &plan_.source : nullptr;
+    for (const PlanStage &st : plan_.stages)
+      if (!cached && caches(st))
+        cached = &st;
+    if (!cached)
+      return Status::ok();
+    return Status::error(
+        plan_.where(*cached) + ": cannot cache after '" + cached->name +
+        "': the source '" + plan_.source.name +
+        "' reads in a new random order every epoch (`shuffle: true`), so a "
+        "cache would replay the first epoch's order in every later epoch; "
+        "drop the source's `shuffle: true` and shuffle after the cache");
   }
+  const PlanStage *firstRandom = nullptr;
+  const PlanStage *lastFixed = &plan_.source;
   for (const PlanStage &st : plan_.stages) {
     if (!firstRandom && random(st))
       firstRandom = &st;
     if (!firstRandom)
       lastFixed = &st;
-    if (firstRandom && (!st.cache.empty() || st.op == "cache"))
+    if (firstRandom && caches(st))
       return Status::error(
           plan_.where(st) + ": cannot cache " +
           (st.op == "cache" ? std::string("here") : "after '" + st.name + "'") +
           ": '" + firstRandom->name + "' (" + plan_.where(*firstRandom) +
           ") is random, so a cache after it would record the first epoch's "
           "random draws and order and replay them in every later epoch; "
-          "cache after '" + lastFixed->name +
+          "cache after '" +
+          lastFixed->name +
           "', the last step before the first random one, or leave the "
           "choice to `schedule: auto`");
   }
@@ -814,7 +815,8 @@ Status Engine::checkResumeState() const {
   auto bad = [&](const std::string &what) {
     return Status::error(
         "the state to resume from (--resume, load_state_dict()) does not "
-        "fit this pipeline: " + what +
+        "fit this pipeline: " +
+        what +
         "; it is damaged or was edited: resume from a state this pipeline "
         "saved, or start without --resume");
   };
@@ -845,10 +847,10 @@ Status Engine::checkResumeState() const {
     int64_t left = limit - st.positionStart;
     int64_t most = left / w + (left % w != 0 ? 1 : 0);
     if (st.rows > most)
-      return bad("\"rows\" is " + std::to_string(st.rows) +
-                 ": from position " + std::to_string(st.positionStart) +
-                 ", " + std::to_string(w) + " rank(s) can deliver at most " +
-                 std::to_string(most) + " rows each of the epoch's " +
+      return bad("\"rows\" is " + std::to_string(st.rows) + ": from position " +
+                 std::to_string(st.positionStart) + ", " + std::to_string(w) +
+                 " rank(s) can deliver at most " + std::to_string(most) +
+                 " rows each of the epoch's " +
                  (total ? std::to_string(*total) : std::string("(unknown)")) +
                  " source records");
   }
@@ -870,10 +872,9 @@ Status Engine::checkStaticMemory() const {
           at != std::string::npos && shared_.budgetName != "budget.memory")
         why.replace(at, std::string("budget.memory").size(),
                     shared_.budgetName);
-      return Status::error(plan_.where(st) + ": error: the output of '" +
-                           st.name + "': " + why +
-                           "; make the step's output smaller or raise " +
-                           shared_.budgetName);
+      return Status::error(
+          plan_.where(st) + ": error: the output of '" + st.name + "': " + why +
+          "; make the step's output smaller or raise " + shared_.budgetName);
     }
   std::vector<StaticNeed> needs = extraNeeds_;
   for (const Stage *st = root_.get(); st; st = st->upstream())
@@ -910,9 +911,8 @@ Status Engine::checkStaticMemory() const {
              " or raise " + budget;
   else
     // Lowering the knob to 0 is no advice: the budget is what is too small.
-    advice = "with the other buffers not even " + n.knob +
-             " = 1 fits: raise " + budget + " to at least " +
-             formatBytes(others + perKnob);
+    advice = "with the other buffers not even " + n.knob + " = 1 fits: raise " +
+             budget + " to at least " + formatBytes(others + perKnob);
   std::string msg = n.where + ": error: " + n.what + " of {" + n.type.str() +
                     "} (" + formatBytes(largest->each) + " each) needs " +
                     formatBytes(largest->total);
@@ -927,8 +927,8 @@ Status Engine::checkStaticMemory() const {
       msg += (first ? "" : ", ") + s.need->what + " " + formatBytes(s.total);
       first = false;
     }
-    msg += ") the pipeline needs " + formatBytes(sum) +
-           ", more than " + budget + " " + formatBytes(limit);
+    msg += ") the pipeline needs " + formatBytes(sum) + ", more than " +
+           budget + " " + formatBytes(limit);
   }
   return Status::error(msg + "; " + advice);
 }
