@@ -569,8 +569,8 @@ Status validateBaseline(const json &baseline) {
     return bad("/schema", "is missing");
   const json &schema = baseline["schema"];
   if (!schema.is_string() || schema.get<std::string>() != "sluice-tune-report")
-    return bad("/schema", "is " + schema.dump() +
-                              ", expected \"sluice-tune-report\"");
+    return bad("/schema",
+               "is " + schema.dump() + ", expected \"sluice-tune-report\"");
   if (!baseline.contains("version"))
     return bad("/version", "is missing");
   const json &version = baseline["version"];
@@ -585,9 +585,9 @@ Status validateBaseline(const json &baseline) {
       return bad(std::string("/") + key, "is missing");
     const json &v = baseline[key];
     if (!v.is_object() && !(nullable && v.is_null()))
-      return bad(std::string("/") + key,
-                 std::string("must be an object") +
-                     (nullable ? " or null" : "") + ", got " + typeOf(v));
+      return bad(std::string("/") + key, std::string("must be an object") +
+                                             (nullable ? " or null" : "") +
+                                             ", got " + typeOf(v));
     return Status::ok();
   };
   auto member = [&](const char *key, const char *name, bool number,
@@ -604,8 +604,8 @@ Status validateBaseline(const json &baseline) {
     return Status::ok();
   };
   for (Status s :
-       {object("predicted", false), member("predicted", "records_per_second",
-                                           true, true),
+       {object("predicted", false),
+        member("predicted", "records_per_second", true, true),
         object("bottleneck", false), member("bottleneck", "label", false, true),
         member("bottleneck", "kind", false, true)})
     if (!s)
@@ -618,8 +618,8 @@ Status validateBaseline(const json &baseline) {
         return s;
   }
   if (baseline.contains("kernels") && !baseline["kernels"].is_string())
-    return bad("/kernels", "must be a string, got " +
-                               typeOf(baseline["kernels"]));
+    return bad("/kernels",
+               "must be a string, got " + typeOf(baseline["kernels"]));
   return Status::ok();
 }
 

@@ -1288,12 +1288,11 @@ void SpecChecker::checkCachePlacement(const Spec &spec) {
                     ") is random, so a cache after it would record the first "
                     "epoch's random draws and order and replay them in every "
                     "later epoch";
-  std::string instead = "cache after '" + lastFixed->name + "' (spec line " +
-                        lineOf(*lastFixed) +
-                        "), the last step before the first random one: `" +
-                        lastFixed->name +
-                        ": {cache: memory}` in the schedule, or leave the "
-                        "choice to `schedule: auto`";
+  std::string instead =
+      "cache after '" + lastFixed->name + "' (spec line " + lineOf(*lastFixed) +
+      "), the last step before the first random one: `" + lastFixed->name +
+      ": {cache: memory}` in the schedule, or leave the "
+      "choice to `schedule: auto`";
   bool after = false; // at or after the first random step
   for (const Step &s : spec.steps) {
     if (&s == firstRandom)
@@ -1312,8 +1311,8 @@ void SpecChecker::checkCachePlacement(const Spec &spec) {
       after = true;
     auto it = spec.schedule.find(s.name);
     if (after && it != spec.schedule.end() && caches(it->second))
-      diags.error(it->second.loc,
-                  "cannot cache after '" + s.name + "': " + why, instead);
+      diags.error(it->second.loc, "cannot cache after '" + s.name + "': " + why,
+                  instead);
   }
   auto def = spec.schedule.find("default");
   if (def != spec.schedule.end() && caches(def->second)) {

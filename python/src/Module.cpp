@@ -164,7 +164,8 @@ uint64_t seedArg(const py::handle &v) {
   if (negative < 0)
     throw py::error_already_set();
   unsigned long long x = negative ? 0 : PyLong_AsUnsignedLongLong(v.ptr());
-  if (negative || (x == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+  if (negative ||
+      (x == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
     PyErr_Clear();
     throw py::value_error("seed must be in [0, 2^64), got " + got);
   }
@@ -234,9 +235,11 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
     for (auto kv : item.second.cast<py::dict>()) {
       std::string k = py::str(kv.first);
       if (k == "parallelism")
-        s.parallelism = intArg(kv.second, "schedule['" + name + "']['parallelism']", 1);
+        s.parallelism =
+            intArg(kv.second, "schedule['" + name + "']['parallelism']", 1);
       else if (k == "prefetch")
-        s.prefetch = intArg(kv.second, "schedule['" + name + "']['prefetch']", 0);
+        s.prefetch =
+            intArg(kv.second, "schedule['" + name + "']['prefetch']", 0);
       else if (k == "cache") {
         if (!py::isinstance<py::str>(kv.second))
           throw py::type_error("schedule['" + name +
@@ -244,8 +247,7 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
                                "'none', got " +
                                py::repr(kv.second).cast<std::string>());
         s.cache = kv.second.cast<std::string>();
-      }
-      else
+      } else
         throw py::value_error("schedule['" + name + "']: unknown knob '" + k +
                               "' (parallelism, prefetch, cache)");
     }

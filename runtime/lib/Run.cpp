@@ -12,14 +12,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
-#include <cstring>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <mutex>
 #include <thread>
-#include <fcntl.h>
 #include <unistd.h>
 
 namespace sluice::runtime {
@@ -237,14 +237,15 @@ std::string writeStateFile(const std::string &path, const std::string &text) {
   if (::close(fd) != 0 && error.empty())
     error = std::string("cannot write (close): ") + std::strerror(errno);
   if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    error = std::string("cannot rename ") + tmp + " into place: " +
-            std::strerror(errno);
+    error = std::string("cannot rename ") + tmp +
+            " into place: " + std::strerror(errno);
   if (!error.empty()) {
     ::unlink(tmp.c_str());
     return error;
   }
   size_t slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  std::string dir =
+      slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
     ::fsync(d);
     ::close(d);
@@ -433,8 +434,8 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     if (std::string w =
             writeStateFile(opts.saveStatePath, p.state().toJson() + "\n");
         !w.empty()) {
-      printError(err, "cannot write the state to " + opts.saveStatePath +
-                          ": " + w + " (the file is left as it was)");
+      printError(err, "cannot write the state to " + opts.saveStatePath + ": " +
+                          w + " (the file is left as it was)");
       return 1;
     }
   }

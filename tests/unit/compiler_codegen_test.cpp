@@ -794,12 +794,10 @@ TEST(Codegen, SecondCompileHitsTheCache) {
 /// hits), and the kernels compute what a clean compile's do.
 TEST(Codegen, DamagedCacheEntryIsRecompiledNotTrusted) {
   TempDir dir;
-  runtime::Plan plan =
-      planFor({"map", {{"expr", Value::string("x * 3 + 1")}}, ElemType::F32, ""},
-              16);
-  runtime::Plan other =
-      planFor({"map", {{"expr", Value::string("x * 5 - 2")}}, ElemType::F32, ""},
-              16);
+  runtime::Plan plan = planFor(
+      {"map", {{"expr", Value::string("x * 3 + 1")}}, ElemType::F32, ""}, 16);
+  runtime::Plan other = planFor(
+      {"map", {{"expr", Value::string("x * 5 - 2")}}, ElemType::F32, ""}, 16);
   compiler::CodegenOptions opts;
   opts.cacheDir = dir.path() + "/cache";
   auto computes = [&](compiler::JitKernels &k) {

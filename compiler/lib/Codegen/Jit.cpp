@@ -328,8 +328,8 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
     hit = !object.empty();
     if (!hit) {
       impl->stats.cacheRejected = 1;
-      impl->cacheNote = "replaced a cache entry not trusted (" + path +
-                        ": " + why + ")";
+      impl->cacheNote =
+          "replaced a cache entry not trusted (" + path + ": " + why + ")";
     }
   }
 

@@ -306,8 +306,7 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
   }
   if (unlistableDirs && src->files.size() == unlistableDirs)
     return Status::error(kind + ": cannot list " + firstUnlistable +
-                         " under '" + src->root + "': " +
-                         firstUnlistableError +
+                         " under '" + src->root + "': " + firstUnlistableError +
                          (unlistableDirs > 1
                               ? " (and " + std::to_string(unlistableDirs - 1) +
                                     " more directories)"
