@@ -86,6 +86,11 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
     s.stochastic = true;
   if (st.op == "shuffle")
     s.stochastic = true;
+  // A source with `shuffle: true` reads in a new order every epoch: no
+  // cache may follow it (cacheOptions stops at the first random step).
+  if (const Value &shuffle = st.params["shuffle"];
+      isSource && shuffle.isBool() && shuffle.asBool())
+    s.stochastic = true;
   s.threadBoundary = st.op == "prefetch";
   // As the runtime's static memory check counts them (Stages.cpp).
   if (st.op == "shuffle" && st.params["buffer"].isNumber())

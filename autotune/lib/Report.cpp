@@ -563,6 +563,75 @@ Status writeReports(const TuneResult &r, const std::string &dir) {
   return Status::ok();
 }
 
+Status validateBaseline(const json &baseline) {
+  // Everything check() reads from the baseline, by JSON path, with its
+  // type: a report of another schema or version, or one cut down by hand,
+  // is refused up front instead of throwing mid-comparison.
+  auto typeOf = [](const json &v) { return std::string(v.type_name()); };
+  auto bad = [](const std::string &path, const std::string &what) {
+    return Status::error("\"" + path + "\" " + what);
+  };
+  if (!baseline.is_object())
+    return Status::error("the top level is " + typeOf(baseline) +
+                         ", not an object");
+  if (!baseline.contains("schema"))
+    return bad("/schema", "is missing");
+  const json &schema = baseline["schema"];
+  if (!schema.is_string() || schema.get<std::string>() != "sluice-tune-report")
+    return bad("/schema",
+               "is " + schema.dump() + ", expected \"sluice-tune-report\"");
+  if (!baseline.contains("version"))
+    return bad("/version", "is missing");
+  const json &version = baseline["version"];
+  if (!version.is_number_integer())
+    return bad("/version", "must be an integer, got " + version.dump());
+  if (version.get<int64_t>() < 1 || version.get<int64_t>() > kReportVersion)
+    return bad("/version", "is " + version.dump() +
+                               "; this sluice reads report versions 1 to " +
+                               std::to_string(kReportVersion));
+  auto object = [&](const char *key, bool nullable) -> Status {
+    if (!baseline.contains(key))
+      return bad(std::string("/") + key, "is missing");
+    const json &v = baseline[key];
+    if (!v.is_object() && !(nullable && v.is_null()))
+      return bad(std::string("/") + key, std::string("must be an object") +
+                                             (nullable ? " or null" : "") +
+                                             ", got " + typeOf(v));
+    return Status::ok();
+  };
+  auto member = [&](const char *key, const char *name, bool number,
+                    bool required) -> Status {
+    const json &o = baseline[key];
+    std::string path = std::string("/") + key + "/" + name;
+    if (!o.contains(name))
+      return required ? bad(path, "is missing") : Status::ok();
+    const json &v = o[name];
+    if (number ? !(v.is_number() || v.is_null()) : !v.is_string())
+      return bad(path, std::string("must be ") +
+                           (number ? "a number (or null)" : "a string") +
+                           ", got " + typeOf(v) + " " + v.dump());
+    return Status::ok();
+  };
+  for (Status s :
+       {object("predicted", false),
+        member("predicted", "records_per_second", true, true),
+        object("bottleneck", false), member("bottleneck", "label", false, true),
+        member("bottleneck", "kind", false, true)})
+    if (!s)
+      return s;
+  if (baseline.contains("measured")) {
+    if (Status s = object("measured", true); !s)
+      return s;
+    if (baseline["measured"].is_object())
+      if (Status s = member("measured", "records_per_second", true, false); !s)
+        return s;
+  }
+  if (baseline.contains("kernels") && !baseline["kernels"].is_string())
+    return bad("/kernels",
+               "must be a string, got " + typeOf(baseline["kernels"]));
+  return Status::ok();
+}
+
 CheckResult check(const json &baseline, const json &current, double tolerance) {
   CheckResult c;
   auto line = [&](bool bad, const std::string &text) {

@@ -30,6 +30,10 @@
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace sluice::dsl {
 namespace {
 
@@ -397,6 +401,7 @@ public:
 
   std::unique_ptr<Spec> run();
   void parseSchedule(const YNode &n, Spec &spec);
+  void checkCachePlacement(const Spec &spec);
 
   DiagnosticEngine &diags;
   std::string baseDir;
@@ -1223,6 +1228,111 @@ void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
   }
 }
 
+/// Whether `step` draws new random numbers (or a new order) in every epoch:
+/// a cache after it would replay the first epoch's. A shuffle told not to
+/// reshuffle gives every epoch the same order, which a cache keeps exactly.
+bool randomEachEpoch(const Step &step) {
+  if (!step.def || !step.def->stochastic)
+    return false;
+  if (step.op == "shuffle") {
+    const Value &again = step.params["reshuffle_each_epoch"];
+    return !(again.isBool() && !again.asBool());
+  }
+  return true;
+}
+
+/// The rule the autotuner keeps (autotune's cacheOptions): nothing is cached
+/// after a random step, by a `cache` step or a schedule's `cache: memory` /
+/// `cache: disk` (inline, a schedule file, or `default`). Every later epoch
+/// would replay the first epoch's draws and order: silently wrong data, so
+/// it is refused with the place to cache instead.
+void SpecChecker::checkCachePlacement(const Spec &spec) {
+  const Step *firstRandom = nullptr;
+  for (const Step &s : spec.steps)
+    if (randomEachEpoch(s)) {
+      firstRandom = &s;
+      break;
+    }
+  // A source with `shuffle: true` reads in a new order every epoch: no cache
+  // may follow it at all.
+  const Value &sourceShuffle = spec.source.params["shuffle"];
+  if (sourceShuffle.isBool() && sourceShuffle.asBool()) {
+    std::string why = "the source '" + spec.source.name + "' (spec line " +
+                      std::to_string(spec.source.loc.line) +
+                      ") reads in a new random order every epoch (`shuffle: "
+                      "true`), so a cache would replay the first epoch's "
+                      "order in every later epoch";
+    std::string instead = "drop the source's `shuffle: true` and shuffle "
+                          "after the cache (a `shuffle` step)";
+    for (const Step &s : spec.steps)
+      if (s.op == "cache")
+        diags.error(s.loc, "cannot cache here: " + why, instead);
+    for (const auto &[name, k] : spec.schedule)
+      if (k.cache && (*k.cache == "memory" || *k.cache == "disk"))
+        diags.error(k.loc, "cannot cache after '" + name + "': " + why,
+                    instead);
+    return;
+  }
+  if (!firstRandom)
+    return;
+  // The last step before the first random one: where a cache may go.
+  const Step *lastFixed = &spec.source;
+  for (const Step &s : spec.steps) {
+    if (&s == firstRandom)
+      break;
+    lastFixed = &s;
+  }
+  auto lineOf = [](const Step &s) { return std::to_string(s.loc.line); };
+  std::string why = "'" + firstRandom->name + "' (spec line " +
+                    lineOf(*firstRandom) +
+                    ") is random, so a cache after it would record the first "
+                    "epoch's random draws and order and replay them in every "
+                    "later epoch";
+  std::string instead =
+      "cache after '" + lastFixed->name + "' (spec line " + lineOf(*lastFixed) +
+      "), the last step before the first random one: `" + lastFixed->name +
+      ": {cache: memory}` in the schedule, or leave the "
+      "choice to `schedule: auto`";
+  bool after = false; // at or after the first random step
+  for (const Step &s : spec.steps) {
+    if (&s == firstRandom)
+      after = true;
+    if (after && s.op == "cache")
+      diags.error(s.loc, "cannot cache here: " + why,
+                  "move the `cache` step before '" + firstRandom->name +
+                      "' (right after '" + lastFixed->name + "')");
+  }
+  auto caches = [](const StepSchedule &k) {
+    return k.cache && (*k.cache == "memory" || *k.cache == "disk");
+  };
+  after = false;
+  for (const Step &s : spec.steps) {
+    if (&s == firstRandom)
+      after = true;
+    auto it = spec.schedule.find(s.name);
+    if (after && it != spec.schedule.end() && caches(it->second))
+      diags.error(it->second.loc, "cannot cache after '" + s.name + "': " + why,
+                  instead);
+  }
+  auto def = spec.schedule.find("default");
+  if (def != spec.schedule.end() && caches(def->second)) {
+    // `default` caches after every step that does not say `cache: none`.
+    after = false;
+    for (const Step &s : spec.steps) {
+      if (&s == firstRandom)
+        after = true;
+      auto it = spec.schedule.find(s.name);
+      if (after && (it == spec.schedule.end() || !it->second.cache)) {
+        diags.error(def->second.loc,
+                    "'default' cannot set a cache: it would cache after '" +
+                        s.name + "', and " + why,
+                    instead + " (and drop the cache from 'default')");
+        break;
+      }
+    }
+  }
+}
+
 /// Reads YAML text into a located tree, refusing what is not a small,
 /// single-document UTF-8 text. Reports through `diags`.
 bool loadTree(DiagnosticEngine &diags, YNode &top) {
@@ -1360,6 +1470,8 @@ std::unique_ptr<Spec> SpecChecker::run() {
     parseBudget(*b, *spec);
   if (const YNode *s = top.get("schedule"))
     parseSchedule(*s, *spec);
+  if (!diags.hasErrors())
+    checkCachePlacement(*spec);
   if (const YNode *d = top.get("distributed"))
     parseDistributed(*d, *spec);
   checkStaticSizes(*spec);
@@ -1411,24 +1523,46 @@ bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
   checker.parseSchedule(*sched, copy);
   if (diags.hasErrors())
     return false;
+  checker.checkCachePlacement(copy);
+  if (diags.hasErrors())
+    return false;
   out = std::move(copy.schedule);
   return true;
 }
 
 bool readFile(const std::string &path, std::string &contents,
               std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // POSIX calls rather than a stream: a stream that fails to read (a
+  // directory, /proc/self/mem's EIO) just looks empty, and the spec was
+  // then reported as "empty" instead of unreadable.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     error = "cannot open '" + path + "': " + std::strerror(errno);
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    error = "cannot read '" + path + "'";
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    error = "'" + path + "' is a directory, not a file";
     return false;
   }
-  contents = ss.str();
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      error = "cannot read '" + path + "': " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0)
+      break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  contents = std::move(out);
   return true;
 }
 

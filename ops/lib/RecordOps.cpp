@@ -593,7 +593,10 @@ OpDef cache() {
   op.summary = "Stores the stream after the first epoch and replays it.";
   op.doc = "Later epochs read the cached records instead of running the "
            "steps before `cache` again, so put it after expensive "
-           "deterministic steps and before random ones. `memory` counts "
+           "deterministic steps and before random ones: a cache after a "
+           "random step (or after a source with `shuffle: true`), from a "
+           "`cache` step or a schedule, is refused, since every later epoch "
+           "would replay the first epoch's draws and order. `memory` counts "
            "against the memory budget; `disk` writes to `path` (default: a "
            "temporary directory).";
   op.example = "- cache: memory";

@@ -391,8 +391,20 @@ std::optional<IdxHeader> readIdxHeader(const std::string &path,
     return std::nullopt;
   std::string bytes(kIdxMaxHeaderBytes, '\0');
   int got = gzread(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  if (got < 0) {
+    // A read error (a bad CRC at the end of a small .gz, corrupt deflate
+    // data) is why there are no bytes: say so, not that the file is short.
+    int code = 0;
+    const char *msg = gzerror(f, &code);
+    std::string why = msg && *msg ? msg : "read error";
+    if (why.compare(0, path.size() + 2, path + ": ") == 0)
+      why.erase(0, path.size() + 2); // zlib names the file; so does the caller
+    error = "cannot read the IDX header: gzip: " + why;
+    gzclose(f);
+    return std::nullopt;
+  }
   gzclose(f);
-  bytes.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  bytes.resize(static_cast<size_t>(got));
   Expected<IdxHeader> h = parseIdxHeader(bytes);
   if (!h) {
     error = h.status().message();

@@ -42,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -125,6 +126,52 @@ compileKernels(const runtime::Plan &plan, bool codegen,
   return kernels;
 }
 
+/// An integer argument in [min, max], read with its name in every error:
+/// pybind11's own cast says only "Unable to cast Python instance to C++
+/// type", without the argument.
+int64_t intArg(const py::handle &v, const std::string &name, int64_t min,
+               int64_t max = std::numeric_limits<int64_t>::max()) {
+  std::string got = py::repr(v).cast<std::string>();
+  if (got.size() > 60)
+    got = got.substr(0, 57) + "...";
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error(name + " must be an integer, got " +
+                         std::string(Py_TYPE(v.ptr())->tp_name) + " " + got);
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow == 0 && x == -1 && PyErr_Occurred())
+    throw py::error_already_set();
+  if (overflow != 0 || x < min || x > max)
+    throw py::value_error(
+        name + " must be " +
+        (max == std::numeric_limits<int64_t>::max()
+             ? ">= " + std::to_string(min) + " (and below 2^63)"
+             : "in [" + std::to_string(min) + ", " + std::to_string(max) +
+                   "]") +
+        ", got " + got);
+  return x;
+}
+
+/// A seed: an integer in [0, 2^64), as the spec's `seed:`.
+uint64_t seedArg(const py::handle &v) {
+  std::string got = py::repr(v).cast<std::string>();
+  if (got.size() > 60)
+    got = got.substr(0, 57) + "...";
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error("seed must be an integer, got " +
+                         std::string(Py_TYPE(v.ptr())->tp_name) + " " + got);
+  int negative = PyObject_RichCompareBool(v.ptr(), py::int_(0).ptr(), Py_LT);
+  if (negative < 0)
+    throw py::error_already_set();
+  unsigned long long x = negative ? 0 : PyLong_AsUnsignedLongLong(v.ptr());
+  if (negative ||
+      (x == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+    PyErr_Clear();
+    throw py::value_error("seed must be in [0, 2^64), got " + got);
+  }
+  return x;
+}
+
 /// Per-step schedule overrides from a schedule file (what `sluice tune`
 /// writes; `--schedule FILE`) or a dict {step: {parallelism, prefetch,
 /// cache}}.
@@ -188,12 +235,19 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
     for (auto kv : item.second.cast<py::dict>()) {
       std::string k = py::str(kv.first);
       if (k == "parallelism")
-        s.parallelism = kv.second.cast<int64_t>();
+        s.parallelism =
+            intArg(kv.second, "schedule['" + name + "']['parallelism']", 1);
       else if (k == "prefetch")
-        s.prefetch = kv.second.cast<int64_t>();
-      else if (k == "cache")
+        s.prefetch =
+            intArg(kv.second, "schedule['" + name + "']['prefetch']", 0);
+      else if (k == "cache") {
+        if (!py::isinstance<py::str>(kv.second))
+          throw py::type_error("schedule['" + name +
+                               "']['cache'] must be 'memory', 'disk' or "
+                               "'none', got " +
+                               py::repr(kv.second).cast<std::string>());
         s.cache = kv.second.cast<std::string>();
-      else
+      } else
         throw py::value_error("schedule['" + name + "']: unknown knob '" + k +
                               "' (parallelism, prefetch, cache)");
     }
@@ -205,10 +259,7 @@ int64_t parseMemory(const py::object &memory) {
   if (memory.is_none())
     return 0;
   if (py::isinstance<py::int_>(memory)) {
-    int64_t b = memory.cast<int64_t>();
-    if (b <= 0)
-      throw py::value_error("memory must be > 0 bytes");
-    return b;
+    return intArg(memory, "memory (bytes)", 1);
   }
   std::string text = py::str(memory);
   std::optional<int64_t> b = parseByteSize(text);
@@ -400,7 +451,7 @@ public:
     runtime::Plan plan = compile(*spec, disablePasses, codegen);
     runtime::RunOptions opts;
     if (!epochs.is_none()) {
-      int64_t n = epochs.cast<int64_t>();
+      int64_t n = intArg(epochs, "epochs", -1);
       if (n < 1 && n != -1)
         throw py::value_error("epochs must be >= 1 (or -1: forever)");
       opts.epochs = n;
@@ -409,7 +460,7 @@ public:
       throw py::value_error("threads must be >= 0 (0: the budget's cores)");
     opts.threads = threads;
     if (!seed.is_none())
-      plan.seed = seed.cast<uint64_t>();
+      plan.seed = seedArg(seed);
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
     applySchedule(*spec, plan, schedule, opts);
@@ -475,9 +526,9 @@ public:
     args.rankName = "rank=";
     args.worldSizeName = "world_size=";
     if (!rank.is_none())
-      args.rank = rank.cast<int64_t>();
+      args.rank = intArg(rank, "rank", 0);
     if (!world.is_none())
-      args.worldSize = world.cast<int64_t>();
+      args.worldSize = intArg(world, "world_size", 1);
     if (Status s = runtime::resolveRanks(plan, args, opts); !s)
       throw py::value_error(s.message());
   }
@@ -659,7 +710,7 @@ py::dict tune(const std::string &path, py::object cores, py::object memory,
   std::shared_ptr<compiler::JitKernels> kernels =
       compileKernels(plan, codegen, opts.profile.base);
   if (!cores.is_none()) {
-    opts.cores = cores.cast<int64_t>();
+    opts.cores = intArg(cores, "cores", 1);
     if (opts.cores < 1)
       throw py::value_error("cores must be >= 1");
   }

@@ -83,6 +83,9 @@ struct Shared {
   const Plan *plan = nullptr;
   const Source *source = nullptr;
   MemoryBudget *memory = nullptr;
+  /// How messages name the memory budget: "budget.memory" (the spec's), or
+  /// the flag or argument that set it instead.
+  std::string budgetName = "budget.memory";
   TaskArena *arena = nullptr;
   OnError onError = OnError::Fail;
   int64_t threads = 1;
@@ -173,6 +176,9 @@ struct StaticNeed {
   int64_t records = 0; ///< capacity in records
   RecordType type;     ///< type of the buffered records
   std::string knob;    ///< "shuffle.buffer", "prefetch of 'x'"
+  /// Records held per unit of the knob (3 for a batch's size: the batch
+  /// being filled, the next and the last), so advice is in the knob's units.
+  int64_t recordsPerKnob = 1;
   std::string where;   ///< spec location
 };
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <sys/stat.h>
 #include <thread>
@@ -78,6 +79,10 @@ public:
   StageCounters *counters(const std::string &name, const std::string &op,
                           const std::string &kind, const std::string &where);
   Status applySchedule();
+  /// Refuses a cache after a random stage (applySchedule's last check).
+  Status checkCachePlacement() const;
+  /// Refuses a resume state whose counts this plan cannot have produced.
+  Status checkResumeState() const;
 
   std::unique_ptr<Source> source_;
   std::unique_ptr<MemoryBudget> memory_;
@@ -249,6 +254,82 @@ Status Engine::applySchedule() {
     if (it != schedule.end())
       apply(*s, it->second);
   }
+  return checkCachePlacement();
+}
+
+Status Engine::checkCachePlacement() const {
+  // The rule the autotuner keeps and the spec checker enforces with lines
+  // (dsl, checkCachePlacement): nothing is cached after a random step, or
+  // every later epoch replays the first epoch's draws and order. Checked
+  // again here on the plan as it will run, for the caches that come another
+  // way (a Python schedule dict, an embedder's RunOptions).
+  auto random = [](const PlanStage &st) {
+    auto randomOp = [](const std::string &op, const Value &params) {
+      const OpDef *def = Registry::instance().find(op);
+      if (!def || !def->stochastic)
+        return false;
+      const Value &again = params["reshuffle_each_epoch"];
+      return !(op == "shuffle" && again.isBool() && !again.asBool());
+    };
+    if (randomOp(st.op, st.params))
+      return true;
+    for (const PlanStage &f : st.fused)
+      if (randomOp(f.op, f.params))
+        return true;
+    // Stages fused another way keep only their steps' names ("a+b").
+    for (size_t start = 0;;) {
+      size_t plus = st.name.find('+', start);
+      std::string op = st.name.substr(start, plus - start);
+      size_t dot = op.rfind('.');
+      if (dot != std::string::npos &&
+          op.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+        op.resize(dot);
+      if (op != "shuffle" && randomOp(op, Value::map()))
+        return true;
+      if (plus == std::string::npos)
+        return false;
+      start = plus + 1;
+    }
+  };
+  auto caches = [](const PlanStage &st) {
+    return !st.cache.empty() || st.op == "cache";
+  };
+  // A source with `shuffle: true` reads in a new order every epoch: no
+  // cache may follow it.
+  const Value &sourceShuffle = plan_.source.params["shuffle"];
+  if (sourceShuffle.isBool() && sourceShuffle.asBool()) {
+    const PlanStage *cached = caches(plan_.source) ? &plan_.source : nullptr;
+    for (const PlanStage &st : plan_.stages)
+      if (!cached && caches(st))
+        cached = &st;
+    if (!cached)
+      return Status::ok();
+    return Status::error(
+        plan_.where(*cached) + ": cannot cache after '" + cached->name +
+        "': the source '" + plan_.source.name +
+        "' reads in a new random order every epoch (`shuffle: true`), so a "
+        "cache would replay the first epoch's order in every later epoch; "
+        "drop the source's `shuffle: true` and shuffle after the cache");
+  }
+  const PlanStage *firstRandom = nullptr;
+  const PlanStage *lastFixed = &plan_.source;
+  for (const PlanStage &st : plan_.stages) {
+    if (!firstRandom && random(st))
+      firstRandom = &st;
+    if (!firstRandom)
+      lastFixed = &st;
+    if (firstRandom && caches(st))
+      return Status::error(
+          plan_.where(st) + ": cannot cache " +
+          (st.op == "cache" ? std::string("here") : "after '" + st.name + "'") +
+          ": '" + firstRandom->name + "' (" + plan_.where(*firstRandom) +
+          ") is random, so a cache after it would record the first epoch's "
+          "random draws and order and replay them in every later epoch; "
+          "cache after '" +
+          lastFixed->name +
+          "', the last step before the first random one, or leave the "
+          "choice to `schedule: auto`");
+  }
   return Status::ok();
 }
 
@@ -320,6 +401,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   Status s = e->build();
   if (!s)
     return s;
+  s = e->checkResumeState();
+  if (!s)
+    return s;
   s = e->checkStaticMemory();
   if (!s)
     return s;
@@ -346,6 +430,9 @@ Status Engine::build() {
   shared_.plan = &plan_;
   shared_.source = source_.get();
   shared_.memory = memory_.get();
+  // Messages name the budget where it was set: a flag overrides the spec.
+  if (opts_.memoryBytes > 0)
+    shared_.budgetName = "the memory budget (--memory, memory= in Python)";
   shared_.arena = arena_.get();
   shared_.onError = source_->onError();
   shared_.threads = threads_;
@@ -717,6 +804,59 @@ Status Engine::setupPositions() {
   return Status::ok();
 }
 
+Status Engine::checkResumeState() const {
+  // fromJson() checks a state on its own (types, signs, rank < world size);
+  // here every field is held against this plan. A state whose counts are
+  // impossible here (damaged, edited, or from another data set of the same
+  // shape) would otherwise silently skip an epoch or more.
+  if (!opts_.resume)
+    return Status::ok();
+  const PipelineState &st = *opts_.resume;
+  auto bad = [&](const std::string &what) {
+    return Status::error(
+        "the state to resume from (--resume, load_state_dict()) does not "
+        "fit this pipeline: " +
+        what +
+        "; it is damaged or was edited: resume from a state this pipeline "
+        "saved, or start without --resume");
+  };
+  if (epochs_ >= 0 && st.epoch > epochs_)
+    return bad("\"epoch\" is " + std::to_string(st.epoch) +
+               ", but the pipeline runs " + std::to_string(epochs_) +
+               " epochs (epochs count from 0)");
+  if (expectedOutputs_ && st.outputs > *expectedOutputs_)
+    return bad("\"outputs\" says " + std::to_string(st.outputs) +
+               " outputs of epoch " + std::to_string(st.epoch) +
+               " were delivered, but an epoch has " +
+               std::to_string(*expectedOutputs_));
+  if ((st.positionStart < 0) != (st.rows < 0) || st.positionStart < -1 ||
+      st.rows < -1)
+    return bad("\"position_start\" (" + std::to_string(st.positionStart) +
+               ") and \"rows\" (" + std::to_string(st.rows) +
+               ") must both be -1 (no position) or both >= 0");
+  if (st.positionStart >= 0) {
+    std::optional<int64_t> total = source_->sizeHint();
+    int64_t limit = total ? *total : std::numeric_limits<int64_t>::max();
+    if (st.positionStart > limit)
+      return bad("\"position_start\" is " + std::to_string(st.positionStart) +
+                 ", past the epoch's " + std::to_string(limit) +
+                 " source records");
+    // Ranks checkpoint after the same number of rows, so the last round
+    // may reach up to world_size - 1 positions past the end.
+    int64_t w = st.worldSize;
+    int64_t left = limit - st.positionStart;
+    int64_t most = left / w + (left % w != 0 ? 1 : 0);
+    if (st.rows > most)
+      return bad("\"rows\" is " + std::to_string(st.rows) + ": from position " +
+                 std::to_string(st.positionStart) + ", " + std::to_string(w) +
+                 " rank(s) can deliver at most " + std::to_string(most) +
+                 " rows each of the epoch's " +
+                 (total ? std::to_string(*total) : std::string("(unknown)")) +
+                 " source records");
+  }
+  return Status::ok();
+}
+
 Status Engine::checkStaticMemory() const {
   if (!memory_->limited())
     return Status::ok();
@@ -725,11 +865,17 @@ Status Engine::checkStaticMemory() const {
   int64_t limit = memory_->limit();
   for (const PlanStage &st : plan_.stages)
     if (std::string why = recordTypeTooLarge(st.outputType, limit);
-        !why.empty())
-      return Status::error(plan_.where(st) + ": error: the output of '" +
-                           st.name + "': " + why +
-                           "; make the step's output smaller or raise "
-                           "budget.memory");
+        !why.empty()) {
+      // recordTypeTooLarge() speaks of the spec's budget.memory; name the
+      // flag instead when it set the budget.
+      if (size_t at = why.rfind("budget.memory");
+          at != std::string::npos && shared_.budgetName != "budget.memory")
+        why.replace(at, std::string("budget.memory").size(),
+                    shared_.budgetName);
+      return Status::error(
+          plan_.where(st) + ": error: the output of '" + st.name + "': " + why +
+          "; make the step's output smaller or raise " + shared_.budgetName);
+    }
   std::vector<StaticNeed> needs = extraNeeds_;
   for (const Stage *st = root_.get(); st; st = st->upstream())
     st->staticNeeds(needs);
@@ -754,18 +900,24 @@ Status Engine::checkStaticMemory() const {
       [](const Sized &a, const Sized &b) { return a.total < b.total; });
   const StaticNeed &n = *largest->need;
   int64_t others = sum - largest->total;
-  int64_t fit = std::max<int64_t>(0, (limit - others) / largest->each);
+  const std::string &budget = shared_.budgetName;
+  int64_t perKnob = largest->each * std::max<int64_t>(1, n.recordsPerKnob);
+  int64_t fit = std::max<int64_t>(0, (limit - others) / perKnob);
   std::string advice;
   if (n.knob == "cache: disk")
-    advice = "cache to disk instead (`cache: disk`) or raise budget.memory";
-  else
+    advice = "cache to disk instead (`cache: disk`) or raise " + budget;
+  else if (fit >= 1)
     advice = "lower " + n.knob + " to <= " + std::to_string(fit) +
-             " or raise budget.memory";
+             " or raise " + budget;
+  else
+    // Lowering the knob to 0 is no advice: the budget is what is too small.
+    advice = "with the other buffers not even " + n.knob + " = 1 fits: raise " +
+             budget + " to at least " + formatBytes(others + perKnob);
   std::string msg = n.where + ": error: " + n.what + " of {" + n.type.str() +
                     "} (" + formatBytes(largest->each) + " each) needs " +
                     formatBytes(largest->total);
   if (largest->total > limit) {
-    msg += ", more than budget.memory " + formatBytes(limit);
+    msg += ", more than " + budget + " " + formatBytes(limit);
   } else {
     msg += "; with the other buffers (";
     bool first = true;
@@ -775,8 +927,8 @@ Status Engine::checkStaticMemory() const {
       msg += (first ? "" : ", ") + s.need->what + " " + formatBytes(s.total);
       first = false;
     }
-    msg += ") the pipeline needs " + formatBytes(sum) +
-           ", more than budget.memory " + formatBytes(limit);
+    msg += ") the pipeline needs " + formatBytes(sum) + ", more than " +
+           budget + " " + formatBytes(limit);
   }
   return Status::error(msg + "; " + advice);
 }

@@ -10,11 +10,13 @@
 #include "sluice/runtime/Sink.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <csignal>
-#include <cstring>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -208,6 +210,49 @@ private:
   struct sigaction oldInt_, oldTerm_;
 };
 
+/// Writes a state file whole or not at all: a temporary file in the same
+/// directory, written, fsync'ed and renamed over `path` (then the directory
+/// fsync'ed), so a full disk or a crash leaves the previous state, never a
+/// cut or empty one. "" or what went wrong.
+std::string writeStateFile(const std::string &path, const std::string &text) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return "cannot create " + tmp + ": " + std::strerror(errno);
+  std::string error;
+  for (size_t done = 0; done < text.size() && error.empty();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      error = std::string("cannot write: ") +
+              (n < 0 ? std::strerror(errno) : "no progress");
+    else
+      done += static_cast<size_t>(n);
+  }
+  // On file systems that allocate late (NFS, some quota setups) a full disk
+  // shows only at fsync or close.
+  if (error.empty() && ::fsync(fd) != 0)
+    error = std::string("cannot write (fsync): ") + std::strerror(errno);
+  if (::close(fd) != 0 && error.empty())
+    error = std::string("cannot write (close): ") + std::strerror(errno);
+  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    error = std::string("cannot rename ") + tmp +
+            " into place: " + std::strerror(errno);
+  if (!error.empty()) {
+    ::unlink(tmp.c_str());
+    return error;
+  }
+  size_t slash = path.find_last_of('/');
+  std::string dir =
+      slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+  return "";
+}
+
 std::string signalName(int sig) {
   return sig == SIGINT    ? "SIGINT (Ctrl-C)"
          : sig == SIGTERM ? "SIGTERM"
@@ -386,10 +431,11 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   if (!stopSignal)
     stopSignal = failure.isOk() ? 0 : signals.signal();
   if (!opts.saveStatePath.empty()) {
-    std::ofstream f(opts.saveStatePath);
-    f << p.state().toJson() << "\n";
-    if (!f) {
-      printError(err, "cannot write the state to " + opts.saveStatePath);
+    if (std::string w =
+            writeStateFile(opts.saveStatePath, p.state().toJson() + "\n");
+        !w.empty()) {
+      printError(err, "cannot write the state to " + opts.saveStatePath + ": " +
+                          w + " (the file is left as it was)");
       return 1;
     }
   }

@@ -540,16 +540,22 @@ private:
     int64_t avg = (bytes_ + bytes) / n;
     int64_t others = m.used() - bytes_;
     int64_t fit = avg > 0 ? (m.limit() - others) / avg : 0;
+    const std::string &budget = shared_.budgetName;
     std::string msg =
         shared_.plan->where(step_) + ": error: the shuffle buffer of " +
-        std::to_string(buffer_) + " records does not fit in budget.memory " +
+        std::to_string(buffer_) + " records does not fit in " + budget + " " +
         formatBytes(m.limit()) + ": after " + std::to_string(n) +
         " records of {" + step_.inputType.str() + "} it would hold " +
         formatBytes(bytes_ + bytes) + " (" + formatBytes(avg) +
-        " per record) while the other buffers hold " + formatBytes(others) +
-        "; lower " + step_.name +
-        ".buffer to <= " + std::to_string(std::max<int64_t>(fit, 0)) +
-        " or raise budget.memory";
+        " per record) while the other buffers hold " + formatBytes(others);
+    // A shuffle buffer of 0 records is no advice: when not even a few
+    // records fit, the budget itself is what is too small.
+    if (fit >= 2)
+      msg += "; lower " + step_.name + ".buffer to <= " + std::to_string(fit) +
+             " or raise " + budget;
+    else
+      msg += "; with the other buffers not even a few records fit: raise " +
+             budget + " to well above " + formatBytes(others + 2 * avg);
     return Status::error(msg);
   }
 
@@ -895,6 +901,7 @@ public:
     StaticNeed n;
     n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
     n.records = 3 * size_;
+    n.recordsPerKnob = 3;
     n.type = step_.inputType;
     n.knob = step_.name + ".size";
     n.where = shared_.plan->where(step_);

@@ -11,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <limits>
 
 namespace sluice::runtime {
 
@@ -82,23 +84,61 @@ Expected<PipelineState> PipelineState::fromJson(const std::string &text) {
   if (j["sluice_state"].get<int>() != kVersion)
     return bad("version " + j["sluice_state"].dump() + ", expected " +
                std::to_string(kVersion));
+  // Every field by name, its type and its range: a state is input like any
+  // other (it may be damaged or edited), and a wrong count would silently
+  // skip outputs. Engine::checkResumeState() then holds it against the plan.
+  std::string why;
+  auto integer = [&](const char *key, int64_t min, int64_t &out) {
+    if (!why.empty())
+      return;
+    if (!j.contains(key)) {
+      why = std::string("no \"") + key + "\"";
+      return;
+    }
+    const nlohmann::json &v = j[key];
+    // A float, a string or an integer past 2^63 - 1 is no count.
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() &&
+         v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))) {
+      why = std::string("\"") + key + "\" must be an integer below 2^63, got " +
+            v.dump();
+      return;
+    }
+    out = v.get<int64_t>();
+    if (out < min)
+      why = std::string("\"") + key + "\" must be >= " + std::to_string(min) +
+            ", got " + v.dump();
+  };
+  auto hex = [&](const char *key, int base, uint64_t &out) {
+    if (!why.empty())
+      return;
+    const char *digits = base == 16 ? "0123456789abcdefABCDEF" : "0123456789";
+    std::string t = j.contains(key) && j[key].is_string()
+                        ? j[key].get<std::string>()
+                        : std::string();
+    errno = 0;
+    char *end = nullptr;
+    if (!t.empty() && t.size() <= 20 &&
+        t.find_first_not_of(digits) == std::string::npos)
+      out = std::strtoull(t.c_str(), &end, base);
+    if (t.empty() || !end || *end || errno == ERANGE)
+      why = std::string("\"") + key + "\" must be a string of " +
+            (base == 16 ? "hex digits" : "decimal digits") + " below 2^64";
+  };
   PipelineState s;
-  try {
-    s.fingerprint = std::stoull(j.at("fingerprint").get<std::string>(),
-                                nullptr, 16);
-    s.seed = std::stoull(j.at("seed").get<std::string>());
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.outputs = j.at("outputs").get<int64_t>();
-    s.rank = j.at("rank").get<int64_t>();
-    s.worldSize = j.at("world_size").get<int64_t>();
-    s.positionStart = j.at("position_start").get<int64_t>();
-    s.rows = j.at("rows").get<int64_t>();
-  } catch (const std::exception &e) {
-    return bad(e.what());
-  }
-  if (s.epoch < 0 || s.outputs < 0 || s.worldSize < 1 || s.rank < 0 ||
-      s.rank >= s.worldSize)
-    return bad("a count or rank out of range");
+  hex("fingerprint", 16, s.fingerprint);
+  hex("seed", 10, s.seed);
+  integer("epoch", 0, s.epoch);
+  integer("outputs", 0, s.outputs);
+  integer("rank", 0, s.rank);
+  integer("world_size", 1, s.worldSize);
+  integer("position_start", -1, s.positionStart);
+  integer("rows", -1, s.rows);
+  if (!why.empty())
+    return bad(why);
+  if (s.rank >= s.worldSize)
+    return bad("\"rank\" " + std::to_string(s.rank) +
+               " is not below \"world_size\" " + std::to_string(s.worldSize));
   return s;
 }
 

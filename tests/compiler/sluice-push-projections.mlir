@@ -87,3 +87,93 @@ sluice.pipeline @scheduled seed(0) epochs(1) budget(cores = 0, memory = 0) sched
   %2 = sluice.select %1 {fields = ["label"]} : !s1 -> !s2
   sluice.output %2 : !s2
 }
+
+// -----
+
+!c = !sluice.stream<!sluice.record<{image: tensor<3xf32>, label: tensor<i64>}>>
+!w = !sluice.stream<!sluice.record<{label: tensor<3xf32>, image: tensor<i64>}>>
+!o = !sluice.stream<!sluice.record<{label: tensor<3xf32>}>>
+
+// A swap renames both fields at once: the `label` kept is the column read
+// as `image`, so csv reads `image` and the entry for the unread column goes.
+// CHECK-LABEL: sluice.pipeline @swap
+// CHECK-NEXT:    %[[SRC:.*]] = sluice.source "csv" {{.*}}read = ["image"]} : !sluice.stream<!sluice.record<{image: tensor<3xf32>}>>
+// CHECK-NEXT:    %[[R:.*]] = sluice.rename %[[SRC]] {mapping = {image = "label"}} : !sluice.stream<!sluice.record<{image: tensor<3xf32>}>> -> !sluice.stream<!sluice.record<{label: tensor<3xf32>}>>
+// CHECK-NEXT:    sluice.output %[[R]]
+sluice.pipeline @swap seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  // expected-remark@+1 {{csv reads only 'image': the cells of 'label' are counted but never converted, since nobody reads them}}
+  %0 = sluice.source "csv" {columns = [{count = 3, name = "image", type = "f32"}, {count = 1, name = "label", type = "i64"}], delimiter = ",", files = "d.csv", header = false, on_error = "fail"} : !c
+  %1 = sluice.rename %0 {mapping = {image = "label", label = "image"}} : !c -> !w
+  // expected-remark@+1 {{removed 'select': the fields it keeps are now all that reach it}}
+  %2 = sluice.select %1 {fields = ["label"]} : !w -> !o
+  sluice.output %2 : !o
+}
+
+// -----
+
+!c = !sluice.stream<!sluice.record<{a: tensor<i64>, b: tensor<f32>, c: tensor<2xf32>}>>
+!r1 = !sluice.stream<!sluice.record<{a: tensor<i64>, x: tensor<f32>, b: tensor<2xf32>}>>
+!r2 = !sluice.stream<!sluice.record<{a: tensor<i64>, y: tensor<f32>, b: tensor<2xf32>}>>
+!o = !sluice.stream<!sluice.record<{y: tensor<f32>}>>
+
+// A chain inside one mapping ({b: x, c: b}: the old `b` becomes `x` while
+// `c` takes its name) and across two renames: `y` is the column `b`.
+// CHECK-LABEL: sluice.pipeline @chain
+// CHECK-NEXT:    %[[SRC:.*]] = sluice.source "csv" {{.*}}read = ["b"]} : !sluice.stream<!sluice.record<{b: tensor<f32>}>>
+// CHECK-NEXT:    %[[R1:.*]] = sluice.rename %[[SRC]] {mapping = {b = "x"}} : {{.*}} -> !sluice.stream<!sluice.record<{x: tensor<f32>}>>
+// CHECK-NEXT:    %[[R2:.*]] = sluice.rename %[[R1]] {mapping = {x = "y"}, name = "rename.2"} : {{.*}} -> !sluice.stream<!sluice.record<{y: tensor<f32>}>>
+// CHECK-NEXT:    sluice.output %[[R2]]
+sluice.pipeline @chain seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  // expected-remark@+1 {{csv reads only 'b': the cells of 'a', 'c' are counted but never converted, since nobody reads them}}
+  %0 = sluice.source "csv" {columns = [{count = 1, name = "a", type = "i64"}, {count = 1, name = "b", type = "f32"}, {count = 2, name = "c", type = "f32"}], delimiter = ",", files = "d.csv", header = false, on_error = "fail"} : !c
+  %1 = sluice.rename %0 {mapping = {b = "x", c = "b"}} : !c -> !r1
+  %2 = sluice.rename %1 {mapping = {x = "y"}, name = "rename.2"} : !r1 -> !r2
+  // expected-remark@+1 {{removed 'select': the fields it keeps are now all that reach it}}
+  %3 = sluice.select %2 {fields = ["y"]} : !r2 -> !o
+  sluice.output %3 : !o
+}
+
+// -----
+
+!s0 = !sluice.stream<!sluice.record<{path: tensor<!sluice.string>, data: tensor<!sluice.bytes>, label: tensor<i64>}>>
+!s1 = !sluice.stream<!sluice.record<{path: tensor<!sluice.string>, data: tensor<!sluice.bytes>, label: tensor<i64>, image: tensor<?x?x3xui8>}>>
+!s2 = !sluice.stream<!sluice.record<{path: tensor<!sluice.string>, data: tensor<!sluice.bytes>, image: tensor<i64>, label: tensor<?x?x3xui8>}>>
+!s3 = !sluice.stream<!sluice.record<{label: tensor<?x?x3xui8>}>>
+
+// The swap after a decode whose image the select keeps under the name
+// `label`: the decode is read, and nothing changes.
+// CHECK-LABEL: sluice.pipeline @swap_keeps_decode
+// CHECK-NEXT:    sluice.source
+// CHECK-NEXT:    sluice.element "decode_image"
+// CHECK-NEXT:    sluice.rename {{.*}} {mapping = {image = "label", label = "image"}}
+// CHECK-NEXT:    sluice.select
+sluice.pipeline @swap_keeps_decode seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  %0 = sluice.source "image_folder" {extensions = ["jpg"], on_error = "fail", root = "imgs"} : !s0
+  %1 = sluice.element "decode_image"(%0) {as = "image", channels = 3, field = "data", scale = "exact", verify = "window"} : !s0 -> !s1
+  %2 = sluice.rename %1 {mapping = {image = "label", label = "image"}} : !s1 -> !s2
+  %3 = sluice.select %2 {fields = ["label"]} : !s2 -> !s3
+  sluice.output %3 : !s3
+}
+
+// -----
+
+!s0 = !sluice.stream<!sluice.record<{path: tensor<!sluice.string>, data: tensor<!sluice.bytes>, label: tensor<i64>}>>
+!s1 = !sluice.stream<!sluice.record<{p: tensor<!sluice.string>, data: tensor<!sluice.bytes>, label: tensor<i64>}>>
+!s2 = !sluice.stream<!sluice.record<{p: tensor<!sluice.string>, data: tensor<!sluice.bytes>, label: tensor<i64>, path: tensor<?x?x3xui8>}>>
+!s3 = !sluice.stream<!sluice.record<{path: tensor<?x?x3xui8>}>>
+
+// Nobody reads `p`, but the field is still there (image_folder cannot skip
+// it): left as `path` it would collide with the decode's `as`, so the rename
+// keeps its entry.
+// CHECK-LABEL: sluice.pipeline @rename_unread_target
+// CHECK-NEXT:    sluice.source
+// CHECK-NEXT:    sluice.rename {{.*}} {mapping = {path = "p"}}
+// CHECK-NEXT:    sluice.element "decode_image"
+// CHECK-NEXT:    sluice.select
+sluice.pipeline @rename_unread_target seed(0) epochs(1) budget(cores = 0, memory = 0) {
+  %0 = sluice.source "image_folder" {extensions = ["jpg"], on_error = "fail", root = "imgs"} : !s0
+  %1 = sluice.rename %0 {mapping = {path = "p"}} : !s0 -> !s1
+  %2 = sluice.element "decode_image"(%1) {as = "path", channels = 3, field = "data", scale = "exact", verify = "window"} : !s1 -> !s2
+  %3 = sluice.select %2 {fields = ["path"]} : !s2 -> !s3
+  sluice.output %3 : !s3
+}

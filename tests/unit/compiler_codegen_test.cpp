@@ -788,6 +788,83 @@ TEST(Codegen, SecondCompileHitsTheCache) {
   EXPECT_EQ((*third)->stats().cacheMisses, 1);
 }
 
+/// A cache entry is used only when its key and digest match: one flipped
+/// byte anywhere in it, a cut, or an entry copied under another key's name
+/// is counted as rejected, compiled again and replaced (the next compile
+/// hits), and the kernels compute what a clean compile's do.
+TEST(Codegen, DamagedCacheEntryIsRecompiledNotTrusted) {
+  TempDir dir;
+  runtime::Plan plan = planFor(
+      {"map", {{"expr", Value::string("x * 3 + 1")}}, ElemType::F32, ""}, 16);
+  runtime::Plan other = planFor(
+      {"map", {{"expr", Value::string("x * 5 - 2")}}, ElemType::F32, ""}, 16);
+  compiler::CodegenOptions opts;
+  opts.cacheDir = dir.path() + "/cache";
+  auto computes = [&](compiler::JitKernels &k) {
+    Record r;
+    r.fields = {Tensor::empty(ElemType::F32, {16})};
+    for (int i = 0; i < 16; ++i)
+      r.fields[0].mutableData<float>()[i] = float(i);
+    auto fn = k.binder()(plan.stages[0]);
+    if (!fn || !*fn || !(**fn)(r, {}))
+      return false;
+    for (int i = 0; i < 16; ++i)
+      if (r.fields[0].data<float>()[i] != float(i) * 3 + 1)
+        return false;
+    return true;
+  };
+  auto first = compiler::JitKernels::compile(plan, opts);
+  ASSERT_TRUE(bool(first)) << first.status().message();
+  std::string entry;
+  for (const auto &e : std::filesystem::directory_iterator(opts.cacheDir))
+    entry = e.path().string();
+  ASSERT_FALSE(entry.empty());
+  std::string clean;
+  {
+    std::ifstream in(entry, std::ios::binary);
+    clean.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(clean.size(), 1000u);
+  // The entry of another kernel, as if copied over this one.
+  TempDir otherDir;
+  compiler::CodegenOptions otherOpts = opts;
+  otherOpts.cacheDir = otherDir.path();
+  ASSERT_TRUE(bool(compiler::JitKernels::compile(other, otherOpts)));
+  std::string foreign;
+  for (const auto &e : std::filesystem::directory_iterator(otherDir.path())) {
+    std::ifstream in(e.path(), std::ios::binary);
+    foreign.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_FALSE(foreign.empty());
+
+  std::vector<std::pair<std::string, std::string>> damaged;
+  for (size_t at : {clean.size() / 3, clean.size() / 2, clean.size() - 1}) {
+    std::string d = clean;
+    d[at] = char(d[at] ^ 0x20);
+    damaged.push_back({"byte " + std::to_string(at) + " flipped", d});
+  }
+  damaged.push_back({"cut short", clean.substr(0, clean.size() - 100)});
+  damaged.push_back({"another kernel's entry", foreign});
+  for (const auto &[what, bytes] : damaged) {
+    SCOPED_TRACE(what);
+    std::ofstream(entry, std::ios::binary | std::ios::trunc) << bytes;
+    auto k = compiler::JitKernels::compile(plan, opts);
+    ASSERT_TRUE(bool(k)) << k.status().message();
+    EXPECT_EQ((*k)->stats().cacheHits, 0);
+    EXPECT_EQ((*k)->stats().cacheMisses, 1);
+    EXPECT_EQ((*k)->stats().cacheRejected, 1);
+    EXPECT_NE((*k)->summary().find("replaced a cache entry not trusted"),
+              std::string::npos)
+        << (*k)->summary();
+    EXPECT_TRUE(computes(**k));
+    auto again = compiler::JitKernels::compile(plan, opts);
+    ASSERT_TRUE(bool(again)) << again.status().message();
+    EXPECT_EQ((*again)->stats().cacheHits, 1);
+    EXPECT_EQ((*again)->stats().cacheRejected, 0);
+    EXPECT_TRUE(computes(**again));
+  }
+}
+
 /// emitKernelObject writes a relocatable object for a generic CPU.
 TEST(Codegen, EmitsAnObjectFile) {
   TempDir dir;

@@ -43,7 +43,7 @@ steps:
 budget: {cores: 3, memory: 4GiB}
 schedule:
   decode_image: {parallelism: 2, prefetch: 4}
-  default: {cache: memory}
+  default: {prefetch: 3}
 )";
 
 TEST(Spec, ParsesTheDesignExample) {
@@ -62,7 +62,7 @@ TEST(Spec, ParsesTheDesignExample) {
   ASSERT_TRUE(s.schedule.count("decode_image"));
   EXPECT_EQ(*s.schedule.at("decode_image").parallelism, 2);
   EXPECT_EQ(*s.schedule.at("decode_image").prefetch, 4);
-  EXPECT_EQ(*s.schedule.at("default").cache, "memory");
+  EXPECT_EQ(*s.schedule.at("default").prefetch, 3);
 }
 
 TEST(Spec, FillsDefaultsAndShorthands) {

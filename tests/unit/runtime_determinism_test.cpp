@@ -91,22 +91,44 @@ TEST_F(DeterminismTest, EpochsAndSeedsChangeTheOutput) {
   EXPECT_EQ(allBytes(runAll(p, {})), allBytes(outs));
 }
 
-TEST_F(DeterminismTest, CacheFreezesRandomResults) {
-  runtime::Plan cached =
-      plan(3, 2, "  - take: 300\n", "  - cache: memory\n  - batch: 300\n");
-  std::vector<Output> outs = runAll(cached);
-  ASSERT_EQ(outs.size(), 2u);
-  EXPECT_EQ(allBytes({outs[0]}), allBytes({outs[1]}));
-  runtime::Plan disk =
-      plan(3, 2, "  - take: 300\n", "  - cache: disk\n  - batch: 300\n");
-  std::vector<Output> d = runAll(disk, {});
-  EXPECT_EQ(allBytes(d), allBytes(outs));
-
+/// A cache after random steps would replay the first epoch's draws in every
+/// later epoch: the spec checker refuses it, and so does the engine for a
+/// plan that gets one another way. A cache before them keeps every byte of
+/// an uncached run, and each epoch draws anew.
+TEST_F(DeterminismTest, CacheOnlyBeforeRandomSteps) {
+  for (const char *to : {"memory", "disk"}) {
+    std::string yaml = "pipeline: fmnist\nsource:\n  idx:\n    images: " +
+                       kFashionMnistImages + "\n    labels: " +
+                       kFashionMnistLabels +
+                       "\nsteps:\n  - take: 300\n  - random_crop: {field: "
+                       "image, size: [24, 24], padding: 2}\n  - cache: " +
+                       to + "\n  - batch: 300\nepochs: 2\n";
+    dsl::DiagnosticEngine diags("after.yaml", yaml);
+    EXPECT_EQ(dsl::parseSpec(diags), nullptr) << to;
+    std::ostringstream errs;
+    diags.print(errs);
+    EXPECT_NE(errs.str().find("after.yaml:9:5: error: cannot cache here: "
+                              "'random_crop' (spec line 8) is random"),
+              std::string::npos)
+        << errs.str();
+  }
   runtime::Plan uncached = plan(3, 2, "  - take: 300\n", "  - batch: 300\n");
+  runtime::Plan sneaked = uncached;
+  sneaked.stages[2].cache = "memory"; // after random_flip
+  auto refused = runtime::Pipeline::create(sneaked, {});
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(refused.status().message().find(
+                "cannot cache after 'random_flip': 'random_crop'"),
+            std::string::npos)
+      << refused.status().message();
+
+  runtime::Plan cached =
+      plan(3, 2, "  - take: 300\n  - cache: memory\n", "  - batch: 300\n");
+  std::vector<Output> outs = runAll(cached);
   std::vector<Output> u = runAll(uncached);
-  ASSERT_EQ(u.size(), 2u);
-  EXPECT_EQ(allBytes({u[0]}), allBytes({outs[0]}));
-  EXPECT_NE(allBytes({u[0]}), allBytes({u[1]}));
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(allBytes(outs), allBytes(u));
+  EXPECT_NE(allBytes({outs[0]}), allBytes({outs[1]}));
 }
 
 TEST_F(DeterminismTest, RepeatDrawsNewCropsInEachPass) {

@@ -111,6 +111,15 @@ int runTune(const TuneFlags &f) {
                 << ": not a JSON report: " << e.what() << "\n";
       return kExitUsage;
     }
+    if (Status s = autotune::validateBaseline(baseline); !s) {
+      std::cerr << "sluice: error: " << checkPath
+                << ": not a sluice tune report.json this sluice can compare "
+                   "with: "
+                << s.message()
+                << "\nmake a baseline with `sluice tune SPEC --report DIR` "
+                   "(DIR/report.json)\n";
+      return kExitUsage;
+    }
   }
 
   std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);

@@ -5,8 +5,9 @@
 //   Plan ─collectKernels─► module (MLIR) ─print─► key = SHA-256(IR text,
 //        target triple, CPU, CPU features, LLVM version, codegen version)
 //                                                   │
-//          cache hit: <cache>/<key>.o ──────────────┤
-//          miss: lower ─► LLVM IR ─► O3 ─► object ──┤ (stored atomically)
+//          cache hit: <cache>/kernels-<key>.o ──────┤ (key and SHA-256
+//          miss: lower ─► LLVM IR ─► O3 ─► object ──┤  checked; stored
+//                                                   │  atomically)
 //                                                   ▼
 //                       ORC LLJIT links the object in memory and resolves
 //                       libm calls from the process ─► &sluice_kernel_table
@@ -104,6 +105,55 @@ bool readWhole(const std::string &path, std::string &out) {
   ss << in.rdbuf();
   out = ss.str();
   return !out.empty();
+}
+
+/// A cache entry is this header, then the object:
+///   sluice-kernel-cache-2\n key <key>\n sha256 <digest of the object>\n
+/// The key (compiler version, LLVM, target, CPU and features, kernel IR) is
+/// also the file name; stored inside, it catches an entry copied or renamed
+/// from another key. The digest catches damaged bytes: an object with a
+/// flipped byte in its constants still links and computes NaNs, one in its
+/// code can fault with SIGILL. A mismatch is never trusted: the kernels are
+/// compiled again and the entry replaced.
+constexpr const char *kEntryMagic = "sluice-kernel-cache-2\n";
+
+std::string cacheEntry(const std::string &key, const std::string &object) {
+  return std::string(kEntryMagic) + "key " + key + "\nsha256 " +
+         hexKey(object) + "\n" + object;
+}
+
+/// The object in a cache entry for `key`; "" with `why` set when the entry
+/// is not one whole, undamaged entry for this key.
+std::string objectOfEntry(const std::string &entry, const std::string &key,
+                          std::string &why) {
+  std::string magic = kEntryMagic;
+  if (entry.compare(0, magic.size(), magic) != 0) {
+    why = "not a sluice kernel cache entry of this version";
+    return "";
+  }
+  size_t keyLine = magic.size();
+  size_t keyEnd = entry.find('\n', keyLine);
+  if (keyEnd == std::string::npos ||
+      entry.compare(keyLine, keyEnd - keyLine, "key " + key) != 0) {
+    why = "it was written for another compiler, CPU or kernel (key mismatch)";
+    return "";
+  }
+  size_t digestEnd = entry.find('\n', keyEnd + 1);
+  std::string prefix = "sha256 ";
+  if (digestEnd == std::string::npos ||
+      entry.compare(keyEnd + 1, prefix.size(), prefix) != 0) {
+    why = "its header is damaged";
+    return "";
+  }
+  std::string digest = entry.substr(keyEnd + 1 + prefix.size(),
+                                    digestEnd - keyEnd - 1 - prefix.size());
+  std::string object = entry.substr(digestEnd + 1);
+  if (object.empty() || hexKey(object) != digest) {
+    why = "its SHA-256 digest does not match its " +
+          std::to_string(object.size()) + " bytes (damaged or cut short)";
+    return "";
+  }
+  return object;
 }
 
 /// Writes `data` to `path` through a temporary file and a rename, so a
@@ -271,7 +321,17 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
   std::string dir = cacheEnabled(opts) ? cacheDirectory(opts) : "";
   std::string path = dir.empty() ? "" : dir + "/kernels-" + key + ".o";
   std::string object;
-  bool hit = !path.empty() && readWhole(path, object);
+  bool hit = false;
+  if (std::string entry; !path.empty() && readWhole(path, entry)) {
+    std::string why;
+    object = objectOfEntry(entry, key, why);
+    hit = !object.empty();
+    if (!hit) {
+      impl->stats.cacheRejected = 1;
+      impl->cacheNote =
+          "replaced a cache entry not trusted (" + path + ": " + why + ")";
+    }
+  }
 
   auto link = [&](const std::string &obj) -> Status {
     auto jit = llvm::orc::LLJITBuilder().create();
@@ -310,8 +370,10 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
       impl->stats.totalMs = msSince(start);
       return std::unique_ptr<JitKernels>(new JitKernels(std::move(impl)));
     }
-    // A damaged cache entry: compile afresh and overwrite it.
-    impl->cacheNote = "replaced an unreadable cache entry";
+    // An entry whose digest matches but which does not link (written by a
+    // build with another LLVM): compile afresh and overwrite it.
+    impl->stats.cacheRejected = 1;
+    impl->cacheNote = "replaced a cache entry that did not link (" + path + ")";
   }
   Clock::time_point compileStart = Clock::now();
   Expected<std::string> compiled = compileObject(m, *tm);
@@ -321,7 +383,8 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
   impl->stats.compileMs = msSince(compileStart);
   impl->stats.cacheMisses = 1;
   if (!path.empty())
-    if (std::string w = writeAtomically(path, object); !w.empty())
+    if (std::string w = writeAtomically(path, cacheEntry(key, object));
+        !w.empty())
       impl->cacheNote = "cache not written: " + w;
   if (Status s = link(object); !s)
     return s;

@@ -98,14 +98,19 @@ struct PushProjectionsPass
     if (isa<SelectOp>(op))
       return needed; // it drops the others; the names are unchanged
     if (auto rename = dyn_cast<RenameOp>(op)) {
+      // A mapping renames all its fields at once ({a: b, b: a} swaps them):
+      // every name is looked up in `needed` as it was after the rename, never
+      // in the set being built (which already holds some old names).
       FieldSet s = needed;
       for (NamedAttribute entry : rename.getMapping()) {
         auto to = dyn_cast<StringAttr>(entry.getValue());
         if (!to)
           return all();
-        if (s.erase(to.getValue()))
-          s.insert(entry.getName().getValue());
+        s.erase(to.getValue());
       }
+      for (NamedAttribute entry : rename.getMapping())
+        if (needed.contains(cast<StringAttr>(entry.getValue()).getValue()))
+          s.insert(entry.getName().getValue());
       return s;
     }
     const sluice::OpDef *def =
@@ -179,7 +184,8 @@ struct PushProjectionsPass
       ++numRemoved;
       changed = true;
     }
-    // Trim select lists and rename mappings to what still exists.
+    // Trim select lists to what is still needed (a select drops whatever
+    // else reaches it, so a field it no longer lists is simply dropped).
     for (size_t i = 1; i < stages.size(); ++i) {
       if (llvm::is_contained(dead, stages[i]))
         continue;
@@ -192,16 +198,6 @@ struct PushProjectionsPass
           select.setFieldsAttr(ArrayAttr::get(&getContext(), keep));
           changed = true;
         }
-      } else if (auto rename = dyn_cast<RenameOp>(stages[i].getOperation())) {
-        SmallVector<NamedAttribute> keep;
-        for (NamedAttribute entry : rename.getMapping())
-          if (neededAfter[i].contains(
-                  cast<StringAttr>(entry.getValue()).getValue()))
-            keep.push_back(entry);
-        if (keep.size() != rename.getMapping().size()) {
-          rename.setMappingAttr(DictionaryAttr::get(&getContext(), keep));
-          changed = true;
-        }
       }
     }
     // The source produces only what is needed.
@@ -210,10 +206,33 @@ struct PushProjectionsPass
       changed = true;
     if (!changed)
       return success();
-    std::string error;
-    if (!sluice::compiler::detail::retypeAfter(source, error))
-      return pipeline.emitError()
-             << "sluice-push-projections left an ill-typed pipeline: " << error;
+    // Forward, in order: a rename forgets the entries whose field no longer
+    // reaches it, then every stage's type is re-inferred. A rename entry is
+    // dropped only when its field is gone, never because nobody reads its
+    // new name: a field left under its old name could collide with another
+    // entry's new name (a swap, {a: b, b: a}) or a later step's `as`.
+    for (Operation *op = source->getNextNode(); op; op = op->getNextNode()) {
+      auto stage = dyn_cast<StageOpInterface>(op);
+      if (!stage)
+        continue;
+      if (auto rename = dyn_cast<RenameOp>(op)) {
+        llvm::StringSet<> present;
+        for (StringAttr n :
+             rename.getInput().getType().getRecordType().getNames())
+          present.insert(n.getValue());
+        SmallVector<NamedAttribute> keep;
+        for (NamedAttribute entry : rename.getMapping())
+          if (present.contains(entry.getName().getValue()))
+            keep.push_back(entry);
+        if (keep.size() != rename.getMapping().size())
+          rename.setMappingAttr(DictionaryAttr::get(&getContext(), keep));
+      }
+      std::string error;
+      if (!sluice::compiler::detail::retypeStage(stage, error))
+        return pipeline.emitError()
+               << "sluice-push-projections left an ill-typed pipeline: '"
+               << stage.getStageName() << "': " << error;
+    }
     // A select whose fields are now exactly its input's, in order, does
     // nothing: drop it, as sluice-eliminate-noops would have.
     for (Operation &op : llvm::make_early_inc_range(body.without_terminator()))

@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -92,25 +94,33 @@ private:
   uint64_t bytes_ = 0;
 };
 
-/// A directory of an image folder that could not be listed: its reader
-/// reports the error once, so `on_error` decides (fail with the path, or
-/// skip and count it) instead of the files silently vanishing.
-class UnlistableDirReader final : public ReaderBase {
+/// An entry of an image folder found broken while listing (a directory
+/// that could not be listed, a dangling symbolic link, an entry that cannot
+/// be looked at): its reader reports the error once, so `on_error` decides
+/// (fail with the path, or skip and count it) instead of the files silently
+/// vanishing.
+class BrokenEntryReader final : public ReaderBase {
 public:
-  UnlistableDirReader(std::string path, const std::vector<int> &slots,
-                      std::string error)
-      : ReaderBase(std::move(path), slots), error_(std::move(error)) {}
+  BrokenEntryReader(std::string path, const std::vector<int> &slots,
+                    std::string reason, std::string error)
+      : ReaderBase(std::move(path), slots), reason_(std::move(reason)),
+        error_(std::move(error)) {}
   ReadResult next(Record &) override {
     if (done_)
       return ReadResult::end();
     done_ = true;
-    return fail("image_folder: cannot list a class directory", error_, -1,
-                true);
+    return fail(reason_, error_, -1, true);
   }
   uint64_t bytesRead() const override { return 0; }
 
 private:
-  std::string error_;
+  std::string reason_, error_;
+};
+
+/// What a listed entry is when it cannot be looked at.
+struct Broken {
+  std::string reason; ///< the skip reason it is counted under
+  std::string error;  ///< what is wrong with it
 };
 
 class ImageFolderSource final : public SourceBase {
@@ -118,8 +128,9 @@ public:
   std::string root;
   std::vector<std::string> classes;
   PathList files; // relative to root, class directory included
-  /// Shards that are directories which could not be listed, and why.
-  std::map<size_t, std::string> unlistable;
+  /// Shards that are broken entries (directories which could not be
+  /// listed, dangling links), and why.
+  std::map<size_t, Broken> broken;
 
   size_t numShards() const override { return files.size(); }
   std::string shardName(size_t i) const override {
@@ -129,9 +140,9 @@ public:
     return static_cast<int64_t>(files.size());
   }
   std::unique_ptr<ShardReader> open(size_t i) const override {
-    if (auto it = unlistable.find(i); it != unlistable.end())
-      return std::make_unique<UnlistableDirReader>(shardName(i), slots(),
-                                                   it->second);
+    if (auto it = broken.find(i); it != broken.end())
+      return std::make_unique<BrokenEntryReader>(
+          shardName(i), slots(), it->second.reason, it->second.error);
     return std::make_unique<WholeFileReader>(shardName(i), slots(),
                                              "image_folder", files.label(i));
   }
@@ -208,10 +219,20 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
                          "files of each class in their own directory)");
 
   // Each class directory is walked with opendir/readdir: a directory that
-  // cannot be listed (permissions, I/O error) becomes a shard that reports
-  // the error when read, never a silent gap.
-  std::vector<std::pair<std::string, std::string>> rel; // path, error
-  std::vector<std::string> listed, bad;
+  // cannot be listed (permissions, I/O error) or an entry that cannot be
+  // looked at (a dangling symbolic link, a link loop) becomes a shard that
+  // reports the error when read, never a silent gap. The listing is sorted
+  // afterwards, so nothing depends on the order readdir returns entries in.
+  const char *kUnlistable = "image_folder: cannot list a class directory";
+  const char *kUnreadable = "image_folder: cannot read file";
+  struct Entry {
+    std::string rel;
+    Broken broken; // reason empty: a file to read
+    bool operator<(const Entry &o) const { return rel < o.rel; }
+  };
+  std::vector<Entry> rel;
+  size_t unlistableDirs = 0;
+  std::string firstUnlistable, firstUnlistableError;
   for (size_t c = 0; c < src->classes.size(); ++c) {
     rel.clear();
     std::vector<std::string> stack = {src->classes[c]};
@@ -222,47 +243,74 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
       std::string full = joinPath(src->root, relDir);
       DIR *d = ::opendir(full.c_str());
       if (!d) {
-        rel.emplace_back(relDir, std::strerror(errno));
+        rel.push_back({relDir, {kUnlistable, std::strerror(errno)}});
         continue;
       }
-      errno = 0;
-      while (struct dirent *e = ::readdir(d)) {
+      for (;;) {
+        // errno is set before each readdir and read right after it: what
+        // the stat calls below leave in it is never taken for a listing
+        // error.
+        errno = 0;
+        struct dirent *e = ::readdir(d);
+        if (!e) {
+          if (errno != 0)
+            rel.push_back({relDir, {kUnlistable, std::strerror(errno)}});
+          break;
+        }
         std::string name = e->d_name;
         if (name == "." || name == ".." || name[0] == '.')
           continue;
         std::string childRel = relDir + "/" + name;
+        std::string childFull = joinPath(src->root, childRel);
         struct stat sb;
         // stat, not lstat: symlinked files and directories are followed.
-        if (::stat(joinPath(src->root, childRel).c_str(), &sb) != 0)
-          continue; // a dangling link is not a file of the data set
+        if (::stat(childFull.c_str(), &sb) != 0) {
+          int err = errno;
+          // An entry whose extension says it is some other kind of file is
+          // not part of the data set, readable or not.
+          std::string ext = fs::path(name).extension().string();
+          if (ext.size() >= 2 && !wanted(fs::path(name)))
+            continue;
+          std::string why = std::strerror(err);
+          struct stat lsb;
+          if (::lstat(childFull.c_str(), &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+            std::error_code lec;
+            fs::path target = fs::read_symlink(childFull, lec);
+            why = (err == ENOENT ? "dangling symbolic link" : "symbolic link") +
+                  (lec ? std::string() : " to '" + target.string() + "'") +
+                  ": " + why;
+          }
+          rel.push_back({childRel, {kUnreadable, why}});
+          continue;
+        }
         if (S_ISDIR(sb.st_mode)) {
           if (visited.insert({sb.st_dev, sb.st_ino}).second)
             stack.push_back(childRel);
+        } else if (S_ISREG(sb.st_mode) && wanted(fs::path(name))) {
+          rel.push_back({childRel, {}});
         }
-        else if (S_ISREG(sb.st_mode) && wanted(fs::path(name)))
-          rel.emplace_back(childRel, "");
-        errno = 0;
       }
-      if (errno != 0)
-        rel.emplace_back(relDir, std::strerror(errno));
       ::closedir(d);
     }
     std::sort(rel.begin(), rel.end());
-    for (const auto &[r, error] : rel) {
-      if (!error.empty()) {
-        src->unlistable[src->files.size()] = error;
-        bad.push_back(r);
+    for (const Entry &entry : rel) {
+      if (!entry.broken.reason.empty()) {
+        src->broken[src->files.size()] = entry.broken;
+        if (entry.broken.reason == kUnlistable && unlistableDirs++ == 0) {
+          firstUnlistable = entry.rel;
+          firstUnlistableError = entry.broken.error;
+        }
       }
-      src->files.add(r, static_cast<int32_t>(c));
+      src->files.add(entry.rel, static_cast<int32_t>(c));
     }
   }
-  if (src->files.size() == src->unlistable.size() && !bad.empty())
-    return Status::error(kind + ": cannot list " + bad[0] + " under '" +
-                         src->root + "': " + src->unlistable.begin()->second +
-                         (bad.size() > 1 ? " (and " +
-                                               std::to_string(bad.size() - 1) +
-                                               " more directories)"
-                                         : ""));
+  if (unlistableDirs && src->files.size() == unlistableDirs)
+    return Status::error(kind + ": cannot list " + firstUnlistable +
+                         " under '" + src->root + "': " + firstUnlistableError +
+                         (unlistableDirs > 1
+                              ? " (and " + std::to_string(unlistableDirs - 1) +
+                                    " more directories)"
+                              : ""));
   if (src->files.size() == 0) {
     std::string list;
     for (const std::string &e : exts)

@@ -403,6 +403,19 @@ std::string globEscape(const std::string &s) {
   return out;
 }
 
+/// The directories glob() could not read while expanding one pattern, with
+/// why (glob's error callback has no user pointer; one expansion at a time
+/// per thread).
+thread_local std::vector<std::string> *globErrors = nullptr;
+
+int onGlobError(const char *path, int err) {
+  // A directory that does not exist is no match, reported as such; one that
+  // exists but cannot be read would hide its files.
+  if (globErrors && err != ENOENT && err != ENOTDIR)
+    globErrors->push_back(std::string(path) + ": " + std::strerror(err));
+  return 0;
+}
+
 } // namespace
 
 std::vector<std::string> stringList(const Value &v) {
@@ -431,20 +444,37 @@ Expected<std::vector<std::string>> expandFiles(const std::string &kind,
           baseDir.empty() || baseDir == "."))
       full = joinPath(globEscape(baseDir), pattern);
     glob_t g;
+    std::vector<std::string> unreadable;
+    globErrors = &unreadable;
     int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
-                    nullptr, &g);
+                    onGlobError, &g);
+    globErrors = nullptr;
     size_t before = files.size();
     size_t dirs = 0;
     if (rc == 0) {
       for (size_t i = 0; i < g.gl_pathc; ++i) {
         struct stat st;
-        if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
+        if (::stat(g.gl_pathv[i], &st) != 0)
+          // A match that cannot be looked at (a dangling symbolic link, a
+          // link loop) is kept: reading it fails with its name and the
+          // error, under the source's on_error, instead of vanishing.
+          files.emplace_back(g.gl_pathv[i]);
+        else if (S_ISREG(st.st_mode))
           files.emplace_back(g.gl_pathv[i]);
         else
           ++dirs;
       }
     }
     globfree(&g);
+    if (!unreadable.empty())
+      return Status::error(
+          kind + ": " + name + ": cannot expand pattern '" + pattern +
+          "': cannot list " + unreadable[0] +
+          (unreadable.size() > 1
+               ? " (and " + std::to_string(unreadable.size() - 1) +
+                     " more directories)"
+               : "") +
+          "; the files in it would be missing from the data set");
     if (rc != 0 && rc != GLOB_NOMATCH)
       return Status::error(
           kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +

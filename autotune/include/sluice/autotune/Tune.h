@@ -164,6 +164,11 @@ struct CheckResult {
 };
 CheckResult check(const nlohmann::json &baseline, const nlohmann::json &current,
                   double tolerance);
+/// Whether `baseline` is a report.json check() can read: the schema, a
+/// version this sluice knows, and every key check() uses with its type;
+/// else an error naming the JSON path (`sluice tune --check` calls it
+/// before profiling).
+Status validateBaseline(const nlohmann::json &baseline);
 
 /// What `schedule: auto` does in `sluice run`: a short profile, the solver,
 /// the schedule to apply and a paragraph saying what it chose and why.

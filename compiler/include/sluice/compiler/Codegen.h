@@ -42,6 +42,9 @@ struct CodegenStats {
   int64_t kernels = 0;     ///< generated functions
   int64_t cacheHits = 0;   ///< 1 if the object came from the cache
   int64_t cacheMisses = 0; ///< 1 if it was compiled (and stored)
+  /// 1 if a cache entry was found but not trusted (its digest or key did
+  /// not match, or it did not link): it was compiled again and replaced.
+  int64_t cacheRejected = 0;
   double buildMs = 0;      ///< IR construction + lowering to LLVM
   double compileMs = 0;    ///< LLVM optimization + machine code (0 on a hit)
   double totalMs = 0;      ///< everything, including loading
