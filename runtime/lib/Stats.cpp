@@ -124,6 +124,12 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"baseline_rss", baselineRss},
             {"rss", rss},
             {"peaks", per}}},
+          {"remote",
+           {{"requests", remote.requests},
+            {"retries", remote.retries},
+            {"failures", remote.failures},
+            {"bytes", remote.bytes},
+            {"median_latency_ms", remote.medianLatencyMs}}},
           {"stages", std::move(list)}};
 }
 
@@ -206,6 +212,13 @@ std::string RunStats::table() const {
     out += " (process peak " + formatBytes(processMemoryPeak) +
            ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
+  if (remote.requests > 0)
+    out += "remote: " + std::to_string(remote.requests) + " requests (" +
+           std::to_string(remote.retries) + " retried, " +
+           std::to_string(remote.failures) + " failed), " +
+           formatBytes(remote.bytes) + ", " +
+           fmt("%.1f", remote.medianLatencyMs) +
+           " ms median latency to the first byte\n";
   return out;
 }
 
