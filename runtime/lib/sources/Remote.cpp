@@ -36,6 +36,7 @@
 #include <thread>
 
 #include <fnmatch.h>
+#include <unistd.h>
 
 namespace sluice::runtime::detail {
 
@@ -194,8 +195,8 @@ struct Counters {
   std::deque<double> latencies; // the last 1024, guarded by m
 };
 Counters &counters() {
-  static Counters c;
-  return c;
+  static Counters *c = new Counters; // never destroyed: see Client::get()
+  return *c;
 }
 
 struct Transfer final : PendingFetch {
@@ -225,9 +226,21 @@ struct Transfer final : PendingFetch {
 
 class Client {
 public:
+  /// The process's client, made on first use. It is never destroyed: its
+  /// thread may still be finishing a transfer nobody waits for while the
+  /// process exits. A child made by fork() (a DataLoader worker) has no
+  /// copy of the thread, so it makes a client of its own (the parent's
+  /// state it inherited is left alone).
   static Client &get() {
-    static Client client;
-    return client;
+    static std::mutex m;
+    static Client *client = nullptr;
+    static pid_t owner = 0;
+    std::lock_guard<std::mutex> lock(m);
+    if (!client || owner != ::getpid()) {
+      client = new Client();
+      owner = ::getpid();
+    }
+    return *client;
   }
 
   void submit(std::shared_ptr<Transfer> t) {
@@ -240,22 +253,10 @@ public:
 
 private:
   Client() {
-    counters(); // made first, so it outlives the client's thread at exit
     curl_global_init(CURL_GLOBAL_DEFAULT);
     multi_ = curl_multi_init();
     curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 256L);
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Client() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
-    }
-    curl_multi_wakeup(multi_);
-    thread_.join();
-    for (CURL *e : idle_)
-      curl_easy_cleanup(e);
-    curl_multi_cleanup(multi_);
+    std::thread([this] { loop(); }).detach();
   }
 
   static size_t onBody(char *p, size_t size, size_t n, void *user) {
@@ -478,8 +479,6 @@ private:
       std::vector<std::shared_ptr<Transfer>> fresh;
       {
         std::lock_guard<std::mutex> lock(m_);
-        if (stop_ && incoming_.empty() && active_.empty() && delayed_.empty())
-          break;
         fresh.assign(incoming_.begin(), incoming_.end());
         incoming_.clear();
       }
@@ -513,10 +512,8 @@ private:
   }
 
   CURLM *multi_ = nullptr;
-  std::thread thread_;
   std::mutex m_;
   std::deque<std::shared_ptr<Transfer>> incoming_;
-  bool stop_ = false;
   // Owned by the client thread:
   std::map<CURL *, std::shared_ptr<Transfer>> active_;
   std::vector<std::shared_ptr<Transfer>> delayed_;
