@@ -3,8 +3,11 @@
 under tests/servers by scripts/setup) as the S3 API, and a fault-injecting
 proxy (tests/servers/fault_proxy.py) in front of each. Started by the test
 fixture and stopped with it."""
+import ctypes
 import json
 import os
+import signal
+import sys
 import shutil
 import socket
 import subprocess
@@ -38,6 +41,17 @@ def why_unavailable():
     if not shutil.which("curl"):
         return "curl is not installed (Debian package curl; run scripts/setup)"
     return None
+
+
+def die_with_parent():
+    """Runs in the child before exec: a test process that dies (a crash,
+    a kill) takes its servers with it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def popen(args, **kw):
+    return subprocess.Popen(args, preexec_fn=die_with_parent, **kw)
 
 
 def free_port():
@@ -95,7 +109,7 @@ class Servers:
         with open(conf, "w") as f:
             f.write("""
 %s
-worker_processes 1;
+master_process off;
 error_log %s/error.log;
 pid %s/nginx.pid;
 events { worker_connections 256; }
@@ -115,7 +129,7 @@ http {
 }
 """ % (user, d, d, d, d, d, d, d, self.nginx_port, self.www))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        p = subprocess.Popen([nginx, "-p", d, "-c", conf, "-g",
+        p = popen([nginx, "-p", d, "-c", conf, "-g",
                               "daemon off;"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         self.procs.append(p)
@@ -127,7 +141,7 @@ http {
         os.makedirs(d, exist_ok=True)
         # s3rver's continuation tokens use DES, which OpenSSL 3 keeps in
         # its legacy provider.
-        p = subprocess.Popen(["node", "--openssl-legacy-provider", S3RVER, "-d", d, "-a", "127.0.0.1",
+        p = popen(["node", "--openssl-legacy-provider", S3RVER, "-d", d, "-a", "127.0.0.1",
                               "-p", "0", "--configure-bucket", BUCKET],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.procs.append(p)
@@ -136,11 +150,11 @@ http {
         self.s3_endpoint = "http://127.0.0.1:%d" % self.s3_port
         # Its request log goes on stdout: keep draining it.
         self.s3_log = os.path.join(self.workdir, "s3rver.log")
-        subprocess.Popen(["cat"], stdin=p.stdout,
+        popen(["cat"], stdin=p.stdout,
                          stdout=open(self.s3_log, "wb"))
 
     def _start_proxy(self, upstream_port):
-        p = subprocess.Popen(["python3", PROXY, "--upstream",
+        p = popen([sys.executable, PROXY, "--upstream",
                               "127.0.0.1:%d" % upstream_port],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.procs.append(p)

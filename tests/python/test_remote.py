@@ -521,20 +521,3 @@ def test_cli_resume_and_no_secret_in_any_output(servers, tmp_path,
     assert SECRET_KEY not in everything
     assert "sluice-token-55aa" not in everything
 
-
-def test_a_forked_child_reads_too(servers, tmp_path):
-    # The client's thread does not survive fork(): a child (a DataLoader
-    # worker) gets a client of its own instead of waiting forever.
-    local, remote = local_and_remote(servers, tmp_path, "csv", "s3")
-    want = run_all(local)
-    assert all(batches_equal(a, b) for a, b in zip(want, run_all(remote)))
-    pid = os.fork()
-    if pid == 0:
-        try:
-            ok = all(batches_equal(a, b)
-                     for a, b in zip(want, run_all(remote)))
-            os._exit(0 if ok else 3)
-        except BaseException:
-            os._exit(4)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

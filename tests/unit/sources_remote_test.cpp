@@ -14,6 +14,9 @@
 
 #include <cstdlib>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 using namespace sluice;
 using namespace sluice::testing;
 using namespace sluice::runtime::detail;
@@ -202,6 +205,34 @@ TEST(RemotePatterns, FileUrlsAreLocalPaths) {
   ASSERT_TRUE(src);
   EXPECT_EQ(src->numShards(), 1u);
   EXPECT_EQ(src->shardName(0), dir / "a.txt");
+}
+
+} // namespace
+
+namespace {
+
+// The client's thread does not survive fork(): a child (a DataLoader worker)
+// must get a client of its own, not wait forever on the parent's.
+TEST(RemoteClient, AForkedChildMakesItsOwnClient) {
+  auto cfg = std::make_shared<RemoteConfig>();
+  cfg->retries = 0;
+  // Port 1 on loopback: refused at once, no server needed.
+  const std::string url = "http://127.0.0.1:1/x";
+  std::shared_ptr<PendingFetch> parent = startFetch(cfg, url);
+  ASSERT_FALSE(parent->wait().ok);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(20); // a hang ends the child with SIGALRM
+    std::shared_ptr<PendingFetch> child = startFetch(cfg, url);
+    Fetched &r = child->wait();
+    ::_exit(!r.ok && r.error.find("onnect") != std::string::npos ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 } // namespace
