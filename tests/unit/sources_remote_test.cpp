@@ -236,3 +236,27 @@ TEST(RemoteClient, AForkedChildMakesItsOwnClient) {
 }
 
 } // namespace
+
+namespace {
+
+// Local patterns take the same numeric ranges as URLs (glob's GLOB_BRACE
+// knows only {a,b}); every name of a range must exist.
+TEST(LocalPatterns, NumericBraceRanges) {
+  TempDir dir;
+  for (int i = 0; i < 3; ++i)
+    dir.write("s-0" + std::to_string(i) + ".txt", "x\n");
+  auto src = make("text_lines", params({{"files", str("s-{00..02}.txt")}}),
+                  dir.path());
+  ASSERT_TRUE(src);
+  ASSERT_EQ(src->numShards(), 3u);
+  EXPECT_EQ(src->shardName(2), dir / "s-02.txt");
+  auto missing = runtime::Source::create(
+      "text_lines", params({{"files", str("s-{00..03}.txt")}}), RecordType(),
+      dir.path());
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("'s-03.txt' matched no files"),
+            std::string::npos)
+      << missing.status().message();
+}
+
+} // namespace

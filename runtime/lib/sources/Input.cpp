@@ -524,39 +524,48 @@ expandFiles(const std::string &kind, const Value &params,
       files.insert(files.end(), urls->begin(), urls->end());
       continue;
     }
-    const std::string pattern = stripFileUrl(given);
-    std::string full = pattern;
-    if (!(pattern.empty() || pattern[0] == '/' || pattern[0] == '~' ||
-          baseDir.empty() || baseDir == "."))
-      full = joinPath(globEscape(baseDir), pattern);
-    glob_t g;
-    int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
-                    nullptr, &g);
-    size_t before = files.size();
-    size_t dirs = 0;
-    if (rc == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) {
-        struct stat st;
-        if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
-          files.emplace_back(g.gl_pathv[i]);
-        else
-          ++dirs;
+    // Numeric ranges ({000..099}, as WebDataset shard lists are written)
+    // are expanded here: glob's GLOB_BRACE knows only {a,b}. Each name of a
+    // range must then exist, as each pattern must match.
+    const std::string stripped = stripFileUrl(given);
+    std::vector<std::string> alternatives = {stripped};
+    if (stripped.find('{') != std::string::npos &&
+        stripped.find("..") != std::string::npos)
+      alternatives = expandBraces(stripped);
+    for (const std::string &pattern : alternatives) {
+      std::string full = pattern;
+      if (!(pattern.empty() || pattern[0] == '/' || pattern[0] == '~' ||
+            baseDir.empty() || baseDir == "."))
+        full = joinPath(globEscape(baseDir), pattern);
+      glob_t g;
+      int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
+                      nullptr, &g);
+      size_t before = files.size();
+      size_t dirs = 0;
+      if (rc == 0) {
+        for (size_t i = 0; i < g.gl_pathc; ++i) {
+          struct stat st;
+          if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
+            files.emplace_back(g.gl_pathv[i]);
+          else
+            ++dirs;
+        }
       }
-    }
-    globfree(&g);
-    if (rc != 0 && rc != GLOB_NOMATCH)
-      return Status::error(
-          kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
-          (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
-          ")");
-    if (files.size() == before) {
-      std::string where = baseDir.empty() ? std::string(".") : baseDir;
-      return Status::error(
-          kind + ": " + name + ": pattern '" + pattern + "' matched " +
-          (dirs ? "only directories" : "no files") +
-          (pattern[0] == '/' ? std::string()
-                             : " (relative to '" + where + "')") +
-          "; check the path, or write an absolute one");
+      globfree(&g);
+      if (rc != 0 && rc != GLOB_NOMATCH)
+        return Status::error(
+            kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
+            (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
+            ")");
+      if (files.size() == before) {
+        std::string where = baseDir.empty() ? std::string(".") : baseDir;
+        return Status::error(
+            kind + ": " + name + ": pattern '" + pattern + "' matched " +
+            (dirs ? "only directories" : "no files") +
+            (pattern[0] == '/' ? std::string()
+                               : " (relative to '" + where + "')") +
+            "; check the path, or write an absolute one");
+      }
     }
   }
   std::sort(files.begin(), files.end());

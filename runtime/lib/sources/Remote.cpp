@@ -944,7 +944,14 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
               "); its records would mix two versions";
       return -1;
     }
-    if (f.status != 206 || static_cast<int64_t>(f.body.size()) != want ||
+    if (f.status != 206) {
+      error = "the server answered HTTP " + std::to_string(f.status) +
+              " to a range request (bytes " + std::to_string(start) + "-" +
+              std::to_string(start + want - 1) +
+              "): it does not serve byte ranges of this object";
+      return -1;
+    }
+    if (static_cast<int64_t>(f.body.size()) != want ||
         f.totalSize != size_) {
       error = "truncated body: asked for bytes " + std::to_string(start) +
               "-" + std::to_string(start + want - 1) + " of " +
