@@ -4,8 +4,9 @@ over s3:// (s3rver) and over http:// (nginx), with a delaying proxy
 (tests/servers/fault_proxy.py) adding DELAY ms before every answer, at
 several `remote.concurrency` values.
 
-Two pipelines, both decoding real photographs (bench/gen_photos.py):
+Three sources, all decoding real photographs (bench/gen_photos.py):
   image_folder over an s3:// prefix: one GET per picture, kept in flight ahead
+  files over http:// (every object named): the same, from nginx
   webdataset shards over http://: ranged chunks of 1 MiB, kept in flight ahead
 each: decode_image -> random_resized_crop 224 -> batch 64, `--sink null`.
 
@@ -62,9 +63,10 @@ def main():
         sys.exit("remote_latency: " + why)
     work = tempfile.mkdtemp(prefix="sluice-remote-bench-")
     data = args.data or os.path.join(work, "data")
-    subprocess.run([sys.executable, os.path.join(HERE, "gen_photos.py"),
-                    "--out", data, "--images", str(args.images)], check=True,
-                   stdout=subprocess.DEVNULL)
+    if not os.path.isdir(os.path.join(data, "photos", "train")):
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_photos.py"),
+                        "--out", data, "--images", str(args.images)],
+                       check=True, stdout=subprocess.DEVNULL)
     train = os.path.join(data, "photos", "train")
     classes = sorted(os.listdir(train))
     files = {}
@@ -107,12 +109,27 @@ def main():
                "[{ext: jpg, name: data}, {ext: cls, name: label, type: i64}]}")
         local_if = spec("local_if", "image_folder: {root: '%s/photos'}"
                         % srv.www)
+        # The same pictures as `files` over http://: HTTP cannot list, so
+        # the spec names every object (labels are not needed here).
+        names = sorted(files)
+        urls = lambda base: "'%s/{%s}'" % (base, ",".join(names))
+        steps_files = STEPS.replace("select: [image, label]",
+                                    "select: [image]")
+
+        def spec_files(name, base, remote):
+            path = os.path.join(work, name + ".yaml")
+            with open(path, "w") as f:
+                f.write("pipeline: %s\nseed: 1\nsource:\n  files: {files: %s%s}\n%s"
+                        % (name, urls(base), remote, steps_files))
+            return path
+        local_files = spec_files("local_files", srv.www, "")
         local_wds = spec("local_wds", wds.replace(", remote: %s", "")
                          % (srv.www, brace))
         rows = []
         base_if = run(args.sluice, local_if, env)[1]
         base_wds = run(args.sluice, local_wds, env)[1]
-        rows.append(("local files", "-", base_if, base_wds))
+        base_files = run(args.sluice, local_files, env)[1]
+        rows.append(("local files", "-", base_if, base_files, base_wds))
         for delay in (0, args.delay_ms):
             srv.rules(srv.s3_proxy, [{"match": "", "delay_ms": delay}])
             srv.rules(srv.http_proxy, [{"match": "", "delay_ms": delay}])
@@ -124,16 +141,21 @@ def main():
                 http = spec("http_%d_%d" % (delay, c), wds % (
                     srv.http_proxy, brace,
                     "{concurrency: %d, chunk_size: 1MiB}" % c))
+                fh = spec_files("files_%d_%d" % (delay, c), srv.http_proxy,
+                                ", remote: {concurrency: %d}" % c)
                 rows.append(("%g ms" % delay, c, run(args.sluice, s3, env)[1],
+                             run(args.sluice, fh, env)[1],
                              run(args.sluice, http, env)[1]))
         print("%d pictures (%d shards), 2 cores; records/s (ratio to local)\n"
               % (len(files), nshards))
-        print("| latency added | concurrency | image_folder over s3:// | "
-              "webdataset over http:// |")
-        print("|---|---:|---:|---:|")
-        for lat, c, a, b in rows:
-            print("| %s | %s | %.0f (%.2f×) | %.0f (%.2f×) |"
-                  % (lat, c, a, a / base_if, b, b / base_wds))
+        print("| latency added | concurrency | image_folder over s3:// "
+              "(s3rver) | files over http:// (nginx) | webdataset over "
+              "http:// (nginx) |")
+        print("|---|---:|---:|---:|---:|")
+        for lat, c, a, f, b in rows:
+            print("| %s | %s | %.0f (%.2f×) | %.0f (%.2f×) | %.0f (%.2f×) |"
+                  % (lat, c, a, a / base_if, f, f / base_files, b,
+                     b / base_wds))
     finally:
         srv.stop()
 

@@ -348,6 +348,7 @@ Status Engine::build() {
                                      src.name + "': ");
   source_ = made.take();
   remoteBase_ = remoteTotals();
+  resetRemotePeak();
   shared_.plan = &plan_;
   shared_.source = source_.get();
   shared_.memory = memory_.get();
@@ -892,6 +893,7 @@ RunStats Engine::stats() const {
         static_cast<int64_t>(now.failures - remoteBase_->failures);
     r.remote.bytes = static_cast<int64_t>(now.bytes - remoteBase_->bytes);
     r.remote.medianLatencyMs = now.medianLatencyMs;
+    r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
   }
   return r;
 }

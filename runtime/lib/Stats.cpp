@@ -129,7 +129,8 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"retries", remote.retries},
             {"failures", remote.failures},
             {"bytes", remote.bytes},
-            {"median_latency_ms", remote.medianLatencyMs}}},
+            {"median_latency_ms", remote.medianLatencyMs},
+            {"peak_in_flight", remote.peakInFlight}}},
           {"stages", std::move(list)}};
 }
 
@@ -213,12 +214,13 @@ std::string RunStats::table() const {
            ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
   if (remote.requests > 0)
-    out += "remote: " + std::to_string(remote.requests) + " requests (" +
+    out += "source: up to " + std::to_string(remote.peakInFlight) +
+           " requests in flight, " + fmt("%.1f", remote.medianLatencyMs) +
+           " ms median latency (to the first byte); remote: " +
+           std::to_string(remote.requests) + " requests (" +
            std::to_string(remote.retries) + " retried, " +
            std::to_string(remote.failures) + " failed), " +
-           formatBytes(remote.bytes) + ", " +
-           fmt("%.1f", remote.medianLatencyMs) +
-           " ms median latency to the first byte\n";
+           formatBytes(remote.bytes) + "\n";
   return out;
 }
 

@@ -155,7 +155,7 @@ def credentials(monkeypatch, tmp_path):
 SOURCES = {
     "image_folder": ("image_folder: {root: '%(images)s', extensions: [jpg], "
                      "remote: %(remote)s}", "[data, label]"),
-    "files": ("files: {glob: '%(files)s', remote: %(remote)s}", "[data]"),
+    "files": ("files: {files: '%(files)s', remote: %(remote)s}", "[data]"),
     "webdataset": ("webdataset: {files: '%(shards)s', remote: %(remote)s, "
                    "fields: [{ext: jpg, name: data}, "
                    "{ext: cls, name: label, type: i64}]}", "[key, data, label]"),
@@ -322,7 +322,7 @@ def test_s3_listing_is_paginated(servers, tmp_path):
 
 def test_s3_glob_that_matches_nothing(servers, tmp_path):
     spec = tmp_path / "none.yaml"
-    spec.write_text("pipeline: n\nsource:\n  files: {glob: 's3://%s/shards/*.zip',"
+    spec.write_text("pipeline: n\nsource:\n  files: {files: 's3://%s/shards/*.zip',"
                     " remote: {endpoint: %s}}\n" % (BUCKET, servers.s3_endpoint))
     with pytest.raises(Exception, match="matched no objects"):
         sluice.Pipeline(str(spec))
@@ -517,7 +517,8 @@ def test_cli_resume_and_no_secret_in_any_output(servers, tmp_path,
     assert rc == 1 and "403" in out
     outputs.append(out)
     everything = "\n".join(outputs)
-    assert "remote:" in everything  # the stats line was printed
+    assert re.search(r"source: up to \d+ requests in flight, [\d.]+ ms "
+                     r"median latency", everything)  # the stats line
     assert SECRET_KEY not in everything
     assert "sluice-token-55aa" not in everything
 

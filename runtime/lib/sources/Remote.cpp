@@ -191,6 +191,7 @@ std::string xmlFirst(std::string_view xml, std::string_view tag) {
 /// Counters of every request (read without starting the client).
 struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
+  std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
 };
@@ -366,6 +367,10 @@ private:
     counters().requests.fetch_add(1, std::memory_order_relaxed);
     active_[e] = t;
     curl_multi_add_handle(multi_, e);
+    uint64_t n = active_.size();
+    std::atomic<uint64_t> &peak = counters().peakInFlight;
+    for (uint64_t p = peak.load(); n > p && !peak.compare_exchange_weak(p, n);)
+      ;
   }
 
   static bool retryableStatus(long s) {
@@ -677,6 +682,8 @@ std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg
   return t;
 }
 
+void resetRemotePeak() { counters().peakInFlight.store(0); }
+
 RemoteTotals remoteTotals() {
   Counters &c = counters();
   RemoteTotals t;
@@ -684,6 +691,7 @@ RemoteTotals remoteTotals() {
   t.retries = c.retries.load();
   t.failures = c.failures.load();
   t.bytes = c.bytes.load();
+  t.peakInFlight = c.peakInFlight.load();
   std::lock_guard<std::mutex> lock(c.m);
   if (!c.latencies.empty()) {
     std::vector<double> v(c.latencies.begin(), c.latencies.end());

@@ -128,8 +128,11 @@ struct RemoteTotals {
   uint64_t failures = 0;  ///< requests that failed for good
   uint64_t bytes = 0;     ///< body bytes received
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
+  uint64_t peakInFlight = 0;  ///< most requests at once since the reset
 };
 RemoteTotals remoteTotals();
+/// Starts counting peakInFlight anew (a pipeline being built).
+void resetRemotePeak();
 
 /// Sequential ranged reads of one object with up to cfg.concurrency chunks
 /// in flight ahead of the reader. The chunks held (in flight or not yet

@@ -146,6 +146,7 @@ struct RunStats {
     int64_t failures = 0; ///< requests that failed for good
     int64_t bytes = 0;    ///< body bytes received
     double medianLatencyMs = 0; ///< to the first byte, recent requests
+    int64_t peakInFlight = 0;   ///< most requests in flight at once
   } remote;
 
   /// The records the run went through, in source records: those read from
