@@ -30,6 +30,46 @@ ParamSpec onErrorParam() {
                 "it (with the reason) and goes on.");
 }
 
+ParamSpec remoteParam() {
+  return structParam(
+             "remote",
+             {
+                 param("endpoint", ParamKind::String)
+                     .describe("S3 endpoint URL (e.g. http://127.0.0.1:9000 "
+                               "for MinIO); default AWS_ENDPOINT_URL, else "
+                               "AWS's own."),
+                 param("region", ParamKind::String)
+                     .describe("S3 region for signing; default AWS_REGION, "
+                               "else us-east-1."),
+                 param("profile", ParamKind::String)
+                     .describe("Profile of ~/.aws/credentials to sign with; "
+                               "default: AWS_ACCESS_KEY_ID/"
+                               "AWS_SECRET_ACCESS_KEY, else AWS_PROFILE's "
+                               "profile, else anonymous requests."),
+                 param("request_timeout", ParamKind::Float)
+                     .above(0)
+                     .describe("Seconds one request may take before it is "
+                               "retried (default 60)."),
+                 param("concurrency", ParamKind::Int)
+                     .atLeast(1)
+                     .atMost(1024)
+                     .describe("Requests in flight per file read in chunks, "
+                               "or whole objects fetched ahead by image_folder "
+                               "and files (default 8)."),
+                 param("retries", ParamKind::Int)
+                     .atLeast(0)
+                     .atMost(100)
+                     .describe("Retries of a request that failed with 5xx, "
+                               "429 or a broken connection, with capped "
+                               "exponential backoff and jitter (default 5)."),
+                 param("chunk_size", ParamKind::Size)
+                     .describe("Bytes per ranged request of a file read in "
+                               "order (default 4MiB)."),
+             })
+      .describe("How `s3://`, `http://` and `https://` file names are read "
+                "(every member optional).");
+}
+
 ParamSpec encodingParam() {
   return enumParam("encoding", {"strict", "replace"})
       .def(Value::string("strict"))

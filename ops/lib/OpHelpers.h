@@ -51,6 +51,10 @@ ParamSpec fieldParam(std::string doc = "The input field.");
 ParamSpec asParam();
 /// `on_error: fail | skip` of every source.
 ParamSpec onErrorParam();
+/// `remote: {endpoint, region, profile, request_timeout, concurrency,
+/// retries, chunk_size}` of every source: how s3:// and http(s):// file
+/// names are read.
+ParamSpec remoteParam();
 /// `encoding: strict | replace` of readers of text (Utf8.h).
 ParamSpec encodingParam();
 /// `interpolation: bilinear | area | nearest`.

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Pipeline.h"
 #include "Engine.h"
+#include "sources/Remote.h"
 #include "sluice/ops/BufferPool.h"
 
 #include <oneapi/tbb/global_control.h>
@@ -85,6 +86,9 @@ public:
   Status checkResumeState() const;
 
   std::unique_ptr<Source> source_;
+  /// The process's remote-request counters when the source was made
+  /// (sources over s3:// or http(s):// only).
+  std::optional<RemoteTotals> remoteBase_;
   std::unique_ptr<MemoryBudget> memory_;
   /// Shared::replayedSourceRecords.
   std::atomic<int64_t> replayedSourceRecords_{0};
@@ -427,6 +431,8 @@ Status Engine::build() {
     return made.status().withContext(plan_.where(src) + ": source '" +
                                      src.name + "': ");
   source_ = made.take();
+  remoteBase_ = remoteTotals();
+  resetRemotePeak();
   shared_.plan = &plan_;
   shared_.source = source_.get();
   shared_.memory = memory_.get();
@@ -1031,6 +1037,16 @@ RunStats Engine::stats() const {
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)
     r.stages.push_back(c->snapshot());
+  if (remoteBase_) {
+    RemoteTotals now = remoteTotals();
+    r.remote.requests = static_cast<int64_t>(now.requests - remoteBase_->requests);
+    r.remote.retries = static_cast<int64_t>(now.retries - remoteBase_->retries);
+    r.remote.failures =
+        static_cast<int64_t>(now.failures - remoteBase_->failures);
+    r.remote.bytes = static_cast<int64_t>(now.bytes - remoteBase_->bytes);
+    r.remote.medianLatencyMs = now.medianLatencyMs;
+    r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
+  }
   return r;
 }
 

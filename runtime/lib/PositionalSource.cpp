@@ -62,6 +62,7 @@ protected:
       resumed_ = true;
     }
     next_ = start + P.rank;
+    prefetchFrom_ = next_;
     cursor_.reset();
     cursorShard_ = 0;
     cursorPos_ = 0;
@@ -105,6 +106,17 @@ protected:
       int64_t id = P.permute ? perm_[static_cast<size_t>(p)] : p;
       ReadResult rr = ReadResult::end();
       if (perShard_) {
+        // Remote objects: the next positions' GETs go out now, in the
+        // order they will be opened.
+        if (size_t depth = src.prefetchDepth()) {
+          prefetchFrom_ = std::max(prefetchFrom_, next_);
+          int64_t until = std::min<int64_t>(
+              n_, next_ + static_cast<int64_t>(depth) * P.world);
+          for (; prefetchFrom_ < until; prefetchFrom_ += P.world)
+            src.prefetch(static_cast<size_t>(
+                P.permute ? perm_[static_cast<size_t>(prefetchFrom_)]
+                          : prefetchFrom_));
+        }
         std::unique_ptr<ShardReader> r = open(static_cast<size_t>(id));
         rr = readCounted(scratchLimit_, *r, out.rec,
                          src.shardName(static_cast<size_t>(id)));
@@ -228,6 +240,7 @@ private:
   bool perShard_ = false;
   int64_t n_ = -1;
   int64_t next_ = 0;
+  int64_t prefetchFrom_ = 0; ///< the next position to prefetch
   bool resumed_ = false;
   std::vector<int64_t> perm_;
   std::vector<Entry> table_;

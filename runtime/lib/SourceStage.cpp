@@ -107,6 +107,7 @@ protected:
     for (int64_t i = 0; i < cycle_; ++i)
       slots_.push_back(std::make_unique<Slot>());
     nextShard_ = 0;
+    prefetched_ = 0;
     pos_ = 0;
     blockIndex_ = 0;
     open_ = 0;
@@ -132,6 +133,13 @@ protected:
       if (!s.reader) {
         if (inputLeft) {
           s.shard = nextShard_++;
+          // A per-file source over remote objects fetches the next shards
+          // while this one is read.
+          for (size_t depth = src.prefetchDepth();
+               prefetched_ < std::min(src.numShards(), s.shard + 1 + depth);
+               ++prefetched_)
+            if (prefetched_ > s.shard)
+              src.prefetch(prefetched_);
           {
             AllocationScope scope(&scratchLimit_);
             s.reader = src.open(s.shard);
@@ -392,6 +400,7 @@ private:
   MemoryAccount *account_ = nullptr;
   std::vector<std::unique_ptr<Slot>> slots_;
   size_t nextShard_ = 0;
+  size_t prefetched_ = 0; ///< shards before it were named to prefetch()
   size_t pos_ = 0;
   int64_t blockIndex_ = 0;
   int64_t open_ = 0;

@@ -124,6 +124,13 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"baseline_rss", baselineRss},
             {"rss", rss},
             {"peaks", per}}},
+          {"remote",
+           {{"requests", remote.requests},
+            {"retries", remote.retries},
+            {"failures", remote.failures},
+            {"bytes", remote.bytes},
+            {"median_latency_ms", remote.medianLatencyMs},
+            {"peak_in_flight", remote.peakInFlight}}},
           {"stages", std::move(list)}};
 }
 
@@ -206,6 +213,14 @@ std::string RunStats::table() const {
     out += " (process peak " + formatBytes(processMemoryPeak) +
            ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
+  if (remote.requests > 0)
+    out += "source: up to " + std::to_string(remote.peakInFlight) +
+           " requests in flight, " + fmt("%.1f", remote.medianLatencyMs) +
+           " ms median latency (to the first byte); remote: " +
+           std::to_string(remote.requests) + " requests (" +
+           std::to_string(remote.retries) + " retried, " +
+           std::to_string(remote.failures) + " failed), " +
+           formatBytes(remote.bytes) + "\n";
   return out;
 }
 

@@ -812,7 +812,7 @@ private:
 
 std::optional<ReadResult> CsvReader::start() {
   const std::string &kind = src_.kind();
-  if (!in_.open(file_))
+  if (!in_.open(file_, true, src_.remote()))
     return fail(kind + ": cannot read file", in_.error(), -1, false);
   // Blocks no larger than the input buffer the budget gave (a small budget
   // reads in smaller blocks instead of failing).
@@ -1189,10 +1189,12 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
                                             const Value &params,
                                             const std::string &base) {
   auto src = std::make_unique<CsvSource>();
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> files =
-      expandFiles(kind, params, "files", base);
+      expandFiles(kind, params, "files", base, &remote);
   if (!files)
     return files.status();
+  src->setRemote(remote);
   src->files = files.take();
 
   std::string delim =

@@ -13,6 +13,13 @@
 // resource forks) and files with other extensions are ignored. Within a
 // class, files are sorted by their path relative to the class directory.
 //
+// Over an s3:// root the tree is the listing of the prefix (ListObjectsV2):
+// the first path component under root is the class (a key ending in '/'
+// marks an empty class directory). Over remote objects both sources keep
+// `remote.concurrency` GETs in flight ahead of the reader, in the order the
+// stage names the shards it will open (prefetch), so the records are the
+// same bytes in the same order as from local files.
+//
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
@@ -21,6 +28,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -64,9 +73,12 @@ private:
 class WholeFileReader final : public ReaderBase {
 public:
   WholeFileReader(std::string path, const std::vector<int> &slots,
-                  std::string kind, std::optional<int64_t> label)
+                  std::string kind, std::optional<int64_t> label,
+                  std::shared_ptr<const RemoteConfig> remote = nullptr,
+                  std::shared_ptr<PendingFetch> pending = nullptr)
       : ReaderBase(std::move(path), slots), kind_(std::move(kind)),
-        label_(label) {}
+        label_(label), remote_(std::move(remote)),
+        pending_(std::move(pending)) {}
 
   ReadResult next(Record &out) override {
     if (done_)
@@ -74,7 +86,8 @@ public:
     done_ = true;
     std::string bytes, error;
     bool refused = false;
-    if (!readWholeFile(file_, bytes, error, &refused))
+    if (!readWholeFile(file_, bytes, error, &refused, remote_,
+                       std::move(pending_)))
       return fail(refused ? std::string("memory: record does not fit")
                           : kind_ + ": cannot read file",
                   error, -1, true);
@@ -91,7 +104,37 @@ public:
 private:
   std::string kind_;
   std::optional<int64_t> label_;
+  std::shared_ptr<const RemoteConfig> remote_;
+  std::shared_ptr<PendingFetch> pending_;
   uint64_t bytes_ = 0;
+};
+
+/// The fetches started ahead for a per-file source over remote objects:
+/// shard -> its GET. Bounded: hints beyond a few windows are dropped (the
+/// shard is then fetched when opened).
+class FetchAhead {
+public:
+  void start(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
+             const std::string &url) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (ahead_.count(shard) ||
+        ahead_.size() >= 4 * static_cast<size_t>(cfg->concurrency))
+      return;
+    ahead_.emplace(shard, startFetch(cfg, url));
+  }
+  std::shared_ptr<PendingFetch> take(size_t shard) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = ahead_.find(shard);
+    if (it == ahead_.end())
+      return nullptr;
+    std::shared_ptr<PendingFetch> p = std::move(it->second);
+    ahead_.erase(it);
+    return p;
+  }
+
+private:
+  std::mutex m_;
+  std::unordered_map<size_t, std::shared_ptr<PendingFetch>> ahead_;
 };
 
 /// An entry of an image folder found broken while listing (a directory
@@ -143,9 +186,20 @@ public:
     if (auto it = broken.find(i); it != broken.end())
       return std::make_unique<BrokenEntryReader>(
           shardName(i), slots(), it->second.reason, it->second.error);
-    return std::make_unique<WholeFileReader>(shardName(i), slots(),
-                                             "image_folder", files.label(i));
+    return std::make_unique<WholeFileReader>(
+        shardName(i), slots(), "image_folder", files.label(i), remote(),
+        remote() ? ahead_.take(i) : nullptr);
   }
+  size_t prefetchDepth() const override {
+    return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
+  }
+  void prefetch(size_t i) const override {
+    if (remote() && i < files.size() && !broken.count(i))
+      ahead_.start(remote(), i, shardName(i));
+  }
+
+private:
+  mutable FetchAhead ahead_;
 };
 
 class FilesSource final : public SourceBase {
@@ -158,9 +212,20 @@ public:
     return static_cast<int64_t>(paths.size());
   }
   std::unique_ptr<ShardReader> open(size_t i) const override {
-    return std::make_unique<WholeFileReader>(paths[i], slots(), "files",
-                                             std::nullopt);
+    return std::make_unique<WholeFileReader>(
+        paths[i], slots(), "files", std::nullopt, remote(),
+        remote() && isRemoteUrl(paths[i]) ? ahead_.take(i) : nullptr);
   }
+  size_t prefetchDepth() const override {
+    return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
+  }
+  void prefetch(size_t i) const override {
+    if (remote() && i < paths.size() && isRemoteUrl(paths[i]))
+      ahead_.start(remote(), i, paths[i]);
+  }
+
+private:
+  mutable FetchAhead ahead_;
 };
 
 std::string lower(std::string s) {
@@ -174,6 +239,78 @@ bool isHidden(const fs::path &p) {
   return !name.empty() && name[0] == '.';
 }
 
+/// "jpg, jpeg, png".
+std::string extensionList(const std::vector<std::string> &exts) {
+  std::string list;
+  for (const std::string &e : exts)
+    list += (list.empty() ? "" : ", ") + e;
+  return list;
+}
+
+/// image_folder over an s3:// prefix: the classes and files come from the
+/// listing instead of directories.
+template <typename Wanted>
+Expected<std::unique_ptr<Source>>
+remoteImageFolder(const std::string &kind, const Value &params,
+                  std::unique_ptr<ImageFolderSource> src,
+                  const std::vector<std::string> &exts, Wanted wanted) {
+  Expected<std::shared_ptr<const RemoteConfig>> cfg =
+      remoteConfigFor(kind, params);
+  if (!cfg)
+    return cfg.status();
+  src->setRemote(cfg.take());
+  while (src->root.size() > 5 && src->root.back() == '/')
+    src->root.pop_back();
+  Expected<std::vector<std::string>> urls =
+      listRemotePrefix(src->root, *src->remote());
+  if (!urls)
+    return Status::error(kind + ": root: " + urls.status().message());
+  std::map<std::string, std::vector<std::string>> byClass;
+  for (const std::string &url : *urls) {
+    std::string rel = url.substr(src->root.size() + 1);
+    size_t slash = rel.find('/');
+    if (slash == std::string::npos || slash == 0)
+      continue; // directly under root
+    // Hidden files and directories (a component with a leading '.').
+    bool hidden = false;
+    for (size_t at = 0; at < rel.size();) {
+      if (rel[at] == '.')
+        hidden = true;
+      size_t next = rel.find('/', at);
+      if (next == std::string::npos)
+        break;
+      at = next + 1;
+    }
+    if (hidden)
+      continue;
+    std::vector<std::string> &files = byClass[rel.substr(0, slash)];
+    if (rel.back() != '/' && wanted(fs::path(rel)))
+      files.push_back(rel);
+  }
+  if (byClass.empty())
+    return Status::error(kind + ": no class directories under '" + src->root +
+                         "' (" + std::to_string(urls->size()) +
+                         " objects listed; objects directly under root are "
+                         "ignored: put the files of each class under their "
+                         "own prefix)");
+  for (auto &[cls, files] : byClass) {
+    std::sort(files.begin(), files.end());
+    for (const std::string &f : files)
+      src->files.add(f, static_cast<int32_t>(src->classes.size()));
+    src->classes.push_back(cls);
+  }
+  if (src->files.size() == 0)
+    return Status::error(kind + ": no files with extension " +
+                         extensionList(exts) + " in the " +
+                         std::to_string(src->classes.size()) +
+                         " class prefixes under '" + src->root + "'");
+  src->files.shrink();
+  src->setNaturalType(kind, RecordType({{"path", FieldType(ElemType::String)},
+                                        {"data", FieldType(ElemType::Bytes)},
+                                        {"label", FieldType(ElemType::I64)}}));
+  return std::unique_ptr<Source>(std::move(src));
+}
+
 } // namespace
 
 Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
@@ -185,11 +322,6 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
     return Status::error(kind + ": parameter 'root' (the directory holding "
                                 "one sub-directory per class) is required");
   src->root = joinPath(base, rootParam);
-  std::error_code ec;
-  if (!fs::is_directory(src->root, ec))
-    return Status::error(kind + ": root '" + src->root +
-                         "' is not a directory");
-
   std::vector<std::string> exts;
   if (params["extensions"].isNull())
     exts = {"jpg", "jpeg", "png"};
@@ -203,6 +335,12 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
     ext = lower(ext.substr(1));
     return std::find(exts.begin(), exts.end(), ext) != exts.end();
   };
+  if (isRemoteUrl(src->root))
+    return remoteImageFolder(kind, params, std::move(src), exts, wanted);
+  std::error_code ec;
+  if (!fs::is_directory(src->root, ec))
+    return Status::error(kind + ": root '" + src->root +
+                         "' is not a directory");
 
   for (fs::directory_iterator it(src->root, ec), end; !ec && it != end;
        it.increment(ec)) {
@@ -333,10 +471,12 @@ Expected<std::unique_ptr<Source>> createFiles(const std::string &kind,
   // The registry calls the pattern `glob`; `files` is accepted for symmetry
   // with the other sources.
   const char *name = params.has("glob") ? "glob" : "files";
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> paths =
-      expandFiles(kind, params, name, base);
+      expandFiles(kind, params, name, base, &remote);
   if (!paths)
     return paths.status();
+  src->setRemote(remote);
   src->paths = paths.take();
   src->setNaturalType(kind, RecordType({{"path", FieldType(ElemType::String)},
                                         {"data", FieldType(ElemType::Bytes)}}));

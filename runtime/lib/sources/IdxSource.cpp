@@ -22,12 +22,13 @@ namespace {
 
 /// Reads and checks an idx header.
 Status readHeader(const std::string &kind, const std::string &path,
-                  IdxHeader &h) {
+                  IdxHeader &h,
+                  const std::shared_ptr<const RemoteConfig> &remote) {
   auto bad = [&](const std::string &what) {
     return Status::error(kind + ": " + path + ": " + what);
   };
   BufferedInput in(4096);
-  if (!in.open(path))
+  if (!in.open(path, true, remote))
     return bad(in.error());
   in.ensure(kIdxMaxHeaderBytes);
   Expected<IdxHeader> parsed = parseIdxHeader({in.data(), in.avail()});
@@ -73,11 +74,11 @@ public:
       return ReadResult::end();
     if (!started_) {
       started_ = true;
-      if (!images_.open(src_.images))
+      if (!images_.open(src_.images, true, src_.remote()))
         return fail("idx: cannot read file", images_.error(), -1, false);
       images_.skip(src_.imageHeader.dataOffset);
       if (!src_.labels.empty()) {
-        if (!labels_.open(src_.labels)) {
+        if (!labels_.open(src_.labels, true, src_.remote())) {
           file_ = src_.labels;
           return fail("idx: cannot read file", labels_.error(), -1, false);
         }
@@ -171,7 +172,15 @@ Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
     return Status::error(kind + ": parameter 'images' (the idx image file, "
                                 "e.g. t10k-images-idx3-ubyte.gz) is required");
   src->images = joinPath(base, images);
-  Status s = readHeader(kind, src->images, src->imageHeader);
+  std::string labels = stringParam(params, "labels", "");
+  if (isRemoteUrl(images) || isRemoteUrl(labels)) {
+    Expected<std::shared_ptr<const RemoteConfig>> cfg =
+        remoteConfigFor(kind, params);
+    if (!cfg)
+      return cfg.status();
+    src->setRemote(cfg.take());
+  }
+  Status s = readHeader(kind, src->images, src->imageHeader, src->remote());
   if (!s)
     return s;
   const std::vector<int64_t> &dims = src->imageHeader.dims;
@@ -186,10 +195,9 @@ Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
 
   std::vector<Field> fields = {
       {"image", FieldType(src->imageHeader.elem, src->imageShape)}};
-  std::string labels = stringParam(params, "labels", "");
   if (!labels.empty()) {
     src->labels = joinPath(base, labels);
-    s = readHeader(kind, src->labels, src->labelHeader);
+    s = readHeader(kind, src->labels, src->labelHeader, src->remote());
     if (!s)
       return s;
     const IdxHeader &lh = src->labelHeader;

@@ -46,8 +46,11 @@ BufferedInput::~BufferedInput() {
     gzclose(static_cast<gzFile>(gz_));
 }
 
-bool BufferedInput::open(const std::string &path, bool decompress) {
+bool BufferedInput::open(const std::string &path, bool decompress,
+                         const std::shared_ptr<const RemoteConfig> &remote) {
   path_ = path;
+  if (isRemoteUrl(path))
+    return openRemote(path, decompress, remote);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error_ = std::string("cannot open: ") + std::strerror(errno);
@@ -143,7 +146,52 @@ bool BufferedInput::open(const std::string &path, bool decompress) {
   return true;
 }
 
+bool BufferedInput::openRemote(
+    const std::string &url, bool decompress,
+    const std::shared_ptr<const RemoteConfig> &remote) {
+  eof_ = true;
+  if (decompress && isGzipPath(url)) {
+    error_ = "cannot open: gzip-compressed objects are not read remotely "
+             "yet; store them uncompressed or copy them to a local disk";
+    return false;
+  }
+  if (!remote) {
+    error_ = "cannot open: the source has no settings for remote URLs";
+    return false;
+  }
+  auto stream = std::make_unique<RemoteStream>(remote, url);
+  if (!stream->open(error_))
+    return false;
+  rawSize_ = stream->size();
+  remote_ = std::move(stream);
+  eof_ = false;
+  blockSize_ = std::clamp<size_t>(roundUp(*rawSize_ + 1, 4096), 4096,
+                                  blockSize_);
+  const int64_t room = held_.available();
+  while (((room >= 0 && static_cast<int64_t>(blockSize_) > room / 4) ||
+          !held_.tryResize(static_cast<int64_t>(blockSize_))) &&
+         blockSize_ > kMinBlockBytes)
+    blockSize_ = std::max(kMinBlockBytes, blockSize_ / 2);
+  try {
+    held_.resize(static_cast<int64_t>(blockSize_), "the read buffer of " + url);
+  } catch (const AllocationRefused &e) {
+    error_ = e.what();
+    eof_ = true;
+    remote_.reset();
+    return false;
+  }
+  cap_ = blockSize_;
+  buf_.reset(new char[cap_]);
+  return true;
+}
+
 long BufferedInput::rawRead(char *dst, size_t n) {
+  if (remote_) {
+    long got = remote_->read(dst, n, error_);
+    if (got > 0)
+      rawBytes_ += static_cast<uint64_t>(got);
+    return got;
+  }
   if (gz_) {
     gzFile gz = static_cast<gzFile>(gz_);
     unsigned chunk = static_cast<unsigned>(
@@ -310,7 +358,35 @@ uint64_t BufferedInput::bytesRead() const {
 }
 
 bool readWholeFile(const std::string &path, std::string &out,
-                   std::string &error, bool *refused) {
+                   std::string &error, bool *refused,
+                   const std::shared_ptr<const RemoteConfig> &remote,
+                   std::shared_ptr<PendingFetch> pending) {
+  if (isRemoteUrl(path)) {
+    if (!pending && !remote) {
+      error = "the source has no settings for remote URLs";
+      return false;
+    }
+    if (!pending)
+      pending = startFetch(remote, path);
+    Fetched &f = pending->wait();
+    if (!f.ok) {
+      error = f.error;
+      return false;
+    }
+    // Counted as a local file's bytes are, once they are here (the fetch
+    // ahead is bounded by the source's concurrency).
+    if (Status r = reserveScratch(static_cast<int64_t>(f.body.size()),
+                                  "the " + std::to_string(f.body.size()) +
+                                      "-byte object");
+        !r) {
+      error = r.message();
+      if (refused)
+        *refused = true;
+      return false;
+    }
+    out = std::move(f.body);
+    return true;
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error = std::string("cannot open: ") + std::strerror(errno);
@@ -381,6 +457,10 @@ std::string dataSizeProblem(const BufferedInput &in, uint64_t dataOffset,
 //===----------------------------------------------------------------------===//
 
 std::string joinPath(const std::string &baseDir, const std::string &path) {
+  if (isRemoteUrl(path))
+    return path;
+  if (isFileUrl(path))
+    return joinPath(baseDir, stripFileUrl(path));
   if (path.empty() || path[0] == '/' || path[0] == '~' || baseDir.empty() ||
       baseDir == ".")
     return path;
@@ -429,65 +509,93 @@ std::vector<std::string> stringList(const Value &v) {
   return out;
 }
 
-Expected<std::vector<std::string>> expandFiles(const std::string &kind,
-                                               const Value &params,
-                                               const std::string &name,
-                                               const std::string &baseDir) {
+Expected<std::vector<std::string>>
+expandFiles(const std::string &kind, const Value &params,
+            const std::string &name, const std::string &baseDir,
+            std::shared_ptr<const RemoteConfig> *remote) {
   std::vector<std::string> patterns = stringList(params[name]);
   if (patterns.empty())
     return Status::error(kind + ": parameter '" + name +
                          "' must be a file pattern or a list of them");
   std::vector<std::string> files;
-  for (const std::string &pattern : patterns) {
-    std::string full = pattern;
-    if (!(pattern.empty() || pattern[0] == '/' || pattern[0] == '~' ||
-          baseDir.empty() || baseDir == "."))
-      full = joinPath(globEscape(baseDir), pattern);
-    glob_t g;
-    std::vector<std::string> unreadable;
-    globErrors = &unreadable;
-    int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
-                    onGlobError, &g);
-    globErrors = nullptr;
-    size_t before = files.size();
-    size_t dirs = 0;
-    if (rc == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) {
-        struct stat st;
-        if (::stat(g.gl_pathv[i], &st) != 0)
-          // A match that cannot be looked at (a dangling symbolic link, a
-          // link loop) is kept: reading it fails with its name and the
-          // error, under the source's on_error, instead of vanishing.
-          files.emplace_back(g.gl_pathv[i]);
-        else if (S_ISREG(st.st_mode))
-          files.emplace_back(g.gl_pathv[i]);
-        else
-          ++dirs;
+  std::shared_ptr<const RemoteConfig> cfg;
+  for (const std::string &given : patterns) {
+    if (isRemoteUrl(given)) {
+      if (!cfg) {
+        Expected<std::shared_ptr<const RemoteConfig>> made =
+            remoteConfigFor(kind, params);
+        if (!made)
+          return made.status();
+        cfg = made.take();
+        if (remote)
+          *remote = cfg;
       }
+      Expected<std::vector<std::string>> urls =
+          expandRemotePattern(kind, name, given, *cfg);
+      if (!urls)
+        return urls.status();
+      files.insert(files.end(), urls->begin(), urls->end());
+      continue;
     }
-    globfree(&g);
-    if (!unreadable.empty())
-      return Status::error(
-          kind + ": " + name + ": cannot expand pattern '" + pattern +
-          "': cannot list " + unreadable[0] +
-          (unreadable.size() > 1
-               ? " (and " + std::to_string(unreadable.size() - 1) +
-                     " more directories)"
-               : "") +
-          "; the files in it would be missing from the data set");
-    if (rc != 0 && rc != GLOB_NOMATCH)
-      return Status::error(
-          kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
-          (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
-          ")");
-    if (files.size() == before) {
-      std::string where = baseDir.empty() ? std::string(".") : baseDir;
-      return Status::error(
-          kind + ": " + name + ": pattern '" + pattern + "' matched " +
-          (dirs ? "only directories" : "no files") +
-          (pattern[0] == '/' ? std::string()
-                             : " (relative to '" + where + "')") +
-          "; check the path, or write an absolute one");
+    // Numeric ranges ({000..099}, as WebDataset shard lists are written)
+    // are expanded here: glob's GLOB_BRACE knows only {a,b}. Each name of a
+    // range must then exist, as each pattern must match.
+    const std::string stripped = stripFileUrl(given);
+    std::vector<std::string> alternatives = {stripped};
+    if (stripped.find('{') != std::string::npos &&
+        stripped.find("..") != std::string::npos)
+      alternatives = expandBraces(stripped);
+    for (const std::string &pattern : alternatives) {
+      std::string full = pattern;
+      if (!(pattern.empty() || pattern[0] == '/' || pattern[0] == '~' ||
+            baseDir.empty() || baseDir == "."))
+        full = joinPath(globEscape(baseDir), pattern);
+      glob_t g;
+      std::vector<std::string> unreadable;
+      globErrors = &unreadable;
+      int rc = ::glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE,
+                      onGlobError, &g);
+      globErrors = nullptr;
+      size_t before = files.size();
+      size_t dirs = 0;
+      if (rc == 0) {
+        for (size_t i = 0; i < g.gl_pathc; ++i) {
+          struct stat st;
+          if (::stat(g.gl_pathv[i], &st) != 0)
+            // A match that cannot be looked at (a dangling symbolic link, a
+            // link loop) is kept: reading it fails with its name and the
+            // error, under the source's on_error, instead of vanishing.
+            files.emplace_back(g.gl_pathv[i]);
+          else if (S_ISREG(st.st_mode))
+            files.emplace_back(g.gl_pathv[i]);
+          else
+            ++dirs;
+        }
+      }
+      globfree(&g);
+      if (!unreadable.empty())
+        return Status::error(
+            kind + ": " + name + ": cannot expand pattern '" + pattern +
+            "': cannot list " + unreadable[0] +
+            (unreadable.size() > 1
+                 ? " (and " + std::to_string(unreadable.size() - 1) +
+                       " more directories)"
+                 : "") +
+            "; the files in it would be missing from the data set");
+      if (rc != 0 && rc != GLOB_NOMATCH)
+        return Status::error(
+            kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
+            (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
+            ")");
+      if (files.size() == before) {
+        std::string where = baseDir.empty() ? std::string(".") : baseDir;
+        return Status::error(
+            kind + ": " + name + ": pattern '" + pattern + "' matched " +
+            (dirs ? "only directories" : "no files") +
+            (pattern[0] == '/' ? std::string()
+                               : " (relative to '" + where + "')") +
+            "; check the path, or write an absolute one");
+      }
     }
   }
   std::sort(files.begin(), files.end());

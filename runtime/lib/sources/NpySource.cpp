@@ -29,12 +29,13 @@ struct NpyFile {
 };
 
 /// Reads and checks the header of `f.path`.
-Status readHeader(const std::string &kind, NpyFile &f) {
+Status readHeader(const std::string &kind, NpyFile &f,
+                  const std::shared_ptr<const RemoteConfig> &remote) {
   auto bad = [&](const std::string &what) {
     return Status::error(kind + ": " + f.path + ": " + what);
   };
   BufferedInput in(4096);
-  if (!in.open(f.path))
+  if (!in.open(f.path, true, remote))
     return bad(in.error());
   in.ensure(kNpyPreambleBytes);
   if (Expected<size_t> size = npyHeaderSize({in.data(), in.avail()}))
@@ -84,7 +85,7 @@ public:
       return ReadResult::end();
     if (!started_) {
       started_ = true;
-      if (!in_.open(file_))
+      if (!in_.open(file_, true, src_.remote()))
         return fail("npy: cannot read file", in_.error(), -1, false);
       if (in_.skip(info_.header.dataOffset) != info_.header.dataOffset)
         return fail("npy: truncated file", "the file ends inside its header",
@@ -135,14 +136,16 @@ Expected<std::unique_ptr<Source>> createNpy(const std::string &kind,
                                             const Value &params,
                                             const std::string &base) {
   auto src = std::make_unique<NpySource>();
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> paths =
-      expandFiles(kind, params, "files", base);
+      expandFiles(kind, params, "files", base, &remote);
   if (!paths)
     return paths.status();
+  src->setRemote(remote);
   for (const std::string &path : *paths) {
     NpyFile f;
     f.path = path;
-    Status s = readHeader(kind, f);
+    Status s = readHeader(kind, f, remote);
     if (!s)
       return s;
     std::vector<int64_t> rest(f.header.shape.begin() + 1, f.header.shape.end());

@@ -7,6 +7,7 @@
 #ifndef SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
 #define SLUICE_RUNTIME_LIB_SOURCES_SOURCEIMPL_H
 
+#include "Remote.h"
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Source.h"
 
@@ -34,9 +35,14 @@ public:
   BufferedInput(const BufferedInput &) = delete;
   BufferedInput &operator=(const BufferedInput &) = delete;
 
-  /// Opens `path`; false with error() set on failure.
-  bool open(const std::string &path, bool decompress = true);
-  bool isOpen() const { return fd_ >= 0 || gz_ != nullptr; }
+  /// Opens `path`; false with error() set on failure. A remote URL
+  /// (s3://, http(s)://) is read with `remote`'s settings in ranged chunks,
+  /// several in flight (RemoteStream).
+  bool open(const std::string &path, bool decompress = true,
+            const std::shared_ptr<const RemoteConfig> &remote = nullptr);
+  bool isOpen() const {
+    return fd_ >= 0 || gz_ != nullptr || remote_ != nullptr;
+  }
   /// What went wrong ("cannot open: No such file or directory"); empty if
   /// nothing did. A read error ends the stream (eof() becomes true).
   const std::string &error() const { return error_; }
@@ -71,9 +77,12 @@ public:
 
 private:
   long rawRead(char *dst, size_t n);
+  bool openRemote(const std::string &url, bool decompress,
+                  const std::shared_ptr<const RemoteConfig> &remote);
 
   int fd_ = -1;
   void *gz_ = nullptr; // gzFile
+  std::unique_ptr<RemoteStream> remote_;
   size_t blockSize_;
   std::unique_ptr<char[]> buf_;
   size_t cap_ = 0, pos_ = 0, lim_ = 0;
@@ -97,8 +106,12 @@ inline void skipByteOrderMark(BufferedInput &in) {
 /// Reads a whole file as raw bytes (no decompression). Its size is reserved
 /// first in the thread's allocation scope (reserveScratch): when the budget
 /// cannot hold it, false with `*refused` (if given) set and nothing read.
+/// A remote URL is fetched with `remote`'s settings (or taken from
+/// `pending`, a fetch of it started ahead).
 bool readWholeFile(const std::string &path, std::string &out,
-                   std::string &error, bool *refused = nullptr);
+                   std::string &error, bool *refused = nullptr,
+                   const std::shared_ptr<const RemoteConfig> &remote = nullptr,
+                   std::shared_ptr<PendingFetch> pending = nullptr);
 
 /// Bytes of a dense array of numeric `elem` with the given dims.
 uint64_t arrayBytes(ElemType elem, const std::vector<int64_t> &dims);
@@ -121,10 +134,13 @@ inline bool isGzipPath(std::string_view path) { return endsWith(path, ".gz"); }
 /// Expands the glob(s) of parameter `name` (a string or a list of strings)
 /// relative to baseDir into the sorted, de-duplicated regular files they
 /// match. Errors name the kind, the parameter and the pattern.
-Expected<std::vector<std::string>> expandFiles(const std::string &kind,
-                                               const Value &params,
-                                               const std::string &name,
-                                               const std::string &baseDir);
+/// Patterns that are URLs: s3:// globs are listed (ListObjectsV2), brace
+/// lists expanded, and `remote` (when given) is set to the source's
+/// RemoteConfig if any pattern is remote; file:// names are local paths.
+Expected<std::vector<std::string>>
+expandFiles(const std::string &kind, const Value &params,
+            const std::string &name, const std::string &baseDir,
+            std::shared_ptr<const RemoteConfig> *remote = nullptr);
 
 /// A string or a list of strings as a list.
 std::vector<std::string> stringList(const Value &v);
@@ -231,6 +247,15 @@ public:
     type_ = std::move(type);
   }
   const std::vector<int> &slots() const { return slots_; }
+  /// How this source reads remote URLs (set by factories whose file
+  /// parameters name any).
+  const std::shared_ptr<const RemoteConfig> &remote() const { return remote_; }
+  void setRemote(std::shared_ptr<const RemoteConfig> r) {
+    remote_ = std::move(r);
+  }
+
+private:
+  std::shared_ptr<const RemoteConfig> remote_;
 };
 
 } // namespace sluice::runtime::detail

@@ -158,7 +158,7 @@ ReadResult TFRecordReader::next(Record &out) {
     return ReadResult::end();
   if (!started_) {
     started_ = true;
-    if (!in_.open(file_))
+    if (!in_.open(file_, true, src_.remote()))
       return fail("tfrecord: cannot read file", in_.error(), -1, false);
   }
   const int64_t start = in_.offset();
@@ -558,10 +558,12 @@ Expected<std::unique_ptr<Source>> createTFRecord(const std::string &kind,
                                                  const Value &params,
                                                  const std::string &base) {
   auto src = std::make_unique<TFRecordSource>();
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> files =
-      expandFiles(kind, params, "files", base);
+      expandFiles(kind, params, "files", base, &remote);
   if (!files)
     return files.status();
+  src->setRemote(remote);
   src->files = files.take();
 
   const Value &feats = params["features"];

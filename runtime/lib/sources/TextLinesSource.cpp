@@ -32,7 +32,7 @@ public:
 class TextLinesReader final : public ReaderBase {
 public:
   TextLinesReader(const TextLinesSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()),
+      : ReaderBase(src.files[shard], src.slots()), src_(src),
         replace_(src.replaceInvalid) {}
 
   ReadResult next(Record &out) override {
@@ -40,7 +40,7 @@ public:
       return ReadResult::end();
     if (!started_) {
       started_ = true;
-      if (!in_.open(file_))
+      if (!in_.open(file_, true, src_.remote()))
         return fail("text_lines: cannot read file", in_.error(), -1, false);
       skipByteOrderMark(in_);
     }
@@ -94,6 +94,7 @@ public:
   uint64_t bytesRead() const override { return in_.bytesRead(); }
 
 private:
+  const TextLinesSource &src_;
   BufferedInput in_;
   bool started_ = false;
   bool replace_;
@@ -109,10 +110,12 @@ Expected<std::unique_ptr<Source>> createTextLines(const std::string &kind,
                                                   const Value &params,
                                                   const std::string &base) {
   auto src = std::make_unique<TextLinesSource>();
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> files =
-      expandFiles(kind, params, "files", base);
+      expandFiles(kind, params, "files", base, &remote);
   if (!files)
     return files.status();
+  src->setRemote(remote);
   src->files = files.take();
   src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
   src->setNaturalType(kind,

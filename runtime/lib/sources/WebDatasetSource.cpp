@@ -304,7 +304,7 @@ ReadResult WebDatasetReader::next(Record &out) {
     return ReadResult::end();
   if (!started_) {
     started_ = true;
-    if (!in_.open(file_))
+    if (!in_.open(file_, true, src_.remote()))
       return fail("webdataset: cannot read file", in_.error(), -1, false);
   }
   if (deferred_)
@@ -468,10 +468,12 @@ Expected<std::unique_ptr<Source>> createWebDataset(const std::string &kind,
                                                    const std::string &base) {
   auto src = std::make_unique<WebDatasetSource>();
   const char *name = params.has("shards") ? "shards" : "files";
+  std::shared_ptr<const RemoteConfig> remote;
   Expected<std::vector<std::string>> shards =
-      expandFiles(kind, params, name, base);
+      expandFiles(kind, params, name, base, &remote);
   if (!shards)
     return shards.status();
+  src->setRemote(remote);
   src->shards = shards.take();
 
   const Value &list = params["fields"];

@@ -219,6 +219,13 @@ public:
   /// Whether its readers hand out runs of records as columns
   /// (ShardReader::nextRun), so consumers may ask for them.
   virtual bool readsRuns() const { return false; }
+  /// How many shards ahead of the one being opened the stage should name
+  /// with prefetch(): a per-file source over remote objects keeps that many
+  /// requests in flight; 0 (local files) asks for nothing.
+  virtual size_t prefetchDepth() const { return 0; }
+  /// Says that shard `i` will be opened soon, so its object can be fetched
+  /// meanwhile (thread-safe; a hint: open() works without it).
+  virtual void prefetch(size_t shard) const { (void)shard; }
 
   /// What create() noticed that is not an error but should be said: empty
   /// input files ("data/b.csv is empty (0 bytes): no records").

@@ -137,6 +137,17 @@ struct RunStats {
   int64_t memoryInUse = 0;
   std::vector<std::pair<std::string, int64_t>> memoryPeaks; ///< per buffer
   std::vector<StageStats> stages; ///< source first, in stream order
+  /// Requests to remote objects (s3://, http(s)://) since the pipeline was
+  /// built (the process's client is shared: counts of pipelines running
+  /// at the same time mix). All zero for local files.
+  struct Remote {
+    int64_t requests = 0; ///< attempts sent, retries included
+    int64_t retries = 0;  ///< attempts repeated after 5xx/429/a broken link
+    int64_t failures = 0; ///< requests that failed for good
+    int64_t bytes = 0;    ///< body bytes received
+    double medianLatencyMs = 0; ///< to the first byte, recent requests
+    int64_t peakInFlight = 0;   ///< most requests in flight at once
+  } remote;
 
   /// The records the run went through, in source records: those read from
   /// the source, plus those that passes served from a cache stand for

@@ -1,0 +1,990 @@
+//===- Remote.cpp - S3 and HTTP(S) objects through libcurl ----------------===//
+//
+// One libcurl multi handle, driven by one thread, carries every remote
+// request of the process: libcurl keeps the connections alive between
+// requests (its connection cache) and runs any number of transfers at once
+// on that thread, so a reader that wants N chunks ahead just submits N
+// requests and waits for the one it needs next. Signing is libcurl's
+// CURLOPT_AWS_SIGV4; nothing here parses HTTP or computes a hash.
+//
+// The XML of ListObjectsV2 and of S3 errors is small and flat; the few
+// elements needed (Key, IsTruncated, NextContinuationToken, Code, Message)
+// are picked out by name with entity decoding rather than pulling an XML
+// library into the runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Remote.h"
+
+#include "sluice/ops/Registry.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fnmatch.h>
+#include <unistd.h>
+
+namespace sluice::runtime::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// SHA-256 of the empty payload: S3 wants x-amz-content-sha256 on every
+/// request, and libcurl 7.88 signs the empty body of a GET with this hash
+/// without sending the header itself.
+constexpr const char *kEmptyPayloadSha256 =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string envOr(const char *name, const std::string &fallback = "") {
+  const char *v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+bool startsWith(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
+
+/// Splits s3://bucket/key.
+bool splitS3(std::string_view url, std::string &bucket, std::string &key) {
+  if (!startsWith(url, "s3://"))
+    return false;
+  std::string_view rest = url.substr(5);
+  size_t slash = rest.find('/');
+  bucket = std::string(rest.substr(0, slash));
+  key = slash == std::string_view::npos ? "" : std::string(rest.substr(slash + 1));
+  return !bucket.empty();
+}
+
+/// RFC 3986 percent-encoding of everything but unreserved characters (and
+/// '/' when keepSlash), as SigV4's canonical form wants it.
+std::string uriEncode(std::string_view s, bool keepSlash) {
+  static const char *hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keepSlash && c == '/'))
+      out += static_cast<char>(c);
+    else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+/// The HTTP URL a request for `url` goes to.
+std::string httpUrlOf(const RemoteConfig &cfg, const std::string &url,
+                      std::string_view query = "") {
+  std::string bucket, key;
+  if (!splitS3(url, bucket, key))
+    return url;
+  std::string out;
+  if (!cfg.endpoint.empty()) {
+    std::string ep = cfg.endpoint;
+    while (!ep.empty() && ep.back() == '/')
+      ep.pop_back();
+    out = ep + "/" + uriEncode(bucket, false) + "/" + uriEncode(key, true);
+  } else {
+    out = "https://" + bucket + ".s3." + cfg.region + ".amazonaws.com/" +
+          uriEncode(key, true);
+  }
+  if (!query.empty())
+    out += "?" + std::string(query);
+  return out;
+}
+
+std::string xmlDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos) {
+      out += s[i];
+      continue;
+    }
+    std::string_view ent = s.substr(i + 1, semi - i - 1);
+    if (ent == "amp")
+      out += '&';
+    else if (ent == "lt")
+      out += '<';
+    else if (ent == "gt")
+      out += '>';
+    else if (ent == "quot")
+      out += '"';
+    else if (ent == "apos")
+      out += '\'';
+    else if (!ent.empty() && ent[0] == '#') {
+      unsigned long cp = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
+                             ? std::strtoul(std::string(ent.substr(2)).c_str(),
+                                            nullptr, 16)
+                             : std::strtoul(std::string(ent.substr(1)).c_str(),
+                                            nullptr, 10);
+      // UTF-8 encoding of the code point.
+      if (cp < 0x80)
+        out += static_cast<char>(cp);
+      else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    } else {
+      out += s.substr(i, semi - i + 1);
+    }
+    i = semi;
+  }
+  return out;
+}
+
+/// The decoded text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> out;
+  std::string open = "<" + std::string(tag) + ">";
+  std::string close = "</" + std::string(tag) + ">";
+  size_t at = 0;
+  while ((at = xml.find(open, at)) != std::string_view::npos) {
+    size_t b = at + open.size();
+    size_t e = xml.find(close, b);
+    if (e == std::string_view::npos)
+      break;
+    out.push_back(xmlDecode(xml.substr(b, e - b)));
+    at = e + close.size();
+  }
+  return out;
+}
+
+std::string xmlFirst(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> all = xmlAll(xml, tag);
+  return all.empty() ? "" : all[0];
+}
+
+//===----------------------------------------------------------------------===//
+// The client: one multi handle on one thread
+//===----------------------------------------------------------------------===//
+
+/// Counters of every request (read without starting the client).
+struct Counters {
+  std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
+  std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
+  std::mutex m;
+  std::deque<double> latencies; // the last 1024, guarded by m
+};
+Counters &counters() {
+  static Counters *c = new Counters; // never destroyed: see Client::get()
+  return *c;
+}
+
+struct Transfer final : PendingFetch {
+  std::shared_ptr<const RemoteConfig> cfg;
+  std::string url;      // as named (s3://, https://): for messages
+  std::string httpUrl;  // what is requested
+  int64_t offset = 0, length = -1;
+  int attempt = 0;
+  Clock::time_point due, sent;
+  bool firstByte = false;
+  CURL *easy = nullptr;
+  curl_slist *headers = nullptr;
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  std::string contentRange;
+  Fetched result;
+
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+
+  Fetched &wait() override {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return done; });
+    return result;
+  }
+};
+
+class Client {
+public:
+  /// The process's client, made on first use. It is never destroyed: its
+  /// thread may still be finishing a transfer nobody waits for while the
+  /// process exits. A child made by fork() (a DataLoader worker) has no
+  /// copy of the thread, so it makes a client of its own (the parent's
+  /// state it inherited is left alone).
+  static Client &get() {
+    static std::mutex m;
+    static Client *client = nullptr;
+    static pid_t owner = 0;
+    std::lock_guard<std::mutex> lock(m);
+    if (!client || owner != ::getpid()) {
+      client = new Client();
+      owner = ::getpid();
+    }
+    return *client;
+  }
+
+  void submit(std::shared_ptr<Transfer> t) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      incoming_.push_back(std::move(t));
+    }
+    curl_multi_wakeup(multi_);
+  }
+
+private:
+  Client() {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    multi_ = curl_multi_init();
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 256L);
+    std::thread([this] { loop(); }).detach();
+  }
+
+  static size_t onBody(char *p, size_t size, size_t n, void *user) {
+    auto *t = static_cast<Transfer *>(user);
+    if (!t->firstByte) {
+      t->firstByte = true;
+      Counters &c = counters();
+      std::lock_guard<std::mutex> lock(c.m);
+      c.latencies.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
+              .count());
+      if (c.latencies.size() > 1024)
+        c.latencies.pop_front();
+    }
+    t->result.body.append(p, size * n);
+    return size * n;
+  }
+
+  static size_t onHeader(char *p, size_t size, size_t n, void *user) {
+    auto *t = static_cast<Transfer *>(user);
+    std::string_view line(p, size * n);
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+      if (line.size() <= name.size() + 1 || line[name.size()] != ':')
+        return std::nullopt;
+      for (size_t i = 0; i < name.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(line[i])) != name[i])
+          return std::nullopt;
+      std::string_view v = line.substr(name.size() + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+        v.remove_prefix(1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' ||
+                            v.back() == ' '))
+        v.remove_suffix(1);
+      return std::string(v);
+    };
+    if (startsWith(line, "HTTP/")) { // a new response (after a redirect)
+      t->result.etag.clear();
+      t->contentRange.clear();
+    } else if (auto v = value("etag")) {
+      t->result.etag = *v;
+    } else if (auto v = value("content-range")) {
+      t->contentRange = *v;
+    }
+    return size * n;
+  }
+
+  void start(const std::shared_ptr<Transfer> &t) {
+    CURL *e;
+    if (!idle_.empty()) {
+      e = idle_.back();
+      idle_.pop_back();
+      curl_easy_reset(e);
+    } else {
+      e = curl_easy_init();
+    }
+    t->easy = e;
+    t->result = Fetched();
+    t->contentRange.clear();
+    t->firstByte = false;
+    t->errbuf[0] = 0;
+    const RemoteConfig &cfg = *t->cfg;
+    curl_easy_setopt(e, CURLOPT_URL, t->httpUrl.c_str());
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Client::onBody);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Client::onHeader);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(cfg.timeoutSeconds * 1000));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(std::min(cfg.timeoutSeconds, 30.0) *
+                                       1000));
+    // The bytes must arrive as stored: no transparent decompression.
+    curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+    if (t->length >= 0) {
+      std::string range = std::to_string(t->offset) + "-" +
+                          std::to_string(t->offset + t->length - 1);
+      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+    }
+    if (t->headers) {
+      curl_slist_free_all(t->headers);
+      t->headers = nullptr;
+    }
+    if (startsWith(t->url, "s3://")) {
+      t->headers = curl_slist_append(
+          t->headers,
+          (std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256)
+              .c_str());
+      if (cfg.credentials) {
+        const Credentials &c = *cfg.credentials;
+        std::string provider = "aws:amz:" + cfg.region + ":s3";
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider.c_str());
+        curl_easy_setopt(e, CURLOPT_USERNAME, c.accessKey.c_str());
+        curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
+        if (!c.sessionToken.empty())
+          t->headers = curl_slist_append(
+              t->headers,
+              ("x-amz-security-token: " + c.sessionToken).c_str());
+      }
+    }
+    if (t->headers)
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    t->sent = Clock::now();
+    counters().requests.fetch_add(1, std::memory_order_relaxed);
+    active_[e] = t;
+    curl_multi_add_handle(multi_, e);
+    uint64_t n = active_.size();
+    std::atomic<uint64_t> &peak = counters().peakInFlight;
+    for (uint64_t p = peak.load(); n > p && !peak.compare_exchange_weak(p, n);)
+      ;
+  }
+
+  static bool retryableStatus(long s) {
+    return s == 429 || s == 408 || s == 500 || s == 502 || s == 503 ||
+           s == 504;
+  }
+  static bool retryableCode(CURLcode c) {
+    switch (c) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+    }
+  }
+
+  /// "HTTP 404 (NoSuchKey: The specified key does not exist.)".
+  static std::string describeStatus(long status, const std::string &body) {
+    std::string s = "HTTP " + std::to_string(status);
+    std::string code = xmlFirst(body, "Code"), msg = xmlFirst(body, "Message");
+    if (!code.empty())
+      s += " (" + code + (msg.empty() ? "" : ": " + msg) + ")";
+    else if (status == 404)
+      s += " (not found)";
+    else if (status == 403)
+      s += " (forbidden)";
+    if (status == 403 || status == 401)
+      s += "; check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and "
+           "the bucket's permissions";
+    return s;
+  }
+
+  void finish(CURL *e, CURLcode code) {
+    auto it = active_.find(e);
+    std::shared_ptr<Transfer> t = it->second;
+    active_.erase(it);
+    curl_multi_remove_handle(multi_, e);
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    idle_.push_back(e);
+    t->easy = nullptr;
+    Fetched &r = t->result;
+    r.status = status;
+    counters().bytes.fetch_add(r.body.size(), std::memory_order_relaxed);
+    bool retry = false;
+    if (code != CURLE_OK) {
+      r.error = code == CURLE_PARTIAL_FILE
+                    ? "truncated body: the connection closed after " +
+                          std::to_string(r.body.size()) + " bytes"
+                    : std::string(curl_easy_strerror(code)) +
+                          (t->errbuf[0] ? std::string(": ") + t->errbuf : "");
+      retry = retryableCode(code);
+    } else if (status == 200 || status == 206) {
+      r.ok = true;
+      r.totalSize = static_cast<int64_t>(r.body.size());
+      if (status == 206) {
+        size_t slash = t->contentRange.rfind('/');
+        if (slash != std::string::npos && t->contentRange[slash + 1] != '*')
+          r.totalSize = std::strtoll(t->contentRange.c_str() + slash + 1,
+                                     nullptr, 10);
+      }
+    } else if (status == 416 && t->offset == 0) {
+      // A range of an empty object: nothing to read.
+      r.ok = true;
+      r.body.clear();
+      r.totalSize = 0;
+    } else {
+      r.error = describeStatus(status, r.body);
+      retry = retryableStatus(status);
+    }
+    if (!r.ok && retry && t->attempt < t->cfg->retries) {
+      // Capped exponential backoff with jitter: half fixed, half random,
+      // so retries of many readers spread out instead of arriving together.
+      ++t->attempt;
+      counters().retries.fetch_add(1, std::memory_order_relaxed);
+      double cap = std::min<double>(
+          t->cfg->maxBackoffMs,
+          t->cfg->backoffMs * std::pow(2.0, t->attempt - 1));
+      std::uniform_real_distribution<double> jitter(0.5, 1.0);
+      t->due = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(
+                                  cap * jitter(rng_) * 1000));
+      delayed_.push_back(t);
+      return;
+    }
+    if (!r.ok) {
+      counters().failures.fetch_add(1, std::memory_order_relaxed);
+      if (t->attempt > 0)
+        r.error += " (after " + std::to_string(t->attempt + 1) + " attempts)";
+    }
+    if (t->headers) {
+      curl_slist_free_all(t->headers);
+      t->headers = nullptr;
+    }
+    {
+      std::lock_guard<std::mutex> lock(t->m);
+      t->done = true;
+    }
+    t->cv.notify_all();
+  }
+
+  void loop() {
+    for (;;) {
+      std::vector<std::shared_ptr<Transfer>> fresh;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        fresh.assign(incoming_.begin(), incoming_.end());
+        incoming_.clear();
+      }
+      for (auto &t : fresh)
+        start(t);
+      Clock::time_point now = Clock::now();
+      int waitMs = 1000;
+      for (size_t i = 0; i < delayed_.size();) {
+        if (delayed_[i]->due <= now) {
+          std::shared_ptr<Transfer> t = delayed_[i];
+          delayed_.erase(delayed_.begin() + static_cast<long>(i));
+          start(t);
+        } else {
+          waitMs = std::min<int>(
+              waitMs, static_cast<int>(std::chrono::duration_cast<
+                                           std::chrono::milliseconds>(
+                                           delayed_[i]->due - now)
+                                           .count()) +
+                          1);
+          ++i;
+        }
+      }
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      int queued = 0;
+      while (CURLMsg *msg = curl_multi_info_read(multi_, &queued))
+        if (msg->msg == CURLMSG_DONE)
+          finish(msg->easy_handle, msg->data.result);
+      curl_multi_poll(multi_, nullptr, 0, waitMs, nullptr);
+    }
+  }
+
+  CURLM *multi_ = nullptr;
+  std::mutex m_;
+  std::deque<std::shared_ptr<Transfer>> incoming_;
+  // Owned by the client thread:
+  std::map<CURL *, std::shared_ptr<Transfer>> active_;
+  std::vector<std::shared_ptr<Transfer>> delayed_;
+  std::vector<CURL *> idle_;
+  std::mt19937_64 rng_{0x5eed};
+};
+
+//===----------------------------------------------------------------------===//
+// Configuration
+//===----------------------------------------------------------------------===//
+
+std::string homeDir() { return envOr("HOME", "/root"); }
+
+/// The [profile] section of an INI file (~/.aws/credentials): key -> value.
+std::optional<std::map<std::string, std::string>>
+iniSection(const std::string &path, const std::string &section) {
+  std::ifstream in(path);
+  if (!in)
+    return std::nullopt;
+  std::map<std::string, std::string> out;
+  bool inside = false, found = false;
+  std::string line;
+  auto trim = [](std::string s) {
+    size_t b = s.find_first_not_of(" \t\r");
+    size_t e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';')
+      continue;
+    if (line.front() == '[' && line.back() == ']') {
+      std::string name = trim(line.substr(1, line.size() - 2));
+      if (startsWith(name, "profile "))
+        name = trim(name.substr(8));
+      inside = name == section;
+      found |= inside;
+      continue;
+    }
+    size_t eq = line.find('=');
+    if (inside && eq != std::string::npos)
+      out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  if (!found)
+    return std::nullopt;
+  return out;
+}
+
+} // namespace
+
+PendingFetch::~PendingFetch() = default;
+
+bool isRemoteUrl(std::string_view name) {
+  return startsWith(name, "s3://") || startsWith(name, "http://") ||
+         startsWith(name, "https://");
+}
+
+std::string stripFileUrl(const std::string &name) {
+  if (!isFileUrl(name))
+    return name;
+  std::string rest = name.substr(7);
+  // file://localhost/x and file:///x are /x.
+  if (startsWith(rest, "localhost/"))
+    rest = rest.substr(9);
+  return rest;
+}
+
+Expected<std::shared_ptr<const RemoteConfig>>
+remoteConfigFor(const std::string &kind, const Value &params) {
+  auto cfg = std::make_shared<RemoteConfig>();
+  const Value &r = params["remote"];
+  auto str = [&](const char *name) -> std::string {
+    const Value &v = r[name];
+    return v.isString() ? v.asString() : "";
+  };
+  cfg->endpoint = str("endpoint");
+  if (cfg->endpoint.empty())
+    cfg->endpoint = envOr("AWS_ENDPOINT_URL_S3", envOr("AWS_ENDPOINT_URL"));
+  cfg->region = str("region");
+  if (cfg->region.empty())
+    cfg->region = envOr("AWS_REGION", envOr("AWS_DEFAULT_REGION", "us-east-1"));
+  if (r["request_timeout"].isNumber())
+    cfg->timeoutSeconds = r["request_timeout"].asDouble();
+  if (r["concurrency"].isNumber())
+    cfg->concurrency = static_cast<int>(r["concurrency"].asInt());
+  if (r["retries"].isNumber())
+    cfg->retries = static_cast<int>(r["retries"].asInt());
+  const Value &chunk = r["chunk_size"];
+  if (chunk.isNumber())
+    cfg->chunkBytes = static_cast<size_t>(chunk.asInt());
+  else if (chunk.isString()) {
+    std::optional<int64_t> n = parseByteSize(chunk.asString());
+    if (!n || *n <= 0)
+      return Status::error(kind + ": remote.chunk_size: '" + chunk.asString() +
+                           "' is not a byte size (write e.g. 4MiB)");
+    cfg->chunkBytes = static_cast<size_t>(*n);
+  }
+  cfg->concurrency = std::max(1, cfg->concurrency);
+  cfg->retries = std::max(0, cfg->retries);
+  cfg->chunkBytes = std::max<size_t>(cfg->chunkBytes, 4096);
+
+  // Credentials: a profile named in the spec, else the environment's keys,
+  // else AWS_PROFILE's (or the default) profile, else anonymous.
+  std::string profile = str("profile");
+  bool explicitProfile = !profile.empty();
+  if (profile.empty())
+    profile = envOr("AWS_PROFILE", "default");
+  std::string credFile = envOr("AWS_SHARED_CREDENTIALS_FILE",
+                               homeDir() + "/.aws/credentials");
+  auto fromProfile = [&]() -> bool {
+    auto sec = iniSection(credFile, profile);
+    if (!sec || !sec->count("aws_access_key_id") ||
+        !sec->count("aws_secret_access_key"))
+      return false;
+    auto c = std::make_shared<Credentials>();
+    c->accessKey = (*sec)["aws_access_key_id"];
+    c->secretKey = (*sec)["aws_secret_access_key"];
+    if (sec->count("aws_session_token"))
+      c->sessionToken = (*sec)["aws_session_token"];
+    cfg->credentials = std::move(c);
+    cfg->credentialSource = "profile '" + profile + "' of " + credFile;
+    return true;
+  };
+  if (explicitProfile) {
+    if (!fromProfile())
+      return Status::error(kind + ": remote.profile: no profile '" + profile +
+                           "' with aws_access_key_id and "
+                           "aws_secret_access_key in " + credFile);
+  } else if (!envOr("AWS_ACCESS_KEY_ID").empty()) {
+    auto c = std::make_shared<Credentials>();
+    c->accessKey = envOr("AWS_ACCESS_KEY_ID");
+    c->secretKey = envOr("AWS_SECRET_ACCESS_KEY");
+    c->sessionToken = envOr("AWS_SESSION_TOKEN");
+    if (c->secretKey.empty())
+      return Status::error(kind + ": AWS_ACCESS_KEY_ID is set but "
+                                  "AWS_SECRET_ACCESS_KEY is not; set both "
+                                  "(or neither, for anonymous requests)");
+    cfg->credentials = std::move(c);
+    cfg->credentialSource = "environment";
+  } else if (!fromProfile()) {
+    if (envOr("AWS_PROFILE").size())
+      return Status::error(kind + ": AWS_PROFILE names profile '" + profile +
+                           "', which " + credFile +
+                           " does not hold with aws_access_key_id and "
+                           "aws_secret_access_key");
+    cfg->credentialSource = "none (anonymous requests)";
+  }
+  return std::shared_ptr<const RemoteConfig>(std::move(cfg));
+}
+
+std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
+                                         const std::string &url,
+                                         int64_t offset, int64_t length) {
+  auto t = std::make_shared<Transfer>();
+  t->httpUrl = httpUrlOf(*cfg, url);
+  t->cfg = std::move(cfg);
+  t->url = url;
+  t->offset = offset;
+  t->length = length;
+  Client::get().submit(t);
+  return t;
+}
+
+void resetRemotePeak() { counters().peakInFlight.store(0); }
+
+RemoteTotals remoteTotals() {
+  Counters &c = counters();
+  RemoteTotals t;
+  t.requests = c.requests.load();
+  t.retries = c.retries.load();
+  t.failures = c.failures.load();
+  t.bytes = c.bytes.load();
+  t.peakInFlight = c.peakInFlight.load();
+  std::lock_guard<std::mutex> lock(c.m);
+  if (!c.latencies.empty()) {
+    std::vector<double> v(c.latencies.begin(), c.latencies.end());
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2),
+                     v.end());
+    t.medianLatencyMs = v[v.size() / 2];
+  }
+  return t;
+}
+
+//===----------------------------------------------------------------------===//
+// Listing and patterns
+//===----------------------------------------------------------------------===//
+
+std::vector<std::string> expandBraces(const std::string &pattern) {
+  // The first top-level {...} group; its alternatives are expanded
+  // recursively together with the rest of the pattern.
+  size_t open = pattern.find('{');
+  if (open == std::string::npos)
+    return {pattern};
+  int depth = 0;
+  size_t close = std::string::npos;
+  std::vector<size_t> commas;
+  for (size_t i = open; i < pattern.size(); ++i) {
+    char c = pattern[i];
+    if (c == '{')
+      ++depth;
+    else if (c == '}' && --depth == 0) {
+      close = i;
+      break;
+    } else if (c == ',' && depth == 1)
+      commas.push_back(i);
+  }
+  if (close == std::string::npos)
+    return {pattern};
+  std::string head = pattern.substr(0, open);
+  std::string body = pattern.substr(open + 1, close - open - 1);
+  std::string tail = pattern.substr(close + 1);
+  std::vector<std::string> alts;
+  size_t dots = body.find("..");
+  if (commas.empty() && dots != std::string::npos) {
+    std::string lo = body.substr(0, dots), hi = body.substr(dots + 2);
+    auto digits = [](const std::string &s) {
+      return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit);
+    };
+    if (digits(lo) && digits(hi)) {
+      long a = std::stol(lo), b = std::stol(hi);
+      size_t width = (lo.size() > 1 && lo[0] == '0') ||
+                             (hi.size() > 1 && hi[0] == '0')
+                         ? std::max(lo.size(), hi.size())
+                         : 0;
+      for (long v = a;; v += a <= b ? 1 : -1) {
+        std::string s = std::to_string(v);
+        if (s.size() < width)
+          s.insert(0, width - s.size(), '0');
+        alts.push_back(s);
+        if (v == b)
+          break;
+      }
+    }
+  }
+  if (alts.empty()) {
+    if (commas.empty())
+      return {pattern}; // "{x}": literal, as in bash
+    size_t from = open + 1;
+    for (size_t c : commas) {
+      alts.push_back(pattern.substr(from, c - from));
+      from = c + 1;
+    }
+    alts.push_back(pattern.substr(from, close - from));
+  }
+  std::vector<std::string> out;
+  for (const std::string &a : alts)
+    for (std::string &s : expandBraces(head + a + tail))
+      out.push_back(std::move(s));
+  return out;
+}
+
+namespace {
+
+Expected<std::vector<std::string>> listKeys(const std::string &bucket,
+                                            const std::string &prefix,
+                                            const RemoteConfig &cfg,
+                                            const std::string &what) {
+  std::vector<std::string> keys;
+  std::string token;
+  auto shared = std::make_shared<RemoteConfig>(cfg);
+  for (;;) {
+    // Query parameters in SigV4's canonical (sorted) order.
+    std::string query;
+    if (!token.empty())
+      query += "continuation-token=" + uriEncode(token, false) + "&";
+    query += "list-type=2&prefix=" + uriEncode(prefix, false);
+    auto t = std::make_shared<Transfer>();
+    t->cfg = shared;
+    t->url = "s3://" + bucket + "/";
+    std::string bucketUrl = httpUrlOf(cfg, "s3://" + bucket + "/");
+    t->httpUrl = bucketUrl + "?" + query;
+    Client::get().submit(t);
+    Fetched &f = t->wait();
+    if (!f.ok)
+      return Status::error("cannot list " + what + ": " + f.error);
+    for (std::string &k : xmlAll(f.body, "Key"))
+      keys.push_back(std::move(k));
+    bool truncated = xmlFirst(f.body, "IsTruncated") == "true";
+    token = xmlFirst(f.body, "NextContinuationToken");
+    if (!truncated)
+      break;
+    if (token.empty())
+      return Status::error("cannot list " + what +
+                           ": the listing is truncated but gives no "
+                           "continuation token");
+  }
+  return keys;
+}
+
+} // namespace
+
+Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
+                                                    const RemoteConfig &cfg) {
+  std::string bucket, key;
+  if (!splitS3(url, bucket, key))
+    return Status::error(url + ": only s3:// prefixes can be listed (HTTP has "
+                               "no listing)");
+  if (!key.empty() && key.back() != '/')
+    key += '/';
+  Expected<std::vector<std::string>> keys =
+      listKeys(bucket, key, cfg, "s3://" + bucket + "/" + key);
+  if (!keys)
+    return keys.status();
+  std::vector<std::string> out;
+  for (const std::string &k : *keys)
+    out.push_back("s3://" + bucket + "/" + k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Expected<std::vector<std::string>>
+expandRemotePattern(const std::string &kind, const std::string &param,
+                    const std::string &pattern, const RemoteConfig &cfg) {
+  std::vector<std::string> out;
+  for (const std::string &p : expandBraces(pattern)) {
+    size_t meta = p.find_first_of("*?[");
+    if (meta == std::string::npos) {
+      out.push_back(p);
+      continue;
+    }
+    std::string bucket, key;
+    if (!splitS3(p, bucket, key))
+      return Status::error(
+          kind + ": " + param + ": '" + pattern +
+          "': HTTP has no listing, so a glob cannot be expanded; name the "
+          "files with a brace list instead, e.g. shard-{000000..000099}.tar "
+          "or {train,val}.csv");
+    std::string prefix = key.substr(0, key.find_first_of("*?["));
+    Expected<std::vector<std::string>> keys =
+        listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix);
+    if (!keys)
+      return Status::error(kind + ": " + param + ": '" + pattern +
+                           "': " + keys.status().message());
+    size_t before = out.size();
+    for (const std::string &k : *keys)
+      if (::fnmatch(key.c_str(), k.c_str(), FNM_PATHNAME) == 0)
+        out.push_back("s3://" + bucket + "/" + k);
+    if (out.size() == before)
+      return Status::error(kind + ": " + param + ": pattern '" + pattern +
+                           "' matched no objects (listed " +
+                           std::to_string(keys->size()) + " under 's3://" +
+                           bucket + "/" + prefix + "'); check the bucket and "
+                           "prefix");
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// RemoteStream
+//===----------------------------------------------------------------------===//
+
+RemoteStream::RemoteStream(std::shared_ptr<const RemoteConfig> cfg,
+                           std::string url)
+    : cfg_(std::move(cfg)), url_(std::move(url)) {}
+
+RemoteStream::~RemoteStream() {
+  // Requests still in flight finish on the client thread and are dropped
+  // (they hold their own reference).
+}
+
+bool RemoteStream::open(std::string &error) {
+  chunk_ = cfg_->chunkBytes;
+  window_ = std::max(1, cfg_->concurrency);
+  // The read-ahead is counted in the budget: at most a quarter of what is
+  // left, as BufferedInput's own buffers; a tight budget reads one chunk
+  // at a time, and chunks shrink to 64 KiB before that.
+  const int64_t room = held_.available();
+  while (room >= 0 && window_ > 1 &&
+         static_cast<int64_t>(chunk_) * window_ > room / 4)
+    --window_;
+  while (room >= 0 && chunk_ > (size_t(64) << 10) &&
+         static_cast<int64_t>(chunk_) > room / 4)
+    chunk_ /= 2;
+  if (!held_.tryResize(static_cast<int64_t>(chunk_) * (window_ + 1))) {
+    window_ = 1;
+    held_.tryResize(static_cast<int64_t>(chunk_) * 2);
+  }
+  std::shared_ptr<PendingFetch> first =
+      startFetch(cfg_, url_, 0, static_cast<int64_t>(chunk_));
+  Fetched &f = first->wait();
+  if (!f.ok) {
+    error = "cannot open: " + f.error;
+    return false;
+  }
+  etag_ = f.etag;
+  size_ = f.totalSize;
+  cur_ = std::move(f.body);
+  curPos_ = 0;
+  curEnd_ = static_cast<int64_t>(cur_.size());
+  nextStart_ = curEnd_;
+  if (f.status == 206 &&
+      static_cast<int64_t>(cur_.size()) !=
+          std::min<int64_t>(size_, static_cast<int64_t>(chunk_))) {
+    error = "truncated body: asked for bytes 0-" + std::to_string(chunk_ - 1) +
+            " of " + std::to_string(size_) + ", received " +
+            std::to_string(cur_.size());
+    return false;
+  }
+  topUp();
+  return true;
+}
+
+void RemoteStream::topUp() {
+  while (static_cast<int>(inFlight_.size()) < window_ && nextStart_ < size_) {
+    int64_t len =
+        std::min<int64_t>(static_cast<int64_t>(chunk_), size_ - nextStart_);
+    inFlight_.emplace_back(nextStart_,
+                           startFetch(cfg_, url_, nextStart_, len));
+    nextStart_ += len;
+  }
+}
+
+long RemoteStream::read(char *dst, size_t n, std::string &error) {
+  if (curPos_ == cur_.size()) {
+    if (inFlight_.empty())
+      return 0;
+    int64_t start = inFlight_.front().first;
+    std::shared_ptr<PendingFetch> p = std::move(inFlight_.front().second);
+    inFlight_.erase(inFlight_.begin());
+    Fetched &f = p->wait();
+    int64_t want = std::min<int64_t>(static_cast<int64_t>(chunk_),
+                                     size_ - start);
+    if (!f.ok) {
+      error = f.error + " (reading bytes " + std::to_string(start) + "-" +
+              std::to_string(start + want - 1) + ")";
+      return -1;
+    }
+    if (f.etag != etag_) {
+      error = "the object changed while being read (ETag " + etag_ +
+              " when opened, " + f.etag + " at byte " + std::to_string(start) +
+              "); its records would mix two versions";
+      return -1;
+    }
+    if (f.status != 206) {
+      error = "the server answered HTTP " + std::to_string(f.status) +
+              " to a range request (bytes " + std::to_string(start) + "-" +
+              std::to_string(start + want - 1) +
+              "): it does not serve byte ranges of this object";
+      return -1;
+    }
+    if (static_cast<int64_t>(f.body.size()) != want ||
+        f.totalSize != size_) {
+      error = "truncated body: asked for bytes " + std::to_string(start) +
+              "-" + std::to_string(start + want - 1) + " of " +
+              std::to_string(size_) + ", received " +
+              std::to_string(f.body.size()) +
+              (f.totalSize != size_
+                   ? " (the object is " + std::to_string(f.totalSize) +
+                         " bytes now)"
+                   : "");
+      return -1;
+    }
+    cur_ = std::move(f.body);
+    curPos_ = 0;
+    curEnd_ = start + want;
+    topUp();
+  }
+  size_t take = std::min(n, cur_.size() - curPos_);
+  std::memcpy(dst, cur_.data() + curPos_, take);
+  curPos_ += take;
+  if (curPos_ == cur_.size()) {
+    // Hand the chunk's memory back now rather than at the next read.
+    std::string().swap(cur_);
+    curPos_ = 0;
+  }
+  return static_cast<long>(take);
+}
+
+} // namespace sluice::runtime::detail

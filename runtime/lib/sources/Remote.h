@@ -1,0 +1,170 @@
+//===- Remote.h - Objects read over S3 and HTTP(S) through libcurl -*- C++ -*-===//
+//
+// Internal to runtime/lib/sources. Every file parameter of a source may name
+// objects instead of local files: `s3://bucket/key` (S3 and its compatibles,
+// signed with libcurl's built-in AWS SigV4), `http://` and `https://` (range
+// requests), and `file://` (a local path). A source resolves its `remote`
+// parameter and the environment into a RemoteConfig once; BufferedInput and
+// the per-file readers then fetch through one process-wide libcurl multi
+// handle driven by its own thread, which keeps connections alive and many
+// requests in flight, and retries 5xx/429/connection failures with capped
+// exponential backoff and jitter (as the AWS SDKs do).
+//
+// Credentials live only in the RemoteConfig's Credentials (never formatted
+// into a message, a stat or a state file): a URL names a bucket and a key,
+// nothing else.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_RUNTIME_LIB_SOURCES_REMOTE_H
+#define SLUICE_RUNTIME_LIB_SOURCES_REMOTE_H
+
+#include "sluice/ops/Allocation.h"
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Value.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::runtime::detail {
+
+/// True for s3://, http:// and https:// names (read through libcurl).
+bool isRemoteUrl(std::string_view name);
+/// True for file:// names.
+inline bool isFileUrl(std::string_view name) {
+  return name.substr(0, 7) == "file://";
+}
+/// The local path of a file:// URL (`file:///data/x` -> `/data/x`,
+/// `file://relative/x` -> `relative/x`); `name` itself otherwise.
+std::string stripFileUrl(const std::string &name);
+
+/// Secrets: never printed, never copied into anything that is.
+struct Credentials {
+  std::string accessKey, secretKey, sessionToken;
+};
+
+/// How a source reads remote objects: its `remote` parameter over the
+/// environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...,
+/// AWS_PROFILE and ~/.aws/credentials).
+struct RemoteConfig {
+  /// S3 endpoint ("http://127.0.0.1:9000"); empty: AWS's own, virtual-host
+  /// style (https://<bucket>.s3.<region>.amazonaws.com).
+  std::string endpoint;
+  std::string region = "us-east-1";
+  /// Where the credentials came from, for messages: "environment",
+  /// "profile 'x' of ~/.aws/credentials", "none (anonymous requests)".
+  std::string credentialSource;
+  double timeoutSeconds = 60;
+  /// Requests in flight per stream (ranged chunks of a shard) or per
+  /// per-file source (whole objects ahead of the reader).
+  int concurrency = 8;
+  /// Attempts after the first for a retryable failure.
+  int retries = 5;
+  /// First backoff; doubled per attempt up to maxBackoffMs, with jitter.
+  int backoffMs = 50;
+  int maxBackoffMs = 5000;
+  /// Bytes per ranged request of a sequential reader.
+  size_t chunkBytes = size_t(4) << 20;
+  std::shared_ptr<const Credentials> credentials; // null: anonymous
+};
+
+/// The source's RemoteConfig: params["remote"] (a mapping: endpoint, region,
+/// profile, request_timeout, concurrency, retries, chunk_size) over the
+/// environment. Errors name the kind and what to fix.
+Expected<std::shared_ptr<const RemoteConfig>>
+remoteConfigFor(const std::string &kind, const Value &params);
+
+/// Expands one file pattern that is a URL into the objects it names, sorted:
+/// braces first (`{a,b}`, `{000..099}` as in bash and WebDataset), then for
+/// s3:// the glob characters `*?[` are matched against a ListObjectsV2
+/// listing of the pattern's literal prefix (`*` does not cross `/`). HTTP
+/// cannot list: a glob there is refused with the brace form to use.
+Expected<std::vector<std::string>>
+expandRemotePattern(const std::string &kind, const std::string &param,
+                    const std::string &pattern, const RemoteConfig &cfg);
+
+/// Every object under an s3:// prefix (recursive), as full URLs, sorted.
+Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
+                                                    const RemoteConfig &cfg);
+
+/// Expands `{a,b}` and `{N..M}` (zero-padded like the wider bound) in
+/// `pattern`; no braces: the pattern itself.
+std::vector<std::string> expandBraces(const std::string &pattern);
+
+/// The result of one request.
+struct Fetched {
+  bool ok = false;
+  long status = 0;
+  std::string body;
+  std::string etag;
+  /// The object's size (Content-Range's total, or the body of a 200).
+  int64_t totalSize = -1;
+  /// Why it failed: "HTTP 404 (NoSuchKey: The specified key does not
+  /// exist.)", "connection refused after 6 attempts", ...
+  std::string error;
+};
+
+/// A request on its way. wait() blocks until it is done (retries included).
+class PendingFetch {
+public:
+  virtual ~PendingFetch();
+  virtual Fetched &wait() = 0;
+};
+
+/// Starts a GET of `url` (s3:// or http(s)://): the whole object when
+/// length < 0, else bytes [offset, offset + length).
+std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
+                                         const std::string &url,
+                                         int64_t offset = 0,
+                                         int64_t length = -1);
+
+/// Process-wide counters of remote reads (stats, the tuner).
+struct RemoteTotals {
+  uint64_t requests = 0;  ///< attempts sent, retries included
+  uint64_t retries = 0;   ///< attempts repeated after a retryable failure
+  uint64_t failures = 0;  ///< requests that failed for good
+  uint64_t bytes = 0;     ///< body bytes received
+  double medianLatencyMs = 0; ///< time to the first byte, recent requests
+  uint64_t peakInFlight = 0;  ///< most requests at once since the reset
+};
+RemoteTotals remoteTotals();
+/// Starts counting peakInFlight anew (a pipeline being built).
+void resetRemotePeak();
+
+/// Sequential ranged reads of one object with up to cfg.concurrency chunks
+/// in flight ahead of the reader. The chunks held (in flight or not yet
+/// consumed) are counted in the budget of the allocation scope open when
+/// open() is called; the window shrinks (down to one chunk) when the budget
+/// cannot give more. Every chunk must come from the same version of the
+/// object (its ETag) and be complete: otherwise read() fails.
+class RemoteStream {
+public:
+  RemoteStream(std::shared_ptr<const RemoteConfig> cfg, std::string url);
+  ~RemoteStream();
+  /// Fetches the first chunk: false with `error` (404, 403, ...).
+  bool open(std::string &error);
+  /// Copies up to n bytes; 0 at the end, -1 with `error` on failure.
+  long read(char *dst, size_t n, std::string &error);
+  uint64_t size() const { return static_cast<uint64_t>(size_); }
+
+private:
+  void topUp();
+  std::shared_ptr<const RemoteConfig> cfg_;
+  std::string url_, etag_;
+  int64_t size_ = 0;
+  size_t chunk_ = 0;
+  int window_ = 1;
+  std::vector<std::pair<int64_t, std::shared_ptr<PendingFetch>>> inFlight_;
+  std::string cur_;       ///< the chunk being consumed
+  size_t curPos_ = 0;
+  int64_t nextStart_ = 0; ///< offset of the next chunk to request
+  int64_t curEnd_ = 0;    ///< offset after cur_
+  HeldAllocation held_;
+};
+
+} // namespace sluice::runtime::detail
+
+#endif // SLUICE_RUNTIME_LIB_SOURCES_REMOTE_H

@@ -1,0 +1,204 @@
+"""Real servers for the remote-source tests, on 127.0.0.1 only: nginx
+(Debian's) serving a directory with range requests, s3rver (npm, installed
+under tests/servers by scripts/setup) as the S3 API, and a fault-injecting
+proxy (tests/servers/fault_proxy.py) in front of each. Started by the test
+fixture and stopped with it."""
+import ctypes
+import json
+import os
+import signal
+import sys
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+ROOT = os.environ.get("SLUICE_SOURCE_DIR",
+                      os.path.dirname(os.path.dirname(os.path.dirname(
+                          os.path.abspath(__file__)))))
+SERVERS = os.path.join(ROOT, "tests", "servers")
+S3RVER = os.path.join(SERVERS, "node_modules", "s3rver", "bin", "s3rver.js")
+PROXY = os.path.join(SERVERS, "fault_proxy.py")
+BUCKET = "bkt"
+# s3rver knows one access key; it does not check SigV4 signatures, so the
+# secret is free: a distinctive one lets the tests grep every output for it.
+ACCESS_KEY = "S3RVER"
+SECRET_KEY = "sluice-secret-7d41c2e9a0"
+
+
+def why_unavailable():
+    """None when the servers can be started, else what is missing."""
+    nginx = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if not nginx:
+        return "nginx is not installed (Debian package nginx; run scripts/setup)"
+    if not shutil.which("node"):
+        return "node is not installed (Debian package nodejs; run scripts/setup)"
+    if not os.path.exists(S3RVER):
+        return ("s3rver is not installed under tests/servers (run "
+                "scripts/setup, which runs npm install there)")
+    if not shutil.which("curl"):
+        return "curl is not installed (Debian package curl; run scripts/setup)"
+    return None
+
+
+def die_with_parent():
+    """Runs in the child before exec: a test process that dies (a crash,
+    a kill) takes its servers with it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def popen(args, **kw):
+    return subprocess.Popen(args, preexec_fn=die_with_parent, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_line(proc, prefix, timeout=30):
+    """The first stdout line of `proc` starting with `prefix`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError("server exited: %s" % proc.args)
+            continue
+        line = line.decode(errors="replace").strip()
+        if prefix in line:
+            return line
+    raise RuntimeError("server did not start: %s" % proc.args)
+
+
+def wait_port(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("nothing listens on port %d" % port)
+
+
+class Servers:
+    def __init__(self, workdir):
+        self.workdir = str(workdir)
+        self.www = os.path.join(self.workdir, "www")
+        os.makedirs(self.www, exist_ok=True)
+        self.procs = []
+
+    def start(self):
+        self._start_nginx()
+        self._start_s3rver()
+        self.http_proxy = self._start_proxy(self.nginx_port)
+        self.s3_proxy = self._start_proxy(self.s3_port)
+        return self
+
+    def _start_nginx(self):
+        d = os.path.join(self.workdir, "nginx")
+        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
+        self.nginx_port = free_port()
+        user = "user root;" if os.geteuid() == 0 else ""
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""
+%s
+master_process off;
+error_log %s/error.log;
+pid %s/nginx.pid;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %s/tmp/body;
+  proxy_temp_path %s/tmp/proxy;
+  fastcgi_temp_path %s/tmp/fastcgi;
+  uwsgi_temp_path %s/tmp/uwsgi;
+  scgi_temp_path %s/tmp/scgi;
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:%d;
+    root %s;
+    location /forbidden/ { return 403; }
+  }
+}
+""" % (user, d, d, d, d, d, d, d, self.nginx_port, self.www))
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        p = popen([nginx, "-p", d, "-c", conf, "-g",
+                              "daemon off;"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        wait_port(self.nginx_port)
+        self.http = "http://127.0.0.1:%d" % self.nginx_port
+
+    def _start_s3rver(self):
+        d = os.path.join(self.workdir, "s3rver")
+        os.makedirs(d, exist_ok=True)
+        # s3rver's continuation tokens use DES, which OpenSSL 3 keeps in
+        # its legacy provider.
+        p = popen(["node", "--openssl-legacy-provider", S3RVER, "-d", d, "-a", "127.0.0.1",
+                              "-p", "0", "--configure-bucket", BUCKET],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        line = wait_line(p, "listening on")
+        self.s3_port = int(line.rsplit(":", 1)[1])
+        self.s3_endpoint = "http://127.0.0.1:%d" % self.s3_port
+        # Its request log goes on stdout: keep draining it.
+        self.s3_log = os.path.join(self.workdir, "s3rver.log")
+        popen(["cat"], stdin=p.stdout,
+                         stdout=open(self.s3_log, "wb"))
+
+    def _start_proxy(self, upstream_port):
+        p = popen([sys.executable, PROXY, "--upstream",
+                              "127.0.0.1:%d" % upstream_port],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        line = wait_line(p, "listening on")
+        return "http://" + line.split()[-1]
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    # --- data ---------------------------------------------------------------
+
+    def put_http(self, rel, data):
+        """A file nginx serves at /rel."""
+        path = os.path.join(self.www, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def put_s3(self, items):
+        """Uploads {key: bytes} to the bucket with curl (SigV4)."""
+        d = os.path.join(self.workdir, "upload")
+        os.makedirs(d, exist_ok=True)
+        args = ["curl", "-sS", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                "--user", "%s:%s" % (ACCESS_KEY, SECRET_KEY),
+                "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+        for i, (key, data) in enumerate(sorted(items.items())):
+            path = os.path.join(d, "%d" % i)
+            with open(path, "wb") as f:
+                f.write(data)
+            args += ["-T", path, "%s/%s/%s" % (self.s3_endpoint, BUCKET,
+                                                urllib.request.quote(key))]
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+    def rules(self, proxy, rules):
+        req = urllib.request.Request(proxy + "/__rules",
+                                     data=json.dumps(rules).encode(),
+                                     method="POST")
+        urllib.request.urlopen(req).read()
+
+    def proxy_stats(self, proxy):
+        return json.loads(urllib.request.urlopen(proxy + "/__stats").read())

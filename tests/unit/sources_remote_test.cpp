@@ -1,0 +1,262 @@
+//===- sources_remote_test.cpp - URL patterns and remote settings ---------===//
+//
+// What needs no server: brace lists (WebDataset's shard-{000..099}.tar),
+// HTTP globs refused with the brace form, and where a source's remote
+// settings and credentials come from (its `remote` parameter over the
+// environment and ~/.aws/credentials), never echoing a secret. Reads from
+// real servers are tested in tests/python/test_remote.py.
+//
+//===----------------------------------------------------------------------===//
+
+#include "sources_test_util.h"
+
+#include "../../runtime/lib/sources/Remote.h"
+
+#include <cstdlib>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace sluice;
+using namespace sluice::testing;
+using namespace sluice::runtime::detail;
+
+namespace {
+
+struct BraceCase {
+  const char *pattern;
+  std::vector<std::string> want;
+};
+
+class Braces : public ::testing::TestWithParam<BraceCase> {};
+
+TEST_P(Braces, Expand) {
+  EXPECT_EQ(expandBraces(GetParam().pattern), GetParam().want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Patterns, Braces,
+    ::testing::Values(
+        BraceCase{"plain.tar", {"plain.tar"}},
+        BraceCase{"s-{000..002}.tar", {"s-000.tar", "s-001.tar", "s-002.tar"}},
+        BraceCase{"s-{8..10}", {"s-8", "s-9", "s-10"}},
+        BraceCase{"s-{3..1}", {"s-3", "s-2", "s-1"}},
+        BraceCase{"{train,val}.csv", {"train.csv", "val.csv"}},
+        BraceCase{"{a,b}{1,2}", {"a1", "a2", "b1", "b2"}},
+        BraceCase{"{a,b{1,2}}", {"a", "b1", "b2"}},
+        BraceCase{"{x}", {"{x}"}},         // one alternative: literal, as bash
+        BraceCase{"open{a,b", {"open{a,b"}} // unclosed: literal
+        ));
+
+/// Sets environment variables for one test and restores them after.
+class Env {
+public:
+  void set(const char *name, const std::string &value) {
+    save(name);
+    ::setenv(name, value.c_str(), 1);
+  }
+  void unset(const char *name) {
+    save(name);
+    ::unsetenv(name);
+  }
+  ~Env() {
+    for (auto &[name, old] : saved_) {
+      if (old)
+        ::setenv(name.c_str(), old->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
+    }
+  }
+
+private:
+  void save(const char *name) {
+    for (auto &s : saved_)
+      if (s.first == name)
+        return;
+    const char *v = std::getenv(name);
+    saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+/// A clean AWS environment with the credentials file in `dir`.
+void cleanAws(Env &env, const TempDir &dir) {
+  for (const char *v :
+       {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+        "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3"})
+    env.unset(v);
+  env.set("AWS_SHARED_CREDENTIALS_FILE", dir / "credentials");
+}
+
+Value remoteParams(std::initializer_list<std::pair<std::string, Value>> r) {
+  Value m = Value::map();
+  for (const auto &[k, v] : r)
+    m.set(k, v);
+  return params({{"remote", m}});
+}
+
+TEST(RemoteConfig, SpecOverridesTheEnvironment) {
+  TempDir dir;
+  Env env;
+  cleanAws(env, dir);
+  env.set("AWS_REGION", "eu-west-1");
+  env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+  env.set("AWS_ACCESS_KEY_ID", "AKIDENV");
+  env.set("AWS_SECRET_ACCESS_KEY", "secret-env");
+  auto fromEnv = remoteConfigFor("csv", params({}));
+  ASSERT_TRUE(fromEnv) << fromEnv.status().message();
+  EXPECT_EQ((*fromEnv)->region, "eu-west-1");
+  EXPECT_EQ((*fromEnv)->endpoint, "http://127.0.0.1:1");
+  ASSERT_TRUE((*fromEnv)->credentials);
+  EXPECT_EQ((*fromEnv)->credentials->accessKey, "AKIDENV");
+  EXPECT_EQ((*fromEnv)->credentialSource, "environment");
+
+  auto fromSpec = remoteConfigFor(
+      "csv", remoteParams({{"region", str("ap-south-1")},
+                           {"endpoint", str("http://127.0.0.1:2")},
+                           {"concurrency", integer(32)},
+                           {"chunk_size", str("1MiB")}}));
+  ASSERT_TRUE(fromSpec) << fromSpec.status().message();
+  EXPECT_EQ((*fromSpec)->region, "ap-south-1");
+  EXPECT_EQ((*fromSpec)->endpoint, "http://127.0.0.1:2");
+  EXPECT_EQ((*fromSpec)->concurrency, 32);
+  EXPECT_EQ((*fromSpec)->chunkBytes, size_t(1) << 20);
+}
+
+TEST(RemoteConfig, ProfilesOfTheCredentialsFile) {
+  TempDir dir;
+  Env env;
+  cleanAws(env, dir);
+  dir.write("credentials", "[default]\naws_access_key_id = AKIDDEFAULT\n"
+                           "aws_secret_access_key = secret-default\n"
+                           "\n[train]\naws_access_key_id=AKIDTRAIN\n"
+                           "aws_secret_access_key=secret-train\n"
+                           "aws_session_token = token-train\n");
+  auto def = remoteConfigFor("csv", params({}));
+  ASSERT_TRUE(def);
+  EXPECT_EQ((*def)->credentials->accessKey, "AKIDDEFAULT");
+
+  env.set("AWS_PROFILE", "train");
+  auto train = remoteConfigFor("csv", params({}));
+  ASSERT_TRUE(train);
+  EXPECT_EQ((*train)->credentials->accessKey, "AKIDTRAIN");
+  EXPECT_EQ((*train)->credentials->sessionToken, "token-train");
+
+  // A profile named in the spec wins over the environment's keys.
+  env.unset("AWS_PROFILE");
+  env.set("AWS_ACCESS_KEY_ID", "AKIDENV");
+  env.set("AWS_SECRET_ACCESS_KEY", "secret-env");
+  auto named = remoteConfigFor("csv", remoteParams({{"profile", str("train")}}));
+  ASSERT_TRUE(named);
+  EXPECT_EQ((*named)->credentials->accessKey, "AKIDTRAIN");
+
+  auto missing = remoteConfigFor("csv", remoteParams({{"profile", str("x")}}));
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("no profile 'x'"),
+            std::string::npos);
+  EXPECT_EQ(missing.status().message().find("secret-"), std::string::npos);
+}
+
+TEST(RemoteConfig, AnonymousWithoutCredentialsAndHalfSetKeysRefused) {
+  TempDir dir;
+  Env env;
+  cleanAws(env, dir);
+  auto anon = remoteConfigFor("csv", params({}));
+  ASSERT_TRUE(anon);
+  EXPECT_FALSE((*anon)->credentials);
+  EXPECT_EQ((*anon)->region, "us-east-1");
+
+  env.set("AWS_ACCESS_KEY_ID", "AKID");
+  auto half = remoteConfigFor("csv", params({}));
+  ASSERT_FALSE(half);
+  EXPECT_NE(half.status().message().find("AWS_SECRET_ACCESS_KEY is not"),
+            std::string::npos);
+}
+
+TEST(RemotePatterns, HttpGlobIsRefusedWithTheBraceForm) {
+  RemoteConfig cfg;
+  auto r = expandRemotePattern("webdataset", "files",
+                               "https://example.invalid/shard-*.tar", cfg);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("HTTP has no listing"),
+            std::string::npos);
+  EXPECT_NE(r.status().message().find("shard-{000000..000099}.tar"),
+            std::string::npos);
+  // A brace list needs no listing: its names come back as they are.
+  auto ok = expandRemotePattern("webdataset", "files",
+                                "https://example.invalid/s-{0..2}.tar", cfg);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(*ok, (std::vector<std::string>{
+                     "https://example.invalid/s-0.tar",
+                     "https://example.invalid/s-1.tar",
+                     "https://example.invalid/s-2.tar"}));
+}
+
+TEST(RemotePatterns, FileUrlsAreLocalPaths) {
+  EXPECT_EQ(stripFileUrl("file:///data/x.csv"), "/data/x.csv");
+  EXPECT_EQ(stripFileUrl("file://localhost/data/x.csv"), "/data/x.csv");
+  EXPECT_EQ(stripFileUrl("/data/x.csv"), "/data/x.csv");
+  TempDir dir;
+  dir.write("a.txt", "one\ntwo\n");
+  auto src = make("text_lines",
+                  params({{"files", str("file://" + dir / "a.txt")}}),
+                  dir.path());
+  ASSERT_TRUE(src);
+  EXPECT_EQ(src->numShards(), 1u);
+  EXPECT_EQ(src->shardName(0), dir / "a.txt");
+}
+
+} // namespace
+
+namespace {
+
+// The client's thread does not survive fork(): a child (a DataLoader worker)
+// must get a client of its own, not wait forever on the parent's.
+TEST(RemoteClient, AForkedChildMakesItsOwnClient) {
+  auto cfg = std::make_shared<RemoteConfig>();
+  cfg->retries = 0;
+  // Port 1 on loopback: refused at once, no server needed.
+  const std::string url = "http://127.0.0.1:1/x";
+  std::shared_ptr<PendingFetch> parent = startFetch(cfg, url);
+  ASSERT_FALSE(parent->wait().ok);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(20); // a hang ends the child with SIGALRM
+    std::shared_ptr<PendingFetch> child = startFetch(cfg, url);
+    Fetched &r = child->wait();
+    ::_exit(!r.ok && r.error.find("onnect") != std::string::npos ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+} // namespace
+
+namespace {
+
+// Local patterns take the same numeric ranges as URLs (glob's GLOB_BRACE
+// knows only {a,b}); every name of a range must exist.
+TEST(LocalPatterns, NumericBraceRanges) {
+  TempDir dir;
+  for (int i = 0; i < 3; ++i)
+    dir.write("s-0" + std::to_string(i) + ".txt", "x\n");
+  auto src = make("text_lines", params({{"files", str("s-{00..02}.txt")}}),
+                  dir.path());
+  ASSERT_TRUE(src);
+  ASSERT_EQ(src->numShards(), 3u);
+  EXPECT_EQ(src->shardName(2), dir / "s-02.txt");
+  auto missing = runtime::Source::create(
+      "text_lines", params({{"files", str("s-{00..03}.txt")}}), RecordType(),
+      dir.path());
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("'s-03.txt' matched no files"),
+            std::string::npos)
+      << missing.status().message();
+}
+
+} // namespace
