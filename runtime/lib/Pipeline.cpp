@@ -906,19 +906,19 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
         continue;
       }
       epoch = epoch_;
+      outputs_.fetch_add(1, std::memory_order_relaxed);
       outputHeld_ = recordBytes(out.rec);
       outputAccount_->forceReserve(outputHeld_);
-      // What a step made past the budget is reported before the output is
-      // handed over: a run whose memory went over budget.memory fails
-      // instead of ending as a success with a peak above its budget.
-      if (memory_->overrun()) {
-        out = Item();
-        stop();
-        return overrunError();
-      }
-      outputs_.fetch_add(1, std::memory_order_relaxed);
       outputBytes_.fetch_add(outputHeld_, std::memory_order_relaxed);
       return true;
+    }
+    // What a step made past the budget fails the run at the end of the
+    // epoch it happened in (a buffer's own, more specific refusal, which
+    // usually follows within the epoch, comes first): a run whose memory
+    // went over budget.memory never ends as a success.
+    if (memory_->overrun()) {
+      stop();
+      return overrunError();
     }
     root_->stop();
     started_ = false;
