@@ -636,6 +636,87 @@ FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
   return c;
 }
 
+namespace {
+
+/// `base` with `schedule` applied over it, as applyAutoSchedule applies it.
+runtime::RunOptions withSchedule(const runtime::RunOptions &base,
+                                 const Schedule &schedule) {
+  runtime::RunOptions o = base;
+  for (const auto &[name, k] : schedule)
+    o.schedule[name] = k;
+  return o;
+}
+
+/// Makes the tuned `schedule` one the runtime accepts under `base` (its
+/// budget.memory), and says what it changed in `s`; false when it had to be
+/// changed. The model's memory prediction and the runtime's check before a
+/// run can disagree (a prefetch deepens a parallel group's reorder window;
+/// a batch prefetch sits on top of a large shuffle buffer), and a tuned
+/// schedule must never be refused where the spec's own schedule runs, nor
+/// lead to advice ("lower shuffle.buffer to <= N") that the next tune
+/// breaks again. So the runtime's own check (Pipeline::checkFits) decides:
+/// prefetch depths the tuner raised are halved toward the spec's, then the
+/// workers it added, and when even that does not fit, the tuned schedule is
+/// dropped and the spec's own schedule runs (with the runtime's advice if
+/// that does not fit either).
+bool fitScheduleToMemory(const runtime::Plan &plan,
+                         const runtime::RunOptions &base, Schedule &schedule,
+                         std::string &s) {
+  Status first = runtime::Pipeline::checkFits(plan, withSchedule(base, schedule));
+  if (first)
+    return true;
+  auto floorOf = [&](const std::string &name, bool prefetch) -> int64_t {
+    auto it = base.schedule.find(name);
+    if (it != base.schedule.end()) {
+      const std::optional<int64_t> &v =
+          prefetch ? it->second.prefetch : it->second.parallelism;
+      if (v)
+        return *v;
+    }
+    return prefetch ? 0 : 1;
+  };
+  // One knob kind at a time, every step's halved per round: the deepest
+  // queues (the largest records' prefetch) shrink first in bytes.
+  for (bool prefetch : {true, false}) {
+    for (;;) {
+      bool changed = false;
+      for (auto &[name, k] : schedule) {
+        std::optional<int64_t> &v = prefetch ? k.prefetch : k.parallelism;
+        int64_t lo = floorOf(name, prefetch);
+        if (v && *v > lo) {
+          *v = std::max(lo, *v / 2);
+          changed = true;
+        }
+      }
+      if (!changed)
+        break;
+      if (runtime::Pipeline::checkFits(plan, withSchedule(base, schedule))) {
+        std::string knobs;
+        for (const auto &[name, k] : schedule) {
+          const std::optional<int64_t> &v =
+              prefetch ? k.prefetch : k.parallelism;
+          if (v)
+            knobs += (knobs.empty() ? "" : ", ") + name + " " +
+                     std::to_string(*v);
+        }
+        s += std::string("  memory: the tuned schedule did not fit "
+                         "budget.memory by the runtime's check, so its ") +
+             (prefetch ? "prefetch depths" : "workers") +
+             " were lowered to fit (" + knobs + "): " + first.message() +
+             "\n";
+        return false;
+      }
+    }
+  }
+  schedule.clear();
+  s += "  memory: no tuned schedule fits budget.memory by the runtime's "
+       "check, so the spec's own schedule runs: " +
+       first.message() + "\n";
+  return false;
+}
+
+} // namespace
+
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   auto t0 = std::chrono::steady_clock::now();
   TuneResult r;
@@ -672,6 +753,14 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   // Probes run under the same memory budget as the result.
   if (r.budget.memoryBytes > 0)
     po.base.memoryBytes = r.budget.memoryBytes;
+  // A spec whose own schedule does not fit the budget is refused as a run
+  // without the tuner refuses it: the same error and the same advice, which,
+  // followed, then runs with and without the tuner (fitScheduleToMemory
+  // keeps the tuned schedule within what the runtime accepts). The probes'
+  // own errors would advise for their probe schedules instead.
+  if (!r.otherHost)
+    if (Status s = runtime::Pipeline::checkFits(plan, po.base); !s)
+      return s;
   Expected<Profile> prof = profilePipeline(plan, po);
   if (!prof)
     return prof.status();
@@ -693,6 +782,22 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
   if (opts.probeCachedEpochs && !r.otherHost)
     if (Status s = probeCachedEpochs(plan, opts, r); !s)
       return s;
+  // What is written, verified and applied is a schedule the runtime
+  // accepts under this budget (fitScheduleToMemory).
+  if (!r.otherHost) {
+    runtime::RunOptions base = runOptionsAfterSolving(opts, r);
+    base.schedule = opts.profile.base.schedule;
+    std::string note;
+    if (!fitScheduleToMemory(plan, base, r.schedule, note)) {
+      r.loweredForMemory = true;
+      const std::string head = "  memory: ";
+      if (note.rfind(head, 0) == 0)
+        note = note.substr(head.size());
+      while (!note.empty() && note.back() == '\n')
+        note.pop_back();
+      r.solution.notes.push_back(note);
+    }
+  }
   r.scaleAdvice = scaleAdvice(r.profile, r.solution, r.budget.cores);
   if (opts.verify && !r.otherHost) {
     runtime::RunOptions o = runOptionsAfterSolving(opts, r);
@@ -835,9 +940,12 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
                       " for this plan, host and data; nothing probed (" +
                       entry + "; SLUICE_NO_SCHEDULE_CACHE=1 probes afresh)\n"
                       "  tuned then: " + first + "\n" + kept;
+      bool fits = fitScheduleToMemory(plan, opts, a.schedule, s);
       for (const auto &[name, o] : a.schedule)
         opts.schedule[name] = o;
-      installReplanner(c->profile, c->budget, c->config, opts, auto_, a, s);
+      // The re-planner would raise what was just lowered to fit.
+      if (fits)
+        installReplanner(c->profile, c->budget, c->config, opts, auto_, a, s);
       a.explanation = s;
       return a;
     }
@@ -887,6 +995,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
          k.knob + " = " + k.value + ": " + k.reason + "\n";
   for (const std::string &n : r->solution.notes)
     s += "  note: " + n + "\n";
+  // tune() fitted it already (a note above says so when it had to); the
+  // re-planner would raise again what was lowered.
+  bool fits = !r->loweredForMemory;
   for (const auto &[name, o] : a.schedule)
     opts.schedule[name] = o;
   if (cache) {
@@ -908,8 +1019,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
            ")\n";
     }
   }
-  installReplanner(r->profile, r->budget, r->solution.config, opts, auto_, a,
-                   s);
+  if (fits)
+    installReplanner(r->profile, r->budget, r->solution.config, opts, auto_,
+                     a, s);
   a.explanation = s;
   return a;
 }

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/ConfigFile.h"
 #include "sluice/ops/Registry.h"
 
 #include <yaml-cpp/eventhandler.h>
@@ -1053,6 +1054,20 @@ bool SpecChecker::getInt(const YNode &n, const std::string &what, int64_t &out,
 void SpecChecker::checkStaticSizes(const Spec &spec) {
   int64_t limit = spec.budget.memoryBytes > 0 ? spec.budget.memoryBytes
                                               : defaultMemoryBudget();
+  // A prefetch no budget could hold whatever the records (the runtime
+  // makes the same check before it allocates the queue's slots).
+  int64_t most = std::max<int64_t>(1, limit / kMinBufferedRecordBytes);
+  for (const auto &[name, sched] : spec.schedule)
+    if (sched.prefetch && *sched.prefetch > most)
+      diags.error(sched.loc,
+                  "the prefetch of '" + name + "' (" +
+                      std::to_string(*sched.prefetch) +
+                      " records) cannot fit in budget.memory even at " +
+                      std::to_string(kMinBufferedRecordBytes) +
+                      " bytes a record",
+                  "lower it to <= " + std::to_string(most) +
+                      " (a few records ride out a slow moment) or raise "
+                      "budget.memory");
   const Step *steps[1] = {&spec.source};
   std::vector<const Step *> all(steps, steps + 1);
   for (const Step &st : spec.steps)
@@ -1060,7 +1075,10 @@ void SpecChecker::checkStaticSizes(const Spec &spec) {
   for (const Step *st : all) {
     if (!st->def)
       continue;
-    std::string why = recordTypeTooLarge(st->outputType, limit);
+    // A step that groups records (batch, padded_batch) makes at least one
+    // row, even when its leading dim is `?`.
+    std::string why = recordTypeTooLarge(
+        st->outputType, limit, st->def->traits.count == Cardinality::Groups);
     if (why.empty())
       continue;
     diags.error(st->loc, "the output of '" + st->name + "': " + why,
@@ -1532,37 +1550,14 @@ bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
 
 bool readFile(const std::string &path, std::string &contents,
               std::string &error) {
-  // POSIX calls rather than a stream: a stream that fails to read (a
-  // directory, /proc/self/mem's EIO) just looks empty, and the spec was
-  // then reported as "empty" instead of unreadable.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    error = "cannot open '" + path + "': " + std::strerror(errno);
+  // Bounded while reading and never blocking (a device or a FIFO named as
+  // the spec): the same limit loadTree applies to text given directly.
+  if (Status s =
+          readConfigFile(path, "a spec or schedule", kMaxSpecBytes, contents);
+      !s) {
+    error = s.message();
     return false;
   }
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    error = "'" + path + "' is a directory, not a file";
-    return false;
-  }
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      error = "cannot read '" + path + "': " + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    if (n == 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  contents = std::move(out);
   return true;
 }
 

@@ -3,16 +3,15 @@
 #include "sluice/ops/kernels/Categorical.h"
 
 #include "Dispatch.h"
+#include "sluice/ops/ConfigFile.h"
 #include "sluice/ops/Random.h"
 #include "sluice/ops/Utf8.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 namespace sluice {
 namespace kernels {
@@ -192,18 +191,26 @@ Vocab::fromTokens(std::vector<std::string> tokens) {
 }
 
 Expected<std::shared_ptr<const Vocab>> Vocab::load(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error(path + ": cannot open vocabulary file");
+  // A vocabulary of a million tokens is a few MiB; the limit only stops a
+  // device or a wrong file from being read without end.
+  constexpr size_t kMaxVocabBytes = size_t(256) << 20;
+  std::string text;
+  if (Status s = readConfigFile(path, "a vocabulary", kMaxVocabBytes, text);
+      !s)
+    return Status::error("vocabulary file: " + s.message());
   std::vector<std::string> tokens;
-  std::string line;
-  while (std::getline(in, line)) {
+  // One token a line, as std::getline splits: a last line without '\n'
+  // counts, a final '\n' does not start another.
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string line = text.substr(at, end - at);
     if (!line.empty() && line.back() == '\r')
       line.pop_back();
-    tokens.push_back(line);
+    tokens.push_back(std::move(line));
+    at = end + 1;
   }
-  if (in.bad())
-    return Status::error(path + ": read error in vocabulary file");
   if (tokens.empty())
     return Status::error(path + ": vocabulary file is empty");
   return fromTokens(std::move(tokens));

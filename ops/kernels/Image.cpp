@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -786,7 +787,64 @@ struct PngSource {
   size_t size;
   size_t pos;
   char message[256];
+  /// The thread's budget (AllocationScope) when the decoder was made: every
+  /// allocation libpng makes is reserved there first (pngMalloc).
+  AllocationLimit *limit;
+  /// An allocation was refused; `message` says which and why.
+  bool refused;
 };
+
+/// Ancillary chunks (text, ICC profiles, sPLT...) larger than this are a
+/// decode error before libpng allocates them: the decoder uses none of
+/// them, and a 141-byte file declaring a 2 GiB tEXt chunk made libpng
+/// allocate that much per decoding thread. IDAT is not limited by it
+/// (libpng bounds it by the image size).
+constexpr png_alloc_size_t kMaxPngChunkBytes = png_alloc_size_t(8) << 20;
+/// Ancillary chunks libpng keeps per image (text, sPLT, unknown).
+constexpr png_uint_32 kMaxPngCachedChunks = 128;
+
+/// libpng's allocator: each block is reserved in the thread's budget before
+/// it is allocated and released when libpng frees it, so what libpng holds
+/// while it decodes is counted, and a block the budget cannot give is an
+/// allocation failure libpng reports, not memory taken past the budget.
+constexpr size_t kPngBlockHeader = 16; // keeps malloc's 16-byte alignment
+
+png_voidp pngMalloc(png_structp png, png_alloc_size_t n) {
+  auto *src = static_cast<PngSource *>(png_get_mem_ptr(png));
+  if (n > (std::numeric_limits<size_t>::max() >> 2))
+    return nullptr;
+  int64_t bytes = static_cast<int64_t>(n + kPngBlockHeader);
+  if (src && src->limit && !src->limit->tryReserve(bytes)) {
+    if (!src->refused) {
+      src->refused = true;
+      std::string why =
+          checkAllocation(bytes, "a buffer of the PNG decoder (libpng)")
+              .message();
+      std::snprintf(src->message, sizeof(src->message), "%s", why.c_str());
+    }
+    return nullptr;
+  }
+  auto *base = static_cast<unsigned char *>(std::malloc(n + kPngBlockHeader));
+  if (!base) {
+    if (src && src->limit)
+      src->limit->release(bytes);
+    return nullptr;
+  }
+  std::memcpy(base, &n, sizeof(n));
+  return base + kPngBlockHeader;
+}
+
+void pngFree(png_structp png, png_voidp ptr) {
+  if (!ptr)
+    return;
+  auto *base = static_cast<unsigned char *>(ptr) - kPngBlockHeader;
+  png_alloc_size_t n;
+  std::memcpy(&n, base, sizeof(n));
+  auto *src = static_cast<PngSource *>(png_get_mem_ptr(png));
+  if (src && src->limit)
+    src->limit->release(static_cast<int64_t>(n + kPngBlockHeader));
+  std::free(base);
+}
 
 void pngRead(png_structp png, png_bytep out, size_t n) {
   auto *src = static_cast<PngSource *>(png_get_io_ptr(png));
@@ -803,8 +861,14 @@ void pngRead(png_structp png, png_bytep out, size_t n) {
 
 void pngError(png_structp png, png_const_charp msg) {
   auto *src = static_cast<PngSource *>(png_get_error_ptr(png));
-  std::snprintf(src->message, sizeof(src->message), "corrupt PNG data: %s",
-                msg);
+  // A refused allocation already wrote why (the budget); libpng's own
+  // "out of memory" would hide it.
+  if (!src->refused)
+    std::snprintf(src->message, sizeof(src->message), "corrupt PNG data: %s%s",
+                  msg,
+                  std::strstr(msg, "too large")
+                      ? " (ancillary chunks over 8 MiB are refused)"
+                      : "");
   png_longjmp(png, 1);
 }
 
@@ -819,10 +883,23 @@ struct PngReader {
   PngReader(std::string_view bytes) {
     src.data = reinterpret_cast<const uint8_t *>(bytes.data());
     src.size = bytes.size();
-    png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, pngError,
-                                 pngWarning);
-    if (png)
+    AllocationScope *scope = AllocationScope::current();
+    src.limit = scope ? scope->limit() : nullptr;
+    png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &src, pngError,
+                                   pngWarning, &src, pngMalloc, pngFree);
+    if (png) {
+      // Metadata chunks the decoder never uses are skipped as they are read
+      // (in small pieces, nothing allocated for them), whatever length they
+      // declare; what libpng still allocates goes through pngMalloc.
+      static const png_byte kSkipped[] =
+          "tEXt\0zTXt\0iTXt\0iCCP\0sPLT\0eXIf\0tIME\0pHYs\0hIST\0oFFs\0"
+          "pCAL\0sCAL\0sTER";
+      png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kSkipped,
+                                  static_cast<int>(sizeof(kSkipped) / 5));
+      png_set_chunk_malloc_max(png, kMaxPngChunkBytes);
+      png_set_chunk_cache_max(png, kMaxPngCachedChunks);
       info = png_create_info_struct(png);
+    }
   }
   ~PngReader() {
     if (png)

@@ -222,17 +222,24 @@ void chargeStringTensor(ElemType elem, const std::vector<int64_t> &shape,
     chargeTensorAllocation(bytes, elem, shape);
 }
 
-std::string recordTypeTooLarge(const RecordType &t, int64_t limit) {
+std::string recordTypeTooLarge(const RecordType &t, int64_t limit,
+                               bool leadingAtLeastOne) {
   if (limit <= 0)
     return "";
   int64_t total = 0;
   bool overflow = false;
+  bool lowerBound = false;
   for (const Field &f : t.fields()) {
     if (!isNumeric(f.type.elem))
       continue;
     std::optional<int64_t> b = elemTypeSize(f.type.elem);
     bool known = true;
-    for (int64_t d : f.type.shape) {
+    for (size_t i = 0; i < f.type.shape.size(); ++i) {
+      int64_t d = f.type.shape[i];
+      if (d < 0 && i == 0 && leadingAtLeastOne) {
+        lowerBound = true;
+        continue; // one row at least
+      }
       if (d < 0) {
         known = false;
         break;
@@ -250,8 +257,10 @@ std::string recordTypeTooLarge(const RecordType &t, int64_t limit) {
   if (!overflow && total <= limit)
     return "";
   return "one record of {" + t.str() + "} takes " +
-         (overflow ? std::string("more than 2^63 bytes")
-                   : describeBytes(total)) +
+         (overflow    ? std::string("more than 2^63 bytes")
+          : lowerBound ? "at least " + describeBytes(total) +
+                             " (a batch of one row)"
+                       : describeBytes(total)) +
          ", more than budget.memory " + describeBytes(limit);
 }
 

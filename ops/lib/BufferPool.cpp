@@ -52,6 +52,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -188,6 +189,17 @@ public:
                  !setInEnvironment("SLUICE_NO_SMALL_BUFFER_POOL")),
         cachesOn_(!setInEnvironment("SLUICE_NO_SMALL_POOL_CACHE")),
         classes_(kSmallPoolMaxBytes / kAlignment) {}
+
+  /// Held across fork() (pthread_atfork): a child must not inherit a lock
+  /// that a thread of the parent, which does not exist there, held.
+  void lockForFork() {
+    cachesMu_.lock();
+    mu_.lock();
+  }
+  void unlockAfterFork() {
+    mu_.unlock();
+    cachesMu_.unlock();
+  }
 
   void *allocate(size_t bytes, bool evenIfDisabled) {
     bool on = enabled_.load(std::memory_order_relaxed);
@@ -634,6 +646,10 @@ class Pool {
 public:
   Pool() : enabled_(enabledByEnvironment()) {}
 
+  /// As SmallPool::lockForFork.
+  void lockForFork() { mu_.lock(); }
+  void unlockAfterFork() { mu_.unlock(); }
+
   void *allocate(size_t bytes) {
     if (enabled_.load(std::memory_order_relaxed)) {
       {
@@ -845,12 +861,24 @@ private:
 /// Never destroyed: tensors may be freed by static destructors that run
 /// after this file's.
 Pool &pool() {
-  static Pool *p = new Pool();
+  static Pool *p = [] {
+    Pool *made = new Pool();
+    ::pthread_atfork([] { pool().lockForFork(); },
+                     [] { pool().unlockAfterFork(); },
+                     [] { pool().unlockAfterFork(); });
+    return made;
+  }();
   return *p;
 }
 
 SmallPool &smallPool() {
-  static SmallPool *p = new SmallPool();
+  static SmallPool *p = [] {
+    SmallPool *made = new SmallPool();
+    ::pthread_atfork([] { smallPool().lockForFork(); },
+                     [] { smallPool().unlockAfterFork(); },
+                     [] { smallPool().unlockAfterFork(); });
+    return made;
+  }();
   return *p;
 }
 

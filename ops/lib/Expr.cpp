@@ -14,6 +14,7 @@
 #include "Internal.h"
 #include "sluice/ops/Registry.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -279,9 +280,30 @@ private:
     return "'" + t.text + "'";
   }
 
-  static ExprPtr make(Expr::Kind kind, std::string name, size_t offset,
-                      std::vector<ExprPtr> args) {
+  // Every node is made here, so the bounds on the tree hold for every pass
+  // that walks it recursively (type inference, folding, the interpreter,
+  // the code generator, str(), the destructor): a flat chain `x+x+...+x` is
+  // as deep as its operators are many, which the bracket depth above does
+  // not see.
+  ExprPtr make(Expr::Kind kind, std::string name, size_t offset,
+               std::vector<ExprPtr> args) {
+    int height = 1;
+    for (const ExprPtr &a : args)
+      height = std::max(height, a->height + 1);
+    if (height > kMaxExprHeight)
+      return fail(offset,
+                  "the expression is nested more than " +
+                      std::to_string(kMaxExprHeight) +
+                      " operations deep here (each operator of a chain such "
+                      "as 'a + b + c' adds a level); simplify it or split it "
+                      "across several steps");
+    if (++nodes_ > kMaxExprNodes)
+      return fail(offset, "the expression has more than " +
+                              std::to_string(kMaxExprNodes) +
+                              " operators and operands; simplify it or split "
+                              "it across several steps");
     auto e = std::make_shared<Expr>();
+    e->height = height;
     e->kind = kind;
     e->name = std::move(name);
     e->offset = offset;
@@ -444,6 +466,7 @@ private:
       node->index = idx.intValue;
       node->offset = open;
       node->args = {e};
+      node->height = e->height + 1;
       e = node;
     }
     return e;
@@ -556,6 +579,7 @@ private:
   ExprError &err_;
   size_t pos_ = 0;
   int depth_ = 0;
+  size_t nodes_ = 0;
   bool failed_ = false;
 };
 

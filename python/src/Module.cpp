@@ -24,6 +24,12 @@
 //    batch being assembled (runtime::Pipeline::cancel), its threads are
 //    joined, and the exception propagates. A handler that does not raise
 //    leaves the batch to finish. Other threads call the runtime directly.
+//    Calls that drive a pipeline (next, close, the state calls) are
+//    serialized per Pipeline, each waiting with the GIL released; close()
+//    from another thread cancels the output being made first.
+//  - fork: a pipeline made before the process forked is refused in the
+//    child with an error (its threads exist only in the parent); new
+//    pipelines made in the child work.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
@@ -39,6 +45,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -48,7 +55,9 @@
 #include <thread>
 #include <optional>
 #include <sstream>
+#include <pthread.h>
 #include <string>
+#include <unistd.h>
 
 namespace py = pybind11;
 using namespace sluice;
@@ -62,6 +71,17 @@ py::object pipelineErrorType;
   PyErr_SetString(type.ptr(), msg.c_str());
   throw py::error_already_set();
 }
+
+/// Counts the forks this process came out of (pthread_atfork's child
+/// handler: os.fork, multiprocessing's fork start method). A pipeline
+/// records it when made: its threads, locks and buffers belong to the
+/// process that made it, and in a forked child only the calling thread
+/// exists, so an inherited pipeline would wait forever for workers that are
+/// not there. It is refused with an error instead, and never stopped or
+/// freed in the child (that would join threads that do not exist there).
+std::atomic<uint64_t> forkGeneration{0};
+
+void afterForkInChild() { forkGeneration.fetch_add(1); }
 
 /// Reads and checks a spec; raises SpecError with the CLI's diagnostics.
 std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
@@ -273,6 +293,10 @@ int64_t parseMemory(const py::object &memory) {
 /// to run Python's signal handlers meanwhile. One request at a time.
 class Fetcher {
 public:
+  /// forkGeneration when it was made: in a forked child its thread does not
+  /// exist, and its owner leaks it instead of destroying it (which joins).
+  const uint64_t generation = forkGeneration.load();
+
   ~Fetcher() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -335,16 +359,22 @@ private:
   bool pending_ = false, quit_ = false;
 };
 
-/// Whether the calling thread is Python's main thread, where signal
-/// handlers run.
-bool onMainThread() {
-  static const unsigned long mainId =
-      py::module_::import("threading")
-          .attr("main_thread")()
-          .attr("ident")
-          .cast<unsigned long>();
-  return PyThread_get_thread_ident() == mainId;
+/// Python's main thread (where signal handlers run), looked up when the
+/// module is imported and again in a forked child (whose main thread is the
+/// one that forked). Not a function-local static: its first use could come
+/// from two threads at once, and the one left waiting on the static's guard
+/// would hold the GIL the other needs to finish the lookup (a deadlock of
+/// two threads' first next()).
+std::atomic<unsigned long> mainThreadId{0};
+
+void noteMainThread() {
+  mainThreadId.store(py::module_::import("threading")
+                         .attr("main_thread")()
+                         .attr("ident")
+                         .cast<unsigned long>());
 }
+
+bool onMainThread() { return PyThread_get_thread_ident() == mainThreadId; }
 
 /// Owns a running pipeline. Shared by the Python Pipeline object and every
 /// Buffer it handed out, so a batch Python still holds keeps its budget
@@ -355,6 +385,20 @@ struct Box {
   /// outlives the pipeline.
   std::shared_ptr<compiler::JitKernels> kernels;
   std::unique_ptr<runtime::Pipeline> pipeline;
+  /// forkGeneration and the process when the pipeline was made.
+  const uint64_t generation = forkGeneration.load();
+  const pid_t pid = ::getpid();
+
+  bool inherited() const { return generation != forkGeneration.load(); }
+
+  ~Box() {
+    // In a forked child the pipeline's threads do not exist: stopping it
+    // would wait for them forever. Its memory is the parent's copy; left.
+    if (inherited()) {
+      (void)pipeline.release();
+      new std::shared_ptr<compiler::JitKernels>(std::move(kernels));
+    }
+  }
 };
 
 /// One output tensor handed to Python: the base object of its numpy array.
@@ -533,6 +577,15 @@ public:
       throw py::value_error(s.message());
   }
 
+  ~PyPipeline() {
+    // In a forked child the fetcher's thread is the parent's: destroying
+    // the fetcher would join a thread that is not there.
+    if (fetcher_ && fetcher_->generation != forkGeneration.load())
+      (void)fetcher_.release();
+  }
+  PyPipeline(const PyPipeline &) = delete;
+  PyPipeline &operator=(const PyPipeline &) = delete;
+
   void start() {
     std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
     {
@@ -550,11 +603,14 @@ public:
   }
 
   py::dict stateDict() {
+    std::unique_lock<std::mutex> lock = lockCalls();
     std::string js = pipe().state().toJson();
     return py::module_::import("json").attr("loads")(js);
   }
 
   void loadStateDict(const py::dict &state) {
+    std::unique_lock<std::mutex> lock = lockCalls();
+    (void)liveBox();
     if (started_)
       throw py::value_error(
           "load_state_dict() must come before the first batch; create a "
@@ -575,11 +631,42 @@ public:
   runtime::RunOptions opts_;
   bool started_ = false;
 
-  runtime::Pipeline &pipe() {
-    if (!box_)
+  /// The running pipeline, kept alive by the caller's copy while the GIL
+  /// is released (another thread may replace box_ meanwhile). Refused in a
+  /// process forked after it was made.
+  std::shared_ptr<Box> liveBox() {
+    std::shared_ptr<Box> b = box_;
+    if (!b)
       throw py::value_error("the pipeline is closed");
-    return *box_->pipeline;
+    if (b->inherited())
+      raise(pipelineErrorType,
+            "sluice: error: this Pipeline was made in process " +
+                std::to_string(b->pid) +
+                ", which then forked; it cannot run in the child (process " +
+                std::to_string(::getpid()) +
+                "): its worker threads exist only in the parent. Make a new "
+                "sluice.Pipeline in the child (e.g. in a DataLoader "
+                "worker's init), or use the 'spawn' start method");
+    return b;
   }
+
+  runtime::Pipeline &pipe() { return *liveBox()->pipeline; }
+
+  /// Serializes the calls that drive the pipeline (next, close, the state
+  /// calls): the runtime's Pipeline is driven by one thread at a time.
+  /// Waited for with the GIL released, so a thread waiting here never holds
+  /// what the thread inside needs to finish.
+  std::unique_lock<std::mutex> lockCalls() {
+    std::unique_lock<std::mutex> lock(callMu_, std::defer_lock);
+    if (!lock.try_lock()) {
+      py::gil_scoped_release release;
+      lock.lock();
+    }
+    return lock;
+  }
+  std::mutex callMu_;
+  /// close() was called (from any thread).
+  std::atomic<bool> closed_{false};
 
   /// The runtime's next output, with Python's signal handlers running
   /// meanwhile (on the main thread): a handler that raises cancels the
@@ -616,7 +703,9 @@ public:
   }
 
   py::dict next() {
-    runtime::Pipeline &p = pipe();
+    std::unique_lock<std::mutex> lock = lockCalls();
+    std::shared_ptr<Box> box = liveBox();
+    runtime::Pipeline &p = *box->pipeline;
     started_ = true;
     runtime::Batch b;
     Expected<bool> r = fetch(p, b);
@@ -630,6 +719,10 @@ public:
       }
       throw e;
     }
+    if (!r && closed_)
+      raise(pipelineErrorType,
+            "sluice: the pipeline was closed (close() on another thread) "
+            "while this thread waited for its next output");
     if (!r)
       raise(pipelineErrorType, r.status().message());
     if (!*r)
@@ -641,15 +734,23 @@ public:
     b = runtime::Batch(); // the arrays own the only references now
     for (size_t i = 0; i < fields.size(); ++i)
       out[py::str(type.fields()[i].name)] =
-          toPython(box_, std::move(fields[i]));
+          toPython(box, std::move(fields[i]));
     return out;
   }
 
+  /// Stops the pipeline. Safe while another thread is in next(): the
+  /// pipeline is cancelled first (which reaches into the output being
+  /// made), then stopped once that call has returned, so the runtime is
+  /// never stopped under a thread that is still driving it.
   void close() {
-    if (!box_)
-      return;
+    std::shared_ptr<Box> b = box_;
+    closed_ = true;
+    if (!b || b->inherited())
+      return; // a forked child has no threads of it to stop
+    b->pipeline->cancel();
+    std::unique_lock<std::mutex> lock = lockCalls();
     py::gil_scoped_release release;
-    box_->pipeline->stop();
+    b->pipeline->stop();
   }
 
   py::dict outputType() {
@@ -660,7 +761,8 @@ public:
   }
 
   py::object stats() {
-    std::string js = pipe().stats().toJson().dump();
+    std::shared_ptr<Box> box = liveBox();
+    std::string js = box->pipeline->stats().toJson().dump();
     return py::module_::import("json").attr("loads")(js);
   }
 
@@ -766,6 +868,26 @@ PYBIND11_MODULE(_sluice, m) {
           PyExc_RuntimeError, nullptr));
   m.attr("SpecError") = specErrorType;
   m.attr("PipelineError") = pipelineErrorType;
+
+  // Fork safety (see forkGeneration): pthread_atfork counts every fork,
+  // whoever makes it; Python's own hook looks the main thread up again in
+  // the child (the thread that forked), with the interpreter ready.
+  noteMainThread();
+  // pybind11's numpy API table is a function-local static that imports
+  // numpy on its first use: made there by the first output two threads
+  // convert at once, one thread imported numpy while the other waited on
+  // the static's guard holding the GIL (a deadlock). Made here, on import.
+  py::module_::import("numpy");
+  (void)py::detail::npy_api::get();
+  (void)py::dtype("uint8"); // its parser is another such static
+
+  static bool atforkRegistered = false;
+  if (!atforkRegistered) {
+    atforkRegistered = true;
+    ::pthread_atfork(nullptr, nullptr, afterForkInChild);
+  }
+  py::module_::import("os").attr("register_at_fork")(
+      py::arg("after_in_child") = py::cpp_function([] { noteMainThread(); }));
 
   py::class_<Buffer>(m, "Buffer", R"(The runtime buffer under an output array.
 

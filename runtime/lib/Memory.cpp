@@ -305,7 +305,7 @@ bool MemoryAccount::tryReserve(int64_t bytes) {
 void MemoryAccount::forceReserve(int64_t bytes) {
   if (bytes <= 0)
     return;
-  budget_->add(bytes);
+  budget_->add(bytes, this);
   notePeak(used_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
 }
 
@@ -368,8 +368,21 @@ bool MemoryBudget::tryAdd(int64_t bytes) {
   }
 }
 
-void MemoryBudget::add(int64_t bytes) {
+MemoryBudget::Overrun MemoryBudget::firstOverrun() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return firstOverrun_;
+}
+
+void MemoryBudget::add(int64_t bytes, const MemoryAccount *who) {
   int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (limit_ > 0 && next > limit_ && !overrun_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!overrun_.load(std::memory_order_relaxed)) {
+      firstOverrun_.account = who ? who->name() : std::string();
+      firstOverrun_.total = next;
+      overrun_.store(true, std::memory_order_release);
+    }
+  }
   if (carried_.load(std::memory_order_relaxed) > 0)
     noteCarryGrowth(bytes);
   addToProcess(bytes);

@@ -12,6 +12,7 @@
 #include "Engine.h"
 #include "sources/Remote.h"
 #include "sluice/ops/BufferPool.h"
+#include "sluice/ops/Registry.h"
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -22,6 +23,8 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <sys/stat.h>
 #include <thread>
 
@@ -47,8 +50,10 @@ int64_t Batch::rows() const {
 /// The stage graph of one pipeline and the epoch loop around it.
 class Engine {
 public:
-  static Expected<std::unique_ptr<Engine>> create(const Plan &plan,
-                                                  const RunOptions &opts);
+  /// With `checkOnly`, stops after the memory check (Pipeline::checkFits):
+  /// the engine returned must not be run.
+  static Expected<std::unique_ptr<Engine>>
+  create(const Plan &plan, const RunOptions &opts, bool checkOnly = false);
   ~Engine() {
     debugRssMark("pipeline ending");
     stopController();
@@ -77,6 +82,14 @@ public:
 
   Status build();
   Status checkStaticMemory() const;
+  /// Refuses a prefetch depth the budget could not hold even if each
+  /// buffered record cost only its bookkeeping (the queues and reorder
+  /// windows allocate their slots up front): `prefetch: 1000000000` is an
+  /// error at the step instead of gigabytes of slots, then an abort.
+  Status checkBufferCounts(const RunOptions &opts) const;
+  /// The error for a budget a record already made took past its limit
+  /// (MemoryBudget::overrun), located at the step whose buffer did it.
+  Status overrunError() const;
   StageCounters *counters(const std::string &name, const std::string &op,
                           const std::string &kind, const std::string &where);
   Status applySchedule();
@@ -359,12 +372,14 @@ std::string resolve(const std::string &base, const std::string &path) {
 
 } // namespace
 
-Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
-                                                 const RunOptions &opts) {
+Expected<std::unique_ptr<Engine>>
+Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   auto e = std::make_unique<Engine>();
   e->plan_ = plan;
   e->opts_ = opts;
   if (Status s = e->applySchedule(); !s)
+    return s;
+  if (Status s = e->checkBufferCounts(opts); !s)
     return s;
   int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
   int64_t cores = plan.cores > 0 ? plan.cores : hw;
@@ -402,7 +417,21 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   e->arena_ = std::make_unique<TaskArena>(
       static_cast<int>(e->threads_), 0,
       opts.arenaSlicing && !switchedOff("SLUICE_NO_ARENA_SLICING"));
-  Status s = e->build();
+  // Building allocates the stages' rings and windows: sizes that passed
+  // the checks but that no allocator can give are the run's error, not an
+  // abort.
+  Status s;
+  try {
+    s = e->build();
+  } catch (const std::bad_alloc &) {
+    s = Status::error("building the pipeline's buffers failed (std::bad_alloc): "
+                      "lower the schedule's prefetch and parallelism or the "
+                      "steps' sizes to what budget.memory can hold");
+  } catch (const std::length_error &) {
+    s = Status::error("a buffer of the pipeline is too large to allocate: "
+                      "lower the schedule's prefetch and parallelism or the "
+                      "steps' sizes to what budget.memory can hold");
+  }
   if (!s)
     return s;
   s = e->checkResumeState();
@@ -411,6 +440,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Plan &plan,
   s = e->checkStaticMemory();
   if (!s)
     return s;
+  if (checkOnly)
+    return e;
   noteProcessBaseline();
   e->outputAccount_ = e->memory_->account("output");
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
@@ -863,6 +894,29 @@ Status Engine::checkResumeState() const {
   return Status::ok();
 }
 
+Status Engine::checkBufferCounts(const RunOptions &opts) const {
+  int64_t limit = opts.memoryBytes > 0    ? opts.memoryBytes
+                  : plan_.memoryBytes > 0 ? plan_.memoryBytes
+                                          : defaultMemoryBudget();
+  int64_t most = std::max<int64_t>(1, limit / kMinBufferedRecordBytes);
+  for (const PlanStage &st : plan_.stages) {
+    // The schedule's prefetch knob, or a `prefetch: N` step's buffer.
+    int64_t depth = st.prefetch;
+    if (st.op == "prefetch" && st.params["buffer"].isNumber())
+      depth = std::max(depth, st.params["buffer"].asInt());
+    if (depth > most)
+      return Status::error(
+          plan_.where(st) + ": error: the prefetch of '" + st.name + "' (" +
+          std::to_string(depth) +
+          " records) cannot fit in budget.memory " + formatBytes(limit) +
+          " even at " + std::to_string(kMinBufferedRecordBytes) +
+          " bytes a record (what a buffered record costs at least); lower "
+          "it to <= " + std::to_string(most) +
+          " (a few records ride out a slow moment) or raise budget.memory");
+  }
+  return Status::ok();
+}
+
 Status Engine::checkStaticMemory() const {
   if (!memory_->limited())
     return Status::ok();
@@ -870,7 +924,11 @@ Status Engine::checkStaticMemory() const {
   // cannot process a single record (`sluice check` reports the same).
   int64_t limit = memory_->limit();
   for (const PlanStage &st : plan_.stages)
-    if (std::string why = recordTypeTooLarge(st.outputType, limit);
+    if (std::string why = recordTypeTooLarge(
+            st.outputType, limit,
+            Registry::instance().find(st.op) &&
+                Registry::instance().find(st.op)->traits.count ==
+                    Cardinality::Groups);
         !why.empty()) {
       // recordTypeTooLarge() speaks of the spec's budget.memory; name the
       // flag instead when it set the budget.
@@ -939,6 +997,36 @@ Status Engine::checkStaticMemory() const {
   return Status::error(msg + "; " + advice);
 }
 
+Status Engine::overrunError() const {
+  MemoryBudget::Overrun o = memory_->firstOverrun();
+  // Accounts are named after their stage ("tokenize window", "batch"):
+  // the longest stage name the account's starts with is where it happened.
+  const PlanStage *at = nullptr;
+  auto consider = [&](const PlanStage &st) {
+    if (o.account.compare(0, st.name.size(), st.name) == 0 &&
+        (o.account.size() == st.name.size() ||
+         o.account[st.name.size()] == ' ' ||
+         o.account[st.name.size()] == '/') &&
+        (!at || st.name.size() > at->name.size()))
+      at = &st;
+  };
+  consider(plan_.source);
+  for (const PlanStage &st : plan_.stages)
+    consider(st);
+  std::string msg = (at ? plan_.where(*at) + ": " : std::string()) +
+                    "budget.memory exceeded: " +
+                    (o.account.empty() ? std::string("a buffer")
+                                       : "'" + o.account + "'") +
+                    " took the memory the pipeline holds to " +
+                    formatBytes(o.total) + ", over budget.memory " +
+                    formatBytes(memory_->limit()) +
+                    " (records larger than the budget leaves room for: a "
+                    "very long line or file, a large batch of them); make "
+                    "the records smaller (truncate, a smaller batch) or "
+                    "raise budget.memory";
+  return Status::error(msg);
+}
+
 Expected<bool> Engine::next(Item &out, int64_t &epoch) {
   if (startNs_ == 0)
     startNs_ = nowNs();
@@ -951,6 +1039,8 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
     if (epochs_ >= 0 && epoch_ >= epochs_) {
       finished_ = true;
       endNs_ = nowNs();
+      if (memory_->overrun())
+        return overrunError();
       return false;
     }
     if (!started_) {
@@ -979,6 +1069,14 @@ Expected<bool> Engine::next(Item &out, int64_t &epoch) {
       outputAccount_->forceReserve(outputHeld_);
       outputBytes_.fetch_add(outputHeld_, std::memory_order_relaxed);
       return true;
+    }
+    // What a step made past the budget fails the run at the end of the
+    // epoch it happened in (a buffer's own, more specific refusal, which
+    // usually follows within the epoch, comes first): a run whose memory
+    // went over budget.memory never ends as a success.
+    if (memory_->overrun()) {
+      stop();
+      return overrunError();
     }
     root_->stop();
     started_ = false;
@@ -1061,6 +1159,11 @@ Expected<std::unique_ptr<Pipeline>> Pipeline::create(const Plan &plan,
   if (!e)
     return e.status();
   return std::unique_ptr<Pipeline>(new Pipeline(e.take()));
+}
+
+Status Pipeline::checkFits(const Plan &plan, const RunOptions &opts) {
+  Expected<std::unique_ptr<Engine>> e = Engine::create(plan, opts, true);
+  return e ? Status::ok() : e.status();
 }
 
 RunController::~RunController() = default;

@@ -441,6 +441,16 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   }
 
   RunStats stats = p.stats();
+  // The engine fails a run whose budget a step took past its limit; this
+  // holds the rule for whatever else might count past it: a peak above
+  // budget.memory is never a success.
+  if (failure.isOk() && !stopSignal && stats.memoryLimit > 0 &&
+      stats.memoryPeak > stats.memoryLimit)
+    failure = Status::error("memory peak " + formatBytes(stats.memoryPeak) +
+                            " exceeded budget.memory " +
+                            formatBytes(stats.memoryLimit) +
+                            "; raise budget.memory or make the records "
+                            "smaller");
   RunOutcome outcome;
   outcome.epochsDone = stats.epochsDone;
   if (stopSignal) {

@@ -85,7 +85,13 @@ constexpr size_t kReadAhead = 16;
 class SourceStage : public Stage {
 public:
   SourceStage(Shared &s, StageCounters *c, int64_t cycle, int64_t block)
-      : Stage(s, nullptr, c), cycle_(std::max<int64_t>(1, cycle)),
+      // More slots than shards leave the extra ones empty, which the order
+      // skips: the same records in the same order as with one slot per
+      // shard, without a slot per unit of `cycle_length: 1e9`.
+      : Stage(s, nullptr, c),
+        cycle_(std::clamp<int64_t>(
+            cycle, 1,
+            std::max<int64_t>(1, static_cast<int64_t>(s.source->numShards())))),
         block_(std::max<int64_t>(1, block)),
         scratchLimit_(s.memory->account(c->name() + " reading"),
                       /*credit=*/true) {

@@ -25,6 +25,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #if defined(__SSE2__)
@@ -86,6 +88,42 @@ std::string skipReason(const std::string &op, const std::string &message) {
 Stage::~Stage() = default;
 RowPlacer::~RowPlacer() = default;
 
+namespace {
+
+/// An allocation that failed inside a stage is a located error of the run,
+/// never an exception that ends the process: the budget refused it
+/// (AllocationRefused, with its own message), the system did
+/// (std::bad_alloc), or it asked for a size no container can hold
+/// (std::length_error, e.g. a batch of 2^62 rows).
+Status allocationError(const StageCounters *c, const std::string &why) {
+  std::string at;
+  if (c && !c->where().empty())
+    at = c->where() + ": ";
+  if (c)
+    at += "'" + c->name() + "': ";
+  return Status::error(at + why);
+}
+
+template <typename F>
+auto guardAllocations(const StageCounters *c, F &&f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const AllocationRefused &e) {
+    return allocationError(c, e.what());
+  } catch (const std::bad_alloc &) {
+    return allocationError(
+        c, "the system refused a memory allocation (std::bad_alloc); lower "
+           "budget.memory below what the host can give, or the sizes of "
+           "the step");
+  } catch (const std::length_error &) {
+    return allocationError(c, "a buffer size too large to allocate; lower "
+                              "the sizes of the step (batch, length, "
+                              "prefetch) to what budget.memory can hold");
+  }
+}
+
+} // namespace
+
 Status Stage::start(uint64_t epoch) {
   if (!startedOnce_ || epoch != epoch_)
     passInEpoch_ = 0;
@@ -95,7 +133,7 @@ Status Stage::start(uint64_t epoch) {
   epoch_ = epoch;
   running_ = true;
   held_.reset();
-  return onStart(epoch);
+  return guardAllocations(c_, [&] { return onStart(epoch); });
 }
 
 Status Stage::onStart(uint64_t epoch) {
@@ -113,7 +151,7 @@ Expected<bool> Stage::next(Item &out) {
   if (shared_.cancelled.load(std::memory_order_relaxed))
     return cancelledError();
   if (!inlineTiming_ || !c_ || !shared_.timing) {
-    Expected<bool> r = produce(out);
+    Expected<bool> r = guardAllocations(c_, [&] { return produce(out); });
     if (r && *r && c_) {
       c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
       if (shared_.timing)
@@ -124,7 +162,7 @@ Expected<bool> Stage::next(Item &out) {
   }
   pullNs_ = 0;
   int64_t t0 = nowNs();
-  Expected<bool> r = produce(out);
+  Expected<bool> r = guardAllocations(c_, [&] { return produce(out); });
   int64_t self = nowNs() - t0 - pullNs_;
   c_->wallNs.fetch_add(self, std::memory_order_relaxed);
   c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
@@ -166,11 +204,11 @@ Expected<size_t> Stage::nextMany(std::vector<Item> &out, size_t max) {
   const size_t before = out.size();
   Expected<size_t> r = 0;
   if (!inlineTiming_ || !c_ || !shared_.timing) {
-    r = produceMany(out, max);
+    r = guardAllocations(c_, [&] { return produceMany(out, max); });
   } else {
     pullNs_ = 0;
     int64_t t0 = nowNs();
-    r = produceMany(out, max);
+    r = guardAllocations(c_, [&] { return produceMany(out, max); });
     int64_t self = nowNs() - t0 - pullNs_;
     c_->wallNs.fetch_add(self, std::memory_order_relaxed);
     c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
@@ -228,11 +266,11 @@ Expected<bool> Stage::nextRun(ItemRun &run, int64_t max) {
     return cancelledError();
   Expected<bool> r = true;
   if (!inlineTiming_ || !c_) {
-    r = produceRun(run, max);
+    r = guardAllocations(c_, [&] { return produceRun(run, max); });
   } else {
     pullNs_ = 0;
     int64_t t0 = nowNs();
-    r = produceRun(run, max);
+    r = guardAllocations(c_, [&] { return produceRun(run, max); });
     int64_t self = nowNs() - t0 - pullNs_;
     c_->wallNs.fetch_add(self, std::memory_order_relaxed);
     c_->cpuNs.fetch_add(self, std::memory_order_relaxed);
@@ -768,12 +806,32 @@ private:
       if (k < firstOpen_ || k > firstOpen_ + 1)
         return false;
       Open &o = open_[k];
+      if (o.refused)
+        return false;
       if (o.claimed.empty()) {
-        o.claimed.assign(static_cast<size_t>(size_), false);
-        o.fields = layout_.allocate(static_cast<int64_t>(size_));
+        // On a worker's thread, where nothing may throw: a batch buffer
+        // the budget (or the system) cannot give now is not opened ahead,
+        // and the batch stage builds that batch itself, on its own thread,
+        // where a refusal is the step's located error.
+        try {
+          o.claimed.assign(static_cast<size_t>(size_), false);
+          o.fields = layout_.allocate(static_cast<int64_t>(size_));
+        } catch (const std::exception &) {
+          o.claimed.clear();
+          o.fields.clear();
+          o.refused = true;
+          return false;
+        }
+        int64_t bytes = 0;
         for (const Tensor &t : o.fields)
-          o.unplaced += static_cast<int64_t>(t.memoryBytes());
-        ahead_->forceReserve(o.unplaced);
+          bytes += static_cast<int64_t>(t.memoryBytes());
+        if (!ahead_->tryReserve(bytes)) {
+          o.claimed.clear();
+          o.fields.clear();
+          o.refused = true;
+          return false;
+        }
+        o.unplaced = bytes;
       }
       if (o.claimed[row])
         return false;
@@ -822,6 +880,7 @@ private:
     std::vector<Tensor> fields;
     std::vector<bool> claimed;
     int64_t unplaced = 0; ///< bytes reserved in ahead_ for empty rows
+    bool refused = false; ///< its buffer could not be had: built by batch
   };
   const RowLayout &layout_;
   const uint64_t size_;
@@ -1101,9 +1160,20 @@ protected:
     if (fresh && rows && !shared_.coarseBatchCount)
       for (const Tensor &t : placed)
         freshBytes += static_cast<int64_t>(t.memoryBytes());
-    else if (fresh)
+    else if (fresh && !padded_)
       freshBytes = bytes_;
     BuildHold hold(account_, freshBytes);
+    // Padding can make a batch far larger than its records (`length:
+    // 1000000000`): what padded_batch allocates is reserved in its account
+    // as it is allocated, and a buffer the budget cannot give is refused
+    // (AllocationRefused, a located error: guardAllocations) before any
+    // byte of it is touched.
+    std::optional<AccountAllocationLimit> padLimit;
+    std::optional<AllocationScope> padScope;
+    if (padded_) {
+      padLimit.emplace(account_);
+      padScope.emplace(&*padLimit);
+    }
     if (rows) {
       // In stream order: a record not in place sits in a row after its own
       // (or in another buffer), so it is read before that row is written.

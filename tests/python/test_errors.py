@@ -242,3 +242,40 @@ def test_gil_is_released_while_the_runtime_works(tmp_path):
     t.join()
     assert took[0] > 0.1, "the call was too short to tell"
     assert gap < took[0] / 2, (gap, took[0])
+
+
+def test_flat_expression_of_20000_terms_is_a_located_error(tmp_path):
+    # `x+x+...` nests as deep as it is long; sluice.check crashed (SIGSEGV)
+    # in the passes after the parser. In a subprocess: a crash fails the
+    # test instead of ending pytest.
+    spec = tmp_path / "long.yaml"
+    spec.write_text(
+        "pipeline: x\nsource: {csv: {files: x.csv, columns: "
+        "[{name: a, type: f32}]}}\nsteps:\n  - map: {field: a, expr: \"" +
+        "+".join(["x"] * 20000) + "\"}\n")
+    code = ("import sluice\n"
+            "try:\n"
+            "    sluice.check(%r)\n"
+            "except sluice.SpecError as e:\n"
+            "    print(str(e).splitlines()[0])\n" % str(spec))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "long.yaml:4:539: error: the expression is nested more than " \
+           "256 operations deep here" in r.stdout
+
+
+def test_spec_that_is_a_device_or_a_fifo(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = ("import sluice\n"
+            "for path in ('/dev/zero', %r):\n"
+            "    try:\n"
+            "        sluice.Pipeline(path)\n"
+            "    except sluice.SpecError as e:\n"
+            "        print(e)\n" % str(fifo))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "'/dev/zero' is a character device, not a file" in r.stdout
+    assert "fifo' is a FIFO (named pipe), not a file" in r.stdout

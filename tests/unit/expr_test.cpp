@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 
 using namespace sluice;
@@ -202,6 +203,61 @@ TEST(Expr, DeepNestingIsAnErrorNotACrash) {
   for (int i = 0; i < 50000; ++i)
     nots += "not ";
   EXPECT_EQ(parseExpr(nots + "x", err), nullptr);
+}
+
+// A flat chain nests as deep as it has operators (`x+x+x` is ((x+x)+x)),
+// with no bracket for the depth guard to count: 20,000 terms crashed every
+// recursive pass after the parser (type inference first).
+TEST(Expr, LongOperatorChainsAreBoundedNotACrash) {
+  for (const char *op : {"+", "*", " and ", " or ", "//"}) {
+    std::string chain = "x";
+    for (int i = 1; i < 20000; ++i)
+      chain += std::string(op) + "x";
+    ExprError err;
+    EXPECT_EQ(parseExpr(chain, err), nullptr) << op;
+    EXPECT_NE(err.message.find("nested more than 256 operations deep"),
+              std::string::npos)
+        << err.message;
+    // Located at the operator that went past the limit: the 256th.
+    EXPECT_GT(err.offset, 0u);
+    EXPECT_LT(err.offset, 256 * (std::strlen(op) + 1)) << op;
+  }
+  // Up to the limit parses, and every pass over the tree runs.
+  std::string ok = "x";
+  for (int i = 1; i < kMaxExprHeight; ++i)
+    ok += "+x";
+  ExprError err;
+  ExprPtr e = parseExpr(ok, err);
+  ASSERT_TRUE(e) << err.message;
+  EXPECT_EQ(e->height, kMaxExprHeight);
+  ExprTypeError terr;
+  ElemType t = ElemType::U8;
+  ASSERT_TRUE(inferExprType(
+      *e,
+      [](const std::string &, ElemType &out) {
+        out = ElemType::F32;
+        return true;
+      },
+      t, terr))
+      << terr.message;
+  EXPECT_EQ(t, ElemType::F32);
+  EXPECT_EQ(exprVariables(*e).size(), 1u);
+  EXPECT_FALSE(e->str().empty());
+  ok += "+x";
+  EXPECT_EQ(parseExpr(ok, err), nullptr);
+}
+
+TEST(Expr, WideExpressionsAreBoundedInSize) {
+  // Balanced, so never deep: ((x+x)+(x+x))+... doubling 15 times is 32,768
+  // leaves, over the node limit.
+  std::string wide = "x";
+  for (int i = 0; i < 15; ++i)
+    wide = "(" + wide + ")+(" + wide + ")";
+  ExprError err;
+  EXPECT_EQ(parseExpr(wide, err), nullptr);
+  EXPECT_NE(err.message.find("more than 20000 operators and operands"),
+            std::string::npos)
+      << err.message;
 }
 
 //===----------------------------------------------------------------------===//

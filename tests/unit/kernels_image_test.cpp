@@ -6,15 +6,21 @@
 //===----------------------------------------------------------------------===//
 
 #include "sluice/ops/kernels/Image.h"
+#include "sluice/ops/Allocation.h"
 
 #include <gtest/gtest.h>
 #include <png.h>
 #include <turbojpeg.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csetjmp>
 #include <cstring>
 #include <string>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace sluice;
@@ -353,6 +359,122 @@ TEST(DecodeErrors, AbsurdPngDimensionsAreRefused) {
   ASSERT_FALSE(img);
   EXPECT_NE(img.status().message().find("20000x20000"), std::string::npos)
       << img.status().message();
+}
+
+/// A budget for one thread's steps that counts what is reserved in it.
+class CountingLimit final : public AllocationLimit {
+public:
+  explicit CountingLimit(int64_t limit) : limit_(limit) {}
+  bool tryReserve(int64_t bytes) override {
+    if (used_ + bytes > limit_) {
+      ++refused;
+      return false;
+    }
+    used_ += bytes;
+    peak = std::max(peak, used_);
+    ++reservations;
+    return true;
+  }
+  void release(int64_t bytes) override { used_ -= bytes; }
+  int64_t limit() const override { return limit_; }
+  int64_t used() const override { return used_; }
+  int64_t peak = 0, reservations = 0, refused = 0;
+
+private:
+  int64_t limit_, used_ = 0;
+};
+
+/// 141 bytes: a 16x16 RGB IHDR, then a tEXt chunk that declares
+/// 0x7FFFFFF0 bytes and holds 100. libpng allocated the declared size
+/// (2 GiB resident per decoding thread), counted nowhere.
+std::string hugeTextChunkPng() {
+  std::string f = "\x89PNG\r\n\x1a\n";
+  auto be32 = [&](uint32_t v) {
+    for (int i = 3; i >= 0; --i)
+      f += char((v >> (8 * i)) & 0xFF);
+  };
+  std::string ihdr = "IHDR";
+  for (uint32_t v : {16u, 16u})
+    for (int i = 3; i >= 0; --i)
+      ihdr += char((v >> (8 * i)) & 0xFF);
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);
+  be32(13);
+  f += ihdr;
+  be32(static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef *>(ihdr.data()),
+                                   static_cast<uInt>(ihdr.size()))));
+  be32(0x7FFFFFF0u);
+  f += "tEXtComment";
+  f += '\0';
+  f += std::string(92, 'A');
+  return f;
+}
+
+TEST(DecodeErrors, HugeAncillaryChunkStaysWithinTheBudget) {
+  std::string file = hugeTextChunkPng();
+  ASSERT_EQ(file.size(), 141u);
+  // In a child, so that its peak resident set is this decode's alone.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    CountingLimit limit(int64_t(64) << 20);
+    int code = 0;
+    {
+      AllocationScope scope(&limit);
+      Expected<Tensor> img = decodeImage(file, 3);
+      if (img)
+        code |= 1; // must fail
+      else if (img.status().message().rfind("truncated PNG data", 0) != 0)
+        code |= 2;
+    }
+    if (limit.peak > (int64_t(64) << 20) || limit.used() != 0)
+      code |= 4;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (ru.ru_maxrss > 512 * 1024) // KiB: 2 GiB before the fix
+      code |= 8;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: decoded, 2: wrong message, 4: past the limit, 8: peak RSS over "
+         "512 MiB";
+  // The text chunk is skipped as it is read, never allocated: the file
+  // ends inside it.
+  Expected<Tensor> img = decodeImage(file, 3);
+  ASSERT_FALSE(img);
+  EXPECT_EQ(img.status().message().rfind("truncated PNG data", 0), 0u)
+      << img.status().message();
+}
+
+TEST(DecodeErrors, LibpngAllocationsAreCountedInTheBudget) {
+  std::vector<std::vector<uint8_t>> rows(40);
+  std::vector<uint8_t> px = gradient(40, 50, 3);
+  for (int y = 0; y < 40; ++y)
+    rows[y].assign(px.begin() + y * 150, px.begin() + (y + 1) * 150);
+  std::string file = encodePng(50, 40, 8, PNG_COLOR_TYPE_RGB, true, rows);
+  CountingLimit roomy(int64_t(64) << 20);
+  {
+    AllocationScope scope(&roomy);
+    Expected<Tensor> img = decodeImage(file, 3);
+    ASSERT_TRUE(img) << img.status().message();
+  }
+  // libpng's structs, row buffers and zlib state went through the budget
+  // and came back.
+  EXPECT_GT(roomy.reservations, 0);
+  EXPECT_GT(roomy.peak, 50 * 3);
+  EXPECT_EQ(roomy.used(), 0);
+  // A budget smaller than what libpng needs refuses it: a decode error
+  // that names the budget, not an allocation past it.
+  CountingLimit tight(roomy.peak / 2);
+  AllocationScope scope(&tight);
+  Expected<Tensor> img = decodeImage(file, 3);
+  ASSERT_FALSE(img);
+  EXPECT_GT(tight.refused, 0);
+  EXPECT_NE(img.status().message().find("budget.memory"), std::string::npos)
+      << img.status().message();
+  EXPECT_LE(tight.peak, tight.limit());
 }
 
 TEST(DecodeErrors, TruncatedAndCorruptPngFail) {

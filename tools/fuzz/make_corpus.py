@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import zlib
 
 import numpy
 from PIL import Image
@@ -71,8 +72,25 @@ for name, args in (("jpeg-RGB-restarts", ["-restart", "1B"]),
     out = subprocess.run(["jpegtran"] + args, input=buf.getvalue(),
                          stdout=subprocess.PIPE, check=True).stdout
     put("image", name, out)
+# A 141-byte PNG whose tEXt chunk declares 0x7FFFFFF0 bytes and holds 100:
+# libpng allocated the declared size per decoding thread (2 GiB, uncounted).
+ihdr = b"IHDR" + struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0)
+put("image", "png-huge-text-chunk",
+    b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr +
+    struct.pack(">I", zlib.crc32(ihdr) & 0xffffffff) +
+    struct.pack(">I", 0x7FFFFFF0) + b"tEXtComment\x00" + b"A" * 92)
 for i, e in enumerate(["x * 2 + 1", "log(max(x, 0) + 1)", "(label >= 3) & (x < 0.5)",
                        "where(x > 0, x, -x) / 255.0", "clip(x, -1, 1) ** 2"]):
     put("expr", "e%d" % i, e)
+# exprsize: a 2-byte repeat count, then HEAD '\0' UNIT (exprsize_fuzzer.cpp):
+# flat chains far past the height bound, and ones just inside it.
+for name, count, head, unit in (("plus-20000", 20000, "x", "+x"),
+                                ("mul-20000", 20000, "x", "*x"),
+                                ("or-20000", 20000, "x > 0", " or x > 0"),
+                                ("plus-255", 255, "x", "+x"),
+                                ("neg-20000", 20000, "", "-"),
+                                ("brackets-20000", 20000, "", "("),
+                                ("calls-300", 300, "x", "+max(x, 1)")):
+    put("exprsize", name, struct.pack("<H", count) + (head + "\0" + unit).encode())
 put("schedule", "plain", "schedule:\n  default: {parallelism: 2, prefetch: 4}\n  shuffle: {prefetch: 1}\n")
 put("schedule", "steps", "filter: {parallelism: 1}\nbatch: {cache: memory}\n")

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "RunFlags.h"
 
+#include "sluice/ops/ConfigFile.h"
 #include "sluice/ops/Registry.h"
 
 #include <cerrno>
@@ -218,15 +219,17 @@ bool applyResumeFlags(const ResumeFlags &f, const runtime::Plan &plan,
     return false;
   }
   if (!f.resume.empty()) {
-    std::ifstream in(f.resume);
-    if (!in) {
-      usageError("cannot read the state file '" + f.resume + "'", command);
+    // A state file is a few KiB (positions of every source); the limit and
+    // the refusal of devices and FIFOs keep a wrong path from hanging here.
+    std::string text;
+    if (Status s = readConfigFile(f.resume, "a state file", size_t(64) << 20,
+                                  text);
+        !s) {
+      usageError("cannot read the state file: " + s.message(), command);
       return false;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
     Expected<runtime::PipelineState> st =
-        runtime::PipelineState::fromJson(ss.str());
+        runtime::PipelineState::fromJson(text);
     if (!st) {
       usageError(f.resume + ": " + st.status().message(), command);
       return false;

@@ -10,6 +10,7 @@
 #include "sluice/autotune/Tune.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
+#include "sluice/ops/ConfigFile.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Memory.h"
 
@@ -98,14 +99,16 @@ int runTune(const TuneFlags &f) {
   // The baseline is read first: a typo in its path should not cost a tune.
   nlohmann::json baseline;
   if (!checkPath.empty()) {
-    std::ifstream in(checkPath);
-    if (!in) {
-      std::cerr << "sluice: error: cannot read the baseline '" << checkPath
-                << "'\n";
+    std::string text;
+    if (Status s = readConfigFile(checkPath, "a baseline report",
+                                  size_t(64) << 20, text);
+        !s) {
+      std::cerr << "sluice: error: cannot read the baseline: " << s.message()
+                << "\n";
       return kExitUsage;
     }
     try {
-      in >> baseline;
+      baseline = nlohmann::json::parse(text);
     } catch (const std::exception &e) {
       std::cerr << "sluice: error: " << checkPath
                 << ": not a JSON report: " << e.what() << "\n";

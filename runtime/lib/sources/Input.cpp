@@ -387,7 +387,9 @@ bool readWholeFile(const std::string &path, std::string &out,
     out = std::move(f.body);
     return true;
   }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO among the files is refused below instead of blocking
+  // the open until some writer appears (regular files ignore the flag).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = std::string("cannot open: ") + std::strerror(errno);
     return false;

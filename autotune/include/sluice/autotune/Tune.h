@@ -74,6 +74,11 @@ struct TuneResult {
   bool otherHost = false; ///< planned for more cores than this host has
   Solution solution;
   Schedule schedule;
+  /// The solver's schedule did not fit budget.memory by the runtime's own
+  /// check (runtime::Pipeline::checkFits), so `schedule` has lower prefetch
+  /// depths or fewer workers than `solution.config`, or is empty (the
+  /// spec's own schedule); a note in `solution.notes` says which.
+  bool loweredForMemory = false;
   Prediction naive; ///< the naive configuration, predicted
   std::optional<Probe> measured; ///< the chosen schedule, run
   bool measuredWholeRun = false;  ///< over all epochs, not a window

@@ -95,7 +95,9 @@ std::unique_ptr<Spec> parseSpec(DiagnosticEngine &diags);
 bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
                        std::map<std::string, StepSchedule> &out);
 
-/// Reads a whole file; false (with `error` set) if it cannot be read.
+/// Reads a whole spec or schedule file (at most the 4 MiB a spec may have;
+/// devices and FIFOs refused, see sluice/ops/ConfigFile.h); false (with
+/// `error` set) if it cannot be read.
 bool readFile(const std::string &path, std::string &contents,
               std::string &error);
 

@@ -161,11 +161,21 @@ void chargeTensorAllocation(std::optional<int64_t> bytes, ElemType elem,
 void chargeStringTensor(ElemType elem, const std::vector<int64_t> &shape,
                         int64_t payloadBytes = 0);
 
+/// The least a buffered record costs (its Tensor objects, the slot of the
+/// queue or window that holds it): a prefetch deeper than budget.memory /
+/// this could not be held whatever the records, and is refused by `sluice
+/// check` and before a run starts.
+inline constexpr int64_t kMinBufferedRecordBytes = 256;
+
 /// "" when one record of type `t` can fit in `limit` bytes as far as its
 /// static fields (numeric, every dim known) tell; else why not, e.g.
 /// "one record of {image: u8[30000,30000,3]} takes 2.51 GiB, more than
 /// budget.memory 256 MiB". Used by `sluice check` and before a run starts.
-std::string recordTypeTooLarge(const RecordType &t, int64_t limit);
+/// With `leadingAtLeastOne` (the output of an op that stacks records, such
+/// as padded_batch), a `?` leading dim counts as 1: `ids: i64[?,1000000000]`
+/// takes at least 7.45 GiB whatever the batch.
+std::string recordTypeTooLarge(const RecordType &t, int64_t limit,
+                               bool leadingAtLeastOne = false);
 
 /// Output targets: the runtime may hand the steps of one record the rows
 /// of a batch buffer the record will land in (views of the right type and

@@ -119,6 +119,9 @@ struct Expr {
   int64_t index = 0;
   std::vector<ExprPtr> args;
   size_t offset = 0; ///< character offset of this node in the source text
+  /// Levels of the tree from this node down (a leaf is 1); at most
+  /// kMaxExprHeight in a tree parseExpr made.
+  int height = 1;
 
   /// Canonical text, operators fully parenthesized: "log((max(x, 0) + 1))".
   std::string str() const;
@@ -130,7 +133,15 @@ struct ExprError {
   std::string message;
 };
 
-/// Parses `text`. On failure returns null and fills `err`.
+/// Bounds parseExpr puts on the tree it returns, so that every recursive
+/// walk over it (type inference, evaluation, code generation, printing) has
+/// a bounded depth: the height counts operators of a flat chain too, not
+/// only brackets.
+inline constexpr int kMaxExprHeight = 256;
+inline constexpr size_t kMaxExprNodes = 20000;
+
+/// Parses `text`. On failure returns null and fills `err`; a tree higher
+/// than kMaxExprHeight or larger than kMaxExprNodes is an error.
 ExprPtr parseExpr(std::string_view text, ExprError &err);
 
 /// Names of the callable functions with their arity, e.g. {"log", 1}.

@@ -203,6 +203,19 @@ public:
   /// Per-account peaks, in creation order.
   std::vector<std::pair<std::string, int64_t>> peaks() const;
 
+  /// The first time bytes already allocated (MemoryAccount::forceReserve: a
+  /// record a step made, an output handed over) took the total past the
+  /// limit: the account that did it and the total then. tryReserve never
+  /// goes past the limit, so this is the only way the budget can be
+  /// exceeded; the engine turns it into an error of the run (a peak above
+  /// budget.memory never ends as a success).
+  struct Overrun {
+    std::string account;
+    int64_t total = 0;
+  };
+  bool overrun() const { return overrun_.load(std::memory_order_acquire); }
+  Overrun firstOverrun() const;
+
   /// Counts in `account` the free heap the process's earlier pipelines left
   /// (freeHeapAboveBaseline(): `schedule: auto`'s probes free their shuffle
   /// buffers' byte strings into the heap, resident, and the next pipeline
@@ -232,7 +245,9 @@ public:
 private:
   friend class MemoryAccount;
   bool tryAdd(int64_t bytes);
-  void add(int64_t bytes);
+  /// Adds bytes already allocated (forceReserve); past the limit it records
+  /// the overrun (overrun()).
+  void add(int64_t bytes, const MemoryAccount *who);
   /// Counts `bytes` reserved while some free heap is carried; every
   /// kCarryRefreshBytes, shrinks the carried reservation to the heap's
   /// free bytes now (one thread at a time).
@@ -254,6 +269,8 @@ private:
   int64_t carryGrace_ = 0;
   MemoryAccount *carryAccount_ = nullptr;
   std::mutex carryMu_;
+  std::atomic<bool> overrun_{false};
+  Overrun firstOverrun_; ///< under mu_
 };
 
 /// Lends an account to the steps running on a thread (sluice/ops/

@@ -317,6 +317,11 @@ public:
   /// cannot fit in budget.memory. Nothing is read yet.
   static Expected<std::unique_ptr<Pipeline>>
   create(const Plan &plan, const RunOptions &opts = {});
+  /// What create() would say about `plan` under `opts` up to and including
+  /// its check that the buffers fit budget.memory (the same Status, the same
+  /// advice), without making the pipeline: for a tuner that must choose a
+  /// schedule create() accepts. Lists the source like create().
+  static Status checkFits(const Plan &plan, const RunOptions &opts);
   ~Pipeline();
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;

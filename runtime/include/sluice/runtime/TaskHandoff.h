@@ -46,6 +46,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -102,11 +103,23 @@ template <class F> void enqueueTask(oneapi::tbb::task_arena &arena, F &&f) {
 /// (or waitIdle()) waits until each has run and its callable is destroyed.
 /// With `turns`, callables run in the order they were enqueued and
 /// waiting() counts those not started yet (see the file comment).
+/// Whether this process is a child forked after oneTBB's worker threads
+/// were started (by a TaskArena made before the fork). Only the forking
+/// thread exists in such a child, but oneTBB's shared state still counts
+/// the parent's workers: a task enqueued there never runs, and a pipeline
+/// made in the child (a DataLoader worker, a Python multiprocessing child)
+/// waited forever. TaskArena then runs each task on a thread of its own.
+bool forkedAfterTaskArenas();
+/// Notes that a TaskArena exists (and registers the fork handler once).
+void noteTaskArenaMade();
+
 class TaskArena {
 public:
   TaskArena(int maxConcurrency, unsigned reservedForMasters,
             bool turns = false)
-      : arena_(maxConcurrency, reservedForMasters), turns_(turns) {}
+      : arena_(maxConcurrency, reservedForMasters), turns_(turns) {
+    noteTaskArenaMade();
+  }
   TaskArena(const TaskArena &) = delete;
   TaskArena &operator=(const TaskArena &) = delete;
   ~TaskArena() { waitIdle(); }
@@ -126,6 +139,19 @@ public:
       if (turns_)
         fifo_.push_back(q);
       waiting_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (forkedAfterTaskArenas()) {
+      // Oldest first, as with turns; on a thread of its own (see above).
+      runOnThread([this, q] {
+        Queued next = q;
+        if (turns_) {
+          std::lock_guard<std::mutex> lock(mu_);
+          next = fifo_.front();
+          fifo_.pop_front();
+        }
+        run(next);
+      });
+      return;
     }
     if (turns_) {
       // Whichever callable is oldest when a worker takes this task.
@@ -162,6 +188,9 @@ private:
     void *fn = nullptr;
     void (*call)(void *) = nullptr;
   };
+
+  /// Starts `f` on a new detached thread (forked children only).
+  static void runOnThread(std::function<void()> f);
 
   void run(Queued q) {
     waiting_.fetch_sub(1, std::memory_order_relaxed);
