@@ -62,16 +62,9 @@ STEPS_README = """\
   - batch: {size: 128, drop_remainder: true}
 """
 
-STEPS_FIRST = """\
-  - shuffle: {buffer: 4096}
-  - decode_image: {field: data, as: image, channels: 3}
-  - random_resized_crop: {field: image, size: [224, 224], scale: [0.08, 1.0], ratio: [0.75, 1.3333]}
-  - random_flip: {field: image, axis: width, p: 0.5}
-  - normalize: {field: image, mean: [123.675, 116.28, 103.53], std: [58.395, 57.12, 57.375]}
-  - transpose: {field: image, to: CHW}
-  - select: [image, label]
-  - batch: {size: 128, drop_remainder: true}
-"""
+# The same steps with the shuffle written right after the source.
+_SHUFFLE = "  - shuffle: {buffer: 4096}\n"
+STEPS_FIRST = _SHUFFLE + STEPS_README.replace(_SHUFFLE, "")
 
 
 def spec(root, steps, epochs):
