@@ -37,7 +37,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char *kFormat = "sluice-schedule-cache-1";
+constexpr const char *kFormat = "sluice-schedule-cache-2";
 
 std::string envOr(const char *name) {
   const char *v = std::getenv(name);
@@ -386,6 +386,7 @@ std::optional<CachedSchedule> loadCachedSchedule(const std::string &key,
     j.at("budgetDisk").get_to(c.budget.diskBytes);
     fromJson(j.at("config"), c.config);
     j.at("tunedAt").get_to(c.tunedAt);
+    j.at("loweredForMemory").get_to(c.loweredForMemory);
     return c;
   } catch (const json::exception &) {
     return std::nullopt; // a damaged or foreign entry: tune afresh
@@ -409,7 +410,8 @@ Status storeCachedSchedule(const std::string &key, const CachedSchedule &c) {
             {"budgetMemory", c.budget.memoryBytes},
             {"budgetDisk", c.budget.diskBytes},
             {"config", toJson(c.config)},
-            {"tunedAt", c.tunedAt}};
+            {"tunedAt", c.tunedAt},
+            {"loweredForMemory", c.loweredForMemory}};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)

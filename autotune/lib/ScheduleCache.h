@@ -31,6 +31,9 @@ struct CachedSchedule {
   Budget budget;
   Config config;
   std::string tunedAt; ///< UTC time of the tuning run, for messages
+  /// The tuning run lowered the schedule to fit the memory budget, so the
+  /// re-planner (which would raise it again) stays off on reuse too.
+  bool loweredForMemory = false;
 };
 
 std::string scheduleCacheDirectory();

@@ -943,8 +943,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
       bool fits = fitScheduleToMemory(plan, opts, a.schedule, s);
       for (const auto &[name, o] : a.schedule)
         opts.schedule[name] = o;
-      // The re-planner would raise what was just lowered to fit.
-      if (fits)
+      // The re-planner would raise what was just lowered to fit (now, or
+      // when it was tuned).
+      if (fits && !c->loweredForMemory)
         installReplanner(c->profile, c->budget, c->config, opts, auto_, a, s);
       a.explanation = s;
       return a;
@@ -1009,6 +1010,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     c.budget = r->budget;
     c.config = r->solution.config;
     c.tunedAt = utcNow();
+    c.loweredForMemory = !fits;
     if (Status st = storeCachedSchedule(key, c); !st)
       s += "  note: not kept for the next run: " + st.message() + "\n";
     else {
