@@ -217,10 +217,20 @@ LogicalResult runGraphPass(MLIRContext &ctx, ModuleOp module,
 OwningOpRef<ModuleOp>
 compileGraph(MLIRContext &ctx, const dsl::Spec &spec,
              const std::vector<std::string> &disabledPasses, bool remarks,
-             llvm::raw_ostream *printAfterAll, bool codegen = false) {
+             llvm::raw_ostream *printAfterAll, bool codegen = false,
+             const std::vector<std::string> &cachedSteps = {}) {
   OwningOpRef<ModuleOp> module = mlirGen(ctx, spec);
   if (!module)
     return nullptr;
+  // What a schedule file caches (PlanOptions::cachedSteps), for the passes
+  // that must not move records across a materialization point.
+  if (!cachedSteps.empty()) {
+    SmallVector<Attribute> names;
+    for (const std::string &n : cachedSteps)
+      names.push_back(StringAttr::get(&ctx, n));
+    for (auto pipeline : module->getOps<ir::PipelineOp>())
+      pipeline->setAttr("sluice.cached_steps", ArrayAttr::get(&ctx, names));
+  }
   for (const GraphPass &pass : graphPasses())
     if (failed(runGraphPass(ctx, *module, pass,
                             isDisabled(pass.name, disabledPasses), remarks,
@@ -329,8 +339,9 @@ Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
   std::unique_ptr<MLIRContext> ctx = pipelineContext();
   bool leave = opts.codegen && leaveEpilogues(spec, opts.disabledPasses);
   SpecDiagnostics diagnostics(*ctx, spec, err);
-  OwningOpRef<ModuleOp> module = compileGraph(
-      *ctx, spec, opts.disabledPasses, opts.remarks, nullptr, leave);
+  OwningOpRef<ModuleOp> module =
+      compileGraph(*ctx, spec, opts.disabledPasses, opts.remarks, nullptr,
+                   leave, opts.cachedSteps);
   FailureOr<runtime::Plan> plan = failure();
   if (module)
     plan = derivePlan(*module, spec);

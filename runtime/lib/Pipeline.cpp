@@ -894,25 +894,38 @@ Status Engine::checkResumeState() const {
   return Status::ok();
 }
 
+/// Prefetch depths up to this are never refused before building (their
+/// rings are small whatever the budget).
+constexpr int64_t kSmallPrefetch = 64;
+
 Status Engine::checkBufferCounts(const RunOptions &opts) const {
   int64_t limit = opts.memoryBytes > 0    ? opts.memoryBytes
                   : plan_.memoryBytes > 0 ? plan_.memoryBytes
                                           : defaultMemoryBudget();
   int64_t most = std::max<int64_t>(1, limit / kMinBufferedRecordBytes);
+  // Where the budget was set, as the later checks name it (create() sets
+  // shared_.budgetName after this check).
+  std::string budget = opts.memoryBytes > 0
+                           ? "the memory budget (--memory, memory= in Python)"
+                           : "budget.memory";
   for (const PlanStage &st : plan_.stages) {
     // The schedule's prefetch knob, or a `prefetch: N` step's buffer.
     int64_t depth = st.prefetch;
     if (st.op == "prefetch" && st.params["buffer"].isNumber())
       depth = std::max(depth, st.params["buffer"].asInt());
-    if (depth > most)
+    // Only depths whose rings could not even be allocated are refused
+    // here, before anything is built; a few records over a tiny budget are
+    // left to the checks after building, which say what does not fit (the
+    // records themselves) and by how much.
+    if (depth > most && depth > kSmallPrefetch)
       return Status::error(
           plan_.where(st) + ": error: the prefetch of '" + st.name + "' (" +
-          std::to_string(depth) +
-          " records) cannot fit in budget.memory " + formatBytes(limit) +
-          " even at " + std::to_string(kMinBufferedRecordBytes) +
+          std::to_string(depth) + " records) cannot fit in " + budget + " " +
+          formatBytes(limit) + " even at " +
+          std::to_string(kMinBufferedRecordBytes) +
           " bytes a record (what a buffered record costs at least); lower "
-          "it to <= " + std::to_string(most) +
-          " (a few records ride out a slow moment) or raise budget.memory");
+          "it to <= " + std::to_string(std::max(most, kSmallPrefetch)) +
+          " (a few records ride out a slow moment) or raise " + budget);
   }
   return Status::ok();
 }

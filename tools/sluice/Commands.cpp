@@ -100,6 +100,12 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
     return kExitUsage;
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), command);
+  // The schedule file's caches are materialization points the passes must
+  // not move the stream across (a shuffle hoisted above one would be cached
+  // and replayed).
+  for (const auto &[name, o] : rs.opts.schedule)
+    if (o.cache && !o.cache->empty() && *o.cache != "none")
+      planOpts.cachedSteps.push_back(name);
   Expected<runtime::Plan> plan =
       compiler::buildPlan(*rs.spec, planOpts, std::cerr);
   if (!plan) {

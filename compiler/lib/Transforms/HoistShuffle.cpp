@@ -122,7 +122,8 @@ struct HoistShufflePass
 
   /// Why the shuffle cannot move before `stage`, or "".
   std::string blocker(StageOpInterface stage, bool onErrorSkip,
-                      std::optional<DictionaryAttr> schedule) {
+                      std::optional<DictionaryAttr> schedule,
+                      ArrayAttr cachedSteps) {
     std::string name = "'" + stage.getStageName().str() + "'";
     const sluice::OpDef *def =
         sluice::Registry::instance().find(stage.getRegistryName().str());
@@ -149,6 +150,13 @@ struct HoistShufflePass
     // point there: the cache would replay the shuffled order.
     if (schedule && cachedBySchedule(*schedule, stage.getStageName()))
       return "the fixed schedule caches the output of " + name;
+    // The same for a schedule file (PlanOptions::cachedSteps).
+    if (cachedSteps)
+      for (Attribute a : cachedSteps)
+        if (auto s = dyn_cast<StringAttr>(a);
+            s && (s.getValue() == stage.getStageName() ||
+                  s.getValue() == "default"))
+          return "the schedule file caches the output of " + name;
     return "";
   }
 
@@ -156,6 +164,9 @@ struct HoistShufflePass
     auto pipeline = shuffle->getParentOfType<PipelineOp>();
     std::optional<DictionaryAttr> schedule =
         pipeline ? pipeline.getSchedule() : std::nullopt;
+    ArrayAttr cachedSteps =
+        pipeline ? pipeline->getAttrOfType<ArrayAttr>("sluice.cached_steps")
+                 : ArrayAttr();
 
     // The chain from the source down to the shuffle.
     SmallVector<StageOpInterface> chain; // source first
@@ -182,7 +193,7 @@ struct HoistShufflePass
       StageOpInterface stage = chain[first - 1];
       if (!stage.getOutputStream().hasOneUse())
         break;
-      stop = blocker(stage, onErrorSkip, schedule);
+      stop = blocker(stage, onErrorSkip, schedule, cachedSteps);
       if (!stop.empty())
         break;
       --first;

@@ -53,6 +53,10 @@ Status checkPassNames(const std::vector<std::string> &disabledPasses);
 struct PlanOptions {
   /// Pass names (CLI form, as for explain) not to run.
   std::vector<std::string> disabledPasses;
+  /// Steps whose output a schedule given apart from the spec (a
+  /// `--schedule` file) caches: the passes keep the stream there as written
+  /// (sluice-hoist-shuffle does not move a shuffle above them).
+  std::vector<std::string> cachedSteps;
   /// Print a remark (to `err`, located in the spec) for every change a graph
   /// pass makes.
   bool remarks = false;
