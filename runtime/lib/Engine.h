@@ -200,7 +200,7 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t);
 /// straight into its row of the batch buffer, on the worker that just
 /// produced it (while it is in that core's cache), instead of the batch
 /// stage copying every record on the consumer's thread. Implemented by the
-/// batch stage (Stages.cpp), which still checks that every row it emits
+/// batch stage (BatchStage.cpp), which still checks that every row it emits
 /// holds its record and copies the ones that are not in place.
 class RowPlacer {
 public:
