@@ -206,6 +206,7 @@ json reportJson(const TuneResult &r) {
                {"bytes_out", s.bytesOut},
                {"seconds_per_element", s.secondsPerElement},
                {"cpu_seconds_per_element", s.cpuPerElement},
+               {"pool_cpu_seconds_per_element", s.poolCpuPerElement},
                {"rate_cv", s.rateCv},
                {"occupancy_mean", s.occupancyMean},
                {"materialized_bytes_per_epoch", materializedBytes(p, i)}};

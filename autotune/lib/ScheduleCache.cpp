@@ -75,19 +75,27 @@ std::string cpuModel() {
 /// The data's size as the key sees it: the shard count and the sizes of up
 /// to 256 shards spread over the list (statting a million image files would
 /// cost seconds; a changed data set changes the count or a sampled size).
-std::string dataKey(const runtime::Plan &plan) {
-  Expected<std::unique_ptr<runtime::Source>> src = runtime::Source::create(
-      plan.source.op, plan.source.params, plan.source.outputType,
-      plan.baseDir);
-  if (!src)
-    return "source: " + src.status().message();
-  size_t n = (*src)->numShards();
+std::string dataKey(const runtime::Plan &plan,
+                    const runtime::RunOptions &opts) {
+  // The run's own listing when the caller made it (RunOptions::source),
+  // else one made here.
+  std::shared_ptr<const runtime::Source> shared = opts.source;
+  if (!shared) {
+    Expected<std::unique_ptr<runtime::Source>> made = runtime::Source::create(
+        plan.source.op, plan.source.params, plan.source.outputType,
+        plan.baseDir);
+    if (!made)
+      return "source: " + made.status().message();
+    shared = made.take();
+  }
+  const runtime::Source *src = shared.get();
+  size_t n = src->numShards();
   std::ostringstream os;
   os << "shards " << n << " sizes";
   size_t step = std::max<size_t>(1, n / 256);
   for (size_t i = 0; i < n; i += step) {
     struct stat sb;
-    if (::stat((*src)->shardName(i).c_str(), &sb) == 0)
+    if (::stat(src->shardName(i).c_str(), &sb) == 0)
       os << ' ' << sb.st_size << '@' << sb.st_mtime;
     else
       os << " ?";
@@ -354,7 +362,7 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
      << opts.parallelParse << " runs " << opts.recordRuns << " files "
      << opts.fileReadAhead << "\nhost "
-     << cpuModel() << "\ndata " << dataKey(plan) << "\n";
+     << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -10,6 +10,7 @@
 #include "ScheduleCache.h"
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Memory.h"
+#include "sluice/runtime/Source.h"
 
 #include "Format.h"
 
@@ -908,6 +909,16 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     AutoSchedule a;
     a.applied = false;
     return a;
+  }
+  // The source is listed once for the cache key, the probes and the run
+  // (an ImageNet-sized folder takes seconds to walk). A source that cannot
+  // be made is left to the pipeline, which says why.
+  if (!opts.source && !envOff("SLUICE_NO_SHARED_SOURCE")) {
+    Expected<std::unique_ptr<runtime::Source>> made = runtime::Source::create(
+        plan.source.op, plan.source.params, plan.source.outputType,
+        plan.baseDir);
+    if (made)
+      opts.source = std::shared_ptr<const runtime::Source>(made.take());
   }
   // A schedule an earlier run tuned for this plan, host and data.
   bool cache = auto_.useCache && scheduleCacheEnabled();

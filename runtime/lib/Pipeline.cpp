@@ -98,7 +98,7 @@ public:
   /// Refuses a resume state whose counts this plan cannot have produced.
   Status checkResumeState() const;
 
-  std::unique_ptr<Source> source_;
+  std::shared_ptr<const Source> source_;
   /// The process's remote-request counters when the source was made
   /// (sources over s3:// or http(s):// only).
   std::optional<RemoteTotals> remoteBase_;
@@ -456,12 +456,17 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
 
 Status Engine::build() {
   const PlanStage &src = plan_.source;
-  Expected<std::unique_ptr<Source>> made =
-      Source::create(src.op, src.params, src.outputType, plan_.baseDir);
-  if (!made)
-    return made.status().withContext(plan_.where(src) + ": source '" +
-                                     src.name + "': ");
-  source_ = made.take();
+  if (opts_.source && opts_.source->kind() == src.op &&
+      opts_.source->recordType() == src.outputType) {
+    source_ = opts_.source; // listed once by the caller
+  } else {
+    Expected<std::unique_ptr<Source>> made =
+        Source::create(src.op, src.params, src.outputType, plan_.baseDir);
+    if (!made)
+      return made.status().withContext(plan_.where(src) + ": source '" +
+                                       src.name + "': ");
+    source_ = made.take();
+  }
   remoteBase_ = remoteTotals();
   resetRemotePeak();
   shared_.plan = &plan_;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 namespace sluice::runtime {
@@ -126,10 +127,22 @@ const std::vector<std::string> &Source::kinds() {
   return names;
 }
 
+namespace {
+std::atomic<int64_t> &createCallCount() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+} // namespace
+
+int64_t Source::createCalls() {
+  return createCallCount().load(std::memory_order_relaxed);
+}
+
 Expected<std::unique_ptr<Source>> Source::create(const std::string &kind,
                                                  const Value &params,
                                                  const RecordType &type,
                                                  const std::string &baseDir) {
+  createCallCount().fetch_add(1, std::memory_order_relaxed);
   auto it = factories().find(kind);
   if (it == factories().end()) {
     std::string known;

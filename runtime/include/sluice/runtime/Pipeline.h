@@ -94,6 +94,7 @@ struct PipelineState {
 uint64_t planFingerprint(const Plan &plan);
 
 class Pipeline;
+class Source;
 
 /// Watches a running pipeline and may change its knobs in flight
 /// (Pipeline::setParallelism / setPrefetch): the autotuner's re-planner for
@@ -268,6 +269,15 @@ struct RunOptions {
   /// Where disk caches put their files when the step gives no `path`
   /// (empty: $TMPDIR, else /tmp).
   std::string tempDir;
+  /// The plan's source, already made by Source::create with the plan's
+  /// source op, params, output type and base directory (null: the pipeline
+  /// makes its own). Its listing (an image folder's walk, an s3:// prefix's
+  /// ListObjectsV2 pages, a glob) is then done once for the pipelines that
+  /// share it: `schedule: auto` makes it for the schedule cache's key and
+  /// hands it to its probes and to the run. Sources are read-only once
+  /// made; a remote one's fetches ahead are keyed by shard, so pipelines
+  /// that share it get the same bytes.
+  std::shared_ptr<const Source> source;
 };
 
 /// A rank and world size chosen by the caller (Python's

@@ -193,6 +193,9 @@ public:
                                                   const Value &params,
                                                   const RecordType &type,
                                                   const std::string &baseDir);
+  /// How many calls of create() this process has made (each lists its
+  /// files again), for tests of RunOptions::source.
+  static int64_t createCalls();
 
   /// The kinds create() knows, sorted.
   static const std::vector<std::string> &kinds();
