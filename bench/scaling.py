@@ -21,6 +21,12 @@ Two rates per run: whole process (records over spawn-to-exit wall time,
 start-up included) and steady state (records over the pipeline's own wall
 seconds from --stats-json).
 
+Where the run reports them (`consumer_cpu_seconds` and the stages'
+`thread_cpu_seconds`), serial work is what the serial threads' own CPU
+clocks measured (the consumer, each parallel step's feeder, each prefetch's
+producer), and parallel work is the rest of the process's CPU; the
+unaccounted column is then 0. Otherwise, as follows.
+
 The projection (how this work is judged on a 2-core machine): from the
 runs at the most threads of each order, every stage's CPU seconds per
 source record, split into parallel work (element stages, and the files the
@@ -32,7 +38,9 @@ bound). At N cores:
   rate(N) = min( N / (parallel + serial),          all the work on N cores
                  1 / serial_s for each serial stage s,   Amdahl's one thread
                  memory bandwidth / bytes moved per record )
-with bytes per record from the stages' bytes in and out. The decode loop
+with bytes per record from the stages that move them (bytes_moved: element
+stages' input and output, the source's output, the rows a batch copies;
+records passed by reference count nothing). The decode loop
 scales linearly from its 1-thread rate (measured so on a 16-core host:
 1,085/s at 1 thread, 16,611/s at 16). The ratio of the two is the projected
 share of the hardware sluice keeps at N cores.
@@ -126,18 +134,47 @@ def is_parallel(stage):
     return stage.get("kind") == "element" or stage.get("op") in PER_RECORD_OPS
 
 
+def bytes_moved(stage):
+    """Bytes a stage reads and writes in memory: an element stage reads its
+    input and writes its output; the source writes what it read; a batch
+    copies the rows the workers did not place (rows_in_place); select,
+    rename, filter, shuffle and prefetch pass records by reference."""
+    if stage.get("kind") == "element":
+        return stage.get("bytes_in", 0) + stage.get("bytes_out", 0)
+    if stage.get("kind") == "source":
+        return stage.get("bytes_out", 0)
+    if stage.get("op") == "batch":
+        rows = max(1, stage.get("emitted", 0) + stage.get("discarded", 0))
+        copied = max(0.0, 1.0 - stage.get("rows_in_place", 0) / rows)
+        return 2 * stage.get("bytes_in", 0) * copied
+    return 0
+
+
 def split_costs(run):
-    """Per source record: parallel and serial CPU, each serial stage's, the
-    unaccounted process CPU, and bytes moved."""
+    """Per source record: parallel and serial CPU, each serial stage's (or
+    each serial thread's, where the run measured them), the unaccounted
+    process CPU, and bytes moved."""
     stats = run["stats"]
     n = max(1, run["records"])
+    if "consumer_cpu_seconds" in stats:
+        # The serial threads' own CPU clocks: the consumer (inline stages)
+        # and each stage's thread of its own (a parallel step's feeder,
+        # which runs the source and the stages before it; a prefetch's
+        # producer). Everything else the process used ran on the workers.
+        threads = {"consumer": stats["consumer_cpu_seconds"] / n}
+        for st in stats["stages"]:
+            if st.get("thread_cpu_seconds", 0) > 0:
+                threads["thread of " + st["name"]] = st["thread_cpu_seconds"] / n
+        moved = sum(bytes_moved(st) for st in stats["stages"]) / n
+        return {"parallel": max(0.0, run["cpu"] / n - sum(threads.values())),
+                "serial": threads, "unaccounted": 0.0, "bytes": moved}
     parallel, serial, moved = 0.0, {}, 0.0
     for st in stats["stages"]:
         cpu = st.get("cpu_seconds", 0.0) / n
         # What a one-thread stage had done on the pool's workers (the
         # source's files read ahead) is parallel work.
         pool = min(cpu, st.get("pool_cpu_seconds", 0.0) / n)
-        moved += (st.get("bytes_in", 0) + st.get("bytes_out", 0)) / n
+        moved += bytes_moved(st) / n
         if is_parallel(st):
             parallel += cpu
         else:

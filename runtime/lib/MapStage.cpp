@@ -487,7 +487,20 @@ private:
 
   void feedLoop() {
     std::vector<Item> pulled;
+    // This thread pulls every record of the upstream stages it runs: its
+    // CPU is serial work (StageStats::threadCpuSeconds), counted per run.
+    int64_t cpuMark = threadCpuNs();
+    auto countCpu = [&] {
+      int64_t now = threadCpuNs();
+      inc(ops_.back().counters->threadCpuNs, now - cpuMark);
+      cpuMark = now;
+    };
+    struct AtExit {
+      decltype(countCpu) &f;
+      ~AtExit() { f(); }
+    } atExit{countCpu};
     for (;;) {
+      countCpu();
       uint64_t room;
       {
         std::unique_lock<std::mutex> lock(mu_);

@@ -136,6 +136,8 @@ public:
   bool finished_ = false;
   std::atomic<int64_t> outputs_{0}, outputBytes_{0};
   std::atomic<int64_t> startNs_{0};
+  /// CPU time of the threads in next() (RunStats::consumerCpuSeconds).
+  std::atomic<int64_t> consumerCpuNs_{0};
   std::atomic<int64_t> endNs_{0};
   mutable std::mutex stopMu_;
   MemoryAccount *held_ = nullptr;
@@ -1144,6 +1146,7 @@ RunStats Engine::stats() const {
   int64_t start = startNs_.load();
   int64_t end = endNs_ != 0 ? endNs_.load() : nowNs();
   r.wallSeconds = start ? static_cast<double>(end - start) * 1e-9 : 0;
+  r.consumerCpuSeconds = static_cast<double>(consumerCpuNs_.load()) * 1e-9;
   r.outputs = outputs_.load();
   r.outputBytes = outputBytes_.load();
   r.memoryLimit = memory_->limit();
@@ -1218,7 +1221,11 @@ Expected<bool> Pipeline::next(Batch &out) {
   }
   Item item;
   int64_t epoch = 0;
+  // The consumer's thread runs the inline stages: its CPU is serial work.
+  const int64_t cpu0 = detail::threadCpuNs();
   Expected<bool> r = engine_->next(item, epoch);
+  e.consumerCpuNs_.fetch_add(detail::threadCpuNs() - cpu0,
+                             std::memory_order_relaxed);
   if (!r || !*r)
     return r;
   out.type_ = &engine_->plan_.outputType();

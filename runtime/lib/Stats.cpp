@@ -78,6 +78,8 @@ nlohmann::ordered_json StageStats::toJson() const {
   j["cpu_seconds"] = cpuSeconds;
   if (poolCpuSeconds > 0)
     j["pool_cpu_seconds"] = poolCpuSeconds;
+  if (threadCpuSeconds > 0)
+    j["thread_cpu_seconds"] = threadCpuSeconds;
   j["wall_seconds"] = wallSeconds;
   if (bufferCapacity > 0)
     j["buffer"] = {{"capacity", bufferCapacity},
@@ -116,6 +118,7 @@ nlohmann::ordered_json RunStats::toJson() const {
           {"epochs_done", epochsDone},
           {"threads", threads},
           {"wall_seconds", wallSeconds},
+          {"consumer_cpu_seconds", consumerCpuSeconds},
           {"outputs", outputs},
           {"records", records()},
           {"output_bytes", outputBytes},
@@ -323,6 +326,7 @@ StageStats StageCounters::snapshot() const {
   s.bytesOut = ld(bytesOut);
   s.cpuSeconds = static_cast<double>(ld(cpuNs)) * 1e-9;
   s.poolCpuSeconds = static_cast<double>(ld(poolCpuNs)) * 1e-9;
+  s.threadCpuSeconds = static_cast<double>(ld(threadCpuNs)) * 1e-9;
   s.wallSeconds = static_cast<double>(ld(wallNs)) * 1e-9;
   s.bufferCapacity = ld(bufferCapacity);
   s.occupancySamples = ld(occupancySamples);

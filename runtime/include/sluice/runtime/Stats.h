@@ -71,6 +71,11 @@ struct StageStats {
   /// that otherwise runs on one thread (the source's files read ahead on
   /// the arena): work that scales with the threads, not serial work.
   double poolCpuSeconds = 0;
+  /// CPU time of the thread of its own the stage runs (a parallel step's
+  /// feeder, which pulls every upstream record; a prefetch's producer),
+  /// from that thread's CPU clock; 0 for stages without one. With
+  /// RunStats::consumerCpuSeconds these are the pipeline's serial threads.
+  double threadCpuSeconds = 0;
   /// Wall time of the stage's own work, summed over workers, excluding the
   /// time spent waiting for its input.
   double wallSeconds = 0;
@@ -123,6 +128,10 @@ struct RunStats {
   int64_t threads = 0;
   double wallSeconds = 0;
   int64_t outputs = 0; ///< elements the pipeline emitted (batches)
+  /// CPU time of the threads that called next() (the consumer: it runs the
+  /// inline stages, such as batch, shuffle and select), from their CPU
+  /// clocks.
+  double consumerCpuSeconds = 0;
   int64_t outputBytes = 0;
   int64_t memoryLimit = 0; ///< 0: no budget
   int64_t memoryPeak = 0;
@@ -192,7 +201,7 @@ public:
 
   std::atomic<int64_t> read{0}, emitted{0}, filtered{0}, failed{0},
       discarded{0}, elementsOut{0}, bytesIn{0}, bytesOut{0}, cpuNs{0},
-      wallNs{0}, poolCpuNs{0};
+      wallNs{0}, poolCpuNs{0}, threadCpuNs{0};
   std::atomic<int64_t> occupancySamples{0}, occupancySum{0}, occupancyMax{0};
   std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
   std::atomic<int64_t> parallelism{1};
