@@ -143,9 +143,14 @@ public:
     TrainerStats ts;
     ts.chunks = 1;
     int64_t rowsDone = st.rows;
+    // Cut short (the trainer cancelled, or this worker is shutting down):
+    // never OK, which would tell the trainer its share ended here.
+    bool cut = false;
     for (int64_t i = 0; i < req->count(); ++i) {
-      if (ctx->IsCancelled())
+      if (ctx->IsCancelled()) {
+        cut = true;
         break;
+      }
       Expected<bool> more = pipe->next(batch);
       if (!more) {
         pipe->stop();
@@ -172,14 +177,20 @@ public:
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       ts.bytes += static_cast<int64_t>(out.ByteSizeLong());
       ++ts.outputs;
-      if (!writer->Write(out))
-        break; // the trainer went away or cancelled: nothing to report to
+      if (!writer->Write(out)) {
+        cut = true;
+        break;
+      }
     }
     pipe->stop();
     ts.seconds = std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - started)
                      .count();
     record(req->trainer() + " (" + ctx->peer() + ")", ts);
+    if (cut)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the stream was cut (the worker is stopping or the "
+                          "trainer went away)");
     return grpc::Status::OK;
   }
 

@@ -387,3 +387,28 @@ def test_stalled_trainer_bounds_worker_memory(tmp_path, workers):
     ds.close()
     print("worker grew %.0f MiB, trainer %.0f MiB" % (grown_worker,
                                                      grown_self))
+
+
+def make_cert(tmp_path, name):
+    key, cert = tmp_path / (name + "-key.pem"), tmp_path / (name + ".pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                    "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_tls(served_spec, workers, tmp_path):
+    cert, key = make_cert(tmp_path, "worker")
+    other, _ = make_cert(tmp_path, "other")
+    w = workers(served_spec, "--tls-cert", cert, "--tls-key", key)
+    ds = remote.Dataset(served_spec, [w.address], tls_roots=cert)
+    assert_same(remote_batches(ds), local_batches(served_spec, 0))
+    ds.close()
+    # A plaintext client, and a client that trusts another certificate,
+    # get nothing from it.
+    for roots in [None, other]:
+        with pytest.raises(sluice.PipelineError, match="no worker answered"):
+            remote.Dataset(served_spec, [w.address], tls_roots=roots,
+                           worker_timeout=3)
