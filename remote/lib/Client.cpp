@@ -419,8 +419,8 @@ RemoteDataset::connect(ClientOptions opts) {
     return Status::error("rank " + std::to_string(opts.rank) +
                          " is out of range for world size " +
                          std::to_string(opts.worldSize));
-  if (opts.chunk < 1 || opts.window < opts.chunk)
-    return Status::error("chunk must be >= 1 and window >= chunk");
+  if (opts.chunk < 1 || opts.window < 1)
+    return Status::error("chunk and window must be >= 1 (outputs)");
   std::vector<std::string> addrs = opts.workers;
   if (!opts.workersFile.empty())
     for (const std::string &a : readWorkersFile(opts.workersFile))

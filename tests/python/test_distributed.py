@@ -362,7 +362,7 @@ def test_stalled_trainer_bounds_worker_memory(tmp_path, workers):
             labels: %s/t10k-labels-idx1-ubyte.gz
         steps:
           - resize: {field: image, size: [112, 112]}
-          - cast: {field: image, to: f32}
+          - cast: {field: image, dtype: f32}
           - batch: {size: 64}
         epochs: 1
         budget: {cores: 1, memory: 96MiB}
@@ -374,7 +374,7 @@ def test_stalled_trainer_bounds_worker_memory(tmp_path, workers):
     ds = remote.Dataset(spec, [w.address], chunk=157, window=8)
     it = ds.arrays()
     first = next(it)
-    assert first["image"].shape == (64, 112, 112, 1)
+    assert first["image"].shape == (64, 112, 112)
     time.sleep(3)
     grown_worker = rss_mib(w.proc.pid) - base_worker
     grown_self = rss_mib(os.getpid()) - base_self
