@@ -51,6 +51,9 @@ NORMALIZE = ("  - normalize: {field: image, mean: [123.675, 116.28, 103.53], "
              "std: [58.395, 57.12, 57.375]}\n")
 
 
+CHUNK, WINDOW = 4, 8
+
+
 def cpu_of(pid):
     """User + system seconds of a process (and its threads)."""
     with open("/proc/%d/stat" % pid) as f:
@@ -94,8 +97,8 @@ def run_remote(spec, epochs, workers, threads_each, tmp):
     import sluice.remote
     procs = [start_worker(spec, threads_each, tmp) for _ in range(workers)]
     try:
-        ds = sluice.remote.Dataset(spec, [a for _, a in procs], chunk=2,
-                                   window=8)
+        ds = sluice.remote.Dataset(spec, [a for _, a in procs],
+                                   chunk=CHUNK, window=WINDOW)
         # Warm the workers' kernel caches and page cache: one epoch untimed
         # would double the run; a single chunk is enough to start them.
         images = 0
@@ -127,7 +130,14 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=4,
+                    help="batches per chunk handed to a worker")
+    ap.add_argument("--window", type=int, default=8,
+                    help="batches the trainer may hold ahead")
+    ap.add_argument("--only", default="", help="f32 or u8: one output kind")
     args = ap.parse_args()
+    global CHUNK, WINDOW
+    CHUNK, WINDOW = args.chunk, args.window
     root = os.path.join(args.data, "photos", "train")
     if not os.path.isdir(root):
         subprocess.check_call([sys.executable,
@@ -136,6 +146,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for name, norm in [("f32", NORMALIZE), ("u8", "")]:
+            if args.only and name != args.only:
+                continue
             spec = os.path.join(tmp, name + ".yaml")
             with open(spec, "w") as f:
                 f.write(SPEC.format(name=name, root=root, normalize=norm))

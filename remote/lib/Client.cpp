@@ -27,7 +27,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "sluice/ops/Allocation.h"
+
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -54,6 +57,12 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string &address,
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Socket reads into buffers of at most 256 KiB (gRPC grows them to
+  // megabytes by default): fewer of them are fresh mmaps, whose every 4 KiB
+  // page faults when written (docs/distributed.md, "Performance").
+  args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 256 << 10);
+  args.SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 64 << 10);
+  args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 256 << 10);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (sec.tls) {
     grpc::SslCredentialsOptions ssl;
@@ -324,51 +333,129 @@ public:
     req.set_base_state(base);
     req.set_first(first);
     req.set_count(count);
-    std::unique_ptr<grpc::ClientReader<Output>> reader =
+    std::unique_ptr<grpc::ClientReader<Part>> reader =
         w.stub->Produce(&ctx, req);
     bool early = false;
-    while (true) {
-      auto msg = std::make_shared<Output>();
-      if (!reader->Read(msg.get()))
-        break;
-      int64_t index = msg->index();
-      RemoteOutput out;
-      out.index = index;
-      out.epoch = msg->epoch();
-      out.state = msg->state();
-      out.wireBytes = static_cast<int64_t>(msg->ByteSizeLong());
-      for (const Field &f : msg->fields()) {
-        RemoteField rf;
-        rf.name = f.name();
-        rf.elem = parseElemType(f.dtype()).value_or(ElemType::U8);
-        rf.shape.assign(f.shape().begin(), f.shape().end());
-        rf.data = reinterpret_cast<const uint8_t *>(f.data().data());
-        rf.nbytes = f.data().size();
-        for (const std::string &s : f.items())
-          rf.items.push_back(s);
-        out.fields.push_back(std::move(rf));
-      }
-      out.owner = msg;
-      std::unique_lock<std::mutex> lock(mu);
-      // Hold back outputs far ahead of the trainer (back-pressure), unless
-      // an earlier range needs a worker: then give this chunk's rest back.
-      while (index - nextDeliver >= opts.window && !closing &&
-             gen == generation && !error) {
-        if (!redo.empty() && redo.begin()->first < index) {
-          redo.insert({index, first + count});
-          gaveBack = true;
+    // The output being received: its header came, its data parts follow.
+    std::optional<RemoteOutput> cur;
+    std::shared_ptr<std::vector<Tensor>> bufs;
+    std::vector<size_t> pending; // fields whose bytes are still to come
+    size_t pendingAt = 0, offset = 0;
+    grpc::Status protocolError;
+    // The pool of batch-sized buffers (BufferPool.h) serves these Tensors
+    // under a scope without a limit: a batch buffer the trainer dropped is
+    // the next one's, without fresh pages.
+    AllocationScope scope(nullptr);
+    Part part;
+    auto fail = [&](const std::string &why) {
+      protocolError = grpc::Status(grpc::StatusCode::DATA_LOSS,
+                                   "worker " + w.address + " sent " + why);
+      early = true;
+    };
+    while (reader->Read(&part)) {
+      if (part.has_output()) {
+        if (cur) {
+          fail("an output before the previous one's data");
           break;
         }
-        cv.wait_for(lock, std::chrono::milliseconds(200));
+        const Output &msg = part.output();
+        int64_t index = msg.index();
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          // Hold back outputs far ahead of the trainer (back-pressure: not
+          // reading stops the worker), unless an earlier range needs a
+          // worker: then give this chunk's rest back.
+          while (index - nextDeliver >= opts.window && !closing &&
+                 gen == generation && !error) {
+            if (!redo.empty() && redo.begin()->first < index) {
+              redo.insert({index, first + count});
+              gaveBack = true;
+              break;
+            }
+            cv.wait_for(lock, std::chrono::milliseconds(200));
+          }
+          if (gaveBack || closing || gen != generation || error) {
+            early = true;
+            break;
+          }
+        }
+        cur.emplace();
+        cur->index = index;
+        cur->epoch = msg.epoch();
+        cur->state = msg.state();
+        cur->wireBytes = static_cast<int64_t>(part.ByteSizeLong());
+        bufs = std::make_shared<std::vector<Tensor>>();
+        pending.clear();
+        pendingAt = offset = 0;
+        for (const Field &f : msg.fields()) {
+          RemoteField rf;
+          rf.name = f.name();
+          std::optional<ElemType> elem = parseElemType(f.dtype());
+          if (!elem) {
+            fail("field '" + f.name() + "' of unknown type '" + f.dtype() +
+                 "'");
+            break;
+          }
+          rf.elem = *elem;
+          rf.shape.assign(f.shape().begin(), f.shape().end());
+          if (isNumeric(rf.elem)) {
+            int64_t n = elemTypeSize(rf.elem);
+            for (int64_t d : rf.shape)
+              if (d < 0 || __builtin_mul_overflow(n, d, &n))
+                n = -1;
+            if (n != f.nbytes() || n < 0) {
+              fail("field '" + f.name() + "' with a size that does not "
+                   "match its shape");
+              break;
+            }
+            bufs->push_back(Tensor::empty(rf.elem, rf.shape));
+            rf.data = bufs->back().raw();
+            rf.nbytes = static_cast<size_t>(n);
+            if (n > 0)
+              pending.push_back(cur->fields.size());
+          } else {
+            for (const std::string &item : f.items())
+              rf.items.push_back(item);
+          }
+          cur->fields.push_back(std::move(rf));
+        }
+        if (early)
+          break;
+      } else {
+        if (!cur || pendingAt >= pending.size()) {
+          fail("data outside an output");
+          break;
+        }
+        RemoteField &rf = cur->fields[pending[pendingAt]];
+        const std::string &d = part.data();
+        if (d.size() > rf.nbytes - offset) {
+          fail("more bytes than field '" + rf.name + "' holds");
+          break;
+        }
+        std::memcpy(const_cast<uint8_t *>(rf.data) + offset, d.data(),
+                    d.size());
+        offset += d.size();
+        cur->wireBytes += static_cast<int64_t>(part.ByteSizeLong());
+        if (offset == rf.nbytes) {
+          ++pendingAt;
+          offset = 0;
+        }
       }
-      if (gaveBack || closing || gen != generation || error) {
+      if (!cur || pendingAt < pending.size())
+        continue;
+      // The output is whole.
+      cur->owner = bufs;
+      int64_t index = cur->index;
+      std::unique_lock<std::mutex> lock(mu);
+      if (closing || gen != generation || error) {
         early = true;
         break;
       }
       if (index < nextDeliver || ready.count(index))
         ++stats.duplicates;
       else
-        ready.emplace(index, std::move(out));
+        ready.emplace(index, std::move(*cur));
+      cur.reset();
       ++got;
       lastAlive = Clock::now();
       cv.notify_all();
@@ -380,8 +467,19 @@ public:
     if (early) {
       // Not reading on would leave the worker blocked in its Write.
       ctx.TryCancel();
-      reader->Finish();
+      grpc::Status finished = reader->Finish();
+      if (!protocolError.ok())
+        return protocolError;
+      (void)finished;
       return grpc::Status(grpc::StatusCode::CANCELLED, "given up");
+    }
+    if (cur) {
+      // The stream ended inside an output: the worker failed mid-write.
+      grpc::Status finished = reader->Finish();
+      return finished.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                          "worker " + w.address +
+                                              " ended inside an output")
+                           : finished;
     }
     return reader->Finish();
   }
