@@ -24,7 +24,38 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from ._remote import Client
 
-__all__ = ["Dataset"]
+__all__ = ["Dataset", "slurm_workers"]
+
+
+def slurm_workers(port: int, het_group: Optional[int] = None,
+                  tasks_per_node: int = 1) -> List[str]:
+    """The workers of this Slurm job: "addr:port" for each node of the job
+    (or of heterogeneous component ``het_group``), ports port ..
+    port + tasks_per_node - 1 on each, the node's address as slurmctld knows
+    it (NodeAddr), else its name. Use it in the trainer step of a job whose
+    other component runs ``sluice serve --listen ADDR:PORT`` (docs/
+    distributed.md, "Slurm")."""
+    import subprocess
+    var = ("SLURM_JOB_NODELIST" if het_group is None
+           else "SLURM_JOB_NODELIST_HET_GROUP_%d" % het_group)
+    nodelist = os.environ.get(var)
+    if not nodelist:
+        raise ValueError("$%s is not set: slurm_workers() runs inside a "
+                         "Slurm job%s" % (var, "" if het_group is None else
+                                          " with heterogeneous components"))
+    hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                           check=True, capture_output=True,
+                           text=True).stdout.split()
+    out = []
+    for h in hosts:
+        info = subprocess.run(["scontrol", "show", "node", "-o", h],
+                              capture_output=True, text=True).stdout
+        addr = h
+        for item in info.split():
+            if item.startswith("NodeAddr="):
+                addr = item.split("=", 1)[1] or h
+        out += ["%s:%d" % (addr, port + i) for i in range(tasks_per_node)]
+    return out
 
 
 def _spec_distributed(spec_path: str) -> Dict[str, Any]:

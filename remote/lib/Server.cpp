@@ -217,11 +217,11 @@ public:
     return grpc::Status::OK;
   }
 
-  std::string statsText() {
+  std::string statsText(const std::string &address) {
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
     for (const auto &[who, t] : stats_) {
-      os << "sluice serve: trainer " << who << ": " << t.chunks << " chunks, "
+      os << "sluice serve " << address << ": trainer " << who << ": " << t.chunks << " chunks, "
          << t.outputs << " outputs, " << std::fixed << std::setprecision(1)
          << t.bytes / 1048576.0 << " MiB sent";
       if (t.outputs)
@@ -404,7 +404,7 @@ int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
         if (std::chrono::steady_clock::now() < next)
           continue;
         next += std::chrono::milliseconds(int64_t(so.statsInterval * 1000));
-        err << service.statsText() << std::flush;
+        err << service.statsText(bound) << std::flush;
       }
     });
   int sig = 0;
@@ -415,7 +415,7 @@ int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
   if (statsThread.joinable())
     statsThread.join();
   if (!so.quiet)
-    err << service.statsText() << "sluice serve: stopped ("
+    err << service.statsText(bound) << "sluice serve: stopped ("
         << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ")\n";
   return 0;
 }

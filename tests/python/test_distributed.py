@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sys
 import subprocess
 import time
 
@@ -412,3 +413,77 @@ def test_tls(served_spec, workers, tmp_path):
         with pytest.raises(sluice.PipelineError, match="no worker answered"):
             remote.Dataset(served_spec, [w.address], tls_roots=roots,
                            worker_timeout=3)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    sys_path = os.path.join(os.environ.get("SLUICE_SOURCE_DIR", os.path.join(
+        os.path.dirname(__file__), "..", "..")), "tests", "tools")
+    import sys
+    sys.path.insert(0, sys_path)
+    import slurm_cluster
+    why = slurm_cluster.available()
+    if why:
+        pytest.skip(why)
+    with slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
+    """A batch job on a one-node cluster on 127.0.0.1: one srun step runs
+    two workers, another the trainer, which finds them from Slurm's node
+    list (NodeAddr); its batches are the local run's. (Heterogeneous jobs,
+    docs/distributed.md's recipe, need a component per node: Slurm does
+    not place two components of one job on the one node here.)"""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with socket.socket() as s:  # the next port must be free too
+        try:
+            s.bind(("127.0.0.1", port + 1))
+        except OSError:
+            pytest.skip("port %d is taken" % (port + 1))
+    out = tmp_path / "batches.npz"
+    trainer = write(tmp_path / "trainer.py", """
+        import numpy as np, sluice.remote as r
+        workers = r.slurm_workers(%d, tasks_per_node=2)
+        print("workers:", workers, flush=True)
+        ds = r.Dataset(%r, workers, chunk=1, window=4)
+        ds.set_epoch(1)
+        got = list(ds.arrays())
+        np.savez(%r, **{"%%s_%%d" %% (k, i): (v if v.dtype != object
+                                               else v.astype(str))
+                        for i, b in enumerate(got) for k, v in b.items()})
+        print("batches:", len(got), ds.stats(), flush=True)
+        """ % (port, served_spec, str(out)))
+    script = write(tmp_path / "job.sh", """
+        #!/bin/bash
+        #SBATCH --output=%s/job.out
+        #SBATCH --ntasks=3 --cpus-per-task=1
+        srun --exact -n2 -c1 bash -c 'exec %s serve %s --listen 127.0.0.1:$((%d + SLURM_PROCID)) --threads 1 --stats-interval 0.2' &
+        workers=$!
+        srun --exact -n1 -c1 %s %s
+        rc=$?
+        kill $workers
+        wait
+        exit $rc
+        """ % (tmp_path, SLUICE_BIN, served_spec, port, sys.executable,
+               trainer))
+    r = subprocess.run(["sbatch", "--wait", "--parsable", script],
+                       env=slurm.env, capture_output=True, text=True,
+                       timeout=300)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert r.returncode == 0, r.stderr + log
+    assert "batches: 10" in log, log
+    saved = np.load(out)
+    want = local_batches(served_spec, 1)
+    for i, w in enumerate(want):
+        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
+        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
+        assert saved["path_%d" % i].tolist() == w["path"].tolist()
+    # Both workers served part of the epoch (their stats are in the log).
+    for p in (port, port + 1):
+        served = re.findall(r"sluice serve 127.0.0.1:%d: .* (\d+) outputs," % p,
+                            log)
+        assert served and int(served[-1]) > 0, log
