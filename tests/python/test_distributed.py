@@ -487,3 +487,31 @@ def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
         served = re.findall(r"sluice serve 127.0.0.1:%d: .* (\d+) outputs," % p,
                             log)
         assert served and int(served[-1]) > 0, log
+
+
+def test_data_error_on_a_worker_reaches_the_trainer(image_root, workers,
+                                                    tmp_path):
+    """A damaged JPEG under `on_error: fail`: the trainer gets the worker's
+    located error (the file), not a hang or a retry loop."""
+    import shutil
+    root = tmp_path / "imgs"
+    shutil.copytree(image_root, root)
+    victim = sorted((root / "class1").iterdir())[3]
+    victim.write_bytes(victim.read_bytes()[:200])
+    spec = write(tmp_path / "broken.yaml", """
+        pipeline: broken
+        seed: 2
+        source:
+          image_folder: {root: %s, extensions: [jpg], shuffle: true}
+        steps:
+          - decode_image: {field: data, as: image, channels: 3}
+          - random_resized_crop: {field: image, size: [16, 16]}
+          - batch: {size: 4}
+        epochs: 1
+        """ % root)
+    w = workers(spec)
+    ds = remote.Dataset(spec, [w.address], worker_timeout=20)
+    with pytest.raises(sluice.PipelineError, match=victim.name):
+        for _ in ds.arrays():
+            pass
+    ds.close()
