@@ -195,6 +195,17 @@ def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
     ds.close()
 
 
+def slowly(it):
+    """The rest of an epoch, read as a trainer that computes between
+    batches would (the window then holds the first worker back, and the
+    one added gets chunks however fast the first is)."""
+    out = []
+    for b in it:
+        out.append(b)
+        time.sleep(0.03)
+    return out
+
+
 def test_worker_added_mid_epoch_takes_a_share(fashion_positional, workers):
     a = workers(fashion_positional)
     ds = remote.Dataset(fashion_positional, [a.address], chunk=2, window=8)
@@ -202,7 +213,7 @@ def test_worker_added_mid_epoch_takes_a_share(fashion_positional, workers):
     got = [next(it) for _ in range(5)]
     b = workers(fashion_positional)
     ds.add_worker(b.address)
-    got += list(it)
+    got += slowly(it)
     assert_same(got, local_batches(fashion_positional, 0))
     ds.close()
     err = b.stop()
@@ -221,7 +232,7 @@ def test_workers_file_is_reread(fashion_positional, workers, tmp_path):
     b = workers(fashion_positional)
     with open(listing, "a") as f:
         f.write(b.address + "\n")
-    got += list(it)
+    got += slowly(it)
     assert_same(got, local_batches(fashion_positional, 0))
     ds.close()
     assert re.search(r"[1-9]\d* outputs,", b.stop())
@@ -515,3 +526,10 @@ def test_data_error_on_a_worker_reaches_the_trainer(image_root, workers,
         for _ in ds.arrays():
             pass
     ds.close()
+
+
+def test_sink_flags_are_refused(served_spec):
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec, "--listen",
+                        "127.0.0.1:0", "--sink", "npy:/tmp/x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "trainers" in r.stderr

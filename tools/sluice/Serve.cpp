@@ -72,6 +72,12 @@ CommandAction addServeCommand(CLI::App &root) {
                   "when it stops)")
       ->type_name("S");
   return [st, sf] {
+    // Outputs go to trainers: run's sink flags mean nothing here.
+    if (st->run.sink != "null" || st->run.overwrite ||
+        !st->run.statsJson.empty())
+      return usageError("--sink, --overwrite and --stats-json are `sluice "
+                        "run`'s; a worker's outputs go to its trainers",
+                        "serve");
     RunSetup rs;
     int rc = setupSpecRun(*st, "serve", rs);
     if (rc >= 0)
