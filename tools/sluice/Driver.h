@@ -42,6 +42,8 @@ CommandAction addBenchCommand(CLI::App &root);
 CommandAction addCompileCommand(CLI::App &root);
 /// `sluice tune` (Tune.cpp).
 CommandAction addTuneCommand(CLI::App &root);
+/// `sluice serve` (Serve.cpp): a gRPC worker for remote trainers.
+CommandAction addServeCommand(CLI::App &root);
 
 /// `schedule: auto` for `sluice run` (Tune.cpp): profiles briefly, solves,
 /// and merges the chosen knobs into opts.schedule (`--stats` prints what and

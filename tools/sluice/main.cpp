@@ -27,7 +27,7 @@ namespace {
 const CommandRegistration kCommands[] = {
     addCheckCommand, addExplainCommand, addOpsCommand,
     addRunCommand,   addBenchCommand,   addCompileCommand,
-    addTuneCommand,
+    addTuneCommand,  addServeCommand,
 };
 
 /// Commands DESIGN.md promises that are not built yet: a clear message

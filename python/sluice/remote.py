@@ -1,0 +1,208 @@
+"""Trainers fed by ``sluice serve`` workers on other hosts (docs/distributed.md).
+
+    # on each CPU node:   sluice serve spec.yaml --listen 10.0.0.5:7070
+    ds = sluice.remote.Dataset("spec.yaml", workers=["10.0.0.5:7070", ...])
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    for epoch in range(10):
+        ds.set_epoch(epoch)
+        for batch in loader:
+            ...
+
+The same interface as ``sluice.torch.Dataset``: one epoch of this rank's
+share per iteration, ``set_epoch``, ``state_dict``/``load_state_dict``,
+``rank``/``world_size``. The batches are byte-identical to those a local
+``sluice.torch.Dataset`` of the same spec gives at the same rank, in the same
+order, whatever the number of workers and whatever happens to them (killed,
+added): each batch is a numbered run of source positions, which any worker
+can compute, and the client keeps them in order and exactly once. A state
+saved here resumes a local Dataset of the same spec and vice versa.
+Numeric fields are tensors over the received bytes (no copy after receipt).
+"""
+import json
+import os
+from typing import Any, Dict, Iterator, List, Optional
+
+from ._remote import Client
+
+__all__ = ["Dataset", "slurm_workers"]
+
+
+def slurm_workers(port: int, het_group: Optional[int] = None,
+                  tasks_per_node: int = 1) -> List[str]:
+    """The workers of this Slurm job: "addr:port" for each node of the job
+    (or of heterogeneous component ``het_group``), ports port ..
+    port + tasks_per_node - 1 on each, the node's address as slurmctld knows
+    it (NodeAddr), else its name. Use it in the trainer step of a job whose
+    other component runs ``sluice serve --listen ADDR:PORT`` (docs/
+    distributed.md, "Slurm")."""
+    import subprocess
+    var = ("SLURM_JOB_NODELIST" if het_group is None
+           else "SLURM_JOB_NODELIST_HET_GROUP_%d" % het_group)
+    nodelist = os.environ.get(var)
+    if not nodelist:
+        raise ValueError("$%s is not set: slurm_workers() runs inside a "
+                         "Slurm job%s" % (var, "" if het_group is None else
+                                          " with heterogeneous components"))
+    hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                           check=True, capture_output=True,
+                           text=True).stdout.split()
+    out = []
+    for h in hosts:
+        info = subprocess.run(["scontrol", "show", "node", "-o", h],
+                              capture_output=True, text=True).stdout
+        addr = h
+        for item in info.split():
+            if item.startswith("NodeAddr="):
+                addr = item.split("=", 1)[1] or h
+        out += ["%s:%d" % (addr, port + i) for i in range(tasks_per_node)]
+    return out
+
+
+def _spec_distributed(spec_path: str) -> Dict[str, Any]:
+    try:
+        import yaml
+        with open(spec_path) as f:
+            doc = yaml.safe_load(f)
+        d = doc.get("distributed") if isinstance(doc, dict) else None
+        return d if isinstance(d, dict) else {}
+    except Exception:  # the workers check the spec; this is only a default
+        return {}
+
+
+def _resolve(arg: Optional[int], spec: Dict[str, Any], key: str, env: str,
+             default: int) -> int:
+    if arg is not None:
+        return int(arg)
+    if key in spec:
+        return int(spec[key])
+    if os.environ.get(env):
+        return int(os.environ[env])
+    return default
+
+
+try:
+    from torch.utils.data import IterableDataset as _Base
+except ImportError:  # numpy-only trainers use Dataset.arrays()
+    _Base = object
+
+
+class Dataset(_Base):
+    """One epoch of this rank's share per iteration, from remote workers.
+
+    spec_path: the spec the workers serve (its text must be the workers').
+    workers: ["host:port", ...]; workers_file: a file of such lines,
+        re-read while an epoch runs (a line added is a worker added).
+    rank, world_size: this trainer's share, resolved as sluice.Pipeline
+        does (argument, the spec's ``distributed:``, $RANK/$WORLD_SIZE,
+        else 0 of 1).
+    token: the workers' shared token (default: $SLUICE_TOKEN).
+    tls_roots: TLS: a PEM file of the roots to trust ("" for the system's;
+        None: plaintext); tls_server_name overrides the name checked.
+    chunk: batches handed to a worker at a time; window: batches the
+        client may hold ahead of the next one (bounds its memory).
+    worker_timeout: seconds with no worker delivering before an error.
+    pin_memory: as in sluice.torch.Dataset.
+    """
+
+    def __init__(self, spec_path: str, workers: Optional[List[str]] = None,
+                 *, workers_file: str = "", rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 token: Optional[str] = None, tls_roots: Optional[str] = None,
+                 tls_server_name: str = "", chunk: int = 2,
+                 window: int = 8, worker_timeout: float = 60.0,
+                 epoch: int = 0, pin_memory: bool = False,
+                 trainer: Optional[str] = None) -> None:
+        super().__init__()
+        spec = _spec_distributed(spec_path)
+        self.world_size = _resolve(world_size, spec, "world_size",
+                                   "WORLD_SIZE", 1)
+        self.rank = _resolve(rank, spec, "rank", "RANK", 0)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError("rank %d is out of range for world size %d"
+                             % (self.rank, self.world_size))
+        if token is None:
+            token = os.environ.get("SLUICE_TOKEN", "")
+        self.spec_path = spec_path
+        self.epoch = epoch
+        self.pin_memory = pin_memory
+        self._client = Client(
+            spec_path, list(workers or []), workers_file, self.rank,
+            self.world_size, token, tls_roots, tls_server_name, chunk,
+            window, worker_timeout,
+            trainer or "rank%d@%s" % (self.rank, os.uname().nodename))
+        self._resume: Optional[Dict[str, Any]] = None
+        self._active = False
+
+    @property
+    def epochs(self) -> int:
+        """Epochs the spec runs."""
+        return self._client.epochs
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError("epoch must be >= 0")
+        self.epoch = epoch
+
+    def add_worker(self, address: str) -> None:
+        """Adds a worker; it takes a share of the rest of the epoch."""
+        self._client.add_worker(address)
+
+    def stats(self) -> Dict[str, int]:
+        """Outputs, bytes received, chunks, reassigned outputs, failures."""
+        return self._client.stats()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the current epoch stands: the same dict a local
+        sluice.torch.Dataset gives after the same batches."""
+        if self._active:
+            return {"epoch": self.epoch,
+                    "pipeline": json.loads(self._client.state())}
+        return {"epoch": self.epoch, "pipeline": self._resume}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self._resume = state.get("pipeline")
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        resume = json.dumps(self._resume) if self._resume else ""
+        self._resume = None
+        self._client.start(self.epoch, resume)
+        self._active = True
+        import torch
+        pinning = self.pin_memory and torch.cuda.is_available()
+        try:
+            while True:
+                batch = self._client.next()
+                if batch is None:
+                    break
+                out: Dict[str, Any] = {}
+                for name, arr in batch.items():
+                    if arr.dtype == object:
+                        out[name] = arr.tolist()
+                        continue
+                    t = torch.from_numpy(arr)
+                    out[name] = t.pin_memory() if pinning else t
+                yield out
+        finally:
+            self._active = False
+
+    def arrays(self) -> Iterator[Dict[str, Any]]:
+        """The epoch's batches as dicts of numpy arrays (no torch)."""
+        resume = json.dumps(self._resume) if self._resume else ""
+        self._resume = None
+        self._client.start(self.epoch, resume)
+        self._active = True
+        while True:
+            batch = self._client.next()
+            if batch is None:
+                return
+            yield batch
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

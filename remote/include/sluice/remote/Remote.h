@@ -1,0 +1,182 @@
+//===- Remote.h - sluice workers over gRPC and the trainer's client -*- C++ -*-===//
+//
+// Beyond one host (docs/distributed.md): `sluice serve` runs a pipeline's
+// work on CPU nodes and streams its outputs to trainers; a trainer reads its
+// rank's share of each epoch from any number of such workers and gets the
+// bytes a local run at the same rank would give, in the same order.
+//
+// The unit of work is a run of outputs of the trainer's share ("chunk"):
+// outputs [first, first + count) after a base PipelineState that resumes by
+// position. A worker resumes the pipeline there (Pipeline::create with
+// RunOptions::resume: free for a positional state) and streams the outputs;
+// it keeps nothing after the call. The trainer hands chunks to workers,
+// keeps the outputs in order, drops duplicates, and gives a dead worker's
+// undelivered outputs to the others, so every output of the share arrives
+// exactly once whatever the workers do. Its state after an output is the
+// state the worker's pipeline had there: what a local run's state() says.
+//
+// This library holds the protocol's code (generated from
+// proto/sluice_remote.proto) and both ends; it depends on the runtime and
+// gRPC, never on the compiler: the caller builds the Plan.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_REMOTE_REMOTE_H
+#define SLUICE_REMOTE_REMOTE_H
+
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
+#include "sluice/runtime/Pipeline.h"
+#include "sluice/runtime/Plan.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::remote {
+
+/// FNV-1a (64 bits) of a spec file's bytes: trainers and workers compare it
+/// to be sure they run the same spec.
+uint64_t specDigest(const std::string &text);
+
+/// Credentials shared by both ends.
+struct Security {
+  /// A shared secret every call must carry (metadata "authorization:
+  /// Bearer TOKEN"); empty: none.
+  std::string token;
+  /// TLS: the server's certificate chain and private key (PEM text), and
+  /// for the client the root certificates it trusts (PEM; empty: the
+  /// system's roots). Empty cert/key on the server: plaintext.
+  std::string tlsCert, tlsKey, tlsRoots;
+  /// The client's TLS target name override (tests on 127.0.0.1 with a
+  /// certificate for "localhost").
+  std::string tlsServerName;
+  bool tls = false;
+};
+
+/// `sluice serve`: what the worker runs.
+struct ServeOptions {
+  /// host:port to listen on (never all interfaces unless asked for).
+  std::string listen;
+  Security security;
+  /// Written with the bound address ("127.0.0.1:PORT") once the server
+  /// listens (--port-file; PORT 0 asks the system for a free port).
+  std::string portFile;
+  /// The spec's text digest (specDigest) and the version reported.
+  uint64_t specDigest = 0;
+  /// Per-trainer statistics on stderr every `statsInterval` seconds (0:
+  /// only when the worker stops).
+  double statsInterval = 0;
+  bool quiet = false;
+};
+
+/// Runs a worker until SIGINT/SIGTERM (or stop() from another thread).
+/// `opts` is how each chunk's pipeline runs (threads, memory, schedule,
+/// binder). Refuses, before listening, a plan that cannot resume by
+/// position (a shuffle buffer, filter, ... : docs/distributed.md says
+/// why). Returns an exit code (0 ok, 1 for an error printed to `err`, 2 for
+/// a bad address or credentials).
+int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
+          const ServeOptions &serveOpts, std::ostream &err);
+
+/// Whether `plan` can be served, with the reason when it cannot.
+Status checkServable(const runtime::Plan &plan,
+                     const runtime::RunOptions &opts);
+
+/// One field of a received output. Numeric data points into the received
+/// message (no copy after receipt), which `RemoteOutput::owner` keeps alive.
+struct RemoteField {
+  std::string name;
+  ElemType elem = ElemType::U8;
+  std::vector<int64_t> shape;
+  const uint8_t *data = nullptr;
+  size_t nbytes = 0;
+  /// bytes/string fields: one entry per element.
+  std::vector<std::string> items;
+};
+
+/// One output as the client received it.
+struct RemoteOutput {
+  int64_t index = 0;
+  int64_t epoch = 0;
+  std::vector<RemoteField> fields;
+  /// Owns the bytes the fields point into.
+  std::shared_ptr<const void> owner;
+  /// PipelineState JSON after this output.
+  std::string state;
+  /// Bytes of the message on the wire (its protobuf size).
+  int64_t wireBytes = 0;
+};
+
+/// What the client asks of the workers.
+struct ClientOptions {
+  std::vector<std::string> workers;
+  /// A file listing workers (one host:port a line, '#' comments); re-read
+  /// whenever a chunk is handed out, so workers can be added while an
+  /// epoch runs.
+  std::string workersFile;
+  Security security;
+  /// The spec the trainer means (its text): must match every worker's.
+  std::string specText;
+  std::string specPath;
+  int64_t rank = 0, worldSize = 1;
+  /// Outputs per chunk handed to a worker.
+  int64_t chunk = 4;
+  /// Outputs the client may hold ahead of the one the trainer asks for
+  /// next (received, not yet delivered): bounds its memory.
+  int64_t window = 16;
+  /// How long to wait with no worker reachable before failing.
+  double workerTimeout = 60;
+  std::string trainer = "trainer";
+};
+
+/// Counters of a client, for stats and benchmarks.
+struct ClientStats {
+  int64_t outputs = 0;       ///< delivered to the trainer
+  int64_t wireBytes = 0;     ///< protobuf bytes received (delivered ones)
+  int64_t duplicates = 0;    ///< outputs received twice and dropped
+  int64_t reassigned = 0;    ///< outputs handed out again after a failure
+  int64_t workerFailures = 0;
+  int64_t chunks = 0;
+};
+
+/// The trainer's side: one epoch (its rank's share) at a time.
+class RemoteDataset {
+public:
+  /// Connects to the workers (at least one must answer Describe within
+  /// workerTimeout) and checks that they serve the trainer's spec.
+  static Expected<std::unique_ptr<RemoteDataset>> connect(ClientOptions opts);
+  ~RemoteDataset();
+
+  /// Starts the share of epoch `epoch` from its beginning, or from `resume`
+  /// (a PipelineState JSON from state() of this or a local pipeline of the
+  /// same spec, saved at this rank or, when positional, any rank).
+  Status start(int64_t epoch, const std::string &resume = "");
+  /// The next output of the epoch's share, or nullopt at its end. Errors:
+  /// a data error on a worker (its message), no worker reachable.
+  Expected<std::optional<RemoteOutput>> next();
+  /// PipelineState JSON after the last output next() returned (or the
+  /// start's state).
+  std::string state() const;
+  /// Adds a worker while an epoch runs; it takes chunks from the next one.
+  void addWorker(const std::string &address);
+  /// Stops the epoch's workers' streams (next() then returns nullopt).
+  void close();
+
+  uint64_t fingerprint() const;
+  int64_t epochs() const;
+  std::string outputType() const;
+  ClientStats stats() const;
+
+  class Impl;
+
+private:
+  explicit RemoteDataset(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace sluice::remote
+
+#endif // SLUICE_REMOTE_REMOTE_H

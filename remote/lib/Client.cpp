@@ -1,0 +1,685 @@
+//===- Client.cpp - The trainer's side: chunks to workers, outputs in order ===//
+//
+// One thread per worker takes a chunk (a run of output numbers of the
+// trainer's share) and streams it from its worker. Received outputs wait in
+// a window keyed by number until the trainer asks for them, in order; a
+// number seen twice is dropped, so outputs arrive exactly once whatever
+// happens to the workers:
+//  - a worker that fails (killed, unreachable, cut off) has the numbers it
+//    had not delivered put back, and another worker's thread takes them
+//    first (lowest first); the failed worker's thread keeps trying to
+//    reconnect (a restarted worker at the same address rejoins);
+//  - a worker added (addWorker, or a line appended to the workers file)
+//    starts taking chunks at once;
+//  - the window bounds what the client holds: a thread whose next output
+//    lies `window` or more beyond the one the trainer wants next waits
+//    (not reading its stream, so HTTP/2 flow control stops its worker),
+//    unless an earlier chunk is waiting for a worker: then it gives its
+//    own chunk back and takes the earlier one, so the output the trainer
+//    waits for always has a worker.
+// Data errors (a bad record under `on_error: fail` on a worker), a wrong
+// token or a worker serving another pipeline end the epoch with that error.
+//
+//===----------------------------------------------------------------------===//
+#include "sluice/remote/Remote.h"
+
+#include "sluice_remote.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "sluice/ops/Allocation.h"
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace sluice::remote {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<grpc::Channel> makeChannel(const std::string &address,
+                                           const Security &sec) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(16 << 20);
+  // Fail fast on a dead worker instead of waiting minutes for TCP.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Socket reads into buffers of at most 256 KiB (gRPC grows them to
+  // megabytes by default): fewer of them are fresh mmaps, whose every 4 KiB
+  // page faults when written (docs/distributed.md, "Performance").
+  args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 256 << 10);
+  args.SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 64 << 10);
+  args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 256 << 10);
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (sec.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = sec.tlsRoots;
+    creds = grpc::SslCredentials(ssl);
+    if (!sec.tlsServerName.empty())
+      args.SetSslTargetNameOverride(sec.tlsServerName);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
+}
+
+void authorize(grpc::ClientContext &ctx, const Security &sec) {
+  if (!sec.token.empty())
+    ctx.AddMetadata("authorization", "Bearer " + sec.token);
+}
+
+/// Failures of the worker (or the way to it), after which its chunk goes
+/// to another worker; every other status is the pipeline's or the
+/// trainer's error and ends the epoch.
+bool workerFailure(const grpc::Status &s) {
+  switch (s.error_code()) {
+  case grpc::StatusCode::UNAVAILABLE:
+  case grpc::StatusCode::CANCELLED:
+  case grpc::StatusCode::DEADLINE_EXCEEDED:
+  case grpc::StatusCode::UNKNOWN:
+  case grpc::StatusCode::INTERNAL:
+  case grpc::StatusCode::RESOURCE_EXHAUSTED:
+  case grpc::StatusCode::ABORTED:
+    return true;
+  default:
+    return false;
+  }
+}
+
+std::string describeStatus(const std::string &address, const grpc::Status &s) {
+  return "worker " + address + ": " + s.error_message() + " (gRPC status " +
+         std::to_string(int(s.error_code())) + ")";
+}
+
+std::vector<std::string> readWorkersFile(const std::string &path) {
+  std::vector<std::string> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (size_t hash = line.find('#'); hash != std::string::npos)
+      line.resize(hash);
+    size_t a = line.find_first_not_of(" \t\r");
+    if (a == std::string::npos)
+      continue;
+    size_t b = line.find_last_not_of(" \t\r");
+    out.push_back(line.substr(a, b - a + 1));
+  }
+  return out;
+}
+
+} // namespace
+
+class RemoteDataset::Impl {
+public:
+  explicit Impl(ClientOptions o) : opts(std::move(o)) {}
+  ~Impl() { close(); }
+
+  ClientOptions opts;
+  uint64_t fingerprint = 0, seed = 0;
+  int64_t rows = 1, epochs = 1;
+  std::string outputType;
+
+  struct WorkerConn {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<Worker::Stub> stub;
+    std::thread thread;
+    std::mutex ctxMu;
+    grpc::ClientContext *current = nullptr;
+    std::string lastError;
+  };
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<WorkerConn>> workers;
+  std::set<std::string> known;
+  // The epoch being read.
+  bool running = false, closing = false;
+  int64_t generation = 0;
+  std::string baseState;
+  int64_t nextChunk = 0;              // first number not handed out yet
+  std::set<std::pair<int64_t, int64_t>> redo; // [first, end) to hand out again
+  std::optional<int64_t> end;         // number of outputs of the share
+  std::map<int64_t, RemoteOutput> ready;
+  int64_t nextDeliver = 0;
+  std::string state;
+  std::optional<Status> error;
+  Clock::time_point lastAlive;
+  ClientStats stats;
+
+  Expected<DescribeReply> describe(WorkerConn &w, double timeout,
+                                   grpc::StatusCode *code = nullptr) {
+    grpc::ClientContext ctx;
+    authorize(ctx, opts.security);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(int64_t(timeout * 1000)));
+    ctx.set_wait_for_ready(true);
+    DescribeRequest req;
+    req.set_trainer(opts.trainer);
+    DescribeReply reply;
+    grpc::Status s = w.stub->Describe(&ctx, req, &reply);
+    if (code)
+      *code = s.error_code();
+    if (!s.ok())
+      return Status::error(describeStatus(w.address, s));
+    return reply;
+  }
+
+  Status checkWorker(const DescribeReply &r, const std::string &address) {
+    uint64_t digest = specDigest(opts.specText);
+    if (r.spec_digest() != digest)
+      return Status::error(
+          "worker " + address + " serves pipeline '" + r.pipeline() +
+          "' from a spec whose text differs from " + opts.specPath +
+          ": start the workers with the trainer's spec");
+    if (fingerprint && r.fingerprint() != fingerprint)
+      return Status::error("worker " + address +
+                           " compiled the spec to another plan than the "
+                           "other workers (another sluice version, or "
+                           "--disable-pass): start every worker alike");
+    return Status::ok();
+  }
+
+  WorkerConn &newConn(const std::string &address) {
+    auto w = std::make_unique<WorkerConn>();
+    w->address = address;
+    w->channel = makeChannel(address, opts.security);
+    w->stub = Worker::NewStub(w->channel);
+    workers.push_back(std::move(w));
+    known.insert(address);
+    return *workers.back();
+  }
+
+  /// Adds the addresses of the workers file not seen yet (under mu).
+  void refreshWorkersFile() {
+    if (opts.workersFile.empty())
+      return;
+    for (const std::string &a : readWorkersFile(opts.workersFile))
+      if (!known.count(a))
+        startThread(newConn(a));
+  }
+
+  void startThread(WorkerConn &w) {
+    w.thread = std::thread([this, &w] { workerLoop(w); });
+  }
+
+  /// The next chunk for a worker (under mu): a range given back first, else
+  /// a new one within the window.
+  bool takeChunk(std::unique_lock<std::mutex> &lock, int64_t gen,
+                 int64_t &first, int64_t &count) {
+    while (true) {
+      if (closing || gen != generation || error)
+        return false;
+      refreshWorkersFile();
+      if (!redo.empty()) {
+        auto r = *redo.begin();
+        redo.erase(redo.begin());
+        first = r.first;
+        count = r.second - r.first;
+        ++stats.chunks;
+        return true;
+      }
+      bool done = end && nextChunk >= *end;
+      if (!done && nextChunk < nextDeliver + opts.window) {
+        first = nextChunk;
+        count = opts.chunk;
+        nextChunk += opts.chunk;
+        ++stats.chunks;
+        return true;
+      }
+      if (done && ready.empty() && nextDeliver >= *end)
+        return false;
+      cv.wait_for(lock, std::chrono::milliseconds(200));
+    }
+  }
+
+  void workerLoop(WorkerConn &w) {
+    std::unique_lock<std::mutex> lock(mu);
+    bool described = false;
+    while (!closing) {
+      if (!running) {
+        cv.wait(lock);
+        continue;
+      }
+      int64_t gen = generation;
+      if (!described) {
+        lock.unlock();
+        Expected<DescribeReply> d = describe(w, 1.0);
+        lock.lock();
+        if (!d) {
+          w.lastError = d.status().message();
+          cv.wait_for(lock, std::chrono::milliseconds(500));
+          continue;
+        }
+        if (Status s = checkWorker(*d, w.address); !s) {
+          if (!error)
+            error = s;
+          cv.notify_all();
+          return;
+        }
+        described = true;
+      }
+      int64_t first = 0, count = 0;
+      if (!takeChunk(lock, gen, first, count)) {
+        if (closing)
+          return;
+        cv.wait_for(lock, std::chrono::milliseconds(200));
+        continue;
+      }
+      std::string base = baseState;
+      lock.unlock();
+      int64_t got = 0;
+      bool gaveBack = false;
+      grpc::Status s = stream(w, gen, base, first, count, got, gaveBack);
+      lock.lock();
+      if (gaveBack || gen != generation || closing || error)
+        continue;
+      if (s.ok()) {
+        lastAlive = Clock::now();
+        if (got < count && gen == generation) {
+          // The share ends inside this chunk.
+          int64_t e = first + got;
+          if (!end || e < *end)
+            end = e;
+        }
+        cv.notify_all();
+        continue;
+      }
+      if (!workerFailure(s)) {
+        if (!error)
+          error = Status::error(describeStatus(w.address, s));
+        cv.notify_all();
+        continue;
+      }
+      // The worker failed: its undelivered numbers go back.
+      if (got < count) {
+        redo.insert({first + got, first + count});
+        stats.reassigned += count - got;
+      }
+      ++stats.workerFailures;
+      w.lastError = describeStatus(w.address, s);
+      described = false;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::milliseconds(300));
+    }
+  }
+
+  /// Streams one chunk; `got` counts the outputs received in order.
+  grpc::Status stream(WorkerConn &w, int64_t gen, const std::string &base,
+                      int64_t first, int64_t count, int64_t &got,
+                      bool &gaveBack) {
+    grpc::ClientContext ctx;
+    authorize(ctx, opts.security);
+    {
+      std::lock_guard<std::mutex> l(w.ctxMu);
+      w.current = &ctx;
+    }
+    ProduceRequest req;
+    req.set_trainer(opts.trainer);
+    req.set_fingerprint(fingerprint);
+    req.set_base_state(base);
+    req.set_first(first);
+    req.set_count(count);
+    std::unique_ptr<grpc::ClientReader<Part>> reader =
+        w.stub->Produce(&ctx, req);
+    bool early = false;
+    // The output being received: its header came, its data parts follow.
+    std::optional<RemoteOutput> cur;
+    std::shared_ptr<std::vector<Tensor>> bufs;
+    std::vector<size_t> pending; // fields whose bytes are still to come
+    size_t pendingAt = 0, offset = 0;
+    grpc::Status protocolError;
+    // The pool of batch-sized buffers (BufferPool.h) serves these Tensors
+    // under a scope without a limit: a batch buffer the trainer dropped is
+    // the next one's, without fresh pages.
+    AllocationScope scope(nullptr);
+    Part part;
+    auto fail = [&](const std::string &why) {
+      protocolError = grpc::Status(grpc::StatusCode::DATA_LOSS,
+                                   "worker " + w.address + " sent " + why);
+      early = true;
+    };
+    while (reader->Read(&part)) {
+      if (part.has_output()) {
+        if (cur) {
+          fail("an output before the previous one's data");
+          break;
+        }
+        const Output &msg = part.output();
+        int64_t index = msg.index();
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          // Hold back outputs far ahead of the trainer (back-pressure: not
+          // reading stops the worker), unless an earlier range needs a
+          // worker: then give this chunk's rest back.
+          while (index - nextDeliver >= opts.window && !closing &&
+                 gen == generation && !error) {
+            if (!redo.empty() && redo.begin()->first < index) {
+              redo.insert({index, first + count});
+              gaveBack = true;
+              break;
+            }
+            cv.wait_for(lock, std::chrono::milliseconds(200));
+          }
+          if (gaveBack || closing || gen != generation || error) {
+            early = true;
+            break;
+          }
+        }
+        cur.emplace();
+        cur->index = index;
+        cur->epoch = msg.epoch();
+        cur->state = msg.state();
+        cur->wireBytes = static_cast<int64_t>(part.ByteSizeLong());
+        bufs = std::make_shared<std::vector<Tensor>>();
+        pending.clear();
+        pendingAt = offset = 0;
+        for (const Field &f : msg.fields()) {
+          RemoteField rf;
+          rf.name = f.name();
+          std::optional<ElemType> elem = parseElemType(f.dtype());
+          if (!elem) {
+            fail("field '" + f.name() + "' of unknown type '" + f.dtype() +
+                 "'");
+            break;
+          }
+          rf.elem = *elem;
+          rf.shape.assign(f.shape().begin(), f.shape().end());
+          if (isNumeric(rf.elem)) {
+            int64_t n = elemTypeSize(rf.elem);
+            for (int64_t d : rf.shape)
+              if (d < 0 || __builtin_mul_overflow(n, d, &n))
+                n = -1;
+            if (n != f.nbytes() || n < 0) {
+              fail("field '" + f.name() + "' with a size that does not "
+                   "match its shape");
+              break;
+            }
+            bufs->push_back(Tensor::empty(rf.elem, rf.shape));
+            rf.data = bufs->back().raw();
+            rf.nbytes = static_cast<size_t>(n);
+            if (n > 0)
+              pending.push_back(cur->fields.size());
+          } else {
+            for (const std::string &item : f.items())
+              rf.items.push_back(item);
+          }
+          cur->fields.push_back(std::move(rf));
+        }
+        if (early)
+          break;
+      } else {
+        if (!cur || pendingAt >= pending.size()) {
+          fail("data outside an output");
+          break;
+        }
+        RemoteField &rf = cur->fields[pending[pendingAt]];
+        const std::string &d = part.data();
+        if (d.size() > rf.nbytes - offset) {
+          fail("more bytes than field '" + rf.name + "' holds");
+          break;
+        }
+        std::memcpy(const_cast<uint8_t *>(rf.data) + offset, d.data(),
+                    d.size());
+        offset += d.size();
+        cur->wireBytes += static_cast<int64_t>(part.ByteSizeLong());
+        if (offset == rf.nbytes) {
+          ++pendingAt;
+          offset = 0;
+        }
+      }
+      if (!cur || pendingAt < pending.size())
+        continue;
+      // The output is whole.
+      cur->owner = bufs;
+      int64_t index = cur->index;
+      std::unique_lock<std::mutex> lock(mu);
+      if (closing || gen != generation || error) {
+        early = true;
+        break;
+      }
+      if (index < nextDeliver || ready.count(index))
+        ++stats.duplicates;
+      else
+        ready.emplace(index, std::move(*cur));
+      cur.reset();
+      ++got;
+      lastAlive = Clock::now();
+      cv.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> l(w.ctxMu);
+      w.current = nullptr;
+    }
+    if (early) {
+      // Not reading on would leave the worker blocked in its Write.
+      ctx.TryCancel();
+      grpc::Status finished = reader->Finish();
+      if (!protocolError.ok())
+        return protocolError;
+      (void)finished;
+      return grpc::Status(grpc::StatusCode::CANCELLED, "given up");
+    }
+    if (cur) {
+      // The stream ended inside an output: the worker failed mid-write.
+      grpc::Status finished = reader->Finish();
+      return finished.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                          "worker " + w.address +
+                                              " ended inside an output")
+                           : finished;
+    }
+    return reader->Finish();
+  }
+
+  void cancelStreams() {
+    for (auto &w : workers) {
+      std::lock_guard<std::mutex> l(w->ctxMu);
+      if (w->current)
+        w->current->TryCancel();
+    }
+  }
+
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closing)
+        return;
+      closing = true;
+      cv.notify_all();
+    }
+    cancelStreams();
+    for (auto &w : workers)
+      if (w->thread.joinable())
+        w->thread.join();
+  }
+};
+
+RemoteDataset::RemoteDataset(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+RemoteDataset::~RemoteDataset() = default;
+
+Expected<std::unique_ptr<RemoteDataset>>
+RemoteDataset::connect(ClientOptions opts) {
+  if (opts.worldSize < 1 || opts.rank < 0 || opts.rank >= opts.worldSize)
+    return Status::error("rank " + std::to_string(opts.rank) +
+                         " is out of range for world size " +
+                         std::to_string(opts.worldSize));
+  if (opts.chunk < 1 || opts.window < 1)
+    return Status::error("chunk and window must be >= 1 (outputs)");
+  std::vector<std::string> addrs = opts.workers;
+  if (!opts.workersFile.empty())
+    for (const std::string &a : readWorkersFile(opts.workersFile))
+      addrs.push_back(a);
+  if (addrs.empty())
+    return Status::error("no workers given (workers=[\"host:port\", ...] "
+                         "or a workers file)");
+  auto impl = std::make_unique<Impl>(std::move(opts));
+  Impl &d = *impl;
+  std::unique_lock<std::mutex> lock(d.mu);
+  for (const std::string &a : addrs)
+    if (!d.known.count(a))
+      d.newConn(a);
+  lock.unlock();
+  // The first worker to answer says what the pipeline is; the others are
+  // checked against it when their threads first reach them.
+  std::string errors;
+  auto deadline = Clock::now() + std::chrono::milliseconds(
+                                     int64_t(d.opts.workerTimeout * 1000));
+  std::optional<DescribeReply> first;
+  while (!first && Clock::now() < deadline) {
+    for (auto &w : d.workers) {
+      grpc::StatusCode code = grpc::StatusCode::OK;
+      Expected<DescribeReply> r = d.describe(*w, 0.5, &code);
+      if (r) {
+        first = *r;
+        if (Status s = d.checkWorker(*first, w->address); !s)
+          return s;
+        break;
+      }
+      // A refusal (token, TLS) is not a matter of time.
+      if (code != grpc::StatusCode::UNAVAILABLE &&
+          code != grpc::StatusCode::DEADLINE_EXCEEDED)
+        return r.status();
+      errors = r.status().message();
+    }
+  }
+  if (!first)
+    return Status::error("no worker answered within " +
+                         std::to_string(int(d.opts.workerTimeout)) +
+                         " s; last: " + errors);
+  d.fingerprint = first->fingerprint();
+  d.seed = first->seed();
+  d.rows = first->batch_rows();
+  d.epochs = first->epochs();
+  d.outputType = first->output_type();
+  lock.lock();
+  for (auto &w : d.workers)
+    d.startThread(*w);
+  lock.unlock();
+  return std::unique_ptr<RemoteDataset>(new RemoteDataset(std::move(impl)));
+}
+
+Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
+  Impl &d = *impl_;
+  runtime::PipelineState base;
+  base.fingerprint = d.fingerprint;
+  base.seed = d.seed;
+  base.epoch = epoch;
+  base.rank = d.opts.rank;
+  base.worldSize = d.opts.worldSize;
+  base.positionStart = 0;
+  base.rows = 0;
+  if (!resume.empty()) {
+    Expected<runtime::PipelineState> st =
+        runtime::PipelineState::fromJson(resume);
+    if (!st)
+      return st.status();
+    if (st->fingerprint != d.fingerprint)
+      return Status::error("the state was saved by another pipeline (its "
+                           "steps, parameters or source differ from the "
+                           "workers'); resume with the spec it came from");
+    if (st->positionStart < 0)
+      return Status::error("the state does not resume by position");
+    base = *st;
+    if (base.rank != d.opts.rank || base.worldSize != d.opts.worldSize) {
+      // Saved at another share: the positions before it are done by every
+      // rank; this rank continues from there (as a local positional resume
+      // does).
+      base.positionStart += base.worldSize * base.rows;
+      base.rows = 0;
+      base.outputs = 0;
+      base.rank = d.opts.rank;
+      base.worldSize = d.opts.worldSize;
+    }
+  }
+  // Restart the workers' threads on the new epoch: streams of the old one
+  // are cancelled and their outputs dropped.
+  std::unique_lock<std::mutex> lock(d.mu);
+  ++d.generation;
+  d.cancelStreams();
+  d.running = true;
+  d.error.reset();
+  d.baseState = base.toJson();
+  d.state = resume.empty() ? d.baseState : resume;
+  d.nextChunk = 0;
+  d.nextDeliver = 0;
+  d.redo.clear();
+  d.ready.clear();
+  d.end.reset();
+  d.lastAlive = Clock::now();
+  d.cv.notify_all();
+  return Status::ok();
+}
+
+Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
+  Impl &d = *impl_;
+  std::unique_lock<std::mutex> lock(d.mu);
+  if (!d.running)
+    return Status::error("start() an epoch first");
+  while (true) {
+    if (d.error)
+      return *d.error;
+    auto it = d.ready.find(d.nextDeliver);
+    if (it != d.ready.end()) {
+      RemoteOutput out = std::move(it->second);
+      d.ready.erase(it);
+      ++d.nextDeliver;
+      d.state = out.state;
+      ++d.stats.outputs;
+      d.stats.wireBytes += out.wireBytes;
+      d.cv.notify_all();
+      return std::optional<RemoteOutput>(std::move(out));
+    }
+    if ((d.end && d.nextDeliver >= *d.end) || d.closing)
+      return std::optional<RemoteOutput>();
+    if (Clock::now() - d.lastAlive >
+        std::chrono::milliseconds(int64_t(d.opts.workerTimeout * 1000))) {
+      std::string why;
+      for (auto &w : d.workers)
+        if (!w->lastError.empty())
+          why += "; " + w->lastError;
+      return Status::error("no worker delivered anything for " +
+                           std::to_string(int(d.opts.workerTimeout)) +
+                           " s (output " + std::to_string(d.nextDeliver) +
+                           " of the epoch is outstanding)" + why);
+    }
+    d.cv.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+std::string RemoteDataset::state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->state;
+}
+
+void RemoteDataset::addWorker(const std::string &address) {
+  Impl &d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.known.count(address) || d.closing)
+    return;
+  d.startThread(d.newConn(address));
+}
+
+void RemoteDataset::close() { impl_->close(); }
+uint64_t RemoteDataset::fingerprint() const { return impl_->fingerprint; }
+int64_t RemoteDataset::epochs() const { return impl_->epochs; }
+std::string RemoteDataset::outputType() const { return impl_->outputType; }
+ClientStats RemoteDataset::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+} // namespace sluice::remote

@@ -1,0 +1,535 @@
+"""`sluice serve` workers feeding sluice.remote.Dataset trainers over gRPC on
+127.0.0.1: batches byte-identical to a local run at the same rank with 1, 2
+and 3 workers; exactly once when a worker is killed with SIGKILL mid-epoch
+and when one is added; resume from state_dict (remote and local states
+interchange); a wrong or missing token refused; a spec that cannot resume
+by position refused by the worker; a stalled trainer holding the worker's
+memory within its budget (HTTP/2 flow control)."""
+import json
+import os
+import re
+import signal
+import sys
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import FASHION, SLUICE_BIN, batches_equal, write
+
+remote = pytest.importorskip("sluice.remote")
+
+
+@pytest.fixture(scope="session")
+def served_spec(image_root, tmp_path_factory):
+    """Random augmentations keyed by position, the source read by position
+    (shuffle: true), a last batch shorter than the others at world size 1
+    and 2 (48 images, batches of 5)."""
+    d = tmp_path_factory.mktemp("served")
+    return write(d / "served.yaml", """
+        pipeline: served
+        seed: 21
+        source:
+          image_folder: {root: %s, extensions: [jpg], shuffle: true}
+        steps:
+          - decode_image: {field: data, as: image, channels: 3}
+          - random_resized_crop: {field: image, size: [24, 24]}
+          - random_flip: {field: image, axis: width, p: 0.5}
+          - normalize: {field: image, mean: [120, 120, 120], std: [60, 60, 60]}
+          - transpose: {field: image, to: CHW}
+          - select: [path, image, label]
+          - batch: {size: 5}
+        epochs: 2
+        budget: {cores: 2, memory: 256MiB}
+        """ % image_root)
+
+
+class Worker:
+    """A `sluice serve` process on 127.0.0.1 (a free port it picks)."""
+
+    def __init__(self, spec, tmp_path, *extra, env=None):
+        self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
+                                                          time.monotonic_ns())))
+        self.proc = subprocess.Popen(
+            [SLUICE_BIN, "serve", spec, "--listen", "127.0.0.1:0",
+             "--port-file", self.port_file, "--threads", "1", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, **(env or {})))
+        deadline = time.time() + 60
+        while not os.path.exists(self.port_file):
+            if self.proc.poll() is not None:
+                raise AssertionError("sluice serve exited %d: %s" % (
+                    self.proc.returncode, self.proc.stderr.read()))
+            if time.time() > deadline:
+                self.proc.kill()
+                raise AssertionError("sluice serve did not listen in 60 s")
+            time.sleep(0.05)
+        with open(self.port_file) as f:
+            self.address = f.read().strip()
+
+    def stop(self):
+        """SIGTERM; returns its stderr (the per-trainer stats)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=30)
+        return err
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def workers(tmp_path):
+    started = []
+
+    def start(spec, *extra, env=None):
+        w = Worker(spec, tmp_path, *extra, env=env)
+        started.append(w)
+        return w
+    yield start
+    for w in started:
+        if w.proc.poll() is None:
+            w.kill()
+
+
+def local_batches(spec, epoch, rank=0, world_size=1):
+    pipe = sluice.Pipeline(spec, epochs=epoch + 1, first_epoch=epoch,
+                           rank=rank, world_size=world_size, threads=1)
+    return [{k: np.array(v, copy=True) for k, v in b.items()} for b in pipe]
+
+
+def remote_batches(ds, limit=None):
+    out = []
+    for b in ds.arrays():
+        out.append(b)
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert batches_equal(g, w), "batch %d differs" % i
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_identical_to_local_at_every_worker_count(served_spec, workers, n):
+    ws = [workers(served_spec) for _ in range(n)]
+    for world_size, rank in [(1, 0), (2, 1)]:
+        ds = remote.Dataset(served_spec, [w.address for w in ws], rank=rank,
+                            world_size=world_size, chunk=1, window=4)
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            got = remote_batches(ds)
+            want = local_batches(served_spec, epoch, rank, world_size)
+            assert len(want) == (10 if world_size == 1 else 5)
+            assert_same(got, want)
+        ds.close()
+
+
+def test_ranks_read_each_record_once(served_spec, workers):
+    w = workers(served_spec)
+    paths = []
+    for rank in range(3):
+        ds = remote.Dataset(served_spec, [w.address], rank=rank, world_size=3)
+        for b in ds.arrays():
+            paths += b["path"].tolist()
+        ds.close()
+    assert len(paths) == 48 and len(set(paths)) == 48
+
+
+def test_torch_dataset_interface(served_spec, workers):
+    torch = pytest.importorskip("torch")
+    w = workers(served_spec)
+    ds = remote.Dataset(served_spec, [w.address])
+    import sluice.torch as st
+    local = st.Dataset(served_spec, threads=1)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    ds.set_epoch(1)
+    local.set_epoch(1)
+    got = list(loader)
+    want = list(local)
+    assert len(got) == len(want) == 10
+    for g, x in zip(got, want):
+        assert torch.equal(g["image"], x["image"])
+        assert torch.equal(g["label"], x["label"])
+        assert g["path"] == x["path"]
+    ds.close()
+
+
+def test_kill_9_mid_epoch_reassigns_its_batches(served_spec, workers):
+    a, b = workers(served_spec), workers(served_spec)
+    ds = remote.Dataset(served_spec, [a.address, b.address], chunk=2,
+                        window=6, worker_timeout=30)
+    ds.set_epoch(1)
+    it = ds.arrays()
+    got = [next(it) for _ in range(2)]
+    a.kill()  # SIGKILL: no goodbye, its streams just break
+    got += list(it)
+    assert_same(got, local_batches(served_spec, 1))
+    st = ds.stats()
+    assert st["outputs"] == 10
+    # The dead worker's thread gave back what it held (when it held any)
+    # and every batch still came exactly once.
+    assert st["duplicates"] >= 0
+    ds.close()
+
+
+def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
+    """Many small batches: the killed worker certainly holds chunks."""
+    a, b = workers(fashion_positional), workers(fashion_positional)
+    ds = remote.Dataset(fashion_positional, [a.address, b.address], chunk=4,
+                        window=16, worker_timeout=30)
+    it = ds.arrays()
+    got = [next(it) for _ in range(10)]
+    a.kill()
+    got += list(it)
+    want = local_batches(fashion_positional, 0)
+    assert_same(got, want)
+    st = ds.stats()
+    assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
+    ds.close()
+
+
+def slowly(it):
+    """The rest of an epoch, read as a trainer that computes between
+    batches would (the window then holds the first worker back, and the
+    one added gets chunks however fast the first is)."""
+    out = []
+    for b in it:
+        out.append(b)
+        time.sleep(0.03)
+    return out
+
+
+def test_worker_added_mid_epoch_takes_a_share(fashion_positional, workers):
+    a = workers(fashion_positional)
+    ds = remote.Dataset(fashion_positional, [a.address], chunk=2, window=8)
+    it = ds.arrays()
+    got = [next(it) for _ in range(5)]
+    b = workers(fashion_positional)
+    ds.add_worker(b.address)
+    got += slowly(it)
+    assert_same(got, local_batches(fashion_positional, 0))
+    ds.close()
+    err = b.stop()
+    served = [int(n) for n in re.findall(r"(\d+) outputs,", err)]
+    assert served and sum(served) > 0, err
+
+
+def test_workers_file_is_reread(fashion_positional, workers, tmp_path):
+    a = workers(fashion_positional)
+    listing = tmp_path / "workers.txt"
+    listing.write_text("# the workers of this job\n%s\n" % a.address)
+    ds = remote.Dataset(fashion_positional, workers_file=str(listing),
+                        chunk=2, window=8)
+    it = ds.arrays()
+    got = [next(it) for _ in range(5)]
+    b = workers(fashion_positional)
+    with open(listing, "a") as f:
+        f.write(b.address + "\n")
+    got += slowly(it)
+    assert_same(got, local_batches(fashion_positional, 0))
+    ds.close()
+    assert re.search(r"[1-9]\d* outputs,", b.stop())
+
+
+@pytest.fixture(scope="session")
+def fashion_positional(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec")
+    return write(d / "fashion_pos.yaml", """
+        pipeline: fashion_positional
+        seed: 4
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - random_crop: {field: image, size: [28, 28], padding: 2}
+          - normalize: {field: image, mean: 72.94, std: 90.02}
+          - batch: {size: 128}
+        epochs: 1
+        budget: {cores: 2, memory: 256MiB}
+        """ % (FASHION, FASHION))
+
+
+@pytest.mark.parametrize("k", [0, 3, 7])
+def test_resume_from_state_dict(served_spec, workers, k):
+    w1, w2 = workers(served_spec), workers(served_spec)
+    ds = remote.Dataset(served_spec, [w1.address, w2.address], chunk=1)
+    ds.set_epoch(1)
+    it = ds.arrays()
+    first = [next(it) for _ in range(k)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    ds.close()
+    # The same dict a local Dataset gives after the same batches.
+    import sluice.torch as st
+    local = st.Dataset(served_spec, threads=1)
+    local.set_epoch(1)
+    lit = iter(local)
+    for _ in range(k):
+        next(lit)
+    assert state == json.loads(json.dumps(local.state_dict()))
+    del lit
+    again = remote.Dataset(served_spec, [w2.address, w1.address], chunk=2)
+    again.load_state_dict(state)
+    rest = remote_batches(again)
+    again.close()
+    assert_same(first + rest, local_batches(served_spec, 1))
+    if state["pipeline"] is None:
+        return
+    # A local pipeline continues from the remote state too.
+    pipe = sluice.Pipeline(served_spec, epochs=2, first_epoch=1, threads=1)
+    pipe.load_state_dict(state["pipeline"])
+    assert_same([dict(b) for b in pipe], rest)
+
+
+def test_resume_at_another_world_size(served_spec, workers):
+    """Two trainers checkpoint after 2 batches each; one trainer (world
+    size 1) continues: every remaining record exactly once."""
+    w = workers(served_spec)
+    seen, states = [], []
+    for rank in range(2):
+        ds = remote.Dataset(served_spec, [w.address], rank=rank,
+                            world_size=2)
+        it = ds.arrays()
+        for _ in range(2):
+            seen += list(next(it)["path"])
+        states.append(ds.state_dict())
+        ds.close()
+    ds = remote.Dataset(served_spec, [w.address], rank=0, world_size=1)
+    ds.load_state_dict(states[0])
+    for b in ds.arrays():
+        seen += list(b["path"])
+    ds.close()
+    assert len(seen) == 48 and len(set(seen)) == 48
+
+
+def test_wrong_token_is_refused(served_spec, workers, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    w = workers(served_spec, "--token-file", str(token))
+    for bad in ["wrong", ""]:
+        with pytest.raises(sluice.PipelineError, match="token"):
+            remote.Dataset(served_spec, [w.address], token=bad,
+                           worker_timeout=10)
+    ds = remote.Dataset(served_spec, [w.address], token="s3cret-token")
+    assert len(remote_batches(ds)) == 10
+    ds.close()
+
+
+def test_another_spec_is_refused(served_spec, workers, image_root, tmp_path):
+    w = workers(served_spec)
+    other = write(tmp_path / "other.yaml",
+                  open(served_spec).read().replace("seed: 21", "seed: 22"))
+    with pytest.raises(sluice.PipelineError, match="differs"):
+        remote.Dataset(other, [w.address], worker_timeout=10)
+
+
+def test_replay_pipeline_is_refused_by_the_worker(image_spec):
+    r = subprocess.run([SLUICE_BIN, "serve", image_spec, "--listen",
+                        "127.0.0.1:0"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "cannot be served" in r.stderr
+    assert "shuffle: true" in r.stderr
+
+
+def test_listen_needs_an_address(served_spec):
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--listen" in r.stderr
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec, "--listen", "7070"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "host:port" in r.stderr
+
+
+def test_no_worker_reachable_is_an_error(served_spec):
+    with pytest.raises(sluice.PipelineError, match="no worker answered"):
+        remote.Dataset(served_spec, ["127.0.0.1:1"], worker_timeout=2)
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no VmRSS")
+
+
+def test_stalled_trainer_bounds_worker_memory(tmp_path, workers):
+    """An epoch of ~600 MiB of f32 batches; the trainer takes one batch and
+    stalls: the worker stops within its budget (its Writes wait for HTTP/2
+    flow control), and the trainer holds at most its window."""
+    spec = write(tmp_path / "big.yaml", """
+        pipeline: big
+        seed: 1
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - resize: {field: image, size: [112, 112]}
+          - cast: {field: image, dtype: f32}
+          - batch: {size: 64}
+        epochs: 1
+        budget: {cores: 1, memory: 96MiB}
+        """ % (FASHION, FASHION))
+    w = workers(spec)
+    base_worker = rss_mib(w.proc.pid)
+    base_self = rss_mib(os.getpid())
+    # One chunk for the whole epoch: only flow control can stop the worker.
+    ds = remote.Dataset(spec, [w.address], chunk=157, window=8)
+    it = ds.arrays()
+    first = next(it)
+    assert first["image"].shape == (64, 112, 112)
+    time.sleep(3)
+    grown_worker = rss_mib(w.proc.pid) - base_worker
+    grown_self = rss_mib(os.getpid()) - base_self
+    # 157 batches of 3.1 MiB would be ~490 MiB.
+    assert grown_worker < 96 + 64, grown_worker
+    # The window (8 batches of 3.1 MiB) and gRPC's buffers.
+    assert grown_self < 25 + 64, grown_self
+    rest = sum(1 for _ in it)
+    assert rest == 156
+    ds.close()
+    print("worker grew %.0f MiB, trainer %.0f MiB" % (grown_worker,
+                                                     grown_self))
+
+
+def make_cert(tmp_path, name):
+    key, cert = tmp_path / (name + "-key.pem"), tmp_path / (name + ".pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                    "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_tls(served_spec, workers, tmp_path):
+    cert, key = make_cert(tmp_path, "worker")
+    other, _ = make_cert(tmp_path, "other")
+    w = workers(served_spec, "--tls-cert", cert, "--tls-key", key)
+    ds = remote.Dataset(served_spec, [w.address], tls_roots=cert)
+    assert_same(remote_batches(ds), local_batches(served_spec, 0))
+    ds.close()
+    # A plaintext client, and a client that trusts another certificate,
+    # get nothing from it.
+    for roots in [None, other]:
+        with pytest.raises(sluice.PipelineError, match="no worker answered"):
+            remote.Dataset(served_spec, [w.address], tls_roots=roots,
+                           worker_timeout=3)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    sys_path = os.path.join(os.environ.get("SLUICE_SOURCE_DIR", os.path.join(
+        os.path.dirname(__file__), "..", "..")), "tests", "tools")
+    import sys
+    sys.path.insert(0, sys_path)
+    import slurm_cluster
+    why = slurm_cluster.available()
+    if why:
+        pytest.skip(why)
+    with slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
+    """A batch job on a one-node cluster on 127.0.0.1: one srun step runs
+    two workers, another the trainer, which finds them from Slurm's node
+    list (NodeAddr); its batches are the local run's. (Heterogeneous jobs,
+    docs/distributed.md's recipe, need a component per node: Slurm does
+    not place two components of one job on the one node here.)"""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with socket.socket() as s:  # the next port must be free too
+        try:
+            s.bind(("127.0.0.1", port + 1))
+        except OSError:
+            pytest.skip("port %d is taken" % (port + 1))
+    out = tmp_path / "batches.npz"
+    trainer = write(tmp_path / "trainer.py", """
+        import numpy as np, sluice.remote as r
+        workers = r.slurm_workers(%d, tasks_per_node=2)
+        print("workers:", workers, flush=True)
+        ds = r.Dataset(%r, workers, chunk=1, window=4)
+        ds.set_epoch(1)
+        got = list(ds.arrays())
+        np.savez(%r, **{"%%s_%%d" %% (k, i): (v if v.dtype != object
+                                               else v.astype(str))
+                        for i, b in enumerate(got) for k, v in b.items()})
+        print("batches:", len(got), ds.stats(), flush=True)
+        """ % (port, served_spec, str(out)))
+    script = write(tmp_path / "job.sh", """
+        #!/bin/bash
+        #SBATCH --output=%s/job.out
+        #SBATCH --ntasks=3 --cpus-per-task=1
+        srun --exact -n2 -c1 bash -c 'exec %s serve %s --listen 127.0.0.1:$((%d + SLURM_PROCID)) --threads 1 --stats-interval 0.2' &
+        workers=$!
+        srun --exact -n1 -c1 %s %s
+        rc=$?
+        kill $workers
+        wait
+        exit $rc
+        """ % (tmp_path, SLUICE_BIN, served_spec, port, sys.executable,
+               trainer))
+    r = subprocess.run(["sbatch", "--wait", "--parsable", script],
+                       env=slurm.env, capture_output=True, text=True,
+                       timeout=300)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert r.returncode == 0, r.stderr + log
+    assert "batches: 10" in log, log
+    saved = np.load(out)
+    want = local_batches(served_spec, 1)
+    for i, w in enumerate(want):
+        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
+        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
+        assert saved["path_%d" % i].tolist() == w["path"].tolist()
+    # Both workers served part of the epoch (their stats are in the log).
+    for p in (port, port + 1):
+        served = re.findall(r"sluice serve 127.0.0.1:%d: .* (\d+) outputs," % p,
+                            log)
+        assert served and int(served[-1]) > 0, log
+
+
+def test_data_error_on_a_worker_reaches_the_trainer(image_root, workers,
+                                                    tmp_path):
+    """A damaged JPEG under `on_error: fail`: the trainer gets the worker's
+    located error (the file), not a hang or a retry loop."""
+    import shutil
+    root = tmp_path / "imgs"
+    shutil.copytree(image_root, root)
+    victim = sorted((root / "class1").iterdir())[3]
+    victim.write_bytes(victim.read_bytes()[:200])
+    spec = write(tmp_path / "broken.yaml", """
+        pipeline: broken
+        seed: 2
+        source:
+          image_folder: {root: %s, extensions: [jpg], shuffle: true}
+        steps:
+          - decode_image: {field: data, as: image, channels: 3}
+          - random_resized_crop: {field: image, size: [16, 16]}
+          - batch: {size: 4}
+        epochs: 1
+        """ % root)
+    w = workers(spec)
+    ds = remote.Dataset(spec, [w.address], worker_timeout=20)
+    with pytest.raises(sluice.PipelineError, match=victim.name):
+        for _ in ds.arrays():
+            pass
+    ds.close()
+
+
+def test_sink_flags_are_refused(served_spec):
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec, "--listen",
+                        "127.0.0.1:0", "--sink", "npy:/tmp/x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "trainers" in r.stderr
