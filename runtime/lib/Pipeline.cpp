@@ -137,6 +137,8 @@ public:
   std::atomic<int64_t> outputs_{0}, outputBytes_{0};
   std::atomic<int64_t> startNs_{0};
   std::atomic<int64_t> endNs_{0};
+  /// The caller's waits and the time between its calls (the stall meter).
+  ConsumerMeter consumer_;
   mutable std::mutex stopMu_;
   MemoryAccount *held_ = nullptr;
 
@@ -1148,6 +1150,7 @@ RunStats Engine::stats() const {
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)
     r.stages.push_back(c->snapshot());
+  r.consumer = consumer_.snapshot();
   if (remoteBase_) {
     RemoteTotals now = remoteTotals();
     r.remote.requests = static_cast<int64_t>(now.requests - remoteBase_->requests);
@@ -1211,7 +1214,9 @@ Expected<bool> Pipeline::next(Batch &out) {
   }
   Item item;
   int64_t epoch = 0;
+  e.consumer_.enter(nowNs());
   Expected<bool> r = engine_->next(item, epoch);
+  e.consumer_.leave(nowNs(), r && *r);
   if (!r || !*r)
     return r;
   out.type_ = &engine_->plan_.outputType();
@@ -1273,6 +1278,9 @@ std::optional<int64_t> Pipeline::expectedOutputs() const {
     return std::nullopt;
   return *engine_->expectedOutputs_ *
          std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
+}
+std::optional<int64_t> Pipeline::expectedOutputsPerEpoch() const {
+  return engine_->expectedOutputs_;
 }
 std::optional<int64_t> Pipeline::expectedSourceRecords() const {
   if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)
