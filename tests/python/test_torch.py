@@ -247,6 +247,7 @@ def test_imagenet_style_example_trains_resnet18(tmp_path):
               if ": loss " in line]
     assert len(losses) == 2 and all(np.isfinite(losses)), r.stdout
     assert "epoch 0: 8 images" in r.stdout, r.stdout
+    assert "data wait: first batch " in r.stdout, r.stdout
 
 
 class FakeStreams:
