@@ -19,6 +19,7 @@ pipeline. Numeric fields become tensors over the runtime's buffers
 (``torch.from_numpy``, no copy); bytes and string fields become Python
 lists of ``bytes`` / ``str``.
 """
+import os
 import sys
 import warnings
 from collections import deque
@@ -106,6 +107,7 @@ class Dataset(IterableDataset):
         # The pipeline, made once (epochs=-1: it runs epoch after epoch)
         # and restarted only for an epoch that does not follow the last.
         self._pipe: Optional[Pipeline] = None
+        self._pipe_pid = 0
         # The epoch whose first batch the running pipeline delivers next
         # (None: it is inside an epoch left early).
         self._at: Optional[int] = None
@@ -152,11 +154,28 @@ class Dataset(IterableDataset):
     def pipeline(self) -> Pipeline:
         """The sluice.Pipeline this Dataset runs (made on first use: the
         spec is compiled and, for ``schedule: auto``, profiled once)."""
+        if self._pipe is not None and self._pipe_pid != os.getpid():
+            # Made before this process forked (a DataLoader worker): its
+            # threads are the parent's. Left alone; this process makes its
+            # own.
+            self._pipe = None
+            self._stash = None
         if self._pipe is None:
             self._pipe = Pipeline(self.spec_path, epochs=-1,
                                   first_epoch=self.epoch, **self._kwargs)
+            self._pipe_pid = os.getpid()
             self._at = self.epoch
         return self._pipe
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # A copy in another process (a spawned DataLoader worker) makes its
+        # own pipeline and device streams.
+        state = dict(self.__dict__)
+        state.update(_pipe=None, _stash=None, _at=None, _running=None)
+        if state["_copier"] is not None:
+            state["_copier"] = None
+            state["device_in_use"] = _torch.device("cpu")
+        return state
 
     def stats(self) -> Dict[str, Any]:
         """The pipeline's counters (``sluice.Pipeline.stats``); the

@@ -315,3 +315,25 @@ def test_device_cuda_without_cuda_stays_on_the_cpu(image_spec):
         sluice.torch.Dataset(image_spec, device_prefetch=0)
     with pytest.raises(ValueError, match="CUDA device"):
         sluice.torch.Dataset(image_spec, device="meta")
+
+
+def test_a_dataset_survives_fork_and_pickle(image_spec):
+    """A Dataset whose pipeline exists (len() made it) still works in a
+    forked child (which makes its own) and pickles without it."""
+    import multiprocessing
+    import pickle
+    ds = sluice.torch.Dataset(image_spec)
+    assert len(ds) == 6
+    copy = pickle.loads(pickle.dumps(ds))
+    assert len(list(copy)) == 6
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        q.put(len(list(ds)))
+
+    p = ctx.Process(target=child)
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0 and q.get(timeout=5) == 6
+    assert len(list(ds)) == 6  # the parent's pipeline is untouched
