@@ -794,6 +794,11 @@ public:
     }
     opts_.firstEpoch = firstEpoch;
     opts_.resume.reset();
+    // The re-planner of `schedule: auto` watched the pipeline it started
+    // with (its last counters, the knobs it changed there): the new one
+    // runs the tuned schedule without it, as every later epoch of a
+    // Dataset always did.
+    opts_.controller.reset();
     lastEpoch_ = -1;
     closed_ = false;
     start();
@@ -997,8 +1002,9 @@ in the memory budget).)")
            py::arg("first_epoch"),
            R"(Starts over at epoch ``first_epoch`` with the same compiled
 plan, generated kernels and schedule (nothing is parsed, compiled or
-profiled again). Outputs handed out before stay valid; the stall meter and
-the other counters start again from zero.)")
+profiled again; the re-planner of ``schedule: auto`` is not carried over).
+Outputs handed out before stay valid; the stall meter and the other
+counters start again from zero.)")
       .def_property_readonly(
           "outputs_per_epoch", &PyPipeline::perEpoch,
           "Outputs (batches) of one epoch when every step keeps a known "
