@@ -52,6 +52,12 @@ class Dataset(IterableDataset):
         Without a CUDA device torch can see it warns once and yields CPU
         tensors (``device_in_use`` says which), so one script runs on both.
     device_prefetch: batches copied to the device ahead (default 2).
+    channels_last: True (every 4-D numeric field) or a list of field names:
+        an image batch the spec leaves in HWC layout (no ``transpose: {to:
+        CHW}``), [N, H, W, C], is handed over as an [N, C, H, W] tensor in
+        ``torch.channels_last`` memory format: a view of the same bytes, no
+        copy (``permute(0, 3, 1, 2)``), which a model converted with
+        ``model.to(memory_format=torch.channels_last)`` takes as it is.
     epoch: the epoch the first iteration runs (see ``set_epoch``).
     Other keyword arguments (threads, seed, memory, schedule,
     disable_passes, jit, rank, world_size) go to ``sluice.Pipeline``; rank
@@ -62,7 +68,8 @@ class Dataset(IterableDataset):
 
     def __init__(self, spec_path: str, *, pin_memory: bool = False,
                  device: Any = None, device_prefetch: int = 2,
-                 epoch: int = 0, **pipeline_kwargs: Any) -> None:
+                 channels_last: Any = False, epoch: int = 0,
+                 **pipeline_kwargs: Any) -> None:
         super().__init__()
         if "epochs" in pipeline_kwargs or "first_epoch" in pipeline_kwargs:
             raise TypeError("Dataset runs one epoch per iteration; choose it "
@@ -80,6 +87,12 @@ class Dataset(IterableDataset):
                           "(page-locked memory only speeds up copies to a "
                           "GPU); they stay zero-copy views of sluice's "
                           "buffers", UserWarning, stacklevel=2)
+        if isinstance(channels_last, str):
+            channels_last = [channels_last]
+        #: Fields handed over as channels_last NCHW views (True: every 4-D
+        #: numeric field).
+        self.channels_last = channels_last if channels_last is True else \
+            frozenset(channels_last or ())
         if device_prefetch < 1:
             raise ValueError("device_prefetch must be >= 1")
         self.device_prefetch = device_prefetch
@@ -255,6 +268,15 @@ class Dataset(IterableDataset):
                 out[name] = arr.tolist()
                 continue
             t = _torch.from_numpy(arr)
+            cl = self.channels_last
+            if (t.dim() == 4) if cl is True else (name in cl):
+                if t.dim() != 4:
+                    raise ValueError(
+                        "channels_last: field %r is %s, not a 4-D batch of "
+                        "HWC images [N, H, W, C]; leave the spec's images in "
+                        "HWC layout (no transpose to CHW) and batch them" %
+                        (name, list(t.shape)))
+                t = t.permute(0, 3, 1, 2)  # NCHW view of NHWC memory
             if self.pinning:
                 t = t.pin_memory()
             out[name] = t

@@ -337,3 +337,37 @@ def test_a_dataset_survives_fork_and_pickle(image_spec):
     p.join(120)
     assert p.exitcode == 0 and q.get(timeout=5) == 6
     assert len(list(ds)) == 6  # the parent's pipeline is untouched
+
+
+def test_channels_last_is_a_view_of_the_hwc_batch(image_spec, tmp_path):
+    """A spec that leaves its images HWC, batched, is handed over as NCHW
+    tensors in torch.channels_last format over the runtime's buffer (no
+    copy), with exactly the values the CHW spec gives."""
+    text = open(image_spec).read()
+    assert "transpose: {field: image, to: CHW}" in text
+    hwc = os.path.join(os.path.dirname(image_spec),
+                       "hwc-%s.yaml" % tmp_path.name)
+    with open(hwc, "w") as f:
+        f.write(text.replace("  - transpose: {field: image, to: CHW}\n",
+                             ""))
+    ds = sluice.torch.Dataset(hwc, channels_last=True)
+    seen = []
+    convert = ds._convert
+
+    def spy(batch):
+        seen.append(batch["image"].base.address)
+        return convert(batch)
+
+    ds._convert = spy
+    got = list(ds)
+    want = list(sluice.torch.Dataset(image_spec))
+    assert len(got) == len(want) == 6
+    for i, (a, b) in enumerate(zip(got, want)):
+        x = a["image"]
+        assert x.shape == b["image"].shape == (8, 3, 32, 32)
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        assert x.data_ptr() == seen[i]  # the runtime's buffer itself
+        assert torch.equal(x, b["image"])
+        assert a["label"].dim() == 1  # other fields untouched
+    with pytest.raises(ValueError, match="'label' is \\[8\\], not a 4-D"):
+        next(iter(sluice.torch.Dataset(hwc, channels_last=["label"])))
