@@ -28,7 +28,7 @@
 //      copy at least two MCUs wide keeps libjpeg from replicating instead of
 //      interpolating chroma).
 //
-// The product's version of step 3 is in ops/kernels/Image.cpp (the
+// The product's version of step 3 is in ops/kernels/JpegRestartIndex.cpp (the
 // restart-interval window of the fused crop); this probe measures it
 // against the decoders alone.
 //
@@ -82,7 +82,7 @@ void errorExit(j_common_ptr c) {
 void silent(j_common_ptr) {}
 
 /// The rows [y0, y1) of a decode of `data`, columns [x0, x1) kept when
-/// `window` (the window path of ops/kernels/Image.cpp), all of them
+/// `window` (the window path of ops/kernels/Jpeg.cpp), all of them
 /// otherwise. Writes RGB rows `stride` bytes apart into `out`; returns the
 /// column of the first decoded pixel, or -1 on an error.
 long decode(const Bytes &data, bool window, unsigned x0, unsigned y0,

@@ -22,10 +22,11 @@ start-up included) and steady state (records over the pipeline's own wall
 seconds from --stats-json).
 
 The projection (how this work is judged on a 2-core machine): from the
-1-thread run of each order, every stage's CPU seconds per source record,
-split into parallel work (element stages, which run on the pool's workers)
-and serial work (the source, shuffle, batch and every other stage that runs
-on one thread), plus the process CPU no stage counter sees (hand-offs,
+runs at the most threads of each order, every stage's CPU seconds per
+source record, split into parallel work (element stages, and the files the
+source reads ahead, which run on the pool's workers) and serial work (the
+source's own thread, shuffle, batch and every other stage that runs on one
+thread), plus the process CPU no stage counter sees (hand-offs,
 allocation; counted as parallel work, and as serial work for the pessimistic
 bound). At N cores:
   rate(N) = min( N / (parallel + serial),          all the work on N cores
@@ -133,11 +134,15 @@ def split_costs(run):
     parallel, serial, moved = 0.0, {}, 0.0
     for st in stats["stages"]:
         cpu = st.get("cpu_seconds", 0.0) / n
+        # What a one-thread stage had done on the pool's workers (the
+        # source's files read ahead) is parallel work.
+        pool = min(cpu, st.get("pool_cpu_seconds", 0.0) / n)
         moved += (st.get("bytes_in", 0) + st.get("bytes_out", 0)) / n
         if is_parallel(st):
             parallel += cpu
         else:
-            serial[st["name"]] = serial.get(st["name"], 0.0) + cpu
+            parallel += pool
+            serial[st["name"]] = serial.get(st["name"], 0.0) + cpu - pool
     counted = parallel + sum(serial.values())
     unaccounted = max(0.0, run["cpu"] / n - counted)
     return {"parallel": parallel, "serial": serial,
@@ -237,18 +242,23 @@ def main():
         "%s %.0f" % (k, med(x["rss_kib"] for x in results[(k, threads[-1])]) / 1024)
         for k in specs)))
     w("")
-    # Projection from the 1-thread runs.
+    # Projection from the runs at the most threads: what runs on the pool
+    # only with more than one thread (the source's files read ahead) is
+    # then measured as the pool's work. CPU per record is a count, so it
+    # projects; the decode loop from its 1-thread rate.
+    pt = threads[-1]
     d1 = med(decode[threads[0]]) / threads[0]
     proj = [int(c) for c in args.project.split(",")]
-    w("Projection from the 1-thread runs (per source record; parallel = "
-      "element stages on the workers, serial = every stage on one thread, "
+    w("Projection from the %d-thread runs (per source record; parallel = "
+      "element stages and the source's read-ahead on the workers, serial = "
+      "every stage's work on its one thread, "
       "unaccounted = process CPU no stage counts; memory %.0f GB/s):\n"
-      % args.mem_gbps)
+      % (pt, args.mem_gbps))
     w("| order | parallel µs | serial µs (largest stage) | unaccounted µs | MB moved | "
       + " | ".join("%d cores × loop" % c for c in proj) + " |")
     w("|---|---:|---:|---:|---:|" + "---:|" * len(proj))
     for k in specs:
-        runs = results[(k, threads[0])]
+        runs = results[(k, pt)]
         costs = [split_costs(x) for x in runs]
         c = {"parallel": med(x["parallel"] for x in costs),
              "unaccounted": med(x["unaccounted"] for x in costs),

@@ -457,17 +457,23 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
         u.parallel ? unitUsl(p, u).speedup(static_cast<double>(up.parallelism))
                    : 1.0;
     up.capacity = up.secondsPerRecord > 0 ? speed / up.secondsPerRecord : kInf;
-    double unitCpuPerRecord = 0;
-    for (size_t i : u.steps)
+    double unitCpuPerRecord = 0, poolCpuPerRecord = 0;
+    for (size_t i : u.steps) {
       unitCpuPerRecord += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+      poolCpuPerRecord += p.steps[i].visits * p.steps[i].poolCpuPerElement * f;
+    }
     cpu += unitCpuPerRecord;
     // A thread runs on one core at most: p workers cannot do more CPU work
     // per second than p cores (the counters' CPU can exceed their wall time
     // for a cheap stage, and a re-plan scales both by the CPU's drift).
-    if (unitCpuPerRecord > 0)
+    // Work a serial unit had done on the pool (the source's read-ahead) is
+    // not its thread's.
+    double ownCpu = u.parallel ? unitCpuPerRecord
+                               : std::max(0.0, unitCpuPerRecord -
+                                                   poolCpuPerRecord);
+    if (ownCpu > 0)
       up.capacity = std::min(up.capacity,
-                             static_cast<double>(up.parallelism) /
-                                 unitCpuPerRecord);
+                             static_cast<double>(up.parallelism) / ownCpu);
     if (u.parallel) {
       auto pf = c.prefetch.find(u.steps.back());
       int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
@@ -527,13 +533,22 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   // cores). The largest T meeting every such bound, by bisection.
   r.contentionBound = kInf;
   {
-    std::vector<double> unitCpu(us.size(), 0);
+    // unitCpu: all the unit's work; threadCpu: what loads the unit's own
+    // threads (a serial unit's pool work, the source's files read ahead,
+    // runs on the workers).
+    std::vector<double> unitCpu(us.size(), 0), threadCpu(us.size(), 0);
     double allCpu = 0;
     for (size_t k = 0; k < us.size(); ++k) {
       double f = phaseFactor(us[k], phase, e);
-      for (size_t i : us[k].steps)
+      double pool = 0;
+      for (size_t i : us[k].steps) {
         unitCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+        pool += p.steps[i].visits * p.steps[i].poolCpuPerElement * f;
+      }
+      threadCpu[k] = us[k].parallel ? unitCpu[k]
+                                    : std::max(0.0, unitCpu[k] - pool);
       unitCpu[k] *= overhead;
+      threadCpu[k] *= overhead;
       allCpu += unitCpu[k];
     }
     allCpu += cacheCost * overhead;
@@ -555,7 +570,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       return k == cacheIdx ? cacheCost : r.units[k].secondsPerRecord;
     };
     auto cpuAt = [&](size_t k) {
-      return k == cacheIdx ? cacheCost * overhead : unitCpu[k];
+      return k == cacheIdx ? cacheCost * overhead : threadCpu[k];
     };
     int64_t threads = 0;
     for (size_t k = 0; k <= cacheIdx; ++k)

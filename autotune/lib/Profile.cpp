@@ -444,6 +444,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     double cpu = sb->cpuSeconds - sa->cpuSeconds;
     s.secondsPerElement = in > 0 ? wall / in : 0;
     s.cpuPerElement = in > 0 ? cpu / in : 0;
+    s.poolCpuPerElement =
+        in > 0 ? (sb->poolCpuSeconds - sa->poolCpuSeconds) / in : 0;
     s.occupancyMean = sb->occupancyMean;
     s.bufferCapacity = sb->bufferCapacity;
     if (s.source && wall > 0)

@@ -117,6 +117,7 @@ json toJson(const StepProfile &s) {
           {"bytesOut", s.bytesOut},
           {"secondsPerElement", s.secondsPerElement},
           {"cpuPerElement", s.cpuPerElement},
+          {"poolCpuPerElement", s.poolCpuPerElement},
           {"rateCv", s.rateCv},
           {"occupancyMean", s.occupancyMean},
           {"bufferCapacity", s.bufferCapacity}};
@@ -142,6 +143,8 @@ void fromJson(const json &j, StepProfile &s) {
   j.at("bytesOut").get_to(s.bytesOut);
   j.at("secondsPerElement").get_to(s.secondsPerElement);
   j.at("cpuPerElement").get_to(s.cpuPerElement);
+  // Absent from entries written before the source read ahead on the pool.
+  s.poolCpuPerElement = j.value("poolCpuPerElement", 0.0);
   j.at("rateCv").get_to(s.rateCv);
   j.at("occupancyMean").get_to(s.occupancyMean);
   j.at("bufferCapacity").get_to(s.bufferCapacity);
@@ -349,7 +352,8 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << " placement " << opts.batchRowPlacement << " direct "
      << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
      << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
-     << opts.parallelParse << " runs " << opts.recordRuns << "\nhost "
+     << opts.parallelParse << " runs " << opts.recordRuns << " files "
+     << opts.fileReadAhead << "\nhost "
      << cpuModel() << "\ndata " << dataKey(plan) << "\n";
   return os.str();
 }

@@ -50,7 +50,7 @@ double log(double x) {
 
 // Not under ThreadSanitizer: the clones' ifunc resolver runs before the
 // TSan runtime is set up and crashed every program in __tsan_func_entry
-// before main (as Image.cpp's SLUICE_AA_CLONES).
+// before main (as ImageResample.h's SLUICE_AA_CLONES).
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define SLUICE_MATH_NO_CLONES 1

@@ -102,6 +102,8 @@ struct Shared {
   int64_t arenaSliceNs = 0;
   /// RunOptions::parallelParse (and no SLUICE_NO_PARALLEL_PARSE).
   bool parallelParse = true;
+  /// RunOptions::fileReadAhead (and no SLUICE_NO_FILE_READ_AHEAD).
+  bool fileReadAhead = true;
   /// SLUICE_COARSE_BATCH_COUNT=1: `batch` counts a batch it builds in a new
   /// buffer by its records' bytes (tensor overhead included) instead of the
   /// buffer's own bytes, as before.
@@ -198,7 +200,7 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t);
 /// straight into its row of the batch buffer, on the worker that just
 /// produced it (while it is in that core's cache), instead of the batch
 /// stage copying every record on the consumer's thread. Implemented by the
-/// batch stage (Stages.cpp), which still checks that every row it emits
+/// batch stage (BatchStage.cpp), which still checks that every row it emits
 /// holds its record and copies the ones that are not in place.
 class RowPlacer {
 public:
@@ -304,6 +306,9 @@ protected:
   /// pull() for a run (upstream's nextRun()), counting its selected rows.
   Expected<bool> pullRows(ItemRun &run, int64_t max);
   void holdError(Status s) { held_ = std::move(s); }
+  /// Time produce() spent waiting for other threads' work (not this
+  /// stage's own): left out of its wall and CPU time, as time in pull() is.
+  void excludeTime(int64_t ns) { pullNs_ += ns; }
 
   /// Number of times this stage was started in the current epoch, minus 1
   /// (a repetition under `repeat`); seeds per-pass randomness.

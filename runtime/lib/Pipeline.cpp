@@ -487,6 +487,8 @@ Status Engine::build() {
                       : 0;
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  shared_.fileReadAhead =
+      opts_.fileReadAhead && !switchedOff("SLUICE_NO_FILE_READ_AHEAD");
   shared_.timing =
       opts_.stageTiming == RunOptions::StageTiming::On ||
       (opts_.stageTiming == RunOptions::StageTiming::Default &&

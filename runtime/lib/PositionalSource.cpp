@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
+#include "FileWindow.h"
 
 #include "sluice/ops/Random.h"
 
@@ -45,11 +46,24 @@ public:
         scratchLimit_(s.memory->account(c->name() + " reading"),
                       /*credit=*/true) {
     const Source &src = *s.source;
-    perShard_ = src.kind() == "image_folder" || src.kind() == "files";
+    perShard_ = src.oneRecordPerShard();
     if (perShard_)
       n_ = static_cast<int64_t>(src.numShards());
     else if (std::optional<int64_t> n = src.sizeHint())
       n_ = *n;
+    // Local files, one per position: the next positions' files are read on
+    // the arena while this one is handed on (FileWindow.h). Remote objects
+    // have their GETs in flight instead (prefetch below).
+    if (perShard_ && src.prefetchDepth() == 0 && s.fileReadAhead &&
+        s.threads > 1 && s.arena != nullptr) {
+      window_ = std::make_unique<FileWindow>(
+          s, scratchLimit_, s.memory->account(c->name() + " read-ahead"), c,
+          FileWindow::widthFor(s.threads), FileWindow::readersFor(s.threads));
+    }
+  }
+  ~PositionalSourceStage() override {
+    if (window_)
+      window_->clear();
   }
 
 protected:
@@ -63,6 +77,9 @@ protected:
     }
     next_ = start + P.rank;
     prefetchFrom_ = next_;
+    if (window_)
+      window_->clear();
+    windowFrom_ = next_;
     cursor_.reset();
     cursorShard_ = 0;
     cursorPos_ = 0;
@@ -88,6 +105,8 @@ protected:
   }
 
   void onStop() override {
+    if (window_)
+      doneBytes_ += window_->clear().second;
     if (cursor_)
       doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
     cursor_.reset();
@@ -117,10 +136,14 @@ protected:
                 P.permute ? perm_[static_cast<size_t>(prefetchFrom_)]
                           : prefetchFrom_));
         }
-        std::unique_ptr<ShardReader> r = open(static_cast<size_t>(id));
-        rr = readCounted(scratchLimit_, *r, out.rec,
-                         src.shardName(static_cast<size_t>(id)));
-        doneBytes_ += static_cast<int64_t>(r->bytesRead());
+        if (window_) {
+          rr = takeFromWindow(p, static_cast<size_t>(id), out.rec);
+        } else {
+          std::unique_ptr<ShardReader> r = open(static_cast<size_t>(id));
+          rr = readCounted(scratchLimit_, *r, out.rec,
+                           src.shardName(static_cast<size_t>(id)));
+          doneBytes_ += static_cast<int64_t>(r->bytesRead());
+        }
         out.origin.shard = id;
         out.origin.record = 0;
         if (rr.isEnd())
@@ -152,6 +175,50 @@ protected:
   }
 
 private:
+  /// The file at position `p` (shard `id`) from the window: the positions
+  /// after it are named first, so it holds the next `width` of this rank.
+  ReadResult takeFromWindow(int64_t p, size_t id, Record &rec) {
+    const Shared::Positional &P = shared_.positional;
+    auto idAt = [&](int64_t q) {
+      return static_cast<size_t>(P.permute ? perm_[static_cast<size_t>(q)]
+                                           : q);
+    };
+    auto fill = [&] {
+      windowFrom_ = std::max(windowFrom_, p);
+      if (!window_->wantsMore())
+        return;
+      for (; window_->size() < window_->width() && windowFrom_ < n_ &&
+             window_->roomForMore();
+           windowFrom_ += P.world)
+        window_->push(idAt(windowFrom_));
+    };
+    fill();
+    int64_t waited = 0;
+    FileWindow::Shard sh = window_->pop(&waited);
+    excludeTime(waited);
+    bool refused = false;
+    for (const FileWindow::Entry &e : sh.entries)
+      refused |= e.result.isError() &&
+                 e.result.error().reason == "memory: record does not fit";
+    if (refused || sh.shard != id) {
+      // Refused by the budget beside the other reads (or, never expected,
+      // not the file of this position): drop what the window holds and
+      // read this file here, alone, as without the window.
+      doneBytes_ += window_->clear().second;
+      windowFrom_ = p + P.world;
+      std::unique_ptr<ShardReader> r = open(id);
+      ReadResult rr = readCounted(scratchLimit_, *r, rec, src().shardName(id));
+      doneBytes_ += static_cast<int64_t>(r->bytesRead());
+      fill();
+      return rr;
+    }
+    doneBytes_ += sh.bytesRead;
+    fill();
+    rec = std::move(sh.entries.front().rec);
+    return std::move(sh.entries.front().result);
+  }
+  const Source &src() const { return *shared_.source; }
+
   struct Entry {
     ReadResult result = ReadResult::end();
     Record rec;
@@ -241,6 +308,9 @@ private:
   int64_t n_ = -1;
   int64_t next_ = 0;
   int64_t prefetchFrom_ = 0; ///< the next position to prefetch
+  /// The file window (FileWindow.h), and the next position to name to it.
+  std::unique_ptr<FileWindow> window_;
+  int64_t windowFrom_ = 0;
   bool resumed_ = false;
   std::vector<int64_t> perm_;
   std::vector<Entry> table_;

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
+#include "FileWindow.h"
 
 #include <condition_variable>
 #include <deque>
@@ -100,8 +101,18 @@ public:
     // parsing inside it would only add tasks.
     parallelParse_ =
         !readAhead_ && s.parallelParse && s.threads > 1 && s.arena != nullptr;
-    if (readAhead_ || parallelParse_)
+    // One file per shard, read in order: the next files are read on the
+    // arena while this one is handed on (FileWindow.h).
+    // (Remote objects have their GETs in flight ahead instead: prefetch.)
+    const bool window = cycle_ == 1 && s.fileReadAhead && s.threads > 1 &&
+                        s.arena != nullptr && s.source->oneRecordPerShard() &&
+                        s.source->prefetchDepth() == 0;
+    if (readAhead_ || parallelParse_ || window)
       account_ = s.memory->account(c->name() + " read-ahead");
+    if (window)
+      window_ = std::make_unique<FileWindow>(
+          s, scratchLimit_, account_, c, FileWindow::widthFor(s.threads),
+          FileWindow::readersFor(s.threads));
   }
   ~SourceStage() override { closeAll(); }
 
@@ -130,6 +141,8 @@ protected:
   // `block_length` records or when its shard ends; an empty slot takes the
   // next shard when the position reaches it.
   Expected<bool> produce(Item &out) override {
+    if (window_)
+      return produceFromWindow(out);
     const Source &src = *shared_.source;
     for (;;) {
       bool inputLeft = nextShard_ < src.numShards();
@@ -194,7 +207,8 @@ protected:
   /// a reader that holds no run (ShardReader::nextRun returns 0) is read
   /// record by record, each record a run of one.
   bool runs() const override {
-    return cycle_ == 1 && !readAhead_ && shared_.source->readsRuns();
+    return cycle_ == 1 && !readAhead_ && !window_ &&
+           shared_.source->readsRuns();
   }
 
   Expected<bool> produceRun(ItemRun &run, int64_t max) override {
@@ -261,6 +275,98 @@ protected:
   }
 
 private:
+  /// produce() with the file window: the shards' records in shard order,
+  /// as the slot path below reads them with one slot.
+  Expected<bool> produceFromWindow(Item &out) {
+    const Source &src = *shared_.source;
+    for (;;) {
+      if (pending_.empty()) {
+        fillWindow(src);
+        if (window_->size() == 0)
+          return false;
+        int64_t waited = 0;
+        FileWindow::Shard sh = window_->pop(&waited);
+        // Waiting for a worker's read is not this thread's work.
+        excludeTime(waited);
+        if (refusedByBudget(sh)) {
+          // A read ahead that the budget refused may have been refused
+          // only because the reads beside it held memory: drop what the
+          // window holds and read this file again here, alone, so the
+          // budget decides as it does reading one file after another.
+          doneBytes_ += window_->clear().second;
+          nextShard_ = sh.shard + 1;
+          sh = readHere(sh.shard);
+        }
+        doneBytes_ += sh.bytesRead;
+        pendingShard_ = sh.shard;
+        for (FileWindow::Entry &e : sh.entries)
+          pending_.push_back(std::move(e));
+        fillWindow(src);
+      }
+      FileWindow::Entry e = std::move(pending_.front());
+      pending_.pop_front();
+      if (e.result.isEnd())
+        continue;
+      ++index_;
+      c_->read.fetch_add(1, std::memory_order_relaxed);
+      if (e.result.isError()) {
+        if (Status st = sourceRecordError(shared_, *c_, e.result.error());
+            !st)
+          return st;
+        continue;
+      }
+      out.rec = std::move(e.rec);
+      out.origin.shard = static_cast<int64_t>(pendingShard_);
+      out.origin.record = static_cast<int64_t>(out.rec.index);
+      out.rec.index = index_ - 1;
+      c_->emitted.fetch_add(1, std::memory_order_relaxed);
+      c_->bytesIn.store(doneBytes_, std::memory_order_relaxed);
+      return true;
+    }
+  }
+
+  /// Names shards to the window, once it is half empty, until it is full
+  /// or none are left.
+  void fillWindow(const Source &src) {
+    if (!window_->wantsMore())
+      return;
+    while (window_->size() < window_->width() &&
+           nextShard_ < src.numShards() && window_->roomForMore())
+      window_->push(nextShard_++);
+  }
+
+  /// Whether a shard read ahead ended in a refusal of the memory budget
+  /// (readCounted's and the whole-file readers' reason).
+  static bool refusedByBudget(const FileWindow::Shard &sh) {
+    for (const FileWindow::Entry &e : sh.entries)
+      if (e.result.isError() &&
+          e.result.error().reason == "memory: record does not fit")
+        return true;
+    return false;
+  }
+
+  /// Reads a whole shard on this thread (as a window task would).
+  FileWindow::Shard readHere(size_t shard) {
+    FileWindow::Shard sh;
+    sh.shard = shard;
+    std::unique_ptr<ShardReader> reader;
+    {
+      AllocationScope scope(&scratchLimit_);
+      reader = shared_.source->open(shard);
+    }
+    const std::string name = shared_.source->shardName(shard);
+    for (;;) {
+      FileWindow::Entry e;
+      e.result = readCounted(scratchLimit_, *reader, e.rec, name);
+      const bool end = e.result.isEnd();
+      sh.entries.push_back(std::move(e));
+      if (end)
+        break;
+    }
+    sh.bytesRead = static_cast<int64_t>(reader->bytesRead());
+    return sh;
+  }
+
   struct Slot;
   /// Reads the next record of a slot's shard, its allocations counted.
   ReadResult read(Slot &s, Record &rec) {
@@ -363,6 +469,10 @@ private:
   }
 
   void closeAll() {
+    if (window_) {
+      doneBytes_ += window_->clear().second;
+      pending_.clear();
+    }
     for (auto &sp : slots_) {
       Slot &s = *sp;
       if (readahead()) {
@@ -405,6 +515,11 @@ private:
       std::make_shared<std::atomic<int64_t>>(0);
   MemoryAccount *account_ = nullptr;
   std::vector<std::unique_ptr<Slot>> slots_;
+  /// The file window (FileWindow.h), and the records of the shard it last
+  /// handed over that are still to be emitted.
+  std::unique_ptr<FileWindow> window_;
+  std::deque<FileWindow::Entry> pending_;
+  size_t pendingShard_ = 0;
   size_t nextShard_ = 0;
   size_t prefetched_ = 0; ///< shards before it were named to prefetch()
   size_t pos_ = 0;

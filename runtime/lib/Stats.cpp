@@ -76,6 +76,8 @@ nlohmann::ordered_json StageStats::toJson() const {
   j["bytes_in"] = bytesIn;
   j["bytes_out"] = bytesOut;
   j["cpu_seconds"] = cpuSeconds;
+  if (poolCpuSeconds > 0)
+    j["pool_cpu_seconds"] = poolCpuSeconds;
   j["wall_seconds"] = wallSeconds;
   if (bufferCapacity > 0)
     j["buffer"] = {{"capacity", bufferCapacity},
@@ -384,6 +386,7 @@ StageStats StageCounters::snapshot() const {
   s.bytesIn = ld(bytesIn);
   s.bytesOut = ld(bytesOut);
   s.cpuSeconds = static_cast<double>(ld(cpuNs)) * 1e-9;
+  s.poolCpuSeconds = static_cast<double>(ld(poolCpuNs)) * 1e-9;
   s.wallSeconds = static_cast<double>(ld(wallNs)) * 1e-9;
   s.bufferCapacity = ld(bufferCapacity);
   s.occupancySamples = ld(occupancySamples);

@@ -190,6 +190,7 @@ public:
         shardName(i), slots(), "image_folder", files.label(i), remote(),
         remote() ? ahead_.take(i) : nullptr);
   }
+  bool oneRecordPerShard() const override { return true; }
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }
@@ -216,6 +217,7 @@ public:
         paths[i], slots(), "files", std::nullopt, remote(),
         remote() && isRemoteUrl(paths[i]) ? ahead_.take(i) : nullptr);
   }
+  bool oneRecordPerShard() const override { return true; }
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }

@@ -71,6 +71,10 @@ struct StepProfile {
   double secondsPerElement = 0;
   /// CPU seconds per input element.
   double cpuPerElement = 0;
+  /// The part of cpuPerElement a stage that runs on one thread had done on
+  /// the pool's workers (the source's files read ahead): it competes for
+  /// the cores but does not load the stage's own thread.
+  double poolCpuPerElement = 0;
   /// Coefficient of variation of the stage's rate between sampling
   /// intervals (0 when too few samples).
   double rateCv = 0;

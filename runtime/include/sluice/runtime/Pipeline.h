@@ -202,6 +202,17 @@ struct RunOptions {
   /// SLUICE_NO_PARALLEL_PARSE=1 in the environment) parses them one at a
   /// time on the consumer's thread. Needs more than one thread.
   bool parallelParse = true;
+  /// File read-ahead: a source with one file per record (image_folder,
+  /// files) over local files reads the next files, two per thread, on the
+  /// worker threads while the stage hands on the current one, instead of
+  /// opening and copying every file on the source's one thread (at 16
+  /// threads that thread capped the pipeline). Records, order, numbering,
+  /// errors and counts are those of reading one file after another; a read
+  /// ahead that budget.memory refused is read again alone. The files held
+  /// ahead count in "<source> read-ahead". false (or
+  /// SLUICE_NO_FILE_READ_AHEAD=1) reads on the source's thread. Needs more
+  /// than one thread.
+  bool fileReadAhead = true;
   /// Record runs: a `batch` of fixed-shape numeric records fed by a csv/tsv
   /// source without text columns (and no `interleave`), through inline
   /// `filter`s only, takes runs of rows as columns: the filters test a run

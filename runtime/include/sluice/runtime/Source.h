@@ -219,6 +219,10 @@ public:
   /// Whether its readers hand out runs of records as columns
   /// (ShardReader::nextRun), so consumers may ask for them.
   virtual bool readsRuns() const { return false; }
+  /// Whether every shard is one file holding one record (image_folder,
+  /// files): positional reading opens the shard of a position directly,
+  /// and the source stage may read the next shards on the pool's workers.
+  virtual bool oneRecordPerShard() const { return false; }
   /// How many shards ahead of the one being opened the stage should name
   /// with prefetch(): a per-file source over remote objects keeps that many
   /// requests in flight; 0 (local files) asks for nothing.

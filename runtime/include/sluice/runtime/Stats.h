@@ -67,6 +67,10 @@ struct StageStats {
   /// stages that run inline, their own wall time (reading the thread CPU
   /// clock per record would cost more than many steps do).
   double cpuSeconds = 0;
+  /// The part of cpuSeconds that ran on the pool's workers for a stage
+  /// that otherwise runs on one thread (the source's files read ahead on
+  /// the arena): work that scales with the threads, not serial work.
+  double poolCpuSeconds = 0;
   /// Wall time of the stage's own work, summed over workers, excluding the
   /// time spent waiting for its input.
   double wallSeconds = 0;
@@ -234,7 +238,7 @@ public:
 
   std::atomic<int64_t> read{0}, emitted{0}, filtered{0}, failed{0},
       discarded{0}, elementsOut{0}, bytesIn{0}, bytesOut{0}, cpuNs{0},
-      wallNs{0};
+      wallNs{0}, poolCpuNs{0};
   std::atomic<int64_t> occupancySamples{0}, occupancySum{0}, occupancyMax{0};
   std::atomic<int64_t> bufferCapacity{0}, bufferBytesPeak{0};
   std::atomic<int64_t> parallelism{1};
