@@ -300,7 +300,70 @@ json reportJson(const TuneResult &r) {
       p.processCpuPerRecord > 0 ? json(p.processCpuPerRecord) : json(nullptr);
   j["scale_advice"] = r.scaleAdvice;
   j["tune_seconds"] = r.seconds;
+  if (r.consumerRun) {
+    const runtime::RunStats::Consumer &c = r.consumerRun->consumer;
+    j["consumer"] = {{"from", r.consumerRun->from},
+                     {"outputs", c.outputs},
+                     {"stalls", c.stalls},
+                     {"wait_seconds", c.waitSeconds},
+                     {"mean_wait_seconds", c.meanWaitSeconds()},
+                     {"away_seconds", c.awaySeconds},
+                     {"headspace_seconds", c.headspaceSeconds},
+                     {"demand_records_per_second", num(consumerDemand(r))},
+                     {"verdict", consumerVerdict(r)}};
+  }
   return j;
+}
+
+double consumerDemand(const TuneResult &r) {
+  if (!r.consumerRun)
+    return 0;
+  const runtime::RunStats::Consumer &c = r.consumerRun->consumer;
+  if (c.outputs < 2 || c.awaySeconds <= 0)
+    return 0;
+  return static_cast<double>(c.outputs - 1) * r.consumerRun->recordsPerOutput /
+         c.awaySeconds;
+}
+
+std::string consumerVerdict(const TuneResult &r) {
+  if (!r.consumerRun)
+    return "";
+  const runtime::RunStats::Consumer &c = r.consumerRun->consumer;
+  int64_t n = c.outputs - 1;
+  if (n < 2)
+    return "The consumer run (" + r.consumerRun->from + ") has " +
+           std::to_string(c.outputs) +
+           " outputs: too few to judge its waits; run it longer.";
+  double stalled = static_cast<double>(c.stalls) / static_cast<double>(n);
+  std::string s = "In the consumer run (" + r.consumerRun->from + ") the " +
+                  "consumer waited " + fmt(c.meanWaitSeconds() * 1e3, "%.3f") +
+                  " ms per output after the first (" +
+                  std::to_string(c.stalls) + " of " + std::to_string(n) +
+                  " outputs stalled over " +
+                  fmt(runtime::RunStats::Consumer::kStallSeconds * 1e3,
+                      "%.0f") +
+                  " ms; " + fmt(c.waitSeconds, "%.2f") + " s waiting, " +
+                  fmt(c.awaySeconds, "%.2f") + " s in its own work). ";
+  double demand = consumerDemand(r);
+  double predicted = r.solution.prediction.throughput;
+  if (stalled <= 0.05)
+    s += "It did not wait for data: the pipeline kept up, so more cores "
+         "would not make that consumer faster";
+  else
+    s += "It waited for data: the pipeline was its bottleneck";
+  if (demand > 0) {
+    s += "; on its own it takes " + fmt(demand) +
+         " records/s, and the tuned schedule is predicted to make " +
+         fmt(predicted) + " records/s";
+    if (predicted >= demand)
+      s += " (" + fmt(predicted / demand, "%.2f") +
+           "x its pace: enough, with headroom for a faster consumer)";
+    else
+      s += " (" + fmt(predicted / demand, "%.2f") +
+           "x its pace: not enough; more cores, a cache or cheaper steps "
+           "are needed to stop the waits)";
+  }
+  return s + ".";
 }
 
 std::string reportMarkdown(const TuneResult &r) {
@@ -359,7 +422,10 @@ std::string reportMarkdown(const TuneResult &r) {
   s += "**Bottleneck:** " + pr.bottleneckLabel;
   if (pr.bottleneck >= 0)
     s += " (" + unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)]) + ")";
-  s += ".\n\n" + r.scaleAdvice + "\n\n## Schedule\n\n| step | knob | value | why |\n|---|---|---|---|\n";
+  s += ".\n\n" + r.scaleAdvice + "\n\n";
+  if (r.consumerRun)
+    s += "## Consumer\n\n" + consumerVerdict(r) + "\n\n";
+  s += "## Schedule\n\n| step | knob | value | why |\n|---|---|---|---|\n";
   for (const KnobChoice &k : r.solution.knobs)
     s += "| " + (k.step.empty() ? std::string("-") : "`" + k.step + "`") +
          " | " + k.knob + " | " + k.value + (k.pinned ? " (pinned)" : "") +

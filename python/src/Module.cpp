@@ -573,6 +573,17 @@ public:
       args.rank = intArg(rank, "rank", 0);
     if (!world.is_none())
       args.worldSize = intArg(world, "world_size", 1);
+    // A torch.distributed process group, when the program made one: looked
+    // up only if torch.distributed is imported already (importing torch
+    // here would cost a second or more for programs that do not use it).
+    py::object dist =
+        py::module_::import("sys").attr("modules").attr("get")(
+            "torch.distributed");
+    if (!dist.is_none() && dist.attr("is_available")().cast<bool>() &&
+        dist.attr("is_initialized")().cast<bool>()) {
+      args.groupRank = dist.attr("get_rank")().cast<int64_t>();
+      args.groupWorldSize = dist.attr("get_world_size")().cast<int64_t>();
+    }
     if (Status s = runtime::resolveRanks(plan, args, opts); !s)
       throw py::value_error(s.message());
   }
@@ -766,6 +777,38 @@ public:
     return py::module_::import("json").attr("loads")(js);
   }
 
+  /// Makes a new runtime pipeline of the same compiled plan, kernels and
+  /// schedule that starts at `firstEpoch` (no parsing, compiling, kernel
+  /// generation or profiling again): sluice.torch.Dataset's next epoch
+  /// after one it left early, or an epoch out of order.
+  void restart(int64_t firstEpoch) {
+    if (firstEpoch < 0)
+      throw py::value_error("first_epoch must be >= 0");
+    std::unique_lock<std::mutex> lock = lockCalls();
+    if (box_ && box_->inherited())
+      (void)liveBox(); // raises: made before a fork
+    if (box_) {
+      std::shared_ptr<Box> b = box_;
+      py::gil_scoped_release release;
+      b->pipeline->stop();
+    }
+    opts_.firstEpoch = firstEpoch;
+    opts_.resume.reset();
+    // The re-planner of `schedule: auto` watched the pipeline it started
+    // with (its last counters, the knobs it changed there): the new one
+    // runs the tuned schedule without it, as every later epoch of a
+    // Dataset always did.
+    opts_.controller.reset();
+    lastEpoch_ = -1;
+    closed_ = false;
+    start();
+  }
+
+  py::object perEpoch() {
+    std::optional<int64_t> n = pipe().expectedOutputsPerEpoch();
+    return n ? py::object(py::int_(*n)) : py::object(py::none());
+  }
+
   py::object length() {
     std::optional<int64_t> n = pipe().expectedOutputs();
     if (!n)
@@ -936,7 +979,8 @@ first_epoch: start at this epoch (epochs before it are not read).
 disable_passes: compiler passes not to run (as ``--disable-pass``).
 rank, world_size: this process's share of the data, each from the first
     of: this argument, the spec's ``distributed: {rank, world_size}``,
-    torchrun's RANK / WORLD_SIZE (or a Kubernetes Indexed Job's
+    torch.distributed's get_rank() / get_world_size() when the program
+    initialised a process group, torchrun's RANK / WORLD_SIZE (or a Kubernetes Indexed Job's
     JOB_COMPLETION_INDEX for the rank), else 0 of 1. Rank r reads the
     positions p of each epoch's global order with p % world_size == r.
     ValueError names where a bad value came from.
@@ -954,6 +998,17 @@ in the memory budget).)")
            "while the runtime works.")
       .def("__len__", &PyPipeline::length,
            "Outputs over all epochs, when known in advance.")
+      .def("restart", &PyPipeline::restart, py::kw_only(),
+           py::arg("first_epoch"),
+           R"(Starts over at epoch ``first_epoch`` with the same compiled
+plan, generated kernels and schedule (nothing is parsed, compiled or
+profiled again; the re-planner of ``schedule: auto`` is not carried over).
+Outputs handed out before stay valid; the stall meter and the other
+counters start again from zero.)")
+      .def_property_readonly(
+          "outputs_per_epoch", &PyPipeline::perEpoch,
+          "Outputs (batches) of one epoch when every step keeps a known "
+          "count (no filter, unbatch or skipped records), else None.")
       .def("close", &PyPipeline::close,
            "Stops the pipeline's threads now; arrays already handed out stay "
            "valid.")
@@ -974,7 +1029,8 @@ those the saved pipeline would have produced next, bit for bit. Call it
 before the first batch.)")
       .def("stats", &PyPipeline::stats,
            "Per-stage counters now, as the dict `sluice run --stats-json` "
-           "writes.")
+           "writes; its \"consumer\" entry is the stall meter (how long "
+           "the caller waited for outputs, its stalls and headspace).")
       .def_property_readonly(
           "output_type", &PyPipeline::outputType,
           "The output record type: {field: 'f32[128,3,224,224]', ...}.")

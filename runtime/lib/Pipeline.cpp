@@ -139,6 +139,8 @@ public:
   /// CPU time of the threads in next() (RunStats::consumerCpuSeconds).
   std::atomic<int64_t> consumerCpuNs_{0};
   std::atomic<int64_t> endNs_{0};
+  /// The caller's waits and the time between its calls (the stall meter).
+  ConsumerMeter consumer_;
   mutable std::mutex stopMu_;
   MemoryAccount *held_ = nullptr;
 
@@ -1158,6 +1160,7 @@ RunStats Engine::stats() const {
   r.memoryPeaks = memory_->peaks();
   for (const auto &c : counters_)
     r.stages.push_back(c->snapshot());
+  r.consumer = consumer_.snapshot();
   if (remoteBase_) {
     RemoteTotals now = remoteTotals();
     r.remote.requests = static_cast<int64_t>(now.requests - remoteBase_->requests);
@@ -1223,7 +1226,9 @@ Expected<bool> Pipeline::next(Batch &out) {
   int64_t epoch = 0;
   // The consumer's thread runs the inline stages: its CPU is serial work.
   const int64_t cpu0 = detail::threadCpuNs();
+  e.consumer_.enter(nowNs());
   Expected<bool> r = engine_->next(item, epoch);
+  e.consumer_.leave(nowNs(), r && *r);
   e.consumerCpuNs_.fetch_add(detail::threadCpuNs() - cpu0,
                              std::memory_order_relaxed);
   if (!r || !*r)
@@ -1287,6 +1292,9 @@ std::optional<int64_t> Pipeline::expectedOutputs() const {
     return std::nullopt;
   return *engine_->expectedOutputs_ *
          std::max<int64_t>(0, engine_->epochs_ - engine_->opts_.firstEpoch);
+}
+std::optional<int64_t> Pipeline::expectedOutputsPerEpoch() const {
+  return engine_->expectedOutputs_;
 }
 std::optional<int64_t> Pipeline::expectedSourceRecords() const {
   if (!engine_->expectedSourceRecords_ || engine_->epochs_ < 0)

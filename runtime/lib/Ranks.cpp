@@ -2,7 +2,8 @@
 //
 // One place decides a run's share of the data for every front end (`sluice
 // run`, compiled executables, the Python module), so the three agree on the
-// order caller > spec > environment and on the messages, which always say
+// order caller > spec > process group (torch.distributed) > environment and
+// on the messages, which always say
 // where a wrong value came from: with three sources, "rank 3 is out of
 // range" alone leaves a person guessing which one to fix.
 //
@@ -44,6 +45,8 @@ Status resolveRanks(const Plan &plan, const RankArgs &args, RunOptions &opts) {
     rank = {*args.rank, args.rankName};
   } else if (plan.rank) {
     rank = {*plan.rank, plan.where(plan.rankLoc)};
+  } else if (args.groupRank) {
+    rank = {*args.groupRank, args.groupName + ".get_rank()"};
   } else {
     for (const char *var : {"RANK", "JOB_COMPLETION_INDEX"}) {
       Expected<std::optional<int64_t>> e = fromEnv(var, 0);
@@ -59,6 +62,8 @@ Status resolveRanks(const Plan &plan, const RankArgs &args, RunOptions &opts) {
     world = {*args.worldSize, args.worldSizeName};
   } else if (plan.worldSize) {
     world = {*plan.worldSize, plan.where(plan.worldSizeLoc)};
+  } else if (args.groupWorldSize) {
+    world = {*args.groupWorldSize, args.groupName + ".get_world_size()"};
   } else {
     Expected<std::optional<int64_t>> e = fromEnv("WORLD_SIZE", 1);
     if (!e)

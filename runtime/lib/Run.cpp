@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Pipeline.h"
+#include "sluice/runtime/Metrics.h"
 #include "sluice/runtime/Sink.h"
 
 #include <atomic>
@@ -317,6 +318,20 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
       err << "sluice: warning: " << ws[warned] << "\n";
   };
   printWarnings();
+
+  // Served/written while the run lasts; the destructor (on every return
+  // below) writes the file a last time with the final counters.
+  std::unique_ptr<MetricsExporter> metrics;
+  if (opts.metricsPort > 0 || !opts.metricsFile.empty()) {
+    Expected<std::unique_ptr<MetricsExporter>> m = MetricsExporter::start(
+        [&p] { return p.stats(); }, opts.metricsAddress, opts.metricsPort,
+        opts.metricsFile, opts.metricsInterval);
+    if (!m) {
+      printError(err, m.status().message());
+      return 2; // the flag's value: another port or file
+    }
+    metrics = m.take();
+  }
 
   SignalScope signals(opts.handleSignals);
   bool tty = isatty(2) != 0;

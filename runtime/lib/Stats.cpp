@@ -136,6 +136,16 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"bytes", remote.bytes},
             {"median_latency_ms", remote.medianLatencyMs},
             {"peak_in_flight", remote.peakInFlight}}},
+          {"consumer",
+           {{"outputs", consumer.outputs},
+            {"first_wait_seconds", consumer.firstWaitSeconds},
+            {"wait_seconds", consumer.waitSeconds},
+            {"mean_wait_seconds", consumer.meanWaitSeconds()},
+            {"max_wait_seconds", consumer.maxWaitSeconds},
+            {"stalls", consumer.stalls},
+            {"stall_threshold_seconds", Consumer::kStallSeconds},
+            {"away_seconds", consumer.awaySeconds},
+            {"headspace_seconds", consumer.headspaceSeconds}}},
           {"stages", std::move(list)}};
 }
 
@@ -145,6 +155,47 @@ std::string RunStats::jsonText(bool pretty) const {
     return prettyJson(toJson());
   return toJson().dump(-1, ' ', false,
                        nlohmann::ordered_json::error_handler_t::replace);
+}
+
+void ConsumerMeter::enter(int64_t nowNs) {
+  enterNs_ = nowNs;
+  pendingAwayNs_ = lastReturnNs_ ? nowNs - lastReturnNs_ : 0;
+}
+
+void ConsumerMeter::leave(int64_t nowNs, bool gotOutput) {
+  lastReturnNs_ = nowNs;
+  if (!gotOutput)
+    return; // the end (or an error): no output was waited for
+  int64_t wait = nowNs - enterNs_;
+  int64_t n = outputs_.load(std::memory_order_relaxed);
+  if (n == 0) {
+    firstWaitNs_.store(wait, std::memory_order_relaxed);
+  } else {
+    waitNs_.fetch_add(wait, std::memory_order_relaxed);
+    if (wait > maxWaitNs_.load(std::memory_order_relaxed))
+      maxWaitNs_.store(wait, std::memory_order_relaxed);
+    awayNs_.fetch_add(pendingAwayNs_, std::memory_order_relaxed);
+    if (static_cast<double>(wait) * 1e-9 > RunStats::Consumer::kStallSeconds)
+      stalls_.fetch_add(1, std::memory_order_relaxed);
+    else
+      headspaceNs_.fetch_add(pendingAwayNs_, std::memory_order_relaxed);
+  }
+  outputs_.store(n + 1, std::memory_order_relaxed);
+}
+
+RunStats::Consumer ConsumerMeter::snapshot() const {
+  RunStats::Consumer c;
+  auto sec = [](const std::atomic<int64_t> &ns) {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+  };
+  c.outputs = outputs_.load(std::memory_order_relaxed);
+  c.firstWaitSeconds = sec(firstWaitNs_);
+  c.waitSeconds = sec(waitNs_);
+  c.maxWaitSeconds = sec(maxWaitNs_);
+  c.stalls = stalls_.load(std::memory_order_relaxed);
+  c.awaySeconds = sec(awayNs_);
+  c.headspaceSeconds = sec(headspaceNs_);
+  return c;
 }
 
 namespace {
@@ -218,6 +269,19 @@ std::string RunStats::table() const {
     out += " (process peak " + formatBytes(processMemoryPeak) +
            ", with the pipelines run before, e.g. a schedule probe)";
   out += "\n";
+  if (consumer.outputs > 0) {
+    const Consumer &c = consumer;
+    out += "consumer: first output after " +
+           fmt("%.3f", c.firstWaitSeconds) + " s; then waited " +
+           fmt("%.3f", c.waitSeconds) + " s (" +
+           fmt("%.3f", c.meanWaitSeconds() * 1e3) + " ms per output, max " +
+           fmt("%.3f", c.maxWaitSeconds * 1e3) + " ms), " +
+           std::to_string(c.stalls) + " of " +
+           std::to_string(std::max<int64_t>(0, c.outputs - 1)) +
+           " outputs stalled (> " + fmt("%.0f", Consumer::kStallSeconds * 1e3) +
+           " ms); headspace " + fmt("%.3f", c.headspaceSeconds) + " s of " +
+           fmt("%.3f", c.awaySeconds) + " s the consumer spent between outputs\n";
+  }
   if (remote.requests > 0)
     out += "source: up to " + std::to_string(remote.peakInFlight) +
            " requests in flight, " + fmt("%.1f", remote.medianLatencyMs) +

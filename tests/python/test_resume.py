@@ -240,6 +240,7 @@ def test_torch_dataset_state_dict(positional_spec):
     ds = sluice.torch.Dataset(positional_spec)
     ds.set_epoch(1)
     full = list(ds)
+    ds.set_epoch(1)  # the next iteration would run epoch 2
     it = iter(ds)
     head = [next(it) for _ in range(3)]
     state = ds.state_dict()

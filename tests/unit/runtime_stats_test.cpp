@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
+#include "sluice/runtime/Metrics.h"
 
 #include <nlohmann/json.hpp>
 
@@ -266,3 +267,63 @@ INSTANTIATE_TEST_SUITE_P(To, CacheRecordsTest,
                          ::testing::Values("memory", "disk"));
 
 } // namespace
+
+// The stall meter's arithmetic on a timeline given to it (nanoseconds):
+// the first output's wait is start-up; a later wait over 1 ms is a stall;
+// the caller's time before an output that did not stall is headspace.
+TEST(ConsumerMeterTest, SplitsWaitsStallsAndHeadspace) {
+  runtime::ConsumerMeter m;
+  const int64_t ms = 1000000;
+  m.enter(0);
+  m.leave(300 * ms, true); // first output after 300 ms
+  m.enter(310 * ms);       // the caller worked 10 ms
+  m.leave(310 * ms + ms / 10, true); // ready: 0.1 ms
+  m.enter(330 * ms);                 // worked ~20 ms
+  m.leave(335 * ms, true);           // waited 5 ms: a stall
+  m.enter(340 * ms);                 // worked 5 ms
+  m.leave(341 * ms, false);          // the end: not an output
+  runtime::RunStats::Consumer c = m.snapshot();
+  EXPECT_EQ(c.outputs, 3);
+  EXPECT_NEAR(c.firstWaitSeconds, 0.3, 1e-12);
+  EXPECT_NEAR(c.waitSeconds, 0.0051, 1e-12);
+  EXPECT_NEAR(c.maxWaitSeconds, 0.005, 1e-12);
+  EXPECT_EQ(c.stalls, 1);
+  EXPECT_NEAR(c.awaySeconds, 0.010 + (0.020 - 0.0001), 1e-12);
+  EXPECT_NEAR(c.headspaceSeconds, 0.010, 1e-12);
+  EXPECT_NEAR(c.meanWaitSeconds(), 0.0051 / 2, 1e-12);
+}
+
+// The Prometheus text: one HELP and TYPE per family, label values escaped
+// as the format says (a pipeline or step name may hold quotes, backslashes
+// or a newline), and the stall meter's values as they are in the stats.
+TEST(PrometheusTextTest, EscapesLabelsAndCarriesTheStallMeter) {
+  runtime::RunStats s;
+  s.pipeline = "a \"quoted\\ name\nhere";
+  s.outputs = 12;
+  s.consumer.outputs = 12;
+  s.consumer.stalls = 4;
+  s.consumer.waitSeconds = 0.25;
+  runtime::StageStats st;
+  st.name = "map.2";
+  st.read = 7;
+  s.stages.push_back(st);
+  std::string t = runtime::prometheusText(s);
+  const std::string label = "pipeline=\"a \\\"quoted\\\\ name\\nhere\"";
+  EXPECT_NE(t.find("sluice_outputs_total{" + label + "} 12\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("sluice_consumer_stalls_total{" + label + "} 4\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("sluice_consumer_wait_seconds_total{" + label + "} 0.25\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("sluice_stage_read_total{" + label +
+                   ",stage=\"map.2\"} 7\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("# TYPE sluice_consumer_stalls_total counter\n"),
+            std::string::npos);
+  // No raw newline inside a sample: every line is a comment or a sample.
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);)
+    EXPECT_TRUE(line.rfind("# ", 0) == 0 || line.rfind("sluice_", 0) == 0)
+        << line;
+}

@@ -10,6 +10,7 @@
 
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/runtime/Metrics.h"
 #include "sluice/runtime/Pipeline.h"
 
 #include <algorithm>
@@ -405,6 +406,17 @@ int runBench(RunSetup &rs, double seconds) {
     return kExitData;
   }
   std::unique_ptr<runtime::Pipeline> p = created.take();
+  std::unique_ptr<runtime::MetricsExporter> metrics;
+  if (rs.opts.metricsPort > 0 || !rs.opts.metricsFile.empty()) {
+    auto m = runtime::MetricsExporter::start(
+        [&p] { return p->stats(); }, rs.opts.metricsAddress,
+        rs.opts.metricsPort, rs.opts.metricsFile, rs.opts.metricsInterval);
+    if (!m) {
+      std::cerr << "sluice: error: " << m.status().message() << "\n";
+      return kExitUsage;
+    }
+    metrics = m.take();
+  }
   using Clock = std::chrono::steady_clock;
   const double warmup = std::min(2.0, seconds / 5);
   auto start = Clock::now();

@@ -63,6 +63,19 @@ void addRunFlags(CLI::App &cmd, RunFlags &f) {
   cmd.add_option("--stats-json", f.statsJson,
                  "also write the per-stage counters as JSON to FILE")
       ->type_name("FILE");
+  cmd.add_option("--metrics-port", f.metricsPort,
+                 "serve the run's counters (the stall meter included) in "
+                 "Prometheus' text format at http://127.0.0.1:PORT/metrics "
+                 "while it runs")
+      ->type_name("PORT");
+  cmd.add_option("--metrics-address", f.metricsAddress,
+                 "the address --metrics-port listens on (default 127.0.0.1; "
+                 "0.0.0.0 for every interface)")
+      ->type_name("ADDR");
+  cmd.add_option("--metrics-file", f.metricsFile,
+                 "write the same Prometheus text to FILE every 5 s and at the "
+                 "end (for node_exporter's textfile collector)")
+      ->type_name("FILE");
   cmd.add_flag("-q,--quiet", f.quiet,
                "no progress line while running (errors, warnings and the "
                "final accounting still print)");
@@ -163,6 +176,25 @@ bool applyRunFlags(const RunFlags &f, runtime::RunOptions &opts,
   opts.handleSignals = true;
   opts.statsJsonPath = f.statsJson;
   opts.stats = f.stats;
+  if (!f.metricsPort.empty()) {
+    if (!parseIntFlag("--metrics-port", f.metricsPort, 1, n, command))
+      return false;
+    if (n > 65535) {
+      usageError("'--metrics-port' needs a port in [1, 65535], got '" +
+                     f.metricsPort + "'",
+                 command);
+      return false;
+    }
+    opts.metricsPort = static_cast<int>(n);
+  }
+  if (!f.metricsAddress.empty()) {
+    if (f.metricsPort.empty()) {
+      usageError("'--metrics-address' goes with '--metrics-port'", command);
+      return false;
+    }
+    opts.metricsAddress = f.metricsAddress;
+  }
+  opts.metricsFile = f.metricsFile;
   if (f.quiet)
     opts.progress = runtime::RunOptions::Progress::Off;
   return true;

@@ -46,13 +46,17 @@ struct RunFlags {
   std::string memory;
   std::string sink = "null";
   std::string statsJson;
+  std::string metricsPort;
+  std::string metricsAddress;
+  std::string metricsFile;
   bool stats = false;
   bool quiet = false;
   bool overwrite = false;
 };
 
 /// Registers --epochs, --threads, --memory, --sink, --overwrite, --stats,
-/// --stats-json and --quiet/-q on `cmd`, bound to `flags`.
+/// --stats-json, --metrics-port, --metrics-address, --metrics-file and
+/// --quiet/-q on `cmd`, bound to `flags`.
 void addRunFlags(CLI::App &cmd, RunFlags &flags);
 
 /// Checks `flags` and applies them to `opts` (and asks for SIGINT/SIGTERM

@@ -26,6 +26,7 @@ namespace {
 struct TuneFlags {
   std::vector<std::string> specs;
   std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
+  std::string consumer;
   std::vector<std::string> disabledPasses;
   bool quiet = false;
   bool noJit = false;
@@ -125,9 +126,59 @@ int runTune(const TuneFlags &f) {
     }
   }
 
+  // The consumer run, also read first.
+  nlohmann::json consumerJson;
+  if (!f.consumer.empty()) {
+    std::string text;
+    if (Status s = readConfigFile(f.consumer, "a stats file",
+                                  size_t(64) << 20, text);
+        !s) {
+      std::cerr << "sluice: error: cannot read --consumer: " << s.message()
+                << "\n";
+      return kExitUsage;
+    }
+    try {
+      consumerJson = nlohmann::json::parse(text);
+    } catch (const std::exception &e) {
+      std::cerr << "sluice: error: " << f.consumer
+                << ": not a JSON stats file: " << e.what() << "\n";
+      return kExitUsage;
+    }
+    auto isNum = [](const nlohmann::json &o, const char *k) {
+      return o.is_object() && o.contains(k) && o[k].is_number();
+    };
+    const nlohmann::json *c =
+        consumerJson.is_object() && consumerJson.contains("consumer")
+            ? &consumerJson["consumer"]
+            : nullptr;
+    bool ok = c && isNum(consumerJson, "outputs") &&
+              isNum(consumerJson, "records") && consumerJson.contains("pipeline") &&
+              consumerJson["pipeline"].is_string();
+    for (const char *k : {"outputs", "stalls", "wait_seconds", "away_seconds",
+                          "headspace_seconds", "max_wait_seconds",
+                          "first_wait_seconds"})
+      ok = ok && isNum(*c, k);
+    if (!ok) {
+      std::cerr << "sluice: error: " << f.consumer
+                << ": not the stats of a run with a stall meter (a "
+                   "\"consumer\" entry with outputs, stalls, wait_seconds, "
+                   "...); write one with `sluice run SPEC --stats-json FILE` "
+                   "or json.dump(pipe.stats()) from Python\n";
+      return kExitUsage;
+    }
+  }
+
   std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
   if (!spec)
     return kExitUsage;
+  if (!f.consumer.empty() &&
+      consumerJson["pipeline"].get<std::string>() != spec->pipeline) {
+    std::cerr << "sluice: error: " << f.consumer
+              << ": the stats are of pipeline '"
+              << consumerJson["pipeline"].get<std::string>() << "', not '"
+              << spec->pipeline << "' (" << f.specs[0] << ")\n";
+    return kExitUsage;
+  }
   if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
     return usageError(s.message(), "tune");
   // A baseline of another pipeline compares nothing: refuse it before
@@ -188,6 +239,22 @@ int runTune(const TuneFlags &f) {
     return kExitData;
   }
   r->kernels = kernels ? "generated" : "runtime";
+  if (!f.consumer.empty()) {
+    const nlohmann::json &c = consumerJson["consumer"];
+    autotune::TuneResult::ConsumerRun cr;
+    cr.from = f.consumer;
+    cr.consumer.outputs = c["outputs"].get<int64_t>();
+    cr.consumer.stalls = c["stalls"].get<int64_t>();
+    cr.consumer.waitSeconds = c["wait_seconds"].get<double>();
+    cr.consumer.maxWaitSeconds = c["max_wait_seconds"].get<double>();
+    cr.consumer.firstWaitSeconds = c["first_wait_seconds"].get<double>();
+    cr.consumer.awaySeconds = c["away_seconds"].get<double>();
+    cr.consumer.headspaceSeconds = c["headspace_seconds"].get<double>();
+    double outs = consumerJson["outputs"].get<double>();
+    cr.recordsPerOutput =
+        outs > 0 ? consumerJson["records"].get<double>() / outs : 0;
+    r->consumerRun = cr;
+  }
   nlohmann::json report = autotune::reportJson(*r);
   if (!reportDir.empty()) {
     if (Status s = autotune::writeReports(*r, reportDir); !s) {
@@ -205,6 +272,8 @@ int runTune(const TuneFlags &f) {
     std::cout << "; bottleneck " << pr.bottleneckLabel << "\n"
               << r->scaleAdvice << "\n\n"
               << autotune::scheduleYaml(*r);
+    if (r->consumerRun)
+      std::cout << "\n" << autotune::consumerVerdict(*r) << "\n";
     if (!reportDir.empty())
       std::cout << "\nreports in " << reportDir
                 << "/: schedule.yaml report.json report.md chart.svg\n";
@@ -254,6 +323,13 @@ CommandAction addTuneCommand(CLI::App &root) {
   cmd->add_option("--tolerance", st->tolerance,
                   "allowed throughput drop for --check (default 10%)")
       ->type_name("P%");
+  cmd->add_option("--consumer", st->consumer,
+                  "the stats of a run of this pipeline with its real consumer "
+                  "(`sluice run --stats-json FILE`, or Python's stats() "
+                  "saved as JSON): the report says whether that consumer "
+                  "waited for data and whether the tuned schedule keeps up "
+                  "with it")
+      ->type_name("STATS.json");
   cmd->add_option("--seconds", st->seconds,
                   "seconds per profiling probe (default 1.5)")
       ->type_name("S");

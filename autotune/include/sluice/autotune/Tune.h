@@ -101,7 +101,30 @@ struct TuneResult {
   /// interpreter and hand-written kernels); "" when not said. A baseline
   /// made in one mode compares poorly with a run in the other.
   std::string kernels;
+  /// The stall meter of a run of the same pipeline with its real consumer
+  /// (a training loop), given to `sluice tune --consumer STATS.json` (what
+  /// `--stats-json`, Python's `stats()` or a torch Dataset's `stats()`
+  /// wrote): the report says whether that consumer waited for data and
+  /// whether the chosen schedule keeps up with it (consumerVerdict()).
+  struct ConsumerRun {
+    std::string from; ///< the file it came from
+    runtime::RunStats::Consumer consumer;
+    /// Source records per output in that run (to compare its consumer's
+    /// pace with the predicted records/s).
+    double recordsPerOutput = 0;
+  };
+  std::optional<ConsumerRun> consumerRun;
 };
+
+/// What r.consumerRun says: "" without one; else whether that consumer
+/// waited for data (its stalls, its mean wait), the pace it could take
+/// outputs at when never waiting (outputs over its own time between them),
+/// and whether the chosen schedule's predicted rate keeps up with that pace
+/// (a pipeline never waited on needs no more cores).
+std::string consumerVerdict(const TuneResult &r);
+/// The pace r.consumerRun's consumer could take records at if it never
+/// waited (records per second of its own time); 0 without one.
+double consumerDemand(const TuneResult &r);
 
 /// Profiles, solves, and (opts.verify) measures the chosen schedule.
 Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts);

@@ -260,6 +260,17 @@ struct RunOptions {
   bool stats = false;
   /// Also write the counters as JSON to this file (`--stats-json FILE`).
   std::string statsJsonPath;
+  /// Serve the counters in Prometheus' text format at
+  /// http://127.0.0.1:PORT/metrics while the run lasts (`--metrics-port`;
+  /// 0: do not serve). Metrics.h lists them.
+  int metricsPort = 0;
+  /// Address the metrics server listens on (`--metrics-address`).
+  std::string metricsAddress = "127.0.0.1";
+  /// Write the same text to this file every metricsInterval seconds and at
+  /// the end of the run (`--metrics-file`; replaced atomically, for
+  /// node_exporter's textfile collector).
+  std::string metricsFile;
+  double metricsInterval = 5.0;
   enum class Progress { Auto, Bar, Lines, Off };
   /// Auto: a redrawn bar when file descriptor 2 is a terminal, else a plain
   /// line every few seconds. Off with `--quiet`.
@@ -286,11 +297,18 @@ struct RunOptions {
 struct RankArgs {
   std::optional<int64_t> rank, worldSize;
   std::string rankName = "rank", worldSizeName = "world_size";
+  /// The process group the caller runs in, when it has one (Python's
+  /// torch.distributed once init_process_group was called): below the
+  /// spec, above the environment, since it is what the job really runs
+  /// and a launcher other than torchrun may not set RANK / WORLD_SIZE.
+  std::optional<int64_t> groupRank, groupWorldSize;
+  std::string groupName = "torch.distributed";
 };
 
 /// Sets opts.rank and opts.worldSize, each value on its own, from the first
 /// of: `args`; the plan's (the spec's `distributed: {rank, world_size}`);
-/// the environment torchrun sets (RANK, WORLD_SIZE), or for the rank a
+/// the caller's process group (args.groupRank / groupWorldSize); the
+/// environment torchrun sets (RANK, WORLD_SIZE), or for the rank a
 /// Kubernetes Indexed Job's JOB_COMPLETION_INDEX; else rank 0 of 1. The
 /// spec outranks the environment because it is written for this pipeline,
 /// while the environment is set for every program of the job:
@@ -389,6 +407,9 @@ public:
   /// Total outputs over all epochs, when every step keeps a known count
   /// (no filter, unbatch or bad records), e.g. for a progress bar.
   std::optional<int64_t> expectedOutputs() const;
+  /// Outputs of one epoch, when every step keeps a known count (also for a
+  /// pipeline that runs forever): `len()` of a torch Dataset.
+  std::optional<int64_t> expectedOutputsPerEpoch() const;
 
   /// Counters now (safe from any thread while next() runs).
   RunStats stats() const;

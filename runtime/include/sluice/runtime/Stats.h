@@ -162,6 +162,33 @@ struct RunStats {
     int64_t peakInFlight = 0;   ///< most requests in flight at once
   } remote;
 
+  /// The stall meter: the caller's side of next(). `wait` is time the
+  /// caller spent inside next() (its thread blocked on the pipeline, the
+  /// inline stages' work on that thread included); `away` is time between
+  /// an output's return and the next call (the caller's own work: a
+  /// training step). The first output's wait is the start-up latency and is
+  /// kept apart. An output is a stall when the caller waited for it longer
+  /// than kStallSeconds. Headspace is the away time before outputs that came
+  /// without a stall: time the caller spent on its own work while the
+  /// pipeline kept up, an upper bound on how long the pipeline sat idle
+  /// because the caller was slow. A pipeline with no stalls and headspace
+  /// needs no more cores; one with stalls starves its caller for
+  /// waitSeconds.
+  struct Consumer {
+    static constexpr double kStallSeconds = 0.001;
+    int64_t outputs = 0; ///< outputs handed to the caller
+    double firstWaitSeconds = 0; ///< from the first next() to its output
+    double waitSeconds = 0;      ///< in next(), outputs after the first
+    double maxWaitSeconds = 0;   ///< the longest of those waits
+    int64_t stalls = 0;          ///< of those, waits over kStallSeconds
+    double awaySeconds = 0;      ///< between outputs, in the caller
+    double headspaceSeconds = 0; ///< away time before outputs not stalled
+    /// Mean wait per output after the first (0 before the second).
+    double meanWaitSeconds() const {
+      return outputs > 1 ? waitSeconds / double(outputs - 1) : 0;
+    }
+  } consumer;
+
   /// The records the run went through, in source records: those read from
   /// the source, plus those that passes served from a cache stand for
   /// (StageStats::replayedSourceRecords). The same with or without a cache,
@@ -185,6 +212,25 @@ struct RunStats {
   /// An internal-error Status naming every stage whose accounting does not
   /// balance; ok when all do.
   Status checkBalanced() const;
+};
+
+/// The stall meter's live counters (RunStats::Consumer): the thread that
+/// calls Pipeline::next() marks each call's start and end; snapshot() may
+/// run on any thread meanwhile.
+class ConsumerMeter {
+public:
+  /// next() was called at `nowNs` (steady clock).
+  void enter(int64_t nowNs);
+  /// That call returned at `nowNs`, with an output or not (the end).
+  void leave(int64_t nowNs, bool gotOutput);
+  RunStats::Consumer snapshot() const;
+
+private:
+  // Caller-thread state.
+  int64_t enterNs_ = 0, lastReturnNs_ = 0, pendingAwayNs_ = 0;
+  // Read by snapshot() from other threads.
+  std::atomic<int64_t> outputs_{0}, firstWaitNs_{0}, waitNs_{0},
+      maxWaitNs_{0}, stalls_{0}, awayNs_{0}, headspaceNs_{0};
 };
 
 /// Live counters of one stage, updated from any thread.
