@@ -93,8 +93,6 @@ Status decodeInto(std::string_view bytes, const ImageInfo &info, int channels,
 
 } // namespace
 
-
-
 } // namespace imaging
 
 using namespace imaging;

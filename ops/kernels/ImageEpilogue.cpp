@@ -133,24 +133,24 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
     // as three planes, so each channel's row is one contiguous loop.
     if (C == 3 && epi->chw) {
       const bool norm = epi->normalize;
-      antialiasU8(src, outH, outW, /*planar=*/true, epi->flip,
-                  [&](int64_t oy, const uint8_t *row) {
-                    for (int64_t ch = 0; ch < 3; ++ch) {
-                      const uint8_t *__restrict in = row + ch * outW;
-                      int64_t at = (ch * outH + oy) * outW;
-                      if (norm) {
-                        const float m = epi->mean[ch], sc = epi->scale[ch];
-                        float *__restrict o = out.mutableData<float>() + at;
-                        for (int64_t x = 0; x < outW; ++x)
-                          o[x] = normalizeValue(static_cast<float>(in[x]), m,
-                                                sc);
-                      } else {
-                        std::memcpy(out.mutableData<uint8_t>() + at, in,
-                                    static_cast<size_t>(outW));
-                      }
-                    }
-                  },
-                  box);
+      antialiasU8(
+          src, outH, outW, /*planar=*/true, epi->flip,
+          [&](int64_t oy, const uint8_t *row) {
+            for (int64_t ch = 0; ch < 3; ++ch) {
+              const uint8_t *__restrict in = row + ch * outW;
+              int64_t at = (ch * outH + oy) * outW;
+              if (norm) {
+                const float m = epi->mean[ch], sc = epi->scale[ch];
+                float *__restrict o = out.mutableData<float>() + at;
+                for (int64_t x = 0; x < outW; ++x)
+                  o[x] = normalizeValue(static_cast<float>(in[x]), m, sc);
+              } else {
+                std::memcpy(out.mutableData<uint8_t>() + at, in,
+                            static_cast<size_t>(outW));
+              }
+            }
+          },
+          box);
       return;
     }
     antialiasU8(
@@ -224,8 +224,8 @@ Expected<Tensor> applyImageEpilogue(const Tensor &image,
   if (image.elem() != ElemType::U8)
     return Status::error("image epilogue: expects u8, got " +
                          image.type().str());
-  if (e.normalize && (e.mean.size() != size_t(d->c) ||
-                      e.scale.size() != size_t(d->c)))
+  if (e.normalize &&
+      (e.mean.size() != size_t(d->c) || e.scale.size() != size_t(d->c)))
     return Status::error("image epilogue: needs one mean and scale per "
                          "channel");
   Tensor out = epilogueOutput(d->h, d->w, d->c, e);

@@ -203,10 +203,10 @@ void resizeView(View<T> src, T *dst, int64_t outH, int64_t outW,
   }
 }
 
-template void resizeView<uint8_t>(View<uint8_t>, uint8_t *, int64_t,
-                                   int64_t, Interpolation);
+template void resizeView<uint8_t>(View<uint8_t>, uint8_t *, int64_t, int64_t,
+                                  Interpolation);
 template void resizeView<float>(View<float>, float *, int64_t, int64_t,
-                                 Interpolation);
+                                Interpolation);
 
 /// resizeView with antialiasing for bilinear (other filters ignore it).
 template <typename T>
@@ -225,10 +225,10 @@ void resizeViewAa(View<T> src, T *dst, int64_t outH, int64_t outW,
   }
 }
 
-template void resizeViewAa<uint8_t>(View<uint8_t>, uint8_t *, int64_t,
-                                     int64_t, Interpolation, bool);
+template void resizeViewAa<uint8_t>(View<uint8_t>, uint8_t *, int64_t, int64_t,
+                                    Interpolation, bool);
 template void resizeViewAa<float>(View<float>, float *, int64_t, int64_t,
-                                   Interpolation, bool);
+                                  Interpolation, bool);
 
 Status checkOutSize(const char *op, int64_t outH, int64_t outW) {
   if (outH <= 0 || outW <= 0 || outH > kMaxImageSide || outW > kMaxImageSide)
@@ -248,8 +248,7 @@ Expected<Tensor> resizeBox(const Tensor &image, const Dims &d, CropBox box,
   if (image.elem() == ElemType::U8) {
     View<uint8_t> v{image.data<uint8_t>() + offset, box.h, box.w, d.c,
                     d.w * d.c};
-    resizeViewAa(v, out.mutableData<uint8_t>(), outH, outW, interp,
-                 antialias);
+    resizeViewAa(v, out.mutableData<uint8_t>(), outH, outW, interp, antialias);
   } else {
     View<float> v{image.data<float>() + offset, box.h, box.w, d.c, d.w * d.c};
     resizeViewAa(v, out.mutableData<float>(), outH, outW, interp, antialias);

@@ -135,8 +135,8 @@ bool aaRgbSimdTaps(const AaTaps &t, AaRgbSimdTaps &s) {
       if (w < 0 || w > (1 << kAaBits))
         return false; // the triangle's weights never are
       int64_t tap = shift + x;
-      size_t at = size_t(((o / 2) * (window / 2) + tap / 2) * 16 +
-                         (o & 1) * 8 + (tap & 1));
+      size_t at = size_t(((o / 2) * (window / 2) + tap / 2) * 16 + (o & 1) * 8 +
+                         (tap & 1));
       for (int lane = 0; lane < 3; ++lane) {
         s.lo[at + 2 * lane] = static_cast<int16_t>(w & 2047);
         s.hi[at + 2 * lane] = static_cast<int16_t>(w >> 11);
@@ -152,8 +152,8 @@ bool aaRgbSimdTaps(const AaTaps &t, AaRgbSimdTaps &s) {
 /// Taps2 > 0: the tap pairs per window as a constant (the loop unrolls).
 template <int Taps2>
 __attribute__((target("avx2"), always_inline)) inline __m256i
-aaPairSumsAvx2(const uint8_t *__restrict src, const AaRgbSimdTaps &s,
-               int64_t q, int64_t taps2, __m256i spread, __m256i half) {
+aaPairSumsAvx2(const uint8_t *__restrict src, const AaRgbSimdTaps &s, int64_t q,
+               int64_t taps2, __m256i spread, __m256i half) {
   if constexpr (Taps2 > 0)
     taps2 = Taps2;
   const uint8_t *p0 = src + int64_t(s.wstart[2 * q]) * 3;
@@ -167,13 +167,13 @@ aaPairSumsAvx2(const uint8_t *__restrict src, const AaRgbSimdTaps &s,
         _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p0 + 6 * j)));
     v = _mm256_shuffle_epi8(v, spread);
     accLo = _mm256_add_epi32(
-        accLo, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                        reinterpret_cast<const __m256i *>(
-                                            lo + 16 * j))));
+        accLo, _mm256_madd_epi16(
+                   v, _mm256_loadu_si256(
+                          reinterpret_cast<const __m256i *>(lo + 16 * j))));
     accHi = _mm256_add_epi32(
-        accHi, _mm256_madd_epi16(v, _mm256_loadu_si256(
-                                        reinterpret_cast<const __m256i *>(
-                                            hi + 16 * j))));
+        accHi, _mm256_madd_epi16(
+                   v, _mm256_loadu_si256(
+                          reinterpret_cast<const __m256i *>(hi + 16 * j))));
   }
   __m256i acc = _mm256_add_epi32(
       _mm256_add_epi32(_mm256_slli_epi32(accHi, 11), accLo), half);
@@ -197,14 +197,14 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
   // the layout stores: planar [R R G G B B], interleaved [R G B R G B], the
   // two outputs swapped when mirrored.
   const __m128i order =
-      Planar ? (Mirror ? _mm_setr_epi8(4, 0, 5, 1, 6, 2, -1, -1, -1, -1, -1,
-                                       -1, -1, -1, -1, -1)
-                       : _mm_setr_epi8(0, 4, 1, 5, 2, 6, -1, -1, -1, -1, -1,
-                                       -1, -1, -1, -1, -1))
-             : (Mirror ? _mm_setr_epi8(4, 5, 6, 0, 1, 2, -1, -1, -1, -1, -1,
-                                       -1, -1, -1, -1, -1)
-                       : _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1,
-                                       -1, -1, -1, -1, -1));
+      Planar ? (Mirror ? _mm_setr_epi8(4, 0, 5, 1, 6, 2, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 4, 1, 5, 2, 6, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1))
+             : (Mirror ? _mm_setr_epi8(4, 5, 6, 0, 1, 2, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1)
+                       : _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1,
+                                       -1, -1, -1, -1));
   // Four outputs (two pairs) at a time share the rounding, packing and
   // stores: [o, o+1, o+2, o+3] as RGB0 words to the layout's order.
   const __m128i order4 =
@@ -225,8 +225,8 @@ aaHorizontalRgbAvx2T(const uint8_t *__restrict src, const AaTaps &t,
     __m256i b = aaPairSumsAvx2<Taps2>(src, s, q + 1, taps2, spread, half);
     // Saturate as clip8: int32 -> int16 -> u8. Low half: outputs 2q and
     // 2q+2, high half: 2q+1 and 2q+3.
-    __m256i bytes8 = _mm256_packus_epi16(_mm256_packs_epi32(a, b),
-                                         _mm256_setzero_si256());
+    __m256i bytes8 =
+        _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_setzero_si256());
     __m128i four = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes8),
                                       _mm256_extracti128_si256(bytes8, 1));
     four = _mm_shuffle_epi8(four, order4);
@@ -383,10 +383,10 @@ aaVerticalRowAvx2(const uint8_t *src, size_t stride, const int32_t *k,
     int32_t w0 = k[y], w1 = y + 1 < n ? k[y + 1] : 0;
     if (w0 < 0 || w0 > (1 << kAaBits) || w1 < 0 || w1 > (1 << kAaBits))
       return false;
-    whi[y / 2] = _mm256_set1_epi32(int32_t((uint32_t(w1 >> 11) << 16) |
-                                           uint32_t(w0 >> 11)));
-    wlo[y / 2] = _mm256_set1_epi32(int32_t((uint32_t(w1 & 2047) << 16) |
-                                           uint32_t(w0 & 2047)));
+    whi[y / 2] = _mm256_set1_epi32(
+        int32_t((uint32_t(w1 >> 11) << 16) | uint32_t(w0 >> 11)));
+    wlo[y / 2] = _mm256_set1_epi32(
+        int32_t((uint32_t(w1 & 2047) << 16) | uint32_t(w0 & 2047)));
   }
   const __m256i zero = _mm256_setzero_si256();
   const __m256i half = _mm256_set1_epi32(1 << (kAaBits - 1));
@@ -397,10 +397,10 @@ aaVerticalRowAvx2(const uint8_t *src, size_t stride, const int32_t *k,
     for (int32_t y = 0; y < n; y += 2) {
       __m256i a = _mm256_loadu_si256(
           reinterpret_cast<const __m256i *>(src + y * stride + i));
-      __m256i b = y + 1 < n ? _mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i *>(
-                                      src + (y + 1) * stride + i))
-                            : zero;
+      __m256i b = y + 1 < n
+                      ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(
+                            src + (y + 1) * stride + i))
+                      : zero;
       __m256i alo = _mm256_unpacklo_epi8(a, zero);
       __m256i ahi = _mm256_unpackhi_epi8(a, zero);
       __m256i blo = _mm256_unpacklo_epi8(b, zero);
@@ -422,8 +422,7 @@ aaVerticalRowAvx2(const uint8_t *src, size_t stride, const int32_t *k,
     }
     auto finish = [&](__m256i h, __m256i l) __attribute__((target("avx2"))) {
       return _mm256_srai_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l),
-                           half),
+          _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half),
           kAaBits);
     };
     __m256i v0 = finish(h0, l0), v1 = finish(h1, l1), v2 = finish(h2, l2),

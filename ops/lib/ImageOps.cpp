@@ -233,6 +233,7 @@ OpDef centerCrop() {
       cropSize("[height, width] of the crop; one number for a square."),
   };
   op.fuse = FuseKind::IndexRemap;
+  op.traits.indexRemap = true;
   op.cost = {100, 0.1, 0.5};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireImage(ctx, "center_crop", /*resampled=*/false))
@@ -264,6 +265,7 @@ OpDef randomCrop() {
           .describe("Zero pixels added on each side before cropping."),
   };
   op.fuse = FuseKind::IndexRemap;
+  op.traits.indexRemap = true;
   op.stochastic = true;
   op.cost = {100, 0.1, 0.5};
   op.typeRule = [](TypeContext &ctx) {
@@ -422,6 +424,7 @@ OpDef randomFlip() {
           .describe("Probability of flipping a record."),
   };
   op.fuse = FuseKind::IndexRemap;
+  op.traits.indexRemap = true;
   op.stochastic = true;
   op.cost = {50, 0.2, 1};
   op.typeRule = [](TypeContext &ctx) {

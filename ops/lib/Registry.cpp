@@ -103,6 +103,14 @@ void Registry::add(OpDef def) {
                  def.name.c_str());
     std::abort();
   }
+  // A bound kernel sees no random stream: random ops bind in the runtime.
+  if (def.kernel && def.stochastic) {
+    std::fprintf(stderr,
+                 "sluice: op '%s' is random and has an OpDef::kernel, which "
+                 "sees no random stream\n",
+                 def.name.c_str());
+    std::abort();
+  }
   if (def.stochastic && def.traits.random == RandomKey::None)
     def.traits.random = def.traits.reorders ? RandomKey::StreamOrder
                                             : RandomKey::SourcePosition;

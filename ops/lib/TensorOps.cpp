@@ -67,6 +67,14 @@ OpDef normalize() {
           .describe("Divided by next: one value, or one per channel."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  // Per-channel lists are checked against the last dim per record.
+  op.traits.perChannel = [](const Value &p) {
+    return p["mean"].asDoubleList().size() > 1 ||
+           p["std"].asDoubleList().size() > 1;
+  };
+  op.traits.commutesWithBatch = "normalizes per channel along the last dim, "
+                                "which batching leaves in place";
   op.cost = {20, 0.5, 4};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "normalize"))
@@ -125,6 +133,8 @@ OpDef cast() {
           .describe("The element type to convert to (numeric)."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch = "converts each value on its own";
   op.cost = {20, 0.3, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "cast", "a numeric tensor", /*allowBool=*/true))
@@ -155,6 +165,8 @@ OpDef fillMissing() {
           .describe("The value that replaces NaN."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch = "replaces each NaN on its own";
   op.cost = {10, 0.2, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "fill_missing", "a float tensor",
@@ -194,6 +206,8 @@ OpDef clamp() {
       param("max", ParamKind::Float).describe("Upper bound."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch = "clamps each value on its own";
   op.cost = {10, 0.2, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "clamp"))
@@ -308,6 +322,10 @@ OpDef mapOp() {
           .describe("Convert the result to this element type."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch =
+      "computes each value from the value at the same position (the "
+      "expression sees only `x`)";
   op.cost = {20, 1, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "map", "a numeric tensor", /*allowBool=*/true))
@@ -386,6 +404,7 @@ OpDef transpose() {
           .describe("Explicit permutation; use either `to` or `perm`."),
   };
   op.fuse = FuseKind::IndexRemap;
+  op.traits.indexRemap = true;
   op.cost = {20, 0.5, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "transpose", "a numeric tensor",
@@ -469,6 +488,7 @@ OpDef pad() {
           .describe("The padding value."),
   };
   op.fuse = FuseKind::IndexRemap;
+  op.traits.indexRemap = true;
   op.cost = {50, 0.3, 1.1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "pad", "a numeric tensor", /*allowBool=*/true) ||
@@ -560,6 +580,9 @@ OpDef hashBucket() {
           .describe("Number of buckets."),
   };
   op.fuse = FuseKind::None;
+  // A library call (FuseKind::None), yet value-wise.
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch = "hashes each value on its own";
   op.cost = {50, 2, 1};
   op.typeRule = [](TypeContext &ctx) {
     const FieldType &t = ctx.fieldType("field");
@@ -593,6 +616,8 @@ OpDef bucketize() {
           .describe("Strictly increasing bucket boundaries."),
   };
   op.fuse = FuseKind::ElementWise;
+  op.traits.valueWise = true;
+  op.traits.commutesWithBatch = "looks up each value's bucket on its own";
   op.cost = {20, 2, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "bucketize"))

@@ -1,4 +1,5 @@
-//===- BatchStage.cpp - batch, padded_batch, unbatch ------------------------===//
+//===- BatchStage.cpp - batch, padded_batch, unbatch
+//------------------------===//
 //
 // batch of fixed-shape numeric records is assembled in place: the parallel
 // map stage feeding it copies each record into its row of the batch buffer
@@ -196,8 +197,8 @@ public:
     bool direct = false;
     for (size_t f = 0; f < rowViews.size(); ++f) {
       if (rec.fields[f].raw() != rowViews[f].raw())
-        copyRow(const_cast<uint8_t *>(rowViews[f].raw()),
-                rec.fields[f].raw(), layout_.bytes[f], layout_.stream[f]);
+        copyRow(const_cast<uint8_t *>(rowViews[f].raw()), rec.fields[f].raw(),
+                layout_.bytes[f], layout_.stream[f]);
       else
         direct = true;
       rec.fields[f] = rowViews[f];
@@ -274,7 +275,6 @@ private:
   }
 
 public:
-
   /// Closes batch `k` of the pass (and any before it) and returns its
   /// buffers, or nothing when no record was placed in it.
   std::vector<Tensor> take(uint64_t k) {
@@ -485,8 +485,8 @@ protected:
         if (col.elem() != layout_->elems[f] ||
             col.nbytes() != rb * static_cast<size_t>(run_.rows))
           return Status::error("internal error: " + step_.name +
-                               ": a run's field " + std::to_string(f) +
-                               " is " + col.type().str());
+                               ": a run's field " + std::to_string(f) + " is " +
+                               col.type().str());
         uint8_t *dst = placed[f].mutableRaw() + static_cast<size_t>(n) * rb;
         const uint8_t *src = col.raw();
         if (!run_.selected) {
@@ -568,10 +568,10 @@ protected:
     // A batch built in a new buffer is held beside its records until
     // emit(): count it. (One the workers filled is counted by its records.)
     const bool fresh = placed.empty() || n < size_;
-    const bool rows =
-        layout_ &&
-        std::all_of(items_.begin(), items_.end(),
-                    [&](const Item &it) { return layout_->matches(it.rec); });
+    const bool rows = layout_ && std::all_of(items_.begin(), items_.end(),
+                                             [&](const Item &it) {
+                                               return layout_->matches(it.rec);
+                                             });
     // A partial batch has its own shape: copy every row into it. Allocated
     // before it is counted: a buffer the pool recycles gives back its idle
     // reservation as it is taken, and counting it first would count those

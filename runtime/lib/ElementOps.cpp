@@ -12,6 +12,7 @@
 
 #include "sluice/ops/Expr.h"
 #include "sluice/ops/Random.h"
+#include "sluice/ops/Registry.h"
 #include "sluice/ops/kernels/Categorical.h"
 #include "sluice/ops/kernels/Elementwise.h"
 #include "sluice/ops/kernels/ExprEval.h"
@@ -686,6 +687,15 @@ Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {
     return bindOneHot(s, *io);
   if (op == "tokenize")
     return bindTokenize(s, *io, plan);
+  // An op whose registry entry carries its kernel (OpDef::kernel).
+  if (const OpDef *def = Registry::instance().find(op); def && def->kernel) {
+    Expected<TensorKernel> kernel = def->kernel(s.params);
+    if (!kernel)
+      return bindError(s, kernel.status().message());
+    return unary(*io,
+                 [k = kernel.take()](const Tensor &t, Record &,
+                                     const ElementContext &) { return k(t); });
+  }
   return bindError(s, "the runtime has no kernel for element op '" + op +
                           "' (not implemented)");
 }

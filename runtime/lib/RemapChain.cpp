@@ -10,6 +10,7 @@
 #include "sluice/runtime/RemapChain.h"
 
 #include "sluice/ops/Random.h"
+#include "sluice/ops/Registry.h"
 #include "sluice/runtime/ElementOps.h"
 
 #include <cmath>
@@ -17,14 +18,13 @@
 namespace sluice::runtime {
 
 bool isRemapOp(const std::string &op) {
-  return op == "center_crop" || op == "random_crop" || op == "random_flip" ||
-         op == "transpose" || op == "pad";
+  const OpDef *def = Registry::instance().find(op);
+  return def && def->traits.indexRemap;
 }
 
 bool isRemapValueOp(const std::string &op) {
-  return op == "cast" || op == "normalize" || op == "clamp" ||
-         op == "fill_missing" || op == "map" || op == "hash_bucket" ||
-         op == "bucketize";
+  const OpDef *def = Registry::instance().find(op);
+  return def && def->traits.valueWise;
 }
 
 namespace {

@@ -1,4 +1,5 @@
-//===- StageBase.cpp - The stage base ---------------------------------------===//
+//===- StageBase.cpp - The stage base
+//---------------------------------------===//
 //
 // What every stage shares (Engine.h): start/stop, the pull loop with its
 // counters and CPU time, batched pulls (produceMany, nextRun), the
@@ -26,7 +27,6 @@
 #include <stdexcept>
 #include <thread>
 
-
 namespace sluice::runtime::detail {
 
 int64_t threadCpuNs() {
@@ -50,9 +50,8 @@ std::optional<int64_t> staticRecordBytes(const RecordType &t) {
 }
 
 int64_t Shared::recordsSoFar() const {
-  int64_t n = sourceCounters
-                  ? sourceCounters->read.load(std::memory_order_relaxed)
-                  : 0;
+  int64_t n =
+      sourceCounters ? sourceCounters->read.load(std::memory_order_relaxed) : 0;
   if (replayedSourceRecords)
     n += replayedSourceRecords->load(std::memory_order_relaxed);
   return n;
@@ -149,8 +148,7 @@ Expected<bool> Stage::next(Item &out) {
     if (r && *r && c_) {
       c_->elementsOut.fetch_add(1, std::memory_order_relaxed);
       if (shared_.timing)
-        c_->bytesOut.fetch_add(recordBytes(out.rec),
-                               std::memory_order_relaxed);
+        c_->bytesOut.fetch_add(recordBytes(out.rec), std::memory_order_relaxed);
     }
     return r;
   }
@@ -244,8 +242,8 @@ int64_t ItemRun::rowRecordBytes() const {
   int64_t n = static_cast<int64_t>(columns.size() * sizeof(Tensor));
   for (const Tensor &t : columns)
     if (t.valid() && rows > 0)
-      n += static_cast<int64_t>(Tensor::numericMemoryBytes(
-          t.nbytes() / static_cast<size_t>(rows)));
+      n += static_cast<int64_t>(
+          Tensor::numericMemoryBytes(t.nbytes() / static_cast<size_t>(rows)));
   return n;
 }
 

@@ -1,4 +1,5 @@
-//===- Stages.cpp - Take, skip, shard, repeat, shuffle, prefetch ------------===//
+//===- Stages.cpp - Take, skip, shard, repeat, shuffle, prefetch
+//------------===//
 //
 // Stream ops that run in their consumer's thread (take, skip, shard,
 // repeat, shuffle) and prefetch, which runs a producer thread behind a
@@ -23,7 +24,6 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
-
 
 namespace sluice::runtime::detail {
 

@@ -32,6 +32,7 @@ const std::vector<OpName> kDesignOps = {
     {"random_crop", OpKind::Element},
     {"random_resized_crop", OpKind::Element},
     {"random_flip", OpKind::Element},
+    {"grayscale", OpKind::Element},
     {"normalize", OpKind::Element},
     {"cast", OpKind::Element},
     {"transpose", OpKind::Element},
@@ -169,9 +170,44 @@ TEST(Registry, HoldsExactlyTheDesignOps) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(Registry::instance().names(OpKind::Source).size(), 9u);
-  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 18u);
+  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 19u);
   EXPECT_EQ(Registry::instance().names(OpKind::Record).size(), 14u);
   EXPECT_EQ(Registry::instance().find("decode_imgae"), nullptr);
+}
+
+// The fusion passes and the runtime's RemapChain ask for these traits; the
+// sets are the ones their private name lists held.
+TEST(Registry, FusionTraits) {
+  std::set<std::string> valueWise, remap, batch;
+  for (const OpDef *op : Registry::instance().all()) {
+    if (op->traits.valueWise)
+      valueWise.insert(op->name);
+    if (op->traits.indexRemap)
+      remap.insert(op->name);
+    if (op->traits.commutesWithBatch)
+      batch.insert(op->name);
+  }
+  std::set<std::string> values = {"bucketize", "cast",        "clamp",
+                                  "fill_missing", "hash_bucket", "map",
+                                  "normalize"};
+  EXPECT_EQ(valueWise, values);
+  EXPECT_EQ(batch, values);
+  EXPECT_EQ(remap, (std::set<std::string>{"center_crop", "pad", "random_crop",
+                                          "random_flip", "transpose"}));
+  const OpDef *norm = Registry::instance().find("normalize");
+  ASSERT_TRUE(norm->traits.perChannel);
+  Value scalar = Value::map();
+  scalar.set("mean", Value::real(0.5));
+  scalar.set("std", Value::real(0.25));
+  EXPECT_FALSE(norm->traits.perChannel(scalar));
+  Value lists = Value::map();
+  lists.set("mean", Value::list({Value::real(1), Value::real(2)}));
+  lists.set("std", Value::list({Value::real(1), Value::real(2)}));
+  EXPECT_TRUE(norm->traits.perChannel(lists));
+  // grayscale brings its kernel in its entry; no random op may.
+  EXPECT_TRUE(Registry::instance().find("grayscale")->kernel);
+  for (const OpDef *op : Registry::instance().all())
+    EXPECT_FALSE(op->stochastic && op->kernel) << op->name;
 }
 
 TEST(Registry, StochasticAndFuseKinds) {

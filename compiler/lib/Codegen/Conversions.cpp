@@ -1,4 +1,5 @@
-//===- Conversions.cpp - Element conversions in arith -----------------------===//
+//===- Conversions.cpp - Element conversions in arith
+//-----------------------===//
 //
 // The conversions every generated kernel uses, spelled in arith/math the way
 // ops/kernels/Scalar.h spells them in C++ (widening, saturating casts, f16
@@ -53,9 +54,9 @@ Value constFloat(OpBuilder &b, Location loc, Type t, double v) {
 
 Value constF64Bits(OpBuilder &b, Location loc, uint64_t bits) {
   return b.create<arith::ConstantOp>(
-      loc, FloatAttr::get(b.getF64Type(),
-                          llvm::APFloat(llvm::APFloat::IEEEdouble(),
-                                        llvm::APInt(64, bits))));
+      loc,
+      FloatAttr::get(b.getF64Type(), llvm::APFloat(llvm::APFloat::IEEEdouble(),
+                                                   llvm::APInt(64, bits))));
 }
 
 Value quietNaN(OpBuilder &b, Location loc, Value v) {
@@ -69,8 +70,8 @@ Value quietNaN(OpBuilder &b, Location loc, Value v) {
                                        constInt(b, loc, it, int64_t(absMask)));
   Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, absV,
                                         constInt(b, loc, it, int64_t(inf)));
-  Value set = b.create<arith::OrIOp>(loc, bitsV,
-                                     constInt(b, loc, it, int64_t(quiet)));
+  Value set =
+      b.create<arith::OrIOp>(loc, bitsV, constInt(b, loc, it, int64_t(quiet)));
   Value out = b.create<arith::SelectOp>(loc, isNan, set, bitsV);
   return b.create<arith::BitcastOp>(loc, v.getType(), out);
 }
@@ -105,9 +106,9 @@ Value halfToF32(OpBuilder &b, Location loc, Value h) {
   Value normal = b.create<arith::OrIOp>(
       loc, b.create<arith::OrIOp>(loc, sign, rebiased), manHigh);
   // exp 0: man * 2^-24, exact in f32 (and +-0 for man 0).
-  Value small = b.create<arith::MulFOp>(
-      loc, b.create<arith::UIToFPOp>(loc, f32, man),
-      constFloat(b, loc, f32, 0x1p-24));
+  Value small =
+      b.create<arith::MulFOp>(loc, b.create<arith::UIToFPOp>(loc, f32, man),
+                              constFloat(b, loc, f32, 0x1p-24));
   Value subnormal = b.create<arith::OrIOp>(
       loc, b.create<arith::BitcastOp>(loc, i32, small), sign);
   Value isSpecial =
@@ -135,11 +136,11 @@ Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
           loc, b.create<arith::ShRUIOp>(loc, abs, c(13)), c(0x3FF))));
   // Below 2^-14: scaled so the subnormal unit is 1, rounded to nearest even
   // by the FPU (exact: a power-of-two scaling well within range).
-  Value isSmall =
-      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, abs, c(0x38800000));
-  Value scaled = b.create<arith::MulFOp>(
-      loc, b.create<arith::BitcastOp>(loc, f32, abs),
-      constFloat(b, loc, f32, 0x1p24));
+  Value isSmall = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, abs,
+                                          c(0x38800000));
+  Value scaled =
+      b.create<arith::MulFOp>(loc, b.create<arith::BitcastOp>(loc, f32, abs),
+                              constFloat(b, loc, f32, 0x1p24));
   Value rounded = b.create<mlir::math::RoundEvenOp>(loc, scaled);
   // (only converted where it is in range: fptoui of a large value is poison)
   rounded = b.create<arith::SelectOp>(loc, isSmall, rounded,
@@ -152,10 +153,10 @@ Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
   Value round = b.create<arith::AddIOp>(loc, c(0xFFF), odd);
   Value normal = lo16(b.create<arith::ShRUIOp>(
       loc, b.create<arith::AddIOp>(loc, mant, round), c(13)));
-  Value isNan =
-      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs, c(0x7F800000));
-  Value isBig =
-      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, abs, c(0x477FF000));
+  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                        c(0x7F800000));
+  Value isBig = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, abs,
+                                        c(0x477FF000));
   Value r = b.create<arith::SelectOp>(loc, isSmall, sub, normal);
   r = b.create<arith::SelectOp>(loc, isBig, c16(0x7C00), r);
   r = b.create<arith::SelectOp>(loc, isNan, nan, r);
@@ -199,9 +200,9 @@ Value narrowF64ToHalf(OpBuilder &b, Location loc, Value d, Value &halfBits) {
   Value normH = b.create<arith::SubIOp>(
       loc, b.create<arith::ShRUIOp>(loc, rounded, c(42)), c(1008ull << 10));
   // Subnormal: m = nearbyint(|d| * 2^24) (an exact scaling), m * 2^-24.
-  Value scaled = b.create<arith::MulFOp>(
-      loc, b.create<arith::BitcastOp>(loc, f64, abs),
-      constFloat(b, loc, f64, 0x1p24));
+  Value scaled =
+      b.create<arith::MulFOp>(loc, b.create<arith::BitcastOp>(loc, f64, abs),
+                              constFloat(b, loc, f64, 0x1p24));
   Value m = b.create<mlir::math::RoundEvenOp>(loc, scaled);
   // (only converted where it is in range: fptoui of a large value is poison)
   m = b.create<arith::SelectOp>(loc, isSmall, m, constFloat(b, loc, f64, 0));
@@ -233,10 +234,9 @@ Scalar widen(OpBuilder &b, Location loc, Scalar v) {
     return {halfToF32(b, loc, v.value), ElemType::F32};
   if (!isIntElem(v.elem) || v.elem == ElemType::I64)
     return v;
-  Value w = isSigned(v.elem) ? b.create<arith::ExtSIOp>(loc, i64, v.value)
-                                   .getResult()
-                             : b.create<arith::ExtUIOp>(loc, i64, v.value)
-                                   .getResult();
+  Value w = isSigned(v.elem)
+                ? b.create<arith::ExtSIOp>(loc, i64, v.value).getResult()
+                : b.create<arith::ExtUIOp>(loc, i64, v.value).getResult();
   return {w, ElemType::I64};
 }
 

@@ -1,4 +1,5 @@
-//===- RemapKernels.cpp - Index-remap chains as loop nests ------------------===//
+//===- RemapKernels.cpp - Index-remap chains as loop nests
+//------------------===//
 //
 // Lowers a remap chain (sluice-fuse-remaps: crop, flip, transpose, pad and
 // the value steps between them) to one loop nest over the output that reads
@@ -67,8 +68,8 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
     return st.outElem == ElemType::F32 && normalizeChannels(s) > 0;
   std::string field, out;
   ElemType in, o;
-  return coveredStep(s, field, out, in, o) && field == out &&
-         in == st.inElem && o == st.outElem;
+  return coveredStep(s, field, out, in, o) && field == out && in == st.inElem &&
+         o == st.outElem;
 }
 
 } // namespace
@@ -292,8 +293,8 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
     }
     Value olin = zero;
     for (size_t d = 0; d < outRank; ++d) {
-      olin = d ? b.create<arith::MulIOp>(loc, olin, dims[n][d]).getResult()
-               : olin;
+      olin =
+          d ? b.create<arith::MulIOp>(loc, olin, dims[n][d]).getResult() : olin;
       olin = b.create<arith::AddIOp>(loc, olin, oIdx[d]);
     }
     Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{olin});

@@ -31,29 +31,18 @@ using sluice::compiler::detail::cachedBySchedule;
 
 namespace {
 
-/// The registry ops that commute with `batch`, and why. An explicit list
-/// rather than FuseKind::ElementWise: the property needed here is "value in,
-/// value out, no per-record state and no per-record data errors", which is
-/// neither implied by nor implies fusability into a kernel (hash_bucket is
-/// a library call, FuseKind None, yet value-wise).
-///
-/// Left out on purpose: one_hot (value-wise, and its rule accepts a leading
-/// batch dim, but an id outside [0, depth) is a data error: after the batch
-/// it would fail or skip a whole batch instead of one record), random ops
-/// (they draw per record index), and everything that looks at the shape
+/// Why the registry op `op` commutes with `batch`, or null
+/// (OpTraits::commutesWithBatch). The property is "value in, value out, no
+/// per-record state and no per-record data errors", which is neither
+/// implied by nor implies fusability into a kernel (hash_bucket is a
+/// library call, yet value-wise). Ops leave it unset on purpose where it
+/// fails: one_hot (an id outside [0, depth) is a data error: after the
+/// batch it would fail or skip a whole batch instead of one record), random
+/// ops (they draw per record index), and everything that looks at the shape
 /// (crops, resize, transpose, pad, truncate, tokenize).
 const char *commuteReason(llvm::StringRef op) {
-  return llvm::StringSwitch<const char *>(op)
-      .Case("fill_missing", "replaces each NaN on its own")
-      .Case("map", "computes each value from the value at the same position "
-                   "(the expression sees only `x`)")
-      .Case("clamp", "clamps each value on its own")
-      .Case("cast", "converts each value on its own")
-      .Case("bucketize", "looks up each value's bucket on its own")
-      .Case("hash_bucket", "hashes each value on its own")
-      .Case("normalize", "normalizes per channel along the last dim, which "
-                         "batching leaves in place")
-      .Default(nullptr);
+  const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
+  return def ? def->traits.commutesWithBatch : nullptr;
 }
 
 /// `record` with a leading dimension `dim` on every field, as `batch` types
@@ -123,15 +112,14 @@ struct FuseMapBatchPass
       return "on the batched input its type rule infers {" + inferred.str() +
              "}, not the batched output";
 
-    if (op == "normalize") {
-      // Per-channel lists are checked against the last dim per record; with
-      // a dynamic last dim a record with the wrong channel count would make
-      // the whole batch fail instead of one record.
+    if (def->traits.perChannel) {
+      // Per-channel steps check their lists against the last dim per
+      // record; with a dynamic last dim a record with the wrong channel
+      // count would make the whole batch fail instead of one record.
       const sluice::Value &field = params["field"];
       RankedTensorType type =
           in.getFieldType(field.isString() ? field.asString() : "");
-      bool perChannel = params["mean"].asDoubleList().size() > 1 ||
-                        params["std"].asDoubleList().size() > 1;
+      bool perChannel = def->traits.perChannel(params);
       if (!type || (perChannel && (type.getRank() == 0 ||
                                    type.isDynamicDim(type.getRank() - 1))))
         return "its channel (last) dim is not static";

@@ -38,15 +38,12 @@ using sluice::compiler::detail::stringParam;
 
 namespace {
 
-/// Ops whose every output value is a function of the input value at the
-/// same position (normalize: and of its channel, the position's last index,
-/// which the generated loop knows): what the code generator fuses into one
-/// loop.
+/// What the code generator fuses into one loop: ops whose every output
+/// value is a function of the input value at the same position (and of its
+/// channel, which the generated loop knows): OpTraits::valueWise.
 bool valueWise(llvm::StringRef op) {
-  return llvm::StringSwitch<bool>(op)
-      .Cases("fill_missing", "clamp", "cast", "hash_bucket", "bucketize",
-             "map", "normalize", true)
-      .Default(false);
+  const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
+  return def && def->traits.valueWise;
 }
 
 struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {

@@ -12,6 +12,8 @@
 #ifndef SLUICE_OPS_REGISTRY_H
 #define SLUICE_OPS_REGISTRY_H
 
+#include "sluice/ops/Status.h"
+#include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
 #include "sluice/ops/Value.h"
 
@@ -135,6 +137,25 @@ struct OpTraits {
   /// Keeps the records it passes to replay them later (cache): moving a
   /// step across it changes what is replayed.
   bool materializes = false;
+  /// Every output value is a function of the input value at the same
+  /// position (and, where `perChannel` says so, of its channel: the
+  /// position's last index). Runs of such steps on one field are fused
+  /// into one loop over the values (sluice-fuse-maps, the code generator)
+  /// and ride along in a remap chain (sluice-fuse-remaps).
+  bool valueWise = false;
+  /// For a value-wise op: whether the step with these (validated,
+  /// defaulted) parameters depends on the channel (normalize with
+  /// per-channel mean/std). Null: never.
+  std::function<bool(const Value &params)> perChannel;
+  /// Moves values without computing new ones: out[i] = in[g(i)], or a fill
+  /// value where g(i) falls outside (crops, flips, transpose, pad); the
+  /// runtime's RemapChain composes such steps and the code generator
+  /// compiles the chain into one loop nest (sluice-fuse-remaps).
+  bool indexRemap = false;
+  /// Why the op may move after a `batch` (sluice-fuse-map-batch): value in,
+  /// value out, with no per-record state and no per-record data errors, so
+  /// applying it to a batch equals batching its results. Null: it may not.
+  const char *commutesWithBatch = nullptr;
 };
 
 /// Rough per-element costs the autotuner starts from before it has a profile.
@@ -176,6 +197,13 @@ public:
 /// Reports through ctx and returns anything when ctx.failed().
 using TypeRule = std::function<RecordType(TypeContext &ctx)>;
 
+/// An op's kernel bound to one step: the input field's tensor in, the
+/// result out. Called for every record from any worker thread.
+using TensorKernel = std::function<Expected<Tensor>(const Tensor &in)>;
+/// Binds an op's kernel once per step from the step's validated, defaulted
+/// parameters: they are read here, once, not per record.
+using KernelBinder = std::function<Expected<TensorKernel>(const Value &params)>;
+
 /// One op of the language.
 struct OpDef {
   std::string name;
@@ -201,6 +229,12 @@ struct OpDef {
   /// rejects it in a spec.
   bool internal = false;
   CostHints cost;
+  /// For a deterministic element op whose result is a function of its
+  /// `field` alone: its kernel. The runtime binds it per step and stores
+  /// the result per `field`/`as`, with no code of its own for the op (an op
+  /// added this way is one registry entry, its kernel and its tests). Ops
+  /// the runtime binds itself (runtime/lib/ElementOps.cpp) leave it empty.
+  KernelBinder kernel;
 
   const ParamSpec *findParam(std::string_view name) const;
 };
