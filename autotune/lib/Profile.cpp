@@ -92,7 +92,8 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
       isSource && shuffle.isBool() && shuffle.asBool())
     s.stochastic = true;
   s.threadBoundary = st.op == "prefetch";
-  // As the runtime's static memory check counts them (Stages.cpp).
+  // As the runtime's static memory check counts them (Stages.cpp,
+  // BatchStage.cpp).
   if (st.op == "shuffle" && st.params["buffer"].isNumber())
     s.heldRecords = st.params["buffer"].asInt();
   if ((st.op == "batch" || st.op == "padded_batch") &&
@@ -198,6 +199,7 @@ Expected<Probe> measure(const runtime::Plan &plan,
   std::condition_variable cv;
   bool done = false;
   std::atomic<bool> enough{false};
+  std::atomic<bool> cancelled{false};
   auto start = Clock::now();
   double cpu0 = processCpu();
   double firstOut = -1;
@@ -216,9 +218,20 @@ Expected<Probe> measure(const runtime::Plan &plan,
       // the record cap is hit, or a hard cap.
       if (firstOut < 0 && samples.back().outputs > 0)
         firstOut = t;
-      if (read >= maxRecords || t >= std::max(30.0, 10 * seconds) ||
-          (firstOut >= 0 && t >= seconds && t - firstOut >= 0.7 * seconds))
-        enough = true;
+      // Two whole epochs without an output: an epoch has fewer records
+      // than one batch keeps (`drop_remainder` over a small data set), and
+      // waiting longer shows nothing more.
+      const bool none =
+          samples.back().outputs == 0 && samples.back().epochsDone >= 2;
+      if (read >= maxRecords || t >= std::max(30.0, 10 * seconds) || none ||
+          (firstOut >= 0 && t >= seconds && t - firstOut >= 0.7 * seconds)) {
+        if (!enough.exchange(true)) {
+          // The loop below may be inside next(), which returns only with
+          // an output: ask the pipeline to give up so it comes back.
+          cancelled = true;
+          p->cancel();
+        }
+      }
     }
   });
   runtime::Batch batch;
@@ -231,7 +244,10 @@ Expected<Probe> measure(const runtime::Plan &plan,
   while (!enough.load()) {
     Expected<bool> more = p->next(batch);
     if (!more) {
-      error = more.status();
+      // The sampler's cancel() ends the probe; any other error is the
+      // pipeline's.
+      if (!cancelled.load())
+        error = more.status();
       break;
     }
     if (!*more) {
