@@ -468,12 +468,12 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     // for a cheap stage, and a re-plan scales both by the CPU's drift).
     // Work a serial unit had done on the pool (the source's read-ahead) is
     // not its thread's.
-    double ownCpu = u.parallel ? unitCpuPerRecord
-                               : std::max(0.0, unitCpuPerRecord -
-                                                   poolCpuPerRecord);
+    double ownCpu = u.parallel
+                        ? unitCpuPerRecord
+                        : std::max(0.0, unitCpuPerRecord - poolCpuPerRecord);
     if (ownCpu > 0)
-      up.capacity = std::min(up.capacity,
-                             static_cast<double>(up.parallelism) / ownCpu);
+      up.capacity =
+          std::min(up.capacity, static_cast<double>(up.parallelism) / ownCpu);
     if (u.parallel) {
       auto pf = c.prefetch.find(u.steps.back());
       int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
@@ -545,8 +545,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
         unitCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
         pool += p.steps[i].visits * p.steps[i].poolCpuPerElement * f;
       }
-      threadCpu[k] = us[k].parallel ? unitCpu[k]
-                                    : std::max(0.0, unitCpu[k] - pool);
+      threadCpu[k] =
+          us[k].parallel ? unitCpu[k] : std::max(0.0, unitCpu[k] - pool);
       unitCpu[k] *= overhead;
       threadCpu[k] *= overhead;
       allCpu += unitCpu[k];

@@ -335,15 +335,14 @@ std::string consumerVerdict(const TuneResult &r) {
            std::to_string(c.outputs) +
            " outputs: too few to judge its waits; run it longer.";
   double stalled = static_cast<double>(c.stalls) / static_cast<double>(n);
-  std::string s = "In the consumer run (" + r.consumerRun->from + ") the " +
-                  "consumer waited " + fmt(c.meanWaitSeconds() * 1e3, "%.3f") +
-                  " ms per output after the first (" +
-                  std::to_string(c.stalls) + " of " + std::to_string(n) +
-                  " outputs stalled over " +
-                  fmt(runtime::RunStats::Consumer::kStallSeconds * 1e3,
-                      "%.0f") +
-                  " ms; " + fmt(c.waitSeconds, "%.2f") + " s waiting, " +
-                  fmt(c.awaySeconds, "%.2f") + " s in its own work). ";
+  std::string s =
+      "In the consumer run (" + r.consumerRun->from + ") the " +
+      "consumer waited " + fmt(c.meanWaitSeconds() * 1e3, "%.3f") +
+      " ms per output after the first (" + std::to_string(c.stalls) + " of " +
+      std::to_string(n) + " outputs stalled over " +
+      fmt(runtime::RunStats::Consumer::kStallSeconds * 1e3, "%.0f") + " ms; " +
+      fmt(c.waitSeconds, "%.2f") + " s waiting, " + fmt(c.awaySeconds, "%.2f") +
+      " s in its own work). ";
   double demand = consumerDemand(r);
   double predicted = r.solution.prediction.throughput;
   if (stalled <= 0.05)

@@ -81,9 +81,9 @@ std::string dataKey(const runtime::Plan &plan,
   // else one made here.
   std::shared_ptr<const runtime::Source> shared = opts.source;
   if (!shared) {
-    Expected<std::unique_ptr<runtime::Source>> made = runtime::Source::create(
-        plan.source.op, plan.source.params, plan.source.outputType,
-        plan.baseDir);
+    Expected<std::unique_ptr<runtime::Source>> made =
+        runtime::Source::create(plan.source.op, plan.source.params,
+                                plan.source.outputType, plan.baseDir);
     if (!made)
       return "source: " + made.status().message();
     shared = made.take();
@@ -352,17 +352,18 @@ bool scheduleCacheEnabled() {
 std::string scheduleCacheKey(const runtime::Plan &plan,
                              const runtime::RunOptions &opts, int64_t cores) {
   std::ostringstream os;
-  os << kFormat << "\nplan " << plan.serialize() << "\nthreads "
-     << opts.threads << " cores " << cores << " memory " << opts.memoryBytes
-     << " rank " << opts.rank << " of " << opts.worldSize
+  os << kFormat << "\nplan " << plan.serialize() << "\nthreads " << opts.threads
+     << " cores " << cores << " memory " << opts.memoryBytes << " rank "
+     << opts.rank << " of "
+     << opts.worldSize
      // Switches that change the rates the probes would measure.
      << "\nkernels " << (opts.binder ? "compiled" : "interpreted")
      << " placement " << opts.batchRowPlacement << " direct "
      << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
      << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
      << opts.parallelParse << " runs " << opts.recordRuns << " files "
-     << opts.fileReadAhead << "\nhost "
-     << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
+     << opts.fileReadAhead << "\nhost " << cpuModel() << "\ndata "
+     << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -914,9 +914,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   // (an ImageNet-sized folder takes seconds to walk). A source that cannot
   // be made is left to the pipeline, which says why.
   if (!opts.source && !envOff("SLUICE_NO_SHARED_SOURCE")) {
-    Expected<std::unique_ptr<runtime::Source>> made = runtime::Source::create(
-        plan.source.op, plan.source.params, plan.source.outputType,
-        plan.baseDir);
+    Expected<std::unique_ptr<runtime::Source>> made =
+        runtime::Source::create(plan.source.op, plan.source.params,
+                                plan.source.outputType, plan.baseDir);
     if (made)
       opts.source = std::shared_ptr<const runtime::Source>(made.take());
   }

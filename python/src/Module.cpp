@@ -576,9 +576,8 @@ public:
     // A torch.distributed process group, when the program made one: looked
     // up only if torch.distributed is imported already (importing torch
     // here would cost a second or more for programs that do not use it).
-    py::object dist =
-        py::module_::import("sys").attr("modules").attr("get")(
-            "torch.distributed");
+    py::object dist = py::module_::import("sys").attr("modules").attr("get")(
+        "torch.distributed");
     if (!dist.is_none() && dist.attr("is_available")().cast<bool>() &&
         dist.attr("is_initialized")().cast<bool>()) {
       args.groupRank = dist.attr("get_rank")().cast<int64_t>();
@@ -950,18 +949,17 @@ has no batch step) mapping field names to numpy arrays. Numeric arrays share
 memory with the runtime (no copy; ``torch.from_numpy`` takes them as they
 are); bytes and string fields are numpy object arrays of ``bytes`` /
 ``str``.)")
-      .def(
-          py::init<const std::string &, py::object, py::object, int64_t,
-                   py::object, py::object, int64_t, std::vector<std::string>,
-                   py::object, py::object, bool>(),
-          py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
-          py::arg("schedule") = py::none(), py::arg("threads") = 0,
-          py::arg("seed") = py::none(), py::arg("memory") = py::none(),
-          py::arg("first_epoch") = 0,
-          py::arg("disable_passes") = std::vector<std::string>{},
-          py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
-          py::arg("jit") = true,
-          R"(Checks and compiles ``spec_path`` and builds the stage graph.
+      .def(py::init<const std::string &, py::object, py::object, int64_t,
+                    py::object, py::object, int64_t, std::vector<std::string>,
+                    py::object, py::object, bool>(),
+           py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
+           py::arg("schedule") = py::none(), py::arg("threads") = 0,
+           py::arg("seed") = py::none(), py::arg("memory") = py::none(),
+           py::arg("first_epoch") = 0,
+           py::arg("disable_passes") = std::vector<std::string>{},
+           py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+           py::arg("jit") = true,
+           R"(Checks and compiles ``spec_path`` and builds the stage graph.
 
 epochs: overrides the spec's ``epochs`` (-1: forever).
 schedule: a schedule file (what ``sluice tune`` writes), a dict
@@ -1034,9 +1032,8 @@ before the first batch.)")
       .def_property_readonly(
           "output_type", &PyPipeline::outputType,
           "The output record type: {field: 'f32[128,3,224,224]', ...}.")
-      .def_property_readonly(
-          "schedule", &PyPipeline::scheduleDict,
-          R"(The per-step schedule overrides in effect, as
+      .def_property_readonly("schedule", &PyPipeline::scheduleDict,
+                             R"(The per-step schedule overrides in effect, as
 ``{step: {"parallelism": n, "prefetch": n, "cache": "memory"}}``: those
 given as ``schedule=``, or the autotuner's choice for ``schedule: auto``
 (steps the compiler fused are named "a+b"). Pass it as ``schedule=`` to
@@ -1052,8 +1049,7 @@ another Pipeline of the same spec to skip the profiling.)")
           "Generated kernel functions the pipeline runs (0 with jit=False or "
           "SLUICE_NO_JIT=1, or when no step is compiled).")
       .def_property_readonly(
-          "schedule_explanation",
-          [](PyPipeline &p) { return p.explanation_; },
+          "schedule_explanation", [](PyPipeline &p) { return p.explanation_; },
           "What the autotuner chose and why (what `sluice run --stats` "
           "prints for ``schedule: auto``); empty when it did not run.")
       .def_property_readonly(

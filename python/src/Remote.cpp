@@ -89,8 +89,7 @@ py::dict toPython(remote::RemoteOutput &out) {
                          "' with the wrong number of bytes");
     auto *owner = new Owner{out.owner};
     py::capsule base(owner, [](void *p) { delete static_cast<Owner *>(p); });
-    d[py::str(f.name)] =
-        py::array(dtypeOf(f.elem), shape, {}, f.data, base);
+    d[py::str(f.name)] = py::array(dtypeOf(f.elem), shape, {}, f.data, base);
   }
   return d;
 }
@@ -193,14 +192,13 @@ PYBIND11_MODULE(_remote, m) {
   m.doc() = "sluice's trainer-side gRPC client (see sluice.remote)";
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string &, std::vector<std::string>,
-                    const std::string &, int64_t, int64_t,
-                    const std::string &, py::object, const std::string &,
-                    int64_t, int64_t, double, const std::string &>(),
+                    const std::string &, int64_t, int64_t, const std::string &,
+                    py::object, const std::string &, int64_t, int64_t, double,
+                    const std::string &>(),
            py::arg("spec_path"), py::arg("workers"), py::arg("workers_file"),
            py::arg("rank"), py::arg("world_size"), py::arg("token"),
-           py::arg("tls_roots"), py::arg("tls_server_name"),
-           py::arg("chunk"), py::arg("window"), py::arg("worker_timeout"),
-           py::arg("trainer"))
+           py::arg("tls_roots"), py::arg("tls_server_name"), py::arg("chunk"),
+           py::arg("window"), py::arg("worker_timeout"), py::arg("trainer"))
       .def("start", &PyClient::start, py::arg("epoch"), py::arg("resume"))
       .def("next", &PyClient::next)
       .def("state", &PyClient::state)

@@ -1,4 +1,5 @@
-//===- Client.cpp - The trainer's side: chunks to workers, outputs in order ===//
+//===- Client.cpp - The trainer's side: chunks to workers, outputs in order
+//===//
 //
 // One thread per worker takes a chunk (a run of output numbers of the
 // trainer's share) and streams it from its worker. Received outputs wait in
@@ -30,9 +31,9 @@
 #include "sluice/ops/Allocation.h"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -150,9 +151,9 @@ public:
   bool running = false, closing = false;
   int64_t generation = 0;
   std::string baseState;
-  int64_t nextChunk = 0;              // first number not handed out yet
+  int64_t nextChunk = 0;                      // first number not handed out yet
   std::set<std::pair<int64_t, int64_t>> redo; // [first, end) to hand out again
-  std::optional<int64_t> end;         // number of outputs of the share
+  std::optional<int64_t> end;                 // number of outputs of the share
   std::map<int64_t, RemoteOutput> ready;
   int64_t nextDeliver = 0;
   std::string state;
@@ -404,7 +405,8 @@ public:
               if (d < 0 || __builtin_mul_overflow(n, d, &n))
                 n = -1;
             if (n != f.nbytes() || n < 0) {
-              fail("field '" + f.name() + "' with a size that does not "
+              fail("field '" + f.name() +
+                   "' with a size that does not "
                    "match its shape");
               break;
             }

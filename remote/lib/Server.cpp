@@ -221,12 +221,12 @@ public:
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
     for (const auto &[who, t] : stats_) {
-      os << "sluice serve " << address << ": trainer " << who << ": " << t.chunks << " chunks, "
-         << t.outputs << " outputs, " << std::fixed << std::setprecision(1)
-         << t.bytes / 1048576.0 << " MiB sent";
+      os << "sluice serve " << address << ": trainer " << who << ": "
+         << t.chunks << " chunks, " << t.outputs << " outputs, " << std::fixed
+         << std::setprecision(1) << t.bytes / 1048576.0 << " MiB sent";
       if (t.outputs)
         os << ", " << std::setprecision(3) << 1e3 * t.encodeCpu / t.outputs
-   << " ms CPU per output encoding and writing, " << t.bytes / t.outputs
+           << " ms CPU per output encoding and writing, " << t.bytes / t.outputs
            << " bytes per output";
       os << "\n";
     }
@@ -241,8 +241,8 @@ private:
     auto it = md.find("authorization");
     std::string want = "Bearer " + so_.security.token;
     if (it == md.end() ||
-        !sameSecret(want, std::string_view(it->second.data(),
-                                           it->second.size())))
+        !sameSecret(want,
+                    std::string_view(it->second.data(), it->second.size())))
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "this worker needs its shared token (the trainer's "
                           "token= / SLUICE_TOKEN must equal the worker's "

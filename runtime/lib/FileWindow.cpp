@@ -124,9 +124,8 @@ void FileWindow::read(Slot &s) {
         e.bytes = recordBytes(e.rec);
         held_->forceReserve(e.bytes);
         int64_t seen = largest_.load(std::memory_order_relaxed);
-        while (e.bytes > seen &&
-               !largest_.compare_exchange_weak(seen, e.bytes,
-                                               std::memory_order_relaxed))
+        while (e.bytes > seen && !largest_.compare_exchange_weak(
+                                     seen, e.bytes, std::memory_order_relaxed))
           ;
         const bool end = e.result.isEnd();
         entries.push_back(std::move(e));

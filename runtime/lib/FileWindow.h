@@ -1,4 +1,5 @@
-//===- FileWindow.h - Reading whole-file shards ahead on the arena -*- C++ -*-===//
+//===- FileWindow.h - Reading whole-file shards ahead on the arena -*- C++
+//-*-===//
 //
 // Not installed. A per-file source (image_folder, files) holds one record
 // per shard, and reading it is opening one file and copying its bytes

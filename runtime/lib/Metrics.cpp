@@ -97,8 +97,7 @@ std::string prometheusText(const RunStats &s) {
         "How long the consumer waited for the first output (start-up).",
         c.firstWaitSeconds);
   w.one("sluice_consumer_wait_seconds_total", "counter",
-        "Time the consumer waited for outputs after the first.",
-        c.waitSeconds);
+        "Time the consumer waited for outputs after the first.", c.waitSeconds);
   w.one("sluice_consumer_max_wait_seconds", "gauge",
         "The longest wait for one output after the first.", c.maxWaitSeconds);
   w.one("sluice_consumer_stalls_total", "counter",
@@ -194,12 +193,11 @@ MetricsExporter::start(std::function<RunStats()> stats,
   }
   if (port > 0) {
     im.server = std::make_unique<httplib::Server>();
-    im.server->Get("/metrics",
-                   [&im](const httplib::Request &, httplib::Response &res) {
-                     res.set_content(prometheusText(im.stats()),
-                                     "text/plain; version=0.0.4; "
-                                     "charset=utf-8");
-                   });
+    im.server->Get("/metrics", [&im](const httplib::Request &,
+                                     httplib::Response &res) {
+      res.set_content(prometheusText(im.stats()), "text/plain; version=0.0.4; "
+                                                  "charset=utf-8");
+    });
     im.server->Get("/", [](const httplib::Request &, httplib::Response &res) {
       res.set_content("sluice: the counters are at /metrics\n", "text/plain");
     });

@@ -180,8 +180,7 @@ private:
   ReadResult takeFromWindow(int64_t p, size_t id, Record &rec) {
     const Shared::Positional &P = shared_.positional;
     auto idAt = [&](int64_t q) {
-      return static_cast<size_t>(P.permute ? perm_[static_cast<size_t>(q)]
-                                           : q);
+      return static_cast<size_t>(P.permute ? perm_[static_cast<size_t>(q)] : q);
     };
     auto fill = [&] {
       windowFrom_ = std::max(windowFrom_, p);

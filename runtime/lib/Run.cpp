@@ -6,8 +6,8 @@
 // seconds (logs stay readable), nothing with Progress::Off.
 //
 //===----------------------------------------------------------------------===//
-#include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Metrics.h"
+#include "sluice/runtime/Pipeline.h"
 #include "sluice/runtime/Sink.h"
 
 #include <atomic>

@@ -110,9 +110,9 @@ public:
     if (readAhead_ || parallelParse_ || window)
       account_ = s.memory->account(c->name() + " read-ahead");
     if (window)
-      window_ = std::make_unique<FileWindow>(
-          s, scratchLimit_, account_, c, FileWindow::widthFor(s.threads),
-          FileWindow::readersFor(s.threads));
+      window_ = std::make_unique<FileWindow>(s, scratchLimit_, account_, c,
+                                             FileWindow::widthFor(s.threads),
+                                             FileWindow::readersFor(s.threads));
   }
   ~SourceStage() override { closeAll(); }
 
@@ -310,8 +310,7 @@ private:
       ++index_;
       c_->read.fetch_add(1, std::memory_order_relaxed);
       if (e.result.isError()) {
-        if (Status st = sourceRecordError(shared_, *c_, e.result.error());
-            !st)
+        if (Status st = sourceRecordError(shared_, *c_, e.result.error()); !st)
           return st;
         continue;
       }
@@ -330,8 +329,8 @@ private:
   void fillWindow(const Source &src) {
     if (!window_->wantsMore())
       return;
-    while (window_->size() < window_->width() &&
-           nextShard_ < src.numShards() && window_->roomForMore())
+    while (window_->size() < window_->width() && nextShard_ < src.numShards() &&
+           window_->roomForMore())
       window_->push(nextShard_++);
   }
 

@@ -271,16 +271,16 @@ std::string RunStats::table() const {
   out += "\n";
   if (consumer.outputs > 0) {
     const Consumer &c = consumer;
-    out += "consumer: first output after " +
-           fmt("%.3f", c.firstWaitSeconds) + " s; then waited " +
-           fmt("%.3f", c.waitSeconds) + " s (" +
+    out += "consumer: first output after " + fmt("%.3f", c.firstWaitSeconds) +
+           " s; then waited " + fmt("%.3f", c.waitSeconds) + " s (" +
            fmt("%.3f", c.meanWaitSeconds() * 1e3) + " ms per output, max " +
            fmt("%.3f", c.maxWaitSeconds * 1e3) + " ms), " +
            std::to_string(c.stalls) + " of " +
            std::to_string(std::max<int64_t>(0, c.outputs - 1)) +
            " outputs stalled (> " + fmt("%.0f", Consumer::kStallSeconds * 1e3) +
            " ms); headspace " + fmt("%.3f", c.headspaceSeconds) + " s of " +
-           fmt("%.3f", c.awaySeconds) + " s the consumer spent between outputs\n";
+           fmt("%.3f", c.awaySeconds) +
+           " s the consumer spent between outputs\n";
   }
   if (remote.requests > 0)
     out += "source: up to " + std::to_string(remote.peakInFlight) +

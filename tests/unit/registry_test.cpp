@@ -187,7 +187,7 @@ TEST(Registry, FusionTraits) {
     if (op->traits.commutesWithBatch)
       batch.insert(op->name);
   }
-  std::set<std::string> values = {"bucketize", "cast",        "clamp",
+  std::set<std::string> values = {"bucketize",    "cast",        "clamp",
                                   "fill_missing", "hash_bucket", "map",
                                   "normalize"};
   EXPECT_EQ(valueWise, values);

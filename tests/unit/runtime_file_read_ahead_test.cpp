@@ -85,8 +85,8 @@ protected:
     // dangling link that sorts between good images.
     for (int k = 0; k < 3; ++k)
       for (int i = 0; i < 13; ++i) {
-        std::string jpeg = encodeJpeg(24 + 5 * i, 20 + 3 * k + 2 * i,
-                                      k * 13 + i);
+        std::string jpeg =
+            encodeJpeg(24 + 5 * i, 20 + 3 * k + 2 * i, k * 13 + i);
         if ((k * 13 + i) % 5 == 2)
           jpeg = jpeg.substr(0, jpeg.size() / 3);
         if (k == 1 && i == 6)
@@ -169,10 +169,10 @@ TEST_F(FileReadAhead, ShuffleBufferAfterTheSource) {
 TEST_F(FileReadAhead, FailStopsAtTheSameFileWithTheSameMessage) {
   // The source's own error (the dangling link), with no step before it
   // that could fail first.
-  runtime::Plan plan = planFromYaml(
-      dir_, "pipeline: readahead\nepochs: 1\nsource:\n"
-            "  image_folder: {root: img, on_error: fail}\n"
-            "steps:\n  - select: [data, label]\n");
+  runtime::Plan plan =
+      planFromYaml(dir_, "pipeline: readahead\nepochs: 1\nsource:\n"
+                         "  image_folder: {root: img, on_error: fail}\n"
+                         "steps:\n  - select: [data, label]\n");
   Result ref = reference(plan, {});
   ASSERT_NE(ref.error, "");
   EXPECT_NE(ref.error.find("15b.jpg"), std::string::npos) << ref.error;

@@ -275,8 +275,8 @@ TEST(ConsumerMeterTest, SplitsWaitsStallsAndHeadspace) {
   runtime::ConsumerMeter m;
   const int64_t ms = 1000000;
   m.enter(0);
-  m.leave(300 * ms, true); // first output after 300 ms
-  m.enter(310 * ms);       // the caller worked 10 ms
+  m.leave(300 * ms, true);           // first output after 300 ms
+  m.enter(310 * ms);                 // the caller worked 10 ms
   m.leave(310 * ms + ms / 10, true); // ready: 0.1 ms
   m.enter(330 * ms);                 // worked ~20 ms
   m.leave(335 * ms, true);           // waited 5 ms: a stall
@@ -316,9 +316,9 @@ TEST(PrometheusTextTest, EscapesLabelsAndCarriesTheStallMeter) {
             std::string::npos);
   EXPECT_NE(t.find("sluice_consumer_wait_seconds_total{" + label + "} 0.25\n"),
             std::string::npos);
-  EXPECT_NE(t.find("sluice_stage_read_total{" + label +
-                   ",stage=\"map.2\"} 7\n"),
-            std::string::npos);
+  EXPECT_NE(
+      t.find("sluice_stage_read_total{" + label + ",stage=\"map.2\"} 7\n"),
+      std::string::npos);
   EXPECT_NE(t.find("# TYPE sluice_consumer_stalls_total counter\n"),
             std::string::npos);
   // No raw newline inside a sample: every line is a comment or a sample.

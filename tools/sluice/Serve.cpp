@@ -89,14 +89,14 @@ CommandAction addServeCommand(CLI::App &root) {
     so.quiet = st->run.quiet;
     if (sf->listen.find(':') == std::string::npos)
       return usageError("--listen needs host:port (e.g. 127.0.0.1:7070), "
-                        "got '" + sf->listen + "'",
+                        "got '" +
+                            sf->listen + "'",
                         "serve");
     if (!sf->tokenFile.empty()) {
       if (!readText(sf->tokenFile, "the token file", so.security.token))
         return kExitUsage;
-      while (!so.security.token.empty() &&
-             (so.security.token.back() == '\n' ||
-              so.security.token.back() == '\r'))
+      while (!so.security.token.empty() && (so.security.token.back() == '\n' ||
+                                            so.security.token.back() == '\r'))
         so.security.token.pop_back();
       if (so.security.token.empty())
         return usageError("the token file '" + sf->tokenFile + "' is empty",

@@ -130,8 +130,8 @@ int runTune(const TuneFlags &f) {
   nlohmann::json consumerJson;
   if (!f.consumer.empty()) {
     std::string text;
-    if (Status s = readConfigFile(f.consumer, "a stats file",
-                                  size_t(64) << 20, text);
+    if (Status s =
+            readConfigFile(f.consumer, "a stats file", size_t(64) << 20, text);
         !s) {
       std::cerr << "sluice: error: cannot read --consumer: " << s.message()
                 << "\n";
@@ -152,11 +152,12 @@ int runTune(const TuneFlags &f) {
             ? &consumerJson["consumer"]
             : nullptr;
     bool ok = c && isNum(consumerJson, "outputs") &&
-              isNum(consumerJson, "records") && consumerJson.contains("pipeline") &&
+              isNum(consumerJson, "records") &&
+              consumerJson.contains("pipeline") &&
               consumerJson["pipeline"].is_string();
-    for (const char *k : {"outputs", "stalls", "wait_seconds", "away_seconds",
-                          "headspace_seconds", "max_wait_seconds",
-                          "first_wait_seconds"})
+    for (const char *k :
+         {"outputs", "stalls", "wait_seconds", "away_seconds",
+          "headspace_seconds", "max_wait_seconds", "first_wait_seconds"})
       ok = ok && isNum(*c, k);
     if (!ok) {
       std::cerr << "sluice: error: " << f.consumer

@@ -25,9 +25,8 @@ namespace {
 /// Every subcommand, in the order `sluice --help` lists them. A new command
 /// adds its registration function here (and its own file).
 const CommandRegistration kCommands[] = {
-    addCheckCommand, addExplainCommand, addOpsCommand,
-    addRunCommand,   addBenchCommand,   addCompileCommand,
-    addTuneCommand,  addServeCommand,
+    addCheckCommand, addExplainCommand, addOpsCommand,  addRunCommand,
+    addBenchCommand, addCompileCommand, addTuneCommand, addServeCommand,
 };
 
 /// Commands DESIGN.md promises that are not built yet: a clear message

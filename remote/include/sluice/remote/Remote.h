@@ -1,4 +1,5 @@
-//===- Remote.h - sluice workers over gRPC and the trainer's client -*- C++ -*-===//
+//===- Remote.h - sluice workers over gRPC and the trainer's client -*- C++
+//-*-===//
 //
 // Beyond one host (docs/distributed.md): `sluice serve` runs a pipeline's
 // work on CPU nodes and streams its outputs to trainers; a trainer reads its
@@ -134,10 +135,10 @@ struct ClientOptions {
 
 /// Counters of a client, for stats and benchmarks.
 struct ClientStats {
-  int64_t outputs = 0;       ///< delivered to the trainer
-  int64_t wireBytes = 0;     ///< protobuf bytes received (delivered ones)
-  int64_t duplicates = 0;    ///< outputs received twice and dropped
-  int64_t reassigned = 0;    ///< outputs handed out again after a failure
+  int64_t outputs = 0;    ///< delivered to the trainer
+  int64_t wireBytes = 0;  ///< protobuf bytes received (delivered ones)
+  int64_t duplicates = 0; ///< outputs received twice and dropped
+  int64_t reassigned = 0; ///< outputs handed out again after a failure
   int64_t workerFailures = 0;
   int64_t chunks = 0;
 };

@@ -42,8 +42,8 @@ public:
   /// `interval` seconds (empty: no file). An error says what could not be
   /// opened (the port in use, a folder that does not exist).
   static Expected<std::unique_ptr<MetricsExporter>>
-  start(std::function<RunStats()> stats, const std::string &address,
-        int port, const std::string &file, double interval);
+  start(std::function<RunStats()> stats, const std::string &address, int port,
+        const std::string &file, double interval);
   /// Writes the file a last time (the final counters) and stops serving.
   ~MetricsExporter();
   MetricsExporter(const MetricsExporter &) = delete;

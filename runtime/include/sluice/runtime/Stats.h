@@ -176,7 +176,7 @@ struct RunStats {
   /// waitSeconds.
   struct Consumer {
     static constexpr double kStallSeconds = 0.001;
-    int64_t outputs = 0; ///< outputs handed to the caller
+    int64_t outputs = 0;         ///< outputs handed to the caller
     double firstWaitSeconds = 0; ///< from the first next() to its output
     double waitSeconds = 0;      ///< in next(), outputs after the first
     double maxWaitSeconds = 0;   ///< the longest of those waits
@@ -229,8 +229,8 @@ private:
   // Caller-thread state.
   int64_t enterNs_ = 0, lastReturnNs_ = 0, pendingAwayNs_ = 0;
   // Read by snapshot() from other threads.
-  std::atomic<int64_t> outputs_{0}, firstWaitNs_{0}, waitNs_{0},
-      maxWaitNs_{0}, stalls_{0}, awayNs_{0}, headspaceNs_{0};
+  std::atomic<int64_t> outputs_{0}, firstWaitNs_{0}, waitNs_{0}, maxWaitNs_{0},
+      stalls_{0}, awayNs_{0}, headspaceNs_{0};
 };
 
 /// Live counters of one stage, updated from any thread.
