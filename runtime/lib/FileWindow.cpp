@@ -169,21 +169,26 @@ FileWindow::Shard FileWindow::pop(int64_t *waitedNs) {
   return out;
 }
 
-std::pair<int64_t, int64_t> FileWindow::clear() {
+int64_t FileWindow::clear() {
   std::unique_lock<std::mutex> lock(mu_);
   unclaimed_.clear();
   cv_.wait(lock, [&] { return tasks_ == 0; });
-  int64_t records = 0, bytes = 0;
+  int64_t bytes = 0;
   for (const auto &s : slots_) {
-    for (const Entry &e : s->shard.entries) {
+    for (const Entry &e : s->shard.entries)
       held_->release(e.bytes);
-      if (e.result.isRecord())
-        ++records;
-    }
     bytes += s->shard.bytesRead;
   }
   slots_.clear();
-  return {records, bytes};
+  return bytes;
+}
+
+bool FileWindow::Shard::refusedByBudget() const {
+  for (const Entry &e : entries)
+    if (e.result.isError() &&
+        e.result.error().reason == "memory: record does not fit")
+      return true;
+  return false;
 }
 
 } // namespace sluice::runtime::detail

@@ -57,6 +57,9 @@ public:
     size_t shard = 0;
     std::vector<Entry> entries;
     int64_t bytesRead = 0; ///< the reader's bytesRead() once it ended
+    /// Whether a read of it ended in a refusal of the memory budget
+    /// (readCounted's reason): the stage reads it again alone.
+    bool refusedByBudget() const;
   };
 
   /// `reading` counts what a read allocates, `held` what the window holds;
@@ -87,9 +90,9 @@ public:
   /// the time spent waiting for it. Only when size() > 0.
   Shard pop(int64_t *waitedNs = nullptr);
   /// Waits for the reads under way and drops every shard held (their
-  /// records released from the account); returns how many records were
-  /// dropped and the bytes the dropped shards' readers had read.
-  std::pair<int64_t, int64_t> clear();
+  /// records released from the account); returns the bytes the dropped
+  /// shards' readers had read.
+  int64_t clear();
 
   /// The window width for `threads` threads: four shards per thread, so a
   /// worker finishing a file finds the next one named (at least 16, at

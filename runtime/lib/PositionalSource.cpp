@@ -61,10 +61,6 @@ public:
           FileWindow::widthFor(s.threads), FileWindow::readersFor(s.threads));
     }
   }
-  ~PositionalSourceStage() override {
-    if (window_)
-      window_->clear();
-  }
 
 protected:
   Status onStart(uint64_t epoch) override {
@@ -106,7 +102,7 @@ protected:
 
   void onStop() override {
     if (window_)
-      doneBytes_ += window_->clear().second;
+      doneBytes_ += window_->clear();
     if (cursor_)
       doneBytes_ += static_cast<int64_t>(cursor_->bytesRead());
     cursor_.reset();
@@ -195,15 +191,11 @@ private:
     int64_t waited = 0;
     FileWindow::Shard sh = window_->pop(&waited);
     excludeTime(waited);
-    bool refused = false;
-    for (const FileWindow::Entry &e : sh.entries)
-      refused |= e.result.isError() &&
-                 e.result.error().reason == "memory: record does not fit";
-    if (refused || sh.shard != id) {
+    if (sh.refusedByBudget() || sh.shard != id) {
       // Refused by the budget beside the other reads (or, never expected,
       // not the file of this position): drop what the window holds and
       // read this file here, alone, as without the window.
-      doneBytes_ += window_->clear().second;
+      doneBytes_ += window_->clear();
       windowFrom_ = p + P.world;
       std::unique_ptr<ShardReader> r = open(id);
       ReadResult rr = readCounted(scratchLimit_, *r, rec, src().shardName(id));

@@ -288,12 +288,12 @@ private:
         FileWindow::Shard sh = window_->pop(&waited);
         // Waiting for a worker's read is not this thread's work.
         excludeTime(waited);
-        if (refusedByBudget(sh)) {
+        if (sh.refusedByBudget()) {
           // A read ahead that the budget refused may have been refused
           // only because the reads beside it held memory: drop what the
           // window holds and read this file again here, alone, so the
           // budget decides as it does reading one file after another.
-          doneBytes_ += window_->clear().second;
+          doneBytes_ += window_->clear();
           nextShard_ = sh.shard + 1;
           sh = readHere(sh.shard);
         }
@@ -332,16 +332,6 @@ private:
     while (window_->size() < window_->width() && nextShard_ < src.numShards() &&
            window_->roomForMore())
       window_->push(nextShard_++);
-  }
-
-  /// Whether a shard read ahead ended in a refusal of the memory budget
-  /// (readCounted's and the whole-file readers' reason).
-  static bool refusedByBudget(const FileWindow::Shard &sh) {
-    for (const FileWindow::Entry &e : sh.entries)
-      if (e.result.isError() &&
-          e.result.error().reason == "memory: record does not fit")
-        return true;
-    return false;
   }
 
   /// Reads a whole shard on this thread (as a window task would).
@@ -469,7 +459,7 @@ private:
 
   void closeAll() {
     if (window_) {
-      doneBytes_ += window_->clear().second;
+      doneBytes_ += window_->clear();
       pending_.clear();
     }
     for (auto &sp : slots_) {
