@@ -42,25 +42,6 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-/// Registry op of a spec step name ("map.2" -> "map").
-std::string opOfStep(const std::string &step) {
-  size_t dot = step.find('.');
-  return dot == std::string::npos ? step : step.substr(0, dot);
-}
-
-std::vector<std::string> splitPlus(const std::string &s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    size_t plus = s.find('+', start);
-    out.push_back(s.substr(start, plus - start));
-    if (plus == std::string::npos)
-      break;
-    start = plus + 1;
-  }
-  return out;
-}
-
 StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
                      bool isSource,
                      const std::map<std::string, std::string> &specWhere) {
@@ -69,13 +50,13 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   s.op = st.op;
   s.where = plan.where(st);
   s.source = isSource;
-  s.specSteps = splitPlus(st.name);
+  s.specSteps = runtime::stepNamesIn(st.name);
   if (!isSource) {
     s.perRecord = runtime::isPerRecordStep(st);
     s.element = st.kind == OpKind::Element;
   }
   for (const std::string &part : s.specSteps) {
-    const OpDef *d = Registry::instance().find(opOfStep(part));
+    const OpDef *d = Registry::instance().find(runtime::opOfStepName(part));
     if (d && d->stochastic)
       s.stochastic = true;
     auto w = specWhere.find(part);

@@ -44,12 +44,6 @@ PlanStage part(const PlanStage &s, size_t from, size_t to) {
   return p;
 }
 
-/// The last '+'-separated part of a step name.
-std::string lastPart(const std::string &name) {
-  size_t plus = name.rfind('+');
-  return plus == std::string::npos ? name : name.substr(plus + 1);
-}
-
 } // namespace
 
 std::optional<size_t> cacheSplitPoint(const PlanStage &s) {
@@ -76,7 +70,7 @@ std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k) {
 }
 
 bool splitFusedAfter(Plan &plan, const std::string &step) {
-  std::string name = lastPart(step);
+  std::string name = stepNamesIn(step).back();
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const PlanStage &s = plan.stages[i];
     if (s.op != "fused_map")

@@ -111,7 +111,7 @@ void FileWindow::read(Slot &s) {
     if (!reader) {
       DataError e;
       e.where.file = name;
-      e.reason = "memory: record does not fit";
+      e.reason = kRecordDoesNotFit;
       e.detail = refused;
       e.recoverable = false;
       Entry err;
@@ -185,8 +185,7 @@ int64_t FileWindow::clear() {
 
 bool FileWindow::Shard::refusedByBudget() const {
   for (const Entry &e : entries)
-    if (e.result.isError() &&
-        e.result.error().reason == "memory: record does not fit")
+    if (e.result.isError() && e.result.error().reason == kRecordDoesNotFit)
       return true;
   return false;
 }

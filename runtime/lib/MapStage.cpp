@@ -148,17 +148,10 @@ public:
       const std::string &n = op.step->name;
       if (n == name)
         return true;
-      size_t start = 0;
-      for (;;) {
-        size_t plus = n.find('+', start);
-        if (n.compare(start, plus == std::string::npos ? std::string::npos
-                                                       : plus - start,
-                      name) == 0)
-          return true;
-        if (plus == std::string::npos)
-          break;
-        start = plus + 1;
-      }
+      if (n.find('+') != std::string::npos)
+        for (const std::string &step : stepNamesIn(n))
+          if (step == name)
+            return true;
     }
     return false;
   }

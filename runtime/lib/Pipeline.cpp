@@ -188,27 +188,14 @@ Status Engine::applySchedule() {
   for (const auto &[name, o] : opts_.schedule) {
     if (name == "default" || !o.cache || *o.cache == "none" || o.cache->empty())
       continue;
-    std::string step = name.substr(name.rfind('+') + 1);
+    std::string step = stepNamesIn(name).back();
     for (const PlanStage &st : plan_.stages) {
-      std::vector<std::string> parts;
-      for (size_t start = 0;;) {
-        size_t plus = st.name.find('+', start);
-        parts.push_back(st.name.substr(start, plus - start));
-        if (plus == std::string::npos)
-          break;
-        start = plus + 1;
-      }
+      std::vector<std::string> parts = stepNamesIn(st.name);
       auto at = std::find(parts.begin(), parts.end(), step);
       if (parts.size() < 2 || at == parts.end() || at + 1 == parts.end())
         continue;
       for (auto later = at + 1; later != parts.end(); ++later) {
-        // A step is named after its op, or op.N for a later occurrence.
-        std::string op = *later;
-        size_t dot = op.rfind('.');
-        if (dot != std::string::npos &&
-            op.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-          op.resize(dot);
-        const OpDef *def = Registry::instance().find(op);
+        const OpDef *def = Registry::instance().find(opOfStepName(*later));
         if (def && def->stochastic)
           return Status::error(
               plan_.where(st) + ": cannot cache after '" + step +
@@ -232,19 +219,17 @@ Status Engine::applySchedule() {
         std::any_of(plan_.stages.begin(), plan_.stages.end(),
                     [&](const PlanStage &st) { return st.name == name; }))
       continue;
-    for (size_t start = 0;;) {
-      size_t plus = name.find('+', start);
-      ScheduleOverride &t = schedule[name.substr(start, plus - start)];
+    std::vector<std::string> steps = stepNamesIn(name);
+    for (const std::string &step : steps) {
+      ScheduleOverride &t = schedule[step];
       if (!t.parallelism)
         t.parallelism = o.parallelism;
-      if (plus == std::string::npos) {
+      if (&step == &steps.back()) {
         if (!t.prefetch)
           t.prefetch = o.prefetch;
         if (!t.cache)
           t.cache = o.cache;
-        break;
       }
-      start = plus + 1;
     }
   }
   auto def = schedule.find("default");
@@ -259,18 +244,12 @@ Status Engine::applySchedule() {
     // A step the compiler fused from several ("a+b") takes the knobs of
     // its spec steps in order (a schedule file names spec steps), then its
     // own.
-    if (s->name.find('+') != std::string::npos) {
-      size_t start = 0;
-      for (;;) {
-        size_t plus = s->name.find('+', start);
-        auto part = schedule.find(s->name.substr(start, plus - start));
+    if (s->name.find('+') != std::string::npos)
+      for (const std::string &step : stepNamesIn(s->name)) {
+        auto part = schedule.find(step);
         if (part != schedule.end())
           apply(*s, part->second);
-        if (plus == std::string::npos)
-          break;
-        start = plus + 1;
       }
-    }
     auto it = schedule.find(s->name);
     if (it != schedule.end())
       apply(*s, it->second);
@@ -298,19 +277,12 @@ Status Engine::checkCachePlacement() const {
       if (randomOp(f.op, f.params))
         return true;
     // Stages fused another way keep only their steps' names ("a+b").
-    for (size_t start = 0;;) {
-      size_t plus = st.name.find('+', start);
-      std::string op = st.name.substr(start, plus - start);
-      size_t dot = op.rfind('.');
-      if (dot != std::string::npos &&
-          op.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-        op.resize(dot);
+    for (const std::string &step : stepNamesIn(st.name)) {
+      std::string op = opOfStepName(step);
       if (op != "shuffle" && randomOp(op, Value::map()))
         return true;
-      if (plus == std::string::npos)
-        return false;
-      start = plus + 1;
     }
+    return false;
   };
   auto caches = [](const PlanStage &st) {
     return !st.cache.empty() || st.op == "cache";

@@ -539,17 +539,30 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
   return p;
 }
 
+std::vector<std::string> stepNamesIn(const std::string &name) {
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    size_t plus = name.find('+', start);
+    out.push_back(name.substr(start, plus - start));
+    if (plus == std::string::npos)
+      return out;
+    start = plus + 1;
+  }
+}
+
+std::string opOfStepName(const std::string &step) {
+  size_t dot = step.rfind('.');
+  if (dot != std::string::npos && dot + 1 < step.size() &&
+      step.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+    return step.substr(0, dot);
+  return step;
+}
+
 std::string PlanStage::reportedOp() const {
-  size_t plus = name.find('+');
-  if (plus == std::string::npos)
+  if (name.find('+') == std::string::npos)
     return op;
-  // The first step's name: its op, or op.N for a later occurrence.
-  std::string first = name.substr(0, plus);
-  size_t dot = first.rfind('.');
-  if (dot != std::string::npos && dot + 1 < first.size() &&
-      first.find_first_not_of("0123456789", dot + 1) == std::string::npos)
-    first.resize(dot);
-  return first;
+  // The first step's op.
+  return opOfStepName(stepNamesIn(name).front());
 }
 
 } // namespace sluice::runtime

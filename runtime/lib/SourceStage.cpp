@@ -72,7 +72,7 @@ ReadResult readCounted(AllocationLimit &limit, ShardReader &reader,
   rec = Record();
   DataError e;
   e.where.file = file;
-  e.reason = "memory: record does not fit";
+  e.reason = kRecordDoesNotFit;
   e.detail = problem;
   e.recoverable = false;
   return ReadResult::error(std::move(e));
@@ -227,8 +227,8 @@ protected:
             k = s.reader->nextRun(rr, max);
           } catch (const std::bad_alloc &e) {
             return Status::error(
-                shared_.source->shardName(s.shard) +
-                ": memory: record does not fit: " +
+                shared_.source->shardName(s.shard) + ": " + kRecordDoesNotFit +
+                ": " +
                 (dynamic_cast<const AllocationRefused *>(&e)
                      ? std::string(e.what())
                      : std::string("out of memory: the system refused an "

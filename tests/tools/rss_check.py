@@ -17,8 +17,11 @@ Checks:
   |reported peak - (peak RSS - baseline)| <= tolerance * (peak RSS - baseline)
 With --max-gap the run also samples its own resident set every millisecond
 (SLUICE_DEBUG_RSS=1, runtime/include/sluice/runtime/Memory.h) and, at each new
-high of it, RSS - baseline minus the bytes the budgets count then; the
-largest of these must stay within MiB. Peaks compared at different moments
+high of it, RSS - baseline minus the bytes the budgets count then, as the
+gap stays for up to 20 ms (a gap that closes sooner is one thread's count
+released a moment before its pages are unmapped, which a loaded host
+stretches; runtime/lib/Memory.cpp, lastingGap); the largest of these must
+stay within MiB. Peaks compared at different moments
 can agree while memory goes uncounted at the moment RSS peaks (another
 count, such as a batch reserved before its pages are touched, making up for
 it elsewhere); this catches that: a batch held uncounted (the caller's last

@@ -148,14 +148,8 @@ namespace {
 /// The spec step names a plan stage runs: its own, the '+'-joined names of a
 /// fused stage, and the steps of a fused map.
 void stepNamesOf(const runtime::PlanStage &s, std::set<std::string> &out) {
-  size_t start = 0;
-  while (start <= s.name.size()) {
-    size_t plus = s.name.find('+', start);
-    if (plus == std::string::npos)
-      plus = s.name.size();
-    out.insert(s.name.substr(start, plus - start));
-    start = plus + 1;
-  }
+  for (const std::string &step : runtime::stepNamesIn(s.name))
+    out.insert(step);
   for (const runtime::PlanStage &f : s.fused)
     stepNamesOf(f, out);
 }

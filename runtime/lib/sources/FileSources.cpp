@@ -88,7 +88,7 @@ public:
     bool refused = false;
     if (!readWholeFile(file_, bytes, error, &refused, remote_,
                        std::move(pending_)))
-      return fail(refused ? std::string("memory: record does not fit")
+      return fail(refused ? std::string(kRecordDoesNotFit)
                           : kind_ + ": cannot read file",
                   error, -1, true);
     bytes_ = bytes.size();

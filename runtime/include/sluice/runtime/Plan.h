@@ -50,6 +50,14 @@ struct PlanStage {
   std::string reportedOp() const;
 };
 
+/// The spec steps a plan step name stands for, in order: "a+b+c" (a stage
+/// the compiler fused from several; '+' is never part of a step name) ->
+/// {"a", "b", "c"}; a plain name -> {name}.
+std::vector<std::string> stepNamesIn(const std::string &name);
+/// The registry op a spec step is named after: a step is named after its op,
+/// or op.N for a later occurrence ("map.2" -> "map", "map" -> "map").
+std::string opOfStepName(const std::string &step);
+
 /// A whole pipeline.
 struct Plan {
   std::string name;     ///< `pipeline:` name

@@ -99,6 +99,11 @@ struct DataError {
   std::string message() const;
 };
 
+/// DataError::reason of a record refused by budget.memory (its buffers
+/// would exceed the budget), not by a problem of its bytes: the file window
+/// reads such a file again alone, when the budget has room.
+inline constexpr const char *kRecordDoesNotFit = "memory: record does not fit";
+
 /// The outcome of ShardReader::next().
 class ReadResult {
 public:
