@@ -247,7 +247,9 @@ json reportJson(const TuneResult &r) {
   }
   j["stages"] = stages;
   j["bottleneck"] = {{"label", pr.bottleneckLabel},
-                     {"kind", pr.bottleneck < 0 ? "cpu" : "stage"},
+                     {"kind", pr.bottleneck == -2 ? "source_requests"
+                              : pr.bottleneck < 0   ? "cpu"
+                                                    : "stage"},
                      {"where", pr.bottleneck < 0
                                    ? std::string()
                                    : unitWhere(p, pr.units[static_cast<size_t>(
@@ -495,7 +497,12 @@ std::string reportSvg(const TuneResult &r) {
                     static_cast<int>(k) == pr.bottleneck});
   }
   bars.push_back({"all work on " + std::to_string(r.budget.cores) + " cores",
-                  "", pr.cpuCapacity, r.naive.cpuCapacity, pr.bottleneck < 0});
+                  "", pr.cpuCapacity, r.naive.cpuCapacity, pr.bottleneck == -1});
+  if (std::isfinite(pr.remoteCapacity) && pr.remoteCapacity > 0)
+    bars.push_back({"source requests (" +
+                        std::to_string(r.solution.config.sourceInFlight) +
+                        " in flight)",
+                    "", pr.remoteCapacity, 0, pr.bottleneck == -2});
   double lo = pr.throughput, hi = pr.throughput;
   for (const Bar &b : bars)
     for (double v : {b.cap, b.naive})
