@@ -128,7 +128,12 @@ std::string scheduleYaml(const TuneResult &r) {
     if (o.cache)
       add("cache: " + (o.cache->empty() ? std::string("none") : *o.cache));
     if (!items.empty())
-      s += "  " + name + ": {" + items + "}\n";
+      s += "  " + name + ": {" + items + "}" +
+           (!r.profile.steps.empty() && name == r.profile.steps.front().name &&
+                    o.parallelism
+                ? "   # the source's requests in flight"
+                : "") +
+           "\n";
   }
   return s;
 }

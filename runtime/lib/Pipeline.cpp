@@ -481,8 +481,7 @@ Status Engine::build() {
   // A schedule's parallelism on the source is the number of requests a
   // source over remote objects keeps in flight (the tuner's Little's-law
   // choice); the spec's remote.concurrency overrides it.
-  if (src.parallelism > 0)
-    source_->setRequestsInFlight(src.parallelism);
+  source_->setRequestsInFlight(std::max<int64_t>(0, src.parallelism));
   remoteBase_ = remoteTotals();
   cacheBase_ = objectCacheTotals();
   resetRemotePeak();

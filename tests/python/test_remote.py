@@ -561,23 +561,24 @@ def test_tune_chooses_requests_in_flight_and_says_so(servers, tmp_path):
     # how many to keep in flight (Little's law), says so in the report, and
     # writes it as the source's parallelism in the schedule.
     proxy = servers.s3_proxy
+    spec = tmp_path / "tune.yaml"
+    spec.write_text("""
+pipeline: remote_tune
+source:
+  image_folder: {root: 's3://%s/images', extensions: [jpg],
+                 remote: {endpoint: %s}}
+steps:
+  - decode_image: {field: data, as: image, channels: 3}
+  - resize: {field: image, size: [32, 32]}
+  - select: [image, label]
+  - batch: {size: 8}
+budget: {cores: 2, memory: 256MiB}
+""" % (BUCKET, proxy))
+    report = tmp_path / "report"
     servers.rules(proxy, [{"match": "", "delay_ms": 20}])
     try:
-        source, select = SOURCES["image_folder"]
-        spec = spec_for(tmp_path, "image_folder", source, select,
-                        ("s3://" + BUCKET, "s3"), "{endpoint: %s}" % proxy,
-                        extra="  - decode_image: {field: data, as: image, "
-                              "channels: 3}\n")
-        text = open(spec).read().replace("select: [data, label]",
-                                         "select: [image, label]")
-        text = text.replace("  - select: [image, label]\n", "")
-        text = text.replace("  - batch: {size: 7}",
-                            "  - select: [image, label]\n"
-                            "  - batch: {size: 7}")
-        open(spec, "w").write(text)
-        report = tmp_path / "report"
-        r = subprocess.run([SLUICE_BIN, "tune", spec, "--report", str(report)],
-                           capture_output=True, text=True)
+        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
+                            str(report)], capture_output=True, text=True)
     finally:
         servers.rules(proxy, [])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -689,15 +690,15 @@ def test_cache_refetches_an_object_whose_etag_changed(servers, tmp_path,
 
 def test_cache_is_bounded_and_evicts_the_least_recent(servers, tmp_path):
     cache = tmp_path / "cache"
-    # 48 pictures of ~10-40 KB each; a bound of 200 KB holds a few.
+    # 48 pictures of 1-4 KB each; a bound of 20,000 bytes holds a few.
     local, remote = cached_spec(servers, tmp_path, "image_folder", "s3",
-                                cache, epochs=2, size="200KB")
+                                cache, epochs=2, size="20000")
     want = run_all(local)
     p = sluice.Pipeline(remote)
     got = list(p)
     assert all(batches_equal(a, b) for a, b in zip(want, got))
     total = sum(os.path.getsize(f) for f in glob.glob(str(cache / "*.obj")))
-    assert 0 < total <= 200000
+    assert 0 < total <= 20000
     st = p.stats()["remote"]["cache"]
     assert st["evictions"] > 0, st
     # Every read was either local or fetched: nothing was lost.

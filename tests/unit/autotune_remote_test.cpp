@@ -16,6 +16,7 @@
 #include <cmath>
 
 using namespace sluice::autotune;
+using sluice::Expected;
 
 namespace {
 

@@ -16,6 +16,8 @@
 
 #include "Remote.h"
 
+#include "SourceImpl.h"
+#include "sluice/ops/FileFormats.h"
 #include "sluice/ops/Registry.h"
 
 #include <curl/curl.h>
@@ -815,6 +817,47 @@ RemoteTotals remoteTotals() {
 }
 
 //===----------------------------------------------------------------------===//
+// Headers at check time
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The idx and npy type rules read remote headers through this (ops has no
+/// HTTP client): the first chunk of the object, inflated for .gz.
+Expected<std::string> readRemoteHead(const std::string &kind,
+                                     const std::string &url,
+                                     const Value &remote, size_t n) {
+  Value params = Value::map();
+  if (remote.isMap())
+    params.set("remote", remote);
+  Expected<std::shared_ptr<const RemoteConfig>> made =
+      remoteConfigFor(kind, params);
+  if (!made)
+    return made.status();
+  // A header needs one small request, not a window of large chunks, and is
+  // not worth a cache entry.
+  auto cfg = std::make_shared<RemoteConfig>(**made);
+  cfg->chunkBytes = std::max<size_t>(64 << 10, n);
+  cfg->concurrency = 1;
+  cfg->cache.reset();
+  BufferedInput in;
+  if (!in.open(url, true, cfg))
+    return Status::error(in.error());
+  std::string out(n, '\0');
+  out.resize(in.read(out.data(), n));
+  if (in.failed())
+    return Status::error(in.error());
+  return out;
+}
+
+const bool kHeadReaderSet = [] {
+  setRemoteHeadReader(&readRemoteHead);
+  return true;
+}();
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
 // Listing and patterns
 //===----------------------------------------------------------------------===//
 
@@ -987,9 +1030,17 @@ RemoteStream::RemoteStream(std::shared_ptr<const RemoteConfig> cfg,
     : cfg_(std::move(cfg)), url_(std::move(url)) {}
 
 RemoteStream::~RemoteStream() {
-  // Requests still in flight finish on the client thread and are dropped
-  // (they hold their own reference). An entry not read to its end is not
-  // kept (the writer removes its temporary file).
+  // A reader may stop before the object's end (a tar's padding after its
+  // end-of-archive blocks): when little is left, the rest is read so that
+  // the cache keeps the whole object. Otherwise the entry is not kept (the
+  // writer removes its temporary file), and requests still in flight finish
+  // on the client thread and are dropped (they hold their own reference).
+  if (writer_ && size_ - curEnd_ <= 4 * static_cast<int64_t>(chunk_)) {
+    std::string error;
+    char sink[65536];
+    while (writer_ && read(sink, sizeof sink, error) > 0) {
+    }
+  }
   if (cacheFd_ >= 0)
     ::close(cacheFd_);
 }

@@ -265,6 +265,7 @@ public:
   }
   void setRemote(std::shared_ptr<const RemoteConfig> r) {
     std::lock_guard<std::mutex> lock(remoteMutex_);
+    configured_ = r ? r->concurrency : 0;
     remote_ = std::move(r);
   }
   int64_t requestsInFlight() const override {
@@ -277,7 +278,11 @@ public:
   }
   void setRequestsInFlight(int64_t n) const override {
     std::lock_guard<std::mutex> lock(remoteMutex_);
-    if (!remote_ || remote_->concurrencyPinned || n < 1)
+    if (!remote_ || remote_->concurrencyPinned)
+      return;
+    if (n < 1)
+      n = configured_; // no schedule: the source's own default
+    if (n == remote_->concurrency)
       return;
     // Readers already open keep the settings they took.
     auto changed = std::make_shared<RemoteConfig>(*remote_);
@@ -288,6 +293,7 @@ public:
 private:
   mutable std::mutex remoteMutex_;
   mutable std::shared_ptr<const RemoteConfig> remote_;
+  int configured_ = 0; ///< remote_'s concurrency as made (setRemote)
 };
 
 } // namespace sluice::runtime::detail
