@@ -295,9 +295,10 @@ std::string RunStats::table() const {
   }
   if (remote.requests > 0)
     out += "source: " + std::to_string(remote.requestsInFlight) +
-           " requests in flight" +
-           (remote.inFlightPinned ? " (remote.concurrency)" : "") +
-           " (up to " + std::to_string(remote.peakInFlight) + " at once), " +
+           " requests in flight (up to " +
+           std::to_string(remote.peakInFlight) + " at once" +
+           (remote.inFlightPinned ? ", set by remote.concurrency" : "") +
+           "), " +
            fmt("%.1f", remote.medianLatencyMs) +
            " ms median latency (to the first byte), " +
            fmt("%.1f", remote.medianRequestMs) +

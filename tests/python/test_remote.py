@@ -517,8 +517,9 @@ def test_cli_resume_and_no_secret_in_any_output(servers, tmp_path,
     assert rc == 1 and "403" in out
     outputs.append(out)
     everything = "\n".join(outputs)
-    assert re.search(r"source: \d+ requests in flight \(up to \d+ at once\), "
-                     r"[\d.]+ ms median latency", everything)  # the stats line
+    assert re.search(r"source: 3 requests in flight \(up to \d+ at once, set "
+                     r"by remote.concurrency\), [\d.]+ ms median latency",
+                     everything)  # the stats line
     assert SECRET_KEY not in everything
     assert "sluice-token-55aa" not in everything
 
