@@ -498,7 +498,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       bytes += wb.remote.bytes - wa.remote.bytes;
       records += w.probe.sourceRecords;
     }
-    const runtime::RunStats::Remote &last = windows.back().samples.back().remote;
+    const runtime::RunStats::Remote &last =
+        windows.back().samples.back().remote;
     RemoteProfile &r = prof.remote;
     if (requests > 0 && records > 0 && last.medianRequestMs > 0) {
       r.requests = requests;

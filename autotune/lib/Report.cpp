@@ -251,14 +251,15 @@ json reportJson(const TuneResult &r) {
     stages.push_back(st);
   }
   j["stages"] = stages;
-  j["bottleneck"] = {{"label", pr.bottleneckLabel},
-                     {"kind", pr.bottleneck == -2 ? "source_requests"
-                              : pr.bottleneck < 0   ? "cpu"
-                                                    : "stage"},
-                     {"where", pr.bottleneck < 0
-                                   ? std::string()
-                                   : unitWhere(p, pr.units[static_cast<size_t>(
-                                                      pr.bottleneck)])}};
+  j["bottleneck"] = {
+      {"label", pr.bottleneckLabel},
+      {"kind", pr.bottleneck == -2 ? "source_requests"
+               : pr.bottleneck < 0 ? "cpu"
+                                   : "stage"},
+      {"where",
+       pr.bottleneck < 0
+           ? std::string()
+           : unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)])}};
   json knobs = json::array();
   for (const KnobChoice &k : r.solution.knobs)
     knobs.push_back({{"step", k.step},
@@ -502,7 +503,8 @@ std::string reportSvg(const TuneResult &r) {
                     static_cast<int>(k) == pr.bottleneck});
   }
   bars.push_back({"all work on " + std::to_string(r.budget.cores) + " cores",
-                  "", pr.cpuCapacity, r.naive.cpuCapacity, pr.bottleneck == -1});
+                  "", pr.cpuCapacity, r.naive.cpuCapacity,
+                  pr.bottleneck == -1});
   if (std::isfinite(pr.remoteCapacity) && pr.remoteCapacity > 0)
     bars.push_back({"source requests (" +
                         std::to_string(r.solution.config.sourceInFlight) +

@@ -211,41 +211,41 @@ json toJson(const Profile &p) {
     byLevel.push_back({level, c});
   for (const auto &[step, depth] : p.probePrefetch)
     probePrefetch.push_back({step, depth});
-  return {{"pipeline", p.pipeline},
-          {"specFile", p.specFile},
-          {"hostCores", p.hostCores},
-          {"epochs", p.epochs},
-          {"sourceRecordsPerEpoch", optionalJson(p.sourceRecordsPerEpoch)},
-          {"sourceBytesPerSecond", p.sourceBytesPerSecond},
-          {"remote",
-           {{"requestsPerRecord", p.remote.requestsPerRecord},
-            {"requestSeconds", p.remote.requestSeconds},
-            {"latencySeconds", p.remote.latencySeconds},
-            {"bytesPerRequest", p.remote.bytesPerRequest},
-            {"probeInFlight", p.remote.probeInFlight},
-            {"pinned", p.remote.pinned},
-            {"requests", p.remote.requests}}},
-          {"outputsPerSourceRecord", p.outputsPerSourceRecord},
-          {"steps", steps},
-          {"scaling", scaling},
-          {"probes", probes},
-          {"fixedMemoryBytes", p.fixedMemoryBytes},
-          {"diskBytesPerSecond", p.diskBytesPerSecond},
-          {"diskFreeBytes", p.diskFreeBytes},
-          {"counterOverhead", p.counterOverhead},
-          {"seconds", p.seconds},
-          {"startupSeconds", p.startupSeconds},
-          {"processCpuPerRecord", p.processCpuPerRecord},
-          {"cpuOverheadFactor", p.cpuOverheadFactor},
-          {"calibration", p.calibration},
-          {"calibrationByLevel", byLevel},
-          {"probePrefetch", probePrefetch},
-          {"estimatedRecordsPerEpoch",
-           optionalJson(p.estimatedRecordsPerEpoch)},
-          {"cachedCalibration", p.cachedCalibration},
-          {"cachedMeasured", p.cachedMeasured},
-          {"firstCalibration", p.firstCalibration},
-          {"firstMeasured", p.firstMeasured}};
+  return {
+      {"pipeline", p.pipeline},
+      {"specFile", p.specFile},
+      {"hostCores", p.hostCores},
+      {"epochs", p.epochs},
+      {"sourceRecordsPerEpoch", optionalJson(p.sourceRecordsPerEpoch)},
+      {"sourceBytesPerSecond", p.sourceBytesPerSecond},
+      {"remote",
+       {{"requestsPerRecord", p.remote.requestsPerRecord},
+        {"requestSeconds", p.remote.requestSeconds},
+        {"latencySeconds", p.remote.latencySeconds},
+        {"bytesPerRequest", p.remote.bytesPerRequest},
+        {"probeInFlight", p.remote.probeInFlight},
+        {"pinned", p.remote.pinned},
+        {"requests", p.remote.requests}}},
+      {"outputsPerSourceRecord", p.outputsPerSourceRecord},
+      {"steps", steps},
+      {"scaling", scaling},
+      {"probes", probes},
+      {"fixedMemoryBytes", p.fixedMemoryBytes},
+      {"diskBytesPerSecond", p.diskBytesPerSecond},
+      {"diskFreeBytes", p.diskFreeBytes},
+      {"counterOverhead", p.counterOverhead},
+      {"seconds", p.seconds},
+      {"startupSeconds", p.startupSeconds},
+      {"processCpuPerRecord", p.processCpuPerRecord},
+      {"cpuOverheadFactor", p.cpuOverheadFactor},
+      {"calibration", p.calibration},
+      {"calibrationByLevel", byLevel},
+      {"probePrefetch", probePrefetch},
+      {"estimatedRecordsPerEpoch", optionalJson(p.estimatedRecordsPerEpoch)},
+      {"cachedCalibration", p.cachedCalibration},
+      {"cachedMeasured", p.cachedMeasured},
+      {"firstCalibration", p.firstCalibration},
+      {"firstMeasured", p.firstMeasured}};
 }
 
 void fromJson(const json &j, Profile &p) {
@@ -306,12 +306,9 @@ json toJson(const Config &c) {
   json prefetch = json::array();
   for (const auto &[step, depth] : c.prefetch)
     prefetch.push_back({step, depth});
-  return {{"parallelism", c.parallelism},
-          {"prefetch", prefetch},
-          {"cacheAfter", c.cache.after},
-          {"cacheTo", c.cache.to},
-          {"cacheBytes", c.cache.bytes},
-          {"sourceInFlight", c.sourceInFlight}};
+  return {{"parallelism", c.parallelism}, {"prefetch", prefetch},
+          {"cacheAfter", c.cache.after},  {"cacheTo", c.cache.to},
+          {"cacheBytes", c.cache.bytes},  {"sourceInFlight", c.sourceInFlight}};
 }
 
 void fromJson(const json &j, Config &c) {

@@ -752,8 +752,7 @@ void chooseInFlight(const Profile &p, const Budget &budget, Solution &sol) {
         "%.1f in flight for the %.0f records/s the rest sustains, x%.1f "
         "headroom%s",
         static_cast<long long>(c.sourceInFlight), latMs, reqMs,
-        runtime::formatBytes(
-            static_cast<int64_t>(p.remote.bytesPerRequest))
+        runtime::formatBytes(static_cast<int64_t>(p.remote.bytesPerRequest))
             .c_str(),
         p.remote.requestsPerRecord,
         open.throughput * p.remote.requestsPerRecord * p.remote.requestSeconds,

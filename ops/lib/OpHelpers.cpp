@@ -53,12 +53,13 @@ ParamSpec remoteParam() {
                  param("concurrency", ParamKind::Int)
                      .atLeast(1)
                      .atMost(1024)
-                     .describe("Requests in flight per file read in chunks, "
-                               "or whole objects fetched ahead by image_folder "
-                               "and files. Default: the tuner's choice (Little's "
-                               "law) under `schedule: auto` or a schedule's "
-                               "`parallelism` on the source, else 8; set, it "
-                               "overrides both."),
+                     .describe(
+                         "Requests in flight per file read in chunks, "
+                         "or whole objects fetched ahead by image_folder "
+                         "and files. Default: the tuner's choice (Little's "
+                         "law) under `schedule: auto` or a schedule's "
+                         "`parallelism` on the source, else 8; set, it "
+                         "overrides both."),
                  param("retries", ParamKind::Int)
                      .atLeast(0)
                      .atMost(100)

@@ -295,16 +295,14 @@ std::string RunStats::table() const {
   }
   if (remote.requests > 0)
     out += "source: " + std::to_string(remote.requestsInFlight) +
-           " requests in flight (up to " +
-           std::to_string(remote.peakInFlight) + " at once" +
+           " requests in flight (up to " + std::to_string(remote.peakInFlight) +
+           " at once" +
            (remote.inFlightPinned ? ", set by remote.concurrency" : "") +
-           "), " +
-           fmt("%.1f", remote.medianLatencyMs) +
+           "), " + fmt("%.1f", remote.medianLatencyMs) +
            " ms median latency (to the first byte), " +
            fmt("%.1f", remote.medianRequestMs) +
-           " ms per request; remote: " +
-           std::to_string(remote.requests) + " requests (" +
-           std::to_string(remote.retries) + " retried, " +
+           " ms per request; remote: " + std::to_string(remote.requests) +
+           " requests (" + std::to_string(remote.retries) + " retried, " +
            std::to_string(remote.failures) + " failed), " +
            formatBytes(remote.bytes) + "\n";
   if (remote.cache.hits + remote.cache.misses > 0)

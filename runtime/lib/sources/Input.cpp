@@ -171,8 +171,8 @@ long BufferedInput::gunzipRead(char *dst, size_t n) {
   g.z.avail_out = static_cast<uInt>(n);
   while (g.z.avail_out == n) {
     if (g.z.avail_in == 0 && !g.inEnd) {
-      long got = remote_->read(reinterpret_cast<char *>(g.in.get()), g.inCap,
-                               error_);
+      long got =
+          remote_->read(reinterpret_cast<char *>(g.in.get()), g.inCap, error_);
       if (got < 0)
         return -1;
       if (got == 0) {
@@ -232,8 +232,8 @@ bool BufferedInput::openRemote(
   // would cost a request of its own): the block keeps its default size.
   if (!gzip) {
     rawSize_ = remote_->size();
-    blockSize_ = std::clamp<size_t>(roundUp(*rawSize_ + 1, 4096), 4096,
-                                    blockSize_);
+    blockSize_ =
+        std::clamp<size_t>(roundUp(*rawSize_ + 1, 4096), 4096, blockSize_);
   }
   // For .gz: the compressed bytes waiting for zlib, and its state.
   const size_t gzIn = gzip ? std::clamp<size_t>(roundUp(remote_->size(), 4096),

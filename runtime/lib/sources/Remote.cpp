@@ -26,8 +26,8 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -651,8 +651,7 @@ remoteConfigFor(const std::string &kind, const Value &params,
     else if (size.isString()) {
       std::optional<int64_t> n = parseByteSize(size.asString());
       if (!n || *n <= 0)
-        return Status::error(kind + ": remote.cache_size: '" +
-                             size.asString() +
+        return Status::error(kind + ": remote.cache_size: '" + size.asString() +
                              "' is not a byte size (write e.g. 20GiB)");
       limit = *n;
     }
@@ -717,10 +716,9 @@ remoteConfigFor(const std::string &kind, const Value &params,
   return std::shared_ptr<const RemoteConfig>(std::move(cfg));
 }
 
-std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
-                                         const std::string &url,
-                                         int64_t offset, int64_t length,
-                                         std::string ifNoneMatch) {
+std::shared_ptr<PendingFetch>
+startFetch(std::shared_ptr<const RemoteConfig> cfg, const std::string &url,
+           int64_t offset, int64_t length, std::string ifNoneMatch) {
   auto t = std::make_shared<Transfer>();
   t->httpUrl = httpUrlOf(*cfg, url);
   t->cfg = std::move(cfg);
@@ -1065,9 +1063,8 @@ bool RemoteStream::open(std::string &error) {
   std::optional<ObjectCache::Entry> entry;
   if (cfg_->cache)
     entry = cfg_->cache->lookup(url_);
-  std::shared_ptr<PendingFetch> first =
-      startFetch(cfg_, url_, 0, static_cast<int64_t>(chunk_),
-                 entry ? entry->etag : "");
+  std::shared_ptr<PendingFetch> first = startFetch(
+      cfg_, url_, 0, static_cast<int64_t>(chunk_), entry ? entry->etag : "");
   Fetched *fp = &first->wait();
   if (fp->ok && fp->notModified) {
     int fd = cfg_->cache->openData(*entry);
@@ -1105,8 +1102,8 @@ bool RemoteStream::open(std::string &error) {
   }
   if (cfg_->cache) {
     countCacheMiss(entry && entry->etag != etag_);
-    writer_ = std::make_unique<ObjectCache::Writer>(cfg_->cache, url_, etag_,
-                                                    size_);
+    writer_ =
+        std::make_unique<ObjectCache::Writer>(cfg_->cache, url_, etag_, size_);
     keepChunk();
   }
   topUp();

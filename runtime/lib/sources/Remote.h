@@ -132,11 +132,10 @@ public:
 /// Starts a GET of `url` (s3:// or http(s)://): the whole object when
 /// length < 0, else bytes [offset, offset + length). `ifNoneMatch` (an
 /// ETag) makes it conditional: Fetched::notModified when it still is.
-std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
-                                         const std::string &url,
-                                         int64_t offset = 0,
-                                         int64_t length = -1,
-                                         std::string ifNoneMatch = "");
+std::shared_ptr<PendingFetch>
+startFetch(std::shared_ptr<const RemoteConfig> cfg, const std::string &url,
+           int64_t offset = 0, int64_t length = -1,
+           std::string ifNoneMatch = "");
 
 /// Starts a GET of the whole object `url` through cfg.cache when the source
 /// has one: a cached entry is asked for with If-None-Match, and on 304 the
@@ -161,9 +160,9 @@ public:
                                                      int64_t maxBytes);
   struct Entry {
     std::string path, etag;
-    int64_t size = -1;       ///< of the object
-    int64_t dataOffset = 0;  ///< where its bytes start in the file
-    uint32_t crc = 0;        ///< CRC-32C of the bytes
+    int64_t size = -1;      ///< of the object
+    int64_t dataOffset = 0; ///< where its bytes start in the file
+    uint32_t crc = 0;       ///< CRC-32C of the bytes
   };
   /// The entry of `url`, if there is one (its header only is read).
   std::optional<Entry> lookup(const std::string &url);

@@ -134,10 +134,10 @@ Expected<std::shared_ptr<ObjectCache>> ObjectCache::open(const std::string &dir,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec))
-    return Status::error("remote.cache: cannot use '" + dir +
-                         "' as the cache directory: " +
-                         (ec ? ec.message() : "not a directory") +
-                         "; name a writable directory");
+    return Status::error(
+        "remote.cache: cannot use '" + dir +
+        "' as the cache directory: " + (ec ? ec.message() : "not a directory") +
+        "; name a writable directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return Status::error("remote.cache: '" + dir + "' is not writable (" +
                          std::strerror(errno) + "); name a writable directory");
@@ -211,7 +211,8 @@ std::optional<ObjectCache::Entry> ObjectCache::lookup(const std::string &url) {
     else if (line.rfind("size ", 0) == 0)
       e.size = std::strtoll(line.c_str() + 5, nullptr, 10);
     else if (line.rfind("crc32c ", 0) == 0)
-      e.crc = static_cast<uint32_t>(std::strtoul(line.c_str() + 7, nullptr, 16));
+      e.crc =
+          static_cast<uint32_t>(std::strtoul(line.c_str() + 7, nullptr, 16));
     else if (line.rfind("url ", 0) == 0)
       gotUrl = line.substr(4);
   }
@@ -279,8 +280,8 @@ bool ObjectCache::store(const std::string &url, const std::string &etag,
   return w.append(bytes.data(), bytes.size()) && w.commit();
 }
 
-ObjectCache::Writer::Writer(std::shared_ptr<ObjectCache> cache,
-                            std::string url, std::string etag, int64_t size)
+ObjectCache::Writer::Writer(std::shared_ptr<ObjectCache> cache, std::string url,
+                            std::string etag, int64_t size)
     : cache_(std::move(cache)), url_(std::move(url)), etag_(std::move(etag)),
       size_(size) {
   // Nothing to keep: a version the cache could not check again, or an
@@ -331,8 +332,7 @@ bool ObjectCache::Writer::commit() {
   // The CRC is known only now: its field has a fixed width.
   std::string h = header(url_, etag_, size_, crc_);
   if (static_cast<int64_t>(h.size()) != headerBytes_ ||
-      ::pwrite(fd_, h.data(), h.size(), 0) !=
-          static_cast<ssize_t>(h.size())) {
+      ::pwrite(fd_, h.data(), h.size(), 0) != static_cast<ssize_t>(h.size())) {
     fail();
     return false;
   }

@@ -19,9 +19,8 @@
 #include "sluice/ops/Value.h"
 
 #include <cstddef>
-#include <functional>
-#include <string_view>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>

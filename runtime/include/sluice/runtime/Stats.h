@@ -173,8 +173,8 @@ struct RunStats {
     /// stored in it, entries evicted for the size bound, and entries
     /// dropped as damaged (wrong size or CRC).
     struct Cache {
-      int64_t hits = 0, misses = 0, stale = 0, bytesRead = 0,
-              bytesStored = 0, evictions = 0, damaged = 0;
+      int64_t hits = 0, misses = 0, stale = 0, bytesRead = 0, bytesStored = 0,
+              evictions = 0, damaged = 0;
     } cache;
   } remote;
 
