@@ -1,23 +1,30 @@
 #!/usr/bin/python3
-"""Remote sources under injected latency: the same pipeline over local files,
-over s3:// (s3rver) and over http:// (nginx), with a delaying proxy
-(tests/servers/fault_proxy.py) adding DELAY ms before every answer, at
-several `remote.concurrency` values.
+"""Remote sources under injected latency, against the same pipeline on local
+files: image_folder over s3:// (s3rver) and webdataset shards over http://
+(nginx), each behind a proxy that delays every request by DELAY ms
+(tests/servers/delay_proxy.py, one asyncio thread), with the requests in
+flight swept and as `sluice tune` chooses them (Little's law).
 
-Three sources, all decoding real photographs (bench/gen_photos.py):
-  image_folder over an s3:// prefix: one GET per picture, kept in flight ahead
-  files over http:// (every object named): the same, from nginx
-  webdataset shards over http://: ranged chunks of 1 MiB, kept in flight ahead
-each: decode_image -> random_resized_crop 224 -> batch 64, `--sink null`.
+Both decode real photographs (bench/gen_photos.py):
+  decode_image -> random_resized_crop 224 -> select -> batch 64, --sink null.
 
-Usage: remote_latency.py [--images N] [--delay-ms MS] [--concurrency 1,4,16]
-                         [--sluice PATH] [--data DIR]
-Prints a Markdown table (records/s, and the ratio to local files).
+For each configuration it runs `--repeats` times, interleaved with the
+others (a burst of load from other processes then spreads over all of
+them), and reports the median records/s, the ratio to local files, and
+sluice's CPU seconds per record (getrusage of the child: the servers and the
+proxy are not counted).
+
+Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
+                         [--repeats R] [--epochs E] [--sluice PATH]
+                         [--data DIR]
+Prints Markdown tables.
 """
 import argparse
 import io
 import os
 import re
+import resource
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -33,27 +40,49 @@ STEPS = """steps:
   - random_resized_crop: {field: image, size: [224, 224]}
   - select: [image, label]
   - batch: {size: 64}
-epochs: 1
+epochs: %d
 budget: {cores: 2, memory: 1GiB}
 """
 
 
-def run(sluice, spec, env):
-    r = subprocess.run([sluice, "run", spec, "--sink", "null"],
+def run(sluice, args, env):
+    """(records, records/s, CPU seconds) of `sluice run ARGS --sink null`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([sluice, "run"] + args + ["--sink", "null"],
                        capture_output=True, text=True, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = r.stdout + r.stderr
     if r.returncode != 0:
-        sys.exit("sluice failed on %s:\n%s" % (spec, out))
+        sys.exit("sluice failed on %s:\n%s" % (args, out))
     m = re.search(r"\((\d+) records, ([\d.]+)(k?) records/s", out)
     rate = float(m.group(2)) * (1000 if m.group(3) else 1)
-    return int(m.group(1)), rate
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime -
+                                                 before.ru_stime)
+    return int(m.group(1)), rate, cpu
+
+
+def tune(sluice, spec, report, env):
+    """`sluice tune`: the schedule file and the requests in flight chosen."""
+    r = subprocess.run([sluice, "tune", spec, "--report", report],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("sluice tune failed on %s:\n%s" % (spec, r.stdout + r.stderr))
+    md = open(os.path.join(report, "report.md")).read()
+    m = re.search(r"source: (\d+) requests in flight, (\d+) ms median "
+                  r"latency", md)
+    if not m:
+        sys.exit("the tune report names no requests in flight:\n" + md)
+    return (os.path.join(report, "schedule.yaml"), int(m.group(1)),
+            int(m.group(2)))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=600)
     ap.add_argument("--delay-ms", type=float, default=20)
-    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--sweep", default="1,2,4,8,16,32,64")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "bin",
                                                      "sluice"))
     ap.add_argument("--data", default=None)
@@ -78,7 +107,8 @@ def main():
     shards, items = {}, sorted(files.items())
     for s in range(0, len(items), 64):
         out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        with tarfile.open(fileobj=out, mode="w",
+                          format=tarfile.USTAR_FORMAT) as t:
             for i, (name, (label, jpg)) in enumerate(items[s:s + 64]):
                 for ext, payload in (("jpg", jpg), ("cls", b"%d" % label)):
                     info = tarfile.TarInfo("%06d.%s" % (s + i, ext))
@@ -86,6 +116,7 @@ def main():
                     t.addfile(info, io.BytesIO(payload))
         shards["shards/s-%04d.tar" % (s // 64)] = out.getvalue()
     nshards = len(shards)
+    steps = STEPS % args.epochs
 
     srv = remote_servers.Servers(os.path.join(work, "servers")).start()
     try:
@@ -94,6 +125,8 @@ def main():
         for rel, (_, jpg) in files.items():
             srv.put_http(rel, jpg)
         srv.put_s3({k: v for k, (_, v) in files.items()})
+        s3 = srv.delay_proxy(srv.s3_port, args.delay_ms)
+        http = srv.delay_proxy(srv.nginx_port, args.delay_ms)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=remote_servers.ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=remote_servers.SECRET_KEY)
 
@@ -101,61 +134,66 @@ def main():
             path = os.path.join(work, name + ".yaml")
             with open(path, "w") as f:
                 f.write("pipeline: %s\nseed: 1\nsource:\n  %s\n%s"
-                        % (name, source, STEPS))
+                        % (name, source, steps))
             return path
 
         brace = "{0000..%04d}" % (nshards - 1)
-        wds = ("webdataset: {files: '%s/shards/s-%s.tar', remote: %s, fields: "
+        wds = ("webdataset: {files: '%s/shards/s-%s.tar'%s, fields: "
                "[{ext: jpg, name: data}, {ext: cls, name: label, type: i64}]}")
-        local_if = spec("local_if", "image_folder: {root: '%s/photos'}"
-                        % srv.www)
-        # The same pictures as `files` over http://: HTTP cannot list, so
-        # the spec names every object (labels are not needed here).
-        names = sorted(files)
-        urls = lambda base: "'%s/{%s}'" % (base, ",".join(names))
-        steps_files = STEPS.replace("select: [image, label]",
-                                    "select: [image]")
-
-        def spec_files(name, base, remote):
-            path = os.path.join(work, name + ".yaml")
-            with open(path, "w") as f:
-                f.write("pipeline: %s\nseed: 1\nsource:\n  files: {files: %s%s}\n%s"
-                        % (name, urls(base), remote, steps_files))
-            return path
-        local_files = spec_files("local_files", srv.www, "")
-        local_wds = spec("local_wds", wds.replace(", remote: %s", "")
-                         % (srv.www, brace))
-        rows = []
-        base_if = run(args.sluice, local_if, env)[1]
-        base_wds = run(args.sluice, local_wds, env)[1]
-        base_files = run(args.sluice, local_files, env)[1]
-        rows.append(("local files", "-", base_if, base_files, base_wds))
-        for delay in (0, args.delay_ms):
-            srv.rules(srv.s3_proxy, [{"match": "", "delay_ms": delay}])
-            srv.rules(srv.http_proxy, [{"match": "", "delay_ms": delay}])
-            for c in [int(x) for x in args.concurrency.split(",")]:
-                s3 = spec("s3_%d_%d" % (delay, c),
-                          "image_folder: {root: 's3://%s/photos', remote: "
-                          "{endpoint: %s, concurrency: %d}}"
-                          % (remote_servers.BUCKET, srv.s3_proxy, c))
-                http = spec("http_%d_%d" % (delay, c), wds % (
-                    srv.http_proxy, brace,
-                    "{concurrency: %d, chunk_size: 1MiB}" % c))
-                fh = spec_files("files_%d_%d" % (delay, c), srv.http_proxy,
-                                ", remote: {concurrency: %d}" % c)
-                rows.append(("%g ms" % delay, c, run(args.sluice, s3, env)[1],
-                             run(args.sluice, fh, env)[1],
-                             run(args.sluice, http, env)[1]))
-        print("%d pictures (%d shards), 2 cores; records/s (ratio to local)\n"
-              % (len(files), nshards))
-        print("| latency added | concurrency | image_folder over s3:// "
-              "(s3rver) | files over http:// (nginx) | webdataset over "
-              "http:// (nginx) |")
-        print("|---|---:|---:|---:|---:|")
-        for lat, c, a, f, b in rows:
-            print("| %s | %s | %.0f (%.2f×) | %.0f (%.2f×) | %.0f (%.2f×) |"
-                  % (lat, c, a, a / base_if, f, f / base_files, b,
-                     b / base_wds))
+        pipelines = {
+            "image_folder over s3://": (
+                spec("local_if", "image_folder: {root: '%s/photos'}" % srv.www),
+                lambda c: "image_folder: {root: 's3://%s/photos', remote: "
+                          "{endpoint: %s%s}}" % (
+                              remote_servers.BUCKET, s3,
+                              ", concurrency: %d" % c if c else "")),
+            "webdataset over http://": (
+                spec("local_wds", wds % (srv.www, brace, "")),
+                lambda c: wds % (http, brace,
+                                 ", remote: {chunk_size: 1MiB%s}" % (
+                                     ", concurrency: %d" % c if c else ""))),
+        }
+        sweep = [int(x) for x in args.sweep.split(",")]
+        # Every configuration: (pipeline, label) -> [sluice run args].
+        configs = {}
+        tuned = {}
+        for name, (local, remote) in pipelines.items():
+            configs[(name, "local")] = [local]
+            for c in sweep:
+                configs[(name, c)] = [spec("%s_%d" % (name[:3], c),
+                                           remote(c))]
+            free = spec("%s_tuned" % name[:3], remote(0))
+            sched, n, lat = tune(args.sluice, free,
+                                 os.path.join(work, "tune_" + name[:3]), env)
+            tuned[name] = (n, lat)
+            configs[(name, "tuned")] = [free, "--schedule", sched]
+        results = {k: [] for k in configs}
+        for _ in range(args.repeats):
+            for k, a in configs.items():
+                results[k].append(run(args.sluice, a, env))
+        print("%d pictures (%d shards of 64), %d epochs, %g ms added per "
+              "request, 2 cores; median of %d runs\n"
+              % (len(files), nshards, args.epochs, args.delay_ms,
+                 args.repeats))
+        for name in pipelines:
+            base = statistics.median(r[1] for r in results[(name, "local")])
+            print("### %s\n" % name)
+            print("| requests in flight | records/s | vs local | CPU ms/record |")
+            print("|---|---:|---:|---:|")
+            best = 0
+            for label in ["local"] + sweep + ["tuned"]:
+                rs = results[(name, label)]
+                rate = statistics.median(r[1] for r in rs)
+                cpu = statistics.median(r[2] / r[0] for r in rs) * 1e3
+                if label not in ("local", "tuned"):
+                    best = max(best, rate)
+                shown = ("local files" if label == "local" else
+                         "tuned: %d (%d ms median latency)" % tuned[name]
+                         if label == "tuned" else str(label))
+                print("| %s | %.0f | %.2f× | %.2f |"
+                      % (shown, rate, rate / base, cpu))
+            t = statistics.median(r[1] for r in results[(name, "tuned")])
+            print("\ntuned / best of the sweep: %.2f\n" % (t / best))
     finally:
         srv.stop()
 

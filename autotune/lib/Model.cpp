@@ -498,6 +498,21 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       mem += static_cast<int64_t>(static_cast<double>(depth) *
                                   p.steps[i].bytesOut);
   }
+  // A remote source's requests in flight bound it by Little's law (in the
+  // phases where the source reads: not in a cached run's later epochs).
+  r.remoteCapacity = kInf;
+  if (p.remote.present() && c.sourceInFlight > 0 && !us.empty()) {
+    double f = phaseFactor(us.front(), phase, e);
+    if (f > 0) {
+      r.remoteCapacity = remoteCapacity(p, c.sourceInFlight) / f;
+      mem += static_cast<int64_t>(static_cast<double>(c.sourceInFlight) *
+                                  p.remote.bytesPerRequest);
+      if (r.remoteCapacity < r.throughput) {
+        r.throughput = r.remoteCapacity;
+        r.bottleneck = -2;
+      }
+    }
+  }
   double cacheCost = cacheSeconds(p, c.cache);
   if (c.cache.after >= 0) {
     UnitPrediction up;
@@ -697,15 +712,43 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   r.contentionBound *= k;
   for (UnitPrediction &up : r.units)
     up.capacity *= k;
-  r.bottleneckLabel = r.bottleneck >= 0
-                          ? r.units[static_cast<size_t>(r.bottleneck)].label
-                          : "cpu (all " + std::to_string(cores) + " cores busy)";
+  r.remoteCapacity *= k;
+  r.bottleneckLabel =
+      r.bottleneck >= 0 ? r.units[static_cast<size_t>(r.bottleneck)].label
+      : r.bottleneck == -2
+          ? "source requests (" + std::to_string(c.sourceInFlight) +
+                " in flight)"
+          : "cpu (all " + std::to_string(cores) + " cores busy)";
   finishRates(p, r);
   r.memoryBytes = mem;
   return r;
 }
 
 } // namespace
+
+double remoteCapacity(const Profile &p, int64_t inFlight) {
+  if (!p.remote.present() || inFlight <= 0)
+    return kInf;
+  return static_cast<double>(inFlight) /
+         (p.remote.requestsPerRecord * p.remote.requestSeconds);
+}
+
+int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes) {
+  if (!p.remote.present())
+    return 0;
+  double need = std::isfinite(rate) && rate > 0
+                    ? rate * p.remote.requestsPerRecord *
+                          p.remote.requestSeconds * kInFlightHeadroom
+                    : static_cast<double>(kMaxInFlight);
+  int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(need)), 1,
+                                  kMaxInFlight);
+  if (memoryBytes > 0 && p.remote.bytesPerRequest > 0)
+    n = std::clamp<int64_t>(
+        static_cast<int64_t>(static_cast<double>(memoryBytes) /
+                             p.remote.bytesPerRequest),
+        1, n);
+  return n;
+}
 
 Prediction predict(const Profile &p, const Config &c, int64_t cores) {
   Prediction r = predictPhase(p, c, cores, Phase::Averaged);

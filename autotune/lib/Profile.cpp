@@ -315,6 +315,9 @@ Expected<Probe> measure(const runtime::Plan &plan,
 /// The largest shuffle buffer a probe runs with (profilePipeline).
 constexpr int64_t kProbeShuffleBuffer = 256;
 
+/// Requests in flight a remote source's probes run with (profilePipeline).
+constexpr int64_t kProbeInFlight = 32;
+
 Expected<Profile> profilePipeline(const runtime::Plan &plan,
                                   const ProfileOptions &opts) {
   auto t0 = Clock::now();
@@ -393,6 +396,12 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
         for (size_t i : u.steps)
           if (prof.steps[i].element)
             o.schedule[prof.steps[i].name].parallelism = level;
+    // A source over remote objects probes with many requests in flight, so
+    // that the rest of the pipeline, not the latency, sets the probes' pace
+    // (the source's I/O is modelled from its requests: RemoteProfile). Local
+    // sources ignore it; the spec's remote.concurrency overrides it.
+    if (!o.schedule[plan.source.name].parallelism)
+      o.schedule[plan.source.name].parallelism = kProbeInFlight;
     Window win;
     win.level = level;
     Expected<Probe> pr =
@@ -460,6 +469,36 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   }
   prof.outputsPerSourceRecord =
       src > 0 ? base.probe.outputsPerSecond * base.probe.seconds / src : 1;
+  // Remote requests over all windows: per source record, and their times
+  // (the client's medians over its recent requests, read at the end).
+  {
+    int64_t requests = 0, bytes = 0, records = 0;
+    for (const Window &w : windows) {
+      const runtime::RunStats &wa = w.samples.front(), &wb = w.samples.back();
+      requests += wb.remote.requests - wa.remote.requests;
+      bytes += wb.remote.bytes - wa.remote.bytes;
+      records += w.probe.sourceRecords;
+    }
+    const runtime::RunStats::Remote &last =
+        windows.back().samples.back().remote;
+    RemoteProfile &r = prof.remote;
+    if (requests > 0 && records > 0 && last.medianRequestMs > 0) {
+      r.requests = requests;
+      r.requestsPerRecord =
+          static_cast<double>(requests) / static_cast<double>(records);
+      r.bytesPerRequest =
+          static_cast<double>(bytes) / static_cast<double>(requests);
+      r.requestSeconds = last.medianRequestMs / 1e3;
+      r.latencySeconds = last.medianLatencyMs / 1e3;
+      r.probeInFlight = last.requestsInFlight;
+      r.pinned = last.inFlightPinned ? last.requestsInFlight : 0;
+      // The source's thread waits for its objects; that wait is the I/O the
+      // requests in flight hide (modelled by Little's law in predict()), not
+      // work: its own cost is its CPU.
+      StepProfile &s0 = prof.steps.front();
+      s0.secondsPerElement = std::min(s0.secondsPerElement, s0.cpuPerElement);
+    }
+  }
   // Per step and parallelism: work per record summed over the windows of
   // that level, divided by their records.
   std::map<std::pair<size_t, int64_t>, std::pair<double, double>> levelWork;
@@ -611,6 +650,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
         c.cache = o;
     for (const Unit &u : units(prof, c.cache.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
+    c.sourceInFlight = prof.remote.present() ? prof.remote.probeInFlight : 0;
     double model = predict(prof, c, cores).throughput;
     if (model > 0 && std::isfinite(model) && w.probe.sourceRecordsPerSecond > 0) {
       ratios.push_back(w.probe.sourceRecordsPerSecond / model);

@@ -128,7 +128,12 @@ std::string scheduleYaml(const TuneResult &r) {
     if (o.cache)
       add("cache: " + (o.cache->empty() ? std::string("none") : *o.cache));
     if (!items.empty())
-      s += "  " + name + ": {" + items + "}\n";
+      s += "  " + name + ": {" + items + "}" +
+           (!r.profile.steps.empty() && name == r.profile.steps.front().name &&
+                    o.parallelism
+                ? "   # the source's requests in flight"
+                : "") +
+           "\n";
   }
   return s;
 }
@@ -246,12 +251,15 @@ json reportJson(const TuneResult &r) {
     stages.push_back(st);
   }
   j["stages"] = stages;
-  j["bottleneck"] = {{"label", pr.bottleneckLabel},
-                     {"kind", pr.bottleneck < 0 ? "cpu" : "stage"},
-                     {"where", pr.bottleneck < 0
-                                   ? std::string()
-                                   : unitWhere(p, pr.units[static_cast<size_t>(
-                                                      pr.bottleneck)])}};
+  j["bottleneck"] = {
+      {"label", pr.bottleneckLabel},
+      {"kind", pr.bottleneck == -2 ? "source_requests"
+               : pr.bottleneck < 0 ? "cpu"
+                                   : "stage"},
+      {"where",
+       pr.bottleneck < 0
+           ? std::string()
+           : unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)])}};
   json knobs = json::array();
   for (const KnobChoice &k : r.solution.knobs)
     knobs.push_back({{"step", k.step},
@@ -495,7 +503,13 @@ std::string reportSvg(const TuneResult &r) {
                     static_cast<int>(k) == pr.bottleneck});
   }
   bars.push_back({"all work on " + std::to_string(r.budget.cores) + " cores",
-                  "", pr.cpuCapacity, r.naive.cpuCapacity, pr.bottleneck < 0});
+                  "", pr.cpuCapacity, r.naive.cpuCapacity,
+                  pr.bottleneck == -1});
+  if (std::isfinite(pr.remoteCapacity) && pr.remoteCapacity > 0)
+    bars.push_back({"source requests (" +
+                        std::to_string(r.solution.config.sourceInFlight) +
+                        " in flight)",
+                    "", pr.remoteCapacity, 0, pr.bottleneck == -2});
   double lo = pr.throughput, hi = pr.throughput;
   for (const Bar &b : bars)
     for (double v : {b.cap, b.naive})

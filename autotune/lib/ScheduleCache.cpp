@@ -211,33 +211,41 @@ json toJson(const Profile &p) {
     byLevel.push_back({level, c});
   for (const auto &[step, depth] : p.probePrefetch)
     probePrefetch.push_back({step, depth});
-  return {{"pipeline", p.pipeline},
-          {"specFile", p.specFile},
-          {"hostCores", p.hostCores},
-          {"epochs", p.epochs},
-          {"sourceRecordsPerEpoch", optionalJson(p.sourceRecordsPerEpoch)},
-          {"sourceBytesPerSecond", p.sourceBytesPerSecond},
-          {"outputsPerSourceRecord", p.outputsPerSourceRecord},
-          {"steps", steps},
-          {"scaling", scaling},
-          {"probes", probes},
-          {"fixedMemoryBytes", p.fixedMemoryBytes},
-          {"diskBytesPerSecond", p.diskBytesPerSecond},
-          {"diskFreeBytes", p.diskFreeBytes},
-          {"counterOverhead", p.counterOverhead},
-          {"seconds", p.seconds},
-          {"startupSeconds", p.startupSeconds},
-          {"processCpuPerRecord", p.processCpuPerRecord},
-          {"cpuOverheadFactor", p.cpuOverheadFactor},
-          {"calibration", p.calibration},
-          {"calibrationByLevel", byLevel},
-          {"probePrefetch", probePrefetch},
-          {"estimatedRecordsPerEpoch",
-           optionalJson(p.estimatedRecordsPerEpoch)},
-          {"cachedCalibration", p.cachedCalibration},
-          {"cachedMeasured", p.cachedMeasured},
-          {"firstCalibration", p.firstCalibration},
-          {"firstMeasured", p.firstMeasured}};
+  return {
+      {"pipeline", p.pipeline},
+      {"specFile", p.specFile},
+      {"hostCores", p.hostCores},
+      {"epochs", p.epochs},
+      {"sourceRecordsPerEpoch", optionalJson(p.sourceRecordsPerEpoch)},
+      {"sourceBytesPerSecond", p.sourceBytesPerSecond},
+      {"remote",
+       {{"requestsPerRecord", p.remote.requestsPerRecord},
+        {"requestSeconds", p.remote.requestSeconds},
+        {"latencySeconds", p.remote.latencySeconds},
+        {"bytesPerRequest", p.remote.bytesPerRequest},
+        {"probeInFlight", p.remote.probeInFlight},
+        {"pinned", p.remote.pinned},
+        {"requests", p.remote.requests}}},
+      {"outputsPerSourceRecord", p.outputsPerSourceRecord},
+      {"steps", steps},
+      {"scaling", scaling},
+      {"probes", probes},
+      {"fixedMemoryBytes", p.fixedMemoryBytes},
+      {"diskBytesPerSecond", p.diskBytesPerSecond},
+      {"diskFreeBytes", p.diskFreeBytes},
+      {"counterOverhead", p.counterOverhead},
+      {"seconds", p.seconds},
+      {"startupSeconds", p.startupSeconds},
+      {"processCpuPerRecord", p.processCpuPerRecord},
+      {"cpuOverheadFactor", p.cpuOverheadFactor},
+      {"calibration", p.calibration},
+      {"calibrationByLevel", byLevel},
+      {"probePrefetch", probePrefetch},
+      {"estimatedRecordsPerEpoch", optionalJson(p.estimatedRecordsPerEpoch)},
+      {"cachedCalibration", p.cachedCalibration},
+      {"cachedMeasured", p.cachedMeasured},
+      {"firstCalibration", p.firstCalibration},
+      {"firstMeasured", p.firstMeasured}};
 }
 
 void fromJson(const json &j, Profile &p) {
@@ -247,6 +255,16 @@ void fromJson(const json &j, Profile &p) {
   j.at("epochs").get_to(p.epochs);
   p.sourceRecordsPerEpoch = optionalFrom(j.at("sourceRecordsPerEpoch"));
   j.at("sourceBytesPerSecond").get_to(p.sourceBytesPerSecond);
+  if (j.contains("remote")) {
+    const json &r = j.at("remote");
+    r.at("requestsPerRecord").get_to(p.remote.requestsPerRecord);
+    r.at("requestSeconds").get_to(p.remote.requestSeconds);
+    r.at("latencySeconds").get_to(p.remote.latencySeconds);
+    r.at("bytesPerRequest").get_to(p.remote.bytesPerRequest);
+    r.at("probeInFlight").get_to(p.remote.probeInFlight);
+    r.at("pinned").get_to(p.remote.pinned);
+    r.at("requests").get_to(p.remote.requests);
+  }
   j.at("outputsPerSourceRecord").get_to(p.outputsPerSourceRecord);
   for (const json &s : j.at("steps")) {
     StepProfile sp;
@@ -288,11 +306,9 @@ json toJson(const Config &c) {
   json prefetch = json::array();
   for (const auto &[step, depth] : c.prefetch)
     prefetch.push_back({step, depth});
-  return {{"parallelism", c.parallelism},
-          {"prefetch", prefetch},
-          {"cacheAfter", c.cache.after},
-          {"cacheTo", c.cache.to},
-          {"cacheBytes", c.cache.bytes}};
+  return {{"parallelism", c.parallelism}, {"prefetch", prefetch},
+          {"cacheAfter", c.cache.after},  {"cacheTo", c.cache.to},
+          {"cacheBytes", c.cache.bytes},  {"sourceInFlight", c.sourceInFlight}};
 }
 
 void fromJson(const json &j, Config &c) {
@@ -302,6 +318,7 @@ void fromJson(const json &j, Config &c) {
   j.at("cacheAfter").get_to(c.cache.after);
   j.at("cacheTo").get_to(c.cache.to);
   j.at("cacheBytes").get_to(c.cache.bytes);
+  c.sourceInFlight = j.value("sourceInFlight", int64_t(0));
 }
 
 json toJson(const Schedule &s) {

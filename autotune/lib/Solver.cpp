@@ -127,6 +127,9 @@ Schedule toSchedule(const Profile &p, const Config &c) {
     s[p.steps[i].name].prefetch = depth;
   if (c.cache.after >= 0)
     s[p.steps[static_cast<size_t>(c.cache.after)].name].cache = c.cache.to;
+  // The source's parallelism is its requests in flight.
+  if (c.sourceInFlight > 0 && !p.steps.empty())
+    s[p.steps.front().name].parallelism = c.sourceInFlight;
   return s;
 }
 
@@ -710,7 +713,70 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
 
 } // namespace
 
+namespace {
+
+/// Chooses the requests a remote source keeps in flight for the solved
+/// configuration: by Little's law, enough to serve what the rest of the
+/// pipeline is predicted to sustain (kInFlightHeadroom over the mean),
+/// within what the memory budget leaves; the spec's remote.concurrency when
+/// it pins one. Adds the knob (with its reason) and re-predicts.
+void chooseInFlight(const Profile &p, const Budget &budget, Solution &sol) {
+  if (!p.remote.present())
+    return;
+  Config &c = sol.config;
+  c.sourceInFlight = 0;
+  Prediction open = predict(p, c, budget.cores);
+  KnobChoice kc;
+  kc.step = p.steps.front().name;
+  kc.knob = "requests in flight";
+  char buf[400];
+  const double latMs = p.remote.latencySeconds * 1e3;
+  const double reqMs = p.remote.requestSeconds * 1e3;
+  if (p.remote.pinned > 0) {
+    c.sourceInFlight = p.remote.pinned;
+    kc.pinned = true;
+    std::snprintf(buf, sizeof buf,
+                  "source: %lld requests in flight (remote.concurrency), "
+                  "%.0f ms median latency",
+                  static_cast<long long>(c.sourceInFlight), latMs);
+  } else {
+    int64_t room = 0;
+    if (budget.memoryBytes > 0)
+      room = std::max<int64_t>(1, (budget.memoryBytes - open.memoryBytes) / 4);
+    c.sourceInFlight = inFlightFor(p, open.throughput, room);
+    int64_t wanted = inFlightFor(p, open.throughput);
+    std::snprintf(
+        buf, sizeof buf,
+        "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
+        "per request of %s, %.3g requests per record): Little's law gives "
+        "%.1f in flight for the %.0f records/s the rest sustains, x%.1f "
+        "headroom%s",
+        static_cast<long long>(c.sourceInFlight), latMs, reqMs,
+        runtime::formatBytes(static_cast<int64_t>(p.remote.bytesPerRequest))
+            .c_str(),
+        p.remote.requestsPerRecord,
+        open.throughput * p.remote.requestsPerRecord * p.remote.requestSeconds,
+        open.throughput, kInFlightHeadroom,
+        c.sourceInFlight < wanted ? "; fewer: a quarter of the memory the "
+                                    "budget leaves holds no more"
+                                  : "");
+  }
+  kc.value = std::to_string(c.sourceInFlight);
+  kc.reason = buf;
+  sol.knobs.push_back(kc);
+  sol.prediction = predict(p, c, budget.cores);
+}
+
+} // namespace
+
 Expected<Solution> solve(const Profile &p, const Budget &budget) {
+  Expected<Solution> s = solveConfig(p, budget);
+  if (s)
+    chooseInFlight(p, budget, *s);
+  return s;
+}
+
+Expected<Solution> solveConfig(const Profile &p, const Budget &budget) {
   Expected<Solution> with = solveProgram(p, budget, true);
   if (!with || with->config.cache.after < 0)
     return with;

@@ -471,7 +471,8 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
   if (!r.solution.closeCall)
     return Status::ok();
   const Config chosen = r.solution.config;
-  const Config other = *r.solution.closeCall;
+  Config other = *r.solution.closeCall;
+  other.sourceInFlight = chosen.sourceInFlight;
   const Profile &p = r.profile;
   const std::string what = "close call: " + parallelismText(p, other) +
                            " is predicted " +

@@ -247,8 +247,13 @@ private:
     }
 
     if (std::optional<DictionaryAttr> schedule = pipeline.getSchedule()) {
-      if (auto knobs = schedule->getAs<DictionaryAttr>("default"))
+      if (auto knobs = schedule->getAs<DictionaryAttr>("default")) {
         applyKnobs(knobs, out);
+        // The source's parallelism is its requests in flight (remote
+        // objects): a default meant for the workers does not set it.
+        if (!stage.getInputStream())
+          out.parallelism = 0;
+      }
       // A fused stage ("a+b") takes the knobs of each of its steps, in
       // order: the fusion passes fuse named steps only when their knobs
       // agree (parallelism on any, prefetch and cache on the last).

@@ -262,4 +262,21 @@ std::string npyDescr(ElemType t) {
   return "";
 }
 
+namespace {
+RemoteHeadReader &headReader() {
+  static RemoteHeadReader *r = new RemoteHeadReader;
+  return *r;
+}
+} // namespace
+
+void setRemoteHeadReader(RemoteHeadReader reader) {
+  headReader() = std::move(reader);
+}
+const RemoteHeadReader &remoteHeadReader() { return headReader(); }
+
+bool isRemoteName(std::string_view path) {
+  return path.substr(0, 5) == "s3://" || path.substr(0, 7) == "http://" ||
+         path.substr(0, 8) == "https://";
+}
+
 } // namespace sluice

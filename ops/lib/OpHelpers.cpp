@@ -53,9 +53,13 @@ ParamSpec remoteParam() {
                  param("concurrency", ParamKind::Int)
                      .atLeast(1)
                      .atMost(1024)
-                     .describe("Requests in flight per file read in chunks, "
-                               "or whole objects fetched ahead by image_folder "
-                               "and files (default 8)."),
+                     .describe(
+                         "Requests in flight per file read in chunks, "
+                         "or whole objects fetched ahead by image_folder "
+                         "and files. Default: the tuner's choice (Little's "
+                         "law) under `schedule: auto` or a schedule's "
+                         "`parallelism` on the source, else 8; set, it "
+                         "overrides both."),
                  param("retries", ParamKind::Int)
                      .atLeast(0)
                      .atMost(100)
@@ -65,6 +69,16 @@ ParamSpec remoteParam() {
                  param("chunk_size", ParamKind::Size)
                      .describe("Bytes per ranged request of a file read in "
                                "order (default 4MiB)."),
+                 param("cache", ParamKind::String)
+                     .describe("Directory that keeps fetched objects (relative "
+                               "to the spec's), so later epochs read them "
+                               "locally; each is used only while the server "
+                               "says its ETag is current (If-None-Match), and "
+                               "fetched again when it changed."),
+                 param("cache_size", ParamKind::Size)
+                     .describe("Bound of the cache directory; the least "
+                               "recently used objects are removed beyond it "
+                               "(default 10GiB)."),
              })
       .describe("How `s3://`, `http://` and `https://` file names are read "
                 "(every member optional).");

@@ -384,8 +384,26 @@ static OpRegistration regTfrecord(tfrecord());
 /// through). nullopt + empty `error` when the file cannot be opened; nullopt
 /// + `error` when it is not a valid IDX file.
 std::optional<IdxHeader> readIdxHeader(const std::string &path,
-                                       std::string &error) {
+                                       std::string &error,
+                                       const Value *remote = nullptr) {
   error.clear();
+  if (isRemoteName(path)) {
+    // Over HTTP/S3 when the runtime gave a reader (its first chunk, inflated).
+    if (!remoteHeadReader() || !remote)
+      return std::nullopt;
+    Expected<std::string> bytes =
+        remoteHeadReader()("idx", path, *remote, kIdxMaxHeaderBytes);
+    if (!bytes) {
+      error = "cannot read the IDX header: " + bytes.status().message();
+      return std::nullopt;
+    }
+    Expected<IdxHeader> h = parseIdxHeader(*bytes);
+    if (!h) {
+      error = h.status().message();
+      return std::nullopt;
+    }
+    return h.take();
+  }
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
     return std::nullopt;
@@ -441,8 +459,12 @@ OpDef idx() {
     FieldType image(ElemType::U8, {kDynamic, kDynamic});
     const Value &imagesV = ctx.param("images");
     std::string error;
+    const Value &remote = ctx.param("remote");
+    auto where = [&](const std::string &p) {
+      return isRemoteName(p) ? p : ctx.resolvePath(p);
+    };
     std::optional<IdxHeader> images =
-        readIdxHeader(ctx.resolvePath(imagesV.asString()), error);
+        readIdxHeader(where(imagesV.asString()), error, &remote);
     if (!error.empty()) {
       ctx.error(imagesV, "'" + imagesV.asString() + "': " + error);
     } else if (images && images->dims.size() < 2) {
@@ -459,7 +481,7 @@ OpDef idx() {
     const Value &labelsV = ctx.param("labels");
     if (labelsV.isString()) {
       std::optional<IdxHeader> labels =
-          readIdxHeader(ctx.resolvePath(labelsV.asString()), error);
+          readIdxHeader(where(labelsV.asString()), error, &remote);
       if (!error.empty()) {
         ctx.error(labelsV, "'" + labelsV.asString() + "': " + error);
       } else if (labels && labels->dims.size() != 1) {
@@ -492,8 +514,30 @@ static OpRegistration regIdx(idx());
 /// Reads the .npy header of `path`. nullopt + empty `error` when the file
 /// cannot be opened; nullopt + `error` when it is not a valid .npy file.
 std::optional<NpyHeader> readNpyHeader(const std::string &path,
-                                       std::string &error) {
+                                       std::string &error,
+                                       const Value *remote = nullptr) {
   error.clear();
+  if (isRemoteName(path)) {
+    if (!remoteHeadReader() || !remote)
+      return std::nullopt;
+    Expected<std::string> bytes =
+        remoteHeadReader()("npy", path, *remote, kNpyPreambleBytes);
+    if (bytes) {
+      Expected<size_t> size = npyHeaderSize(*bytes);
+      if (size && *size > bytes->size())
+        bytes = remoteHeadReader()("npy", path, *remote, *size);
+    }
+    if (!bytes) {
+      error = "cannot read the .npy header: " + bytes.status().message();
+      return std::nullopt;
+    }
+    Expected<NpyHeader> h = parseNpyHeader(*bytes);
+    if (!h) {
+      error = h.status().message();
+      return std::nullopt;
+    }
+    return h.take();
+  }
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     return std::nullopt;
@@ -571,10 +615,18 @@ OpDef npy() {
     }
 
     const Value &filesV = ctx.param("files");
-    std::vector<std::string> matches = globFiles(ctx, filesV.asString());
+    // One remote object named outright: its header over HTTP/S3 (a remote
+    // pattern would need a listing; the parameters say the type then).
+    std::vector<std::string> matches =
+        isRemoteName(filesV.asString())
+            ? (filesV.asString().find_first_of("*?[{") == std::string::npos
+                   ? std::vector<std::string>{filesV.asString()}
+                   : std::vector<std::string>{})
+            : globFiles(ctx, filesV.asString());
     if (!matches.empty()) {
       std::string error;
-      std::optional<NpyHeader> h = readNpyHeader(matches[0], error);
+      std::optional<NpyHeader> h =
+          readNpyHeader(matches[0], error, &ctx.param("remote"));
       if (!error.empty()) {
         ctx.error(filesV, "'" + matches[0] + "': " + error);
         return RecordType();

@@ -102,6 +102,7 @@ public:
   /// The process's remote-request counters when the source was made
   /// (sources over s3:// or http(s):// only).
   std::optional<RemoteTotals> remoteBase_;
+  ObjectCacheTotals cacheBase_;
   std::unique_ptr<MemoryBudget> memory_;
   /// Shared::replayedSourceRecords.
   std::atomic<int64_t> replayedSourceRecords_{0};
@@ -239,8 +240,14 @@ Status Engine::applySchedule() {
            all.push_back(&st);
          return all;
        }()) {
-    if (def != schedule.end())
-      apply(*s, def->second);
+    if (def != schedule.end()) {
+      // The source's parallelism is its requests in flight (remote
+      // objects): a default meant for the workers does not set it.
+      ScheduleOverride d = def->second;
+      if (s == &plan_.source)
+        d.parallelism.reset();
+      apply(*s, d);
+    }
     // A step the compiler fused from several ("a+b") takes the knobs of
     // its spec steps in order (a schedule file names spec steps), then its
     // own.
@@ -443,7 +450,12 @@ Status Engine::build() {
                                        src.name + "': ");
     source_ = made.take();
   }
+  // A schedule's parallelism on the source is the number of requests a
+  // source over remote objects keeps in flight (the tuner's Little's-law
+  // choice); the spec's remote.concurrency overrides it.
+  source_->setRequestsInFlight(std::max<int64_t>(0, src.parallelism));
   remoteBase_ = remoteTotals();
+  cacheBase_ = objectCacheTotals();
   resetRemotePeak();
   shared_.plan = &plan_;
   shared_.source = source_.get();
@@ -1142,6 +1154,18 @@ RunStats Engine::stats() const {
     r.remote.bytes = static_cast<int64_t>(now.bytes - remoteBase_->bytes);
     r.remote.medianLatencyMs = now.medianLatencyMs;
     r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
+    r.remote.medianRequestMs = now.medianRequestMs;
+    r.remote.requestsInFlight = source_->requestsInFlight();
+    r.remote.inFlightPinned = source_->requestsInFlightPinned();
+    ObjectCacheTotals c = objectCacheTotals();
+    auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b); };
+    r.remote.cache.hits = d(c.hits, cacheBase_.hits);
+    r.remote.cache.misses = d(c.misses, cacheBase_.misses);
+    r.remote.cache.stale = d(c.stale, cacheBase_.stale);
+    r.remote.cache.bytesRead = d(c.bytesRead, cacheBase_.bytesRead);
+    r.remote.cache.bytesStored = d(c.bytesStored, cacheBase_.bytesStored);
+    r.remote.cache.evictions = d(c.evictions, cacheBase_.evictions);
+    r.remote.cache.damaged = d(c.damaged, cacheBase_.damaged);
   }
   return r;
 }

@@ -135,7 +135,18 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"failures", remote.failures},
             {"bytes", remote.bytes},
             {"median_latency_ms", remote.medianLatencyMs},
-            {"peak_in_flight", remote.peakInFlight}}},
+            {"peak_in_flight", remote.peakInFlight},
+            {"median_request_ms", remote.medianRequestMs},
+            {"requests_in_flight", remote.requestsInFlight},
+            {"in_flight_pinned", remote.inFlightPinned},
+            {"cache",
+             {{"hits", remote.cache.hits},
+              {"misses", remote.cache.misses},
+              {"stale", remote.cache.stale},
+              {"bytes_read", remote.cache.bytesRead},
+              {"bytes_stored", remote.cache.bytesStored},
+              {"evictions", remote.cache.evictions},
+              {"damaged", remote.cache.damaged}}}}},
           {"consumer",
            {{"outputs", consumer.outputs},
             {"first_wait_seconds", consumer.firstWaitSeconds},
@@ -283,13 +294,25 @@ std::string RunStats::table() const {
            " s the consumer spent between outputs\n";
   }
   if (remote.requests > 0)
-    out += "source: up to " + std::to_string(remote.peakInFlight) +
-           " requests in flight, " + fmt("%.1f", remote.medianLatencyMs) +
-           " ms median latency (to the first byte); remote: " +
-           std::to_string(remote.requests) + " requests (" +
-           std::to_string(remote.retries) + " retried, " +
+    out += "source: " + std::to_string(remote.requestsInFlight) +
+           " requests in flight (up to " + std::to_string(remote.peakInFlight) +
+           " at once" +
+           (remote.inFlightPinned ? ", set by remote.concurrency" : "") +
+           "), " + fmt("%.1f", remote.medianLatencyMs) +
+           " ms median latency (to the first byte), " +
+           fmt("%.1f", remote.medianRequestMs) +
+           " ms per request; remote: " + std::to_string(remote.requests) +
+           " requests (" + std::to_string(remote.retries) + " retried, " +
            std::to_string(remote.failures) + " failed), " +
            formatBytes(remote.bytes) + "\n";
+  if (remote.cache.hits + remote.cache.misses > 0)
+    out += "object cache: " + std::to_string(remote.cache.hits) +
+           " read locally (" + formatBytes(remote.cache.bytesRead) + "), " +
+           std::to_string(remote.cache.misses) + " fetched (" +
+           std::to_string(remote.cache.stale) + " changed since cached; " +
+           formatBytes(remote.cache.bytesStored) + " stored), " +
+           std::to_string(remote.cache.evictions) + " evicted, " +
+           std::to_string(remote.cache.damaged) + " damaged\n";
   return out;
 }
 

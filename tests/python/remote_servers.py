@@ -20,6 +20,7 @@ ROOT = os.environ.get("SLUICE_SOURCE_DIR",
 SERVERS = os.path.join(ROOT, "tests", "servers")
 S3RVER = os.path.join(SERVERS, "node_modules", "s3rver", "bin", "s3rver.js")
 PROXY = os.path.join(SERVERS, "fault_proxy.py")
+DELAY_PROXY = os.path.join(SERVERS, "delay_proxy.py")
 BUCKET = "bkt"
 # s3rver knows one access key; it does not check SigV4 signatures, so the
 # secret is free: a distinctive one lets the tests grep every output for it.
@@ -157,6 +158,17 @@ http {
         p = popen([sys.executable, PROXY, "--upstream",
                               "127.0.0.1:%d" % upstream_port],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        line = wait_line(p, "listening on")
+        return "http://" + line.split()[-1]
+
+    def delay_proxy(self, upstream_port, delay_ms):
+        """A latency-adding TCP proxy (delay_proxy.py) in front of a server:
+        its base URL."""
+        p = popen([sys.executable, DELAY_PROXY, "--upstream",
+                   "127.0.0.1:%d" % upstream_port, "--delay-ms",
+                   str(delay_ms)],
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.procs.append(p)
         line = wait_line(p, "listening on")
         return "http://" + line.split()[-1]

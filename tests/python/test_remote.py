@@ -517,8 +517,362 @@ def test_cli_resume_and_no_secret_in_any_output(servers, tmp_path,
     assert rc == 1 and "403" in out
     outputs.append(out)
     everything = "\n".join(outputs)
-    assert re.search(r"source: up to \d+ requests in flight, [\d.]+ ms "
-                     r"median latency", everything)  # the stats line
+    assert re.search(r"source: 3 requests in flight \(up to \d+ at once, set "
+                     r"by remote.concurrency\), [\d.]+ ms median latency",
+                     everything)  # the stats line
     assert SECRET_KEY not in everything
     assert "sluice-token-55aa" not in everything
 
+
+
+# --- requests in flight: the schedule's, the spec's -------------------------
+
+def test_schedule_parallelism_on_the_source_sets_requests_in_flight(
+        servers, tmp_path):
+    source, select = SOURCES["image_folder"]
+    remote = "{endpoint: %s}" % servers.s3_endpoint
+    spec = spec_for(tmp_path, "image_folder", source, select,
+                    ("s3://" + BUCKET, "s3"), remote)
+    want = run_all(spec)
+
+    def in_flight(schedule):
+        text = open(spec).read() + "schedule: %s\n" % schedule
+        path = tmp_path / "sched.yaml"
+        path.write_text(text)
+        p = sluice.Pipeline(str(path))
+        got = list(p)
+        assert len(got) == len(want)
+        assert all(batches_equal(a, b) for a, b in zip(want, got))
+        st = p.stats()["remote"]
+        return st["requests_in_flight"], st["in_flight_pinned"]
+
+    assert in_flight("{image_folder: {parallelism: 5}}") == (5, False)
+    # A default for the workers leaves the source at its own default.
+    assert in_flight("{default: {parallelism: 2}}") == (8, False)
+    # The spec's remote.concurrency overrides a schedule.
+    text = open(spec).read().replace(
+        "{endpoint: %s}" % servers.s3_endpoint,
+        "{endpoint: %s, concurrency: 3}" % servers.s3_endpoint)
+    open(spec, "w").write(text)
+    assert in_flight("{image_folder: {parallelism: 5}}") == (3, True)
+
+
+def test_tune_chooses_requests_in_flight_and_says_so(servers, tmp_path):
+    # 20 ms before every answer: the tuner measures the requests and picks
+    # how many to keep in flight (Little's law), says so in the report, and
+    # writes it as the source's parallelism in the schedule.
+    proxy = servers.s3_proxy
+    spec = tmp_path / "tune.yaml"
+    spec.write_text("""
+pipeline: remote_tune
+source:
+  image_folder: {root: 's3://%s/images', extensions: [jpg],
+                 remote: {endpoint: %s}}
+steps:
+  - decode_image: {field: data, as: image, channels: 3}
+  - resize: {field: image, size: [32, 32]}
+  - select: [image, label]
+  - batch: {size: 8}
+budget: {cores: 2, memory: 256MiB}
+""" % (BUCKET, proxy))
+    report = tmp_path / "report"
+    servers.rules(proxy, [{"match": "", "delay_ms": 20}])
+    try:
+        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
+                            str(report)], capture_output=True, text=True)
+    finally:
+        servers.rules(proxy, [])
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = (report / "report.md").read_text()
+    m = re.search(r"source: (\d+) requests in flight, (\d+) ms median "
+                  r"latency", md)
+    assert m, md
+    n, latency = int(m.group(1)), int(m.group(2))
+    assert latency >= 20  # the proxy's delay is part of every request
+    assert 1 <= n <= 256
+    sched = (report / "schedule.yaml").read_text()
+    assert re.search(r"image_folder:\s*\{?\s*parallelism: %d" % n, sched), \
+        sched
+    rep = json.loads((report / "report.json").read_text())
+    assert any(k["knob"] == "requests in flight" and k["value"] == str(n)
+               for k in rep["knobs"])
+
+
+# --- the on-disk cache of fetched objects ------------------------------------
+
+def cached_spec(servers, tmp_path, name, kind, cache, epochs=2, size=None):
+    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    opts = "cache: '%s'" % cache + (", cache_size: %s" % size if size else "")
+    text = open(remote).read()
+    if kind == "s3":
+        text = text.replace("retries: 4}", "retries: 4, %s}" % opts)
+    else:
+        text = text.replace("retries: 4}", "retries: 4, %s}" % opts)
+    text = text.replace("epochs: 2", "epochs: %d" % epochs)
+    open(remote, "w").write(text)
+    text = open(local).read().replace("epochs: 2", "epochs: %d" % epochs)
+    open(local, "w").write(text)
+    return local, remote
+
+
+def objects_of(servers, name):
+    counts = {"image_folder": 48, "files": 16, "webdataset": 3}
+    return counts[name]
+
+
+@pytest.mark.parametrize("name,kind", [("image_folder", "s3"),
+                                       ("files", "http"),
+                                       ("webdataset", "s3"),
+                                       ("webdataset", "http")])
+def test_cache_serves_later_epochs_with_the_same_bytes(servers, tmp_path,
+                                                       name, kind):
+    cache = tmp_path / "cache"
+    local, remote = cached_spec(servers, tmp_path, name, kind, cache)
+    want = run_all(local)
+    p = sluice.Pipeline(remote)
+    got = list(p)
+    assert len(got) == len(want) > 0
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+    n = len(glob.glob(str(cache / "*.obj")))
+    st = p.stats()["remote"]["cache"]
+    # Epoch 1 fetched every object and kept it; epoch 2 read every one
+    # from the disk (the server said 304 Not Modified).
+    assert st["misses"] == n and st["hits"] == n and st["stale"] == 0, st
+    assert st["bytes_read"] == st["bytes_stored"] > 0
+    assert not glob.glob(str(cache / ".*.tmp"))
+    # Another pipeline (a later run) reads everything locally.
+    q = sluice.Pipeline(remote)
+    again = list(q)
+    assert all(batches_equal(a, b) for a, b in zip(want, again))
+    st = q.stats()["remote"]["cache"]
+    assert st["hits"] == 2 * n and st["misses"] == 0, st
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_cache_refetches_an_object_whose_etag_changed(servers, tmp_path,
+                                                      kind):
+    cache = tmp_path / "cache"
+    rows = "".join("row %05d\n" % i for i in range(4000)).encode()
+    key = "cachechange/%s.txt" % kind
+    if kind == "s3":
+        servers.put_s3({key: rows})
+        url, remote = "s3://%s/%s" % (BUCKET, key), \
+            "{endpoint: %s, chunk_size: 8KiB, cache: '%s'}" % (
+                servers.s3_endpoint, cache)
+    else:
+        servers.put_http(key, rows)
+        url, remote = servers.http + "/" + key, \
+            "{chunk_size: 8KiB, cache: '%s'}" % cache
+    spec = tmp_path / "cc.yaml"
+    spec.write_text("pipeline: cc\nsource:\n  text_lines: {files: '%s', "
+                    "remote: %s}\nsteps:\n  - batch: {size: 1000}\n"
+                    % (url, remote))
+    lines = lambda bs: [x for b in bs for x in b["line"]]
+    p = sluice.Pipeline(str(spec))
+    assert lines(p) == rows.decode().splitlines()
+    assert p.stats()["remote"]["cache"]["misses"] == 1
+    # The same size, other bytes: a new version with a new ETag.
+    changed = rows.replace(b"row", b"ROW")
+    if kind == "s3":
+        servers.put_s3({key: changed})
+    else:
+        servers.put_http(key, changed)
+        t = os.stat(os.path.join(servers.www, key)).st_mtime + 100
+        os.utime(os.path.join(servers.www, key), (t, t))
+    q = sluice.Pipeline(str(spec))
+    assert lines(q) == changed.decode().splitlines()
+    st = q.stats()["remote"]["cache"]
+    assert st["stale"] == 1 and st["misses"] == 1 and st["hits"] == 0, st
+    # The entry now holds the new version.
+    r = sluice.Pipeline(str(spec))
+    assert lines(r) == changed.decode().splitlines()
+    assert r.stats()["remote"]["cache"]["hits"] == 1
+
+
+def test_cache_is_bounded_and_evicts_the_least_recent(servers, tmp_path):
+    cache = tmp_path / "cache"
+    # 48 pictures of 1-4 KB each; a bound of 20,000 bytes holds a few.
+    local, remote = cached_spec(servers, tmp_path, "image_folder", "s3",
+                                cache, epochs=2, size="20000")
+    want = run_all(local)
+    p = sluice.Pipeline(remote)
+    got = list(p)
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+    total = sum(os.path.getsize(f) for f in glob.glob(str(cache / "*.obj")))
+    assert 0 < total <= 20000
+    st = p.stats()["remote"]["cache"]
+    assert st["evictions"] > 0, st
+    # Every read was either local or fetched: nothing was lost.
+    assert st["hits"] + st["misses"] == 2 * 48, st
+
+
+def test_a_damaged_entry_is_dropped_and_fetched_again(servers, tmp_path):
+    cache = tmp_path / "cache"
+    local, remote = cached_spec(servers, tmp_path, "files", "s3", cache,
+                                epochs=1)
+    want = run_all(local)
+    assert all(batches_equal(a, b) for a, b in zip(want, run_all(remote)))
+    entries = sorted(glob.glob(str(cache / "*.obj")))
+    assert len(entries) == 16
+    data = bytearray(open(entries[0], "rb").read())
+    data[-1] ^= 0xFF  # one byte of the object: the CRC no longer matches
+    open(entries[0], "wb").write(bytes(data))
+    p = sluice.Pipeline(remote)
+    got = list(p)
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+    st = p.stats()["remote"]["cache"]
+    assert st["damaged"] == 1 and st["hits"] == 15 and st["misses"] == 1, st
+
+
+def test_processes_sharing_a_cache_read_whole_entries(servers, tmp_path):
+    # Three processes at once over one cache directory, twice: each writes
+    # entries under temporary names and renames them, so none reads half
+    # an entry; every run gives the local bytes.
+    cache = tmp_path / "cache"
+    local, remote = cached_spec(servers, tmp_path, "webdataset", "http",
+                                cache, epochs=2)
+    script = textwrap.dedent("""
+        import hashlib, sys
+        import sluice
+        h = hashlib.sha256()
+        for b in sluice.Pipeline(sys.argv[1]):
+            for k in sorted(b):
+                h.update(k.encode())
+                h.update(repr(b[k].tolist()).encode())
+        print(h.hexdigest())
+    """)
+    env = dict(os.environ)
+
+    def digests(spec, n):
+        procs = [subprocess.Popen([sys_python(), "-c", script, spec],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+                 for _ in range(n)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs), outs
+        return [o[0].strip() for o in outs]
+
+    want = digests(local, 1)[0]
+    for _ in range(2):
+        assert digests(remote, 3) == [want] * 3
+    assert len(glob.glob(str(cache / "*.obj"))) == 3
+    assert not glob.glob(str(cache / ".*.tmp"))
+
+
+def sys_python():
+    import sys
+    return sys.executable
+
+
+def test_cache_directory_that_cannot_be_used_is_a_spec_error(servers,
+                                                             tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spec = one_file_spec(tmp_path, servers.http + "/text/lines.txt",
+                         "{cache: '%s'}" % (blocker / "sub"))
+    rc, out = error_of(spec)
+    assert rc != 0
+    assert "remote.cache" in out and "name a writable directory" in out
+
+
+# --- gzip over HTTP and S3; idx headers at check time ------------------------
+
+def gz(data):
+    import gzip
+    return gzip.compress(data, mtime=0)
+
+
+def idx_images(n, rows, cols, rng):
+    return (struct.pack(">IIII", 0x803, n, rows, cols) +
+            rng.integers(0, 256, size=n * rows * cols,
+                         dtype=np.uint8).tobytes())
+
+
+def idx_labels(n, rng):
+    return struct.pack(">II", 0x801, n) + rng.integers(
+        0, 10, size=n, dtype=np.uint8).tobytes()
+
+
+@pytest.fixture(scope="module")
+def gz_objects(servers):
+    rng = np.random.default_rng(3)
+    csv = ("id,word,x\n" + "".join("%d,w%d,%.4f\n" % (i, i % 97, i / 7.0)
+                                   for i in range(20000))).encode()
+    text = "".join("text line %d\n" % i for i in range(9000)).encode()
+    # Two gzip members in one object, as `cat a.gz b.gz` makes.
+    two = gz(text[:40000]) + gz(text[40000:])
+    objs = {"gz/a.csv.gz": gz(csv), "gz/lines.txt.gz": two,
+            "gz/img-idx3-ubyte.gz": gz(idx_images(60, 28, 28, rng)),
+            "gz/lab-idx1-ubyte.gz": gz(idx_labels(60, rng))}
+    for rel, data in objs.items():
+        servers.put_http(rel, data)
+        path = os.path.join(servers.local, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    servers.put_s3(objs)
+    return objs
+
+
+GZ_SOURCES = {
+    "csv": "csv: {files: '%s/gz/a.csv.gz', header: true, remote: %s, columns: "
+           "[{name: id, type: i64}, {name: word, type: string}, "
+           "{name: x, type: f32}]}",
+    "text_lines": "text_lines: {files: '%s/gz/lines.txt.gz', remote: %s}",
+    "idx": "idx: {images: '%s/gz/img-idx3-ubyte.gz', "
+           "labels: '%s/gz/lab-idx1-ubyte.gz', remote: %s}",
+}
+
+
+def gz_spec(tmp_path, name, base, remote):
+    src = GZ_SOURCES[name]
+    src = (src % (base, base, remote) if name == "idx"
+           else src % (base, remote))
+    path = tmp_path / ("gz_%s_%d.yaml" % (name, abs(hash(base)) % 10000))
+    path.write_text("pipeline: g\nsource:\n  %s\nsteps:\n  - batch: {size: 64}\n"
+                    % src)
+    return str(path)
+
+
+@pytest.mark.parametrize("name", sorted(GZ_SOURCES))
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_remote_gzip_equals_local(servers, gz_objects, tmp_path, name, kind):
+    local = gz_spec(tmp_path, name, servers.local, "{}")
+    if kind == "s3":
+        remote = gz_spec(tmp_path, name, "s3://" + BUCKET,
+                         "{endpoint: %s, chunk_size: 4KiB, concurrency: 3}"
+                         % servers.s3_endpoint)
+    else:
+        remote = gz_spec(tmp_path, name, servers.http,
+                         "{chunk_size: 4KiB, concurrency: 3}")
+    want, got = run_all(local), run_all(remote)
+    assert len(want) == len(got) > 0
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+
+
+def test_truncated_gzip_object_is_a_located_error(servers, gz_objects,
+                                                  tmp_path):
+    whole = gz_objects["gz/lines.txt.gz"]
+    servers.put_http("gz/cut.txt.gz", whole[:len(whole) // 2])
+    spec = one_file_spec(tmp_path, servers.http + "/gz/cut.txt.gz",
+                         "{chunk_size: 4KiB}")
+    rc, out = error_of(spec)
+    assert rc == 1, out
+    assert "cut.txt.gz" in out and "ends early" in out, out
+
+
+def test_check_reads_remote_idx_headers(servers, gz_objects, tmp_path):
+    spec = gz_spec(tmp_path, "idx", servers.http, "{}")
+    r = subprocess.run([SLUICE_BIN, "check", spec], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"u8\[28, ?28\]", r.stdout), r.stdout
+    # A header that is not an idx header is found at check time, located.
+    servers.put_http("gz/bad-idx3-ubyte.gz", gz(b"\x00\x00\x09\x03" + b"\0" * 20))
+    bad = open(spec).read().replace("img-idx3-ubyte.gz", "bad-idx3-ubyte.gz")
+    path = tmp_path / "bad.yaml"
+    path.write_text(bad)
+    r = subprocess.run([SLUICE_BIN, "check", str(path)], capture_output=True,
+                       text=True)
+    assert r.returncode != 0
+    assert "bad-idx3-ubyte.gz" in r.stderr, r.stderr

@@ -89,7 +89,8 @@ void expectSamePositions(const Value &got, const Value &want,
 }
 
 /// The knobs of a fixed schedule as the spec states them: `default`, then
-/// the step's own entry, knob by knob; `none` means no cache.
+/// the step's own entry, knob by knob; `none` means no cache. The source's
+/// parallelism (its requests in flight) comes from its own entry only.
 void expectKnobs(const runtime::PlanStage &stage, const dsl::Spec &spec) {
   int64_t parallelism = 0, prefetch = -1;
   std::string cache;
@@ -97,7 +98,8 @@ void expectKnobs(const runtime::PlanStage &stage, const dsl::Spec &spec) {
     auto it = spec.schedule.find(key);
     if (it == spec.schedule.end())
       continue;
-    parallelism = it->second.parallelism.value_or(parallelism);
+    if (key != "default" || stage.name != spec.source.name)
+      parallelism = it->second.parallelism.value_or(parallelism);
     prefetch = it->second.prefetch.value_or(prefetch);
     if (it->second.cache)
       cache = *it->second.cache == "none" ? "" : *it->second.cache;

@@ -120,7 +120,7 @@ public:
     if (ahead_.count(shard) ||
         ahead_.size() >= 4 * static_cast<size_t>(cfg->concurrency))
       return;
-    ahead_.emplace(shard, startFetch(cfg, url));
+    ahead_.emplace(shard, startObjectFetch(cfg, url));
   }
   std::shared_ptr<PendingFetch> take(size_t shard) {
     std::lock_guard<std::mutex> lock(m_);
@@ -255,9 +255,10 @@ template <typename Wanted>
 Expected<std::unique_ptr<Source>>
 remoteImageFolder(const std::string &kind, const Value &params,
                   std::unique_ptr<ImageFolderSource> src,
-                  const std::vector<std::string> &exts, Wanted wanted) {
+                  const std::vector<std::string> &exts, Wanted wanted,
+                  const std::string &base) {
   Expected<std::shared_ptr<const RemoteConfig>> cfg =
-      remoteConfigFor(kind, params);
+      remoteConfigFor(kind, params, base);
   if (!cfg)
     return cfg.status();
   src->setRemote(cfg.take());
@@ -338,7 +339,7 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
     return std::find(exts.begin(), exts.end(), ext) != exts.end();
   };
   if (isRemoteUrl(src->root))
-    return remoteImageFolder(kind, params, std::move(src), exts, wanted);
+    return remoteImageFolder(kind, params, std::move(src), exts, wanted, base);
   std::error_code ec;
   if (!fs::is_directory(src->root, ec))
     return Status::error(kind + ": root '" + src->root +

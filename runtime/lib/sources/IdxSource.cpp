@@ -175,7 +175,7 @@ Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
   std::string labels = stringParam(params, "labels", "");
   if (isRemoteUrl(images) || isRemoteUrl(labels)) {
     Expected<std::shared_ptr<const RemoteConfig>> cfg =
-        remoteConfigFor(kind, params);
+        remoteConfigFor(kind, params, base);
     if (!cfg)
       return cfg.status();
     src->setRemote(cfg.take());

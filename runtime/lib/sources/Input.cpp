@@ -146,15 +146,79 @@ bool BufferedInput::open(const std::string &path, bool decompress,
   return true;
 }
 
+/// zlib's inflate state and the compressed bytes waiting for it.
+struct BufferedInput::RemoteGunzip {
+  z_stream z{};
+  std::unique_ptr<unsigned char[]> in;
+  size_t inCap = 0;
+  bool inEnd = false;   ///< the object's bytes are all read
+  bool inMember = true; ///< inside a gzip member (its end not yet seen)
+  bool live = false;    ///< inflateInit2 succeeded
+  ~RemoteGunzip() {
+    if (live)
+      inflateEnd(&z);
+  }
+};
+
+void BufferedInput::GunzipDeleter::operator()(RemoteGunzip *g) const {
+  delete g;
+}
+
+long BufferedInput::gunzipRead(char *dst, size_t n) {
+  RemoteGunzip &g = *rgz_;
+  n = std::min<size_t>(n, std::numeric_limits<uInt>::max());
+  g.z.next_out = reinterpret_cast<Bytef *>(dst);
+  g.z.avail_out = static_cast<uInt>(n);
+  while (g.z.avail_out == n) {
+    if (g.z.avail_in == 0 && !g.inEnd) {
+      long got =
+          remote_->read(reinterpret_cast<char *>(g.in.get()), g.inCap, error_);
+      if (got < 0)
+        return -1;
+      if (got == 0) {
+        g.inEnd = true;
+      } else {
+        rawBytes_ += static_cast<uint64_t>(got);
+        g.z.next_in = g.in.get();
+        g.z.avail_in = static_cast<uInt>(got);
+      }
+    }
+    if (g.z.avail_in == 0 && g.inEnd) {
+      if (g.inMember) {
+        // A cut-off object must not pass for a complete one.
+        error_ = "gzip: the compressed stream ends early after " +
+                 std::to_string(rawBytes_) +
+                 " bytes (the object is truncated or not all of it was "
+                 "stored)";
+        return -1;
+      }
+      return 0;
+    }
+    if (!g.inMember) {
+      // Another member follows (gzip(1) and zlib's gzread read
+      // concatenated members as one stream).
+      inflateReset(&g.z);
+      g.inMember = true;
+    }
+    int rc = inflate(&g.z, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END)
+      g.inMember = false;
+    else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      error_ = std::string("gzip: ") +
+               (g.z.msg ? g.z.msg : "cannot decompress") + " at byte " +
+               std::to_string(rawBytes_ - g.z.avail_in) +
+               " of the compressed object";
+      return -1;
+    }
+  }
+  return static_cast<long>(n - g.z.avail_out);
+}
+
 bool BufferedInput::openRemote(
     const std::string &url, bool decompress,
     const std::shared_ptr<const RemoteConfig> &remote) {
   eof_ = true;
-  if (decompress && isGzipPath(url)) {
-    error_ = "cannot open: gzip-compressed objects are not read remotely "
-             "yet; store them uncompressed or copy them to a local disk";
-    return false;
-  }
+  const bool gzip = decompress && isGzipPath(url);
   if (!remote) {
     error_ = "cannot open: the source has no settings for remote URLs";
     return false;
@@ -162,23 +226,48 @@ bool BufferedInput::openRemote(
   auto stream = std::make_unique<RemoteStream>(remote, url);
   if (!stream->open(error_))
     return false;
-  rawSize_ = stream->size();
   remote_ = std::move(stream);
   eof_ = false;
-  blockSize_ = std::clamp<size_t>(roundUp(*rawSize_ + 1, 4096), 4096,
-                                  blockSize_);
+  // A .gz object's inflated size is unknown until its end (its trailer
+  // would cost a request of its own): the block keeps its default size.
+  if (!gzip) {
+    rawSize_ = remote_->size();
+    blockSize_ =
+        std::clamp<size_t>(roundUp(*rawSize_ + 1, 4096), 4096, blockSize_);
+  }
+  // For .gz: the compressed bytes waiting for zlib, and its state.
+  const size_t gzIn = gzip ? std::clamp<size_t>(roundUp(remote_->size(), 4096),
+                                                8192, kGzipBufferBytes)
+                           : 0;
+  const int64_t zlib = gzip ? int64_t(gzIn) + kInflateStateBytes : 0;
   const int64_t room = held_.available();
-  while (((room >= 0 && static_cast<int64_t>(blockSize_) > room / 4) ||
-          !held_.tryResize(static_cast<int64_t>(blockSize_))) &&
+  while (((room >= 0 && static_cast<int64_t>(blockSize_) + zlib > room / 4) ||
+          !held_.tryResize(static_cast<int64_t>(blockSize_) + zlib)) &&
          blockSize_ > kMinBlockBytes)
     blockSize_ = std::max(kMinBlockBytes, blockSize_ / 2);
   try {
-    held_.resize(static_cast<int64_t>(blockSize_), "the read buffer of " + url);
+    held_.resize(static_cast<int64_t>(blockSize_) + zlib,
+                 "the read buffer of " + url);
   } catch (const AllocationRefused &e) {
     error_ = e.what();
     eof_ = true;
     remote_.reset();
     return false;
+  }
+  if (gzip) {
+    rgz_.reset(new RemoteGunzip);
+    rgz_->inCap = gzIn;
+    rgz_->in.reset(new unsigned char[gzIn]);
+    // 16 + MAX_WBITS: a gzip header and trailer (CRC-32 and size checked).
+    if (inflateInit2(&rgz_->z, 16 + MAX_WBITS) != Z_OK) {
+      error_ = "cannot open gzip stream";
+      eof_ = true;
+      rgz_.reset();
+      remote_.reset();
+      return false;
+    }
+    rgz_->live = true;
+    zlibBytes_ = zlib;
   }
   cap_ = blockSize_;
   buf_.reset(new char[cap_]);
@@ -186,6 +275,8 @@ bool BufferedInput::openRemote(
 }
 
 long BufferedInput::rawRead(char *dst, size_t n) {
+  if (rgz_)
+    return gunzipRead(dst, n);
   if (remote_) {
     long got = remote_->read(dst, n, error_);
     if (got > 0)
@@ -367,7 +458,7 @@ bool readWholeFile(const std::string &path, std::string &out,
       return false;
     }
     if (!pending)
-      pending = startFetch(remote, path);
+      pending = startObjectFetch(remote, path);
     Fetched &f = pending->wait();
     if (!f.ok) {
       error = f.error;
@@ -525,7 +616,7 @@ expandFiles(const std::string &kind, const Value &params,
     if (isRemoteUrl(given)) {
       if (!cfg) {
         Expected<std::shared_ptr<const RemoteConfig>> made =
-            remoteConfigFor(kind, params);
+            remoteConfigFor(kind, params, baseDir);
         if (!made)
           return made.status();
         cfg = made.take();

@@ -16,6 +16,8 @@
 
 #include "Remote.h"
 
+#include "SourceImpl.h"
+#include "sluice/ops/FileFormats.h"
 #include "sluice/ops/Registry.h"
 
 #include <curl/curl.h>
@@ -23,8 +25,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <cmath>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -194,6 +197,7 @@ struct Counters {
   std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
+  std::deque<double> durations; // the last 1024 successful, guarded by m
 };
 Counters &counters() {
   static Counters *c = new Counters; // never destroyed: see Client::get()
@@ -205,6 +209,7 @@ struct Transfer final : PendingFetch {
   std::string url;      // as named (s3://, https://): for messages
   std::string httpUrl;  // what is requested
   int64_t offset = 0, length = -1;
+  std::string ifNoneMatch; // an ETag: a conditional GET
   int attempt = 0;
   Clock::time_point due, sent;
   bool firstByte = false;
@@ -344,6 +349,9 @@ private:
       curl_slist_free_all(t->headers);
       t->headers = nullptr;
     }
+    if (!t->ifNoneMatch.empty())
+      t->headers = curl_slist_append(
+          t->headers, ("If-None-Match: " + t->ifNoneMatch).c_str());
     if (startsWith(t->url, "s3://")) {
       t->headers = curl_slist_append(
           t->headers,
@@ -440,6 +448,11 @@ private:
           r.totalSize = std::strtoll(t->contentRange.c_str() + slash + 1,
                                      nullptr, 10);
       }
+    } else if (status == 304 && !t->ifNoneMatch.empty()) {
+      // The cached version is current (startObjectFetch, RemoteStream).
+      r.ok = true;
+      r.notModified = true;
+      r.body.clear();
     } else if (status == 416 && t->offset == 0) {
       // A range of an empty object: nothing to read.
       r.ok = true;
@@ -462,6 +475,15 @@ private:
                                   cap * jitter(rng_) * 1000));
       delayed_.push_back(t);
       return;
+    }
+    if (r.ok) {
+      Counters &c = counters();
+      std::lock_guard<std::mutex> lock(c.m);
+      c.durations.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
+              .count());
+      if (c.durations.size() > 1024)
+        c.durations.pop_front();
     }
     if (!r.ok) {
       counters().failures.fetch_add(1, std::memory_order_relaxed);
@@ -587,7 +609,8 @@ std::string stripFileUrl(const std::string &name) {
 }
 
 Expected<std::shared_ptr<const RemoteConfig>>
-remoteConfigFor(const std::string &kind, const Value &params) {
+remoteConfigFor(const std::string &kind, const Value &params,
+                const std::string &base) {
   auto cfg = std::make_shared<RemoteConfig>();
   const Value &r = params["remote"];
   auto str = [&](const char *name) -> std::string {
@@ -602,8 +625,10 @@ remoteConfigFor(const std::string &kind, const Value &params) {
     cfg->region = envOr("AWS_REGION", envOr("AWS_DEFAULT_REGION", "us-east-1"));
   if (r["request_timeout"].isNumber())
     cfg->timeoutSeconds = r["request_timeout"].asDouble();
-  if (r["concurrency"].isNumber())
+  if (r["concurrency"].isNumber()) {
     cfg->concurrency = static_cast<int>(r["concurrency"].asInt());
+    cfg->concurrencyPinned = true;
+  }
   if (r["retries"].isNumber())
     cfg->retries = static_cast<int>(r["retries"].asInt());
   const Value &chunk = r["chunk_size"];
@@ -615,6 +640,28 @@ remoteConfigFor(const std::string &kind, const Value &params) {
       return Status::error(kind + ": remote.chunk_size: '" + chunk.asString() +
                            "' is not a byte size (write e.g. 4MiB)");
     cfg->chunkBytes = static_cast<size_t>(*n);
+  }
+  if (std::string dir = str("cache"); !dir.empty()) {
+    if (dir[0] != '/' && !base.empty())
+      dir = base + "/" + dir;
+    int64_t limit = int64_t(10) << 30;
+    const Value &size = r["cache_size"];
+    if (size.isNumber())
+      limit = size.asInt();
+    else if (size.isString()) {
+      std::optional<int64_t> n = parseByteSize(size.asString());
+      if (!n || *n <= 0)
+        return Status::error(kind + ": remote.cache_size: '" + size.asString() +
+                             "' is not a byte size (write e.g. 20GiB)");
+      limit = *n;
+    }
+    if (limit <= 0)
+      return Status::error(kind + ": remote.cache_size must be positive (the "
+                                  "cache is bounded; write e.g. 20GiB)");
+    Expected<std::shared_ptr<ObjectCache>> c = ObjectCache::open(dir, limit);
+    if (!c)
+      return Status::error(kind + ": " + c.status().message());
+    cfg->cache = c.take();
   }
   cfg->concurrency = std::max(1, cfg->concurrency);
   cfg->retries = std::max(0, cfg->retries);
@@ -669,17 +716,78 @@ remoteConfigFor(const std::string &kind, const Value &params) {
   return std::shared_ptr<const RemoteConfig>(std::move(cfg));
 }
 
-std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
-                                         const std::string &url,
-                                         int64_t offset, int64_t length) {
+std::shared_ptr<PendingFetch>
+startFetch(std::shared_ptr<const RemoteConfig> cfg, const std::string &url,
+           int64_t offset, int64_t length, std::string ifNoneMatch) {
   auto t = std::make_shared<Transfer>();
   t->httpUrl = httpUrlOf(*cfg, url);
   t->cfg = std::move(cfg);
   t->url = url;
   t->offset = offset;
   t->length = length;
+  t->ifNoneMatch = std::move(ifNoneMatch);
   Client::get().submit(t);
   return t;
+}
+
+namespace {
+
+/// A whole object fetched through the source's ObjectCache: resolved on
+/// the first wait() (by the reader that takes it, so the disk work is the
+/// reader's, not the client thread's).
+struct CachedObjectFetch final : PendingFetch {
+  std::shared_ptr<const RemoteConfig> cfg;
+  std::string url;
+  std::optional<ObjectCache::Entry> entry;
+  std::shared_ptr<PendingFetch> inner;
+  std::mutex m;
+  bool resolved = false;
+  Fetched result;
+
+  Fetched &wait() override {
+    std::lock_guard<std::mutex> lock(m);
+    if (resolved)
+      return result;
+    resolved = true;
+    Fetched &f = inner->wait();
+    if (f.ok && f.notModified) {
+      std::string body;
+      if (cfg->cache->read(*entry, body)) {
+        countCacheHit();
+        result = std::move(f);
+        result.notModified = false;
+        result.body = std::move(body);
+        result.etag = entry->etag;
+        result.totalSize = entry->size;
+        return result;
+      }
+      // The entry was damaged or went away meanwhile (another process's
+      // eviction): fetch the object itself.
+      result = std::move(startFetch(cfg, url)->wait());
+    } else {
+      result = std::move(f);
+    }
+    if (result.ok) {
+      countCacheMiss(entry && entry->etag != result.etag);
+      cfg->cache->store(url, result.etag, result.body);
+    }
+    return result;
+  }
+};
+
+} // namespace
+
+std::shared_ptr<PendingFetch>
+startObjectFetch(std::shared_ptr<const RemoteConfig> cfg,
+                 const std::string &url) {
+  if (!cfg->cache)
+    return startFetch(std::move(cfg), url);
+  auto c = std::make_shared<CachedObjectFetch>();
+  c->entry = cfg->cache->lookup(url);
+  c->inner = startFetch(cfg, url, 0, -1, c->entry ? c->entry->etag : "");
+  c->cfg = std::move(cfg);
+  c->url = url;
+  return c;
 }
 
 void resetRemotePeak() { counters().peakInFlight.store(0); }
@@ -693,14 +801,59 @@ RemoteTotals remoteTotals() {
   t.bytes = c.bytes.load();
   t.peakInFlight = c.peakInFlight.load();
   std::lock_guard<std::mutex> lock(c.m);
-  if (!c.latencies.empty()) {
-    std::vector<double> v(c.latencies.begin(), c.latencies.end());
+  auto median = [](const std::deque<double> &d) {
+    if (d.empty())
+      return 0.0;
+    std::vector<double> v(d.begin(), d.end());
     std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2),
                      v.end());
-    t.medianLatencyMs = v[v.size() / 2];
-  }
+    return v[v.size() / 2];
+  };
+  t.medianLatencyMs = median(c.latencies);
+  t.medianRequestMs = median(c.durations);
   return t;
 }
+
+//===----------------------------------------------------------------------===//
+// Headers at check time
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The idx and npy type rules read remote headers through this (ops has no
+/// HTTP client): the first chunk of the object, inflated for .gz.
+Expected<std::string> readRemoteHead(const std::string &kind,
+                                     const std::string &url,
+                                     const Value &remote, size_t n) {
+  Value params = Value::map();
+  if (remote.isMap())
+    params.set("remote", remote);
+  Expected<std::shared_ptr<const RemoteConfig>> made =
+      remoteConfigFor(kind, params);
+  if (!made)
+    return made.status();
+  // A header needs one small request, not a window of large chunks, and is
+  // not worth a cache entry.
+  auto cfg = std::make_shared<RemoteConfig>(**made);
+  cfg->chunkBytes = std::max<size_t>(64 << 10, n);
+  cfg->concurrency = 1;
+  cfg->cache.reset();
+  BufferedInput in;
+  if (!in.open(url, true, cfg))
+    return Status::error(in.error());
+  std::string out(n, '\0');
+  out.resize(in.read(out.data(), n));
+  if (in.failed())
+    return Status::error(in.error());
+  return out;
+}
+
+const bool kHeadReaderSet = [] {
+  setRemoteHeadReader(&readRemoteHead);
+  return true;
+}();
+
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // Listing and patterns
@@ -875,8 +1028,19 @@ RemoteStream::RemoteStream(std::shared_ptr<const RemoteConfig> cfg,
     : cfg_(std::move(cfg)), url_(std::move(url)) {}
 
 RemoteStream::~RemoteStream() {
-  // Requests still in flight finish on the client thread and are dropped
-  // (they hold their own reference).
+  // A reader may stop before the object's end (a tar's padding after its
+  // end-of-archive blocks): when little is left, the rest is read so that
+  // the cache keeps the whole object. Otherwise the entry is not kept (the
+  // writer removes its temporary file), and requests still in flight finish
+  // on the client thread and are dropped (they hold their own reference).
+  if (writer_ && size_ - curEnd_ <= 4 * static_cast<int64_t>(chunk_)) {
+    std::string error;
+    char sink[65536];
+    while (writer_ && read(sink, sizeof sink, error) > 0) {
+    }
+  }
+  if (cacheFd_ >= 0)
+    ::close(cacheFd_);
 }
 
 bool RemoteStream::open(std::string &error) {
@@ -896,9 +1060,28 @@ bool RemoteStream::open(std::string &error) {
     window_ = 1;
     held_.tryResize(static_cast<int64_t>(chunk_) * 2);
   }
-  std::shared_ptr<PendingFetch> first =
-      startFetch(cfg_, url_, 0, static_cast<int64_t>(chunk_));
-  Fetched &f = first->wait();
+  std::optional<ObjectCache::Entry> entry;
+  if (cfg_->cache)
+    entry = cfg_->cache->lookup(url_);
+  std::shared_ptr<PendingFetch> first = startFetch(
+      cfg_, url_, 0, static_cast<int64_t>(chunk_), entry ? entry->etag : "");
+  Fetched *fp = &first->wait();
+  if (fp->ok && fp->notModified) {
+    int fd = cfg_->cache->openData(*entry);
+    if (fd >= 0) {
+      // The cached version is current: read it from the disk.
+      countCacheHit();
+      cacheFd_ = fd;
+      etag_ = entry->etag;
+      size_ = entry->size;
+      held_.tryResize(0);
+      return true;
+    }
+    // Damaged or evicted meanwhile: fetch the object itself.
+    first = startFetch(cfg_, url_, 0, static_cast<int64_t>(chunk_));
+    fp = &first->wait();
+  }
+  Fetched &f = *fp;
   if (!f.ok) {
     error = "cannot open: " + f.error;
     return false;
@@ -917,8 +1100,25 @@ bool RemoteStream::open(std::string &error) {
             std::to_string(cur_.size());
     return false;
   }
+  if (cfg_->cache) {
+    countCacheMiss(entry && entry->etag != etag_);
+    writer_ =
+        std::make_unique<ObjectCache::Writer>(cfg_->cache, url_, etag_, size_);
+    keepChunk();
+  }
   topUp();
   return true;
+}
+
+void RemoteStream::keepChunk() {
+  if (!writer_)
+    return;
+  if (!writer_->append(cur_.data(), cur_.size()))
+    writer_.reset();
+  else if (curEnd_ == size_) {
+    writer_->commit();
+    writer_.reset();
+  }
 }
 
 void RemoteStream::topUp() {
@@ -932,6 +1132,19 @@ void RemoteStream::topUp() {
 }
 
 long RemoteStream::read(char *dst, size_t n, std::string &error) {
+  if (cacheFd_ >= 0) {
+    for (;;) {
+      ssize_t got = ::read(cacheFd_, dst, n);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got < 0) {
+        error = std::string("reading the cached copy: ") + std::strerror(errno);
+        return -1;
+      }
+      countCacheBytes(static_cast<uint64_t>(got));
+      return static_cast<long>(got);
+    }
+  }
   if (curPos_ == cur_.size()) {
     if (inFlight_.empty())
       return 0;
@@ -974,6 +1187,7 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
     cur_ = std::move(f.body);
     curPos_ = 0;
     curEnd_ = start + want;
+    keepChunk();
     topUp();
   }
   size_t take = std::min(n, cur_.size() - curPos_);

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,8 @@ inline bool isFileUrl(std::string_view name) {
 /// The local path of a file:// URL (`file:///data/x` -> `/data/x`,
 /// `file://relative/x` -> `relative/x`); `name` itself otherwise.
 std::string stripFileUrl(const std::string &name);
+
+class ObjectCache;
 
 /// Secrets: never printed, never copied into anything that is.
 struct Credentials {
@@ -59,8 +62,11 @@ struct RemoteConfig {
   std::string credentialSource;
   double timeoutSeconds = 60;
   /// Requests in flight per stream (ranged chunks of a shard) or per
-  /// per-file source (whole objects ahead of the reader).
+  /// per-file source (whole objects ahead of the reader): the spec's
+  /// `remote.concurrency` (concurrencyPinned), else the schedule's (the
+  /// tuner's Little's-law choice, Source::setRequestsInFlight), else 8.
   int concurrency = 8;
+  bool concurrencyPinned = false;
   /// Attempts after the first for a retryable failure.
   int retries = 5;
   /// First backoff; doubled per attempt up to maxBackoffMs, with jitter.
@@ -69,13 +75,18 @@ struct RemoteConfig {
   /// Bytes per ranged request of a sequential reader.
   size_t chunkBytes = size_t(4) << 20;
   std::shared_ptr<const Credentials> credentials; // null: anonymous
+  /// `remote.cache`: fetched objects kept on disk (null: none).
+  std::shared_ptr<ObjectCache> cache;
 };
 
 /// The source's RemoteConfig: params["remote"] (a mapping: endpoint, region,
-/// profile, request_timeout, concurrency, retries, chunk_size) over the
-/// environment. Errors name the kind and what to fix.
+/// profile, request_timeout, concurrency, retries, chunk_size, cache,
+/// cache_size) over the environment. A relative cache directory resolves
+/// against `base` (the spec's directory). Errors name the kind and what to
+/// fix.
 Expected<std::shared_ptr<const RemoteConfig>>
-remoteConfigFor(const std::string &kind, const Value &params);
+remoteConfigFor(const std::string &kind, const Value &params,
+                const std::string &base = "");
 
 /// Expands one file pattern that is a URL into the objects it names, sorted:
 /// braces first (`{a,b}`, `{000..099}` as in bash and WebDataset), then for
@@ -105,6 +116,10 @@ struct Fetched {
   /// Why it failed: "HTTP 404 (NoSuchKey: The specified key does not
   /// exist.)", "connection refused after 6 attempts", ...
   std::string error;
+  /// The server answered 304 Not Modified to a request that named the
+  /// cached entry's ETag: the entry (cacheEntry) holds the object's bytes,
+  /// and `body` is empty.
+  bool notModified = false;
 };
 
 /// A request on its way. wait() blocks until it is done (retries included).
@@ -115,11 +130,104 @@ public:
 };
 
 /// Starts a GET of `url` (s3:// or http(s)://): the whole object when
-/// length < 0, else bytes [offset, offset + length).
-std::shared_ptr<PendingFetch> startFetch(std::shared_ptr<const RemoteConfig> cfg,
-                                         const std::string &url,
-                                         int64_t offset = 0,
-                                         int64_t length = -1);
+/// length < 0, else bytes [offset, offset + length). `ifNoneMatch` (an
+/// ETag) makes it conditional: Fetched::notModified when it still is.
+std::shared_ptr<PendingFetch>
+startFetch(std::shared_ptr<const RemoteConfig> cfg, const std::string &url,
+           int64_t offset = 0, int64_t length = -1,
+           std::string ifNoneMatch = "");
+
+/// Starts a GET of the whole object `url` through cfg.cache when the source
+/// has one: a cached entry is asked for with If-None-Match, and on 304 the
+/// result's body is read from the entry (size and CRC checked; a damaged
+/// entry is dropped and the object fetched); a 200 is stored (temporary
+/// file + rename). Without a cache, startFetch(cfg, url).
+std::shared_ptr<PendingFetch>
+startObjectFetch(std::shared_ptr<const RemoteConfig> cfg,
+                 const std::string &url);
+
+/// Fetched objects kept on a local disk (`remote: {cache: DIR, cache_size:
+/// SIZE}`), so a later epoch reads them locally: one file per object with
+/// its ETag, size and CRC-32C, written to a temporary name and renamed
+/// (processes sharing the directory never see half an entry), bounded in
+/// bytes (least recently used entries are removed), used only when the
+/// server says the object has not changed (If-None-Match: 304).
+class ObjectCache : public std::enable_shared_from_this<ObjectCache> {
+public:
+  /// The process's cache of `dir` (created if missing); maxBytes <= 0: no
+  /// bound.
+  static Expected<std::shared_ptr<ObjectCache>> open(const std::string &dir,
+                                                     int64_t maxBytes);
+  struct Entry {
+    std::string path, etag;
+    int64_t size = -1;      ///< of the object
+    int64_t dataOffset = 0; ///< where its bytes start in the file
+    uint32_t crc = 0;       ///< CRC-32C of the bytes
+  };
+  /// The entry of `url`, if there is one (its header only is read).
+  std::optional<Entry> lookup(const std::string &url);
+  /// The entry's bytes, checked (size, CRC); false (and the entry removed)
+  /// when it is gone or damaged.
+  bool read(const Entry &e, std::string &out);
+  /// The entry's file positioned at its bytes (size checked), or -1 (and
+  /// the entry removed when damaged). The caller closes it.
+  int openData(const Entry &e);
+  /// Keeps `bytes` as version `etag` of `url`; false when not kept (no
+  /// ETag, larger than the bound, a write error).
+  bool store(const std::string &url, const std::string &etag,
+             std::string_view bytes);
+
+  /// Writes an entry as its bytes arrive (ranged chunks, in order); the
+  /// entry appears at commit() only, complete, or never.
+  class Writer {
+  public:
+    Writer(std::shared_ptr<ObjectCache> cache, std::string url,
+           std::string etag, int64_t size);
+    ~Writer();
+    bool ok() const { return fd_ >= 0; }
+    bool append(const char *p, size_t n);
+    bool commit();
+
+  private:
+    void fail();
+    std::shared_ptr<ObjectCache> cache_;
+    std::string url_, etag_, final_, temp_;
+    int64_t size_ = 0, written_ = 0, headerBytes_ = 0;
+    uint32_t crc_ = 0;
+    int fd_ = -1;
+  };
+
+  const std::string &dir() const { return dir_; }
+
+private:
+  ObjectCache(std::string dir, int64_t maxBytes);
+  std::string pathOf(const std::string &url) const;
+  int64_t scanBytes() const;
+  void drop(const Entry &e);
+  void touch(const Entry &e);
+  /// A new entry of `bytes` was renamed into place: evict beyond the bound.
+  void added(int64_t bytes, const std::string &keep);
+
+  std::string dir_;
+  std::mutex m_;
+  int64_t maxBytes_ = 0; ///< guarded by m_
+  int64_t total_ = 0;    ///< guarded by m_
+};
+
+/// Process-wide counters of the object caches (stats).
+struct ObjectCacheTotals {
+  uint64_t hits = 0;      ///< objects read from the cache (304)
+  uint64_t misses = 0;    ///< objects fetched with a cache (stored if kept)
+  uint64_t stale = 0;     ///< misses where the cached ETag had changed
+  uint64_t bytesRead = 0; ///< object bytes read from the cache
+  uint64_t bytesStored = 0;
+  uint64_t evictions = 0;
+  uint64_t damaged = 0; ///< entries dropped (wrong size or CRC, vanished)
+};
+ObjectCacheTotals objectCacheTotals();
+void countCacheHit();
+void countCacheMiss(bool stale);
+void countCacheBytes(uint64_t n);
 
 /// Process-wide counters of remote reads (stats, the tuner).
 struct RemoteTotals {
@@ -128,6 +236,9 @@ struct RemoteTotals {
   uint64_t failures = 0;  ///< requests that failed for good
   uint64_t bytes = 0;     ///< body bytes received
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
+  /// Time from sending to the last byte (latency + transfer), recent
+  /// successful requests: what Little's law multiplies by the rate.
+  double medianRequestMs = 0;
   uint64_t peakInFlight = 0;  ///< most requests at once since the reset
 };
 RemoteTotals remoteTotals();
@@ -152,6 +263,8 @@ public:
 
 private:
   void topUp();
+  /// Appends the chunk just received to writer_ (commits after the last).
+  void keepChunk();
   std::shared_ptr<const RemoteConfig> cfg_;
   std::string url_, etag_;
   int64_t size_ = 0;
@@ -163,6 +276,10 @@ private:
   int64_t nextStart_ = 0; ///< offset of the next chunk to request
   int64_t curEnd_ = 0;    ///< offset after cur_
   HeldAllocation held_;
+  /// The cached entry being read instead (cfg.cache said 304), or -1.
+  int cacheFd_ = -1;
+  /// The entry being written as the chunks are consumed (cfg.cache).
+  std::unique_ptr<ObjectCache::Writer> writer_;
 };
 
 } // namespace sluice::runtime::detail

@@ -11,8 +11,10 @@
 #include "sluice/ops/Allocation.h"
 #include "sluice/runtime/Source.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,7 +39,8 @@ public:
 
   /// Opens `path`; false with error() set on failure. A remote URL
   /// (s3://, http(s)://) is read with `remote`'s settings in ranged chunks,
-  /// several in flight (RemoteStream).
+  /// several in flight (RemoteStream), and a remote .gz is inflated as it
+  /// arrives (zlib; concatenated members as gzip(1) reads them).
   bool open(const std::string &path, bool decompress = true,
             const std::shared_ptr<const RemoteConfig> &remote = nullptr);
   bool isOpen() const {
@@ -83,6 +86,13 @@ private:
   int fd_ = -1;
   void *gz_ = nullptr; // gzFile
   std::unique_ptr<RemoteStream> remote_;
+  /// Inflates a remote .gz object (Input.cpp).
+  struct RemoteGunzip;
+  struct GunzipDeleter {
+    void operator()(RemoteGunzip *g) const;
+  };
+  std::unique_ptr<RemoteGunzip, GunzipDeleter> rgz_;
+  long gunzipRead(char *dst, size_t n);
   size_t blockSize_;
   std::unique_ptr<char[]> buf_;
   size_t cap_ = 0, pos_ = 0, lim_ = 0;
@@ -249,13 +259,41 @@ public:
   const std::vector<int> &slots() const { return slots_; }
   /// How this source reads remote URLs (set by factories whose file
   /// parameters name any).
-  const std::shared_ptr<const RemoteConfig> &remote() const { return remote_; }
+  std::shared_ptr<const RemoteConfig> remote() const {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    return remote_;
+  }
   void setRemote(std::shared_ptr<const RemoteConfig> r) {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    configured_ = r ? r->concurrency : 0;
     remote_ = std::move(r);
+  }
+  int64_t requestsInFlight() const override {
+    std::shared_ptr<const RemoteConfig> r = remote();
+    return r ? r->concurrency : 0;
+  }
+  bool requestsInFlightPinned() const override {
+    std::shared_ptr<const RemoteConfig> r = remote();
+    return r && r->concurrencyPinned;
+  }
+  void setRequestsInFlight(int64_t n) const override {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    if (!remote_ || remote_->concurrencyPinned)
+      return;
+    if (n < 1)
+      n = configured_; // no schedule: the source's own default
+    if (n == remote_->concurrency)
+      return;
+    // Readers already open keep the settings they took.
+    auto changed = std::make_shared<RemoteConfig>(*remote_);
+    changed->concurrency = static_cast<int>(std::min<int64_t>(n, 1024));
+    remote_ = std::move(changed);
   }
 
 private:
-  std::shared_ptr<const RemoteConfig> remote_;
+  mutable std::mutex remoteMutex_;
+  mutable std::shared_ptr<const RemoteConfig> remote_;
+  int configured_ = 0; ///< remote_'s concurrency as made (setRemote)
 };
 
 } // namespace sluice::runtime::detail

@@ -71,7 +71,30 @@ struct Config {
   /// Prefetch depth per plan step index (only the buffered ones).
   std::map<size_t, int64_t> prefetch;
   CacheOption cache;
+  /// Requests a remote source keeps in flight (0: unbounded, as when the
+  /// solver compares the rest of a configuration; the source is local).
+  int64_t sourceInFlight = 0;
 };
+
+/// Records/s a remote source serves with `inFlight` requests in flight
+/// (Little's law: in-flight = rate x time per request, so rate =
+/// inFlight / (requests per record x seconds per request)); infinite for a
+/// local source or inFlight 0.
+double remoteCapacity(const Profile &p, int64_t inFlight);
+
+/// Headroom over Little's mean: request times vary (a slow request holds
+/// its slot while later ones wait behind it in order), so the requests the
+/// mean needs do not keep the reader fed at every moment.
+constexpr double kInFlightHeadroom = 1.5;
+/// Most requests in flight the tuner chooses (the client keeps at most 256
+/// connections).
+constexpr int64_t kMaxInFlight = 256;
+
+/// The requests in flight that let a remote source serve `rate` records/s:
+/// ceil(rate x requests per record x seconds per request x headroom), at
+/// least 1 and at most kMaxInFlight, and no more than `memoryBytes` (>0)
+/// holds at the measured bytes per request. 0 for a local source.
+int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes = 0);
 
 /// The stage graph of the profile when a cache follows `cacheAfter` (-1: no
 /// cache): a cache ends the fused group it falls in, as the runtime does.
@@ -176,7 +199,7 @@ struct Prediction {
   /// unknown epoch size.
   double wholeRun = 0;
   double outputsPerSecond = 0; ///< pipeline outputs/s
-  int bottleneck = -1;         ///< unit index; -1: the CPU
+  int bottleneck = -1; ///< unit index; -1: the CPU; -2: the source's requests
   std::string bottleneckLabel;
   double cpuCapacity = 0; ///< source records/s all cores could serve
   /// Records/s at which a parallel unit's workers get only the cores the
@@ -196,6 +219,9 @@ struct Prediction {
   double firstEpoch = 0;
   double cachedEpochs = 0;
   int64_t memoryBytes = 0; ///< buffers + memory cache + fixed
+  /// Records/s the source's requests in flight serve (remoteCapacity);
+  /// infinite for a local source.
+  double remoteCapacity = 0;
   int64_t diskBytes = 0;
   std::vector<UnitPrediction> units;
 };

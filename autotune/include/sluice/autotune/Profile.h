@@ -104,6 +104,22 @@ struct Probe {
   double startupSeconds = -1;
 };
 
+/// A source that reads remote objects (s3://, http(s)://), as the probes
+/// saw it. Such a source is I/O-bound, not CPU-bound: a request takes its
+/// latency plus its transfer whatever the cores do, so the records/s it
+/// can serve with N requests in flight is, by Little's law,
+/// N / (requestsPerRecord x requestSeconds).
+struct RemoteProfile {
+  double requestsPerRecord = 0; ///< 0: the source read nothing remote
+  double requestSeconds = 0;    ///< median, send to last byte
+  double latencySeconds = 0;    ///< median, send to first byte
+  double bytesPerRequest = 0;
+  int64_t probeInFlight = 0; ///< what the probes ran with
+  int64_t pinned = 0;        ///< the spec's remote.concurrency (0: free)
+  int64_t requests = 0;      ///< behind the figures
+  bool present() const { return requestsPerRecord > 0 && requestSeconds > 0; }
+};
+
 /// A whole profile.
 struct Profile {
   std::string pipeline;
@@ -113,6 +129,8 @@ struct Profile {
   /// Source records per epoch, when the source knows.
   std::optional<int64_t> sourceRecordsPerEpoch;
   double sourceBytesPerSecond = 0; ///< the source's read rate
+  /// The source's remote requests (absent for local files).
+  RemoteProfile remote;
   double outputsPerSourceRecord = 1;
   std::vector<StepProfile> steps; ///< source first, stream order
   /// Per plan step index: its measured scaling, for parallel steps.

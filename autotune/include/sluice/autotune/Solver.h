@@ -70,7 +70,12 @@ struct Solution {
 /// A cache the spec did not pin is kept only when it raises the predicted
 /// throughput by more than 5% over the best schedule without one (a note
 /// and the cache knob's reason say so otherwise).
+/// A remote source's requests in flight are chosen last (Little's law on
+/// the rest's predicted rate: chooseInFlight in Solver.cpp).
 Expected<Solution> solve(const Profile &p, const Budget &budget);
+/// solve() without choosing the requests in flight (Config::sourceInFlight
+/// stays 0: the source's I/O unbounded).
+Expected<Solution> solveConfig(const Profile &p, const Budget &budget);
 
 /// The runtime form of a configuration: parallelism on every element step of
 /// a parallel unit, prefetch and cache on their steps. Knobs equal to the

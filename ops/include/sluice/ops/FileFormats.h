@@ -16,9 +16,11 @@
 
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Types.h"
+#include "sluice/ops/Value.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +82,20 @@ Expected<NpyHeader> parseNpyHeader(std::string_view bytes);
 /// The descr numpy writes for `t` ("|u1", "<f4"); empty for bytes and
 /// strings, which have no .npy dtype here.
 std::string npyDescr(ElemType t);
+
+/// Reads the first `n` bytes (fewer for a shorter object) of the remote
+/// object `url` (s3://, http(s)://), inflated when its name ends in .gz,
+/// with the settings of a source's `remote` parameter; errors say what
+/// failed, not the URL. The runtime holds the HTTP client and sets it
+/// (runtime/lib/sources/Remote.cpp), so that the idx and npy type rules read
+/// remote headers at check time; unset, they fall back to the parameters.
+using RemoteHeadReader = std::function<Expected<std::string>(
+    const std::string &kind, const std::string &url, const Value &remote,
+    size_t n)>;
+void setRemoteHeadReader(RemoteHeadReader reader);
+const RemoteHeadReader &remoteHeadReader();
+/// Whether `path` names a remote object (s3://, http://, https://).
+bool isRemoteName(std::string_view path);
 
 } // namespace sluice
 

@@ -238,6 +238,17 @@ public:
   /// Says that shard `i` will be opened soon, so its object can be fetched
   /// meanwhile (thread-safe; a hint: open() works without it).
   virtual void prefetch(size_t shard) const { (void)shard; }
+  /// Requests a source over remote objects keeps in flight (per stream of
+  /// ranged chunks, or whole objects ahead of a per-file source); 0 for
+  /// local files.
+  virtual int64_t requestsInFlight() const { return 0; }
+  /// Whether the spec set that number (`remote.concurrency`): a schedule
+  /// does not change it then.
+  virtual bool requestsInFlightPinned() const { return false; }
+  /// Sets the requests in flight (a schedule's `parallelism` on the source
+  /// step: the tuner's Little's-law choice). Ignored for local files and
+  /// when pinned. Readers opened afterwards use it.
+  virtual void setRequestsInFlight(int64_t n) const { (void)n; }
 
   /// What create() noticed that is not an error but should be said: empty
   /// input files ("data/b.csv is empty (0 bytes): no records").

@@ -160,6 +160,22 @@ struct RunStats {
     int64_t bytes = 0;    ///< body bytes received
     double medianLatencyMs = 0; ///< to the first byte, recent requests
     int64_t peakInFlight = 0;   ///< most requests in flight at once
+    /// Send to last byte (latency + transfer), recent successful requests.
+    double medianRequestMs = 0;
+    /// The source's setting: requests it keeps in flight (per stream of
+    /// ranged chunks, or objects ahead of a per-file source), and whether
+    /// the spec pinned it (remote.concurrency) or a schedule chose it.
+    int64_t requestsInFlight = 0;
+    bool inFlightPinned = false;
+    /// The on-disk cache of fetched objects (remote.cache): objects read
+    /// from it (the server said 304 Not Modified), fetched (and stored),
+    /// fetched again because their ETag changed, bytes read from it and
+    /// stored in it, entries evicted for the size bound, and entries
+    /// dropped as damaged (wrong size or CRC).
+    struct Cache {
+      int64_t hits = 0, misses = 0, stale = 0, bytesRead = 0, bytesStored = 0,
+              evictions = 0, damaged = 0;
+    } cache;
   } remote;
 
   /// The stall meter: the caller's side of next(). `wait` is time the
