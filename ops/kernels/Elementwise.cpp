@@ -12,8 +12,8 @@
 namespace sluice {
 namespace kernels {
 
-using detail::Bool8;
 using detail::BFloat;
+using detail::Bool8;
 using detail::Half;
 using detail::Tag;
 

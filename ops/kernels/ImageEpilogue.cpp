@@ -95,15 +95,14 @@ void withOutput(const ImageEpilogue &e, Tensor &out, F &&f) {
 
 void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
                  int64_t H, bool flip, const ImageEpilogue &e, Tensor &out) {
-  withOutput(e, out, [&](auto *o) {
-    epilogueRowT(row, W, C, oy, H, flip, e, o);
-  });
+  withOutput(e, out,
+             [&](auto *o) { epilogueRowT(row, W, C, oy, H, flip, e, o); });
 }
 
 /// One channel's row of normalized values (u8 in, OutT out).
 template <typename OutT>
-void normalizeRow(const uint8_t *__restrict in, OutT *__restrict o,
-                  int64_t n, float m, float sc) {
+void normalizeRow(const uint8_t *__restrict in, OutT *__restrict o, int64_t n,
+                  float m, float sc) {
   for (int64_t x = 0; x < n; ++x)
     o[x] = NormalizeOut<OutT>::store(
         normalizeValue(static_cast<float>(in[x]), m, sc));
@@ -168,8 +167,7 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
                 if constexpr (std::is_same_v<OutT, uint8_t>)
                   std::memcpy(o + at, in, static_cast<size_t>(outW));
                 else
-                  normalizeRow(in, o + at, outW, epi->mean[ch],
-                               epi->scale[ch]);
+                  normalizeRow(in, o + at, outW, epi->mean[ch], epi->scale[ch]);
               }
             },
             box);

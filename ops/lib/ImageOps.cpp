@@ -400,8 +400,9 @@ OpDef decodeRandomResizedCrop() {
     ElemType elem = ElemType::U8;
     if (ctx.param("mean").isList()) {
       const Value &dt = ctx.param("dtype");
-      elem = dt.isString() ? parseElemType(dt.asString()).value_or(ElemType::F32)
-                           : ElemType::F32;
+      elem = dt.isString()
+                 ? parseElemType(dt.asString()).value_or(ElemType::F32)
+                 : ElemType::F32;
     }
     const Value &layout = ctx.param("layout");
     if (layout.isString() && layout.asString() == "CHW")

@@ -121,9 +121,9 @@ OpDef normalize() {
     if (!ok)
       return ctx.input();
     const Value &dt = ctx.param("dtype");
-    ElemType out = dt.isString() ? parseElemType(dt.asString())
-                                       .value_or(ElemType::F32)
-                                 : ElemType::F32;
+    ElemType out = dt.isString()
+                       ? parseElemType(dt.asString()).value_or(ElemType::F32)
+                       : ElemType::F32;
     return withResult(ctx, FieldType(out, t.shape));
   };
   return op;

@@ -135,10 +135,10 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
     case ElemType::BF16: {
       uint16_t h;
       static const uint16_t special[] = {
-          0x7FC0, // quiet NaN
-          0x7F81, // signaling NaN, payload 1
-          0xFF93, // negative signaling NaN with a payload
-          0xFFC5, // negative quiet NaN with a payload
+          0x7FC0,         // quiet NaN
+          0x7F81,         // signaling NaN, payload 1
+          0xFF93,         // negative signaling NaN with a payload
+          0xFFC5,         // negative quiet NaN with a payload
           0x7F80, 0xFF80, // +-inf
           0x8000, 0x0000, // -0, +0
           0x0001, 0x807F, // smallest subnormal, largest negative subnormal
@@ -341,7 +341,7 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   ASSERT_TRUE(bool(reference)) << reference.status().message();
 
   for (uint32_t seed : {0u, 1u, 2u, 3u}) {
-    Tensor input = seed != 0              ? randomTensor(c.in, n, seed)
+    Tensor input = seed != 0                ? randomTensor(c.in, n, seed)
                    : c.in == ElemType::F16  ? everyHalf()
                    : c.in == ElemType::BF16 ? everyBf16()
                    : c.in == ElemType::Bool ? everyBoolByte()
@@ -454,8 +454,8 @@ std::vector<StepCase> stepCases() {
                    {{"min", Value::real(-3.5)}, {"max", Value::real(100.25)}},
                    ElemType::BF16,
                    "[-3.5, 100.25]"});
-  cases.push_back({"clamp", {{"min", Value::real(1e30)}}, ElemType::BF16,
-                   "min 1e30"});
+  cases.push_back(
+      {"clamp", {{"min", Value::real(1e30)}}, ElemType::BF16, "min 1e30"});
   for (ElemType e : {ElemType::U8, ElemType::F32, ElemType::BF16})
     for (const char *to : {"f16", "bf16"})
       cases.push_back({"normalize",

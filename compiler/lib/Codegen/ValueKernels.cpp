@@ -77,12 +77,12 @@ Scalar lowerFillMissing(OpBuilder &b, Location loc,
     bool half = v.elem == ElemType::F16;
     Type i16 = b.getI16Type();
     Value abs = b.create<arith::AndIOp>(loc, v.value, constInt(b, loc, i16, 0x7FFF));
-    Value nan = b.create<arith::CmpIOp>(
-        loc, arith::CmpIPredicate::ugt, abs,
-        constInt(b, loc, i16, half ? 0x7C00 : 0x7F80));
+    Value nan =
+        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                constInt(b, loc, i16, half ? 0x7C00 : 0x7F80));
     float f = static_cast<float>(value);
-    Value c = constInt(b, loc, i16,
-                       half ? kernels::floatToHalf(f) : kernels::floatToBf16(f));
+    Value c = constInt(
+        b, loc, i16, half ? kernels::floatToHalf(f) : kernels::floatToBf16(f));
     return {b.create<arith::SelectOp>(loc, nan, c, v.value), v.elem};
   }
   if (v.elem != ElemType::F32 && v.elem != ElemType::F64)
@@ -120,15 +120,15 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
       float h = static_cast<float>(*hi);
       Value gt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, f,
                                          constFloat(b, loc, f32, h));
-      inner = b.create<arith::SelectOp>(
-          loc, gt, constInt(b, loc, t, bitsOf(h)), x);
+      inner =
+          b.create<arith::SelectOp>(loc, gt, constInt(b, loc, t, bitsOf(h)), x);
     }
     if (lo) {
       float l = static_cast<float>(*lo);
       Value lt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, f,
                                          constFloat(b, loc, f32, l));
-      inner = b.create<arith::SelectOp>(
-          loc, lt, constInt(b, loc, t, bitsOf(l)), inner);
+      inner = b.create<arith::SelectOp>(loc, lt, constInt(b, loc, t, bitsOf(l)),
+                                        inner);
     }
     return {inner, v.elem};
   }
@@ -674,10 +674,10 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
   return periodLoops(b, loc, total, period, [&](Value i, Value at) {
     Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
     Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
-    Scalar r = normalizeResult(
-        b, loc, s,
-        normalizeFromTables(b, loc, normalizeInput(b, loc, v), mTable, scTable,
-                            at));
+    Scalar r =
+        normalizeResult(b, loc, s,
+                        normalizeFromTables(b, loc, normalizeInput(b, loc, v),
+                                            mTable, scTable, at));
     Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{i});
     b.create<LLVM::StoreOp>(loc, r.value, dst);
     return true;

@@ -109,7 +109,7 @@ inline uint16_t floatToBf16(float f) {
   uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
   uint32_t nan = (bits >> 16) | 0x40u;
   return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? nan
-                                                                    : rounded);
+                                                                  : rounded);
 }
 
 /// Double to bfloat16 bits, correctly rounded (nearest even): the float
