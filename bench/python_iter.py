@@ -28,7 +28,10 @@ Prints the medians over --repeats rounds, the Python overhead
 (1 - python/native; target <= 5%) and python/torch (target >= 3x), with the
 load average at the start and the end.
 
+--dtype bf16 (or f16) makes the spec's normalize write that type.
+
 Usage: python_iter.py [--data photos|imagenet] [--seconds S] [--repeats N]
+                      [--dtype f32|bf16|f16]
                       [--torch-batches N] [--torch-workers N] [--no-torch]
                       [--cpu-epochs N]
 """
@@ -46,10 +49,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
 
-def spec_for(data, name):
-    """bench/specs/NAME_bench.yaml with its data prefix pointed at `data`."""
+def spec_for(data, name, dtype="f32"):
+    """bench/specs/NAME_bench.yaml with its data prefix pointed at `data`
+    (and its normalize writing `dtype`)."""
     text = open(os.path.join(HERE, "specs", name + "_bench.yaml")).read()
     text = text.replace("/tmp/sluice-bench-data", data)
+    if dtype != "f32":
+        norm = "std: [58.395, 57.12, 57.375]}"
+        assert norm in text
+        text = text.replace(norm, norm[:-1] + ", dtype: %s}" % dtype)
     d = tempfile.mkdtemp(prefix="sluice-pyiter-")
     path = os.path.join(d, name + "_bench.yaml")
     with open(path, "w") as f:
@@ -64,6 +72,14 @@ def native(sluice_bin, spec, seconds):
     return float(m.group(1)) * 128
 
 
+def as_tensor(torch, a):
+    """torch.from_numpy, with a bf16 field's uint16 bits viewed as
+    torch.bfloat16 (what sluice.torch.Dataset does): no copy."""
+    if a.dtype.char == "H":
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def python(spec, seconds, warmup=2.0):
     import sluice
     import torch
@@ -71,9 +87,9 @@ def python(spec, seconds, warmup=2.0):
     t0 = time.perf_counter()
     start, images = None, 0
     for batch in p:
-        x = torch.from_numpy(batch["image"])
+        x = as_tensor(torch, batch["image"])
         y = torch.from_numpy(batch["label"])
-        assert x.shape == (128, 3, 224, 224) and y.shape == (128,)
+        assert tuple(x.shape) == (128, 3, 224, 224) and y.shape == (128,)
         now = time.perf_counter()
         if start is None:
             if now - t0 >= warmup:
@@ -94,7 +110,9 @@ import resource, sluice, torch
 r0 = resource.getrusage(resource.RUSAGE_SELF)
 n = 0
 for batch in sluice.Pipeline(sys.argv[1], epochs=int(sys.argv[2])):
-    x = torch.from_numpy(batch["image"])
+    a = batch["image"]
+    x = (torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+         if a.dtype.char == "H" else torch.from_numpy(a))
     n += x.shape[0]
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(n, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
@@ -164,6 +182,8 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cpu-epochs", type=int, default=2)
     ap.add_argument("--data", choices=("photos", "imagenet"), default="photos")
+    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32",
+                    help="what the spec's normalize writes")
     ap.add_argument("--torch-workers", type=int, default=None,
                     help="the DataLoader's num_workers (default: the cores)")
     args = ap.parse_args()
@@ -176,7 +196,7 @@ def main():
                            os.path.join(HERE, "..", "build"))
     sluice_bin = os.environ.get("SLUICE", os.path.join(build, "bin", "sluice"))
     sys.path.insert(0, os.path.join(build, "python"))
-    spec = spec_for(data, args.data)
+    spec = spec_for(data, args.data, args.dtype)
     cores = os.cpu_count() or 1
     workers = cores if args.torch_workers is None else args.torch_workers
     load0 = os.getloadavg()[0]

@@ -29,6 +29,8 @@ Type convertElemType(MLIRContext *ctx, ElemType elem) {
     return integer(64, false);
   case ElemType::F16:
     return Float16Type::get(ctx);
+  case ElemType::BF16:
+    return BFloat16Type::get(ctx);
   case ElemType::F32:
     return Float32Type::get(ctx);
   case ElemType::F64:
@@ -65,6 +67,8 @@ std::optional<ElemType> convertElemType(Type type) {
   }
   if (type.isF16())
     return ElemType::F16;
+  if (type.isBF16())
+    return ElemType::BF16;
   if (type.isF32())
     return ElemType::F32;
   if (type.isF64())

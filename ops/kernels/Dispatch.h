@@ -1,7 +1,7 @@
 //===- Dispatch.h - Calls a template with the C++ type of an ElemType -----===//
 //
-// Private to ops/kernels. f16 is carried as its bits (Half) and bool as a
-// byte (Bool8) so each storage type has a distinct tag.
+// Private to ops/kernels. f16 and bf16 are carried as their bits (Half,
+// BFloat) and bool as a byte (Bool8) so each storage type has a distinct tag.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_OPS_KERNELS_DISPATCH_H
@@ -17,6 +17,9 @@ namespace kernels {
 namespace detail {
 
 struct Half {
+  uint16_t bits;
+};
+struct BFloat {
   uint16_t bits;
 };
 struct Bool8 {
@@ -49,6 +52,9 @@ template <typename F> bool visitNumeric(ElemType t, F &&f) {
     return true;
   case ElemType::F16:
     f(Tag<Half>{});
+    return true;
+  case ElemType::BF16:
+    f(Tag<BFloat>{});
     return true;
   case ElemType::F32:
     f(Tag<float>{});
@@ -86,13 +92,16 @@ template <typename F> bool visitBySize(size_t bytes, F &&f) {
 }
 
 template <typename T> constexpr bool isFloatStorage() {
-  return std::is_floating_point_v<T> || std::is_same_v<T, Half>;
+  return std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
+         std::is_same_v<T, BFloat>;
 }
 
 /// The value of one element widened to float/double or int64.
 template <typename T> inline auto widen(T v) {
   if constexpr (std::is_same_v<T, Half>)
     return halfToFloat(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat>)
+    return bf16ToFloat(v.bits);
   else if constexpr (std::is_same_v<T, Bool8>)
     return static_cast<int64_t>(v.v != 0);
   else if constexpr (std::is_floating_point_v<T>)
@@ -109,6 +118,8 @@ template <typename From, typename To> inline To convertOne(From v) {
     return Bool8{static_cast<uint8_t>(w != 0)};
   } else if constexpr (std::is_same_v<To, Half>) {
     return Half{floatToHalf(static_cast<float>(w))};
+  } else if constexpr (std::is_same_v<To, BFloat>) {
+    return BFloat{floatToBf16(static_cast<float>(w))};
   } else if constexpr (std::is_floating_point_v<To>) {
     return static_cast<To>(w);
   } else if constexpr (std::is_floating_point_v<W>) {

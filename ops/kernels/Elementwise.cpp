@@ -12,6 +12,7 @@
 namespace sluice {
 namespace kernels {
 
+using detail::BFloat;
 using detail::Bool8;
 using detail::Half;
 using detail::Tag;
@@ -33,16 +34,38 @@ Status requireNumeric(const Tensor &t, const char *op) {
 /// u8 and f32 input: -Rpass=loop-vectorize reports "vectorized loop
 /// (vectorization width: 4, interleaved count: 2)" at baseline x86-64 (SSE2;
 /// wider with -march), the u8 case via zero-extends and cvtdq2ps.
-template <typename T>
-void normalizeLoop(const T *__restrict in, float *__restrict out, int64_t n,
+/// An f16 or bf16 output rounds the f32 value (normalizeStore), so its
+/// bits are those of normalize to f32 followed by torch's .to(dtype).
+template <typename T, typename OutT>
+void normalizeLoop(const T *__restrict in, OutT *__restrict out, int64_t n,
                    const float *__restrict mean, const float *__restrict scale,
                    int64_t period) {
   for (int64_t base = 0; base < n; base += period) {
     int64_t len = std::min(period, n - base);
     const T *__restrict src = in + base;
-    float *__restrict dst = out + base;
+    OutT *__restrict dst = out + base;
     for (int64_t j = 0; j < len; ++j)
-      dst[j] = normalizeValue(static_cast<float>(src[j]), mean[j], scale[j]);
+      dst[j] = NormalizeOut<OutT>::store(
+          normalizeValue(static_cast<float>(src[j]), mean[j], scale[j]));
+  }
+}
+
+template <typename OutT>
+void normalizeAny(const Tensor &input, OutT *dst, int64_t n, const float *m,
+                  const float *sc, int64_t period) {
+  switch (input.elem()) {
+  case ElemType::U8:
+    normalizeLoop(input.data<uint8_t>(), dst, n, m, sc, period);
+    break;
+  case ElemType::F32:
+    normalizeLoop(input.data<float>(), dst, n, m, sc, period);
+    break;
+  default:
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = NormalizeOut<OutT>::store(normalizeValue(
+          static_cast<float>(loadAsDouble(input.elem(), input.raw(), i)),
+          m[i % period], sc[i % period]));
+    break;
   }
 }
 
@@ -61,9 +84,13 @@ void normalizeTables(const std::vector<double> &mean,
 }
 
 Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
-                           const std::vector<double> &stddev) {
+                           const std::vector<double> &stddev, ElemType out) {
   if (Status s = requireNumeric(input, "normalize"); !s)
     return s;
+  if (!isNormalizeOutput(out))
+    return Status::error("normalize: output type " +
+                         std::string(elemTypeName(out)) +
+                         " is not f32, f16 or bf16");
   int64_t channels = input.rank() ? input.dim(input.rank() - 1) : 1;
   auto checkLen = [&](const std::vector<double> &v, const char *name) {
     if (v.size() == 1 || int64_t(v.size()) == channels)
@@ -84,7 +111,7 @@ Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
                            std::to_string(s));
   // A last dim of 0 may come with empty lists; there is nothing to compute.
   if (input.numElements() == 0)
-    return Tensor::empty(ElemType::F32, input.shape());
+    return Tensor::empty(out, input.shape());
 
   // The period is the smallest multiple of the channel count that is also a
   // multiple of 16 floats (one AVX-512 register), so the tables stay small
@@ -101,24 +128,23 @@ Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
     sc[j] = cs[j % c];
   }
 
-  Tensor out = Tensor::empty(ElemType::F32, input.shape());
+  Tensor result = Tensor::empty(out, input.shape());
   int64_t n = input.numElements();
-  float *dst = out.mutableData<float>();
-  switch (input.elem()) {
-  case ElemType::U8:
-    normalizeLoop(input.data<uint8_t>(), dst, n, m.data(), sc.data(), period);
+  switch (out) {
+  case ElemType::F16:
+    normalizeAny(input, reinterpret_cast<HalfBits *>(result.mutableRaw()), n,
+                 m.data(), sc.data(), period);
     break;
-  case ElemType::F32:
-    normalizeLoop(input.data<float>(), dst, n, m.data(), sc.data(), period);
+  case ElemType::BF16:
+    normalizeAny(input, reinterpret_cast<Bf16Bits *>(result.mutableRaw()), n,
+                 m.data(), sc.data(), period);
     break;
   default:
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = normalizeValue(
-          static_cast<float>(loadAsDouble(input.elem(), input.raw(), i)),
-          m[i % period], sc[i % period]);
+    normalizeAny(input, result.mutableData<float>(), n, m.data(), sc.data(),
+                 period);
     break;
   }
-  return out;
+  return result;
 }
 
 Expected<Tensor> cast(const Tensor &input, ElemType to) {
@@ -157,12 +183,15 @@ Expected<Tensor> clamp(const Tensor &input, std::optional<double> lo,
     using T = typename decltype(tag)::type;
     const T *src = reinterpret_cast<const T *>(input.raw());
     T *dst = reinterpret_cast<T *>(out.mutableRaw());
-    if constexpr (std::is_same_v<T, Half>) {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat>) {
+      constexpr bool half = std::is_same_v<T, Half>;
       float l = lo ? float(*lo) : -INFINITY, h = hi ? float(*hi) : INFINITY;
       for (int64_t i = 0; i < n; ++i) {
-        float v = halfToFloat(src[i].bits);
+        float v = half ? halfToFloat(src[i].bits) : bf16ToFloat(src[i].bits);
+        float c = v < l ? l : (v > h ? h : v);
         dst[i].bits = std::isnan(v) ? src[i].bits
-                                    : floatToHalf(v < l ? l : (v > h ? h : v));
+                      : half        ? floatToHalf(c)
+                                    : floatToBf16(c);
       }
     } else if constexpr (std::is_same_v<T, Bool8>) {
       for (int64_t i = 0; i < n; ++i) {
@@ -215,12 +244,15 @@ Expected<Tensor> fillMissing(const Tensor &input, double value) {
       dst[i] = src[i] != src[i] ? value : src[i];
     break;
   }
-  default: { // F16
+  default: { // F16, BF16: NaN is an all-ones exponent with a payload
+    const bool half = input.elem() == ElemType::F16;
     const uint16_t *src = input.data<uint16_t>();
     uint16_t *dst = out.mutableData<uint16_t>();
-    uint16_t v = floatToHalf(static_cast<float>(value));
+    uint16_t v = half ? floatToHalf(static_cast<float>(value))
+                      : floatToBf16(static_cast<float>(value));
+    uint16_t inf = half ? 0x7C00 : 0x7F80;
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = (src[i] & 0x7FFF) > 0x7C00 ? v : src[i];
+      dst[i] = (src[i] & 0x7FFF) > inf ? v : src[i];
     break;
   }
   }

@@ -35,10 +35,11 @@ void epilogueRowImpl(const uint8_t *__restrict row, int64_t W, int64_t c,
   const int64_t C = FixedC > 0 ? FixedC : c;
   // normalize's expression, per element: (float(x) - mean) * scale.
   auto value = [&](uint8_t v, float m, float sc) -> OutT {
-    if constexpr (std::is_same_v<OutT, float>)
-      return normalizeValue(static_cast<float>(v), m, sc);
-    else
+    if constexpr (std::is_same_v<OutT, uint8_t>)
       return v;
+    else
+      return NormalizeOut<OutT>::store(
+          normalizeValue(static_cast<float>(v), m, sc));
   };
   auto meanOf = [&](int64_t ch) { return e.normalize ? e.mean[ch] : 0.f; };
   auto scaleOf = [&](int64_t ch) { return e.normalize ? e.scale[ch] : 1.f; };
@@ -76,12 +77,35 @@ void epilogueRowT(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
   }
 }
 
+/// Calls f(OutT *) with the output's storage: u8 without a normalize,
+/// else float, HalfBits or Bf16Bits.
+template <typename F>
+void withOutput(const ImageEpilogue &e, Tensor &out, F &&f) {
+  if (!e.normalize)
+    return f(out.mutableData<uint8_t>());
+  switch (e.normalizeTo) {
+  case ElemType::F16:
+    return f(reinterpret_cast<HalfBits *>(out.mutableRaw()));
+  case ElemType::BF16:
+    return f(reinterpret_cast<Bf16Bits *>(out.mutableRaw()));
+  default:
+    return f(out.mutableData<float>());
+  }
+}
+
 void epilogueRow(const uint8_t *row, int64_t W, int64_t C, int64_t oy,
                  int64_t H, bool flip, const ImageEpilogue &e, Tensor &out) {
-  if (e.normalize)
-    epilogueRowT(row, W, C, oy, H, flip, e, out.mutableData<float>());
-  else
-    epilogueRowT(row, W, C, oy, H, flip, e, out.mutableData<uint8_t>());
+  withOutput(e, out,
+             [&](auto *o) { epilogueRowT(row, W, C, oy, H, flip, e, o); });
+}
+
+/// One channel's row of normalized values (u8 in, OutT out).
+template <typename OutT>
+void normalizeRow(const uint8_t *__restrict in, OutT *__restrict o, int64_t n,
+                  float m, float sc) {
+  for (int64_t x = 0; x < n; ++x)
+    o[x] = NormalizeOut<OutT>::store(
+        normalizeValue(static_cast<float>(in[x]), m, sc));
 }
 
 Scratch &epilogueScratch() {
@@ -95,7 +119,7 @@ Scratch &epilogueScratch() {
 Tensor epilogueOutput(int64_t h, int64_t w, int64_t c, const ImageEpilogue &e) {
   // Every pixel is written, so a batch row the runtime offers (its
   // OutputTargetScope, Allocation.h) is as good as a fresh tensor.
-  ElemType elem = e.normalize ? ElemType::F32 : ElemType::U8;
+  ElemType elem = e.normalize ? e.normalizeTo : ElemType::U8;
   if (e.chw)
     return outputTensor(elem, {c, h, w});
   return outputTensor(elem, {h, w, c});
@@ -132,25 +156,22 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
     // flip is folded into the horizontal pass. For CHW RGB the rows come
     // as three planes, so each channel's row is one contiguous loop.
     if (C == 3 && epi->chw) {
-      const bool norm = epi->normalize;
-      antialiasU8(
-          src, outH, outW, /*planar=*/true, epi->flip,
-          [&](int64_t oy, const uint8_t *row) {
-            for (int64_t ch = 0; ch < 3; ++ch) {
-              const uint8_t *__restrict in = row + ch * outW;
-              int64_t at = (ch * outH + oy) * outW;
-              if (norm) {
-                const float m = epi->mean[ch], sc = epi->scale[ch];
-                float *__restrict o = out.mutableData<float>() + at;
-                for (int64_t x = 0; x < outW; ++x)
-                  o[x] = normalizeValue(static_cast<float>(in[x]), m, sc);
-              } else {
-                std::memcpy(out.mutableData<uint8_t>() + at, in,
-                            static_cast<size_t>(outW));
+      withOutput(*epi, out, [&](auto *o) {
+        using OutT = std::remove_pointer_t<decltype(o)>;
+        antialiasU8(
+            src, outH, outW, /*planar=*/true, epi->flip,
+            [&](int64_t oy, const uint8_t *row) {
+              for (int64_t ch = 0; ch < 3; ++ch) {
+                const uint8_t *__restrict in = row + ch * outW;
+                int64_t at = (ch * outH + oy) * outW;
+                if constexpr (std::is_same_v<OutT, uint8_t>)
+                  std::memcpy(o + at, in, static_cast<size_t>(outW));
+                else
+                  normalizeRow(in, o + at, outW, epi->mean[ch], epi->scale[ch]);
               }
-            }
-          },
-          box);
+            },
+            box);
+      });
       return;
     }
     antialiasU8(
@@ -164,27 +185,28 @@ void resizeU8Into(View<uint8_t> src, Tensor &out, int64_t outH, int64_t outW,
   if (interp == Interpolation::Bilinear && C == 3 && epi->chw) {
     // Planar rows: blend, round to u8 and normalize each channel's row in
     // one contiguous loop, straight into its output plane.
-    const bool norm = epi->normalize;
-    auto emit = [&](int64_t oy, float wy0, const float *r0, float wy1,
-                    const float *r1) {
-      for (int64_t ch = 0; ch < 3; ++ch) {
-        const float *__restrict a = r0 + ch * outW;
-        const float *__restrict b = r1 + ch * outW;
-        int64_t at = (ch * outH + oy) * outW;
-        if (norm) {
-          const float m = epi->mean[ch], sc = epi->scale[ch];
-          float *__restrict o = out.mutableData<float>() + at;
-          for (int64_t x = 0; x < outW; ++x)
-            o[x] = normalizeValue(
-                static_cast<float>(toU8(wy0 * a[x] + wy1 * b[x])), m, sc);
-        } else {
-          uint8_t *__restrict o = out.mutableData<uint8_t>() + at;
-          for (int64_t x = 0; x < outW; ++x)
-            o[x] = toU8(wy0 * a[x] + wy1 * b[x]);
+    withOutput(*epi, out, [&](auto *out0) {
+      using OutT = std::remove_pointer_t<decltype(out0)>;
+      auto emit = [&](int64_t oy, float wy0, const float *r0, float wy1,
+                      const float *r1) {
+        for (int64_t ch = 0; ch < 3; ++ch) {
+          const float *__restrict a = r0 + ch * outW;
+          const float *__restrict b = r1 + ch * outW;
+          OutT *__restrict o = out0 + (ch * outH + oy) * outW;
+          if constexpr (std::is_same_v<OutT, uint8_t>) {
+            for (int64_t x = 0; x < outW; ++x)
+              o[x] = toU8(wy0 * a[x] + wy1 * b[x]);
+          } else {
+            const float m = epi->mean[ch], sc = epi->scale[ch];
+            for (int64_t x = 0; x < outW; ++x)
+              o[x] = NormalizeOut<OutT>::store(normalizeValue(
+                  static_cast<float>(toU8(wy0 * a[x] + wy1 * b[x])), m, sc));
+          }
         }
-      }
-    };
-    bilinearRows<uint8_t, 3, /*Planar=*/true>(src, outH, outW, epi->flip, emit);
+      };
+      bilinearRows<uint8_t, 3, /*Planar=*/true>(src, outH, outW, epi->flip,
+                                                emit);
+    });
     return;
   }
   if (interp == Interpolation::Bilinear) {

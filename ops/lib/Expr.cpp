@@ -762,6 +762,11 @@ private:
         return fail(var, "'" + var.name + "' is " +
                              std::string(elemTypeName(t)) +
                              "; expressions compute on numbers and bools");
+      if (t == ElemType::BF16)
+        return fail(var, "'" + var.name +
+                             "' is bf16, which numpy has no arithmetic for; "
+                             "cast it to f32 first (- cast: {field: " +
+                             var.name + ", dtype: f32})");
       if (e.kind == Expr::Kind::Index)
         types_[&var] = T{t};
       out = T{t};

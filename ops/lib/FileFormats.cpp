@@ -256,6 +256,9 @@ Expected<NpyHeader> parseNpyHeader(std::string_view bytes) {
 }
 
 std::string npyDescr(ElemType t) {
+  // numpy has no bfloat16: its bits as u2 (ml_dtypes' .view(bfloat16)).
+  if (t == ElemType::BF16)
+    return "<u2";
   for (const NpyType &n : kNpyTypes)
     if (n.elem == t)
       return (elemTypeSize(t) == 1 ? "|" : "<") + std::string(n.code);

@@ -347,7 +347,8 @@ OpDef decodeRandomResizedCrop() {
            "(width), `normalize` and `transpose` to CHW into it, which are "
            "then done while the resize writes its output.";
   op.typeDoc = "`field` (bytes) becomes `u8[h,w,channels]`; with `mean` "
-               "f32, with `layout: CHW` `[channels,h,w]`.";
+               "`dtype` (f32 unless given), with `layout: CHW` "
+               "`[channels,h,w]`.";
   // The decode's `scale` is `decode_scale` here (the crop has a `scale`).
   for (ParamSpec p : decode.params) {
     if (p.name == "scale")
@@ -375,6 +376,9 @@ OpDef decodeRandomResizedCrop() {
                           .describe("A fused `normalize`'s mean."));
   op.params.push_back(param("std", ParamKind::FloatList)
                           .describe("A fused `normalize`'s std."));
+  op.params.push_back(enumParam("dtype", {"f32", "f16", "bf16"})
+                          .def(Value::string("f32"))
+                          .describe("A fused `normalize`'s dtype."));
   op.params.push_back(enumParam("layout", {"HWC", "CHW"})
                           .def(Value::string("HWC"))
                           .describe("CHW: a fused `transpose` to CHW."));
@@ -393,7 +397,13 @@ OpDef decodeRandomResizedCrop() {
     }
     auto [h, w] = sizeHW(ctx.param("size"));
     int64_t c = intOr(ctx.param("channels"), 3);
-    ElemType elem = ctx.param("mean").isList() ? ElemType::F32 : ElemType::U8;
+    ElemType elem = ElemType::U8;
+    if (ctx.param("mean").isList()) {
+      const Value &dt = ctx.param("dtype");
+      elem = dt.isString()
+                 ? parseElemType(dt.asString()).value_or(ElemType::F32)
+                 : ElemType::F32;
+    }
     const Value &layout = ctx.param("layout");
     if (layout.isString() && layout.asString() == "CHW")
       return withResult(ctx, FieldType(elem, {c, h, w}));

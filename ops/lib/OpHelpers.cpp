@@ -205,7 +205,9 @@ bool fitsIn(ElemType t, double v) {
   if (std::isnan(v))
     return isFloat(t);
   if (isFloat(t))
-    return t != ElemType::F16 || std::fabs(v) <= 65504.0 || std::isinf(v);
+    return (t != ElemType::F16 || std::fabs(v) <= 65504.0) &&
+               (t != ElemType::BF16 || std::fabs(v) <= 0x1.FEp127) ||
+           std::isinf(v);
   if (v != std::floor(v) || !isNumeric(t))
     return false;
   // In double the i64 bounds are -2^63 and 2^63 (INT64_MAX rounds up).

@@ -32,7 +32,8 @@ std::optional<ElemType> numericDType(TypeContext &ctx, const Value &v,
   ctx.error(v,
             op + " produces numbers; dtype '" + v.asString() +
                 "' is not a numeric type",
-            "use one of u8, i8, u16, i16, i32, i64, f16, f32, f64, bool");
+            "use one of u8, i8, u16, i16, i32, i64, f16, bf16, f32, f64, "
+            "bool");
   return std::nullopt;
 }
 
@@ -42,15 +43,18 @@ std::optional<ElemType> numericDType(TypeContext &ctx, const Value &v,
 
 OpDef normalize() {
   OpDef op = element("normalize");
-  op.summary = "(x - mean) / std per channel, as f32.";
+  op.summary = "(x - mean) / std per channel, as f32, f16 or bf16.";
   op.doc = "`mean` and `std` are one number for all channels or one per "
            "channel (the last dim, HxWxC layout). Values are not rescaled "
            "first: for u8 images give mean and std on the 0..255 scale, "
            "e.g. mean [123.675, 116.28, 103.53] and std [58.395, 57.12, "
-           "57.375] for ImageNet.";
+           "57.375] for ImageNet. With `dtype: bf16` (or f16) each value is "
+           "computed in f32 and rounded to nearest even as it is written, "
+           "bit for bit what torch's `.to(torch.bfloat16)` of the f32 "
+           "result gives, at half the bytes.";
   op.example = "- normalize: {field: image, mean: [123.675, 116.28, 103.53], "
-               "std: [58.395, 57.12, 57.375]}";
-  op.typeDoc = "`field` becomes f32, same shape.";
+               "std: [58.395, 57.12, 57.375], dtype: bf16}";
+  op.typeDoc = "`field` becomes `dtype` (f32 unless given), same shape.";
   op.params = {
       fieldParam("The numeric input (u8 images or floats)."),
       asParam(),
@@ -65,6 +69,10 @@ OpDef normalize() {
           .length(1, std::numeric_limits<size_t>::max())
           .above(0)
           .describe("Divided by next: one value, or one per channel."),
+      enumParam("dtype", {"f32", "f16", "bf16"})
+          .def(Value::string("f32"))
+          .describe("The output element type: f32, or f16 / bf16 rounded "
+                    "from the f32 value (nearest even)."),
   };
   op.fuse = FuseKind::ElementWise;
   op.traits.valueWise = true;
@@ -112,7 +120,11 @@ OpDef normalize() {
     }
     if (!ok)
       return ctx.input();
-    return withResult(ctx, FieldType(ElemType::F32, t.shape));
+    const Value &dt = ctx.param("dtype");
+    ElemType out = dt.isString()
+                       ? parseElemType(dt.asString()).value_or(ElemType::F32)
+                       : ElemType::F32;
+    return withResult(ctx, FieldType(out, t.shape));
   };
   return op;
 }

@@ -26,6 +26,7 @@ constexpr ElemInfo kElemInfo[] = {
     {ElemType::F16, "f16", 2},     {ElemType::F32, "f32", 4},
     {ElemType::F64, "f64", 8},     {ElemType::Bool, "bool", 1},
     {ElemType::Bytes, "bytes", 0}, {ElemType::String, "string", 0},
+    {ElemType::BF16, "bf16", 2},
 };
 constexpr size_t kNumElemTypes = sizeof(kElemInfo) / sizeof(kElemInfo[0]);
 

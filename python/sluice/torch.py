@@ -16,8 +16,10 @@ The compiled pipeline, its generated kernels, its schedule (the
 autotuner's, for ``schedule: auto``) and its threads are kept between
 epochs: an epoch that follows the last one continues the same running
 pipeline. Numeric fields become tensors over the runtime's buffers
-(``torch.from_numpy``, no copy); bytes and string fields become Python
-lists of ``bytes`` / ``str``.
+(``torch.from_numpy``, no copy); a bf16 field (``normalize: {dtype:
+bf16}``, ``cast: {dtype: bf16}``) is a ``torch.bfloat16`` tensor over the
+same bytes (sluice.Pipeline hands its bits over as uint16). Bytes and
+string fields become Python lists of ``bytes`` / ``str``.
 """
 import os
 import sys
@@ -25,6 +27,7 @@ import warnings
 from collections import deque
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
+import numpy as _np
 import torch as _torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -121,6 +124,8 @@ class Dataset(IterableDataset):
         # and restarted only for an epoch that does not follow the last.
         self._pipe: Optional[Pipeline] = None
         self._pipe_pid = 0
+        # Fields of the output type that are bf16 (uint16 bits in numpy).
+        self._bf16: frozenset = frozenset()
         # The epoch whose first batch the running pipeline delivers next
         # (None: it is inside an epoch left early).
         self._at: Optional[int] = None
@@ -178,6 +183,9 @@ class Dataset(IterableDataset):
                                   first_epoch=self.epoch, **self._kwargs)
             self._pipe_pid = os.getpid()
             self._at = self.epoch
+            self._bf16 = frozenset(
+                name for name, t in self._pipe.output_type.items()
+                if t.startswith("bf16"))
         return self._pipe
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -267,7 +275,11 @@ class Dataset(IterableDataset):
             if arr.dtype == object:
                 out[name] = arr.tolist()
                 continue
-            t = _torch.from_numpy(arr)
+            if name in self._bf16:  # the bits, viewed: no copy
+                t = _torch.from_numpy(arr.view(_np.int16)).view(
+                    _torch.bfloat16)
+            else:
+                t = _torch.from_numpy(arr)
             cl = self.channels_last
             if (t.dim() == 4) if cl is True else (name in cl):
                 if t.dim() != 4:

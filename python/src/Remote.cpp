@@ -48,6 +48,8 @@ py::dtype dtypeOf(ElemType e) {
     return py::dtype("int64");
   case ElemType::F16:
     return py::dtype("float16");
+  case ElemType::BF16: // its bits; sluice.torch views them as torch.bfloat16
+    return py::dtype("uint16");
   case ElemType::F32:
     return py::dtype("float32");
   case ElemType::F64:

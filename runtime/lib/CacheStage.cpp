@@ -301,7 +301,7 @@ private:
     for (uint32_t f = 0; f < n; ++f) {
       uint8_t elem, rank;
       if (!get(elem) || !get(rank) || rank > kMaxRank ||
-          elem > static_cast<uint8_t>(ElemType::String))
+          elem > static_cast<uint8_t>(ElemType::BF16))
         return damaged("bad field header");
       std::vector<int64_t> shape(rank);
       int64_t count = 1;

@@ -311,6 +311,10 @@ Expected<ElementFn> bindDecodeRandomResizedCrop(const PlanStage &s,
       if (!(v > 0))
         return bindError(s, "std values must be > 0");
     epi->normalize = true;
+    epi->normalizeTo = io.outType.elem;
+    if (!kernels::isNormalizeOutput(epi->normalizeTo))
+      return bindError(s, "a fused normalize writes f32, f16 or bf16, not " +
+                              io.outType.str());
     kernels::normalizeTables(mean, sd, channels, epi->mean, epi->scale);
     hasEpilogue = true;
   }
@@ -376,10 +380,11 @@ Expected<ElementFn> bindNormalize(const PlanStage &s, const FieldIO &io) {
     mean.assign(sd.size(), mean[0]);
   if (sd.size() == 1 && mean.size() > 1)
     sd.assign(mean.size(), sd[0]);
+  ElemType to = io.outType.elem;
   return unary(io,
-               [mean, sd](const Tensor &t, Record &,
-                          const ElementContext &) -> Expected<Tensor> {
-                 return kernels::normalize(t, mean, sd);
+               [mean, sd, to](const Tensor &t, Record &,
+                              const ElementContext &) -> Expected<Tensor> {
+                 return kernels::normalize(t, mean, sd, to);
                });
 }
 

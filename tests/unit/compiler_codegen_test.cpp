@@ -132,6 +132,33 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
       std::memcpy(raw + 2 * i, &h, 2);
       break;
     }
+    case ElemType::BF16: {
+      uint16_t h;
+      static const uint16_t special[] = {
+          0x7FC0,         // quiet NaN
+          0x7F81,         // signaling NaN, payload 1
+          0xFF93,         // negative signaling NaN with a payload
+          0xFFC5,         // negative quiet NaN with a payload
+          0x7F80, 0xFF80, // +-inf
+          0x8000, 0x0000, // -0, +0
+          0x0001, 0x807F, // smallest subnormal, largest negative subnormal
+          0x0080, 0x8080, // +-smallest normal
+          0x7F7F, 0xFF7F, // max, lowest
+          0x4020, 0xC020, 0x3F00, 0x3FC0}; // 2.5, -2.5, 0.5, 1.5
+      if (kind < 6) {
+        h = special[(r >> 8) % (sizeof(special) / sizeof(uint16_t))];
+      } else if (kind == 6) { // NaN with a payload (and either sign)
+        h = uint16_t(0x7F81 | ((r >> 32) & 0x7F) | ((r & 1) << 15));
+      } else if (kind == 7) { // any bit pattern
+        h = uint16_t(r >> 16);
+      } else {
+        h = kernels::floatToBf16(
+            static_cast<float>(static_cast<int64_t>(r >> 40) % 2000) / 8.0f -
+            100.0f);
+      }
+      std::memcpy(raw + 2 * i, &h, 2);
+      break;
+    }
     case ElemType::Bool: // mostly 0 and 1, some other non-zero bytes
       raw[i] = kind < 7 ? 0 : kind < 14 ? 1 : uint8_t(r >> 8);
       break;
@@ -222,6 +249,12 @@ Tensor everyHalf() {
   return t;
 }
 
+/// Every bf16 bit pattern, once (and a few more).
+Tensor everyBf16() {
+  Tensor t = everyHalf();
+  return Tensor::viewOf(t, 0, ElemType::BF16, t.shape());
+}
+
 /// Every byte as a bool element (the runtime reads any non-zero as true).
 Tensor everyBoolByte() {
   Tensor t = Tensor::empty(ElemType::Bool, {256 * 3 + 1});
@@ -236,8 +269,12 @@ ElemType outElem(const StepCase &c) {
     return ElemType::I64;
   if (c.op == "bucketize")
     return ElemType::I32;
-  if (c.op == "normalize")
+  if (c.op == "normalize") {
+    for (const auto &[k, v] : c.params)
+      if (k == "dtype")
+        return *parseElemType(v.asString());
     return ElemType::F32;
+  }
   if (c.op == "cast")
     for (const auto &[k, v] : c.params)
       if (k == "dtype")
@@ -304,8 +341,9 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   ASSERT_TRUE(bool(reference)) << reference.status().message();
 
   for (uint32_t seed : {0u, 1u, 2u, 3u}) {
-    Tensor input = seed != 0              ? randomTensor(c.in, n, seed)
+    Tensor input = seed != 0                ? randomTensor(c.in, n, seed)
                    : c.in == ElemType::F16  ? everyHalf()
+                   : c.in == ElemType::BF16 ? everyBf16()
                    : c.in == ElemType::Bool ? everyBoolByte()
                                             : Tensor();
     if (!input.valid())
@@ -401,6 +439,31 @@ std::vector<StepCase> stepCases() {
                      e, "extremes"});
     cases.push_back({"bucketize", {{"boundaries", list({})}}, e, "none"});
   }
+  // bf16: its conversions both ways (every bit pattern), fill_missing and
+  // clamp (no map: numpy has no bf16 arithmetic, the type check refuses it).
+  for (ElemType e : all) {
+    cases.push_back({"cast", {{"dtype", Value::string("bf16")}}, e, "to bf16"});
+    cases.push_back({"cast",
+                     {{"dtype", Value::string(std::string(elemTypeName(e)))}},
+                     ElemType::BF16,
+                     "to " + std::string(elemTypeName(e))});
+  }
+  cases.push_back(
+      {"fill_missing", {{"value", Value::real(-1.5)}}, ElemType::BF16, "-1.5"});
+  cases.push_back({"clamp",
+                   {{"min", Value::real(-3.5)}, {"max", Value::real(100.25)}},
+                   ElemType::BF16,
+                   "[-3.5, 100.25]"});
+  cases.push_back(
+      {"clamp", {{"min", Value::real(1e30)}}, ElemType::BF16, "min 1e30"});
+  for (ElemType e : {ElemType::U8, ElemType::F32, ElemType::BF16})
+    for (const char *to : {"f16", "bf16"})
+      cases.push_back({"normalize",
+                       {{"mean", list({0.5})},
+                        {"std", list({3.0})},
+                        {"dtype", Value::string(to)}},
+                       e,
+                       std::string("to ") + to});
   for (ElemType e : ints)
     for (int64_t b : {int64_t(1), int64_t(7), int64_t(16383), int64_t(16384),
                       int64_t(1000000), int64_t(99991), (int64_t(1) << 40) + 3,
@@ -614,7 +677,8 @@ runtime::PlanStage fusedChain(const std::vector<ChainStep> &steps, ElemType in,
 /// with its channel from the element's position, and gives the bytes of the
 /// unfused runtime steps: before and after map, cast, clamp, fill_missing
 /// and another normalize; u8, i64, f16, f32 and f64 inputs with NaN
-/// payloads, +-inf, -0 and denormals; f16, f32 and f64 outputs; 1, 3, 5,
+/// payloads, +-inf, -0 and denormals; f16, bf16, f32 and f64 outputs (a
+/// normalize with dtype f16 or bf16 among them); 1, 3, 5,
 /// 13 and 64 channels, known to the type or not, one pair or per channel.
 /// A record whose last dim is not the lists' length takes the unfused
 /// steps and fails with their error.
@@ -638,6 +702,12 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
       return ChainStep{"cast", {{"dtype", Value::string(to)}}};
     };
     ChainStep clamp{"clamp", {{"min", Value::real(-3)}, {"max", Value::real(3)}}};
+    auto normTo = [&](const char *to) {
+      return ChainStep{"normalize",
+                       {{"mean", list(mean)},
+                        {"std", list(sd)},
+                        {"dtype", Value::string(to)}}};
+    };
     ChainStep fill{"fill_missing", {{"value", Value::real(-1.5)}}};
     const std::vector<std::vector<ChainStep>> chains = {
         {map("x * 2 + 1"), norm},
@@ -645,6 +715,9 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
         {norm, clamp},
         {norm, cast("f16")},
         {norm, cast("f64")},
+        {normTo("bf16"), clamp},
+        {normTo("f16")},
+        {map("x * 2 + 1"), normTo("bf16"), cast("f32")},
         {fill, norm, map("x * 0.5 - 1")},
         {onePair, map("log(max(x, 0) + 1)")},
         {norm, norm2},

@@ -60,7 +60,14 @@ TEST(ElemType, RejectsUnknownSpellings) {
 
 TEST(ElemType, AllNamesParseBack) {
   const auto &names = allElemTypeNames();
-  EXPECT_EQ(names.size(), 12u);
+  EXPECT_EQ(names.size(), 13u);
+  // bf16 is numeric, a float, two bytes; its number comes after the others
+  // (disk caches store the numbers).
+  EXPECT_EQ(parseElemType("bf16"), ElemType::BF16);
+  EXPECT_TRUE(isFloat(ElemType::BF16) && isNumeric(ElemType::BF16));
+  EXPECT_EQ(elemTypeSize(ElemType::BF16), 2u);
+  EXPECT_GT(static_cast<int>(ElemType::BF16),
+            static_cast<int>(ElemType::String));
   for (std::string_view n : names) {
     std::optional<ElemType> t = parseElemType(n);
     ASSERT_TRUE(t.has_value()) << n;

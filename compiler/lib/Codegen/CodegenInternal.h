@@ -83,10 +83,11 @@ struct KernelSpec {
 /// the generator covers, in plan order.
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan);
 
-/// True if `elem` has a scalar lowering (integers, bool, f16, f32, f64).
+/// True if `elem` has a scalar lowering (integers, bool, f16, bf16, f32,
+/// f64).
 bool supportedElem(ElemType elem);
 /// The MLIR storage type of an element (u8 -> i8, f32 -> f32, bool -> i8,
-/// f16 -> i16: its bits, converted by the functions below).
+/// f16 and bf16 -> i16: their bits, converted by the functions below).
 mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
 
 /// kernels::halfToFloat on the i16 bits `h`: an f32 (exact; a signaling NaN
@@ -94,6 +95,11 @@ mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
 mlir::Value halfToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
 /// kernels::floatToHalf of the f32 `f`: i16 bits, nearest even.
 mlir::Value f32ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
+/// kernels::bf16ToFloat on the i16 bits `h`: an f32 (exact).
+mlir::Value bf16ToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
+/// kernels::floatToBf16 of the f32 `f`: i16 bits, nearest even, a NaN
+/// quiet with its sign and the top of its payload.
+mlir::Value f32ToBf16(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
 /// The interpreter's NarrowF to f16 on the f64 `d`:
 /// double(halfToFloat(doubleToHalf(d))); `halfBits` is set to the i16 bits
 /// doubleToHalf(d).

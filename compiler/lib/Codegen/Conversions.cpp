@@ -163,6 +163,40 @@ Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
   return b.create<arith::OrIOp>(loc, sign, r);
 }
 
+// --- bf16 as bits -------------------------------------------------------===//
+//
+// A bf16 element is carried as its i16 bits too: the top half of an f32,
+// so widening is a shift, and narrowing is Scalar.h's floatToBf16 (add
+// 0x7FFF plus the kept part's lowest bit, take the top half; a NaN keeps
+// its sign and payload top, made quiet). LLVM's bfloat fptrunc would round
+// the same but leaves NaN bits to the target.
+
+Value bf16ToF32(OpBuilder &b, Location loc, Value h) {
+  Type i32 = b.getI32Type();
+  Value x = b.create<arith::ExtUIOp>(loc, i32, h);
+  Value bitsV = b.create<arith::ShLIOp>(loc, x, constInt(b, loc, i32, 16));
+  return b.create<arith::BitcastOp>(loc, b.getF32Type(), bitsV);
+}
+
+Value f32ToBf16(OpBuilder &b, Location loc, Value f) {
+  Type i32 = b.getI32Type(), i16 = b.getI16Type();
+  auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
+  Value bitsV = b.create<arith::BitcastOp>(loc, i32, f);
+  Value high = b.create<arith::ShRUIOp>(loc, bitsV, c(16));
+  Value odd = b.create<arith::AndIOp>(loc, high, c(1));
+  Value rounded = b.create<arith::ShRUIOp>(
+      loc,
+      b.create<arith::AddIOp>(loc, bitsV,
+                              b.create<arith::AddIOp>(loc, odd, c(0x7FFF))),
+      c(16));
+  Value nan = b.create<arith::OrIOp>(loc, high, c(0x40));
+  Value abs = b.create<arith::AndIOp>(loc, bitsV, c(0x7FFFFFFF));
+  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                        c(0x7F800000));
+  Value r = b.create<arith::SelectOp>(loc, isNan, nan, rounded);
+  return b.create<arith::TruncIOp>(loc, i16, r);
+}
+
 Value narrowF64ToHalf(OpBuilder &b, Location loc, Value d, Value &halfBits) {
   // doubleToHalf rounds correctly (to nearest, ties to even: its f32 step
   // rounds to odd), so rounding the f64's bits straight to 10 mantissa bits
@@ -232,6 +266,8 @@ Scalar widen(OpBuilder &b, Location loc, Scalar v) {
   }
   if (v.elem == ElemType::F16)
     return {halfToF32(b, loc, v.value), ElemType::F32};
+  if (v.elem == ElemType::BF16)
+    return {bf16ToF32(b, loc, v.value), ElemType::F32};
   if (!isIntElem(v.elem) || v.elem == ElemType::I64)
     return v;
   Value w = isSigned(v.elem)
@@ -278,8 +314,9 @@ Value saturateF64ToInt(OpBuilder &b, Location loc, Value d, ElemType to) {
 } // namespace
 
 bool supportedElem(ElemType elem) {
-  return isIntElem(elem) || elem == ElemType::F16 || elem == ElemType::F32 ||
-         elem == ElemType::F64 || elem == ElemType::Bool;
+  return isIntElem(elem) || elem == ElemType::F16 || elem == ElemType::BF16 ||
+         elem == ElemType::F32 || elem == ElemType::F64 ||
+         elem == ElemType::Bool;
 }
 
 Type storageType(MLIRContext *ctx, ElemType elem) {
@@ -289,7 +326,8 @@ Type storageType(MLIRContext *ctx, ElemType elem) {
     return b.getF32Type();
   case ElemType::F64:
     return b.getF64Type();
-  case ElemType::F16: // its bits (see halfToF32)
+  case ElemType::F16:  // its bits (see halfToF32)
+  case ElemType::BF16: // its bits (see bf16ToF32)
     return b.getI16Type();
   default:
     return b.getIntegerType(bits(elem));
@@ -314,14 +352,16 @@ Scalar convertScalar(OpBuilder &b, Location loc, Scalar v, ElemType to) {
                   .getResult();
     return {b.create<arith::ExtUIOp>(loc, toType, nz), to};
   }
-  if (to == ElemType::F16) { // floatToHalf(static_cast<float>(w))
+  if (to == ElemType::F16 || to == ElemType::BF16) {
+    // floatToHalf / floatToBf16 (static_cast<float>(w))
     Value f = w.value;
     if (w.elem == ElemType::I64)
       f = b.create<arith::SIToFPOp>(loc, b.getF32Type(), w.value);
     else if (w.elem == ElemType::F64)
       f = b.create<arith::TruncFOp>(loc, b.getF32Type(),
                                     quietNaN(b, loc, w.value));
-    return {f32ToHalf(b, loc, f), to};
+    return {to == ElemType::F16 ? f32ToHalf(b, loc, f) : f32ToBf16(b, loc, f),
+            to};
   }
   if (to == ElemType::F32 || to == ElemType::F64) {
     if (w.elem == ElemType::I64)

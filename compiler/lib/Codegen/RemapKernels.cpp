@@ -65,7 +65,7 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
   if (st.kind != runtime::RemapChain::Kind::Value)
     return true;
   if (s.op == "normalize") // any channel count (constant tables)
-    return st.outElem == ElemType::F32 && normalizeChannels(s) > 0;
+    return st.outElem == normalizeOutElem(s) && normalizeChannels(s) > 0;
   std::string field, out;
   ElemType in, o;
   return coveredStep(s, field, out, in, o) && field == out && in == st.inElem &&

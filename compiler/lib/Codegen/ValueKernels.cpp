@@ -72,13 +72,17 @@ double paramDouble(const runtime::PlanStage &s, const char *name,
 Scalar lowerFillMissing(OpBuilder &b, Location loc,
                         const runtime::PlanStage &s, Scalar v) {
   double value = paramDouble(s, "value", 0);
-  if (v.elem == ElemType::F16) { // NaN bits: |h| > 0x7C00
+  if (v.elem == ElemType::F16 || v.elem == ElemType::BF16) {
+    // NaN bits: |h| above the infinity's (0x7C00 f16, 0x7F80 bf16)
+    bool half = v.elem == ElemType::F16;
     Type i16 = b.getI16Type();
     Value abs = b.create<arith::AndIOp>(loc, v.value, constInt(b, loc, i16, 0x7FFF));
-    Value nan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
-                                        constInt(b, loc, i16, 0x7C00));
+    Value nan =
+        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                constInt(b, loc, i16, half ? 0x7C00 : 0x7F80));
+    float f = static_cast<float>(value);
     Value c = constInt(
-        b, loc, i16, kernels::floatToHalf(static_cast<float>(value)));
+        b, loc, i16, half ? kernels::floatToHalf(f) : kernels::floatToBf16(f));
     return {b.create<arith::SelectOp>(loc, nan, c, v.value), v.elem};
   }
   if (v.elem != ElemType::F32 && v.elem != ElemType::F64)
@@ -102,25 +106,29 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     hi = maxV.asDouble();
   Type t = v.value.getType();
   Value x = v.value;
-  if (v.elem == ElemType::F16) {
+  if (v.elem == ElemType::F16 || v.elem == ElemType::BF16) {
     // kernels::clamp: bounds as f32, compared with the element's f32; a NaN
     // keeps its bits, any other element converts back to its own bits.
     Type f32 = b.getF32Type();
-    Value f = halfToF32(b, loc, x);
+    bool half = v.elem == ElemType::F16;
+    auto bitsOf = [&](float f) {
+      return half ? kernels::floatToHalf(f) : kernels::floatToBf16(f);
+    };
+    Value f = widen(b, loc, v).value;
     Value inner = x;
     if (hi) {
       float h = static_cast<float>(*hi);
       Value gt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, f,
                                          constFloat(b, loc, f32, h));
-      inner = b.create<arith::SelectOp>(
-          loc, gt, constInt(b, loc, t, kernels::floatToHalf(h)), x);
+      inner =
+          b.create<arith::SelectOp>(loc, gt, constInt(b, loc, t, bitsOf(h)), x);
     }
     if (lo) {
       float l = static_cast<float>(*lo);
       Value lt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, f,
                                          constFloat(b, loc, f32, l));
-      inner = b.create<arith::SelectOp>(
-          loc, lt, constInt(b, loc, t, kernels::floatToHalf(l)), inner);
+      inner = b.create<arith::SelectOp>(loc, lt, constInt(b, loc, t, bitsOf(l)),
+                                        inner);
     }
     return {inner, v.elem};
   }
@@ -370,7 +378,7 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
        s.params["buckets"].asInt() < 1))
     return false;
   if (s.op == "normalize" &&
-      (normalizeChannels(s) == 0 || outElem != ElemType::F32))
+      (normalizeChannels(s) == 0 || !kernels::isNormalizeOutput(outElem)))
     return false;
   if (s.op == "bucketize") {
     std::vector<double> bounds;
@@ -518,7 +526,8 @@ Value normalizeInput(OpBuilder &b, Location loc, Scalar v) {
     return v.value;
   if (v.elem == ElemType::F64)
     return b.create<arith::TruncFOp>(loc, f32, quietNaN(b, loc, v.value));
-  if (v.elem == ElemType::F16 || v.elem == ElemType::Bool)
+  if (v.elem == ElemType::F16 || v.elem == ElemType::BF16 ||
+      v.elem == ElemType::Bool)
     // static_cast<float>(loadAsDouble(...)): through double, so a
     // signaling NaN comes out quiet.
     return convertScalar(b, loc, convertScalar(b, loc, v, ElemType::F64),
@@ -545,6 +554,18 @@ Value normalizeFromTables(OpBuilder &b, Location loc, Value x, Value mTable,
 
 } // namespace
 
+ElemType normalizeOutElem(const runtime::PlanStage &s) {
+  const sluice::Value &d = s.params["dtype"];
+  std::optional<ElemType> t =
+      d.isString() ? parseElemType(d.asString()) : std::nullopt;
+  return t && kernels::isNormalizeOutput(*t) ? *t : ElemType::F32;
+}
+
+Scalar normalizeResult(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+                       Value f32Value) {
+  return convertScalar(b, loc, {f32Value, ElemType::F32}, normalizeOutElem(s));
+}
+
 Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
                       Scalar v, Value channel) {
   std::vector<float> m, sc;
@@ -559,12 +580,13 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
         known = attr.getInt();
   if (known >= 0) {
     Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
-    return {b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),
-            ElemType::F32};
+    return normalizeResult(
+        b, loc, s,
+        b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])));
   }
   Value mTable = constTable(b, loc, m), scTable = constTable(b, loc, sc);
-  return {normalizeFromTables(b, loc, x, mTable, scTable, channel),
-          ElemType::F32};
+  return normalizeResult(
+      b, loc, s, normalizeFromTables(b, loc, x, mTable, scTable, channel));
 }
 
 namespace {
@@ -648,14 +670,16 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
   Value total = constInt(b, loc, i64, 1);
   for (Value d : inDims)
     total = b.create<arith::MulIOp>(loc, total, d);
-  Type inT = storageType(ctx, k.inElem), f32 = b.getF32Type();
+  Type inT = storageType(ctx, k.inElem), outT = storageType(ctx, k.outElem);
   return periodLoops(b, loc, total, period, [&](Value i, Value at) {
     Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
     Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
-    Value r = normalizeFromTables(b, loc, normalizeInput(b, loc, v), mTable,
-                                  scTable, at);
-    Value dst = b.create<LLVM::GEPOp>(loc, ptr, f32, outPtr, ValueRange{i});
-    b.create<LLVM::StoreOp>(loc, r, dst);
+    Scalar r =
+        normalizeResult(b, loc, s,
+                        normalizeFromTables(b, loc, normalizeInput(b, loc, v),
+                                            mTable, scTable, at));
+    Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{i});
+    b.create<LLVM::StoreOp>(loc, r.value, dst);
     return true;
   });
 }
@@ -729,11 +753,10 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
       Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
       if (s->op == "normalize") {
         v = tables[st].first
-                ? Scalar{normalizeFromTables(b, stepLoc,
-                                             normalizeInput(b, stepLoc, v),
-                                             tables[st].first,
-                                             tables[st].second, at),
-                         ElemType::F32}
+                ? normalizeResult(b, stepLoc, *s,
+                                  normalizeFromTables(
+                                      b, stepLoc, normalizeInput(b, stepLoc, v),
+                                      tables[st].first, tables[st].second, at))
                 : lowerNormalize(b, stepLoc, *s, v, zero); // one pair
       } else if (!lowerStep(b, stepLoc, *s, v, so, error)) {
         return false;

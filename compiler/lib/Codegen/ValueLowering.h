@@ -74,6 +74,12 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
 mlir::Value elemConstant(mlir::OpBuilder &b, mlir::Location loc, ElemType elem,
                          double value);
 
+/// normalize's output element type (`dtype`: f32, f16, bf16).
+ElemType normalizeOutElem(const runtime::PlanStage &s);
+/// A normalize's f32 result as its output type (rounded for f16 / bf16).
+Scalar normalizeResult(mlir::OpBuilder &b, mlir::Location loc,
+                       const runtime::PlanStage &s, mlir::Value f32Value);
+
 /// normalize on one element whose channel (last index) is `channel`:
 /// float(x) as kernels::normalize converts it, then (x - m[c]) * scale[c].
 /// One pair, or a constant channel (unrolled), takes its pair as

@@ -222,6 +222,8 @@ struct FuseCropEpiloguePass
     if (epi.normalize) {
       params.set("mean", epi.normalize.getParams().get("mean"));
       params.set("std", epi.normalize.getParams().get("std"));
+      if (Attribute dtype = epi.normalize.getParams().get("dtype"))
+        params.set("dtype", dtype);
     }
     if (epi.transpose)
       params.set("layout", StringAttr::get(ctx, "CHW"));

@@ -79,8 +79,9 @@ Expected<size_t> npyHeaderSize(std::string_view bytes);
 /// file: at least npyHeaderSize() of them, or all of a shorter file.
 Expected<NpyHeader> parseNpyHeader(std::string_view bytes);
 
-/// The descr numpy writes for `t` ("|u1", "<f4"); empty for bytes and
-/// strings, which have no .npy dtype here.
+/// The descr numpy writes for `t` ("|u1", "<f4"; bf16, which numpy lacks:
+/// its bits as "<u2"); empty for bytes and strings, which have no .npy
+/// dtype here.
 std::string npyDescr(ElemType t);
 
 /// Reads the first `n` bytes (fewer for a shorter object) of the remote

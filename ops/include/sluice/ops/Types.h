@@ -33,6 +33,9 @@ enum class ElemType : uint8_t {
   Bool,
   Bytes,  ///< an opaque byte string per element (e.g. an encoded JPEG)
   String, ///< a UTF-8 string per element (paths, text lines)
+  /// bfloat16: the top 16 bits of an f32 (torch.bfloat16). Last so the
+  /// numbers of the others (written in disk caches) stay as they were.
+  BF16,
 };
 
 /// Canonical spelling: "u8", "i64", "f32", "bytes", "string", ...
@@ -48,7 +51,8 @@ inline bool isNumeric(ElemType t) {
   return t != ElemType::Bytes && t != ElemType::String;
 }
 inline bool isFloat(ElemType t) {
-  return t == ElemType::F16 || t == ElemType::F32 || t == ElemType::F64;
+  return t == ElemType::F16 || t == ElemType::BF16 || t == ElemType::F32 ||
+         t == ElemType::F64;
 }
 inline bool isInteger(ElemType t) { return isNumeric(t) && !isFloat(t); }
 /// Smallest and largest value of an integer element type (bool: 0 and 1).

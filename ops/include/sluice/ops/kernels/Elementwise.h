@@ -10,6 +10,7 @@
 
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Tensor.h"
+#include "sluice/ops/kernels/Scalar.h"
 
 #include <optional>
 #include <vector>
@@ -23,9 +24,37 @@ namespace kernels {
 /// channel (the size of the last dimension). Input: any numeric type (u8
 /// and f32 take the vectorized path). Multiplying by the reciprocal instead
 /// of dividing differs from (x - mean) / std by at most 2 ulp (tested), and
-/// is what the fused compiled kernels compute too.
+/// is what the fused compiled kernels compute too. With `out` f16 or bf16
+/// each f32 value is rounded to it (Scalar.h's floatToHalf / floatToBf16),
+/// in the same pass.
 Expected<Tensor> normalize(const Tensor &input, const std::vector<double> &mean,
-                           const std::vector<double> &stddev);
+                           const std::vector<double> &stddev,
+                           ElemType out = ElemType::F32);
+
+/// The element types normalize writes: f32, f16, bf16.
+inline bool isNormalizeOutput(ElemType t) {
+  return t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16;
+}
+
+/// The bits of an f16 / a bf16 element: distinct types, so that a kernel
+/// templated on its output type picks the rounding (NormalizeOut).
+struct HalfBits {
+  uint16_t bits;
+};
+struct Bf16Bits {
+  uint16_t bits;
+};
+
+/// How a normalized f32 value is stored as OutT (float, HalfBits, Bf16Bits).
+template <typename OutT> struct NormalizeOut {
+  static float store(float v) { return v; }
+};
+template <> struct NormalizeOut<HalfBits> {
+  static HalfBits store(float v) { return {floatToHalf(v)}; }
+};
+template <> struct NormalizeOut<Bf16Bits> {
+  static Bf16Bits store(float v) { return {floatToBf16(v)}; }
+};
 
 /// normalize's per-channel constants: m[c] = float(mean), scale[c] =
 /// float(1.0 / std), one list value standing for every channel. `mean` and

@@ -101,6 +101,9 @@ struct ImageEpilogue {
   /// One value per channel: normalizeTables() (Elementwise.h), and the
   /// pixels go through normalizeValue().
   std::vector<float> mean, scale;
+  /// What a normalize writes: f32, or f16 / bf16 rounded from the f32
+  /// value (NormalizeOut, Elementwise.h), as normalize with `dtype` does.
+  ElemType normalizeTo = ElemType::F32;
   bool chw = false; ///< write [C, H, W] instead of [H, W, C]
 };
 

@@ -8,6 +8,11 @@
 //  - integer -> narrower integer saturates as well (no wrap-around).
 //  - anything -> bool is `!= 0` (NaN -> true, as in C).
 //  - f16 is IEEE binary16, rounded to nearest even; overflow gives +-inf.
+//  - bf16 is the top half of an f32, rounded to nearest even (what
+//    torch's f32 -> bfloat16 does): subnormals are kept, values beyond the
+//    largest bf16 round to +-inf. A NaN stays a NaN of the same sign, made
+//    quiet, with the top of its payload (the AVX512-BF16 instruction's
+//    result; torch's own NaN bits differ between its CPU paths).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_OPS_KERNELS_SCALAR_H
@@ -88,6 +93,41 @@ inline uint16_t doubleToHalf(double d) {
   return floatToHalf(f);
 }
 
+/// bfloat16 bits to float (exact).
+inline float bf16ToFloat(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+/// Float to bfloat16 bits, round to nearest even. Branch-free so that loops
+/// of it vectorize.
+inline uint16_t floatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  uint32_t nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? nan
+                                                                  : rounded);
+}
+
+/// Double to bfloat16 bits, correctly rounded (nearest even): the float
+/// step rounds to odd, as doubleToHalf's does (float has more than 8 + 2
+/// bits).
+inline uint16_t doubleToBf16(double d) {
+  float f = static_cast<float>(d);
+  if (std::isfinite(f) && static_cast<double>(f) != d) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (std::fabs(static_cast<double>(f)) > std::fabs(d))
+      --b;
+    b |= 1;
+    std::memcpy(&f, &b, 4);
+  }
+  return floatToBf16(f);
+}
+
 /// Converts a double to T with the saturating rules above.
 template <typename T> inline T saturateCast(double v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -153,6 +193,8 @@ inline V loadElement(ElemType elem, const uint8_t *base, size_t i) {
     return as(reinterpret_cast<const int64_t *>(base)[i]);
   case ElemType::F16:
     return as(halfToFloat(reinterpret_cast<const uint16_t *>(base)[i]));
+  case ElemType::BF16:
+    return as(bf16ToFloat(reinterpret_cast<const uint16_t *>(base)[i]));
   case ElemType::F32:
     return as(reinterpret_cast<const float *>(base)[i]);
   case ElemType::F64:
@@ -211,6 +253,10 @@ inline void storeElement(ElemType elem, V v, uint8_t *base, size_t i) {
   case ElemType::F16:
     reinterpret_cast<uint16_t *>(base)[i] =
         floatToHalf(static_cast<float>(static_cast<double>(v)));
+    break;
+  case ElemType::BF16:
+    reinterpret_cast<uint16_t *>(base)[i] =
+        floatToBf16(static_cast<float>(static_cast<double>(v)));
     break;
   case ElemType::F32:
     reinterpret_cast<float *>(base)[i] =
