@@ -2,8 +2,9 @@
 127.0.0.1: batches byte-identical to a local run at the same rank with 1, 2
 and 3 workers; exactly once when a worker is killed with SIGKILL mid-epoch
 and when one is added; resume from state_dict (remote and local states
-interchange); a wrong or missing token refused; a spec that cannot resume
-by position refused by the worker; a stalled trainer holding the worker's
+interchange); a shuffle step and a filter served by replaying their order
+(identical, kill -9, resume); a step no worker can serve refused with its
+line; a wrong or missing token refused; a stalled trainer holding the worker's
 memory within its budget (HTTP/2 flow control)."""
 import json
 import os
@@ -358,13 +359,139 @@ def test_another_spec_is_refused(served_spec, workers, image_root, tmp_path):
         remote.Dataset(other, [w.address], worker_timeout=10)
 
 
-def test_replay_pipeline_is_refused_by_the_worker(image_spec):
-    r = subprocess.run([SLUICE_BIN, "serve", image_spec, "--listen",
+@pytest.fixture(scope="session")
+def fashion_replay(tmp_path_factory):
+    """A filter and a shuffle step, both replayed by the workers: the
+    filter's survivors (a tenth of the records fail it) decide where every
+    later batch starts, the shuffle buffer's draws the order; a short last
+    batch (8,977 rows at world size 1)."""
+    d = tmp_path_factory.mktemp("spec")
+    return write(d / "fashion_replay.yaml", """
+        pipeline: fashion_replay
+        seed: 9
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - filter: {where: "label != 3"}
+          - random_crop: {field: image, size: [24, 24], padding: 2}
+          - shuffle: {buffer: 700}
+          - random_flip: {field: image, axis: width, p: 0.5}
+          - normalize: {field: image, mean: 72.94, std: 90.02}
+          - batch: {size: 128}
+        epochs: 2
+        budget: {cores: 2, memory: 256MiB}
+        """ % (FASHION, FASHION))
+
+
+@pytest.mark.parametrize("which", ["image_spec", "fashion_replay"])
+@pytest.mark.parametrize("n", [1, 2])
+def test_replayed_order_identical_to_local(request, workers, which, n):
+    """A shuffle step (image_spec: after the per-record steps, as the
+    README writes it, with drop_remainder) and a filter before a shuffle
+    step (fashion_replay): the workers replay the order from the seed, and
+    the batches are a local run's at every worker count, rank and epoch."""
+    spec = request.getfixturevalue(which)
+    ws = [workers(spec) for _ in range(n)]
+    for world_size, rank in [(1, 0), (2, 1)]:
+        ds = remote.Dataset(spec, [w.address for w in ws], rank=rank,
+                            world_size=world_size, chunk=2, window=6)
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            got = remote_batches(ds)
+            want = local_batches(spec, epoch, rank, world_size)
+            assert len(want) >= 3
+            assert_same(got, want)
+        ds.close()
+
+
+def test_replayed_order_kill_9_and_resume(fashion_replay, workers):
+    """Two workers of a replayed pipeline (filter + shuffle step); one is
+    stopped, the trainer waits on its chunk, it is killed: its outputs go
+    to the other, every batch exactly once. The state after some batches
+    is a local Dataset's, and both resume from it."""
+    import threading
+    a, b = workers(fashion_replay), workers(fashion_replay)
+    ds = remote.Dataset(fashion_replay, [a.address, b.address], chunk=4,
+                        window=16, worker_timeout=60)
+    ds.set_epoch(1)
+    it = ds.arrays()
+    got = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    a.proc.send_signal(signal.SIGSTOP)
+    rest = []
+    reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
+    reader.start()
+    seen, since = -1, time.monotonic()
+    while reader.is_alive() and time.monotonic() - since < 2.0:
+        if len(rest) != seen:
+            seen, since = len(rest), time.monotonic()
+        time.sleep(0.05)
+    stalled = reader.is_alive()
+    a.kill()
+    reader.join(timeout=120)
+    assert not reader.is_alive(), "the epoch did not end after the kill"
+    want = local_batches(fashion_replay, 1)
+    assert_same(got + rest, want)
+    st = ds.stats()
+    assert stalled, ("the trainer never waited for the stopped worker", st)
+    assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
+    ds.close()
+
+    import sluice.torch as storch
+    local = storch.Dataset(fashion_replay, threads=1)
+    local.set_epoch(1)
+    lit = iter(local)
+    for _ in range(3):
+        next(lit)
+    assert state == json.loads(json.dumps(local.state_dict()))
+    assert state["pipeline"]["position_start"] == -1  # a replay state
+    del lit
+    again = remote.Dataset(fashion_replay, [b.address], chunk=3)
+    again.load_state_dict(state)
+    assert_same(remote_batches(again), want[3:])
+    again.close()
+    pipe = sluice.Pipeline(fashion_replay, epochs=2, first_epoch=1, threads=1)
+    pipe.load_state_dict(state["pipeline"])
+    assert_same([dict(x) for x in pipe], want[3:])
+    # A replayed order needs the share it was saved at, as locally.
+    other = remote.Dataset(fashion_replay, [b.address], rank=0, world_size=2)
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="same share"):
+        remote_batches(other)
+    other.close()
+
+
+@pytest.mark.parametrize("step,instead", [
+    ("- take: {count: 100}", "stop the trainer's loop"),
+    ("- repeat: {count: 2}", "run more epochs"),
+    ("- shuffle: {buffer: 4}", "put the shuffle before the batch"),
+])
+def test_unservable_step_is_named(tmp_path, step, instead):
+    """A step no worker can cut at an arbitrary output: `sluice serve`
+    refuses before listening, naming the step's line and what to write
+    instead."""
+    spec = write(tmp_path / "unservable.yaml", """
+        pipeline: unservable
+        seed: 3
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - normalize: {field: image, mean: 72.94, std: 90.02}
+          - batch: {size: 16}
+          %s
+        epochs: 1
+        """ % (FASHION, FASHION, step))
+    r = subprocess.run([SLUICE_BIN, "serve", spec, "--listen",
                         "127.0.0.1:0"], capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 1
-    assert "cannot be served" in r.stderr
-    assert "shuffle: true" in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"unservable\.yaml:10:\d+: step '\w+(\.\d+)?' \(\w+\) "
+                     r"cannot be served", r.stderr), r.stderr
+    assert instead in r.stderr, r.stderr
 
 
 def test_listen_needs_an_address(served_spec):

@@ -75,14 +75,17 @@ struct ServeOptions {
 
 /// Runs a worker until SIGINT/SIGTERM (or stop() from another thread).
 /// `opts` is how each chunk's pipeline runs (threads, memory, schedule,
-/// binder). Refuses, before listening, a plan that cannot resume by
-/// position (a shuffle buffer, filter, ... : docs/distributed.md says
-/// why). Returns an exit code (0 ok, 1 for an error printed to `err`, 2 for
+/// binder). A plan that resumes by position is served by position; one
+/// with a shuffle step or a filter by replaying its order (Replay.h).
+/// Refuses, before listening, a plan with a step a worker cannot cut at
+/// an arbitrary output (take, repeat, a cache, ...), naming the step and
+/// what to write instead. Returns an exit code (0 ok, 1 for an error printed to `err`, 2 for
 /// a bad address or credentials).
 int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
           const ServeOptions &serveOpts, std::ostream &err);
 
-/// Whether `plan` can be served, with the reason when it cannot.
+/// Whether `plan` can be served, with the step and the reason when it
+/// cannot.
 Status checkServable(const runtime::Plan &plan,
                      const runtime::RunOptions &opts);
 
@@ -153,7 +156,9 @@ public:
 
   /// Starts the share of epoch `epoch` from its beginning, or from `resume`
   /// (a PipelineState JSON from state() of this or a local pipeline of the
-  /// same spec, saved at this rank or, when positional, any rank).
+  /// same spec, saved at this rank or, when positional, any rank; a
+  /// replayed pipeline's state (a shuffle step, a filter) continues at the
+  /// rank and world size it was saved at, as a local one does).
   Status start(int64_t epoch, const std::string &resume = "");
   /// The next output of the epoch's share, or nullopt at its end. Errors:
   /// a data error on a worker (its message), no worker reachable.
