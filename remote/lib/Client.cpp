@@ -426,10 +426,11 @@ public:
                                    "worker " + w.address + " sent " + why);
       early = true;
     };
-    static const bool parseParts = [] {
-      const char *v = std::getenv("SLUICE_REMOTE_PARSE_PARTS");
-      return v && std::string(v) == "1";
-    }();
+    // SLUICE_REMOTE_PARSE_PARTS=1: every message parsed as a Part by
+    // protobuf, as the generated stub would (read per chunk, so a test can
+    // compare both ways in one process).
+    const char *parseEnv = std::getenv("SLUICE_REMOTE_PARSE_PARTS");
+    const bool parseParts = parseEnv && std::string(parseEnv) == "1";
     while (reader->Read(&raw)) {
       int64_t wire = static_cast<int64_t>(raw.Length());
       WireCursor in(raw);
@@ -631,6 +632,7 @@ RemoteDataset::connect(ClientOptions opts) {
   if (addrs.empty())
     return Status::error("no workers given (workers=[\"host:port\", ...] "
                          "or a workers file)");
+  keepFreedMemory();
   auto impl = std::make_unique<Impl>(std::move(opts));
   Impl &d = *impl;
   std::unique_lock<std::mutex> lock(d.mu);

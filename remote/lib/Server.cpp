@@ -26,6 +26,7 @@
 #include <fstream>
 #include <functional>
 #include <iomanip>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -43,6 +44,18 @@ uint64_t specDigest(const std::string &text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+bool keepFreedMemory() {
+  static const bool done = [] {
+    const char *off = std::getenv("SLUICE_NO_MALLOC_TUNING");
+    if (off && std::string(off) == "1")
+      return false;
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    return true;
+  }();
+  return done;
 }
 
 namespace {
@@ -481,6 +494,7 @@ int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
     return 1;
   }
   std::unique_ptr<detail::ServePlan> servePlan = made.take();
+  keepFreedMemory();
 
   // SIGINT/SIGTERM are waited for below; gRPC's threads inherit the mask.
   sigset_t sigs;

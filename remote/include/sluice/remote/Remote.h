@@ -42,6 +42,20 @@ namespace sluice::remote {
 /// to be sure they run the same spec.
 uint64_t specDigest(const std::string &text);
 
+/// Makes glibc keep the memory it frees for reuse instead of returning it
+/// to the kernel (mallopt: trim threshold 512 MiB, mmap threshold 32 MiB),
+/// once per process; called when a worker starts serving and when a trainer
+/// connects. gRPC reads the socket into fresh heap buffers of up to 256 KiB
+/// per read and frees them once copied out; with glibc's defaults, which
+/// trim the heap's top and mmap such blocks after adjusting its threshold,
+/// their pages were returned and faulted in again: measured on the 2-core
+/// host, 150-2,900 page faults and 58-185 ms of trainer CPU per f32 batch
+/// of 77 MB, against no faults and 21-30 ms with the memory kept
+/// (docs/distributed.md, "Performance"). The cost is that the process's
+/// RSS stays at its high-water mark. SLUICE_NO_MALLOC_TUNING=1 leaves the
+/// allocator as it is. Returns whether it changed anything.
+bool keepFreedMemory();
+
 /// Credentials shared by both ends.
 struct Security {
   /// A shared secret every call must carry (metadata "authorization:
