@@ -41,6 +41,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <time.h>
 
 namespace sluice::remote {
 
@@ -160,6 +161,13 @@ public:
     }
   }
 
+  /// Lets go of the slices (gRPC's read buffers go back to the heap
+  /// before it reads the next message into new ones).
+  void drop() {
+    slices_.clear();
+    left_ = 0;
+  }
+
 private:
   std::vector<grpc::Slice> slices_;
   size_t i_ = 0, off_ = 0, left_ = 0;
@@ -224,6 +232,8 @@ public:
   std::optional<Status> error;
   Clock::time_point lastAlive;
   ClientStats stats;
+  /// When next() last returned (unset before the epoch's first output).
+  std::optional<Clock::time_point> lastReturned;
 
   Expected<DescribeReply> describe(WorkerConn &w, double timeout,
                                    grpc::StatusCode *code = nullptr) {
@@ -268,6 +278,37 @@ public:
     return *workers.back();
   }
 
+  /// DNS names standing for workers (isDnsWorker), when each was last
+  /// resolved, and whether a thread is resolving them now.
+  std::vector<std::string> dnsEntries;
+  Clock::time_point lastDns;
+  bool resolving = false;
+
+  /// Resolves the DNS entries again when dnsInterval has passed and adds
+  /// the addresses not seen yet (called under mu, which it lets go of while
+  /// it asks: a slow DNS server must not stop the other threads).
+  void refreshDns(std::unique_lock<std::mutex> &lock) {
+    if (dnsEntries.empty() || resolving ||
+        Clock::now() - lastDns <
+            std::chrono::milliseconds(int64_t(opts.dnsInterval * 1000)))
+      return;
+    resolving = true;
+    std::vector<std::string> entries = dnsEntries;
+    lock.unlock();
+    std::vector<std::string> found;
+    for (const std::string &e : entries)
+      if (Expected<std::vector<std::string>> r = resolveWorkers(e))
+        found.insert(found.end(), r->begin(), r->end());
+    lock.lock();
+    resolving = false;
+    lastDns = Clock::now();
+    if (closing)
+      return;
+    for (const std::string &a : found)
+      if (!known.count(a))
+        startThread(newConn(a));
+  }
+
   /// Adds the addresses of the workers file not seen yet (under mu).
   void refreshWorkersFile() {
     if (opts.workersFile.empty())
@@ -289,6 +330,9 @@ public:
       if (closing || gen != generation || error)
         return false;
       refreshWorkersFile();
+      refreshDns(lock);
+      if (closing || gen != generation || error)
+        return false;
       if (!redo.empty()) {
         auto r = *redo.begin();
         redo.erase(redo.begin());
@@ -421,6 +465,20 @@ public:
     AllocationScope scope(nullptr);
     grpc::ByteBuffer raw;
     Part part;
+    // This thread's CPU receiving the chunk (ClientStats).
+    struct CpuClock {
+      Impl &d;
+      double start = now();
+      static double now() {
+        timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+      }
+      ~CpuClock() {
+        std::lock_guard<std::mutex> l(d.mu);
+        d.stats.receiveCpuSeconds += now() - start;
+      }
+    } cpuClock{*this};
     auto fail = [&](const std::string &why) {
       protocolError = grpc::Status(grpc::StatusCode::DATA_LOSS,
                                    "worker " + w.address + " sent " + why);
@@ -485,6 +543,7 @@ public:
         cur->index = index;
         cur->epoch = msg.epoch();
         cur->state = msg.state();
+        cur->workerCpu = msg.cpu_seconds();
         cur->wireBytes = wire;
         bufs = std::make_shared<std::vector<Tensor>>();
         pending.clear();
@@ -536,9 +595,11 @@ public:
           break;
         }
         uint8_t *to = const_cast<uint8_t *>(rf.data) + offset;
-        if (isData)
+        if (isData) {
           in.copyTo(to, size);
-        else
+          in.drop();
+          raw.Clear();
+        } else
           std::memcpy(to, part.data().data(), size);
         offset += size;
         cur->wireBytes += wire;
@@ -625,16 +686,33 @@ RemoteDataset::connect(ClientOptions opts) {
                          std::to_string(opts.worldSize));
   if (opts.chunk < 1 || opts.window < 1)
     return Status::error("chunk and window must be >= 1 (outputs)");
-  std::vector<std::string> addrs = opts.workers;
+  std::vector<std::string> addrs, dns;
+  for (const std::string &a : opts.workers)
+    (isDnsWorker(a) ? dns : addrs).push_back(a);
   if (!opts.workersFile.empty())
     for (const std::string &a : readWorkersFile(opts.workersFile))
-      addrs.push_back(a);
-  if (addrs.empty())
+      (isDnsWorker(a) ? dns : addrs).push_back(a);
+  if (addrs.empty() && dns.empty())
     return Status::error("no workers given (workers=[\"host:port\", ...] "
                          "or a workers file)");
   keepFreedMemory();
   auto impl = std::make_unique<Impl>(std::move(opts));
   Impl &d = *impl;
+  d.dnsEntries = dns;
+  // A DNS name with no address yet (its workers are starting) is not an
+  // error: it is asked again below until a worker answers.
+  auto resolveAll = [&]() -> Status {
+    for (const std::string &e : dns) {
+      Expected<std::vector<std::string>> r = resolveWorkers(e);
+      if (!r)
+        return r.status();
+      addrs.insert(addrs.end(), r->begin(), r->end());
+    }
+    d.lastDns = Clock::now();
+    return Status::ok();
+  };
+  if (Status s = resolveAll(); !s)
+    return s;
   std::unique_lock<std::mutex> lock(d.mu);
   for (const std::string &a : addrs)
     if (!d.known.count(a))
@@ -647,6 +725,15 @@ RemoteDataset::connect(ClientOptions opts) {
                                      int64_t(d.opts.workerTimeout * 1000));
   std::optional<DescribeReply> first;
   while (!first && Clock::now() < deadline) {
+    if (d.workers.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      errors = "no address for " + dns.front() + " yet";
+      if (Status s = resolveAll(); !s)
+        return s;
+      for (const std::string &a : addrs)
+        if (!d.known.count(a))
+          d.newConn(a);
+    }
     for (auto &w : d.workers) {
       grpc::StatusCode code = grpc::StatusCode::OK;
       Expected<DescribeReply> r = d.describe(*w, 0.5, &code);
@@ -673,6 +760,7 @@ RemoteDataset::connect(ClientOptions opts) {
   d.epochs = first->epochs();
   d.outputType = first->output_type();
   d.replay = first->replay();
+  d.stats.workerThreads = first->threads();
   lock.lock();
   for (auto &w : d.workers)
     d.startThread(*w);
@@ -744,6 +832,7 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
   d.ready.clear();
   d.end.reset();
   d.lastAlive = Clock::now();
+  d.lastReturned.reset();
   d.cv.notify_all();
   return Status::ok();
 }
@@ -753,6 +842,21 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
   std::unique_lock<std::mutex> lock(d.mu);
   if (!d.running)
     return Status::error("start() an epoch first");
+  // The trainer's own time since the last output it took, and the time it
+  // waits here (the stall meter of the advice).
+  Clock::time_point entered = Clock::now();
+  if (d.lastReturned)
+    d.stats.trainerSeconds +=
+        std::chrono::duration<double>(entered - *d.lastReturned).count();
+  struct Waited {
+    Impl &d;
+    Clock::time_point entered;
+    ~Waited() {
+      d.lastReturned = Clock::now();
+      d.stats.waitSeconds +=
+          std::chrono::duration<double>(*d.lastReturned - entered).count();
+    }
+  } waited{d, entered};
   while (true) {
     if (d.error)
       return *d.error;
@@ -764,6 +868,7 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
       d.state = out.state;
       ++d.stats.outputs;
       d.stats.wireBytes += out.wireBytes;
+      d.stats.workerCpuSeconds += out.workerCpu;
       d.cv.notify_all();
       return std::optional<RemoteOutput>(std::move(out));
     }

@@ -123,6 +123,7 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
     if (!created)
       return created.status();
     sp->sourceRecords_ = (*created)->expectedSourceRecords();
+    sp->threads_ = (*created)->stats().threads;
     bool positional = (*created)->state().positionStart >= 0;
     (*created)->stop();
     if (positional) {

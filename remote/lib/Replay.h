@@ -65,6 +65,8 @@ public:
   bool countKnown() const { return countKnown_; }
   /// Source records of one epoch (all ranks).
   std::optional<int64_t> sourceRecords() const { return sourceRecords_; }
+  /// Threads a chunk's pipeline runs.
+  int64_t threads() const { return threads_; }
 
   /// The row order of the share (rank of world) of `epoch`: the positions
   /// of the rows its outputs hold, in order (replay only).
@@ -89,6 +91,7 @@ private:
   bool dropRemainder_ = false;
   bool countKnown_ = true;
   std::optional<int64_t> sourceRecords_;
+  int64_t threads_ = 1;
 
   using Key = std::tuple<int64_t, int64_t, int64_t>;
   std::mutex mu_;

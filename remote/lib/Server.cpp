@@ -166,6 +166,7 @@ public:
     reply->set_epochs(opts_.epochs.value_or(plan_.epochs));
     reply->set_version("1");
     reply->set_replay(sp_.replay());
+    reply->set_threads(sp_.threads());
     (void)req;
     return grpc::Status::OK;
   }
@@ -327,6 +328,20 @@ public:
     bool cut = false;
     // Reused for every output: their strings keep their capacity.
     Part head;
+    // The pipeline's CPU (RunStats, summed over its stages and serial
+    // threads) is sampled at most every 20 ms: a record-sized output would
+    // otherwise pay for a stats snapshot each. Each output carries what
+    // was spent since the last sample, plus the encoding of the outputs
+    // before it.
+    double cpuSampled = 0, encodeOwed = 0;
+    auto lastSample = std::chrono::steady_clock::now();
+    auto pipelineCpu = [&] {
+      runtime::RunStats rs = pipe->stats();
+      double c = rs.consumerCpuSeconds;
+      for (const runtime::StageStats &st : rs.stages)
+        c += st.cpuSeconds + st.threadCpuSeconds;
+      return c;
+    };
     for (int64_t i = 0; i < req->count(); ++i) {
       if (ctx->IsCancelled()) {
         cut = true;
@@ -353,6 +368,15 @@ public:
       out.set_epoch(batch.epoch());
       encode(batch, out);
       out.set_state(stateAfter(batch, i).toJson());
+      auto now = std::chrono::steady_clock::now();
+      if (now - lastSample >= std::chrono::milliseconds(20) ||
+          i + 1 == req->count()) {
+        double c = pipelineCpu();
+        out.set_cpu_seconds(c - cpuSampled + encodeOwed);
+        cpuSampled = c;
+        encodeOwed = 0;
+        lastSample = now;
+      }
       std::string wire = head.SerializeAsString();
       ts.bytes += static_cast<int64_t>(wire.size());
       grpc::Slice headSlice(wire);
@@ -375,6 +399,7 @@ public:
         }
       }
       ts.encodeCpu += threadCpuSeconds() - cpu0;
+      encodeOwed += threadCpuSeconds() - cpu0;
       if (cut)
         break;
       ++ts.outputs;

@@ -50,11 +50,12 @@ def served_spec(image_root, tmp_path_factory):
 class Worker:
     """A `sluice serve` process on 127.0.0.1 (a free port it picks)."""
 
-    def __init__(self, spec, tmp_path, *extra, env=None):
+    def __init__(self, spec, tmp_path, *extra, env=None,
+                 listen="127.0.0.1:0"):
         self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
                                                           time.monotonic_ns())))
         self.proc = subprocess.Popen(
-            [SLUICE_BIN, "serve", spec, "--listen", "127.0.0.1:0",
+            [SLUICE_BIN, "serve", spec, "--listen", listen,
              "--port-file", self.port_file, "--threads", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
@@ -86,8 +87,8 @@ class Worker:
 def workers(tmp_path):
     started = []
 
-    def start(spec, *extra, env=None):
-        w = Worker(spec, tmp_path, *extra, env=env)
+    def start(spec, *extra, env=None, listen="127.0.0.1:0"):
+        w = Worker(spec, tmp_path, *extra, env=env, listen=listen)
         started.append(w)
         return w
     yield start
@@ -688,3 +689,133 @@ def test_sink_flags_are_refused(served_spec):
                         "127.0.0.1:0", "--sink", "npy:/tmp/x"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "trainers" in r.stderr
+
+
+class DnsServer:
+    """A DNS server on 127.0.0.1 (UDP, a free port; dnspython builds the
+    answers): A records from `records` (name -> addresses, changeable while
+    it runs), no AAAA records, NXDOMAIN for other names. It counts the
+    queries it answered."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.records = {}
+        self.queries = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import socket
+        import dns.message
+        import dns.rcode
+        import dns.rdatatype
+        import dns.rrset
+        while self.running:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            q = dns.message.from_wire(data)
+            r = dns.message.make_response(q)
+            for question in q.question:
+                name = question.name.to_text().rstrip(".")
+                addrs = list(self.records.get(name, []))
+                if name not in self.records:
+                    r.set_rcode(dns.rcode.NXDOMAIN)
+                elif question.rdtype == dns.rdatatype.A and addrs:
+                    r.answer.append(dns.rrset.from_text_list(
+                        question.name, 1, "IN", "A", addrs))
+            self.queries += 1
+            self.sock.sendto(r.to_wire(), peer)
+
+    def close(self):
+        self.running = False
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_dns_name_stands_for_several_workers(fashion_positional, workers):
+    """A name with one address per worker (a headless Service): the client
+    connects to each, and an address added to the name while the epoch
+    runs is a worker added. Workers on 127.0.0.1-3, one port."""
+    pytest.importorskip("dns.message")
+    server = DnsServer()
+    try:
+        a = workers(fashion_positional)
+        port = int(a.address.rsplit(":", 1)[1])
+        b = workers(fashion_positional, listen="127.0.0.2:%d" % port)
+        c = workers(fashion_positional, listen="127.0.0.3:%d" % port)
+        server.records["workers.sluice.test"] = ["127.0.0.1", "127.0.0.2"]
+        entry = "dns://127.0.0.1:%d/workers.sluice.test:%d" % (server.port,
+                                                                 port)
+        ds = remote.Dataset(fashion_positional, [entry], chunk=2, window=8,
+                            dns_interval=0.2)
+        it = ds.arrays()
+        got = [next(it) for _ in range(5)]
+        server.records["workers.sluice.test"].append("127.0.0.3")
+        got += slowly(it)
+        assert_same(got, local_batches(fashion_positional, 0))
+        ds.close()
+        for w in (a, b, c):
+            err = w.stop()
+            assert re.search(r"[1-9]\d* outputs,", err), (w.address, err)
+        assert server.queries >= 3
+    finally:
+        server.close()
+    with pytest.raises(sluice.PipelineError, match="needs a port"):
+        remote.Dataset(fashion_positional, ["dns:///workers.sluice.test"])
+
+
+def test_advice_on_the_number_of_workers(served_spec, workers):
+    """A trainer that spends 20 ms of its own per batch: the advice's demand
+    is at most 50 batches/s, the workers' CPU per batch is the pipeline's
+    (within a factor of the local pipeline's CPU per batch, measured here
+    at one thread: decoding dominates both), and the workers follow from
+    the two."""
+    w = workers(served_spec)
+    ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
+    with pytest.raises(ValueError, match="a few batches"):
+        ds.advice()
+    n = 0
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for _ in ds.arrays():
+            time.sleep(0.02)
+            n += 1
+    a = ds.advice()
+    ds.close()
+    assert n == 20
+    assert 1 < a["demand"] <= 50, a
+    assert a["cores_per_worker"] == 1  # the worker runs --threads 1
+    assert a["workers"] == max(1, -(-a["worker_cores"] // 1)), a
+    assert abs(a["worker_cores"] - a["demand"] * a["worker_cpu_per_batch"]) \
+        < 1e-9
+    assert 0 <= a["stall"] < 1 and a["receive_cores"] > 0, a
+    assert "worker cores keep it fed" in a["report"]
+    t0 = os.times()
+    batches = sum(1 for _ in sluice.Pipeline(served_spec, threads=1))
+    t1 = os.times()
+    local = (t1.user + t1.system - t0.user - t0.system) / batches
+    print("worker CPU per batch %.2f ms, local %.2f ms" % (
+        1e3 * a["worker_cpu_per_batch"], 1e3 * local))
+    assert 0.2 < a["worker_cpu_per_batch"] / local < 5, (a, local)
+
+
+def test_copied_parts_give_the_same_batches(served_spec, workers,
+                                            monkeypatch):
+    """The raw message path switched off on both ends (the worker copies
+    each part into a protobuf message, the trainer parses every message):
+    the same batches."""
+    w = workers(served_spec, env={"SLUICE_REMOTE_COPY_PARTS": "1"})
+    monkeypatch.setenv("SLUICE_REMOTE_PARSE_PARTS", "1")
+    ds = remote.Dataset(served_spec, [w.address], chunk=3)
+    assert_same(remote_batches(ds), local_batches(served_spec, 0))
+    ds.close()

@@ -56,6 +56,18 @@ uint64_t specDigest(const std::string &text);
 /// allocator as it is. Returns whether it changed anything.
 bool keepFreedMemory();
 
+/// Whether a worker entry is a DNS name standing for several workers
+/// ("dns:///NAME:PORT" or "dns://DNS-SERVER[:PORT]/NAME:PORT").
+bool isDnsWorker(const std::string &entry);
+
+/// The workers a DNS entry stands for: "ADDRESS:PORT" for every address the
+/// name has (A and AAAA records, IPv6 in brackets), sorted; none when the
+/// name has no address. Asks the system's resolvers, or the DNS server the
+/// entry names (Discovery.cpp). Errors: a malformed entry, a failed or
+/// timed-out lookup.
+Expected<std::vector<std::string>> resolveWorkers(const std::string &entry,
+                                                  double timeoutSeconds = 2);
+
 /// Credentials shared by both ends.
 struct Security {
   /// A shared secret every call must carry (metadata "authorization:
@@ -126,11 +138,18 @@ struct RemoteOutput {
   std::string state;
   /// Bytes of the message on the wire (its protobuf size).
   int64_t wireBytes = 0;
+  /// CPU seconds the worker spent on it (Output.cpu_seconds).
+  double workerCpu = 0;
 };
 
 /// What the client asks of the workers.
 struct ClientOptions {
+  /// host:port of each worker, or a DNS name standing for several
+  /// ("dns:///NAME:PORT", isDnsWorker): resolved when connecting and again
+  /// every `dnsInterval` seconds while an epoch runs, so an address that
+  /// appears is a worker added (a StatefulSet scaled up).
   std::vector<std::string> workers;
+  double dnsInterval = 5;
   /// A file listing workers (one host:port a line, '#' comments); re-read
   /// whenever a chunk is handed out, so workers can be added while an
   /// epoch runs.
@@ -158,6 +177,17 @@ struct ClientStats {
   int64_t reassigned = 0; ///< outputs handed out again after a failure
   int64_t workerFailures = 0;
   int64_t chunks = 0;
+  /// What the advice on the number of workers is made of (Dataset.advice
+  /// in Python): the workers' CPU for the delivered outputs, this
+  /// process's CPU receiving them (the streams' threads), the time the
+  /// trainer waited inside next(), and the time it spent between one
+  /// next() returning and the next call (its own work per batch).
+  double workerCpuSeconds = 0;
+  double receiveCpuSeconds = 0;
+  double waitSeconds = 0;
+  double trainerSeconds = 0;
+  /// Threads of each worker's pipelines (DescribeReply.threads).
+  int64_t workerThreads = 0;
 };
 
 /// The trainer's side: one epoch (its rank's share) at a time.
