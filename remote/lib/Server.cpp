@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -176,6 +177,11 @@ public:
     if (grpc::Status s = authorize(ctx); !s.ok())
       return s;
     auto started = std::chrono::steady_clock::now();
+    StreamSlot slot(*this);
+    if (!slot.wait(ctx))
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the trainer gave up while the chunk waited for "
+                          "one of the worker's --streams");
     if (req->fingerprint() != fingerprint_)
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this worker serves another pipeline (its plan's "
@@ -416,6 +422,36 @@ public:
     return grpc::Status::OK;
   }
 
+  /// One of the worker's --streams, held for a Produce call.
+  class StreamSlot {
+  public:
+    explicit StreamSlot(WorkerService &s) : s_(s) {}
+    bool wait(grpc::ServerContext *ctx) {
+      if (s_.so_.streams <= 0)
+        return true;
+      std::unique_lock<std::mutex> lock(s_.slotMu_);
+      while (s_.running_ >= s_.so_.streams) {
+        if (ctx->IsCancelled())
+          return false;
+        s_.slotCv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      ++s_.running_;
+      held_ = true;
+      return true;
+    }
+    ~StreamSlot() {
+      if (!held_)
+        return;
+      std::lock_guard<std::mutex> lock(s_.slotMu_);
+      --s_.running_;
+      s_.slotCv_.notify_one();
+    }
+
+  private:
+    WorkerService &s_;
+    bool held_ = false;
+  };
+
   std::string statsText(const std::string &address) {
     std::lock_guard<std::mutex> lock(mu_);
     std::ostringstream os;
@@ -490,6 +526,9 @@ private:
   std::optional<int64_t> sourceRecords_;
   std::mutex mu_;
   std::map<std::string, TrainerStats> stats_;
+  std::mutex slotMu_;
+  std::condition_variable slotCv_;
+  int64_t running_ = 0;
 };
 
 std::string readFile(const std::string &path, std::string &err) {
@@ -511,11 +550,27 @@ Status checkServable(const runtime::Plan &plan,
   return sp ? Status::ok() : sp.status();
 }
 
-int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
+int serve(const runtime::Plan &plan, const runtime::RunOptions &runOpts,
           const ServeOptions &so, std::ostream &err) {
+  runtime::RunOptions opts = runOpts;
+  if (so.streams > 0) {
+    int64_t budget = opts.memoryBytes ? opts.memoryBytes : plan.memoryBytes;
+    if (budget <= 0) {
+      err << "sluice serve: error: --streams shares the worker's memory "
+             "budget among its streams, and neither the spec's "
+             "budget.memory nor --memory gives one\n";
+      return 2;
+    }
+    opts.memoryBytes = std::max<int64_t>(1, budget / so.streams);
+  }
   auto made = detail::ServePlan::make(plan, opts);
   if (!made) {
-    err << "sluice serve: error: " << made.status().message() << "\n";
+    err << "sluice serve: error: " << made.status().message();
+    if (so.streams > 0)
+      err << " (with --streams " << so.streams << " each stream has "
+          << runtime::formatBytes(opts.memoryBytes)
+          << " of the worker's budget: raise --memory or lower --streams)";
+    err << "\n";
     return 1;
   }
   std::unique_ptr<detail::ServePlan> servePlan = made.take();

@@ -819,3 +819,35 @@ def test_copied_parts_give_the_same_batches(served_spec, workers,
     ds = remote.Dataset(served_spec, [w.address], chunk=3)
     assert_same(remote_batches(ds), local_batches(served_spec, 0))
     ds.close()
+
+
+def test_streams_share_the_worker_budget(served_spec, workers):
+    """--streams 1: the worker runs one chunk at a time with its whole
+    budget; two trainers (ranks 0 and 1 of 2) reading at once from it both
+    get a local run's batches. A share too small for the pipeline is
+    refused before listening, saying what to change."""
+    import threading
+    w = workers(served_spec, "--streams", "1")
+    got, errors = {}, []
+
+    def trainer(rank):
+        try:
+            ds = remote.Dataset(served_spec, [w.address], rank=rank,
+                                world_size=2, chunk=1, window=2)
+            got[rank] = remote_batches(ds)
+            ds.close()
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+    ts = [threading.Thread(target=trainer, args=(r,)) for r in (0, 1)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not errors, errors
+    for rank in (0, 1):
+        assert_same(got[rank], local_batches(served_spec, 0, rank, 2))
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec, "--listen",
+                        "127.0.0.1:0", "--streams", "100000"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "lower --streams" in r.stderr, r.stderr

@@ -97,6 +97,14 @@ struct ServeOptions {
   /// only when the worker stops).
   double statsInterval = 0;
   bool quiet = false;
+  /// Streams (chunks of any trainers) the worker runs at once (--streams);
+  /// 0: no limit, each chunk's pipeline having the whole budget.memory.
+  /// N > 0: the worker's budget is shared: each chunk's pipeline gets
+  /// budget.memory / N, and a chunk asked for while N run waits for one
+  /// to end. A trainer that stops reading holds its stream's share (its
+  /// worker's writes wait for it), so with several trainers on one worker
+  /// give N at least the number of trainers.
+  int64_t streams = 0;
 };
 
 /// Runs a worker until SIGINT/SIGTERM (or stop() from another thread).
