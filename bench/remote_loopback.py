@@ -156,6 +156,10 @@ def main():
                     help="also run 1 worker the way before raw messages "
                          "(a copy into and out of a protobuf message per "
                          "part)")
+    ap.add_argument("--shuffle-step", action="store_true",
+                    help="shuffle with a step after select (buffer 1024, "
+                         "the README's order), which the workers replay, "
+                         "instead of `shuffle: true` on the source")
     ap.add_argument("--no-two", action="store_true",
                     help="leave out the 2-worker runs")
     args = ap.parse_args()
@@ -173,7 +177,12 @@ def main():
                 continue
             spec = os.path.join(tmp, name + ".yaml")
             with open(spec, "w") as f:
-                f.write(SPEC.format(name=name, root=root, normalize=norm))
+                text = SPEC.format(name=name, root=root, normalize=norm)
+                if args.shuffle_step:
+                    text = text.replace(", shuffle: true}", "}").replace(
+                        "  - batch:", "  - shuffle: {buffer: 1024}\n"
+                        "  - batch:")
+                f.write(text)
             # Interleaved repeats: the host's load drifts.
             res = {"local": [], "1 worker": []}
             if args.copies:
