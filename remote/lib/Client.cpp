@@ -790,10 +790,10 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
     if (d.replay) {
       if (st->rank != d.opts.rank || st->worldSize != d.opts.worldSize)
         return Status::error(
-            "the state was saved at rank " + std::to_string(st->rank) +
-            " of " + std::to_string(st->worldSize) +
-            " and cannot continue at rank " + std::to_string(d.opts.rank) +
-            " of " + std::to_string(d.opts.worldSize) +
+            "the state was saved at rank " + std::to_string(st->rank) + " of " +
+            std::to_string(st->worldSize) + " and cannot continue at rank " +
+            std::to_string(d.opts.rank) + " of " +
+            std::to_string(d.opts.worldSize) +
             ": this pipeline resumes by replaying the epoch's order (its "
             "shuffle step or filter), which needs the same share; to change "
             "the world size, read the source by position: `shuffle: true` on "

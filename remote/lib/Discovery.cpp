@@ -1,4 +1,5 @@
-//===- Discovery.cpp - Worker addresses from DNS names ---------------------===//
+//===- Discovery.cpp - Worker addresses from DNS names
+//---------------------===//
 //
 // A Kubernetes headless Service, a Consul or CoreDNS zone, or a plain DNS
 // round-robin name stands for a set of workers: the name resolves to one
@@ -77,8 +78,7 @@ Expected<std::vector<std::string>> resolveWorkers(const std::string &entry,
   std::string server = rest.substr(0, slash);
   std::string target = rest.substr(slash + 1);
   size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 ||
-      colon + 1 == target.size() ||
+  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
       target.find_first_not_of("0123456789", colon + 1) != std::string::npos)
     return bad("the name needs a port (NAME:PORT)");
   std::string name = target.substr(0, colon);
@@ -86,7 +86,8 @@ Expected<std::vector<std::string>> resolveWorkers(const std::string &entry,
 
   static std::once_flag once;
   static int initStatus = ARES_SUCCESS;
-  std::call_once(once, [] { initStatus = ares_library_init(ARES_LIB_INIT_ALL); });
+  std::call_once(once,
+                 [] { initStatus = ares_library_init(ARES_LIB_INIT_ALL); });
   if (initStatus != ARES_SUCCESS)
     return Status::error(std::string("c-ares: ") + ares_strerror(initStatus));
   ares_channel ch;

@@ -1,4 +1,5 @@
-//===- Replay.cpp - Which positions a chunk of outputs holds ---------------===//
+//===- Replay.cpp - Which positions a chunk of outputs holds
+//---------------===//
 //
 // Replay.h says why a shuffle step and a filter are replayed and how. The
 // classification below names, for every step a worker cannot cut at an
@@ -204,9 +205,9 @@ int64_t ServePlan::outputsFor(int64_t rows) const {
   return dropRemainder_ ? rows / rows_ : (rows + rows_ - 1) / rows_;
 }
 
-Expected<std::vector<int64_t>>
-ServePlan::survivors(size_t lastStage, std::vector<int64_t> in,
-                     int64_t epoch) const {
+Expected<std::vector<int64_t>> ServePlan::survivors(size_t lastStage,
+                                                    std::vector<int64_t> in,
+                                                    int64_t epoch) const {
   // The steps up to the filter, without the shuffle steps (their order is
   // `in` already), over the positions in that order.
   runtime::Plan sub = plan_;
@@ -221,8 +222,7 @@ ServePlan::survivors(size_t lastStage, std::vector<int64_t> in,
   o.epochs = epoch + 1;
   o.resume.reset();
   o.controller = nullptr;
-  o.positions =
-      std::make_shared<const std::vector<int64_t>>(std::move(in));
+  o.positions = std::make_shared<const std::vector<int64_t>>(std::move(in));
   auto created = runtime::Pipeline::create(sub, o);
   if (!created)
     return created.status();
@@ -262,7 +262,8 @@ ServePlan::order(int64_t epoch, int64_t rank, int64_t world) {
     if (st.op == "shuffle") {
       rows = replayShuffle(st, plan_.seed, epoch, rows);
     } else if (st.op == "filter") {
-      Expected<std::vector<int64_t>> kept = survivors(i, std::move(rows), epoch);
+      Expected<std::vector<int64_t>> kept =
+          survivors(i, std::move(rows), epoch);
       if (!kept)
         return kept.status();
       rows = std::move(*kept);

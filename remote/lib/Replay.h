@@ -78,9 +78,8 @@ public:
 private:
   ServePlan(const runtime::Plan &plan, const runtime::RunOptions &opts)
       : plan_(plan), opts_(opts) {}
-  Expected<std::vector<int64_t>> survivors(size_t lastStage,
-                                           std::vector<int64_t> in,
-                                           int64_t epoch) const;
+  Expected<std::vector<int64_t>>
+  survivors(size_t lastStage, std::vector<int64_t> in, int64_t epoch) const;
 
   const runtime::Plan &plan_;
   const runtime::RunOptions &opts_;

@@ -20,10 +20,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -92,13 +92,14 @@ grpc::ByteBuffer dataPart(const Tensor &x, size_t off, size_t n) {
   uint8_t head[16];
   size_t h = 0;
   head[h++] = 0x12; // field 2 (data), length-delimited
-  for (uint64_t v = n; ; v >>= 7) {
+  for (uint64_t v = n;; v >>= 7) {
     head[h++] = static_cast<uint8_t>((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
     if (v <= 0x7f)
       break;
   }
-  static const bool copy = std::getenv("SLUICE_REMOTE_COPY_PARTS") &&
-                           std::string(std::getenv("SLUICE_REMOTE_COPY_PARTS")) == "1";
+  static const bool copy =
+      std::getenv("SLUICE_REMOTE_COPY_PARTS") &&
+      std::string(std::getenv("SLUICE_REMOTE_COPY_PARTS")) == "1";
   const char *bytes = reinterpret_cast<const char *>(x.raw()) + off;
   if (copy) {
     Part part;
@@ -107,11 +108,11 @@ grpc::ByteBuffer dataPart(const Tensor &x, size_t off, size_t n) {
     grpc::Slice one(wire);
     return grpc::ByteBuffer(&one, 1);
   }
-  grpc::Slice slices[2] = {
-      grpc::Slice(head, h),
-      grpc::Slice(const_cast<char *>(bytes), n,
-                  [](void *t) { delete static_cast<Tensor *>(t); },
-                  new Tensor(x))};
+  grpc::Slice slices[2] = {grpc::Slice(head, h),
+                           grpc::Slice(
+                               const_cast<char *>(bytes), n,
+                               [](void *t) { delete static_cast<Tensor *>(t); },
+                               new Tensor(x))};
   return grpc::ByteBuffer(slices, 2);
 }
 
@@ -135,19 +136,17 @@ public:
             WorkerService, DescribeRequest, DescribeReply,
             grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
             [](WorkerService *svc, grpc::ServerContext *ctx,
-               const DescribeRequest *req, DescribeReply *reply) {
-              return svc->Describe(ctx, req, reply);
-            },
+               const DescribeRequest *req,
+               DescribeReply *reply) { return svc->Describe(ctx, req, reply); },
             this)));
     AddMethod(new grpc::internal::RpcServiceMethod(
         "/sluice.remote.Worker/Produce",
         grpc::internal::RpcMethod::SERVER_STREAMING,
-        new grpc::internal::ServerStreamingHandler<WorkerService, ProduceRequest,
-                                                   grpc::ByteBuffer>(
+        new grpc::internal::ServerStreamingHandler<
+            WorkerService, ProduceRequest, grpc::ByteBuffer>(
             [](WorkerService *svc, grpc::ServerContext *ctx,
-               const ProduceRequest *req, Writer *writer) {
-              return svc->Produce(ctx, req, writer);
-            },
+               const ProduceRequest *req,
+               Writer *writer) { return svc->Produce(ctx, req, writer); },
             this)));
   }
 
@@ -245,8 +244,7 @@ public:
   /// makes them from those positions.
   grpc::Status produceReplay(grpc::ServerContext *ctx,
                              const ProduceRequest *req,
-                             const runtime::PipelineState &base,
-                             Writer *writer,
+                             const runtime::PipelineState &base, Writer *writer,
                              std::chrono::steady_clock::time_point started) {
     if (base.positionStart >= 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -319,8 +317,7 @@ public:
   /// `checkEnd`, when given, checks the chunk once the pipeline ran out.
   grpc::Status streamOutputs(
       grpc::ServerContext *ctx, const ProduceRequest *req,
-      runtime::Pipeline &pipeRef, int64_t epoch,
-      Writer *writer,
+      runtime::Pipeline &pipeRef, int64_t epoch, Writer *writer,
       std::chrono::steady_clock::time_point started,
       const std::function<runtime::PipelineState(const runtime::Batch &,
                                                  int64_t)> &stateAfter,

@@ -113,8 +113,8 @@ struct ServeOptions {
 /// with a shuffle step or a filter by replaying its order (Replay.h).
 /// Refuses, before listening, a plan with a step a worker cannot cut at
 /// an arbitrary output (take, repeat, a cache, ...), naming the step and
-/// what to write instead. Returns an exit code (0 ok, 1 for an error printed to `err`, 2 for
-/// a bad address or credentials).
+/// what to write instead. Returns an exit code (0 ok, 1 for an error printed to
+/// `err`, 2 for a bad address or credentials).
 int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
           const ServeOptions &serveOpts, std::ostream &err);
 
