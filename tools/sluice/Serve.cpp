@@ -78,8 +78,7 @@ CommandAction addServeCommand(CLI::App &root) {
                   "budget whatever the number of trainers; further chunks "
                   "wait (default 0: no limit, each chunk with the whole "
                   "budget)")
-      ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
+      ->type_name("N");
   return [st, sf] {
     // Outputs go to trainers: run's sink flags mean nothing here.
     if (st->run.sink != "null" || st->run.overwrite ||
@@ -96,6 +95,10 @@ CommandAction addServeCommand(CLI::App &root) {
     so.portFile = sf->portFile;
     so.statsInterval = sf->statsInterval;
     so.streams = sf->streams;
+    if (sf->streams < 0)
+      return usageError("--streams must be >= 0 (0: no limit), got " +
+                            std::to_string(sf->streams),
+                        "serve");
     so.quiet = st->run.quiet;
     if (sf->listen.find(':') == std::string::npos)
       return usageError("--listen needs host:port (e.g. 127.0.0.1:7070), "
