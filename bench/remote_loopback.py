@@ -67,12 +67,18 @@ def self_cpu():
     return t.user + t.system
 
 
-def start_worker(spec, threads, tmp):
+def self_faults():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def start_worker(spec, threads, tmp, env=None):
     port_file = os.path.join(tmp, "port-%d" % time.monotonic_ns())
     p = subprocess.Popen([SLUICE_BIN, "serve", spec, "--listen",
                           "127.0.0.1:0", "--port-file", port_file,
                           "--threads", str(threads), "-q"],
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, **(env or {})))
     while not os.path.exists(port_file):
         if p.poll() is not None:
             sys.exit("sluice serve failed: " + p.stderr.read())
@@ -83,19 +89,29 @@ def start_worker(spec, threads, tmp):
 def run_local(spec, epochs, threads):
     import sluice
     images = 0
-    cpu0, t0 = self_cpu(), time.perf_counter()
+    cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
     for e in range(epochs):
         for b in sluice.Pipeline(spec, epochs=e + 1, first_epoch=e,
                                  threads=threads):
             images += b["image"].shape[0]
     dt = time.perf_counter() - t0
     return {"images_s": images / dt, "trainer_cpu_batch_ms":
-            1e3 * (self_cpu() - cpu0) / (images / 128)}
+            1e3 * (self_cpu() - cpu0) / (images / 128),
+            "trainer_faults_batch": (self_faults() - f0) / (images / 128)}
 
 
-def run_remote(spec, epochs, workers, threads_each, tmp):
+def run_remote(spec, epochs, workers, threads_each, tmp, copies=False):
+    """copies: the way before raw messages (each data part copied into a
+    protobuf message on the worker and parsed into one on the trainer:
+    SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1)."""
     import sluice.remote
-    procs = [start_worker(spec, threads_each, tmp) for _ in range(workers)]
+    if copies:
+        os.environ["SLUICE_REMOTE_PARSE_PARTS"] = "1"
+    else:
+        os.environ.pop("SLUICE_REMOTE_PARSE_PARTS", None)
+    env = {"SLUICE_REMOTE_COPY_PARTS": "1"} if copies else {}
+    procs = [start_worker(spec, threads_each, tmp, env)
+             for _ in range(workers)]
     try:
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
                                    chunk=CHUNK, window=WINDOW)
@@ -103,7 +119,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp):
         # would double the run; a single chunk is enough to start them.
         images = 0
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
-        cpu0, t0 = self_cpu(), time.perf_counter()
+        cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
         for e in range(epochs):
             ds.set_epoch(e)
             for b in ds.arrays():
@@ -115,6 +131,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp):
         ds.close()
         return {"images_s": images / dt,
                 "trainer_cpu_batch_ms": 1e3 * (self_cpu() - cpu0) / batches,
+                "trainer_faults_batch": (self_faults() - f0) / batches,
                 "worker_cpu_batch_ms": 1e3 * serve_cpu / batches,
                 "wire_bytes_image": st["wire_bytes"] / images}
     finally:
@@ -135,6 +152,16 @@ def main():
     ap.add_argument("--window", type=int, default=8,
                     help="batches the trainer may hold ahead")
     ap.add_argument("--only", default="", help="f32 or u8: one output kind")
+    ap.add_argument("--copies", action="store_true",
+                    help="also run 1 worker the way before raw messages "
+                         "(a copy into and out of a protobuf message per "
+                         "part)")
+    ap.add_argument("--shuffle-step", action="store_true",
+                    help="shuffle with a step after select (buffer 1024, "
+                         "the README's order), which the workers replay, "
+                         "instead of `shuffle: true` on the source")
+    ap.add_argument("--no-two", action="store_true",
+                    help="leave out the 2-worker runs")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
@@ -150,27 +177,43 @@ def main():
                 continue
             spec = os.path.join(tmp, name + ".yaml")
             with open(spec, "w") as f:
-                f.write(SPEC.format(name=name, root=root, normalize=norm))
+                text = SPEC.format(name=name, root=root, normalize=norm)
+                if args.shuffle_step:
+                    text = text.replace(", shuffle: true}", "}").replace(
+                        "  - batch:", "  - shuffle: {buffer: 1024}\n"
+                        "  - batch:")
+                f.write(text)
             # Interleaved repeats: the host's load drifts.
-            res = {"local": [], "1 worker": [], "2 workers": []}
+            res = {"local": [], "1 worker": []}
+            if args.copies:
+                res["1 worker, copied parts"] = []
+            if not args.no_two:
+                res["2 workers"] = []
             for _ in range(args.repeats):
                 res["local"].append(run_local(spec, args.epochs,
                                               args.threads))
                 res["1 worker"].append(run_remote(spec, args.epochs, 1,
                                                   args.threads, tmp))
-                res["2 workers"].append(run_remote(
-                    spec, args.epochs, 2, max(1, args.threads // 2), tmp))
+                if args.copies:
+                    res["1 worker, copied parts"].append(run_remote(
+                        spec, args.epochs, 1, args.threads, tmp, True))
+                if not args.no_two:
+                    res["2 workers"].append(run_remote(
+                        spec, args.epochs, 2, max(1, args.threads // 2),
+                        tmp))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)
                        for k in rs[0]}
                 rows.append((name, how, med, med["images_s"] / base))
     print("| output | how | images/s | vs in-process | trainer CPU ms/batch "
-          "| workers' CPU ms/batch | wire bytes/image |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "| trainer faults/batch | workers' CPU ms/batch "
+          "| wire bytes/image |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, how, m, ratio in rows:
-        print("| %s | %s | %.0f | %.2fx | %.1f | %s | %s |" % (
+        print("| %s | %s | %.0f | %.2fx | %.1f | %.0f | %s | %s |" % (
             name, how, m["images_s"], ratio, m["trainer_cpu_batch_ms"],
+            m["trainer_faults_batch"],
             "%.1f" % m["worker_cpu_batch_ms"] if "worker_cpu_batch_ms" in m
             else "-",
             "%.0f" % m["wire_bytes_image"] if "wire_bytes_image" in m

@@ -91,7 +91,11 @@ class Dataset(_Base):
 
     spec_path: the spec the workers serve (its text must be the workers').
     workers: ["host:port", ...]; workers_file: a file of such lines,
-        re-read while an epoch runs (a line added is a worker added).
+        re-read while an epoch runs (a line added is a worker added). An
+        entry "dns:///NAME:PORT" (or "dns://DNS-SERVER[:PORT]/NAME:PORT")
+        stands for every address NAME has (a headless Service), resolved
+        again every ``dns_interval`` seconds: an address that appears is a
+        worker added.
     rank, world_size: this trainer's share, resolved as sluice.Pipeline
         does (argument, the spec's ``distributed:``, $RANK/$WORLD_SIZE,
         else 0 of 1).
@@ -111,7 +115,8 @@ class Dataset(_Base):
                  tls_server_name: str = "", chunk: int = 2,
                  window: int = 8, worker_timeout: float = 60.0,
                  epoch: int = 0, pin_memory: bool = False,
-                 trainer: Optional[str] = None) -> None:
+                 trainer: Optional[str] = None,
+                 dns_interval: float = 5.0) -> None:
         super().__init__()
         spec = _spec_distributed(spec_path)
         self.world_size = _resolve(world_size, spec, "world_size",
@@ -129,7 +134,8 @@ class Dataset(_Base):
             spec_path, list(workers or []), workers_file, self.rank,
             self.world_size, token, tls_roots, tls_server_name, chunk,
             window, worker_timeout,
-            trainer or "rank%d@%s" % (self.rank, os.uname().nodename))
+            trainer or "rank%d@%s" % (self.rank, os.uname().nodename),
+            dns_interval)
         self._resume: Optional[Dict[str, Any]] = None
         self._active = False
 
@@ -147,9 +153,58 @@ class Dataset(_Base):
         """Adds a worker; it takes a share of the rest of the epoch."""
         self._client.add_worker(address)
 
-    def stats(self) -> Dict[str, int]:
-        """Outputs, bytes received, chunks, reassigned outputs, failures."""
+    def stats(self) -> Dict[str, float]:
+        """Outputs, bytes received, chunks, reassigned outputs, failures;
+        and what advice() is made of: the workers' CPU for the delivered
+        outputs, this process's CPU receiving them, the time the trainer
+        waited for batches and the time it spent between them."""
         return self._client.stats()
+
+    def advice(self, cores_per_worker: Optional[int] = None
+               ) -> Dict[str, Any]:
+        """How many workers this trainer needs, from what it measured so
+        far (read some batches first, at the trainer's real pace):
+
+        - demand: the batches/s the trainer would take if it never waited
+          (1 / its own seconds per batch between next() calls);
+        - worker_cpu_per_batch: CPU seconds a worker spends per batch
+          (its pipeline and the encoding, as the workers report them);
+        - worker_cores: demand x worker_cpu_per_batch, the cores that keep
+          the trainer fed; workers: that over cores_per_worker (default:
+          the threads the workers run), rounded up;
+        - receive_cores: this process's cores that receiving takes at the
+          demand (the trainer's local share of the work);
+        - stall: the fraction of the trainer's time spent waiting.
+        "report" says the same in a sentence. The model is Pecan's
+        AutoPlacement reduced to one trainer: workers scale out until the
+        trainer's own step (or its receiving) is the bottleneck."""
+        import math
+        s = self._client.stats()
+        n = s["outputs"]
+        if n < 2 or s["trainer_seconds"] <= 0:
+            raise ValueError("advice() needs a few batches read at the "
+                             "trainer's own pace first (%d so far)" % n)
+        step = s["trainer_seconds"] / max(1, n - 1)
+        demand = 1.0 / step
+        cpu = s["worker_cpu_seconds"] / n
+        cores = cores_per_worker or s["worker_threads"] or 1
+        worker_cores = demand * cpu
+        workers = max(1, math.ceil(worker_cores / cores - 1e-9))
+        receive = s["receive_cpu_seconds"] / n * demand
+        busy = s["trainer_seconds"] + s["wait_seconds"]
+        stall = s["wait_seconds"] / busy if busy > 0 else 0.0
+        report = ("the trainer takes %.1f batches/s when fed (%.1f ms of its "
+                  "own per batch) and waited %.0f%% of the time; a worker "
+                  "spends %.1f ms of CPU per batch, so %.1f worker cores "
+                  "keep it fed: %d worker%s of %d cores; receiving takes "
+                  "%.2f of the trainer's cores" % (
+                      demand, 1e3 * step, 100 * stall, 1e3 * cpu,
+                      worker_cores, workers, "" if workers == 1 else "s",
+                      cores, receive))
+        return {"demand": demand, "trainer_seconds_per_batch": step,
+                "worker_cpu_per_batch": cpu, "worker_cores": worker_cores,
+                "cores_per_worker": cores, "workers": workers,
+                "receive_cores": receive, "stall": stall, "report": report}
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the current epoch stands: the same dict a local

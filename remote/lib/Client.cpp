@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -40,6 +41,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <time.h>
 
 namespace sluice::remote {
 
@@ -105,6 +107,73 @@ std::string describeStatus(const std::string &address, const grpc::Status &s) {
          std::to_string(int(s.error_code())) + ")";
 }
 
+/// A received message's bytes, read across gRPC's slices without joining
+/// them: a data part's bytes go from the slices gRPC read the socket into
+/// straight to the output's buffer (one copy; a Part parsed by protobuf
+/// would first copy them into a fresh string of its own, whose allocation
+/// and pages cost as much again).
+class WireCursor {
+public:
+  explicit WireCursor(grpc::ByteBuffer &bb) {
+    ok_ = bb.Dump(&slices_).ok();
+    for (const grpc::Slice &s : slices_)
+      left_ += s.size();
+  }
+  bool ok() const { return ok_; }
+  size_t left() const { return left_; }
+  bool byte(uint8_t &b) {
+    while (i_ < slices_.size() && off_ == slices_[i_].size()) {
+      ++i_;
+      off_ = 0;
+    }
+    if (i_ == slices_.size())
+      return false;
+    b = slices_[i_].begin()[off_++];
+    --left_;
+    return true;
+  }
+  bool varint(uint64_t &v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!byte(b))
+        return false;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80))
+        return true;
+    }
+    return false;
+  }
+  /// Copies the next n bytes (n <= left()).
+  void copyTo(uint8_t *dst, size_t n) {
+    left_ -= n;
+    while (n) {
+      const grpc::Slice &s = slices_[i_];
+      size_t k = std::min(n, s.size() - off_);
+      std::memcpy(dst, s.begin() + off_, k);
+      dst += k;
+      n -= k;
+      off_ += k;
+      if (off_ == s.size()) {
+        ++i_;
+        off_ = 0;
+      }
+    }
+  }
+
+  /// Lets go of the slices (gRPC's read buffers go back to the heap
+  /// before it reads the next message into new ones).
+  void drop() {
+    slices_.clear();
+    left_ = 0;
+  }
+
+private:
+  std::vector<grpc::Slice> slices_;
+  size_t i_ = 0, off_ = 0, left_ = 0;
+  bool ok_ = false;
+};
+
 std::vector<std::string> readWorkersFile(const std::string &path) {
   std::vector<std::string> out;
   std::ifstream f(path);
@@ -132,6 +201,9 @@ public:
   uint64_t fingerprint = 0, seed = 0;
   int64_t rows = 1, epochs = 1;
   std::string outputType;
+  /// The workers replay the order (DescribeReply.replay): base states count
+  /// outputs instead of positions.
+  bool replay = false;
 
   struct WorkerConn {
     std::string address;
@@ -160,6 +232,8 @@ public:
   std::optional<Status> error;
   Clock::time_point lastAlive;
   ClientStats stats;
+  /// When next() last returned (unset before the epoch's first output).
+  std::optional<Clock::time_point> lastReturned;
 
   Expected<DescribeReply> describe(WorkerConn &w, double timeout,
                                    grpc::StatusCode *code = nullptr) {
@@ -204,6 +278,37 @@ public:
     return *workers.back();
   }
 
+  /// DNS names standing for workers (isDnsWorker), when each was last
+  /// resolved, and whether a thread is resolving them now.
+  std::vector<std::string> dnsEntries;
+  Clock::time_point lastDns;
+  bool resolving = false;
+
+  /// Resolves the DNS entries again when dnsInterval has passed and adds
+  /// the addresses not seen yet (called under mu, which it lets go of while
+  /// it asks: a slow DNS server must not stop the other threads).
+  void refreshDns(std::unique_lock<std::mutex> &lock) {
+    if (dnsEntries.empty() || resolving ||
+        Clock::now() - lastDns <
+            std::chrono::milliseconds(int64_t(opts.dnsInterval * 1000)))
+      return;
+    resolving = true;
+    std::vector<std::string> entries = dnsEntries;
+    lock.unlock();
+    std::vector<std::string> found;
+    for (const std::string &e : entries)
+      if (Expected<std::vector<std::string>> r = resolveWorkers(e))
+        found.insert(found.end(), r->begin(), r->end());
+    lock.lock();
+    resolving = false;
+    lastDns = Clock::now();
+    if (closing)
+      return;
+    for (const std::string &a : found)
+      if (!known.count(a))
+        startThread(newConn(a));
+  }
+
   /// Adds the addresses of the workers file not seen yet (under mu).
   void refreshWorkersFile() {
     if (opts.workersFile.empty())
@@ -225,6 +330,9 @@ public:
       if (closing || gen != generation || error)
         return false;
       refreshWorkersFile();
+      refreshDns(lock);
+      if (closing || gen != generation || error)
+        return false;
       if (!redo.empty()) {
         auto r = *redo.begin();
         redo.erase(redo.begin());
@@ -334,8 +442,16 @@ public:
     req.set_base_state(base);
     req.set_first(first);
     req.set_count(count);
-    std::unique_ptr<grpc::ClientReader<Part>> reader =
-        w.stub->Produce(&ctx, req);
+    // Produce read raw (the proto's wire format in a grpc::ByteBuffer, as
+    // the generated stub would read a Part), so that data parts are copied
+    // once, from gRPC's slices to the output (WireCursor). The factory is
+    // what the generated stub calls.
+    grpc::internal::RpcMethod method(
+        "/sluice.remote.Worker/Produce",
+        grpc::internal::RpcMethod::SERVER_STREAMING, w.channel);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            w.channel.get(), method, &ctx, req));
     bool early = false;
     // The output being received: its header came, its data parts follow.
     std::optional<RemoteOutput> cur;
@@ -347,14 +463,57 @@ public:
     // under a scope without a limit: a batch buffer the trainer dropped is
     // the next one's, without fresh pages.
     AllocationScope scope(nullptr);
+    grpc::ByteBuffer raw;
     Part part;
+    // This thread's CPU receiving the chunk (ClientStats).
+    struct CpuClock {
+      Impl &d;
+      double start = now();
+      static double now() {
+        timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+      }
+      ~CpuClock() {
+        std::lock_guard<std::mutex> l(d.mu);
+        d.stats.receiveCpuSeconds += now() - start;
+      }
+    } cpuClock{*this};
     auto fail = [&](const std::string &why) {
       protocolError = grpc::Status(grpc::StatusCode::DATA_LOSS,
                                    "worker " + w.address + " sent " + why);
       early = true;
     };
-    while (reader->Read(&part)) {
-      if (part.has_output()) {
+    // SLUICE_REMOTE_PARSE_PARTS=1: every message parsed as a Part by
+    // protobuf, as the generated stub would (read per chunk, so a test can
+    // compare both ways in one process).
+    const char *parseEnv = std::getenv("SLUICE_REMOTE_PARSE_PARTS");
+    const bool parseParts = parseEnv && std::string(parseEnv) == "1";
+    while (reader->Read(&raw)) {
+      int64_t wire = static_cast<int64_t>(raw.Length());
+      WireCursor in(raw);
+      uint64_t tag = 0, len = 0;
+      if (!in.ok() || !in.varint(tag)) {
+        fail("an empty or unreadable message");
+        break;
+      }
+      bool isData = tag == 0x12 && !parseParts;
+      if (isData && (!in.varint(len) || len != in.left())) {
+        fail("a malformed data part");
+        break;
+      }
+      if (!isData) {
+        part.Clear();
+        if (!grpc::SerializationTraits<Part>::Deserialize(&raw, &part).ok()) {
+          fail("a message that is not a Part");
+          break;
+        }
+        if (!part.has_output() && !part.has_data()) {
+          fail("an empty part");
+          break;
+        }
+      }
+      if (!isData && part.has_output()) {
         if (cur) {
           fail("an output before the previous one's data");
           break;
@@ -384,7 +543,8 @@ public:
         cur->index = index;
         cur->epoch = msg.epoch();
         cur->state = msg.state();
-        cur->wireBytes = static_cast<int64_t>(part.ByteSizeLong());
+        cur->workerCpu = msg.cpu_seconds();
+        cur->wireBytes = wire;
         bufs = std::make_shared<std::vector<Tensor>>();
         pending.clear();
         pendingAt = offset = 0;
@@ -429,15 +589,20 @@ public:
           break;
         }
         RemoteField &rf = cur->fields[pending[pendingAt]];
-        const std::string &d = part.data();
-        if (d.size() > rf.nbytes - offset) {
+        size_t size = isData ? static_cast<size_t>(len) : part.data().size();
+        if (size > rf.nbytes - offset) {
           fail("more bytes than field '" + rf.name + "' holds");
           break;
         }
-        std::memcpy(const_cast<uint8_t *>(rf.data) + offset, d.data(),
-                    d.size());
-        offset += d.size();
-        cur->wireBytes += static_cast<int64_t>(part.ByteSizeLong());
+        uint8_t *to = const_cast<uint8_t *>(rf.data) + offset;
+        if (isData) {
+          in.copyTo(to, size);
+          in.drop();
+          raw.Clear();
+        } else
+          std::memcpy(to, part.data().data(), size);
+        offset += size;
+        cur->wireBytes += wire;
         if (offset == rf.nbytes) {
           ++pendingAt;
           offset = 0;
@@ -521,15 +686,33 @@ RemoteDataset::connect(ClientOptions opts) {
                          std::to_string(opts.worldSize));
   if (opts.chunk < 1 || opts.window < 1)
     return Status::error("chunk and window must be >= 1 (outputs)");
-  std::vector<std::string> addrs = opts.workers;
+  std::vector<std::string> addrs, dns;
+  for (const std::string &a : opts.workers)
+    (isDnsWorker(a) ? dns : addrs).push_back(a);
   if (!opts.workersFile.empty())
     for (const std::string &a : readWorkersFile(opts.workersFile))
-      addrs.push_back(a);
-  if (addrs.empty())
+      (isDnsWorker(a) ? dns : addrs).push_back(a);
+  if (addrs.empty() && dns.empty())
     return Status::error("no workers given (workers=[\"host:port\", ...] "
                          "or a workers file)");
+  keepFreedMemory();
   auto impl = std::make_unique<Impl>(std::move(opts));
   Impl &d = *impl;
+  d.dnsEntries = dns;
+  // A DNS name with no address yet (its workers are starting) is not an
+  // error: it is asked again below until a worker answers.
+  auto resolveAll = [&]() -> Status {
+    for (const std::string &e : dns) {
+      Expected<std::vector<std::string>> r = resolveWorkers(e);
+      if (!r)
+        return r.status();
+      addrs.insert(addrs.end(), r->begin(), r->end());
+    }
+    d.lastDns = Clock::now();
+    return Status::ok();
+  };
+  if (Status s = resolveAll(); !s)
+    return s;
   std::unique_lock<std::mutex> lock(d.mu);
   for (const std::string &a : addrs)
     if (!d.known.count(a))
@@ -542,6 +725,15 @@ RemoteDataset::connect(ClientOptions opts) {
                                      int64_t(d.opts.workerTimeout * 1000));
   std::optional<DescribeReply> first;
   while (!first && Clock::now() < deadline) {
+    if (d.workers.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      errors = "no address for " + dns.front() + " yet";
+      if (Status s = resolveAll(); !s)
+        return s;
+      for (const std::string &a : addrs)
+        if (!d.known.count(a))
+          d.newConn(a);
+    }
     for (auto &w : d.workers) {
       grpc::StatusCode code = grpc::StatusCode::OK;
       Expected<DescribeReply> r = d.describe(*w, 0.5, &code);
@@ -567,6 +759,8 @@ RemoteDataset::connect(ClientOptions opts) {
   d.rows = first->batch_rows();
   d.epochs = first->epochs();
   d.outputType = first->output_type();
+  d.replay = first->replay();
+  d.stats.workerThreads = first->threads();
   lock.lock();
   for (auto &w : d.workers)
     d.startThread(*w);
@@ -582,8 +776,8 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
   base.epoch = epoch;
   base.rank = d.opts.rank;
   base.worldSize = d.opts.worldSize;
-  base.positionStart = 0;
-  base.rows = 0;
+  base.positionStart = d.replay ? -1 : 0;
+  base.rows = d.replay ? -1 : 0;
   if (!resume.empty()) {
     Expected<runtime::PipelineState> st =
         runtime::PipelineState::fromJson(resume);
@@ -593,10 +787,26 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
       return Status::error("the state was saved by another pipeline (its "
                            "steps, parameters or source differ from the "
                            "workers'); resume with the spec it came from");
-    if (st->positionStart < 0)
+    if (d.replay) {
+      if (st->rank != d.opts.rank || st->worldSize != d.opts.worldSize)
+        return Status::error(
+            "the state was saved at rank " + std::to_string(st->rank) + " of " +
+            std::to_string(st->worldSize) + " and cannot continue at rank " +
+            std::to_string(d.opts.rank) + " of " +
+            std::to_string(d.opts.worldSize) +
+            ": this pipeline resumes by replaying the epoch's order (its "
+            "shuffle step or filter), which needs the same share; to change "
+            "the world size, read the source by position: `shuffle: true` on "
+            "the source instead of a shuffle step");
+      base = *st;
+      base.positionStart = base.rows = -1;
+    } else if (st->positionStart < 0) {
       return Status::error("the state does not resume by position");
-    base = *st;
-    if (base.rank != d.opts.rank || base.worldSize != d.opts.worldSize) {
+    } else {
+      base = *st;
+    }
+    if (!d.replay &&
+        (base.rank != d.opts.rank || base.worldSize != d.opts.worldSize)) {
       // Saved at another share: the positions before it are done by every
       // rank; this rank continues from there (as a local positional resume
       // does).
@@ -622,6 +832,7 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
   d.ready.clear();
   d.end.reset();
   d.lastAlive = Clock::now();
+  d.lastReturned.reset();
   d.cv.notify_all();
   return Status::ok();
 }
@@ -631,6 +842,21 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
   std::unique_lock<std::mutex> lock(d.mu);
   if (!d.running)
     return Status::error("start() an epoch first");
+  // The trainer's own time since the last output it took, and the time it
+  // waits here (the stall meter of the advice).
+  Clock::time_point entered = Clock::now();
+  if (d.lastReturned)
+    d.stats.trainerSeconds +=
+        std::chrono::duration<double>(entered - *d.lastReturned).count();
+  struct Waited {
+    Impl &d;
+    Clock::time_point entered;
+    ~Waited() {
+      d.lastReturned = Clock::now();
+      d.stats.waitSeconds +=
+          std::chrono::duration<double>(*d.lastReturned - entered).count();
+    }
+  } waited{d, entered};
   while (true) {
     if (d.error)
       return *d.error;
@@ -642,6 +868,7 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
       d.state = out.state;
       ++d.stats.outputs;
       d.stats.wireBytes += out.wireBytes;
+      d.stats.workerCpuSeconds += out.workerCpu;
       d.cv.notify_all();
       return std::optional<RemoteOutput>(std::move(out));
     }

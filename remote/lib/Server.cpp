@@ -8,19 +8,26 @@
 // (HTTP/2 flow control), so a trainer that stops reading stops the worker's
 // pipeline within its budget: back-pressure needs no code of its own here.
 // Nothing outlives a call; every chunk is independent (docs/distributed.md).
+// A pipeline with a shuffle step or a filter is served by replaying its
+// order (Replay.h): the chunk's rows are then explicit positions.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/remote/Remote.h"
 
+#include "Replay.h"
 #include "sluice_remote.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -40,6 +47,18 @@ uint64_t specDigest(const std::string &text) {
   return h;
 }
 
+bool keepFreedMemory() {
+  static const bool done = [] {
+    const char *off = std::getenv("SLUICE_NO_MALLOC_TUNING");
+    if (off && std::string(off) == "1")
+      return false;
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    return true;
+  }();
+  return done;
+}
+
 namespace {
 
 /// The most bytes of a field one data part carries.
@@ -49,15 +68,6 @@ double threadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/// Rows of a full output: the size of the plan's batch step, 1 without one.
-int64_t batchRows(const runtime::Plan &plan) {
-  for (const runtime::PlanStage &st : plan.stages)
-    if ((st.op == "batch" || st.op == "padded_batch") &&
-        st.params["size"].isNumber())
-      return st.params["size"].asInt();
-  return 1;
 }
 
 /// Compares without an early exit (the token is a secret).
@@ -73,19 +83,77 @@ struct TrainerStats {
   double encodeCpu = 0, seconds = 0;
 };
 
-class WorkerService final : public Worker::Service {
+/// A data part (Part.data) whose bytes are the tensor's own: a slice with
+/// the field's tag and length, then a slice over the tensor's buffer that
+/// keeps the tensor alive until gRPC has sent it. No copy is made before
+/// the socket's (SLUICE_REMOTE_COPY_PARTS=1 copies each part into a
+/// message of its own first, as the generated code would).
+grpc::ByteBuffer dataPart(const Tensor &x, size_t off, size_t n) {
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = 0x12; // field 2 (data), length-delimited
+  for (uint64_t v = n;; v >>= 7) {
+    head[h++] = static_cast<uint8_t>((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    if (v <= 0x7f)
+      break;
+  }
+  static const bool copy =
+      std::getenv("SLUICE_REMOTE_COPY_PARTS") &&
+      std::string(std::getenv("SLUICE_REMOTE_COPY_PARTS")) == "1";
+  const char *bytes = reinterpret_cast<const char *>(x.raw()) + off;
+  if (copy) {
+    Part part;
+    part.set_data(bytes, n);
+    std::string wire = part.SerializeAsString();
+    grpc::Slice one(wire);
+    return grpc::ByteBuffer(&one, 1);
+  }
+  grpc::Slice slices[2] = {grpc::Slice(head, h),
+                           grpc::Slice(
+                               const_cast<char *>(bytes), n,
+                               [](void *t) { delete static_cast<Tensor *>(t); },
+                               new Tensor(x))};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+/// The worker's gRPC service. Registered by hand rather than through the
+/// generated Worker::Service so that Produce writes raw messages
+/// (grpc::ByteBuffer, the proto's wire format): the data parts then point
+/// into the batch's own buffers instead of being copied into a protobuf
+/// string and again into gRPC's buffers (two copies of every byte on a
+/// worker whose CPU is the pipeline's). The trainer reads them raw too
+/// (Client.cpp).
+class WorkerService final : public grpc::Service {
 public:
   WorkerService(const runtime::Plan &plan, const runtime::RunOptions &opts,
-                const ServeOptions &so)
-      : plan_(plan), opts_(opts), so_(so), rows_(batchRows(plan)),
-        fingerprint_(runtime::planFingerprint(plan)) {}
+                const ServeOptions &so, detail::ServePlan &sp)
+      : plan_(plan), opts_(opts), so_(so), sp_(sp), rows_(sp.batchRows()),
+        fingerprint_(runtime::planFingerprint(plan)),
+        sourceRecords_(sp.sourceRecords()) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/sluice.remote.Worker/Describe", grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<
+            WorkerService, DescribeRequest, DescribeReply,
+            grpc::protobuf::MessageLite, grpc::protobuf::MessageLite>(
+            [](WorkerService *svc, grpc::ServerContext *ctx,
+               const DescribeRequest *req,
+               DescribeReply *reply) { return svc->Describe(ctx, req, reply); },
+            this)));
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/sluice.remote.Worker/Produce",
+        grpc::internal::RpcMethod::SERVER_STREAMING,
+        new grpc::internal::ServerStreamingHandler<
+            WorkerService, ProduceRequest, grpc::ByteBuffer>(
+            [](WorkerService *svc, grpc::ServerContext *ctx,
+               const ProduceRequest *req,
+               Writer *writer) { return svc->Produce(ctx, req, writer); },
+            this)));
+  }
 
-  /// Source records of one epoch, when the source knows (for the check that
-  /// a chunk starts inside the epoch).
-  void setSourceRecords(std::optional<int64_t> n) { sourceRecords_ = n; }
+  using Writer = grpc::ServerWriter<grpc::ByteBuffer>;
 
   grpc::Status Describe(grpc::ServerContext *ctx, const DescribeRequest *req,
-                        DescribeReply *reply) override {
+                        DescribeReply *reply) {
     if (grpc::Status s = authorize(ctx); !s.ok())
       return s;
     reply->set_fingerprint(fingerprint_);
@@ -97,15 +165,22 @@ public:
     reply->set_batch_rows(rows_);
     reply->set_epochs(opts_.epochs.value_or(plan_.epochs));
     reply->set_version("1");
+    reply->set_replay(sp_.replay());
+    reply->set_threads(sp_.threads());
     (void)req;
     return grpc::Status::OK;
   }
 
   grpc::Status Produce(grpc::ServerContext *ctx, const ProduceRequest *req,
-                       grpc::ServerWriter<Part> *writer) override {
+                       Writer *writer) {
     if (grpc::Status s = authorize(ctx); !s.ok())
       return s;
     auto started = std::chrono::steady_clock::now();
+    StreamSlot slot(*this);
+    if (!slot.wait(ctx))
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the trainer gave up while the chunk waited for "
+                          "one of the worker's --streams");
     if (req->fingerprint() != fingerprint_)
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "this worker serves another pipeline (its plan's "
@@ -119,6 +194,8 @@ public:
     if (!base)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "base state: " + base.status().message());
+    if (sp_.replay())
+      return produceReplay(ctx, req, *base, writer, started);
     if (base->positionStart < 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "the base state does not resume by position");
@@ -143,15 +220,131 @@ public:
       return grpc::Status(grpc::StatusCode::DATA_LOSS,
                           created.status().message());
     std::unique_ptr<runtime::Pipeline> pipe = created.take();
+    int64_t rowsDone = st.rows;
+    return streamOutputs(
+        ctx, req, *pipe, st.epoch, writer, started,
+        [&](const runtime::Batch &batch, int64_t i) {
+          // The state a local run has here: positions counted from the
+          // base, not from this chunk's resume point (the same positions
+          // either way).
+          rowsDone += batch.rows();
+          runtime::PipelineState after = pipe->state();
+          if (after.epoch == st.epoch && after.positionStart >= 0) {
+            after.positionStart = st.positionStart;
+            after.rows = rowsDone;
+            after.outputs = st.outputs + i + 1;
+          }
+          return after;
+        },
+        nullptr);
+  }
+
+  /// A chunk of a replayed pipeline (Replay.h): the share's row order says
+  /// which positions its outputs hold; the plan without its shuffle steps
+  /// makes them from those positions.
+  grpc::Status produceReplay(grpc::ServerContext *ctx,
+                             const ProduceRequest *req,
+                             const runtime::PipelineState &base, Writer *writer,
+                             std::chrono::steady_clock::time_point started) {
+    if (base.positionStart >= 0)
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "this worker replays the pipeline's order: the base "
+                          "state must count outputs, not positions");
+    Expected<std::shared_ptr<const std::vector<int64_t>>> order =
+        sp_.order(base.epoch, base.rank, base.worldSize);
+    if (!order)
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          order.status().message());
+    const std::vector<int64_t> &rows = **order;
+    int64_t total = static_cast<int64_t>(rows.size());
+    int64_t first = base.outputs + req->first();
+    int64_t from = first * rows_;
+    if (req->count() == 0 || from >= total)
+      return grpc::Status::OK;
+    int64_t to = std::min<int64_t>(total, (first + req->count()) * rows_);
+    runtime::RunOptions o = opts_;
+    o.resume.reset();
+    o.rank = 0;
+    o.worldSize = 1;
+    o.firstEpoch = base.epoch;
+    o.epochs = base.epoch + 1;
+    o.controller = nullptr;
+    o.positions = std::make_shared<const std::vector<int64_t>>(
+        rows.begin() + from, rows.begin() + to);
+    auto created = runtime::Pipeline::create(sp_.chunkPlan(), o);
+    if (!created)
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          created.status().message());
+    std::unique_ptr<runtime::Pipeline> pipe = created.take();
+    int64_t epochOutputs = sp_.outputsFor(total);
+    int64_t rowsDone = 0;
+    // Rows the chunk's positions must give (a short last batch dropped):
+    // fewer means a position held no record (an empty file), which a
+    // local run would have skipped, moving every later row.
+    int64_t want = to - from;
+    if (sp_.dropRemainder())
+      want -= want % rows_;
+    return streamOutputs(
+        ctx, req, *pipe, base.epoch, writer, started,
+        [&](const runtime::Batch &batch, int64_t i) {
+          rowsDone += batch.rows();
+          // What a local run's state() says after this output: a replay
+          // state, which names the next epoch after the last output when
+          // the epoch's outputs are known in advance (no filter).
+          runtime::PipelineState after = base;
+          after.outputs = first + i + 1;
+          if (sp_.countKnown() && after.outputs >= epochOutputs) {
+            ++after.epoch;
+            after.outputs = 0;
+          }
+          return after;
+        },
+        [&]() -> std::optional<std::string> {
+          if (rowsDone == want)
+            return std::nullopt;
+          return "positions " + std::to_string(from) + ".." +
+                 std::to_string(to - 1) + " of the share's order gave " +
+                 std::to_string(rowsDone) + " rows instead of " +
+                 std::to_string(want) +
+                 " (an empty file in the source?): a replayed order needs "
+                 "one record per position; remove empty files";
+        });
+  }
+
+  /// Streams up to req->count() outputs of `pipe` (of epoch `epoch`):
+  /// each an Output header, then its numeric fields' bytes in parts.
+  /// `stateAfter(batch, i)` is the state after the chunk's i-th output;
+  /// `checkEnd`, when given, checks the chunk once the pipeline ran out.
+  grpc::Status streamOutputs(
+      grpc::ServerContext *ctx, const ProduceRequest *req,
+      runtime::Pipeline &pipeRef, int64_t epoch, Writer *writer,
+      std::chrono::steady_clock::time_point started,
+      const std::function<runtime::PipelineState(const runtime::Batch &,
+                                                 int64_t)> &stateAfter,
+      const std::function<std::optional<std::string>()> &checkEnd) {
+    runtime::Pipeline *pipe = &pipeRef;
     runtime::Batch batch;
     TrainerStats ts;
     ts.chunks = 1;
-    int64_t rowsDone = st.rows;
     // Cut short (the trainer cancelled, or this worker is shutting down):
     // never OK, which would tell the trainer its share ended here.
     bool cut = false;
     // Reused for every output: their strings keep their capacity.
-    Part head, data;
+    Part head;
+    // The pipeline's CPU (RunStats, summed over its stages and serial
+    // threads) is sampled at most every 20 ms: a record-sized output would
+    // otherwise pay for a stats snapshot each. Each output carries what
+    // was spent since the last sample, plus the encoding of the outputs
+    // before it.
+    double cpuSampled = 0, encodeOwed = 0;
+    auto lastSample = std::chrono::steady_clock::now();
+    auto pipelineCpu = [&] {
+      runtime::RunStats rs = pipe->stats();
+      double c = rs.consumerCpuSeconds;
+      for (const runtime::StageStats &st : rs.stages)
+        c += st.cpuSeconds + st.threadCpuSeconds;
+      return c;
+    };
     for (int64_t i = 0; i < req->count(); ++i) {
       if (ctx->IsCancelled()) {
         cut = true;
@@ -163,26 +356,34 @@ public:
         return grpc::Status(grpc::StatusCode::DATA_LOSS,
                             more.status().message());
       }
-      if (!*more || batch.epoch() != st.epoch)
+      if (!*more || batch.epoch() != epoch) {
+        if (checkEnd)
+          if (std::optional<std::string> bad = checkEnd()) {
+            pipe->stop();
+            return grpc::Status(grpc::StatusCode::DATA_LOSS, *bad);
+          }
         break;
+      }
       double cpu0 = threadCpuSeconds();
       Output &out = *head.mutable_output();
       out.Clear();
       out.set_index(req->first() + i);
       out.set_epoch(batch.epoch());
       encode(batch, out);
-      // The state a local run has here: positions counted from the base,
-      // not from this chunk's resume point (the same positions either way).
-      rowsDone += batch.rows();
-      runtime::PipelineState after = pipe->state();
-      if (after.epoch == st.epoch && after.positionStart >= 0) {
-        after.positionStart = st.positionStart;
-        after.rows = rowsDone;
-        after.outputs = st.outputs + i + 1;
+      out.set_state(stateAfter(batch, i).toJson());
+      auto now = std::chrono::steady_clock::now();
+      if (now - lastSample >= std::chrono::milliseconds(20) ||
+          i + 1 == req->count()) {
+        double c = pipelineCpu();
+        out.set_cpu_seconds(c - cpuSampled + encodeOwed);
+        cpuSampled = c;
+        encodeOwed = 0;
+        lastSample = now;
       }
-      out.set_state(after.toJson());
-      ts.bytes += static_cast<int64_t>(head.ByteSizeLong());
-      if (!writer->Write(head)) {
+      std::string wire = head.SerializeAsString();
+      ts.bytes += static_cast<int64_t>(wire.size());
+      grpc::Slice headSlice(wire);
+      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
         cut = true;
         break;
       }
@@ -192,15 +393,16 @@ public:
           continue;
         for (size_t off = 0; off < x.nbytes(); off += kPartBytes) {
           size_t n = std::min(kPartBytes, x.nbytes() - off);
-          data.set_data(reinterpret_cast<const char *>(x.raw()) + off, n);
-          ts.bytes += static_cast<int64_t>(data.ByteSizeLong());
-          if (!writer->Write(data)) {
+          grpc::ByteBuffer part = dataPart(x, off, n);
+          ts.bytes += static_cast<int64_t>(part.Length());
+          if (!writer->Write(part)) {
             cut = true;
             break;
           }
         }
       }
       ts.encodeCpu += threadCpuSeconds() - cpu0;
+      encodeOwed += threadCpuSeconds() - cpu0;
       if (cut)
         break;
       ++ts.outputs;
@@ -216,6 +418,36 @@ public:
                           "trainer went away)");
     return grpc::Status::OK;
   }
+
+  /// One of the worker's --streams, held for a Produce call.
+  class StreamSlot {
+  public:
+    explicit StreamSlot(WorkerService &s) : s_(s) {}
+    bool wait(grpc::ServerContext *ctx) {
+      if (s_.so_.streams <= 0)
+        return true;
+      std::unique_lock<std::mutex> lock(s_.slotMu_);
+      while (s_.running_ >= s_.so_.streams) {
+        if (ctx->IsCancelled())
+          return false;
+        s_.slotCv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      ++s_.running_;
+      held_ = true;
+      return true;
+    }
+    ~StreamSlot() {
+      if (!held_)
+        return;
+      std::lock_guard<std::mutex> lock(s_.slotMu_);
+      --s_.running_;
+      s_.slotCv_.notify_one();
+    }
+
+  private:
+    WorkerService &s_;
+    bool held_ = false;
+  };
 
   std::string statsText(const std::string &address) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -285,11 +517,15 @@ private:
   const runtime::Plan &plan_;
   const runtime::RunOptions &opts_;
   const ServeOptions &so_;
+  detail::ServePlan &sp_;
   const int64_t rows_;
   const uint64_t fingerprint_;
   std::optional<int64_t> sourceRecords_;
   std::mutex mu_;
   std::map<std::string, TrainerStats> stats_;
+  std::mutex slotMu_;
+  std::condition_variable slotCv_;
+  int64_t running_ = 0;
 };
 
 std::string readFile(const std::string &path, std::string &err) {
@@ -307,47 +543,35 @@ std::string readFile(const std::string &path, std::string &err) {
 
 Status checkServable(const runtime::Plan &plan,
                      const runtime::RunOptions &opts) {
-  runtime::RunOptions o = opts;
-  o.epochs = 1;
-  o.controller = nullptr;
-  auto created = runtime::Pipeline::create(plan, o);
-  if (!created)
-    return created.status();
-  runtime::PipelineState st = (*created)->state();
-  (*created)->stop();
-  if (st.positionStart < 0)
-    return Status::error(
-        "pipeline '" + plan.name +
-        "' cannot be served: a worker resumes it at any output by position, "
-        "and this pipeline only resumes by replaying its epoch (a shuffle "
-        "step's buffer, a filter, take/skip, repeat, unbatch, interleave, "
-        "a cache or `on_error: skip` hold state that positions cannot "
-        "describe); read the source by position instead: `shuffle: true` on "
-        "the source in place of a shuffle step, and no filter "
-        "(docs/distributed.md)");
-  return Status::ok();
+  auto sp = detail::ServePlan::make(plan, opts);
+  return sp ? Status::ok() : sp.status();
 }
 
-int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
+int serve(const runtime::Plan &plan, const runtime::RunOptions &runOpts,
           const ServeOptions &so, std::ostream &err) {
-  if (Status s = checkServable(plan, opts); !s) {
-    err << "sluice serve: error: " << s.message() << "\n";
+  runtime::RunOptions opts = runOpts;
+  if (so.streams > 0) {
+    int64_t budget = opts.memoryBytes ? opts.memoryBytes : plan.memoryBytes;
+    if (budget <= 0) {
+      err << "sluice serve: error: --streams shares the worker's memory "
+             "budget among its streams, and neither the spec's "
+             "budget.memory nor --memory gives one\n";
+      return 2;
+    }
+    opts.memoryBytes = std::max<int64_t>(1, budget / so.streams);
+  }
+  auto made = detail::ServePlan::make(plan, opts);
+  if (!made) {
+    err << "sluice serve: error: " << made.status().message();
+    if (so.streams > 0)
+      err << " (with --streams " << so.streams << " each stream has "
+          << runtime::formatBytes(opts.memoryBytes)
+          << " of the worker's budget: raise --memory or lower --streams)";
+    err << "\n";
     return 1;
   }
-  // One epoch's source records, for the end-of-share check.
-  std::optional<int64_t> sourceRecords;
-  {
-    runtime::RunOptions o = opts;
-    o.epochs = 1;
-    o.rank = 0;
-    o.worldSize = 1;
-    o.controller = nullptr;
-    auto p = runtime::Pipeline::create(plan, o);
-    if (p) {
-      sourceRecords = (*p)->expectedSourceRecords();
-      (*p)->stop();
-    }
-  }
+  std::unique_ptr<detail::ServePlan> servePlan = made.take();
+  keepFreedMemory();
 
   // SIGINT/SIGTERM are waited for below; gRPC's threads inherit the mask.
   sigset_t sigs;
@@ -364,8 +588,7 @@ int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
   } else {
     creds = grpc::InsecureServerCredentials();
   }
-  WorkerService service(plan, opts, so);
-  service.setSourceRecords(sourceRecords);
+  WorkerService service(plan, opts, so, *servePlan);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(so.listen, creds, &port);

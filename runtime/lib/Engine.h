@@ -132,6 +132,8 @@ struct Shared {
     /// The first pass of this epoch starts at `resumeStart` instead of 0.
     int64_t resumeEpoch = -1;
     int64_t resumeStart = 0;
+    /// RunOptions::positions: read these positions, in this order.
+    std::shared_ptr<const std::vector<int64_t>> positions;
   } positional;
 
   /// The source stage's counters, and the source records that passes

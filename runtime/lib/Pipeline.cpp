@@ -535,7 +535,9 @@ Status Engine::build() {
   // Records per pass at each point of the stream (for the memory cache
   // check, the progress ETA and the shuffle buffer's static size).
   std::optional<int64_t> count = source_->sizeHint();
-  if (count && shared_.positional.world > 1) {
+  if (shared_.positional.positions) {
+    count = static_cast<int64_t>(shared_.positional.positions->size());
+  } else if (count && shared_.positional.world > 1) {
     int64_t w = shared_.positional.world, r = shared_.positional.rank;
     count = std::max<int64_t>(0, (*count - r + w - 1) / w);
   }
@@ -802,6 +804,10 @@ Status Engine::setupPositions() {
   positionalExact_ = exact && batches <= 1;
   batched_ = batches > 0;
   P.on = P.world > 1 || P.permute;
+  if (opts_.positions) {
+    P.on = true;
+    P.positions = opts_.positions;
+  }
 
   if (!opts_.resume)
     return Status::ok();
@@ -1233,6 +1239,7 @@ Expected<bool> Pipeline::next(Batch &out) {
   out.fields_ = std::move(item.rec.fields);
   out.sequence_ = engine_->outputs_.load(std::memory_order_relaxed) - 1;
   out.epoch_ = epoch;
+  out.index_ = item.rec.index;
   return true;
 }
 

@@ -19,6 +19,13 @@
 // other ranks (cheap next to the per-record steps, which run only on this
 // rank's records).
 //
+// With explicit positions (RunOptions::positions, for `sluice serve`) the
+// stage reads the listed positions in the listed order instead of a rank's
+// share: the stage walks "steps" 0, 1, 2, ... of the list where it
+// otherwise walks rank + k * world, and every step names its position. A
+// source read front to back cannot seek backwards, so it reads from the
+// in-memory table then, as `shuffle: true` does.
+//
 // As in the sequential source stage, what the readers hold while a file is
 // open (block buffer, zlib state) and allocate for a record (a whole file's
 // bytes, a declared length) is counted in "<source> reading"; a record the
@@ -72,6 +79,20 @@ protected:
       resumed_ = true;
     }
     next_ = start + P.rank;
+    stride_ = P.world;
+    end_ = n_;
+    if (P.positions) {
+      next_ = 0;
+      stride_ = 1;
+      end_ = static_cast<int64_t>(P.positions->size());
+      for (int64_t p : *P.positions)
+        if (p < 0 || (n_ >= 0 && p >= n_))
+          return Status::error(
+              shared_.plan->where(shared_.plan->source) + ": position " +
+              std::to_string(p) + " is outside the source's " +
+              (n_ >= 0 ? std::to_string(n_) : std::string("unknown")) +
+              " records");
+    }
     prefetchFrom_ = next_;
     if (window_)
       window_->clear();
@@ -79,18 +100,21 @@ protected:
     cursor_.reset();
     cursorShard_ = 0;
     cursorPos_ = 0;
-    if (!P.permute)
+    if (!P.permute && !P.positions)
       return Status::ok();
     if (n_ < 0)
       return Status::error(
           shared_.plan->where(shared_.plan->source) + ": source '" +
-          shared_.source->kind() +
-          "' cannot say how many records it has, so it cannot shuffle them");
+          shared_.source->kind() + "' cannot say how many records it has, " +
+          (P.permute ? "so it cannot shuffle them"
+                     : "so it cannot be read at given positions"));
     if (!perShard_ && !tableLoaded_) {
       Status s = loadTable();
       if (!s)
         return s;
     }
+    if (!P.permute)
+      return Status::ok();
     perm_.resize(static_cast<size_t>(n_));
     std::iota(perm_.begin(), perm_.end(), int64_t(0));
     Rng rng(shared_.plan->seed, epoch, 0, kPermutationStream);
@@ -114,11 +138,12 @@ protected:
     const Shared::Positional &P = shared_.positional;
     const Source &src = *shared_.source;
     for (;;) {
-      if (n_ >= 0 && next_ >= n_)
+      if (end_ >= 0 && next_ >= end_)
         return false;
-      int64_t p = next_;
-      next_ += P.world;
-      int64_t id = P.permute ? perm_[static_cast<size_t>(p)] : p;
+      int64_t step = next_;
+      next_ += stride_;
+      int64_t p = positionAt(step);
+      int64_t id = idAt(step);
       ReadResult rr = ReadResult::end();
       if (perShard_) {
         // Remote objects: the next positions' GETs go out now, in the
@@ -126,14 +151,12 @@ protected:
         if (size_t depth = src.prefetchDepth()) {
           prefetchFrom_ = std::max(prefetchFrom_, next_);
           int64_t until = std::min<int64_t>(
-              n_, next_ + static_cast<int64_t>(depth) * P.world);
-          for (; prefetchFrom_ < until; prefetchFrom_ += P.world)
-            src.prefetch(static_cast<size_t>(
-                P.permute ? perm_[static_cast<size_t>(prefetchFrom_)]
-                          : prefetchFrom_));
+              end_, next_ + static_cast<int64_t>(depth) * stride_);
+          for (; prefetchFrom_ < until; prefetchFrom_ += stride_)
+            src.prefetch(static_cast<size_t>(idAt(prefetchFrom_)));
         }
         if (window_) {
-          rr = takeFromWindow(p, static_cast<size_t>(id), out.rec);
+          rr = takeFromWindow(step, static_cast<size_t>(id), out.rec);
         } else {
           std::unique_ptr<ShardReader> r = open(static_cast<size_t>(id));
           rr = readCounted(scratchLimit_, *r, out.rec,
@@ -144,7 +167,7 @@ protected:
         out.origin.record = 0;
         if (rr.isEnd())
           continue; // an empty file holds no record
-      } else if (P.permute) {
+      } else if (P.permute || P.positions) {
         const Entry &e = table_[static_cast<size_t>(id)];
         rr = e.result;
         out.rec = e.rec; // shares the table's buffers
@@ -171,21 +194,29 @@ protected:
   }
 
 private:
-  /// The file at position `p` (shard `id`) from the window: the positions
-  /// after it are named first, so it holds the next `width` of this rank.
-  ReadResult takeFromWindow(int64_t p, size_t id, Record &rec) {
+  /// The global position read at step `step` of the walk (rank + k *
+  /// world, or the k-th explicit position).
+  int64_t positionAt(int64_t step) const {
     const Shared::Positional &P = shared_.positional;
-    auto idAt = [&](int64_t q) {
-      return static_cast<size_t>(P.permute ? perm_[static_cast<size_t>(q)] : q);
-    };
+    return P.positions ? (*P.positions)[static_cast<size_t>(step)] : step;
+  }
+  /// The shard (or table entry) that holds the record of step `step`.
+  int64_t idAt(int64_t step) const {
+    int64_t p = positionAt(step);
+    return shared_.positional.permute ? perm_[static_cast<size_t>(p)] : p;
+  }
+
+  /// The file of step `p` (shard `id`) from the window: the steps after it
+  /// are named first, so it holds the next `width` of this rank.
+  ReadResult takeFromWindow(int64_t p, size_t id, Record &rec) {
     auto fill = [&] {
       windowFrom_ = std::max(windowFrom_, p);
       if (!window_->wantsMore())
         return;
-      for (; window_->size() < window_->width() && windowFrom_ < n_ &&
+      for (; window_->size() < window_->width() && windowFrom_ < end_ &&
              window_->roomForMore();
-           windowFrom_ += P.world)
-        window_->push(idAt(windowFrom_));
+           windowFrom_ += stride_)
+        window_->push(static_cast<size_t>(idAt(windowFrom_)));
     };
     fill();
     int64_t waited = 0;
@@ -196,7 +227,7 @@ private:
       // not the file of this position): drop what the window holds and
       // read this file here, alone, as without the window.
       doneBytes_ += window_->clear();
-      windowFrom_ = p + P.world;
+      windowFrom_ = p + stride_;
       std::unique_ptr<ShardReader> r = open(id);
       ReadResult rr = readCounted(scratchLimit_, *r, rec, src().shardName(id));
       doneBytes_ += static_cast<int64_t>(r->bytesRead());
@@ -297,7 +328,11 @@ private:
   AccountAllocationLimit scratchLimit_;
   bool perShard_ = false;
   int64_t n_ = -1;
+  /// The walk: the next step, the step between two of this rank's, and
+  /// where the walk ends (n_, or the explicit positions' count).
   int64_t next_ = 0;
+  int64_t stride_ = 1;
+  int64_t end_ = -1;
   int64_t prefetchFrom_ = 0; ///< the next position to prefetch
   /// The file window (FileWindow.h), and the next position to name to it.
   std::unique_ptr<FileWindow> window_;

@@ -2,8 +2,9 @@
 127.0.0.1: batches byte-identical to a local run at the same rank with 1, 2
 and 3 workers; exactly once when a worker is killed with SIGKILL mid-epoch
 and when one is added; resume from state_dict (remote and local states
-interchange); a wrong or missing token refused; a spec that cannot resume
-by position refused by the worker; a stalled trainer holding the worker's
+interchange); a shuffle step and a filter served by replaying their order
+(identical, kill -9, resume); a step no worker can serve refused with its
+line; a wrong or missing token refused; a stalled trainer holding the worker's
 memory within its budget (HTTP/2 flow control)."""
 import json
 import os
@@ -49,11 +50,12 @@ def served_spec(image_root, tmp_path_factory):
 class Worker:
     """A `sluice serve` process on 127.0.0.1 (a free port it picks)."""
 
-    def __init__(self, spec, tmp_path, *extra, env=None):
+    def __init__(self, spec, tmp_path, *extra, env=None,
+                 listen="127.0.0.1:0"):
         self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
                                                           time.monotonic_ns())))
         self.proc = subprocess.Popen(
-            [SLUICE_BIN, "serve", spec, "--listen", "127.0.0.1:0",
+            [SLUICE_BIN, "serve", spec, "--listen", listen,
              "--port-file", self.port_file, "--threads", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
@@ -85,8 +87,8 @@ class Worker:
 def workers(tmp_path):
     started = []
 
-    def start(spec, *extra, env=None):
-        w = Worker(spec, tmp_path, *extra, env=env)
+    def start(spec, *extra, env=None, listen="127.0.0.1:0"):
+        w = Worker(spec, tmp_path, *extra, env=env, listen=listen)
         started.append(w)
         return w
     yield start
@@ -358,13 +360,139 @@ def test_another_spec_is_refused(served_spec, workers, image_root, tmp_path):
         remote.Dataset(other, [w.address], worker_timeout=10)
 
 
-def test_replay_pipeline_is_refused_by_the_worker(image_spec):
-    r = subprocess.run([SLUICE_BIN, "serve", image_spec, "--listen",
+@pytest.fixture(scope="session")
+def fashion_replay(tmp_path_factory):
+    """A filter and a shuffle step, both replayed by the workers: the
+    filter's survivors (a tenth of the records fail it) decide where every
+    later batch starts, the shuffle buffer's draws the order; a short last
+    batch (8,977 rows at world size 1)."""
+    d = tmp_path_factory.mktemp("spec")
+    return write(d / "fashion_replay.yaml", """
+        pipeline: fashion_replay
+        seed: 9
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - filter: {where: "label != 3"}
+          - random_crop: {field: image, size: [24, 24], padding: 2}
+          - shuffle: {buffer: 700}
+          - random_flip: {field: image, axis: width, p: 0.5}
+          - normalize: {field: image, mean: 72.94, std: 90.02}
+          - batch: {size: 128}
+        epochs: 2
+        budget: {cores: 2, memory: 256MiB}
+        """ % (FASHION, FASHION))
+
+
+@pytest.mark.parametrize("which", ["image_spec", "fashion_replay"])
+@pytest.mark.parametrize("n", [1, 2])
+def test_replayed_order_identical_to_local(request, workers, which, n):
+    """A shuffle step (image_spec: after the per-record steps, as the
+    README writes it, with drop_remainder) and a filter before a shuffle
+    step (fashion_replay): the workers replay the order from the seed, and
+    the batches are a local run's at every worker count, rank and epoch."""
+    spec = request.getfixturevalue(which)
+    ws = [workers(spec) for _ in range(n)]
+    for world_size, rank in [(1, 0), (2, 1)]:
+        ds = remote.Dataset(spec, [w.address for w in ws], rank=rank,
+                            world_size=world_size, chunk=2, window=6)
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            got = remote_batches(ds)
+            want = local_batches(spec, epoch, rank, world_size)
+            assert len(want) >= 3
+            assert_same(got, want)
+        ds.close()
+
+
+def test_replayed_order_kill_9_and_resume(fashion_replay, workers):
+    """Two workers of a replayed pipeline (filter + shuffle step); one is
+    stopped, the trainer waits on its chunk, it is killed: its outputs go
+    to the other, every batch exactly once. The state after some batches
+    is a local Dataset's, and both resume from it."""
+    import threading
+    a, b = workers(fashion_replay), workers(fashion_replay)
+    ds = remote.Dataset(fashion_replay, [a.address, b.address], chunk=4,
+                        window=16, worker_timeout=60)
+    ds.set_epoch(1)
+    it = ds.arrays()
+    got = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    a.proc.send_signal(signal.SIGSTOP)
+    rest = []
+    reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
+    reader.start()
+    seen, since = -1, time.monotonic()
+    while reader.is_alive() and time.monotonic() - since < 2.0:
+        if len(rest) != seen:
+            seen, since = len(rest), time.monotonic()
+        time.sleep(0.05)
+    stalled = reader.is_alive()
+    a.kill()
+    reader.join(timeout=120)
+    assert not reader.is_alive(), "the epoch did not end after the kill"
+    want = local_batches(fashion_replay, 1)
+    assert_same(got + rest, want)
+    st = ds.stats()
+    assert stalled, ("the trainer never waited for the stopped worker", st)
+    assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
+    ds.close()
+
+    import sluice.torch as storch
+    local = storch.Dataset(fashion_replay, threads=1)
+    local.set_epoch(1)
+    lit = iter(local)
+    for _ in range(3):
+        next(lit)
+    assert state == json.loads(json.dumps(local.state_dict()))
+    assert state["pipeline"]["position_start"] == -1  # a replay state
+    del lit
+    again = remote.Dataset(fashion_replay, [b.address], chunk=3)
+    again.load_state_dict(state)
+    assert_same(remote_batches(again), want[3:])
+    again.close()
+    pipe = sluice.Pipeline(fashion_replay, epochs=2, first_epoch=1, threads=1)
+    pipe.load_state_dict(state["pipeline"])
+    assert_same([dict(x) for x in pipe], want[3:])
+    # A replayed order needs the share it was saved at, as locally.
+    other = remote.Dataset(fashion_replay, [b.address], rank=0, world_size=2)
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="same share"):
+        remote_batches(other)
+    other.close()
+
+
+@pytest.mark.parametrize("step,instead", [
+    ("- take: {count: 100}", "stop the trainer's loop"),
+    ("- repeat: {count: 2}", "run more epochs"),
+    ("- shuffle: {buffer: 4}", "put the shuffle before the batch"),
+])
+def test_unservable_step_is_named(tmp_path, step, instead):
+    """A step no worker can cut at an arbitrary output: `sluice serve`
+    refuses before listening, naming the step's line and what to write
+    instead."""
+    spec = write(tmp_path / "unservable.yaml", """
+        pipeline: unservable
+        seed: 3
+        source:
+          idx:
+            images: %s/t10k-images-idx3-ubyte.gz
+            labels: %s/t10k-labels-idx1-ubyte.gz
+        steps:
+          - normalize: {field: image, mean: 72.94, std: 90.02}
+          - batch: {size: 16}
+          %s
+        epochs: 1
+        """ % (FASHION, FASHION, step))
+    r = subprocess.run([SLUICE_BIN, "serve", spec, "--listen",
                         "127.0.0.1:0"], capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 1
-    assert "cannot be served" in r.stderr
-    assert "shuffle: true" in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"unservable\.yaml:10:\d+: step '\w+(\.\d+)?' \(\w+\) "
+                     r"cannot be served", r.stderr), r.stderr
+    assert instead in r.stderr, r.stderr
 
 
 def test_listen_needs_an_address(served_spec):
@@ -561,3 +689,165 @@ def test_sink_flags_are_refused(served_spec):
                         "127.0.0.1:0", "--sink", "npy:/tmp/x"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "trainers" in r.stderr
+
+
+class DnsServer:
+    """A DNS server on 127.0.0.1 (UDP, a free port; dnspython builds the
+    answers): A records from `records` (name -> addresses, changeable while
+    it runs), no AAAA records, NXDOMAIN for other names. It counts the
+    queries it answered."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.records = {}
+        self.queries = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import socket
+        import dns.message
+        import dns.rcode
+        import dns.rdatatype
+        import dns.rrset
+        while self.running:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            q = dns.message.from_wire(data)
+            r = dns.message.make_response(q)
+            for question in q.question:
+                name = question.name.to_text().rstrip(".")
+                addrs = list(self.records.get(name, []))
+                if name not in self.records:
+                    r.set_rcode(dns.rcode.NXDOMAIN)
+                elif question.rdtype == dns.rdatatype.A and addrs:
+                    r.answer.append(dns.rrset.from_text_list(
+                        question.name, 1, "IN", "A", addrs))
+            self.queries += 1
+            self.sock.sendto(r.to_wire(), peer)
+
+    def close(self):
+        self.running = False
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_dns_name_stands_for_several_workers(fashion_positional, workers):
+    """A name with one address per worker (a headless Service): the client
+    connects to each, and an address added to the name while the epoch
+    runs is a worker added. Workers on 127.0.0.1-3, one port."""
+    pytest.importorskip("dns.message")
+    server = DnsServer()
+    try:
+        a = workers(fashion_positional)
+        port = int(a.address.rsplit(":", 1)[1])
+        b = workers(fashion_positional, listen="127.0.0.2:%d" % port)
+        c = workers(fashion_positional, listen="127.0.0.3:%d" % port)
+        server.records["workers.sluice.test"] = ["127.0.0.1", "127.0.0.2"]
+        entry = "dns://127.0.0.1:%d/workers.sluice.test:%d" % (server.port,
+                                                                 port)
+        ds = remote.Dataset(fashion_positional, [entry], chunk=2, window=8,
+                            dns_interval=0.2)
+        it = ds.arrays()
+        got = [next(it) for _ in range(5)]
+        server.records["workers.sluice.test"].append("127.0.0.3")
+        got += slowly(it)
+        assert_same(got, local_batches(fashion_positional, 0))
+        ds.close()
+        for w in (a, b, c):
+            err = w.stop()
+            assert re.search(r"[1-9]\d* outputs,", err), (w.address, err)
+        assert server.queries >= 3
+    finally:
+        server.close()
+    with pytest.raises(sluice.PipelineError, match="needs a port"):
+        remote.Dataset(fashion_positional, ["dns:///workers.sluice.test"])
+
+
+def test_advice_on_the_number_of_workers(served_spec, workers):
+    """A trainer that spends 20 ms of its own per batch: the advice's demand
+    is at most 50 batches/s, the workers' CPU per batch is the pipeline's
+    (within a factor of the local pipeline's CPU per batch, measured here
+    at one thread: decoding dominates both), and the workers follow from
+    the two."""
+    w = workers(served_spec)
+    ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
+    with pytest.raises(ValueError, match="a few batches"):
+        ds.advice()
+    n = 0
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        for _ in ds.arrays():
+            time.sleep(0.02)
+            n += 1
+    a = ds.advice()
+    ds.close()
+    assert n == 20
+    assert 1 < a["demand"] <= 50, a
+    assert a["cores_per_worker"] == 1  # the worker runs --threads 1
+    assert a["workers"] == max(1, -(-a["worker_cores"] // 1)), a
+    assert abs(a["worker_cores"] - a["demand"] * a["worker_cpu_per_batch"]) \
+        < 1e-9
+    assert 0 <= a["stall"] < 1 and a["receive_cores"] > 0, a
+    assert "worker cores keep it fed" in a["report"]
+    t0 = os.times()
+    batches = sum(1 for _ in sluice.Pipeline(served_spec, threads=1))
+    t1 = os.times()
+    local = (t1.user + t1.system - t0.user - t0.system) / batches
+    print("worker CPU per batch %.2f ms, local %.2f ms" % (
+        1e3 * a["worker_cpu_per_batch"], 1e3 * local))
+    assert 0.2 < a["worker_cpu_per_batch"] / local < 5, (a, local)
+
+
+def test_copied_parts_give_the_same_batches(served_spec, workers,
+                                            monkeypatch):
+    """The raw message path switched off on both ends (the worker copies
+    each part into a protobuf message, the trainer parses every message):
+    the same batches."""
+    w = workers(served_spec, env={"SLUICE_REMOTE_COPY_PARTS": "1"})
+    monkeypatch.setenv("SLUICE_REMOTE_PARSE_PARTS", "1")
+    ds = remote.Dataset(served_spec, [w.address], chunk=3)
+    assert_same(remote_batches(ds), local_batches(served_spec, 0))
+    ds.close()
+
+
+def test_streams_share_the_worker_budget(served_spec, workers):
+    """--streams 1: the worker runs one chunk at a time with its whole
+    budget; two trainers (ranks 0 and 1 of 2) reading at once from it both
+    get a local run's batches. A share too small for the pipeline is
+    refused before listening, saying what to change."""
+    import threading
+    w = workers(served_spec, "--streams", "1")
+    got, errors = {}, []
+
+    def trainer(rank):
+        try:
+            ds = remote.Dataset(served_spec, [w.address], rank=rank,
+                                world_size=2, chunk=1, window=2)
+            got[rank] = remote_batches(ds)
+            ds.close()
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+    ts = [threading.Thread(target=trainer, args=(r,)) for r in (0, 1)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not errors, errors
+    for rank in (0, 1):
+        assert_same(got[rank], local_batches(served_spec, 0, rank, 2))
+    r = subprocess.run([SLUICE_BIN, "serve", served_spec, "--listen",
+                        "127.0.0.1:0", "--streams", "100000"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "lower --streams" in r.stderr, r.stderr

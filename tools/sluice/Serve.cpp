@@ -23,6 +23,7 @@ namespace {
 struct ServeFlags {
   std::string listen, tokenFile, tlsCert, tlsKey, portFile;
   double statsInterval = 0;
+  int64_t streams = 0;
 };
 
 bool readText(const std::string &path, const std::string &what,
@@ -71,6 +72,13 @@ CommandAction addServeCommand(CLI::App &root) {
                   "print per-trainer statistics every S seconds (default: "
                   "when it stops)")
       ->type_name("S");
+  cmd->add_option("--streams", sf->streams,
+                  "run at most N chunks (of any trainers) at once, each with "
+                  "budget.memory / N, so that the worker stays within its "
+                  "budget whatever the number of trainers; further chunks "
+                  "wait (default 0: no limit, each chunk with the whole "
+                  "budget)")
+      ->type_name("N");
   return [st, sf] {
     // Outputs go to trainers: run's sink flags mean nothing here.
     if (st->run.sink != "null" || st->run.overwrite ||
@@ -86,6 +94,11 @@ CommandAction addServeCommand(CLI::App &root) {
     so.listen = sf->listen;
     so.portFile = sf->portFile;
     so.statsInterval = sf->statsInterval;
+    so.streams = sf->streams;
+    if (sf->streams < 0)
+      return usageError("--streams must be >= 0 (0: no limit), got " +
+                            std::to_string(sf->streams),
+                        "serve");
     so.quiet = st->run.quiet;
     if (sf->listen.find(':') == std::string::npos)
       return usageError("--listen needs host:port (e.g. 127.0.0.1:7070), "

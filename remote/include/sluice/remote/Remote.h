@@ -42,6 +42,32 @@ namespace sluice::remote {
 /// to be sure they run the same spec.
 uint64_t specDigest(const std::string &text);
 
+/// Makes glibc keep the memory it frees for reuse instead of returning it
+/// to the kernel (mallopt: trim threshold 512 MiB, mmap threshold 32 MiB),
+/// once per process; called when a worker starts serving and when a trainer
+/// connects. gRPC reads the socket into fresh heap buffers of up to 256 KiB
+/// per read and frees them once copied out; with glibc's defaults, which
+/// trim the heap's top and mmap such blocks after adjusting its threshold,
+/// their pages were returned and faulted in again: measured on the 2-core
+/// host, 150-2,900 page faults and 58-185 ms of trainer CPU per f32 batch
+/// of 77 MB, against no faults and 21-30 ms with the memory kept
+/// (docs/distributed.md, "Performance"). The cost is that the process's
+/// RSS stays at its high-water mark. SLUICE_NO_MALLOC_TUNING=1 leaves the
+/// allocator as it is. Returns whether it changed anything.
+bool keepFreedMemory();
+
+/// Whether a worker entry is a DNS name standing for several workers
+/// ("dns:///NAME:PORT" or "dns://DNS-SERVER[:PORT]/NAME:PORT").
+bool isDnsWorker(const std::string &entry);
+
+/// The workers a DNS entry stands for: "ADDRESS:PORT" for every address the
+/// name has (A and AAAA records, IPv6 in brackets), sorted; none when the
+/// name has no address. Asks the system's resolvers, or the DNS server the
+/// entry names (Discovery.cpp). Errors: a malformed entry, a failed or
+/// timed-out lookup.
+Expected<std::vector<std::string>> resolveWorkers(const std::string &entry,
+                                                  double timeoutSeconds = 2);
+
 /// Credentials shared by both ends.
 struct Security {
   /// A shared secret every call must carry (metadata "authorization:
@@ -71,18 +97,29 @@ struct ServeOptions {
   /// only when the worker stops).
   double statsInterval = 0;
   bool quiet = false;
+  /// Streams (chunks of any trainers) the worker runs at once (--streams);
+  /// 0: no limit, each chunk's pipeline having the whole budget.memory.
+  /// N > 0: the worker's budget is shared: each chunk's pipeline gets
+  /// budget.memory / N, and a chunk asked for while N run waits for one
+  /// to end. A trainer that stops reading holds its stream's share (its
+  /// worker's writes wait for it), so with several trainers on one worker
+  /// give N at least the number of trainers.
+  int64_t streams = 0;
 };
 
 /// Runs a worker until SIGINT/SIGTERM (or stop() from another thread).
 /// `opts` is how each chunk's pipeline runs (threads, memory, schedule,
-/// binder). Refuses, before listening, a plan that cannot resume by
-/// position (a shuffle buffer, filter, ... : docs/distributed.md says
-/// why). Returns an exit code (0 ok, 1 for an error printed to `err`, 2 for
-/// a bad address or credentials).
+/// binder). A plan that resumes by position is served by position; one
+/// with a shuffle step or a filter by replaying its order (Replay.h).
+/// Refuses, before listening, a plan with a step a worker cannot cut at
+/// an arbitrary output (take, repeat, a cache, ...), naming the step and
+/// what to write instead. Returns an exit code (0 ok, 1 for an error printed to
+/// `err`, 2 for a bad address or credentials).
 int serve(const runtime::Plan &plan, const runtime::RunOptions &opts,
           const ServeOptions &serveOpts, std::ostream &err);
 
-/// Whether `plan` can be served, with the reason when it cannot.
+/// Whether `plan` can be served, with the step and the reason when it
+/// cannot.
 Status checkServable(const runtime::Plan &plan,
                      const runtime::RunOptions &opts);
 
@@ -109,11 +146,18 @@ struct RemoteOutput {
   std::string state;
   /// Bytes of the message on the wire (its protobuf size).
   int64_t wireBytes = 0;
+  /// CPU seconds the worker spent on it (Output.cpu_seconds).
+  double workerCpu = 0;
 };
 
 /// What the client asks of the workers.
 struct ClientOptions {
+  /// host:port of each worker, or a DNS name standing for several
+  /// ("dns:///NAME:PORT", isDnsWorker): resolved when connecting and again
+  /// every `dnsInterval` seconds while an epoch runs, so an address that
+  /// appears is a worker added (a StatefulSet scaled up).
   std::vector<std::string> workers;
+  double dnsInterval = 5;
   /// A file listing workers (one host:port a line, '#' comments); re-read
   /// whenever a chunk is handed out, so workers can be added while an
   /// epoch runs.
@@ -141,6 +185,17 @@ struct ClientStats {
   int64_t reassigned = 0; ///< outputs handed out again after a failure
   int64_t workerFailures = 0;
   int64_t chunks = 0;
+  /// What the advice on the number of workers is made of (Dataset.advice
+  /// in Python): the workers' CPU for the delivered outputs, this
+  /// process's CPU receiving them (the streams' threads), the time the
+  /// trainer waited inside next(), and the time it spent between one
+  /// next() returning and the next call (its own work per batch).
+  double workerCpuSeconds = 0;
+  double receiveCpuSeconds = 0;
+  double waitSeconds = 0;
+  double trainerSeconds = 0;
+  /// Threads of each worker's pipelines (DescribeReply.threads).
+  int64_t workerThreads = 0;
 };
 
 /// The trainer's side: one epoch (its rank's share) at a time.
@@ -153,7 +208,9 @@ public:
 
   /// Starts the share of epoch `epoch` from its beginning, or from `resume`
   /// (a PipelineState JSON from state() of this or a local pipeline of the
-  /// same spec, saved at this rank or, when positional, any rank).
+  /// same spec, saved at this rank or, when positional, any rank; a
+  /// replayed pipeline's state (a shuffle step, a filter) continues at the
+  /// rank and world size it was saved at, as a local one does).
   Status start(int64_t epoch, const std::string &resume = "");
   /// The next output of the epoch's share, or nullopt at its end. Errors:
   /// a data error on a worker (its message), no worker reachable.

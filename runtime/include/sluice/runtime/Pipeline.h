@@ -289,6 +289,18 @@ struct RunOptions {
   /// made; a remote one's fetches ahead are keyed by shard, so pipelines
   /// that share it get the same bytes.
   std::shared_ptr<const Source> source;
+  /// Explicit positions: every epoch reads exactly these global positions
+  /// of the epoch's order (the sorted order, or the `shuffle: true`
+  /// permutation), in this order, each record numbered by its position as
+  /// positional reading numbers it (so its random choices are those of a
+  /// run that reads it anywhere else), then ends; rank, world size and a
+  /// resume do not choose positions then. For `sluice serve`, whose worker
+  /// works out which positions a chunk of outputs holds (a shuffle step's
+  /// order replayed from the seed, a filter's survivors) and makes just
+  /// those (remote/lib/Replay.cpp). A source that is read front to back
+  /// (csv, tfrecord, ...) is loaded into memory for it, as for
+  /// `shuffle: true`.
+  std::shared_ptr<const std::vector<int64_t>> positions;
 };
 
 /// A rank and world size chosen by the caller (Python's
@@ -337,6 +349,11 @@ public:
   int64_t sequence() const { return sequence_; }
   /// 0-based epoch the output belongs to.
   int64_t epoch() const { return epoch_; }
+  /// The index that keys the output's random choices: for a record (no
+  /// batch) of a pipeline read by position, its global position in the
+  /// epoch's order (which `sluice serve` uses to learn which positions a
+  /// filter kept).
+  uint64_t recordIndex() const { return index_; }
 
 private:
   friend class Pipeline;
@@ -344,6 +361,7 @@ private:
   std::vector<Tensor> fields_;
   int64_t sequence_ = 0;
   int64_t epoch_ = 0;
+  uint64_t index_ = 0;
 };
 
 class Engine;

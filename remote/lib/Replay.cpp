@@ -1,0 +1,279 @@
+//===- Replay.cpp - Which positions a chunk of outputs holds
+//---------------===//
+//
+// Replay.h says why a shuffle step and a filter are replayed and how. The
+// classification below names, for every step a worker cannot cut at an
+// arbitrary output, what to write instead: the trainer sees that message
+// from `sluice serve` before any worker listens.
+//
+//===----------------------------------------------------------------------===//
+#include "Replay.h"
+
+#include "sluice/ops/Random.h"
+#include "sluice/runtime/ElementOps.h"
+
+#include <algorithm>
+
+namespace sluice::remote::detail {
+
+namespace {
+
+bool isBatch(const runtime::PlanStage &st) {
+  return st.op == "batch" || st.op == "padded_batch";
+}
+
+Status refuse(const runtime::Plan &plan, const runtime::PlanStage &st,
+              const std::string &why, const std::string &instead) {
+  return Status::error(plan.where(st) + ": step '" + st.name + "' (" + st.op +
+                       ") cannot be served: " + why + "; " + instead +
+                       " (docs/distributed.md, \"What runs where\")");
+}
+
+/// Why a stream step other than shuffle, filter and batch cannot be served,
+/// and what to write instead (empty: it can be).
+std::optional<std::pair<std::string, std::string>>
+unservable(const runtime::PlanStage &st) {
+  const std::string &op = st.op;
+  if (op == "unbatch")
+    return std::make_pair(
+        std::string("its rows are cut from batches a worker would have to "
+                    "make from the epoch's start"),
+        std::string("batch once, at the end"));
+  if (op == "repeat")
+    return std::make_pair(
+        std::string("it runs the source again inside one epoch"),
+        std::string("run more epochs instead (`epochs:` or set_epoch)"));
+  if (op == "take" || op == "skip")
+    return std::make_pair(
+        std::string("it counts records across the whole stream"),
+        std::string("stop the trainer's loop after N batches instead"));
+  if (op == "shard")
+    return std::make_pair(std::string("the trainers' shares are the ranks'"),
+                          std::string("give the trainers rank= and "
+                                      "world_size= instead of `shard`"));
+  if (op == "interleave")
+    return std::make_pair(
+        std::string("it reads several files at once in a rotating order"),
+        std::string("remove it: workers read the source by position"));
+  if (op == "cache")
+    return std::make_pair(
+        std::string("a worker keeps nothing between chunks"),
+        std::string("remove it (each chunk is made anew on its worker)"));
+  if (op == "prefetch" || runtime::isPerRecordStep(st) || isBatch(st) ||
+      op == "shuffle")
+    return std::nullopt;
+  return std::make_pair(
+      std::string("it is not a per-record step, a shuffle, a filter or the "
+                  "batch"),
+      std::string("remove it from the served spec"));
+}
+
+} // namespace
+
+std::vector<int64_t> replayShuffle(const runtime::PlanStage &step,
+                                   uint64_t planSeed, int64_t epoch,
+                                   const std::vector<int64_t> &in) {
+  // ShuffleStage's parameters, defaults and draws (Stages.cpp).
+  const Value &p = step.params;
+  int64_t buffer = 1;
+  if (p["buffer"].isNumber())
+    buffer = std::max<int64_t>(1, p["buffer"].asInt());
+  uint64_t seed = p["seed"].isNumber()
+                      ? static_cast<uint64_t>(p["seed"].asInt())
+                      : planSeed;
+  bool reshuffle = true;
+  if (p["reshuffle_each_epoch"].isBool())
+    reshuffle = p["reshuffle_each_epoch"].asBool();
+  else if (p["reshuffle_each_iteration"].isBool())
+    reshuffle = p["reshuffle_each_iteration"].asBool();
+  // One pass per epoch (`repeat` is refused), so the pass is 0.
+  Rng rng(seed, reshuffle ? static_cast<uint64_t>(epoch) : 0, 0,
+          runtime::stageStream(step));
+  std::vector<int64_t> out, buf;
+  out.reserve(in.size());
+  buf.reserve(static_cast<size_t>(
+      std::min<int64_t>(buffer, static_cast<int64_t>(in.size()))));
+  size_t next = 0;
+  for (;;) {
+    while (next < in.size() && static_cast<int64_t>(buf.size()) < buffer)
+      buf.push_back(in[next++]);
+    if (buf.empty())
+      break;
+    size_t j = static_cast<size_t>(
+        rng.uniformInt(0, static_cast<int64_t>(buf.size())));
+    out.push_back(buf[j]);
+    buf[j] = buf.back();
+    buf.pop_back();
+  }
+  return out;
+}
+
+Expected<std::unique_ptr<ServePlan>>
+ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
+  std::unique_ptr<ServePlan> sp(new ServePlan(plan, opts));
+  // The runtime's own refusals (budget, bad parameters) first.
+  runtime::RunOptions o = opts;
+  o.epochs = 1;
+  o.firstEpoch = 0;
+  o.rank = 0;
+  o.worldSize = 1;
+  o.controller = nullptr;
+  o.resume.reset();
+  {
+    auto created = runtime::Pipeline::create(plan, o);
+    if (!created)
+      return created.status();
+    sp->sourceRecords_ = (*created)->expectedSourceRecords();
+    sp->threads_ = (*created)->stats().threads;
+    bool positional = (*created)->state().positionStart >= 0;
+    (*created)->stop();
+    if (positional) {
+      sp->chunkPlan_ = plan;
+      for (const runtime::PlanStage &st : plan.stages)
+        if (isBatch(st) && st.params["size"].isNumber()) {
+          sp->batched_ = true;
+          sp->rows_ = st.params["size"].asInt();
+        }
+      return sp;
+    }
+  }
+
+  const Value &onError = plan.source.params["on_error"];
+  if (onError.isString() && onError.asString() == "skip")
+    return refuse(plan, plan.source,
+                  "`on_error: skip` drops the records it cannot read, which "
+                  "a worker learns only by reading every record before a "
+                  "chunk",
+                  "serve with `on_error: fail` (a bad record then ends the "
+                  "trainer's epoch with its location), or remove the damaged "
+                  "files");
+  if (!plan.source.cache.empty())
+    return refuse(plan, plan.source, "a worker keeps nothing between chunks",
+                  "remove `cache:` (each chunk is made anew on its worker)");
+  bool sawBatch = false;
+  for (const runtime::PlanStage &st : plan.stages) {
+    if (!st.cache.empty())
+      return refuse(plan, st, "a worker keeps nothing between chunks",
+                    "remove `cache:` (each chunk is made anew on its worker)");
+    if (auto no = unservable(st))
+      return refuse(plan, st, no->first, no->second);
+    if (isBatch(st)) {
+      if (sawBatch)
+        return refuse(plan, st, "a second batch groups batches",
+                      "batch once, at the end");
+      sawBatch = true;
+      sp->batched_ = true;
+      if (st.params["size"].isNumber())
+        sp->rows_ = st.params["size"].asInt();
+      const Value &drop = st.params["drop_remainder"];
+      sp->dropRemainder_ = drop.isBool() && drop.asBool();
+    } else if (st.op == "shuffle" || st.op == "filter") {
+      if (sawBatch)
+        return refuse(plan, st,
+                      "it works on whole batches, while a worker's chunk is "
+                      "a run of rows of the share's order",
+                      "put the " + st.op + " before the batch");
+      sp->replay_ = true;
+      if (st.op == "filter")
+        sp->countKnown_ = false;
+    }
+  }
+  if (!sp->replay_)
+    return Status::error(
+        "pipeline '" + plan.name +
+        "' cannot be served: it does not resume by position, and no step "
+        "says why (docs/distributed.md, \"What runs where\")");
+  if (!sp->sourceRecords_)
+    return Status::error(
+        plan.where(plan.source) + ": source '" + plan.source.name +
+        "' cannot say how many records it has, and a worker replays a "
+        "shuffle step or a filter over the numbers of all of them; serve a "
+        "source that counts its records (image_folder, files, idx, npy), or "
+        "read this one by position with `shuffle: true` in place of the "
+        "shuffle step");
+  sp->chunkPlan_ = plan;
+  sp->chunkPlan_.stages.clear();
+  for (const runtime::PlanStage &st : plan.stages)
+    if (st.op != "shuffle")
+      sp->chunkPlan_.stages.push_back(st);
+  return sp;
+}
+
+int64_t ServePlan::outputsFor(int64_t rows) const {
+  if (!batched_)
+    return rows;
+  return dropRemainder_ ? rows / rows_ : (rows + rows_ - 1) / rows_;
+}
+
+Expected<std::vector<int64_t>> ServePlan::survivors(size_t lastStage,
+                                                    std::vector<int64_t> in,
+                                                    int64_t epoch) const {
+  // The steps up to the filter, without the shuffle steps (their order is
+  // `in` already), over the positions in that order.
+  runtime::Plan sub = plan_;
+  sub.stages.clear();
+  for (size_t i = 0; i <= lastStage; ++i)
+    if (plan_.stages[i].op != "shuffle")
+      sub.stages.push_back(plan_.stages[i]);
+  runtime::RunOptions o = opts_;
+  o.rank = 0;
+  o.worldSize = 1;
+  o.firstEpoch = epoch;
+  o.epochs = epoch + 1;
+  o.resume.reset();
+  o.controller = nullptr;
+  o.positions = std::make_shared<const std::vector<int64_t>>(std::move(in));
+  auto created = runtime::Pipeline::create(sub, o);
+  if (!created)
+    return created.status();
+  std::unique_ptr<runtime::Pipeline> pipe = created.take();
+  std::vector<int64_t> kept;
+  runtime::Batch b;
+  for (;;) {
+    Expected<bool> more = pipe->next(b);
+    if (!more)
+      return more.status();
+    if (!*more)
+      break;
+    kept.push_back(static_cast<int64_t>(b.recordIndex()));
+  }
+  pipe->stop();
+  return kept;
+}
+
+Expected<std::shared_ptr<const std::vector<int64_t>>>
+ServePlan::order(int64_t epoch, int64_t rank, int64_t world) {
+  Key key{epoch, rank, world};
+  // One at a time: the second trainer thread asking for the same share
+  // waits for the first's order instead of making it again.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto &[k, v] : cache_)
+    if (k == key)
+      return v;
+  int64_t n = sourceRecords_.value_or(0);
+  std::vector<int64_t> rows;
+  rows.reserve(static_cast<size_t>(std::max<int64_t>(0, n / world + 1)));
+  for (int64_t p = rank; p < n; p += world)
+    rows.push_back(p);
+  for (size_t i = 0; i < plan_.stages.size(); ++i) {
+    const runtime::PlanStage &st = plan_.stages[i];
+    if (isBatch(st))
+      break;
+    if (st.op == "shuffle") {
+      rows = replayShuffle(st, plan_.seed, epoch, rows);
+    } else if (st.op == "filter") {
+      Expected<std::vector<int64_t>> kept =
+          survivors(i, std::move(rows), epoch);
+      if (!kept)
+        return kept.status();
+      rows = std::move(*kept);
+    }
+  }
+  auto made = std::make_shared<const std::vector<int64_t>>(std::move(rows));
+  cache_.emplace_back(key, made);
+  if (cache_.size() > 8)
+    cache_.erase(cache_.begin());
+  return made;
+}
+
+} // namespace sluice::remote::detail
