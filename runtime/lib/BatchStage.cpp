@@ -796,4 +796,31 @@ std::unique_ptr<Stage> makeUnbatchStage(Shared &shared,
   return std::make_unique<UnbatchStage>(shared, std::move(upstream), c);
 }
 
+namespace {
+
+/// batch and padded_batch: ceil(n / size) records, floor with
+/// drop_remainder.
+Expected<std::unique_ptr<Stage>> batchStage(StageBuild &b, bool padded) {
+  const Value &p = b.step.params;
+  if (b.count) {
+    int64_t size = std::max<int64_t>(1, p["size"].asInt());
+    bool drop = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+    b.count = drop ? *b.count / size : (*b.count + size - 1) / size;
+  }
+  return makeBatchStage(b.shared, std::move(b.upstream), b.counters, b.step,
+                        padded);
+}
+
+StageRegistration batchRegistration(
+    "batch", [](StageBuild &b) { return batchStage(b, false); });
+StageRegistration paddedBatchRegistration(
+    "padded_batch", [](StageBuild &b) { return batchStage(b, true); });
+StageRegistration unbatchRegistration(
+    "unbatch", [](StageBuild &b) -> Expected<std::unique_ptr<Stage>> {
+      b.count.reset();
+      return makeUnbatchStage(b.shared, std::move(b.upstream), b.counters);
+    });
+
+} // namespace
+
 } // namespace sluice::runtime::detail
