@@ -104,12 +104,8 @@ Expected<ElementFn> bindKernel(const PlanStage &s, const OpDef &def,
   Expected<FieldIO> io = fieldIO(s);
   if (!io)
     return io.status();
-  KernelSite site{s.params};
-  site.stepName = s.name;
-  site.input = s.inputType.fields()[io->in].type;
-  site.output = io->outType;
-  site.stream = stageStream(s);
-  site.baseDir = plan.baseDir;
+  KernelSite site{s.params,    s.name,          s.inputType.fields()[io->in].type,
+                  io->outType, stageStream(s), plan.baseDir};
   Expected<TensorKernel> kernel = def.kernel(site);
   if (!kernel)
     return bindError(s, kernel.status().message());

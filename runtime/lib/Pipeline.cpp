@@ -727,13 +727,17 @@ Status Engine::setupPositions() {
   for (const PlanStage &st : plan_.stages) {
     if (!st.cache.empty())
       exact = false;
-    if (st.op == "batch" || st.op == "padded_batch")
+    // Asked of the op's traits: a batch groups rows; anything that drops,
+    // adds, reorders or replays records ends exact positions.
+    const OpDef *def = Registry::instance().find(st.op);
+    const OpTraits *t = def ? &def->traits : nullptr;
+    bool passes = t && t->count == Cardinality::Same;
+    if (t && t->count == Cardinality::Groups)
       ++batches;
-    else if (st.op == "filter" || st.op == "shuffle" || st.op == "unbatch" ||
-             st.op == "repeat" || st.op == "take" || st.op == "skip" ||
-             st.op == "shard" || st.op == "interleave" || st.op == "cache")
+    else if (t && (t->reorders || t->materializes ||
+                   (t->count != Cardinality::OneToOne && !passes)))
       exact = false;
-    else if (!isPerRecordStep(st) && st.op != "prefetch")
+    else if (!isPerRecordStep(st) && !passes)
       exact = false;
   }
   positionalExact_ = exact && batches <= 1;

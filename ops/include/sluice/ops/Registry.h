@@ -1,12 +1,13 @@
 //===- Registry.h - The op registry -----------------------------*- C++ -*-===//
 //
 // Every source and step of the pipeline language is described here once: its
-// parameters (types, defaults, ranges), its type rule, cost hints, and whether
-// the compiler may fuse it. The front end validates specs against this table,
-// `sluice ops` and docs/ops.md are generated from it, and the runtime looks up
-// kernels by the same names. MLIR-free.
+// parameters (types, defaults, ranges), its type rule, traits, cost hints,
+// and its kernel binder. The front end validates specs against this table,
+// `sluice ops` and docs/ops.md are generated from it, and the runtime binds
+// each step's kernel from the entry (runtime/lib/ElementOps.cpp). MLIR-free.
 //
-// Adding an op: one `static OpRegistration` in an ops/lib/*Ops.cpp file.
+// Adding an op: one `static OpRegistration` in its own ops/lib/ file
+// (GrayscaleOp.cpp), nothing else.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_OPS_REGISTRY_H
