@@ -33,6 +33,7 @@ const std::vector<OpName> kDesignOps = {
     {"random_resized_crop", OpKind::Element},
     {"random_flip", OpKind::Element},
     {"grayscale", OpKind::Element},
+    {"random_grayscale", OpKind::Element},
     {"normalize", OpKind::Element},
     {"cast", OpKind::Element},
     {"transpose", OpKind::Element},
@@ -170,7 +171,7 @@ TEST(Registry, HoldsExactlyTheDesignOps) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(Registry::instance().names(OpKind::Source).size(), 9u);
-  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 19u);
+  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 20u);
   EXPECT_EQ(Registry::instance().names(OpKind::Record).size(), 14u);
   EXPECT_EQ(Registry::instance().find("decode_imgae"), nullptr);
 }
