@@ -811,15 +811,20 @@ Expected<std::unique_ptr<Stage>> batchStage(StageBuild &b, bool padded) {
                         padded);
 }
 
-StageRegistration batchRegistration(
-    "batch", [](StageBuild &b) { return batchStage(b, false); });
-StageRegistration paddedBatchRegistration(
-    "padded_batch", [](StageBuild &b) { return batchStage(b, true); });
-StageRegistration unbatchRegistration(
-    "unbatch", [](StageBuild &b) -> Expected<std::unique_ptr<Stage>> {
-      b.count.reset();
-      return makeUnbatchStage(b.shared, std::move(b.upstream), b.counters);
-    });
+Expected<std::unique_ptr<Stage>> batch(StageBuild &b) {
+  return batchStage(b, false);
+}
+Expected<std::unique_ptr<Stage>> paddedBatch(StageBuild &b) {
+  return batchStage(b, true);
+}
+Expected<std::unique_ptr<Stage>> unbatch(StageBuild &b) {
+  b.count.reset();
+  return makeUnbatchStage(b.shared, std::move(b.upstream), b.counters);
+}
+
+StageRegistration batchRegistration("batch", batch);
+StageRegistration paddedBatchRegistration("padded_batch", paddedBatch);
+StageRegistration unbatchRegistration("unbatch", unbatch);
 
 } // namespace
 
