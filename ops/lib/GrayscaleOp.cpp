@@ -57,13 +57,13 @@ OpDef grayscale() {
   };
   op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
     bool three = site.params["channels"].asInt() == 3;
-    return TensorKernel([three](const Tensor &image,
-                                const KernelCall &) -> Expected<Tensor> {
-      Expected<Tensor> gray = kernels::rgbToGray(image);
-      if (!gray || !three)
-        return gray;
-      return kernels::grayToRgb(*gray);
-    });
+    return TensorKernel(
+        [three](const Tensor &image, const KernelCall &) -> Expected<Tensor> {
+          Expected<Tensor> gray = kernels::rgbToGray(image);
+          if (!gray || !three)
+            return gray;
+          return kernels::grayToRgb(*gray);
+        });
   };
   return op;
 }

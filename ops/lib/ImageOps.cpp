@@ -212,12 +212,12 @@ OpDef decodeImage() {
   };
   op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
     int channels = static_cast<int>(intOr(site.params["channels"], 3));
-    return TensorKernel([channels](const Tensor &t,
-                                   const KernelCall &) -> Expected<Tensor> {
-      if (t.isNumeric() || t.rank() != 0)
-        return notEncoded(t);
-      return kernels::decodeImage(t.str(), channels);
-    });
+    return TensorKernel(
+        [channels](const Tensor &t, const KernelCall &) -> Expected<Tensor> {
+          if (t.isNumeric() || t.rank() != 0)
+            return notEncoded(t);
+          return kernels::decodeImage(t.str(), channels);
+        });
   };
   return op;
 }
@@ -391,12 +391,11 @@ OpDef randomCrop() {
     std::tie(p.height, p.width) = sizeHW(site.params["size"]);
     p.padding = intOr(site.params["padding"], 0);
     p.stream = site.stream;
-    return TensorKernel(
-        [p](const Tensor &t, const KernelCall &call) -> Expected<Tensor> {
-          Rng rng = call.rng(p.stream);
-          return kernels::randomCrop(t, p.height, p.width, p.padding, false,
-                                     rng);
-        });
+    return TensorKernel([p](const Tensor &t,
+                            const KernelCall &call) -> Expected<Tensor> {
+      Rng rng = call.rng(p.stream);
+      return kernels::randomCrop(t, p.height, p.width, p.padding, false, rng);
+    });
   };
   return op;
 }
@@ -472,11 +471,12 @@ OpDef randomResizedCrop() {
   op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
     kernels::RandomResizedCropParams p = resizedCropParams(site.params);
     uint64_t stream = site.stream;
-    return TensorKernel([p, stream](const Tensor &t, const KernelCall &call)
-                            -> Expected<Tensor> {
-      Rng rng = call.rng(stream);
-      return kernels::randomResizedCrop(t, p, rng);
-    });
+    return TensorKernel(
+        [p, stream](const Tensor &t,
+                    const KernelCall &call) -> Expected<Tensor> {
+          Rng rng = call.rng(stream);
+          return kernels::randomResizedCrop(t, p, rng);
+        });
   };
   return op;
 }
@@ -633,8 +633,8 @@ OpDef decodeRandomResizedCrop() {
           o.epilogue = p->epilogue.get();
           if (p->flipStream && call.rng(*p->flipStream).bernoulli(p->flipP))
             o.epilogue = p->flipped.get();
-          return kernels::decodeRandomResizedCrop(t.str(), p->channels,
-                                                  p->crop, rng, o);
+          return kernels::decodeRandomResizedCrop(t.str(), p->channels, p->crop,
+                                                  rng, o);
         });
   };
   return op;
@@ -679,12 +679,12 @@ OpDef randomFlip() {
                                  : kernels::FlipAxis::Width;
     double p = site.params["p"].isNumber() ? site.params["p"].asDouble() : 0.5;
     uint64_t stream = site.stream;
-    return TensorKernel([axis, p, stream](const Tensor &t,
-                                          const KernelCall &call)
-                            -> Expected<Tensor> {
-      Rng rng = call.rng(stream);
-      return kernels::randomFlip(t, axis, p, rng);
-    });
+    return TensorKernel(
+        [axis, p, stream](const Tensor &t,
+                          const KernelCall &call) -> Expected<Tensor> {
+          Rng rng = call.rng(stream);
+          return kernels::randomFlip(t, axis, p, rng);
+        });
   };
   return op;
 }

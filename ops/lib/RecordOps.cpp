@@ -102,20 +102,19 @@ OpDef select() {
         return Status::error("its input has no field '" + f.name + "'");
       from.push_back(static_cast<size_t>(i));
     }
-    return RecordKernel(
-        [from](Record &rec, const KernelCall &) -> Expected<bool> {
-          std::vector<Tensor> fields;
-          fields.reserve(from.size());
-          for (size_t i : from) {
-            if (i >= rec.fields.size())
-              return Status::error("internal error: record has " +
-                                   std::to_string(rec.fields.size()) +
-                                   " fields");
-            fields.push_back(std::move(rec.fields[i]));
-          }
-          rec.fields = std::move(fields);
-          return true;
-        });
+    return RecordKernel([from](Record &rec,
+                               const KernelCall &) -> Expected<bool> {
+      std::vector<Tensor> fields;
+      fields.reserve(from.size());
+      for (size_t i : from) {
+        if (i >= rec.fields.size())
+          return Status::error("internal error: record has " +
+                               std::to_string(rec.fields.size()) + " fields");
+        fields.push_back(std::move(rec.fields[i]));
+      }
+      rec.fields = std::move(fields);
+      return true;
+    });
   };
   return op;
 }
@@ -343,10 +342,9 @@ OpDef filter() {
     auto code = compileWhere(site);
     if (!code)
       return code.status();
-    return RecordKernel(
-        [code = code.take()](Record &rec, const KernelCall &) {
-          return code->test(rec);
-        });
+    return RecordKernel([code = code.take()](Record &rec, const KernelCall &) {
+      return code->test(rec);
+    });
   };
   op.rowsKernel = [](const RecordSite &site) -> Expected<RowsKernel> {
     auto code = compileWhere(site);

@@ -381,8 +381,7 @@ Expected<std::unique_ptr<Stage>> cache(StageBuild &b) {
   }
   if (!dir.empty()) {
     struct stat sb;
-    if (to == "disk" &&
-        (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    if (to == "disk" && (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
       return Status::error(b.where + ": cache path '" + dir +
                            "' is not a directory; create it or choose "
                            "another `path`");

@@ -104,18 +104,21 @@ Expected<ElementFn> bindKernel(const PlanStage &s, const OpDef &def,
   Expected<FieldIO> io = fieldIO(s);
   if (!io)
     return io.status();
-  KernelSite site{s.params,    s.name,          s.inputType.fields()[io->in].type,
-                  io->outType, stageStream(s), plan.baseDir};
+  KernelSite site{
+      s.params,    s.name,         s.inputType.fields()[io->in].type,
+      io->outType, stageStream(s), plan.baseDir};
   Expected<TensorKernel> kernel = def.kernel(site);
   if (!kernel)
     return bindError(s, kernel.status().message());
   return ElementFn([io = *io, k = kernel.take()](
-                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
+                       Record &rec,
+                       const ElementContext &ctx) -> Expected<bool> {
     if (io.in >= rec.fields.size())
       return Status::error("internal error: record has " +
                            std::to_string(rec.fields.size()) + " fields");
-    Expected<Tensor> t = withCall(
-        rec, ctx, [&](const KernelCall &call) { return k(rec.fields[io.in], call); });
+    Expected<Tensor> t = withCall(rec, ctx, [&](const KernelCall &call) {
+      return k(rec.fields[io.in], call);
+    });
     if (!t)
       return t.status();
     store(rec, io, t.take());

@@ -16,11 +16,11 @@
 #endif
 
 #include <algorithm>
-#include <tuple>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 namespace sluice::runtime {
 

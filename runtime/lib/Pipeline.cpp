@@ -682,8 +682,9 @@ Status Engine::build() {
       return Status::error(where + ": the runtime does not implement the " +
                            "record op '" + st.op + "'");
     StageCounters *c = counters(st.name, st.op, "record", where);
-    StageBuild b{shared_, st,    where,  c, std::move(cur), count, countExact,
-                 expectedSourceRecords_, extraNeeds_};
+    StageBuild b{shared_,        st,    where,      c,
+                 std::move(cur), count, countExact, expectedSourceRecords_,
+                 extraNeeds_};
     Expected<std::unique_ptr<Stage>> made = (*make)(b);
     if (!made)
       return made.status();

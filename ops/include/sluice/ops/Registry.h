@@ -215,7 +215,7 @@ public:
 
   uint64_t seed = 0;
   uint64_t epoch = 0;
-  uint64_t index = 0; ///< the record's position in the source
+  uint64_t index = 0;         ///< the record's position in the source
   Repairs *repairs = nullptr; ///< null outside a pipeline
 
   /// The draws of random stream `stream` for this record: the same on any
@@ -270,9 +270,9 @@ using RecordBinder = std::function<Expected<RecordKernel>(const RecordSite &)>;
 /// A record kernel over a run of records held as columns: `columns[f]`
 /// holds field f of record i in row i; sets keep[j] (1 kept, 0 dropped) for
 /// each of the `n` rows listed in `rows` (null: rows 0..n-1).
-using RowsKernel = std::function<Status(const std::vector<Tensor> &columns,
-                                        const uint32_t *rows, int64_t n,
-                                        uint8_t *keep)>;
+using RowsKernel =
+    std::function<Status(const std::vector<Tensor> &columns,
+                         const uint32_t *rows, int64_t n, uint8_t *keep)>;
 using RowsBinder = std::function<Expected<RowsKernel>(const RecordSite &)>;
 
 /// One op of the language.
