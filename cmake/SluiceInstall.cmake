@@ -111,8 +111,10 @@ file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/install/exe-link.txt"
 set_target_properties(sluice_ops_objs PROPERTIES EXPORT_NAME ops_objs
                                                  OUTPUT_NAME sluice_ops)
 set_target_properties(sluice_ops PROPERTIES EXPORT_NAME ops)
+set_target_properties(sluice_runtime_objs PROPERTIES EXPORT_NAME runtime_objs
+                                                     OUTPUT_NAME sluice_runtime)
 set_target_properties(sluice_runtime PROPERTIES EXPORT_NAME runtime)
-install(TARGETS sluice_ops_objs sluice_ops sluice_runtime
+install(TARGETS sluice_ops_objs sluice_ops sluice_runtime_objs sluice_runtime
   EXPORT sluiceTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # What a compiled executable links besides the runtime (not exported: only

@@ -60,12 +60,17 @@ void DiagnosticEngine::print(std::ostream &os, bool color) const {
   std::vector<const Diagnostic *> sorted;
   for (const auto &d : diags_)
     sorted.push_back(&d);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const Diagnostic *a, const Diagnostic *b) {
-                     if (a->loc.line != b->loc.line)
-                       return a->loc.line < b->loc.line;
-                     return a->loc.col < b->loc.col;
-                   });
+  // By position, then in the order reported (the pointers point into one
+  // vector). std::sort with a total order rather than std::stable_sort,
+  // whose libstdc++ 12 implementation trips clang's deprecation warning.
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Diagnostic *a, const Diagnostic *b) {
+              if (a->loc.line != b->loc.line)
+                return a->loc.line < b->loc.line;
+              if (a->loc.col != b->loc.col)
+                return a->loc.col < b->loc.col;
+              return a < b;
+            });
   const char *bold = color ? "\033[1m" : "";
   const char *red = color ? "\033[1;31m" : "";
   const char *magenta = color ? "\033[1;35m" : "";

@@ -112,23 +112,6 @@ inline double narrow(double v, ElemType t) {
     return static_cast<double>(static_cast<float>(v));
   return static_cast<double>(halfToFloat(doubleToHalf(v)));
 }
-/// Truncates an int64 to integer type `t`, two's complement.
-inline int64_t wrapTo(int64_t v, ElemType t) {
-  switch (t) {
-  case ElemType::U8:
-    return static_cast<uint8_t>(v);
-  case ElemType::I8:
-    return static_cast<int8_t>(v);
-  case ElemType::U16:
-    return static_cast<uint16_t>(v);
-  case ElemType::I16:
-    return static_cast<int16_t>(v);
-  case ElemType::I32:
-    return static_cast<int32_t>(v);
-  default:
-    return v;
-  }
-}
 } // namespace
 
 /// Turns a typed AST into bytecode: one register per node, integer or float.

@@ -55,6 +55,26 @@ uint64_t streamId(std::string_view opName, uint64_t stepIndex) {
   return mix64(h ^ mix64(stepIndex));
 }
 
+uint64_t stepStream(std::string_view op, std::string_view stepName) {
+  uint64_t occurrence = 1;
+  size_t dot = stepName.rfind('.');
+  if (dot != std::string_view::npos && dot + 1 < stepName.size()) {
+    uint64_t n = 0;
+    bool digits = true;
+    for (size_t i = dot + 1; i < stepName.size(); ++i) {
+      char c = stepName[i];
+      if (c < '0' || c > '9') {
+        digits = false;
+        break;
+      }
+      n = n * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (digits && n > 0)
+      occurrence = n;
+  }
+  return streamId(op, occurrence);
+}
+
 Rng::Rng(uint64_t seed, uint64_t epoch, uint64_t index, uint64_t stream) {
   uint64_t key = deriveKey(seed, stream);
   key_ = {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)};

@@ -55,14 +55,15 @@ OpDef grayscale() {
     return withResult(
         ctx, FieldType(ElemType::U8, {t.shape[0], t.shape[1], channels}));
   };
-  op.kernel = [](const Value &params) -> Expected<TensorKernel> {
-    bool three = params["channels"].asInt() == 3;
-    return TensorKernel([three](const Tensor &image) -> Expected<Tensor> {
-      Expected<Tensor> gray = kernels::rgbToGray(image);
-      if (!gray || !three)
-        return gray;
-      return kernels::grayToRgb(*gray);
-    });
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    bool three = site.params["channels"].asInt() == 3;
+    return TensorKernel(
+        [three](const Tensor &image, const KernelCall &) -> Expected<Tensor> {
+          Expected<Tensor> gray = kernels::rgbToGray(image);
+          if (!gray || !three)
+            return gray;
+          return kernels::grayToRgb(*gray);
+        });
   };
   return op;
 }

@@ -9,6 +9,11 @@
 #include "Internal.h"
 #include "OpHelpers.h"
 
+#include "sluice/ops/kernels/Elementwise.h"
+#include "sluice/ops/kernels/Image.h"
+
+#include <memory>
+
 namespace sluice {
 namespace {
 
@@ -73,6 +78,34 @@ bool requireFits(TypeContext &ctx, int64_t h, int64_t w, int64_t padding) {
             "resize it first, e.g. `- resize: {field: " + fieldName(ctx) +
                 ", size: " + std::to_string(std::max(h, w)) + "}`");
   return false;
+}
+
+/// `interpolation` as the kernels name it.
+kernels::Interpolation interpolation(const Value &v) {
+  std::string s = v.isString() ? v.asString() : "bilinear";
+  if (s == "nearest")
+    return kernels::Interpolation::Nearest;
+  if (s == "area")
+    return kernels::Interpolation::Area;
+  return kernels::Interpolation::Bilinear;
+}
+
+/// `antialias` (true unless the step says false).
+bool antialias(const Value &params) {
+  const Value &v = params["antialias"];
+  return !v.isBool() || v.asBool();
+}
+
+std::string dims(const Tensor &t) {
+  std::string s;
+  for (size_t i = 0; i < t.rank(); ++i)
+    s += (i ? "x" : "") + std::to_string(t.dim(i));
+  return s.empty() ? "scalar" : s;
+}
+
+Status notEncoded(const Tensor &t) {
+  return Status::error("expected one encoded image (bytes), got " +
+                       t.type().str());
 }
 
 //===----------------------------------------------------------------------===//
@@ -177,9 +210,44 @@ OpDef decodeImage() {
     }
     return withResult(ctx, FieldType(ElemType::U8, {kDynamic, kDynamic, c}));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    int channels = static_cast<int>(intOr(site.params["channels"], 3));
+    return TensorKernel(
+        [channels](const Tensor &t, const KernelCall &) -> Expected<Tensor> {
+          if (t.isNumeric() || t.rank() != 0)
+            return notEncoded(t);
+          return kernels::decodeImage(t.str(), channels);
+        });
+  };
   return op;
 }
 static OpRegistration regDecodeImage(decodeImage());
+
+/// resize's parameters, read once per step.
+struct ResizeParams {
+  std::vector<int64_t> size; ///< [h, w], or [shorter side]
+  kernels::Interpolation interpolation = kernels::Interpolation::Bilinear;
+  bool antialias = true;
+
+  /// The output size of an H x W image.
+  Expected<std::pair<int64_t, int64_t>> outputHW(const Tensor &t) const {
+    if (size.size() == 2)
+      return std::pair<int64_t, int64_t>{size[0], size[1]};
+    // torchvision: the shorter side becomes `size`, the longer one
+    // int(size * long / short) (truncated).
+    int64_t H = t.dim(0), W = t.dim(1), s0 = size[0];
+    if (H <= 0 || W <= 0)
+      return Status::error("cannot resize an empty image (" + dims(t) + ")");
+    auto scaled = [s0](int64_t longer, int64_t shorter) {
+      return static_cast<int64_t>(static_cast<double>(s0) *
+                                  static_cast<double>(longer) /
+                                  static_cast<double>(shorter));
+    };
+    if (H <= W)
+      return std::pair<int64_t, int64_t>{s0, scaled(W, H)};
+    return std::pair<int64_t, int64_t>{scaled(H, W), s0};
+  }
+};
 
 OpDef resize() {
   OpDef op = element("resize");
@@ -215,6 +283,24 @@ OpDef resize() {
       return withResult(ctx, withHW(t, size[0], size[1]));
     return withResult(ctx, withHW(t, kDynamic, kDynamic));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    ResizeParams p;
+    p.size = site.params["size"].asIntList();
+    if (p.size.empty() || p.size.size() > 2)
+      return Status::error("size needs one or two numbers");
+    p.interpolation = interpolation(site.params["interpolation"]);
+    p.antialias = antialias(site.params);
+    return TensorKernel(
+        [p](const Tensor &t, const KernelCall &) -> Expected<Tensor> {
+          if (t.rank() < 2)
+            return Status::error("expected an image, got " + t.type().str());
+          Expected<std::pair<int64_t, int64_t>> hw = p.outputHW(t);
+          if (!hw)
+            return hw.status();
+          return kernels::resize(t, hw->first, hw->second, p.interpolation,
+                                 p.antialias);
+        });
+  };
   return op;
 }
 static OpRegistration regResize(resize());
@@ -243,9 +329,33 @@ OpDef centerCrop() {
       return ctx.input();
     return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    auto [h, w] = sizeHW(site.params["size"]);
+    return TensorKernel([h = h, w = w](const Tensor &t,
+                                       const KernelCall &) -> Expected<Tensor> {
+      if (t.rank() < 2)
+        return Status::error("expected an image, got " + t.type().str());
+      // The entry documents a data error rather than silent zero padding
+      // for images smaller than the crop.
+      if (t.dim(0) < h || t.dim(1) < w)
+        return Status::error("image " + std::to_string(t.dim(0)) + "x" +
+                             std::to_string(t.dim(1)) +
+                             " is smaller than the crop " + std::to_string(h) +
+                             "x" + std::to_string(w) +
+                             "; resize it first (e.g. `resize: {size: " +
+                             std::to_string(std::max(h, w)) + "}`)");
+      return kernels::centerCrop(t, h, w);
+    });
+  };
   return op;
 }
 static OpRegistration regCenterCrop(centerCrop());
+
+/// random_crop's parameters, read once per step.
+struct RandomCropParams {
+  int64_t height = 1, width = 1, padding = 0;
+  uint64_t stream = 0;
+};
 
 OpDef randomCrop() {
   OpDef op = element("random_crop");
@@ -276,9 +386,42 @@ OpDef randomCrop() {
       return ctx.input();
     return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    RandomCropParams p;
+    std::tie(p.height, p.width) = sizeHW(site.params["size"]);
+    p.padding = intOr(site.params["padding"], 0);
+    p.stream = site.stream;
+    return TensorKernel([p](const Tensor &t,
+                            const KernelCall &call) -> Expected<Tensor> {
+      Rng rng = call.rng(p.stream);
+      return kernels::randomCrop(t, p.height, p.width, p.padding, false, rng);
+    });
+  };
   return op;
 }
 static OpRegistration regRandomCrop(randomCrop());
+
+/// The box and resize settings of random_resized_crop (also carried by
+/// the fused decode_random_resized_crop).
+kernels::RandomResizedCropParams resizedCropParams(const Value &params) {
+  kernels::RandomResizedCropParams p;
+  auto [h, w] = sizeHW(params["size"]);
+  p.height = h;
+  p.width = w;
+  std::vector<double> scale = params["scale"].asDoubleList();
+  std::vector<double> ratio = params["ratio"].asDoubleList();
+  if (scale.size() == 2) {
+    p.scaleLo = scale[0];
+    p.scaleHi = scale[1];
+  }
+  if (ratio.size() == 2) {
+    p.ratioLo = ratio[0];
+    p.ratioHi = ratio[1];
+  }
+  p.interpolation = interpolation(params["interpolation"]);
+  p.antialias = antialias(params);
+  return p;
+}
 
 OpDef randomResizedCrop() {
   OpDef op = element("random_resized_crop");
@@ -325,9 +468,93 @@ OpDef randomResizedCrop() {
     auto [h, w] = sizeHW(ctx.param("size"));
     return withResult(ctx, withHW(ctx.fieldType("field"), h, w));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    kernels::RandomResizedCropParams p = resizedCropParams(site.params);
+    uint64_t stream = site.stream;
+    return TensorKernel(
+        [p, stream](const Tensor &t,
+                    const KernelCall &call) -> Expected<Tensor> {
+          Rng rng = call.rng(stream);
+          return kernels::randomResizedCrop(t, p, rng);
+        });
+  };
   return op;
 }
 static OpRegistration regRandomResizedCrop(randomResizedCrop());
+
+/// decode_random_resized_crop's parameters, read once per step: the box is
+/// drawn from the random stream of the crop step it replaced (`crop_step`),
+/// so records see the draws and pixels of the unfused steps.
+/// sluice-fuse-crop-epilogue may have folded a flip (drawn from the stream
+/// of `flip_step`), a normalize (`mean`, `std`) and a transpose to CHW
+/// (`layout`) into it.
+struct DecodeCropParams {
+  int channels = 3;
+  kernels::RandomResizedCropParams crop;
+  uint64_t cropStream = 0;
+  kernels::DecodeOptions decode;
+  /// The epilogue, and a second, flipping copy picked for the records the
+  /// flip draws, so nothing is copied per record; both null without one.
+  std::shared_ptr<const kernels::ImageEpilogue> epilogue, flipped;
+  std::optional<uint64_t> flipStream;
+  double flipP = 0.5;
+
+  /// `out`: the element type of the step's result (a fused normalize's
+  /// dtype: f32, f16 or bf16).
+  static Expected<DecodeCropParams> parse(const Value &params,
+                                          const FieldType &out) {
+    DecodeCropParams d;
+    const Value &cropStep = params["crop_step"];
+    if (!cropStep.isString())
+      return Status::error("parameter 'crop_step' is missing");
+    d.cropStream = stepStream("random_resized_crop", cropStep.asString());
+    d.channels = static_cast<int>(intOr(params["channels"], 3));
+    d.crop = resizedCropParams(params);
+    d.decode.verifyFull =
+        params["verify"].isString() && params["verify"].asString() == "full";
+    d.decode.allowDctScaling = params["decode_scale"].isString() &&
+                               params["decode_scale"].asString() == "auto";
+    auto epi = std::make_shared<kernels::ImageEpilogue>();
+    bool hasEpilogue = false;
+    d.flipP = params["flip_p"].isNumber() ? params["flip_p"].asDouble() : 0.5;
+    if (params["flip_step"].isString()) {
+      d.flipStream = stepStream("random_flip", params["flip_step"].asString());
+      hasEpilogue = true;
+    }
+    if (params["mean"].isList() || params["std"].isList()) {
+      std::vector<double> mean = params["mean"].asDoubleList();
+      std::vector<double> sd = params["std"].asDoubleList();
+      auto fits = [&](const std::vector<double> &v) {
+        return v.size() == 1 || v.size() == static_cast<size_t>(d.channels);
+      };
+      if (!fits(mean) || !fits(sd))
+        return Status::error("mean and std need 1 or " +
+                             std::to_string(d.channels) + " values");
+      for (double v : sd)
+        if (!(v > 0))
+          return Status::error("std values must be > 0");
+      epi->normalize = true;
+      epi->normalizeTo = out.elem;
+      if (!kernels::isNormalizeOutput(epi->normalizeTo))
+        return Status::error("a fused normalize writes f32, f16 or bf16, not " +
+                             out.str());
+      kernels::normalizeTables(mean, sd, d.channels, epi->mean, epi->scale);
+      hasEpilogue = true;
+    }
+    if (params["layout"].isString() && params["layout"].asString() == "CHW") {
+      epi->chw = true;
+      hasEpilogue = true;
+    }
+    if (hasEpilogue)
+      d.epilogue = epi;
+    if (d.epilogue && d.flipStream) {
+      auto f = std::make_shared<kernels::ImageEpilogue>(*epi);
+      f->flip = true;
+      d.flipped = std::move(f);
+    }
+    return d;
+  }
+};
 
 /// decode_image + random_resized_crop in one step, made by the compiler's
 /// sluice-fuse-decode-crop pass: the JPEG header gives the size the box is
@@ -409,6 +636,24 @@ OpDef decodeRandomResizedCrop() {
       return withResult(ctx, FieldType(elem, {c, h, w}));
     return withResult(ctx, FieldType(elem, {h, w, c}));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    Expected<DecodeCropParams> parsed = DecodeCropParams::parse(site.params, site.output);
+    if (!parsed)
+      return parsed.status();
+    auto p = std::make_shared<const DecodeCropParams>(parsed.take());
+    return TensorKernel(
+        [p](const Tensor &t, const KernelCall &call) -> Expected<Tensor> {
+          if (t.isNumeric() || t.rank() != 0)
+            return notEncoded(t);
+          Rng rng = call.rng(p->cropStream);
+          kernels::DecodeOptions o = p->decode;
+          o.epilogue = p->epilogue.get();
+          if (p->flipStream && call.rng(*p->flipStream).bernoulli(p->flipP))
+            o.epilogue = p->flipped.get();
+          return kernels::decodeRandomResizedCrop(t.str(), p->channels, p->crop,
+                                                  rng, o);
+        });
+  };
   return op;
 }
 static OpRegistration regDecodeRandomResizedCrop(decodeRandomResizedCrop());
@@ -443,6 +688,20 @@ OpDef randomFlip() {
                      "an image of rank 2 or more"))
       return ctx.input();
     return withResult(ctx, ctx.fieldType("field"));
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    const Value &axisV = site.params["axis"];
+    kernels::FlipAxis axis = axisV.isString() && axisV.asString() == "height"
+                                 ? kernels::FlipAxis::Height
+                                 : kernels::FlipAxis::Width;
+    double p = site.params["p"].isNumber() ? site.params["p"].asDouble() : 0.5;
+    uint64_t stream = site.stream;
+    return TensorKernel(
+        [axis, p, stream](const Tensor &t,
+                          const KernelCall &call) -> Expected<Tensor> {
+          Rng rng = call.rng(stream);
+          return kernels::randomFlip(t, axis, p, rng);
+        });
   };
   return op;
 }

@@ -9,7 +9,10 @@
 #include "Internal.h"
 #include "OpHelpers.h"
 
+#include "sluice/ops/kernels/ExprEval.h"
+
 #include <map>
+#include <memory>
 #include <set>
 
 namespace sluice {
@@ -90,6 +93,29 @@ OpDef select() {
     }
     return out;
   };
+  // The positions of the kept fields, found once per step.
+  op.recordKernel = [](const RecordSite &site) -> Expected<RecordKernel> {
+    std::vector<size_t> from;
+    for (const Field &f : site.output.fields()) {
+      int i = site.input.indexOf(f.name);
+      if (i < 0)
+        return Status::error("its input has no field '" + f.name + "'");
+      from.push_back(static_cast<size_t>(i));
+    }
+    return RecordKernel([from](Record &rec,
+                               const KernelCall &) -> Expected<bool> {
+      std::vector<Tensor> fields;
+      fields.reserve(from.size());
+      for (size_t i : from) {
+        if (i >= rec.fields.size())
+          return Status::error("internal error: record has " +
+                               std::to_string(rec.fields.size()) + " fields");
+        fields.push_back(std::move(rec.fields[i]));
+      }
+      rec.fields = std::move(fields);
+      return true;
+    });
+  };
   return op;
 }
 static OpRegistration regSelect(select());
@@ -161,14 +187,39 @@ OpDef rename() {
     }
     return RecordType(std::move(fields));
   };
+  op.recordKernel = [](const RecordSite &) -> Expected<RecordKernel> {
+    return RecordKernel([](Record &, const KernelCall &) -> Expected<bool> {
+      return true; // names live in the record type only
+    });
+  };
   return op;
 }
 static OpRegistration regRename(rename());
+
+/// filter's `where`, parsed and compiled once per step against the input
+/// record type; the record and the rows kernels share it.
+Expected<std::shared_ptr<const kernels::CompiledExpr>>
+compileWhere(const RecordSite &site) {
+  const Value &text = site.params["where"];
+  if (!text.isString())
+    return Status::error("parameter 'where' is missing");
+  ExprError err;
+  ExprPtr e = parseExpr(text.asString(), err);
+  if (!e)
+    return Status::error("expression '" + text.asString() +
+                         "': " + err.message);
+  Expected<kernels::CompiledExpr> compiled =
+      kernels::CompiledExpr::compileRecord(*e, site.input);
+  if (!compiled)
+    return compiled.status();
+  return std::make_shared<const kernels::CompiledExpr>(compiled.take());
+}
 
 OpDef filter() {
   OpDef op = record("filter");
   op.traits.perRecord = true;
   op.traits.count = Cardinality::Fewer;
+  op.traits.dropReason = "where is false";
   op.summary = "Keeps the records for which a condition holds.";
   op.doc = "The condition is an expression (see [map](#map)) over the "
            "record's fields: numeric scalar fields by name, entries of "
@@ -286,6 +337,24 @@ OpDef filter() {
                             std::string(elemTypeName(result)),
                         "compare it, e.g. '" + e->str() + " != 0'");
     return in;
+  };
+  op.recordKernel = [](const RecordSite &site) -> Expected<RecordKernel> {
+    auto code = compileWhere(site);
+    if (!code)
+      return code.status();
+    return RecordKernel([code = code.take()](Record &rec, const KernelCall &) {
+      return code->test(rec);
+    });
+  };
+  op.rowsKernel = [](const RecordSite &site) -> Expected<RowsKernel> {
+    auto code = compileWhere(site);
+    if (!code)
+      return code.status();
+    return RowsKernel([code = code.take()](const std::vector<Tensor> &columns,
+                                           const uint32_t *rows, int64_t n,
+                                           uint8_t *keep) {
+      return code->testRows(columns, rows, n, keep);
+    });
   };
   return op;
 }

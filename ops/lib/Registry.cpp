@@ -76,6 +76,14 @@ ParamSpec structParam(std::string name, std::vector<ParamSpec> members,
 
 TypeContext::~TypeContext() = default;
 
+KernelCall::Repairs::~Repairs() = default;
+
+std::string KernelSite::resolvePath(const std::string &path) const {
+  if (path.empty() || path[0] == '/' || baseDir.empty())
+    return path;
+  return baseDir + "/" + path;
+}
+
 const FieldType &TypeContext::fieldType(std::string_view paramName) const {
   // The front end has checked that the field exists; the fallback only keeps
   // a misuse from crashing.
@@ -100,14 +108,6 @@ void Registry::add(OpDef def) {
   if (find(def.name)) {
     // Two entries with one name is a build mistake, not a user error.
     std::fprintf(stderr, "sluice: op '%s' registered twice\n",
-                 def.name.c_str());
-    std::abort();
-  }
-  // A bound kernel sees no random stream: random ops bind in the runtime.
-  if (def.kernel && def.stochastic) {
-    std::fprintf(stderr,
-                 "sluice: op '%s' is random and has an OpDef::kernel, which "
-                 "sees no random stream\n",
                  def.name.c_str());
     std::abort();
   }

@@ -9,7 +9,13 @@
 #include "Internal.h"
 #include "OpHelpers.h"
 
+#include "sluice/ops/kernels/Categorical.h"
+#include "sluice/ops/kernels/Elementwise.h"
+#include "sluice/ops/kernels/ExprEval.h"
+#include "sluice/ops/kernels/Layout.h"
+
 #include <algorithm>
+#include <memory>
 
 namespace sluice {
 namespace {
@@ -40,6 +46,30 @@ std::optional<ElemType> numericDType(TypeContext &ctx, const Value &v,
 //===----------------------------------------------------------------------===//
 // normalize, cast, fill_missing, clamp
 //===----------------------------------------------------------------------===//
+
+/// normalize's parameters, read once per step: a mean and a std for all
+/// channels or one each per channel, the same length.
+struct NormalizeParams {
+  std::vector<double> mean, std;
+
+  static Expected<NormalizeParams> parse(const Value &params) {
+    NormalizeParams p;
+    p.mean = params["mean"].asDoubleList();
+    p.std = params["std"].asDoubleList();
+    if (p.mean.empty() || p.std.empty())
+      return Status::error("mean and std need at least one value");
+    for (double v : p.std)
+      if (!(v > 0))
+        return Status::error("std values must be > 0");
+    // The kernel takes one value or one per channel for each list;
+    // broadcast a single value to the other list's length so both agree.
+    if (p.mean.size() == 1 && p.std.size() > 1)
+      p.mean.assign(p.std.size(), p.mean[0]);
+    if (p.std.size() == 1 && p.mean.size() > 1)
+      p.std.assign(p.mean.size(), p.std[0]);
+    return p;
+  }
+};
 
 OpDef normalize() {
   OpDef op = element("normalize");
@@ -126,6 +156,16 @@ OpDef normalize() {
                        : ElemType::F32;
     return withResult(ctx, FieldType(out, t.shape));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    Expected<NormalizeParams> p = NormalizeParams::parse(site.params);
+    if (!p)
+      return p.status();
+    return TensorKernel(
+        [p = p.take(), to = site.output.elem](const Tensor &t,
+                                              const KernelCall &) {
+          return kernels::normalize(t, p.mean, p.std, to);
+        });
+  };
   return op;
 }
 static OpRegistration regNormalize(normalize());
@@ -155,6 +195,12 @@ OpDef cast() {
     if (!to)
       return ctx.input();
     return withResult(ctx, FieldType(*to, ctx.fieldType("field").shape));
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    ElemType to = site.output.elem;
+    return TensorKernel([to](const Tensor &t, const KernelCall &) {
+      return kernels::cast(t, to);
+    });
   };
   return op;
 }
@@ -201,6 +247,13 @@ OpDef fillMissing() {
     }
     return withResult(ctx, t);
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    const Value &value = site.params["value"];
+    double v = value.isNumber() ? value.asDouble() : 0;
+    return TensorKernel([v](const Tensor &t, const KernelCall &) {
+      return kernels::fillMissing(t, v);
+    });
+  };
   return op;
 }
 static OpRegistration regFillMissing(fillMissing());
@@ -237,6 +290,16 @@ OpDef clamp() {
       return ctx.input();
     }
     return withResult(ctx, ctx.fieldType("field"));
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    std::optional<double> lo, hi;
+    if (site.params["min"].isNumber())
+      lo = site.params["min"].asDouble();
+    if (site.params["max"].isNumber())
+      hi = site.params["max"].asDouble();
+    return TensorKernel([lo, hi](const Tensor &t, const KernelCall &) {
+      return kernels::clamp(t, lo, hi);
+    });
   };
   return op;
 }
@@ -390,6 +453,31 @@ OpDef mapOp() {
     }
     return withResult(ctx, FieldType(result, t.shape));
   };
+  // The expression is parsed and compiled once per step; values the
+  // expression computes in another type are cast to the step's dtype.
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    const Value &text = site.params["expr"];
+    if (!text.isString())
+      return Status::error("parameter 'expr' is missing");
+    ExprError err;
+    ExprPtr e = parseExpr(text.asString(), err);
+    if (!e)
+      return Status::error("expression '" + text.asString() +
+                           "': " + err.message);
+    Expected<kernels::CompiledExpr> compiled =
+        kernels::CompiledExpr::compileMap(*e, site.input.elem);
+    if (!compiled)
+      return compiled.status();
+    auto code = std::make_shared<const kernels::CompiledExpr>(compiled.take());
+    ElemType to = site.output.elem;
+    return TensorKernel(
+        [code, to](const Tensor &t, const KernelCall &) -> Expected<Tensor> {
+          Expected<Tensor> r = code->map(t);
+          if (!r || r->elem() == to)
+            return r;
+          return kernels::cast(*r, to);
+        });
+  };
   return op;
 }
 static OpRegistration regMap(mapOp());
@@ -472,6 +560,20 @@ OpDef transpose() {
       out.shape[i] = t.shape[perm[i]];
     return withResult(ctx, out);
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    std::vector<int64_t> perm;
+    const Value &to = site.params["to"];
+    if (to.isString())
+      perm = to.asString() == "CHW" ? std::vector<int64_t>{2, 0, 1}
+                                    : std::vector<int64_t>{1, 2, 0};
+    else
+      perm = site.params["perm"].asIntList();
+    if (perm.size() != site.input.rank())
+      return Status::error("the permutation does not match the field's rank");
+    return TensorKernel([perm](const Tensor &t, const KernelCall &) {
+      return kernels::transpose(t, perm);
+    });
+  };
   return op;
 }
 static OpRegistration regTranspose(transpose());
@@ -535,6 +637,23 @@ OpDef pad() {
         out.shape[d] += p[2 * d] + p[2 * d + 1];
     return withResult(ctx, out);
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    std::vector<int64_t> p = site.params["padding"].asIntList();
+    const Value &valueV = site.params["value"];
+    double value = valueV.isNumber() ? valueV.asDouble() : 0;
+    size_t rank = site.input.rank();
+    size_t sides = rank == 1 ? 2 : 4;
+    if (p.size() == 1)
+      p.assign(sides, p[0]);
+    if (p.size() != sides || rank == 0)
+      return Status::error("padding does not match the field's rank");
+    std::vector<std::pair<int64_t, int64_t>> pads(rank, {0, 0});
+    for (size_t d = 0; d < sides / 2; ++d)
+      pads[d] = {p[2 * d], p[2 * d + 1]};
+    return TensorKernel([pads, value](const Tensor &t, const KernelCall &) {
+      return kernels::pad(t, pads, value);
+    });
+  };
   return op;
 }
 static OpRegistration regPad(pad());
@@ -566,6 +685,12 @@ OpDef truncate() {
     if (t.shape[0] >= 0)
       t.shape[0] = std::min(t.shape[0], len);
     return withResult(ctx, t);
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    int64_t len = intOr(site.params["length"], 1);
+    return TensorKernel([len](const Tensor &t, const KernelCall &) {
+      return kernels::truncate(t, len, 0);
+    });
   };
   return op;
 }
@@ -607,6 +732,12 @@ OpDef hashBucket() {
     }
     return withResult(ctx, FieldType(ElemType::I64, t.shape));
   };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    int64_t buckets = intOr(site.params["buckets"], 1);
+    return TensorKernel([buckets](const Tensor &t, const KernelCall &) {
+      return kernels::hashBucket(t, buckets);
+    });
+  };
   return op;
 }
 static OpRegistration regHashBucket(hashBucket());
@@ -639,6 +770,12 @@ OpDef bucketize() {
       return ctx.input();
     return withResult(ctx,
                       FieldType(ElemType::I32, ctx.fieldType("field").shape));
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    std::vector<double> b = site.params["boundaries"].asDoubleList();
+    return TensorKernel([b](const Tensor &t, const KernelCall &) {
+      return kernels::bucketize(t, b);
+    });
   };
   return op;
 }
@@ -688,6 +825,13 @@ OpDef oneHot() {
     FieldType out(*dt, t.shape);
     out.shape.push_back(intOr(ctx.param("depth"), 1));
     return withResult(ctx, out);
+  };
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    int64_t depth = intOr(site.params["depth"], 1);
+    ElemType out = site.output.elem;
+    return TensorKernel([depth, out](const Tensor &t, const KernelCall &) {
+      return kernels::oneHot(t, depth, out);
+    });
   };
   return op;
 }
@@ -743,6 +887,43 @@ OpDef tokenize() {
       return ctx.input();
     }
     return withResult(ctx, FieldType(ElemType::I64, {kDynamic}));
+  };
+  // The vocabulary is loaded once per file (Vocab::shared) and the options
+  // read once per step; replaced invalid UTF-8 is counted per record.
+  op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
+    const Value &vocabV = site.params["vocab"];
+    if (!vocabV.isString() || vocabV.asString().empty())
+      return Status::error("parameter 'vocab' is missing");
+    std::string path = site.resolvePath(vocabV.asString());
+    Expected<std::shared_ptr<const kernels::Vocab>> vocab =
+        kernels::Vocab::shared(path);
+    if (!vocab)
+      return vocab.status();
+    kernels::TokenizeOptions opts;
+    const Value &lower = site.params["lowercase"];
+    opts.lowercase = lower.isBool() && lower.asBool();
+    const Value &unknownV = site.params["unknown"];
+    std::string unknown = unknownV.isString() ? unknownV.asString() : "[UNK]";
+    opts.unknownId = (*vocab)->lookup(unknown);
+    if (opts.unknownId < 0)
+      return Status::error("the unknown token '" + unknown +
+                           "' is not in the vocabulary " + path +
+                           "; add it as a line of the file or set `unknown` "
+                           "to one of its tokens");
+    opts.out =
+        site.output.elem == ElemType::I32 ? ElemType::I32 : ElemType::I64;
+    const Value &encoding = site.params["encoding"];
+    opts.replaceInvalid =
+        encoding.isString() && encoding.asString() == "replace";
+    std::shared_ptr<const kernels::Vocab> v = *vocab;
+    return TensorKernel(
+        [v, opts](const Tensor &t, const KernelCall &call) -> Expected<Tensor> {
+          size_t replaced = 0;
+          Expected<Tensor> r = kernels::tokenize(t, *v, opts, &replaced);
+          if (replaced > 0)
+            call.repaired("tokenize: invalid UTF-8 replaced by U+FFFD");
+          return r;
+        });
   };
   return op;
 }

@@ -796,4 +796,36 @@ std::unique_ptr<Stage> makeUnbatchStage(Shared &shared,
   return std::make_unique<UnbatchStage>(shared, std::move(upstream), c);
 }
 
+namespace {
+
+/// batch and padded_batch: ceil(n / size) records, floor with
+/// drop_remainder.
+Expected<std::unique_ptr<Stage>> batchStage(StageBuild &b, bool padded) {
+  const Value &p = b.step.params;
+  if (b.count) {
+    int64_t size = std::max<int64_t>(1, p["size"].asInt());
+    bool drop = p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
+    b.count = drop ? *b.count / size : (*b.count + size - 1) / size;
+  }
+  return makeBatchStage(b.shared, std::move(b.upstream), b.counters, b.step,
+                        padded);
+}
+
+Expected<std::unique_ptr<Stage>> batch(StageBuild &b) {
+  return batchStage(b, false);
+}
+Expected<std::unique_ptr<Stage>> paddedBatch(StageBuild &b) {
+  return batchStage(b, true);
+}
+Expected<std::unique_ptr<Stage>> unbatch(StageBuild &b) {
+  b.count.reset();
+  return makeUnbatchStage(b.shared, std::move(b.upstream), b.counters);
+}
+
+StageRegistration batchRegistration("batch", batch);
+StageRegistration paddedBatchRegistration("padded_batch", paddedBatch);
+StageRegistration unbatchRegistration("unbatch", unbatch);
+
+} // namespace
+
 } // namespace sluice::runtime::detail

@@ -26,6 +26,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
@@ -363,5 +364,43 @@ std::unique_ptr<Stage> makeCacheStage(Shared &shared,
                                       std::move(to), std::move(dir),
                                       std::move(type), std::move(where));
 }
+
+namespace {
+
+Expected<std::unique_ptr<Stage>> cache(StageBuild &b) {
+  const Value &p = b.step.params;
+  std::string to = p["to"].isString() ? p["to"].asString() : "memory";
+  if (to != "memory" && to != "disk")
+    return Status::error(b.where + ": cache `to` must be memory or disk");
+  std::string dir = b.shared.tempDir;
+  if (p["path"].isString()) {
+    dir = p["path"].asString();
+    const std::string &base = b.shared.plan->baseDir;
+    if (!dir.empty() && dir[0] != '/' && !base.empty())
+      dir = base + "/" + dir;
+  }
+  if (!dir.empty()) {
+    struct stat sb;
+    if (to == "disk" && (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
+      return Status::error(b.where + ": cache path '" + dir +
+                           "' is not a directory; create it or choose "
+                           "another `path`");
+  }
+  if (to == "memory" && b.count && b.countExact) {
+    StaticNeed n;
+    n.what = "the memory cache of " + std::to_string(*b.count) + " records";
+    n.records = *b.count;
+    n.type = b.step.inputType;
+    n.knob = "cache: disk";
+    n.where = b.where;
+    b.needs.push_back(n);
+  }
+  return makeCacheStage(b.shared, std::move(b.upstream), b.counters, to, dir,
+                        b.step.inputType, b.where);
+}
+
+StageRegistration cacheRegistration("cache", cache);
+
+} // namespace
 
 } // namespace sluice::runtime::detail

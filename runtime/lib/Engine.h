@@ -30,9 +30,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::runtime::detail {
@@ -397,6 +399,40 @@ std::unique_ptr<Stage> makeCacheStage(Shared &shared,
                                       StageCounters *c, std::string to,
                                       std::string dir, RecordType type,
                                       std::string where);
+
+/// What a record op's stage factory builds from, and the engine's running
+/// account of the stream it updates by the op's count rule.
+struct StageBuild {
+  Shared &shared;
+  const PlanStage &step;
+  std::string where; ///< the step's spec location, for messages
+  StageCounters *counters;
+  std::unique_ptr<Stage> upstream;
+  /// Records per pass at this point of the stream (nullopt: unknown).
+  std::optional<int64_t> &count;
+  /// False once `count` is only an upper bound (after a filter, or a take
+  /// of a source of unknown size).
+  bool &countExact;
+  /// Source records one run reads, when known (a repeat multiplies them,
+  /// a take may stop the source early).
+  std::optional<int64_t> &sourceRecords;
+  /// Static buffers the stage holds, for the memory check before running.
+  std::vector<StaticNeed> &needs;
+};
+
+/// Makes the stage of one record op (batch, shuffle, take, ...) and applies
+/// the op's rule for the number of records to `b.count`.
+using StageFactory =
+    std::function<Expected<std::unique_ptr<Stage>>(StageBuild &b)>;
+
+/// Registers the stage factory of record op `op` at static-initialization
+/// time, in the file of its stage: the engine finds it by the step's op.
+struct StageRegistration {
+  StageRegistration(std::string op, StageFactory make);
+};
+
+/// The factory registered for `op`, or null.
+const StageFactory *findStageFactory(std::string_view op);
 
 /// The reason an error is counted under: the op name and the message up to
 /// its first ':' ("decode_image: corrupt JPEG data").

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 namespace sluice::runtime {
 
@@ -495,18 +496,24 @@ void MemoryBudget::dropCarriedHeap() {
 }
 
 std::string MemoryBudget::usageSummary() const {
-  std::vector<std::pair<int64_t, std::string>> held;
+  // (bytes, the account's place, name): largest first, ties in the
+  // accounts' order. std::sort with a total order rather than
+  // std::stable_sort, whose libstdc++ 12 implementation trips clang's
+  // deprecation warning.
+  std::vector<std::tuple<int64_t, size_t, std::string>> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto &a : accounts_)
       if (a->used() > 0)
-        held.emplace_back(a->used(), a->name());
+        held.emplace_back(a->used(), held.size(), a->name());
   }
-  std::stable_sort(held.begin(), held.end(), [](const auto &x, const auto &y) {
-    return x.first > y.first;
+  std::sort(held.begin(), held.end(), [](const auto &x, const auto &y) {
+    if (std::get<0>(x) != std::get<0>(y))
+      return std::get<0>(x) > std::get<0>(y);
+    return std::get<1>(x) < std::get<1>(y);
   });
   std::string s;
-  for (const auto &[bytes, name] : held)
+  for (const auto &[bytes, order, name] : held)
     s += (s.empty() ? "" : ", ") + name + " " + formatBytes(bytes);
   return s.empty() ? "nothing" : s;
 }

@@ -347,12 +347,6 @@ bool switchedOff(const char *name) {
   return v && *v && std::string(v) != "0";
 }
 
-std::string resolve(const std::string &base, const std::string &path) {
-  if (path.empty() || path[0] == '/' || base.empty())
-    return path;
-  return base + "/" + path;
-}
-
 } // namespace
 
 Expected<std::unique_ptr<Engine>>
@@ -632,7 +626,8 @@ Status Engine::build() {
       SubOp op;
       op.step = &st;
       op.fn = fn.take();
-      if (st.op == "filter" && opts_.rowsBinder) {
+      const OpDef *def = Registry::instance().find(st.op);
+      if (def && def->rowsKernel && opts_.rowsBinder) {
         std::optional<Expected<RowsFilterFn>> rows = opts_.rowsBinder(st);
         if (rows && !*rows)
           return rows->status().withContext(where + ": ");
@@ -642,8 +637,8 @@ Status Engine::build() {
       op.counters =
           counters(st.name, st.op,
                    st.kind == OpKind::Element ? "element" : "record", where);
-      if (st.op == "filter") {
-        op.counters->setFilterReason("where is false");
+      if (def && def->traits.dropReason) {
+        op.counters->setFilterReason(def->traits.dropReason);
         countExact = false;
       }
       if (st.kind == OpKind::Element) {
@@ -665,94 +660,21 @@ Status Engine::build() {
     s = flush();
     if (!s)
       return s;
-    StageCounters *c = counters(st.name, st.op, "record", where);
-    const Value &p = st.params;
-    if (st.op == "shuffle") {
-      cur = makeShuffleStage(shared_, std::move(cur), c, st, count);
-    } else if (st.op == "batch" || st.op == "padded_batch") {
-      cur = makeBatchStage(shared_, std::move(cur), c, st,
-                           st.op == "padded_batch");
-      if (count) {
-        int64_t size = std::max<int64_t>(1, p["size"].asInt());
-        bool drop =
-            p["drop_remainder"].isBool() && p["drop_remainder"].asBool();
-        count = drop ? *count / size : (*count + size - 1) / size;
-      }
-    } else if (st.op == "unbatch") {
-      cur = makeUnbatchStage(shared_, std::move(cur), c);
-      count.reset();
-    } else if (st.op == "repeat") {
-      int64_t n = p["count"].isNumber() ? p["count"].asInt() : -1;
-      cur = makeRepeatStage(shared_, std::move(cur), c, n);
-      if (count && n >= 0)
-        count = *count * n;
-      else
-        count.reset();
-      if (expectedSourceRecords_ && n >= 0)
-        expectedSourceRecords_ = *expectedSourceRecords_ * n;
-      else if (n < 0)
-        expectedSourceRecords_.reset();
-    } else if (st.op == "take") {
-      int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
-      cur = makeTakeStage(shared_, std::move(cur), c, n);
-      if (count) {
-        count = std::min(*count, n);
-      } else {
-        count = std::max<int64_t>(n, 0);
-        countExact = false;
-      }
-      expectedSourceRecords_.reset(); // the source may stop early
-    } else if (st.op == "skip") {
-      int64_t n = p["count"].isNumber() ? p["count"].asInt() : 0;
-      cur = makeSkipStage(shared_, std::move(cur), c, n);
-      if (count)
-        count = std::max<int64_t>(0, *count - n);
-    } else if (st.op == "shard") {
-      int64_t n = p["num_shards"].isNumber() ? p["num_shards"].asInt() : 1;
-      int64_t i = p["index"].isNumber() ? p["index"].asInt() : 0;
-      if (n < 1 || i < 0 || i >= n)
-        return Status::error(where + ": shard index " + std::to_string(i) +
-                             " is out of range for num_shards " +
-                             std::to_string(n));
-      cur = makeShardStage(shared_, std::move(cur), c, n, i);
-      if (count)
-        count = (*count - i + n - 1) / n;
-    } else if (st.op == "interleave") {
-      cur = makeIdentityStage(shared_, std::move(cur), c);
-    } else if (st.op == "cache") {
-      std::string to = p["to"].isString() ? p["to"].asString() : "memory";
-      if (to != "memory" && to != "disk")
-        return Status::error(where + ": cache `to` must be memory or disk");
-      std::string dir = p["path"].isString()
-                            ? resolve(plan_.baseDir, p["path"].asString())
-                            : shared_.tempDir;
-      if (!dir.empty()) {
-        struct stat sb;
-        if (to == "disk" &&
-            (::stat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)))
-          return Status::error(where + ": cache path '" + dir +
-                               "' is not a directory; create it or choose "
-                               "another `path`");
-      }
-      if (to == "memory" && count && countExact) {
-        StaticNeed n;
-        n.what = "the memory cache of " + std::to_string(*count) + " records";
-        n.records = *count;
-        n.type = st.inputType;
-        n.knob = "cache: disk";
-        n.where = where;
-        extraNeeds_.push_back(n);
-      }
-      cur = makeCacheStage(shared_, std::move(cur), c, to, dir, st.inputType,
-                           where);
-    } else if (st.op == "prefetch") {
-      int64_t n = p["buffer"].isNumber() ? p["buffer"].asInt() : 2;
-      cur = makePrefetchStage(shared_, std::move(cur), c, n, st.inputType,
-                              st.name + ".buffer", where);
-    } else {
+    // The stage of a record op comes from the table its stage's file
+    // registers into (StageRegistration), which also applies the op's count
+    // rule to `count`.
+    const StageFactory *make = findStageFactory(st.op);
+    if (!make)
       return Status::error(where + ": the runtime does not implement the " +
                            "record op '" + st.op + "'");
-    }
+    StageCounters *c = counters(st.name, st.op, "record", where);
+    StageBuild b{shared_,        st,    where,      c,
+                 std::move(cur), count, countExact, expectedSourceRecords_,
+                 extraNeeds_};
+    Expected<std::unique_ptr<Stage>> made = (*make)(b);
+    if (!made)
+      return made.status();
+    cur = made.take();
     s = addBuffers(st);
     if (!s)
       return s;
@@ -792,13 +714,17 @@ Status Engine::setupPositions() {
   for (const PlanStage &st : plan_.stages) {
     if (!st.cache.empty())
       exact = false;
-    if (st.op == "batch" || st.op == "padded_batch")
+    // Asked of the op's traits: a batch groups rows; anything that drops,
+    // adds, reorders or replays records ends exact positions.
+    const OpDef *def = Registry::instance().find(st.op);
+    const OpTraits *t = def ? &def->traits : nullptr;
+    bool passes = t && t->count == Cardinality::Same;
+    if (t && t->count == Cardinality::Groups)
       ++batches;
-    else if (st.op == "filter" || st.op == "shuffle" || st.op == "unbatch" ||
-             st.op == "repeat" || st.op == "take" || st.op == "skip" ||
-             st.op == "shard" || st.op == "interleave" || st.op == "cache")
+    else if (t && (t->reorders || t->materializes ||
+                   (t->count != Cardinality::OneToOne && !passes)))
       exact = false;
-    else if (!isPerRecordStep(st) && st.op != "prefetch")
+    else if (!isPerRecordStep(st) && !passes)
       exact = false;
   }
   positionalExact_ = exact && batches <= 1;

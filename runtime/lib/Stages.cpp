@@ -551,4 +551,86 @@ std::unique_ptr<Stage> makeShardStage(Shared &shared,
                                       index);
 }
 
+//===----------------------------------------------------------------------===//
+// The record ops these stages run, and how each changes the record count.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+int64_t intParam(const PlanStage &st, const char *name, int64_t def) {
+  const Value &v = st.params[name];
+  return v.isNumber() ? v.asInt() : def;
+}
+
+Expected<std::unique_ptr<Stage>> shuffle(StageBuild &b) {
+  return makeShuffleStage(b.shared, std::move(b.upstream), b.counters, b.step,
+                          b.count);
+}
+
+Expected<std::unique_ptr<Stage>> repeat(StageBuild &b) {
+  int64_t n = intParam(b.step, "count", -1);
+  if (b.count && n >= 0)
+    b.count = *b.count * n;
+  else
+    b.count.reset();
+  if (b.sourceRecords && n >= 0)
+    b.sourceRecords = *b.sourceRecords * n;
+  else if (n < 0)
+    b.sourceRecords.reset();
+  return makeRepeatStage(b.shared, std::move(b.upstream), b.counters, n);
+}
+
+Expected<std::unique_ptr<Stage>> take(StageBuild &b) {
+  int64_t n = intParam(b.step, "count", 0);
+  if (b.count) {
+    b.count = std::min(*b.count, n);
+  } else {
+    b.count = std::max<int64_t>(n, 0);
+    b.countExact = false;
+  }
+  b.sourceRecords.reset(); // the source may stop early
+  return makeTakeStage(b.shared, std::move(b.upstream), b.counters, n);
+}
+
+Expected<std::unique_ptr<Stage>> skip(StageBuild &b) {
+  int64_t n = intParam(b.step, "count", 0);
+  if (b.count)
+    b.count = std::max<int64_t>(0, *b.count - n);
+  return makeSkipStage(b.shared, std::move(b.upstream), b.counters, n);
+}
+
+Expected<std::unique_ptr<Stage>> shard(StageBuild &b) {
+  int64_t n = intParam(b.step, "num_shards", 1);
+  int64_t i = intParam(b.step, "index", 0);
+  if (n < 1 || i < 0 || i >= n)
+    return Status::error(b.where + ": shard index " + std::to_string(i) +
+                         " is out of range for num_shards " +
+                         std::to_string(n));
+  if (b.count)
+    b.count = (*b.count - i + n - 1) / n;
+  return makeShardStage(b.shared, std::move(b.upstream), b.counters, n, i);
+}
+
+/// interleave configures how the source reads its shards (Engine::build);
+/// its own place in the stream passes records through.
+Expected<std::unique_ptr<Stage>> interleave(StageBuild &b) {
+  return makeIdentityStage(b.shared, std::move(b.upstream), b.counters);
+}
+
+Expected<std::unique_ptr<Stage>> prefetch(StageBuild &b) {
+  int64_t n = intParam(b.step, "buffer", 2);
+  return makePrefetchStage(b.shared, std::move(b.upstream), b.counters, n,
+                           b.step.inputType, b.step.name + ".buffer", b.where);
+}
+
+StageRegistration shuffleRegistration("shuffle", shuffle);
+StageRegistration repeatRegistration("repeat", repeat);
+StageRegistration takeRegistration("take", take);
+StageRegistration skipRegistration("skip", skip);
+StageRegistration shardRegistration("shard", shard);
+StageRegistration interleaveRegistration("interleave", interleave);
+StageRegistration prefetchRegistration("prefetch", prefetch);
+
+} // namespace
+
 } // namespace sluice::runtime::detail

@@ -33,6 +33,7 @@ const std::vector<OpName> kDesignOps = {
     {"random_resized_crop", OpKind::Element},
     {"random_flip", OpKind::Element},
     {"grayscale", OpKind::Element},
+    {"random_grayscale", OpKind::Element},
     {"normalize", OpKind::Element},
     {"cast", OpKind::Element},
     {"transpose", OpKind::Element},
@@ -170,7 +171,7 @@ TEST(Registry, HoldsExactlyTheDesignOps) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(Registry::instance().names(OpKind::Source).size(), 9u);
-  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 19u);
+  EXPECT_EQ(Registry::instance().names(OpKind::Element).size(), 20u);
   EXPECT_EQ(Registry::instance().names(OpKind::Record).size(), 14u);
   EXPECT_EQ(Registry::instance().find("decode_imgae"), nullptr);
 }
@@ -204,10 +205,15 @@ TEST(Registry, FusionTraits) {
   lists.set("mean", Value::list({Value::real(1), Value::real(2)}));
   lists.set("std", Value::list({Value::real(1), Value::real(2)}));
   EXPECT_TRUE(norm->traits.perChannel(lists));
-  // grayscale brings its kernel in its entry; no random op may.
-  EXPECT_TRUE(Registry::instance().find("grayscale")->kernel);
-  for (const OpDef *op : Registry::instance().all())
-    EXPECT_FALSE(op->stochastic && op->kernel) << op->name;
+  // Every element op, random ones included, brings its kernel in its entry
+  // (internal ones too: the fused decode + crop), and the per-record record
+  // ops bring theirs; the runtime has no kernels of its own.
+  for (const OpDef *op : Registry::instance().all(OpKind::Element))
+    EXPECT_TRUE(op->kernel) << op->name;
+  EXPECT_TRUE(Registry::instance().find("decode_random_resized_crop")->kernel);
+  for (const char *n : {"select", "rename", "filter"})
+    EXPECT_TRUE(Registry::instance().find(n)->recordKernel) << n;
+  EXPECT_TRUE(Registry::instance().find("filter")->rowsKernel);
 }
 
 TEST(Registry, StochasticAndFuseKinds) {

@@ -666,7 +666,10 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
   MLIRContext *ctx = b.getContext();
   Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
   int64_t period = normalizePeriod(normalizeChannels(s));
-  auto [mTable, scTable] = periodTables(b, loc, s, period);
+  // Named values rather than structured bindings: a lambda below captures
+  // them (capturing bindings is C++20).
+  std::pair<Value, Value> tables = periodTables(b, loc, s, period);
+  Value mTable = tables.first, scTable = tables.second;
   Value total = constInt(b, loc, i64, 1);
   for (Value d : inDims)
     total = b.create<arith::MulIOp>(loc, total, d);

@@ -54,7 +54,7 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
   }
 
   /// Why `stage` cannot join a fused run, or "".
-  std::string blocker(PipelineOp pipeline, StageOpInterface stage) {
+  std::string blocker(StageOpInterface stage) {
     llvm::StringRef op = stage.getRegistryName();
     if (!valueWise(op))
       return "'" + op.str() + "' is not value-wise";
@@ -89,7 +89,7 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
         flush();
         continue;
       }
-      std::string why = blocker(pipeline, stage);
+      std::string why = blocker(stage);
       // A run continues only along the stream: each step consumes the
       // previous one's output.
       bool chained = !runOps.empty() && stage.getInputStream() ==

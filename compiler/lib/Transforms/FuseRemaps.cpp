@@ -48,8 +48,7 @@ struct FuseRemapsPass
   }
 
   /// Why `stage` cannot join a remap run, or "" (then `field` is its field).
-  std::string blocker(PipelineOp pipeline, StageOpInterface stage,
-                      std::string &field) {
+  std::string blocker(StageOpInterface stage, std::string &field) {
     std::string op = stage.getRegistryName().str();
     if (!sluice::runtime::isRemapOp(op) && !sluice::runtime::isRemapValueOp(op))
       return "'" + op + "' neither moves values nor computes them one by one";
@@ -87,7 +86,7 @@ struct FuseRemapsPass
         continue;
       }
       std::string field;
-      std::string why = blocker(pipeline, stage, field);
+      std::string why = blocker(stage, field);
       if (!why.empty()) {
         if (!runOps.empty())
           LLVM_DEBUG(llvm::dbgs() << "run ends before '"

@@ -40,6 +40,12 @@ uint64_t deriveKey(uint64_t seed, uint64_t stream);
 /// field does not change the draws.
 uint64_t streamId(std::string_view opName, uint64_t stepIndex);
 
+/// The random stream of the step named `stepName` of op `op`: streamId(op,
+/// k) where k is the 1-based occurrence of the op among the steps, read
+/// from the name ("random_flip" is 1, "random_flip.2" is 2). Stable under
+/// graph rewrites that keep names.
+uint64_t stepStream(std::string_view op, std::string_view stepName);
+
 /// Random numbers for one (seed, epoch, element index, stream). Cheap to
 /// construct (no state beyond the counter), never shared between threads.
 class Rng {

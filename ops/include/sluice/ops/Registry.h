@@ -1,17 +1,19 @@
 //===- Registry.h - The op registry -----------------------------*- C++ -*-===//
 //
 // Every source and step of the pipeline language is described here once: its
-// parameters (types, defaults, ranges), its type rule, cost hints, and whether
-// the compiler may fuse it. The front end validates specs against this table,
-// `sluice ops` and docs/ops.md are generated from it, and the runtime looks up
-// kernels by the same names. MLIR-free.
+// parameters (types, defaults, ranges), its type rule, traits, cost hints,
+// and its kernel binder. The front end validates specs against this table,
+// `sluice ops` and docs/ops.md are generated from it, and the runtime binds
+// each step's kernel from the entry (runtime/lib/ElementOps.cpp). MLIR-free.
 //
-// Adding an op: one `static OpRegistration` in an ops/lib/*Ops.cpp file.
+// Adding an op: one `static OpRegistration` in its own ops/lib/ file
+// (GrayscaleOp.cpp), nothing else.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_OPS_REGISTRY_H
 #define SLUICE_OPS_REGISTRY_H
 
+#include "sluice/ops/Random.h"
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
@@ -132,6 +134,9 @@ struct OpTraits {
   /// of range): under the source's `on_error: skip` the record is skipped,
   /// so the step is then not one to one.
   bool dataErrors = false;
+  /// Why a per-record op drops the records it drops, as its counters name
+  /// it (filter: "where is false"); null for ops that drop none.
+  const char *dropReason = nullptr;
   /// Changes the order of records.
   bool reorders = false;
   /// Keeps the records it passes to replay them later (cache): moving a
@@ -197,12 +202,78 @@ public:
 /// Reports through ctx and returns anything when ctx.failed().
 using TypeRule = std::function<RecordType(TypeContext &ctx)>;
 
+/// What a bound kernel sees of the run and the record besides its input.
+class KernelCall {
+public:
+  /// Counts values a kernel repaired instead of refusing the record
+  /// (tokenize's replaced UTF-8); the runtime passes its stage counters.
+  class Repairs {
+  public:
+    virtual ~Repairs();
+    virtual void addRepaired(const std::string &reason) = 0;
+  };
+
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t index = 0;         ///< the record's position in the source
+  Repairs *repairs = nullptr; ///< null outside a pipeline
+
+  /// The draws of random stream `stream` for this record: the same on any
+  /// worker, in any order, in every run (Random.h).
+  Rng rng(uint64_t stream) const { return Rng(seed, epoch, index, stream); }
+  void repaired(const std::string &reason) const {
+    if (repairs)
+      repairs->addRepaired(reason);
+  }
+};
+
 /// An op's kernel bound to one step: the input field's tensor in, the
 /// result out. Called for every record from any worker thread.
-using TensorKernel = std::function<Expected<Tensor>(const Tensor &in)>;
-/// Binds an op's kernel once per step from the step's validated, defaulted
-/// parameters: they are read here, once, not per record.
-using KernelBinder = std::function<Expected<TensorKernel>(const Value &params)>;
+using TensorKernel =
+    std::function<Expected<Tensor>(const Tensor &in, const KernelCall &call)>;
+
+/// The step a kernel is bound for.
+struct KernelSite {
+  /// The step's parameters, validated and defaulted.
+  const Value &params;
+  /// The step's name in the plan ("random_flip", "random_flip.2").
+  std::string stepName;
+  /// The types of the input field and of the result.
+  FieldType input, output;
+  /// The step's random stream: stepStream(op, stepName).
+  uint64_t stream = 0;
+  /// Where relative paths in the parameters start (the spec's directory).
+  std::string baseDir;
+
+  /// `path` resolved against baseDir.
+  std::string resolvePath(const std::string &path) const;
+};
+
+/// Binds an op's kernel once per step: it parses the parameters into the
+/// op's typed struct, precomputes what it can (a vocabulary, a compiled
+/// expression) and returns the kernel. A failure is a message without the
+/// step's name, which the runtime adds.
+using KernelBinder = std::function<Expected<TensorKernel>(const KernelSite &)>;
+
+/// A per-record step that works on the whole record rather than one field
+/// (select, filter): false drops the record.
+using RecordKernel =
+    std::function<Expected<bool>(Record &rec, const KernelCall &call)>;
+/// Where a record kernel is bound: the step's parameters and record types.
+struct RecordSite {
+  const Value &params;
+  const RecordType &input;
+  const RecordType &output;
+};
+using RecordBinder = std::function<Expected<RecordKernel>(const RecordSite &)>;
+
+/// A record kernel over a run of records held as columns: `columns[f]`
+/// holds field f of record i in row i; sets keep[j] (1 kept, 0 dropped) for
+/// each of the `n` rows listed in `rows` (null: rows 0..n-1).
+using RowsKernel =
+    std::function<Status(const std::vector<Tensor> &columns,
+                         const uint32_t *rows, int64_t n, uint8_t *keep)>;
+using RowsBinder = std::function<Expected<RowsKernel>(const RecordSite &)>;
 
 /// One op of the language.
 struct OpDef {
@@ -229,12 +300,15 @@ struct OpDef {
   /// rejects it in a spec.
   bool internal = false;
   CostHints cost;
-  /// For a deterministic element op whose result is a function of its
-  /// `field` alone: its kernel. The runtime binds it per step and stores
-  /// the result per `field`/`as`, with no code of its own for the op (an op
-  /// added this way is one registry entry, its kernel and its tests). Ops
-  /// the runtime binds itself (runtime/lib/ElementOps.cpp) leave it empty.
+  /// An element op's kernel: the result of its `field` alone. The runtime
+  /// binds it per step and stores the result per `field`/`as`, with no code
+  /// of its own for the op (an op added this way is one registry entry, its
+  /// kernel and its tests).
   KernelBinder kernel;
+  /// A per-record op over the whole record (select, rename, filter).
+  RecordBinder recordKernel;
+  /// A per-record op that can also test many records at once (filter).
+  RowsBinder rowsKernel;
 
   const ParamSpec *findParam(std::string_view name) const;
 };

@@ -1,10 +1,11 @@
 //===- ElementOps.h - Binding plan steps to kernels -------------*- C++ -*-===//
 //
 // Each element step (and the per-record ops select, rename, filter) becomes
-// one closure, built once from the step's parameters (normalize precomputes
-// its constants, tokenize loads its vocabulary, map/filter parse their
-// expression) and then called for every record, from any worker thread.
-// The engine fuses consecutive closures into one parallel stage.
+// one closure, built once from the step's parameters by the kernel binder
+// of the op's registry entry (normalize precomputes its constants, tokenize
+// loads its vocabulary, map/filter parse their expression) and then called
+// for every record, from any worker thread. The engine fuses consecutive
+// closures into one parallel stage.
 //
 // Randomness: a stochastic step draws from
 //   Rng(seed, epoch, record.index, stageStream(step))
@@ -67,9 +68,8 @@ using RowsFilterFn =
 /// bindElementOp's); nullopt for any other step.
 std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &stage);
 
-/// The random stream of a step: streamId(op, k) where k is the 1-based
-/// occurrence of the op among the steps, read from the step name ("random_flip"
-/// is 1, "random_flip.2" is 2). Stable under graph rewrites that keep names.
+/// The random stream of a step: stepStream(op, name) (sluice/ops/Random.h),
+/// which the step's kernel gets as KernelSite::stream.
 uint64_t stageStream(const PlanStage &stage);
 
 } // namespace sluice::runtime
