@@ -637,7 +637,8 @@ OpDef decodeRandomResizedCrop() {
     return withResult(ctx, FieldType(elem, {h, w, c}));
   };
   op.kernel = [](const KernelSite &site) -> Expected<TensorKernel> {
-    Expected<DecodeCropParams> parsed = DecodeCropParams::parse(site.params, site.output);
+    Expected<DecodeCropParams> parsed =
+        DecodeCropParams::parse(site.params, site.output);
     if (!parsed)
       return parsed.status();
     auto p = std::make_shared<const DecodeCropParams>(parsed.take());

@@ -205,8 +205,8 @@ bool fitsIn(ElemType t, double v) {
   if (std::isnan(v))
     return isFloat(t);
   if (isFloat(t))
-    return (t != ElemType::F16 || std::fabs(v) <= 65504.0) &&
-               (t != ElemType::BF16 || std::fabs(v) <= 0x1.FEp127) ||
+    return ((t != ElemType::F16 || std::fabs(v) <= 65504.0) &&
+            (t != ElemType::BF16 || std::fabs(v) <= 0x1.FEp127)) ||
            std::isinf(v);
   if (v != std::floor(v) || !isNumeric(t))
     return false;

@@ -160,11 +160,10 @@ OpDef normalize() {
     Expected<NormalizeParams> p = NormalizeParams::parse(site.params);
     if (!p)
       return p.status();
-    return TensorKernel(
-        [p = p.take(), to = site.output.elem](const Tensor &t,
-                                              const KernelCall &) {
-          return kernels::normalize(t, p.mean, p.std, to);
-        });
+    return TensorKernel([p = p.take(), to = site.output.elem](
+                            const Tensor &t, const KernelCall &) {
+      return kernels::normalize(t, p.mean, p.std, to);
+    });
   };
   return op;
 }

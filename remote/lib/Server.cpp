@@ -528,17 +528,6 @@ private:
   int64_t running_ = 0;
 };
 
-std::string readFile(const std::string &path, std::string &err) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    err = "cannot read '" + path + "'";
-    return "";
-  }
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
-
 } // namespace
 
 Status checkServable(const runtime::Plan &plan,

@@ -89,19 +89,6 @@ bool writeAll(int fd, const char *p, size_t n) {
   return true;
 }
 
-bool readAll(int fd, char *p, size_t n) {
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 /// "<dir>/.<name>.<pid>.<random>.tmp": unique to this writer.
 std::string tempName(const std::string &dir, const std::string &name) {
   static std::atomic<uint64_t> seq{0};
