@@ -286,8 +286,10 @@ struct RunOptions {
   /// ListObjectsV2 pages, a glob) is then done once for the pipelines that
   /// share it: `schedule: auto` makes it for the schedule cache's key and
   /// hands it to its probes and to the run. Sources are read-only once
-  /// made; a remote one's fetches ahead are keyed by shard, so pipelines
-  /// that share it get the same bytes.
+  /// made, but for a remote source's requests in flight, which each
+  /// pipeline sets from its schedule as it starts (under the source's lock;
+  /// readers already open keep theirs); its fetches ahead are keyed by
+  /// shard, so pipelines that share it get the same bytes.
   std::shared_ptr<const Source> source;
   /// Explicit positions: every epoch reads exactly these global positions
   /// of the epoch's order (the sorted order, or the `shuffle: true`
