@@ -32,6 +32,7 @@
 //    pipelines made in the child work.
 //
 //===----------------------------------------------------------------------===//
+#include "Dtypes.h"
 #include "sluice/autotune/Tune.h"
 #include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
@@ -425,34 +426,7 @@ private:
   int64_t bytes_ = 0;
 };
 
-py::dtype dtypeOf(ElemType e) {
-  switch (e) {
-  case ElemType::U8:
-    return py::dtype("uint8");
-  case ElemType::I8:
-    return py::dtype("int8");
-  case ElemType::U16:
-    return py::dtype("uint16");
-  case ElemType::I16:
-    return py::dtype("int16");
-  case ElemType::I32:
-    return py::dtype("int32");
-  case ElemType::I64:
-    return py::dtype("int64");
-  case ElemType::F16:
-    return py::dtype("float16");
-  case ElemType::BF16: // its bits; sluice.torch views them as torch.bfloat16
-    return py::dtype("uint16");
-  case ElemType::F32:
-    return py::dtype("float32");
-  case ElemType::F64:
-    return py::dtype("float64");
-  case ElemType::Bool:
-    return py::dtype("bool");
-  default:
-    return py::dtype("object");
-  }
-}
+using sluice::python::dtypeOf;
 
 py::object toPython(const std::shared_ptr<Box> &box, Tensor t) {
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());

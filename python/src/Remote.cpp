@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/remote/Remote.h"
+#include "Dtypes.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -32,34 +33,7 @@ py::object pipelineError() {
   throw py::error_already_set();
 }
 
-py::dtype dtypeOf(ElemType e) {
-  switch (e) {
-  case ElemType::U8:
-    return py::dtype("uint8");
-  case ElemType::I8:
-    return py::dtype("int8");
-  case ElemType::U16:
-    return py::dtype("uint16");
-  case ElemType::I16:
-    return py::dtype("int16");
-  case ElemType::I32:
-    return py::dtype("int32");
-  case ElemType::I64:
-    return py::dtype("int64");
-  case ElemType::F16:
-    return py::dtype("float16");
-  case ElemType::BF16: // its bits; sluice.torch views them as torch.bfloat16
-    return py::dtype("uint16");
-  case ElemType::F32:
-    return py::dtype("float32");
-  case ElemType::F64:
-    return py::dtype("float64");
-  case ElemType::Bool:
-    return py::dtype("bool");
-  default:
-    return py::dtype("object");
-  }
-}
+using sluice::python::dtypeOf;
 
 /// Keeps a received message alive under the arrays that view it.
 struct Owner {
