@@ -182,39 +182,45 @@ def test_kill_9_mid_epoch_reassigns_its_batches(served_spec, workers):
 
 
 def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
-    """The killed worker certainly holds undelivered outputs: it is stopped
-    (SIGSTOP) first, so whatever chunk it takes next it cannot send; the
-    trainer reads on until it waits for one of them, and only then is the
-    worker killed. (Killed while running, it may have sent its whole chunk
-    into the connection's buffers already, and nothing is left to give
-    back.)"""
+    """The killed worker holds undelivered outputs: it is stopped (SIGSTOP)
+    first, the trainer reads on until it waits for one of them, and only
+    then is the worker killed. A stopped worker may hold nothing: its last
+    chunk can sit whole in the connection's buffers, its thread waiting
+    for the stream's end, while the other worker serves the rest of the
+    epoch (about half the runs on a quiet host). Such a run is still
+    checked for exact output, and the scenario is run again, up to 10
+    times, until the trainer does wait on the stopped worker."""
     import threading
-    a, b = workers(fashion_positional), workers(fashion_positional)
-    ds = remote.Dataset(fashion_positional, [a.address, b.address], chunk=4,
-                        window=16, worker_timeout=60)
-    it = ds.arrays()
-    got = [next(it) for _ in range(2)]
-    a.proc.send_signal(signal.SIGSTOP)
-    rest = []
-    reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
-    reader.start()
-    # The trainer stalls on the stopped worker's chunk: no batch for 2 s.
-    seen, since = -1, time.monotonic()
-    while reader.is_alive() and time.monotonic() - since < 2.0:
-        if len(rest) != seen:
-            seen, since = len(rest), time.monotonic()
-        time.sleep(0.05)
-    stalled = reader.is_alive()
-    a.kill()
-    reader.join(timeout=120)
-    assert not reader.is_alive(), "the epoch did not end after the kill"
-    got += rest
     want = local_batches(fashion_positional, 0)
-    assert_same(got, want)
-    st = ds.stats()
-    assert stalled, ("the trainer never waited for the stopped worker", st)
-    assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
-    ds.close()
+    for attempt in range(10):
+        a, b = workers(fashion_positional), workers(fashion_positional)
+        ds = remote.Dataset(fashion_positional, [a.address, b.address],
+                            chunk=4, window=16, worker_timeout=60)
+        it = ds.arrays()
+        got = [next(it) for _ in range(2)]
+        a.proc.send_signal(signal.SIGSTOP)
+        rest = []
+        reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
+        reader.start()
+        # The trainer stalls on the stopped worker's chunk: no batch for 2 s.
+        seen, since = -1, time.monotonic()
+        while reader.is_alive() and time.monotonic() - since < 2.0:
+            if len(rest) != seen:
+                seen, since = len(rest), time.monotonic()
+            time.sleep(0.05)
+        stalled = reader.is_alive()
+        a.kill()
+        reader.join(timeout=120)
+        assert not reader.is_alive(), "the epoch did not end after the kill"
+        assert_same(got + rest, want)
+        st = ds.stats()
+        ds.close()
+        b.stop()
+        if stalled:
+            assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
+            return
+    raise AssertionError("in 10 runs the trainer never waited for the "
+                         "stopped worker")
 
 
 def slowly(it):
