@@ -181,23 +181,25 @@ def test_kill_9_mid_epoch_reassigns_its_batches(served_spec, workers):
     ds.close()
 
 
-def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
-    """The killed worker holds undelivered outputs: it is stopped (SIGSTOP)
-    first, the trainer reads on until it waits for one of them, and only
-    then is the worker killed. A stopped worker may hold nothing: its last
-    chunk can sit whole in the connection's buffers, its thread waiting
-    for the stream's end, while the other worker serves the rest of the
-    epoch (about half the runs on a quiet host). Such a run is still
-    checked for exact output, and the scenario is run again, up to 10
-    times, until the trainer does wait on the stopped worker."""
+def kill_stopped_worker(spec, workers, epoch=0, first=2):
+    """Two workers; after `first` batches one is stopped (SIGSTOP), the
+    trainer reads on until it waits for that worker's chunk, and only then
+    is it killed: it certainly held undelivered outputs. A stopped worker
+    may hold nothing (its last chunk whole in the connection's buffers, its
+    thread waiting for the stream's end, while the other worker serves the
+    rest: about half the runs on a quiet host); such a run is checked for
+    exact output and the scenario runs again, up to 10 times. Returns
+    (batches, the state after `first` batches, the surviving worker)."""
     import threading
-    want = local_batches(fashion_positional, 0)
+    want = local_batches(spec, epoch)
     for attempt in range(10):
-        a, b = workers(fashion_positional), workers(fashion_positional)
-        ds = remote.Dataset(fashion_positional, [a.address, b.address],
-                            chunk=4, window=16, worker_timeout=60)
+        a, b = workers(spec), workers(spec)
+        ds = remote.Dataset(spec, [a.address, b.address], chunk=4, window=16,
+                            worker_timeout=60)
+        ds.set_epoch(epoch)
         it = ds.arrays()
-        got = [next(it) for _ in range(2)]
+        got = [next(it) for _ in range(first)]
+        state = json.loads(json.dumps(ds.state_dict()))
         a.proc.send_signal(signal.SIGSTOP)
         rest = []
         reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
@@ -215,12 +217,16 @@ def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
         assert_same(got + rest, want)
         st = ds.stats()
         ds.close()
-        b.stop()
         if stalled:
             assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
-            return
+            return got + rest, state, b
+        b.stop()
     raise AssertionError("in 10 runs the trainer never waited for the "
                          "stopped worker")
+
+
+def test_kill_9_reassigns_outstanding_chunks(fashion_positional, workers):
+    kill_stopped_worker(fashion_positional, workers)
 
 
 def slowly(it):
@@ -418,33 +424,8 @@ def test_replayed_order_kill_9_and_resume(fashion_replay, workers):
     stopped, the trainer waits on its chunk, it is killed: its outputs go
     to the other, every batch exactly once. The state after some batches
     is a local Dataset's, and both resume from it."""
-    import threading
-    a, b = workers(fashion_replay), workers(fashion_replay)
-    ds = remote.Dataset(fashion_replay, [a.address, b.address], chunk=4,
-                        window=16, worker_timeout=60)
-    ds.set_epoch(1)
-    it = ds.arrays()
-    got = [next(it) for _ in range(3)]
-    state = json.loads(json.dumps(ds.state_dict()))
-    a.proc.send_signal(signal.SIGSTOP)
-    rest = []
-    reader = threading.Thread(target=lambda: [rest.append(x) for x in it])
-    reader.start()
-    seen, since = -1, time.monotonic()
-    while reader.is_alive() and time.monotonic() - since < 2.0:
-        if len(rest) != seen:
-            seen, since = len(rest), time.monotonic()
-        time.sleep(0.05)
-    stalled = reader.is_alive()
-    a.kill()
-    reader.join(timeout=120)
-    assert not reader.is_alive(), "the epoch did not end after the kill"
-    want = local_batches(fashion_replay, 1)
-    assert_same(got + rest, want)
-    st = ds.stats()
-    assert stalled, ("the trainer never waited for the stopped worker", st)
-    assert st["worker_failures"] >= 1 and st["reassigned"] >= 1, st
-    ds.close()
+    want, state, b = kill_stopped_worker(fashion_replay, workers, epoch=1,
+                                         first=3)
 
     import sluice.torch as storch
     local = storch.Dataset(fashion_replay, threads=1)
