@@ -1,4 +1,5 @@
-//===- BenchJit.h - Generated kernels for a benchmark's plan -----*- C++ -*-===//
+//===- BenchJit.h - Generated kernels for a benchmark's plan -----*- C++
+//-*-===//
 //
 // The codegen benchmarks compile a small hand-built plan, bind its stages to
 // the generated kernels (or to the runtime's, for the comparison) and time

@@ -487,10 +487,13 @@ int main(int argc, char **argv) {
     std::vector<Candidate> cands;
     autotune::Config naiveCfg = autotune::naiveConfig(r->profile);
     autotune::Config peerCfg = hillClimb(*plan, r->profile, cores);
-    Candidate naive{"naive", autotune::toSchedule(r->profile, naiveCfg), {}, 0,
-                    naiveCfg};
-    Candidate peer{"hill climb", autotune::toSchedule(r->profile, peerCfg), {},
-                   0, peerCfg};
+    Candidate naive{
+        "naive", autotune::toSchedule(r->profile, naiveCfg), {}, 0, naiveCfg};
+    Candidate peer{"hill climb",
+                   autotune::toSchedule(r->profile, peerCfg),
+                   {},
+                   0,
+                   peerCfg};
     Candidate tuned{"tuned", r->schedule, {}, 0, r->solution.config};
     cands.push_back(naive);
     cands.push_back(peer);
@@ -510,8 +513,8 @@ int main(int argc, char **argv) {
     for (int round = 0; round < rounds; ++round) {
       noteLoad();
       for (Candidate &c : cands)
-        c.rates.push_back(runWhole(*plan, c.schedule, cores, perEpoch,
-                                   &c.memoryPeak));
+        c.rates.push_back(
+            runWhole(*plan, c.schedule, cores, perEpoch, &c.memoryPeak));
     }
     // What the model says of a configuration, against its median.
     auto predicted = [&](const Candidate &c) -> std::string {
@@ -579,8 +582,8 @@ int main(int argc, char **argv) {
         paired.push_back((pr - m) / m);
       if (verbose)
         std::cerr << r->profile.pipeline << ": final round " << round + 1
-                  << ": predicted " << static_cast<int64_t>(pr)
-                  << ", measured " << static_cast<int64_t>(m) << "\n";
+                  << ": predicted " << static_cast<int64_t>(pr) << ", measured "
+                  << static_cast<int64_t>(m) << "\n";
     }
     size_t screened = cands.size();
     cands = fin;
@@ -635,9 +638,8 @@ int main(int argc, char **argv) {
           std::cerr << " " << static_cast<int64_t>(x);
         std::cerr << " )" << predicted(c) << "\n";
       }
-    std::cerr << r->profile.pipeline << ": " << screened
-              << " configurations x " << rounds << " rounds, then "
-              << cands.size() << " x " << nFinal
+    std::cerr << r->profile.pipeline << ": " << screened << " configurations x "
+              << rounds << " rounds, then " << cands.size() << " x " << nFinal
               << " final rounds; tuned schedule:\n"
               << autotune::scheduleYaml(*r);
   }

@@ -19,7 +19,8 @@
 // the per-thread caches and the budget credit with their switches:
 //
 //   buffer_pool_bench --benchmark_filter=Handoff
-//   SLUICE_NO_SMALL_POOL_CACHE=1 SLUICE_NO_BUDGET_CREDIT=1 buffer_pool_bench ...
+//   SLUICE_NO_SMALL_POOL_CACHE=1 SLUICE_NO_BUDGET_CREDIT=1 buffer_pool_bench
+//   ...
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Allocation.h"

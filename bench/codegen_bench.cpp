@@ -58,8 +58,8 @@ runtime::Plan criteoPlan() {
   plan.stages = {
       stage("fill_missing", "fill_missing", "dense", t,
             {{"value", Value::integer(0)}}),
-      stage("clamp", "clamp", "dense", t, {{"min", Value::integer(-10)},
-                                           {"max", Value::integer(1000000)}}),
+      stage("clamp", "clamp", "dense", t,
+            {{"min", Value::integer(-10)}, {"max", Value::integer(1000000)}}),
       stage("map", "map", "dense", t,
             {{"expr", Value::string("log(max(x, 0) + 1)")}}),
       stage("hash_bucket", "hash_bucket", "cat", t,
@@ -78,7 +78,8 @@ Record criteoBatch() {
   float *d = r.fields[1].mutableData<float>();
   for (int64_t i = 0; i < kRows * 13; ++i) {
     uint32_t roll = rng() % 10;
-    d[i] = roll == 0 ? NAN : float(int64_t(rng() % 100000) - (roll == 1 ? 100 : 0));
+    d[i] = roll == 0 ? NAN
+                     : float(int64_t(rng() % 100000) - (roll == 1 ? 100 : 0));
   }
   int64_t *c = r.fields[2].mutableData<int64_t>();
   for (int64_t i = 0; i < kRows * 26; ++i)
@@ -147,13 +148,17 @@ void BM_CriteoChainJit(benchmark::State &s) { runChain(s, true); }
 void BM_CriteoChainFusedRuntime(benchmark::State &s) {
   runChain(s, false, -1, true);
 }
-void BM_CriteoChainFusedJit(benchmark::State &s) { runChain(s, true, -1, true); }
+void BM_CriteoChainFusedJit(benchmark::State &s) {
+  runChain(s, true, -1, true);
+}
 BENCHMARK(BM_CriteoChainRuntime)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CriteoChainJit)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CriteoChainFusedRuntime)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CriteoChainFusedJit)->Unit(benchmark::kMicrosecond);
 /// One step of the chain alone (0 fill_missing, 1 clamp, 2 map, 3 hash).
-void BM_StepRuntime(benchmark::State &s) { runChain(s, false, int(s.range(0))); }
+void BM_StepRuntime(benchmark::State &s) {
+  runChain(s, false, int(s.range(0)));
+}
 void BM_StepJit(benchmark::State &s) { runChain(s, true, int(s.range(0))); }
 BENCHMARK(BM_StepRuntime)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StepJit)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
@@ -168,8 +173,8 @@ void runF16Map(benchmark::State &state, bool jit) {
   plan.stages = {stage("map", "map", "h", t,
                        {{"expr", Value::string(kF16Exprs[state.range(0)])}})};
   std::unique_ptr<compiler::JitKernels> kernels;
-  std::optional<runtime::ElementFn> fn =
-      bench::bindFirst(state, plan, jit, "the f16 map was not compiled", kernels);
+  std::optional<runtime::ElementFn> fn = bench::bindFirst(
+      state, plan, jit, "the f16 map was not compiled", kernels);
   if (!fn)
     return;
   std::mt19937 rng(11);
@@ -205,9 +210,9 @@ void runNormalize(benchmark::State &state, bool jit) {
     sd.push_back(Value::real(50.0 + 0.75 * double(i)));
   }
   RecordType in({{"image", FieldType(ElemType::U8, {h, w, c})}});
-  runtime::PlanStage s = stage("normalize", "normalize", "image", in,
-                               {{"mean", Value::list(mean)},
-                                {"std", Value::list(sd)}});
+  runtime::PlanStage s =
+      stage("normalize", "normalize", "image", in,
+            {{"mean", Value::list(mean)}, {"std", Value::list(sd)}});
   s.outputType = RecordType({{"image", FieldType(ElemType::F32, {h, w, c})}});
   runtime::Plan plan;
   plan.name = "normalize";
@@ -232,9 +237,17 @@ void runNormalize(benchmark::State &state, bool jit) {
 }
 void BM_NormalizeRuntime(benchmark::State &s) { runNormalize(s, false); }
 void BM_NormalizeJit(benchmark::State &s) { runNormalize(s, true); }
-BENCHMARK(BM_NormalizeRuntime)->Arg(3)->Arg(5)->Arg(8)->Arg(64)
+BENCHMARK(BM_NormalizeRuntime)
+    ->Arg(3)
+    ->Arg(5)
+    ->Arg(8)
+    ->Arg(64)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_NormalizeJit)->Arg(3)->Arg(5)->Arg(8)->Arg(64)
+BENCHMARK(BM_NormalizeJit)
+    ->Arg(3)
+    ->Arg(5)
+    ->Arg(8)
+    ->Arg(64)
     ->Unit(benchmark::kMicrosecond);
 
 /// A normalize inside a value-wise run, as sluice-fuse-maps fuses it, vs the
@@ -243,14 +256,15 @@ BENCHMARK(BM_NormalizeJit)->Arg(3)->Arg(5)->Arg(8)->Arg(64)
 /// JIT). Argument 0: a tabular batch after sluice-fuse-map-batch, f32
 /// [4096, 13], `map: log(max(x, 0) + 1)` then normalize with 13 per-column
 /// means and stds; 1: a u8 [224, 224, 3] image, `cast: f32` then normalize
-/// with ImageNet's constants; 2: as 0 with the cheap `map: x * 0.5 + 1`. Fused, each value is read once and written
-/// once; unfused, the map's (cast's) f32 result makes a round trip through
-/// memory and a second kernel call.
+/// with ImageNet's constants; 2: as 0 with the cheap `map: x * 0.5 + 1`. Fused,
+/// each value is read once and written once; unfused, the map's (cast's) f32
+/// result makes a round trip through memory and a second kernel call.
 runtime::Plan mapNormalizePlan(int which, bool fused) {
   bool image = which == 1;
-  std::vector<int64_t> shape =
-      image ? std::vector<int64_t>{224, 224, 3} : std::vector<int64_t>{kRows, 13};
-  RecordType in({{"x", FieldType(image ? ElemType::U8 : ElemType::F32, shape)}});
+  std::vector<int64_t> shape = image ? std::vector<int64_t>{224, 224, 3}
+                                     : std::vector<int64_t>{kRows, 13};
+  RecordType in(
+      {{"x", FieldType(image ? ElemType::U8 : ElemType::F32, shape)}});
   RecordType f32({{"x", FieldType(ElemType::F32, shape)}});
   std::vector<Value> mean, sd;
   for (int64_t c = 0; c < shape.back(); ++c) {
@@ -265,9 +279,9 @@ runtime::Plan mapNormalizePlan(int which, bool fused) {
                     {{"expr", Value::string(which == 0 ? "log(max(x, 0) + 1)"
                                                        : "x * 0.5 + 1")}});
   first.outputType = f32;
-  runtime::PlanStage norm = stage("normalize", "normalize", "x", f32,
-                                  {{"mean", Value::list(mean)},
-                                   {"std", Value::list(sd)}});
+  runtime::PlanStage norm =
+      stage("normalize", "normalize", "x", f32,
+            {{"mean", Value::list(mean)}, {"std", Value::list(sd)}});
   runtime::Plan plan;
   plan.name = "map_normalize";
   plan.stages = {first, norm};
@@ -315,8 +329,12 @@ void BM_MapNormalizeUnfusedJit(benchmark::State &s) {
 void BM_MapNormalizeUnfusedRuntime(benchmark::State &s) {
   runMapNormalize(s, false, false);
 }
-BENCHMARK(BM_MapNormalizeFusedJit)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_MapNormalizeUnfusedJit)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MapNormalizeFusedJit)
+    ->DenseRange(0, 2)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MapNormalizeUnfusedJit)
+    ->DenseRange(0, 2)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MapNormalizeUnfusedRuntime)
     ->DenseRange(0, 2)
     ->Unit(benchmark::kMicrosecond);
@@ -357,9 +375,9 @@ void BM_CompileCold(benchmark::State &state) {
 void BM_CompileCached(benchmark::State &state) {
   runtime::Plan plan = criteoPlan();
   compiler::CodegenOptions opts;
-  opts.cacheDir = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR")
-                                                    : "/tmp") +
-                  "/sluice-codegen-bench-cache";
+  opts.cacheDir =
+      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+      "/sluice-codegen-bench-cache";
   (void)compiler::JitKernels::compile(plan, opts);
   for (auto _ : state)
     benchmark::DoNotOptimize(compiler::JitKernels::compile(plan, opts));

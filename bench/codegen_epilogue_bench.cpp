@@ -1,4 +1,5 @@
-//===- codegen_epilogue_bench.cpp - Generated image epilogue vs hand-written ===//
+//===- codegen_epilogue_bench.cpp - Generated image epilogue vs hand-written
+//===//
 //
 // The steps after a resize in an ImageNet-style pipeline (random_flip,
 // normalize, transpose to CHW) on a 224x224 RGB crop of a real photo:

@@ -1,4 +1,5 @@
-//===- codegen_filter_bench.cpp - Generated filter conditions vs the interpreter ===//
+//===- codegen_filter_bench.cpp - Generated filter conditions vs the interpreter
+//===//
 //
 // A `filter` runs once per record, before batching, so its cost is per
 // record: the bytecode interpreter (runtime::bindElementOp, the reference)
@@ -12,7 +13,8 @@
 //   build/bin/codegen_filter_bench --benchmark_repetitions=7 \
 //     --benchmark_enable_random_interleaving=true
 // and compare medians. The Rows benchmarks test the same 4096 records held
-// as columns in one call (record runs). Setup checks both keep the same records.
+// as columns in one call (record runs). Setup checks both keep the same
+// records.
 //
 //===----------------------------------------------------------------------===//
 #include "BenchJit.h"
@@ -170,9 +172,13 @@ void BM_RowsFilterJit(benchmark::State &s) { runRowsFilter(s, true); }
 
 } // namespace
 
-BENCHMARK(BM_FilterInterpreter)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FilterInterpreter)
+    ->DenseRange(0, 3)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_FilterJit)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_RowsFilterInterpreter)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RowsFilterInterpreter)
+    ->DenseRange(0, 3)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RowsFilterJit)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

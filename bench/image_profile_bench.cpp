@@ -160,7 +160,8 @@ int main(int argc, char **argv) {
   std::sort(paths.begin(), paths.end());
   // Spread the sample over the directory (classes come in sorted runs).
   std::vector<Image> images;
-  size_t step = std::max<size_t>(1, paths.size() / std::max<size_t>(1, maxImages));
+  size_t step =
+      std::max<size_t>(1, paths.size() / std::max<size_t>(1, maxImages));
   for (size_t i = 0; i < paths.size() && images.size() < maxImages; i += step) {
     Image im;
     std::ifstream f(paths[i], std::ios::binary);
@@ -176,7 +177,8 @@ int main(int argc, char **argv) {
     images.push_back(std::move(im));
   }
   if (images.empty()) {
-    std::fprintf(stderr, "image_profile_bench: no JPEGs under %s\n", dir.c_str());
+    std::fprintf(stderr, "image_profile_bench: no JPEGs under %s\n",
+                 dir.c_str());
     return 1;
   }
 
@@ -207,11 +209,12 @@ int main(int argc, char **argv) {
       {"full",
        [&](const Image &im) {
          rgb.resize(size_t(im.w) * im.h * 3);
-         tjDecompress2(tj, reinterpret_cast<const unsigned char *>(im.bytes.data()),
-                       im.bytes.size(), rgb.data(), im.w, im.w * 3, im.h,
-                       TJPF_RGB, 0);
+         tjDecompress2(
+             tj, reinterpret_cast<const unsigned char *>(im.bytes.data()),
+             im.bytes.size(), rgb.data(), im.w, im.w * 3, im.h, TJPF_RGB, 0);
        }},
-      {"entropy", [&](const Image &im) { ljRun(lj, im.bytes, im.h, nullptr, row); }},
+      {"entropy",
+       [&](const Image &im) { ljRun(lj, im.bytes, im.h, nullptr, row); }},
       {"entropy_y1",
        [&](const Image &im) {
          ljRun(lj, im.bytes, int(im.box.y + im.box.h), nullptr, row);
@@ -262,10 +265,11 @@ int main(int argc, char **argv) {
     y1Share += double(im.box.y + im.box.h) / im.h;
     y0Share += double(im.box.y) / im.h;
   }
-  std::printf("%zu images from %s, %d rounds, 1 thread; box: mean area %.3f of "
-              "the image, mean bottom row %.3f, mean top row %.3f of the height\n",
-              images.size(), dir.c_str(), rounds, boxArea / images.size(),
-              y1Share / images.size(), y0Share / images.size());
+  std::printf(
+      "%zu images from %s, %d rounds, 1 thread; box: mean area %.3f of "
+      "the image, mean bottom row %.3f, mean top row %.3f of the height\n",
+      images.size(), dir.c_str(), rounds, boxArea / images.size(),
+      y1Share / images.size(), y0Share / images.size());
   double full = 0;
   for (Variant &v : variants) {
     std::sort(v.perRound.begin(), v.perRound.end());

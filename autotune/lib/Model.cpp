@@ -180,8 +180,8 @@ std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
   flush();
   endSerial();
   for (Unit &u : out)
-    u.beforeCache = cacheAfter >= 0 &&
-                    static_cast<int64_t>(u.steps.back()) <= cacheAfter;
+    u.beforeCache =
+        cacheAfter >= 0 && static_cast<int64_t>(u.steps.back()) <= cacheAfter;
   return out;
 }
 
@@ -220,8 +220,8 @@ std::vector<CacheOption> cacheOptions(const Profile &p) {
     const StepProfile &s = p.steps[i];
     // Never after a random op: the cache would replay one epoch's random
     // choices in every epoch. Nothing after it is deterministic either.
-    if (s.stochastic || s.op == "repeat" || s.op == "take" ||
-        s.op == "cache" || s.threadBoundary)
+    if (s.stochastic || s.op == "repeat" || s.op == "take" || s.op == "cache" ||
+        s.threadBoundary)
       break;
     if (s.pinnedCache == "-")
       continue;
@@ -309,8 +309,7 @@ double wholeRunThroughput(const Profile &p, double steady) {
   if (p.epochs <= 0 || !perEpoch || *perEpoch <= 0 || !(steady > 0) ||
       !std::isfinite(steady) || p.startupSeconds <= 0)
     return steady;
-  double total =
-      static_cast<double>(p.epochs) * static_cast<double>(*perEpoch);
+  double total = static_cast<double>(p.epochs) * static_cast<double>(*perEpoch);
   return total / (p.startupSeconds + total / steady);
 }
 
@@ -327,8 +326,8 @@ double calibrationAt(const Profile &p, double level) {
   double fallback = p.calibration > 0 ? p.calibration : 1;
   if (p.calibrationByLevel.empty() || level <= 0)
     return fallback;
-  auto hi = p.calibrationByLevel.lower_bound(static_cast<int64_t>(
-      std::ceil(level)));
+  auto hi =
+      p.calibrationByLevel.lower_bound(static_cast<int64_t>(std::ceil(level)));
   if (hi == p.calibrationByLevel.end())
     return std::prev(hi)->second;
   if (hi == p.calibrationByLevel.begin() ||
@@ -578,9 +577,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     auto active = [&](size_t k) {
       return k == cacheIdx ? cached : r.units[k].secondsPerRecord > 0;
     };
-    auto parallelAt = [&](size_t k) {
-      return k < us.size() && us[k].parallel;
-    };
+    auto parallelAt = [&](size_t k) { return k < us.size() && us[k].parallel; };
     auto secondsAt = [&](size_t k) {
       return k == cacheIdx ? cacheCost : r.units[k].secondsPerRecord;
     };
@@ -610,15 +607,14 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
           if (parallelAt(j) || !active(j))
             continue;
           double need = t * secondsAt(j);
-          if (need <= static_cast<double>(cores) /
-                          static_cast<double>(threads))
+          if (need <= static_cast<double>(cores) / static_cast<double>(threads))
             continue; // fits even at the smallest share
           std::vector<std::vector<double>> others;
           for (size_t k = 0; k <= cacheIdx; ++k)
             if (k != j && active(k))
               others.push_back(busy(k, t));
-          if (need > threadShare(others, static_cast<double>(cores)) *
-                         (1 + 1e-12)) {
+          if (need >
+              threadShare(others, static_cast<double>(cores)) * (1 + 1e-12)) {
             if (limiting)
               *limiting = j;
             return false;
@@ -633,7 +629,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
         if (free >= par)
           continue;
         Usl usl = unitUsl(p, us[k]);
-        double speed = std::min(usl.speedup(par), usl.speedup(std::max(0.0, free)));
+        double speed =
+            std::min(usl.speedup(par), usl.speedup(std::max(0.0, free)));
         if (t * up.secondsPerRecord > speed * (1 + 1e-12)) {
           if (limiting)
             *limiting = k;
@@ -684,7 +681,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       double slots, refSlots;
       if (us[k].parallel) {
         slots = static_cast<double>(windowSlots(r.units[k].parallelism, depth));
-        refSlots = static_cast<double>(windowSlots(r.units[k].parallelism, ref));
+        refSlots =
+            static_cast<double>(windowSlots(r.units[k].parallelism, ref));
       } else {
         slots = static_cast<double>(depth);
         refSlots = static_cast<double>(ref);

@@ -1,4 +1,5 @@
-//===- Profile.cpp - Probe runs and what their counters say ----------------===//
+//===- Profile.cpp - Probe runs and what their counters say
+//----------------===//
 //
 // A probe is an ordinary Pipeline (so its buffers count against the memory
 // budget like any run) pulled by this thread while a sampler thread snapshots
@@ -7,8 +8,8 @@
 // between the last snapshot and the first one after warm-up.
 //
 //===----------------------------------------------------------------------===//
-#include "sluice/autotune/Model.h"
 #include "sluice/autotune/Profile.h"
+#include "sluice/autotune/Model.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/ElementOps.h"
 #include "sluice/runtime/Source.h"
@@ -22,11 +23,11 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <thread>
-#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <thread>
+#include <unistd.h>
 
 namespace sluice::autotune {
 
@@ -257,10 +258,9 @@ Expected<Probe> measure(const runtime::Plan &plan,
   cpus.push_back(processCpu());
   // First snapshot after warm-up with some output.
   size_t w = 0;
-  double warm = std::max(0.3 * std::min(seconds, lastT),
-                         firstOut >= 0 ? firstOut : 0.0);
-  while (w + 1 < samples.size() &&
-         (times[w] < warm || samples[w].outputs == 0))
+  double warm =
+      std::max(0.3 * std::min(seconds, lastT), firstOut >= 0 ? firstOut : 0.0);
+  while (w + 1 < samples.size() && (times[w] < warm || samples[w].outputs == 0))
     ++w;
   if (w + 1 >= samples.size() || ended)
     w = 0; // a short run: measure it whole
@@ -268,7 +268,8 @@ Expected<Probe> measure(const runtime::Plan &plan,
   // reads everything before the first output: when the source read nothing
   // after the warm-up, measure from the start.
   if (w != 0 && !samples[w].stages.empty() && !samples.back().stages.empty() &&
-      samples.back().stages.front().emitted <= samples[w].stages.front().emitted)
+      samples.back().stages.front().emitted <=
+          samples[w].stages.front().emitted)
     w = 0;
   const runtime::RunStats &a = samples[w], &b = samples.back();
   double t0 = w == 0 ? 0 : times[w];
@@ -279,21 +280,21 @@ Expected<Probe> measure(const runtime::Plan &plan,
   pr.sourceRecords = srcB - srcA;
   int64_t outA = w == 0 ? 0 : a.outputs;
   if (pr.seconds > 0) {
-    pr.sourceRecordsPerSecond = static_cast<double>(pr.sourceRecords) / pr.seconds;
+    pr.sourceRecordsPerSecond =
+        static_cast<double>(pr.sourceRecords) / pr.seconds;
     pr.outputsPerSecond = static_cast<double>(b.outputs - outA) / pr.seconds;
   }
   if (firstT >= 0 && pr.sourceRecordsPerSecond > 0)
-    pr.startupSeconds =
-        std::max(0.0, firstT - static_cast<double>(firstSrc) /
-                                   pr.sourceRecordsPerSecond);
+    pr.startupSeconds = std::max(0.0, firstT - static_cast<double>(firstSrc) /
+                                                   pr.sourceRecordsPerSecond);
   // The ramp does not end with the first output: buffers are first
   // touched, the pool grows, workers wake for the first time. Up to the
   // end of the warm-up the run took t0 for what the steady state reads in
   // srcA / rate; the difference is the whole start-up a run pays once.
   if (w != 0 && pr.sourceRecordsPerSecond > 0)
-    pr.startupSeconds = std::max(
-        pr.startupSeconds,
-        t0 - static_cast<double>(srcA) / pr.sourceRecordsPerSecond);
+    pr.startupSeconds =
+        std::max(pr.startupSeconds,
+                 t0 - static_cast<double>(srcA) / pr.sourceRecordsPerSecond);
   pr.memoryPeak = b.memoryPeak;
   const std::string &lastName =
       plan.stages.empty() ? plan.source.name : plan.stages.back().name;
@@ -326,7 +327,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   prof.specFile = plan.specFile;
   prof.hostCores = hostCores();
   prof.epochs = opts.base.epochs ? *opts.base.epochs : plan.epochs;
-  int64_t cores = opts.cores > 0 ? opts.cores
+  int64_t cores = opts.cores > 0   ? opts.cores
                   : plan.cores > 0 ? plan.cores
                                    : prof.hostCores;
   cores = std::min(cores, prof.hostCores);
@@ -373,7 +374,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     // What each window costs besides its measured seconds (a pipeline's
     // start, its first outputs) is paid once per window: leave a third of
     // the bound for it.
-    double share = opts.totalSeconds * 2 / 3 / static_cast<double>(order.size());
+    double share =
+        opts.totalSeconds * 2 / 3 / static_cast<double>(order.size());
     windowSeconds = std::min(windowSeconds, share);
   }
   std::set<int64_t> levelsDone;
@@ -410,9 +412,9 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     if (!pr)
       return pr.status();
     win.probe = *pr;
-    win.probe.label = "p=" + std::to_string(level) +
-                      (rounds > 1 ? " #" + std::to_string(n / levels.size() + 1)
-                                  : "");
+    win.probe.label =
+        "p=" + std::to_string(level) +
+        (rounds > 1 ? " #" + std::to_string(n / levels.size() + 1) : "");
     win.probe.parallelism = level;
     if (win.probe.sourceRecords <= 0)
       return Status::error("the pipeline read no records during the " +
@@ -443,7 +445,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       s.visits = src > 0 ? in / src : 0;
     }
     s.selectivity = in > 0 ? out / in : 1;
-    s.bytesIn = in > 0 ? static_cast<double>(sb->bytesIn - sa->bytesIn) / in : 0;
+    s.bytesIn =
+        in > 0 ? static_cast<double>(sb->bytesIn - sa->bytesIn) / in : 0;
     s.bytesOut =
         out > 0 ? static_cast<double>(sb->bytesOut - sa->bytesOut) / out : 0;
     double wall = sb->wallSeconds - sa->wallSeconds;
@@ -542,7 +545,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     if (!ups.empty()) {
       std::sort(ups.begin(), ups.end());
       size_t n = ups.size();
-      prof.startupSeconds = n % 2 ? ups[n / 2] : (ups[n / 2 - 1] + ups[n / 2]) / 2;
+      prof.startupSeconds =
+          n % 2 ? ups[n / 2] : (ups[n / 2 - 1] + ups[n / 2]) / 2;
     }
   }
 
@@ -563,10 +567,10 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Unit &u : us)
     if (u.parallel)
       sized += static_cast<int64_t>(
-          static_cast<double>(windowSlots(u.pinned > 0 ? u.pinned : 1,
-                                          std::max<int64_t>(
-                                              0, prof.steps[u.steps.back()]
-                                                     .pinnedPrefetch))) *
+          static_cast<double>(
+              windowSlots(u.pinned > 0 ? u.pinned : 1,
+                          std::max<int64_t>(
+                              0, prof.steps[u.steps.back()].pinnedPrefetch))) *
           unitSlotBytes(prof, u));
   // A short probe may not fill a shuffle buffer: count held records in full,
   // but never more than one pass brings (the runtime's static check bounds
@@ -582,9 +586,9 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     }
     held += static_cast<double>(s.heldRecords) * s.bytesIn;
   }
-  prof.fixedMemoryBytes = std::max<int64_t>(
-      static_cast<int64_t>(held),
-      std::max<int64_t>(0, base.probe.memoryPeak - sized));
+  prof.fixedMemoryBytes =
+      std::max<int64_t>(static_cast<int64_t>(held),
+                        std::max<int64_t>(0, base.probe.memoryPeak - sized));
 
   std::string dir = opts.base.tempDir;
   if (dir.empty()) {
@@ -594,8 +598,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   prof.diskBytesPerSecond = diskBandwidth(dir);
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) == 0)
-    prof.diskFreeBytes = static_cast<int64_t>(vfs.f_bavail) *
-                         static_cast<int64_t>(vfs.f_frsize);
+    prof.diskFreeBytes =
+        static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
 
   double accounted = 0, visits = 0;
   for (const StepProfile &s : prof.steps) {
@@ -618,9 +622,9 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // an epoch from its files' sizes and the bytes it read per record, so a
   // whole run's start-up can be counted (never used to size a cache).
   if (!prof.sourceRecordsPerEpoch && prof.steps.front().bytesIn > 0) {
-    Expected<std::unique_ptr<runtime::Source>> src = runtime::Source::create(
-        plan.source.op, plan.source.params, plan.source.outputType,
-        plan.baseDir);
+    Expected<std::unique_ptr<runtime::Source>> src =
+        runtime::Source::create(plan.source.op, plan.source.params,
+                                plan.source.outputType, plan.baseDir);
     if (src) {
       double bytes = 0;
       for (size_t i = 0; i < (*src)->numShards(); ++i) {
@@ -631,8 +635,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       }
       double world = std::max<int64_t>(1, opts.base.worldSize);
       if (bytes > 0)
-        prof.estimatedRecordsPerEpoch = static_cast<int64_t>(
-            bytes / prof.steps.front().bytesIn / world);
+        prof.estimatedRecordsPerEpoch =
+            static_cast<int64_t>(bytes / prof.steps.front().bytesIn / world);
     }
   }
 
@@ -652,7 +656,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
     c.sourceInFlight = prof.remote.present() ? prof.remote.probeInFlight : 0;
     double model = predict(prof, c, cores).throughput;
-    if (model > 0 && std::isfinite(model) && w.probe.sourceRecordsPerSecond > 0) {
+    if (model > 0 && std::isfinite(model) &&
+        w.probe.sourceRecordsPerSecond > 0) {
       ratios.push_back(w.probe.sourceRecordsPerSecond / model);
       levelRatios[w.level].push_back(ratios.back());
     }

@@ -147,9 +147,9 @@ void Replanner::tick(runtime::Pipeline &p) {
     // Name the step of the unit that moved most.
     size_t step = u.steps.front();
     for (size_t i : u.steps)
-      if (ratio[i] > 0 && (ratio[step] <= 0 ||
-                           std::abs(std::log(ratio[i])) >
-                               std::abs(std::log(ratio[step]))))
+      if (ratio[i] > 0 &&
+          (ratio[step] <= 0 ||
+           std::abs(std::log(ratio[i])) > std::abs(std::log(ratio[step]))))
         step = i;
     const StepProfile &s = profile_.steps[step];
     why = "'" + s.name + "' costs " + fmtRatio(ratio[step]) +
@@ -200,9 +200,9 @@ void Replanner::replan(runtime::Pipeline &p, const runtime::RunStats &now,
       if (x.parallelism == 1)
         one = x.secondsPerRecord;
     for (ScalingSample &x : sc->second)
-      x.secondsPerRecord = one > 0 ? one * ratio[i] +
-                                         std::max(0.0, x.secondsPerRecord - one)
-                                   : x.secondsPerRecord * ratio[i];
+      x.secondsPerRecord =
+          one > 0 ? one * ratio[i] + std::max(0.0, x.secondsPerRecord - one)
+                  : x.secondsPerRecord * ratio[i];
   }
   double countedAfter = 0;
   for (const StepProfile &s : profile_.steps)
@@ -289,8 +289,9 @@ std::string Replanner::report() const {
                   "; SLUICE_NO_REPLAN=1 turns re-planning off)\n";
   for (const ReplanEvent &e : events_) {
     char at[96];
-    std::snprintf(at, sizeof at, "  at %.2f s (%lld source records): ",
-                  e.seconds, static_cast<long long>(e.sourceRecords));
+    std::snprintf(at, sizeof at,
+                  "  at %.2f s (%lld source records): ", e.seconds,
+                  static_cast<long long>(e.sourceRecords));
     s += at + e.why + "; predicted " + fmtRate(e.predictedAfter) +
          " records/s (was " + fmtRate(e.predictedBefore) + ")\n";
     for (const std::string &c : e.changes)

@@ -1,4 +1,5 @@
-//===- Report.cpp - schedule.yaml, report.json, report.md, chart.svg, check ===//
+//===- Report.cpp - schedule.yaml, report.json, report.md, chart.svg, check
+//===//
 //
 // Four views of one TuneResult. report.json is the machine-readable one (its
 // schema is versioned and documented in docs/autotune.md) and what `--check`
@@ -83,14 +84,14 @@ double predictionError(const TuneResult &r) {
 } // namespace
 
 std::string scheduleYaml(const TuneResult &r) {
-  std::string s = "# Tuned by `sluice tune` for " + r.profile.specFile + ": " +
-                  std::to_string(r.budget.cores) + " cores, memory " +
-                  (r.budget.memoryBytes > 0
-                       ? runtime::formatBytes(r.budget.memoryBytes)
-                       : std::string("unlimited")) +
-                  ".\n# Replay: sluice run SPEC --schedule THIS_FILE; or paste "
-                  "the schedule: mapping into the spec\n# (the steps of a "
-                  "fused stage keep their fusion: their knobs agree).\n";
+  std::string s =
+      "# Tuned by `sluice tune` for " + r.profile.specFile + ": " +
+      std::to_string(r.budget.cores) + " cores, memory " +
+      (r.budget.memoryBytes > 0 ? runtime::formatBytes(r.budget.memoryBytes)
+                                : std::string("unlimited")) +
+      ".\n# Replay: sluice run SPEC --schedule THIS_FILE; or paste "
+      "the schedule: mapping into the spec\n# (the steps of a "
+      "fused stage keep their fusion: their knobs agree).\n";
   s += "pipeline: " + r.profile.pipeline + "\nschedule:\n";
   if (r.schedule.empty())
     s += "  {}\n";
@@ -167,36 +168,32 @@ json reportJson(const TuneResult &r) {
   json calByLevel = json::object();
   for (const auto &[level, k] : p.calibrationByLevel)
     calByLevel[std::to_string(level)] = k;
-  j["profile"] = {{"seconds", p.seconds},
-                  {"epochs", p.epochs},
-                  {"source_records_per_epoch",
-                   p.sourceRecordsPerEpoch ? json(*p.sourceRecordsPerEpoch)
-                                           : json(nullptr)},
-                  {"source_bytes_per_second", num(p.sourceBytesPerSecond)},
-                  {"outputs_per_source_record", p.outputsPerSourceRecord},
-                  {"fixed_memory_bytes", p.fixedMemoryBytes},
-                  {"disk_bytes_per_second", p.diskBytesPerSecond},
-                  {"counter_overhead", p.counterOverhead},
-                  {"startup_seconds", p.startupSeconds},
-                  {"estimated_source_records_per_epoch",
-                   p.estimatedRecordsPerEpoch
-                       ? json(*p.estimatedRecordsPerEpoch)
-                       : json(nullptr)},
-                  {"calibration", p.calibration},
-                  {"calibration_by_level", calByLevel},
-                  {"cached_calibration",
-                   p.cachedCalibration > 0 ? json(p.cachedCalibration)
-                                           : json(nullptr)},
-                  {"cached_measured_records_per_second",
-                   p.cachedMeasured > 0 ? json(p.cachedMeasured)
-                                        : json(nullptr)},
-                  {"first_epoch_calibration",
-                   p.firstCalibration > 0 ? json(p.firstCalibration)
-                                          : json(nullptr)},
-                  {"first_epoch_measured_records_per_second",
-                   p.firstMeasured > 0 ? json(p.firstMeasured)
+  j["profile"] = {
+      {"seconds", p.seconds},
+      {"epochs", p.epochs},
+      {"source_records_per_epoch", p.sourceRecordsPerEpoch
+                                       ? json(*p.sourceRecordsPerEpoch)
                                        : json(nullptr)},
-                  {"probes", probes}};
+      {"source_bytes_per_second", num(p.sourceBytesPerSecond)},
+      {"outputs_per_source_record", p.outputsPerSourceRecord},
+      {"fixed_memory_bytes", p.fixedMemoryBytes},
+      {"disk_bytes_per_second", p.diskBytesPerSecond},
+      {"counter_overhead", p.counterOverhead},
+      {"startup_seconds", p.startupSeconds},
+      {"estimated_source_records_per_epoch",
+       p.estimatedRecordsPerEpoch ? json(*p.estimatedRecordsPerEpoch)
+                                  : json(nullptr)},
+      {"calibration", p.calibration},
+      {"calibration_by_level", calByLevel},
+      {"cached_calibration",
+       p.cachedCalibration > 0 ? json(p.cachedCalibration) : json(nullptr)},
+      {"cached_measured_records_per_second",
+       p.cachedMeasured > 0 ? json(p.cachedMeasured) : json(nullptr)},
+      {"first_epoch_calibration",
+       p.firstCalibration > 0 ? json(p.firstCalibration) : json(nullptr)},
+      {"first_epoch_measured_records_per_second",
+       p.firstMeasured > 0 ? json(p.firstMeasured) : json(nullptr)},
+      {"probes", probes}};
   json steps = json::array();
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &s = p.steps[i];
@@ -384,8 +381,7 @@ std::string reportMarkdown(const TuneResult &r) {
        " (" + r.memoryFrom + "). Host: " + std::to_string(p.hostCores) +
        " cores, load average " + fmt(r.loadAverage, "%.2f") +
        " (measurements on a loaded host are noisy)." +
-       (r.kernels.empty() ? std::string()
-                          : " Kernels: " + r.kernels + ".") +
+       (r.kernels.empty() ? std::string() : " Kernels: " + r.kernels + ".") +
        "\n\n";
   s += "| | records/s | outputs/s |\n|---|---:|---:|\n";
   s += "| predicted (tuned, steady state) | " + fmt(pr.throughput) + " | " +
@@ -410,9 +406,8 @@ std::string reportMarkdown(const TuneResult &r) {
        fmt(r.naive.throughput) + " | " + fmt(r.naive.outputsPerSecond, "%.2f") +
        " |\n";
   for (const Probe &q : p.probes)
-    s += "| measured probe " + q.label + " | " +
-         fmt(q.sourceRecordsPerSecond) + " | " + fmt(q.outputsPerSecond, "%.2f") +
-         " |\n";
+    s += "| measured probe " + q.label + " | " + fmt(q.sourceRecordsPerSecond) +
+         " | " + fmt(q.outputsPerSecond, "%.2f") + " |\n";
   s += "\n";
   if (r.measured)
     s += "Prediction error: " + fmt(predictionError(r) * 100, "%+.1f") +
@@ -428,7 +423,8 @@ std::string reportMarkdown(const TuneResult &r) {
          ": not measured here.\n\n";
   s += "**Bottleneck:** " + pr.bottleneckLabel;
   if (pr.bottleneck >= 0)
-    s += " (" + unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)]) + ")";
+    s +=
+        " (" + unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)]) + ")";
   s += ".\n\n" + r.scaleAdvice + "\n\n";
   if (r.consumerRun)
     s += "## Consumer\n\n" + consumerVerdict(r) + "\n\n";
@@ -442,8 +438,9 @@ std::string reportMarkdown(const TuneResult &r) {
     for (const std::string &n : r.solution.notes)
       s += "- " + n + "\n";
   }
-  s += "\n## Stages\n\n| stage | where | workers | ms/record | capacity rec/s | "
-       "utilization | memory |\n|---|---|---:|---:|---:|---:|---:|\n";
+  s +=
+      "\n## Stages\n\n| stage | where | workers | ms/record | capacity rec/s | "
+      "utilization | memory |\n|---|---|---:|---:|---:|---:|---:|\n";
   for (size_t k = 0; k < pr.units.size(); ++k) {
     const UnitPrediction &u = pr.units[k];
     s += "| " + std::string(static_cast<int>(k) == pr.bottleneck ? "**" : "") +
@@ -454,18 +451,21 @@ std::string reportMarkdown(const TuneResult &r) {
          " | " + fmt(u.utilization * 100, "%.0f") + "% | " +
          runtime::formatBytes(u.memoryBytes) + " |\n";
   }
-  s += "| all work on " + std::to_string(r.budget.cores) + " cores | | | | " +
-       (std::isfinite(pr.cpuCapacity) ? fmt(pr.cpuCapacity) : std::string("-")) +
-       " | | |\n";
-  s += "\n## Steps (per spec line)\n\n| step | where | selectivity | bytes in | "
-       "bytes out | us/element | random | size after, one epoch |\n"
-       "|---|---|---:|---:|---:|---:|---|---:|\n";
+  s +=
+      "| all work on " + std::to_string(r.budget.cores) + " cores | | | | " +
+      (std::isfinite(pr.cpuCapacity) ? fmt(pr.cpuCapacity) : std::string("-")) +
+      " | | |\n";
+  s +=
+      "\n## Steps (per spec line)\n\n| step | where | selectivity | bytes in | "
+      "bytes out | us/element | random | size after, one epoch |\n"
+      "|---|---|---:|---:|---:|---:|---|---:|\n";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &st = p.steps[i];
     int64_t m = materializedBytes(p, i);
-    s += "| " + st.name + " | " + st.where + " | " + fmt(st.selectivity, "%.3f") +
-         " | " + fmt(st.bytesIn, "%.0f") + " | " + fmt(st.bytesOut, "%.0f") +
-         " | " + fmt(st.secondsPerElement * 1e6, "%.2f") + " | " +
+    s += "| " + st.name + " | " + st.where + " | " +
+         fmt(st.selectivity, "%.3f") + " | " + fmt(st.bytesIn, "%.0f") + " | " +
+         fmt(st.bytesOut, "%.0f") + " | " +
+         fmt(st.secondsPerElement * 1e6, "%.2f") + " | " +
          (st.stochastic ? "yes" : "no") + " | " +
          (m > 0 ? runtime::formatBytes(m) : std::string("-")) + " |\n";
   }
@@ -533,10 +533,13 @@ std::string reportSvg(const TuneResult &r) {
                   "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">" +
-       xmlEscape(p.pipeline) + ": stage capacity vs demand (source records/s, "
+       xmlEscape(p.pipeline) +
+       ": stage capacity vs demand (source records/s, "
        "log scale)</text>\n";
   s += "<text x=\"10\" y=\"42\" fill=\"#555\">demand line = predicted "
-       "throughput " + fmt(pr.throughput) + " records/s; grey = naive "
+       "throughput " +
+       fmt(pr.throughput) +
+       " records/s; grey = naive "
        "(1 worker); red = bottleneck</text>\n";
   for (double e = l0; e <= l1; e += 1) {
     double x = xOf(std::pow(10.0, e));
@@ -546,8 +549,8 @@ std::string reportSvg(const TuneResult &r) {
          "\" stroke=\"#ddd\"/>\n";
     s += "<text x=\"" + fmt(x) + "\" y=\"" +
          std::to_string(top + static_cast<int>(bars.size()) * rowH + 16) +
-         "\" text-anchor=\"middle\" fill=\"#555\">" +
-         human(std::pow(10.0, e)) + "</text>\n";
+         "\" text-anchor=\"middle\" fill=\"#555\">" + human(std::pow(10.0, e)) +
+         "</text>\n";
   }
   for (size_t i = 0; i < bars.size(); ++i) {
     const Bar &b = bars[i];
@@ -566,9 +569,10 @@ std::string reportSvg(const TuneResult &r) {
            std::to_string(y + 18) + "\" width=\"" + fmt(xOf(b.naive) - left) +
            "\" height=\"8\" fill=\"#bbb\"/>\n";
     double cap = std::isfinite(b.cap) ? b.cap : std::pow(10.0, l1);
-    s += "<rect x=\"" + std::to_string(left) + "\" y=\"" + std::to_string(y + 2) +
-         "\" width=\"" + fmt(xOf(cap) - left) + "\" height=\"15\" fill=\"" +
-         (b.bottleneck ? "#d33" : "#4a7bd0") + "\"/>\n";
+    s += "<rect x=\"" + std::to_string(left) + "\" y=\"" +
+         std::to_string(y + 2) + "\" width=\"" + fmt(xOf(cap) - left) +
+         "\" height=\"15\" fill=\"" + (b.bottleneck ? "#d33" : "#4a7bd0") +
+         "\"/>\n";
     s += "<text x=\"" + fmt(xOf(cap) + 4) + "\" y=\"" + std::to_string(y + 14) +
          "\" fill=\"#333\">" +
          (std::isfinite(b.cap) ? human(b.cap) : std::string("unbounded")) +
@@ -632,8 +636,7 @@ Status writeReports(const TuneResult &r, const std::string &dir) {
     }
     return Status::ok();
   };
-  for (auto [name, text] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (auto [name, text] : std::vector<std::pair<std::string, std::string>>{
            {"schedule.yaml", scheduleYaml(r)},
            {"report.json", reportJson(r).dump(2) + "\n"},
            {"report.md", reportMarkdown(r)},
@@ -719,7 +722,8 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
     if (bad)
       c.ok = false;
   };
-  if (!baseline.is_object() || baseline.value("schema", "") != "sluice-tune-report") {
+  if (!baseline.is_object() ||
+      baseline.value("schema", "") != "sluice-tune-report") {
     line(true, "the baseline is not a sluice tune report.json");
     return c;
   }
@@ -764,8 +768,8 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
   double bo = rate(baseline, "outputs_per_second"),
          no = rate(current, "outputs_per_second");
   double change = b > 0 ? (n - b) / b : 0;
-  bool measuredBoth = cpuPerRecord(baseline, true) > 0 &&
-                      cpuPerRecord(current, true) > 0;
+  bool measuredBoth =
+      cpuPerRecord(baseline, true) > 0 && cpuPerRecord(current, true) > 0;
   double bc = cpuPerRecord(baseline, measuredBoth),
          nc = cpuPerRecord(current, measuredBoth);
   double cpuChange = bc > 0 && nc > 0 ? (nc - bc) / bc : 0;
@@ -773,9 +777,9 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
   bool costlier = bc > 0 && nc > 0 && cpuChange > tolerance;
   std::string rates = fmt(n) + " source records/s (" + fmt(no) +
                       " outputs/s) vs baseline " + fmt(b) +
-                      " source records/s (" + fmt(bo) + " outputs/s): " +
-                      fmt(change * 100, "%+.1f") + "%, tolerance -" +
-                      fmt(tolerance * 100, "%.0f") + "%";
+                      " source records/s (" + fmt(bo) +
+                      " outputs/s): " + fmt(change * 100, "%+.1f") +
+                      "%, tolerance -" + fmt(tolerance * 100, "%.0f") + "%";
   if (slower && bc > 0 && nc > 0 && !costlier) {
     // Fewer records per second for the same CPU per record: the host gave
     // the pipeline fewer cores (another process's load), the pipeline did
@@ -816,21 +820,22 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
         cap = st["capacity"].get<double>();
   }
   bool moved = bb != nb && (cap < 0 || cap > thr * (1 + tolerance));
-  line(moved, "bottleneck " + nb +
-                  (bb == nb ? " (unchanged)"
-                   : moved  ? " (baseline: " + bb + ")"
-                            : " (baseline: " + bb + ", still within " +
-                                  fmt(tolerance * 100, "%.0f") +
-                                  "% of the limit)"));
+  line(moved,
+       "bottleneck " + nb +
+           (bb == nb ? " (unchanged)"
+            : moved  ? " (baseline: " + bb + ")"
+                     : " (baseline: " + bb + ", still within " +
+                          fmt(tolerance * 100, "%.0f") + "% of the limit)"));
   int64_t mem = current["budget"].value("memory_bytes", int64_t(0));
   int64_t pm = current["predicted"].value("memory_bytes", int64_t(0));
   int64_t mm = current["measured"].is_object()
                    ? current["measured"].value("memory_peak_bytes", int64_t(0))
                    : 0;
   if (mem > 0)
-    line(pm > mem || mm > mem,
-         "memory: predicted " + runtime::formatBytes(pm) + ", measured peak " +
-             runtime::formatBytes(mm) + ", budget " + runtime::formatBytes(mem));
+    line(pm > mem || mm > mem, "memory: predicted " + runtime::formatBytes(pm) +
+                                   ", measured peak " +
+                                   runtime::formatBytes(mm) + ", budget " +
+                                   runtime::formatBytes(mem));
   else
     line(false, "memory: no budget");
   int64_t cores = current["budget"].value("cores", int64_t(0));
@@ -841,9 +846,9 @@ CheckResult check(const json &baseline, const json &current, double tolerance) {
   int64_t nPar = 0;
   for (const json &st : current["stages"])
     nPar += st.value("parallel", false);
-  line(used > std::max(cores, nPar),
-       "cores: " + std::to_string(used) + " workers, budget " +
-           std::to_string(cores));
+  line(used > std::max(cores, nPar), "cores: " + std::to_string(used) +
+                                         " workers, budget " +
+                                         std::to_string(cores));
   return c;
 }
 

@@ -73,8 +73,7 @@ struct Lp {
     glp_delete_prob(prob);
     glp_free_env();
   }
-  int col(const std::string &name, int kind, double lo, double hi,
-          double obj) {
+  int col(const std::string &name, int kind, double lo, double hi, double obj) {
     int j = glp_add_cols(prob, 1);
     glp_set_col_name(prob, j, name.substr(0, 255).c_str());
     glp_set_col_kind(prob, j, kind);
@@ -103,7 +102,8 @@ struct Lp {
 Config naiveConfig(const Profile &p) {
   Config c;
   for (const CacheOption &o : cacheOptions(p))
-    if (o.after >= 0 && !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+    if (o.after >= 0 &&
+        !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
       c.cache = o;
   for (const Unit &u : units(p, c.cache.after))
     c.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
@@ -227,8 +227,7 @@ void refine(const Profile &prof, Config &c,
     double t;
   };
   std::vector<Seen> seen{{c, bestT}};
-  double bestF =
-      fragileThroughput(fragileProfiles(p, bestUnits), c, cores);
+  double bestF = fragileThroughput(fragileProfiles(p, bestUnits), c, cores);
   // Every cache option the program had, with every parallelism: the
   // program priced a cache with the work before it averaged over the
   // epochs; predict() runs the first epoch and the cached ones apart, which
@@ -328,8 +327,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   std::vector<CacheOption> options{CacheOption{}};
   bool cachePinned = false;
   for (const CacheOption &o : cacheOptions(p)) {
-    bool pinned =
-        !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty();
+    bool pinned = !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty();
     if (pinned) {
       options = {o};
       cachePinned = true;
@@ -339,13 +337,15 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     if (o.to == "memory" &&
         static_cast<double>(o.bytes + p.fixedMemoryBytes) > memLimit) {
       sol.notes.push_back("a memory cache after '" + step + "' (" +
-                          runtime::formatBytes(o.bytes) + ") does not fit budget.memory " +
+                          runtime::formatBytes(o.bytes) +
+                          ") does not fit budget.memory " +
                           runtime::formatBytes(budget.memoryBytes));
       continue;
     }
     if (o.to == "disk" && o.bytes > budget.diskBytes) {
       sol.notes.push_back("a disk cache after '" + step + "' (" +
-                          runtime::formatBytes(o.bytes) + ") does not fit the " +
+                          runtime::formatBytes(o.bytes) +
+                          ") does not fit the " +
                           runtime::formatBytes(budget.diskBytes) +
                           " free in the cache directory");
       continue;
@@ -369,11 +369,11 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       if (nPar(o) <= allowed)
         kept.push_back(o);
       else if (o.to == "memory")
-        sol.notes.push_back(
-            "a cache after '" + p.steps[static_cast<size_t>(o.after)].name +
-            "' splits a parallel stage in two, needing " +
-            std::to_string(nPar(o)) + " workers on " + std::to_string(cores) +
-            " cores");
+        sol.notes.push_back("a cache after '" +
+                            p.steps[static_cast<size_t>(o.after)].name +
+                            "' splits a parallel stage in two, needing " +
+                            std::to_string(nPar(o)) + " workers on " +
+                            std::to_string(cores) + " cores");
     }
     options = kept;
   }
@@ -427,8 +427,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     if (opt.to == "disk")
       diskRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
     std::vector<Unit> us = units(p, opt.after);
-    int64_t nPar =
-        concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
+    int64_t nPar = concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
     const bool phases = p.epochs < 0 || p.epochs >= 2;
     // Workers before a cache and after it are counted apart
     // (concurrentWorkers): the former run in the first epoch only.
@@ -466,9 +465,9 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
           memRow.push_back(
               {x, static_cast<double>(windowSlots(par, 0)) * slot});
         }
-        lp.row(one, 0, true);   // exactly one parallelism when chosen
+        lp.row(one, 0, true); // exactly one parallelism when chosen
         if (secs > 0)
-          lp.row(cap, m);       // T secs <= speedup(p), when chosen
+          lp.row(cap, m); // T secs <= speedup(p), when chosen
       } else if (secs > 0) {
         lp.row({{tCol, secs}, {ov[o].y, m}}, 1 + m);
       }
@@ -485,10 +484,10 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       if (secs > 0)
         lp.row({{tCol, secs}, {ov[o].y, tmax * secs}}, 1 + tmax * secs);
     }
-    double cpuAll = std::isfinite(pr.cpuCapacity) && pr.cpuCapacity > 0
-                        ? static_cast<double>(cores) * pr.calibration /
-                              pr.cpuCapacity / cal
-                        : cpu;
+    double cpuAll =
+        std::isfinite(pr.cpuCapacity) && pr.cpuCapacity > 0
+            ? static_cast<double>(cores) * pr.calibration / pr.cpuCapacity / cal
+            : cpu;
     if (cpuAll > 0)
       lp.row({{tCol, cpuAll}, {ov[o].y, tmax * cpuAll}},
              static_cast<double>(cores) + tmax * cpuAll);
@@ -503,8 +502,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       lp.row(optCoresBefore, 0);
     }
     if (nPar > cores)
-      sol.notes.push_back(std::to_string(nPar) +
-                          " parallel stages on " + std::to_string(cores) +
+      sol.notes.push_back(std::to_string(nPar) + " parallel stages on " +
+                          std::to_string(cores) +
                           " cores: each gets one worker and they share the "
                           "cores");
   }
@@ -531,8 +530,9 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     std::vector<std::pair<int, double>> one;
     double bytes = slotBytes(p, i);
     for (int64_t d : depths) {
-      double bonus = eps * std::min<double>(1, static_cast<double>(d) /
-                                                   static_cast<double>(b.recommended));
+      double bonus =
+          eps * std::min<double>(1, static_cast<double>(d) /
+                                        static_cast<double>(b.recommended));
       int z = lp.col("z" + std::to_string(i) + "_" + std::to_string(d), GLP_BV,
                      0, 1, bonus);
       b.z.push_back({d, z});
@@ -562,7 +562,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     // The only infeasibility is memory: report the smallest footprint.
     Prediction smallest = predict(p, naiveConfig(p), cores);
     return Status::error(
-        "no schedule fits budget.memory " + runtime::formatBytes(budget.memoryBytes) +
+        "no schedule fits budget.memory " +
+        runtime::formatBytes(budget.memoryBytes) +
         ": even one worker per stage, no prefetch and no cache needs " +
         runtime::formatBytes(smallest.memoryBytes) + " (" +
         runtime::formatBytes(p.fixedMemoryBytes) +
@@ -672,8 +673,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     if (kc.pinned)
       kc.reason = "pinned in the spec's schedule";
     else if (d < b.recommended)
-      kc.reason += "; reduced to " + std::to_string(d) +
-                   " to stay within budget.memory";
+      kc.reason +=
+          "; reduced to " + std::to_string(d) + " to stay within budget.memory";
     sol.knobs.push_back(kc);
   }
   {
@@ -705,9 +706,9 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     }
     sol.knobs.push_back(kc);
   }
-  sol.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                              t0)
-                    .count();
+  sol.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   return sol;
 }
 
@@ -795,7 +796,8 @@ Expected<Solution> solveConfig(const Profile &p, const Budget &budget) {
   std::snprintf(buf, sizeof buf,
                 "a %s cache after '%s' would raise the predicted throughput "
                 "by only %.1f%% (less than %.0f%%): not worth its %s",
-                c.to.c_str(), p.steps[static_cast<size_t>(c.after)].name.c_str(),
+                c.to.c_str(),
+                p.steps[static_cast<size_t>(c.after)].name.c_str(),
                 (a / b - 1) * 100, kMinCacheGain * 100,
                 c.to == "disk" ? "disk space" : "memory");
   without->notes.push_back(buf);

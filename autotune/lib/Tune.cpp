@@ -19,11 +19,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
-#include <iostream>
 #include <ctime>
+#include <iostream>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 namespace sluice::autotune {
 
@@ -65,9 +65,11 @@ std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
   if (upper > fitted * 1.02)
     out += " Uncertain: the probes ran at most " + std::to_string(probed) +
            " worker" + (probed == 1 ? "" : "s") + " per stage, so the " +
-           std::to_string(cores) + "-core figure extrapolates their fitted "
-           "scaling; with linear scaling it would be " + fmt(upper) +
-           " records/s (" + fmt((upper / fitted - 1) * 100, "%+.0f") +
+           std::to_string(cores) +
+           "-core figure extrapolates their fitted "
+           "scaling; with linear scaling it would be " +
+           fmt(upper) + " records/s (" +
+           fmt((upper / fitted - 1) * 100, "%+.0f") +
            "%). The truth lies between; `sluice tune` on a host with the "
            "cores measures it.";
   return out;
@@ -85,8 +87,7 @@ std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores) {
   if (pr.bottleneck < 0) {
     double work = static_cast<double>(cores) / pr.cpuCapacity;
     out += " All cores are busy: reaching the next limit (" + fmt(next) +
-           " records/s) would take " +
-           fmt(std::ceil(work * next)) + " cores.";
+           " records/s) would take " + fmt(std::ceil(work * next)) + " cores.";
     return out;
   }
   const UnitPrediction &b = pr.units[static_cast<size_t>(pr.bottleneck)];
@@ -105,8 +106,7 @@ std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores) {
   for (int64_t par = b.parallelism + 1; par <= 4096; ++par)
     if (usl.speedup(static_cast<double>(par)) / b.secondsPerRecord >= next) {
       out += " It would need " + std::to_string(par) +
-             " workers to reach the next limit (" + fmt(next) +
-             " records/s).";
+             " workers to reach the next limit (" + fmt(next) + " records/s).";
       return out;
     }
   out += " Its measured scaling peaks at " +
@@ -129,9 +129,8 @@ constexpr double kMinSplitGain = 0.05;
 /// SLUICE_NO_CACHE_SPLIT=1.
 std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
                                       const Profile &p) {
-  if (runtime::cacheSplitDisabledByEnvironment() ||
-      !p.sourceRecordsPerEpoch || p.epochs == 1 ||
-      p.steps.size() != plan.stages.size() + 1)
+  if (runtime::cacheSplitDisabledByEnvironment() || !p.sourceRecordsPerEpoch ||
+      p.epochs == 1 || p.steps.size() != plan.stages.size() + 1)
     return std::nullopt;
   for (const StepProfile &s : p.steps)
     if (!s.pinnedCache.empty() && s.pinnedCache != "-")
@@ -169,12 +168,12 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   auto price = [&](const std::string &again) -> Status {
     Expected<Profile> p = profilePipeline(split, po);
     if (!p)
-      return p.status().withContext("profiling the plan split after '" +
-                                    after + "'" + again + ": ");
+      return p.status().withContext("profiling the plan split after '" + after +
+                                    "'" + again + ": ");
     Expected<Solution> s = solve(*p, r.budget);
     if (!s)
-      return s.status().withContext("solving the plan split after '" +
-                                    after + "'" + again + ": ");
+      return s.status().withContext("solving the plan split after '" + after +
+                                    "'" + again + ": ");
     sp = p.take();
     ss = s.take();
     c = chooseFusedCache(r.solution, *ss, *sp, at + 1, fused.name);
@@ -203,12 +202,10 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   Solution chosen = std::move(*ss);
   for (KnobChoice &kc : chosen.knobs)
     if (kc.knob == "cache" && kc.step == split.stages[at].name)
-      kc.reason += std::string(kc.reason.empty() || kc.reason.back() == '.'
-                                   ? ""
-                                   : ".") +
-                   " The compiler had fused '" + fused.name +
-                   "'; the cache splits it after '" + after +
-                   "' (the rest is random).";
+      kc.reason +=
+          std::string(kc.reason.empty() || kc.reason.back() == '.' ? "" : ".") +
+          " The compiler had fused '" + fused.name +
+          "'; the cache splits it after '" + after + "' (the rest is random).";
   chosen.notes.insert(chosen.notes.begin(), r.solution.notes.begin(),
                       r.solution.notes.end());
   chosen.notes.push_back(c.note);
@@ -349,14 +346,14 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   // of a second, and a burst of load from other processes during it would
   // set the whole prediction. A first epoch predicted over a second is
   // long enough to ride out a burst: fewer runs then.
-  int runs = std::clamp(static_cast<int>(std::ceil(
-                            1.0 / std::max(firstSeconds, 1e-3))),
-                        1, std::max(1, opts.cachedProbeRuns));
+  int runs = std::clamp(
+      static_cast<int>(std::ceil(1.0 / std::max(firstSeconds, 1e-3))), 1,
+      std::max(1, opts.cachedProbeRuns));
   std::vector<double> firsts, rates;
   for (int i = 0; i < runs; ++i) {
-    Expected<CachedRun> one = measureCachedEpochs(
-        plan, o, opts.cachedEpochsSeconds / runs,
-        std::max(10.0, 3 * firstSeconds), v);
+    Expected<CachedRun> one =
+        measureCachedEpochs(plan, o, opts.cachedEpochsSeconds / runs,
+                            std::max(10.0, 3 * firstSeconds), v);
     if (!one)
       return one.status().withContext("probing the cached epochs: ");
     if (!(one->cachedRate > 0))
@@ -376,12 +373,12 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   };
   const CachedRun run{median(firsts), median(rates)};
   // Both phases' model rates without calibration, and what the runs
-  // measured of each: the first epoch's records over its time less the start-up the
-  // whole-run average adds on its own (wholeRunThroughput).
+  // measured of each: the first epoch's records over its time less the start-up
+  // the whole-run average adds on its own (wholeRunThroughput).
   double cachedModel = before.cachedEpochs / before.calibration;
   double firstModel = before.firstEpoch / before.calibration;
-  double firstRun = std::max(run.firstSeconds - p.startupSeconds,
-                             0.5 * run.firstSeconds);
+  double firstRun =
+      std::max(run.firstSeconds - p.startupSeconds, 0.5 * run.firstSeconds);
   double firstRate = records / firstRun;
   p.cachedMeasured = run.cachedRate;
   p.cachedCalibration = std::clamp(run.cachedRate / cachedModel, 0.02, 2.0);
@@ -392,11 +389,10 @@ Status probeCachedEpochs(const runtime::Plan &plan, const TuneOptions &opts,
   r.solution.prediction = predict(p, c, r.budget.cores);
   r.cachedProbeNote =
       "cached epochs probed (median of " + std::to_string(rates.size()) +
-      (rates.size() == 1 ? " run" : " runs") +
-      "): " + fmt(run.cachedRate) +
-      " records/s against " + fmt(cachedModel) +
-      " modelled (calibration " + fmt(p.cachedCalibration, "%.2f") +
-      ", the probes' level " + fmt(before.calibration, "%.2f") + ")";
+      (rates.size() == 1 ? " run" : " runs") + "): " + fmt(run.cachedRate) +
+      " records/s against " + fmt(cachedModel) + " modelled (calibration " +
+      fmt(p.cachedCalibration, "%.2f") + ", the probes' level " +
+      fmt(before.calibration, "%.2f") + ")";
   if (p.firstCalibration > 0)
     r.cachedProbeNote +=
         "; its first epoch, in the same runs: " + fmt(firstRate) +
@@ -467,19 +463,17 @@ std::string parallelismText(const Profile &p, const Config &c) {
 /// configurations alternately (TuneOptions::measureCloseCalls); switches
 /// r.solution and r.schedule to the close call when it wins.
 Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
-                        TuneResult &r) {
+                       TuneResult &r) {
   if (!r.solution.closeCall)
     return Status::ok();
   const Config chosen = r.solution.config;
   Config other = *r.solution.closeCall;
   other.sourceInFlight = chosen.sourceInFlight;
   const Profile &p = r.profile;
-  const std::string what = "close call: " + parallelismText(p, other) +
-                           " is predicted " +
-                           fmt(r.solution.closeCallGain * 100, "%+.1f") +
-                           "% against the chosen " +
-                           parallelismText(p, chosen) +
-                           " (within the 2% the model cannot resolve)";
+  const std::string what =
+      "close call: " + parallelismText(p, other) + " is predicted " +
+      fmt(r.solution.closeCallGain * 100, "%+.1f") + "% against the chosen " +
+      parallelismText(p, chosen) + " (within the 2% the model cannot resolve)";
   const char *off = std::getenv("SLUICE_NO_CLOSE_CALLS");
   if (off && *off && std::string(off) != "0") {
     r.closeCallNote = what + "; not measured (SLUICE_NO_CLOSE_CALLS=1)";
@@ -492,9 +486,10 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
   // its cached epochs run different stages, so only whole runs compare two
   // cached configurations: those get half the time given per run, and are
   // not measured when a run is longer.
-  const bool cached = chosen.cache.after >= 0 && (p.epochs < 0 || p.epochs >= 2);
-  const double wholeLimit = std::min(
-      opts.wholeRunSeconds, opts.closeCallSeconds / (cached ? 2 : 4));
+  const bool cached =
+      chosen.cache.after >= 0 && (p.epochs < 0 || p.epochs >= 2);
+  const double wholeLimit =
+      std::min(opts.wholeRunSeconds, opts.closeCallSeconds / (cached ? 2 : 4));
   const double predicted = std::max(r.solution.prediction.wholeRun, 1e-9);
   const bool whole = wholeRunFits(p, predicted, wholeLimit);
   if (cached && !whole) {
@@ -521,9 +516,9 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
   std::vector<double> a, b;
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < 7; ++i) {
-    double seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     if (i >= 3 && seconds >= opts.closeCallSeconds)
       break;
     // Alternate which runs first, so a drift in load favours neither.
@@ -538,14 +533,14 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
   }
   double ratio = 0;
   bool wins = closeCallWins(a, b, opts.closeCallMargin, &ratio);
-  r.closeCallNote = what + "; measured " + std::to_string(a.size()) +
-                    (whole ? " paired whole runs" : " paired windows") +
-                    ", median ratio " + fmt(ratio, "%.3f") + ": " +
-                    (wins ? "the close call is kept"
-                          : "the chosen one stays (the close call must gain " +
-                                fmt(opts.closeCallMargin * 100, "%.0f") +
-                                "%)") +
-                    " (SLUICE_NO_CLOSE_CALLS=1 skips this)";
+  r.closeCallNote =
+      what + "; measured " + std::to_string(a.size()) +
+      (whole ? " paired whole runs" : " paired windows") + ", median ratio " +
+      fmt(ratio, "%.3f") + ": " +
+      (wins ? "the close call is kept"
+            : "the chosen one stays (the close call must gain " +
+                  fmt(opts.closeCallMargin * 100, "%.0f") + "%)") +
+      " (SLUICE_NO_CLOSE_CALLS=1 skips this)";
   r.solution.notes.push_back(r.closeCallNote);
   if (!wins)
     return Status::ok();
@@ -621,12 +616,11 @@ FusedCacheChoice chooseFusedCache(const Solution &fused, const Solution &split,
   // prediction over its own).
   double fusedU = fusedT / std::max(1e-9, fused.prediction.calibration);
   double splitU = splitT / std::max(1e-9, split.prediction.calibration);
-  std::string cmp = "a " + split.config.cache.to +
-                    " cache after it is predicted " + fmt(splitT) +
-                    " records/s against " + fmt(fusedT) +
-                    " fused without one (" +
-                    fmt((splitU / fusedU - 1) * 100, "%+.1f") +
-                    "% at one calibration)";
+  std::string cmp =
+      "a " + split.config.cache.to + " cache after it is predicted " +
+      fmt(splitT) + " records/s against " + fmt(fusedT) +
+      " fused without one (" + fmt((splitU / fusedU - 1) * 100, "%+.1f") +
+      "% at one calibration)";
   c.consistent = (splitT > fusedT * (1 + kMinSplitGain)) ==
                  (splitU > fusedU * (1 + kMinSplitGain));
   if (!(splitU > fusedU * (1 + kMinSplitGain))) {
@@ -664,7 +658,8 @@ runtime::RunOptions withSchedule(const runtime::RunOptions &base,
 bool fitScheduleToMemory(const runtime::Plan &plan,
                          const runtime::RunOptions &base, Schedule &schedule,
                          std::string &s) {
-  Status first = runtime::Pipeline::checkFits(plan, withSchedule(base, schedule));
+  Status first =
+      runtime::Pipeline::checkFits(plan, withSchedule(base, schedule));
   if (first)
     return true;
   auto floorOf = [&](const std::string &name, bool prefetch) -> int64_t {
@@ -698,14 +693,13 @@ bool fitScheduleToMemory(const runtime::Plan &plan,
           const std::optional<int64_t> &v =
               prefetch ? k.prefetch : k.parallelism;
           if (v)
-            knobs += (knobs.empty() ? "" : ", ") + name + " " +
-                     std::to_string(*v);
+            knobs +=
+                (knobs.empty() ? "" : ", ") + name + " " + std::to_string(*v);
         }
         s += std::string("  memory: the tuned schedule did not fit "
                          "budget.memory by the runtime's check, so its ") +
              (prefetch ? "prefetch depths" : "workers") +
-             " were lowered to fit (" + knobs + "): " + first.message() +
-             "\n";
+             " were lowered to fit (" + knobs + "): " + first.message() + "\n";
         return false;
       }
     }
@@ -843,9 +837,9 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
     // In source-record equivalents (a cache stops the source).
     r.measured->sourceRecordsPerSecond = sourceRate(r.profile, *m);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                            t0)
-                  .count();
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   return r;
 }
 
@@ -881,13 +875,12 @@ void installReplanner(const Profile &profile, const Budget &budget,
          " workers per parallel stage would not fit the memory budget\n";
     return;
   }
-  a.replanner = std::make_shared<Replanner>(profile, budget, config,
-                                            auto_.replanOptions);
+  a.replanner =
+      std::make_shared<Replanner>(profile, budget, config, auto_.replanOptions);
   opts.controller = a.replanner;
   // The re-planner reads the stage timers.
   opts.stageTiming = runtime::RunOptions::StageTiming::On;
-  s += "  re-planning on: every " +
-       fmt(auto_.replanOptions.interval, "%.2g") +
+  s += "  re-planning on: every " + fmt(auto_.replanOptions.interval, "%.2g") +
        " s the counters are compared with the plan (SLUICE_NO_REPLAN=1 "
        "turns it off)\n";
 }
@@ -934,10 +927,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
       a.prediction = c->prediction;
       std::string tuned = c->explanation;
       std::string first = tuned.substr(0, tuned.find('\n'));
-      std::string rest =
-          tuned.find('\n') == std::string::npos
-              ? ""
-              : tuned.substr(tuned.find('\n') + 1);
+      std::string rest = tuned.find('\n') == std::string::npos
+                             ? ""
+                             : tuned.substr(tuned.find('\n') + 1);
       // The tuning run's re-planning line is replaced by this run's.
       std::string kept;
       std::istringstream lines(rest);
@@ -947,11 +939,12 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
       const std::string prefix = "schedule: auto: ";
       if (first.rfind(prefix, 0) == 0)
         first = first.substr(prefix.size());
-      std::string s = "schedule: auto: reused the schedule tuned at " +
-                      c->tunedAt +
-                      " for this plan, host and data; nothing probed (" +
-                      entry + "; SLUICE_NO_SCHEDULE_CACHE=1 probes afresh)\n"
-                      "  tuned then: " + first + "\n" + kept;
+      std::string s =
+          "schedule: auto: reused the schedule tuned at " + c->tunedAt +
+          " for this plan, host and data; nothing probed (" + entry +
+          "; SLUICE_NO_SCHEDULE_CACHE=1 probes afresh)\n"
+          "  tuned then: " +
+          first + "\n" + kept;
       bool fits = fitScheduleToMemory(plan, opts, a.schedule, s);
       for (const auto &[name, o] : a.schedule)
         opts.schedule[name] = o;
@@ -998,11 +991,9 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   a.prediction = r->solution.prediction;
   std::string s = "schedule: auto: profiled " +
                   std::to_string(r->profile.probes.size() + r->fusedProbes) +
-                  " probes in " +
-                  fmt(r->profile.seconds) + " s; predicted " +
-                  fmt(a.prediction.throughput) +
-                  " records/s, bottleneck " + a.prediction.bottleneckLabel +
-                  "\n";
+                  " probes in " + fmt(r->profile.seconds) + " s; predicted " +
+                  fmt(a.prediction.throughput) + " records/s, bottleneck " +
+                  a.prediction.bottleneckLabel + "\n";
   for (const KnobChoice &k : r->solution.knobs)
     s += "  " + (k.step.empty() ? std::string("(pipeline)") : k.step) + "." +
          k.knob + " = " + k.value + ": " + k.reason + "\n";
@@ -1034,8 +1025,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     }
   }
   if (fits)
-    installReplanner(r->profile, r->budget, r->solution.config, opts, auto_,
-                     a, s);
+    installReplanner(r->profile, r->budget, r->solution.config, opts, auto_, a,
+                     s);
   a.explanation = s;
   return a;
 }

@@ -74,7 +74,9 @@ const std::vector<GraphPass> &graphPasses() {
       // After fuse-map-batch, so that the steps it moved behind a batch
       // are grouped there.
       {"sluice-fuse-maps",
-       [](bool remarks, bool) { return createFuseMaps(FuseMapsOptions{remarks}); }},
+       [](bool remarks, bool) {
+         return createFuseMaps(FuseMapsOptions{remarks});
+       }},
   };
   return passes;
 }

@@ -44,13 +44,13 @@ Expected<const llvm::Target *> hostTarget(std::string &triple) {
   return t;
 }
 
-std::unique_ptr<llvm::TargetMachine>
-makeMachine(const llvm::Target *t, const std::string &triple,
-            const std::string &cpu) {
+std::unique_ptr<llvm::TargetMachine> makeMachine(const llvm::Target *t,
+                                                 const std::string &triple,
+                                                 const std::string &cpu) {
   llvm::TargetOptions opts;
-  return std::unique_ptr<llvm::TargetMachine>(t->createTargetMachine(
-      triple, cpu, "", opts, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::None));
+  return std::unique_ptr<llvm::TargetMachine>(
+      t->createTargetMachine(triple, cpu, "", opts, llvm::Reloc::PIC_,
+                             std::nullopt, llvm::CodeGenOptLevel::None));
 }
 
 } // namespace
@@ -80,9 +80,9 @@ Status emitDataObject(const std::vector<DataSymbol> &symbols,
                                        true, llvm::GlobalValue::ExternalLinkage,
                                        bytes, s.name);
     g->setAlignment(llvm::Align(16));
-    new llvm::GlobalVariable(
-        mod, i64, true, llvm::GlobalValue::ExternalLinkage,
-        llvm::ConstantInt::get(i64, s.bytes.size()), s.name + "_size");
+    new llvm::GlobalVariable(mod, i64, true, llvm::GlobalValue::ExternalLinkage,
+                             llvm::ConstantInt::get(i64, s.bytes.size()),
+                             s.name + "_size");
   }
 
   std::error_code ec;

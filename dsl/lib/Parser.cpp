@@ -1,4 +1,5 @@
-//===- Parser.cpp - YAML spec -> checked Spec ------------------------------===//
+//===- Parser.cpp - YAML spec -> checked Spec
+//------------------------------===//
 //
 // Three phases, each reporting every problem it finds rather than the first:
 //   1. YAML text -> a located node tree (yaml-cpp, guarded against junk,
@@ -46,7 +47,7 @@ constexpr int kMaxDepth = 64;
 /// A YAML node with its position, independent of yaml-cpp.
 struct YNode {
   enum class Kind { Null, Scalar, Seq, Map } kind = Kind::Null;
-  std::string text;  ///< scalar text
+  std::string text;    ///< scalar text
   bool quoted = false; ///< a quoted/literal scalar: always a string
   SourceLoc loc;
   std::vector<YNode> items;                 ///< Seq
@@ -157,8 +158,9 @@ private:
   bool charge(SourceLoc loc, size_t n) {
     nodes += n;
     if (nodes > kMaxNodes) {
-      fail(loc, "the spec expands to more than " + std::to_string(kMaxNodes) +
-                    " YAML nodes",
+      fail(loc,
+           "the spec expands to more than " + std::to_string(kMaxNodes) +
+               " YAML nodes",
            "a pipeline spec needs a few hundred; check for runaway aliases "
            "(*name) or generated content");
       return false;
@@ -359,15 +361,16 @@ size_t findNonText(const std::string &s, std::string &why) {
     unsigned char c = s[i];
     if (c < 0x80) {
       if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
-        why = c == 0 ? std::string("a NUL byte")
-                     : "the control byte " + hex(c);
+        why = c == 0 ? std::string("a NUL byte") : "the control byte " + hex(c);
         return i + 1;
       }
       ++i;
       continue;
     }
-    int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-              : (c & 0xF8) == 0xF0 ? 4 : 0;
+    int len = (c & 0xE0) == 0xC0   ? 2
+              : (c & 0xF0) == 0xE0 ? 3
+              : (c & 0xF8) == 0xF0 ? 4
+                                   : 0;
     bool ok = len != 0 && i + len <= n;
     uint32_t cp = len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
     for (int k = 1; ok && k < len; ++k) {
@@ -589,8 +592,8 @@ bool SpecChecker::convertScalar(const ParamSpec &spec, ParamKind kind,
       std::string extra = (!n.quoted && parseFloat(t, d))
                               ? " (a whole number, without a fraction)"
                               : "";
-      diags.error(n.loc, what + " must be an integer" + extra + ", got '" +
-                             t + "'");
+      diags.error(n.loc,
+                  what + " must be an integer" + extra + ", got '" + t + "'");
       return false;
     }
     if (!checkRange(spec, n, static_cast<double>(i), what))
@@ -626,8 +629,7 @@ bool SpecChecker::convertScalar(const ParamSpec &spec, ParamKind kind,
     if (std::find(spec.choices.begin(), spec.choices.end(), t) ==
         spec.choices.end()) {
       diags.error(n.loc, what + " must be one of " + quoteList(spec.choices) +
-                             ", got '" + t + "'" +
-                             didYouMean(t, spec.choices));
+                             ", got '" + t + "'" + didYouMean(t, spec.choices));
       return false;
     }
     out = Value::string(t, n.loc);
@@ -638,8 +640,9 @@ bool SpecChecker::convertScalar(const ParamSpec &spec, ParamKind kind,
       std::vector<std::string> names;
       for (auto nm : allElemTypeNames())
         names.emplace_back(nm);
-      diags.error(n.loc, what + ": unknown element type '" + t + "'" +
-                             didYouMean(t, names),
+      diags.error(n.loc,
+                  what + ": unknown element type '" + t + "'" +
+                      didYouMean(t, names),
                   "element types: " + quoteList(names, 20));
       return false;
     }
@@ -655,7 +658,8 @@ bool SpecChecker::convertScalar(const ParamSpec &spec, ParamKind kind,
   case ParamKind::Expr:
     out = Value::string(t, n.loc);
     out.setContentOffset(n.quoted ? 1 : 0);
-    if (kind == ParamKind::Expr && t.find_first_not_of(" \t") == std::string::npos) {
+    if (kind == ParamKind::Expr &&
+        t.find_first_not_of(" \t") == std::string::npos) {
       diags.error(n.loc, what + " of '" + opName + "' is an empty expression");
       return false;
     }
@@ -725,8 +729,9 @@ bool SpecChecker::convertParam(const ParamSpec &spec, const YNode &n,
   case ParamKind::StructList: {
     ParamKind elemKind = spec.kind == ParamKind::IntList     ? ParamKind::Int
                          : spec.kind == ParamKind::FloatList ? ParamKind::Float
-                         : spec.kind == ParamKind::FieldList ? ParamKind::Field
-                                                             : ParamKind::String;
+                         : spec.kind == ParamKind::FieldList
+                             ? ParamKind::Field
+                             : ParamKind::String;
     std::vector<const YNode *> elems;
     bool fromScalar = false;
     if (n.kind == YNode::Kind::Seq) {
@@ -758,13 +763,12 @@ bool SpecChecker::convertParam(const ParamSpec &spec, const YNode &n,
     if (fromScalar && spec.broadcastTo > 1)
       vals.assign(spec.broadcastTo, vals[0]);
     if (vals.size() < spec.minLen || vals.size() > spec.maxLen) {
-      std::string need =
-          spec.minLen == spec.maxLen
-              ? "exactly " + std::to_string(spec.minLen)
-          : spec.maxLen == std::numeric_limits<size_t>::max()
-              ? "at least " + std::to_string(spec.minLen)
-              : "between " + std::to_string(spec.minLen) + " and " +
-                    std::to_string(spec.maxLen);
+      std::string need = spec.minLen == spec.maxLen
+                             ? "exactly " + std::to_string(spec.minLen)
+                         : spec.maxLen == std::numeric_limits<size_t>::max()
+                             ? "at least " + std::to_string(spec.minLen)
+                             : "between " + std::to_string(spec.minLen) +
+                                   " and " + std::to_string(spec.maxLen);
       diags.error(n.loc, what + " of '" + opName + "' needs " + need +
                              " values, got " + std::to_string(vals.size()));
       return false;
@@ -835,8 +839,8 @@ bool SpecChecker::validateParams(const OpDef &def, const YNode &value,
             diags.warning(kv.first.loc,
                           "'" + kv.first.text + "' is the old name of '" +
                               old->second + "' (still accepted)",
-                          "every source names its input files `" +
-                              old->second + "`");
+                          "every source names its input files `" + old->second +
+                              "`");
         }
       }
       if (!ps) {
@@ -900,10 +904,11 @@ bool SpecChecker::checkOpEntry(const YNode &entry, const char *what,
     return true;
   }
   if (entry.kind != YNode::Kind::Map || entry.map.empty()) {
-    diags.error(entry.loc, std::string("each ") + what +
-                               " must be a mapping `op: {parameters}`, but "
-                               "it is " +
-                               entry.kindName(),
+    diags.error(entry.loc,
+                std::string("each ") + what +
+                    " must be a mapping `op: {parameters}`, but "
+                    "it is " +
+                    entry.kindName(),
                 std::string("for example: ") +
                     (std::string(what) == "source"
                          ? "source: {csv: {files: data/*.csv, columns: [...]}}"
@@ -950,9 +955,10 @@ void SpecChecker::parseSource(const YNode &n, Spec &spec) {
   spec.source.loc = loc;
   const OpDef *def = Registry::instance().find(kind);
   if (!def || def->kind != OpKind::Source) {
-    std::vector<std::string> sources = Registry::instance().names(OpKind::Source);
-    std::string msg = "unknown source kind '" + kind + "'" +
-                      didYouMean(kind, sources);
+    std::vector<std::string> sources =
+        Registry::instance().names(OpKind::Source);
+    std::string msg =
+        "unknown source kind '" + kind + "'" + didYouMean(kind, sources);
     if (def)
       msg = "'" + kind + "' is a step, not a source";
     diags.error(loc, msg, "sources: " + quoteList(sources, 20));
@@ -971,8 +977,9 @@ void SpecChecker::parseSteps(const YNode &n, Spec &spec) {
   if (n.kind == YNode::Kind::Null)
     return;
   if (n.kind != YNode::Kind::Seq) {
-    diags.error(n.loc, std::string("'steps' must be a list of ops, but it is ") +
-                           n.kindName(),
+    diags.error(n.loc,
+                std::string("'steps' must be a list of ops, but it is ") +
+                    n.kindName(),
                 "write each step as a list item: `- decode_image: {field: "
                 "data}`");
     return;
@@ -999,11 +1006,12 @@ void SpecChecker::parseSteps(const YNode &n, Spec &spec) {
       continue;
     }
     if (!def || def->kind == OpKind::Source) {
-      std::string msg = "unknown op '" + step.op + "'" +
-                        didYouMean(step.op, stepOps);
+      std::string msg =
+          "unknown op '" + step.op + "'" + didYouMean(step.op, stepOps);
       if (def)
-        msg = "'" + step.op + "' is a source; it belongs under 'source:', "
-                              "not in 'steps'";
+        msg = "'" + step.op +
+              "' is a source; it belongs under 'source:', "
+              "not in 'steps'";
       diags.error(step.loc, msg,
                   def ? "" : "run `sluice ops` for the list of ops");
       // The record type after an unknown op is anyone's guess.
@@ -1059,15 +1067,14 @@ void SpecChecker::checkStaticSizes(const Spec &spec) {
   int64_t most = std::max<int64_t>(1, limit / kMinBufferedRecordBytes);
   for (const auto &[name, sched] : spec.schedule)
     if (sched.prefetch && *sched.prefetch > most)
-      diags.error(sched.loc,
-                  "the prefetch of '" + name + "' (" +
-                      std::to_string(*sched.prefetch) +
-                      " records) cannot fit in budget.memory even at " +
-                      std::to_string(kMinBufferedRecordBytes) +
-                      " bytes a record",
-                  "lower it to <= " + std::to_string(most) +
-                      " (a few records ride out a slow moment) or raise "
-                      "budget.memory");
+      diags.error(
+          sched.loc,
+          "the prefetch of '" + name + "' (" + std::to_string(*sched.prefetch) +
+              " records) cannot fit in budget.memory even at " +
+              std::to_string(kMinBufferedRecordBytes) + " bytes a record",
+          "lower it to <= " + std::to_string(most) +
+              " (a few records ride out a slow moment) or raise "
+              "budget.memory");
   const Step *steps[1] = {&spec.source};
   std::vector<const Step *> all(steps, steps + 1);
   for (const Step &st : spec.steps)
@@ -1085,8 +1092,8 @@ void SpecChecker::checkStaticSizes(const Spec &spec) {
                 spec.budget.memoryBytes > 0
                     ? "make the step's output smaller or raise budget.memory"
                     : "no budget.memory is given, so the default applies (" +
-                          std::to_string(static_cast<int>(
-                              kDefaultMemoryFraction * 100)) +
+                          std::to_string(
+                              static_cast<int>(kDefaultMemoryFraction * 100)) +
                           "% of the host's memory); make the step's output "
                           "smaller");
     return;
@@ -1095,8 +1102,9 @@ void SpecChecker::checkStaticSizes(const Spec &spec) {
 
 void SpecChecker::parseBudget(const YNode &n, Spec &spec) {
   if (n.kind != YNode::Kind::Map) {
-    diags.error(n.loc, std::string("'budget' must be a mapping, but it is ") +
-                           n.kindName(),
+    diags.error(n.loc,
+                std::string("'budget' must be a mapping, but it is ") +
+                    n.kindName(),
                 "for example: budget: {cores: all, memory: 4GiB}");
     return;
   }
@@ -1111,17 +1119,17 @@ void SpecChecker::parseBudget(const YNode &n, Spec &spec) {
         getInt(v, "'budget.cores'", spec.budget.cores, 1);
     } else if (k == "memory") {
       spec.budget.memoryLoc = v.loc;
-      auto bytes = v.kind == YNode::Kind::Scalar ? parseByteSize(v.text)
-                                                 : std::nullopt;
+      auto bytes =
+          v.kind == YNode::Kind::Scalar ? parseByteSize(v.text) : std::nullopt;
       if (!bytes || *bytes <= 0) {
-        diags.error(v.loc,
-                    "'budget.memory': " +
-                        (v.kind == YNode::Kind::Scalar
-                             ? "'" + v.text + "' is not a valid size"
-                             : std::string("expected a size, got ") +
-                                   v.kindName()),
-                    "write a positive size with a unit: 512MiB, 4GiB, 64GB "
-                    "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)");
+        diags.error(
+            v.loc,
+            "'budget.memory': " +
+                (v.kind == YNode::Kind::Scalar
+                     ? "'" + v.text + "' is not a valid size"
+                     : std::string("expected a size, got ") + v.kindName()),
+            "write a positive size with a unit: 512MiB, 4GiB, 64GB "
+            "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)");
       } else {
         spec.budget.memoryBytes = *bytes;
       }
@@ -1177,9 +1185,10 @@ void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
   if (n.kind == YNode::Kind::Scalar) {
     spec.scheduleAutoWritten = n.text == "auto";
     if (n.text != "auto")
-      diags.error(n.loc, "'schedule' must be 'auto' or a mapping of steps to "
-                         "settings, got '" +
-                             n.text + "'",
+      diags.error(n.loc,
+                  "'schedule' must be 'auto' or a mapping of steps to "
+                  "settings, got '" +
+                      n.text + "'",
                   "for example: schedule: {decode_image: {parallelism: 4}, "
                   "default: {prefetch: 2}}");
     return;
@@ -1230,11 +1239,11 @@ void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
             (c.text == "memory" || c.text == "disk" || c.text == "none"))
           sched.cache = c.text;
         else
-          diags.error(c.loc, "'cache' must be memory, disk or none" +
-                                 (c.kind == YNode::Kind::Scalar
-                                      ? didYouMean(c.text,
-                                                   {"memory", "disk", "none"})
-                                      : std::string()));
+          diags.error(c.loc,
+                      "'cache' must be memory, disk or none" +
+                          (c.kind == YNode::Kind::Scalar
+                               ? didYouMean(c.text, {"memory", "disk", "none"})
+                               : std::string()));
       } else {
         diags.error(skv.first.loc,
                     "unknown schedule setting '" + k + "'" +
@@ -1356,10 +1365,10 @@ void SpecChecker::checkCachePlacement(const Spec &spec) {
 bool loadTree(DiagnosticEngine &diags, YNode &top) {
   const std::string &text = diags.sourceText();
   if (text.size() > kMaxSpecBytes) {
-    diags.error({}, "the spec is " + std::to_string(text.size()) +
-                        " bytes; specs larger than " +
-                        std::to_string(kMaxSpecBytes >> 20) +
-                        " MiB are refused",
+    diags.error({},
+                "the spec is " + std::to_string(text.size()) +
+                    " bytes; specs larger than " +
+                    std::to_string(kMaxSpecBytes >> 20) + " MiB are refused",
                 "is this the right file? a pipeline spec is a short YAML "
                 "document");
     return false;
@@ -1371,9 +1380,11 @@ bool loadTree(DiagnosticEngine &diags, YNode &top) {
     int line = 1 + static_cast<int>(
                        std::count(text.begin(), text.begin() + pos, '\n'));
     size_t ls = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
-    int col = static_cast<int>(pos - (ls == std::string::npos ? 0 : ls + 1)) + 1;
-    diags.error({line, col}, "the spec contains " + why +
-                                 ": this is binary data, not YAML text",
+    int col =
+        static_cast<int>(pos - (ls == std::string::npos ? 0 : ls + 1)) + 1;
+    diags.error({line, col},
+                "the spec contains " + why +
+                    ": this is binary data, not YAML text",
                 "a spec must be UTF-8 text without control characters");
     return false;
   }
@@ -1402,8 +1413,9 @@ bool loadTree(DiagnosticEngine &diags, YNode &top) {
     bool marker = text.find("\n---") != std::string::npos ||
                   text.find("\n...") != std::string::npos;
     if (marker)
-      diags.error(extra.loc, "the spec holds more than one YAML document; "
-                             "exactly one pipeline per file",
+      diags.error(extra.loc,
+                  "the spec holds more than one YAML document; "
+                  "exactly one pipeline per file",
                   "remove the extra '---' separated documents");
     else
       diags.error(extra.loc, "YAML syntax error: unexpected text at the top "
@@ -1522,9 +1534,9 @@ bool parseScheduleFile(DiagnosticEngine &diags, const Spec &spec,
                       "tune the spec again, or remove the 'pipeline' line to "
                       "apply the schedule anyway");
       } else if (k != "schedule") {
-        diags.error(kv.first.loc, "unknown key '" + k +
-                                      "' in a schedule file" +
-                                      didYouMean(k, {"pipeline", "schedule"}),
+        diags.error(kv.first.loc,
+                    "unknown key '" + k + "' in a schedule file" +
+                        didYouMean(k, {"pipeline", "schedule"}),
                     "a schedule file holds `schedule:` (and optionally "
                     "`pipeline:`)");
       }

@@ -195,8 +195,7 @@ Expected<std::shared_ptr<const Vocab>> Vocab::load(const std::string &path) {
   // device or a wrong file from being read without end.
   constexpr size_t kMaxVocabBytes = size_t(256) << 20;
   std::string text;
-  if (Status s = readConfigFile(path, "a vocabulary", kMaxVocabBytes, text);
-      !s)
+  if (Status s = readConfigFile(path, "a vocabulary", kMaxVocabBytes, text); !s)
     return Status::error("vocabulary file: " + s.message());
   std::vector<std::string> tokens;
   // One token a line, as std::getline splits: a last line without '\n'
@@ -289,8 +288,8 @@ Expected<Tensor> tokenize(const Tensor &text, const Vocab &vocab,
       tok = lowered;
     }
     int64_t id = vocab.lookup(tok);
-    storeFromInt(options.out, id < 0 ? options.unknownId : id,
-                 out.mutableRaw(), k++);
+    storeFromInt(options.out, id < 0 ? options.unknownId : id, out.mutableRaw(),
+                 k++);
   });
   return out;
 }

@@ -26,7 +26,9 @@ struct Bool8 {
   uint8_t v;
 };
 
-template <typename T> struct Tag { using type = T; };
+template <typename T> struct Tag {
+  using type = T;
+};
 
 /// Calls f(Tag<T>{}) for the storage type of a numeric element type. Returns
 /// false for Bytes/String.

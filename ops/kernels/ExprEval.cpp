@@ -833,8 +833,7 @@ Status CompiledExpr::testRows(const std::vector<Tensor> &columns,
                            std::to_string(columns.size()) +
                            " fields, expected field '" + slot.name + "'");
     const Tensor &t = columns[size_t(slot.field)];
-    if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
-        t.rank() == 0)
+    if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem || t.rank() == 0)
       return Status::error("filter: field '" + slot.name +
                            "' does not have the compiled type " +
                            std::string(elemTypeName(slot.elem)));

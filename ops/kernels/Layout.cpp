@@ -387,8 +387,8 @@ Expected<Tensor> stack(const std::vector<Tensor> &items) {
   if (!first.isNumeric()) {
     int64_t payload = 0;
     for (const Tensor &t : items)
-      payload += stringPayload(t.stringValues().begin(),
-                               t.stringValues().end());
+      payload +=
+          stringPayload(t.stringValues().begin(), t.stringValues().end());
     chargeStringTensor(first.elem(), shape, payload);
     std::vector<std::string> all;
     all.reserve(size_t(product(shape)));
@@ -469,9 +469,9 @@ Expected<std::vector<Tensor>> unstack(const Tensor &batch) {
   for (int64_t i = 0; i < n; ++i) {
     if (!batch.isNumeric()) {
       const auto &s = batch.stringValues();
-      chargeStringTensor(batch.elem(), shape,
-                         stringPayload(s.begin() + i * per,
-                                       s.begin() + (i + 1) * per));
+      chargeStringTensor(
+          batch.elem(), shape,
+          stringPayload(s.begin() + i * per, s.begin() + (i + 1) * per));
       out.push_back(
           Tensor::strings(batch.elem(), shape,
                           std::vector<std::string>(s.begin() + i * per,

@@ -31,9 +31,13 @@ float sluice_fmodf(float x, float y) { return std::fmod(x, y); }
 
 extern "C" {
 int64_t sluice_powi(int64_t b, int64_t n) { return sluice::math::powI(b, n); }
-double sluice_floordiv_f64(double a, double b) { return sluice::math::floorDivF(a, b); }
+double sluice_floordiv_f64(double a, double b) {
+  return sluice::math::floorDivF(a, b);
+}
 double sluice_mod_f64(double a, double b) { return sluice::math::modF(a, b); }
-float sluice_floordiv_f32(float a, float b) { return sluice::math::floorDivF(a, b); }
+float sluice_floordiv_f32(float a, float b) {
+  return sluice::math::floorDivF(a, b);
+}
 float sluice_mod_f32(float a, float b) { return sluice::math::modF(a, b); }
 }
 

@@ -142,8 +142,8 @@ std::string heldRefusal(int64_t bytes, std::string_view what,
                         const AllocationLimit *limit) {
   int64_t left = std::max<int64_t>(0, limit->limit() - limit->used());
   return std::string(what) + ": " + describeBytes(bytes) +
-         " needed, more than the " + describeBytes(left) + " left of budget.memory " +
-         describeBytes(limit->limit()) +
+         " needed, more than the " + describeBytes(left) +
+         " left of budget.memory " + describeBytes(limit->limit()) +
          " (raise budget.memory, or lower parallelism, prefetch or buffer "
          "sizes)";
 }
@@ -257,10 +257,10 @@ std::string recordTypeTooLarge(const RecordType &t, int64_t limit,
   if (!overflow && total <= limit)
     return "";
   return "one record of {" + t.str() + "} takes " +
-         (overflow    ? std::string("more than 2^63 bytes")
-          : lowerBound ? "at least " + describeBytes(total) +
-                             " (a batch of one row)"
-                       : describeBytes(total)) +
+         (overflow ? std::string("more than 2^63 bytes")
+          : lowerBound
+              ? "at least " + describeBytes(total) + " (a batch of one row)"
+              : describeBytes(total)) +
          ", more than budget.memory " + describeBytes(limit);
 }
 

@@ -116,7 +116,8 @@ void adviseHugePages(void *p, size_t bytes) {
   if (off || bytes < kHugePageMinBytes)
     return;
   uintptr_t begin = reinterpret_cast<uintptr_t>(p);
-  uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  uintptr_t first =
+      (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
   if (last > first)
     ::madvise(reinterpret_cast<void *>(first), last - first, MADV_HUGEPAGE);
@@ -126,7 +127,9 @@ void adviseHugePages(void *p, size_t bytes) {
 #endif
 }
 
-bool enabledByEnvironment() { return !setInEnvironment("SLUICE_NO_BUFFER_POOL"); }
+bool enabledByEnvironment() {
+  return !setInEnvironment("SLUICE_NO_BUFFER_POOL");
+}
 
 /// Size classes a thread caches (64 .. kCachedClassMaxBytes bytes): tensors
 /// of small records and every tensor's control block.
@@ -330,8 +333,8 @@ public:
     s.smallHits = hits_ + retiredHits_;
     for (ThreadCache *c : caches_) {
       s.smallIdleBuffers += c->idleBuffers.load(std::memory_order_relaxed);
-      s.smallIdleBytes += static_cast<int64_t>(
-          c->idleBytes.load(std::memory_order_relaxed));
+      s.smallIdleBytes +=
+          static_cast<int64_t>(c->idleBytes.load(std::memory_order_relaxed));
       s.smallHits += c->hits.load(std::memory_order_relaxed);
     }
     s.smallSlabBytes = static_cast<int64_t>(slabBytes_);
@@ -353,9 +356,7 @@ private:
 
   /// The budget chunk a cache reserves at a time: small against the limit
   /// (a 32 KiB test budget must not be spent on one cache's credit).
-  size_t chunk() const {
-    return chunk_.load(std::memory_order_relaxed);
-  }
+  size_t chunk() const { return chunk_.load(std::memory_order_relaxed); }
   static size_t chunkFor(const AllocationLimit *limit) {
     constexpr size_t most = kSmallPoolThreadCredit / 2;
     int64_t l = limit ? limit->limit() : 0;
@@ -575,9 +576,9 @@ private:
               [](const Slab &a, const Slab &b) { return a.base < b.base; });
     std::vector<size_t> idleIn(slabs_.size(), 0);
     auto slabOf = [&](void *p) {
-      auto it = std::upper_bound(
-          slabs_.begin(), slabs_.end(), static_cast<char *>(p),
-          [](char *q, const Slab &s) { return q < s.base; });
+      auto it =
+          std::upper_bound(slabs_.begin(), slabs_.end(), static_cast<char *>(p),
+                           [](char *q, const Slab &s) { return q < s.base; });
       return static_cast<size_t>(it - slabs_.begin()) - 1;
     };
     for (std::vector<void *> &c : classes_)
@@ -680,10 +681,10 @@ public:
   void release(void *p, size_t bytes) {
     std::vector<void *> evicted;
     // Outside the lock: a system call over the buffer's pages.
-    size_t resident = bytes <= kPoolMaxIdleBytes &&
-                              enabled_.load(std::memory_order_relaxed)
-                          ? residentBytes(p, bytes)
-                          : bytes;
+    size_t resident =
+        bytes <= kPoolMaxIdleBytes && enabled_.load(std::memory_order_relaxed)
+            ? residentBytes(p, bytes)
+            : bytes;
     if (bytes <= kPoolMaxIdleBytes &&
         enabled_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -691,8 +692,7 @@ public:
       // must not be followed by a buffer parked here.
       if (enabled_.load(std::memory_order_relaxed) && recurring(bytes) &&
           idleOfSize(bytes) < kPoolMaxPerSize &&
-          (!limit_ ||
-           limit_->tryReserveNow(static_cast<int64_t>(resident)))) {
+          (!limit_ || limit_->tryReserveNow(static_cast<int64_t>(resident)))) {
         idle_.push_back({bytes, p, limit_ ? resident : 0});
         idleBytes_ += bytes;
         p = nullptr;
@@ -949,9 +949,7 @@ void poolRelease(void *p, size_t bytes) { pool().release(p, bytes); }
 void *smallPoolAllocate(size_t bytes, bool evenIfDisabled) {
   return smallPool().allocate(bytes, evenIfDisabled);
 }
-void smallPoolRelease(void *p, size_t bytes) {
-  smallPool().release(p, bytes);
-}
+void smallPoolRelease(void *p, size_t bytes) { smallPool().release(p, bytes); }
 } // namespace detail
 
 } // namespace sluice

@@ -53,8 +53,7 @@ Status readConfigFile(const std::string &path, const std::string &what,
   contents.clear();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
-    return Status::error("cannot open '" + path +
-                         "': " + std::strerror(errno));
+    return Status::error("cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int e = errno;
@@ -90,7 +89,8 @@ Status readConfigFile(const std::string &path, const std::string &what,
         ::close(fd);
         return tooBig("more than " + configSizeText(maxBytes));
       }
-      out.resize(std::min(maxBytes + 1, std::max<size_t>(4096, out.size() * 2)));
+      out.resize(
+          std::min(maxBytes + 1, std::max<size_t>(4096, out.size() * 2)));
     }
     ssize_t got = ::read(fd, &out[done], out.size() - done);
     if (got < 0 && errno == EINTR)

@@ -105,7 +105,8 @@ OpDef imageFolder() {
           .describe("File extensions to read (case-insensitive, without the "
                     "dot)."),
       shuffleParam(),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &ctx) {
@@ -132,7 +133,8 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("files", "files"), shuffleParam(), onErrorParam(), remoteParam()};
+  op.params = {globParam("files", "files"), shuffleParam(), onErrorParam(),
+               remoteParam()};
   op.shorthand = "files";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
@@ -225,7 +227,8 @@ OpDef delimited(std::string name, std::string delimiter) {
                     "in them is not an error. The compiler sets it to the "
                     "columns the pipeline reads (sluice-push-projections); "
                     "default: all."),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {1000, 5, 1};
   op.typeRule = [](TypeContext &ctx) {
@@ -322,7 +325,8 @@ OpDef tfrecord() {
           .req()
           .length(1, std::numeric_limits<size_t>::max())
           .describe("The features to read."),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {1000, 1, 1};
   op.typeRule = [](TypeContext &ctx) {
@@ -452,7 +456,8 @@ OpDef idx() {
       param("labels", ParamKind::String)
           .describe("Path of the 1-D IDX labels file."),
       shuffleParam(),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {100, 0.1, 1};
   op.typeRule = [](TypeContext &ctx) {
@@ -583,7 +588,8 @@ OpDef npy() {
                     "files cannot be read at check time; -1 for a size that "
                     "varies between files."),
       shuffleParam(),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {100, 0.1, 1};
   op.typeRule = [](TypeContext &ctx) {
@@ -735,7 +741,8 @@ OpDef webdataset() {
           .req()
           .length(1, std::numeric_limits<size_t>::max())
           .describe("The members of each sample to read."),
-      onErrorParam(), remoteParam(),
+      onErrorParam(),
+      remoteParam(),
   };
   op.cost = {5000, 0.3, 1};
   op.typeRule = [](TypeContext &ctx) {

@@ -839,14 +839,15 @@ static OpRegistration regOneHot(oneHot());
 OpDef tokenize() {
   OpDef op = element("tokenize");
   op.summary = "Splits text into tokens and maps them to vocabulary ids.";
-  op.doc = "Splits on whitespace; each token's id is its 0-based line number "
-           "in the `vocab` file (one token per line, read when the pipeline "
-           "starts). Tokens not in the vocabulary get the id of `unknown`, "
-           "which must be in it. `lowercase` lowercases ASCII letters first. The "
-           "text must be UTF-8: with `encoding: strict` (the default) "
-           "invalid bytes are a data error located at the record (on_error "
-           "decides), with `replace` they become U+FFFD and the record is "
-           "counted as repaired in the step's accounting line.";
+  op.doc =
+      "Splits on whitespace; each token's id is its 0-based line number "
+      "in the `vocab` file (one token per line, read when the pipeline "
+      "starts). Tokens not in the vocabulary get the id of `unknown`, "
+      "which must be in it. `lowercase` lowercases ASCII letters first. The "
+      "text must be UTF-8: with `encoding: strict` (the default) "
+      "invalid bytes are a data error located at the record (on_error "
+      "decides), with `replace` they become U+FFFD and the record is "
+      "counted as repaired in the step's accounting line.";
   op.example = "- tokenize: {field: line, vocab: vocab.txt, as: tokens}";
   op.typeDoc = "`field` (one string per record) becomes `i64[?]`.";
   op.params = {

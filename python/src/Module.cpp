@@ -53,11 +53,11 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <optional>
-#include <sstream>
 #include <pthread.h>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 namespace py = pybind11;
@@ -198,9 +198,8 @@ uint64_t seedArg(const py::handle &v) {
 /// cache}}.
 void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
                    const py::object &schedule, runtime::RunOptions &opts) {
-  if (schedule.is_none() ||
-      (py::isinstance<py::str>(schedule) &&
-       schedule.cast<std::string>() == "auto"))
+  if (schedule.is_none() || (py::isinstance<py::str>(schedule) &&
+                             schedule.cast<std::string>() == "auto"))
     return;
   auto put = [&](const std::string &name, const dsl::StepSchedule &s) {
     runtime::ScheduleOverride o;
@@ -603,8 +602,7 @@ public:
           "new Pipeline to resume");
     std::string js =
         py::module_::import("json").attr("dumps")(state).cast<std::string>();
-    Expected<runtime::PipelineState> st =
-        runtime::PipelineState::fromJson(js);
+    Expected<runtime::PipelineState> st = runtime::PipelineState::fromJson(js);
     if (!st)
       throw py::value_error(st.status().message());
     opts_.resume = st.take();
@@ -719,8 +717,7 @@ public:
     std::vector<Tensor> fields = b.fields();
     b = runtime::Batch(); // the arrays own the only references now
     for (size_t i = 0; i < fields.size(); ++i)
-      out[py::str(type.fields()[i].name)] =
-          toPython(box, std::move(fields[i]));
+      out[py::str(type.fields()[i].name)] = toPython(box, std::move(fields[i]));
     return out;
   }
 
@@ -820,8 +817,8 @@ py::list check(const std::string &path) {
 }
 
 py::dict tune(const std::string &path, py::object cores, py::object memory,
-             double seconds, py::object reportDir,
-             std::vector<std::string> disablePasses, bool jit) {
+              double seconds, py::object reportDir,
+              std::vector<std::string> disablePasses, bool jit) {
   std::unique_ptr<dsl::Spec> spec = loadSpec(path);
   bool codegen = wantJit(jit);
   runtime::Plan plan = compile(*spec, disablePasses, codegen);

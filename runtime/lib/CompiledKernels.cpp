@@ -66,8 +66,8 @@ Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
   std::optional<ElemType> inElem = parseElemType(inName);
   std::optional<ElemType> outElem = parseElemType(outName);
   if (!inElem || !outElem || !isNumeric(*inElem) || !isNumeric(*outElem))
-    return kernelError(s, "bad element types in '" +
-                              std::string(k.signature) + "'");
+    return kernelError(s, "bad element types in '" + std::string(k.signature) +
+                              "'");
   int i = s.inputType.indexOf(field);
   int o = s.outputType.indexOf(out);
   if (i < 0 || static_cast<size_t>(i) >= width)
@@ -117,9 +117,8 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
   if (!k.fn)
     return kernelError(s, "null kernel pointer");
   static const Plan kNoPlan;
-  Expected<ElementFn> reference = s.op == "fused_map"
-                                       ? bindFused(s, kNoPlan)
-                                       : bindElementOp(s, kNoPlan);
+  Expected<ElementFn> reference =
+      s.op == "fused_map" ? bindFused(s, kNoPlan) : bindElementOp(s, kNoPlan);
   if (!reference)
     return reference.status();
   auto c = std::make_shared<const RemapChain>(chain.take());
@@ -134,32 +133,33 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
         return false;
     return true;
   };
-  return ElementFn([c, ref = reference.take(), fn = reinterpret_cast<RemapFn>(k.fn),
-                    at = size_t(i), elem = *outElem, fits,
-                    inShape = s.inputType.fields()[size_t(i)].type.shape,
-                    outShape = s.outputType.fields()[size_t(o)].type.shape](
-                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
-    if (at >= rec.fields.size())
-      return ref(rec, ctx);
-    int64_t small[64];
-    std::vector<int64_t> big;
-    int64_t *params = small;
-    if (c->paramCount() > 64) {
-      big.resize(c->paramCount());
-      params = big.data();
-    }
-    std::vector<int64_t> shape;
-    const Tensor &t = rec.fields[at];
-    if (!fits(t.shape(), inShape) ||
-        !c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape) ||
-        !fits(shape, outShape))
-      return ref(rec, ctx);
-    // Every value is written: a batch row the runtime offers will do.
-    Tensor result = outputTensor(elem, std::move(shape));
-    fn(t.raw(), result.mutableRaw(), params);
-    rec.fields[at] = std::move(result);
-    return true;
-  });
+  return ElementFn(
+      [c, ref = reference.take(), fn = reinterpret_cast<RemapFn>(k.fn),
+       at = size_t(i), elem = *outElem, fits,
+       inShape = s.inputType.fields()[size_t(i)].type.shape,
+       outShape = s.outputType.fields()[size_t(o)].type.shape](
+          Record &rec, const ElementContext &ctx) -> Expected<bool> {
+        if (at >= rec.fields.size())
+          return ref(rec, ctx);
+        int64_t small[64];
+        std::vector<int64_t> big;
+        int64_t *params = small;
+        if (c->paramCount() > 64) {
+          big.resize(c->paramCount());
+          params = big.data();
+        }
+        std::vector<int64_t> shape;
+        const Tensor &t = rec.fields[at];
+        if (!fits(t.shape(), inShape) ||
+            !c->fill(t, ctx.seed, ctx.epoch, rec.index, params, shape) ||
+            !fits(shape, outShape))
+          return ref(rec, ctx);
+        // Every value is written: a batch row the runtime offers will do.
+        Tensor result = outputTensor(elem, std::move(shape));
+        fn(t.raw(), result.mutableRaw(), params);
+        rec.fields[at] = std::move(result);
+        return true;
+      });
 }
 
 /// The checks both filter entries start with, and the condition compiled
@@ -201,30 +201,30 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
     return reference.status();
   auto slots = std::make_shared<const std::vector<kernels::CompiledExpr::Slot>>(
       code->slots());
-  return ElementFn([slots, ref = reference.take(),
-                    fn = reinterpret_cast<FilterFn>(k.fn)](
-                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
-    const void *small[16];
-    std::vector<const void *> big;
-    const void **ptrs = small;
-    if (slots->size() > 16) {
-      big.resize(slots->size());
-      ptrs = big.data();
-    }
-    for (size_t i = 0; i < slots->size(); ++i) {
-      const kernels::CompiledExpr::Slot &slot = (*slots)[i];
-      if (slot.field < 0 || size_t(slot.field) >= rec.fields.size())
-        return ref(rec, ctx);
-      const Tensor &t = rec.fields[size_t(slot.field)];
-      if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
-          slot.index < 0 || slot.index >= t.numElements())
-        return ref(rec, ctx);
-      ptrs[i] = t.raw() + size_t(slot.index) * elemTypeSize(slot.elem);
-    }
-    int64_t kept = 0;
-    fn(ptrs, &kept);
-    return kept != 0;
-  });
+  return ElementFn(
+      [slots, ref = reference.take(), fn = reinterpret_cast<FilterFn>(k.fn)](
+          Record &rec, const ElementContext &ctx) -> Expected<bool> {
+        const void *small[16];
+        std::vector<const void *> big;
+        const void **ptrs = small;
+        if (slots->size() > 16) {
+          big.resize(slots->size());
+          ptrs = big.data();
+        }
+        for (size_t i = 0; i < slots->size(); ++i) {
+          const kernels::CompiledExpr::Slot &slot = (*slots)[i];
+          if (slot.field < 0 || size_t(slot.field) >= rec.fields.size())
+            return ref(rec, ctx);
+          const Tensor &t = rec.fields[size_t(slot.field)];
+          if (!t.valid() || !t.isNumeric() || t.elem() != slot.elem ||
+              slot.index < 0 || slot.index >= t.numElements())
+            return ref(rec, ctx);
+          ptrs[i] = t.raw() + size_t(slot.index) * elemTypeSize(slot.elem);
+        }
+        int64_t kept = 0;
+        fn(ptrs, &kept);
+        return kept != 0;
+      });
 }
 
 /// Binds a "filter rows" entry: per run, the same checks as
@@ -331,10 +331,10 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
       calls->push_back(c.take());
     }
     if (width != s.outputType.size())
-      return Expected<ElementFn>(kernelError(
-          s, "its kernels produce " + std::to_string(width) +
-                 " fields, the step's output type has " +
-                 std::to_string(s.outputType.size())));
+      return Expected<ElementFn>(
+          kernelError(s, "its kernels produce " + std::to_string(width) +
+                             " fields, the step's output type has " +
+                             std::to_string(s.outputType.size())));
     // A chain with a per-channel normalize has its channel count compiled
     // in: a record whose field has another last dim takes the unfused
     // steps, which report the mismatch as they always did.
@@ -351,12 +351,14 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
       reference = ref.take();
     }
     ElementFn fn = [calls, reference, name = s.name](
-                       Record &rec, const ElementContext &ctx) -> Expected<bool> {
+                       Record &rec,
+                       const ElementContext &ctx) -> Expected<bool> {
       if (reference)
         for (const ValuesCall &c : *calls) {
           if (c.channels < 2)
             continue;
-          const Tensor *t = c.in < rec.fields.size() ? &rec.fields[c.in] : nullptr;
+          const Tensor *t =
+              c.in < rec.fields.size() ? &rec.fields[c.in] : nullptr;
           if (!t || !t->valid() || t->rank() == 0 ||
               t->dim(t->rank() - 1) != c.channels)
             return reference(rec, ctx);

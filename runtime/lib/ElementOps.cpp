@@ -110,20 +110,20 @@ Expected<ElementFn> bindKernel(const PlanStage &s, const OpDef &def,
   Expected<TensorKernel> kernel = def.kernel(site);
   if (!kernel)
     return bindError(s, kernel.status().message());
-  return ElementFn([io = *io, k = kernel.take()](
-                       Record &rec,
-                       const ElementContext &ctx) -> Expected<bool> {
-    if (io.in >= rec.fields.size())
-      return Status::error("internal error: record has " +
-                           std::to_string(rec.fields.size()) + " fields");
-    Expected<Tensor> t = withCall(rec, ctx, [&](const KernelCall &call) {
-      return k(rec.fields[io.in], call);
-    });
-    if (!t)
-      return t.status();
-    store(rec, io, t.take());
-    return true;
-  });
+  return ElementFn(
+      [io = *io, k = kernel.take()](
+          Record &rec, const ElementContext &ctx) -> Expected<bool> {
+        if (io.in >= rec.fields.size())
+          return Status::error("internal error: record has " +
+                               std::to_string(rec.fields.size()) + " fields");
+        Expected<Tensor> t = withCall(rec, ctx, [&](const KernelCall &call) {
+          return k(rec.fields[io.in], call);
+        });
+        if (!t)
+          return t.status();
+        store(rec, io, t.take());
+        return true;
+      });
 }
 
 /// A per-record op's kernel on the whole record (select, rename, filter).

@@ -172,8 +172,8 @@ Status sourceRecordError(const Shared &shared, StageCounters &c,
 /// grows) counted in `limit`: an allocation refused there or failed is an
 /// unrecoverable data error of the shard ("memory: record does not fit"),
 /// never an exception escaping the thread.
-ReadResult readCounted(AllocationLimit &limit, ShardReader &reader,
-                       Record &rec, const std::string &file);
+ReadResult readCounted(AllocationLimit &limit, ShardReader &reader, Record &rec,
+                       const std::string &file);
 
 /// Buffer sizes a stage needs when records have a static size, for the
 /// check before running.
@@ -185,7 +185,7 @@ struct StaticNeed {
   /// Records held per unit of the knob (3 for a batch's size: the batch
   /// being filled, the next and the last), so advice is in the knob's units.
   int64_t recordsPerKnob = 1;
-  std::string where;   ///< spec location
+  std::string where; ///< spec location
 };
 
 inline int64_t nowNs() {

@@ -280,9 +280,9 @@ protected:
       inc(c.bytesIn, in * bytes);
       int64_t t0 = nowNs();
       keepFlags_.resize(static_cast<size_t>(in));
-      Status st = rowsFilters_[i](run.columns,
-                                  run.selected ? run.keep.data() : nullptr, in,
-                                  keepFlags_.data());
+      Status st =
+          rowsFilters_[i](run.columns, run.selected ? run.keep.data() : nullptr,
+                          in, keepFlags_.data());
       if (!st) {
         inc(c.failed, in);
         const PlanStage &step = *ops_[i].step;
@@ -764,10 +764,9 @@ private:
         // Batched: the feeder (waiting for a free slot when the window is
         // full) is woken once `handoff_` slots are free, and fills them in
         // one go; at once when it waits for the memory just released.
-        bool wakeFeeder =
-            feederWaitsMemory_ ||
-            static_cast<int64_t>(static_cast<uint64_t>(window_) -
-                                 (tail_ - head_)) >= handoff_;
+        bool wakeFeeder = feederWaitsMemory_ ||
+                          static_cast<int64_t>(static_cast<uint64_t>(window_) -
+                                               (tail_ - head_)) >= handoff_;
         lock.unlock();
         if (wakeFeeder)
           notFull_.notify_one();

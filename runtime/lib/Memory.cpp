@@ -74,8 +74,8 @@ void addToProcess(int64_t bytes) {
       processUsed().fetch_add(bytes, std::memory_order_relaxed) + bytes;
   std::atomic<int64_t> &peak = processPeak();
   int64_t p = peak.load(std::memory_order_relaxed);
-  while (next > p && !peak.compare_exchange_weak(p, next,
-                                                 std::memory_order_relaxed))
+  while (next > p &&
+         !peak.compare_exchange_weak(p, next, std::memory_order_relaxed))
     ;
 }
 } // namespace
@@ -169,7 +169,7 @@ bool releaseFreeHeap() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SLUICE_EXIT_RUNS_CHECKS 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||    \
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||     \
     __has_feature(memory_sanitizer) || __has_feature(leak_sanitizer)
 #define SLUICE_EXIT_RUNS_CHECKS 1
 #endif
@@ -252,7 +252,8 @@ void debugRssLine(const char *what, bool lasting = false) {
                ps.idleBytes / mib);
   std::lock_guard<std::mutex> lock(liveBudgetsMu());
   for (const MemoryBudget *b : liveBudgets())
-    std::fprintf(stderr, "sluice rss:   budget: %s\n", b->usageSummary().c_str());
+    std::fprintf(stderr, "sluice rss:   budget: %s\n",
+                 b->usageSummary().c_str());
 }
 bool debugRss() {
   static const bool on = std::getenv("SLUICE_DEBUG_RSS") &&
@@ -404,7 +405,8 @@ MemoryBudget::Overrun MemoryBudget::firstOverrun() const {
 
 void MemoryBudget::add(int64_t bytes, const MemoryAccount *who) {
   int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  if (limit_ > 0 && next > limit_ && !overrun_.load(std::memory_order_relaxed)) {
+  if (limit_ > 0 && next > limit_ &&
+      !overrun_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!overrun_.load(std::memory_order_relaxed)) {
       firstOverrun_.account = who ? who->name() : std::string();
@@ -532,8 +534,8 @@ AccountAllocationLimit::AccountAllocationLimit(MemoryAccount *account,
   if (!credit || envFlag("SLUICE_NO_BUDGET_CREDIT"))
     return;
   int64_t l = account_->budget().limit();
-  int64_t chunk = l > 0 ? std::min(kMaxCreditChunk, l / 1024 / 64 * 64)
-                        : kMaxCreditChunk;
+  int64_t chunk =
+      l > 0 ? std::min(kMaxCreditChunk, l / 1024 / 64 * 64) : kMaxCreditChunk;
   // Below a few KiB a chunk would save little and cost a tight budget.
   if (chunk < 1024)
     return;
@@ -583,8 +585,7 @@ bool AccountAllocationLimit::tryReserveNow(int64_t bytes) {
   Slot &s = threadSlot();
   int64_t c = s.credit.load(std::memory_order_relaxed);
   while (c >= bytes)
-    if (s.credit.compare_exchange_weak(c, c - bytes,
-                                       std::memory_order_relaxed))
+    if (s.credit.compare_exchange_weak(c, c - bytes, std::memory_order_relaxed))
       return true;
   // Out of credit: this request and a fresh chunk in one reservation.
   if (account_->tryReserve(bytes + chunk_)) {
@@ -605,8 +606,7 @@ void AccountAllocationLimit::release(int64_t bytes) {
   int64_t c = s.credit.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   // More than two chunks: keep one, give the rest back.
   while (c > 2 * chunk_)
-    if (s.credit.compare_exchange_weak(c, chunk_,
-                                       std::memory_order_relaxed)) {
+    if (s.credit.compare_exchange_weak(c, chunk_, std::memory_order_relaxed)) {
       account_->release(c - chunk_);
       return;
     }

@@ -10,9 +10,9 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Pipeline.h"
 #include "Engine.h"
-#include "sources/Remote.h"
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Registry.h"
+#include "sources/Remote.h"
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -201,7 +201,8 @@ Status Engine::applySchedule() {
           return Status::error(
               plan_.where(st) + ": cannot cache after '" + step +
               "': the compiler fused it with the random step '" + *later +
-              "' into '" + st.name + "', and a cache after that stage would "
+              "' into '" + st.name +
+              "', and a cache after that stage would "
               "replay the first epoch's random draws; to cache there, turn "
               "that fusion off with --disable-pass (`sluice explain "
               "--remarks SPEC` names the pass)");
@@ -374,7 +375,7 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
     return ps;
   // Without `budget: {memory: ...}` the budget is a share of the host's (or
   // the cgroup's) memory, never unlimited (Allocation.h).
-  int64_t limit = opts.memoryBytes > 0    ? opts.memoryBytes
+  int64_t limit = opts.memoryBytes > 0   ? opts.memoryBytes
                   : plan.memoryBytes > 0 ? plan.memoryBytes
                                          : defaultMemoryBudget();
   e->memory_ = std::make_unique<MemoryBudget>(limit);
@@ -401,9 +402,10 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   try {
     s = e->build();
   } catch (const std::bad_alloc &) {
-    s = Status::error("building the pipeline's buffers failed (std::bad_alloc): "
-                      "lower the schedule's prefetch and parallelism or the "
-                      "steps' sizes to what budget.memory can hold");
+    s = Status::error(
+        "building the pipeline's buffers failed (std::bad_alloc): "
+        "lower the schedule's prefetch and parallelism or the "
+        "steps' sizes to what budget.memory can hold");
   } catch (const std::length_error &) {
     s = Status::error("a buffer of the pipeline is too large to allocate: "
                       "lower the schedule's prefetch and parallelism or the "
@@ -468,16 +470,14 @@ Status Engine::build() {
   shared_.batchedHandoff =
       opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
   shared_.arenaSliceNs =
-      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000
-                      : 0;
+      arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000 : 0;
   shared_.parallelParse =
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.fileReadAhead =
       opts_.fileReadAhead && !switchedOff("SLUICE_NO_FILE_READ_AHEAD");
-  shared_.timing =
-      opts_.stageTiming == RunOptions::StageTiming::On ||
-      (opts_.stageTiming == RunOptions::StageTiming::Default &&
-       !switchedOff("SLUICE_NO_STAGE_TIMING"));
+  shared_.timing = opts_.stageTiming == RunOptions::StageTiming::On ||
+                   (opts_.stageTiming == RunOptions::StageTiming::Default &&
+                    !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
   shared_.coarseBatchCount = switchedOff("SLUICE_COARSE_BATCH_COUNT");
   shared_.recordRuns =
@@ -518,13 +518,13 @@ Status Engine::build() {
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
   if (shared_.positional.on && (cycle != 1 || block != 1))
-    return Status::error(
-        plan_.where(src) + ": interleave cannot be combined with ranks, "
-                           "`shuffle: true` or a positional resume, which "
-                           "read the source by position; remove it");
-  std::unique_ptr<Stage> cur =
-      shared_.positional.on ? makePositionalSourceStage(shared_, sc)
-                            : makeSourceStage(shared_, sc, cycle, block);
+    return Status::error(plan_.where(src) +
+                         ": interleave cannot be combined with ranks, "
+                         "`shuffle: true` or a positional resume, which "
+                         "read the source by position; remove it");
+  std::unique_ptr<Stage> cur = shared_.positional.on
+                                   ? makePositionalSourceStage(shared_, sc)
+                                   : makeSourceStage(shared_, sc, cycle, block);
 
   // Records per pass at each point of the stream (for the memory cache
   // check, the progress ETA and the shuffle buffer's static size).
@@ -700,8 +700,7 @@ Status Engine::setupPositions() {
   if (P.world < 1 || P.rank < 0 || P.rank >= P.world)
     return Status::error("rank " + std::to_string(P.rank) +
                          " is out of range for world size " +
-                         std::to_string(P.world) +
-                         " (0 <= rank < world size)");
+                         std::to_string(P.world) + " (0 <= rank < world size)");
   const Value &shuffle = plan_.source.params["shuffle"];
   P.permute = shuffle.isBool() && shuffle.asBool();
   // Positions say where a run stands when every output row is one source
@@ -851,7 +850,8 @@ Status Engine::checkBufferCounts(const RunOptions &opts) const {
           formatBytes(limit) + " even at " +
           std::to_string(kMinBufferedRecordBytes) +
           " bytes a record (what a buffered record costs at least); lower "
-          "it to <= " + std::to_string(std::max(most, kSmallPrefetch)) +
+          "it to <= " +
+          std::to_string(std::max(most, kSmallPrefetch)) +
           " (a few records ride out a slow moment) or raise " + budget);
   }
   return Status::ok();
@@ -953,17 +953,16 @@ Status Engine::overrunError() const {
   consider(plan_.source);
   for (const PlanStage &st : plan_.stages)
     consider(st);
-  std::string msg = (at ? plan_.where(*at) + ": " : std::string()) +
-                    "budget.memory exceeded: " +
-                    (o.account.empty() ? std::string("a buffer")
-                                       : "'" + o.account + "'") +
-                    " took the memory the pipeline holds to " +
-                    formatBytes(o.total) + ", over budget.memory " +
-                    formatBytes(memory_->limit()) +
-                    " (records larger than the budget leaves room for: a "
-                    "very long line or file, a large batch of them); make "
-                    "the records smaller (truncate, a smaller batch) or "
-                    "raise budget.memory";
+  std::string msg =
+      (at ? plan_.where(*at) + ": " : std::string()) +
+      "budget.memory exceeded: " +
+      (o.account.empty() ? std::string("a buffer") : "'" + o.account + "'") +
+      " took the memory the pipeline holds to " + formatBytes(o.total) +
+      ", over budget.memory " + formatBytes(memory_->limit()) +
+      " (records larger than the budget leaves room for: a "
+      "very long line or file, a large batch of them); make "
+      "the records smaller (truncate, a smaller batch) or "
+      "raise budget.memory";
   return Status::error(msg);
 }
 
@@ -1079,7 +1078,8 @@ RunStats Engine::stats() const {
   r.consumer = consumer_.snapshot();
   if (remoteBase_) {
     RemoteTotals now = remoteTotals();
-    r.remote.requests = static_cast<int64_t>(now.requests - remoteBase_->requests);
+    r.remote.requests =
+        static_cast<int64_t>(now.requests - remoteBase_->requests);
     r.remote.retries = static_cast<int64_t>(now.retries - remoteBase_->retries);
     r.remote.failures =
         static_cast<int64_t>(now.failures - remoteBase_->failures);
@@ -1129,8 +1129,8 @@ Expected<bool> Pipeline::next(Batch &out) {
     if (!e.controllerStop_)
       e.controllerThread_ = std::thread([this, &e] {
         RunController &c = *e.opts_.controller;
-        auto period = std::chrono::duration<double>(
-            std::max(0.01, c.interval()));
+        auto period =
+            std::chrono::duration<double>(std::max(0.01, c.interval()));
         std::unique_lock<std::mutex> lock(e.controllerMu_);
         while (!e.controllerCv_.wait_for(lock, period,
                                          [&] { return e.controllerStop_; })) {

@@ -23,8 +23,7 @@ std::string Plan::where(SourceLoc loc) const {
   std::string file = specFile.empty() ? "<plan>" : specFile;
   if (!loc.valid())
     return file;
-  return file + ":" + std::to_string(loc.line) + ":" +
-         std::to_string(loc.col);
+  return file + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.col);
 }
 
 namespace {
@@ -66,8 +65,8 @@ Json textJson(const std::string &s) {
 }
 
 Json locJson(SourceLoc loc) {
-  return Json::array({static_cast<int64_t>(loc.line),
-                      static_cast<int64_t>(loc.col)});
+  return Json::array(
+      {static_cast<int64_t>(loc.line), static_cast<int64_t>(loc.col)});
 }
 
 Json valueJson(const Value &v) {
@@ -467,9 +466,9 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
     // ..." without the bracketed id.
     std::string what = e.what();
     size_t close = what.find("] ");
-    return Status::error("invalid plan: JSON " +
-                         (close == std::string::npos ? what
-                                                     : what.substr(close + 2)));
+    return Status::error(
+        "invalid plan: JSON " +
+        (close == std::string::npos ? what : what.substr(close + 2)));
   }
   Reader r;
   Plan p;
@@ -531,8 +530,7 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
   }
   for (size_t i = 0; i < stageList->size(); ++i) {
     PlanStage s;
-    if (!r.stage((*stageList)[i], "plan.stages[" + std::to_string(i) + "]",
-                 s))
+    if (!r.stage((*stageList)[i], "plan.stages[" + std::to_string(i) + "]", s))
       return r.status();
     p.stages.push_back(std::move(s));
   }

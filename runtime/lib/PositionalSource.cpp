@@ -186,8 +186,8 @@ protected:
       out.rec.index = static_cast<uint64_t>(p);
       c_->emitted.fetch_add(1, std::memory_order_relaxed);
       c_->bytesIn.store(
-          doneBytes_ + (cursor_ ? static_cast<int64_t>(cursor_->bytesRead())
-                                : 0),
+          doneBytes_ +
+              (cursor_ ? static_cast<int64_t>(cursor_->bytesRead()) : 0),
           std::memory_order_relaxed);
       return true;
     }
@@ -304,9 +304,11 @@ private:
           return Status::error(
               shared_.plan->where(shared_.plan->source) +
               ": error: `shuffle: true` holds the source's " +
-              std::to_string(n_) + " records in memory and they do not fit "
-              "in budget.memory " + formatBytes(shared_.memory->limit()) +
-              " (" + formatBytes(account->used()) + " after " +
+              std::to_string(n_) +
+              " records in memory and they do not fit "
+              "in budget.memory " +
+              formatBytes(shared_.memory->limit()) + " (" +
+              formatBytes(account->used()) + " after " +
               std::to_string(table_.size()) +
               " records); raise budget.memory or shuffle with a `shuffle` "
               "step instead");

@@ -80,11 +80,11 @@ Status resolveRanks(const Plan &plan, const RankArgs &args, RunOptions &opts) {
                          std::to_string(world.value) + " (from " + world.from +
                          ")");
   if (rank.value >= world.value)
-    return Status::error(
-        "rank " + std::to_string(rank.value) +
-        " is out of range for world size " + std::to_string(world.value) +
-        " (rank from " + rank.from + ", world size from " + world.from +
-        "; ranks count from 0, so rank < world size)");
+    return Status::error("rank " + std::to_string(rank.value) +
+                         " is out of range for world size " +
+                         std::to_string(world.value) + " (rank from " +
+                         rank.from + ", world size from " + world.from +
+                         "; ranks count from 0, so rank < world size)");
   opts.rank = rank.value;
   opts.worldSize = world.value;
   return Status::ok();

@@ -62,9 +62,11 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
       return chainError(fused, "step '" + s.name + "' names no field");
     if (c.field_.empty())
       c.field_ = f.asString();
-    if (f.asString() != c.field_ || (as.isString() && as.asString() != c.field_))
+    if (f.asString() != c.field_ ||
+        (as.isString() && as.asString() != c.field_))
       return chainError(fused, "its steps work on more than one field");
-    int in = s.inputType.indexOf(c.field_), out = s.outputType.indexOf(c.field_);
+    int in = s.inputType.indexOf(c.field_),
+        out = s.outputType.indexOf(c.field_);
     if (in < 0 || out < 0)
       return chainError(fused, "step '" + s.name + "' lacks the field");
     Step st;
@@ -97,10 +99,10 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
       if (!image)
         return chainError(fused, "'" + s.name + "' needs an image");
       st.kind = Kind::Flip;
-      st.axis = s.params["axis"].isString() &&
-                        s.params["axis"].asString() == "height"
-                    ? 0
-                    : 1;
+      st.axis =
+          s.params["axis"].isString() && s.params["axis"].asString() == "height"
+              ? 0
+              : 1;
       st.p = s.params["p"].isNumber() ? s.params["p"].asDouble() : 0.5;
       st.stream = stageStream(s);
     } else if (op == "transpose") {
@@ -133,7 +135,8 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
         if (p[2 * d] < 0 || p[2 * d + 1] < 0)
           return chainError(fused, "'" + s.name + "' has negative padding");
       }
-      st.value = s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
+      st.value =
+          s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
     } else if (isRemapValueOp(op)) {
       st.kind = Kind::Value;
       if (op == "normalize") {
@@ -151,7 +154,8 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
         anyRemap = true; // its constants depend on the position
       }
     } else {
-      return chainError(fused, "'" + op + "' is neither a remap nor a value op");
+      return chainError(fused,
+                        "'" + op + "' is neither a remap nor a value op");
     }
     if (st.kind != Kind::Value)
       anyRemap = true;

@@ -376,11 +376,10 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
         RunStats stats = p.stats();
         RunOutcome outcome;
         outcome.status = RunOutcome::Status::Interrupted;
-        outcome.reason = "interrupted by " + signalName(sig) + " after " +
-                         std::to_string(stats.outputs) +
-                         " outputs; a step was still busy " +
-                         std::to_string(kStopGraceSeconds) +
-                         " s later and was abandoned";
+        outcome.reason =
+            "interrupted by " + signalName(sig) + " after " +
+            std::to_string(stats.outputs) + " outputs; a step was still busy " +
+            std::to_string(kStopGraceSeconds) + " s later and was abandoned";
         outcome.epochsDone = stats.epochsDone;
         Status closed = sink.close(outcome);
         if (progress)

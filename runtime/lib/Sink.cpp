@@ -151,8 +151,8 @@ Status makeDirs(const std::string &dir) {
       continue;
     }
     if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST)
-      return Status::error("npy sink: cannot create directory " + path +
-                           ": " + std::strerror(errno));
+      return Status::error("npy sink: cannot create directory " + path + ": " +
+                           std::strerror(errno));
   }
   return Status::ok();
 }
@@ -165,8 +165,8 @@ bool isSinkFile(std::string name) {
   if (name == "index.json")
     return true;
   size_t digits = 0;
-  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(
-                                     name[digits])))
+  while (digits < name.size() &&
+         std::isdigit(static_cast<unsigned char>(name[digits])))
     ++digits;
   if (digits < 6 || digits >= name.size() || name[digits] != '.')
     return false;
@@ -201,10 +201,10 @@ public:
           {{"name", f.name},
            {"dtype", std::string(elemTypeName(f.type.elem))},
            {"shape", f.type.shape},
-           {"storage", f.type.elem == ElemType::Bytes
-                           ? "bin+lengths"
-                           : (f.type.elem == ElemType::String ? "npy-unicode"
-                                                              : "npy")}});
+           {"storage",
+            f.type.elem == ElemType::Bytes
+                ? "bin+lengths"
+                : (f.type.elem == ElemType::String ? "npy-unicode" : "npy")}});
     index_["fields"] = std::move(fields);
     outputs_ = Json::array();
     return Status::ok();
@@ -270,8 +270,8 @@ public:
     for (size_t i = 0; s && i < names.size(); ++i) {
       std::string final = dir_ + "/" + names[i];
       if (::rename((final + ".tmp").c_str(), final.c_str()) != 0)
-        s = Status::error("cannot rename " + final + ".tmp to " + final +
-                          ": " + std::strerror(errno));
+        s = Status::error("cannot rename " + final + ".tmp to " + final + ": " +
+                          std::strerror(errno));
     }
     if (!s) {
       // None of this output stays: the index will not list it.
@@ -280,8 +280,7 @@ public:
         ::unlink((dir_ + "/" + n + ".tmp").c_str());
       }
       temps_.clear();
-      return s.withContext("npy sink: output " + std::to_string(count_) +
-                           ": ");
+      return s.withContext("npy sink: output " + std::to_string(count_) + ": ");
     }
     temps_.clear();
     entry["fields"] = std::move(files);
@@ -358,7 +357,8 @@ private:
     if (!foreign.empty())
       return Status::error(
           "npy sink: --overwrite clears only folders that hold sluice npy "
-          "output, and " + dir_ + " also holds " + foreign[0] +
+          "output, and " +
+          dir_ + " also holds " + foreign[0] +
           (foreign.size() > 1
                ? " (and " + std::to_string(foreign.size() - 1) + " more)"
                : "") +

@@ -53,9 +53,8 @@ Status sourceRecordError(const Shared &shared, StageCounters &c,
                        "to drop bad records and count them)");
 }
 
-
-ReadResult readCounted(AllocationLimit &limit, ShardReader &reader,
-                       Record &rec, const std::string &file) {
+ReadResult readCounted(AllocationLimit &limit, ShardReader &reader, Record &rec,
+                       const std::string &file) {
   AllocationScope scope(&limit);
   std::string problem;
   try {
@@ -415,7 +414,9 @@ private:
     // Acquire the slot's lock once so the reader handed over by schedule()
     // is visibly published to this thread (also for ThreadSanitizer, which
     // does not see oneTBB's internal synchronization).
-    { std::lock_guard<std::mutex> lock(s.mu); }
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+    }
     for (;;) {
       Entry e;
       e.result = read(s, e.rec);

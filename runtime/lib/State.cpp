@@ -28,8 +28,8 @@ uint64_t planFingerprint(const Plan &plan) {
   // The data directory by its canonical name: `sluice run dir/spec.yaml`
   // and the executable `sluice compile` made of it (which holds the
   // absolute path) read the same files.
-  if (char *real = ::realpath(p.baseDir.empty() ? "." : p.baseDir.c_str(),
-                              nullptr)) {
+  if (char *real =
+          ::realpath(p.baseDir.empty() ? "." : p.baseDir.c_str(), nullptr)) {
     p.baseDir = real;
     std::free(real);
   }
@@ -55,7 +55,8 @@ std::string PipelineState::toJson() const {
   nlohmann::json j = {
       {"sluice_state", kVersion},
       // As a hex string: JSON readers in other languages lose 64-bit ints.
-      {"fingerprint", [&] {
+      {"fingerprint",
+       [&] {
          char buf[17];
          std::snprintf(buf, sizeof(buf), "%016llx",
                        static_cast<unsigned long long>(fingerprint));

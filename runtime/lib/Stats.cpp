@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Stats.h"
-#include "sluice/runtime/Memory.h"
 #include "sluice/runtime/JsonText.h"
+#include "sluice/runtime/Memory.h"
 
 #include <nlohmann/json.hpp>
 
@@ -58,11 +58,14 @@ int64_t RunStats::records() const {
 }
 
 nlohmann::ordered_json StageStats::toJson() const {
-  nlohmann::ordered_json j = {
-      {"name", name},         {"op", op},
-      {"kind", kind},         {"where", where},
-      {"parallelism", parallelism}, {"read", read},
-      {"emitted", emitted},   {"filtered", filtered}};
+  nlohmann::ordered_json j = {{"name", name},
+                              {"op", op},
+                              {"kind", kind},
+                              {"where", where},
+                              {"parallelism", parallelism},
+                              {"read", read},
+                              {"emitted", emitted},
+                              {"filtered", filtered}};
   if (!filterReason.empty())
     j["filter_reason"] = filterReason;
   nlohmann::ordered_json sk = nlohmann::ordered_json::object();

@@ -29,9 +29,7 @@ void afterForkInChild() {
 }
 } // namespace
 
-bool forkedAfterTaskArenas() {
-  return forked.load(std::memory_order_relaxed);
-}
+bool forkedAfterTaskArenas() { return forked.load(std::memory_order_relaxed); }
 
 void noteTaskArenaMade() {
   std::call_once(handlerOnce,

@@ -1,4 +1,5 @@
-//===- autotune_model_test.cpp - The model and solver on synthetic profiles ===//
+//===- autotune_model_test.cpp - The model and solver on synthetic profiles
+//===//
 //
 // Profiles built by hand, with answers worked out on paper: scaling fits,
 // capacities scaled by selectivity, the bottleneck, caches, buffer depths,
@@ -20,8 +21,8 @@ using namespace sluice::autotune;
 namespace {
 
 StepProfile step(const std::string &name, double usPerElement,
-                 bool element = true, double visits = 1,
-                 double selectivity = 1, double bytes = 1000) {
+                 bool element = true, double visits = 1, double selectivity = 1,
+                 double bytes = 1000) {
   StepProfile s;
   s.name = name;
   s.op = name;
@@ -209,15 +210,14 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   Prediction both = predict(p, c, 64);
   EXPECT_NEAR(both.firstEpoch, 0.8 / 150e-6, 1e-6);
   EXPECT_NEAR(both.cachedEpochs, 5000, 1e-6);
-  EXPECT_NEAR(both.throughput,
-              1 / (0.25 * 150e-6 / 0.8 + 0.75 / 5000), 1e-6);
+  EXPECT_NEAR(both.throughput, 1 / (0.25 * 150e-6 / 0.8 + 0.75 / 5000), 1e-6);
   // The first epoch now takes the longer share of the run.
   p.cachedCalibration = 0;
   Prediction firstOnly = predict(p, c, 64);
   EXPECT_NEAR(firstOnly.firstEpoch, 0.8 / 150e-6, 1e-6);
   EXPECT_NEAR(firstOnly.cachedEpochs, 1 / 100e-6, 1e-6);
-  EXPECT_NEAR(firstOnly.throughput,
-              1 / (0.25 * 150e-6 / 0.8 + 0.75 * 100e-6), 1e-6);
+  EXPECT_NEAR(firstOnly.throughput, 1 / (0.25 * 150e-6 / 0.8 + 0.75 * 100e-6),
+              1e-6);
   // The probes' calibration (0.5 here) still sets a configuration without
   // a cache: the phase calibrations are for the cached schedule's phases.
   p.calibration = 0.5;
@@ -234,8 +234,8 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   EXPECT_EQ(one.firstEpoch, 0);
   EXPECT_NEAR(one.throughput, 1 / 150e-6, 1e-6);
   p.epochs = 4;
-  EXPECT_EQ(pr.memoryBytes, c.cache.bytes + pr.units[1].memoryBytes +
-                                pr.units[3].memoryBytes);
+  EXPECT_EQ(pr.memoryBytes,
+            c.cache.bytes + pr.units[1].memoryBytes + pr.units[3].memoryBytes);
 }
 
 TEST(AutotuneModel, NoCacheAfterARandomOp) {
@@ -566,8 +566,8 @@ TEST(AutotuneModel, BusyWorkersFollowTheMMcDistribution) {
   EXPECT_EQ(busyWorkers(0, 2), (std::vector<double>{1, 0, 0}));
   // Two others each busy half the time on 2 cores: a thread gets a whole
   // core unless both are busy (1/4), then 2/3 of one.
-  EXPECT_NEAR(threadShare({{0.5, 0.5}, {0.5, 0.5}}, 2),
-              0.75 + 0.25 * 2.0 / 3, 1e-12);
+  EXPECT_NEAR(threadShare({{0.5, 0.5}, {0.5, 0.5}}, 2), 0.75 + 0.25 * 2.0 / 3,
+              1e-12);
   EXPECT_NEAR(threadShare({{0.5, 0.5}}, 2), 1, 1e-12);
   EXPECT_NEAR(threadShare({}, 1), 1, 1e-12);
 }
@@ -607,8 +607,9 @@ TEST(AutotuneSolver, ASerialBottleneckKeepsItsCore) {
   bool explained = false;
   for (const KnobChoice &k : sol->knobs)
     if (k.step == "a" && k.knob == "parallelism")
-      explained = k.reason.find("2 workers are predicted") != std::string::npos &&
-                  k.reason.find("contention") != std::string::npos;
+      explained =
+          k.reason.find("2 workers are predicted") != std::string::npos &&
+          k.reason.find("contention") != std::string::npos;
   EXPECT_TRUE(explained);
 }
 
@@ -778,8 +779,9 @@ TEST(AutotuneSolver, NoScheduleFitsSaysByHowMuch) {
   p.fixedMemoryBytes = 1 << 20;
   auto sol = solve(p, Budget{2, 1 << 19, 0});
   ASSERT_FALSE(sol);
-  EXPECT_NE(sol.status().message().find("no schedule fits budget.memory 512 KiB"),
-            std::string::npos)
+  EXPECT_NE(
+      sol.status().message().find("no schedule fits budget.memory 512 KiB"),
+      std::string::npos)
       << sol.status().message();
 }
 
@@ -847,8 +849,7 @@ TEST(AutotuneSolver, CacheInsideAFusedStageIsPricedAgainstTheFusedPlan) {
   EXPECT_EQ(split->config.cache.to, "memory");
   EXPECT_EQ(split->config.parallelism, (std::vector<int64_t>{1, 2, 2}));
   EXPECT_NEAR(split->prediction.throughput, 2 / 350.5e-6, 0.1);
-  FusedCacheChoice c =
-      chooseFusedCache(*fused, *split, sp, 1, "a+b");
+  FusedCacheChoice c = chooseFusedCache(*fused, *split, sp, 1, "a+b");
   EXPECT_TRUE(c.split);
   EXPECT_TRUE(c.consistent); // one calibration for both: the same verdict
   EXPECT_NE(c.note.find("cache point inside fused 'a+b' after 'a' (profiled "

@@ -130,7 +130,8 @@ TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
 
   std::string out = dir / "report";
   ASSERT_TRUE(autotune::writeReports(*r, out));
-  for (const char *f : {"schedule.yaml", "report.json", "report.md", "chart.svg"})
+  for (const char *f :
+       {"schedule.yaml", "report.json", "report.md", "chart.svg"})
     EXPECT_TRUE(std::filesystem::file_size(out + "/" + f) > 0) << f;
   std::ifstream js(out + "/report.json");
   nlohmann::json j = nlohmann::json::parse(js);
@@ -428,7 +429,8 @@ TEST_F(AutotuneTune, PlansForABiggerHostWithoutMeasuring) {
   EXPECT_TRUE(r->otherHost || autotune::hostCores() >= 16);
   if (r->otherHost) {
     EXPECT_FALSE(r->measured.has_value());
-    EXPECT_NE(r->scaleAdvice.find("At 16 cores the limit is"), std::string::npos)
+    EXPECT_NE(r->scaleAdvice.find("At 16 cores the limit is"),
+              std::string::npos)
         << r->scaleAdvice;
     nlohmann::json j = autotune::reportJson(*r);
     EXPECT_TRUE(j["measured"].is_null());

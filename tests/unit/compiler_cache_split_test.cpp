@@ -93,13 +93,13 @@ TEST(CacheSplit, SplitsTheFusedStageAfterItsDeterministicPrefix) {
   EXPECT_FALSE(runtime::splitFusedAfter(split, "random_flip")); // the last
   EXPECT_FALSE(runtime::splitFusedAfter(split, "batch"));
   EXPECT_TRUE(runtime::splitFusedAfter(split, "map"));
-  EXPECT_EQ(names(split), (Names{"cast+map", "normalize+random_crop+random_flip",
-                                 "batch"}));
+  EXPECT_EQ(names(split),
+            (Names{"cast+map", "normalize+random_crop+random_flip", "batch"}));
   split = plan;
   // A plan step name ("a+b") stands for its last step.
   EXPECT_TRUE(runtime::splitFusedAfter(split, "cast+map+normalize"));
-  EXPECT_EQ(names(split), (Names{"cast+map+normalize",
-                                 "random_crop+random_flip", "batch"}));
+  EXPECT_EQ(names(split),
+            (Names{"cast+map+normalize", "random_crop+random_flip", "batch"}));
   // One step on its own is that step.
   split = plan;
   EXPECT_TRUE(runtime::splitFusedAfter(split, "cast"));
@@ -111,9 +111,8 @@ TEST(CacheSplit, SplitsTheFusedStageAfterItsDeterministicPrefix) {
   Names tableStages;
   for (const SluiceKernelInfo *t = (*jit)->table(); t->stage; ++t)
     tableStages.push_back(t->stage);
-  for (const std::string &n :
-       {kFused, std::string("cast+map+normalize"),
-        std::string("random_crop+random_flip")})
+  for (const std::string &n : {kFused, std::string("cast+map+normalize"),
+                               std::string("random_crop+random_flip")})
     EXPECT_NE(std::find(tableStages.begin(), tableStages.end(), n),
               tableStages.end())
         << n << " has no kernel";
@@ -149,10 +148,10 @@ TEST(CacheSplit, ACacheOnAnInnerStepSplitsAndChangesNoByte) {
         o.schedule["cast"].parallelism = threads;
         std::string what = to + " cache, " + std::to_string(threads) +
                            " threads, codegen " + (codegen ? "on" : "off");
-        EXPECT_EQ(ranStages(*back, o),
-                  (Names{"idx", "cast+map+normalize",
-                         "cast+map+normalize/cache", "random_crop+random_flip",
-                         "batch"}))
+        EXPECT_EQ(
+            ranStages(*back, o),
+            (Names{"idx", "cast+map+normalize", "cast+map+normalize/cache",
+                   "random_crop+random_flip", "batch"}))
             << what;
         EXPECT_TRUE(allBytes(runAll(*back, o)) == reference)
             << what << ": output bytes differ";
@@ -191,8 +190,8 @@ TEST(CacheSplit, APinnedCacheKeepsFusionOnEitherSide) {
   withKnob.replace(withKnob.find("epochs: 1"), 9, "epochs: 2");
   runtime::Plan b =
       sluice::testing::planOfSpecFile(dir.write("b.yaml", withKnob));
-  EXPECT_EQ(names(b), (Names{"cast+map+normalize", "random_crop+random_flip",
-                             "batch"}));
+  EXPECT_EQ(names(b),
+            (Names{"cast+map+normalize", "random_crop+random_flip", "batch"}));
   EXPECT_EQ(b.stages[0].cache, "memory");
   // Same bytes as without any cache, codegen on and off.
   std::string plainText = spec(kPrefix);

@@ -21,9 +21,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <limits>
 #include <random>
 
@@ -44,19 +44,18 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
     switch (elem) {
     case ElemType::F32: {
       float v;
-      static const float special[] = {
-          std::numeric_limits<float>::quiet_NaN(),
-          -std::numeric_limits<float>::infinity(),
-          std::numeric_limits<float>::infinity(),
-          -0.0f,
-          0.0f,
-          std::numeric_limits<float>::denorm_min(),
-          -1e-40f,
-          std::numeric_limits<float>::max(),
-          std::numeric_limits<float>::lowest(),
-          2.5f,
-          -2.5f,
-          0.5f};
+      static const float special[] = {std::numeric_limits<float>::quiet_NaN(),
+                                      -std::numeric_limits<float>::infinity(),
+                                      std::numeric_limits<float>::infinity(),
+                                      -0.0f,
+                                      0.0f,
+                                      std::numeric_limits<float>::denorm_min(),
+                                      -1e-40f,
+                                      std::numeric_limits<float>::max(),
+                                      std::numeric_limits<float>::lowest(),
+                                      2.5f,
+                                      -2.5f,
+                                      0.5f};
       if (kind < 6) {
         v = special[(r >> 8) % (sizeof(special) / sizeof(float))];
       } else if (kind == 6) { // NaN with a payload (and either sign)
@@ -108,10 +107,10 @@ Tensor randomTensor(ElemType elem, int64_t n, uint32_t seed) {
     case ElemType::F16: {
       uint16_t h;
       static const uint16_t special[] = {
-          0x7E00, // quiet NaN
-          0x7C01, // signaling NaN, payload 1
-          0xFD23, // negative signaling NaN with a payload
-          0xFE7F, // negative quiet NaN with a payload
+          0x7E00,         // quiet NaN
+          0x7C01,         // signaling NaN, payload 1
+          0xFD23,         // negative signaling NaN with a payload
+          0xFE7F,         // negative quiet NaN with a payload
           0x7C00, 0xFC00, // +-inf
           0x8000, 0x0000, // -0, +0
           0x0001, 0x83FF, // smallest subnormal, largest negative subnormal
@@ -201,8 +200,7 @@ Tensor expectSameResult(const runtime::ElementFn &kernel,
   EXPECT_EQ(bool(ra), bool(rb))
       << (ra ? rb.status().message() : ra.status().message());
   if (!ra || !rb) {
-    EXPECT_EQ(ra ? "" : ra.status().message(),
-              rb ? "" : rb.status().message());
+    EXPECT_EQ(ra ? "" : ra.status().message(), rb ? "" : rb.status().message());
     return Tensor();
   }
   const Tensor &x = a.fields[0], &y = b.fields[0];
@@ -387,15 +385,16 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
 
 std::vector<StepCase> stepCases() {
   std::vector<StepCase> cases;
-  const ElemType all[] = {ElemType::U8,  ElemType::I8,   ElemType::U16,
-                          ElemType::I16, ElemType::I32,  ElemType::I64,
-                          ElemType::F16, ElemType::F32,  ElemType::F64,
+  const ElemType all[] = {ElemType::U8,  ElemType::I8,  ElemType::U16,
+                          ElemType::I16, ElemType::I32, ElemType::I64,
+                          ElemType::F16, ElemType::F32, ElemType::F64,
                           ElemType::Bool};
   const ElemType ints[] = {ElemType::U8,  ElemType::I8,  ElemType::U16,
                            ElemType::I16, ElemType::I32, ElemType::I64,
                            ElemType::Bool};
   for (ElemType e : all) {
-    cases.push_back({"fill_missing", {{"value", Value::real(-1.5)}}, e, "-1.5"});
+    cases.push_back(
+        {"fill_missing", {{"value", Value::real(-1.5)}}, e, "-1.5"});
     cases.push_back({"clamp",
                      {{"min", Value::real(-3.5)}, {"max", Value::real(100.25)}},
                      e,
@@ -403,10 +402,11 @@ std::vector<StepCase> stepCases() {
     cases.push_back({"clamp", {{"max", Value::integer(7)}}, e, "max 7"});
     cases.push_back({"clamp", {{"min", Value::real(1e30)}}, e, "min 1e30"});
     for (ElemType to : all)
-      cases.push_back({"cast",
-                       {{"dtype", Value::string(std::string(elemTypeName(to)))}},
-                       e,
-                       "to " + std::string(elemTypeName(to))});
+      cases.push_back(
+          {"cast",
+           {{"dtype", Value::string(std::string(elemTypeName(to)))}},
+           e,
+           "to " + std::string(elemTypeName(to))});
     if (e == ElemType::Bool) {
       // bool is a condition: no arithmetic (a spec error, as numpy's
       // `-` on bools), but logic, comparisons of bools, and `?`.
@@ -416,27 +416,60 @@ std::vector<StepCase> stepCases() {
             "not x ? 0.5 : 1e30", "x ? x : false"})
         cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
     }
-    for (const char *expr :
-         {"log(max(x, 0) + 1)", "x * 2 + 1", "x - 7", "x % 3", "x % -4",
-          "x / 3", "x // 3", "x // -4", "-x", "abs(x)", "min(x, 5)",
-          "max(x, -5)", "clamp(x, -1, 1)", "x > 0 ? x : 0 - x", "round(x)",
-          "floor(x)", "ceil(x)", "sqrt(x)", "exp(x)", "sigmoid(x)", "tanh(x)",
-          "sin(x) + cos(x)", "pow(x, 2)", "pow(x, 3) + 1", "x * 1.5 // 0.25",
-          "pow(x, 0.5)", "log1p(abs(x))", "x * x * x", "x % 2.5",
-          "x * 0.1 + 0.7", "x + 2147483647", "x > 3 ? 1 : 0",
-          "x == 3 ? 2.5 : x", "x * 1000", "x / 1e-4", "x * 1e-5",
-          "max(x, -x)", "min(-x, x)", "x + 65504", "x == 0.7",
-          "x < 0.7 ? -x : x * 3"})
+    for (const char *expr : {"log(max(x, 0) + 1)",
+                             "x * 2 + 1",
+                             "x - 7",
+                             "x % 3",
+                             "x % -4",
+                             "x / 3",
+                             "x // 3",
+                             "x // -4",
+                             "-x",
+                             "abs(x)",
+                             "min(x, 5)",
+                             "max(x, -5)",
+                             "clamp(x, -1, 1)",
+                             "x > 0 ? x : 0 - x",
+                             "round(x)",
+                             "floor(x)",
+                             "ceil(x)",
+                             "sqrt(x)",
+                             "exp(x)",
+                             "sigmoid(x)",
+                             "tanh(x)",
+                             "sin(x) + cos(x)",
+                             "pow(x, 2)",
+                             "pow(x, 3) + 1",
+                             "x * 1.5 // 0.25",
+                             "pow(x, 0.5)",
+                             "log1p(abs(x))",
+                             "x * x * x",
+                             "x % 2.5",
+                             "x * 0.1 + 0.7",
+                             "x + 2147483647",
+                             "x > 3 ? 1 : 0",
+                             "x == 3 ? 2.5 : x",
+                             "x * 1000",
+                             "x / 1e-4",
+                             "x * 1e-5",
+                             "max(x, -x)",
+                             "min(-x, x)",
+                             "x + 65504",
+                             "x == 0.7",
+                             "x < 0.7 ? -x : x * 3"})
       if (e != ElemType::Bool)
         cases.push_back({"map", {{"expr", Value::string(expr)}}, e, expr});
     // Boundaries between, at and beyond the values; non-integral ones and
     // doubles past int64's range test the exact int64 comparison.
-    cases.push_back({"bucketize", {{"boundaries", list({-2.5, 0, 0, 3, 7.25})}},
-                     e, "[-2.5, 0, 0, 3, 7.25]"});
+    cases.push_back({"bucketize",
+                     {{"boundaries", list({-2.5, 0, 0, 3, 7.25})}},
+                     e,
+                     "[-2.5, 0, 0, 3, 7.25]"});
     cases.push_back({"bucketize",
                      {{"boundaries", list({-0x1p64, -0x1p63, -1e-300, 1.0,
                                            0x1p53 + 2, 0x1p63, 1e300})}},
-                     e, "extremes"});
+                     e,
+                     "extremes"});
     cases.push_back({"bucketize", {{"boundaries", list({})}}, e, "none"});
   }
   // bf16: its conversions both ways (every bit pattern), fill_missing and
@@ -468,22 +501,24 @@ std::vector<StepCase> stepCases() {
     for (int64_t b : {int64_t(1), int64_t(7), int64_t(16383), int64_t(16384),
                       int64_t(1000000), int64_t(99991), (int64_t(1) << 40) + 3,
                       (int64_t(1) << 62) - 1, int64_t(1) << 62})
-      cases.push_back({"hash_bucket", {{"buckets", Value::integer(b)}}, e,
+      cases.push_back({"hash_bucket",
+                       {{"buckets", Value::integer(b)}},
+                       e,
                        std::to_string(b) + " buckets"});
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Steps, CodegenStep, ::testing::ValuesIn(stepCases()),
-    [](const ::testing::TestParamInfo<StepCase> &info) {
-      return std::to_string(info.index) + "_" + info.param.op + "_" +
-             std::string(elemTypeName(info.param.in));
-    });
+INSTANTIATE_TEST_SUITE_P(Steps, CodegenStep, ::testing::ValuesIn(stepCases()),
+                         [](const ::testing::TestParamInfo<StepCase> &info) {
+                           return std::to_string(info.index) + "_" +
+                                  info.param.op + "_" +
+                                  std::string(elemTypeName(info.param.in));
+                         });
 
 /// Steps the generator does not cover are left to the runtime.
 TEST(Codegen, UncoveredStepsAreLeftToTheRuntime) {
-  StepCase hashFloat{"hash_bucket", {{"buckets", Value::integer(5)}},
-                     ElemType::F32, ""};
+  StepCase hashFloat{
+      "hash_bucket", {{"buckets", Value::integer(5)}}, ElemType::F32, ""};
   runtime::Plan plan = planFor({"fill_missing", {}, ElemType::F32, ""}, 8);
   runtime::PlanStage normalize = plan.stages[0];
   normalize.name = "normalize";
@@ -506,8 +541,8 @@ TEST(Codegen, UncoveredStepsAreLeftToTheRuntime) {
 /// or not, and a row count that leaves a partial period.
 TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
   for (int64_t channels : {1, 3, 4, 5, 8, 64}) {
-    for (ElemType elem : {ElemType::U8, ElemType::I32, ElemType::F32,
-                          ElemType::F64}) {
+    for (ElemType elem :
+         {ElemType::U8, ElemType::I32, ElemType::F32, ElemType::F64}) {
       for (bool knownChannels : {true, false}) {
         for (bool onePair : {false, true}) {
           std::string what = std::to_string(channels) + " channels of " +
@@ -532,13 +567,12 @@ TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
           st.params.set("field", Value::string("x"));
           st.params.set("mean", Value::list(mean));
           st.params.set("std", Value::list(sd));
-          st.inputType = RecordType({{"x", FieldType(elem, {kDynamic,
-                                                            knownChannels
-                                                                ? channels
-                                                                : kDynamic})}});
-          st.outputType = RecordType({{"x", FieldType(ElemType::F32,
-                                                      st.inputType.fields()[0]
-                                                          .type.shape)}});
+          st.inputType = RecordType(
+              {{"x", FieldType(elem, {kDynamic,
+                                      knownChannels ? channels : kDynamic})}});
+          st.outputType = RecordType(
+              {{"x", FieldType(ElemType::F32,
+                               st.inputType.fields()[0].type.shape)}});
           plan.stages.push_back(st);
           compiler::CodegenOptions opts;
           opts.useCache = false;
@@ -575,12 +609,11 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
       const int64_t n = 6, h = 5, w = 7;
       ElemType elem = dtype[0] == 'f' ? ElemType::F32 : ElemType::U8;
       Tensor data = randomTensor(elem, n * h * w * channels, 11);
-      std::string dict = std::string("{'descr': '") +
-                         (elem == ElemType::F32 ? "<f4" : "|u1") +
-                         "', 'fortran_order': False, 'shape': (" +
-                         std::to_string(n) + ", " + std::to_string(h) + ", " +
-                         std::to_string(w) + ", " + std::to_string(channels) +
-                         "), }";
+      std::string dict =
+          std::string("{'descr': '") + (elem == ElemType::F32 ? "<f4" : "|u1") +
+          "', 'fortran_order': False, 'shape': (" + std::to_string(n) + ", " +
+          std::to_string(h) + ", " + std::to_string(w) + ", " +
+          std::to_string(channels) + "), }";
       std::string header = dict;
       while ((10 + header.size() + 1) % 64 != 0)
         header += ' ';
@@ -598,7 +631,8 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
       }
       for (const std::string &steps :
            {"  - random_flip: {field: x, axis: width, p: 0.5}\n"
-            "  - normalize: {field: x, mean: [" + mean + "], std: [" + sd +
+            "  - normalize: {field: x, mean: [" +
+                mean + "], std: [" + sd +
                 "]}\n"
                 "  - transpose: {field: x, to: CHW}\n",
             "  - normalize: {field: x, mean: [" + mean + "], std: [" + sd +
@@ -610,9 +644,11 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
         SCOPED_TRACE(steps);
         std::string path = dir.write(
             "spec.yaml", "pipeline: many_channels\nseed: 3\nsource:\n"
-                         "  npy: {files: " + dir.path() + "/x.npy, field: x}\n"
-                         "steps:\n" + steps +
-                         "  - batch: {size: 4}\nepochs: 2\n");
+                         "  npy: {files: " +
+                             dir.path() +
+                             "/x.npy, field: x}\n"
+                             "steps:\n" +
+                             steps + "  - batch: {size: 4}\nepochs: 2\n");
         runtime::Plan off = sluice::testing::planOfSpecFile(path, {"all"});
         runtime::RunOptions ref;
         ref.threads = 1;
@@ -630,7 +666,8 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
           runtime::RunOptions withJit;
           withJit.threads = threads;
           withJit.binder = (*jit)->binder();
-          EXPECT_TRUE(rttest::allBytes(rttest::runAll(on, withJit)) == reference)
+          EXPECT_TRUE(rttest::allBytes(rttest::runAll(on, withJit)) ==
+                      reference)
               << threads << " threads: output bytes differ";
         }
       }
@@ -701,7 +738,8 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
     auto cast = [](const char *to) {
       return ChainStep{"cast", {{"dtype", Value::string(to)}}};
     };
-    ChainStep clamp{"clamp", {{"min", Value::real(-3)}, {"max", Value::real(3)}}};
+    ChainStep clamp{"clamp",
+                    {{"min", Value::real(-3)}, {"max", Value::real(3)}}};
     auto normTo = [&](const char *to) {
       return ChainStep{"normalize",
                        {{"mean", list(mean)},
@@ -772,9 +810,9 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
         ASSERT_TRUE(bool(reference)) << reference.status().message();
         for (int64_t rows : {int64_t(37), int64_t(1), int64_t(0)}) {
           SCOPED_TRACE(std::to_string(rows) + " rows");
-          EXPECT_TRUE(expectSameResult(**bound, *reference,
-                                       randomMatrix(in, rows, channels,
-                                                    uint32_t(rows + si)))
+          EXPECT_TRUE(expectSameResult(
+                          **bound, *reference,
+                          randomMatrix(in, rows, channels, uint32_t(rows + si)))
                           .valid());
         }
         if (!known && channels > 1) // one channel too many: the steps' error
@@ -816,9 +854,11 @@ TEST(Codegen, UnknownSignatureIsAnError) {
   // nothing may follow it.
   for (const char *sig :
        {"values x f32 -> x f32 channels 1", "values x f32 -> x f32 channels",
-        "values x f32 -> x f32 channels 3 more", "values x f32 -> x f32 lanes 3"}) {
-    SluiceKernelInfo bad[] = {{"fill_missing", sig, reinterpret_cast<void *>(1)},
-                              {nullptr, nullptr, nullptr}};
+        "values x f32 -> x f32 channels 3 more",
+        "values x f32 -> x f32 lanes 3"}) {
+    SluiceKernelInfo bad[] = {
+        {"fill_missing", sig, reinterpret_cast<void *>(1)},
+        {nullptr, nullptr, nullptr}};
     auto b = runtime::binderFromKernelTable(bad)(plan.stages[0]);
     ASSERT_TRUE(b.has_value());
     ASSERT_FALSE(bool(*b)) << sig;
@@ -831,9 +871,8 @@ TEST(Codegen, UnknownSignatureIsAnError) {
 /// The object cache: a second compile of the same plan loads the object.
 TEST(Codegen, SecondCompileHitsTheCache) {
   TempDir dir;
-  runtime::Plan plan =
-      planFor({"map", {{"expr", Value::string("x * 3 + 1")}}, ElemType::F32, ""},
-              16);
+  runtime::Plan plan = planFor(
+      {"map", {{"expr", Value::string("x * 3 + 1")}}, ElemType::F32, ""}, 16);
   compiler::CodegenOptions opts;
   opts.cacheDir = dir.path() + "/cache";
   auto first = compiler::JitKernels::compile(plan, opts);
@@ -941,8 +980,8 @@ TEST(Codegen, DamagedCacheEntryIsRecompiledNotTrusted) {
 /// emitKernelObject writes a relocatable object for a generic CPU.
 TEST(Codegen, EmitsAnObjectFile) {
   TempDir dir;
-  runtime::Plan plan = planFor({"clamp", {{"max", Value::real(2)}},
-                                ElemType::F32, ""}, 16);
+  runtime::Plan plan =
+      planFor({"clamp", {{"max", Value::real(2)}}, ElemType::F32, ""}, 16);
   std::string path = dir.path() + "/k.o";
   Status s = compiler::emitKernelObject(plan, "x86-64-v2", path);
   ASSERT_TRUE(s.isOk()) << s.message();
@@ -950,14 +989,16 @@ TEST(Codegen, EmitsAnObjectFile) {
   std::string bytes((std::istreambuf_iterator<char>(in)),
                     std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 64u);
-  EXPECT_EQ(bytes.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(bytes.substr(0, 4), "\x7f"
+                                "ELF");
   EXPECT_NE(bytes.find("sluice_kernel_table"), std::string::npos);
   Status bad = compiler::emitKernelObject(plan, "no-such-cpu", path);
   EXPECT_FALSE(bad.isOk());
   EXPECT_NE(bad.message().find("unknown target CPU"), std::string::npos);
 }
 
-// --- filter conditions ---------------------------------------------------===//
+// --- filter conditions
+// ---------------------------------------------------===//
 
 /// A filter stage over scalar fields of several types (f16 and bool too), a
 /// fixed-length f32 vector and a dynamically sized i32 vector.
@@ -1017,49 +1058,28 @@ Record filterRecord(const std::vector<Tensor> &columns, int64_t i) {
 /// its message where it fails (an index out of range).
 TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
   const int64_t n = 3000;
-  std::vector<Tensor> columns = {
-      randomTensor(ElemType::F32, n, 1), randomTensor(ElemType::F64, n, 2),
-      randomTensor(ElemType::I8, n, 3),  randomTensor(ElemType::U8, n, 4),
-      randomTensor(ElemType::I64, n, 5), randomTensor(ElemType::F32, 4 * n, 6),
-      randomTensor(ElemType::I32, 2 * n, 7), randomTensor(ElemType::F16, n, 8),
-      randomTensor(ElemType::Bool, n, 9)};
+  std::vector<Tensor> columns = {randomTensor(ElemType::F32, n, 1),
+                                 randomTensor(ElemType::F64, n, 2),
+                                 randomTensor(ElemType::I8, n, 3),
+                                 randomTensor(ElemType::U8, n, 4),
+                                 randomTensor(ElemType::I64, n, 5),
+                                 randomTensor(ElemType::F32, 4 * n, 6),
+                                 randomTensor(ElemType::I32, 2 * n, 7),
+                                 randomTensor(ElemType::F16, n, 8),
+                                 randomTensor(ElemType::Bool, n, 9)};
   const std::vector<std::string> conditions = {
-      "a == 2.5 or a == 0.7",
-      "a < 0.7",
-      "a != a",
-      "b >= -2.5 and b < 300.5",
-      "not (b > 0) or e % 3 == 2",
-      "c * 2 > d",
-      "c // 3 == -2 or d % 7 == 1",
-      "e - 1 < e",
-      "abs(e) > 100",
-      "v[0] + v[3] > 1 and v[2] != 0.5",
-      "max(a, v[1]) >= min(b, 2)",
-      "round(a) == 2",
-      "log(max(b, 0) + 1) < 3",
-      "sqrt(abs(a)) > 1.5",
-      "floor(b) == ceil(b)",
-      "a",
-      "d",
-      "w[1] > 0",
+      "a == 2.5 or a == 0.7", "a < 0.7", "a != a", "b >= -2.5 and b < 300.5",
+      "not (b > 0) or e % 3 == 2", "c * 2 > d", "c // 3 == -2 or d % 7 == 1",
+      "e - 1 < e", "abs(e) > 100", "v[0] + v[3] > 1 and v[2] != 0.5",
+      "max(a, v[1]) >= min(b, 2)", "round(a) == 2", "log(max(b, 0) + 1) < 3",
+      "sqrt(abs(a)) > 1.5", "floor(b) == ceil(b)", "a", "d", "w[1] > 0",
       "e > 0 and w[0] < 5",
       // f16 (compared as numpy does: f16 with a Python float is f16) and
       // bool fields (any non-zero byte is true)
-      "h == 0.7 or h == 2.5",
-      "h < 0.7",
-      "h != h",
-      "h * 2 > a",
-      "h + c >= 3",
-      "max(h, 0) == 0",
-      "round(h) == 2 or h // 3 == -1",
-      "h * 1000 > 60000",
-      "t",
-      "not t",
-      "t and h < 1",
-      "not t or a > 0",
-      "t == (c > 0)",
-      "t ? h > 0 : d > 100",
-      "(t ? h : a) < 0.5"};
+      "h == 0.7 or h == 2.5", "h < 0.7", "h != h", "h * 2 > a", "h + c >= 3",
+      "max(h, 0) == 0", "round(h) == 2 or h // 3 == -1", "h * 1000 > 60000",
+      "t", "not t", "t and h < 1", "not t or a > 0", "t == (c > 0)",
+      "t ? h > 0 : d > 100", "(t ? h : a) < 0.5"};
   for (const std::string &where : conditions) {
     runtime::Plan plan;
     plan.name = "filter_test";
@@ -1107,8 +1127,10 @@ TEST(Codegen, FilterRowsKernelDecidesAsTheInterpreter) {
     return t;
   };
   std::vector<Tensor> columns = {
-      randomTensor(ElemType::F32, n, 1), randomTensor(ElemType::F64, n, 2),
-      randomTensor(ElemType::I8, n, 3),  randomTensor(ElemType::U8, n, 4),
+      randomTensor(ElemType::F32, n, 1),
+      randomTensor(ElemType::F64, n, 2),
+      randomTensor(ElemType::I8, n, 3),
+      randomTensor(ElemType::U8, n, 4),
       randomTensor(ElemType::I64, n, 5),
       shaped(randomTensor(ElemType::F32, 4 * n, 6), {n, 4}),
       shaped(randomTensor(ElemType::I32, 2 * n, 7), {n, 2})};
@@ -1119,9 +1141,9 @@ TEST(Codegen, FilterRowsKernelDecidesAsTheInterpreter) {
        {"a == 2.5 or a == 0.7", "a < 0.7", "a != a", "b >= -2.5 and b < 300.5",
         "not (b > 0) or e % 3 == 2", "c * 2 > d", "c // 3 == -2 or d % 7 == 1",
         "e - 1 < e", "abs(e) > 100", "v[0] + v[3] > 1 and v[2] != 0.5",
-        "max(a, v[1]) >= min(b, 2)", "round(a) == 2",
-        "log(max(b, 0) + 1) < 3", "sqrt(abs(a)) > 1.5", "floor(b) == ceil(b)",
-        "a", "d", "w[1] > 0", "e > 0 and w[0] < 5"}) {
+        "max(a, v[1]) >= min(b, 2)", "round(a) == 2", "log(max(b, 0) + 1) < 3",
+        "sqrt(abs(a)) > 1.5", "floor(b) == ceil(b)", "a", "d", "w[1] > 0",
+        "e > 0 and w[0] < 5"}) {
     SCOPED_TRACE(where);
     runtime::Plan plan;
     plan.name = "filter_rows_test";
@@ -1208,8 +1230,8 @@ TEST(Codegen, RecordRunsUseTheGeneratedFilterKernel) {
       auto jit = compiler::JitKernels::compile(plan);
       ASSERT_TRUE(bool(jit)) << jit.status().message();
       auto calls = std::make_shared<std::atomic<int64_t>>(0);
-      auto counted = [calls, rows = (*jit)->rowsBinder()](
-                         const runtime::PlanStage &s)
+      auto counted = [calls,
+                      rows = (*jit)->rowsBinder()](const runtime::PlanStage &s)
           -> std::optional<Expected<runtime::RowsFilterFn>> {
         auto r = rows(s);
         if (!r || !*r)
@@ -1280,9 +1302,8 @@ TEST(Codegen, RecordRunsUseTheGeneratedFilterKernel) {
   }
 }
 
-// --- whole pipelines -----------------------------------------------------===//
-
-
+// --- whole pipelines
+// -----------------------------------------------------===//
 
 class CodegenPipeline : public ::testing::TestWithParam<int> {};
 
@@ -1295,34 +1316,35 @@ TEST_P(CodegenPipeline, CriteoIsByteIdenticalWithCodegenAndFusionOnAndOff) {
       "pipeline: criteo_codegen\n" +
           sluice::testing::criteoTsvSource(dir.path() + "/day_*.tsv") +
           "steps:\n"
-      "  - filter: {where: \"label >= 0\"}\n"
-      "  - fill_missing: {field: dense, value: 0}\n"
-      "  - clamp: {field: dense, min: -5, max: 50000}\n"
-      "  - map: {field: dense, expr: \"log(max(x, 0) + 1)\"}\n"
-      "  - map: {field: label, as: weight, expr: \"x * 0.5 + 1\"}\n"
-      "  - cast: {field: label, dtype: f32}\n"
-      "  - hash_bucket: {field: cat, buckets: 1000000}\n"
-      "  - batch: {size: 256}\n");
+          "  - filter: {where: \"label >= 0\"}\n"
+          "  - fill_missing: {field: dense, value: 0}\n"
+          "  - clamp: {field: dense, min: -5, max: 50000}\n"
+          "  - map: {field: dense, expr: \"log(max(x, 0) + 1)\"}\n"
+          "  - map: {field: label, as: weight, expr: \"x * 0.5 + 1\"}\n"
+          "  - cast: {field: label, dtype: f32}\n"
+          "  - hash_bucket: {field: cat, buckets: 1000000}\n"
+          "  - batch: {size: 256}\n");
   // The reference: no graph pass that changes stages, no generated code.
   runtime::RunOptions plainOpts;
   plainOpts.threads = GetParam();
-  runtime::Plan plainPlan =
-      sluice::testing::planOfSpecFile(
-          spec, {"sluice-fuse-map-batch", "sluice-fuse-maps"});
-  std::string reference = rttest::allBytes(rttest::runAll(plainPlan, plainOpts));
+  runtime::Plan plainPlan = sluice::testing::planOfSpecFile(
+      spec, {"sluice-fuse-map-batch", "sluice-fuse-maps"});
+  std::string reference =
+      rttest::allBytes(rttest::runAll(plainPlan, plainOpts));
   EXPECT_GT(reference.size(), 100000u);
 
   const std::vector<std::vector<std::string>> configs = {
       {}, {"sluice-fuse-map-batch"}, {"sluice-fuse-maps"}};
   for (const std::vector<std::string> &disabled : configs) {
     runtime::Plan plan = sluice::testing::planOfSpecFile(spec, disabled);
-    std::string what = disabled.empty() ? "all passes" : "without " + disabled[0];
+    std::string what =
+        disabled.empty() ? "all passes" : "without " + disabled[0];
     bool fused = disabled.empty() || disabled[0] != "sluice-fuse-maps";
     std::vector<std::string> expected =
         fused ? std::vector<std::string>{"filter", "fill_missing+clamp+map",
                                          "cast+hash_bucket"}
-              : std::vector<std::string>{"filter", "fill_missing", "clamp",
-                                         "map", "map.2", "cast",
+              : std::vector<std::string>{"filter",     "fill_missing", "clamp",
+                                         "map",        "map.2",        "cast",
                                          "hash_bucket"};
     if (fused) // map.2 has its own `as`: it runs alone, also compiled
       expected.insert(expected.begin() + 2, "map.2");

@@ -24,7 +24,6 @@ namespace {
 
 const std::string kPass = "sluice-fuse-map-batch";
 
-
 std::string criteoSpec(const TempDir &dir, int batch, bool dropRemainder) {
   return "pipeline: criteo_fuse\n" +
          sluice::testing::criteoTsvSource(dir.path() + "/day_*.tsv") +

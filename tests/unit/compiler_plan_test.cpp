@@ -58,8 +58,9 @@ private:
 };
 
 // Every graph pass off: the Plan must then be exactly the front end's.
-runtime::Plan plan(const dsl::Spec &spec,
-                   std::vector<std::string> disabled = compiler::graphPassNames()) {
+runtime::Plan
+plan(const dsl::Spec &spec,
+     std::vector<std::string> disabled = compiler::graphPassNames()) {
   std::ostringstream err;
   Expected<runtime::Plan> p =
       compiler::buildPlan(spec, compiler::PlanOptions{disabled}, err);

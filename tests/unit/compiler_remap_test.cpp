@@ -67,13 +67,11 @@ protected:
   void SetUp() override {
     int i = 0;
     for (auto [h, w] : std::vector<std::pair<int, int>>{
-             {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}})
-    {
+             {40, 48}, {37, 53}, {64, 33}, {33, 33}, {90, 70}, {41, 45}}) {
       dir_.write("img/a/" + std::to_string(i) + ".png", png(h, w, 3, i));
       ++i;
     }
-    for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}})
-    {
+    for (auto [h, w] : std::vector<std::pair<int, int>>{{44, 36}, {35, 50}}) {
       dir_.write("img/g/" + std::to_string(i) + ".png", png(h, w, 1, i));
       ++i;
     }
@@ -142,13 +140,12 @@ protected:
 };
 
 TEST_F(RemapFusionTest, CenterCropFlipNormalizeChw) {
-  expectSame(spec("3",
-                  "  - resize: {field: image, size: [36, 40]}\n"
-                  "  - center_crop: {field: image, size: [32, 30]}\n"
-                  "  - random_flip: {field: image, axis: width}\n"
-                  "  - normalize: {field: image, mean: [123.675, 116.28, "
-                  "103.53], std: [58.395, 57.12, 57.375]}\n"
-                  "  - transpose: {field: image, to: CHW}\n"),
+  expectSame(spec("3", "  - resize: {field: image, size: [36, 40]}\n"
+                       "  - center_crop: {field: image, size: [32, 30]}\n"
+                       "  - random_flip: {field: image, axis: width}\n"
+                       "  - normalize: {field: image, mean: [123.675, 116.28, "
+                       "103.53], std: [58.395, 57.12, 57.375]}\n"
+                       "  - transpose: {field: image, to: CHW}\n"),
              "center_crop+random_flip+normalize+transpose");
 }
 
@@ -290,7 +287,8 @@ TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
     ctx.seed = 5;
     ASSERT_TRUE(bool((**bound)(viaKernel, ctx)));
     ASSERT_TRUE(bool((*unfused)(viaSteps, ctx)));
-    const Tensor &a = viaKernel.fields[size_t(at)], &b = viaSteps.fields[size_t(at)];
+    const Tensor &a = viaKernel.fields[size_t(at)],
+                 &b = viaSteps.fields[size_t(at)];
     EXPECT_EQ(a.shape(), (std::vector<int64_t>{3, shape[0], shape[1]}));
     ASSERT_EQ(a.shape(), b.shape());
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)

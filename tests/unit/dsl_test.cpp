@@ -1,4 +1,5 @@
-//===- dsl_test.cpp - The YAML front end: specs, diagnostics, budgets ------===//
+//===- dsl_test.cpp - The YAML front end: specs, diagnostics, budgets
+//------===//
 #include "sluice/dsl/Spec.h"
 
 #include <gtest/gtest.h>
@@ -191,8 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
                     4, 5, "is a source"},
         BadSpecCase{"seedneg", "pipeline: a\nseed: -3\n", 2, 7,
                     "'seed' must be at least 0"},
-        BadSpecCase{"seedhuge", "pipeline: a\nseed: 18446744073709551616\n",
-                    2, 7, "'seed' must be below 2^64"},
+        BadSpecCase{"seedhuge", "pipeline: a\nseed: 18446744073709551616\n", 2,
+                    7, "'seed' must be below 2^64"},
         BadSpecCase{"epochs0", "pipeline: a\nepochs: 0\n", 2, 9,
                     "'epochs' must be at least 1"},
         BadSpecCase{"enum",
@@ -200,13 +201,15 @@ INSTANTIATE_TEST_SUITE_P(
                     "- decode_image: {field: data}\n  - random_flip: {field: "
                     "data, axis: widht}\n",
                     5, 38, "did you mean 'width'?"},
-        BadSpecCase{"notalist", "pipeline: t\nsource: {image_folder: {root: d, "
-                                "extensions: {a: 1}}}\n",
+        BadSpecCase{"notalist",
+                    "pipeline: t\nsource: {image_folder: {root: d, "
+                    "extensions: {a: 1}}}\n",
                     2, 46, "must be a list"},
-        BadSpecCase{"bool",
-                    "pipeline: t\nsource: {text_lines: {files: a.txt}}\nsteps:\n"
-                    "  - batch: {size: 2, drop_remainder: yes please}\n",
-                    4, 38, "must be true or false"},
+        BadSpecCase{
+            "bool",
+            "pipeline: t\nsource: {text_lines: {files: a.txt}}\nsteps:\n"
+            "  - batch: {size: 2, drop_remainder: yes please}\n",
+            4, 38, "must be true or false"},
         BadSpecCase{"schedulebad",
                     "pipeline: t\nsource: {text_lines: {files: a.txt}}\n"
                     "schedule: fast\n",
@@ -219,8 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "pipeline: t\nsource: {text_lines: {files: a.txt}}\n"
                     "budget: {cores: many}\n",
                     3, 17, "'budget.cores' must be an integer"},
-        BadSpecCase{"twodocs",
-                    "pipeline: a\n---\npipeline: b\n", 3, 1,
+        BadSpecCase{"twodocs", "pipeline: a\n---\npipeline: b\n", 3, 1,
                     "more than one YAML document"}),
     [](const ::testing::TestParamInfo<BadSpecCase> &i) {
       return std::string(i.param.name);
@@ -228,11 +230,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Diagnostics, JunkNeverCrashes) {
   // A few byte strings that have crashed YAML front ends elsewhere.
-  const std::vector<std::string> junk = {
-      std::string("\xff\xfe\x00\x01", 4), "{{{{{{{{", "]]]]", "- - - - -",
-      "&a [*a, *a]", "? : ? :", "!!binary |\n  ####", "key: \"unterminated",
-      "a: b: c", "\t- x", std::string(100000, '['),
-      "x: " + std::string(5000, '{')};
+  const std::vector<std::string> junk = {std::string("\xff\xfe\x00\x01", 4),
+                                         "{{{{{{{{",
+                                         "]]]]",
+                                         "- - - - -",
+                                         "&a [*a, *a]",
+                                         "? : ? :",
+                                         "!!binary |\n  ####",
+                                         "key: \"unterminated",
+                                         "a: b: c",
+                                         "\t- x",
+                                         std::string(100000, '['),
+                                         "x: " + std::string(5000, '{')};
   for (const auto &j : junk) {
     Parsed p = parse(j);
     EXPECT_FALSE(p.spec);

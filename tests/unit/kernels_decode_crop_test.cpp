@@ -219,22 +219,23 @@ TEST_P(DecodeCropTest, FusedRandomResizedCropEqualsUnfused) {
   p.height = 24;
   p.width = 20;
   for (bool antialias : {false, true})
-  for (Interpolation interp :
-       {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
-    for (uint64_t index = 0; index < 40; ++index) {
-      p.interpolation = interp;
-      p.antialias = antialias;
-      Rng a(5, 1, index, 9), b(5, 1, index, 9);
-      Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, channels, p, a);
-      Expected<Tensor> unfused = randomResizedCrop(*full, p, b);
-      ASSERT_TRUE(bool(fused)) << fused.status().message();
-      ASSERT_TRUE(bool(unfused)) << unfused.status().message();
-      ASSERT_EQ(fused->shape(), unfused->shape());
-      ASSERT_EQ(std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()), 0)
-          << "record " << index << " antialias " << antialias;
-      // Both consumed the same draws.
-      EXPECT_EQ(a.nextU32(), b.nextU32());
-    }
+    for (Interpolation interp :
+         {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
+      for (uint64_t index = 0; index < 40; ++index) {
+        p.interpolation = interp;
+        p.antialias = antialias;
+        Rng a(5, 1, index, 9), b(5, 1, index, 9);
+        Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, channels, p, a);
+        Expected<Tensor> unfused = randomResizedCrop(*full, p, b);
+        ASSERT_TRUE(bool(fused)) << fused.status().message();
+        ASSERT_TRUE(bool(unfused)) << unfused.status().message();
+        ASSERT_EQ(fused->shape(), unfused->shape());
+        ASSERT_EQ(std::memcmp(fused->raw(), unfused->raw(), unfused->nbytes()),
+                  0)
+            << "record " << index << " antialias " << antialias;
+        // Both consumed the same draws.
+        EXPECT_EQ(a.nextU32(), b.nextU32());
+      }
 }
 
 /// With restart markers the window decode cuts the intervals that cover
@@ -476,9 +477,11 @@ TEST_P(DecodeCropTest, ScaledWindowEqualsScaledFullDecode) {
     for (uint64_t index = 0; index < 30; ++index) {
       p.antialias = antialias;
       Rng a(6, 0, index, 4), b(6, 0, index, 4);
-      Expected<Tensor> window = decodeRandomResizedCrop(jpeg, channels, p, a, opts);
+      Expected<Tensor> window =
+          decodeRandomResizedCrop(jpeg, channels, p, a, opts);
       setJpegWindowDecode(false);
-      Expected<Tensor> whole = decodeRandomResizedCrop(jpeg, channels, p, b, opts);
+      Expected<Tensor> whole =
+          decodeRandomResizedCrop(jpeg, channels, p, b, opts);
       setJpegWindowDecode(true);
       ASSERT_TRUE(window && whole);
       ASSERT_EQ(std::memcmp(window->raw(), whole->raw(), whole->nbytes()), 0)
@@ -505,16 +508,19 @@ TEST_P(DecodeCropTest, FractionalDctScalesWindowEqualsScaledFullDecode) {
       for (uint64_t index = 0; index < 24; ++index) {
         p.antialias = antialias;
         Rng a(7, 0, index, 1), b(7, 0, index, 1), c(7, 0, index, 1);
-        Expected<Tensor> window = decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
+        Expected<Tensor> window =
+            decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
         setJpegWindowDecode(false);
-        Expected<Tensor> whole = decodeRandomResizedCrop(jpeg, channels, p, b, scaled);
+        Expected<Tensor> whole =
+            decodeRandomResizedCrop(jpeg, channels, p, b, scaled);
         setJpegWindowDecode(true);
         Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, channels, p, c);
         ASSERT_TRUE(window && whole && exact);
         ASSERT_EQ(std::memcmp(window->raw(), whole->raw(), whole->nbytes()), 0)
             << "scale " << m << "/8, record " << index << " antialias "
             << antialias;
-        differs += std::memcmp(window->raw(), exact->raw(), exact->nbytes()) != 0;
+        differs +=
+            std::memcmp(window->raw(), exact->raw(), exact->nbytes()) != 0;
       }
     if (std::min(enc.height, enc.width) >= 39) // boxes big enough for 3/8
       EXPECT_GT(differs, 0) << "scale " << m << "/8 was never taken";
@@ -526,7 +532,8 @@ TEST_P(DecodeCropTest, FractionalDctScalesWindowEqualsScaledFullDecode) {
   p.width = enc.width / 2 + 1;
   for (uint64_t index = 0; index < 8; ++index) {
     Rng a(7, 0, index, 2), b(7, 0, index, 2);
-    Expected<Tensor> withAuto = decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
+    Expected<Tensor> withAuto =
+        decodeRandomResizedCrop(jpeg, channels, p, a, scaled);
     Expected<Tensor> exact = decodeRandomResizedCrop(jpeg, channels, p, b);
     ASSERT_TRUE(withAuto && exact);
     ASSERT_EQ(std::memcmp(withAuto->raw(), exact->raw(), exact->nbytes()), 0)
@@ -545,42 +552,42 @@ TEST(DecodeCropEpilogue, EqualsTheStepsOneAfterAnother) {
   const std::vector<double> mean = {123.675, 116.28, 103.53};
   const std::vector<double> sd = {58.395, 57.12, 57.375};
   for (bool antialias : {false, true})
-  for (Interpolation interp :
-       {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
-    for (int variant = 0; variant < 8; ++variant) {
-      p.interpolation = interp;
-      p.antialias = antialias;
-      ImageEpilogue epi;
-      epi.flip = variant & 1;
-      epi.normalize = variant & 2;
-      epi.chw = variant & 4;
-      for (size_t c = 0; c < 3; ++c) {
-        epi.mean.push_back(static_cast<float>(mean[c]));
-        epi.scale.push_back(static_cast<float>(1.0 / sd[c]));
+    for (Interpolation interp :
+         {Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Area})
+      for (int variant = 0; variant < 8; ++variant) {
+        p.interpolation = interp;
+        p.antialias = antialias;
+        ImageEpilogue epi;
+        epi.flip = variant & 1;
+        epi.normalize = variant & 2;
+        epi.chw = variant & 4;
+        for (size_t c = 0; c < 3; ++c) {
+          epi.mean.push_back(static_cast<float>(mean[c]));
+          epi.scale.push_back(static_cast<float>(1.0 / sd[c]));
+        }
+        DecodeOptions opts;
+        opts.epilogue = &epi;
+        for (uint64_t index = 0; index < 6; ++index) {
+          Rng a(9, 0, index, 2), b(9, 0, index, 2);
+          // The fused call alternates between the AVX2 and portable kernels
+          // (where the CPU has AVX2): both give the same bytes.
+          setImageSimd(index % 2 == 0);
+          Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, 3, p, a, opts);
+          setImageSimd(true);
+          Expected<Tensor> plain = decodeRandomResizedCrop(jpeg, 3, p, b);
+          ASSERT_TRUE(fused && plain);
+          Tensor t = plain.take();
+          if (epi.flip)
+            t = flip(t, FlipAxis::Width).take();
+          if (epi.normalize)
+            t = normalize(t, mean, sd).take();
+          if (epi.chw)
+            t = transpose(t, {2, 0, 1}).take();
+          ASSERT_EQ(fused->type().str(), t.type().str()) << variant;
+          EXPECT_EQ(std::memcmp(fused->raw(), t.raw(), t.nbytes()), 0)
+              << "variant " << variant << " index " << index;
+        }
       }
-      DecodeOptions opts;
-      opts.epilogue = &epi;
-      for (uint64_t index = 0; index < 6; ++index) {
-        Rng a(9, 0, index, 2), b(9, 0, index, 2);
-        // The fused call alternates between the AVX2 and portable kernels
-        // (where the CPU has AVX2): both give the same bytes.
-        setImageSimd(index % 2 == 0);
-        Expected<Tensor> fused = decodeRandomResizedCrop(jpeg, 3, p, a, opts);
-        setImageSimd(true);
-        Expected<Tensor> plain = decodeRandomResizedCrop(jpeg, 3, p, b);
-        ASSERT_TRUE(fused && plain);
-        Tensor t = plain.take();
-        if (epi.flip)
-          t = flip(t, FlipAxis::Width).take();
-        if (epi.normalize)
-          t = normalize(t, mean, sd).take();
-        if (epi.chw)
-          t = transpose(t, {2, 0, 1}).take();
-        ASSERT_EQ(fused->type().str(), t.type().str()) << variant;
-        EXPECT_EQ(std::memcmp(fused->raw(), t.raw(), t.nbytes()), 0)
-            << "variant " << variant << " index " << index;
-      }
-    }
 }
 
 } // namespace

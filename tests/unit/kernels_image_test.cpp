@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "sluice/ops/kernels/Image.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/kernels/Image.h"
 
 #include <gtest/gtest.h>
 #include <png.h>
@@ -400,7 +400,8 @@ std::string hugeTextChunkPng() {
   ihdr += std::string("\x08\x02\x00\x00\x00", 5);
   be32(13);
   f += ihdr;
-  be32(static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef *>(ihdr.data()),
+  be32(static_cast<uint32_t>(crc32(0,
+                                   reinterpret_cast<const Bytef *>(ihdr.data()),
                                    static_cast<uInt>(ihdr.size()))));
   be32(0x7FFFFFF0u);
   f += "tEXtComment";
@@ -637,9 +638,10 @@ std::vector<double> refAaWeights(int in, int out, int o) {
   return wts;
 }
 
-double refAntialias(const std::vector<double> &img, int h, int w, int c,
-                    int oh, int ow, int oy, int ox, int ch) {
-  std::vector<double> wy = refAaWeights(h, oh, oy), wx = refAaWeights(w, ow, ox);
+double refAntialias(const std::vector<double> &img, int h, int w, int c, int oh,
+                    int ow, int oy, int ox, int ch) {
+  std::vector<double> wy = refAaWeights(h, oh, oy),
+                      wx = refAaWeights(w, ow, ox);
   double s = 0;
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
@@ -806,9 +808,11 @@ TEST(ResizeAntialias, SimdEqualsPortable) {
   for (int64_t ow : {1, 2, 3, 23, 24, 97, 150, 190, 211, 300})
     for (int64_t oh : {1, 19, 64, 173, 200}) {
       setImageSimd(true);
-      Expected<Tensor> fast = resize(img, oh, ow, Interpolation::Bilinear, true);
+      Expected<Tensor> fast =
+          resize(img, oh, ow, Interpolation::Bilinear, true);
       setImageSimd(false);
-      Expected<Tensor> slow = resize(img, oh, ow, Interpolation::Bilinear, true);
+      Expected<Tensor> slow =
+          resize(img, oh, ow, Interpolation::Bilinear, true);
       setImageSimd(true);
       ASSERT_TRUE(fast && slow);
       ASSERT_EQ(std::memcmp(fast->raw(), slow->raw(), slow->nbytes()), 0)

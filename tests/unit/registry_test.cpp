@@ -246,8 +246,8 @@ TEST(Registry, Traits) {
     EXPECT_FALSE(d->traits.reorders) << d->name;
     // Element ops draw by the record's source position, never by its
     // place in the stream.
-    EXPECT_EQ(d->traits.random, d->stochastic ? RandomKey::SourcePosition
-                                              : RandomKey::None)
+    EXPECT_EQ(d->traits.random,
+              d->stochastic ? RandomKey::SourcePosition : RandomKey::None)
         << d->name;
   }
   for (const OpDef *d : reg.all(OpKind::Source))

@@ -119,8 +119,8 @@ protected:
         std::string jpeg = encodeJpeg(96 + 4 * i, 80 + 3 * k, k * 40 + i);
         if ((k * 40 + i) % 5 == 2)
           jpeg = jpeg.substr(0, jpeg.size() / 2);
-        dir_.write("img/c" + std::to_string(k) + "/" +
-                       std::to_string(100 + i) + ".jpg",
+        dir_.write("img/c" + std::to_string(k) + "/" + std::to_string(100 + i) +
+                       ".jpg",
                    jpeg);
       }
   }

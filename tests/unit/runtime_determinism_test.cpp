@@ -98,8 +98,8 @@ TEST_F(DeterminismTest, EpochsAndSeedsChangeTheOutput) {
 TEST_F(DeterminismTest, CacheOnlyBeforeRandomSteps) {
   for (const char *to : {"memory", "disk"}) {
     std::string yaml = "pipeline: fmnist\nsource:\n  idx:\n    images: " +
-                       kFashionMnistImages + "\n    labels: " +
-                       kFashionMnistLabels +
+                       kFashionMnistImages +
+                       "\n    labels: " + kFashionMnistLabels +
                        "\nsteps:\n  - take: 300\n  - random_crop: {field: "
                        "image, size: [24, 24], padding: 2}\n  - cache: " +
                        to + "\n  - batch: 300\nepochs: 2\n";

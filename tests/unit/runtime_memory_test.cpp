@@ -321,9 +321,9 @@ TEST_F(MemoryTest, ReadBufferRefusesARecordLongerThanTheBudget) {
   runtime::RunOptions o;
   o.progress = runtime::RunOptions::Progress::Off;
   std::ostringstream out, err;
-  EXPECT_EQ(runtime::runPipeline(planFromYaml(dir_, yaml2, "long.yaml"), o,
-                                 out, err),
-            1);
+  EXPECT_EQ(
+      runtime::runPipeline(planFromYaml(dir_, yaml2, "long.yaml"), o, out, err),
+      1);
   EXPECT_NE(err.str().find("long.csv"), std::string::npos) << err.str();
   EXPECT_NE(err.str().find("the read buffer of"), std::string::npos)
       << err.str();
@@ -377,13 +377,11 @@ TEST(AllocationScopeTest, TensorsReserveInTheScopeAndReleaseWithIt) {
   {
     AllocationScope scope(&limit);
     Tensor a = Tensor::empty(ElemType::U8, {1000, 1000, 3});
-    EXPECT_EQ(scope.charged(),
-              int64_t(Tensor::numericMemoryBytes(3000000)));
+    EXPECT_EQ(scope.charged(), int64_t(Tensor::numericMemoryBytes(3000000)));
     EXPECT_EQ(budget.used(), scope.charged());
     // 3 MB more fits; another 3 MB does not (8 MiB total).
     Tensor b = Tensor::zeros(ElemType::U8, {1000, 1000, 3});
-    EXPECT_THROW(Tensor::empty(ElemType::F32, {1000, 1000}),
-                 AllocationRefused);
+    EXPECT_THROW(Tensor::empty(ElemType::F32, {1000, 1000}), AllocationRefused);
     try {
       (void)Tensor::empty(ElemType::F32, {1000, 1000});
     } catch (const AllocationRefused &e) {
@@ -406,9 +404,8 @@ TEST(AllocationScopeTest, OverflowingShapesAreRefusedNotWrapped) {
   EXPECT_EQ(checkedBytes({2000, 3000, 3}, 4), int64_t(72000000));
   EXPECT_EQ(checkedBytes({-1, 3}), std::nullopt);
   // No scope: an overflowing shape still throws instead of wrapping.
-  EXPECT_THROW(
-      Tensor::empty(ElemType::U8, {2000000032, 2000000048, 3}),
-      AllocationRefused);
+  EXPECT_THROW(Tensor::empty(ElemType::U8, {2000000032, 2000000048, 3}),
+               AllocationRefused);
 }
 
 TEST(AllocationScopeTest, CheckAndScratchNameTheSizeAndTheBudget) {
@@ -599,9 +596,9 @@ TEST(AllocationScopeTest, DefaultBudgetIsAShareOfTheHostNotUnlimited) {
   int64_t d = defaultMemoryBudget();
   EXPECT_GT(d, 0);
   EXPECT_LE(d, hostMemoryBytes());
-  EXPECT_GE(d, static_cast<int64_t>(hostMemoryBytes() *
-                                    kDefaultMemoryFraction) -
-                   (int64_t(1) << 20));
+  EXPECT_GE(d,
+            static_cast<int64_t>(hostMemoryBytes() * kDefaultMemoryFraction) -
+                (int64_t(1) << 20));
   setenv("SLUICE_DEFAULT_MEMORY", "300MiB", 1);
   EXPECT_EQ(defaultMemoryBudget(), int64_t(300) << 20);
   unsetenv("SLUICE_DEFAULT_MEMORY");
@@ -637,7 +634,7 @@ void *heapBlock(size_t bytes, int fill) {
 std::string heapCarryChecks() {
 #define CARRY_CHECK(cond)                                                      \
   if (!(cond))                                                                 \
-    return std::string("failed: " #cond " (free above the reference ") +     \
+    return std::string("failed: " #cond " (free above the reference ") +       \
            std::to_string(runtime::freeHeapAboveBaseline()) + ")";
   runtime::noteProcessBaseline();
   // 24 MiB in 100 KiB blocks (under glibc's mmap threshold: from the heap)

@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime_test_util.h"
 
-#include <nlohmann/json.hpp>
 #include "sluice/runtime/Sink.h"
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>

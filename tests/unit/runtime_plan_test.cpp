@@ -242,9 +242,9 @@ TEST(Plan, MalformedJsonIsLocated) {
 TEST(Plan, NumbersAndStringsAreExact) {
   Plan p = trickyPlan();
   Value extremes = Value::map();
-  for (double v : {0.1, 1.0 / 3, 1e300, 5e-324, -2.5, 123456789.0, -0.0,
-                   std::numeric_limits<double>::max(),
-                   std::numeric_limits<double>::min()})
+  for (double v :
+       {0.1, 1.0 / 3, 1e300, 5e-324, -2.5, 123456789.0, -0.0,
+        std::numeric_limits<double>::max(), std::numeric_limits<double>::min()})
     extremes.set("d" + std::to_string(extremes.entries().size()),
                  Value::real(v));
   extremes.set("imax", Value::integer(std::numeric_limits<int64_t>::max()));

@@ -179,12 +179,12 @@ TEST_F(ReliabilityTest, SignalStopsWithCompleteOutputsAndExit130) {
 /// watchdog's grace period would abandon it, as an interruption (130, the
 /// complete outputs kept, the accounting balanced), not a failure.
 TEST_F(ReliabilityTest, SignalStopsABatchBeingAssembled) {
-  plan_ = planFromYaml(
-      dir_, "pipeline: rel\nsource:\n  csv:\n    files: data/*.csv\n"
-            "    columns:\n      - {name: id, type: i64}\n"
-            "      - {name: half, type: f32}\n"
-            "steps:\n  - map: {field: id, expr: \"x + 1\"}\n"
-            "  - batch: 500\n");
+  plan_ = planFromYaml(dir_,
+                       "pipeline: rel\nsource:\n  csv:\n    files: data/*.csv\n"
+                       "    columns:\n      - {name: id, type: i64}\n"
+                       "      - {name: half, type: f32}\n"
+                       "steps:\n  - map: {field: id, expr: \"x + 1\"}\n"
+                       "  - batch: 500\n");
   std::atomic<int64_t> seen{0};
   runtime::RunOptions o =
       withKernel([&](Record &, const runtime::ElementContext &) {
@@ -265,9 +265,9 @@ TEST_F(ReliabilityTest, HungStepIsAbandonedAfterTheGracePeriod) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_EXIT(run(), ::testing::ExitedWithCode(130),
               "interrupted by SIGINT .* a step was still busy");
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   // 0.3 s until the signal + the 0.8 s grace + a fork; loose for a loaded
   // machine, but far from a hang.
   EXPECT_LT(secs, 10.0);
@@ -295,12 +295,13 @@ TEST_F(ReliabilityTest, WriteFailureMidOutputIsNotListed) {
     rows += "\n";
   }
   dir_.write("wide/rows.csv", rows);
-  runtime::Plan p = planFromYaml(
-      dir_, "pipeline: wide\nsource:\n  csv:\n    files: wide/*.csv\n"
-            "    columns:\n      - {name: id, type: i64}\n"
-            "      - {name: v, type: f64, count: 500}\n"
-            "steps:\n  - batch: 10\n",
-      "wide.yaml");
+  runtime::Plan p =
+      planFromYaml(dir_,
+                   "pipeline: wide\nsource:\n  csv:\n    files: wide/*.csv\n"
+                   "    columns:\n      - {name: id, type: i64}\n"
+                   "      - {name: v, type: f64, count: 500}\n"
+                   "steps:\n  - batch: 10\n",
+                   "wide.yaml");
   runtime::RunOptions o;
   o.sink = "npy:" + out_;
   o.progress = runtime::RunOptions::Progress::Off;
@@ -380,8 +381,8 @@ TEST_P(CancelTest, ReachesIntoTheBatchBeingAssembled) {
       -> std::optional<Expected<runtime::ElementFn>> {
     if (st.op != "map")
       return std::nullopt;
-    return Expected<runtime::ElementFn>(runtime::ElementFn(
-        [&](Record &, const runtime::ElementContext &) {
+    return Expected<runtime::ElementFn>(
+        runtime::ElementFn([&](Record &, const runtime::ElementContext &) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
           processed.fetch_add(1);
           return Expected<bool>(true);

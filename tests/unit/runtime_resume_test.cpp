@@ -249,27 +249,54 @@ TEST_F(ResumeTest, RanksComeFromCallerThenSpecThenEnvironment) {
       {"{rank: 0, world_size: 1}", {}, {}, "3", "4", nullptr, 0, 1, ""},
       {"{rank: 1, world_size: 3}", 0, {}, nullptr, nullptr, nullptr, 0, 3, ""},
       {"{rank: 1, world_size: 3}", 4, 5, "0", "1", nullptr, 4, 5, ""},
-      {"{world_size: 2}", {}, {}, "2", nullptr, nullptr, -1, -1,
+      {"{world_size: 2}",
+       {},
+       {},
+       "2",
+       nullptr,
+       nullptr,
+       -1,
+       -1,
        "rank 2 is out of range for world size 2 (rank from $RANK, world "
        "size from "},
-      {"{rank: 1}", {}, 1, nullptr, nullptr, nullptr, -1, -1,
+      {"{rank: 1}",
+       {},
+       1,
+       nullptr,
+       nullptr,
+       nullptr,
+       -1,
+       -1,
        ":11:21, world size from world_size;"},
-      {"", {}, {}, "x", nullptr, nullptr, -1, -1,
+      {"",
+       {},
+       {},
+       "x",
+       nullptr,
+       nullptr,
+       -1,
+       -1,
        "$RANK must be an integer >= 0, got 'x'"},
-      {"", {}, {}, nullptr, "0", nullptr, -1, -1,
+      {"",
+       {},
+       {},
+       nullptr,
+       "0",
+       nullptr,
+       -1,
+       -1,
        "$WORLD_SIZE must be an integer >= 1, got '0'"},
       {"{world_size: 2}", {}, {}, nullptr, "junk", nullptr, 0, 2, ""},
   };
   for (const Case &c : cases) {
-    SCOPED_TRACE(std::string(c.distributed) + " rank=" +
-                 (c.argRank ? std::to_string(*c.argRank) : "-") + " env " +
-                 (c.envRank ? c.envRank : "-") + "/" +
+    SCOPED_TRACE(std::string(c.distributed) +
+                 " rank=" + (c.argRank ? std::to_string(*c.argRank) : "-") +
+                 " env " + (c.envRank ? c.envRank : "-") + "/" +
                  (c.envWorld ? c.envWorld : "-") + "/" +
                  (c.envIndex ? c.envIndex : "-"));
-    std::string extra = *c.distributed
-                            ? std::string("distributed: ") + c.distributed +
-                                  "\n"
-                            : "";
+    std::string extra =
+        *c.distributed ? std::string("distributed: ") + c.distributed + "\n"
+                       : "";
     runtime::Plan p = idCsvPlan(dir_, "ranks", "", 1, extra);
     EnvVar r("RANK", c.envRank), w("WORLD_SIZE", c.envWorld),
         i("JOB_COMPLETION_INDEX", c.envIndex);

@@ -274,14 +274,37 @@ TEST(CsvBlocks, UnterminatedHeader) {
 /// numbers, 9+ hex digits, bad values, wrong cell counts, invalid UTF-8).
 TEST(CsvFastPath, SameAsGeneralScan) {
   std::string t;
-  const char *ints[] = {"0", "7", "-3", "-0", "123456789012345678",
-                        "1234567890123456789", "-9223372036854775808",
-                        "+5", " 12", "x1", ""};
-  const char *floats[] = {"", "0", "-0", "42", "-17", "123456789012345",
-                          "1234567890123456", "0.1", "-2.5e-3", "1e39",
-                          "1e-50", " 3 ", "+4", "nan", "-inf", "1x", "-"};
-  const char *hexes[] = {"", "0", "a", "FF", "deadbeef", "DEADBEEF",
-                         "0badf00d", "123456789", " ab", "zz", "g0000000"};
+  const char *ints[] = {"0",
+                        "7",
+                        "-3",
+                        "-0",
+                        "123456789012345678",
+                        "1234567890123456789",
+                        "-9223372036854775808",
+                        "+5",
+                        " 12",
+                        "x1",
+                        ""};
+  const char *floats[] = {"",
+                          "0",
+                          "-0",
+                          "42",
+                          "-17",
+                          "123456789012345",
+                          "1234567890123456",
+                          "0.1",
+                          "-2.5e-3",
+                          "1e39",
+                          "1e-50",
+                          " 3 ",
+                          "+4",
+                          "nan",
+                          "-inf",
+                          "1x",
+                          "-"};
+  const char *hexes[] = {"",         "0",        "a",        "FF",
+                         "deadbeef", "DEADBEEF", "0badf00d", "123456789",
+                         " ab",      "zz",       "g0000000"};
   const char *names[] = {"plain", "", "caf\xc3\xa9", "bad\xff", "sp ace"};
   for (int i = 0; i < 400; ++i) {
     std::string row = ints[i % 11];
@@ -302,9 +325,9 @@ TEST(CsvFastPath, SameAsGeneralScan) {
   auto col = [](const char *name, const char *type) {
     return params({{"name", str(name)}, {"type", str(type)}});
   };
-  Value cols = list({col("i", "i64"), col("f", "f32"), col("d", "f64"),
-                     col("h", "hex32"), col("h2", "hex32"),
-                     col("s", "string")});
+  Value cols =
+      list({col("i", "i64"), col("f", "f32"), col("d", "f64"),
+            col("h", "hex32"), col("h2", "hex32"), col("s", "string")});
   auto open = [&](bool fast) {
     if (fast)
       unsetenv("SLUICE_NO_FAST_CSV");
@@ -546,8 +569,8 @@ TEST(CsvParallelPipeline, RecordRunsSameAsRecords) {
 TEST(CsvParallelPipeline, KeptRecordsDoNotPinTheirBlocks) {
   TempDir dir;
   dir.write("d/day_0.tsv", criteoText(3000));
-  const std::string head = "pipeline: pins\nseed: 1\n" +
-                           criteoTsvSource("d/day_0.tsv", "skip");
+  const std::string head =
+      "pipeline: pins\nseed: 1\n" + criteoTsvSource("d/day_0.tsv", "skip");
   auto pinned = [&](const std::string &steps) {
     runtime::Plan plan = rttest::planFromYaml(dir, head + steps);
     runtime::RunOptions o;

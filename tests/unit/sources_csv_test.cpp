@@ -458,10 +458,9 @@ TEST(CsvRead, ProducesOnlyReadColumnsAndSkipsTheirConversion) {
   dir.write("data.csv", "1,0.5,x\"y,ab,7\n"
                         "2,1.5,oops,zz,8\n"
                         "3,2.5,,q,9\n");
-  Value p = csvParams("data.csv",
-                      {column("id", "i64"), column("x", "f32"),
-                       column("junk", "f32"), column("h", "hex32"),
-                       column("n", "u8")});
+  Value p = csvParams("data.csv", {column("id", "i64"), column("x", "f32"),
+                                   column("junk", "f32"), column("h", "hex32"),
+                                   column("n", "u8")});
   p.set("read", list({str("n"), str("id")}));
   auto src = make("csv", p, dir.path());
   ASSERT_TRUE(src);
@@ -475,11 +474,12 @@ TEST(CsvRead, ProducesOnlyReadColumnsAndSkipsTheirConversion) {
   }
 
   // Without `read` the same file has two bad rows.
-  auto full = make("csv", csvParams("data.csv",
-                                    {column("id", "i64"), column("x", "f32"),
-                                     column("junk", "f32"),
-                                     column("h", "hex32"), column("n", "u8")}),
-                   dir.path());
+  auto full =
+      make("csv",
+           csvParams("data.csv", {column("id", "i64"), column("x", "f32"),
+                                  column("junk", "f32"), column("h", "hex32"),
+                                  column("n", "u8")}),
+           dir.path());
   ASSERT_TRUE(full);
   EXPECT_FALSE(readAll(*full).errors.empty());
 

@@ -44,7 +44,7 @@ INSTANTIATE_TEST_SUITE_P(
         BraceCase{"{train,val}.csv", {"train.csv", "val.csv"}},
         BraceCase{"{a,b}{1,2}", {"a1", "a2", "b1", "b2"}},
         BraceCase{"{a,b{1,2}}", {"a", "b1", "b2"}},
-        BraceCase{"{x}", {"{x}"}},         // one alternative: literal, as bash
+        BraceCase{"{x}", {"{x}"}},          // one alternative: literal, as bash
         BraceCase{"open{a,b", {"open{a,b"}} // unclosed: literal
         ));
 
@@ -147,7 +147,8 @@ TEST(RemoteConfig, ProfilesOfTheCredentialsFile) {
   env.unset("AWS_PROFILE");
   env.set("AWS_ACCESS_KEY_ID", "AKIDENV");
   env.set("AWS_SECRET_ACCESS_KEY", "secret-env");
-  auto named = remoteConfigFor("csv", remoteParams({{"profile", str("train")}}));
+  auto named =
+      remoteConfigFor("csv", remoteParams({{"profile", str("train")}}));
   ASSERT_TRUE(named);
   EXPECT_EQ((*named)->credentials->accessKey, "AKIDTRAIN");
 
@@ -187,10 +188,9 @@ TEST(RemotePatterns, HttpGlobIsRefusedWithTheBraceForm) {
   auto ok = expandRemotePattern("webdataset", "files",
                                 "https://example.invalid/s-{0..2}.tar", cfg);
   ASSERT_TRUE(ok);
-  EXPECT_EQ(*ok, (std::vector<std::string>{
-                     "https://example.invalid/s-0.tar",
-                     "https://example.invalid/s-1.tar",
-                     "https://example.invalid/s-2.tar"}));
+  EXPECT_EQ(*ok, (std::vector<std::string>{"https://example.invalid/s-0.tar",
+                                           "https://example.invalid/s-1.tar",
+                                           "https://example.invalid/s-2.tar"}));
 }
 
 TEST(RemotePatterns, FileUrlsAreLocalPaths) {
@@ -199,9 +199,9 @@ TEST(RemotePatterns, FileUrlsAreLocalPaths) {
   EXPECT_EQ(stripFileUrl("/data/x.csv"), "/data/x.csv");
   TempDir dir;
   dir.write("a.txt", "one\ntwo\n");
-  auto src = make("text_lines",
-                  params({{"files", str("file://" + dir / "a.txt")}}),
-                  dir.path());
+  auto src =
+      make("text_lines", params({{"files", str("file://" + dir / "a.txt")}}),
+           dir.path());
   ASSERT_TRUE(src);
   EXPECT_EQ(src->numShards(), 1u);
   EXPECT_EQ(src->shardName(0), dir / "a.txt");
@@ -230,8 +230,9 @@ TEST(RemoteClient, AForkedChildMakesItsOwnClient) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal "
-                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  ASSERT_TRUE(WIFEXITED(status))
+      << "child killed by signal "
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 

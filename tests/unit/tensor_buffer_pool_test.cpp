@@ -17,10 +17,10 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -342,7 +342,8 @@ TEST_F(SmallBufferPool, ThreadCachesAreCountedAndGoBackWhenTheThreadEnds) {
     // The worker's cache holds some of its buffers: idle, and counted.
     BufferPoolStats s = bufferPoolStats();
     EXPECT_GE(limit.used(), s.smallIdleBytes);
-    EXPECT_LE(limit.used(), s.smallIdleBytes + 2 * int64_t(kSmallPoolThreadCredit));
+    EXPECT_LE(limit.used(),
+              s.smallIdleBytes + 2 * int64_t(kSmallPoolThreadCredit));
     EXPECT_GE(s.smallIdleBytes, 300 * 1000);
     // A new budget takes the caches' bytes over; the old one is left with
     // nothing reserved.

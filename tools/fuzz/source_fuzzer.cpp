@@ -33,7 +33,7 @@ struct Format {
 
 #define SLUICE_FMT_csv                                                         \
   {"data.csv",                                                                 \
-   "csv: {files: data.csv, on_error: skip, columns: [{name: a, type: i64}, "  \
+   "csv: {files: data.csv, on_error: skip, columns: [{name: a, type: i64}, "   \
    "{name: b, type: f32, count: 2}, {name: c, type: string}, {name: d, type: " \
    "hex32}]}"}
 #define SLUICE_FMT_tsv                                                         \
@@ -63,8 +63,8 @@ const Format kFormat = SLUICE_FMT(SLUICE_FUZZ_FORMAT);
 const std::string &workDir() {
   static const std::string dir = [] {
     const char *tmp = std::getenv("TMPDIR");
-    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") +
-                    "/sluice-fuzz-XXXXXX";
+    std::string t =
+        std::string(tmp && *tmp ? tmp : "/tmp") + "/sluice-fuzz-XXXXXX";
     if (!::mkdtemp(t.data()))
       std::abort();
     return t;
@@ -72,8 +72,12 @@ const std::string &workDir() {
   return dir;
 }
 
-void put32(std::string &s, uint32_t v) { s.append(reinterpret_cast<char *>(&v), 4); }
-void put64(std::string &s, uint64_t v) { s.append(reinterpret_cast<char *>(&v), 8); }
+void put32(std::string &s, uint32_t v) {
+  s.append(reinterpret_cast<char *>(&v), 4);
+}
+void put64(std::string &s, uint64_t v) {
+  s.append(reinterpret_cast<char *>(&v), 8);
+}
 
 /// `payload` as one TFRecord record with correct CRCs.
 std::string frame(std::string_view payload) {

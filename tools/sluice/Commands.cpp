@@ -41,8 +41,7 @@ std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
   diags.print(std::cerr, colorStderr());
   if (!spec) {
     size_t n = diags.errorCount();
-    std::cerr << n << (n == 1 ? " error" : " errors") << " in " << path
-              << "\n";
+    std::cerr << n << (n == 1 ? " error" : " errors") << " in " << path << "\n";
   }
   return spec;
 }
@@ -157,8 +156,7 @@ void stepNamesOf(const runtime::PlanStage &s, std::set<std::string> &out) {
 /// Where each shuffle of the spec runs after the graph passes, with its
 /// line: a shuffle sluice-hoist-shuffle moved runs before steps written
 /// above it.
-std::string shufflePlacement(const dsl::Spec &spec,
-                             const runtime::Plan &plan) {
+std::string shufflePlacement(const dsl::Spec &spec, const runtime::Plan &plan) {
   std::ostringstream os;
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const runtime::PlanStage &sh = plan.stages[i];
@@ -184,7 +182,8 @@ std::string shufflePlacement(const dsl::Spec &spec,
       os << "where it is written\n";
       continue;
     }
-    os << (i == 0 ? "right after the source" : "after " + plan.stages[i - 1].name)
+    os << (i == 0 ? "right after the source"
+                  : "after " + plan.stages[i - 1].name)
        << ", before ";
     for (size_t k = 0; k < crossed.size(); ++k)
       os << (k ? ", " : "") << crossed[k];
@@ -318,10 +317,10 @@ CommandAction addOpsCommand(CLI::App &root) {
       for (const auto &name : st->names) {
         if (!Registry::instance().find(name)) {
           std::string m = closestMatch(name, Registry::instance().names());
-          return usageError("unknown op '" + name + "'" +
-                                (m.empty() ? ""
-                                           : "; did you mean '" + m + "'?"),
-                            "ops");
+          return usageError(
+              "unknown op '" + name + "'" +
+                  (m.empty() ? "" : "; did you mean '" + m + "'?"),
+              "ops");
         }
         std::string head = "\n### `" + name + "`\n";
         size_t pos = md.find(head);
@@ -343,8 +342,8 @@ CommandAction addOpsCommand(CLI::App &root) {
       std::cout << kinds[k] << ":\n";
       for (const OpDef *d : Registry::instance().all(order[k])) {
         std::cout << "  " << d->name
-                  << std::string(
-                         d->name.size() < 22 ? 22 - d->name.size() : 1, ' ')
+                  << std::string(d->name.size() < 22 ? 22 - d->name.size() : 1,
+                                 ' ')
                   << d->summary << "\n";
       }
     }

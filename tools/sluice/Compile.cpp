@@ -36,8 +36,8 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <spawn.h>
+#include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,7 +48,8 @@ extern char **environ;
 #define SLUICE_VERSION "unknown"
 #endif
 #ifndef SLUICE_EXE_LINK_MANIFEST
-#error "SLUICE_EXE_LINK_MANIFEST (the manifest's path relative to bin/) must be defined"
+#error                                                                         \
+    "SLUICE_EXE_LINK_MANIFEST (the manifest's path relative to bin/) must be defined"
 #endif
 #ifndef SLUICE_LLVM_TOOLS_DIR
 #define SLUICE_LLVM_TOOLS_DIR "/usr/lib/llvm-19/bin"
@@ -124,11 +125,10 @@ Expected<Linker> findLinker(const std::string &requested) {
   if (!want.empty()) {
     l.driver = findProgram(want);
     if (l.driver.empty())
-      return Status::error("cannot find the linker '" + want + "'" +
-                           (want.find('/') == std::string::npos
-                                ? " on PATH"
-                                : "") +
-                           "; " + hint);
+      return Status::error(
+          "cannot find the linker '" + want + "'" +
+          (want.find('/') == std::string::npos ? " on PATH" : "") + "; " +
+          hint);
   } else {
     for (const std::string &c :
          {std::string("clang++-19"),
@@ -139,12 +139,17 @@ Expected<Linker> findLinker(const std::string &requested) {
         break;
     }
     if (l.driver.empty())
-      return Status::error(std::string("cannot find clang++-19 on PATH or in " SLUICE_LLVM_TOOLS_DIR "; ") + hint);
+      return Status::error(
+          std::string(
+              "cannot find clang++-19 on PATH or in " SLUICE_LLVM_TOOLS_DIR
+              "; ") +
+          hint);
   }
   // lld next to the clang it belongs to, else on PATH.
   for (const std::string &c :
        {dirName(realPath(l.driver)) + "/ld.lld", std::string("ld.lld-19"),
-        std::string("ld.lld"), std::string(SLUICE_LLVM_TOOLS_DIR) + "/ld.lld"}) {
+        std::string("ld.lld"),
+        std::string(SLUICE_LLVM_TOOLS_DIR) + "/ld.lld"}) {
     l.lld = findProgram(c);
     if (!l.lld.empty())
       break;
@@ -191,10 +196,10 @@ Expected<std::vector<std::string>> readLinkManifest(std::string &where) {
 }
 
 std::string shellQuote(const std::string &s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789_-+=/.,:@%") ==
-                        std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                          "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                          "0123456789_-+=/.,:@%") == std::string::npos)
     return s;
   std::string q = "'";
   for (char c : s)
@@ -342,8 +347,8 @@ int runCompile(const CompileFlags &f) {
     Expected<runtime::Plan> folded =
         compiler::buildPlan(*spec, planOpts, quiet);
     if (!folded) {
-      std::cerr << quiet.str() << "sluice: error: "
-                << folded.status().message() << "\n";
+      std::cerr << quiet.str() << "sluice: error: " << folded.status().message()
+                << "\n";
       return kExitData;
     }
     folded->baseDir = plan->baseDir;
@@ -363,8 +368,8 @@ int runCompile(const CompileFlags &f) {
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back(0);
     if (!::mkdtemp(buf.data())) {
-      std::cerr << "sluice: error: cannot create a temporary directory "
-                << tmpl << ": " << std::strerror(errno) << "\n";
+      std::cerr << "sluice: error: cannot create a temporary directory " << tmpl
+                << ": " << std::strerror(errno) << "\n";
       return kExitData;
     }
     tmp.path = buf.data();
@@ -378,8 +383,8 @@ int runCompile(const CompileFlags &f) {
     if (Status s = compiler::emitKernelObject(*plan, f.targetCpu,
                                               tmp.path + "/kernels.o");
         !s) {
-      std::cerr << "sluice: error: cannot generate the kernels: "
-                << s.message() << "\n";
+      std::cerr << "sluice: error: cannot generate the kernels: " << s.message()
+                << "\n";
       return kExitData;
     }
     objects.push_back(tmp.path + "/kernels.o");
@@ -399,8 +404,7 @@ int runCompile(const CompileFlags &f) {
   }
 
   std::vector<std::string> argv = {linker->driver, "-fuse-ld=lld",
-                                   "--ld-path=" + linker->lld, "-o",
-                                   f.output};
+                                   "--ld-path=" + linker->lld, "-o", f.output};
   argv.insert(argv.end(), objects.begin(), objects.end());
   argv.insert(argv.end(), manifest->begin(), manifest->end());
   std::string cmdline;
@@ -413,8 +417,7 @@ int runCompile(const CompileFlags &f) {
   std::string out = readWhole(log);
   if (rc != 0) {
     std::cerr << "sluice: error: linking " << f.output << " failed ("
-              << (rc < 0 ? error : "exit status " + std::to_string(rc))
-              << ")\n"
+              << (rc < 0 ? error : "exit status " + std::to_string(rc)) << ")\n"
               << out << (out.empty() || out.back() == '\n' ? "" : "\n")
               << "the link command was: " << cmdline << "\n";
     return kExitData;

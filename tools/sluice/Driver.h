@@ -18,8 +18,8 @@
 #include "sluice/runtime/Plan.h"
 
 #include <functional>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 

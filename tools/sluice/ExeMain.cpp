@@ -174,8 +174,7 @@ bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
                  "' is not one");
       return false;
     }
-    plan.baseDir =
-        f.dataRoot[0] == '/' ? f.dataRoot : cwd() + "/" + f.dataRoot;
+    plan.baseDir = f.dataRoot[0] == '/' ? f.dataRoot : cwd() + "/" + f.dataRoot;
   }
   std::vector<PathParam> params = pathParams(plan.source.op);
   std::vector<std::string> names;
@@ -197,8 +196,8 @@ bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
         for (const std::string &n : names)
           list += (list.empty() ? "" : ", ") + n + "=PATH";
         usageError("the " + plan.source.op +
-                   " source reads several paths; write '--source-path " +
-                   list + "', got '" + v + "'");
+                   " source reads several paths; write '--source-path " + list +
+                   "', got '" + v + "'");
         return false;
       }
       which = &params[0];
@@ -346,9 +345,8 @@ int main(int argc, char **argv) {
     if (kernelsOff)
       std::cout << "kernels: off (SLUICE_NO_JIT=1)\n";
     else
-      std::cout << "kernels: " << kernels
-                << " compiled ahead of time for CPU " << cpu
-                << " (linked in)\n";
+      std::cout << "kernels: " << kernels << " compiled ahead of time for CPU "
+                << cpu << " (linked in)\n";
   }
   runtime::endProcess(rc); // flushes; skips static teardown (Memory.h)
 }

@@ -254,8 +254,8 @@ bool applyResumeFlags(const ResumeFlags &f, const runtime::Plan &plan,
     // A state file is a few KiB (positions of every source); the limit and
     // the refusal of devices and FIFOs keep a wrong path from hanging here.
     std::string text;
-    if (Status s = readConfigFile(f.resume, "a state file", size_t(64) << 20,
-                                  text);
+    if (Status s =
+            readConfigFile(f.resume, "a state file", size_t(64) << 20, text);
         !s) {
       usageError("cannot read the state file: " + s.message(), command);
       return false;

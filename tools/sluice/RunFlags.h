@@ -60,8 +60,8 @@ struct RunFlags {
 void addRunFlags(CLI::App &cmd, RunFlags &flags);
 
 /// Checks `flags` and applies them to `opts` (and asks for SIGINT/SIGTERM
-/// handling: a command-line run stops cleanly on Ctrl-C). On a bad value prints a usage
-/// error (pointing at `command`'s help) and returns false.
+/// handling: a command-line run stops cleanly on Ctrl-C). On a bad value prints
+/// a usage error (pointing at `command`'s help) and returns false.
 bool applyRunFlags(const RunFlags &flags, runtime::RunOptions &opts,
                    const std::string &command);
 
@@ -97,8 +97,8 @@ bool applyResumeFlags(const ResumeFlags &flags, const runtime::Plan &plan,
 
 /// Parses an integer >= `min` for option `opt`; prints a usage error and
 /// returns false otherwise.
-bool parseIntFlag(const std::string &opt, const std::string &value,
-                  int64_t min, int64_t &out, const std::string &command);
+bool parseIntFlag(const std::string &opt, const std::string &value, int64_t min,
+                  int64_t &out, const std::string &command);
 
 } // namespace sluice::tool
 

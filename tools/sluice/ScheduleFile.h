@@ -1,4 +1,5 @@
-//===- ScheduleFile.h - `--schedule FILE` for every command that runs ---*- C++ -*-===//
+//===- ScheduleFile.h - `--schedule FILE` for every command that runs ---*- C++
+//-*-===//
 //
 // `sluice run --schedule`, `sluice bench --schedule` and a compiled
 // executable's --schedule read the same YAML file the same way: checked

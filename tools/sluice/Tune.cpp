@@ -60,9 +60,10 @@ int runTune(const TuneFlags &f) {
   if (!f.memory.empty()) {
     auto b = parseByteSize(f.memory);
     if (!b || *b <= 0)
-      return usageError("'--memory' needs a size such as 512MiB or 4GiB, got '" +
-                            f.memory + "'",
-                        "tune");
+      return usageError(
+          "'--memory' needs a size such as 512MiB or 4GiB, got '" + f.memory +
+              "'",
+          "tune");
     memory = *b;
   }
   {
@@ -195,7 +196,8 @@ int runTune(const TuneFlags &f) {
               << f.specs[0] << " --report DIR` and pass DIR/report.json\n";
     return kExitUsage;
   }
-  Expected<runtime::Plan> plan = compiler::buildPlan(*spec, planOpts, std::cerr);
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(*spec, planOpts, std::cerr);
   if (!plan) {
     if (!plan.status().message().empty())
       std::cerr << "sluice: error: " << plan.status().message() << "\n";
@@ -268,7 +270,8 @@ int runTune(const TuneFlags &f) {
     std::cout << "pipeline " << r->profile.pipeline << ": predicted "
               << std::llround(pr.throughput) << " records/s";
     if (r->measured)
-      std::cout << ", measured " << std::llround(r->measured->sourceRecordsPerSecond)
+      std::cout << ", measured "
+                << std::llround(r->measured->sourceRecordsPerSecond)
                 << " records/s";
     std::cout << "; bottleneck " << pr.bottleneckLabel << "\n"
               << r->scaleAdvice << "\n\n"

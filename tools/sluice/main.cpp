@@ -1,4 +1,5 @@
-//===- main.cpp - The sluice command-line driver ---------------------------===//
+//===- main.cpp - The sluice command-line driver
+//---------------------------===//
 //
 // Parses the command line with CLI11 and dispatches to the subcommands
 // registered in kCommands (each in its own function, see Driver.h). Usage
@@ -31,8 +32,7 @@ const CommandRegistration kCommands[] = {
 
 /// Commands DESIGN.md promises that are not built yet: a clear message
 /// instead of "unknown command". Remove an entry when its command lands.
-const std::map<std::string, std::string> kNotYet = {
-};
+const std::map<std::string, std::string> kNotYet = {};
 
 /// CLI11's help layout with sluice's lowercase usage line and the exit codes.
 class HelpFormatter : public CLI::Formatter {
@@ -54,7 +54,8 @@ public:
     std::string usage = "usage: sluice " + app->get_name();
     for (const CLI::Option *o : app->get_options())
       if (o->get_positional())
-        usage += o->get_name() == "SPEC" ? " SPEC" : " [" + o->get_name() + "...]";
+        usage +=
+            o->get_name() == "SPEC" ? " SPEC" : " [" + o->get_name() + "...]";
     return usage + " [options]\n" + desc;
   }
 };
@@ -112,8 +113,8 @@ int main(int argc, char **argv) {
         works += (i ? (i + 1 == names.size() ? " and '" : ", '") : "'") +
                  names[i] + "'";
       std::cerr << "sluice: error: '" << first
-                << "' is not available yet (it arrives with the "
-                << it->second << " work); " << works << " work\n";
+                << "' is not available yet (it arrives with the " << it->second
+                << " work); " << works << " work\n";
       return kExitUsage;
     }
     if (first.rfind("-", 0) == 0)

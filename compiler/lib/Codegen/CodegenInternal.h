@@ -1,4 +1,5 @@
-//===- CodegenInternal.h - Shared declarations of the code generator -*- C++ -*-===//
+//===- CodegenInternal.h - Shared declarations of the code generator -*- C++
+//-*-===//
 //
 // What the files of compiler/lib/Codegen pass to each other. The pipeline:
 //
@@ -139,8 +140,8 @@ mlir::Value callLibm(mlir::OpBuilder &b, mlir::Location loc,
 
 /// Builds the module of all `kernels` (func/arith/math/scf/llvm dialects).
 mlir::OwningOpRef<mlir::ModuleOp>
-buildKernelModule(mlir::MLIRContext &ctx, const std::vector<KernelSpec> &kernels,
-                  std::string &error);
+buildKernelModule(mlir::MLIRContext &ctx,
+                  const std::vector<KernelSpec> &kernels, std::string &error);
 
 /// Loads every dialect the generator and the lowering use.
 void loadCodegenDialects(mlir::MLIRContext &ctx);

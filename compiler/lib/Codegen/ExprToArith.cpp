@@ -147,9 +147,7 @@ struct Lowering {
 
   /// The map element (or the filter's slot) as the interpreter's load
   /// lambda reads it (loadAsDouble / loadAsInt).
-  Scalar slot(int32_t i) {
-    return slots.empty() ? x : slots[size_t(i)];
-  }
+  Scalar slot(int32_t i) { return slots.empty() ? x : slots[size_t(i)]; }
   Value loadF(int32_t i) {
     return convertScalar(b, loc, slot(i), ElemType::F64).value;
   }
@@ -388,9 +386,9 @@ struct Lowering {
     case Op::FloorDivF:
       if (in.type != ElemType::F64 && in.type != ElemType::F32)
         break;
-      fregs[in.dst] = firstNaN(
-          F(in.a), preciseCall("sluice_floordiv_f64", "sluice_floordiv_f32",
-                               in.type, F(in.a), F(in.b)));
+      fregs[in.dst] = firstNaN(F(in.a), preciseCall("sluice_floordiv_f64",
+                                                    "sluice_floordiv_f32",
+                                                    in.type, F(in.a), F(in.b)));
       return true;
     case Op::ModF:
       if (in.type != ElemType::F64 && in.type != ElemType::F32)
@@ -400,8 +398,8 @@ struct Lowering {
                                         in.type, F(in.a), F(in.b)));
       return true;
     case Op::PowF:
-      fregs[in.dst] = firstNaN(
-          F(in.a), callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)}));
+      fregs[in.dst] =
+          firstNaN(F(in.a), callLibm(b, loc, "sluice_pow", {F(in.a), F(in.b)}));
       return true;
     case Op::MinF:
       fregs[in.dst] = nanMinMax(F(in.a), F(in.b), /*isMax=*/false,
@@ -486,8 +484,12 @@ bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
     error = compiled.status().message();
     return false;
   }
-  Lowering l{b, loc, x, llvm::DenseMap<int32_t, Value>(),
-             llvm::DenseMap<int32_t, Value>(), error};
+  Lowering l{b,
+             loc,
+             x,
+             llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(),
+             error};
   for (const CompiledExpr::Instr &in : compiled->code())
     if (!l.lower(in))
       return false;
@@ -524,8 +526,13 @@ namespace {
 Value lowerCondition(OpBuilder &b, Location loc, const CompiledExpr &code,
                      std::vector<Scalar> slots, const std::string &stage,
                      std::string &error) {
-  Lowering l{b, loc, Scalar{}, llvm::DenseMap<int32_t, Value>(),
-             llvm::DenseMap<int32_t, Value>(), error, std::move(slots)};
+  Lowering l{b,
+             loc,
+             Scalar{},
+             llvm::DenseMap<int32_t, Value>(),
+             llvm::DenseMap<int32_t, Value>(),
+             error,
+             std::move(slots)};
   for (const CompiledExpr::Instr &in : code.code())
     if (!l.lower(in))
       return nullptr;

@@ -27,9 +27,9 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/Core.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/ExecutionEngine/Orc/Core.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -160,8 +160,8 @@ std::string objectOfEntry(const std::string &entry, const std::string &key,
 /// reader never sees half an object. Returns "" or what went wrong.
 std::string writeAtomically(const std::string &path, const std::string &data) {
   std::error_code ec;
-  std::filesystem::create_directories(
-      std::filesystem::path(path).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
+                                      ec);
   if (ec)
     return ec.message();
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -202,10 +202,9 @@ Expected<BuiltModule> buildModule(const runtime::Plan &plan,
   m.plan = std::make_unique<runtime::Plan>(plan);
   if (withSplits)
     for (runtime::PlanStage &s : runtime::cacheSplitStages(plan))
-      if (std::none_of(m.plan->stages.begin(), m.plan->stages.end(),
-                       [&](const runtime::PlanStage &t) {
-                         return t.name == s.name;
-                       }))
+      if (std::none_of(
+              m.plan->stages.begin(), m.plan->stages.end(),
+              [&](const runtime::PlanStage &t) { return t.name == s.name; }))
         m.plan->stages.push_back(std::move(s));
   m.kernels = collectKernels(*m.plan);
   std::string error;
@@ -313,11 +312,10 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
     return Status::error("internal error: " + error);
   impl->stats.buildMs = msSince(start);
 
-  std::string key = hexKey(std::string(kCodegenVersion) + "\n" +
-                           LLVM_VERSION_STRING + "\n" +
-                           tm->getTargetTriple().str() + "\n" +
-                           tm->getTargetCPU().str() + "\n" +
-                           tm->getTargetFeatureString().str() + "\n" + m.text);
+  std::string key =
+      hexKey(std::string(kCodegenVersion) + "\n" + LLVM_VERSION_STRING + "\n" +
+             tm->getTargetTriple().str() + "\n" + tm->getTargetCPU().str() +
+             "\n" + tm->getTargetFeatureString().str() + "\n" + m.text);
   std::string dir = cacheEnabled(opts) ? cacheDirectory(opts) : "";
   std::string path = dir.empty() ? "" : dir + "/kernels-" + key + ".o";
   std::string object;
@@ -341,13 +339,15 @@ JitKernels::compile(const runtime::Plan &plan, const CodegenOptions &opts) {
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
         (*jit)->getDataLayout().getGlobalPrefix());
     if (!gen)
-      return Status::error("internal error: " + llvm::toString(gen.takeError()));
+      return Status::error("internal error: " +
+                           llvm::toString(gen.takeError()));
     (*jit)->getMainJITDylib().addGenerator(std::move(*gen));
     // The math entry points by address: this binary need not export them.
     llvm::orc::SymbolMap math;
     for (const kernels::MathCall *c = kernels::mathCallTable(); c->name; ++c)
-      math[(*jit)->mangleAndIntern(c->name)] = llvm::orc::ExecutorSymbolDef(
-          llvm::orc::ExecutorAddr::fromPtr(c->fn), llvm::JITSymbolFlags::Exported);
+      math[(*jit)->mangleAndIntern(c->name)] =
+          llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(c->fn),
+                                       llvm::JITSymbolFlags::Exported);
     if (llvm::Error e = (*jit)->getMainJITDylib().define(
             llvm::orc::absoluteSymbols(std::move(math))))
       return Status::error("internal error: " + llvm::toString(std::move(e)));

@@ -102,9 +102,9 @@ translateKernels(ModuleOp module, const std::vector<KernelSpec> &kernels,
       llvm::StructType::create(llvmCtx, {ptr, ptr, ptr}, "SluiceKernelInfo");
   auto cstring = [&](const std::string &s, const std::string &name) {
     llvm::Constant *init = llvm::ConstantDataArray::getString(llvmCtx, s);
-    auto *g = new llvm::GlobalVariable(*m, init->getType(), /*isConstant=*/true,
-                                       llvm::GlobalValue::PrivateLinkage, init,
-                                       name);
+    auto *g =
+        new llvm::GlobalVariable(*m, init->getType(), /*isConstant=*/true,
+                                 llvm::GlobalValue::PrivateLinkage, init, name);
     g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
     return g;
   };
@@ -122,10 +122,9 @@ translateKernels(ModuleOp module, const std::vector<KernelSpec> &kernels,
   llvm::Constant *null = llvm::ConstantPointerNull::get(ptr);
   rows.push_back(llvm::ConstantStruct::get(info, {null, null, null}));
   llvm::ArrayType *tableType = llvm::ArrayType::get(info, rows.size());
-  new llvm::GlobalVariable(*m, tableType, /*isConstant=*/true,
-                           llvm::GlobalValue::ExternalLinkage,
-                           llvm::ConstantArray::get(tableType, rows),
-                           "sluice_kernel_table");
+  new llvm::GlobalVariable(
+      *m, tableType, /*isConstant=*/true, llvm::GlobalValue::ExternalLinkage,
+      llvm::ConstantArray::get(tableType, rows), "sluice_kernel_table");
   return m;
 }
 

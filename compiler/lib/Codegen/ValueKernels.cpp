@@ -69,14 +69,15 @@ double paramDouble(const runtime::PlanStage &s, const char *name,
   return v.isNumber() ? v.asDouble() : fallback;
 }
 
-Scalar lowerFillMissing(OpBuilder &b, Location loc,
-                        const runtime::PlanStage &s, Scalar v) {
+Scalar lowerFillMissing(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+                        Scalar v) {
   double value = paramDouble(s, "value", 0);
   if (v.elem == ElemType::F16 || v.elem == ElemType::BF16) {
     // NaN bits: |h| above the infinity's (0x7C00 f16, 0x7F80 bf16)
     bool half = v.elem == ElemType::F16;
     Type i16 = b.getI16Type();
-    Value abs = b.create<arith::AndIOp>(loc, v.value, constInt(b, loc, i16, 0x7FFF));
+    Value abs =
+        b.create<arith::AndIOp>(loc, v.value, constInt(b, loc, i16, 0x7FFF));
     Value nan =
         b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
                                 constInt(b, loc, i16, half ? 0x7C00 : 0x7F80));
@@ -142,7 +143,8 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
     };
     Value nz = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, x,
                                        constInt(b, loc, t, 0));
-    return {b.create<arith::SelectOp>(loc, nz, constInt(b, loc, t, clampBool(1)),
+    return {b.create<arith::SelectOp>(loc, nz,
+                                      constInt(b, loc, t, clampBool(1)),
                                       constInt(b, loc, t, clampBool(0))),
             v.elem};
   }
@@ -196,18 +198,18 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
 
 Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
                        Scalar v) {
-  int64_t buckets = s.params["buckets"].isNumber()
-                        ? s.params["buckets"].asInt()
-                        : 1;
+  int64_t buckets =
+      s.params["buckets"].isNumber() ? s.params["buckets"].asInt() : 1;
   Type i64 = b.getI64Type();
   Value x = widen(b, loc, v).value;
   // hashInt(v) = mix64(uint64(v) + golden), SplitMix64's finalizer.
-  x = b.create<arith::AddIOp>(loc, x,
-                              constInt(b, loc, i64, int64_t(0x9E3779B97F4A7C15ull)));
+  x = b.create<arith::AddIOp>(
+      loc, x, constInt(b, loc, i64, int64_t(0x9E3779B97F4A7C15ull)));
   auto step = [&](int64_t shift, uint64_t mul) {
     Value sh = b.create<arith::ShRUIOp>(loc, x, constInt(b, loc, i64, shift));
     Value xr = b.create<arith::XOrIOp>(loc, x, sh);
-    x = mul ? b.create<arith::MulIOp>(loc, xr, constInt(b, loc, i64, int64_t(mul)))
+    x = mul ? b.create<arith::MulIOp>(loc, xr,
+                                      constInt(b, loc, i64, int64_t(mul)))
                   .getResult()
             : xr;
   };
@@ -226,8 +228,8 @@ Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   Value p = b.create<arith::MulFOp>(
       loc, xf, constFloat(b, loc, f64, 1.0 / static_cast<double>(buckets)));
   Value q = b.create<arith::FPToUIOp>(loc, i64, p);
-  Value r = b.create<arith::SubIOp>(loc, x,
-                                    b.create<arith::MulIOp>(loc, q, bc));
+  Value r =
+      b.create<arith::SubIOp>(loc, x, b.create<arith::MulIOp>(loc, q, bc));
   Value neg = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, r,
                                       constInt(b, loc, i64, 0));
   r = b.create<arith::SelectOp>(loc, neg, b.create<arith::AddIOp>(loc, r, bc),
@@ -259,8 +261,8 @@ Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   Type i32 = b.getI32Type();
   Value count = constInt(b, loc, i32, 0);
   auto add = [&](Value bit) {
-    count = b.create<arith::AddIOp>(
-        loc, count, b.create<arith::ExtUIOp>(loc, i32, bit));
+    count = b.create<arith::AddIOp>(loc, count,
+                                    b.create<arith::ExtUIOp>(loc, i32, bit));
   };
   if (v.elem == ElemType::I64) {
     for (double bd : bounds) {
@@ -273,7 +275,8 @@ Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
       double fb = std::floor(bd);
       int64_t ib = static_cast<int64_t>(fb);
       // b <= a  <=>  !(a < b): a >= ib for an integral b, a > ib otherwise.
-      auto pred = fb < bd ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sge;
+      auto pred =
+          fb < bd ? arith::CmpIPredicate::sgt : arith::CmpIPredicate::sge;
       add(b.create<arith::CmpIOp>(loc, pred, v.value,
                                   constInt(b, loc, b.getI64Type(), ib)));
     }
@@ -348,8 +351,8 @@ int64_t normalizeChannels(const runtime::PlanStage &s) {
 
 bool coveredStep(const runtime::PlanStage &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
-  static const char *const kOps[] = {"fill_missing", "clamp", "cast",
-                                     "hash_bucket", "bucketize", "map",
+  static const char *const kOps[] = {"fill_missing", "clamp",     "cast",
+                                     "hash_bucket",  "bucketize", "map",
                                      "normalize"};
   if (s.kind != OpKind::Element ||
       std::find(std::begin(kOps), std::end(kOps), s.op) == std::end(kOps))
@@ -374,8 +377,7 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
     return false; // the runtime reports the error per record
   if (s.op == "hash_bucket" &&
       (!(isIntElem(in) || in == ElemType::Bool) ||
-       !s.params["buckets"].isNumber() ||
-       s.params["buckets"].asInt() < 1))
+       !s.params["buckets"].isNumber() || s.params["buckets"].asInt() < 1))
     return false;
   if (s.op == "normalize" &&
       (normalizeChannels(s) == 0 || !kernels::isNormalizeOutput(outElem)))
@@ -392,7 +394,8 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
     ExprPtr e = parseExpr(s.params["expr"].asString(), perr);
     if (!e)
       return false;
-    Expected<kernels::CompiledExpr> c = kernels::CompiledExpr::compileMap(*e, in);
+    Expected<kernels::CompiledExpr> c =
+        kernels::CompiledExpr::compileMap(*e, in);
     if (!c || !exprLowerable(*c))
       return false;
   }
@@ -403,10 +406,10 @@ std::string KernelSpec::signature() const {
   if (filter)
     return rows ? "filter rows" : "filter";
   if (chain)
-    return "remap " + field + " " + std::string(elemTypeName(inElem)) +
-           " -> " + outField + " " + std::string(elemTypeName(outElem));
-  return "values " + field + " " + std::string(elemTypeName(inElem)) +
-         " -> " + outField + " " + std::string(elemTypeName(outElem)) +
+    return "remap " + field + " " + std::string(elemTypeName(inElem)) + " -> " +
+           outField + " " + std::string(elemTypeName(outElem));
+  return "values " + field + " " + std::string(elemTypeName(inElem)) + " -> " +
+         outField + " " + std::string(elemTypeName(outElem)) +
          (channels > 1 ? " channels " + std::to_string(channels) : "");
 }
 
@@ -416,15 +419,17 @@ std::string KernelSpec::signature() const {
 /// to the runtime whole. A chain with a per-channel normalize records the
 /// channel count its records must have (KernelSpec::channels); two such
 /// steps that disagree would fail every record, so the runtime keeps them.
-static bool fusedKernels(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
+static bool fusedKernels(const runtime::PlanStage &s,
+                         std::vector<KernelSpec> &out) {
   std::vector<KernelSpec> chains;
   for (const runtime::PlanStage &step : s.fused) {
     std::string field, outField;
     ElemType in, outElem;
     if (!coveredStep(step, field, outField, in, outElem) || outField != field)
       return false;
-    auto it = std::find_if(chains.begin(), chains.end(),
-                           [&](const KernelSpec &k) { return k.field == field; });
+    auto it =
+        std::find_if(chains.begin(), chains.end(),
+                     [&](const KernelSpec &k) { return k.field == field; });
     if (it == chains.end()) {
       KernelSpec k;
       k.stage = s.name;
@@ -579,7 +584,8 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
       if (attr.getInt() >= 0 && attr.getInt() < n)
         known = attr.getInt();
   if (known >= 0) {
-    Value d = b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
+    Value d =
+        b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
     return normalizeResult(
         b, loc, s,
         b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])));
@@ -711,8 +717,9 @@ namespace {
 /// normalize reads its pair from P-entry constant tables at the position in
 /// the period, so no element needs a division:
 ///
-///   for (b = 0; b < n / P; ++b) for (j = 0; j < P; ++j) out[bP+j] = f(in[bP+j], j)
-///   for (i = n / P * P; i < n; ++i) out[i] = f(in[i], i - n / P * P)
+///   for (b = 0; b < n / P; ++b) for (j = 0; j < P; ++j) out[bP+j] =
+///   f(in[bP+j], j) for (i = n / P * P; i < n; ++i) out[i] = f(in[i], i - n / P
+///   * P)
 bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
                        std::string &error) {
   MLIRContext *ctx = b.getContext();
@@ -732,12 +739,12 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
     if (s.op != "normalize" || normalizeChannels(s) < 2)
       continue;
     if (normalizeChannels(s) != k.channels || period % k.channels != 0) {
-      error = "step '" + s.name + "' does not fit the channels of '" +
-              k.stage + "'";
+      error = "step '" + s.name + "' does not fit the channels of '" + k.stage +
+              "'";
       return false;
     }
-    tables[st] = periodTables(b, NameLoc::get(b.getStringAttr(s.name)), s,
-                              period);
+    tables[st] =
+        periodTables(b, NameLoc::get(b.getStringAttr(s.name)), s, period);
   }
 
   // out[i] = f(in[i]); `at`: i's position in the period.
@@ -749,8 +756,8 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
       std::string field, outField;
       ElemType se, so;
       if (!coveredStep(*s, field, outField, se, so) || se != v.elem) {
-        error = "step '" + s->name + "' does not fit the chain of '" +
-                k.stage + "'";
+        error = "step '" + s->name + "' does not fit the chain of '" + k.stage +
+                "'";
         return false;
       }
       Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
@@ -849,8 +856,7 @@ std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
 
 void loadCodegenDialects(MLIRContext &ctx) {
   ctx.loadDialect<arith::ArithDialect, func::FuncDialect, math::MathDialect,
-                  scf::SCFDialect, cf::ControlFlowDialect,
-                  LLVM::LLVMDialect>();
+                  scf::SCFDialect, cf::ControlFlowDialect, LLVM::LLVMDialect>();
 }
 
 OwningOpRef<ModuleOp> buildKernelModule(MLIRContext &ctx,

@@ -32,8 +32,8 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
-using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::resultField;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::stringParam;
 
 namespace {
@@ -81,8 +81,8 @@ struct FuseCropEpiloguePass
                                ? crop.getStageName()
                                : crop.getStageName().rsplit('+').second
                          : ElementOp(epi.steps.back()).getStageName();
-    if (std::string split = scheduleSplits(pipeline.getSchedule(), prev,
-                                           step.getStageName());
+    if (std::string split =
+            scheduleSplits(pipeline.getSchedule(), prev, step.getStageName());
         !split.empty())
       return split;
     StringRef kind = step.getKind();
@@ -173,13 +173,11 @@ struct FuseCropEpiloguePass
       return;
     if (leaveToCodegen && generated(epi)) {
       numLeft += epi.steps.size();
-      LLVM_DEBUG(llvm::dbgs() << "left the epilogue of '"
-                              << crop.getStageName()
+      LLVM_DEBUG(llvm::dbgs() << "left the epilogue of '" << crop.getStageName()
                               << "' to the generated kernel\n");
       if (emitRemarks)
         epi.steps.front().emitRemark()
-            << "left " << quotedNames(epi) << " after '"
-            << crop.getStageName()
+            << "left " << quotedNames(epi) << " after '" << crop.getStageName()
             << (epi.steps.size() == 1
                     ? "' to a generated kernel (alone, it writes the batch "
                       "row; sluice-fuse-maps fuses it with value-wise steps "

@@ -24,8 +24,8 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
-using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::resultField;
+using sluice::compiler::detail::scheduleSplits;
 
 namespace {
 
@@ -74,13 +74,13 @@ struct FuseDecodeCropPass
         continue;
       std::string reason = blocker(pipeline, decode, crop);
       if (!reason.empty()) {
-        LLVM_DEBUG(llvm::dbgs() << "not fusing '" << decode.getStageName()
-                                << "' + '" << crop.getStageName()
-                                << "': " << reason << "\n");
+        LLVM_DEBUG(llvm::dbgs()
+                   << "not fusing '" << decode.getStageName() << "' + '"
+                   << crop.getStageName() << "': " << reason << "\n");
         if (emitRemarks)
-          crop.emitRemark() << "did not fuse '" << decode.getStageName()
-                            << "' into '" << crop.getStageName()
-                            << "': " << reason;
+          crop.emitRemark()
+              << "did not fuse '" << decode.getStageName() << "' into '"
+              << crop.getStageName() << "': " << reason;
         continue;
       }
       fuse(decode, crop);

@@ -31,9 +31,9 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
-using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::kFusedAttr;
 using sluice::compiler::detail::markFused;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::stringParam;
 
 namespace {
@@ -92,21 +92,20 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
       std::string why = blocker(stage);
       // A run continues only along the stream: each step consumes the
       // previous one's output.
-      bool chained = !runOps.empty() && stage.getInputStream() ==
-                                            runOps.back().getOutputStream();
+      bool chained = !runOps.empty() &&
+                     stage.getInputStream() == runOps.back().getOutputStream();
       if (!why.empty()) {
         if (!runOps.empty())
-          LLVM_DEBUG(llvm::dbgs() << "run ends before '"
-                                  << stage.getStageName() << "': " << why
-                                  << "\n");
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStageName()
+                                  << "': " << why << "\n");
         flush();
         continue;
       }
       // A fixed schedule's knobs that act between the two end the run.
-      if (chained && !scheduleSplits(pipeline.getSchedule(),
-                                     runOps.back().getStageName(),
-                                     stage.getStageName())
-                          .empty())
+      if (chained &&
+          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStageName(),
+                          stage.getStageName())
+               .empty())
         chained = false;
       if (!chained)
         flush();

@@ -32,15 +32,14 @@ namespace sluice::compiler {
 
 using namespace mlir;
 using namespace sluice::ir;
-using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::kFusedAttr;
 using sluice::compiler::detail::markFused;
+using sluice::compiler::detail::scheduleSplits;
 using sluice::compiler::detail::stringParam;
 
 namespace {
 
-struct FuseRemapsPass
-    : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
+struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
   using FuseRemapsBase::FuseRemapsBase;
 
   void runOnOperation() override {
@@ -89,21 +88,20 @@ struct FuseRemapsPass
       std::string why = blocker(stage, field);
       if (!why.empty()) {
         if (!runOps.empty())
-          LLVM_DEBUG(llvm::dbgs() << "run ends before '"
-                                  << stage.getStageName() << "': " << why
-                                  << "\n");
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStageName()
+                                  << "': " << why << "\n");
         flush();
         continue;
       }
-      bool chained = !runOps.empty() &&
-                     stage.getInputStream() ==
-                         runOps.back().getOutputStream() &&
-                     field == runField;
+      bool chained =
+          !runOps.empty() &&
+          stage.getInputStream() == runOps.back().getOutputStream() &&
+          field == runField;
       // A fixed schedule's knobs that act between the two end the run.
-      if (chained && !scheduleSplits(pipeline.getSchedule(),
-                                     runOps.back().getStageName(),
-                                     stage.getStageName())
-                          .empty())
+      if (chained &&
+          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStageName(),
+                          stage.getStageName())
+               .empty())
         chained = false;
       if (!chained)
         flush();

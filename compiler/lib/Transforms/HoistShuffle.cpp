@@ -92,7 +92,8 @@ FieldSizes sizesAfter(StageOpInterface stage, const FieldSizes &before) {
   const sluice::OpDef *def =
       sluice::Registry::instance().find(stage.getRegistryName().str());
   std::optional<StringRef> written = resultField(stage.getRegistryParams());
-  std::optional<StringRef> read = stringParam(stage.getRegistryParams(), "field");
+  std::optional<StringRef> read =
+      stringParam(stage.getRegistryParams(), "field");
   FieldSizes after;
   for (const sluice::Field &f : out.fields()) {
     double est;
@@ -154,8 +155,8 @@ struct HoistShufflePass
     if (cachedSteps)
       for (Attribute a : cachedSteps)
         if (auto s = dyn_cast<StringAttr>(a);
-            s && (s.getValue() == stage.getStageName() ||
-                  s.getValue() == "default"))
+            s &&
+            (s.getValue() == stage.getStageName() || s.getValue() == "default"))
           return "the schedule file caches the output of " + name;
     return "";
   }
@@ -232,8 +233,8 @@ struct HoistShufflePass
       LLVM_DEBUG(llvm::dbgs() << "'" << shuffle.getStageName()
                               << "' stays: " << stop << "\n");
       if (emitRemarks)
-        shuffle->emitRemark() << "'" << shuffle.getStageName()
-                              << "' stays where it is: " << stop;
+        shuffle->emitRemark()
+            << "'" << shuffle.getStageName() << "' stays where it is: " << stop;
       return;
     }
 
@@ -250,8 +251,8 @@ struct HoistShufflePass
 
     std::string names;
     for (size_t i = best + 1; i < chain.size(); ++i)
-      names += (names.empty() ? "'" : ", '") +
-               chain[i].getStageName().str() + "'";
+      names +=
+          (names.empty() ? "'" : ", '") + chain[i].getStageName().str() + "'";
     size_t crossed = chain.size() - 1 - best;
     LLVM_DEBUG(llvm::dbgs() << "moved '" << shuffle.getStageName()
                             << "' before " << names << "\n");

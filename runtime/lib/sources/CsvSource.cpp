@@ -686,8 +686,7 @@ void CsvBlock::parse(const CsvSource &src) {
   ScanResult r;
   // Text without quotes and carriage returns (most tables) takes the fast
   // path, which falls back to scan() for each record it cannot take.
-  const bool simple = src.fastParse &&
-                      !std::memchr(b, '"', size_t(e - b)) &&
+  const bool simple = src.fastParse && !std::memchr(b, '"', size_t(e - b)) &&
                       !std::memchr(b, '\r', size_t(e - b));
   for (;;) {
     // Blank lines are not records.
@@ -803,8 +802,8 @@ private:
   std::shared_ptr<CsvBlock> cur_;               // the block being emitted
   int64_t row_ = 0;                             // next row of cur_
   size_t issue_ = 0;                            // next issue of cur_
-  std::vector<std::string> spare_;           // text buffers of finished blocks
-  HeldAllocation spareHeld_;                 // their bytes, in the budget
+  std::vector<std::string> spare_; // text buffers of finished blocks
+  HeldAllocation spareHeld_;       // their bytes, in the budget
   void noteSpare();
   std::vector<std::vector<int64_t>> shapes_; // of one row, per column
   std::vector<size_t> rowBytes_;             // per numeric column

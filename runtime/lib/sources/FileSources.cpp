@@ -28,11 +28,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include <dirent.h>
 #include <sys/stat.h>

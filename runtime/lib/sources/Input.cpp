@@ -71,17 +71,15 @@ bool BufferedInput::open(const std::string &path, bool decompress,
   unsigned gzBytes = kGzipBufferBytes;
   if (regular && !gzip)
     blockSize_ = std::clamp<size_t>(
-        roundUp(static_cast<uint64_t>(st.st_size) + 1, 4096), 4096,
-        blockSize_);
+        roundUp(static_cast<uint64_t>(st.st_size) + 1, 4096), 4096, blockSize_);
   if (regular && gzip) {
-    gzBytes = static_cast<unsigned>(std::clamp<uint64_t>(
-        roundUp(static_cast<uint64_t>(st.st_size), 4096), 8192,
-        kGzipBufferBytes));
+    gzBytes = static_cast<unsigned>(
+        std::clamp<uint64_t>(roundUp(static_cast<uint64_t>(st.st_size), 4096),
+                             8192, kGzipBufferBytes));
     // The gzip trailer's ISIZE: the (last member's) uncompressed size mod
     // 2^32, a hint for the block buffer only.
     unsigned char tail[4];
-    if (st.st_size >= 18 &&
-        ::pread(fd, tail, 4, st.st_size - 4) == 4) {
+    if (st.st_size >= 18 && ::pread(fd, tail, 4, st.st_size - 4) == 4) {
       uint64_t isize = uint64_t(tail[0]) | uint64_t(tail[1]) << 8 |
                        uint64_t(tail[2]) << 16 | uint64_t(tail[3]) << 24;
       blockSize_ =
@@ -99,10 +97,10 @@ bool BufferedInput::open(const std::string &path, bool decompress,
   // They take at most a quarter of what the budget has left, so that the
   // records they are read for still fit.
   const int64_t room = held_.available();
-  while ((room >= 0 && static_cast<int64_t>(blockSize_) + zlibFor(gzBytes) >
-                           room / 4) ||
-         !held_.tryResize(static_cast<int64_t>(blockSize_) +
-                          zlibFor(gzBytes))) {
+  while (
+      (room >= 0 &&
+       static_cast<int64_t>(blockSize_) + zlibFor(gzBytes) > room / 4) ||
+      !held_.tryResize(static_cast<int64_t>(blockSize_) + zlibFor(gzBytes))) {
     if (blockSize_ <= kMinBlockBytes &&
         (!gzip || gzBytes <= kMinGzipBufferBytes))
       break;
@@ -358,8 +356,10 @@ bool BufferedInput::fill() {
       try {
         held_.resize(static_cast<int64_t>(newCap) + zlibBytes_,
                      "the read buffer of " + path_ + " (grown to " +
-                         std::to_string(newCap) + " bytes for a record that "
-                         "does not fit in " + std::to_string(cap_) + ")");
+                         std::to_string(newCap) +
+                         " bytes for a record that "
+                         "does not fit in " +
+                         std::to_string(cap_) + ")");
         grow = true;
       } catch (const AllocationRefused &e) {
         error_ = e.what();
@@ -494,9 +494,9 @@ bool readWholeFile(const std::string &path, std::string &out,
   // The file's bytes are the record's: reserved in the thread's allocation
   // scope (the source stage's "<source> reading") before they are read, so
   // a file larger than budget.memory is refused instead of allocated.
-  if (Status r = reserveScratch(static_cast<int64_t>(st.st_size),
-                                "the " + std::to_string(st.st_size) +
-                                    "-byte file");
+  if (Status r =
+          reserveScratch(static_cast<int64_t>(st.st_size),
+                         "the " + std::to_string(st.st_size) + "-byte file");
       !r) {
     ::close(fd);
     error = r.message();
@@ -676,10 +676,11 @@ expandFiles(const std::string &kind, const Value &params,
                  : "") +
             "; the files in it would be missing from the data set");
       if (rc != 0 && rc != GLOB_NOMATCH)
-        return Status::error(
-            kind + ": " + name + ": cannot expand pattern '" + pattern + "' (" +
-            (rc == GLOB_ABORTED ? "a directory is unreadable" : "out of memory") +
-            ")");
+        return Status::error(kind + ": " + name + ": cannot expand pattern '" +
+                             pattern + "' (" +
+                             (rc == GLOB_ABORTED ? "a directory is unreadable"
+                                                 : "out of memory") +
+                             ")");
       if (files.size() == before) {
         std::string where = baseDir.empty() ? std::string(".") : baseDir;
         return Status::error(

@@ -69,7 +69,8 @@ bool splitS3(std::string_view url, std::string &bucket, std::string &key) {
   std::string_view rest = url.substr(5);
   size_t slash = rest.find('/');
   bucket = std::string(rest.substr(0, slash));
-  key = slash == std::string_view::npos ? "" : std::string(rest.substr(slash + 1));
+  key = slash == std::string_view::npos ? ""
+                                        : std::string(rest.substr(slash + 1));
   return !bucket.empty();
 }
 
@@ -136,11 +137,10 @@ std::string xmlDecode(std::string_view s) {
     else if (ent == "apos")
       out += '\'';
     else if (!ent.empty() && ent[0] == '#') {
-      unsigned long cp = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
-                             ? std::strtoul(std::string(ent.substr(2)).c_str(),
-                                            nullptr, 16)
-                             : std::strtoul(std::string(ent.substr(1)).c_str(),
-                                            nullptr, 10);
+      unsigned long cp =
+          ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
+              ? std::strtoul(std::string(ent.substr(2)).c_str(), nullptr, 16)
+              : std::strtoul(std::string(ent.substr(1)).c_str(), nullptr, 10);
       // UTF-8 encoding of the code point.
       if (cp < 0x80)
         out += static_cast<char>(cp);
@@ -206,8 +206,8 @@ Counters &counters() {
 
 struct Transfer final : PendingFetch {
   std::shared_ptr<const RemoteConfig> cfg;
-  std::string url;      // as named (s3://, https://): for messages
-  std::string httpUrl;  // what is requested
+  std::string url;     // as named (s3://, https://): for messages
+  std::string httpUrl; // what is requested
   int64_t offset = 0, length = -1;
   std::string ifNoneMatch; // an ETag: a conditional GET
   int attempt = 0;
@@ -293,8 +293,8 @@ private:
       std::string_view v = line.substr(name.size() + 1);
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
         v.remove_prefix(1);
-      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' ||
-                            v.back() == ' '))
+      while (!v.empty() &&
+             (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
         v.remove_suffix(1);
       return std::string(v);
     };
@@ -335,9 +335,9 @@ private:
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
                      static_cast<long>(cfg.timeoutSeconds * 1000));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(std::min(cfg.timeoutSeconds, 30.0) *
-                                       1000));
+    curl_easy_setopt(
+        e, CURLOPT_CONNECTTIMEOUT_MS,
+        static_cast<long>(std::min(cfg.timeoutSeconds, 30.0) * 1000));
     // The bytes must arrive as stored: no transparent decompression.
     curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
     if (t->length >= 0) {
@@ -353,10 +353,10 @@ private:
       t->headers = curl_slist_append(
           t->headers, ("If-None-Match: " + t->ifNoneMatch).c_str());
     if (startsWith(t->url, "s3://")) {
-      t->headers = curl_slist_append(
-          t->headers,
-          (std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256)
-              .c_str());
+      t->headers =
+          curl_slist_append(t->headers, (std::string("x-amz-content-sha256: ") +
+                                         kEmptyPayloadSha256)
+                                            .c_str());
       if (cfg.credentials) {
         const Credentials &c = *cfg.credentials;
         std::string provider = "aws:amz:" + cfg.region + ":s3";
@@ -365,8 +365,7 @@ private:
         curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
         if (!c.sessionToken.empty())
           t->headers = curl_slist_append(
-              t->headers,
-              ("x-amz-security-token: " + c.sessionToken).c_str());
+              t->headers, ("x-amz-security-token: " + c.sessionToken).c_str());
       }
     }
     if (t->headers)
@@ -382,8 +381,7 @@ private:
   }
 
   static bool retryableStatus(long s) {
-    return s == 429 || s == 408 || s == 500 || s == 502 || s == 503 ||
-           s == 504;
+    return s == 429 || s == 408 || s == 500 || s == 502 || s == 503 || s == 504;
   }
   static bool retryableCode(CURLcode c) {
     switch (c) {
@@ -445,8 +443,8 @@ private:
       if (status == 206) {
         size_t slash = t->contentRange.rfind('/');
         if (slash != std::string::npos && t->contentRange[slash + 1] != '*')
-          r.totalSize = std::strtoll(t->contentRange.c_str() + slash + 1,
-                                     nullptr, 10);
+          r.totalSize =
+              std::strtoll(t->contentRange.c_str() + slash + 1, nullptr, 10);
       }
     } else if (status == 304 && !t->ifNoneMatch.empty()) {
       // The cached version is current (startObjectFetch, RemoteStream).
@@ -467,9 +465,9 @@ private:
       // so retries of many readers spread out instead of arriving together.
       ++t->attempt;
       counters().retries.fetch_add(1, std::memory_order_relaxed);
-      double cap = std::min<double>(
-          t->cfg->maxBackoffMs,
-          t->cfg->backoffMs * std::pow(2.0, t->attempt - 1));
+      double cap =
+          std::min<double>(t->cfg->maxBackoffMs,
+                           t->cfg->backoffMs * std::pow(2.0, t->attempt - 1));
       std::uniform_real_distribution<double> jitter(0.5, 1.0);
       t->due = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(
                                   cap * jitter(rng_) * 1000));
@@ -520,10 +518,10 @@ private:
           start(t);
         } else {
           waitMs = std::min<int>(
-              waitMs, static_cast<int>(std::chrono::duration_cast<
-                                           std::chrono::milliseconds>(
-                                           delayed_[i]->due - now)
-                                           .count()) +
+              waitMs, static_cast<int>(
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              delayed_[i]->due - now)
+                              .count()) +
                           1);
           ++i;
         }
@@ -673,8 +671,8 @@ remoteConfigFor(const std::string &kind, const Value &params,
   bool explicitProfile = !profile.empty();
   if (profile.empty())
     profile = envOr("AWS_PROFILE", "default");
-  std::string credFile = envOr("AWS_SHARED_CREDENTIALS_FILE",
-                               homeDir() + "/.aws/credentials");
+  std::string credFile =
+      envOr("AWS_SHARED_CREDENTIALS_FILE", homeDir() + "/.aws/credentials");
   auto fromProfile = [&]() -> bool {
     auto sec = iniSection(credFile, profile);
     if (!sec || !sec->count("aws_access_key_id") ||
@@ -693,7 +691,8 @@ remoteConfigFor(const std::string &kind, const Value &params,
     if (!fromProfile())
       return Status::error(kind + ": remote.profile: no profile '" + profile +
                            "' with aws_access_key_id and "
-                           "aws_secret_access_key in " + credFile);
+                           "aws_secret_access_key in " +
+                           credFile);
   } else if (!envOr("AWS_ACCESS_KEY_ID").empty()) {
     auto c = std::make_shared<Credentials>();
     c->accessKey = envOr("AWS_ACCESS_KEY_ID");
@@ -892,10 +891,10 @@ std::vector<std::string> expandBraces(const std::string &pattern) {
     };
     if (digits(lo) && digits(hi)) {
       long a = std::stol(lo), b = std::stol(hi);
-      size_t width = (lo.size() > 1 && lo[0] == '0') ||
-                             (hi.size() > 1 && hi[0] == '0')
-                         ? std::max(lo.size(), hi.size())
-                         : 0;
+      size_t width =
+          (lo.size() > 1 && lo[0] == '0') || (hi.size() > 1 && hi[0] == '0')
+              ? std::max(lo.size(), hi.size())
+              : 0;
       for (long v = a;; v += a <= b ? 1 : -1) {
         std::string s = std::to_string(v);
         if (s.size() < width)
@@ -1013,7 +1012,8 @@ expandRemotePattern(const std::string &kind, const std::string &param,
       return Status::error(kind + ": " + param + ": pattern '" + pattern +
                            "' matched no objects (listed " +
                            std::to_string(keys->size()) + " under 's3://" +
-                           bucket + "/" + prefix + "'); check the bucket and "
+                           bucket + "/" + prefix +
+                           "'); check the bucket and "
                            "prefix");
   }
   return out;
@@ -1125,8 +1125,7 @@ void RemoteStream::topUp() {
   while (static_cast<int>(inFlight_.size()) < window_ && nextStart_ < size_) {
     int64_t len =
         std::min<int64_t>(static_cast<int64_t>(chunk_), size_ - nextStart_);
-    inFlight_.emplace_back(nextStart_,
-                           startFetch(cfg_, url_, nextStart_, len));
+    inFlight_.emplace_back(nextStart_, startFetch(cfg_, url_, nextStart_, len));
     nextStart_ += len;
   }
 }
@@ -1152,8 +1151,8 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
     std::shared_ptr<PendingFetch> p = std::move(inFlight_.front().second);
     inFlight_.erase(inFlight_.begin());
     Fetched &f = p->wait();
-    int64_t want = std::min<int64_t>(static_cast<int64_t>(chunk_),
-                                     size_ - start);
+    int64_t want =
+        std::min<int64_t>(static_cast<int64_t>(chunk_), size_ - start);
     if (!f.ok) {
       error = f.error + " (reading bytes " + std::to_string(start) + "-" +
               std::to_string(start + want - 1) + ")";
@@ -1172,10 +1171,9 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
               "): it does not serve byte ranges of this object";
       return -1;
     }
-    if (static_cast<int64_t>(f.body.size()) != want ||
-        f.totalSize != size_) {
-      error = "truncated body: asked for bytes " + std::to_string(start) +
-              "-" + std::to_string(start + want - 1) + " of " +
+    if (static_cast<int64_t>(f.body.size()) != want || f.totalSize != size_) {
+      error = "truncated body: asked for bytes " + std::to_string(start) + "-" +
+              std::to_string(start + want - 1) + " of " +
               std::to_string(size_) + ", received " +
               std::to_string(f.body.size()) +
               (f.totalSize != size_

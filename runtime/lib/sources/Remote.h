@@ -1,4 +1,5 @@
-//===- Remote.h - Objects read over S3 and HTTP(S) through libcurl -*- C++ -*-===//
+//===- Remote.h - Objects read over S3 and HTTP(S) through libcurl -*- C++
+//-*-===//
 //
 // Internal to runtime/lib/sources. Every file parameter of a source may name
 // objects instead of local files: `s3://bucket/key` (S3 and its compatibles,
@@ -231,15 +232,15 @@ void countCacheBytes(uint64_t n);
 
 /// Process-wide counters of remote reads (stats, the tuner).
 struct RemoteTotals {
-  uint64_t requests = 0;  ///< attempts sent, retries included
-  uint64_t retries = 0;   ///< attempts repeated after a retryable failure
-  uint64_t failures = 0;  ///< requests that failed for good
-  uint64_t bytes = 0;     ///< body bytes received
+  uint64_t requests = 0;      ///< attempts sent, retries included
+  uint64_t retries = 0;       ///< attempts repeated after a retryable failure
+  uint64_t failures = 0;      ///< requests that failed for good
+  uint64_t bytes = 0;         ///< body bytes received
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
   /// Time from sending to the last byte (latency + transfer), recent
   /// successful requests: what Little's law multiplies by the rate.
   double medianRequestMs = 0;
-  uint64_t peakInFlight = 0;  ///< most requests at once since the reset
+  uint64_t peakInFlight = 0; ///< most requests at once since the reset
 };
 RemoteTotals remoteTotals();
 /// Starts counting peakInFlight anew (a pipeline being built).
@@ -271,7 +272,7 @@ private:
   size_t chunk_ = 0;
   int window_ = 1;
   std::vector<std::pair<int64_t, std::shared_ptr<PendingFetch>>> inFlight_;
-  std::string cur_;       ///< the chunk being consumed
+  std::string cur_; ///< the chunk being consumed
   size_t curPos_ = 0;
   int64_t nextStart_ = 0; ///< offset of the next chunk to request
   int64_t curEnd_ = 0;    ///< offset after cur_

@@ -182,13 +182,12 @@ Expected<std::unique_ptr<Source>> Source::create(const std::string &kind,
     }
     if (!empty.empty())
       src->warnings_.push_back(
-          (empty.size() == 1 ? empty[0] + " is empty"
-                             : std::to_string(empty.size()) +
-                                   " files are empty (" + empty[0] +
-                                   (empty.size() > 1 ? ", " + empty[1] : "") +
-                                   (empty.size() > 2 ? ", ..." : "") + ")") +
-          " (0 bytes): no records from " +
-          (empty.size() == 1 ? "it" : "them"));
+          (empty.size() == 1
+               ? empty[0] + " is empty"
+               : std::to_string(empty.size()) + " files are empty (" +
+                     empty[0] + (empty.size() > 1 ? ", " + empty[1] : "") +
+                     (empty.size() > 2 ? ", ..." : "") + ")") +
+          " (0 bytes): no records from " + (empty.size() == 1 ? "it" : "them"));
   }
   src->onError_ = onError;
   if (type.empty()) {

@@ -150,7 +150,7 @@ private:
   bool started_ = false;
   std::string payload_;
   HeldAllocation payloadHeld_; ///< payload_'s capacity, in the budget
-  std::vector<Wire> spans_; // Feature bytes per wanted feature, or null
+  std::vector<Wire> spans_;    // Feature bytes per wanted feature, or null
 };
 
 ReadResult TFRecordReader::next(Record &out) {
@@ -215,8 +215,8 @@ ReadResult TFRecordReader::next(Record &out) {
       !st) {
     if (in_.skip(length + 4) != length + 4)
       return fail("tfrecord: truncated record",
-                  "the file ends inside a record of " +
-                      std::to_string(length) + " bytes",
+                  "the file ends inside a record of " + std::to_string(length) +
+                      " bytes",
                   start, false);
     return fail("tfrecord: record too large", st.message(), start, true);
   }

@@ -361,9 +361,8 @@ ReadResult WebDatasetReader::next(Record &out) {
         if (member_.size > left)
           return fail("webdataset: truncated tar",
                       "member '" + member_.name + "' declares " +
-                          std::to_string(member_.size) +
-                          " bytes, but only " + std::to_string(left) +
-                          " bytes are left in the file",
+                          std::to_string(member_.size) + " bytes, but only " +
+                          std::to_string(left) + " bytes are left in the file",
                       member_.offset, false, member_.ext);
       }
       if (member_.size > uint64_t(std::numeric_limits<int64_t>::max()))
@@ -393,10 +392,10 @@ ReadResult WebDatasetReader::next(Record &out) {
       if (!readMember(v) || in_.skip(pad) != pad)
         return fail("webdataset: truncated tar",
                     "the file ends inside member '" + member_.name + "'" +
-                        (in_.rawSize() ? ""
-                                       : " (it declares " +
-                                             std::to_string(member_.size) +
-                                             " bytes)"),
+                        (in_.rawSize()
+                             ? ""
+                             : " (it declares " + std::to_string(member_.size) +
+                                   " bytes)"),
                     member_.offset, false, member_.ext);
       have_[static_cast<size_t>(f)] = 1;
       continue;

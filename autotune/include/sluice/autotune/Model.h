@@ -29,7 +29,8 @@
 
 namespace sluice::autotune {
 
-/// Universal Scalability Law: speedup(p) = p / (1 + sigma (p-1) + kappa p (p-1)).
+/// Universal Scalability Law: speedup(p) = p / (1 + sigma (p-1) + kappa p
+/// (p-1)).
 struct Usl {
   double sigma = 0; ///< contention
   double kappa = 0; ///< coherency
@@ -193,7 +194,7 @@ struct UnitPrediction {
 
 /// What a configuration is predicted to do.
 struct Prediction {
-  double throughput = 0;       ///< source records/s, steady state
+  double throughput = 0; ///< source records/s, steady state
   /// Source records/s averaged over the spec's whole run, start-up
   /// included (wholeRunThroughput); = throughput for endless runs or an
   /// unknown epoch size.

@@ -1,4 +1,5 @@
-//===- Profile.h - What a short probe run measured about each stage -*- C++ -*-===//
+//===- Profile.h - What a short probe run measured about each stage -*- C++
+//-*-===//
 //
 // The autotuner's input. A profile is taken by running the pipeline briefly
 // (bounded by seconds and by source records) at a few probe parallelisms and

@@ -1,4 +1,5 @@
-//===- Replan.h - Re-planning a `schedule: auto` run when rates drift -*- C++ -*-===//
+//===- Replan.h - Re-planning a `schedule: auto` run when rates drift -*- C++
+//-*-===//
 //
 // The profile a `schedule: auto` run starts from is taken in its first
 // seconds; the data may change later (larger images, longer lines, a filter

@@ -79,9 +79,9 @@ struct TuneResult {
   /// depths or fewer workers than `solution.config`, or is empty (the
   /// spec's own schedule); a note in `solution.notes` says which.
   bool loweredForMemory = false;
-  Prediction naive; ///< the naive configuration, predicted
+  Prediction naive;              ///< the naive configuration, predicted
   std::optional<Probe> measured; ///< the chosen schedule, run
-  bool measuredWholeRun = false;  ///< over all epochs, not a window
+  bool measuredWholeRun = false; ///< over all epochs, not a window
   double loadAverage = 0;        ///< 1-minute load when tuning started
   double seconds = 0;            ///< the whole tune
   /// When the budget is more cores than the host: what would limit and

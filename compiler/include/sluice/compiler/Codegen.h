@@ -45,9 +45,9 @@ struct CodegenStats {
   /// 1 if a cache entry was found but not trusted (its digest or key did
   /// not match, or it did not link): it was compiled again and replaced.
   int64_t cacheRejected = 0;
-  double buildMs = 0;      ///< IR construction + lowering to LLVM
-  double compileMs = 0;    ///< LLVM optimization + machine code (0 on a hit)
-  double totalMs = 0;      ///< everything, including loading
+  double buildMs = 0;   ///< IR construction + lowering to LLVM
+  double compileMs = 0; ///< LLVM optimization + machine code (0 on a hit)
+  double totalMs = 0;   ///< everything, including loading
 };
 
 /// True when SLUICE_NO_JIT=1 (or any non-empty value other than 0) asks to

@@ -1,8 +1,10 @@
-//===- Diagnostics.h - Spec errors with file:line:col and a caret -*- C++ -*-===//
+//===- Diagnostics.h - Spec errors with file:line:col and a caret -*- C++
+//-*-===//
 //
 // Every problem found in a spec is collected here (the front end keeps going
 // after the first one) and printed as
-//   spec.yaml:12:5: error: unknown op 'decode_imgae'; did you mean 'decode_image'?
+//   spec.yaml:12:5: error: unknown op 'decode_imgae'; did you mean
+//   'decode_image'?
 //     - decode_imgae: {field: data}
 //       ^
 // followed by optional notes/hints.

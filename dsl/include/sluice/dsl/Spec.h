@@ -27,11 +27,11 @@ struct Step {
   /// Unique name used by schedules and reports: the op name, with ".2",
   /// ".3"... appended when an op occurs more than once ("map", "map.2").
   std::string name;
-  std::string op;              ///< registry name
-  const OpDef *def = nullptr;  ///< registry entry
-  Value params;                ///< Map: validated, defaults filled
-  SourceLoc loc;               ///< where the op name is written
-  RecordType outputType;       ///< record type after this step
+  std::string op;             ///< registry name
+  const OpDef *def = nullptr; ///< registry entry
+  Value params;               ///< Map: validated, defaults filled
+  SourceLoc loc;              ///< where the op name is written
+  RecordType outputType;      ///< record type after this step
 };
 
 /// Per-step knobs of a fixed schedule; unset = let the runtime/autotuner pick.
@@ -43,8 +43,8 @@ struct StepSchedule {
 };
 
 struct Budget {
-  int64_t cores = 0;        ///< 0 = all cores of the host
-  int64_t memoryBytes = 0;  ///< 0 = no limit given
+  int64_t cores = 0;       ///< 0 = all cores of the host
+  int64_t memoryBytes = 0; ///< 0 = no limit given
   SourceLoc coresLoc, memoryLoc;
 };
 
@@ -61,8 +61,8 @@ struct Distributed {
 
 /// A checked pipeline.
 struct Spec {
-  std::string file;      ///< path as given on the command line
-  std::string pipeline;  ///< `pipeline:` name
+  std::string file;     ///< path as given on the command line
+  std::string pipeline; ///< `pipeline:` name
   uint64_t seed = 0;
   Step source;
   std::vector<Step> steps;

@@ -114,10 +114,10 @@ constexpr size_t kSmallPoolThreadCredit = size_t(64) << 10;
 
 /// Counters of the process-wide buffer pool.
 struct BufferPoolStats {
-  int64_t idleBuffers = 0; ///< buffers held for reuse now
-  int64_t idleBytes = 0;   ///< their bytes
-  int64_t hits = 0;        ///< allocations served from the pool
-  int64_t misses = 0;      ///< pooled-size allocations that were not
+  int64_t idleBuffers = 0;      ///< buffers held for reuse now
+  int64_t idleBytes = 0;        ///< their bytes
+  int64_t hits = 0;             ///< allocations served from the pool
+  int64_t misses = 0;           ///< pooled-size allocations that were not
   int64_t smallIdleBuffers = 0; ///< small buffers held for reuse now
   int64_t smallIdleBytes = 0;   ///< their bytes
   int64_t smallHits = 0;        ///< small allocations served from the pool

@@ -1,4 +1,5 @@
-//===- ConfigFile.h - Reading the small files a user names -------*- C++ -*-===//
+//===- ConfigFile.h - Reading the small files a user names -------*- C++
+//-*-===//
 //
 // A spec, a `--schedule` file, a tokenize vocabulary, a `--resume` state, a
 // `tune --check` baseline: files a person names on a command line or in a

@@ -32,14 +32,14 @@ namespace sluice {
 enum class ParamKind {
   Bool,
   Int,
-  Float,      ///< ints are accepted and widened
+  Float, ///< ints are accepted and widened
   String,
-  Enum,       ///< one of ParamSpec::choices
-  Size,       ///< byte size: 512MiB, 4GiB, 1000000, 64KB
-  Expr,       ///< an expression string, parsed and checked by the type rule
-  Field,      ///< the name of a field of the input record
-  FieldList,  ///< a list of field names of the input record
-  DType,      ///< an element type name: u8, i64, f32, ...
+  Enum,      ///< one of ParamSpec::choices
+  Size,      ///< byte size: 512MiB, 4GiB, 1000000, 64KB
+  Expr,      ///< an expression string, parsed and checked by the type rule
+  Field,     ///< the name of a field of the input record
+  FieldList, ///< a list of field names of the input record
+  DType,     ///< an element type name: u8, i64, f32, ...
   IntList,
   FloatList,
   StringList,
@@ -70,15 +70,48 @@ struct ParamSpec {
   std::vector<ParamSpec> members;   ///< Struct / StructList
 
   // Fluent construction for registry entries.
-  ParamSpec &req() { required = true; return *this; }
-  ParamSpec &def(Value v) { defaultValue = std::move(v); return *this; }
-  ParamSpec &describe(std::string d) { doc = std::move(d); return *this; }
-  ParamSpec &atLeast(double v) { min = v; minExclusive = false; return *this; }
-  ParamSpec &above(double v) { min = v; minExclusive = true; return *this; }
-  ParamSpec &atMost(double v) { max = v; maxExclusive = false; return *this; }
-  ParamSpec &below(double v) { max = v; maxExclusive = true; return *this; }
-  ParamSpec &length(size_t lo, size_t hi) { minLen = lo; maxLen = hi; return *this; }
-  ParamSpec &scalar(size_t broadcast = 0) { scalarOk = true; broadcastTo = broadcast; return *this; }
+  ParamSpec &req() {
+    required = true;
+    return *this;
+  }
+  ParamSpec &def(Value v) {
+    defaultValue = std::move(v);
+    return *this;
+  }
+  ParamSpec &describe(std::string d) {
+    doc = std::move(d);
+    return *this;
+  }
+  ParamSpec &atLeast(double v) {
+    min = v;
+    minExclusive = false;
+    return *this;
+  }
+  ParamSpec &above(double v) {
+    min = v;
+    minExclusive = true;
+    return *this;
+  }
+  ParamSpec &atMost(double v) {
+    max = v;
+    maxExclusive = false;
+    return *this;
+  }
+  ParamSpec &below(double v) {
+    max = v;
+    maxExclusive = true;
+    return *this;
+  }
+  ParamSpec &length(size_t lo, size_t hi) {
+    minLen = lo;
+    maxLen = hi;
+    return *this;
+  }
+  ParamSpec &scalar(size_t broadcast = 0) {
+    scalarOk = true;
+    broadcastTo = broadcast;
+    return *this;
+  }
 };
 
 /// Shorthands: `param("size", ParamKind::Int).req().atLeast(1)`.
@@ -165,8 +198,8 @@ struct OpTraits {
 
 /// Rough per-element costs the autotuner starts from before it has a profile.
 struct CostHints {
-  double nsPerElement = 50;  ///< fixed cost per record
-  double nsPerByte = 0;      ///< cost per input byte of the main field
+  double nsPerElement = 50;    ///< fixed cost per record
+  double nsPerByte = 0;        ///< cost per input byte of the main field
   double outputBytesRatio = 1; ///< output bytes / input bytes
 };
 
@@ -279,9 +312,9 @@ using RowsBinder = std::function<Expected<RowsKernel>(const RecordSite &)>;
 struct OpDef {
   std::string name;
   OpKind kind = OpKind::Element;
-  std::string summary;          ///< one line
-  std::string doc;              ///< a paragraph, markdown
-  std::string example;          ///< a YAML step, e.g. "- shuffle: {buffer: 4096}"
+  std::string summary; ///< one line
+  std::string doc;     ///< a paragraph, markdown
+  std::string example; ///< a YAML step, e.g. "- shuffle: {buffer: 4096}"
   /// The type rule in words, for docs: "`field` becomes f32, same shape".
   std::string typeDoc;
   std::vector<ParamSpec> params;
@@ -331,7 +364,9 @@ private:
 
 /// Registers an op at static-initialization time.
 struct OpRegistration {
-  explicit OpRegistration(OpDef def) { Registry::instance().add(std::move(def)); }
+  explicit OpRegistration(OpDef def) {
+    Registry::instance().add(std::move(def));
+  }
 };
 
 /// The closest candidate within a small edit distance, or "" (for

@@ -1,4 +1,5 @@
-//===- CompiledKernels.h - Kernels compiled ahead of the run -----*- C++ -*-===//
+//===- CompiledKernels.h - Kernels compiled ahead of the run -----*- C++
+//-*-===//
 //
 // The seam between compiler/ (which generates native kernels, JIT or as an
 // object file) and the runtime (which must never include MLIR): a kernel is a

@@ -114,12 +114,12 @@ int configureProcessAllocator();
 /// have ended, before the run itself. Only with the free heap carry off
 /// (heapCarryEnabled()): otherwise the run counts those pages and refills
 /// them (on bench/specs/photos_bench.yaml the trim freed the probes' 85 MiB
-/// of file bytes and the run faulted them in again, ~22k faults). The probes' pipelines leave their
-/// freed byte strings and containers (csv block texts, read buffers) in
-/// the heap, resident but counted in no budget; the run then added them to
-/// its peak RSS on top of what it counted (criteo_bench: ~9 MiB free in the
-/// heap after the probes; see bench/README.md "Memory"). A no-op under
-/// SLUICE_NO_HEAP_TRIM=1 (or off glibc); returns whether it trimmed.
+/// of file bytes and the run faulted them in again, ~22k faults). The probes'
+/// pipelines leave their freed byte strings and containers (csv block texts,
+/// read buffers) in the heap, resident but counted in no budget; the run then
+/// added them to its peak RSS on top of what it counted (criteo_bench: ~9 MiB
+/// free in the heap after the probes; see bench/README.md "Memory"). A no-op
+/// under SLUICE_NO_HEAP_TRIM=1 (or off glibc); returns whether it trimmed.
 bool releaseFreeHeap();
 
 /// Bytes free inside the malloc heap now (glibc's mallinfo2 fordblks, all

@@ -1,14 +1,16 @@
-//===- RemapChain.h - Index-remap chains and their per-record numbers -*- C++ -*-===//
+//===- RemapChain.h - Index-remap chains and their per-record numbers -*- C++
+//-*-===//
 //
 // sluice-fuse-remaps groups a run of steps on one field that only move
 // values (center_crop, random_crop, random_flip, transpose, pad) with the
 // value-wise steps around them (cast, normalize, clamp, fill_missing, map,
-// hash_bucket, bucketize) into one `fused_map` stage. The code generator compiles such a chain to
-// ONE kernel for every record: out[o] = f(in[remap(o)]), where remap is the
-// composition of the steps' index maps. What differs between records (the
-// image's size, the crop offsets a random_crop draws, whether random_flip
-// flips) is not compiled in: it is a block of int64 parameters the runtime
-// fills per record and passes to the kernel.
+// hash_bucket, bucketize) into one `fused_map` stage. The code generator
+// compiles such a chain to ONE kernel for every record: out[o] =
+// f(in[remap(o)]), where remap is the composition of the steps' index maps.
+// What differs between records (the image's size, the crop offsets a
+// random_crop draws, whether random_flip flips) is not compiled in: it is a
+// block of int64 parameters the runtime fills per record and passes to the
+// kernel.
 //
 // This file is that contract, shared by both sides (and MLIR-free): the
 // parameter layout the generator reads (RemapChain::dimsAt/drawAt) and the

@@ -115,8 +115,7 @@ void noteTaskArenaMade();
 
 class TaskArena {
 public:
-  TaskArena(int maxConcurrency, unsigned reservedForMasters,
-            bool turns = false)
+  TaskArena(int maxConcurrency, unsigned reservedForMasters, bool turns = false)
       : arena_(maxConcurrency, reservedForMasters), turns_(turns) {
     noteTaskArenaMade();
   }

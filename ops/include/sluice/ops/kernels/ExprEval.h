@@ -145,7 +145,6 @@ public:
     std::string name;
   };
 
-
   // The compiled program, for the code generator (compiler/lib/Codegen): it
   // lowers the bytecode instruction by instruction, so generated kernels
   // compute exactly what run() computes.

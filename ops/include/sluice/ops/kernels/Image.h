@@ -111,7 +111,8 @@ struct ImageEpilogue {
 /// the code the fused resize runs on each row it writes (the hand-written
 /// path the generated remap kernels are measured against, bench/
 /// epilogue_bench.cpp).
-Expected<Tensor> applyImageEpilogue(const Tensor &image, const ImageEpilogue &e);
+Expected<Tensor> applyImageEpilogue(const Tensor &image,
+                                    const ImageEpilogue &e);
 
 /// How a fused decode + crop decodes.
 struct DecodeOptions {

@@ -1,4 +1,5 @@
-//===- MathImpl.h - One definition of log for interpreter and codegen -*- C++ -*-===//
+//===- MathImpl.h - One definition of log for interpreter and codegen -*- C++
+//-*-===//
 //
 // `log` in a map expression costs ~4 ns per value as a libm call, and a call
 // stops the loop vectorizer. Generated kernels must still round exactly as
@@ -58,7 +59,8 @@ template <class B> typename B::F logImpl(B &b, typename B::F x) {
   I ii = b.isub(hx, b.i(0x6147A));
   F w = b.mul(z, z);
   I j = b.isub(b.i(0x6B851), hx);
-  F t1 = b.mul(w, b.add(b.f(lg2), b.mul(w, b.add(b.f(lg4), b.mul(w, b.f(lg6))))));
+  F t1 =
+      b.mul(w, b.add(b.f(lg2), b.mul(w, b.add(b.f(lg4), b.mul(w, b.f(lg6))))));
   F t2 = b.mul(
       z, b.add(b.f(lg1),
                b.mul(w, b.add(b.f(lg3),
@@ -72,18 +74,20 @@ template <class B> typename B::F logImpl(B &b, typename B::F x) {
                b.sub(b.sub(hfsq, b.add(sHR, b.mul(dk, b.f(ln2Lo)))), f));
   F sFR = b.mul(s, b.sub(f, r));
   F b0 = b.sub(f, sFR);
-  F b1 = b.sub(b.mul(dk, b.f(ln2Hi)),
-               b.sub(b.sub(sFR, b.mul(dk, b.f(ln2Lo))), f));
+  F b1 =
+      b.sub(b.mul(dk, b.f(ln2Hi)), b.sub(b.sub(sFR, b.mul(dk, b.f(ln2Lo))), f));
   auto kZero = b.ieq(k, b.i(0));
   F out = b.sel(b.igt(ii, b.i(0)), b.sel(kZero, a0, a1), b.sel(kZero, b0, b1));
 
   I absBits = b.iand(ix, b.i(0x7FFFFFFFFFFFFFFFll));
   out = b.sel(b.ieq(ix, b.i(0x7FF0000000000000ll)), x, out); // +inf
-  out = b.sel(b.ilt(ix, b.i(0)), b.fromBits(b.i(int64_t(0xFFF8000000000000ull))),
-              out); // x < 0: the x86/libm default NaN
-  out = b.sel(b.ieq(absBits, b.i(0)), b.fromBits(b.i(int64_t(0xFFF0000000000000ull))),
-              out);                                     // +-0 -> -inf
-  out = b.sel(b.funo(x, x), b.add(x, x), out);          // NaN: quieted x
+  out =
+      b.sel(b.ilt(ix, b.i(0)), b.fromBits(b.i(int64_t(0xFFF8000000000000ull))),
+            out); // x < 0: the x86/libm default NaN
+  out = b.sel(b.ieq(absBits, b.i(0)),
+              b.fromBits(b.i(int64_t(0xFFF0000000000000ull))),
+              out);                            // +-0 -> -inf
+  out = b.sel(b.funo(x, x), b.add(x, x), out); // NaN: quieted x
   return out;
 }
 

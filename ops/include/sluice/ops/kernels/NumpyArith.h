@@ -1,4 +1,5 @@
-//===- NumpyArith.h - numpy's integer power, floor division and modulo -*- C++ -*-===//
+//===- NumpyArith.h - numpy's integer power, floor division and modulo -*- C++
+//-*-===//
 //
 // One definition for the interpreter (ExprEval.cpp) and for the entry points
 // generated kernels call (MathCalls.cpp), so that turning codegen off changes
