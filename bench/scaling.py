@@ -11,6 +11,9 @@ Usage:
 What runs (each `sluice run --sink null --threads N --stats-json`, wrapped in
 getrusage through os.wait4, REPEATS interleaved rounds, medians):
   readme     the README's order (shuffle after decode, augmentations, select)
+  readme-buffered  the same with SLUICE_NO_POSITIONAL_SHUFFLE=1 (the hoisted
+             shuffle run as a buffer instead of the source reading in its
+             order)
   readme-off the same with --disable-pass sluice-hoist-shuffle (what the
              README's order cost before the pass; same output bytes)
   first      the shuffle written right after the source
@@ -96,10 +99,10 @@ def run_rusage(cmd, env=None):
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
-def sluice_run(args, spec_path, threads, extra, stats_path):
+def sluice_run(args, spec_path, threads, extra, env, stats_path):
     cmd = [args.sluice, "run", spec_path, "--sink", "null", "--threads",
            str(threads), "--quiet", "--stats-json", stats_path] + extra
-    wall, cpu, rss = run_rusage(cmd)
+    wall, cpu, rss = run_rusage(cmd, dict(os.environ, **env) if env else None)
     with open(stats_path) as f:
         stats = json.load(f)
     records = stats["stages"][0]["emitted"]
@@ -229,12 +232,15 @@ def main():
         threads.append(cores)
     tmp = tempfile.mkdtemp(prefix="sluice-scaling-")
     specs = {
-        "readme": (STEPS_README, []),
-        "readme-off": (STEPS_README, ["--disable-pass", "sluice-hoist-shuffle"]),
-        "first": (STEPS_FIRST, []),
+        "readme": (STEPS_README, [], {}),
+        "readme-off": (STEPS_README, ["--disable-pass", "sluice-hoist-shuffle"],
+                       {}),
+        "readme-buffered": (STEPS_README, [],
+                            {"SLUICE_NO_POSITIONAL_SHUFFLE": "1"}),
+        "first": (STEPS_FIRST, [], {}),
     }
     paths = {}
-    for name, (steps, _) in specs.items():
+    for name, (steps, _, _) in specs.items():
         paths[name] = os.path.join(tmp, name + ".yaml")
         with open(paths[name], "w") as f:
             f.write(spec(args.data, steps, args.epochs))
@@ -245,9 +251,9 @@ def main():
         for n, rate in decode_loop(args, threads).items():
             decode.setdefault(n, []).append(rate)
         for n in threads:
-            for name, (_, extra) in specs.items():
+            for name, (_, extra, env) in specs.items():
                 results[(name, n)].append(sluice_run(
-                    args, paths[name], n, extra,
+                    args, paths[name], n, extra, env,
                     os.path.join(tmp, "%s-%d-%d.json" % (name, n, r))))
         print("round %d/%d done" % (r + 1, args.repeats), file=sys.stderr)
 

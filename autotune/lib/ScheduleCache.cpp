@@ -379,8 +379,8 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
      << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
      << opts.parallelParse << " runs " << opts.recordRuns << " files "
-     << opts.fileReadAhead << "\nhost " << cpuModel() << "\ndata "
-     << dataKey(plan, opts) << "\n";
+     << opts.fileReadAhead << " order " << opts.positionalShuffle << "\nhost "
+     << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -9,7 +9,6 @@
 //===----------------------------------------------------------------------===//
 #include "Replay.h"
 
-#include "sluice/ops/Random.h"
 #include "sluice/runtime/ElementOps.h"
 
 #include <algorithm>
@@ -69,44 +68,6 @@ unservable(const runtime::PlanStage &st) {
 }
 
 } // namespace
-
-std::vector<int64_t> replayShuffle(const runtime::PlanStage &step,
-                                   uint64_t planSeed, int64_t epoch,
-                                   const std::vector<int64_t> &in) {
-  // ShuffleStage's parameters, defaults and draws (Stages.cpp).
-  const Value &p = step.params;
-  int64_t buffer = 1;
-  if (p["buffer"].isNumber())
-    buffer = std::max<int64_t>(1, p["buffer"].asInt());
-  uint64_t seed = p["seed"].isNumber()
-                      ? static_cast<uint64_t>(p["seed"].asInt())
-                      : planSeed;
-  bool reshuffle = true;
-  if (p["reshuffle_each_epoch"].isBool())
-    reshuffle = p["reshuffle_each_epoch"].asBool();
-  else if (p["reshuffle_each_iteration"].isBool())
-    reshuffle = p["reshuffle_each_iteration"].asBool();
-  // One pass per epoch (`repeat` is refused), so the pass is 0.
-  Rng rng(seed, reshuffle ? static_cast<uint64_t>(epoch) : 0, 0,
-          runtime::stageStream(step));
-  std::vector<int64_t> out, buf;
-  out.reserve(in.size());
-  buf.reserve(static_cast<size_t>(
-      std::min<int64_t>(buffer, static_cast<int64_t>(in.size()))));
-  size_t next = 0;
-  for (;;) {
-    while (next < in.size() && static_cast<int64_t>(buf.size()) < buffer)
-      buf.push_back(in[next++]);
-    if (buf.empty())
-      break;
-    size_t j = static_cast<size_t>(
-        rng.uniformInt(0, static_cast<int64_t>(buf.size())));
-    out.push_back(buf[j]);
-    buf[j] = buf.back();
-    buf.pop_back();
-  }
-  return out;
-}
 
 Expected<std::unique_ptr<ServePlan>>
 ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
@@ -260,7 +221,9 @@ ServePlan::order(int64_t epoch, int64_t rank, int64_t world) {
     if (isBatch(st))
       break;
     if (st.op == "shuffle") {
-      rows = replayShuffle(st, plan_.seed, epoch, rows);
+      // One pass per epoch (`repeat` is refused), so the pass is 0.
+      rows = *runtime::replayOrder(st, plan_.seed, static_cast<uint64_t>(epoch),
+                                   0, rows);
     } else if (st.op == "filter") {
       Expected<std::vector<int64_t>> kept =
           survivors(i, std::move(rows), epoch);

@@ -100,12 +100,6 @@ private:
       cache_;
 };
 
-/// The order a shuffle step emits the records it is given in, replayed
-/// over their numbers (Stages.cpp's ShuffleStage, draw for draw).
-std::vector<int64_t> replayShuffle(const runtime::PlanStage &step,
-                                   uint64_t planSeed, int64_t epoch,
-                                   const std::vector<int64_t> &in);
-
 } // namespace sluice::remote::detail
 
 #endif // SLUICE_REMOTE_REPLAY_H

@@ -80,6 +80,8 @@ struct ItemRun {
   int64_t rowRecordBytes() const;
 };
 
+struct OrderReplay;
+
 /// State shared by the stages of one pipeline.
 struct Shared {
   const Plan *plan = nullptr;
@@ -136,6 +138,16 @@ struct Shared {
     int64_t resumeStart = 0;
     /// RunOptions::positions: read these positions, in this order.
     std::shared_ptr<const std::vector<int64_t>> positions;
+    /// Shuffle by position (RunOptions::positionalShuffle): the reordering
+    /// step right after the source whose order the source reads in (each
+    /// pass, the step's order replayed over this rank's walk), and its
+    /// replay; the step's own stage then passes records through.
+    const PlanStage *order = nullptr;
+    const OrderReplay *replay = nullptr;
+    /// Number records as the sequential source does, whose numbering goes
+    /// on across the passes of a `repeat` (pass k's record at position p
+    /// is k * count + p): set when shuffle by position replaced it.
+    bool numberPasses = false;
   } positional;
 
   /// The source stage's counters, and the source records that passes
@@ -425,14 +437,30 @@ struct StageBuild {
 using StageFactory =
     std::function<Expected<std::unique_ptr<Stage>>(StageBuild &b)>;
 
+/// How a reordering step's output order follows from its input's count
+/// alone (its draws depend on how many records it holds, never on their
+/// values): the order of `in` (any labels: positions, steps of a walk)
+/// that the step gives in pass `pass` of epoch `epoch`. Lets the source
+/// read in that order instead (shuffle by position, PositionalSource.cpp)
+/// and `sluice serve` replay it over positions (remote/lib/Replay.cpp).
+struct OrderReplay {
+  std::function<std::vector<int64_t>(const PlanStage &step, uint64_t planSeed,
+                                     uint64_t epoch, uint64_t pass,
+                                     const std::vector<int64_t> &in)>
+      order;
+};
+
 /// Registers the stage factory of record op `op` at static-initialization
 /// time, in the file of its stage: the engine finds it by the step's op.
+/// A reordering op whose order can be replayed registers its replay too.
 struct StageRegistration {
-  StageRegistration(std::string op, StageFactory make);
+  StageRegistration(std::string op, StageFactory make, OrderReplay replay = {});
 };
 
 /// The factory registered for `op`, or null.
 const StageFactory *findStageFactory(std::string_view op);
+/// The order replay registered for `op`, or null.
+const OrderReplay *findOrderReplay(std::string_view op);
 
 /// The reason an error is counted under: the op name and the message up to
 /// its first ':' ("decode_image: corrupt JPEG data").

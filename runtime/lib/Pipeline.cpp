@@ -131,6 +131,8 @@ public:
   bool positionalExact_ = false;
   bool batched_ = false;
   Status setupPositions();
+  /// Decides shuffle by position (Shared::Positional::order).
+  void foldShuffle(int64_t cycle, int64_t block);
   int64_t outputRows(const Record &r) const;
   std::atomic<int64_t> epochsDone_{0};
   bool started_ = false;
@@ -517,6 +519,7 @@ Status Engine::build() {
   shared_.replayedSourceRecords = &replayedSourceRecords_;
   for (const std::string &w : source_->warnings())
     sc->addWarning(plan_.where(src) + ": source '" + src.name + "': " + w);
+  foldShuffle(cycle, block);
   if (shared_.positional.on && (cycle != 1 || block != 1))
     return Status::error(plan_.where(src) +
                          ": interleave cannot be combined with ranks, "
@@ -685,6 +688,42 @@ Status Engine::build() {
   root_ = std::move(cur);
   expectedOutputs_ = countExact ? count : std::nullopt;
   return Status::ok();
+}
+
+void Engine::foldShuffle(int64_t cycle, int64_t block) {
+  // Shuffle by position (RunOptions::positionalShuffle): a reordering step
+  // right after a source of one record per file whose draws depend only on
+  // how many records it holds (a `shuffle`, usually put there by
+  // sluice-hoist-shuffle) gives an order that is a function of the seed,
+  // the epoch and the count alone. The source then reads the files in that
+  // order, as the step would have emitted them, and the step passes its
+  // records through: nothing is buffered, no pass waits for the buffer to
+  // fill before its first record, and the reads can run ahead on the
+  // workers. Every record keeps its position, which keys its random
+  // choices downstream, so outputs are the same bytes. Not where a record
+  // may be dropped before the step (`on_error: skip` on the source: the
+  // buffer would count one fewer), a cache on the source (it would replay
+  // the first pass's order), interleave, or explicit positions (`sluice
+  // serve` replays the step itself).
+  Shared::Positional &P = shared_.positional;
+  if (!opts_.positionalShuffle || switchedOff("SLUICE_NO_POSITIONAL_SHUFFLE") ||
+      opts_.positions || plan_.stages.empty() || cycle != 1 || block != 1 ||
+      !plan_.source.cache.empty() || shared_.onError == OnError::Skip ||
+      !source_->oneRecordPerShard())
+    return;
+  const PlanStage &first = plan_.stages.front();
+  const OrderReplay *replay = findOrderReplay(first.op);
+  if (!replay || !first.cache.empty())
+    return;
+  // The walk and its order: two int64 per record; only where that is a
+  // small share of the budget.
+  int64_t bytes = static_cast<int64_t>(source_->numShards()) * 16;
+  if (bytes > memory_->limit() / 16)
+    return;
+  P.numberPasses = !P.on;
+  P.on = true;
+  P.order = &first;
+  P.replay = replay;
 }
 
 int64_t Engine::outputRows(const Record &r) const {

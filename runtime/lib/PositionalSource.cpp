@@ -54,6 +54,8 @@ public:
                       /*credit=*/true) {
     const Source &src = *s.source;
     perShard_ = src.oneRecordPerShard();
+    if (s.positional.order)
+      orderAccount_ = s.memory->account(s.positional.order->name + " order");
     if (perShard_)
       n_ = static_cast<int64_t>(src.numShards());
     else if (std::optional<int64_t> n = src.sizeHint())
@@ -71,6 +73,15 @@ public:
 
 protected:
   Status onStart(uint64_t epoch) override {
+    Status s = startWalk(epoch);
+    if (!s || !shared_.positional.order)
+      return s;
+    return foldOrder(epoch);
+  }
+
+  /// Where this pass's walk starts, steps and ends, and the permutation of
+  /// `shuffle: true`.
+  Status startWalk(uint64_t epoch) {
     const Shared::Positional &P = shared_.positional;
     int64_t start = 0;
     if (!resumed_ && static_cast<int64_t>(epoch) == P.resumeEpoch &&
@@ -121,6 +132,41 @@ protected:
     for (int64_t i = n_ - 1; i > 0; --i)
       std::swap(perm_[static_cast<size_t>(i)],
                 perm_[static_cast<size_t>(rng.uniformInt(0, i + 1))]);
+    return Status::ok();
+  }
+
+  /// Shuffle by position: the walk's steps in the order the shuffle step
+  /// after the source would give them this pass (Shared::Positional::order).
+  /// The records are read in that order, one at a time, instead of the
+  /// shuffle buffering them all.
+  Status foldOrder(uint64_t epoch) {
+    std::vector<int64_t> walk;
+    if (end_ > next_)
+      walk.reserve(static_cast<size_t>((end_ - next_ + stride_ - 1) / stride_));
+    for (int64_t step = next_; step < end_; step += stride_)
+      walk.push_back(step);
+    folded_ = false;
+    orderAccount_->release(orderBytes_);
+    orderBytes_ = 0;
+    fold_.clear();
+    fold_.shrink_to_fit();
+    int64_t bytes = static_cast<int64_t>(2 * walk.size() * sizeof(int64_t));
+    if (!orderAccount_->tryReserve(bytes))
+      return Status::error(shared_.plan->where(*shared_.positional.order) +
+                           ": the order of " + std::to_string(walk.size()) +
+                           " positions (" + formatBytes(bytes) +
+                           ") does not fit in " + shared_.budgetName + " " +
+                           formatBytes(shared_.memory->limit()) + "; raise it");
+    orderBytes_ = bytes;
+    fold_ = shared_.positional.replay->order(*shared_.positional.order,
+                                             shared_.plan->seed, epoch,
+                                             passInEpoch(), walk);
+    folded_ = true;
+    next_ = 0;
+    stride_ = 1;
+    end_ = static_cast<int64_t>(fold_.size());
+    prefetchFrom_ = 0;
+    windowFrom_ = 0;
     return Status::ok();
   }
 
@@ -183,7 +229,8 @@ protected:
           return st;
         continue;
       }
-      out.rec.index = static_cast<uint64_t>(p);
+      out.rec.index = static_cast<uint64_t>(
+          P.numberPasses ? static_cast<int64_t>(passInEpoch()) * n_ + p : p);
       c_->emitted.fetch_add(1, std::memory_order_relaxed);
       c_->bytesIn.store(
           doneBytes_ +
@@ -198,6 +245,8 @@ private:
   /// world, or the k-th explicit position).
   int64_t positionAt(int64_t step) const {
     const Shared::Positional &P = shared_.positional;
+    if (folded_)
+      step = fold_[static_cast<size_t>(step)];
     return P.positions ? (*P.positions)[static_cast<size_t>(step)] : step;
   }
   /// The shard (or table entry) that holds the record of step `step`.
@@ -341,6 +390,13 @@ private:
   int64_t windowFrom_ = 0;
   bool resumed_ = false;
   std::vector<int64_t> perm_;
+  /// Shuffle by position: this pass's walk in the shuffle step's order
+  /// (steps of the walk; the order and the walk it was made from are
+  /// counted in orderAccount_).
+  std::vector<int64_t> fold_;
+  bool folded_ = false;
+  MemoryAccount *orderAccount_ = nullptr;
+  int64_t orderBytes_ = 0;
   std::vector<Entry> table_;
   bool tableLoaded_ = false;
   std::unique_ptr<ShardReader> cursor_;

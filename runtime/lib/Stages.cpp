@@ -191,16 +191,54 @@ public:
       seed_ = static_cast<uint64_t>(p["seed"].asInt());
     else
       seed_ = s.plan->seed;
-    if (p["reshuffle_each_epoch"].isBool())
-      reshuffle_ = p["reshuffle_each_epoch"].asBool();
-    else if (p["reshuffle_each_iteration"].isBool())
-      reshuffle_ = p["reshuffle_each_iteration"].asBool();
+    reshuffle_ = reshuffles(p);
     stream_ = stageStream(step);
     account_ = s.memory->account(step.name);
-    c->bufferCapacity.store(buffer_);
+    // Shuffled by position: the source reads in this step's order (the
+    // replay below), so the records arrive shuffled and pass through.
+    folded_ = s.positional.order == &step;
+    c->bufferCapacity.store(folded_ ? 0 : buffer_);
+  }
+
+  /// The order this step gives `in` in pass `pass` of `epoch`: the draws
+  /// of produce() below, over labels instead of records (each draw is a
+  /// uniform index into the buffer, which depends only on how many records
+  /// it holds).
+  static std::vector<int64_t> order(const PlanStage &step, uint64_t planSeed,
+                                    uint64_t epoch, uint64_t pass,
+                                    const std::vector<int64_t> &in) {
+    const Value &p = step.params;
+    int64_t buffer = 1;
+    if (p["buffer"].isNumber())
+      buffer = std::max<int64_t>(1, p["buffer"].asInt());
+    uint64_t seed = p["seed"].isNumber()
+                        ? static_cast<uint64_t>(p["seed"].asInt())
+                        : planSeed;
+    bool reshuffle = reshuffles(p);
+    Rng rng(seed, reshuffle ? epoch : 0, reshuffle ? pass : 0,
+            stageStream(step));
+    std::vector<int64_t> out, buf;
+    out.reserve(in.size());
+    buf.reserve(static_cast<size_t>(
+        std::min<int64_t>(buffer, static_cast<int64_t>(in.size()))));
+    size_t next = 0;
+    for (;;) {
+      while (next < in.size() && static_cast<int64_t>(buf.size()) < buffer)
+        buf.push_back(in[next++]);
+      if (buf.empty())
+        break;
+      size_t j = static_cast<size_t>(
+          rng.uniformInt(0, static_cast<int64_t>(buf.size())));
+      out.push_back(buf[j]);
+      buf[j] = buf.back();
+      buf.pop_back();
+    }
+    return out;
   }
 
   void staticNeeds(std::vector<StaticNeed> &out) const override {
+    if (folded_)
+      return; // holds nothing
     // The buffer is emptied at the end of every pass, so it never holds
     // more records than one pass brings (a 4096-record buffer over a folder
     // of 138 images holds 138).
@@ -236,6 +274,12 @@ protected:
   }
 
   Expected<bool> produce(Item &out) override {
+    if (folded_) {
+      Expected<bool> r = pull(out);
+      if (r && *r)
+        inc(c_->emitted);
+      return r;
+    }
     while (!upstreamDone_ && static_cast<int64_t>(buf_.size()) < buffer_) {
       Item in;
       Expected<bool> r = pull(in);
@@ -274,6 +318,14 @@ protected:
   }
 
 private:
+  static bool reshuffles(const Value &p) {
+    if (p["reshuffle_each_epoch"].isBool())
+      return p["reshuffle_each_epoch"].asBool();
+    if (p["reshuffle_each_iteration"].isBool())
+      return p["reshuffle_each_iteration"].asBool();
+    return true;
+  }
+
   void clear() {
     account_->release(bytes_);
     bytes_ = 0;
@@ -311,6 +363,7 @@ private:
   int64_t buffer_ = 1;
   uint64_t seed_ = 0;
   bool reshuffle_ = true;
+  bool folded_ = false;
   uint64_t stream_ = 0;
   MemoryAccount *account_;
   std::optional<Rng> rng_;
@@ -623,7 +676,8 @@ Expected<std::unique_ptr<Stage>> prefetch(StageBuild &b) {
                            b.step.inputType, b.step.name + ".buffer", b.where);
 }
 
-StageRegistration shuffleRegistration("shuffle", shuffle);
+StageRegistration shuffleRegistration("shuffle", shuffle,
+                                      OrderReplay{ShuffleStage::order});
 StageRegistration repeatRegistration("repeat", repeat);
 StageRegistration takeRegistration("take", take);
 StageRegistration skipRegistration("skip", skip);

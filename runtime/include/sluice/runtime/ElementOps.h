@@ -72,6 +72,15 @@ std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &stage);
 /// which the step's kernel gets as KernelSite::stream.
 uint64_t stageStream(const PlanStage &stage);
 
+/// The order a reordering step (a `shuffle`) gives the records labelled
+/// `in` in pass `pass` of `epoch`: its draws replayed over the labels
+/// (positions, steps of a walk) instead of records. nullopt when the
+/// step's order is not a function of its record count alone.
+std::optional<std::vector<int64_t>> replayOrder(const PlanStage &step,
+                                                uint64_t planSeed,
+                                                uint64_t epoch, uint64_t pass,
+                                                const std::vector<int64_t> &in);
+
 } // namespace sluice::runtime
 
 #endif // SLUICE_RUNTIME_ELEMENTOPS_H

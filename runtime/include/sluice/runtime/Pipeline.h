@@ -214,6 +214,16 @@ struct RunOptions {
   /// SLUICE_NO_FILE_READ_AHEAD=1) reads on the source's thread. Needs more
   /// than one thread.
   bool fileReadAhead = true;
+  /// Shuffle by position: a `shuffle` step right after a source of one
+  /// record per file (image_folder, files) is not run as a buffer; the
+  /// source reads the files in the order the step would emit them (its
+  /// draws depend only on how many records its buffer holds, so the order
+  /// is replayed over positions at the start of each pass). Nothing waits
+  /// for the buffer to fill and no encoded file is held for it; records,
+  /// order, numbering and counts are the buffer's. Not with `on_error:
+  /// skip` on the source or a cache on it. false (or
+  /// SLUICE_NO_POSITIONAL_SHUFFLE=1) runs the buffer.
+  bool positionalShuffle = true;
   /// Record runs: a `batch` of fixed-shape numeric records fed by a csv/tsv
   /// source without text columns (and no `interleave`), through inline
   /// `filter`s only, takes runs of rows as columns: the filters test a run
