@@ -70,7 +70,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < batch.numFields(); ++i) {
       const sluice::Tensor &t = batch.field(i);
       const std::string &name = type.fields()[i].name;
-      std::cout << " " << name << " " << type.fields()[i].type.str();
+      std::cout << " " << name << " " << sluice::elemTypeName(t.elem()) << "[";
+      for (size_t d = 0; d < t.shape().size(); ++d)
+        std::cout << (d ? "," : "") << t.shape()[d];
+      std::cout << "]";
       if (!t.isNumeric())
         continue;
       char hex[17];
