@@ -38,9 +38,9 @@ bool wantJit(const OpenOptions &o) {
 
 } // namespace
 
-Expected<std::unique_ptr<Pipeline>>
-Pipeline::open(const std::string &specPath, const OpenOptions &o,
-               ErrorKind *kind) {
+Expected<std::unique_ptr<Pipeline>> Pipeline::open(const std::string &specPath,
+                                                   const OpenOptions &o,
+                                                   ErrorKind *kind) {
   auto fail = [&](ErrorKind k, Status s) {
     if (kind)
       *kind = k;
@@ -100,9 +100,9 @@ Pipeline::openPlan(const std::string &planPath, const OpenOptions &o,
   if (!plan) {
     if (kind)
       *kind = ErrorKind::Spec;
-    return Status::error("sluice: error: " + planPath +
-                         ": not a plan this sluice can run: " +
-                         plan.status().message());
+    return Status::error(
+        "sluice: error: " + planPath +
+        ": not a plan this sluice can run: " + plan.status().message());
   }
   std::unique_ptr<Pipeline> p = fromPlan(plan.take());
   p->impl_->diagnostics = o.diagnostics;

@@ -41,9 +41,9 @@ std::unique_ptr<Pipeline> Pipeline::fromPlan(runtime::Plan plan,
   impl->plan = std::move(plan);
   impl->table = kernels;
   if (kernels)
-    impl->summary = "kernels: " +
-                    std::to_string(runtime::kernelTableSize(kernels)) +
-                    " linked in";
+    impl->summary =
+        "kernels: " + std::to_string(runtime::kernelTableSize(kernels)) +
+        " linked in";
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
@@ -99,7 +99,7 @@ Status Pipeline::useScheduleFile(const std::string &file,
   if (!ok)
     return Status::error(located);
   for (const auto &[name, s] : sched)
-    setStepSchedule(name, {s.parallelism, s.prefetch, s.cache});
+    setStepSchedule(name, s);
   return Status::ok();
 }
 
@@ -126,7 +126,7 @@ std::vector<std::string> Pipeline::scheduleNames() const {
 }
 
 void Pipeline::setStepSchedule(const std::string &step,
-                               const runtime::ScheduleOverride &knobs) {
+                               const StepSchedule &knobs) {
   impl_->opts.schedule[step] = knobs;
   impl_->autoWanted = false;
 }
@@ -262,8 +262,8 @@ Pipeline::tune(const autotune::TuneOptions &opts) {
     t.profile.base.binder = impl_->opts.binder;
     t.profile.base.rowsBinder = impl_->opts.rowsBinder;
   }
-  if (const dsl::Spec *spec = impl_->spec.get(); spec &&
-                                                 t.profile.specWhere.empty()) {
+  if (const dsl::Spec *spec = impl_->spec.get();
+      spec && t.profile.specWhere.empty()) {
     auto add = [&](const dsl::Step &s) {
       t.profile.specWhere[s.name] = spec->file + ":" +
                                     std::to_string(s.loc.line) + ":" +

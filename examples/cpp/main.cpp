@@ -82,8 +82,7 @@ int main(int argc, char **argv) {
       std::cout << " " << hex;
       if (argc == 3) {
         char file[32];
-        std::snprintf(file, sizeof file, "%06lld.",
-                      static_cast<long long>(n));
+        std::snprintf(file, sizeof file, "%06lld.", static_cast<long long>(n));
         std::string path = std::string(argv[2]) + "/" + file + name + ".npy";
         if (sluice::Status s = sluice::runtime::writeNpy(path, t); !s) {
           std::cerr << "error: " << s.message() << "\n";

@@ -2,8 +2,9 @@
 //
 // A thin layer over the C++ API: sluice::Pipeline (sluice/Pipeline.h) opens,
 // compiles, schedules and runs a spec exactly as `sluice run` does (same
-// diagnostics, passes, kernels and `schedule: auto`). Nothing here decides anything
-// about the pipeline; this file only converts between the two languages:
+// diagnostics, passes, kernels and `schedule: auto`). Nothing here decides
+// anything about the pipeline; this file only converts between the two
+// languages:
 //
 //  - outputs: each numeric field becomes a numpy array over the runtime's
 //    own buffer (no copy). The array's base is a `sluice.Buffer` that owns
@@ -187,7 +188,7 @@ void applySchedule(sluice::Pipeline &p, const py::object &schedule) {
     if (!py::isinstance<py::dict>(item.second))
       throw py::type_error("schedule['" + name +
                            "'] must be a dict {parallelism, prefetch, cache}");
-    runtime::ScheduleOverride s;
+    StepSchedule s;
     for (auto kv : item.second.cast<py::dict>()) {
       std::string k = py::str(kv.first);
       if (k == "parallelism")
@@ -934,9 +935,7 @@ another Pipeline of the same spec to skip the profiling.)")
           "Whether the autotuner chose the schedule (``schedule: auto``).")
       .def_property_readonly(
           "kernels",
-          [](PyPipeline &p) -> int64_t {
-            return p.api_->generatedKernels();
-          },
+          [](PyPipeline &p) -> int64_t { return p.api_->generatedKernels(); },
           "Generated kernel functions the pipeline runs (0 with jit=False or "
           "SLUICE_NO_JIT=1, or when no step is compiled).")
       .def_property_readonly(

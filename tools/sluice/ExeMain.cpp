@@ -311,8 +311,8 @@ int main(int argc, char **argv) {
               << "); compile the executable again with this sluice\n";
     return kExitData;
   }
-  std::unique_ptr<Pipeline> p =
-      Pipeline::fromPlan(plan.take(), kernelsOff ? nullptr : sluice_kernel_table);
+  std::unique_ptr<Pipeline> p = Pipeline::fromPlan(
+      plan.take(), kernelsOff ? nullptr : sluice_kernel_table);
   const char *noColor = std::getenv("NO_COLOR");
   p->setDiagnostics(&std::cerr, isatty(2) && !(noColor && *noColor), prog);
   runtime::RunOptions &opts = p->options();

@@ -1,8 +1,10 @@
-//===- Tune.cpp - `sluice tune` --------------------------------------------===//
+//===- Tune.cpp - `sluice tune`
+//--------------------------------------------===//
 //
 // The driver's side of the autotuner: flags, baseline and consumer files,
-// then sluice::Pipeline::tune() and autotune's writers. The autotuner itself lives in autotune/
-// (MLIR-free); this file only wires it up, so runtime/ never depends on it.
+// then sluice::Pipeline::tune() and autotune's writers. The autotuner itself
+// lives in autotune/ (MLIR-free); this file only wires it up, so runtime/ never
+// depends on it.
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"

@@ -1,4 +1,5 @@
-//===- Pipeline.h - sluice's pipeline API: a spec or plan to batches -*- C++ -*-===//
+//===- Pipeline.h - sluice's pipeline API: a spec or plan to batches -*- C++
+//-*-===//
 //
 // The one entry point every front end calls: the `sluice` driver (run,
 // bench, tune), the executables `sluice compile` writes, the Python module
@@ -105,9 +106,9 @@ public:
   /// message is the text the driver prints last ("2 errors in spec.yaml",
   /// "sluice: error: ..."), after the diagnostics (see
   /// OpenOptions::diagnostics); `kind` (optional) says which step failed.
-  static Expected<std::unique_ptr<Pipeline>>
-  open(const std::string &specPath, const OpenOptions &opts = {},
-       ErrorKind *kind = nullptr);
+  static Expected<std::unique_ptr<Pipeline>> open(const std::string &specPath,
+                                                  const OpenOptions &opts = {},
+                                                  ErrorKind *kind = nullptr);
   /// A plan written by Plan::serialize() (`sluice explain SPEC --ir plan`),
   /// with generated kernels unless opts.jit is off. opts.scheduleFile is
   /// not read (it needs the spec's step names).
@@ -160,8 +161,7 @@ public:
   std::vector<std::string> scheduleNames() const;
   /// Sets the knobs of one step (a name from scheduleNames()); turns
   /// `schedule: auto` off.
-  void setStepSchedule(const std::string &step,
-                       const runtime::ScheduleOverride &knobs);
+  void setStepSchedule(const std::string &step, const StepSchedule &knobs);
   /// Whether prepare() runs the autotuner: by default when the spec says
   /// `schedule: auto` and no schedule was given.
   void setAutoSchedule(bool on);
