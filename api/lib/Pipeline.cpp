@@ -98,6 +98,8 @@ Status Pipeline::useScheduleFile(const std::string &file,
   std::string located = impl_->render(diags);
   if (!ok)
     return Status::error(located);
+  // The file is the schedule, even one that sets no knob.
+  impl_->autoWanted = false;
   for (const auto &[name, s] : sched)
     setStepSchedule(name, s);
   return Status::ok();
