@@ -3,9 +3,14 @@
 #
 # Installed tree:
 #   bin/sluice                               the driver (needs MLIR/LLVM 19)
-#   include/sluice/{ops,runtime}/...         headers of the embeddable runtime
-#   <libdir>/libsluice_{runtime,ops}.a       the runtime, for C++ programs
-#   <libdir>/libsluice_{dsl,runflags,schedule_file,autotune,exe_main}.a  the rest of a compiled
+#   include/sluice/Pipeline.h                the pipeline API (sluice::sluice)
+#   include/sluice/{ops,runtime,dsl,autotune}/...  the headers it includes
+#   <libdir>/libsluice.so                    the API with the compiler, the
+#                                            autotuner and the runtime
+#   <libdir>/libsluice_{runtime,ops}.a       the runtime alone, for C++
+#                                            programs that run plan JSON
+#   <libdir>/libsluice_{dsl,runflags,autotune,pipeline_core,exe_main}.a
+#                                            the rest of a compiled
 #                                            executable (main(), run flags)
 #   <libdir>/sluice/exe-link.txt             the link manifest (below)
 #   <libdir>/cmake/sluice/                   sluiceConfig.cmake & co.
@@ -117,13 +122,20 @@ set_target_properties(sluice_runtime PROPERTIES EXPORT_NAME runtime)
 install(TARGETS sluice_ops_objs sluice_ops sluice_runtime_objs sluice_runtime
   EXPORT sluiceTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The pipeline API (find_package(sluice) -> sluice::sluice): a spec or plan
+# compiled, generated kernels, `schedule: auto`, batches (examples/cpp/).
+install(TARGETS sluice_shared EXPORT sluiceTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # What a compiled executable links besides the runtime (not exported: only
 # `sluice compile` uses them, through the manifest).
-install(TARGETS sluice_dsl sluice_runflags sluice_schedule_file
-  sluice_autotune sluice_exe_main
+install(TARGETS sluice_dsl sluice_runflags sluice_autotune
+  sluice_pipeline_core sluice_exe_main
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${SLUICE_SOURCE_DIR}/ops/include/sluice
                   ${SLUICE_SOURCE_DIR}/runtime/include/sluice
+                  ${SLUICE_SOURCE_DIR}/dsl/include/sluice
+                  ${SLUICE_SOURCE_DIR}/autotune/include/sluice
+                  ${SLUICE_SOURCE_DIR}/api/include/sluice
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 install(FILES "${CMAKE_BINARY_DIR}/install/exe-link.txt"

@@ -97,7 +97,7 @@ std::string scheduleYaml(const TuneResult &r) {
     s += "  {}\n";
   // Fused plan stages ("a+b") are written under each spec step: parallelism
   // on all of them, prefetch and cache on the last (where they act).
-  std::map<std::string, runtime::ScheduleOverride> bySpec;
+  Schedule bySpec;
   for (const auto &[name, o] : r.schedule) {
     std::vector<std::string> parts;
     for (const StepProfile &st : r.profile.steps)
@@ -106,7 +106,7 @@ std::string scheduleYaml(const TuneResult &r) {
     if (parts.empty())
       parts = {name};
     for (size_t i = 0; i < parts.size(); ++i) {
-      runtime::ScheduleOverride &t = bySpec[parts[i]];
+      StepSchedule &t = bySpec[parts[i]];
       if (o.parallelism)
         t.parallelism = o.parallelism;
       if (i + 1 == parts.size()) {

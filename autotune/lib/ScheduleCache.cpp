@@ -338,7 +338,7 @@ json toJson(const Schedule &s) {
 
 void fromJson(const json &j, Schedule &s) {
   for (auto it = j.begin(); it != j.end(); ++it) {
-    runtime::ScheduleOverride o;
+    StepSchedule o;
     if (it->contains("parallelism"))
       o.parallelism = it->at("parallelism").get<int64_t>();
     if (it->contains("prefetch"))

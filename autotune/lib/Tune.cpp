@@ -638,8 +638,7 @@ namespace {
 runtime::RunOptions withSchedule(const runtime::RunOptions &base,
                                  const Schedule &schedule) {
   runtime::RunOptions o = base;
-  for (const auto &[name, k] : schedule)
-    o.schedule[name] = k;
+  layOver(o.schedule, schedule);
   return o;
 }
 
@@ -946,8 +945,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
           "  tuned then: " +
           first + "\n" + kept;
       bool fits = fitScheduleToMemory(plan, opts, a.schedule, s);
-      for (const auto &[name, o] : a.schedule)
-        opts.schedule[name] = o;
+      layOver(opts.schedule, a.schedule);
       // The re-planner would raise what was just lowered to fit (now, or
       // when it was tuned).
       if (fits && !c->loweredForMemory)
@@ -1002,8 +1000,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   // tune() fitted it already (a note above says so when it had to); the
   // re-planner would raise again what was lowered.
   bool fits = !r->loweredForMemory;
-  for (const auto &[name, o] : a.schedule)
-    opts.schedule[name] = o;
+  layOver(opts.schedule, a.schedule);
   if (cache) {
     CachedSchedule c;
     c.schedule = a.schedule;

@@ -1,9 +1,10 @@
 //===- Module.cpp - The sluice Python extension (pybind11) ----------------===//
 //
-// A thin layer over the C++ API: the front end and compiler turn a spec file
-// into a runtime::Plan exactly as `sluice run` does (same diagnostics, same
-// passes), and runtime::Pipeline runs it. Nothing here decides anything
-// about the pipeline; this file only converts between the two languages:
+// A thin layer over the C++ API: sluice::Pipeline (sluice/Pipeline.h) opens,
+// compiles, schedules and runs a spec exactly as `sluice run` does (same
+// diagnostics, passes, kernels and `schedule: auto`). Nothing here decides
+// anything about the pipeline; this file only converts between the two
+// languages:
 //
 //  - outputs: each numeric field becomes a numpy array over the runtime's
 //    own buffer (no copy). The array's base is a `sluice.Buffer` that owns
@@ -33,9 +34,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Dtypes.h"
+#include "sluice/Pipeline.h"
 #include "sluice/autotune/Tune.h"
-#include "sluice/compiler/Codegen.h"
-#include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Memory.h"
@@ -86,65 +86,39 @@ void afterForkInChild() { forkGeneration.fetch_add(1); }
 
 /// Reads and checks a spec; raises SpecError with the CLI's diagnostics.
 std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
-  std::string text, err;
-  if (!dsl::readFile(path, text, err))
-    raise(specErrorType, "sluice: error: " + err);
-  dsl::DiagnosticEngine diags(path, std::move(text));
-  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-  if (!spec) {
-    std::ostringstream os;
-    diags.print(os, false);
-    size_t n = diags.errorCount();
-    os << n << (n == 1 ? " error" : " errors") << " in " << path;
-    raise(specErrorType, os.str());
-  }
-  return spec;
+  Expected<std::unique_ptr<dsl::Spec>> spec = sluice::Pipeline::loadSpec(path);
+  if (!spec)
+    raise(specErrorType, spec.status().message());
+  return spec.take();
 }
 
-/// Whether to generate kernels: `jit=` and not SLUICE_NO_JIT=1, as
-/// `sluice run` decides with --no-jit.
-bool wantJit(bool jit) { return jit && !compiler::jitDisabledByEnvironment(); }
-
-/// The plan `sluice run` builds: with `codegen`, the plan for generated
-/// kernels (image epilogues stay their own stage instead of being folded
-/// into the hand-written resize), as `sluice run` without --no-jit.
-runtime::Plan compile(const dsl::Spec &spec,
-                      const std::vector<std::string> &disabledPasses,
-                      bool codegen) {
-  compiler::PlanOptions opts;
-  opts.disabledPasses = disabledPasses;
-  opts.codegen = codegen;
-  if (Status s = compiler::checkPassNames(disabledPasses); !s)
-    throw py::value_error(s.message());
-  std::ostringstream err;
-  Expected<runtime::Plan> plan = compiler::buildPlan(spec, opts, err);
-  if (!plan) {
-    std::string msg = err.str();
-    if (!plan.status().message().empty())
-      msg += "sluice: error: " + plan.status().message();
-    raise(specErrorType, msg);
+/// Opens and compiles a spec as `sluice run` does; raises SpecError
+/// (diagnostics as the CLI prints them), ValueError (an unknown pass) or
+/// PipelineError.
+std::shared_ptr<sluice::Pipeline> openSpec(const std::string &path,
+                                           const OpenOptions &opts) {
+  ErrorKind kind;
+  Expected<std::unique_ptr<sluice::Pipeline>> p =
+      sluice::Pipeline::open(path, opts, &kind);
+  if (!p) {
+    const std::string &msg = p.status().message();
+    if (kind == ErrorKind::Usage)
+      throw py::value_error(msg);
+    raise(kind == ErrorKind::Kernels ? pipelineErrorType : specErrorType, msg);
   }
-  return plan.take();
+  return p.take();
 }
 
-/// The generated kernels of `plan` (null when `codegen` is off), bound into
-/// `opts` as `sluice run` binds them. The caller keeps them alive as long
-/// as any pipeline run with `opts`.
-std::shared_ptr<compiler::JitKernels>
-compileKernels(const runtime::Plan &plan, bool codegen,
-               runtime::RunOptions &opts) {
-  if (!codegen)
-    return nullptr;
-  std::optional<Expected<std::unique_ptr<compiler::JitKernels>>> k;
+/// Generates the pipeline's kernels (when `jit=` and not SLUICE_NO_JIT=1)
+/// with the GIL released; raises PipelineError.
+void compileKernels(sluice::Pipeline &p) {
+  Status s;
   {
     py::gil_scoped_release release;
-    k.emplace(compiler::JitKernels::compile(plan));
+    s = p.compileKernels();
   }
-  if (!*k)
-    raise(pipelineErrorType, "sluice: error: " + k->status().message());
-  std::shared_ptr<compiler::JitKernels> kernels = k->take();
-  kernels->bind(opts);
-  return kernels;
+  if (!s)
+    raise(pipelineErrorType, "sluice: error: " + s.message());
 }
 
 /// An integer argument in [min, max], read with its name in every error:
@@ -193,54 +167,17 @@ uint64_t seedArg(const py::handle &v) {
   return x;
 }
 
-/// Per-step schedule overrides from a schedule file (what `sluice tune`
-/// writes; `--schedule FILE`) or a dict {step: {parallelism, prefetch,
-/// cache}}.
-void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
-                   const py::object &schedule, runtime::RunOptions &opts) {
-  if (schedule.is_none() || (py::isinstance<py::str>(schedule) &&
-                             schedule.cast<std::string>() == "auto"))
+/// Per-step schedule overrides from a dict {step: {parallelism, prefetch,
+/// cache}} (a schedule file's path goes to OpenOptions::scheduleFile).
+void applySchedule(sluice::Pipeline &p, const py::object &schedule) {
+  if (schedule.is_none() || py::isinstance<py::str>(schedule))
     return;
-  auto put = [&](const std::string &name, const dsl::StepSchedule &s) {
-    runtime::ScheduleOverride o;
-    o.parallelism = s.parallelism;
-    o.prefetch = s.prefetch;
-    o.cache = s.cache;
-    opts.schedule[name] = o;
-  };
-  if (py::isinstance<py::str>(schedule)) {
-    std::string path = schedule.cast<std::string>();
-    std::string text, err;
-    if (!dsl::readFile(path, text, err))
-      raise(specErrorType, "sluice: error: " + err);
-    dsl::DiagnosticEngine diags(path, std::move(text));
-    std::map<std::string, dsl::StepSchedule> sched;
-    bool ok = dsl::parseScheduleFile(diags, spec, sched);
-    if (!ok) {
-      std::ostringstream os;
-      diags.print(os, false);
-      raise(specErrorType, os.str());
-    }
-    for (const auto &[name, s] : sched)
-      put(name, s);
-    return;
-  }
   if (!py::isinstance<py::dict>(schedule))
     throw py::type_error("schedule must be a schedule file path or a dict "
                          "{step: {parallelism, prefetch, cache}}");
-  // Spec step names, and the plan's (a step the compiler fused is named
-  // "a+b", as in the `schedule` property of an autotuned pipeline).
-  std::vector<std::string> names{"default", spec.source.name};
-  for (const dsl::Step &st : spec.steps)
-    names.push_back(st.name);
-  for (const runtime::PlanStage &st : plan.stages)
-    if (std::find(names.begin(), names.end(), st.name) == names.end())
-      names.push_back(st.name);
-  // The halves of a fused stage a cache splits (runtime/Plan.h), as the
-  // autotuner names them.
-  for (const runtime::PlanStage &st : runtime::cacheSplitStages(plan))
-    if (std::find(names.begin(), names.end(), st.name) == names.end())
-      names.push_back(st.name);
+  // A dict, even an empty one, is the schedule: no `schedule: auto`.
+  p.setAutoSchedule(false);
+  std::vector<std::string> names = p.scheduleNames();
   for (auto item : schedule.cast<py::dict>()) {
     std::string name = py::str(item.first);
     if (std::find(names.begin(), names.end(), name) == names.end()) {
@@ -251,7 +188,7 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
     if (!py::isinstance<py::dict>(item.second))
       throw py::type_error("schedule['" + name +
                            "'] must be a dict {parallelism, prefetch, cache}");
-    dsl::StepSchedule s;
+    StepSchedule s;
     for (auto kv : item.second.cast<py::dict>()) {
       std::string k = py::str(kv.first);
       if (k == "parallelism")
@@ -271,7 +208,7 @@ void applySchedule(const dsl::Spec &spec, const runtime::Plan &plan,
         throw py::value_error("schedule['" + name + "']: unknown knob '" + k +
                               "' (parallelism, prefetch, cache)");
     }
-    put(name, s);
+    p.setStepSchedule(name, s);
   }
 }
 
@@ -381,9 +318,9 @@ bool onMainThread() { return PyThread_get_thread_ident() == mainThreadId; }
 /// account (and the pool it returns to) alive after the pipeline object is
 /// gone.
 struct Box {
-  /// The generated code the pipeline's stages call: declared first, so it
-  /// outlives the pipeline.
-  std::shared_ptr<compiler::JitKernels> kernels;
+  /// The compiled pipeline whose generated code the runtime pipeline's
+  /// stages call: declared first, so it outlives the runtime pipeline.
+  std::shared_ptr<sluice::Pipeline> api;
   std::unique_ptr<runtime::Pipeline> pipeline;
   /// forkGeneration and the process when the pipeline was made.
   const uint64_t generation = forkGeneration.load();
@@ -396,7 +333,7 @@ struct Box {
     // would wait for them forever. Its memory is the parent's copy; left.
     if (inherited()) {
       (void)pipeline.release();
-      new std::shared_ptr<compiler::JitKernels>(std::move(kernels));
+      new std::shared_ptr<sluice::Pipeline>(std::move(api));
     }
   }
 };
@@ -465,10 +402,20 @@ public:
              int64_t threads, py::object seed, py::object memory,
              int64_t firstEpoch, std::vector<std::string> disablePasses,
              py::object rank, py::object worldSize, bool jit) {
-    std::unique_ptr<dsl::Spec> spec = loadSpec(path);
-    bool codegen = wantJit(jit);
-    runtime::Plan plan = compile(*spec, disablePasses, codegen);
-    runtime::RunOptions opts;
+    OpenOptions o;
+    o.disabledPasses = std::move(disablePasses);
+    o.jit = jit;
+    bool wantAuto = false;
+    if (py::isinstance<py::str>(schedule)) {
+      std::string s = schedule.cast<std::string>();
+      if (s == "auto")
+        wantAuto = true;
+      else
+        o.scheduleFile = s;
+    }
+    api_ = openSpec(path, o);
+    runtime::Plan &plan = api_->plan();
+    runtime::RunOptions &opts = api_->options();
     if (!epochs.is_none()) {
       int64_t n = intArg(epochs, "epochs", -1);
       if (n < 1 && n != -1)
@@ -482,45 +429,30 @@ public:
       plan.seed = seedArg(seed);
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
-    applySchedule(*spec, plan, schedule, opts);
+    applySchedule(*api_, schedule);
     setRanks(plan, rank, worldSize, opts);
     // Of the final plan (its seed set), bound before the autotuner copies
     // opts: its probes time the kernels the pipeline runs.
-    kernels_ = compileKernels(plan, codegen, opts);
+    compileKernels(*api_);
     // `schedule: auto` in the spec (and no schedule given here), or
     // schedule="auto": profile, solve and apply, as `sluice run` does.
-    bool wantAuto = schedule.is_none()
-                        ? spec->scheduleAutoWritten
-                        : py::isinstance<py::str>(schedule) &&
-                              schedule.cast<std::string>() == "auto";
+    // SLUICE_NO_AUTOTUNE=1 turns it off, as for `sluice run`.
     if (wantAuto)
-      autoSchedule(plan, opts);
-    plan_ = std::move(plan);
-    opts_ = std::move(opts);
+      api_->setAutoSchedule(true);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = api_->prepare();
+    }
+    if (!s)
+      raise(pipelineErrorType, s.message());
     start();
   }
 
-  /// The autotuner's schedule for `plan` under `opts`, applied to `opts`
-  /// (what `sluice run` does for `schedule: auto`, through the same
-  /// library call). SLUICE_NO_AUTOTUNE=1 turns it off, as for `sluice run`.
-  void autoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts) {
-    std::optional<Expected<autotune::AutoSchedule>> a;
-    {
-      py::gil_scoped_release release;
-      a.emplace(autotune::applyAutoSchedule(plan, opts));
-    }
-    if (!*a)
-      raise(pipelineErrorType, "schedule: auto: " + a->status().message());
-    if (!(*a)->applied)
-      return;
-    autotuned_ = true;
-    explanation_ = (*a)->explanation;
-  }
-
-  /// opts_.schedule as {step: {knob: value}}.
+  /// The schedule in effect as {step: {knob: value}}.
   py::dict scheduleDict() const {
     py::dict d;
-    for (const auto &[name, o] : opts_.schedule) {
+    for (const auto &[name, o] : api_->options().schedule) {
       py::dict knobs;
       if (o.parallelism)
         knobs["parallelism"] = *o.parallelism;
@@ -532,9 +464,6 @@ public:
     }
     return d;
   }
-
-  bool autotuned_ = false;
-  std::string explanation_;
 
   /// Rank and world size: the arguments, else the spec's `distributed:`,
   /// else torchrun's RANK/WORLD_SIZE or a Kubernetes Indexed Job's
@@ -575,14 +504,14 @@ public:
     std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
     {
       py::gil_scoped_release release;
-      p.emplace(runtime::Pipeline::create(plan_, opts_));
+      p.emplace(api_->makeRunner());
     }
     if (!*p)
       raise(pipelineErrorType, p->status().message());
     if (box_)
       box_->pipeline->stop();
     box_ = std::make_shared<Box>();
-    box_->kernels = kernels_;
+    box_->api = api_;
     box_->pipeline = p->take();
     started_ = false;
   }
@@ -605,14 +534,12 @@ public:
     Expected<runtime::PipelineState> st = runtime::PipelineState::fromJson(js);
     if (!st)
       throw py::value_error(st.status().message());
-    opts_.resume = st.take();
+    api_->options().resume = st.take();
     start();
   }
 
-  /// Declared before opts_, whose binders call into it.
-  std::shared_ptr<compiler::JitKernels> kernels_;
-  runtime::Plan plan_;
-  runtime::RunOptions opts_;
+  /// The compiled pipeline: plan, options, kernels and schedule.
+  std::shared_ptr<sluice::Pipeline> api_;
   bool started_ = false;
 
   /// The running pipeline, kept alive by the caller's copy while the GIL
@@ -764,13 +691,14 @@ public:
       py::gil_scoped_release release;
       b->pipeline->stop();
     }
-    opts_.firstEpoch = firstEpoch;
-    opts_.resume.reset();
+    runtime::RunOptions &opts = api_->options();
+    opts.firstEpoch = firstEpoch;
+    opts.resume.reset();
     // The re-planner of `schedule: auto` watched the pipeline it started
     // with (its last counters, the knobs it changed there): the new one
     // runs the tuned schedule without it, as every later epoch of a
     // Dataset always did.
-    opts_.controller.reset();
+    opts.controller.reset();
     lastEpoch_ = -1;
     closed_ = false;
     start();
@@ -819,13 +747,12 @@ py::list check(const std::string &path) {
 py::dict tune(const std::string &path, py::object cores, py::object memory,
               double seconds, py::object reportDir,
               std::vector<std::string> disablePasses, bool jit) {
-  std::unique_ptr<dsl::Spec> spec = loadSpec(path);
-  bool codegen = wantJit(jit);
-  runtime::Plan plan = compile(*spec, disablePasses, codegen);
+  OpenOptions o;
+  o.disabledPasses = std::move(disablePasses);
+  o.jit = jit;
+  std::shared_ptr<sluice::Pipeline> p = openSpec(path, o);
+  compileKernels(*p);
   autotune::TuneOptions opts;
-  // Every run the tuner makes copies profile.base, as in `sluice tune`.
-  std::shared_ptr<compiler::JitKernels> kernels =
-      compileKernels(plan, codegen, opts.profile.base);
   if (!cores.is_none()) {
     opts.cores = intArg(cores, "cores", 1);
     if (opts.cores < 1)
@@ -836,22 +763,13 @@ py::dict tune(const std::string &path, py::object cores, py::object memory,
     throw py::value_error("seconds must be in (0, 600]");
   opts.profile.secondsPerProbe = seconds;
   opts.verifySeconds = std::max(1.0, seconds * 1.5);
-  auto where = [&](const dsl::Step &s) {
-    opts.profile.specWhere[s.name] = spec->file + ":" +
-                                     std::to_string(s.loc.line) + ":" +
-                                     std::to_string(s.loc.col);
-  };
-  where(spec->source);
-  for (const dsl::Step &s : spec->steps)
-    where(s);
   std::optional<Expected<autotune::TuneResult>> r;
   {
     py::gil_scoped_release release;
-    r.emplace(autotune::tune(plan, opts));
+    r.emplace(p->tune(opts));
   }
   if (!*r)
     raise(pipelineErrorType, r->status().message());
-  (**r).kernels = kernels ? "generated" : "runtime";
   if (!reportDir.is_none()) {
     if (Status s = autotune::writeReports(**r, py::str(reportDir)); !s)
       raise(pipelineErrorType, s.message());
@@ -1012,17 +930,17 @@ given as ``schedule=``, or the autotuner's choice for ``schedule: auto``
 (steps the compiler fused are named "a+b"). Pass it as ``schedule=`` to
 another Pipeline of the same spec to skip the profiling.)")
       .def_property_readonly(
-          "autotuned", [](PyPipeline &p) { return p.autotuned_; },
+          "autotuned",
+          [](PyPipeline &p) { return p.api_->autoSchedule() != nullptr; },
           "Whether the autotuner chose the schedule (``schedule: auto``).")
       .def_property_readonly(
           "kernels",
-          [](PyPipeline &p) -> int64_t {
-            return p.kernels_ ? p.kernels_->stats().kernels : 0;
-          },
+          [](PyPipeline &p) -> int64_t { return p.api_->generatedKernels(); },
           "Generated kernel functions the pipeline runs (0 with jit=False or "
           "SLUICE_NO_JIT=1, or when no step is compiled).")
       .def_property_readonly(
-          "schedule_explanation", [](PyPipeline &p) { return p.explanation_; },
+          "schedule_explanation",
+          [](PyPipeline &p) { return p.api_->scheduleExplanation(); },
           "What the autotuner chose and why (what `sluice run --stats` "
           "prints for ``schedule: auto``); empty when it did not run.")
       .def_property_readonly(
@@ -1035,11 +953,12 @@ another Pipeline of the same spec to skip the profiling.)")
           "epoch", [](PyPipeline &p) { return p.lastEpoch_; },
           "Epoch of the last output (-1 before the first).")
       .def_property_readonly(
-          "rank", [](PyPipeline &p) { return p.opts_.rank; },
+          "rank", [](PyPipeline &p) { return p.api_->options().rank; },
           "This pipeline's rank (from the call, the spec's ``distributed:``, "
           "the environment, or 0).")
       .def_property_readonly(
-          "world_size", [](PyPipeline &p) { return p.opts_.worldSize; },
+          "world_size",
+          [](PyPipeline &p) { return p.api_->options().worldSize; },
           "The world size its share is cut for (1: the whole data).")
       .def_property_readonly(
           "held_bytes",

@@ -171,7 +171,7 @@ StageCounters *Engine::counters(const std::string &name, const std::string &op,
 }
 
 Status Engine::applySchedule() {
-  auto apply = [&](PlanStage &s, const ScheduleOverride &o) {
+  auto apply = [&](PlanStage &s, const StepSchedule &o) {
     if (o.parallelism)
       s.parallelism = *o.parallelism;
     if (o.prefetch)
@@ -215,17 +215,17 @@ Status Engine::applySchedule() {
   // point) but names no stage of this plan stands for its steps: parallelism
   // on each, prefetch and cache on the last (where they act), as in a
   // schedule file; knobs that name a step directly come first.
-  std::map<std::string, ScheduleOverride> schedule = opts_.schedule;
+  Schedule schedule = opts_.schedule;
   for (const auto &entry : opts_.schedule) {
     const std::string &name = entry.first;
-    const ScheduleOverride &o = entry.second;
+    const StepSchedule &o = entry.second;
     if (name.find('+') == std::string::npos ||
         std::any_of(plan_.stages.begin(), plan_.stages.end(),
                     [&](const PlanStage &st) { return st.name == name; }))
       continue;
     std::vector<std::string> steps = stepNamesIn(name);
     for (const std::string &step : steps) {
-      ScheduleOverride &t = schedule[step];
+      StepSchedule &t = schedule[step];
       if (!t.parallelism)
         t.parallelism = o.parallelism;
       if (&step == &steps.back()) {
@@ -246,7 +246,7 @@ Status Engine::applySchedule() {
     if (def != schedule.end()) {
       // The source's parallelism is its requests in flight (remote
       // objects): a default meant for the workers does not set it.
-      ScheduleOverride d = def->second;
+      StepSchedule d = def->second;
       if (s == &plan_.source)
         d.parallelism.reset();
       apply(*s, d);

@@ -155,13 +155,8 @@ TEST_F(AutotuneTune, WritesFourFilesThatReplayExactly) {
   ASSERT_TRUE(ok) << d.str() << text;
   runtime::RunOptions tuned;
   tuned.tempDir = dir.path();
-  for (const auto &[name, s] : sched) {
-    runtime::ScheduleOverride o;
-    o.parallelism = s.parallelism;
-    o.prefetch = s.prefetch;
-    o.cache = s.cache;
-    tuned.schedule[name] = o;
-  }
+  for (const auto &[name, s] : sched)
+    tuned.schedule[name] = s;
   EXPECT_FALSE(tuned.schedule.empty());
   runtime::RunOptions plain;
   plain.tempDir = dir.path();

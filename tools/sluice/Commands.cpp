@@ -6,8 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
-#include "ScheduleFile.h"
-
+#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Metrics.h"
@@ -31,19 +30,13 @@ bool colorStderr() {
 }
 
 std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
-  std::string text, err;
-  if (!dsl::readFile(path, text, err)) {
-    std::cerr << "sluice: error: " << err << "\n";
+  Expected<std::unique_ptr<dsl::Spec>> spec =
+      Pipeline::loadSpec(path, &std::cerr, colorStderr());
+  if (!spec) {
+    std::cerr << spec.status().message() << "\n";
     return nullptr;
   }
-  dsl::DiagnosticEngine diags(path, std::move(text));
-  std::unique_ptr<dsl::Spec> spec = dsl::parseSpec(diags);
-  diags.print(std::cerr, colorStderr());
-  if (!spec) {
-    size_t n = diags.errorCount();
-    std::cerr << n << (n == 1 ? " error" : " errors") << " in " << path << "\n";
-  }
-  return spec;
+  return spec.take();
 }
 
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs) {
@@ -80,50 +73,46 @@ void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &f) {
                "SLUICE_NO_JIT=1)");
 }
 
-std::string RunSetup::kernelSummary() const {
-  return kernels ? kernels->summary() : "kernels: off (--no-jit)";
-}
-
 int setupSpecRun(const SpecRunFlags &f, const std::string &command,
                  RunSetup &rs) {
-  if (!checkOneSpec(f.specs, command) ||
-      !applyRunFlags(f.run, rs.opts, command))
+  runtime::RunOptions opts;
+  if (!checkOneSpec(f.specs, command) || !applyRunFlags(f.run, opts, command))
     return kExitUsage;
-  compiler::PlanOptions planOpts;
-  planOpts.disabledPasses = f.disabledPasses;
-  planOpts.codegen = !f.noJit && !compiler::jitDisabledByEnvironment();
-  rs.spec = loadSpec(f.specs[0]);
-  if (!rs.spec)
-    return kExitUsage;
-  if (!f.scheduleFile.empty() &&
-      !applyScheduleFile(f.scheduleFile, *rs.spec, rs.opts))
-    return kExitUsage;
-  if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
-    return usageError(s.message(), command);
-  // The schedule file's caches are materialization points the passes must
-  // not move the stream across (a shuffle hoisted above one would be cached
-  // and replayed).
-  for (const auto &[name, o] : rs.opts.schedule)
-    if (o.cache && !o.cache->empty() && *o.cache != "none")
-      planOpts.cachedSteps.push_back(name);
-  Expected<runtime::Plan> plan =
-      compiler::buildPlan(*rs.spec, planOpts, std::cerr);
-  if (!plan) {
+  OpenOptions o;
+  o.disabledPasses = f.disabledPasses;
+  o.jit = !f.noJit;
+  o.scheduleFile = f.scheduleFile;
+  o.diagnostics = &std::cerr;
+  o.color = colorStderr();
+  ErrorKind kind;
+  Expected<std::unique_ptr<Pipeline>> p = Pipeline::open(f.specs[0], o, &kind);
+  if (!p) {
+    const std::string &msg = p.status().message();
+    if (kind == ErrorKind::Usage)
+      return usageError(msg, command);
     // Located errors are already printed; this is the summary line.
-    if (!plan.status().message().empty())
-      std::cerr << "sluice: error: " << plan.status().message() << "\n";
+    if (!msg.empty())
+      std::cerr << msg << "\n";
+    return kind == ErrorKind::Spec ? kExitUsage : kExitData;
+  }
+  rs.pipeline = p.take();
+  // The run flags' options, over the schedule file's knobs.
+  opts.schedule = std::move(rs.opts().schedule);
+  rs.opts() = std::move(opts);
+  if (Status s = rs.pipeline->compileKernels(); !s) {
+    std::cerr << "sluice: error: " << s.message() << "\n";
     return kExitData;
   }
-  rs.plan = plan.take();
-  if (planOpts.codegen) {
-    auto kernels = compiler::JitKernels::compile(rs.plan);
-    if (!kernels) {
-      std::cerr << "sluice: error: " << kernels.status().message() << "\n";
-      return kExitData;
-    }
-    rs.kernels = kernels.take();
-    rs.kernels->bind(rs.opts);
+  return -1;
+}
+
+int prepareRun(RunSetup &rs, std::ostream &out, std::ostream &err) {
+  if (Status s = rs.pipeline->prepare(); !s) {
+    err << "sluice: error: " << s.message() << "\n";
+    return kExitData;
   }
+  if (rs.pipeline->autoSchedule() && rs.opts().stats)
+    out << rs.pipeline->scheduleExplanation() << "\n";
   return -1;
 }
 
@@ -369,14 +358,11 @@ CommandAction addRunCommand(CLI::App &root) {
     int rc = setupSpecRun(*st, "run", rs);
     if (rc >= 0)
       return rc;
-    if (!applyResumeFlags(*rf, rs.plan, rs.opts, "run"))
+    if (!applyResumeFlags(*rf, rs.plan(), rs.opts(), "run"))
       return kExitUsage;
-    if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
-        (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)
-      return rc;
-    rc = runtime::runPipeline(rs.plan, rs.opts, std::cout, std::cerr);
-    if (rs.opts.stats)
-      std::cout << rs.kernelSummary() << "\n";
+    rc = rs.pipeline->run(std::cout, std::cerr);
+    if (rs.opts().stats)
+      std::cout << rs.pipeline->kernelSummary() << "\n";
     return rc;
   };
 }
@@ -391,19 +377,23 @@ namespace {
 /// steady-state throughput after a short warm-up.
 int runBench(RunSetup &rs, double seconds) {
   // Enough epochs to fill the measuring window; the loop stops on time.
-  if (!rs.opts.epochs)
-    rs.opts.epochs = 1000000;
-  auto created = runtime::Pipeline::create(rs.plan, rs.opts);
+  if (!rs.opts().epochs)
+    rs.opts().epochs = 1000000;
+  // bench measures the spec's fixed schedule (or --schedule's): it does not
+  // run `schedule: auto`'s probes.
+  rs.pipeline->setAutoSchedule(false);
+  auto created = rs.pipeline->makeRunner();
   if (!created) {
     std::cerr << "sluice: error: " << created.status().message() << "\n";
     return kExitData;
   }
   std::unique_ptr<runtime::Pipeline> p = created.take();
   std::unique_ptr<runtime::MetricsExporter> metrics;
-  if (rs.opts.metricsPort > 0 || !rs.opts.metricsFile.empty()) {
+  const runtime::RunOptions &opts = rs.opts();
+  if (opts.metricsPort > 0 || !opts.metricsFile.empty()) {
     auto m = runtime::MetricsExporter::start(
-        [&p] { return p->stats(); }, rs.opts.metricsAddress,
-        rs.opts.metricsPort, rs.opts.metricsFile, rs.opts.metricsInterval);
+        [&p] { return p->stats(); }, opts.metricsAddress, opts.metricsPort,
+        opts.metricsFile, opts.metricsInterval);
     if (!m) {
       std::cerr << "sluice: error: " << m.status().message() << "\n";
       return kExitUsage;
@@ -453,21 +443,21 @@ int runBench(RunSetup &rs, double seconds) {
   double outRate = (outputs - warmOutputs) / t;
   double recRate = (records - warmRecords) / t;
   double mbRate = (bytes - warmBytes) / t / 1e6;
-  std::cout << "pipeline " << rs.plan.name << ": " << p->threads()
+  std::cout << "pipeline " << rs.plan().name << ": " << p->threads()
             << " threads, " << std::fixed << std::setprecision(1) << t
             << " s measured after " << (warm ? warmup : 0.0) << " s warm-up\n"
             << "  source records/s  " << recRate << "\n"
             << "  outputs/s         " << outRate << "\n"
             << "  output MB/s       " << mbRate << "\n"
-            << "  " << rs.kernelSummary() << "\n\n"
+            << "  " << rs.pipeline->kernelSummary() << "\n\n"
             << st.table();
-  if (!rs.opts.statsJsonPath.empty()) {
-    std::ofstream js(rs.opts.statsJsonPath);
+  if (!opts.statsJsonPath.empty()) {
+    std::ofstream js(opts.statsJsonPath);
     js << st.jsonText(true) << "\n";
     js.close();
     if (!js) {
       std::cerr << "sluice: error: cannot write the statistics to "
-                << rs.opts.statsJsonPath << "\n";
+                << opts.statsJsonPath << "\n";
       return kExitData;
     }
   }

@@ -12,8 +12,8 @@
 #define SLUICE_TOOLS_DRIVER_H
 
 #include "RunFlags.h"
-#include "sluice/compiler/Codegen.h"
 
+#include "sluice/Pipeline.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/runtime/Plan.h"
 
@@ -45,13 +45,6 @@ CommandAction addTuneCommand(CLI::App &root);
 /// `sluice serve` (Serve.cpp): a gRPC worker for remote trainers.
 CommandAction addServeCommand(CLI::App &root);
 
-/// `schedule: auto` for `sluice run` (Tune.cpp): profiles briefly, solves,
-/// and merges the chosen knobs into opts.schedule (`--stats` prints what and
-/// why to `out`). SLUICE_NO_AUTOTUNE=1 skips it. Returns -1 to go on, else
-/// an exit code.
-int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
-                      std::ostream &out, std::ostream &err);
-
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);
 /// Prints "'sluice CMD' takes exactly one SPEC file, got N" unless
@@ -79,23 +72,26 @@ struct SpecRunFlags {
 /// Registers SPEC, the run flags, --schedule and --disable-pass on `cmd`.
 void addSpecRunFlags(CLI::App &cmd, SpecRunFlags &flags);
 
-/// A checked spec, its Plan and the run options the flags asked for.
+/// The pipeline of a command that runs a spec: checked, compiled, its
+/// kernels generated, with the run options the flags asked for.
 struct RunSetup {
-  std::unique_ptr<dsl::Spec> spec;
-  runtime::Plan plan;
-  runtime::RunOptions opts;
-  /// Native kernels of the plan's value-wise steps (bound through
-  /// opts.binder); null with --no-jit. Must outlive the pipeline.
-  std::unique_ptr<compiler::JitKernels> kernels;
-
-  /// The codegen line of `--stats` ("kernels: 3 generated in ...").
-  std::string kernelSummary() const;
+  std::unique_ptr<Pipeline> pipeline;
+  runtime::Plan &plan() { return pipeline->plan(); }
+  runtime::RunOptions &opts() { return pipeline->options(); }
+  const dsl::Spec &spec() const { return *pipeline->spec(); }
 };
 
-/// Checks the flags, loads the spec, applies the schedule file and builds
-/// the Plan. Returns -1 on success, else the exit code (errors printed).
+/// Checks the flags, opens the spec (sluice::Pipeline::open: the schedule
+/// file, the graph passes) and generates its kernels. Returns -1 on
+/// success, else the exit code (errors printed).
 int setupSpecRun(const SpecRunFlags &flags, const std::string &command,
                  RunSetup &rs);
+
+/// Pipeline::prepare() for a command that runs the plan itself (`sluice
+/// serve`): `schedule: auto` when the spec says so and no --schedule file
+/// was given (`--stats` prints what and why to `out`; SLUICE_NO_AUTOTUNE=1
+/// skips it). Returns -1 to go on, else an exit code (error printed).
+int prepareRun(RunSetup &rs, std::ostream &out, std::ostream &err);
 
 } // namespace sluice::tool
 

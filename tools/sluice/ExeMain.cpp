@@ -13,15 +13,16 @@
 // --source-path replaces the source's files, so the executable can be copied
 // to a machine where the data lives elsewhere.
 //
-// A spec that says `schedule: auto` is tuned here as in `sluice run`
-// (autotune::applyAutoSchedule: a short profile, the GLPK solver, re-planning
-// while it runs); the autotuner depends on the runtime only.
+// The plan runs through sluice::Pipeline (sluice/Pipeline.h), the API
+// `sluice run` uses, made from the plan and the linked-in kernel table (its
+// MLIR-free half): a spec that says `schedule: auto` is tuned here as in
+// `sluice run` (a short profile, the GLPK solver, re-planning while it
+// runs); the autotuner depends on the runtime only.
 //
 //===----------------------------------------------------------------------===//
 #include "RunFlags.h"
-#include "ScheduleFile.h"
 
-#include "sluice/autotune/Tune.h"
+#include "sluice/Pipeline.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Pipeline.h"
@@ -147,10 +148,10 @@ struct ExeFlags {
   bool printPlan = false;
 };
 
-/// --schedule: the file `sluice run --schedule` reads, checked against the
-/// spec's step names as `sluice compile` recorded them.
-bool applySchedule(const std::string &file, const nlohmann::json &info,
-                   runtime::RunOptions &opts) {
+/// The spec's step names as `sluice compile` recorded them, which a
+/// --schedule file is checked against (as `sluice run --schedule` checks it
+/// against the spec).
+dsl::Spec stepNames(const nlohmann::json &info) {
   dsl::Spec names;
   names.pipeline = info.value("pipeline", "");
   if (info.contains("source"))
@@ -162,7 +163,7 @@ bool applySchedule(const std::string &file, const nlohmann::json &info,
       step.op = s.value("op", "");
       names.steps.push_back(step);
     }
-  return applyScheduleFile(file, names, opts);
+  return names;
 }
 
 /// --data-root and --source-path.
@@ -310,36 +311,32 @@ int main(int argc, char **argv) {
               << "); compile the executable again with this sluice\n";
     return kExitData;
   }
-  runtime::RunOptions opts;
+  std::unique_ptr<Pipeline> p = Pipeline::fromPlan(
+      plan.take(), kernelsOff ? nullptr : sluice_kernel_table);
+  const char *noColor = std::getenv("NO_COLOR");
+  p->setDiagnostics(&std::cerr, isatty(2) && !(noColor && *noColor), prog);
+  runtime::RunOptions &opts = p->options();
   if (!applyRunFlags(f.run, opts, "") ||
-      !applyResumeFlags(f.resume, *plan, opts, "") || !applyDataFlags(f, *plan))
+      !applyResumeFlags(f.resume, p->plan(), opts, "") ||
+      !applyDataFlags(f, p->plan()))
     return kExitUsage;
-  if (!f.scheduleFile.empty() && !applySchedule(f.scheduleFile, info, opts))
-    return kExitUsage;
+  if (!f.scheduleFile.empty()) {
+    dsl::Spec names = stepNames(info);
+    if (Status s = p->useScheduleFile(f.scheduleFile, &names); !s) {
+      if (!s.message().empty())
+        std::cerr << s.message() << "\n";
+      return kExitUsage;
+    }
+  }
   if (f.printPlan) {
-    std::cout << plan->serialize() << "\n";
+    std::cout << p->plan().serialize() << "\n";
     return kExitOk;
   }
   size_t kernels = runtime::kernelTableSize(sluice_kernel_table);
-  if (!kernelsOff) {
-    opts.binder = runtime::binderFromKernelTable(sluice_kernel_table);
-    opts.rowsBinder = runtime::rowsBinderFromKernelTable(sluice_kernel_table);
-  }
   // `schedule: auto` in the spec: profile, solve and re-plan as `sluice
   // run` does (the autotuner is MLIR-free; it links GLPK), unless a
   // --schedule file replays a schedule.
-  if (plan->scheduleAuto && f.scheduleFile.empty()) {
-    Expected<autotune::AutoSchedule> a =
-        autotune::applyAutoSchedule(*plan, opts);
-    if (!a) {
-      std::cerr << "sluice: error: schedule: auto: " << a.status().message()
-                << "\n";
-      return kExitData;
-    }
-    if (a->applied && opts.stats)
-      std::cout << a->explanation << "\n";
-  }
-  int rc = runtime::runPipeline(*plan, opts, std::cout, std::cerr);
+  int rc = p->run(std::cout, std::cerr);
   if (opts.stats) {
     std::string cpu = info.value("targetCpu", "?");
     if (kernelsOff)

@@ -128,12 +128,11 @@ CommandAction addServeCommand(CLI::App &root) {
       return kExitUsage;
     so.specDigest = remote::specDigest(text);
     // A worker runs many chunks: tune once here, not per chunk.
-    if (rs.spec->scheduleAutoWritten && st->scheduleFile.empty() &&
-        (rc = applyAutoSchedule(rs.plan, rs.opts, std::cout, std::cerr)) >= 0)
+    if ((rc = prepareRun(rs, std::cout, std::cerr)) >= 0)
       return rc;
-    rs.opts.controller = nullptr;
-    rs.opts.handleSignals = false;
-    return remote::serve(rs.plan, rs.opts, so, std::cerr);
+    rs.opts().controller = nullptr;
+    rs.opts().handleSignals = false;
+    return remote::serve(rs.plan(), rs.opts(), so, std::cerr);
   };
 }
 

@@ -1,14 +1,15 @@
-//===- Tune.cpp - `sluice tune` and `schedule: auto` for `sluice run` -----===//
+//===- Tune.cpp - `sluice tune`
+//--------------------------------------------===//
 //
-// The driver's side of the autotuner: flags, spec and plan, then
-// autotune::tune() and its writers. The autotuner itself lives in autotune/
-// (MLIR-free); this file only wires it up, so runtime/ never depends on it.
+// The driver's side of the autotuner: flags, baseline and consumer files,
+// then sluice::Pipeline::tune() and autotune's writers. The autotuner itself
+// lives in autotune/ (MLIR-free); this file only wires it up, so runtime/ never
+// depends on it.
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
 
 #include "sluice/autotune/Tune.h"
-#include "sluice/compiler/Compiler.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/ConfigFile.h"
 #include "sluice/ops/Registry.h"
@@ -31,18 +32,6 @@ struct TuneFlags {
   bool quiet = false;
   bool noJit = false;
 };
-
-std::map<std::string, std::string> specWhere(const dsl::Spec &spec) {
-  std::map<std::string, std::string> m;
-  auto add = [&](const dsl::Step &s) {
-    m[s.name] = spec.file + ":" + std::to_string(s.loc.line) + ":" +
-                std::to_string(s.loc.col);
-  };
-  add(spec.source);
-  for (const dsl::Step &s : spec.steps)
-    add(s);
-  return m;
-}
 
 int runTune(const TuneFlags &f) {
   if (!checkOneSpec(f.specs, "tune"))
@@ -92,11 +81,6 @@ int runTune(const TuneFlags &f) {
   const std::string &checkPath = f.check;
   const std::string &reportDir = f.report;
   bool quiet = f.quiet;
-  compiler::PlanOptions planOpts;
-  planOpts.disabledPasses = f.disabledPasses;
-  // The plan `sluice run` executes: the same codegen decision, so probes,
-  // model and the measured run time the generated kernels users get.
-  planOpts.codegen = !f.noJit && !compiler::jitDisabledByEnvironment();
 
   // The baseline is read first: a typo in its path should not cost a tune.
   nlohmann::json baseline;
@@ -170,9 +154,26 @@ int runTune(const TuneFlags &f) {
     }
   }
 
-  std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
-  if (!spec)
-    return kExitUsage;
+  // The plan `sluice run` executes: the same codegen decision, so probes,
+  // model and the measured run time the generated kernels users get.
+  OpenOptions o;
+  o.disabledPasses = f.disabledPasses;
+  o.jit = !f.noJit;
+  o.diagnostics = &std::cerr;
+  o.color = colorStderr();
+  ErrorKind kind;
+  Expected<std::unique_ptr<Pipeline>> opened =
+      Pipeline::open(f.specs[0], o, &kind);
+  if (!opened) {
+    const std::string &msg = opened.status().message();
+    if (kind == ErrorKind::Usage)
+      return usageError(msg, "tune");
+    if (!msg.empty())
+      std::cerr << msg << "\n";
+    return kind == ErrorKind::Spec ? kExitUsage : kExitData;
+  }
+  std::unique_ptr<Pipeline> pipeline = opened.take();
+  const dsl::Spec *spec = pipeline->spec();
   if (!f.consumer.empty() &&
       consumerJson["pipeline"].get<std::string>() != spec->pipeline) {
     std::cerr << "sluice: error: " << f.consumer
@@ -181,8 +182,6 @@ int runTune(const TuneFlags &f) {
               << spec->pipeline << "' (" << f.specs[0] << ")\n";
     return kExitUsage;
   }
-  if (Status s = compiler::checkPassNames(planOpts.disabledPasses); !s)
-    return usageError(s.message(), "tune");
   // A baseline of another pipeline compares nothing: refuse it before
   // profiling.
   if (!checkPath.empty() && baseline.is_object() &&
@@ -196,13 +195,6 @@ int runTune(const TuneFlags &f) {
               << f.specs[0] << " --report DIR` and pass DIR/report.json\n";
     return kExitUsage;
   }
-  Expected<runtime::Plan> plan =
-      compiler::buildPlan(*spec, planOpts, std::cerr);
-  if (!plan) {
-    if (!plan.status().message().empty())
-      std::cerr << "sluice: error: " << plan.status().message() << "\n";
-    return kExitData;
-  }
 
   // A report directory that cannot be written should not cost a tune either
   // (checked once the spec is known to be good, so a spec error leaves no
@@ -213,35 +205,23 @@ int runTune(const TuneFlags &f) {
       return kExitUsage;
     }
 
-  autotune::TuneOptions opts;
-  // Every run the tuner makes (probes, the plan split for a cache inside a
-  // fused stage, the measured run) copies profile.base: bind the kernels
-  // there. Their table also holds the split halves of fused stages.
-  std::unique_ptr<compiler::JitKernels> kernels;
-  if (planOpts.codegen) {
-    auto k = compiler::JitKernels::compile(*plan);
-    if (!k) {
-      std::cerr << "sluice: error: " << k.status().message() << "\n";
-      return kExitData;
-    }
-    kernels = k.take();
-    kernels->bind(opts.profile.base);
+  if (Status s = pipeline->compileKernels(); !s) {
+    std::cerr << "sluice: error: " << s.message() << "\n";
+    return kExitData;
   }
+  autotune::TuneOptions opts;
   opts.cores = cores;
   opts.memoryBytes = memory;
   opts.profile.secondsPerProbe = seconds;
-  opts.profile.specWhere = specWhere(*spec);
   opts.verifySeconds = std::max(1.0, seconds * 1.5);
   if (!quiet)
-    std::cerr << "sluice tune: profiling " << plan->name << " ("
-              << (kernels ? kernels->summary() : "kernels: off (--no-jit)")
-              << ")...\n";
-  Expected<autotune::TuneResult> r = autotune::tune(*plan, opts);
+    std::cerr << "sluice tune: profiling " << pipeline->plan().name << " ("
+              << pipeline->kernelSummary() << ")...\n";
+  Expected<autotune::TuneResult> r = pipeline->tune(opts);
   if (!r) {
     std::cerr << "sluice: error: " << r.status().message() << "\n";
     return kExitData;
   }
-  r->kernels = kernels ? "generated" : "runtime";
   if (!f.consumer.empty()) {
     const nlohmann::json &c = consumerJson["consumer"];
     autotune::TuneResult::ConsumerRun cr;
@@ -345,18 +325,6 @@ CommandAction addTuneCommand(CLI::App &root) {
                 "own kernels; also SLUICE_NO_JIT=1)");
   cmd->add_flag("-q,--quiet", st->quiet, "print only errors and the check");
   return [st] { return runTune(*st); };
-}
-
-int applyAutoSchedule(const runtime::Plan &plan, runtime::RunOptions &opts,
-                      std::ostream &out, std::ostream &err) {
-  Expected<autotune::AutoSchedule> a = autotune::applyAutoSchedule(plan, opts);
-  if (!a) {
-    err << "sluice: error: schedule: auto: " << a.status().message() << "\n";
-    return kExitData;
-  }
-  if (a->applied && opts.stats)
-    out << a->explanation << "\n";
-  return -1;
 }
 
 } // namespace sluice::tool

@@ -28,8 +28,8 @@
 
 namespace sluice::autotune {
 
-/// A schedule in the runtime's override form, keyed by step name.
-using Schedule = std::map<std::string, runtime::ScheduleOverride>;
+/// A schedule keyed by step name (sluice/ops/Schedule.h).
+using sluice::Schedule;
 
 /// One measured point of a parallel stage's scaling.
 struct ScalingSample {

@@ -10,6 +10,7 @@
 
 #include "sluice/dsl/Diagnostics.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/ops/Schedule.h"
 #include "sluice/ops/Types.h"
 #include "sluice/ops/Value.h"
 
@@ -34,11 +35,10 @@ struct Step {
   RecordType outputType;      ///< record type after this step
 };
 
-/// Per-step knobs of a fixed schedule; unset = let the runtime/autotuner pick.
-struct StepSchedule {
-  std::optional<int64_t> parallelism; ///< workers for an element step
-  std::optional<int64_t> prefetch;    ///< buffered outputs after the step
-  std::optional<std::string> cache;   ///< "memory" or "disk" after the step
+/// Per-step knobs of a fixed schedule (sluice::StepSchedule, the one form
+/// every layer uses; unset = let the runtime/autotuner pick) and where the
+/// entry is written, for messages.
+struct StepSchedule : sluice::StepSchedule {
   SourceLoc loc;
 };
 

@@ -22,6 +22,7 @@
 #ifndef SLUICE_RUNTIME_PIPELINE_H
 #define SLUICE_RUNTIME_PIPELINE_H
 
+#include "sluice/ops/Schedule.h"
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Tensor.h"
 #include "sluice/ops/Types.h"
@@ -40,13 +41,6 @@
 #include <string_view>
 
 namespace sluice::runtime {
-
-/// Overrides of one step's schedule knobs (see PlanStage).
-struct ScheduleOverride {
-  std::optional<int64_t> parallelism;
-  std::optional<int64_t> prefetch;
-  std::optional<std::string> cache; ///< "", "memory" or "disk"
-};
 
 /// Where a run stands: enough to continue it later with exactly the outputs
 /// it would have produced next, bit for bit (Pipeline::state(),
@@ -142,8 +136,9 @@ struct RunOptions {
   /// Per-step overrides keyed by step name; "default" applies to all steps
   /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
   /// compiler fused ("a+b") takes the entries of its spec steps a, b in
-  /// order, then its own; cache "none" means no cache.
-  std::map<std::string, ScheduleOverride> schedule;
+  /// order, then its own; cache "none" means no cache. Each entry overrides
+  /// the knobs it sets on the plan's (PlanStage) values.
+  Schedule schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
   /// return a closure for the steps it compiled, or nullopt to let

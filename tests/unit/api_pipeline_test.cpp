@@ -1,0 +1,200 @@
+//===- api_pipeline_test.cpp - sluice::Pipeline, the one pipeline API -----===//
+//
+// On the real example data (examples/data/criteo): a spec opened, compiled
+// with and without generated kernels, iterated, resumed and scheduled
+// through the API gives the same bytes every way; bad input gets located
+// errors of the kind front ends map to exit codes.
+//
+//===----------------------------------------------------------------------===//
+#include "test_util.h"
+
+#include "sluice/Pipeline.h"
+#include "sluice/dsl/Spec.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+/// examples/criteo.yaml with its data path made absolute, small batches and
+/// `extra` appended.
+std::string criteoSpec(const TempDir &dir, const std::string &extra = "") {
+  std::string data = std::string(SLUICE_SOURCE_DIR) + "/examples/data/criteo";
+  return dir.write("criteo.yaml",
+                   "pipeline: criteo_dlrm\n"
+                   "source:\n"
+                   "  csv:\n"
+                   "    files: " +
+                       data +
+                       "/day_*.tsv\n"
+                       "    delimiter: \"\\t\"\n"
+                       "    columns:\n"
+                       "      - {name: label, type: i64}\n"
+                       "      - {name: dense, type: f32, count: 13}\n"
+                       "      - {name: cat, type: hex32, count: 26}\n"
+                       "steps:\n"
+                       "  - filter: {where: \"label >= 0\"}\n"
+                       "  - fill_missing: {field: dense, value: 0}\n"
+                       "  - map: {field: dense, expr: \"log(max(x, 0) + 1)\"}\n"
+                       "  - hash_bucket: {field: cat, buckets: 1000000}\n"
+                       "  - batch: {size: 64}\n" +
+                       extra);
+}
+
+/// Every output's bytes, field by field, from `from` on.
+std::vector<std::string> drain(Pipeline &p) {
+  std::vector<std::string> out;
+  runtime::Batch b;
+  for (;;) {
+    Expected<bool> more = p.next(b);
+    EXPECT_TRUE(more) << more.status().message();
+    if (!more || !*more)
+      break;
+    std::string bytes;
+    for (const Tensor &t : b.fields())
+      bytes.append(reinterpret_cast<const char *>(t.raw()), t.nbytes());
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
+
+std::unique_ptr<Pipeline> openOk(const std::string &spec,
+                                 const OpenOptions &o = {}) {
+  ErrorKind kind;
+  Expected<std::unique_ptr<Pipeline>> p = Pipeline::open(spec, o, &kind);
+  EXPECT_TRUE(p) << p.status().message();
+  EXPECT_EQ(kind, ErrorKind::None);
+  return p ? p.take() : nullptr;
+}
+
+TEST(ApiPipeline, GeneratedKernelsGiveTheRuntimeKernelsBytes) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir);
+  auto jit = openOk(spec);
+  OpenOptions off;
+  off.jit = false;
+  auto plain = openOk(spec, off);
+  ASSERT_TRUE(jit && plain);
+  std::vector<std::string> a = drain(*jit), b = drain(*plain);
+  EXPECT_GT(jit->generatedKernels(), 0);
+  EXPECT_EQ(plain->generatedKernels(), 0);
+  EXPECT_EQ(plain->kernelSummary(), "kernels: off (--no-jit)");
+  ASSERT_EQ(a.size(), 8u); // 500 rows in batches of 64
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(jit->stats().records(), 500);
+}
+
+TEST(ApiPipeline, ResumesWhereASavedStateLeftOff) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir);
+  auto whole = openOk(spec);
+  ASSERT_TRUE(whole);
+  std::vector<std::string> all = drain(*whole);
+  auto first = openOk(spec);
+  runtime::Batch b;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(*first->next(b));
+  runtime::PipelineState st = first->state();
+  auto resumed = openOk(spec);
+  ASSERT_TRUE(resumed->resume(st));
+  std::vector<std::string> rest = drain(*resumed);
+  ASSERT_EQ(rest.size(), all.size() - 3);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + 3));
+}
+
+TEST(ApiPipeline, APlanFileRunsLikeItsSpec) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir);
+  auto p = openOk(spec);
+  ASSERT_TRUE(p);
+  std::string planFile = dir.write("plan.json", p->plan().serialize());
+  std::vector<std::string> fromSpec = drain(*p);
+  ErrorKind kind;
+  Expected<std::unique_ptr<Pipeline>> q =
+      Pipeline::openPlan(planFile, {}, &kind);
+  ASSERT_TRUE(q) << q.status().message();
+  EXPECT_EQ((*q)->spec(), nullptr);
+  EXPECT_EQ(drain(**q), fromSpec);
+  // The runtime's own kernels on the same plan: the same bytes.
+  auto r = Pipeline::fromPlan(p->plan());
+  EXPECT_FALSE(r->hasKernels());
+  EXPECT_EQ(drain(*r), fromSpec);
+}
+
+TEST(ApiPipeline, ScheduleAutoUnlessAScheduleIsGiven) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir, "schedule: auto\n");
+  auto p = openOk(spec);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->autoScheduleWanted());
+  // A schedule file, even one that sets no knob, is the schedule.
+  OpenOptions o;
+  o.scheduleFile = dir.write("empty.yaml", "schedule: {}\n");
+  auto q = openOk(spec, o);
+  ASSERT_TRUE(q);
+  EXPECT_FALSE(q->autoScheduleWanted());
+  EXPECT_TRUE(q->options().schedule.empty());
+  // A file's knobs land in the run options as one StepSchedule per step.
+  o.scheduleFile = dir.write(
+      "some.yaml", "schedule:\n  map: {parallelism: 2}\n  batch: {prefetch: 3}\n");
+  auto r = openOk(spec, o);
+  ASSERT_TRUE(r);
+  const Schedule &s = r->options().schedule;
+  ASSERT_EQ(s.count("map"), 1u);
+  EXPECT_EQ(s.at("map").parallelism, 2);
+  EXPECT_FALSE(s.at("map").prefetch);
+  EXPECT_EQ(s.at("batch").prefetch, 3);
+  // Its outputs are the bytes of the default schedule.
+  r->options().threads = 2;
+  OpenOptions none;
+  auto plain = openOk(criteoSpec(dir), none);
+  EXPECT_EQ(drain(*r), drain(*plain));
+}
+
+TEST(ApiPipeline, BadInputGetsLocatedErrorsOfItsKind) {
+  TempDir dir;
+  struct Case {
+    const char *what;
+    std::string spec;
+    OpenOptions opts;
+    ErrorKind kind;
+    std::string message;
+  };
+  std::string good = criteoSpec(dir);
+  OpenOptions badPass;
+  badPass.disabledPasses = {"sluice-fuse-mapz"};
+  OpenOptions badSchedule;
+  badSchedule.scheduleFile =
+      dir.write("bad.yaml", "schedule:\n  mapp: {parallelism: 2}\n");
+  OpenOptions missingSchedule;
+  missingSchedule.scheduleFile = dir / "missing.yaml";
+  std::vector<Case> cases = {
+      {"unknown source",
+       dir.write("src.yaml", "pipeline: p\nsource:\n  csvv: {files: x.csv}\n"),
+       {}, ErrorKind::Spec, "src.yaml:3:3: error: unknown source kind 'csvv'"},
+      {"missing spec", dir / "nothing.yaml", {}, ErrorKind::Spec,
+       "sluice: error: "},
+      {"unknown pass", good, badPass, ErrorKind::Usage, "sluice-fuse-maps"},
+      {"unknown step in a schedule file", good, badSchedule, ErrorKind::Spec,
+       "bad.yaml:2:3: error: schedule names no step 'mapp'"},
+      {"missing schedule file", good, missingSchedule, ErrorKind::Spec,
+       "sluice: error: "},
+  };
+  for (const Case &c : cases) {
+    ErrorKind kind = ErrorKind::None;
+    Expected<std::unique_ptr<Pipeline>> p =
+        Pipeline::open(c.spec, c.opts, &kind);
+    ASSERT_FALSE(p) << c.what;
+    EXPECT_EQ(kind, c.kind) << c.what;
+    EXPECT_NE(p.status().message().find(c.message), std::string::npos)
+        << c.what << ": " << p.status().message();
+  }
+}
+
+} // namespace
+} // namespace sluice
