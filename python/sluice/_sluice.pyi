@@ -77,6 +77,9 @@ def install_host_registrar(kind: str, library: str = "") -> Optional[str]:
 def host_registrar() -> Optional[str]:
     """The installed registrar's name, or None."""
 
+def pinned_stats() -> Dict[str, Any]:
+    """Counters of the process's page-locked batch buffers."""
+
 def host_registrar_log() -> Optional[Dict[str, Any]]:
     """What a recording registrar saw (None for another)."""
 

@@ -967,12 +967,12 @@ jit: compile the value-wise steps to native kernels, as ``sluice run``
     does (the default); False runs the runtime's own kernels, as
     ``sluice run --no-jit`` (SLUICE_NO_JIT=1 also turns it off). The
     outputs are the same bytes either way; ``kernels`` tells which ran.
-pin_memory: the last batch step's buffers are page-locked where they are
-    allocated, by the registrar ``install_host_registrar`` installed (the
-    CUDA runtime's cudaHostRegister), and kept registered for reuse; counted
-    in the memory budget ("pinned batches (idle)"); ``pinned_stats()``
-    counts them. PipelineError
-    when no registrar is installed. The same bytes either way.
+pin_memory: the last batch step's buffers (of 64 KiB or more) are
+    page-locked where they are allocated, by the registrar that
+    ``install_host_registrar`` installed (the CUDA runtime's
+    cudaHostRegister), and kept registered for reuse, counted in the memory
+    budget; ``pinned_stats()`` counts them. PipelineError when no registrar
+    is installed. The same bytes either way.
 
 Raises SpecError (file:line:col) for a spec that does not check, and
 PipelineError when the pipeline cannot start (e.g. its buffers cannot fit

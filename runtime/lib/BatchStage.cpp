@@ -394,10 +394,16 @@ public:
     // The records being collected, the next batch the workers fill ahead
     // (or the batch built from the collected records), and the last batch,
     // held for the caller until it asks for the next.
+    // Page-locked batches (pin_memory) keep one more buffer registered for
+    // reuse, which the budget counts while it is idle.
+    const bool pinned = layout_ && layout_->pinned;
     StaticNeed n;
-    n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
-    n.records = 3 * size_;
-    n.recordsPerKnob = 3;
+    n.what = "the " + step_.op + " of " + std::to_string(size_) + " records" +
+             (pinned ? " (page-locked for pin_memory, one more batch kept "
+                       "registered for reuse)"
+                     : "");
+    n.records = (pinned ? 4 : 3) * size_;
+    n.recordsPerKnob = pinned ? 4 : 3;
     n.type = step_.inputType;
     n.knob = step_.name + ".size";
     n.where = shared_.plan->where(step_);

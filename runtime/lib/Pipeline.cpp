@@ -121,6 +121,9 @@ public:
   /// The idle page-locked batch buffers' reservation (RunOptions::
   /// pinBatches; the pool itself is shared_.pinned).
   std::unique_ptr<AccountAllocationLimit> pinnedLimit_;
+  /// The objects a remote source fetched ahead, reserved until a reader
+  /// takes them (SourceBase::setPrefetchLimit).
+  std::unique_ptr<AccountAllocationLimit> aheadLimit_;
   /// The last output, counted until the caller asks for the next one.
   MemoryAccount *outputAccount_ = nullptr;
   int64_t outputHeld_ = 0;
