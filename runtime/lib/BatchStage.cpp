@@ -95,8 +95,8 @@ struct RowLayout {
   /// per 600 KB row onto the workers, where they were measured to cost more
   /// than the whole copy on the consumer.
   bool recycled = true;
-  /// Where the buffers come from when they are page-locked (RunOptions::
-  /// pinBatches): registered buffers that pool keeps for reuse.
+  /// Where the buffers come from when they are page-locked (a
+  /// PinBatchesScope, Pinned.h): registered buffers that pool keeps.
   PinnedPool *pinned = nullptr;
 
   /// The layout of batches of `size` records of `t`; nullopt when a field

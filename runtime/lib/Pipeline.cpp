@@ -118,8 +118,8 @@ public:
   /// The buffer pool's idle buffers, reserved in this budget while the
   /// pipeline lives (BufferPool.h).
   std::unique_ptr<AccountAllocationLimit> poolLimit_;
-  /// The idle page-locked batch buffers' reservation (RunOptions::
-  /// pinBatches; the pool itself is shared_.pinned).
+  /// The idle page-locked batch buffers' reservation (PinBatchesScope;
+  /// the pool itself is shared_.pinned).
   std::unique_ptr<AccountAllocationLimit> pinnedLimit_;
   /// The objects a remote source fetched ahead, reserved until a reader
   /// takes them (SourceBase::setPrefetchLimit).

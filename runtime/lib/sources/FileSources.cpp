@@ -153,7 +153,8 @@ public:
     }
     Fetched &f = a.fetch->wait(); // what the reader does first anyway
     std::lock_guard<std::mutex> lock(m_);
-    largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
+    if (f.ok)
+      largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
     if (a.bytes > 0 && limit_)
       limit_->release(a.bytes);
     return a.fetch;

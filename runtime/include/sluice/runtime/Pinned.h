@@ -4,7 +4,7 @@
 // staging buffer at a fraction of the bus's speed (5.9 against 51 GB/s for
 // an f32 image batch on an H200 host), and copying it into page-locked
 // memory after the fact costs a second pass over every byte (77 MB per
-// 128-image f32 batch). So with RunOptions::pinBatches the batch stage
+// 128-image f32 batch). So under a PinBatchesScope the batch stage
 // allocates its buffers page-locked where they are made (its allocations
 // draw from the pool through the tensor buffer pool's BufferSource hook,
 // sluice/ops/BufferPool.h: buffers of at least 64 KiB; a smaller field,
@@ -32,7 +32,15 @@
 // returns to the pool only when the last reference to its batch goes: a
 // consumer that copies the batch asynchronously (sluice.torch's side-stream
 // copier) keeps it until the copy's event has completed, so the pipeline
-// never overwrites memory the GPU is still reading.
+// never overwrites memory the GPU is still reading. The batch step's static
+// memory need counts one batch more when its batches are pinned (the buffer
+// kept registered for the next), so a budget that cannot hold it is refused
+// up front, at that step, saying so.
+//
+// Pinning is asked for per pipeline by a PinBatchesScope open on the thread
+// that creates it (sluice.Pipeline's pin_memory), not a RunOptions field:
+// that keeps Pipeline.h, which the C++ pipeline API of issue 22 reshapes,
+// as it is; it belongs in that API's options once it lands.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_PINNED_H
@@ -69,8 +77,8 @@ public:
   virtual void unregisterRange(void *p, size_t bytes) = 0;
 };
 
-/// Installs the registrar pipelines created from now on with
-/// RunOptions::pinBatches use (null: none; pinBatches is then refused).
+/// Installs the registrar pipelines created from now on with pinned
+/// batches (PinBatchesScope) use (null: none; they are then refused).
 /// Pipelines running keep the one they started with.
 void setHostRegistrar(std::shared_ptr<HostRegistrar> registrar);
 /// The registrar installed now (or null).
