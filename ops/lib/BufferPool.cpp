@@ -954,7 +954,8 @@ thread_local BufferSource *threadSource = nullptr;
 /// per large release.
 std::shared_mutex sourcedMu;
 std::unordered_map<void *, std::shared_ptr<BufferSource>> &sourced() {
-  static auto *m = new std::unordered_map<void *, std::shared_ptr<BufferSource>>;
+  static auto *m =
+      new std::unordered_map<void *, std::shared_ptr<BufferSource>>;
   return *m;
 }
 std::atomic<int64_t> sourcedCount{0};

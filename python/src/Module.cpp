@@ -466,8 +466,7 @@ public:
   PyPipeline(const std::string &path, py::object epochs, py::object schedule,
              int64_t threads, py::object seed, py::object memory,
              int64_t firstEpoch, std::vector<std::string> disablePasses,
-             py::object rank, py::object worldSize, bool jit,
-             bool pinMemory) {
+             py::object rank, py::object worldSize, bool jit, bool pinMemory) {
     std::unique_ptr<dsl::Spec> spec = loadSpec(path);
     bool codegen = wantJit(jit);
     runtime::Plan plan = compile(*spec, disablePasses, codegen);

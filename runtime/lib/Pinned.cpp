@@ -39,8 +39,8 @@ public:
   using RegisterFn = int (*)(void *, size_t, unsigned);
   using UnregisterFn = int (*)(void *);
   using ErrorStringFn = const char *(*)(int);
-  CudaRegistrar(void *lib, std::string path, RegisterFn reg,
-                UnregisterFn unreg, ErrorStringFn err)
+  CudaRegistrar(void *lib, std::string path, RegisterFn reg, UnregisterFn unreg,
+                ErrorStringFn err)
       : lib_(lib), path_(std::move(path)), register_(reg), unregister_(unreg),
         errorString_(err) {}
   // The library stays loaded: buffers of a pool may outlive this object's
@@ -67,8 +67,8 @@ private:
   }
   std::string errorText(int e) const {
     const char *s = errorString_ ? errorString_(e) : nullptr;
-    return (s ? std::string(s) : "error") + " (cudaError " +
-           std::to_string(e) + ")";
+    return (s ? std::string(s) : "error") + " (cudaError " + std::to_string(e) +
+           ")";
   }
 
   void *lib_;
@@ -192,7 +192,8 @@ makeCudaRegistrar(const std::string &library) {
   } else {
     for (const std::string &p : loadedCudaRuntimes())
       open(p, RTLD_NOLOAD);
-    for (const char *p : {"libcudart.so.12", "libcudart.so", "libcudart.so.11.0"})
+    for (const char *p :
+         {"libcudart.so.12", "libcudart.so", "libcudart.so.11.0"})
       open(p, 0);
   }
   if (!lib) {

@@ -131,8 +131,7 @@ public:
       return;
     int64_t bytes = 0;
     if (limit_) {
-      bytes = largest_ >= 0 ? std::max<int64_t>(largest_, 1)
-                            : kFirstGuessBytes;
+      bytes = largest_ >= 0 ? std::max<int64_t>(largest_, 1) : kFirstGuessBytes;
       if (!limit_->tryReserveNow(bytes))
         return;
     }

@@ -46,9 +46,9 @@
 #ifndef SLUICE_RUNTIME_PINNED_H
 #define SLUICE_RUNTIME_PINNED_H
 
+#include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Tensor.h"
-#include "sluice/ops/BufferPool.h"
 
 #include <cstddef>
 #include <cstdint>
