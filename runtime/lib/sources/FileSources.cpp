@@ -113,12 +113,13 @@ private:
 /// shard -> its GET. Bounded by a few windows of the source's concurrency
 /// and by the budget: each fetch reserves, as it is started, the size of
 /// the largest object taken so far (kFirstGuessBytes before the first)
-/// in the pipeline's "objects ahead" account (Source::setPrefetchLimit),
-/// and a fetch the budget cannot reserve is not started (the shard is then
-/// fetched when opened). The reservation goes when a reader takes the
-/// object (it reserves the object's real size itself, readWholeFile) or
-/// when the pipeline ends and drops what is still ahead. An object larger
-/// than every earlier one is counted at the earlier size until taken.
+/// in the pipeline's "objects ahead" account (SourceBase::setPrefetchLimit),
+/// and a fetch the budget cannot reserve (more than a quarter of what it
+/// has left) is not started (the shard is then fetched when opened). The
+/// reservation goes when a reader takes the object (it reserves the
+/// object's real size itself, readWholeFile) or when the pipeline ends and
+/// drops what is still ahead. An object larger than every earlier one is
+/// counted at the earlier size until taken.
 class FetchAhead {
 public:
   static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
@@ -132,7 +133,12 @@ public:
     int64_t bytes = 0;
     if (limit_) {
       bytes = largest_ >= 0 ? std::max<int64_t>(largest_, 1) : kFirstGuessBytes;
-      if (!limit_->tryReserveNow(bytes))
+      // At most a quarter of what the budget has left, as a ranged
+      // stream's read-ahead (RemoteStream): the rest of the pipeline keeps
+      // room for the records it makes of them.
+      int64_t room = limit_->limit() - limit_->used();
+      if ((limit_->limit() > 0 && bytes > room / 4) ||
+          !limit_->tryReserveNow(bytes))
         return;
     }
     ahead_.emplace(shard, Ahead{startObjectFetch(cfg, url), bytes});
