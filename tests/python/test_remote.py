@@ -902,7 +902,9 @@ def test_objects_fetched_ahead_are_counted_in_the_budget(servers, tmp_path,
     st = p.stats()
     ahead = st["memory"]["peaks"]["image_folder objects ahead"]
     # The first requests reserve a guess (256 KiB each), the later ones the
-    # largest object taken so far (the JPEGs here are a few KiB): at 8 MiB
-    # fewer than the 32 asked for fit at first.
-    assert ahead > 0
+    # largest object taken so far (the JPEGs here are a few KiB), each at
+    # most a quarter of what the budget has left: at 8 MiB fewer than the 32
+    # asked for fit at first; at 3 MiB maybe none (one GET at a time then).
+    if budget != "3MiB":
+        assert ahead > 0
     assert st["memory"]["peak"] <= st["memory"]["limit"]
