@@ -53,7 +53,9 @@
 #include <mutex>
 #include <new>
 #include <pthread.h>
+#include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <sys/mman.h>
@@ -943,9 +945,77 @@ void clearBufferPoolLimit(AllocationLimit *limit) {
 }
 
 namespace detail {
-void *poolAllocate(size_t bytes) { return pool().allocate(bytes); }
-void *poolTakeIdle(size_t bytes) { return pool().take(bytes); }
-void poolRelease(void *p, size_t bytes) { pool().release(p, bytes); }
+
+namespace {
+/// The thread's BufferSourceScope's source.
+thread_local BufferSource *threadSource = nullptr;
+/// Buffers sources handed out, by address: looked up only while there are
+/// some (sourcedCount), so a process that never pins pays one atomic load
+/// per large release.
+std::shared_mutex sourcedMu;
+std::unordered_map<void *, std::shared_ptr<BufferSource>> &sourced() {
+  static auto *m =
+      new std::unordered_map<void *, std::shared_ptr<BufferSource>>;
+  return *m;
+}
+std::atomic<int64_t> sourcedCount{0};
+} // namespace
+
+BufferSource::~BufferSource() = default;
+
+BufferSourceScope::BufferSourceScope(BufferSource *source)
+    : outer_(threadSource) {
+  threadSource = source;
+}
+BufferSourceScope::~BufferSourceScope() { threadSource = outer_; }
+
+void recordSourcedBuffer(void *p, std::shared_ptr<BufferSource> source) {
+  std::unique_lock<std::shared_mutex> lock(sourcedMu);
+  if (sourced().insert_or_assign(p, std::move(source)).second)
+    sourcedCount.fetch_add(1, std::memory_order_relaxed);
+}
+
+void forgetSourcedBuffer(void *p) {
+  std::shared_ptr<BufferSource> gone; // released after the lock
+  std::unique_lock<std::shared_mutex> lock(sourcedMu);
+  auto it = sourced().find(p);
+  if (it == sourced().end())
+    return;
+  gone = std::move(it->second);
+  sourced().erase(it);
+  sourcedCount.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void *poolAllocate(size_t bytes) {
+  if (BufferSource *s = threadSource) {
+    if (void *p = s->takeIdle(bytes))
+      return p;
+    if (void *p = s->allocate(bytes))
+      return p;
+  }
+  return pool().allocate(bytes);
+}
+void *poolTakeIdle(size_t bytes) {
+  if (BufferSource *s = threadSource)
+    return s->takeIdle(bytes);
+  return pool().take(bytes);
+}
+void poolRelease(void *p, size_t bytes) {
+  if (sourcedCount.load(std::memory_order_relaxed) > 0) {
+    std::shared_ptr<BufferSource> owner;
+    {
+      std::shared_lock<std::shared_mutex> lock(sourcedMu);
+      auto it = sourced().find(p);
+      if (it != sourced().end())
+        owner = it->second;
+    }
+    if (owner) {
+      owner->release(p, bytes);
+      return;
+    }
+  }
+  pool().release(p, bytes);
+}
 void *smallPoolAllocate(size_t bytes, bool evenIfDisabled) {
   return smallPool().allocate(bytes, evenIfDisabled);
 }

@@ -34,6 +34,7 @@ class Pipeline(Iterator[Dict[str, np.ndarray]]):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         jit: bool = True,
+        pin_memory: bool = False,
     ) -> None: ...
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
@@ -69,6 +70,18 @@ class Pipeline(Iterator[Dict[str, np.ndarray]]):
     def schedule_explanation(self) -> str: ...
     @property
     def kernels(self) -> int: ...
+
+def install_host_registrar(kind: str, library: str = "") -> Optional[str]:
+    """Installs the page-locking registrar for pin_memory pipelines."""
+
+def host_registrar() -> Optional[str]:
+    """The installed registrar's name, or None."""
+
+def pinned_stats() -> Dict[str, Any]:
+    """Counters of the process's page-locked batch buffers."""
+
+def host_registrar_log() -> Optional[Dict[str, Any]]:
+    """What a recording registrar saw (None for another)."""
 
 def check(spec_path: str) -> List[Dict[str, Any]]:
     """The typed stages of a spec: name, op, line, col, type {field: type}."""

@@ -40,12 +40,23 @@ class Dataset(IterableDataset):
     """One epoch of a sluice pipeline per iteration, as dicts of tensors.
 
     spec_path: the pipeline spec (YAML).
-    pin_memory: copy each batch into page-locked memory (for fast,
-        asynchronous ``.to("cuda", non_blocking=True)``). Without a CUDA
-        device it does nothing but warn once, as DataLoader's pin_memory
-        does: the tensors stay zero-copy views of the runtime's buffers, so
-        one script runs on a GPU host and a CPU-only one. ``pinning``
-        says whether batches are really pinned.
+    pin_memory: batches in page-locked memory (for fast, asynchronous
+        ``.to("cuda", non_blocking=True)``). sluice allocates its batch
+        buffers page-locked where it makes them (the CUDA runtime's
+        cudaHostRegister, through the registrar ``sluice._sluice.
+        install_host_registrar`` installs once per process) and keeps them
+        registered for reuse, counted in the memory budget: no copy
+        (``stats()["pinned"]`` counts them; ``pinned_in_runtime`` says it
+        is on). Fields under 64 KiB per batch (labels) are ordinary memory
+        and copied into pinned memory as before. Where the CUDA runtime cannot be loaded, each batch is
+        copied into pinned memory instead (``t.pin_memory()``), with a
+        warning. Without a CUDA device it does nothing but warn once, as
+        DataLoader's pin_memory does: the tensors stay zero-copy views of
+        the runtime's buffers, so one script runs on a GPU host and a
+        CPU-only one. ``pinning`` says whether batches are really pinned.
+        SLUICE_PIN_REGISTRAR=record|mlock in the environment installs a
+        registrar that needs no GPU instead (recording its calls; mlock
+        also locks the pages): for tests of the bookkeeping.
     device: where the tensors go. None or "cpu": zero-copy CPU tensors.
         A CUDA device ("cuda", "cuda:1"): each batch is copied on a side
         stream ``device_prefetch`` batches ahead of the one the loop is
@@ -81,10 +92,16 @@ class Dataset(IterableDataset):
             raise ValueError("epoch must be >= 0")
         self.spec_path = spec_path
         self.pin_memory = pin_memory
-        #: Whether batches are copied into page-locked memory: pin_memory
-        #: and a CUDA device torch can see.
+        #: Whether batches are in page-locked memory: pin_memory (or a
+        #: CUDA device=) and a CUDA device torch can see.
         self.pinning = bool(pin_memory) and _torch.cuda.is_available()
-        if pin_memory and not self.pinning:
+        #: Whether sluice allocates the batches pinned itself (no copy):
+        #: pinning, or a test registrar (SLUICE_PIN_REGISTRAR), with the
+        #: registrar installed.
+        self.pinned_in_runtime = False
+        if pin_memory and not self.pinning and _test_registrar():
+            self.pinned_in_runtime = _install_registrar()
+        elif pin_memory and not self.pinning:
             warnings.warn("sluice.torch.Dataset: pin_memory=True, but torch "
                           "sees no CUDA device, so batches are not pinned "
                           "(page-locked memory only speeds up copies to a "
@@ -116,6 +133,8 @@ class Dataset(IterableDataset):
             else:
                 raise ValueError("device must be None, 'cpu' or a CUDA "
                                  "device, got %r" % str(device))
+        if self.pinning:
+            self.pinned_in_runtime = _install_registrar()
         #: The epoch the next iteration runs: one more after each
         #: iteration begins, or what ``set_epoch`` set.
         self.epoch = epoch
@@ -179,8 +198,11 @@ class Dataset(IterableDataset):
             self._pipe = None
             self._stash = None
         if self._pipe is None:
+            kwargs = dict(self._kwargs)
+            if self.pinned_in_runtime and _install_registrar():
+                kwargs["pin_memory"] = True
             self._pipe = Pipeline(self.spec_path, epochs=-1,
-                                  first_epoch=self.epoch, **self._kwargs)
+                                  first_epoch=self.epoch, **kwargs)
             self._pipe_pid = os.getpid()
             self._at = self.epoch
             self._bf16 = frozenset(
@@ -202,8 +224,14 @@ class Dataset(IterableDataset):
         """The pipeline's counters (``sluice.Pipeline.stats``); the
         "consumer" entry is the stall meter: how long this process waited
         for batches (``wait_seconds``, ``mean_wait_seconds``, ``stalls``)
-        and the pipeline's headspace while the training step ran."""
-        return self.pipeline().stats()
+        and the pipeline's headspace while the training step ran. With
+        ``pinned_in_runtime``, "pinned" holds the counters of the process's
+        page-locked batch buffers (``sluice._sluice.pinned_stats()``)."""
+        st = self.pipeline().stats()
+        if self.pinned_in_runtime:
+            from . import _sluice
+            st["pinned"] = _sluice.pinned_stats()
+        return st
 
     def close(self) -> None:
         """Stops the pipeline's threads (a later iteration starts them
@@ -289,10 +317,46 @@ class Dataset(IterableDataset):
                         "HWC layout (no transpose to CHW) and batch them" %
                         (name, list(t.shape)))
                 t = t.permute(0, 3, 1, 2)  # NCHW view of NHWC memory
-            if self.pinning:
+            # With the runtime's pinned buffers only a field it did not
+            # allocate pinned (a padded_batch's) is copied.
+            if self.pinning and not (self.pinned_in_runtime and
+                                     t.is_pinned()):
                 t = t.pin_memory()
             out[name] = t
         return out
+
+
+# The process's registrar: (pid, installed) once tried in this process.
+_registrar: Optional[Tuple[int, bool]] = None
+
+
+def _test_registrar() -> Optional[str]:
+    kind = os.environ.get("SLUICE_PIN_REGISTRAR", "")
+    return kind if kind in ("record", "mlock") else None
+
+
+def _install_registrar() -> bool:
+    """Installs the host registrar sluice's pinned batch buffers need (once
+    per process: a forked or spawned worker installs its own): the CUDA
+    runtime torch loaded, or SLUICE_PIN_REGISTRAR's test one. False, with a
+    warning, when it cannot (then batches are copied into pinned memory)."""
+    global _registrar
+    if _registrar is not None and _registrar[0] == os.getpid():
+        return _registrar[1]
+    from . import _sluice
+    kind = _test_registrar() or "cuda"
+    try:
+        if kind == "cuda":
+            _torch.cuda.init()  # loads the CUDA runtime torch links
+        _sluice.install_host_registrar(kind)
+        ok = True
+    except RuntimeError as e:
+        warnings.warn("sluice.torch.Dataset: sluice cannot page-lock its "
+                      "batch buffers (%s); each batch is copied into pinned "
+                      "memory instead" % e, UserWarning, stacklevel=3)
+        ok = False
+    _registrar = (os.getpid(), ok)
+    return ok
 
 
 class _CudaStreams:

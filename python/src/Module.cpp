@@ -35,10 +35,12 @@
 //===----------------------------------------------------------------------===//
 #include "Dtypes.h"
 #include "sluice/Pipeline.h"
+#include "Pinned.h"
 #include "sluice/autotune/Tune.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Memory.h"
+#include "sluice/runtime/Pinned.h"
 #include "sluice/runtime/Pipeline.h"
 
 #include <nlohmann/json.hpp>
@@ -401,7 +403,7 @@ public:
   PyPipeline(const std::string &path, py::object epochs, py::object schedule,
              int64_t threads, py::object seed, py::object memory,
              int64_t firstEpoch, std::vector<std::string> disablePasses,
-             py::object rank, py::object worldSize, bool jit) {
+             py::object rank, py::object worldSize, bool jit, bool pinMemory) {
     OpenOptions o;
     o.disabledPasses = std::move(disablePasses);
     o.jit = jit;
@@ -429,6 +431,7 @@ public:
       plan.seed = seedArg(seed);
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
+    pinMemory_ = pinMemory;
     applySchedule(*api_, schedule);
     setRanks(plan, rank, worldSize, opts);
     // Of the final plan (its seed set), bound before the autotuner copies
@@ -464,6 +467,8 @@ public:
     }
     return d;
   }
+
+  bool pinMemory_ = false;
 
   /// Rank and world size: the arguments, else the spec's `distributed:`,
   /// else torchrun's RANK/WORLD_SIZE or a Kubernetes Indexed Job's
@@ -504,6 +509,9 @@ public:
     std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
     {
       py::gil_scoped_release release;
+      std::optional<runtime::PinBatchesScope> pin;
+      if (pinMemory_)
+        pin.emplace(); // the batches page-locked (runtime/Pinned.h)
       p.emplace(api_->makeRunner());
     }
     if (!*p)
@@ -842,14 +850,14 @@ are); bytes and string fields are numpy object arrays of ``bytes`` /
 ``str``.)")
       .def(py::init<const std::string &, py::object, py::object, int64_t,
                     py::object, py::object, int64_t, std::vector<std::string>,
-                    py::object, py::object, bool>(),
+                    py::object, py::object, bool, bool>(),
            py::arg("spec_path"), py::kw_only(), py::arg("epochs") = py::none(),
            py::arg("schedule") = py::none(), py::arg("threads") = 0,
            py::arg("seed") = py::none(), py::arg("memory") = py::none(),
            py::arg("first_epoch") = 0,
            py::arg("disable_passes") = std::vector<std::string>{},
            py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
-           py::arg("jit") = true,
+           py::arg("jit") = true, py::arg("pin_memory") = false,
            R"(Checks and compiles ``spec_path`` and builds the stage graph.
 
 epochs: overrides the spec's ``epochs`` (-1: forever).
@@ -877,6 +885,12 @@ jit: compile the value-wise steps to native kernels, as ``sluice run``
     does (the default); False runs the runtime's own kernels, as
     ``sluice run --no-jit`` (SLUICE_NO_JIT=1 also turns it off). The
     outputs are the same bytes either way; ``kernels`` tells which ran.
+pin_memory: the last batch step's buffers (of 64 KiB or more) are
+    page-locked where they are allocated, by the registrar that
+    ``install_host_registrar`` installed (the CUDA runtime's
+    cudaHostRegister), and kept registered for reuse, counted in the memory
+    budget; ``pinned_stats()`` counts them. PipelineError when no registrar
+    is installed. The same bytes either way.
 
 Raises SpecError (file:line:col) for a spec that does not check, and
 PipelineError when the pipeline cannot start (e.g. its buffers cannot fit
@@ -965,6 +979,7 @@ another Pipeline of the same spec to skip the profiling.)")
           [](PyPipeline &p) { return p.pipe().heldOutputs().used(); },
           "Bytes of outputs Python still holds, counted in the budget.");
 
+  sluice::python::definePinned(m);
   m.def("tune", &tune, py::arg("spec_path"), py::kw_only(),
         py::arg("cores") = py::none(), py::arg("memory") = py::none(),
         py::arg("seconds") = 1.5, py::arg("report_dir") = py::none(),

@@ -14,6 +14,7 @@
 #include "sluice/ops/Random.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/ops/kernels/Layout.h"
+#include "sluice/runtime/Pinned.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -94,10 +95,15 @@ struct RowLayout {
   /// per 600 KB row onto the workers, where they were measured to cost more
   /// than the whole copy on the consumer.
   bool recycled = true;
+  /// Where the buffers come from when they are page-locked (a
+  /// PinBatchesScope, Pinned.h): registered buffers that pool keeps.
+  PinnedPool *pinned = nullptr;
 
   /// The layout of batches of `size` records of `t`; nullopt when a field
-  /// is not numeric or has a dynamic shape.
-  static std::optional<RowLayout> of(const RecordType &t, int64_t size) {
+  /// is not numeric or has a dynamic shape. With `pinned`, the buffers come
+  /// from that pool (recycled memory, as the tensor buffer pool's).
+  static std::optional<RowLayout> of(const RecordType &t, int64_t size,
+                                     PinnedPool *pinned = nullptr) {
     RowLayout l;
     for (const Field &f : t.fields()) {
       std::optional<int64_t> b = f.type.staticBytes();
@@ -106,7 +112,8 @@ struct RowLayout {
       size_t rowBytes = static_cast<size_t>(*b);
       size_t batchBytes = rowBytes * static_cast<size_t>(size);
       // Tensor pads buffers to whole cache lines; the pool keys by that.
-      bool pooled = bufferPoolKeeps((batchBytes + 63) / 64 * 64);
+      bool pooled =
+          pinned != nullptr || bufferPoolKeeps((batchBytes + 63) / 64 * 64);
       l.elems.push_back(f.type.elem);
       l.shapes.push_back(f.type.shape);
       l.bytes.push_back(rowBytes);
@@ -116,6 +123,7 @@ struct RowLayout {
     }
     if (l.elems.empty())
       return std::nullopt;
+    l.pinned = pinned;
     return l;
   }
 
@@ -138,7 +146,8 @@ struct RowLayout {
     for (size_t f = 0; f < elems.size(); ++f) {
       std::vector<int64_t> shape{rows};
       shape.insert(shape.end(), shapes[f].begin(), shapes[f].end());
-      out.push_back(Tensor::empty(elems[f], std::move(shape)));
+      out.push_back(pinned ? pinned->allocate(elems[f], std::move(shape))
+                           : Tensor::empty(elems[f], std::move(shape)));
     }
     return out;
   }
@@ -362,7 +371,9 @@ public:
     c->bufferCapacity.store(size_);
     c->setFilterReason("drop_remainder");
     if (!padded_)
-      layout_ = RowLayout::of(step.inputType, size_);
+      layout_ = RowLayout::of(
+          step.inputType, size_,
+          s.pinned && step.name == s.pinnedStep ? s.pinned.get() : nullptr);
     if (layout_ && layout_->recycled && s.batchRowPlacement) {
       rows_ = std::make_unique<BatchRows>(
           *layout_, size_, s.memory->account(step.name + " rows ahead"), c);
@@ -383,10 +394,16 @@ public:
     // The records being collected, the next batch the workers fill ahead
     // (or the batch built from the collected records), and the last batch,
     // held for the caller until it asks for the next.
+    // Page-locked batches (pin_memory) keep one more buffer registered for
+    // reuse, which the budget counts while it is idle.
+    const bool pinned = layout_ && layout_->pinned;
     StaticNeed n;
-    n.what = "the " + step_.op + " of " + std::to_string(size_) + " records";
-    n.records = 3 * size_;
-    n.recordsPerKnob = 3;
+    n.what = "the " + step_.op + " of " + std::to_string(size_) + " records" +
+             (pinned ? " (page-locked for pin_memory, one more batch kept "
+                       "registered for reuse)"
+                     : "");
+    n.records = (pinned ? 4 : 3) * size_;
+    n.recordsPerKnob = pinned ? 4 : 3;
     n.type = step_.inputType;
     n.knob = step_.name + ".size";
     n.where = shared_.plan->where(step_);
@@ -442,7 +459,12 @@ protected:
         std::to_string(size_) + " records does not fit in budget.memory " +
         formatBytes(shared_.memory->limit()) +
         " (buffers in use: " + shared_.memory->usageSummary() + "); lower " +
-        step_.name + ".size or raise budget.memory");
+        step_.name + ".size or raise budget.memory" +
+        (layout_ && layout_->pinned
+             ? " (its batches are page-locked for pin_memory: the budget "
+               "counts each batch handed out and the idle ones kept for "
+               "reuse)"
+             : ""));
   }
 
   /// Run mode: copies runs of rows (ItemRun) from their columns into the

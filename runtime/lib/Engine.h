@@ -37,6 +37,10 @@
 #include <string_view>
 #include <vector>
 
+namespace sluice::runtime {
+class PinnedPool;
+}
+
 namespace sluice::runtime::detail {
 
 /// Counts a bad record skipped under `on_error: skip`. An error after which
@@ -120,6 +124,12 @@ struct Shared {
   /// RunOptions::recordRuns (and no SLUICE_NO_RECORD_RUNS): `batch` takes
   /// runs of rows as columns (Stage::nextRun) where its upstream can.
   bool recordRuns = true;
+
+  /// A PinBatchesScope open at creation (Pinned.h): the pool of
+  /// page-locked buffers the batch step named `pinnedStep` (the last batch,
+  /// no unbatch after it) allocates its batches from (null: none).
+  std::shared_ptr<PinnedPool> pinned;
+  std::string pinnedStep;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the

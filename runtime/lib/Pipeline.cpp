@@ -12,7 +12,9 @@
 #include "Engine.h"
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/runtime/Pinned.h"
 #include "sources/Remote.h"
+#include "sources/SourceImpl.h"
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
@@ -116,6 +118,12 @@ public:
   /// The buffer pool's idle buffers, reserved in this budget while the
   /// pipeline lives (BufferPool.h).
   std::unique_ptr<AccountAllocationLimit> poolLimit_;
+  /// The idle page-locked batch buffers' reservation (PinBatchesScope;
+  /// the pool itself is shared_.pinned).
+  std::unique_ptr<AccountAllocationLimit> pinnedLimit_;
+  /// The objects a remote source fetched ahead, reserved until a reader
+  /// takes them (SourceBase::setPrefetchLimit).
+  std::unique_ptr<AccountAllocationLimit> aheadLimit_;
   /// The last output, counted until the caller asks for the next one.
   MemoryAccount *outputAccount_ = nullptr;
   int64_t outputHeld_ = 0;
@@ -428,6 +436,14 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   e->poolLimit_ = std::make_unique<AccountAllocationLimit>(
       e->memory_->account("buffer pool (idle)"));
   setBufferPoolLimit(e->poolLimit_.get());
+  // Objects a remote per-file source fetches ahead are reserved from when
+  // they are requested until a reader takes them (Source::setPrefetchLimit).
+  if (auto *src = dynamic_cast<const SourceBase *>(e->source_.get());
+      src && src->prefetchDepth() > 0) {
+    e->aheadLimit_ = std::make_unique<AccountAllocationLimit>(
+        e->memory_->account(e->plan_.source.name + " objects ahead"));
+    src->setPrefetchLimit(e->aheadLimit_.get());
+  }
   // What earlier pipelines of this process left free in the heap (the
   // probes of `schedule: auto`), which this one refills (Memory.h).
   e->memory_->carryFreeHeap(e->memory_->account("heap left free"));
@@ -465,6 +481,26 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
+  if (PinBatchesScope::active() && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
+    std::shared_ptr<HostRegistrar> registrar = hostRegistrar();
+    if (!registrar)
+      return Status::error(
+          "pinned batches asked for (pin_memory), but no host memory "
+          "registrar is installed (sluice.torch installs one over the CUDA "
+          "runtime when torch sees a CUDA device)");
+    // The last batch step makes the outputs; a batch an unbatch takes
+    // apart again never reaches a device.
+    for (const PlanStage &st : plan_.stages) {
+      if (st.op == "batch")
+        shared_.pinnedStep = st.name;
+      else if (st.op == "unbatch" || st.op == "padded_batch")
+        shared_.pinnedStep.clear();
+    }
+    pinnedLimit_ = std::make_unique<AccountAllocationLimit>(
+        memory_->account("pinned batches (idle)"));
+    shared_.pinned =
+        std::make_shared<PinnedPool>(std::move(registrar), pinnedLimit_.get());
+  }
   shared_.batchRowPlacement =
       opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
   shared_.directOutput =
@@ -1087,6 +1123,17 @@ void Engine::stop() {
     clearBufferPoolLimit(poolLimit_.get());
   if (memory_)
     memory_->dropCarriedHeap();
+  // What a remote source fetched ahead and no reader took is dropped, its
+  // reservation released, before the budget goes.
+  if (aheadLimit_ && source_) {
+    if (auto *src = dynamic_cast<const SourceBase *>(source_.get()))
+      src->setPrefetchLimit(nullptr);
+    aheadLimit_.reset();
+  }
+  // Idle page-locked buffers are unlocked and freed now; those still held
+  // (by the caller, or a device copy under way) as they come back.
+  if (shared_.pinned)
+    shared_.pinned->close();
   started_ = false;
   finished_ = true;
   if (endNs_ == 0 && startNs_ != 0)

@@ -110,31 +110,82 @@ private:
 };
 
 /// The fetches started ahead for a per-file source over remote objects:
-/// shard -> its GET. Bounded: hints beyond a few windows are dropped (the
-/// shard is then fetched when opened).
+/// shard -> its GET. Bounded by a few windows of the source's concurrency
+/// and by the budget: each fetch reserves, as it is started, the size of
+/// the largest object taken so far (kFirstGuessBytes before the first)
+/// in the pipeline's "objects ahead" account (SourceBase::setPrefetchLimit),
+/// and a fetch the budget cannot reserve (more than a quarter of what it
+/// has left) is not started (the shard is then fetched when opened). The
+/// reservation goes when a reader takes the object (it reserves the
+/// object's real size itself, readWholeFile) or when the pipeline ends and
+/// drops what is still ahead. An object larger than every earlier one is
+/// counted at the earlier size until taken.
 class FetchAhead {
 public:
+  static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
+
   void start(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
              const std::string &url) {
     std::lock_guard<std::mutex> lock(m_);
     if (ahead_.count(shard) ||
         ahead_.size() >= 4 * static_cast<size_t>(cfg->concurrency))
       return;
-    ahead_.emplace(shard, startObjectFetch(cfg, url));
+    int64_t bytes = 0;
+    if (limit_) {
+      bytes = largest_ >= 0 ? std::max<int64_t>(largest_, 1) : kFirstGuessBytes;
+      // At most a quarter of what the budget has left, as a ranged
+      // stream's read-ahead (RemoteStream): the rest of the pipeline keeps
+      // room for the records it makes of them.
+      int64_t room = limit_->limit() - limit_->used();
+      if ((limit_->limit() > 0 && bytes > room / 4) ||
+          !limit_->tryReserveNow(bytes))
+        return;
+    }
+    ahead_.emplace(shard, Ahead{startObjectFetch(cfg, url), bytes});
   }
+
+  /// The fetch of `shard` started ahead (null: none), done: its reservation
+  /// is released as its reader counts the object.
   std::shared_ptr<PendingFetch> take(size_t shard) {
+    Ahead a;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      auto it = ahead_.find(shard);
+      if (it == ahead_.end())
+        return nullptr;
+      a = std::move(it->second);
+      ahead_.erase(it);
+    }
+    Fetched &f = a.fetch->wait(); // what the reader does first anyway
     std::lock_guard<std::mutex> lock(m_);
-    auto it = ahead_.find(shard);
-    if (it == ahead_.end())
-      return nullptr;
-    std::shared_ptr<PendingFetch> p = std::move(it->second);
-    ahead_.erase(it);
-    return p;
+    if (f.ok)
+      largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
+    if (a.bytes > 0 && limit_)
+      limit_->release(a.bytes);
+    return a.fetch;
+  }
+
+  void setLimit(AllocationLimit *limit) {
+    std::unordered_map<size_t, Ahead> drop; // waited for outside the lock
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (limit_)
+        for (auto &[shard, a] : ahead_)
+          limit_->release(a.bytes);
+      drop.swap(ahead_);
+      limit_ = limit;
+    }
   }
 
 private:
+  struct Ahead {
+    std::shared_ptr<PendingFetch> fetch;
+    int64_t bytes = 0; ///< reserved in limit_
+  };
   std::mutex m_;
-  std::unordered_map<size_t, std::shared_ptr<PendingFetch>> ahead_;
+  std::unordered_map<size_t, Ahead> ahead_;
+  AllocationLimit *limit_ = nullptr;
+  int64_t largest_ = -1; ///< -1: none taken yet
 };
 
 /// An entry of an image folder found broken while listing (a directory
@@ -198,6 +249,9 @@ public:
     if (remote() && i < files.size() && !broken.count(i))
       ahead_.start(remote(), i, shardName(i));
   }
+  void setPrefetchLimit(AllocationLimit *limit) const override {
+    ahead_.setLimit(limit);
+  }
 
 private:
   mutable FetchAhead ahead_;
@@ -224,6 +278,9 @@ public:
   void prefetch(size_t i) const override {
     if (remote() && i < paths.size() && isRemoteUrl(paths[i]))
       ahead_.start(remote(), i, paths[i]);
+  }
+  void setPrefetchLimit(AllocationLimit *limit) const override {
+    ahead_.setLimit(limit);
   }
 
 private:

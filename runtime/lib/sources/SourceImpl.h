@@ -268,6 +268,12 @@ public:
     configured_ = r ? r->concurrency : 0;
     remote_ = std::move(r);
   }
+  /// Where the objects fetched ahead (prefetch()) are reserved until a
+  /// reader takes them: the engine's "<source> objects ahead" account, set
+  /// as a pipeline starts and cleared (null) as it ends, when what is still
+  /// ahead is dropped and its reservation released. A fetch the budget
+  /// cannot reserve is not started ahead (open() fetches it then).
+  virtual void setPrefetchLimit(AllocationLimit *limit) const { (void)limit; }
   int64_t requestsInFlight() const override {
     std::shared_ptr<const RemoteConfig> r = remote();
     return r ? r->concurrency : 0;

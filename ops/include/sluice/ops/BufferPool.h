@@ -77,6 +77,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace sluice {
 
@@ -160,6 +161,42 @@ void clearBufferPoolLimit(AllocationLimit *limit);
 void trimBufferPool();
 
 namespace detail {
+/// Another owner of large buffers that Tensor's allocations (kPoolMinBytes
+/// and up) draw from instead of this pool, on a thread while a
+/// BufferSourceScope is open: the page-locked batch buffers of
+/// runtime/Pinned.h, which the batch step's buffers come from (Tensor
+/// itself stays unaware). The buffers it hands out are given back to it
+/// by poolRelease, however late (recordSourcedBuffer keeps it alive).
+class BufferSource {
+public:
+  virtual ~BufferSource();
+  /// An idle buffer of exactly `bytes`, its idle reservation released (as
+  /// poolTakeIdle), or null.
+  virtual void *takeIdle(size_t bytes) = 0;
+  /// A new buffer of `bytes` (64-byte aligned), or null: the pool then
+  /// allocates an ordinary one.
+  virtual void *allocate(size_t bytes) = 0;
+  /// Takes back a buffer it handed out (from poolRelease).
+  virtual void release(void *p, size_t bytes) = 0;
+};
+/// Makes the large buffers Tensor allocates on this thread come from
+/// `source` (null: from the pool) until it closes. Scopes nest.
+class BufferSourceScope {
+public:
+  explicit BufferSourceScope(BufferSource *source);
+  ~BufferSourceScope();
+  BufferSourceScope(const BufferSourceScope &) = delete;
+  BufferSourceScope &operator=(const BufferSourceScope &) = delete;
+
+private:
+  BufferSource *outer_;
+};
+/// Called by a source for each buffer it hands out (poolRelease then gives
+/// it back to `source`, which it keeps alive until forgetSourcedBuffer).
+void recordSourcedBuffer(void *p, std::shared_ptr<BufferSource> source);
+/// Called by a source as it frees a buffer for good.
+void forgetSourcedBuffer(void *p);
+
 /// A 64-byte aligned buffer of `bytes` (a multiple of 64, at least
 /// kPoolMinBytes), from the pool when one of that size is idle.
 void *poolAllocate(size_t bytes);
