@@ -290,9 +290,8 @@ bool leaveEpilogues(const dsl::Spec &spec,
     changed = true;
     // The fused crop itself is an op only passes create.
     const OpDef *def = Registry::instance().find(s.op);
-    if (!(def && def->internal) &&
-        std::find(generated.begin(), generated.end(), s.name) ==
-            generated.end())
+    if (!(def && def->internal) && std::find(generated.begin(), generated.end(),
+                                             s.name) == generated.end())
       return false;
   }
   return changed;

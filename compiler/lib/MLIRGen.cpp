@@ -181,8 +181,8 @@ private:
 Attribute specLayout(MLIRContext *ctx, const Value &value) {
   Builder b(ctx);
   SmallVector<Attribute> out;
-  auto pos = b.getDenseI64ArrayAttr({value.loc().line, value.loc().col,
-                                     value.contentOffset()});
+  auto pos = b.getDenseI64ArrayAttr(
+      {value.loc().line, value.loc().col, value.contentOffset()});
   switch (value.kind()) {
   case Value::Kind::Map:
     out = {b.getStringAttr("m"), pos};

@@ -238,8 +238,8 @@ private:
     // A stage a pass created or changed into another op has nothing the
     // spec wrote to restore from.
     std::optional<Value> original = writtenParams(op->getLoc(), out);
-    out.params = restoreLayout(params, original ? &*original : nullptr,
-                               &def->params);
+    out.params =
+        restoreLayout(params, original ? &*original : nullptr, &def->params);
 
     if (TypedValue<StreamType> input = stage.getInputStream())
       out.inputType = convertRecordType(input.getType().getRecordType());

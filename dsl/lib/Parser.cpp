@@ -831,8 +831,8 @@ bool SpecChecker::validateParams(const OpDef &def, const YNode &value,
       if (!ps) {
         const ParamSpec *renamed = nullptr;
         for (const ParamSpec &p : def.params)
-          if (std::find(p.oldNames.begin(), p.oldNames.end(),
-                        kv.first.text) != p.oldNames.end())
+          if (std::find(p.oldNames.begin(), p.oldNames.end(), kv.first.text) !=
+              p.oldNames.end())
             renamed = &p;
         if (renamed && !value.map.empty()) {
           ps = renamed;

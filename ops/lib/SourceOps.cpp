@@ -133,8 +133,8 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("files", "files").formerly("glob"), shuffleParam(), onErrorParam(),
-               remoteParam()};
+  op.params = {globParam("files", "files").formerly("glob"), shuffleParam(),
+               onErrorParam(), remoteParam()};
   op.shorthand = "files";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {

@@ -327,8 +327,7 @@ Status Engine::checkCachePlacement() const {
     if (firstRandom && caches(st))
       return Status::error(
           plan_.where(st) + ": cannot cache " +
-          (materializes(st) ? std::string("here")
-                            : "after '" + st.name + "'") +
+          (materializes(st) ? std::string("here") : "after '" + st.name + "'") +
           ": '" + firstRandom->name + "' (" + plan_.where(*firstRandom) +
           ") is random, so a cache after it would record the first epoch's "
           "random draws and order and replay them in every later epoch; "
@@ -551,11 +550,11 @@ Status Engine::build() {
   // The prefetch stage after step `st`: `depth` records on a thread of
   // its own.
   auto addPrefetch = [&](const PlanStage &st, int64_t depth) {
-    StageCounters *c = counters(st.name + "/prefetch", "prefetch", "buffer",
-                                plan_.where(st));
-    cur = makePrefetchStage(shared_, std::move(cur), c, depth, st.outputType,
-                            "the prefetch of '" + st.name + "'",
-                            plan_.where(st));
+    StageCounters *c =
+        counters(st.name + "/prefetch", "prefetch", "buffer", plan_.where(st));
+    cur =
+        makePrefetchStage(shared_, std::move(cur), c, depth, st.outputType,
+                          "the prefetch of '" + st.name + "'", plan_.where(st));
   };
   // The cache stage after step `st`.
   auto addCache = [&](const PlanStage &st) -> Status {
@@ -574,8 +573,8 @@ Status Engine::build() {
       n.where = plan_.where(st);
       extraNeeds_.push_back(n);
     }
-    cur = makeCacheStage(shared_, std::move(cur), c, st.cache,
-                         shared_.tempDir, st.outputType, plan_.where(st));
+    cur = makeCacheStage(shared_, std::move(cur), c, st.cache, shared_.tempDir,
+                         st.outputType, plan_.where(st));
     return Status::ok();
   };
   auto stepAt = [&](size_t i) -> const PlanStage & {
@@ -627,7 +626,8 @@ Status Engine::build() {
       // consumer) instead of splitting the group.
       int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
       int64_t window = std::max<int64_t>(16, windowPar * 16) + g.prefetch;
-      cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
+      cur =
+          makeMapStage(shared_, std::move(cur), std::move(group), par, window);
       if (g.prefetchAfter)
         addPrefetch(last, g.prefetch);
       if (g.cacheAfter) {

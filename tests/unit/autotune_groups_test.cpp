@@ -78,7 +78,8 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
     ASSERT_NE(first, SIZE_MAX);
     // Whole stages: the unit starts at a stage's first step and ends at one's
     // last.
-    EXPECT_EQ(groups[first].steps.front(), u.steps.front()) << describe(u.steps);
+    EXPECT_EQ(groups[first].steps.front(), u.steps.front())
+        << describe(u.steps);
     EXPECT_EQ(groups[last].steps.back(), u.steps.back()) << describe(u.steps);
     if (u.parallel) {
       EXPECT_EQ(first, last) << describe(u.steps);
@@ -108,8 +109,7 @@ class StageGroupsAgree : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StageGroupsAgree, UnitsAreRuntimeStages) {
   runtime::Plan plan = sluice::testing::planOfSpecFile(
-      std::string(SLUICE_SOURCE_DIR) +
-                                               "/" + GetParam());
+      std::string(SLUICE_SOURCE_DIR) + "/" + GetParam());
   ASSERT_FALSE(plan.stages.empty());
   expectAgree(plan, "as written");
   // Each step in turn with a pinned prefetch, a pinned parallelism, and a
@@ -131,15 +131,15 @@ TEST_P(StageGroupsAgree, UnitsAreRuntimeStages) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Specs, StageGroupsAgree, ::testing::ValuesIn(specFiles()),
-    [](const ::testing::TestParamInfo<std::string> &info) {
-      std::string n = info.param;
-      for (char &c : n)
-        if (!std::isalnum(static_cast<unsigned char>(c)))
-          c = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Specs, StageGroupsAgree,
+                         ::testing::ValuesIn(specFiles()),
+                         [](const ::testing::TestParamInfo<std::string> &info) {
+                           std::string n = info.param;
+                           for (char &c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c)))
+                               c = '_';
+                           return n;
+                         });
 
 /// The grouping itself, on shapes written out: per-record steps share a map
 /// stage until a stream step or a cache; an element op puts it on the

@@ -37,8 +37,8 @@ std::string elementNoopReason(ElementOp op) {
   std::string error;
   if (!sluice::compiler::convertAttribute(op.getParams(), params, error))
     return "";
-  return def->traits.noopReason(
-      params, op.getInput().getType() == op.getOutput().getType());
+  return def->traits.noopReason(params, op.getInput().getType() ==
+                                            op.getOutput().getType());
 }
 
 /// Why `op` does nothing, or "" if it may do something.

@@ -114,11 +114,13 @@ struct FuseDecodeCropPass
     // decode's) point at the first, the decode.
     Location loc = FusedLoc::get(ctx, {decode.getLoc(), crop.getLoc()});
     OpBuilder builder(crop);
-    auto fused = builder.create<ElementOp>(
-        loc, crop.getOutput().getType(),
-        sluice::Registry::instance().find(crop.getKind())->traits.fusedWithDecoder,
-        decode.getInput(),
-        params.getDictionary(ctx), StringAttr::get(ctx, name));
+    auto fused =
+        builder.create<ElementOp>(loc, crop.getOutput().getType(),
+                                  sluice::Registry::instance()
+                                      .find(crop.getKind())
+                                      ->traits.fusedWithDecoder,
+                                  decode.getInput(), params.getDictionary(ctx),
+                                  StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStageName() << "' + '"
                             << cropName << "' into '" << name << "'\n");
     if (emitRemarks)

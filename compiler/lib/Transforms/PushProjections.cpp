@@ -264,8 +264,8 @@ struct PushProjectionsPass
     NamedAttrList attrs(params);
     // How the source reads fewer fields is asked of its entry.
     const sluice::OpDef *def = sluice::Registry::instance().find(kind);
-    sluice::Projection how = def ? def->traits.projection
-                                 : sluice::Projection::None;
+    sluice::Projection how =
+        def ? def->traits.projection : sluice::Projection::None;
     const char *param = def ? def->traits.projectionParam : nullptr;
     if (!param)
       how = sluice::Projection::None;
