@@ -1,5 +1,4 @@
-//===- StageGroups.h - Which plan steps run as one runtime stage -*- C++
-//-*-===//
+//===- StageGroups.h - Which steps run as one runtime stage -----*- C++ -*-===//
 //
 // The runtime runs a run of consecutive per-record steps as one map stage (on
 // the workers when one of them is an element op, inline on the consumer's
