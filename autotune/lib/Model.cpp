@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Model.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/runtime/StageGroups.h"
 
 #include <Eigen/Dense>
 
@@ -124,60 +126,45 @@ bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
 }
 
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
+  // The runtime's grouping of steps into stages (runtime::groupSteps, which
+  // Engine::build runs on the plan) with this configuration's cache: a map
+  // stage on the workers is a parallel unit; the other stages up to the
+  // next thread hand-off share one thread, a serial unit.
+  std::vector<runtime::StepShape> shapes;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const StepProfile &s = p.steps[i];
+    runtime::StepShape sh;
+    sh.source = s.source;
+    sh.perRecord = s.perRecord;
+    sh.element = s.element;
+    sh.parallelism = s.pinnedParallelism;
+    sh.prefetch = s.pinnedPrefetch;
+    sh.cacheAfter = static_cast<int64_t>(i) == cacheAfter ||
+                    (!s.pinnedCache.empty() && s.pinnedCache != "-");
+    sh.threadBoundary = s.threadBoundary;
+    shapes.push_back(sh);
+  }
   std::vector<Unit> out;
   Unit serial;
-  std::vector<size_t> group;
-  bool heavy = false;
-  int64_t pinned = 0;
   auto endSerial = [&] {
     if (!serial.steps.empty())
       out.push_back(serial);
     serial = Unit();
   };
-  auto flush = [&] {
-    if (group.empty())
-      return;
-    if (heavy) {
+  for (const runtime::StageGroup &g : runtime::groupSteps(shapes)) {
+    if (g.kind == runtime::StageGroup::Kind::Map && g.parallel) {
       endSerial();
       Unit u;
-      u.steps = group;
+      u.steps = g.steps;
       u.parallel = true;
-      u.pinned = pinned;
+      u.pinned = g.parallelism;
       out.push_back(u);
-    } else {
-      for (size_t i : group)
-        serial.steps.push_back(i);
-      // An inline group with a prefetch gets a prefetch thread after it.
-      const StepProfile &last = p.steps[group.back()];
-      if (last.pinnedPrefetch > 0)
-        endSerial();
-    }
-    group.clear();
-    heavy = false;
-    pinned = 0;
-  };
-  auto cachedAfter = [&](size_t i) {
-    return static_cast<int64_t>(i) == cacheAfter ||
-           (!p.steps[i].pinnedCache.empty() && p.steps[i].pinnedCache != "-");
-  };
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    const StepProfile &s = p.steps[i];
-    if (s.perRecord && !s.source) {
-      group.push_back(i);
-      if (s.element) {
-        heavy = true;
-        pinned = std::max(pinned, s.pinnedParallelism);
-      }
-      if (cachedAfter(i))
-        flush();
       continue;
     }
-    flush();
-    serial.steps.push_back(i);
-    if (s.threadBoundary || s.pinnedPrefetch > 0)
+    serial.steps.insert(serial.steps.end(), g.steps.begin(), g.steps.end());
+    if (g.threadAfter)
       endSerial();
   }
-  flush();
   endSerial();
   for (Unit &u : out)
     u.beforeCache =
@@ -204,6 +191,12 @@ int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
   return std::max(before, after);
 }
 
+bool cacheStopsAt(const StepProfile &s) {
+  const OpDef *def = Registry::instance().find(s.op);
+  return s.threadBoundary ||
+         (def && (def->traits.materializes || def->traits.noCacheAfter));
+}
+
 std::vector<CacheOption> cacheOptions(const Profile &p) {
   std::vector<CacheOption> out;
   for (size_t i = 0; i < p.steps.size(); ++i) {
@@ -220,8 +213,7 @@ std::vector<CacheOption> cacheOptions(const Profile &p) {
     const StepProfile &s = p.steps[i];
     // Never after a random op: the cache would replay one epoch's random
     // choices in every epoch. Nothing after it is deterministic either.
-    if (s.stochastic || s.op == "repeat" || s.op == "take" || s.op == "cache" ||
-        s.threadBoundary)
+    if (s.stochastic || cacheStopsAt(s))
       break;
     if (s.pinnedCache == "-")
       continue;

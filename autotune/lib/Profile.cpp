@@ -66,21 +66,17 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   }
   if (const OpDef *d = Registry::instance().find(st.op); d && d->stochastic)
     s.stochastic = true;
-  if (st.op == "shuffle")
-    s.stochastic = true;
   // A source with `shuffle: true` reads in a new order every epoch: no
   // cache may follow it (cacheOptions stops at the first random step).
   if (const Value &shuffle = st.params["shuffle"];
       isSource && shuffle.isBool() && shuffle.asBool())
     s.stochastic = true;
-  s.threadBoundary = st.op == "prefetch";
+  const OpDef *def = Registry::instance().find(st.op);
+  s.threadBoundary = def && def->traits.prefetchDepth;
   // As the runtime's static memory check counts them (Stages.cpp,
   // BatchStage.cpp).
-  if (st.op == "shuffle" && st.params["buffer"].isNumber())
-    s.heldRecords = st.params["buffer"].asInt();
-  if ((st.op == "batch" || st.op == "padded_batch") &&
-      st.params["size"].isNumber())
-    s.heldRecords = 2 * st.params["size"].asInt();
+  if (def && def->traits.heldRecords)
+    s.heldRecords = def->traits.heldRecords(st.params);
   s.pinnedParallelism = st.parallelism;
   s.pinnedPrefetch = st.prefetch;
   s.pinnedCache = st.cache;
@@ -319,6 +315,16 @@ constexpr int64_t kProbeShuffleBuffer = 256;
 /// Requests in flight a remote source's probes run with (profilePipeline).
 constexpr int64_t kProbeInFlight = 32;
 
+std::vector<StepProfile>
+describeSteps(const runtime::Plan &plan,
+              const std::map<std::string, std::string> &specWhere) {
+  std::vector<StepProfile> out;
+  out.push_back(describe(plan, plan.source, true, specWhere));
+  for (const runtime::PlanStage &st : plan.stages)
+    out.push_back(describe(plan, st, false, specWhere));
+  return out;
+}
+
 Expected<Profile> profilePipeline(const runtime::Plan &plan,
                                   const ProfileOptions &opts) {
   auto t0 = Clock::now();
@@ -331,9 +337,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
                   : plan.cores > 0 ? plan.cores
                                    : prof.hostCores;
   cores = std::min(cores, prof.hostCores);
-  prof.steps.push_back(describe(plan, plan.source, true, opts.specWhere));
-  for (const runtime::PlanStage &st : plan.stages)
-    prof.steps.push_back(describe(plan, st, false, opts.specWhere));
+  prof.steps = describeSteps(plan, opts.specWhere);
 
   std::vector<int64_t> levels = opts.parallelisms;
   if (levels.empty()) {
@@ -352,9 +356,12 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // per record measured here.
   runtime::Plan probePlan = plan;
   for (runtime::PlanStage &st : probePlan.stages)
-    if (st.op == "shuffle" && st.params["buffer"].isNumber() &&
-        st.params["buffer"].asInt() > kProbeShuffleBuffer)
-      st.params.set("buffer", Value::integer(kProbeShuffleBuffer));
+    if (const OpDef *def = Registry::instance().find(st.op);
+        def && def->traits.orderWindow &&
+        st.params[def->traits.orderWindow].isNumber() &&
+        st.params[def->traits.orderWindow].asInt() > kProbeShuffleBuffer)
+      st.params.set(def->traits.orderWindow,
+                    Value::integer(kProbeShuffleBuffer));
 
   std::vector<Unit> us = units(prof, -1);
   struct Window {
@@ -578,7 +585,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // holds 138.
   double held = 0;
   for (StepProfile &s : prof.steps) {
-    if (s.op == "shuffle" && prof.sourceRecordsPerEpoch) {
+    const OpDef *def = Registry::instance().find(s.op);
+    if (def && def->traits.orderWindow && prof.sourceRecordsPerEpoch) {
       double perPass = std::ceil(
           static_cast<double>(*prof.sourceRecordsPerEpoch) * s.visits);
       if (perPass < static_cast<double>(s.heldRecords))

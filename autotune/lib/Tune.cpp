@@ -137,8 +137,7 @@ std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
       return std::nullopt;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &s = p.steps[i];
-    if (s.op == "repeat" || s.op == "take" || s.op == "cache" ||
-        s.threadBoundary)
+    if (cacheStopsAt(s))
       return std::nullopt;
     if (!s.stochastic)
       continue;

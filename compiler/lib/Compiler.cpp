@@ -108,7 +108,7 @@ std::string didYouMean(const std::string &word,
 class SpecDiagnostics {
 public:
   SpecDiagnostics(MLIRContext &ctx, const dsl::Spec &spec, std::ostream &err)
-      : engine(spec.file, readSpec(spec.file)), err(err),
+      : engine(spec.file, spec.text), err(err),
         handler(&ctx, [this](Diagnostic &d) { return handle(d); }) {}
 
   /// Prints the errors collected so far; returns how many there were.
@@ -120,13 +120,6 @@ public:
   }
 
 private:
-  static std::string readSpec(const std::string &file) {
-    std::string text, error;
-    if (!dsl::readFile(file, text, error))
-      text.clear(); // without the text the caret lines are left out
-    return text;
-  }
-
   LogicalResult handle(Diagnostic &d) {
     SourceLoc where;
     if (std::optional<FileLineColLoc> file = findFileLoc(d.getLocation())) {
@@ -278,7 +271,7 @@ bool leaveEpilogues(const dsl::Spec &spec,
         *ctx, spec, disabledPasses, /*remarks=*/false, nullptr, leave);
     if (!module)
       return std::nullopt;
-    FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
+    FailureOr<runtime::Plan> plan = derivePlan(*module);
     if (failed(plan))
       return std::nullopt;
     return std::move(*plan);
@@ -295,9 +288,10 @@ bool leaveEpilogues(const dsl::Spec &spec,
     if (foldedNames.count(s.name))
       continue;
     changed = true;
-    if (s.op != "decode_random_resized_crop" &&
-        std::find(generated.begin(), generated.end(), s.name) ==
-            generated.end())
+    // The fused crop itself is an op only passes create.
+    const OpDef *def = Registry::instance().find(s.op);
+    if (!(def && def->internal) && std::find(generated.begin(), generated.end(),
+                                             s.name) == generated.end())
       return false;
   }
   return changed;
@@ -346,7 +340,7 @@ Expected<runtime::Plan> buildPlan(const dsl::Spec &spec,
                    leave, opts.cachedSteps);
   FailureOr<runtime::Plan> plan = failure();
   if (module)
-    plan = derivePlan(*module, spec);
+    plan = derivePlan(*module);
   size_t errors = diagnostics.flush();
   if (failed(plan))
     return compileFailure(spec, errors);
@@ -381,7 +375,7 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
   }
 
   if (opts.ir == "plan" || opts.ir == "kernels" || opts.ir == "llvm") {
-    FailureOr<runtime::Plan> plan = derivePlan(*module, spec);
+    FailureOr<runtime::Plan> plan = derivePlan(*module);
     diagnostics.flush();
     if (failed(plan))
       return 1;
@@ -399,7 +393,9 @@ int explain(const dsl::Spec &spec, const ExplainOptions &opts,
   diagnostics.flush();
   OpPrintingFlags flags;
   if (opts.locations)
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/true);
+    // The form the parser reads back: the module with its locations holds
+    // everything derivePlan needs (MLIRGen.h).
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
   module->print(rawOut, flags);
   rawOut << "\n";
   rawOut.flush();

@@ -28,13 +28,17 @@ public:
   OwningOpRef<ModuleOp> generate() {
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc(spec.loc));
     builder.setInsertionPointToEnd(module->getBody());
+    const dsl::Distributed &d = spec.distributed;
     auto pipeline = builder.create<PipelineOp>(
-        fileLoc(spec.loc), builder.getStringAttr(spec.pipeline),
+        pipelineLoc(), builder.getStringAttr(spec.pipeline),
         builder.getIntegerAttr(builder.getIntegerType(64, /*isSigned=*/false),
                                spec.seed),
         builder.getI64IntegerAttr(spec.epochs),
         builder.getI64IntegerAttr(spec.budget.cores),
-        builder.getI64IntegerAttr(spec.budget.memoryBytes), schedule());
+        builder.getI64IntegerAttr(spec.budget.memoryBytes), schedule(),
+        spec.scheduleAutoWritten ? builder.getUnitAttr() : UnitAttr(),
+        d.rank ? builder.getI64IntegerAttr(*d.rank) : IntegerAttr(),
+        d.worldSize ? builder.getI64IntegerAttr(*d.worldSize) : IntegerAttr());
     builder.setInsertionPointToStart(&pipeline.getBody().emplaceBlock());
 
     mlir::Value stream = stage(spec.source, nullptr);
@@ -56,8 +60,26 @@ private:
     return FileLineColLoc::get(&ctx, spec.file, loc.line, loc.col);
   }
 
+  /// The spec's start, with where `distributed:` sets rank and world size.
+  Location pipelineLoc() {
+    SmallVector<Location> locs{fileLoc(spec.loc)};
+    const dsl::Distributed &d = spec.distributed;
+    if (d.rank && d.rankLoc.valid())
+      locs.push_back(
+          NameLoc::get(builder.getStringAttr("rank"), fileLoc(d.rankLoc)));
+    if (d.worldSize && d.worldSizeLoc.valid())
+      locs.push_back(NameLoc::get(builder.getStringAttr("world_size"),
+                                  fileLoc(d.worldSizeLoc)));
+    return locs.size() == 1 ? locs[0] : FusedLoc::get(&ctx, locs);
+  }
+
+  /// The step's position, carrying its parameters as the spec wrote them.
   Location stepLoc(const dsl::Step &step) {
-    return NameLoc::get(builder.getStringAttr(step.name), fileLoc(step.loc));
+    DictionaryAttr written = builder.getDictionaryAttr(
+        {builder.getNamedAttr("op", builder.getStringAttr(step.op)),
+         builder.getNamedAttr("params", specLayout(&ctx, step.params))});
+    return NameLoc::get(builder.getStringAttr(step.name),
+                        FusedLoc::get(&ctx, {fileLoc(step.loc)}, written));
   }
 
   /// `{step = {parallelism = 4, prefetch = 2, cache = "memory"}}`, or null
@@ -155,6 +177,72 @@ private:
 };
 
 } // namespace
+
+Attribute specLayout(MLIRContext *ctx, const Value &value) {
+  Builder b(ctx);
+  SmallVector<Attribute> out;
+  auto pos = b.getDenseI64ArrayAttr(
+      {value.loc().line, value.loc().col, value.contentOffset()});
+  switch (value.kind()) {
+  case Value::Kind::Map:
+    out = {b.getStringAttr("m"), pos};
+    for (const auto &[key, item] : value.entries()) {
+      out.push_back(b.getStringAttr(key));
+      out.push_back(specLayout(ctx, item));
+    }
+    break;
+  case Value::Kind::List:
+    out = {b.getStringAttr("l"), pos};
+    for (const Value &item : value.items())
+      out.push_back(specLayout(ctx, item));
+    break;
+  default:
+    out = {b.getStringAttr("s"), pos, convertValue(ctx, value)};
+    break;
+  }
+  return b.getArrayAttr(out);
+}
+
+std::optional<Value> readSpecLayout(Attribute attr) {
+  auto array = dyn_cast_or_null<ArrayAttr>(attr);
+  if (!array || array.size() < 2)
+    return std::nullopt;
+  auto kind = dyn_cast<StringAttr>(array[0]);
+  auto pos = dyn_cast<DenseI64ArrayAttr>(array[1]);
+  if (!kind || !pos || pos.size() != 3)
+    return std::nullopt;
+  Value out;
+  if (kind.getValue() == "m") {
+    if (array.size() % 2 != 0)
+      return std::nullopt;
+    out = Value::map();
+    for (size_t i = 2; i < array.size(); i += 2) {
+      auto key = dyn_cast<StringAttr>(array[i]);
+      std::optional<Value> item = readSpecLayout(array[i + 1]);
+      if (!key || !item)
+        return std::nullopt;
+      out.set(key.str(), std::move(*item));
+    }
+  } else if (kind.getValue() == "l") {
+    std::vector<Value> items;
+    for (size_t i = 2; i < array.size(); ++i) {
+      std::optional<Value> item = readSpecLayout(array[i]);
+      if (!item)
+        return std::nullopt;
+      items.push_back(std::move(*item));
+    }
+    out = Value::list(std::move(items));
+  } else if (kind.getValue() == "s" && array.size() == 3) {
+    std::string error;
+    if (!convertAttribute(array[2], out, error))
+      return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  out.setLoc(SourceLoc{static_cast<int>(pos[0]), static_cast<int>(pos[1])});
+  out.setContentOffset(static_cast<int>(pos[2]));
+  return out;
+}
 
 std::optional<FileLineColLoc> findFileLoc(Location loc) {
   if (auto file = dyn_cast<FileLineColLoc>(loc))

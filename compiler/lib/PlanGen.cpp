@@ -3,8 +3,9 @@
 // Parameters come back from attributes with their values intact but their
 // keys sorted and their spec positions gone. The runtime compares and prints
 // parameters (a type rule re-run at run time points errors at a value, an
-// expression error at a column inside it), so the Plan restores both from the
-// spec wherever the optimized IR still holds what the spec wrote.
+// expression error at a column inside it), so the Plan restores both from
+// what the spec wrote, which each step's location carries (MLIRGen.h),
+// wherever the optimized IR still holds it.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/PlanGen.h"
@@ -113,29 +114,34 @@ void applyKnobs(DictionaryAttr knobs, runtime::PlanStage &stage) {
 
 class PlanBuilder {
 public:
-  PlanBuilder(PipelineOp pipeline, const dsl::Spec &spec)
-      : pipeline(pipeline), spec(spec) {
-    steps[spec.source.name] = &spec.source;
-    for (const dsl::Step &step : spec.steps)
-      steps[step.name] = &step;
-  }
+  explicit PlanBuilder(PipelineOp pipeline) : pipeline(pipeline) {}
 
   FailureOr<runtime::Plan> build() {
     runtime::Plan plan;
     plan.name = pipeline.getSymName().str();
-    plan.specFile = spec.file;
-    plan.baseDir = specBaseDir(spec.file);
+    if (std::optional<FileLineColLoc> file = findFileLoc(pipeline.getLoc()))
+      plan.specFile = file->getFilename().str();
+    plan.baseDir = specBaseDir(plan.specFile);
     plan.seed = pipeline.getSeed();
     plan.epochs = pipeline.getEpochs();
     plan.cores = pipeline.getCores();
     plan.memoryBytes = pipeline.getMemory();
-    plan.scheduleAuto = spec.scheduleAutoWritten;
-    // Where the data is split is run configuration, not a stage: it goes
-    // from the checked spec to the Plan without an attribute on the module.
-    plan.rank = spec.distributed.rank;
-    plan.worldSize = spec.distributed.worldSize;
-    plan.rankLoc = spec.distributed.rankLoc;
-    plan.worldSizeLoc = spec.distributed.worldSizeLoc;
+    plan.scheduleAuto = pipeline.getScheduleAuto();
+    plan.rank = pipeline.getRank();
+    plan.worldSize = pipeline.getWorldSize();
+    // Where `distributed:` wrote them: named parts of the pipeline's
+    // location.
+    if (auto fused = dyn_cast<FusedLoc>(pipeline.getLoc()))
+      for (Location part : fused.getLocations())
+        if (auto named = dyn_cast<NameLoc>(part))
+          if (std::optional<FileLineColLoc> at = findFileLoc(named)) {
+            SourceLoc loc{static_cast<int>(at->getLine()),
+                          static_cast<int>(at->getColumn())};
+            if (named.getName() == "rank")
+              plan.rankLoc = loc;
+            else if (named.getName() == "world_size")
+              plan.worldSizeLoc = loc;
+          }
 
     // The region is a chain by construction today; a pass that made it a
     // DAG (several sources, a split) needs a Plan that can say so first.
@@ -229,13 +235,11 @@ private:
                << "' of stage '" << out.name << "': " << error;
       params.set(entry.getName().str(), std::move(value));
     }
-    // A stage a pass created or changed into another op has nothing in the
-    // spec to restore from.
-    auto it = steps.find(out.name);
-    const dsl::Step *original =
-        it != steps.end() && it->second->op == out.op ? it->second : nullptr;
-    out.params = restoreLayout(params, original ? &original->params : nullptr,
-                               &def->params);
+    // A stage a pass created or changed into another op has nothing the
+    // spec wrote to restore from.
+    std::optional<Value> original = writtenParams(op->getLoc(), out);
+    out.params =
+        restoreLayout(params, original ? &*original : nullptr, &def->params);
 
     if (TypedValue<StreamType> input = stage.getInputStream())
       out.inputType = convertRecordType(input.getType().getRecordType());
@@ -268,9 +272,26 @@ private:
     return out;
   }
 
+  /// The parameters the spec wrote for stage `stage`, from its location
+  /// (NameLoc(step, FusedLoc<{op, params}>[...]), MLIRGen.h): only while the
+  /// stage is still that step running that op.
+  static std::optional<Value> writtenParams(Location loc,
+                                            const runtime::PlanStage &stage) {
+    auto named = dyn_cast<NameLoc>(loc);
+    if (!named || named.getName() != stage.name)
+      return std::nullopt;
+    auto fused = dyn_cast<FusedLoc>(named.getChildLoc());
+    auto written =
+        fused ? dyn_cast_or_null<DictionaryAttr>(fused.getMetadata()) : nullptr;
+    if (!written)
+      return std::nullopt;
+    auto op = written.getAs<StringAttr>("op");
+    if (!op || op.getValue() != stage.op)
+      return std::nullopt;
+    return readSpecLayout(written.get("params"));
+  }
+
   PipelineOp pipeline;
-  const dsl::Spec &spec;
-  std::map<std::string, const dsl::Step *> steps; ///< by step name
 };
 
 } // namespace
@@ -284,7 +305,7 @@ std::string specBaseDir(const std::string &specFile) {
   return specFile.substr(0, slash);
 }
 
-FailureOr<runtime::Plan> derivePlan(ModuleOp module, const dsl::Spec &spec) {
+FailureOr<runtime::Plan> derivePlan(ModuleOp module) {
   auto pipelines = module.getOps<PipelineOp>();
   if (pipelines.empty())
     return module.emitError() << "internal: the module holds no "
@@ -293,7 +314,7 @@ FailureOr<runtime::Plan> derivePlan(ModuleOp module, const dsl::Spec &spec) {
     return module.emitError()
            << "internal: the module holds more than one sluice.pipeline; a "
               "Plan runs exactly one";
-  return PlanBuilder(*pipelines.begin(), spec).build();
+  return PlanBuilder(*pipelines.begin()).build();
 }
 
 } // namespace sluice::compiler

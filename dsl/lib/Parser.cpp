@@ -826,20 +826,21 @@ bool SpecChecker::validateParams(const OpDef &def, const YNode &value,
   if (value.kind == YNode::Kind::Map && !mapIsShorthand) {
     for (const auto &kv : value.map) {
       const ParamSpec *ps = def.findParam(kv.first.text);
-      // Every source names its files `files`; the names some used before
-      // still work, with a note.
-      static const std::map<std::pair<std::string, std::string>, std::string>
-          kOldNames = {{{"files", "glob"}, "files"},
-                       {{"webdataset", "shards"}, "files"}};
+      // A parameter's old names (ParamSpec::oldNames) still work, with a
+      // note.
       if (!ps) {
-        auto old = kOldNames.find({def.name, kv.first.text});
-        if (old != kOldNames.end() && !value.map.empty()) {
-          ps = def.findParam(old->second);
+        const ParamSpec *renamed = nullptr;
+        for (const ParamSpec &p : def.params)
+          if (std::find(p.oldNames.begin(), p.oldNames.end(), kv.first.text) !=
+              p.oldNames.end())
+            renamed = &p;
+        if (renamed && !value.map.empty()) {
+          ps = renamed;
           if (ps)
             diags.warning(kv.first.loc,
                           "'" + kv.first.text + "' is the old name of '" +
-                              old->second + "' (still accepted)",
-                          "every source names its input files `" + old->second +
+                              ps->name + "' (still accepted)",
+                          "every source names its input files `" + ps->name +
                               "`");
         }
       }
@@ -1261,11 +1262,8 @@ void SpecChecker::parseSchedule(const YNode &n, Spec &spec) {
 bool randomEachEpoch(const Step &step) {
   if (!step.def || !step.def->stochastic)
     return false;
-  if (step.op == "shuffle") {
-    const Value &again = step.params["reshuffle_each_epoch"];
-    return !(again.isBool() && !again.asBool());
-  }
-  return true;
+  const OpTraits &t = step.def->traits;
+  return !(t.sameEachEpoch && t.sameEachEpoch(step.params));
 }
 
 /// The rule the autotuner keeps (autotune's cacheOptions): nothing is cached
@@ -1292,7 +1290,7 @@ void SpecChecker::checkCachePlacement(const Spec &spec) {
     std::string instead = "drop the source's `shuffle: true` and shuffle "
                           "after the cache (a `shuffle` step)";
     for (const Step &s : spec.steps)
-      if (s.op == "cache")
+      if (s.def && s.def->traits.materializes)
         diags.error(s.loc, "cannot cache here: " + why, instead);
     for (const auto &[name, k] : spec.schedule)
       if (k.cache && (*k.cache == "memory" || *k.cache == "disk"))
@@ -1324,7 +1322,7 @@ void SpecChecker::checkCachePlacement(const Spec &spec) {
   for (const Step &s : spec.steps) {
     if (&s == firstRandom)
       after = true;
-    if (after && s.op == "cache")
+    if (after && s.def && s.def->traits.materializes)
       diags.error(s.loc, "cannot cache here: " + why,
                   "move the `cache` step before '" + firstRandom->name +
                       "' (right after '" + lastFixed->name + "')");
@@ -1429,6 +1427,7 @@ bool loadTree(DiagnosticEngine &diags, YNode &top) {
 std::unique_ptr<Spec> SpecChecker::run() {
   auto spec = std::make_unique<Spec>();
   spec->file = diags.fileName();
+  spec->text = diags.sourceText();
   spec->loc = {1, 1};
   YNode top;
   if (!loadTree(diags, top))

@@ -112,6 +112,7 @@ Status notEncoded(const Tensor &t) {
 
 OpDef decodeImage() {
   OpDef op = element("decode_image");
+  op.traits.decoder = true;
   op.summary = "Decodes JPEG or PNG bytes into an HxWxC u8 image.";
   op.doc = "The format is detected from the data, not the file name. "
            "JPEG goes through libjpeg-turbo, PNG through libpng (16-bit PNGs "
@@ -307,6 +308,7 @@ static OpRegistration regResize(resize());
 
 OpDef centerCrop() {
   OpDef op = element("center_crop");
+  op.traits.remapForm = RemapForm::CenterCrop;
   op.summary = "Crops the center h x w of an image.";
   op.doc = "When the image is smaller than the crop (which can only be "
            "known at run time for images of varying size), the record "
@@ -359,6 +361,7 @@ struct RandomCropParams {
 
 OpDef randomCrop() {
   OpDef op = element("random_crop");
+  op.traits.remapForm = RemapForm::RandomCrop;
   op.summary = "Crops h x w at a random position, after optional zero "
                "padding.";
   op.doc = "The classic CIFAR augmentation: pad by `padding` pixels of zeros "
@@ -425,6 +428,7 @@ kernels::RandomResizedCropParams resizedCropParams(const Value &params) {
 
 OpDef randomResizedCrop() {
   OpDef op = element("random_resized_crop");
+  op.traits.fusedWithDecoder = "decode_random_resized_crop";
   op.summary = "Crops a random area and aspect ratio, resized to h x w "
                "(Inception-style).";
   op.doc = "Picks a crop whose area is a uniformly random fraction "
@@ -565,6 +569,7 @@ OpDef decodeRandomResizedCrop() {
   OpDef decode = decodeImage();
   OpDef crop = randomResizedCrop();
   OpDef op = element("decode_random_resized_crop");
+  op.traits.takesEpilogue = true;
   op.internal = true;
   op.summary = "`decode_image` followed by `random_resized_crop` of the "
                "decoded image.";
@@ -661,6 +666,7 @@ static OpRegistration regDecodeRandomResizedCrop(decodeRandomResizedCrop());
 
 OpDef randomFlip() {
   OpDef op = element("random_flip");
+  op.traits.remapForm = RemapForm::Flip;
   op.summary = "Mirrors an image with probability p.";
   op.doc = "`axis: width` mirrors left-right (dim 1 of an HxWxC or HxW "
            "image), `axis: height` upside-down (dim 0). Flip before "

@@ -220,6 +220,7 @@ OpDef filter() {
   op.traits.perRecord = true;
   op.traits.count = Cardinality::Fewer;
   op.traits.dropReason = "where is false";
+  op.traits.condition = "where";
   op.summary = "Keeps the records for which a condition holds.";
   op.doc = "The condition is an expression (see [map](#map)) over the "
            "record's fields: numeric scalar fields by name, entries of "
@@ -367,6 +368,14 @@ static OpRegistration regFilter(filter());
 OpDef shuffle() {
   OpDef op = record("shuffle");
   op.traits.reorders = true;
+  op.traits.orderWindow = "buffer";
+  op.traits.heldRecords = [](const Value &params) -> int64_t {
+    return params["buffer"].isNumber() ? params["buffer"].asInt() : 0;
+  };
+  op.traits.sameEachEpoch = [](const Value &params) {
+    const Value &again = params["reshuffle_each_epoch"];
+    return again.isBool() && !again.asBool();
+  };
   op.summary = "Shuffles records through a buffer of `buffer` records.";
   op.doc = "Keeps `buffer` records and emits a random one of them for each "
            "new record, as tf.data does: a buffer at least the size of the "
@@ -399,6 +408,10 @@ static OpRegistration regShuffle(shuffle());
 OpDef batch() {
   OpDef op = record("batch");
   op.traits.count = Cardinality::Groups;
+  // The rows of the batch being filled and of the one handed on.
+  op.traits.heldRecords = [](const Value &params) -> int64_t {
+    return params["size"].isNumber() ? 2 * params["size"].asInt() : 0;
+  };
   op.summary = "Stacks `size` consecutive records into one.";
   op.doc = "Every field gets a leading batch dim. Fields must have the same "
            "shape in every record (use `padded_batch` for varying lengths). "
@@ -445,6 +458,10 @@ static OpRegistration regBatch(batch());
 OpDef paddedBatch() {
   OpDef op = record("padded_batch");
   op.traits.count = Cardinality::Groups;
+  // The rows of the batch being filled and of the one handed on.
+  op.traits.heldRecords = [](const Value &params) -> int64_t {
+    return params["size"].isNumber() ? 2 * params["size"].asInt() : 0;
+  };
   op.summary = "Batches records whose fields vary in length, padding them.";
   op.doc = "Like `batch`, but fields with `?` dims are padded with "
            "`pad_value` to the longest in the batch, or padded or cut to "
@@ -534,6 +551,9 @@ static OpRegistration regUnbatch(unbatch());
 OpDef repeat() {
   OpDef op = record("repeat");
   op.traits.count = Cardinality::More;
+  op.traits.noCacheAfter = "each pass after it is a new epoch for the steps "
+                           "before it, so a cache after it would hold every "
+                           "pass";
   op.summary = "Repeats the stream `count` times, or forever.";
   op.doc = "Each repetition is a new epoch for the random ops before it "
            "(new crops, new shuffle order).";
@@ -554,6 +574,8 @@ static OpRegistration regRepeat(repeat());
 OpDef take() {
   OpDef op = record("take");
   op.traits.count = Cardinality::Fewer;
+  op.traits.noCacheAfter = "it ends the stream early, so a cache after it "
+                           "would never hold a whole pass";
   op.summary = "Keeps only the first `count` records.";
   op.doc = "Stops reading the source once `count` records have passed.";
   op.example = "- take: 1000";
@@ -628,6 +650,7 @@ static OpRegistration regShard(shard());
 OpDef interleave() {
   OpDef op = record("interleave");
   op.traits.reorders = true;
+  op.traits.configuresSource = true;
   op.summary = "Reads several source files at once, interleaving their "
                "records.";
   op.doc = "Takes `block_length` records from each of `cycle_length` open "
@@ -692,6 +715,7 @@ static OpRegistration regCache(cache());
 
 OpDef prefetch() {
   OpDef op = record("prefetch");
+  op.traits.prefetchDepth = "buffer";
   op.summary = "Runs the steps before it ahead, buffering their output.";
   op.doc = "Decouples the producer from the consumer (the training loop). "
            "Without `buffer` the autotuner picks the depth within the memory "

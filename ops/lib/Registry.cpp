@@ -124,6 +124,11 @@ const OpDef *Registry::find(std::string_view name) const {
   return nullptr;
 }
 
+const OpTraits *opTraits(std::string_view name) {
+  const OpDef *def = Registry::instance().find(name);
+  return def ? &def->traits : nullptr;
+}
+
 std::vector<const OpDef *> Registry::all() const {
   std::vector<const OpDef *> v;
   for (const OpDef &op : ops_)

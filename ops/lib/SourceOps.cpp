@@ -133,8 +133,8 @@ OpDef files() {
            "without class directories, or any per-file payload.";
   op.example = "source:\n  files: data/images/*.jpg";
   op.typeDoc = "`path: string, data: bytes`.";
-  op.params = {globParam("files", "files"), shuffleParam(), onErrorParam(),
-               remoteParam()};
+  op.params = {globParam("files", "files").formerly("glob"), shuffleParam(),
+               onErrorParam(), remoteParam()};
   op.shorthand = "files";
   op.cost = {20000, 0.2, 1};
   op.typeRule = [](TypeContext &) {
@@ -147,6 +147,7 @@ static OpRegistration regFiles(files());
 
 OpDef textLines() {
   OpDef op = source("text_lines");
+  op.traits.warnsOnEmptyFiles = true;
   op.summary = "Lines of text files.";
   op.doc = "One record per line (without the line break) of every matching "
            "file, files in sorted order. Empty lines are records too.";
@@ -170,6 +171,9 @@ static OpRegistration regTextLines(textLines());
 OpDef delimited(std::string name, std::string delimiter) {
   bool tab = delimiter == "\t";
   OpDef op = source(name);
+  op.traits.warnsOnEmptyFiles = true;
+  op.traits.projection = Projection::ListFields;
+  op.traits.projectionParam = "read";
   op.summary = tab ? "Tab-separated text files (the same as csv with a tab "
                      "delimiter)."
                    : "Delimited text files with typed columns.";
@@ -291,6 +295,9 @@ static OpRegistration regTsv(delimited("tsv", "\t"));
 
 OpDef tfrecord() {
   OpDef op = source("tfrecord");
+  op.traits.warnsOnEmptyFiles = true;
+  op.traits.projection = Projection::KeepEntries;
+  op.traits.projectionParam = "features";
   op.summary = "TFRecord files of tf.train.Example protos.";
   op.doc = "Reads length-delimited records (both CRCs checked) and parses "
            "each as a tf.train.Example. Each entry of `features` selects one "
@@ -712,6 +719,7 @@ std::string sanitizeName(const std::string &ext) {
 
 OpDef webdataset() {
   OpDef op = source("webdataset");
+  op.traits.warnsOnEmptyFiles = true;
   op.summary = "WebDataset tar shards: files grouped into samples by key.";
   op.doc = "A sample is the group of consecutive tar members that share a "
            "key (the name up to the first dot): `0001.jpg`, `0001.cls` is "
@@ -723,7 +731,7 @@ OpDef webdataset() {
                "      - {ext: cls, name: label, type: i64}";
   op.typeDoc = "`key: string` followed by one field per entry of `fields`.";
   op.params = {
-      globParam("files", "tar shards"),
+      globParam("files", "tar shards").formerly("shards"),
       structParam(
           "fields",
           {param("ext", ParamKind::String)

@@ -73,6 +73,7 @@ struct NormalizeParams {
 
 OpDef normalize() {
   OpDef op = element("normalize");
+  op.traits.valueForm = ValueForm::ScaleShift;
   op.summary = "(x - mean) / std per channel, as f32, f16 or bf16.";
   op.doc = "`mean` and `std` are one number for all channels or one per "
            "channel (the last dim, HxWxC layout). Values are not rescaled "
@@ -171,6 +172,7 @@ static OpRegistration regNormalize(normalize());
 
 OpDef cast() {
   OpDef op = element("cast");
+  op.traits.valueForm = ValueForm::Convert;
   op.summary = "Converts to another numeric element type.";
   op.doc = "Float to integer conversion truncates toward zero; `bool` is "
            "true for any nonzero value.";
@@ -186,6 +188,9 @@ OpDef cast() {
   op.fuse = FuseKind::ElementWise;
   op.traits.valueWise = true;
   op.traits.commutesWithBatch = "converts each value on its own";
+  op.traits.noopReason = [](const Value &, bool sameType) -> std::string {
+    return sameType ? "casts to the element type the field already has" : "";
+  };
   op.cost = {20, 0.3, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "cast", "a numeric tensor", /*allowBool=*/true))
@@ -207,6 +212,7 @@ static OpRegistration regCast(cast());
 
 OpDef fillMissing() {
   OpDef op = element("fill_missing");
+  op.traits.valueForm = ValueForm::FillNaN;
   op.summary = "Replaces missing values (NaN) with a constant.";
   op.doc = "Missing numbers are NaN in float fields: empty CSV cells of "
            "float columns, missing TFRecord floats. Integer fields cannot "
@@ -259,6 +265,7 @@ static OpRegistration regFillMissing(fillMissing());
 
 OpDef clamp() {
   OpDef op = element("clamp");
+  op.traits.valueForm = ValueForm::Clamp;
   op.summary = "Limits values to [min, max].";
   op.doc = "Either bound may be omitted. NaN stays NaN.";
   op.example = "- clamp: {field: dense, min: 0, max: 1000}";
@@ -310,6 +317,7 @@ static OpRegistration regClamp(clamp());
 
 OpDef mapOp() {
   OpDef op = element("map");
+  op.traits.valueForm = ValueForm::Expression;
   op.summary = "Applies an expression to every element of a field.";
   op.doc =
       "`x` is one element of `field`; the expression is compiled and fused "
@@ -487,6 +495,7 @@ static OpRegistration regMap(mapOp());
 
 OpDef transpose() {
   OpDef op = element("transpose");
+  op.traits.remapForm = RemapForm::Permute;
   op.summary = "Permutes the dims of a tensor (HWC to CHW and back).";
   op.doc = "`to: CHW` turns an HxWxC image into CxHxW, the layout PyTorch "
            "models expect; `to: HWC` reverses it. `perm` gives any "
@@ -504,6 +513,16 @@ OpDef transpose() {
   };
   op.fuse = FuseKind::IndexRemap;
   op.traits.indexRemap = true;
+  op.traits.noopReason = [](const Value &params, bool sameType) -> std::string {
+    const Value &perm = params["perm"];
+    if (!sameType || !perm.isList())
+      return "";
+    std::vector<int64_t> p = perm.asIntList();
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p[i] != static_cast<int64_t>(i))
+        return "";
+    return "transposes with the identity permutation";
+  };
   op.cost = {20, 0.5, 1};
   op.typeRule = [](TypeContext &ctx) {
     if (!requireNumeric(ctx, "transpose", "a numeric tensor",
@@ -579,6 +598,7 @@ static OpRegistration regTranspose(transpose());
 
 OpDef pad() {
   OpDef op = element("pad");
+  op.traits.remapForm = RemapForm::Pad;
   op.summary = "Pads a vector or an image with a constant.";
   op.doc = "For a rank-1 field, `padding` is `[before, after]`; for images "
            "(rank 2 or more, HxW first) `[top, bottom, left, right]`. One "
@@ -701,6 +721,7 @@ static OpRegistration regTruncate(truncate());
 
 OpDef hashBucket() {
   OpDef op = element("hash_bucket");
+  op.traits.valueForm = ValueForm::HashBucket;
   op.summary = "Maps ids or strings to [0, buckets) by hashing.";
   op.doc = "A fixed 64-bit hash of each value modulo `buckets`: the same "
            "value gets the same bucket on every run and machine. Used for "
@@ -743,6 +764,7 @@ static OpRegistration regHashBucket(hashBucket());
 
 OpDef bucketize() {
   OpDef op = element("bucketize");
+  op.traits.valueForm = ValueForm::Bucketize;
   op.summary = "Replaces each value by the index of its bucket.";
   op.doc = "With boundaries [b0, ..., bn-1], a value v goes to bucket i "
            "where b(i-1) <= v < b(i): below b0 is 0, at or above bn-1 is n. "

@@ -167,13 +167,16 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
 /// reads).
 Expected<kernels::CompiledExpr> filterCondition(const PlanStage &s,
                                                 const SluiceKernelInfo &k) {
-  if (s.op != "filter")
-    return kernelError(s, "a filter kernel on a step that is not a filter");
+  const OpDef *def = Registry::instance().find(s.op);
+  const char *param = def ? def->traits.condition : nullptr;
+  if (!param)
+    return kernelError(s, "a condition kernel on a step that keeps records "
+                          "by no condition");
   if (!k.fn)
     return kernelError(s, "null kernel pointer");
-  const Value &text = s.params["where"];
+  const Value &text = s.params[param];
   if (!text.isString())
-    return kernelError(s, "parameter 'where' is missing");
+    return kernelError(s, "parameter '" + std::string(param) + "' is missing");
   ExprError err;
   ExprPtr e = parseExpr(text.asString(), err);
   if (!e)
@@ -185,7 +188,7 @@ Expected<kernels::CompiledExpr> filterCondition(const PlanStage &s,
   return code;
 }
 
-/// Binds a "filter" entry: the condition's load slots (field, flattened
+/// Binds a "condition" entry: the condition's load slots (field, flattened
 /// index) come from the same bytecode compile the interpreter runs; per
 /// record the runtime points at each slot's element and calls the kernel.
 /// A record the interpreter would reject (a missing field, another type, an
@@ -227,7 +230,7 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
       });
 }
 
-/// Binds a "filter rows" entry: per run, the same checks as
+/// Binds a "condition rows" entry: per run, the same checks as
 /// CompiledExpr::testRows, then one call over the rows.
 Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStage &s,
                                             const SluiceKernelInfo &k) {
@@ -291,7 +294,7 @@ RowsKernelBinder rowsBinderFromKernelTable(const SluiceKernelInfo *table) {
   return [table](const PlanStage &s) -> std::optional<Expected<RowsFilterFn>> {
     for (size_t i = 0; table && table[i].stage; ++i)
       if (s.name == table[i].stage && table[i].signature &&
-          std::string(table[i].signature) == "filter rows")
+          std::string(table[i].signature) == "condition rows")
         return bindFilterRowsKernel(s, table[i]);
     return std::nullopt;
   };
@@ -310,7 +313,7 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
     for (size_t i = 0; table && table[i].stage; ++i)
       if (s.name == table[i].stage &&
           !(table[i].signature &&
-            std::string(table[i].signature) == "filter rows"))
+            std::string(table[i].signature) == "condition rows"))
         mine.push_back(&table[i]); // the column form: rowsBinderFromKernelTable
     if (mine.empty())
       return std::nullopt;
@@ -318,7 +321,7 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
         std::string(mine[0]->signature).rfind("remap ", 0) == 0)
       return bindRemap(s, *mine[0]);
     if (mine.size() == 1 && mine[0]->signature &&
-        std::string(mine[0]->signature) == "filter")
+        std::string(mine[0]->signature) == "condition")
       return bindFilterKernel(s, *mine[0]);
     size_t width = s.inputType.size();
     auto calls = std::make_shared<std::vector<ValuesCall>>();

@@ -13,6 +13,7 @@
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Pinned.h"
+#include "sluice/runtime/StageGroups.h"
 #include "sources/Remote.h"
 #include "sources/SourceImpl.h"
 
@@ -286,24 +287,28 @@ Status Engine::checkCachePlacement() const {
       const OpDef *def = Registry::instance().find(op);
       if (!def || !def->stochastic)
         return false;
-      const Value &again = params["reshuffle_each_epoch"];
-      return !(op == "shuffle" && again.isBool() && !again.asBool());
+      return !(def->traits.sameEachEpoch && def->traits.sameEachEpoch(params));
     };
     if (randomOp(st.op, st.params))
       return true;
     for (const PlanStage &f : st.fused)
       if (randomOp(f.op, f.params))
         return true;
-    // Stages fused another way keep only their steps' names ("a+b").
+    // Stages fused another way keep only their steps' names ("a+b"), all
+    // of them per-record steps, whose draws differ in every epoch.
     for (const std::string &step : stepNamesIn(st.name)) {
-      std::string op = opOfStepName(step);
-      if (op != "shuffle" && randomOp(op, Value::map()))
+      const OpDef *def = Registry::instance().find(opOfStepName(step));
+      if (def && def->stochastic && def->traits.perRecord)
         return true;
     }
     return false;
   };
-  auto caches = [](const PlanStage &st) {
-    return !st.cache.empty() || st.op == "cache";
+  auto materializes = [](const PlanStage &st) {
+    const OpDef *def = Registry::instance().find(st.op);
+    return def && def->traits.materializes;
+  };
+  auto caches = [&](const PlanStage &st) {
+    return !st.cache.empty() || materializes(st);
   };
   // A source with `shuffle: true` reads in a new order every epoch: no
   // cache may follow it.
@@ -332,7 +337,7 @@ Status Engine::checkCachePlacement() const {
     if (firstRandom && caches(st))
       return Status::error(
           plan_.where(st) + ": cannot cache " +
-          (st.op == "cache" ? std::string("here") : "after '" + st.name + "'") +
+          (materializes(st) ? std::string("here") : "after '" + st.name + "'") +
           ": '" + firstRandom->name + "' (" + plan_.where(*firstRandom) +
           ") is random, so a cache after it would record the first epoch's "
           "random draws and order and replay them in every later epoch; "
@@ -526,7 +531,8 @@ Status Engine::build() {
   int64_t cycle = 1, block = 1;
   for (size_t i = 0; i < plan_.stages.size(); ++i) {
     const PlanStage &st = plan_.stages[i];
-    if (st.op != "interleave")
+    const OpDef *def = Registry::instance().find(st.op);
+    if (!def || !def->traits.configuresSource)
       continue;
     for (size_t j = 0; j < i; ++j)
       if (!isPerRecordStep(plan_.stages[j]))
@@ -580,147 +586,122 @@ Status Engine::build() {
   // memory cache check and the expected outputs need.
   bool countExact = true;
 
-  std::vector<SubOp> group;
-  int64_t groupPar = 0, groupPrefetch = 0;
-  bool groupHeavy = false;
-  // A prefetch knob on a per-record step deepens the group's reorder
-  // window (which already runs ahead of its consumer) instead of splitting
-  // the group; a group that runs inline gets a prefetch stage after it.
-  auto flush = [&]() -> Status {
-    if (group.empty())
-      return Status::ok();
-    const PlanStage &last = *group.back().step;
-    int64_t par = 0;
-    if (groupHeavy)
-      par = groupPar > 0 ? std::min(groupPar, threads_) : threads_;
-    // With a controller the parallelism may rise to all threads in flight:
-    // the window is sized for that from the start.
-    int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
-    int64_t window = std::max<int64_t>(16, windowPar * 16) + groupPrefetch;
-    cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window);
-    if (!groupHeavy && groupPrefetch > 0) {
-      StageCounters *c = counters(last.name + "/prefetch", "prefetch", "buffer",
-                                  plan_.where(last));
-      cur = makePrefetchStage(
-          shared_, std::move(cur), c, groupPrefetch, last.outputType,
-          "the prefetch of '" + last.name + "'", plan_.where(last));
+  // The prefetch stage after step `st`: `depth` records on a thread of
+  // its own.
+  auto addPrefetch = [&](const PlanStage &st, int64_t depth) {
+    StageCounters *c =
+        counters(st.name + "/prefetch", "prefetch", "buffer", plan_.where(st));
+    cur =
+        makePrefetchStage(shared_, std::move(cur), c, depth, st.outputType,
+                          "the prefetch of '" + st.name + "'", plan_.where(st));
+  };
+  // The cache stage after step `st`.
+  auto addCache = [&](const PlanStage &st) -> Status {
+    if (st.cache != "memory" && st.cache != "disk")
+      return Status::error(plan_.where(st) + ": cache after '" + st.name +
+                           "' must be memory or disk, got '" + st.cache + "'");
+    StageCounters *c =
+        counters(st.name + "/cache", "cache", "buffer", plan_.where(st));
+    if (st.cache == "memory" && count && countExact) {
+      StaticNeed n;
+      n.what = "the memory cache after '" + st.name + "' of " +
+               std::to_string(*count) + " records";
+      n.records = *count;
+      n.type = st.outputType;
+      n.knob = "cache: disk";
+      n.where = plan_.where(st);
+      extraNeeds_.push_back(n);
     }
-    group.clear();
-    groupPar = groupPrefetch = 0;
-    groupHeavy = false;
+    cur = makeCacheStage(shared_, std::move(cur), c, st.cache, shared_.tempDir,
+                         st.outputType, plan_.where(st));
     return Status::ok();
   };
-
-  auto addBuffers = [&](const PlanStage &st) -> Status {
-    if (st.prefetch > 0) {
-      Status s = flush();
-      if (!s)
-        return s;
-      StageCounters *c = counters(st.name + "/prefetch", "prefetch", "buffer",
-                                  plan_.where(st));
-      cur = makePrefetchStage(
-          shared_, std::move(cur), c, st.prefetch, st.outputType,
-          "the prefetch of '" + st.name + "'", plan_.where(st));
-    }
-    if (!st.cache.empty()) {
-      if (st.cache != "memory" && st.cache != "disk")
-        return Status::error(plan_.where(st) + ": cache after '" + st.name +
-                             "' must be memory or disk, got '" + st.cache +
-                             "'");
-      Status s = flush();
-      if (!s)
-        return s;
-      StageCounters *c =
-          counters(st.name + "/cache", "cache", "buffer", plan_.where(st));
-      if (st.cache == "memory" && count && countExact) {
-        StaticNeed n;
-        n.what = "the memory cache after '" + st.name + "' of " +
-                 std::to_string(*count) + " records";
-        n.records = *count;
-        n.type = st.outputType;
-        n.knob = "cache: disk";
-        n.where = plan_.where(st);
-        extraNeeds_.push_back(n);
-      }
-      cur = makeCacheStage(shared_, std::move(cur), c, st.cache,
-                           shared_.tempDir, st.outputType, plan_.where(st));
-    }
-    return Status::ok();
+  auto stepAt = [&](size_t i) -> const PlanStage & {
+    return i == 0 ? src : plan_.stages[i - 1];
   };
 
-  Status s = addBuffers(src);
-  if (!s)
-    return s;
-
-  for (const PlanStage &st : plan_.stages) {
-    std::string where = plan_.where(st);
-    if (isPerRecordStep(st)) {
-      std::optional<Expected<ElementFn>> bound;
-      if (opts_.binder)
-        bound = opts_.binder(st);
-      Expected<ElementFn> fn =
-          bound ? std::move(*bound) : bindElementOp(st, plan_);
-      if (!fn)
-        return fn.status().withContext(where + ": ");
-      SubOp op;
-      op.step = &st;
-      op.fn = fn.take();
-      const OpDef *def = Registry::instance().find(st.op);
-      if (def && def->rowsKernel && opts_.rowsBinder) {
-        std::optional<Expected<RowsFilterFn>> rows = opts_.rowsBinder(st);
-        if (rows && !*rows)
-          return rows->status().withContext(where + ": ");
-        if (rows)
-          op.rows = rows->take();
+  // The stages, as the runtime groups the steps (StageGroups.h, which the
+  // autotuner models too).
+  for (const StageGroup &g : stageGroups(plan_)) {
+    const PlanStage &last = stepAt(g.steps.back());
+    if (g.kind == StageGroup::Kind::Map) {
+      std::vector<SubOp> group;
+      for (size_t i : g.steps) {
+        const PlanStage &st = stepAt(i);
+        std::string where = plan_.where(st);
+        std::optional<Expected<ElementFn>> bound;
+        if (opts_.binder)
+          bound = opts_.binder(st);
+        Expected<ElementFn> fn =
+            bound ? std::move(*bound) : bindElementOp(st, plan_);
+        if (!fn)
+          return fn.status().withContext(where + ": ");
+        SubOp op;
+        op.step = &st;
+        op.fn = fn.take();
+        const OpDef *def = Registry::instance().find(st.op);
+        if (def && def->rowsKernel && opts_.rowsBinder) {
+          std::optional<Expected<RowsFilterFn>> rows = opts_.rowsBinder(st);
+          if (rows && !*rows)
+            return rows->status().withContext(where + ": ");
+          if (rows)
+            op.rows = rows->take();
+        }
+        op.counters =
+            counters(st.name, st.op,
+                     st.kind == OpKind::Element ? "element" : "record", where);
+        if (def && def->traits.dropReason) {
+          op.counters->setFilterReason(def->traits.dropReason);
+          countExact = false;
+        }
+        group.push_back(std::move(op));
       }
-      op.counters =
-          counters(st.name, st.op,
-                   st.kind == OpKind::Element ? "element" : "record", where);
-      if (def && def->traits.dropReason) {
-        op.counters->setFilterReason(def->traits.dropReason);
-        countExact = false;
-      }
-      if (st.kind == OpKind::Element) {
-        groupHeavy = true;
-        groupPar = std::max(groupPar, st.parallelism);
-      }
-      groupPrefetch = std::max<int64_t>(groupPrefetch, st.prefetch);
-      group.push_back(std::move(op));
-      if (!st.cache.empty()) {
-        // The cache goes right after this step: end the group here.
-        PlanStage cacheOnly = st;
-        cacheOnly.prefetch = 0;
-        s = addBuffers(cacheOnly);
+      int64_t par = 0;
+      if (g.parallel)
+        par = g.parallelism > 0 ? std::min(g.parallelism, threads_) : threads_;
+      // With a controller the parallelism may rise to all threads in
+      // flight: the window is sized for that from the start. A prefetch knob
+      // on a step deepens the window (which already runs ahead of its
+      // consumer) instead of splitting the group.
+      int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
+      int64_t window = std::max<int64_t>(16, windowPar * 16) + g.prefetch;
+      cur =
+          makeMapStage(shared_, std::move(cur), std::move(group), par, window);
+      if (g.prefetchAfter)
+        addPrefetch(last, g.prefetch);
+      if (g.cacheAfter) {
+        Status s = addCache(last);
         if (!s)
           return s;
       }
       continue;
     }
-    s = flush();
-    if (!s)
-      return s;
-    // The stage of a record op comes from the table its stage's file
-    // registers into (StageRegistration), which also applies the op's count
-    // rule to `count`.
-    const StageFactory *make = findStageFactory(st.op);
-    if (!make)
-      return Status::error(where + ": the runtime does not implement the " +
-                           "record op '" + st.op + "'");
-    StageCounters *c = counters(st.name, st.op, "record", where);
-    StageBuild b{shared_,        st,    where,      c,
-                 std::move(cur), count, countExact, expectedSourceRecords_,
-                 extraNeeds_};
-    Expected<std::unique_ptr<Stage>> made = (*make)(b);
-    if (!made)
-      return made.status();
-    cur = made.take();
-    s = addBuffers(st);
-    if (!s)
-      return s;
+    if (g.kind == StageGroup::Kind::Stream) {
+      // The stage of a record op comes from the table its stage's file
+      // registers into (StageRegistration), which also applies the op's
+      // count rule to `count`.
+      std::string where = plan_.where(last);
+      const StageFactory *make = findStageFactory(last.op);
+      if (!make)
+        return Status::error(where + ": the runtime does not implement the " +
+                             "record op '" + last.op + "'");
+      StageCounters *c = counters(last.name, last.op, "record", where);
+      StageBuild b{shared_,        last,  where,      c,
+                   std::move(cur), count, countExact, expectedSourceRecords_,
+                   extraNeeds_};
+      Expected<std::unique_ptr<Stage>> made = (*make)(b);
+      if (!made)
+        return made.status();
+      cur = made.take();
+    }
+    if (g.prefetchAfter)
+      addPrefetch(last, last.prefetch);
+    if (g.cacheAfter) {
+      Status s = addCache(last);
+      if (!s)
+        return s;
+    }
   }
-  s = flush();
-  if (!s)
-    return s;
   root_ = std::move(cur);
   expectedOutputs_ = countExact ? count : std::nullopt;
   return Status::ok();
@@ -912,8 +893,10 @@ Status Engine::checkBufferCounts(const RunOptions &opts) const {
   for (const PlanStage &st : plan_.stages) {
     // The schedule's prefetch knob, or a `prefetch: N` step's buffer.
     int64_t depth = st.prefetch;
-    if (st.op == "prefetch" && st.params["buffer"].isNumber())
-      depth = std::max(depth, st.params["buffer"].asInt());
+    const OpDef *def = Registry::instance().find(st.op);
+    if (const char *param = def ? def->traits.prefetchDepth : nullptr;
+        param && st.params[param].isNumber())
+      depth = std::max(depth, st.params[param].asInt());
     // Only depths whose rings could not even be allocated are refused
     // here, before anything is built; a few records over a tiny budget are
     // left to the checks after building, which say what does not fit (the

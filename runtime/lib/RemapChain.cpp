@@ -45,7 +45,12 @@ std::pair<int64_t, int64_t> sizeHW(const Value &v) {
 
 Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
   // A lone normalize is a chain of one step: its channel is the last index.
-  bool lone = fused.op == "normalize";
+  auto formOf = [](const PlanStage &s) {
+    const OpTraits *t = opTraits(s.op);
+    return std::make_pair(t ? t->remapForm : RemapForm::None,
+                          t ? t->valueForm : ValueForm::None);
+  };
+  bool lone = formOf(fused).second == ValueForm::ScaleShift;
   if (!lone && (fused.op != "fused_map" || fused.fused.empty()))
     return chainError(fused, "not a fused stage");
   RemapChain c;
@@ -80,22 +85,24 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
     if (!isNumeric(st.inElem) || !isNumeric(st.outElem))
       return chainError(fused, "step '" + s.name + "' is not numeric");
     const std::string &op = s.op;
+    auto [remap, value] = formOf(s);
     bool image = st.inRank == 2 || st.inRank == 3;
-    if (op == "center_crop" || op == "random_crop") {
+    if (remap == RemapForm::CenterCrop || remap == RemapForm::RandomCrop) {
       if (!image)
         return chainError(fused, "'" + s.name + "' needs an image");
-      st.kind = op == "center_crop" ? Kind::CenterCrop : Kind::RandomCrop;
+      st.kind =
+          remap == RemapForm::CenterCrop ? Kind::CenterCrop : Kind::RandomCrop;
       auto [h, w] = sizeHW(s.params["size"]);
       st.height = h;
       st.width = w;
-      if (op == "random_crop") {
+      if (remap == RemapForm::RandomCrop) {
         st.padding =
             s.params["padding"].isNumber() ? s.params["padding"].asInt() : 0;
         st.stream = stageStream(s);
       }
       if (h <= 0 || w <= 0 || st.padding < 0)
         return chainError(fused, "'" + s.name + "' has a bad size");
-    } else if (op == "random_flip") {
+    } else if (remap == RemapForm::Flip) {
       if (!image)
         return chainError(fused, "'" + s.name + "' needs an image");
       st.kind = Kind::Flip;
@@ -105,7 +112,7 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
               : 1;
       st.p = s.params["p"].isNumber() ? s.params["p"].asDouble() : 0.5;
       st.stream = stageStream(s);
-    } else if (op == "transpose") {
+    } else if (remap == RemapForm::Permute) {
       st.kind = Kind::Transpose;
       const Value &to = s.params["to"];
       if (to.isString())
@@ -121,7 +128,7 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
           return chainError(fused, "'" + s.name + "' is no permutation");
         seen[size_t(p)] = true;
       }
-    } else if (op == "pad") {
+    } else if (remap == RemapForm::Pad) {
       st.kind = Kind::Pad;
       std::vector<int64_t> p = s.params["padding"].asIntList();
       size_t sides = st.inRank == 1 ? 2 : 4;
@@ -139,7 +146,7 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
           s.params["value"].isNumber() ? s.params["value"].asDouble() : 0;
     } else if (isRemapValueOp(op)) {
       st.kind = Kind::Value;
-      if (op == "normalize") {
+      if (value == ValueForm::ScaleShift) {
         std::vector<double> mean = s.params["mean"].asDoubleList();
         std::vector<double> sd = s.params["std"].asDoubleList();
         if (mean.empty() || sd.empty())

@@ -1115,7 +1115,7 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
   }
 }
 
-/// The column form of each condition ("filter rows", for record runs)
+/// The column form of each condition ("condition rows", for record runs)
 /// keeps exactly the rows the interpreter's column test
 /// (CompiledExpr::testRows) keeps, over all rows and over a selection; a
 /// run the interpreter rejects gets its message.

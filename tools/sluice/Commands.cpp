@@ -149,7 +149,8 @@ std::string shufflePlacement(const dsl::Spec &spec, const runtime::Plan &plan) {
   std::ostringstream os;
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const runtime::PlanStage &sh = plan.stages[i];
-    if (sh.op != "shuffle")
+    const OpDef *def = Registry::instance().find(sh.op);
+    if (!def || !def->traits.orderWindow)
       continue;
     std::set<std::string> later;
     for (size_t j = i + 1; j < plan.stages.size(); ++j)

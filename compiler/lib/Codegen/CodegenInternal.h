@@ -42,6 +42,13 @@ class CompiledExpr;
 
 namespace sluice::compiler::codegen {
 
+/// How the generator computes step `s`, asked of its op's entry
+/// (OpTraits::valueForm); ValueForm::None for an op it does not compile.
+inline ValueForm valueFormOf(const runtime::PlanStage &s) {
+  const OpTraits *t = opTraits(s.op);
+  return t ? t->valueForm : ValueForm::None;
+}
+
 /// One generated function: the value-wise steps `steps` (in order) applied
 /// to every element of field `field` of stage `stage`, writing `outField`.
 struct KernelSpec {

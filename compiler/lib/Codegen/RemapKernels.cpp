@@ -64,7 +64,7 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
   const runtime::PlanStage &s = *st.stage;
   if (st.kind != runtime::RemapChain::Kind::Value)
     return true;
-  if (s.op == "normalize") // any channel count (constant tables)
+  if (valueFormOf(s) == ValueForm::ScaleShift) // any channel count (tables)
     return st.outElem == normalizeOutElem(s) && normalizeChannels(s) > 0;
   std::string field, out;
   ElemType in, o;
@@ -174,7 +174,7 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   }
   std::optional<size_t> unrolled = unrolledChannelDim(k);
   if (n == 1 && c.steps()[0].kind == Kind::Value &&
-      c.steps()[0].stage->op == "normalize" && !unrolled &&
+      valueFormOf(*c.steps()[0].stage) == ValueForm::ScaleShift && !unrolled &&
       std::max(c.steps()[0].meanCount, c.steps()[0].stdCount) > 1) {
     buildFlatNormalize(b, k, dims[0], in, outPtr);
     b.setInsertionPointToEnd(entry);
@@ -280,7 +280,7 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
       }
       if (st.kind != Kind::Value)
         continue;
-      if (st.stage->op == "normalize") {
+      if (valueFormOf(*st.stage) == ValueForm::ScaleShift) {
         Value ch = at[s].empty() ? zero : at[s].back();
         v = lowerNormalize(b, stepLoc, *st.stage, v, ch);
       } else if (!lowerStep(b, stepLoc, *st.stage, v, st.outElem, error)) {

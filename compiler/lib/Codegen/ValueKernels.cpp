@@ -295,17 +295,18 @@ Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
 
 bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
                Scalar &v, ElemType outElem, std::string &error) {
-  if (s.op == "fill_missing")
+  ValueForm form = valueFormOf(s);
+  if (form == ValueForm::FillNaN)
     v = lowerFillMissing(b, loc, s, v);
-  else if (s.op == "clamp")
+  else if (form == ValueForm::Clamp)
     v = lowerClamp(b, loc, s, v);
-  else if (s.op == "cast")
+  else if (form == ValueForm::Convert)
     v = convertScalar(b, loc, v, outElem);
-  else if (s.op == "hash_bucket")
+  else if (form == ValueForm::HashBucket)
     v = lowerHashBucket(b, loc, s, v);
-  else if (s.op == "bucketize")
+  else if (form == ValueForm::Bucketize)
     v = lowerBucketize(b, loc, s, v);
-  else if (s.op == "map") {
+  else if (form == ValueForm::Expression) {
     Scalar r;
     if (!lowerMapExpr(b, loc, s, v, r, error))
       return false;
@@ -351,11 +352,8 @@ int64_t normalizeChannels(const runtime::PlanStage &s) {
 
 bool coveredStep(const runtime::PlanStage &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
-  static const char *const kOps[] = {"fill_missing", "clamp",     "cast",
-                                     "hash_bucket",  "bucketize", "map",
-                                     "normalize"};
-  if (s.kind != OpKind::Element ||
-      std::find(std::begin(kOps), std::end(kOps), s.op) == std::end(kOps))
+  ValueForm form = valueFormOf(s);
+  if (s.kind != OpKind::Element || form == ValueForm::None)
     return false;
   const sluice::Value &f = s.params["field"], &as = s.params["as"];
   if (!f.isString())
@@ -371,23 +369,23 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
     return false;
   in = *i;
   outElem = *o;
-  if (s.op == "clamp" && s.params["min"].isNumber() &&
+  if (form == ValueForm::Clamp && s.params["min"].isNumber() &&
       s.params["max"].isNumber() &&
       s.params["min"].asDouble() > s.params["max"].asDouble())
     return false; // the runtime reports the error per record
-  if (s.op == "hash_bucket" &&
+  if (form == ValueForm::HashBucket &&
       (!(isIntElem(in) || in == ElemType::Bool) ||
        !s.params["buckets"].isNumber() || s.params["buckets"].asInt() < 1))
     return false;
-  if (s.op == "normalize" &&
+  if (form == ValueForm::ScaleShift &&
       (normalizeChannels(s) == 0 || !kernels::isNormalizeOutput(outElem)))
     return false;
-  if (s.op == "bucketize") {
+  if (form == ValueForm::Bucketize) {
     std::vector<double> bounds;
     if (!bucketizeCovered(s, bounds) || outElem != ElemType::I32)
       return false;
   }
-  if (s.op == "map") {
+  if (form == ValueForm::Expression) {
     if (!s.params["expr"].isString())
       return false;
     ExprError perr;
@@ -404,7 +402,7 @@ bool coveredStep(const runtime::PlanStage &s, std::string &field,
 
 std::string KernelSpec::signature() const {
   if (filter)
-    return rows ? "filter rows" : "filter";
+    return rows ? "condition rows" : "condition";
   if (chain)
     return "remap " + field + " " + std::string(elemTypeName(inElem)) + " -> " +
            outField + " " + std::string(elemTypeName(outElem));
@@ -440,7 +438,7 @@ static bool fusedKernels(const runtime::PlanStage &s,
     } else if (it->outElem != in) {
       return false;
     }
-    if (step.op == "normalize") {
+    if (valueFormOf(step) == ValueForm::ScaleShift) {
       int64_t c = normalizeChannels(step);
       if (c > 1 && it->channels > 1 && it->channels != c)
         return false;
@@ -736,7 +734,7 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   std::vector<std::pair<Value, Value>> tables(k.steps.size());
   for (size_t st = 0; st < k.steps.size(); ++st) {
     const runtime::PlanStage &s = *k.steps[st];
-    if (s.op != "normalize" || normalizeChannels(s) < 2)
+    if (valueFormOf(s) != ValueForm::ScaleShift || normalizeChannels(s) < 2)
       continue;
     if (normalizeChannels(s) != k.channels || period % k.channels != 0) {
       error = "step '" + s.name + "' does not fit the channels of '" + k.stage +
@@ -761,7 +759,7 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
         return false;
       }
       Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
-      if (s->op == "normalize") {
+      if (valueFormOf(*s) == ValueForm::ScaleShift) {
         v = tables[st].first
                 ? normalizeResult(b, stepLoc, *s,
                                   normalizeFromTables(
@@ -814,11 +812,12 @@ std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
         remapKernel(s, out);
       continue;
     }
-    if (s.op == "filter") {
-      if (!s.params["where"].isString())
+    const OpDef *def = Registry::instance().find(s.op);
+    if (const char *param = def ? def->traits.condition : nullptr) {
+      if (!s.params[param].isString())
         continue;
       ExprError perr;
-      ExprPtr e = parseExpr(s.params["where"].asString(), perr);
+      ExprPtr e = parseExpr(s.params[param].asString(), perr);
       if (!e)
         continue;
       Expected<kernels::CompiledExpr> c =
@@ -837,7 +836,7 @@ std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
       out.push_back(std::move(rows));
       continue;
     }
-    if (s.op == "normalize") { // per channel: a chain of one step
+    if (valueFormOf(s) == ValueForm::ScaleShift) { // a chain of one step
       // Its constants fold (one pair, or a small static channel dim
       // unrolled), or come from period tables (buildFlatNormalize).
       remapKernel(s, out);

@@ -7,8 +7,10 @@
 // at the graph.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/compiler/Interop.h"
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
+#include "sluice/ops/Registry.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Debug.h"
@@ -25,28 +27,18 @@ using namespace sluice::ir;
 
 namespace {
 
-/// True if `perm` is 0, 1, ..., n-1.
-bool isIdentityPermutation(ArrayAttr perm) {
-  for (auto [i, attr] : llvm::enumerate(perm)) {
-    auto v = dyn_cast<IntegerAttr>(attr);
-    if (!v || v.getInt() != static_cast<int64_t>(i))
-      return false;
-  }
-  return true;
-}
-
-/// Why a registry element op does nothing, or "".
+/// Why a registry element op does nothing, or "": asked of the op's entry
+/// (OpTraits::noopReason).
 std::string elementNoopReason(ElementOp op) {
-  bool sameType = op.getInput().getType() == op.getOutput().getType();
-  if (op.getKind() == "cast" && sameType)
-    return "casts to the element type the field already has";
-  if (op.getKind() == "transpose" && sameType) {
-    DictionaryAttr params = op.getParams();
-    if (auto perm = params.getAs<ArrayAttr>("perm"))
-      if (isIdentityPermutation(perm))
-        return "transposes with the identity permutation";
-  }
-  return "";
+  const sluice::OpDef *def = sluice::Registry::instance().find(op.getKind());
+  if (!def || !def->traits.noopReason)
+    return "";
+  sluice::Value params;
+  std::string error;
+  if (!sluice::compiler::convertAttribute(op.getParams(), params, error))
+    return "";
+  return def->traits.noopReason(params, op.getInput().getType() ==
+                                            op.getOutput().getType());
 }
 
 /// Why `op` does nothing, or "" if it may do something.

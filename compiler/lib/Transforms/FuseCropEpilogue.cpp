@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
+#include "sluice/ops/Registry.h"
 
 #include "StepParams.h"
 
@@ -38,7 +39,21 @@ using sluice::compiler::detail::stringParam;
 
 namespace {
 
-constexpr llvm::StringLiteral kCropOp = "decode_random_resized_crop";
+/// What a step can be in an epilogue, asked of its op's entry: a flip, a
+/// scale-shift (normalize) or a permute (transpose); None otherwise.
+enum class Part { None, Flip, ScaleShift, Permute };
+Part partOf(ElementOp step) {
+  const sluice::OpTraits *t = sluice::opTraits(step.getKind());
+  if (!t)
+    return Part::None;
+  if (t->remapForm == sluice::RemapForm::Flip)
+    return Part::Flip;
+  if (t->valueForm == sluice::ValueForm::ScaleShift)
+    return Part::ScaleShift;
+  if (t->remapForm == sluice::RemapForm::Permute)
+    return Part::Permute;
+  return Part::None;
+}
 
 /// Number of values of a float/int list parameter, 0 if absent.
 size_t listSize(DictionaryAttr params, StringRef name) {
@@ -85,15 +100,15 @@ struct FuseCropEpiloguePass
             scheduleSplits(pipeline.getSchedule(), prev, step.getStageName());
         !split.empty())
       return split;
-    StringRef kind = step.getKind();
-    if (kind == "random_flip") {
+    Part part = partOf(step);
+    if (part == Part::Flip) {
       if (epi.flip)
         return "the epilogue already has a flip";
       if (stringParam(p, "axis").value_or("width") != "width")
         return "it flips along the height";
       return "";
     }
-    if (kind == "normalize") {
+    if (part == Part::ScaleShift) {
       if (epi.normalize)
         return "the epilogue already normalizes";
       for (StringRef list : {"mean", "std"}) {
@@ -104,7 +119,7 @@ struct FuseCropEpiloguePass
       }
       return "";
     }
-    if (kind == "transpose") {
+    if (part == Part::Permute) {
       if (stringParam(p, "to") == std::optional<StringRef>("CHW"))
         return "";
       if (auto perm = p.getAs<ArrayAttr>("perm"); perm && perm.size() == 3) {
@@ -123,7 +138,8 @@ struct FuseCropEpiloguePass
   void run(PipelineOp pipeline) {
     SmallVector<ElementOp> crops;
     pipeline.walk([&](ElementOp op) {
-      if (op.getKind() == kCropOp)
+      if (const sluice::OpTraits *t = sluice::opTraits(op.getKind());
+          t && t->takesEpilogue)
         crops.push_back(op);
     });
     for (ElementOp crop : crops)
@@ -147,8 +163,8 @@ struct FuseCropEpiloguePass
       auto step = dyn_cast<ElementOp>(*cur.getUsers().begin());
       if (!step)
         break;
-      StringRef kind = step.getKind();
-      if (kind != "random_flip" && kind != "normalize" && kind != "transpose")
+      Part part = partOf(step);
+      if (part == Part::None)
         break;
       std::string reason = blocker(pipeline, crop, epi, step, *image, channels);
       if (!reason.empty()) {
@@ -160,9 +176,9 @@ struct FuseCropEpiloguePass
               << crop.getStageName() << "': " << reason;
         break;
       }
-      if (kind == "random_flip")
+      if (part == Part::Flip)
         epi.flip = step;
-      else if (kind == "normalize")
+      else if (part == Part::ScaleShift)
         epi.normalize = step;
       else
         epi.transpose = step;
@@ -232,7 +248,7 @@ struct FuseCropEpiloguePass
     ElementOp last = epi.steps.back();
     OpBuilder builder(last);
     auto fused = builder.create<ElementOp>(
-        FusedLoc::get(ctx, locs), last.getOutput().getType(), kCropOp,
+        FusedLoc::get(ctx, locs), last.getOutput().getType(), crop.getKind(),
         crop.getInput(), params.getDictionary(ctx), StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
     if (emitRemarks) {

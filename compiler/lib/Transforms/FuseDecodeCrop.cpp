@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/SluiceOps.h"
+#include "sluice/ops/Registry.h"
 
 #include "StepParams.h"
 
@@ -28,8 +29,6 @@ using sluice::compiler::detail::resultField;
 using sluice::compiler::detail::scheduleSplits;
 
 namespace {
-
-constexpr llvm::StringLiteral kFusedOp = "decode_random_resized_crop";
 
 struct FuseDecodeCropPass
     : sluice::compiler::impl::FuseDecodeCropBase<FuseDecodeCropPass> {
@@ -66,11 +65,18 @@ struct FuseDecodeCropPass
     Block &body = pipeline.getBody().front();
     for (Operation &op :
          llvm::make_early_inc_range(body.without_terminator())) {
+      // Asked of the ops' entries: a step that has a fused form with the
+      // decoder right before it.
       auto crop = dyn_cast<ElementOp>(op);
-      if (!crop || crop.getKind() != "random_resized_crop")
+      const sluice::OpDef *cropDef =
+          crop ? sluice::Registry::instance().find(crop.getKind()) : nullptr;
+      if (!cropDef || !cropDef->traits.fusedWithDecoder)
         continue;
       auto decode = crop.getInput().getDefiningOp<ElementOp>();
-      if (!decode || decode.getKind() != "decode_image")
+      const sluice::OpDef *decodeDef =
+          decode ? sluice::Registry::instance().find(decode.getKind())
+                 : nullptr;
+      if (!decodeDef || !decodeDef->traits.decoder)
         continue;
       std::string reason = blocker(pipeline, decode, crop);
       if (!reason.empty()) {
@@ -108,9 +114,13 @@ struct FuseDecodeCropPass
     // decode's) point at the first, the decode.
     Location loc = FusedLoc::get(ctx, {decode.getLoc(), crop.getLoc()});
     OpBuilder builder(crop);
-    auto fused = builder.create<ElementOp>(
-        loc, crop.getOutput().getType(), kFusedOp, decode.getInput(),
-        params.getDictionary(ctx), StringAttr::get(ctx, name));
+    auto fused =
+        builder.create<ElementOp>(loc, crop.getOutput().getType(),
+                                  sluice::Registry::instance()
+                                      .find(crop.getKind())
+                                      ->traits.fusedWithDecoder,
+                                  decode.getInput(), params.getDictionary(ctx),
+                                  StringAttr::get(ctx, name));
     LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStageName() << "' + '"
                             << cropName << "' into '" << name << "'\n");
     if (emitRemarks)

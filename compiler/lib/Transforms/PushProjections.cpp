@@ -262,18 +262,25 @@ struct PushProjectionsPass
       return false;
     DictionaryAttr params = source.getParams();
     NamedAttrList attrs(params);
-    if (kind == "csv" || kind == "tsv") {
+    // How the source reads fewer fields is asked of its entry.
+    const sluice::OpDef *def = sluice::Registry::instance().find(kind);
+    sluice::Projection how =
+        def ? def->traits.projection : sluice::Projection::None;
+    const char *param = def ? def->traits.projectionParam : nullptr;
+    if (!param)
+      how = sluice::Projection::None;
+    if (how == sluice::Projection::ListFields) {
       SmallVector<Attribute> names;
       for (const std::string &k : keep)
         names.push_back(StringAttr::get(&getContext(), k));
-      attrs.set("read", ArrayAttr::get(&getContext(), names));
+      attrs.set(param, ArrayAttr::get(&getContext(), names));
       if (emitRemarks)
         source->emitRemark()
             << kind << " reads only " << listed(keep) << ": the cells of "
             << listed(drop)
             << " are counted but never converted, since nobody reads them";
-    } else if (kind == "tfrecord") {
-      auto features = params.getAs<ArrayAttr>("features");
+    } else if (how == sluice::Projection::KeepEntries) {
+      auto features = params.getAs<ArrayAttr>(param);
       if (!features)
         return false;
       SmallVector<Attribute> kept;
@@ -289,9 +296,9 @@ struct PushProjectionsPass
         if (needed.contains(*name))
           kept.push_back(f);
       }
-      attrs.set("features", ArrayAttr::get(&getContext(), kept));
+      attrs.set(param, ArrayAttr::get(&getContext(), kept));
       if (emitRemarks)
-        source->emitRemark() << "tfrecord parses only " << listed(keep)
+        source->emitRemark() << kind << " parses only " << listed(keep)
                              << ": the features " << listed(drop)
                              << " are skipped unparsed, since nobody reads "
                                 "them";

@@ -35,6 +35,7 @@
 
 #include "SourceImpl.h"
 
+#include "sluice/ops/Registry.h"
 #include "sluice/ops/Utf8.h"
 
 #include "sluice/runtime/Memory.h"
@@ -1196,8 +1197,14 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
   src->setRemote(remote);
   src->files = files.take();
 
-  std::string delim =
-      stringParam(params, "delimiter", kind == "tsv" ? "\t" : ",");
+  // Unwritten, the delimiter is the one the op's entry defaults to (a tab
+  // for tsv).
+  std::string fallback = ",";
+  if (const OpDef *def = Registry::instance().find(kind))
+    if (const ParamSpec *p = def->findParam("delimiter");
+        p && p->defaultValue && p->defaultValue->isString())
+      fallback = p->defaultValue->asString();
+  std::string delim = stringParam(params, "delimiter", fallback);
   if (delim == "\\t")
     delim = "\t";
   if (delim.size() != 1 || delim[0] == '"' || delim[0] == '\n' ||

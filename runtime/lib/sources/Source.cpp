@@ -9,6 +9,8 @@
 
 #include "SourceImpl.h"
 
+#include "sluice/ops/Registry.h"
+
 #include <set>
 
 #include <sys/stat.h>
@@ -169,9 +171,8 @@ Expected<std::unique_ptr<Source>> Source::create(const std::string &kind,
   src->kind_ = kind;
   // An empty file of a record format gives no records, which is almost
   // never meant (a failed download, a truncated copy): say so.
-  static const std::set<std::string> kFileFormats = {
-      "csv", "tsv", "tfrecord", "webdataset", "text_lines"};
-  if (kFileFormats.count(kind)) {
+  if (const OpDef *def = Registry::instance().find(kind);
+      def && def->traits.warnsOnEmptyFiles) {
     std::vector<std::string> empty;
     for (size_t i = 0; i < src->numShards(); ++i) {
       struct stat sb;

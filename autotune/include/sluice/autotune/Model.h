@@ -125,6 +125,11 @@ int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
 /// up to it is deterministic and the epoch's size is known; memory and disk.
 std::vector<CacheOption> cacheOptions(const Profile &p);
 
+/// Whether no cache may go at or after step `s` whatever came before it:
+/// the op keeps records itself (OpTraits::materializes), forbids a cache
+/// after it (OpTraits::noCacheAfter), or hands records to another thread.
+bool cacheStopsAt(const StepProfile &s);
+
 /// Materialized bytes of the stream after plan step `i` over one epoch (0
 /// when the epoch's size is unknown).
 int64_t materializedBytes(const Profile &p, size_t i);

@@ -229,6 +229,13 @@ struct ProfileOptions {
   std::map<std::string, std::string> specWhere;
 };
 
+/// What the tuner knows of `plan`'s steps before it measures them, the
+/// source first: op, kind, randomness, thread boundaries, held records and
+/// the schedule's pinned knobs (profilePipeline measures the rest).
+std::vector<StepProfile>
+describeSteps(const runtime::Plan &plan,
+              const std::map<std::string, std::string> &specWhere = {});
+
 /// Runs `plan` at the probe parallelisms and measures it.
 Expected<Profile> profilePipeline(const runtime::Plan &plan,
                                   const ProfileOptions &opts);

@@ -28,8 +28,10 @@ struct ExplainOptions {
   /// Print a remark (to `err`, located in the spec) for every change a graph
   /// pass makes, e.g. each removed no-op stage.
   bool remarks = false;
-  /// Print each op's location (`loc("map.2"("spec.yaml":12:5))`): which
-  /// line of the spec every stage came from.
+  /// Print each op's location (`loc("map.2"(fused<{op, params}>[
+  /// "spec.yaml":12:5]))`): which line of the spec every stage came from,
+  /// with what the spec wrote there. The output parses back (sluice-opt),
+  /// and derivePlan of it gives the same Plan.
   bool locations = false;
   /// Compile as `sluice run` does with the code generator on (see
   /// PlanOptions::codegen); false shows the `--no-jit` pipeline.

@@ -41,7 +41,12 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
     limit) budgets, and an optional fixed `schedule` (absent = `auto`): a
     dictionary from step name (or `default`) to `{parallelism, prefetch,
     cache}`, knob by knob: a step's own entry wins over `default`, and its
-    `cache = "none"` opts it out of a default cache.
+    `cache = "none"` opts it out of a default cache. `schedule_auto` says
+    the spec asked for `schedule: auto` in so many words (the run then
+    profiles and applies the autotuner's schedule); `rank` and `world_size`
+    are the spec's `distributed:` values, where written. Positions of what
+    the spec wrote that the runtime's messages point at (parameter values,
+    `distributed:` entries) ride in the locations (see MLIRGen.h).
 
     The region is an SSACFG region rather than a graph region on purpose:
     dominance then guarantees the stages form an acyclic dataflow.
@@ -68,7 +73,10 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
     DefaultValuedAttr<Sluice_I64Attr, "1">:$epochs,
     DefaultValuedAttr<Sluice_I64Attr, "0">:$cores,
     DefaultValuedAttr<Sluice_I64Attr, "0">:$memory,
-    OptionalAttr<DictionaryAttr>:$schedule);
+    OptionalAttr<DictionaryAttr>:$schedule,
+    UnitAttr:$schedule_auto,
+    OptionalAttr<Sluice_I64Attr>:$rank,
+    OptionalAttr<Sluice_I64Attr>:$world_size);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `seed` `(` $seed `)` `epochs` `(` $epochs `)`

@@ -62,6 +62,9 @@ struct Distributed {
 /// A checked pipeline.
 struct Spec {
   std::string file;     ///< path as given on the command line
+  /// The file's text as the front end read it: later layers print caret
+  /// lines from it instead of reading the file again.
+  std::string text;
   std::string pipeline; ///< `pipeline:` name
   uint64_t seed = 0;
   Step source;

@@ -68,6 +68,9 @@ struct ParamSpec {
   size_t broadcastTo = 0;
   std::vector<std::string> choices; ///< Enum
   std::vector<ParamSpec> members;   ///< Struct / StructList
+  /// Names the parameter had before; the front end still accepts them,
+  /// with a note.
+  std::vector<std::string> oldNames;
 
   // Fluent construction for registry entries.
   ParamSpec &req() {
@@ -112,6 +115,10 @@ struct ParamSpec {
     broadcastTo = broadcast;
     return *this;
   }
+  ParamSpec &formerly(std::string oldName) {
+    oldNames.push_back(std::move(oldName));
+    return *this;
+  }
 };
 
 /// Shorthands: `param("size", ParamKind::Int).req().atLeast(1)`.
@@ -151,6 +158,40 @@ enum class RandomKey {
   SourcePosition, ///< by (seed, epoch, record's source index, step): where
                   ///< the record is in the stream does not matter
   StreamOrder,    ///< by the order records arrive in (shuffle)
+};
+
+/// How a source reads only the fields later steps use
+/// (sluice-push-projections).
+enum class Projection {
+  None,        ///< it reads every field
+  ListFields,  ///< `projectionParam` lists the fields to read (csv `read`)
+  KeepEntries, ///< only the entries of StructList `projectionParam` whose
+               ///< `as` (or `name`) is a kept field stay (tfrecord)
+};
+
+/// The loop body the code generator emits for a value-wise op, reading the
+/// parameters each form names. An op states its form; a new op of a form
+/// the generator knows needs no change outside its entry.
+enum class ValueForm {
+  None,       ///< not compiled (the runtime runs the op's kernel)
+  FillNaN,    ///< NaN -> `value` (fill_missing)
+  Clamp,      ///< min(max(x, `min`), `max`) (clamp)
+  Convert,    ///< to the output's element type (cast)
+  HashBucket, ///< hash(x) mod `buckets` (hash_bucket)
+  Bucketize,  ///< the number of sorted `boundaries` <= x (bucketize)
+  Expression, ///< the expression `expr` of x (map)
+  ScaleShift, ///< (x - `mean`[c]) / `std`[c], c the channel (normalize)
+};
+
+/// The index map of an index-remap op, as the runtime's RemapChain and the
+/// code generator compose it, reading the parameters each form names.
+enum class RemapForm {
+  None,
+  CenterCrop, ///< the centred `size` box (center_crop)
+  RandomCrop, ///< a random `size` box after `padding` (random_crop)
+  Flip,       ///< mirrored along `axis` with probability `p` (random_flip)
+  Permute,    ///< dims permuted: `to` CHW/HWC, or `perm` (transpose)
+  Pad,        ///< `padding` added per side, filled with `value` (pad)
 };
 
 /// What passes, the code generator, the runtime and the tuner ask about an
@@ -194,6 +235,62 @@ struct OpTraits {
   /// value out, with no per-record state and no per-record data errors, so
   /// applying it to a batch equals batching its results. Null: it may not.
   const char *commutesWithBatch = nullptr;
+  /// For a stochastic op: whether, with these (validated, defaulted)
+  /// parameters, every epoch draws the same (a shuffle told
+  /// `reshuffle_each_epoch: false`), so a cache after it replays exactly
+  /// what a later epoch would draw. Null: each epoch draws anew.
+  std::function<bool(const Value &params)> sameEachEpoch;
+  /// Why no cache may follow the op, whatever comes before it (repeat: a
+  /// cache after it would hold every pass; take: it ends the stream before
+  /// the cache completes): the tuner offers no cache from here on. Null:
+  /// the op does not forbid one.
+  const char *noCacheAfter = nullptr;
+  /// Configures how the source reads its files (interleave), so only
+  /// per-record steps may come before it.
+  bool configuresSource = false;
+  /// The Int parameter giving how many records the op buffers between the
+  /// thread before it and the one after (prefetch's `buffer`): the op is a
+  /// thread boundary, and the memory checks and the tuner read the depth.
+  const char *prefetchDepth = nullptr;
+  /// The Int parameter giving how many records a reordering op holds to
+  /// draw its order from (shuffle's `buffer`): the tuner's probes cap it
+  /// (it shapes the order, not the rate), and one pass over the source
+  /// bounds what it holds.
+  const char *orderWindow = nullptr;
+  /// How many records the op holds at once with these parameters, as the
+  /// runtime's static memory check counts them (a shuffle's buffer, two
+  /// batches' rows); null: none beyond the record in hand.
+  std::function<int64_t(const Value &params)> heldRecords;
+  /// A per-record op that keeps the records for which this Expr parameter
+  /// holds (filter's `where`): the code generator compiles the condition.
+  const char *condition = nullptr;
+  /// Why the step does nothing with these parameters (a cast to the type
+  /// the field has, an identity transpose), given whether the record type
+  /// after it equals the one before; "" when it may do something. For
+  /// sluice-eliminate-noops. Null: never a no-op.
+  std::function<std::string(const Value &params, bool sameType)> noopReason;
+  /// Decodes encoded bytes into an image (decode_image): a step right after
+  /// it with `fusedWithDecoder` may be fused with it.
+  bool decoder = false;
+  /// The internal op that decodes and runs this op in one pass
+  /// (random_resized_crop: decode_random_resized_crop decodes only the
+  /// crop box's rows), for sluice-fuse-decode-crop.
+  const char *fusedWithDecoder = nullptr;
+  /// For a source: how it can read fewer fields, and the parameter that
+  /// says which.
+  Projection projection = Projection::None;
+  const char *projectionParam = nullptr;
+  /// A source of record files (csv, tfrecord, ...): an empty file gives no
+  /// records, which is almost never meant, so the run warns.
+  bool warnsOnEmptyFiles = false;
+  /// How the code generator computes a value-wise op.
+  ValueForm valueForm = ValueForm::None;
+  /// The index map of an index-remap op.
+  RemapForm remapForm = RemapForm::None;
+  /// A fused decode + crop that can fold the flip, scale-shift and HWC to
+  /// CHW permute right after it into its output loop
+  /// (sluice-fuse-crop-epilogue).
+  bool takesEpilogue = false;
 };
 
 /// Rough per-element costs the autotuner starts from before it has a profile.
@@ -361,6 +458,9 @@ public:
 private:
   std::vector<OpDef> ops_;
 };
+
+/// The traits of op `name`, or null when no op has that name.
+const OpTraits *opTraits(std::string_view name);
 
 /// Registers an op at static-initialization time.
 struct OpRegistration {

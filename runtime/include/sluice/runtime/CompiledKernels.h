@@ -30,14 +30,14 @@
 //       field in one call; `params` is the per-record block RemapChain.h
 //       lays out (sizes, crop offsets, flip draws). The stage's only entry.
 //
-//   "filter"
+//   "condition"
 //       void fn(const void *const *slots, int64_t *kept)
 //       A filter's condition: slots[i] points at the element that load slot
 //       i of the condition's bytecode (kernels::CompiledExpr::slots()) reads;
 //       *kept is set to 1 to keep the record, 0 to drop it. The stage's only
 //       entry.
 //
-//   "filter rows"
+//   "condition rows"
 //       void fn(const void *const *bases, const int64_t *strides,
 //               const uint32_t *rows, int64_t n, uint8_t *keep)
 //       The same condition over a run of records held as columns (record
@@ -85,7 +85,7 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table);
 using RowsKernelBinder =
     std::function<std::optional<Expected<RowsFilterFn>>(const PlanStage &)>;
 
-/// A binder of the "filter rows" entries of `table`: the column test of
+/// A binder of the "condition rows" entries of `table`: the column test of
 /// each filter stage it names (nullopt for the others, which then take the
 /// interpreter's CompiledExpr::testRows). A run whose columns the
 /// interpreter would reject (another type, an index out of range) goes to
