@@ -48,15 +48,17 @@ def served_spec(image_root, tmp_path_factory):
 
 
 class Worker:
-    """A `sluice serve` process on 127.0.0.1 (a free port it picks)."""
+    """A `sluice serve` process on 127.0.0.1 (a free port it picks), or with
+    `exe`, an executable `sluice compile --serve` wrote, run with --serve."""
 
     def __init__(self, spec, tmp_path, *extra, env=None,
-                 listen="127.0.0.1:0"):
+                 listen="127.0.0.1:0", exe=None):
         self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
                                                           time.monotonic_ns())))
+        how = [str(exe), "--serve", listen] if exe else \
+            [SLUICE_BIN, "serve", spec, "--listen", listen]
         self.proc = subprocess.Popen(
-            [SLUICE_BIN, "serve", spec, "--listen", listen,
-             "--port-file", self.port_file, "--threads", "1", *extra],
+            how + ["--port-file", self.port_file, "--threads", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
@@ -87,8 +89,8 @@ class Worker:
 def workers(tmp_path):
     started = []
 
-    def start(spec, *extra, env=None, listen="127.0.0.1:0"):
-        w = Worker(spec, tmp_path, *extra, env=env, listen=listen)
+    def start(spec, *extra, env=None, listen="127.0.0.1:0", exe=None):
+        w = Worker(spec, tmp_path, *extra, env=env, listen=listen, exe=exe)
         started.append(w)
         return w
     yield start
@@ -480,6 +482,70 @@ def test_unservable_step_is_named(tmp_path, step, instead):
     assert re.search(r"unservable\.yaml:10:\d+: step '\w+(\.\d+)?' \(\w+\) "
                      r"cannot be served", r.stderr), r.stderr
     assert instead in r.stderr, r.stderr
+
+
+def compile_serving(spec, exe, *extra):
+    subprocess.run([SLUICE_BIN, "compile", "-q", *extra, spec, "-o",
+                    str(exe)], check=True, timeout=600)
+    return exe
+
+
+@pytest.mark.parametrize("which", ["served_spec", "fashion_replay"])
+def test_compiled_executable_serves_like_sluice_serve(request, workers,
+                                                      tmp_path, which):
+    """`sluice compile --serve` writes an executable that is a worker of
+    `sluice serve`'s protocol (`EXE --serve ADDR`, its embedded plan and
+    ahead-of-time kernels): a trainer fed by it gets the batches a trainer
+    fed by `sluice serve` gets, and a local run's, by position and by a
+    replayed order, alone and mixed with a `sluice serve` worker."""
+    spec = request.getfixturevalue(which)
+    exe = compile_serving(spec, tmp_path / "worker", "--serve")
+    by_exe = workers(spec, "--stats-interval", "0", exe=exe)
+    by_serve = workers(spec)
+    for rank, world_size in [(0, 1), (1, 2)]:
+        epoch = 1
+        want = local_batches(spec, epoch, rank, world_size)
+        got = {}
+        for name, ws in [("exe", [by_exe]), ("serve", [by_serve]),
+                         ("both", [by_exe, by_serve])]:
+            ds = remote.Dataset(spec, [w.address for w in ws], rank=rank,
+                                world_size=world_size, chunk=1, window=4)
+            ds.set_epoch(epoch)
+            got[name] = remote_batches(ds)
+            ds.close()
+        assert_same(got["exe"], got["serve"])
+        assert_same(got["exe"], want)
+        assert_same(got["both"], want)
+    err = by_exe.stop()
+    served = [int(n) for n in re.findall(r"(\d+) outputs,", err)]
+    assert served and sum(served) > 0, err
+
+
+def test_compiled_executable_serving_refusals(served_spec, workers, tmp_path):
+    """A plain executable names the variant that serves; the serving one
+    refuses what `sluice serve` refuses (a sink, no host:port, resume flags)
+    and a trainer whose spec text differs from the compiled one."""
+    plain = compile_serving(served_spec, tmp_path / "plain")
+    r = subprocess.run([str(plain), "--serve", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "sluice compile --serve" in r.stderr, r.stderr
+    exe = compile_serving(served_spec, tmp_path / "serving", "--serve")
+    for args, what in [(["--serve", "7070"], "--serve needs host:port"),
+                       (["--serve", "127.0.0.1:0", "--sink", "npy:%s" %
+                         (tmp_path / "x")], "trainers"),
+                       (["--serve", "127.0.0.1:0", "--resume",
+                         str(tmp_path / "state.json")], "--resume")]:
+        r = subprocess.run([str(exe), *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and what in r.stderr, (args, r.stderr)
+    info = subprocess.run([str(exe), "--version"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    assert "--serve ADDR" in info, info
+    w = workers(served_spec, exe=exe)
+    other = write(tmp_path / "other.yaml",
+                  open(served_spec).read().replace("seed: 21", "seed: 22"))
+    with pytest.raises(sluice.PipelineError, match="whose text differs"):
+        remote.Dataset(other, [w.address], worker_timeout=10)
 
 
 def test_listen_needs_an_address(served_spec):
