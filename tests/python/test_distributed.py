@@ -649,6 +649,109 @@ def slurm(tmp_path_factory):
         yield c
 
 
+@pytest.fixture(scope="module")
+def slurm_two_nodes(tmp_path_factory):
+    """Two nodes, each a slurmd of its own at 127.0.0.1 and 127.0.0.2:
+    Slurm places a heterogeneous job's components on distinct nodes."""
+    sys.path.insert(0, os.path.join(os.environ.get(
+        "SLUICE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..",
+                                          "..")), "tests", "tools"))
+    import slurm_cluster
+    why = slurm_cluster.available()
+    if why:
+        pytest.skip(why)
+    with slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm2"),
+                                    nodes=2) as c:
+        yield c
+
+
+def free_port_pair():
+    import socket
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    pytest.skip("no two consecutive free ports")
+
+
+def test_under_slurm_heterogeneous_job(served_spec, slurm_two_nodes,
+                                       tmp_path):
+    """docs/distributed.md's heterogeneous job, live: one `sbatch` with
+    two components, the workers (two tasks of an executable `sluice
+    compile --serve` wrote, each listening on its node's address) and the
+    trainer, which finds them from Slurm's environment alone
+    ($SLURM_JOB_NODELIST_HET_GROUP_0 and the node's NodeAddr). Its
+    batches are the local run's; both workers served."""
+    exe = compile_serving(served_spec, tmp_path / "worker", "--serve")
+    port = free_port_pair()
+    out = tmp_path / "batches.npz"
+    trainer = write(tmp_path / "trainer.py", """
+        import os, numpy as np, sluice.remote as r
+        workers = r.slurm_workers(%d, het_group=0, tasks_per_node=2)
+        print("trainer on", os.environ["SLURMD_NODENAME"], "workers:",
+              workers, flush=True)
+        ds = r.Dataset(%r, workers, chunk=1, window=4)
+        ds.set_epoch(1)
+        got = list(ds.arrays())
+        np.savez(%r, **{"%%s_%%d" %% (k, i): (v if v.dtype != object
+                                               else v.astype(str))
+                        for i, b in enumerate(got) for k, v in b.items()})
+        print("batches:", len(got), flush=True)
+        """ % (port, served_spec, str(out)))
+    # Each worker listens on its node's address as slurmctld has it
+    # (NodeAddr; the nodes here share a host name, so not `hostname -i`).
+    worker = write(tmp_path / "worker.sh", r"""
+        addr=$(scontrol show node -o "$SLURMD_NODENAME" |
+               sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+        echo "worker $SLURM_PROCID on $SLURMD_NODENAME at $addr"
+        exec %s --serve "$addr:$((%d + SLURM_PROCID))" --threads 1 \
+            --stats-interval 0.2
+        """ % (exe, port))
+    script = write(tmp_path / "job.sh", """
+        #!/bin/bash
+        #SBATCH --output=%s/job.out
+        #SBATCH --ntasks=2 --cpus-per-task=1
+        #SBATCH hetjob
+        #SBATCH --ntasks=1 --cpus-per-task=1
+        srun --het-group=0 bash %s &
+        workers=$!
+        srun --het-group=1 %s %s
+        rc=$?
+        kill $workers
+        wait
+        exit $rc
+        """ % (tmp_path, worker, sys.executable, trainer))
+    r = subprocess.run(["sbatch", "--wait", "--parsable", script],
+                       env=slurm_two_nodes.env, capture_output=True,
+                       text=True, timeout=300)
+    log = (tmp_path / "job.out").read_text() \
+        if (tmp_path / "job.out").exists() else ""
+    assert r.returncode == 0, r.stderr + log
+    assert "batches: 10" in log, log
+    # Two components on two nodes: the workers on one, the trainer on the
+    # other.
+    nodes = set(re.findall(r"worker \d on (\S+) at", log))
+    trainer_node = re.findall(r"trainer on (\S+) workers", log)
+    assert len(nodes) == 1 and trainer_node and \
+        trainer_node[0] not in nodes, log
+    saved = np.load(out)
+    want = local_batches(served_spec, 1)
+    for i, w in enumerate(want):
+        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
+        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
+        assert saved["path_%d" % i].tolist() == w["path"].tolist()
+    for p in (port, port + 1):
+        served = re.findall(r"sluice serve [0-9.]+:%d: .* (\d+) outputs," % p,
+                            log)
+        assert served and int(served[-1]) > 0, log
+
+
 def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
     """A batch job on a one-node cluster on 127.0.0.1: one srun step runs
     two workers, another the trainer, which finds them from Slurm's node
