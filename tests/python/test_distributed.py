@@ -548,6 +548,57 @@ def test_compiled_executable_serving_refusals(served_spec, workers, tmp_path):
         remote.Dataset(other, [w.address], worker_timeout=10)
 
 
+@pytest.mark.parametrize("which", ["served_spec", "fashion_replay"])
+def test_jobs_share_a_workers_outputs(request, workers, which):
+    """--share-outputs: two trainer jobs of the same spec at the same rank
+    and world size, reading the same epoch at once from one worker, get a
+    local run's batches, and the worker makes each chunk once (every output
+    is sent once made and once kept: the count, not a timing, says so). A
+    job at another rank shares nothing. A bound too small to keep a chunk
+    shares nothing and changes no byte."""
+    import threading
+    spec = request.getfixturevalue(which)
+    w = workers(spec, "--share-outputs", "256MiB", "--stats-interval", "0")
+    want = local_batches(spec, 1)
+    got = {}
+
+    def job(name, rank=0, world_size=1):
+        ds = remote.Dataset(spec, [w.address], trainer=name, rank=rank,
+                            world_size=world_size, chunk=2, window=4)
+        ds.set_epoch(1)
+        got[name] = remote_batches(ds)
+        ds.close()
+    jobs = [threading.Thread(target=job, args=(n,)) for n in ("a", "b")]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    job("c", 1, 2)
+    assert_same(got["a"], want)
+    assert_same(got["b"], want)
+    assert_same(got["c"], local_batches(spec, 1, 1, 2))
+    err = w.stop()
+    stats = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(
+        r"trainer (\w+) \(.*?\): \d+ chunks, (\d+) outputs, (\d+) of them "
+        r"from chunks kept", err)}
+    assert set(stats) == {"a", "b", "c"}, err
+    n = len(want)
+    assert stats["a"][0] == n and stats["b"][0] == n, err
+    # Each chunk made once: one of the two jobs was sent it kept.
+    assert stats["a"][1] + stats["b"][1] == n, err
+    assert stats["c"][1] == 0, err
+
+    small = workers(spec, "--share-outputs", "1", "--stats-interval", "0")
+    for name in ("d", "e"):
+        ds = remote.Dataset(spec, [small.address], trainer=name, chunk=2)
+        ds.set_epoch(1)
+        assert_same(remote_batches(ds), want)
+        ds.close()
+    err = small.stop()
+    assert re.findall(r"(\d+) of them from chunks kept", err) == ["0", "0"], \
+        err
+
+
 def test_listen_needs_an_address(served_spec):
     r = subprocess.run([SLUICE_BIN, "serve", served_spec], capture_output=True,
                        text=True, timeout=60)

@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "ServeFlags.h"
 
+#include "sluice/ops/Registry.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -71,6 +73,13 @@ void addServeFlags(CLI::App &cmd, ServeFlags &f, const std::string &listenFlag,
                  "wait (default 0: no limit, each chunk with the whole "
                  "budget)")
       ->type_name("N");
+  cmd.add_option("--share-outputs", f.shareOutputs,
+                 "keep made chunks, up to SIZE bytes of outputs (e.g. 2GiB, "
+                 "beside budget.memory), for other trainers asking for the "
+                 "same ones: jobs of the same spec at the same rank and "
+                 "world size then share one decode (docs/distributed.md; "
+                 "default: none kept)")
+      ->type_name("SIZE");
 }
 
 int makeServeOptions(const ServeFlags &f, const RunFlags &run,
@@ -94,6 +103,15 @@ int makeServeOptions(const ServeFlags &f, const RunFlags &run,
                       command);
   if (f.statsInterval < 0)
     return usageError("--stats-interval must be >= 0 seconds", command);
+  if (!f.shareOutputs.empty()) {
+    std::optional<int64_t> n = parseByteSize(f.shareOutputs);
+    if (!n || *n < 0)
+      return usageError("--share-outputs needs a size such as 512MiB or "
+                        "2GiB (0: none kept), got '" +
+                            f.shareOutputs + "'",
+                        command);
+    so.shareBytes = *n;
+  }
   so.listen = f.listen;
   so.portFile = f.portFile;
   so.statsInterval = f.statsInterval;

@@ -29,6 +29,7 @@ struct ServeFlags {
   std::string listen, tokenFile, tlsCert, tlsKey, portFile;
   double statsInterval = 0;
   int64_t streams = 0;
+  std::string shareOutputs;
   /// How the address flag is spelled ("--listen", "--serve"), for messages.
   std::string listenFlag = "--listen";
 };
