@@ -22,9 +22,9 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -599,8 +599,8 @@ public:
          << t.chunks << " chunks, " << t.outputs << " outputs, ";
       if (so_.shareBytes > 0)
         os << t.shared << " of them from chunks kept for sharing, ";
-      os << std::fixed
-         << std::setprecision(1) << t.bytes / 1048576.0 << " MiB sent";
+      os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
+         << " MiB sent";
       if (t.outputs)
         os << ", " << std::setprecision(3) << 1e3 * t.encodeCpu / t.outputs
            << " ms CPU per output encoding and writing, " << t.bytes / t.outputs
