@@ -22,7 +22,12 @@ for r in (low, high):
     cpu = (r["measured"] or {}).get("cpu_seconds_per_record") \
         or r["profile_cpu_seconds_per_record"]
     assert math.isclose(w["cpu_cores"], demand * cpu, rel_tol=1e-6), (w, cpu)
-    assert w["wire_bytes_per_record"] > 0, w
+    # The output bytes per record come from the profile's last step, which
+    # a short probe on a loaded host may see no output of: then the advice
+    # leaves the network out rather than say 0 bytes.
+    assert w["wire_bytes_per_record"] >= 0, w
+    assert ("cross the network" in w["advice"]) == \
+        (w["wire_bytes_per_record"] > 0), w
     assert w["advice"], w
 assert low["workers"]["remote_workers"] == 0, low["workers"]
 assert low["workers"]["cores_per_worker"] == 2
