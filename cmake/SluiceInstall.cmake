@@ -13,6 +13,8 @@
 #                                            the rest of a compiled
 #                                            executable (main(), run flags)
 #   <libdir>/sluice/exe-link.txt             the link manifest (below)
+#   <libdir>/sluice/exe-link-serve.txt       the same for `sluice compile
+#                                            --serve`: plus the gRPC worker
 #   <libdir>/cmake/sluice/                   sluiceConfig.cmake & co.
 #
 # The link manifest is one linker argument a line: the static libraries a
@@ -93,23 +95,40 @@ function(_sluice_link_items target whole build_var install_var seen_var)
   set(${seen_var} ${seen} PARENT_SCOPE)
 endfunction()
 
-set(_build "")
-set(_install "")
-set(_seen "")
-_sluice_link_items(sluice_exe_main OFF _build _install _seen)
-# A sanitizer build's libraries need the sanitizer runtime at link time:
-# executables `sluice compile` writes from them are sanitized too.
-if(SLUICE_SANITIZE)
-  list(APPEND _build ${SLUICE_SANITIZE_LINK_FLAGS})
-  list(APPEND _install ${SLUICE_SANITIZE_LINK_FLAGS})
-endif()
-list(JOIN _build "\n" _build)
-list(JOIN _install "\n" _install)
-set(_head "# sluice ${PROJECT_VERSION}: what `sluice compile` links a compiled executable with\n# (one linker argument a line; \${dir} is this file's directory)\n")
-file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/${SLUICE_EXE_MANIFEST_REL}"
-  CONTENT "${_head}${_build}\n")
-file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/install/exe-link.txt"
-  CONTENT "${_head}${_install}\n")
+# Writes the manifest `name` (exe-link.txt, exe-link-serve.txt) for the
+# targets given after it (each "target" or "WHOLE:target"), in the build
+# tree beside SLUICE_EXE_MANIFEST_REL and under install/ for `cmake
+# --install`.
+function(_sluice_manifest name)
+  set(_build "")
+  set(_install "")
+  set(_seen "")
+  foreach(t IN LISTS ARGN)
+    if(t MATCHES "^WHOLE:(.*)$")
+      _sluice_link_items(${CMAKE_MATCH_1} ON _build _install _seen)
+    else()
+      _sluice_link_items(${t} OFF _build _install _seen)
+    endif()
+  endforeach()
+  # A sanitizer build's libraries need the sanitizer runtime at link time:
+  # executables `sluice compile` writes from them are sanitized too.
+  if(SLUICE_SANITIZE)
+    list(APPEND _build ${SLUICE_SANITIZE_LINK_FLAGS})
+    list(APPEND _install ${SLUICE_SANITIZE_LINK_FLAGS})
+  endif()
+  list(JOIN _build "\n" _build)
+  list(JOIN _install "\n" _install)
+  set(_head "# sluice ${PROJECT_VERSION}: what `sluice compile` links a compiled executable with\n# (one linker argument a line; \${dir} is this file's directory)\n")
+  get_filename_component(_dir "${CMAKE_BINARY_DIR}/${SLUICE_EXE_MANIFEST_REL}"
+    DIRECTORY)
+  file(GENERATE OUTPUT "${_dir}/${name}" CONTENT "${_head}${_build}\n")
+  file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/install/${name}"
+    CONTENT "${_head}${_install}\n")
+endfunction()
+_sluice_manifest(exe-link.txt sluice_exe_main)
+# `sluice compile --serve`: main() finds the worker through a hook the
+# serving library fills in from a static initializer, so it is linked whole.
+_sluice_manifest(exe-link-serve.txt WHOLE:sluice_exe_serve sluice_exe_main)
 
 # The embeddable runtime: the exported targets, include paths relative to the
 # installed prefix.
@@ -129,7 +148,8 @@ install(TARGETS sluice_shared EXPORT sluiceTargets
 # What a compiled executable links besides the runtime (not exported: only
 # `sluice compile` uses them, through the manifest).
 install(TARGETS sluice_dsl sluice_runflags sluice_autotune
-  sluice_pipeline_core sluice_exe_main
+  sluice_pipeline_core sluice_exe_main sluice_exe_serve sluice_serve_flags
+  sluice_remote sluice_remote_proto
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${SLUICE_SOURCE_DIR}/ops/include/sluice
                   ${SLUICE_SOURCE_DIR}/runtime/include/sluice
@@ -139,6 +159,7 @@ install(DIRECTORY ${SLUICE_SOURCE_DIR}/ops/include/sluice
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 install(FILES "${CMAKE_BINARY_DIR}/install/exe-link.txt"
+  "${CMAKE_BINARY_DIR}/install/exe-link-serve.txt"
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/sluice)
 install(EXPORT sluiceTargets NAMESPACE sluice::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sluice)

@@ -317,6 +317,20 @@ json reportJson(const TuneResult &r) {
                      {"demand_records_per_second", num(consumerDemand(r))},
                      {"verdict", consumerVerdict(r)}};
   }
+  if (r.workerAdvice) {
+    const TuneResult::WorkerAdvice &a = *r.workerAdvice;
+    j["workers"] = {{"demand_records_per_second", num(a.demand)},
+                    {"demand_from", a.demandFrom},
+                    {"local_cores", a.localCores},
+                    {"local_records_per_second", num(a.localRate)},
+                    {"cores_per_worker", a.coresPerWorker},
+                    {"worker_records_per_second", num(a.workerRate)},
+                    {"remote_workers", a.remoteWorkers},
+                    {"workers_without_local", a.workersAlone},
+                    {"cpu_cores", num(a.cpuCores)},
+                    {"wire_bytes_per_record", num(a.wireBytesPerRecord)},
+                    {"advice", a.text}};
+  }
   return j;
 }
 
@@ -428,6 +442,8 @@ std::string reportMarkdown(const TuneResult &r) {
   s += ".\n\n" + r.scaleAdvice + "\n\n";
   if (r.consumerRun)
     s += "## Consumer\n\n" + consumerVerdict(r) + "\n\n";
+  if (r.workerAdvice)
+    s += "## Workers\n\n" + r.workerAdvice->text + "\n\n";
   s += "## Schedule\n\n| step | knob | value | why |\n|---|---|---|---|\n";
   for (const KnobChoice &k : r.solution.knobs)
     s += "| " + (k.step.empty() ? std::string("-") : "`" + k.step + "`") +

@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -80,6 +81,8 @@ bool sameSecret(const std::string &a, std::string_view b) {
 
 struct TrainerStats {
   int64_t chunks = 0, outputs = 0, bytes = 0;
+  /// Outputs sent from a chunk kept for another trainer (--share-outputs).
+  int64_t shared = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -194,8 +197,134 @@ public:
     if (!base)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "base state: " + base.status().message());
+    if (so_.shareBytes <= 0)
+      return produce(ctx, req, *base, writer, started, nullptr);
+    // Sharing: one stream makes a chunk, others asking for the same one
+    // are sent what it kept (or wait for it while it is being made).
+    std::string key = std::to_string(req->fingerprint()) + "|" +
+                      req->base_state() + "|" + std::to_string(req->first()) +
+                      "|" + std::to_string(req->count());
+    std::shared_ptr<SharedChunk> chunk;
+    bool mine = false;
+    {
+      std::unique_lock<std::mutex> lock(shareMu_);
+      auto it = shared_.find(key);
+      if (it == shared_.end()) {
+        chunk = std::make_shared<SharedChunk>();
+        shared_[key] = chunk;
+        mine = true;
+      } else {
+        chunk = it->second;
+        while (chunk->state == SharedChunk::kMaking) {
+          if (ctx->IsCancelled())
+            return grpc::Status(grpc::StatusCode::CANCELLED,
+                                "the trainer gave up while another stream "
+                                "made the chunk");
+          shareCv_.wait_for(lock, std::chrono::milliseconds(100));
+        }
+      }
+    }
+    if (!mine) {
+      if (chunk->state == SharedChunk::kKept)
+        return replayShared(ctx, req, *chunk, writer, started);
+      // Not kept (failed, cut, or larger than the bound): made again.
+      return produce(ctx, req, *base, writer, started, nullptr);
+    }
+    grpc::Status st = produce(ctx, req, *base, writer, started, chunk.get());
+    {
+      std::lock_guard<std::mutex> lock(shareMu_);
+      if (st.ok() && chunk->state == SharedChunk::kMaking &&
+          chunk->bytes <= so_.shareBytes) {
+        chunk->state = SharedChunk::kKept;
+        keptOrder_.push_back(key);
+        keptBytes_ += chunk->bytes;
+        // The oldest kept chunks go first.
+        while (keptBytes_ > so_.shareBytes && !keptOrder_.empty()) {
+          auto old = shared_.find(keptOrder_.front());
+          if (old != shared_.end()) {
+            keptBytes_ -= old->second->bytes;
+            shared_.erase(old);
+          }
+          keptOrder_.pop_front();
+        }
+      } else {
+        chunk->state = SharedChunk::kNotKept;
+        chunk->outputs.clear();
+        shared_.erase(key);
+      }
+    }
+    shareCv_.notify_all();
+    return st;
+  }
+
+  /// A chunk's outputs kept for other trainers: each output's header (its
+  /// CPU left out) and its numeric fields, whose buffers it holds.
+  struct SharedChunk {
+    enum State { kMaking, kKept, kNotKept } state = kMaking;
+    struct Kept {
+      Output head;
+      std::vector<Tensor> data;
+    };
+    std::vector<Kept> outputs;
+    int64_t bytes = 0;
+  };
+
+  /// Sends a kept chunk: the same messages its maker sent.
+  grpc::Status replayShared(grpc::ServerContext *ctx, const ProduceRequest *req,
+                            const SharedChunk &chunk, Writer *writer,
+                            std::chrono::steady_clock::time_point started) {
+    TrainerStats ts;
+    ts.chunks = 1;
+    Part head;
+    bool cut = false;
+    for (const SharedChunk::Kept &k : chunk.outputs) {
+      if (ctx->IsCancelled()) {
+        cut = true;
+        break;
+      }
+      double cpu0 = threadCpuSeconds();
+      *head.mutable_output() = k.head;
+      std::string wire = head.SerializeAsString();
+      ts.bytes += static_cast<int64_t>(wire.size());
+      grpc::Slice headSlice(wire);
+      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
+        cut = true;
+        break;
+      }
+      for (const Tensor &x : k.data) {
+        for (size_t off = 0; off < x.nbytes() && !cut; off += kPartBytes) {
+          grpc::ByteBuffer part =
+              dataPart(x, off, std::min(kPartBytes, x.nbytes() - off));
+          ts.bytes += static_cast<int64_t>(part.Length());
+          cut = !writer->Write(part);
+        }
+      }
+      ts.encodeCpu += threadCpuSeconds() - cpu0;
+      if (cut)
+        break;
+      ++ts.outputs;
+      ++ts.shared;
+    }
+    ts.seconds = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - started)
+                     .count();
+    record(req->trainer() + " (" + ctx->peer() + ")", ts);
+    if (cut)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the stream was cut (the worker is stopping or the "
+                          "trainer went away)");
+    return grpc::Status::OK;
+  }
+
+  /// Makes the chunk (by position, or by the replayed order), keeping its
+  /// outputs in `keep` when given.
+  grpc::Status produce(grpc::ServerContext *ctx, const ProduceRequest *req,
+                       const runtime::PipelineState &baseState, Writer *writer,
+                       std::chrono::steady_clock::time_point started,
+                       SharedChunk *keep) {
+    const runtime::PipelineState *base = &baseState;
     if (sp_.replay())
-      return produceReplay(ctx, req, *base, writer, started);
+      return produceReplay(ctx, req, *base, writer, started, keep);
     if (base->positionStart < 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "the base state does not resume by position");
@@ -236,7 +365,7 @@ public:
           }
           return after;
         },
-        nullptr);
+        nullptr, keep);
   }
 
   /// A chunk of a replayed pipeline (Replay.h): the share's row order says
@@ -245,7 +374,8 @@ public:
   grpc::Status produceReplay(grpc::ServerContext *ctx,
                              const ProduceRequest *req,
                              const runtime::PipelineState &base, Writer *writer,
-                             std::chrono::steady_clock::time_point started) {
+                             std::chrono::steady_clock::time_point started,
+                             SharedChunk *keep) {
     if (base.positionStart >= 0)
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "this worker replays the pipeline's order: the base "
@@ -308,7 +438,8 @@ public:
                  std::to_string(want) +
                  " (an empty file in the source?): a replayed order needs "
                  "one record per position; remove empty files";
-        });
+        },
+        keep);
   }
 
   /// Streams up to req->count() outputs of `pipe` (of epoch `epoch`):
@@ -321,7 +452,8 @@ public:
       std::chrono::steady_clock::time_point started,
       const std::function<runtime::PipelineState(const runtime::Batch &,
                                                  int64_t)> &stateAfter,
-      const std::function<std::optional<std::string>()> &checkEnd) {
+      const std::function<std::optional<std::string>()> &checkEnd,
+      SharedChunk *keep) {
     runtime::Pipeline *pipe = &pipeRef;
     runtime::Batch batch;
     TrainerStats ts;
@@ -371,6 +503,16 @@ public:
       out.set_epoch(batch.epoch());
       encode(batch, out);
       out.set_state(stateAfter(batch, i).toJson());
+      if (keep && keep->bytes <= so_.shareBytes) {
+        SharedChunk::Kept k;
+        k.head = out;
+        for (size_t f = 0; f < batch.numFields(); ++f)
+          if (batch.field(f).isNumeric()) {
+            k.data.push_back(batch.field(f));
+            keep->bytes += static_cast<int64_t>(batch.field(f).nbytes());
+          }
+        keep->outputs.push_back(std::move(k));
+      }
       auto now = std::chrono::steady_clock::now();
       if (now - lastSample >= std::chrono::milliseconds(20) ||
           i + 1 == req->count()) {
@@ -454,8 +596,11 @@ public:
     std::ostringstream os;
     for (const auto &[who, t] : stats_) {
       os << "sluice serve " << address << ": trainer " << who << ": "
-         << t.chunks << " chunks, " << t.outputs << " outputs, " << std::fixed
-         << std::setprecision(1) << t.bytes / 1048576.0 << " MiB sent";
+         << t.chunks << " chunks, " << t.outputs << " outputs, ";
+      if (so_.shareBytes > 0)
+        os << t.shared << " of them from chunks kept for sharing, ";
+      os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
+         << " MiB sent";
       if (t.outputs)
         os << ", " << std::setprecision(3) << 1e3 * t.encodeCpu / t.outputs
            << " ms CPU per output encoding and writing, " << t.bytes / t.outputs
@@ -511,6 +656,7 @@ private:
     s.outputs += t.outputs;
     s.bytes += t.bytes;
     s.encodeCpu += t.encodeCpu;
+    s.shared += t.shared;
     s.seconds += t.seconds;
   }
 
@@ -523,6 +669,11 @@ private:
   std::optional<int64_t> sourceRecords_;
   std::mutex mu_;
   std::map<std::string, TrainerStats> stats_;
+  std::mutex shareMu_;
+  std::condition_variable shareCv_;
+  std::map<std::string, std::shared_ptr<SharedChunk>> shared_;
+  std::deque<std::string> keptOrder_;
+  int64_t keptBytes_ = 0;
   std::mutex slotMu_;
   std::condition_variable slotCv_;
   int64_t running_ = 0;

@@ -48,15 +48,17 @@ def served_spec(image_root, tmp_path_factory):
 
 
 class Worker:
-    """A `sluice serve` process on 127.0.0.1 (a free port it picks)."""
+    """A `sluice serve` process on 127.0.0.1 (a free port it picks), or with
+    `exe`, an executable `sluice compile --serve` wrote, run with --serve."""
 
     def __init__(self, spec, tmp_path, *extra, env=None,
-                 listen="127.0.0.1:0"):
+                 listen="127.0.0.1:0", exe=None):
         self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
                                                           time.monotonic_ns())))
+        how = [str(exe), "--serve", listen] if exe else \
+            [SLUICE_BIN, "serve", spec, "--listen", listen]
         self.proc = subprocess.Popen(
-            [SLUICE_BIN, "serve", spec, "--listen", listen,
-             "--port-file", self.port_file, "--threads", "1", *extra],
+            how + ["--port-file", self.port_file, "--threads", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
@@ -87,8 +89,8 @@ class Worker:
 def workers(tmp_path):
     started = []
 
-    def start(spec, *extra, env=None, listen="127.0.0.1:0"):
-        w = Worker(spec, tmp_path, *extra, env=env, listen=listen)
+    def start(spec, *extra, env=None, listen="127.0.0.1:0", exe=None):
+        w = Worker(spec, tmp_path, *extra, env=env, listen=listen, exe=exe)
         started.append(w)
         return w
     yield start
@@ -482,6 +484,121 @@ def test_unservable_step_is_named(tmp_path, step, instead):
     assert instead in r.stderr, r.stderr
 
 
+def compile_serving(spec, exe, *extra):
+    subprocess.run([SLUICE_BIN, "compile", "-q", *extra, spec, "-o",
+                    str(exe)], check=True, timeout=600)
+    return exe
+
+
+@pytest.mark.parametrize("which", ["served_spec", "fashion_replay"])
+def test_compiled_executable_serves_like_sluice_serve(request, workers,
+                                                      tmp_path, which):
+    """`sluice compile --serve` writes an executable that is a worker of
+    `sluice serve`'s protocol (`EXE --serve ADDR`, its embedded plan and
+    ahead-of-time kernels): a trainer fed by it gets the batches a trainer
+    fed by `sluice serve` gets, and a local run's, by position and by a
+    replayed order, alone and mixed with a `sluice serve` worker."""
+    spec = request.getfixturevalue(which)
+    exe = compile_serving(spec, tmp_path / "worker", "--serve")
+    by_exe = workers(spec, "--stats-interval", "0", exe=exe)
+    by_serve = workers(spec)
+    for rank, world_size in [(0, 1), (1, 2)]:
+        epoch = 1
+        want = local_batches(spec, epoch, rank, world_size)
+        got = {}
+        for name, ws in [("exe", [by_exe]), ("serve", [by_serve]),
+                         ("both", [by_exe, by_serve])]:
+            ds = remote.Dataset(spec, [w.address for w in ws], rank=rank,
+                                world_size=world_size, chunk=1, window=4)
+            ds.set_epoch(epoch)
+            got[name] = remote_batches(ds)
+            ds.close()
+        assert_same(got["exe"], got["serve"])
+        assert_same(got["exe"], want)
+        assert_same(got["both"], want)
+    err = by_exe.stop()
+    served = [int(n) for n in re.findall(r"(\d+) outputs,", err)]
+    assert served and sum(served) > 0, err
+
+
+def test_compiled_executable_serving_refusals(served_spec, workers, tmp_path):
+    """A plain executable names the variant that serves; the serving one
+    refuses what `sluice serve` refuses (a sink, no host:port, resume flags)
+    and a trainer whose spec text differs from the compiled one."""
+    plain = compile_serving(served_spec, tmp_path / "plain")
+    r = subprocess.run([str(plain), "--serve", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "sluice compile --serve" in r.stderr, r.stderr
+    exe = compile_serving(served_spec, tmp_path / "serving", "--serve")
+    for args, what in [(["--serve", "7070"], "--serve needs host:port"),
+                       (["--serve", "127.0.0.1:0", "--sink", "npy:%s" %
+                         (tmp_path / "x")], "trainers"),
+                       (["--serve", "127.0.0.1:0", "--resume",
+                         str(tmp_path / "state.json")], "--resume")]:
+        r = subprocess.run([str(exe), *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and what in r.stderr, (args, r.stderr)
+    info = subprocess.run([str(exe), "--version"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    assert "--serve ADDR" in info, info
+    w = workers(served_spec, exe=exe)
+    other = write(tmp_path / "other.yaml",
+                  open(served_spec).read().replace("seed: 21", "seed: 22"))
+    with pytest.raises(sluice.PipelineError, match="whose text differs"):
+        remote.Dataset(other, [w.address], worker_timeout=10)
+
+
+@pytest.mark.parametrize("which", ["served_spec", "fashion_replay"])
+def test_jobs_share_a_workers_outputs(request, workers, which):
+    """--share-outputs: two trainer jobs of the same spec at the same rank
+    and world size, reading the same epoch at once from one worker, get a
+    local run's batches, and the worker makes each chunk once (every output
+    is sent once made and once kept: the count, not a timing, says so). A
+    job at another rank shares nothing. A bound too small to keep a chunk
+    shares nothing and changes no byte."""
+    import threading
+    spec = request.getfixturevalue(which)
+    w = workers(spec, "--share-outputs", "256MiB", "--stats-interval", "0")
+    want = local_batches(spec, 1)
+    got = {}
+
+    def job(name, rank=0, world_size=1):
+        ds = remote.Dataset(spec, [w.address], trainer=name, rank=rank,
+                            world_size=world_size, chunk=2, window=4)
+        ds.set_epoch(1)
+        got[name] = remote_batches(ds)
+        ds.close()
+    jobs = [threading.Thread(target=job, args=(n,)) for n in ("a", "b")]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    job("c", 1, 2)
+    assert_same(got["a"], want)
+    assert_same(got["b"], want)
+    assert_same(got["c"], local_batches(spec, 1, 1, 2))
+    err = w.stop()
+    stats = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(
+        r"trainer (\w+) \(.*?\): \d+ chunks, (\d+) outputs, (\d+) of them "
+        r"from chunks kept", err)}
+    assert set(stats) == {"a", "b", "c"}, err
+    n = len(want)
+    assert stats["a"][0] == n and stats["b"][0] == n, err
+    # Each chunk made once: one of the two jobs was sent it kept.
+    assert stats["a"][1] + stats["b"][1] == n, err
+    assert stats["c"][1] == 0, err
+
+    small = workers(spec, "--share-outputs", "1", "--stats-interval", "0")
+    for name in ("d", "e"):
+        ds = remote.Dataset(spec, [small.address], trainer=name, chunk=2)
+        ds.set_epoch(1)
+        assert_same(remote_batches(ds), want)
+        ds.close()
+    err = small.stop()
+    assert re.findall(r"(\d+) of them from chunks kept", err) == ["0", "0"], \
+        err
+
+
 def test_listen_needs_an_address(served_spec):
     r = subprocess.run([SLUICE_BIN, "serve", served_spec], capture_output=True,
                        text=True, timeout=60)
@@ -581,6 +698,109 @@ def slurm(tmp_path_factory):
         pytest.skip(why)
     with slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def slurm_two_nodes(tmp_path_factory):
+    """Two nodes, each a slurmd of its own at 127.0.0.1 and 127.0.0.2:
+    Slurm places a heterogeneous job's components on distinct nodes."""
+    sys.path.insert(0, os.path.join(os.environ.get(
+        "SLUICE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..",
+                                          "..")), "tests", "tools"))
+    import slurm_cluster
+    why = slurm_cluster.available()
+    if why:
+        pytest.skip(why)
+    with slurm_cluster.SlurmCluster(tmp_path_factory.mktemp("slurm2"),
+                                    nodes=2) as c:
+        yield c
+
+
+def free_port_pair():
+    import socket
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    pytest.skip("no two consecutive free ports")
+
+
+def test_under_slurm_heterogeneous_job(served_spec, slurm_two_nodes,
+                                       tmp_path):
+    """docs/distributed.md's heterogeneous job, live: one `sbatch` with
+    two components, the workers (two tasks of an executable `sluice
+    compile --serve` wrote, each listening on its node's address) and the
+    trainer, which finds them from Slurm's environment alone
+    ($SLURM_JOB_NODELIST_HET_GROUP_0 and the node's NodeAddr). Its
+    batches are the local run's; both workers served."""
+    exe = compile_serving(served_spec, tmp_path / "worker", "--serve")
+    port = free_port_pair()
+    out = tmp_path / "batches.npz"
+    trainer = write(tmp_path / "trainer.py", """
+        import os, numpy as np, sluice.remote as r
+        workers = r.slurm_workers(%d, het_group=0, tasks_per_node=2)
+        print("trainer on", os.environ["SLURMD_NODENAME"], "workers:",
+              workers, flush=True)
+        ds = r.Dataset(%r, workers, chunk=1, window=4)
+        ds.set_epoch(1)
+        got = list(ds.arrays())
+        np.savez(%r, **{"%%s_%%d" %% (k, i): (v if v.dtype != object
+                                               else v.astype(str))
+                        for i, b in enumerate(got) for k, v in b.items()})
+        print("batches:", len(got), flush=True)
+        """ % (port, served_spec, str(out)))
+    # Each worker listens on its node's address as slurmctld has it
+    # (NodeAddr; the nodes here share a host name, so not `hostname -i`).
+    worker = write(tmp_path / "worker.sh", r"""
+        addr=$(scontrol show node -o "$SLURMD_NODENAME" |
+               sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+        echo "worker $SLURM_PROCID on $SLURMD_NODENAME at $addr"
+        exec %s --serve "$addr:$((%d + SLURM_PROCID))" --threads 1 \
+            --stats-interval 0.2
+        """ % (exe, port))
+    script = write(tmp_path / "job.sh", """
+        #!/bin/bash
+        #SBATCH --output=%s/job.out
+        #SBATCH --ntasks=2 --cpus-per-task=1
+        #SBATCH hetjob
+        #SBATCH --ntasks=1 --cpus-per-task=1
+        srun --het-group=0 bash %s &
+        workers=$!
+        srun --het-group=1 %s %s
+        rc=$?
+        kill $workers
+        wait
+        exit $rc
+        """ % (tmp_path, worker, sys.executable, trainer))
+    r = subprocess.run(["sbatch", "--wait", "--parsable", script],
+                       env=slurm_two_nodes.env, capture_output=True,
+                       text=True, timeout=300)
+    log = (tmp_path / "job.out").read_text() \
+        if (tmp_path / "job.out").exists() else ""
+    assert r.returncode == 0, r.stderr + log
+    assert "batches: 10" in log, log
+    # Two components on two nodes: the workers on one, the trainer on the
+    # other.
+    nodes = set(re.findall(r"worker \d on (\S+) at", log))
+    trainer_node = re.findall(r"trainer on (\S+) workers", log)
+    assert len(nodes) == 1 and trainer_node and \
+        trainer_node[0] not in nodes, log
+    saved = np.load(out)
+    want = local_batches(served_spec, 1)
+    for i, w in enumerate(want):
+        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
+        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
+        assert saved["path_%d" % i].tolist() == w["path"].tolist()
+    for p in (port, port + 1):
+        served = re.findall(r"sluice serve [0-9.]+:%d: .* (\d+) outputs," % p,
+                            log)
+        assert served and int(served[-1]) > 0, log
 
 
 def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):

@@ -9,7 +9,7 @@ as any user (then SlurmUser is that user).
         subprocess.run(["srun", "-n1", "hostname"], env=c.env)
 
 Usage as a script (for trying recipes by hand): slurm_cluster.py DIR
-starts it, prints `export SLURM_CONF=...`, and waits for Ctrl-C."""
+[NODES] starts it, prints `export SLURM_CONF=...`, and waits for Ctrl-C."""
 import getpass
 import os
 import shutil
@@ -39,11 +39,17 @@ def _exe(name):
 
 
 class SlurmCluster:
-    def __init__(self, root, cpus=4):
+    """`nodes` > 1: that many nodes, each a slurmd of its own (`slurmd -N
+    NAME`, its own port, spool and log), node i at 127.0.0.(i+1): Slurm
+    places the components of a heterogeneous job on distinct nodes, and a
+    worker listening on its node's address is then found by the trainer
+    from Slurm's node list alone."""
+
+    def __init__(self, root, cpus=4, nodes=1):
         self.root = str(root)
-        # More CPUs than the host may have (config_overrides): a
-        # heterogeneous job of workers and a trainer fits on one node.
+        # More CPUs than the host may have (config_overrides).
         self.cpus = cpus
+        self.nodes = nodes
         self.procs = []
         self.env = None
 
@@ -52,6 +58,19 @@ class SlurmCluster:
         user = getpass.getuser()
         self.conf = os.path.join(d, "slurm.conf")
         host = socket.gethostname()
+        if self.nodes == 1:
+            self.node_names = [host]
+            node_lines = "NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} " \
+                "State=UNKNOWN\n".format(host=host, cpus=self.cpus)
+            per_node = ""
+        else:
+            self.node_names = ["sluice%d" % i for i in range(self.nodes)]
+            node_lines = "".join(
+                "NodeName={n} NodeHostname={host} NodeAddr=127.0.0.{a} "
+                "Port={port} CPUs={cpus} State=UNKNOWN\n".format(
+                    n=n, host=host, a=i + 1, port=free_port(), cpus=self.cpus)
+                for i, n in enumerate(self.node_names))
+            per_node = "-%n"
         with open(self.conf, "w") as f:
             f.write("""\
 ClusterName=sluicetest
@@ -65,11 +84,11 @@ AuthType=auth/munge
 AuthInfo=socket={d}/munge.socket
 CredType=cred/munge
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool{per_node}
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd{per_node}.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
+SlurmdLogFile={d}/slurmd{per_node}.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -83,12 +102,13 @@ SlurmdParameters=config_overrides
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=2
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+{node_lines}\
+PartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """.format(host=host, ctld=free_port(), slurmd=free_port(),
            srun_lo=40000 + os.getpid() % 10000,
            srun_hi=40000 + os.getpid() % 10000 + 200,
-           user=user, d=d, cpus=self.cpus))
+           user=user, d=d, node_lines=node_lines, per_node=per_node,
+           nodes=",".join(self.node_names)))
         with open(os.path.join(d, "cgroup.conf"), "w") as f:
             f.write("CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n")
 
@@ -96,6 +116,8 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
         d = self.root
         for sub in ["state", "spool"]:
             os.makedirs(os.path.join(d, sub), exist_ok=True)
+        for n in range(self.nodes):
+            os.makedirs(os.path.join(d, "spool-sluice%d" % n), exist_ok=True)
         key = os.path.join(d, "munge.key")
         with open(key, "wb") as f:
             f.write(os.urandom(1024))
@@ -115,16 +137,20 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
         self.procs.append(subprocess.Popen(
             [_exe("slurmctld"), "-D", "-i", "-f", self.conf],
             stdout=log, stderr=log, env=self.env))
-        self.procs.append(subprocess.Popen(
-            [_exe("slurmd"), "-D", "-f", self.conf],
-            stdout=log, stderr=log, env=self.env))
+        for n in (self.node_names if self.nodes > 1 else [None]):
+            self.procs.append(subprocess.Popen(
+                [_exe("slurmd"), "-D", "-f", self.conf] +
+                (["-N", n] if n else []),
+                stdout=log, stderr=log, env=self.env))
         self._wait(self._idle, "the node to be idle")
         return self
 
     def _idle(self):
-        r = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env,
+        r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env,
                            capture_output=True, text=True)
-        return r.returncode == 0 and r.stdout.strip() in ("idle", "mixed")
+        states = r.stdout.split()
+        return r.returncode == 0 and len(states) == self.nodes and all(
+            s in ("idle", "mixed") for s in states)
 
     def _wait(self, ok, what, timeout=60):
         deadline = time.time() + timeout
@@ -157,7 +183,8 @@ if __name__ == "__main__":
     if why:
         sys.exit(why)
     os.makedirs(sys.argv[1], exist_ok=True)
-    with SlurmCluster(os.path.abspath(sys.argv[1])) as c:
+    nodes = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    with SlurmCluster(os.path.abspath(sys.argv[1]), nodes=nodes) as c:
         print("export SLURM_CONF=%s" % c.conf, flush=True)
         try:
             while True:

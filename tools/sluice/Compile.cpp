@@ -8,10 +8,14 @@
 //               `sluice_kernel_table` (compiler::emitKernelObject)
 //   exe-link    the runtime, ops, run flags and the executable's main()
 //               (sluice_exe_main) as static libraries, plus the Debian
-//               shared libraries they use (libtbb, libturbojpeg, ...)
+//               shared libraries they use (libtbb, libturbojpeg, ...);
+//               with --serve also the gRPC worker (sluice_exe_serve,
+//               remote/) and gRPC, protobuf and c-ares, so that `EXE
+//               --serve ADDR` serves trainers as `sluice serve` does
 //
 // The third is listed, one linker argument a line, in the link manifest the
-// build writes next to the libraries (<libdir>/sluice/exe-link.txt, found
+// build writes next to the libraries (<libdir>/sluice/exe-link.txt, and
+// exe-link-serve.txt for --serve; found
 // from this program's own path, so the build tree and an installed tree both
 // work). Linking needs clang++ (as the driver that knows the C runtime and
 // libstdc++ of this system) and lld; nothing else of a compiler runs, and the
@@ -25,6 +29,7 @@
 #include "sluice/ops/Registry.h"
 
 #include "sluice/compiler/Codegen.h"
+#include "sluice/remote/Remote.h"
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +74,7 @@ struct CompileFlags {
   bool verbose = false;
   bool quiet = false;
   bool noJit = false;
+  bool serve = false;
 };
 
 bool isExecutableFile(const std::string &p) {
@@ -170,11 +176,15 @@ std::string selfPath() {
   return buf;
 }
 
-/// Reads the link manifest: one linker argument a line, `#` comments,
-/// `${dir}` standing for the manifest's directory.
-Expected<std::vector<std::string>> readLinkManifest(std::string &where) {
+/// Reads the link manifest (exe-link.txt, or exe-link-serve.txt beside it
+/// for an executable that can serve): one linker argument a line, `#`
+/// comments, `${dir}` standing for the manifest's directory.
+Expected<std::vector<std::string>> readLinkManifest(bool serve,
+                                                    std::string &where) {
   std::string self = selfPath();
   where = dirName(self) + "/" + SLUICE_EXE_LINK_MANIFEST;
+  if (serve)
+    where = dirName(where) + "/exe-link-serve.txt";
   std::ifstream in(where);
   if (!in)
     return Status::error(
@@ -268,7 +278,8 @@ struct TempDir {
 /// What the executable prints for --version/--help and uses to check a
 /// --schedule file: the spec's step names, as `sluice run` checks them.
 nlohmann::json compileInfo(const dsl::Spec &spec, const CompileFlags &f,
-                           const std::vector<std::string> &kernelSteps) {
+                           const std::vector<std::string> &kernelSteps,
+                           uint64_t specDigest) {
   nlohmann::json steps = nlohmann::json::array();
   for (const dsl::Step &s : spec.steps)
     steps.push_back({{"name", s.name}, {"op", s.op}});
@@ -285,7 +296,17 @@ nlohmann::json compileInfo(const dsl::Spec &spec, const CompileFlags &f,
       {"kernelSteps", kernelSteps},
       {"noJit", f.noJit},
       {"disabledPasses", f.disabledPasses},
+      {"serve", f.serve},
   };
+  // A worker reports its spec's digest, which trainers compare with their
+  // own spec's text (remote::specDigest; a hex string: JSON readers lose
+  // 64-bit integers).
+  if (f.serve) {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(specDigest));
+    info["specDigest"] = hex;
+  }
   if (cpu == "native")
     info["hostCpu"] = compiler::hostCpuName();
   return info;
@@ -315,7 +336,8 @@ int runCompile(const CompileFlags &f) {
     return kExitUsage;
   }
   std::string manifestPath;
-  Expected<std::vector<std::string>> manifest = readLinkManifest(manifestPath);
+  Expected<std::vector<std::string>> manifest =
+      readLinkManifest(f.serve, manifestPath);
   if (!manifest) {
     std::cerr << "sluice: error: " << manifest.status().message() << "\n";
     return kExitData;
@@ -396,8 +418,10 @@ int runCompile(const CompileFlags &f) {
   }
   symbols.push_back({"sluice_embedded_plan", plan->serialize()});
   symbols.push_back({"sluice_embedded_plan_nojit", noJitPlan});
-  symbols.push_back(
-      {"sluice_embedded_info", compileInfo(*spec, f, kernelSteps).dump(1)});
+  symbols.push_back({"sluice_embedded_info",
+                     compileInfo(*spec, f, kernelSteps,
+                                 remote::specDigest(readWhole(spec->file)))
+                         .dump(1)});
   if (Status s = compiler::emitDataObject(symbols, objects[0]); !s) {
     std::cerr << "sluice: error: " << s.message() << "\n";
     return kExitData;
@@ -431,6 +455,8 @@ int runCompile(const CompileFlags &f) {
               << (f.noJit ? " (--no-jit)" : "") << " for CPU " << f.targetCpu;
     if (f.targetCpu == "native")
       std::cout << " (" << compiler::hostCpuName() << ")";
+    if (f.serve)
+      std::cout << ", serving with --serve ADDR";
     std::cout << "; '" << f.output << " --help' lists its flags\n";
   }
   return kExitOk;
@@ -464,6 +490,11 @@ CommandAction addCompileCommand(CLI::App &root) {
   cmd->add_flag("--no-jit", st->noJit,
                 "generate no kernels: the executable runs the runtime's own "
                 "kernels (same output bytes, as `sluice run --no-jit`)");
+  cmd->add_flag("--serve", st->serve,
+                "link the gRPC worker in too: the executable then also "
+                "serves trainers on other hosts with '--serve ADDR', as "
+                "`sluice serve` does (docs/distributed.md); it needs gRPC, "
+                "protobuf and c-ares at run time");
   cmd->add_option("--linker", st->linker,
                   "the clang++ that links the executable (default: "
                   "$SLUICE_LINKER, else clang++-19 on PATH); lld must be "

@@ -19,10 +19,15 @@
 // `sluice run` (a short profile, the GLPK solver, re-planning while it
 // runs); the autotuner depends on the runtime only.
 //
+// An executable `sluice compile --serve` wrote also serves trainers on other
+// hosts (`--serve ADDR`, the worker of `sluice serve`): ExeServe.h.
+//
 //===----------------------------------------------------------------------===//
+#include "ExeServe.h"
 #include "RunFlags.h"
 
 #include "sluice/Pipeline.h"
+#include "sluice/autotune/Tune.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Pipeline.h"
@@ -130,6 +135,9 @@ std::string describe(const nlohmann::json &info, const std::string &prog) {
     if (info.value("noJit", false))
       s += " (--no-jit)";
   }
+  if (info.value("serve", false))
+    s += "\n  serves trainers on other hosts with --serve ADDR "
+         "(docs/distributed.md)";
   if (info.contains("disabledPasses") && !info["disabledPasses"].empty()) {
     s += "\n  with passes disabled:";
     for (const auto &p : info["disabledPasses"])
@@ -226,11 +234,17 @@ int parseCommandLine(CLI::App &app, int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return reportParseError(e, "");
   }
-  for (const std::string &extra : app.remaining())
+  for (const std::string &extra : app.remaining()) {
     if (extra.rfind("--disable-pass", 0) == 0)
       return usageError("'--disable-pass' is a compile-time flag: the "
                         "passes ran when this executable was compiled "
                         "(give it to `sluice compile`)");
+    if (extra.rfind("--serve", 0) == 0 && !exeServeHook())
+      return usageError("this executable was compiled without serving: "
+                        "`sluice compile --serve` writes one that takes "
+                        "'--serve ADDR' (or run `sluice serve SPEC --listen "
+                        "ADDR`)");
+  }
   return rejectExtras(app, "",
                       " (the spec is built in; this program takes only "
                       "options)");
@@ -287,12 +301,26 @@ int main(int argc, char **argv) {
   app.add_flag("--print-plan", f.printPlan,
                "print the embedded plan (JSON, after --data-root and "
                "--source-path) and exit");
+  const ExeServeHook *serving = exeServeHook();
+  if (serving)
+    serving->addFlags(app);
 
   if (int rc = parseCommandLine(app, argc, argv); rc >= 0)
     return rc;
   if (f.version) {
     std::cout << describe(info, prog);
     return kExitOk;
+  }
+  if (serving && serving->requested()) {
+    const ResumeFlags &r = f.resume;
+    if (!r.resume.empty() || !r.saveState.empty() || !r.stopAfter.empty())
+      return usageError("--resume, --save-state and --stop-after are for "
+                        "running the pipeline here; a worker's trainers say "
+                        "where each chunk starts");
+    uint64_t digest = std::strtoull(
+        info.value("specDigest", std::string("0")).c_str(), nullptr, 16);
+    if (int rc = serving->prepare(f.run, digest); rc >= 0)
+      return rc;
   }
 
   // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
@@ -336,6 +364,17 @@ int main(int argc, char **argv) {
   // `schedule: auto` in the spec: profile, solve and re-plan as `sluice
   // run` does (the autotuner is MLIR-free; it links GLPK), unless a
   // --schedule file replays a schedule.
+  if (serving && serving->requested()) {
+    if (Status s = p->prepare(); !s) {
+      std::cerr << "sluice: error: " << s.message() << "
+";
+      return kExitData;
+    }
+    if (p->autoSchedule() && opts.stats)
+      std::cout << p->autoSchedule()->explanation << "
+";
+    return serving->serve(p->plan(), opts);
+  }
   int rc = p->run(std::cout, std::cerr);
   if (opts.stats) {
     std::string cpu = info.value("targetCpu", "?");

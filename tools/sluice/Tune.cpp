@@ -28,6 +28,7 @@ struct TuneFlags {
   std::vector<std::string> specs;
   std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
   std::string consumer;
+  std::string demand, workerCores;
   std::vector<std::string> disabledPasses;
   bool quiet = false;
   bool noJit = false;
@@ -78,6 +79,24 @@ int runTune(const TuneFlags &f) {
                         "tune");
     seconds = d;
   }
+  double demand = 0;
+  if (!f.demand.empty()) {
+    std::string t = f.demand;
+    if (t.size() > 2 && t.compare(t.size() - 2, 2, "/s") == 0)
+      t.resize(t.size() - 2);
+    char *end = nullptr;
+    double d = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end || !(d > 0) || !std::isfinite(d))
+      return usageError("'--demand' needs the records per second the trainer "
+                        "takes, e.g. 13600 or 13600/s, got '" +
+                            f.demand + "'",
+                        "tune");
+    demand = d;
+  }
+  int64_t workerCores = 0;
+  if (!f.workerCores.empty() &&
+      !parseIntFlag("--worker-cores", f.workerCores, 1, workerCores, "tune"))
+    return kExitUsage;
   const std::string &checkPath = f.check;
   const std::string &reportDir = f.report;
   bool quiet = f.quiet;
@@ -238,6 +257,17 @@ int runTune(const TuneFlags &f) {
         outs > 0 ? consumerJson["records"].get<double>() / outs : 0;
     r->consumerRun = cr;
   }
+  // How many workers: from --demand, else the consumer run's pace.
+  double want = demand > 0 ? demand : autotune::consumerDemand(*r);
+  if (want > 0)
+    if (Status s = autotune::adviseWorkers(
+            *r, want,
+            demand > 0 ? "--demand" : "the consumer run " + f.consumer,
+            workerCores);
+        !s) {
+      std::cerr << "sluice: error: " << s.message() << "\n";
+      return kExitData;
+    }
   nlohmann::json report = autotune::reportJson(*r);
   if (!reportDir.empty()) {
     if (Status s = autotune::writeReports(*r, reportDir); !s) {
@@ -258,6 +288,8 @@ int runTune(const TuneFlags &f) {
               << autotune::scheduleYaml(*r);
     if (r->consumerRun)
       std::cout << "\n" << autotune::consumerVerdict(*r) << "\n";
+    if (r->workerAdvice)
+      std::cout << "\n" << r->workerAdvice->text << "\n";
     if (!reportDir.empty())
       std::cout << "\nreports in " << reportDir
                 << "/: schedule.yaml report.json report.md chart.svg\n";
@@ -314,6 +346,16 @@ CommandAction addTuneCommand(CLI::App &root) {
                   "waited for data and whether the tuned schedule keeps up "
                   "with it")
       ->type_name("STATS.json");
+  cmd->add_option("--demand", st->demand,
+                  "the records per second a trainer takes: the report then "
+                  "says how many `sluice serve` workers keep it fed, and how "
+                  "the trainer's own cores and remote workers split the work "
+                  "(default: the --consumer run's pace, if given)")
+      ->type_name("RATE");
+  cmd->add_option("--worker-cores", st->workerCores,
+                  "cores of each remote worker for that advice (default: "
+                  "the cores this tune plans for)")
+      ->type_name("N");
   cmd->add_option("--seconds", st->seconds,
                   "seconds per profiling probe (default 1.5)")
       ->type_name("S");

@@ -114,7 +114,47 @@ struct TuneResult {
     double recordsPerOutput = 0;
   };
   std::optional<ConsumerRun> consumerRun;
+  /// How many `sluice serve` workers keep a trainer of a given demand fed
+  /// (`sluice tune --demand`, or the --consumer run's demand):
+  /// adviseWorkers().
+  struct WorkerAdvice {
+    double demand = 0;      ///< records/s the trainer takes
+    std::string demandFrom; ///< "--demand", or the consumer run's file
+    /// The trainer host's cores for input (the budget) and the records/s
+    /// the tuned schedule is predicted to make on them.
+    int64_t localCores = 0;
+    double localRate = 0;
+    /// One worker: its cores and the records/s the profile, solved for
+    /// those cores, predicts (a worker runs the same pipeline).
+    int64_t coresPerWorker = 0;
+    double workerRate = 0;
+    /// Workers of coresPerWorker cores besides a worker on the trainer's
+    /// own host (the split: the local worker makes localRate, remote ones
+    /// the rest), and the workers needed when the trainer host does no
+    /// pipeline work at all.
+    int64_t remoteWorkers = 0;
+    int64_t workersAlone = 0;
+    /// CPU cores the whole demand takes at the profile's CPU per record
+    /// (the tuned run's measured CPU where there is one).
+    double cpuCores = 0;
+    /// The pipeline's output bytes per source record (what travels per
+    /// record: docs/distributed.md) and the rate at the demand.
+    double wireBytesPerRecord = 0;
+    std::string text; ///< the advice in words
+  };
+  std::optional<WorkerAdvice> workerAdvice;
 };
+
+/// Fills r.workerAdvice for a trainer taking `demand` source records/s
+/// (`demandFrom` says where the figure came from), with workers of
+/// `coresPerWorker` cores (0: the budget's cores, the configuration the
+/// profile measured). Pecan's AutoPlacement for one trainer: the trainer
+/// host's cores make what the tuned schedule predicts for them, as a
+/// worker of its own on 127.0.0.1, and remote workers make the rest; a
+/// worker's rate is the profile solved for its cores. Errors: a demand
+/// that is not a positive number, a solve that fails.
+Status adviseWorkers(TuneResult &r, double demand,
+                     const std::string &demandFrom, int64_t coresPerWorker);
 
 /// What r.consumerRun says: "" without one; else whether that consumer
 /// waited for data (its stalls, its mean wait), the pace it could take

@@ -105,6 +105,15 @@ struct ServeOptions {
   /// worker's writes wait for it), so with several trainers on one worker
   /// give N at least the number of trainers.
   int64_t streams = 0;
+  /// Outputs shared across trainers (--share-outputs SIZE): a chunk's
+  /// outputs are kept, up to this many bytes of their data, keyed by the
+  /// plan's fingerprint, the base state and the chunk's first output and
+  /// count, which decide every byte of them; another trainer asking for the
+  /// same chunk (a job of the same spec at the same rank and world size,
+  /// e.g. a hyperparameter search) is sent the kept outputs instead of a
+  /// second decode, or waits for the chunk another stream is making. 0:
+  /// nothing kept (each chunk is made for its trainer).
+  int64_t shareBytes = 0;
 };
 
 /// Runs a worker until SIGINT/SIGTERM (or stop() from another thread).
