@@ -34,8 +34,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Dtypes.h"
-#include "sluice/Pipeline.h"
 #include "Pinned.h"
+#include "sluice/Pipeline.h"
 #include "sluice/autotune/Tune.h"
 #include "sluice/dsl/Spec.h"
 #include "sluice/ops/Registry.h"

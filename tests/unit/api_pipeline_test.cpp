@@ -140,8 +140,9 @@ TEST(ApiPipeline, ScheduleAutoUnlessAScheduleIsGiven) {
   EXPECT_FALSE(q->autoScheduleWanted());
   EXPECT_TRUE(q->options().schedule.empty());
   // A file's knobs land in the run options as one StepSchedule per step.
-  o.scheduleFile = dir.write(
-      "some.yaml", "schedule:\n  map: {parallelism: 2}\n  batch: {prefetch: 3}\n");
+  o.scheduleFile =
+      dir.write("some.yaml",
+                "schedule:\n  map: {parallelism: 2}\n  batch: {prefetch: 3}\n");
   auto r = openOk(spec, o);
   ASSERT_TRUE(r);
   const Schedule &s = r->options().schedule;
@@ -176,8 +177,13 @@ TEST(ApiPipeline, BadInputGetsLocatedErrorsOfItsKind) {
   std::vector<Case> cases = {
       {"unknown source",
        dir.write("src.yaml", "pipeline: p\nsource:\n  csvv: {files: x.csv}\n"),
-       {}, ErrorKind::Spec, "src.yaml:3:3: error: unknown source kind 'csvv'"},
-      {"missing spec", dir / "nothing.yaml", {}, ErrorKind::Spec,
+       {},
+       ErrorKind::Spec,
+       "src.yaml:3:3: error: unknown source kind 'csvv'"},
+      {"missing spec",
+       dir / "nothing.yaml",
+       {},
+       ErrorKind::Spec,
        "sluice: error: "},
       {"unknown pass", good, badPass, ErrorKind::Usage, "sluice-fuse-maps"},
       {"unknown step in a schedule file", good, badSchedule, ErrorKind::Spec,

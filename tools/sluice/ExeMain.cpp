@@ -366,13 +366,11 @@ int main(int argc, char **argv) {
   // --schedule file replays a schedule.
   if (serving && serving->requested()) {
     if (Status s = p->prepare(); !s) {
-      std::cerr << "sluice: error: " << s.message() << "
-";
+      std::cerr << "sluice: error: " << s.message() << "\n";
       return kExitData;
     }
     if (p->autoSchedule() && opts.stats)
-      std::cout << p->autoSchedule()->explanation << "
-";
+      std::cout << p->autoSchedule()->explanation << "\n";
     return serving->serve(p->plan(), opts);
   }
   int rc = p->run(std::cout, std::cerr);
