@@ -453,6 +453,27 @@ protected:
     return Status::ok();
   }
 
+  /// A batch of rows of a static layout that cannot fit in the whole
+  /// budget is refused before its first record is pulled. Waiting until
+  /// the records being collected fill the budget would make the refusal
+  /// land wherever the next reservation happens to be asked for (a worker's
+  /// scratch, the source's read-ahead): a different step's error from run
+  /// to run.
+  Status fitsOnce() {
+    if (fitChecked_)
+      return Status::ok();
+    fitChecked_ = true;
+    const int64_t limit = shared_.memory->limit();
+    if (!layout_ || limit <= 0)
+      return Status::ok();
+    int64_t rowBytes = 0;
+    for (size_t b : layout_->bytes)
+      rowBytes += static_cast<int64_t>(b);
+    if (rowBytes > 0 && size_ > limit / rowBytes)
+      return budgetError();
+    return Status::ok();
+  }
+
   Status budgetError() const {
     return Status::error(
         shared_.plan->where(step_) + ": error: a batch of " +
@@ -551,6 +572,8 @@ protected:
   }
 
   Expected<bool> produce(Item &out) override {
+    if (Status st = fitsOnce(); !st)
+      return st;
     if (runMode_)
       return produceFromRuns(out);
     const bool bulk = shared_.bulkPull && !rows_;
@@ -719,6 +742,7 @@ private:
   bool padded_;
   int64_t size_ = 1;
   bool dropRemainder_ = false;
+  bool fitChecked_ = false; ///< fitsOnce() ran
   double padValue_ = 0;
   std::vector<std::vector<int64_t>> paddedShapes_;
   /// Set for `batch` of fixed-shape numeric records.
