@@ -8,9 +8,11 @@ import glob
 import io
 import json
 import os
+import pickle
 import re
 import struct
 import subprocess
+import sys
 import tarfile
 import textwrap
 
@@ -908,3 +910,39 @@ def test_objects_fetched_ahead_are_counted_in_the_budget(servers, tmp_path,
     if budget != "3MiB":
         assert ahead > 0
     assert st["memory"]["peak"] <= st["memory"]["limit"]
+
+
+@pytest.mark.parametrize("name,kind", [("webdataset", "http"),
+                                       ("tfrecord", "s3"), ("csv", "http")])
+def test_next_shards_first_chunks_are_fetched_ahead(servers, tmp_path, name,
+                                                    kind):
+    """A source that reads each shard as one stream asks for the first chunk
+    of the next shards while it reads one (counted in "<source> objects
+    ahead"), with the same records as local files; with
+    SLUICE_NO_SHARD_PREFETCH=1 (read once per process: a child process)
+    nothing is asked for ahead and the records are the same again."""
+    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    want = run_all(local)
+    p = sluice.Pipeline(remote)
+    got = list(p)
+    assert len(got) == len(want) > 0
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+    assert p.stats()["memory"]["peaks"].get(
+        "%s objects ahead" % name, 0) > 0, p.stats()["memory"]["peaks"]
+
+    out = tmp_path / "off.pickle"
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        batches = list(p)
+        peaks = p.stats()["memory"]["peaks"]
+        pickle.dump((batches, peaks), open(sys.argv[2], "wb"))
+    """)
+    env = dict(os.environ, SLUICE_NO_SHARD_PREFETCH="1")
+    r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    off, peaks = pickle.load(open(out, "rb"))
+    assert "%s objects ahead" % name not in peaks, peaks
+    assert len(off) == len(want)
+    assert all(batches_equal(a, b) for a, b in zip(want, off))

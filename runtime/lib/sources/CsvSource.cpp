@@ -738,7 +738,7 @@ constexpr int64_t kCapacityRows = 512;
 class CsvReader final : public ReaderBase {
 public:
   CsvReader(const CsvSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()), src_(src) {
+      : ReaderBase(src.files[shard], src.slots()), src_(src), shard_(shard) {
     for (const CsvColumn &c : src.columns) {
       shapes_.push_back(c.count == 1 ? std::vector<int64_t>{}
                                      : std::vector<int64_t>{c.count});
@@ -792,6 +792,7 @@ private:
   }
 
   const CsvSource &src_;
+  size_t shard_; ///< for the first chunk asked for ahead
   BufferedInput in_;
   ReadAhead ra_;
   size_t blockBytes_ = size_t(1) << 20;
@@ -812,7 +813,7 @@ private:
 
 std::optional<ReadResult> CsvReader::start() {
   const std::string &kind = src_.kind();
-  if (!in_.open(file_, true, src_.remote()))
+  if (!in_.open(file_, true, src_.remote(), src_.takeAhead(shard_)))
     return fail(kind + ": cannot read file", in_.error(), -1, false);
   // Blocks no larger than the input buffer the budget gave (a small budget
   // reads in smaller blocks instead of failing).

@@ -109,85 +109,6 @@ private:
   uint64_t bytes_ = 0;
 };
 
-/// The fetches started ahead for a per-file source over remote objects:
-/// shard -> its GET. Bounded by a few windows of the source's concurrency
-/// and by the budget: each fetch reserves, as it is started, the size of
-/// the largest object taken so far (kFirstGuessBytes before the first)
-/// in the pipeline's "objects ahead" account (SourceBase::setPrefetchLimit),
-/// and a fetch the budget cannot reserve (more than a quarter of what it
-/// has left) is not started (the shard is then fetched when opened). The
-/// reservation goes when a reader takes the object (it reserves the
-/// object's real size itself, readWholeFile) or when the pipeline ends and
-/// drops what is still ahead. An object larger than every earlier one is
-/// counted at the earlier size until taken.
-class FetchAhead {
-public:
-  static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
-
-  void start(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
-             const std::string &url) {
-    std::lock_guard<std::mutex> lock(m_);
-    if (ahead_.count(shard) ||
-        ahead_.size() >= 4 * static_cast<size_t>(cfg->concurrency))
-      return;
-    int64_t bytes = 0;
-    if (limit_) {
-      bytes = largest_ >= 0 ? std::max<int64_t>(largest_, 1) : kFirstGuessBytes;
-      // At most a quarter of what the budget has left, as a ranged
-      // stream's read-ahead (RemoteStream): the rest of the pipeline keeps
-      // room for the records it makes of them.
-      int64_t room = limit_->limit() - limit_->used();
-      if ((limit_->limit() > 0 && bytes > room / 4) ||
-          !limit_->tryReserveNow(bytes))
-        return;
-    }
-    ahead_.emplace(shard, Ahead{startObjectFetch(cfg, url), bytes});
-  }
-
-  /// The fetch of `shard` started ahead (null: none), done: its reservation
-  /// is released as its reader counts the object.
-  std::shared_ptr<PendingFetch> take(size_t shard) {
-    Ahead a;
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      auto it = ahead_.find(shard);
-      if (it == ahead_.end())
-        return nullptr;
-      a = std::move(it->second);
-      ahead_.erase(it);
-    }
-    Fetched &f = a.fetch->wait(); // what the reader does first anyway
-    std::lock_guard<std::mutex> lock(m_);
-    if (f.ok)
-      largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
-    if (a.bytes > 0 && limit_)
-      limit_->release(a.bytes);
-    return a.fetch;
-  }
-
-  void setLimit(AllocationLimit *limit) {
-    std::unordered_map<size_t, Ahead> drop; // waited for outside the lock
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (limit_)
-        for (auto &[shard, a] : ahead_)
-          limit_->release(a.bytes);
-      drop.swap(ahead_);
-      limit_ = limit;
-    }
-  }
-
-private:
-  struct Ahead {
-    std::shared_ptr<PendingFetch> fetch;
-    int64_t bytes = 0; ///< reserved in limit_
-  };
-  std::mutex m_;
-  std::unordered_map<size_t, Ahead> ahead_;
-  AllocationLimit *limit_ = nullptr;
-  int64_t largest_ = -1; ///< -1: none taken yet
-};
-
 /// An entry of an image folder found broken while listing (a directory
 /// that could not be listed, a dangling symbolic link, an entry that cannot
 /// be looked at): its reader reports the error once, so `on_error` decides
@@ -239,7 +160,7 @@ public:
           shardName(i), slots(), it->second.reason, it->second.error);
     return std::make_unique<WholeFileReader>(
         shardName(i), slots(), "image_folder", files.label(i), remote(),
-        remote() ? ahead_.take(i) : nullptr);
+        remote() ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
   size_t prefetchDepth() const override {
@@ -247,14 +168,8 @@ public:
   }
   void prefetch(size_t i) const override {
     if (remote() && i < files.size() && !broken.count(i))
-      ahead_.start(remote(), i, shardName(i));
+      ahead_.startObject(remote(), i, shardName(i));
   }
-  void setPrefetchLimit(AllocationLimit *limit) const override {
-    ahead_.setLimit(limit);
-  }
-
-private:
-  mutable FetchAhead ahead_;
 };
 
 class FilesSource final : public SourceBase {
@@ -269,7 +184,7 @@ public:
   std::unique_ptr<ShardReader> open(size_t i) const override {
     return std::make_unique<WholeFileReader>(
         paths[i], slots(), "files", std::nullopt, remote(),
-        remote() && isRemoteUrl(paths[i]) ? ahead_.take(i) : nullptr);
+        remote() && isRemoteUrl(paths[i]) ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
   size_t prefetchDepth() const override {
@@ -277,14 +192,8 @@ public:
   }
   void prefetch(size_t i) const override {
     if (remote() && i < paths.size() && isRemoteUrl(paths[i]))
-      ahead_.start(remote(), i, paths[i]);
+      ahead_.startObject(remote(), i, paths[i]);
   }
-  void setPrefetchLimit(AllocationLimit *limit) const override {
-    ahead_.setLimit(limit);
-  }
-
-private:
-  mutable FetchAhead ahead_;
 };
 
 std::string lower(std::string s) {

@@ -47,10 +47,11 @@ BufferedInput::~BufferedInput() {
 }
 
 bool BufferedInput::open(const std::string &path, bool decompress,
-                         const std::shared_ptr<const RemoteConfig> &remote) {
+                         const std::shared_ptr<const RemoteConfig> &remote,
+                         FirstChunk ahead) {
   path_ = path;
   if (isRemoteUrl(path))
-    return openRemote(path, decompress, remote);
+    return openRemote(path, decompress, remote, ahead);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     error_ = std::string("cannot open: ") + std::strerror(errno);
@@ -214,7 +215,7 @@ long BufferedInput::gunzipRead(char *dst, size_t n) {
 
 bool BufferedInput::openRemote(
     const std::string &url, bool decompress,
-    const std::shared_ptr<const RemoteConfig> &remote) {
+    const std::shared_ptr<const RemoteConfig> &remote, FirstChunk &ahead) {
   eof_ = true;
   const bool gzip = decompress && isGzipPath(url);
   if (!remote) {
@@ -222,7 +223,7 @@ bool BufferedInput::openRemote(
     return false;
   }
   auto stream = std::make_unique<RemoteStream>(remote, url);
-  if (!stream->open(error_))
+  if (!stream->open(error_, &ahead))
     return false;
   remote_ = std::move(stream);
   eof_ = false;

@@ -78,14 +78,14 @@ class NpyReader final : public ReaderBase {
 public:
   NpyReader(const NpySource &src, size_t shard)
       : ReaderBase(src.files[shard].path, src.slots()), src_(src),
-        info_(src.files[shard]) {}
+        shard_(shard), info_(src.files[shard]) {}
 
   ReadResult next(Record &out) override {
     if (done_)
       return ReadResult::end();
     if (!started_) {
       started_ = true;
-      if (!in_.open(file_, true, src_.remote()))
+      if (!in_.open(file_, true, src_.remote(), src_.takeAhead(shard_)))
         return fail("npy: cannot read file", in_.error(), -1, false);
       if (in_.skip(info_.header.dataOffset) != info_.header.dataOffset)
         return fail("npy: truncated file", "the file ends inside its header",
@@ -121,6 +121,7 @@ public:
 
 private:
   const NpySource &src_;
+  size_t shard_; ///< for the first chunk asked for ahead
   const NpyFile &info_;
   BufferedInput in_;
   bool started_ = false;

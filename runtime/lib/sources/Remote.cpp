@@ -1043,7 +1043,91 @@ RemoteStream::~RemoteStream() {
     ::close(cacheFd_);
 }
 
-bool RemoteStream::open(std::string &error) {
+FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
+                           const std::string &url) {
+  FirstChunk c;
+  c.chunk = cfg->chunkBytes;
+  if (cfg->cache)
+    c.entry = cfg->cache->lookup(url);
+  c.fetch = startFetch(cfg, url, 0, static_cast<int64_t>(c.chunk),
+                       c.entry ? c.entry->etag : "");
+  return c;
+}
+
+bool FetchAhead::reserve(const std::shared_ptr<const RemoteConfig> &cfg,
+                         size_t shard, int64_t bytes) {
+  if (ahead_.count(shard) ||
+      ahead_.size() >= 4 * static_cast<size_t>(std::max(1, cfg->concurrency)))
+    return false;
+  if (!limit_)
+    return true;
+  // At most a quarter of what the budget has left, as a ranged stream's
+  // read-ahead (RemoteStream): the rest of the pipeline keeps room for the
+  // records it makes of them.
+  int64_t room = limit_->limit() - limit_->used();
+  return !(limit_->limit() > 0 && bytes > room / 4) &&
+         limit_->tryReserveNow(bytes);
+}
+
+void FetchAhead::startObject(const std::shared_ptr<const RemoteConfig> &cfg,
+                             size_t shard, const std::string &url) {
+  std::lock_guard<std::mutex> lock(m_);
+  const int64_t bytes =
+      !limit_
+          ? 0
+          : (largest_ >= 0 ? std::max<int64_t>(largest_, 1) : kFirstGuessBytes);
+  if (!reserve(cfg, shard, bytes))
+    return;
+  Ahead a;
+  a.first.fetch = startObjectFetch(cfg, url);
+  a.bytes = bytes;
+  ahead_.emplace(shard, std::move(a));
+}
+
+void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
+                             size_t shard, const std::string &url) {
+  std::lock_guard<std::mutex> lock(m_);
+  const int64_t bytes = limit_ ? static_cast<int64_t>(cfg->chunkBytes) : 0;
+  if (!reserve(cfg, shard, bytes))
+    return;
+  Ahead a;
+  a.first = startFirstChunk(cfg, url);
+  a.bytes = bytes;
+  ahead_.emplace(shard, std::move(a));
+}
+
+FirstChunk FetchAhead::take(size_t shard) {
+  Ahead a;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = ahead_.find(shard);
+    if (it == ahead_.end())
+      return {};
+    a = std::move(it->second);
+    ahead_.erase(it);
+  }
+  Fetched &f = a.first.fetch->wait(); // what the reader does first anyway
+  std::lock_guard<std::mutex> lock(m_);
+  if (f.ok && a.first.chunk == 0)
+    largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
+  if (a.bytes > 0 && limit_)
+    limit_->release(a.bytes);
+  return std::move(a.first);
+}
+
+void FetchAhead::setLimit(AllocationLimit *limit) {
+  std::unordered_map<size_t, Ahead> drop; // waited for outside the lock
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (limit_)
+      for (auto &[shard, a] : ahead_)
+        limit_->release(a.bytes);
+    drop.swap(ahead_);
+    limit_ = limit;
+  }
+}
+
+bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   chunk_ = cfg_->chunkBytes;
   window_ = std::max(1, cfg_->concurrency);
   // The read-ahead is counted in the budget: at most a quarter of what is
@@ -1061,10 +1145,17 @@ bool RemoteStream::open(std::string &error) {
     held_.tryResize(static_cast<int64_t>(chunk_) * 2);
   }
   std::optional<ObjectCache::Entry> entry;
-  if (cfg_->cache)
-    entry = cfg_->cache->lookup(url_);
-  std::shared_ptr<PendingFetch> first = startFetch(
-      cfg_, url_, 0, static_cast<int64_t>(chunk_), entry ? entry->etag : "");
+  std::shared_ptr<PendingFetch> first;
+  if (ahead && ahead->fetch && ahead->chunk == chunk_) {
+    // Asked for while the shards before it were read.
+    entry = std::move(ahead->entry);
+    first = std::move(ahead->fetch);
+  } else {
+    if (cfg_->cache)
+      entry = cfg_->cache->lookup(url_);
+    first = startFetch(cfg_, url_, 0, static_cast<int64_t>(chunk_),
+                       entry ? entry->etag : "");
+  }
   Fetched *fp = &first->wait();
   if (fp->ok && fp->notModified) {
     int fd = cfg_->cache->openData(*entry);

@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace sluice::runtime::detail {
@@ -215,6 +216,65 @@ private:
   int64_t total_ = 0;    ///< guarded by m_
 };
 
+/// The first chunk of a ranged stream (RemoteStream), requested before its
+/// reader opens it: the next shards of a sequential source are asked for
+/// while the current one is read (FetchAhead::startStream), so a shard's
+/// first round trip does not stall the reader. open() uses it when it asks
+/// for a chunk of the same size (its budget did not shrink the chunk).
+struct FirstChunk {
+  std::shared_ptr<PendingFetch> fetch; ///< null: none was started
+  /// The cached entry it asked the server about (If-None-Match).
+  std::optional<ObjectCache::Entry> entry;
+  size_t chunk = 0; ///< bytes asked for
+};
+
+/// Starts `url`'s first chunk as RemoteStream::open would (cfg.chunkBytes,
+/// If-None-Match when cfg.cache holds an entry).
+FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
+                           const std::string &url);
+
+/// The fetches a source starts ahead of its readers: shard -> its GET.
+/// Per-file sources (image_folder, files) fetch whole objects
+/// (startObject); sequential sources (webdataset, tfrecord, csv, text
+/// lines, npy) fetch the first chunk of the next shards' streams
+/// (startStream). Bounded by a few windows of the source's concurrency and
+/// by the budget: each fetch reserves, as it is started, what it will hold
+/// (a stream's chunk; for a whole object the size of the largest object
+/// taken so far, kFirstGuessBytes before the first) in the pipeline's
+/// "objects ahead" account (SourceBase::setPrefetchLimit), and a fetch the
+/// budget cannot reserve (more than a quarter of what it has left) is not
+/// started (the shard is then fetched when opened). The reservation goes
+/// when a reader takes the fetch (the reader counts what it holds itself)
+/// or when the pipeline ends and drops what is still ahead. An object
+/// larger than every earlier one is counted at the earlier size until
+/// taken.
+class FetchAhead {
+public:
+  static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
+
+  void startObject(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
+                   const std::string &url);
+  void startStream(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
+                   const std::string &url);
+  /// The fetch of `shard` started ahead (fetch null: none), done for a
+  /// whole object; its reservation is released.
+  FirstChunk take(size_t shard);
+  void setLimit(AllocationLimit *limit);
+
+private:
+  struct Ahead {
+    FirstChunk first;
+    int64_t bytes = 0; ///< reserved in limit_
+  };
+  /// Reserves `bytes` for a fetch of `shard` ahead; false: not started.
+  bool reserve(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
+               int64_t bytes);
+  std::mutex m_;
+  std::unordered_map<size_t, Ahead> ahead_;
+  AllocationLimit *limit_ = nullptr;
+  int64_t largest_ = -1; ///< -1: no whole object taken yet
+};
+
 /// Process-wide counters of the object caches (stats).
 struct ObjectCacheTotals {
   uint64_t hits = 0;      ///< objects read from the cache (304)
@@ -256,8 +316,9 @@ class RemoteStream {
 public:
   RemoteStream(std::shared_ptr<const RemoteConfig> cfg, std::string url);
   ~RemoteStream();
-  /// Fetches the first chunk: false with `error` (404, 403, ...).
-  bool open(std::string &error);
+  /// Fetches the first chunk (or takes `ahead`'s, when it asked for the
+  /// chunk open() would): false with `error` (404, 403, ...).
+  bool open(std::string &error, FirstChunk *ahead = nullptr);
   /// Copies up to n bytes; 0 at the end, -1 with `error` on failure.
   long read(char *dst, size_t n, std::string &error);
   uint64_t size() const { return static_cast<uint64_t>(size_); }

@@ -12,6 +12,7 @@
 #include "sluice/runtime/Source.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -41,8 +42,11 @@ public:
   /// (s3://, http(s)://) is read with `remote`'s settings in ranged chunks,
   /// several in flight (RemoteStream), and a remote .gz is inflated as it
   /// arrives (zlib; concatenated members as gzip(1) reads them).
+  /// `ahead`: the remote object's first chunk asked for before (a
+  /// source's prefetch()), used when it fits.
   bool open(const std::string &path, bool decompress = true,
-            const std::shared_ptr<const RemoteConfig> &remote = nullptr);
+            const std::shared_ptr<const RemoteConfig> &remote = nullptr,
+            FirstChunk ahead = {});
   bool isOpen() const {
     return fd_ >= 0 || gz_ != nullptr || remote_ != nullptr;
   }
@@ -81,7 +85,8 @@ public:
 private:
   long rawRead(char *dst, size_t n);
   bool openRemote(const std::string &url, bool decompress,
-                  const std::shared_ptr<const RemoteConfig> &remote);
+                  const std::shared_ptr<const RemoteConfig> &remote,
+                  FirstChunk &ahead);
 
   int fd_ = -1;
   void *gz_ = nullptr; // gzFile
@@ -273,7 +278,31 @@ public:
   /// as a pipeline starts and cleared (null) as it ends, when what is still
   /// ahead is dropped and its reservation released. A fetch the budget
   /// cannot reserve is not started ahead (open() fetches it then).
-  virtual void setPrefetchLimit(AllocationLimit *limit) const { (void)limit; }
+  virtual void setPrefetchLimit(AllocationLimit *limit) const {
+    ahead_.setLimit(limit);
+  }
+  /// A source that reads each shard as one stream (all but the per-file
+  /// ones, which override these) asks for the first chunk of the next
+  /// shards' objects while it reads one, so that a shard's first round trip
+  /// does not stall the reader: about half as many shards ahead as the
+  /// requests in flight of a stream (at least one). Off with
+  /// SLUICE_NO_SHARD_PREFETCH=1 (each shard's first chunk is then asked for
+  /// as it is opened).
+  size_t prefetchDepth() const override {
+    static const bool off = [] {
+      const char *v = std::getenv("SLUICE_NO_SHARD_PREFETCH");
+      return v && *v && std::string_view(v) != "0";
+    }();
+    std::shared_ptr<const RemoteConfig> r = remote();
+    return r && !off ? static_cast<size_t>(std::max(1, r->concurrency / 2)) : 0;
+  }
+  void prefetch(size_t shard) const override {
+    if (remote() && shard < numShards() && isRemoteUrl(shardName(shard)))
+      ahead_.startStream(remote(), shard, shardName(shard));
+  }
+  /// The first chunk of `shard`'s stream asked for ahead (fetch null:
+  /// none), for the reader that opens it.
+  FirstChunk takeAhead(size_t shard) const { return ahead_.take(shard); }
   int64_t requestsInFlight() const override {
     std::shared_ptr<const RemoteConfig> r = remote();
     return r ? r->concurrency : 0;
@@ -295,6 +324,10 @@ public:
     changed->concurrency = static_cast<int>(std::min<int64_t>(n, 1024));
     remote_ = std::move(changed);
   }
+
+protected:
+  /// What was fetched ahead of the readers (prefetch()).
+  mutable FetchAhead ahead_;
 
 private:
   mutable std::mutex remoteMutex_;

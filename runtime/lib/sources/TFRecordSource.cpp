@@ -128,7 +128,7 @@ public:
 class TFRecordReader final : public ReaderBase {
 public:
   TFRecordReader(const TFRecordSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()), src_(src),
+      : ReaderBase(src.files[shard], src.slots()), src_(src), shard_(shard),
         spans_(src.features.size()) {}
 
   ReadResult next(Record &out) override;
@@ -146,6 +146,7 @@ private:
   }
 
   const TFRecordSource &src_;
+  size_t shard_; ///< for the first chunk asked for ahead
   BufferedInput in_;
   bool started_ = false;
   std::string payload_;
@@ -158,7 +159,7 @@ ReadResult TFRecordReader::next(Record &out) {
     return ReadResult::end();
   if (!started_) {
     started_ = true;
-    if (!in_.open(file_, true, src_.remote()))
+    if (!in_.open(file_, true, src_.remote(), src_.takeAhead(shard_)))
       return fail("tfrecord: cannot read file", in_.error(), -1, false);
   }
   const int64_t start = in_.offset();

@@ -32,7 +32,7 @@ public:
 class TextLinesReader final : public ReaderBase {
 public:
   TextLinesReader(const TextLinesSource &src, size_t shard)
-      : ReaderBase(src.files[shard], src.slots()), src_(src),
+      : ReaderBase(src.files[shard], src.slots()), src_(src), shard_(shard),
         replace_(src.replaceInvalid) {}
 
   ReadResult next(Record &out) override {
@@ -40,7 +40,7 @@ public:
       return ReadResult::end();
     if (!started_) {
       started_ = true;
-      if (!in_.open(file_, true, src_.remote()))
+      if (!in_.open(file_, true, src_.remote(), src_.takeAhead(shard_)))
         return fail("text_lines: cannot read file", in_.error(), -1, false);
       skipByteOrderMark(in_);
     }
@@ -95,6 +95,7 @@ public:
 
 private:
   const TextLinesSource &src_;
+  size_t shard_; ///< for the first chunk asked for ahead
   BufferedInput in_;
   bool started_ = false;
   bool replace_;

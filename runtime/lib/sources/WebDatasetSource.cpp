@@ -100,7 +100,7 @@ uint64_t padding(uint64_t size) { return (512 - size % 512) % 512; }
 class WebDatasetReader final : public ReaderBase {
 public:
   WebDatasetReader(const WebDatasetSource &src, size_t shard)
-      : ReaderBase(src.shards[shard], src.slots()), src_(src),
+      : ReaderBase(src.shards[shard], src.slots()), src_(src), shard_(shard),
         values_(src.fields.size()), have_(src.fields.size()) {}
 
   ReadResult next(Record &out) override;
@@ -149,6 +149,7 @@ private:
   }
 
   const WebDatasetSource &src_;
+  size_t shard_; ///< for the first chunk asked for ahead
   BufferedInput in_;
   bool started_ = false;
   bool pending_ = false;  // member_ read but not yet added to a sample
@@ -304,7 +305,7 @@ ReadResult WebDatasetReader::next(Record &out) {
     return ReadResult::end();
   if (!started_) {
     started_ = true;
-    if (!in_.open(file_, true, src_.remote()))
+    if (!in_.open(file_, true, src_.remote(), src_.takeAhead(shard_)))
       return fail("webdataset: cannot read file", in_.error(), -1, false);
   }
   if (deferred_)
