@@ -1,22 +1,31 @@
 #!/usr/bin/python3
 """Remote sources under injected latency, against the same pipeline on local
-files: image_folder over s3:// (s3rver) and webdataset shards over http://
-(nginx), each behind a proxy that delays every request by DELAY ms
-(tests/servers/delay_proxy.py, one asyncio thread), with the requests in
-flight swept and as `sluice tune` chooses them (Little's law).
+files: image_folder over s3:// and webdataset shards over http://, every
+request answered DELAY ms late, with the requests in flight swept and as
+`sluice tune` chooses them (Little's law).
 
 Both decode real photographs (bench/gen_photos.py):
   decode_image -> random_resized_crop 224 -> select -> batch 64, --sink null.
 
 For each configuration it runs `--repeats` times, interleaved with the
 others (a burst of load from other processes then spreads over all of
-them), and reports the median records/s, the ratio to local files, and
-sluice's CPU seconds per record (getrusage of the child: the servers and the
-proxy are not counted).
+them), and reports the median records/s, the ratio to local files,
+sluice's CPU seconds per record (getrusage of the child), and the CPU the
+servers and the proxies spent per record meanwhile (/proc of the bench's
+long-lived children): on a 2-core host they share the cores with the
+decoding, so local rate x C_local / (C + S) bounds what a remote run can
+reach, whatever the latency hiding.
 
 Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--repeats R] [--epochs E] [--sluice PATH]
-                         [--data DIR]
+                         [--data DIR] [--servers nginx|proxy]
+
+By default each endpoint is an nginx that waits the latency before it
+answers (remote_servers.py, nginx_with_latency): the s3:// runs list through
+s3rver and nginx answers their object GETs from s3rver's files. With
+--servers proxy the Python delay proxy sits in front of s3rver and nginx,
+whose CPU per picture (s3rver's GETs cost more than the decoding) comes out
+of the two cores the pipeline uses.
 Prints Markdown tables.
 """
 import argparse
@@ -24,6 +33,7 @@ import io
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,8 +55,29 @@ budget: {cores: 2, memory: 1GiB}
 """
 
 
+def servers_cpu():
+    """CPU seconds the bench's long-lived children (the servers, the
+    proxies, s3rver's log drain) have used so far, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    me, total = str(os.getpid()), 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the name: state, ppid, ..., utime (14th field), stime.
+        if fields[1] == me:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def run(sluice, args, env):
-    """(records, records/s, CPU seconds) of `sluice run ARGS --sink null`."""
+    """(records, records/s, CPU seconds, the servers' CPU seconds) of
+    `sluice run ARGS --sink null`."""
+    srv_before = servers_cpu()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sluice, "run"] + args + ["--sink", "null"],
                        capture_output=True, text=True, env=env)
@@ -58,7 +89,7 @@ def run(sluice, args, env):
     rate = float(m.group(2)) * (1000 if m.group(3) else 1)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime -
                                                  before.ru_stime)
-    return int(m.group(1)), rate, cpu
+    return int(m.group(1)), rate, cpu, servers_cpu() - srv_before
 
 
 def tune(sluice, spec, report, env):
@@ -86,6 +117,13 @@ def main():
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "bin",
                                                      "sluice"))
     ap.add_argument("--data", default=None)
+    ap.add_argument("--servers", choices=["nginx", "proxy"],
+                    default="nginx",
+                    help="nginx: one nginx per endpoint waits the latency "
+                         "(echo_sleep) and answers the GETs itself (S3 "
+                         "listings by s3rver); proxy: the Python delay "
+                         "proxy in front of s3rver and nginx (0.2-2 ms of "
+                         "server CPU per picture on the pipeline's cores)")
     args = ap.parse_args()
     why = remote_servers.why_unavailable()
     if why:
@@ -125,8 +163,12 @@ def main():
         for rel, (_, jpg) in files.items():
             srv.put_http(rel, jpg)
         srv.put_s3({k: v for k, (_, v) in files.items()})
-        s3 = srv.delay_proxy(srv.s3_port, args.delay_ms)
-        http = srv.delay_proxy(srv.nginx_port, args.delay_ms)
+        if args.servers == "nginx":
+            s3 = srv.nginx_with_latency(args.delay_ms, s3=True)
+            http = srv.nginx_with_latency(args.delay_ms)
+        else:
+            s3 = srv.delay_proxy(srv.s3_port, args.delay_ms)
+            http = srv.delay_proxy(srv.nginx_port, args.delay_ms)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=remote_servers.ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=remote_servers.SECRET_KEY)
 
@@ -172,30 +214,34 @@ def main():
             for k, a in configs.items():
                 results[k].append(run(args.sluice, a, env))
         print("%d pictures (%d shards of 64), %d epochs, %g ms added per "
-              "request, 2 cores; median of %d runs\n"
+              "request, %d cores; servers: %s; median "
+              "of %d runs\n"
               % (len(files), nshards, args.epochs, args.delay_ms,
-                 args.repeats))
+                 os.cpu_count(), args.servers, args.repeats))
         for name in pipelines:
             base = statistics.median(r[1] for r in results[(name, "local")])
             print("### %s\n" % name)
-            print("| requests in flight | records/s | vs local | CPU ms/record |")
-            print("|---|---:|---:|---:|")
+            print("| requests in flight | records/s | vs local | CPU ms/record "
+                  "| servers' CPU ms/record |")
+            print("|---|---:|---:|---:|---:|")
             best = 0
             for label in ["local"] + sweep + ["tuned"]:
                 rs = results[(name, label)]
                 rate = statistics.median(r[1] for r in rs)
                 cpu = statistics.median(r[2] / r[0] for r in rs) * 1e3
+                scpu = statistics.median(r[3] / r[0] for r in rs) * 1e3
                 if label not in ("local", "tuned"):
                     best = max(best, rate)
                 shown = ("local files" if label == "local" else
                          "tuned: %d (%d ms median latency)" % tuned[name]
                          if label == "tuned" else str(label))
-                print("| %s | %.0f | %.2f× | %.2f |"
-                      % (shown, rate, rate / base, cpu))
+                print("| %s | %.0f | %.2f× | %.2f | %.2f |"
+                      % (shown, rate, rate / base, cpu, scpu))
             t = statistics.median(r[1] for r in results[(name, "tuned")])
             print("\ntuned / best of the sweep: %.2f\n" % (t / best))
     finally:
         srv.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

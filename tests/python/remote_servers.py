@@ -21,6 +21,8 @@ SERVERS = os.path.join(ROOT, "tests", "servers")
 S3RVER = os.path.join(SERVERS, "node_modules", "s3rver", "bin", "s3rver.js")
 PROXY = os.path.join(SERVERS, "fault_proxy.py")
 DELAY_PROXY = os.path.join(SERVERS, "delay_proxy.py")
+# libnginx-mod-http-echo (scripts/setup): echo_sleep for nginx_with_latency.
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 BUCKET = "bkt"
 # s3rver knows one access key; it does not check SigV4 signatures, so the
 # secret is free: a distinctive one lets the tests grep every output for it.
@@ -102,39 +104,8 @@ class Servers:
         return self
 
     def _start_nginx(self):
-        d = os.path.join(self.workdir, "nginx")
-        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
-        self.nginx_port = free_port()
-        user = "user root;" if os.geteuid() == 0 else ""
-        conf = os.path.join(d, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write("""
-%s
-master_process off;
-error_log %s/error.log;
-pid %s/nginx.pid;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %s/tmp/body;
-  proxy_temp_path %s/tmp/proxy;
-  fastcgi_temp_path %s/tmp/fastcgi;
-  uwsgi_temp_path %s/tmp/uwsgi;
-  scgi_temp_path %s/tmp/scgi;
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:%d;
-    root %s;
-    location /forbidden/ { return 403; }
-  }
-}
-""" % (user, d, d, d, d, d, d, d, self.nginx_port, self.www))
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        p = popen([nginx, "-p", d, "-c", conf, "-g",
-                              "daemon off;"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        wait_port(self.nginx_port)
+        self.nginx_port = self._nginx("nginx", """    root %s;
+    location /forbidden/ { return 403; }""" % self.www)
         self.http = "http://127.0.0.1:%d" % self.nginx_port
 
     def _start_s3rver(self):
@@ -153,6 +124,79 @@ http {
         self.s3_log = os.path.join(self.workdir, "s3rver.log")
         popen(["cat"], stdin=p.stdout,
                          stdout=open(self.s3_log, "wb"))
+
+    def _nginx(self, name, server, modules=""):
+        """Starts an nginx of its own (one process) with `server` as its
+        server block's body (after `listen`): its port."""
+        d = os.path.join(self.workdir, name)
+        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
+        port = free_port()
+        user = "user root;" if os.geteuid() == 0 else ""
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""
+%s
+%s
+master_process off;
+error_log %s/error.log;
+pid %s/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %s/tmp/body;
+  proxy_temp_path %s/tmp/proxy;
+  fastcgi_temp_path %s/tmp/fastcgi;
+  uwsgi_temp_path %s/tmp/uwsgi;
+  scgi_temp_path %s/tmp/scgi;
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:%d;
+%s
+  }
+}
+""" % (modules, user, d, d, d, d, d, d, d, port, server))
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        p = popen([nginx, "-p", d, "-c", conf, "-g", "daemon off;"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        wait_port(port)
+        return port
+
+    def nginx_with_latency(self, delay_ms, s3=False):
+        """For the throughput benches: an nginx that waits `delay_ms` before
+        answering each request (the echo module's echo_sleep: a timer, no
+        CPU, bytes sent with sendfile) and then serves the HTTP files, or
+        with `s3` acts as the S3 endpoint: the plain object GETs (path style,
+        ranges and If-None-Match included) answered from s3rver's own files,
+        everything else (listings, puts, HEAD) passed to s3rver. Its base
+        URL. The Python delay proxy and s3rver's own GETs cost 0.2-2 ms of
+        CPU per picture on the cores the pipeline uses (s3rver reads a file
+        and a JSON metadata file in node and logs a line); a real object
+        store's CPU is elsewhere. ETags are then nginx's (mtime-size), the
+        same for every read of an unchanged object."""
+        s3rver = "http://127.0.0.1:%d" % self.s3_port
+        if s3:
+            serve = """
+      if ($args) { proxy_pass %s; }
+      if ($request_method != GET) { proxy_pass %s; }
+      try_files $uri._S3rver_object @s3rver;""" % (s3rver, s3rver)
+            root = os.path.join(self.workdir, "s3rver")
+        else:
+            serve = "\n      try_files $uri =404;"
+            root = self.www
+        server = """    root %s;
+    location / {
+      echo_sleep %.3f;
+      echo_exec @serve;
+    }
+    location @serve {%s
+    }
+    location @s3rver { proxy_pass %s; }""" % (root, delay_ms / 1000.0, serve,
+                                             s3rver)
+        port = self._nginx(
+            "nginx-%s-%g" % ("s3" if s3 else "http", delay_ms), server,
+            "load_module %s;" % ECHO_MODULE)
+        return "http://127.0.0.1:%d" % port
 
     def _start_proxy(self, upstream_port):
         p = popen([sys.executable, PROXY, "--upstream",
