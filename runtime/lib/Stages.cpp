@@ -178,6 +178,20 @@ private:
 /// A shuffle buffer: keeps `buffer` records and emits a uniformly chosen one
 /// as each new record arrives. The choices come from one Rng per pass seeded
 /// with (seed, epoch, pass, step), so the order is the same on every run.
+/// One draw from a shuffle buffer: removes a uniformly chosen element and
+/// returns it, the last element taking its place. The buffered shuffle and
+/// the replay of its order (ShuffleStage::order) both draw through it, so
+/// the order replayed over positions is the buffer's, draw for draw.
+template <class T> T drawFromBuffer(std::vector<T> &buf, Rng &rng) {
+  size_t j =
+      static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(buf.size())));
+  T v = std::move(buf[j]);
+  if (j + 1 != buf.size())
+    buf[j] = std::move(buf.back());
+  buf.pop_back();
+  return v;
+}
+
 class ShuffleStage : public Stage {
 public:
   ShuffleStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
@@ -227,11 +241,7 @@ public:
         buf.push_back(in[next++]);
       if (buf.empty())
         break;
-      size_t j = static_cast<size_t>(
-          rng.uniformInt(0, static_cast<int64_t>(buf.size())));
-      out.push_back(buf[j]);
-      buf[j] = buf.back();
-      buf.pop_back();
+      out.push_back(drawFromBuffer(buf, rng));
     }
     return out;
   }
@@ -304,13 +314,9 @@ protected:
     if (buf_.empty())
       return false;
     c_->sampleOccupancy(static_cast<int64_t>(buf_.size()));
-    size_t j = static_cast<size_t>(
-        rng_->uniformInt(0, static_cast<int64_t>(buf_.size())));
-    out = std::move(buf_[j].first);
-    int64_t b = buf_[j].second;
-    if (j + 1 != buf_.size())
-      buf_[j] = std::move(buf_.back());
-    buf_.pop_back();
+    std::pair<Item, int64_t> drawn = drawFromBuffer(buf_, *rng_);
+    out = std::move(drawn.first);
+    int64_t b = drawn.second;
     account_->release(b);
     bytes_ -= b;
     inc(c_->emitted);
