@@ -15,6 +15,7 @@
 #include "sluice/remote/Remote.h"
 
 #include "Replay.h"
+#include "Slots.h"
 #include "sluice_remote.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
@@ -83,6 +84,8 @@ struct TrainerStats {
   int64_t chunks = 0, outputs = 0, bytes = 0;
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
+  /// Outputs whose fields went into the trainer's shared memory (Slots.h).
+  int64_t slotOutputs = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -257,54 +260,113 @@ public:
     return st;
   }
 
-  /// A chunk's outputs kept for other trainers: each output's header (its
-  /// CPU left out) and its numeric fields, whose buffers it holds.
+  /// A chunk's outputs kept for other trainers, encoded once: each
+  /// output's header (its CPU left out: the maker's stream carried it) and
+  /// its data parts, slices over the numeric fields it holds. Every job is
+  /// sent these same bytes (or the fields copied into its slots).
   struct SharedChunk {
     enum State { kMaking, kKept, kNotKept } state = kMaking;
     struct Kept {
-      Output head;
+      grpc::Slice head;
       std::vector<Tensor> data;
+      std::vector<grpc::ByteBuffer> parts;
     };
     std::vector<Kept> outputs;
     int64_t bytes = 0;
   };
 
-  /// Sends a kept chunk: the same messages its maker sent.
+  /// Sends a kept chunk: the messages its maker encoded.
   grpc::Status replayShared(grpc::ServerContext *ctx, const ProduceRequest *req,
                             const SharedChunk &chunk, Writer *writer,
                             std::chrono::steady_clock::time_point started) {
     TrainerStats ts;
     ts.chunks = 1;
-    Part head;
+    detail::SlotWriter slots = slotWriter(*req);
     bool cut = false;
-    for (const SharedChunk::Kept &k : chunk.outputs) {
+    for (size_t i = 0; i < chunk.outputs.size(); ++i) {
+      const SharedChunk::Kept &k = chunk.outputs[i];
       if (ctx->IsCancelled()) {
         cut = true;
         break;
       }
       double cpu0 = threadCpuSeconds();
-      *head.mutable_output() = k.head;
-      std::string wire = head.SerializeAsString();
-      ts.bytes += static_cast<int64_t>(wire.size());
-      grpc::Slice headSlice(wire);
-      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
-        cut = true;
-        break;
-      }
-      for (const Tensor &x : k.data) {
-        for (size_t off = 0; off < x.nbytes() && !cut; off += kPartBytes) {
-          grpc::ByteBuffer part =
-              dataPart(x, off, std::min(kPartBytes, x.nbytes() - off));
-          ts.bytes += static_cast<int64_t>(part.Length());
-          cut = !writer->Write(part);
-        }
-      }
+      cut = !sendOutput(writer, slots, i, k.head, k.data, k.parts, ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       if (cut)
         break;
       ++ts.outputs;
       ++ts.shared;
     }
+    return finishStream(ctx, req, started, ts, cut);
+  }
+
+  /// The request's slots (Slots.h), for its outputs' numeric fields.
+  static detail::SlotWriter slotWriter(const ProduceRequest &req) {
+    std::vector<detail::SlotRef> refs;
+    for (const Slot &s : req.slots()) {
+      detail::SlotRef r;
+      r.path = s.path();
+      r.nonce[0] = s.nonce0();
+      r.nonce[1] = s.nonce1();
+      r.lease = s.lease();
+      r.capacity = s.capacity() > 0 ? static_cast<uint64_t>(s.capacity()) : 0;
+      refs.push_back(std::move(r));
+    }
+    return detail::SlotWriter(std::move(refs), req.boot_id());
+  }
+
+  /// The data parts of an output's numeric fields: slices over their
+  /// buffers, at most kPartBytes each.
+  static std::vector<grpc::ByteBuffer> dataParts(const std::vector<Tensor> &data) {
+    std::vector<grpc::ByteBuffer> parts;
+    for (const Tensor &x : data)
+      for (size_t off = 0; off < x.nbytes(); off += kPartBytes)
+        parts.push_back(dataPart(x, off, std::min(kPartBytes, x.nbytes() - off)));
+    return parts;
+  }
+
+  /// Sends the chunk's `i`-th output: its header (`head`, the Part
+  /// serialised), then its numeric fields `data`: written into the slot the
+  /// trainer lent for it when this worker can (the header then says so, in
+  /// a few bytes after it that protobuf merges into the Output), else as
+  /// data parts (`parts`, or made here when empty). False: the stream was
+  /// cut.
+  bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
+                  const grpc::Slice &head, const std::vector<Tensor> &data,
+                  std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
+    bool inSlot = !data.empty() && slots.write(i, data);
+    grpc::Slice headSlices[2] = {head, grpc::Slice()};
+    size_t n = 1;
+    if (inSlot || slots.unreachable()) {
+      Part note;
+      note.mutable_output()->set_in_slot(inSlot);
+      note.mutable_output()->set_slots_unreachable(slots.unreachable());
+      headSlices[n++] = grpc::Slice(note.SerializeAsString());
+    }
+    grpc::ByteBuffer headBuf(headSlices, n);
+    ts.bytes += static_cast<int64_t>(headBuf.Length());
+    if (!writer->Write(headBuf))
+      return false;
+    if (inSlot) {
+      ++ts.slotOutputs;
+      return true;
+    }
+    if (parts.empty())
+      parts = dataParts(data);
+    for (const grpc::ByteBuffer &part : parts) {
+      ts.bytes += static_cast<int64_t>(part.Length());
+      if (!writer->Write(part))
+        return false;
+    }
+    return true;
+  }
+
+  /// The end of a Produce stream: its time and counts into the trainer's
+  /// stats, and the status (never OK when cut short: that would tell the
+  /// trainer its share ended here).
+  grpc::Status finishStream(grpc::ServerContext *ctx, const ProduceRequest *req,
+                            std::chrono::steady_clock::time_point started,
+                            TrainerStats &ts, bool cut) {
     ts.seconds = std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - started)
                      .count();
@@ -463,6 +525,7 @@ public:
     bool cut = false;
     // Reused for every output: their strings keep their capacity.
     Part head;
+    detail::SlotWriter slots = slotWriter(*req);
     // The pipeline's CPU (RunStats, summed over its stages and serial
     // threads) is sampled at most every 20 ms: a record-sized output would
     // otherwise pay for a stats snapshot each. Each output carries what
@@ -503,16 +566,10 @@ public:
       out.set_epoch(batch.epoch());
       encode(batch, out);
       out.set_state(stateAfter(batch, i).toJson());
-      if (keep && keep->bytes <= so_.shareBytes) {
-        SharedChunk::Kept k;
-        k.head = out;
-        for (size_t f = 0; f < batch.numFields(); ++f)
-          if (batch.field(f).isNumeric()) {
-            k.data.push_back(batch.field(f));
-            keep->bytes += static_cast<int64_t>(batch.field(f).nbytes());
-          }
-        keep->outputs.push_back(std::move(k));
-      }
+      std::vector<Tensor> data;
+      for (size_t f = 0; f < batch.numFields(); ++f)
+        if (batch.field(f).isNumeric())
+          data.push_back(batch.field(f));
       auto now = std::chrono::steady_clock::now();
       if (now - lastSample >= std::chrono::milliseconds(20) ||
           i + 1 == req->count()) {
@@ -522,27 +579,23 @@ public:
         encodeOwed = 0;
         lastSample = now;
       }
-      std::string wire = head.SerializeAsString();
-      ts.bytes += static_cast<int64_t>(wire.size());
-      grpc::Slice headSlice(wire);
-      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
-        cut = true;
-        break;
+      std::vector<grpc::ByteBuffer> parts;
+      if (keep && keep->bytes <= so_.shareBytes) {
+        // Kept for other jobs: encoded once, here, for all of them.
+        SharedChunk::Kept k;
+        k.data = data;
+        k.parts = parts = dataParts(data);
+        double cpu = out.cpu_seconds();
+        out.clear_cpu_seconds();
+        k.head = grpc::Slice(head.SerializeAsString());
+        out.set_cpu_seconds(cpu);
+        for (const Tensor &x : data)
+          keep->bytes += static_cast<int64_t>(x.nbytes());
+        keep->outputs.push_back(std::move(k));
       }
-      for (size_t f = 0; f < batch.numFields() && !cut; ++f) {
-        const Tensor &x = batch.field(f);
-        if (!x.isNumeric())
-          continue;
-        for (size_t off = 0; off < x.nbytes(); off += kPartBytes) {
-          size_t n = std::min(kPartBytes, x.nbytes() - off);
-          grpc::ByteBuffer part = dataPart(x, off, n);
-          ts.bytes += static_cast<int64_t>(part.Length());
-          if (!writer->Write(part)) {
-            cut = true;
-            break;
-          }
-        }
-      }
+      cut = !sendOutput(writer, slots, static_cast<size_t>(i),
+                        grpc::Slice(head.SerializeAsString()), data,
+                        std::move(parts), ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       encodeOwed += threadCpuSeconds() - cpu0;
       if (cut)
@@ -550,15 +603,7 @@ public:
       ++ts.outputs;
     }
     pipe->stop();
-    ts.seconds = std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - started)
-                     .count();
-    record(req->trainer() + " (" + ctx->peer() + ")", ts);
-    if (cut)
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the stream was cut (the worker is stopping or the "
-                          "trainer went away)");
-    return grpc::Status::OK;
+    return finishStream(ctx, req, started, ts, cut);
   }
 
   /// One of the worker's --streams, held for a Produce call.
@@ -599,6 +644,8 @@ public:
          << t.chunks << " chunks, " << t.outputs << " outputs, ";
       if (so_.shareBytes > 0)
         os << t.shared << " of them from chunks kept for sharing, ";
+      if (t.slotOutputs)
+        os << t.slotOutputs << " of them in the trainer's shared memory, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
          << " MiB sent";
       if (t.outputs)
@@ -657,6 +704,7 @@ private:
     s.bytes += t.bytes;
     s.encodeCpu += t.encodeCpu;
     s.shared += t.shared;
+    s.slotOutputs += t.slotOutputs;
     s.seconds += t.seconds;
   }
 
