@@ -329,6 +329,12 @@ json reportJson(const TuneResult &r) {
                     {"workers_without_local", a.workersAlone},
                     {"cpu_cores", num(a.cpuCores)},
                     {"wire_bytes_per_record", num(a.wireBytesPerRecord)},
+                    {"receive_seconds_per_byte", num(a.receiveSecondsPerByte)},
+                    {"receive_seconds_per_record",
+                     num(a.receiveSecondsPerRecord)},
+                    {"remote_records_per_second", num(a.remoteRate)},
+                    {"receive_cores", num(a.receiveCores)},
+                    {"receive_limit_records_per_second", num(a.receiveLimit)},
                     {"advice", a.text}};
   }
   return j;
