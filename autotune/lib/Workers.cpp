@@ -140,8 +140,7 @@ Status adviseWorkers(TuneResult &r, double demand,
          cores(a.localCores) + ", in the worker list): " + "it makes " +
          fmt(localShare) + " records/s and the remote ones " +
          fmt(a.remoteRate) + " (" + fmt(100 * localShare / demand, "%.0f") +
-         "% / " + fmt(100 * a.remoteRate / demand, "%.0f") +
-         "% of the work)" +
+         "% / " + fmt(100 * a.remoteRate / demand, "%.0f") + "% of the work)" +
          (rcv > 0 ? ", receiving the remote ones taking " +
                         fmt(a.receiveCores, "%.2f") + " of the cores here"
                   : std::string()) +
@@ -160,7 +159,8 @@ Status adviseWorkers(TuneResult &r, double demand,
     s += ".";
   if (rcv > 0)
     s += " Receiving costs the trainer " +
-         fmt(1e6 * a.receiveSecondsPerRecord, "%.2f") + " us of CPU per record" +
+         fmt(1e6 * a.receiveSecondsPerRecord, "%.2f") +
+         " us of CPU per record" +
          (receiveCost >= 0
               ? std::string(" (--receive-cost).")
               : " (modelled: " + fmt(kReceiveCopies, "%.0f") +

@@ -85,8 +85,8 @@ public:
            const std::string &workersFile, int64_t rank, int64_t worldSize,
            const std::string &token, py::object tlsRoots,
            const std::string &tlsServerName, int64_t chunk, int64_t window,
-           double workerTimeout, const std::string &trainer,
-           double dnsInterval, bool sharedMemory) {
+           double workerTimeout, const std::string &trainer, double dnsInterval,
+           bool sharedMemory) {
     remote::ClientOptions o;
     o.specPath = specPath;
     o.specText = readText(specPath);

@@ -461,8 +461,8 @@ public:
       {
         std::lock_guard<std::mutex> lock(mu);
         // The window, each worker's chunk, and a few the trainer holds.
-        limit = static_cast<size_t>(opts.window + opts.chunk * workers.size() +
-                                    4);
+        limit =
+            static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
       }
       lent = slots->lend(static_cast<size_t>(count), slotBytes, limit);
       for (const detail::SlotRef &r : lent) {

@@ -317,11 +317,13 @@ public:
 
   /// The data parts of an output's numeric fields: slices over their
   /// buffers, at most kPartBytes each.
-  static std::vector<grpc::ByteBuffer> dataParts(const std::vector<Tensor> &data) {
+  static std::vector<grpc::ByteBuffer>
+  dataParts(const std::vector<Tensor> &data) {
     std::vector<grpc::ByteBuffer> parts;
     for (const Tensor &x : data)
       for (size_t off = 0; off < x.nbytes(); off += kPartBytes)
-        parts.push_back(dataPart(x, off, std::min(kPartBytes, x.nbytes() - off)));
+        parts.push_back(
+            dataPart(x, off, std::min(kPartBytes, x.nbytes() - off)));
     return parts;
   }
 

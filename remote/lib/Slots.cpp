@@ -304,8 +304,8 @@ void SlotPool::giveBack(const SlotRef &ref) {
     if (s->state != Slot::Lent || s->lease != ref.lease)
       continue;
     uint64_t expect = s->lease;
-    if (s->header()->state.compare_exchange_strong(
-            expect, 0, std::memory_order_acq_rel) ||
+    if (s->header()->state.compare_exchange_strong(expect, 0,
+                                                   std::memory_order_acq_rel) ||
         expect == s->lease + 2) {
       s->header()->state.store(0, std::memory_order_release);
       s->state = Slot::Free;

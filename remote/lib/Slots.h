@@ -1,4 +1,5 @@
-//===- Slots.h - Outputs handed over in shared memory on the trainer's host ===//
+//===- Slots.h - Outputs handed over in shared memory on the trainer's host
+//===//
 //
 // A worker on the trainer's own host (the local share of Workers.cpp's
 // split, or loopback benchmarks) would otherwise send every byte through
@@ -59,7 +60,7 @@ const std::string &bootId();
 
 /// A slot as the request names it.
 struct SlotRef {
-  std::string path;  ///< /proc/PID/fd/N
+  std::string path; ///< /proc/PID/fd/N
   uint64_t nonce[2] = {0, 0};
   uint64_t lease = 0;
   uint64_t capacity = 0; ///< data bytes

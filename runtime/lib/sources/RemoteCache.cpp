@@ -370,8 +370,9 @@ void ObjectCache::added(int64_t bytes, const std::string &keep) {
     if (e.path != keep)
       items.push_back(std::move(e));
   }
-  std::sort(items.begin(), items.end(),
-            [](const DirEntry &a, const DirEntry &b) { return a.when < b.when; });
+  std::sort(
+      items.begin(), items.end(),
+      [](const DirEntry &a, const DirEntry &b) { return a.when < b.when; });
   const int64_t target =
       static_cast<int64_t>(static_cast<double>(maxBytes_) * kEvictTo);
   for (const DirEntry &i : items) {
