@@ -44,11 +44,15 @@ def self_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def run_local(spec, epochs, threads):
+def run_local(spec, epochs, threads, warmup=0):
     import sluice
+    for e in range(warmup):
+        for _ in sluice.Pipeline(spec, epochs=e + 1, first_epoch=e,
+                                 threads=threads):
+            pass
     images = 0
     cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
-    for e in range(epochs):
+    for e in range(warmup, warmup + epochs):
         for b in sluice.Pipeline(spec, epochs=e + 1, first_epoch=e,
                                  threads=threads):
             images += b["image"].shape[0]
@@ -59,7 +63,7 @@ def run_local(spec, epochs, threads):
 
 
 def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
-               shm=True):
+               shm=True, warmup=0):
     """copies: the way before raw messages (each data part copied into a
     protobuf message on the worker and parsed into one on the trainer:
     SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1); shm: the
@@ -76,19 +80,24 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
                                    chunk=CHUNK, window=WINDOW,
                                    shared_memory=shm and not copies)
-        # Warm the workers' kernel caches and page cache: one epoch untimed
-        # would double the run; a single chunk is enough to start them.
+        # --warmup: epochs untimed first (the buffers, slots and
+        # mappings each end makes once, then reuses).
+        for e in range(warmup):
+            ds.set_epoch(e)
+            for _ in ds.arrays():
+                pass
         images = 0
+        st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
         cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
-        for e in range(epochs):
+        for e in range(warmup, warmup + epochs):
             ds.set_epoch(e)
             for b in ds.arrays():
                 images += b["image"].shape[0]
         dt = time.perf_counter() - t0
         batches = images / 128
         serve_cpu = sum(cpu_of(p.pid) - c for (p, _), c in zip(procs, wcpu0))
-        st = ds.stats()
+        st = {k: v - st0[k] for k, v in ds.stats().items()}
         ds.close()
         return {"images_s": images / dt,
                 "trainer_cpu_batch_ms": 1e3 * (self_cpu() - cpu0) / batches,
@@ -108,6 +117,9 @@ def main():
     ap.add_argument("--data", default=os.environ.get(
         "SLUICE_BENCH_DATA", "/tmp/sluice-bench-data"))
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="epochs read untimed first, in every run (the "
+                         "steady state: buffers, slots and mappings made)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=4,
@@ -154,20 +166,23 @@ def main():
             if not args.no_two:
                 res["2 workers"] = []
             for _ in range(args.repeats):
+                w = args.warmup
                 res["local"].append(run_local(spec, args.epochs,
-                                              args.threads))
+                                              args.threads, w))
                 res["1 worker"].append(run_remote(spec, args.epochs, 1,
-                                                  args.threads, tmp))
+                                                  args.threads, tmp,
+                                                  warmup=w))
                 if args.socket:
                     res["1 worker, socket only"].append(run_remote(
-                        spec, args.epochs, 1, args.threads, tmp, shm=False))
+                        spec, args.epochs, 1, args.threads, tmp, shm=False,
+                        warmup=w))
                 if args.copies:
                     res["1 worker, copied parts"].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, True))
                 if not args.no_two:
                     res["2 workers"].append(run_remote(
                         spec, args.epochs, 2, max(1, args.threads // 2),
-                        tmp))
+                        tmp, warmup=w))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)

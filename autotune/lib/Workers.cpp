@@ -93,7 +93,7 @@ Status adviseWorkers(TuneResult &r, double demand,
   }
   if (a.wireBytesPerRecord > 0) {
     a.receiveSecondsPerByte =
-        receiveCost >= 0 ? receiveCost : receiveSecondsPerByte(outputBytes);
+        receiveCost >= 0 ? receiveCost : receiveSecondsPerByte();
     a.receiveSecondsPerRecord = a.wireBytesPerRecord * a.receiveSecondsPerByte;
   }
   double c = static_cast<double>(a.localCores);
@@ -171,9 +171,9 @@ Status adviseWorkers(TuneResult &r, double demand,
   return Status::ok();
 }
 
-double receiveSecondsPerByte(double outputBytes) {
-  size_t n = static_cast<size_t>(
-      std::clamp(outputBytes, double(1 << 20), double(64 << 20)));
+double receiveSecondsPerByte() {
+  // Beyond the caches: received bytes stream through memory.
+  size_t n = 64 << 20;
   std::vector<uint8_t> from(n, 1), to(n);
   auto cpuNow = [] {
     timespec ts;
