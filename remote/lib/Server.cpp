@@ -86,6 +86,8 @@ struct TrainerStats {
   int64_t shared = 0;
   /// Outputs whose fields went into the trainer's shared memory (Slots.h).
   int64_t slotOutputs = 0;
+  /// Chunks made by the pipeline kept from the trainer's previous chunk.
+  int64_t continued = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -403,18 +405,37 @@ public:
       if (st.rows > most || req->count() == 0)
         return grpc::Status::OK;
     }
-    runtime::RunOptions o = opts_;
-    o.resume = st;
-    o.rank = st.rank;
-    o.worldSize = st.worldSize;
-    o.epochs = st.epoch + 1;
-    auto created = runtime::Pipeline::create(plan_, o);
-    if (!created)
-      return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          created.status().message());
-    std::unique_ptr<runtime::Pipeline> pipe = created.take();
+    // The trainer's next chunk after the one this worker made last: the
+    // pipeline kept from it continues (the same positions, so the same
+    // bytes, without a new pipeline's start and the read-ahead a stop
+    // throws away). Any other chunk stops the kept pipeline first, so the
+    // worker holds one pipeline's budget per stream at most.
+    std::string continuation = req->trainer() + "|" + req->base_state();
+    std::unique_ptr<runtime::Pipeline> pipe;
+    {
+      std::lock_guard<std::mutex> lock(keptMu_);
+      if (kept_ && keptKey_ == continuation && keptNext_ == req->first())
+        pipe = std::move(kept_);
+      else if (kept_)
+        kept_->stop();
+      kept_.reset();
+    }
+    bool continued = pipe != nullptr;
+    if (!pipe) {
+      runtime::RunOptions o = opts_;
+      o.resume = st;
+      o.rank = st.rank;
+      o.worldSize = st.worldSize;
+      o.epochs = st.epoch + 1;
+      auto created = runtime::Pipeline::create(plan_, o);
+      if (!created)
+        return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            created.status().message());
+      pipe = created.take();
+    }
     int64_t rowsDone = st.rows;
-    return streamOutputs(
+    bool reusable = false;
+    grpc::Status status = streamOutputs(
         ctx, req, *pipe, st.epoch, writer, started,
         [&](const runtime::Batch &batch, int64_t i) {
           // The state a local run has here: positions counted from the
@@ -429,7 +450,26 @@ public:
           }
           return after;
         },
-        nullptr, keep);
+        nullptr, keep, continueChunks() ? &reusable : nullptr, continued);
+    if (reusable) {
+      std::lock_guard<std::mutex> lock(keptMu_);
+      if (kept_)
+        kept_->stop();
+      kept_ = std::move(pipe);
+      keptKey_ = continuation;
+      keptNext_ = req->first() + req->count();
+    }
+    return status;
+  }
+
+  /// Whether a chunk's pipeline is kept for the trainer's next chunk
+  /// (SLUICE_NO_CHUNK_CONTINUATION=1: every chunk starts its own).
+  static bool continueChunks() {
+    static const bool on = [] {
+      const char *off = std::getenv("SLUICE_NO_CHUNK_CONTINUATION");
+      return !(off && std::string(off) == "1");
+    }();
+    return on;
   }
 
   /// A chunk of a replayed pipeline (Replay.h): the share's row order says
@@ -517,11 +557,12 @@ public:
       const std::function<runtime::PipelineState(const runtime::Batch &,
                                                  int64_t)> &stateAfter,
       const std::function<std::optional<std::string>()> &checkEnd,
-      SharedChunk *keep) {
+      SharedChunk *keep, bool *reusable = nullptr, bool continued = false) {
     runtime::Pipeline *pipe = &pipeRef;
     runtime::Batch batch;
     TrainerStats ts;
     ts.chunks = 1;
+    ts.continued = continued;
     // Cut short (the trainer cancelled, or this worker is shutting down):
     // never OK, which would tell the trainer its share ended here.
     bool cut = false;
@@ -542,6 +583,9 @@ public:
         c += st.cpuSeconds + st.threadCpuSeconds;
       return c;
     };
+    // A continued pipeline's earlier CPU went with the earlier chunk.
+    if (continued)
+      cpuSampled = pipelineCpu();
     for (int64_t i = 0; i < req->count(); ++i) {
       if (ctx->IsCancelled()) {
         cut = true;
@@ -604,7 +648,12 @@ public:
         break;
       ++ts.outputs;
     }
-    pipe->stop();
+    // All `count` outputs made and sent: the pipeline can go on with the
+    // trainer's next chunk (the caller keeps it running); else it stops.
+    if (reusable && !cut && ts.outputs == req->count())
+      *reusable = true;
+    else
+      pipe->stop();
     return finishStream(ctx, req, started, ts, cut);
   }
 
@@ -648,6 +697,8 @@ public:
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
         os << t.slotOutputs << " of them in the trainer's shared memory, ";
+      if (t.continued)
+        os << t.continued << " chunks continued the previous one's pipeline, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
          << " MiB sent";
       if (t.outputs)
@@ -707,6 +758,7 @@ private:
     s.encodeCpu += t.encodeCpu;
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
+    s.continued += t.continued;
     s.seconds += t.seconds;
   }
 
@@ -727,6 +779,13 @@ private:
   std::mutex slotMu_;
   std::condition_variable slotCv_;
   int64_t running_ = 0;
+  /// The pipeline kept from the last chunk made by position (whole, not
+  /// cut), for the same trainer's next chunk: its key (trainer and base
+  /// state) and the first output it would make.
+  std::mutex keptMu_;
+  std::unique_ptr<runtime::Pipeline> kept_;
+  std::string keptKey_;
+  int64_t keptNext_ = 0;
 };
 
 } // namespace

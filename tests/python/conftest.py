@@ -67,6 +67,9 @@ def images_source(root, shuffle=False):
 
 
 DECODE = "decode_image: {field: data, as: image, channels: 3}"
+#: Decode, a random 24x24 crop and a flip: random choices keyed by position.
+AUGMENT_24 = [DECODE, "random_resized_crop: {field: image, size: [24, 24]}",
+              "random_flip: {field: image, axis: width, p: 0.5}"]
 
 
 @pytest.fixture(scope="session")
@@ -90,10 +93,8 @@ def positional_spec(image_root, tmp_path_factory):
     """Random augmentations, source-level shuffle, no shuffle buffer."""
     d = tmp_path_factory.mktemp("spec")
     return write(d / "pos.yaml", spec_yaml(
-        "positional", 9, images_source(image_root, shuffle=True), [
-            DECODE,
-            "random_resized_crop: {field: image, size: [24, 24]}",
-            "random_flip: {field: image, axis: width, p: 0.5}",
+        "positional", 9, images_source(image_root, shuffle=True),
+        AUGMENT_24 + [
             "select: [path, image, label]",
             "batch: {size: 4}"], epochs=2))
 

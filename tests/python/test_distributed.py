@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import (DECODE, FASHION, SLUICE_BIN, batches_equal,
+from conftest import (AUGMENT_24, FASHION, SLUICE_BIN, batches_equal,
                       fashion_source, images_source, spec_yaml, write)
 
 remote = pytest.importorskip("sluice.remote")
@@ -31,10 +31,8 @@ def served_spec(image_root, tmp_path_factory):
     and 2 (48 images, batches of 5)."""
     d = tmp_path_factory.mktemp("served")
     return write(d / "served.yaml", spec_yaml(
-        "served", 21, images_source(image_root, shuffle=True), [
-            DECODE,
-            "random_resized_crop: {field: image, size: [24, 24]}",
-            "random_flip: {field: image, axis: width, p: 0.5}",
+        "served", 21, images_source(image_root, shuffle=True),
+        AUGMENT_24 + [
             "normalize: {field: image, mean: [120, 120, 120], "
             "std: [60, 60, 60]}",
             "transpose: {field: image, to: CHW}",
@@ -1036,6 +1034,37 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
     # The workers count what went into shared memory.
     assert any(re.search(r"[1-9]\d* of them in the trainer's shared memory",
                          w.stop()) for w in ws)
+
+
+def test_chunks_continue_the_kept_pipeline(served_spec, workers):
+    """One worker, chunks of 2: every chunk of an epoch after its first
+    continues the pipeline kept from the trainer's previous chunk (the
+    worker counts them), with a local run's batches and states; with
+    SLUICE_NO_CHUNK_CONTINUATION=1 every chunk starts its own pipeline,
+    the same batches."""
+    want = local_batches(served_spec, 1)
+    on = workers(served_spec, "--stats-interval", "0")
+    off = workers(served_spec, "--stats-interval", "0",
+                  env={"SLUICE_NO_CHUNK_CONTINUATION": "1"})
+    for w in (on, off):
+        ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
+        ds.set_epoch(1)
+        it = ds.arrays()
+        head = [next(it) for _ in range(5)]
+        state = ds.state_dict()
+        got = head + list(it)
+        ds.close()
+        assert_same(got, want)
+        local = sluice.Pipeline(served_spec, epochs=2, first_epoch=1,
+                                threads=1)
+        for _ in range(5):
+            next(local)
+        assert json.loads(json.dumps(state["pipeline"])) == \
+            json.loads(json.dumps(local.state_dict())), (state, w.address)
+    # 10 batches in 5 chunks, one worker: chunks 2-5 continue.
+    assert re.search(r": 5 chunks, 10 outputs, .*\b4 chunks continued",
+                     on.stop()), "no chunk continued"
+    assert "continued" not in off.stop()
 
 
 def test_worker_that_cannot_open_the_slots_uses_the_socket(served_spec,

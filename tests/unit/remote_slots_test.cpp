@@ -35,18 +35,35 @@ std::atomic<uint64_t> *stateOf(const uint8_t *data) {
       const_cast<uint8_t *>(data) - kSlotDataOffset + 32);
 }
 
+/// Each test's trainer pool.
+class RemoteSlots : public ::testing::Test {
+protected:
+  void SetUp() override {
+    pool = SlotPool::create();
+    ASSERT_TRUE(pool) << "memfd_create";
+  }
+  /// One slot of at least `bytes`, the pool holding at most `limit`; an
+  /// empty list (and a failure) when none is lent.
+  std::vector<SlotRef> lendOne(size_t bytes, size_t limit) {
+    std::vector<SlotRef> v = pool->lend(1, bytes, limit);
+    EXPECT_EQ(v.size(), 1u);
+    if (v.size() != 1)
+      v.clear();
+    return v;
+  }
+  std::shared_ptr<SlotPool> pool;
+};
+
 } // namespace
 
-TEST(RemoteSlots, LayoutAlignsEachField) {
+TEST_F(RemoteSlots, LayoutAlignsEachField) {
   std::vector<size_t> offsets;
   EXPECT_EQ(slotLayout({3, 64, 1}, offsets), 129u);
   EXPECT_EQ(offsets, (std::vector<size_t>{0, 64, 128}));
   EXPECT_EQ(slotLayout({}, offsets), 0u);
 }
 
-TEST(RemoteSlots, WrittenSlotIsTakenWithTheWorkersBytes) {
-  auto pool = SlotPool::create();
-  ASSERT_TRUE(pool) << "memfd_create";
+TEST_F(RemoteSlots, WrittenSlotIsTakenWithTheWorkersBytes) {
   std::vector<SlotRef> lent = pool->lend(2, 1000, 8);
   ASSERT_EQ(lent.size(), 2u);
   EXPECT_NE(lent[0].lease, lent[1].lease);
@@ -71,17 +88,15 @@ TEST(RemoteSlots, WrittenSlotIsTakenWithTheWorkersBytes) {
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].path, lent[0].path);
   held.reset();
-  std::vector<SlotRef> more = pool->lend(1, 1000, 2);
-  ASSERT_EQ(more.size(), 1u);
+  std::vector<SlotRef> more = lendOne(1000, 2);
+  ASSERT_FALSE(more.empty());
   EXPECT_EQ(more[0].path, lent[1].path);
   EXPECT_EQ(pool->size(), 2u);
 }
 
-TEST(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
-  auto pool = SlotPool::create();
-  ASSERT_TRUE(pool);
-  std::vector<SlotRef> lent = pool->lend(1, 100, 4);
-  ASSERT_EQ(lent.size(), 1u);
+TEST_F(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
+  std::vector<SlotRef> lent = lendOne(100, 4);
+  ASSERT_FALSE(lent.empty());
   SlotWriter w(lent, bootId());
   // More than the slot holds (slots come in 2 MiB steps): over the socket.
   EXPECT_FALSE(w.write(0, {bytes(lent[0].capacity + 1, 0)}));
@@ -106,18 +121,16 @@ TEST(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
   EXPECT_TRUE(other.unreachable());
 }
 
-TEST(RemoteSlots, GivenBackSlotCannotBeWrittenAnyMore) {
-  auto pool = SlotPool::create();
-  ASSERT_TRUE(pool);
-  std::vector<SlotRef> lent = pool->lend(1, 100, 4);
-  ASSERT_EQ(lent.size(), 1u);
+TEST_F(RemoteSlots, GivenBackSlotCannotBeWrittenAnyMore) {
+  std::vector<SlotRef> lent = lendOne(100, 4);
+  ASSERT_FALSE(lent.empty());
   pool->giveBack(lent[0]); // the stream was cut before the worker wrote
   SlotWriter late(lent, bootId());
   EXPECT_FALSE(late.write(0, {bytes(10, 0)}));
   // Lent again under a new lease: a write under the old one still fails,
   // one under the new lease succeeds.
-  std::vector<SlotRef> again = pool->lend(1, 100, 4);
-  ASSERT_EQ(again.size(), 1u);
+  std::vector<SlotRef> again = lendOne(100, 4);
+  ASSERT_FALSE(again.empty());
   EXPECT_EQ(again[0].path, lent[0].path);
   EXPECT_NE(again[0].lease, lent[0].lease);
   EXPECT_FALSE(late.write(0, {bytes(10, 0)}));
@@ -125,11 +138,9 @@ TEST(RemoteSlots, GivenBackSlotCannotBeWrittenAnyMore) {
   EXPECT_TRUE(now.write(0, {bytes(10, 3)}));
 }
 
-TEST(RemoteSlots, SlotBeingWrittenIsSetAsideUntilWritten) {
-  auto pool = SlotPool::create();
-  ASSERT_TRUE(pool);
-  std::vector<SlotRef> lent = pool->lend(1, 100, 1);
-  ASSERT_EQ(lent.size(), 1u);
+TEST_F(RemoteSlots, SlotBeingWrittenIsSetAsideUntilWritten) {
+  std::vector<SlotRef> lent = lendOne(100, 1);
+  ASSERT_FALSE(lent.empty());
   SlotWriter w(lent, bootId());
   ASSERT_TRUE(w.write(0, {bytes(10, 0)}));
   const uint8_t *data = nullptr;
@@ -139,8 +150,8 @@ TEST(RemoteSlots, SlotBeingWrittenIsSetAsideUntilWritten) {
   h.reset();
   // A worker caught between its move to "writing" and its last store (as
   // a stream cut mid-write leaves it), simulated on the state word.
-  std::vector<SlotRef> second = pool->lend(1, 100, 1);
-  ASSERT_EQ(second.size(), 1u);
+  std::vector<SlotRef> second = lendOne(100, 1);
+  ASSERT_FALSE(second.empty());
   state->store(second[0].lease + 1);
   pool->giveBack(second[0]);
   EXPECT_EQ(pool->setAside(), 1u);
@@ -148,20 +159,18 @@ TEST(RemoteSlots, SlotBeingWrittenIsSetAsideUntilWritten) {
   EXPECT_TRUE(pool->lend(1, 100, 1).empty());
   // The worker's last store: the slot is free again.
   state->store(second[0].lease + 2);
-  std::vector<SlotRef> third = pool->lend(1, 100, 1);
-  ASSERT_EQ(third.size(), 1u);
+  std::vector<SlotRef> third = lendOne(100, 1);
+  ASSERT_FALSE(third.empty());
   EXPECT_EQ(pool->setAside(), 0u);
   EXPECT_EQ(third[0].path, lent[0].path);
 }
 
-TEST(RemoteSlots, LargerOutputsReplaceSmallerFreeSlotsAtTheLimit) {
-  auto pool = SlotPool::create();
-  ASSERT_TRUE(pool);
-  std::vector<SlotRef> small = pool->lend(1, 100, 1);
-  ASSERT_EQ(small.size(), 1u);
+TEST_F(RemoteSlots, LargerOutputsReplaceSmallerFreeSlotsAtTheLimit) {
+  std::vector<SlotRef> small = lendOne(100, 1);
+  ASSERT_FALSE(small.empty());
   pool->giveBack(small[0]);
-  std::vector<SlotRef> big = pool->lend(1, small[0].capacity + 1, 1);
-  ASSERT_EQ(big.size(), 1u);
+  std::vector<SlotRef> big = lendOne(small[0].capacity + 1, 1);
+  ASSERT_FALSE(big.empty());
   EXPECT_GT(big[0].capacity, small[0].capacity);
   EXPECT_EQ(pool->size(), 1u);
   SlotWriter w(big, bootId());
