@@ -7,7 +7,10 @@
 // stream. gRPC's synchronous Write returns only once the transport has room
 // (HTTP/2 flow control), so a trainer that stops reading stops the worker's
 // pipeline within its budget: back-pressure needs no code of its own here.
-// Nothing outlives a call; every chunk is independent (docs/distributed.md).
+// Every chunk is independent (docs/distributed.md): the one thing kept
+// after a call is the pipeline of a whole chunk made by position, which the
+// same trainer's next chunk continues (the positions it would resume at),
+// and which any other chunk stops.
 // A pipeline with a shuffle step or a filter is served by replaying its
 // order (Replay.h): the chunk's rows are then explicit positions.
 //

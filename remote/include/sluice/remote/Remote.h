@@ -10,7 +10,9 @@
 // outputs [first, first + count) after a base PipelineState that resumes by
 // position. A worker resumes the pipeline there (Pipeline::create with
 // RunOptions::resume: free for a positional state) and streams the outputs;
-// it keeps nothing after the call. The trainer hands chunks to workers,
+// it keeps nothing after the call that the bytes depend on (a pipeline it
+// keeps for the trainer's next chunk stands where a resume would start).
+// The trainer hands chunks to workers,
 // keeps the outputs in order, drops duplicates, and gives a dead worker's
 // undelivered outputs to the others, so every output of the share arrives
 // exactly once whatever the workers do. Its state after an output is the
