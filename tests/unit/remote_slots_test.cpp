@@ -31,8 +31,8 @@ Tensor bytes(size_t n, uint8_t first) {
 /// The state word of a slot as the worker sees it (its header's last
 /// field, after magic, nonce and capacity).
 std::atomic<uint64_t> *stateOf(const uint8_t *data) {
-  return reinterpret_cast<std::atomic<uint64_t> *>(
-      const_cast<uint8_t *>(data) - kSlotDataOffset + 32);
+  return reinterpret_cast<std::atomic<uint64_t> *>(const_cast<uint8_t *>(data) -
+                                                   kSlotDataOffset + 32);
 }
 
 /// Each test's trainer pool.
