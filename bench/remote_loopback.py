@@ -4,11 +4,11 @@ images/s with 1 and 2 worker processes against the same pipeline in-process,
 CPU per batch serving (the workers' processes) and receiving (the trainer's
 process), and bytes on the wire per image, for f32 and u8 outputs.
 
-The pipeline is photos_bench.yaml's (decode, random_resized_crop 224, flip,
-normalize, CHW, batch 128) with the source read by position (`shuffle: true`
-on the source instead of a shuffle step: what `sluice serve` needs); the u8
-variant leaves out `normalize` (a trainer normalizes on its GPU), so each
-image travels as 150 KB instead of 602 KB.
+The pipeline and the data are bench/_remote_common.py's (u8 and f32
+outputs of the photo pipeline). A worker on the trainer's host writes the
+batches into the trainer's shared memory (remote/lib/Slots.h); `--socket`
+adds runs with that off (everything over the socket, as from another
+host).
 
 On one host the workers and the trainer share the cores: with 2 cores, one
 worker of 2 threads against the in-process pipeline of 2 threads measures
@@ -23,43 +23,15 @@ Usage: bench/remote_loopback.py [--data DIR] [--epochs N] [--threads T]
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SLUICE_BIN = os.environ.get("SLUICE_BIN",
-                            os.path.join(HERE, "..", "build", "bin", "sluice"))
-
-SPEC = """
-pipeline: remote_bench_{name}
-seed: 42
-source:
-  image_folder: {{root: {root}, extensions: [jpg], shuffle: true}}
-steps:
-  - decode_image: {{field: data, as: image, channels: 3}}
-  - random_resized_crop: {{field: image, size: [224, 224], scale: [0.08, 1.0], ratio: [0.75, 1.3333]}}
-  - random_flip: {{field: image, axis: width, p: 0.5}}
-{normalize}  - transpose: {{field: image, to: CHW}}
-  - select: [image, label]
-  - batch: {{size: 128, drop_remainder: true}}
-epochs: 1
-budget: {{cores: all, memory: 2GiB}}
-"""
-NORMALIZE = ("  - normalize: {field: image, mean: [123.675, 116.28, 103.53], "
-             "std: [58.395, 57.12, 57.375]}\n")
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _remote_common import (cpu_of, photos_root, start_worker,  # noqa: E402
+                            stop_worker, write_spec)
 
 CHUNK, WINDOW = 4, 8
-
-
-def cpu_of(pid):
-    """User + system seconds of a process (and its threads)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick
 
 
 def self_cpu():
@@ -72,25 +44,15 @@ def self_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def start_worker(spec, threads, tmp, env=None):
-    port_file = os.path.join(tmp, "port-%d" % time.monotonic_ns())
-    p = subprocess.Popen([SLUICE_BIN, "serve", spec, "--listen",
-                          "127.0.0.1:0", "--port-file", port_file,
-                          "--threads", str(threads), "-q"],
-                         stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, **(env or {})))
-    while not os.path.exists(port_file):
-        if p.poll() is not None:
-            sys.exit("sluice serve failed: " + p.stderr.read())
-        time.sleep(0.05)
-    return p, open(port_file).read().strip()
-
-
-def run_local(spec, epochs, threads):
+def run_local(spec, epochs, threads, warmup=0):
     import sluice
+    for e in range(warmup):
+        for _ in sluice.Pipeline(spec, epochs=e + 1, first_epoch=e,
+                                 threads=threads):
+            pass
     images = 0
     cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
-    for e in range(epochs):
+    for e in range(warmup, warmup + epochs):
         for b in sluice.Pipeline(spec, epochs=e + 1, first_epoch=e,
                                  threads=threads):
             images += b["image"].shape[0]
@@ -100,10 +62,12 @@ def run_local(spec, epochs, threads):
             "trainer_faults_batch": (self_faults() - f0) / (images / 128)}
 
 
-def run_remote(spec, epochs, workers, threads_each, tmp, copies=False):
+def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
+               shm=True, warmup=0):
     """copies: the way before raw messages (each data part copied into a
     protobuf message on the worker and parsed into one on the trainer:
-    SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1)."""
+    SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1); shm: the
+    trainer lends the worker shared memory (off: over the socket)."""
     import sluice.remote
     if copies:
         os.environ["SLUICE_REMOTE_PARSE_PARTS"] = "1"
@@ -114,30 +78,38 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False):
              for _ in range(workers)]
     try:
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
-                                   chunk=CHUNK, window=WINDOW)
-        # Warm the workers' kernel caches and page cache: one epoch untimed
-        # would double the run; a single chunk is enough to start them.
+                                   chunk=CHUNK, window=WINDOW,
+                                   shared_memory=shm and not copies)
+        # --warmup: epochs untimed first (the buffers, slots and
+        # mappings each end makes once, then reuses).
+        for e in range(warmup):
+            ds.set_epoch(e)
+            for _ in ds.arrays():
+                pass
         images = 0
+        st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
         cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
-        for e in range(epochs):
+        for e in range(warmup, warmup + epochs):
             ds.set_epoch(e)
             for b in ds.arrays():
                 images += b["image"].shape[0]
         dt = time.perf_counter() - t0
         batches = images / 128
         serve_cpu = sum(cpu_of(p.pid) - c for (p, _), c in zip(procs, wcpu0))
-        st = ds.stats()
+        st = {k: v - st0[k] for k, v in ds.stats().items()}
         ds.close()
         return {"images_s": images / dt,
                 "trainer_cpu_batch_ms": 1e3 * (self_cpu() - cpu0) / batches,
                 "trainer_faults_batch": (self_faults() - f0) / batches,
                 "worker_cpu_batch_ms": 1e3 * serve_cpu / batches,
-                "wire_bytes_image": st["wire_bytes"] / images}
+                "wire_bytes_image": st["wire_bytes"] / images,
+                "receive_cpu_batch_ms":
+                    1e3 * st["receive_cpu_seconds"] / st["outputs"],
+                "shm_share": st["shared_memory_outputs"] / st["outputs"]}
     finally:
         for p, _ in procs:
-            p.terminate()
-            p.wait()
+            stop_worker(p)
 
 
 def main():
@@ -145,6 +117,9 @@ def main():
     ap.add_argument("--data", default=os.environ.get(
         "SLUICE_BENCH_DATA", "/tmp/sluice-bench-data"))
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="epochs read untimed first, in every run (the "
+                         "steady state: buffers, slots and mappings made)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=4,
@@ -162,62 +137,99 @@ def main():
                          "instead of `shuffle: true` on the source")
     ap.add_argument("--no-two", action="store_true",
                     help="leave out the 2-worker runs")
+    ap.add_argument("--socket", action="store_true",
+                    help="also run 1 worker without shared memory (every "
+                         "byte over the socket, as from another host)")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
-    root = os.path.join(args.data, "photos", "train")
-    if not os.path.isdir(root):
-        subprocess.check_call([sys.executable,
-                               os.path.join(HERE, "gen_photos.py"),
-                               "--out", args.data])
+    root = photos_root(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
-        for name, norm in [("f32", NORMALIZE), ("u8", "")]:
+        for name in ("f32", "u8"):
             if args.only and name != args.only:
                 continue
-            spec = os.path.join(tmp, name + ".yaml")
-            with open(spec, "w") as f:
-                text = SPEC.format(name=name, root=root, normalize=norm)
-                if args.shuffle_step:
-                    text = text.replace(", shuffle: true}", "}").replace(
+            spec = write_spec(tmp, name, root, name == "f32")
+            if args.shuffle_step:
+                with open(spec) as f:
+                    text = f.read()
+                with open(spec, "w") as f:
+                    f.write(text.replace(", shuffle: true}", "}").replace(
                         "  - batch:", "  - shuffle: {buffer: 1024}\n"
-                        "  - batch:")
-                f.write(text)
+                        "  - batch:"))
             # Interleaved repeats: the host's load drifts.
             res = {"local": [], "1 worker": []}
+            if args.socket:
+                res["1 worker, socket only"] = []
             if args.copies:
                 res["1 worker, copied parts"] = []
             if not args.no_two:
                 res["2 workers"] = []
             for _ in range(args.repeats):
+                w = args.warmup
                 res["local"].append(run_local(spec, args.epochs,
-                                              args.threads))
+                                              args.threads, w))
                 res["1 worker"].append(run_remote(spec, args.epochs, 1,
-                                                  args.threads, tmp))
+                                                  args.threads, tmp,
+                                                  warmup=w))
+                if args.socket:
+                    res["1 worker, socket only"].append(run_remote(
+                        spec, args.epochs, 1, args.threads, tmp, shm=False,
+                        warmup=w))
                 if args.copies:
                     res["1 worker, copied parts"].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, True))
                 if not args.no_two:
                     res["2 workers"].append(run_remote(
                         spec, args.epochs, 2, max(1, args.threads // 2),
-                        tmp))
+                        tmp, warmup=w))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)
                        for k in rs[0]}
                 rows.append((name, how, med, med["images_s"] / base))
     print("| output | how | images/s | vs in-process | trainer CPU ms/batch "
-          "| trainer faults/batch | workers' CPU ms/batch "
-          "| wire bytes/image |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
+          "| wire bytes/image | in shared memory |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, how, m, ratio in rows:
-        print("| %s | %s | %.0f | %.2fx | %.1f | %.0f | %s | %s |" % (
+        print("| %s | %s | %.0f | %.2fx | %.1f | %s | %.0f | %s | %s | %s |" % (
             name, how, m["images_s"], ratio, m["trainer_cpu_batch_ms"],
+            "%.1f" % m["receive_cpu_batch_ms"]
+            if "receive_cpu_batch_ms" in m else "-",
             m["trainer_faults_batch"],
             "%.1f" % m["worker_cpu_batch_ms"] if "worker_cpu_batch_ms" in m
             else "-",
             "%.0f" % m["wire_bytes_image"] if "wire_bytes_image" in m
+            else "-",
+            "%.0f%%" % (100 * m["shm_share"]) if "shm_share" in m
             else "-"))
+    # What receiving over the socket costs in memcpys of the same bytes
+    # (autotune's kReceiveCopies): a batch's bytes copied on this host.
+    for name, how, m, _ in rows:
+        if how != "1 worker, socket only":
+            continue
+        nbytes = int(m["wire_bytes_image"] * 128)
+        memcpy = memcpy_ms(nbytes)
+        print("%s: receiving over the socket %.1f ms per batch = %.1f "
+              "memcpys of its %d bytes (%.2f ms each)" % (
+                  name, m["receive_cpu_batch_ms"],
+                  m["receive_cpu_batch_ms"] / memcpy, nbytes, memcpy))
+
+
+def memcpy_ms(nbytes, repeats=5):
+    """Thread CPU ms of copying `nbytes` between two touched buffers
+    (median of `repeats`)."""
+    import numpy as np
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        np.copyto(dst, src)
+        times.append(time.thread_time() - t0)
+    return 1e3 * statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -319,17 +319,23 @@ json reportJson(const TuneResult &r) {
   }
   if (r.workerAdvice) {
     const TuneResult::WorkerAdvice &a = *r.workerAdvice;
-    j["workers"] = {{"demand_records_per_second", num(a.demand)},
-                    {"demand_from", a.demandFrom},
-                    {"local_cores", a.localCores},
-                    {"local_records_per_second", num(a.localRate)},
-                    {"cores_per_worker", a.coresPerWorker},
-                    {"worker_records_per_second", num(a.workerRate)},
-                    {"remote_workers", a.remoteWorkers},
-                    {"workers_without_local", a.workersAlone},
-                    {"cpu_cores", num(a.cpuCores)},
-                    {"wire_bytes_per_record", num(a.wireBytesPerRecord)},
-                    {"advice", a.text}};
+    j["workers"] = {
+        {"demand_records_per_second", num(a.demand)},
+        {"demand_from", a.demandFrom},
+        {"local_cores", a.localCores},
+        {"local_records_per_second", num(a.localRate)},
+        {"cores_per_worker", a.coresPerWorker},
+        {"worker_records_per_second", num(a.workerRate)},
+        {"remote_workers", a.remoteWorkers},
+        {"workers_without_local", a.workersAlone},
+        {"cpu_cores", num(a.cpuCores)},
+        {"wire_bytes_per_record", num(a.wireBytesPerRecord)},
+        {"receive_seconds_per_byte", num(a.receiveSecondsPerByte)},
+        {"receive_seconds_per_record", num(a.receiveSecondsPerRecord)},
+        {"remote_records_per_second", num(a.remoteRate)},
+        {"receive_cores", num(a.receiveCores)},
+        {"receive_limit_records_per_second", num(a.receiveLimit)},
+        {"advice", a.text}};
   }
   return j;
 }

@@ -106,6 +106,11 @@ class Dataset(_Base):
         client may hold ahead of the next one (bounds its memory).
     worker_timeout: seconds with no worker delivering before an error.
     pin_memory: as in sluice.torch.Dataset.
+    shared_memory: a worker on this host writes the batches' numeric
+        fields into memory this process lends it (a memfd per batch,
+        reused), which become the arrays without a copy; only headers
+        cross the socket. Workers on other hosts are not affected. False
+        (or $SLUICE_NO_SHARED_MEMORY=1): everything over the socket.
     """
 
     def __init__(self, spec_path: str, workers: Optional[List[str]] = None,
@@ -116,7 +121,8 @@ class Dataset(_Base):
                  window: int = 8, worker_timeout: float = 60.0,
                  epoch: int = 0, pin_memory: bool = False,
                  trainer: Optional[str] = None,
-                 dns_interval: float = 5.0) -> None:
+                 dns_interval: float = 5.0,
+                 shared_memory: bool = True) -> None:
         super().__init__()
         spec = _spec_distributed(spec_path)
         self.world_size = _resolve(world_size, spec, "world_size",
@@ -135,7 +141,7 @@ class Dataset(_Base):
             self.world_size, token, tls_roots, tls_server_name, chunk,
             window, worker_timeout,
             trainer or "rank%d@%s" % (self.rank, os.uname().nodename),
-            dns_interval)
+            dns_interval, shared_memory)
         self._resume: Optional[Dict[str, Any]] = None
         self._active = False
 
@@ -154,7 +160,9 @@ class Dataset(_Base):
         self._client.add_worker(address)
 
     def stats(self) -> Dict[str, float]:
-        """Outputs, bytes received, chunks, reassigned outputs, failures;
+        """Outputs, bytes received (wire_bytes: over the socket;
+        shared_memory_outputs: outputs a worker on this host wrote into
+        this process's memory), chunks, reassigned outputs, failures;
         and what advice() is made of: the workers' CPU for the delivered
         outputs, this process's CPU receiving them, the time the trainer
         waited for batches and the time it spent between them."""

@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/remote/Remote.h"
 
+#include "Slots.h"
 #include "sluice_remote.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
@@ -213,7 +214,17 @@ public:
     std::mutex ctxMu;
     grpc::ClientContext *current = nullptr;
     std::string lastError;
+    /// Whether the worker can write into this process's slots (until it
+    /// says it cannot: another host).
+    std::atomic<bool> slotsWork{true};
   };
+
+  /// Slots lent to workers on this host (Slots.h); null: all outputs come
+  /// over the socket.
+  std::shared_ptr<detail::SlotPool> slots;
+  /// The most bytes an output's numeric fields took in a slot's layout so
+  /// far: the size of the slots lent (none before the first output).
+  std::atomic<size_t> slotBytes{0};
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -442,6 +453,39 @@ public:
     req.set_base_state(base);
     req.set_first(first);
     req.set_count(count);
+    // Slots for the chunk's outputs, when a worker on this host can take
+    // them; what the stream does not deliver goes back at its end.
+    std::vector<detail::SlotRef> lent;
+    if (slots && w.slotsWork && slotBytes > 0) {
+      size_t limit;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        // The window, each worker's chunk, and a few the trainer holds.
+        limit =
+            static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
+      }
+      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit);
+      for (const detail::SlotRef &r : lent) {
+        Slot *sl = req.add_slots();
+        sl->set_path(r.path);
+        sl->set_nonce0(r.nonce[0]);
+        sl->set_nonce1(r.nonce[1]);
+        sl->set_lease(r.lease);
+        sl->set_capacity(static_cast<int64_t>(r.capacity));
+      }
+      req.set_boot_id(detail::bootId());
+    }
+    std::vector<bool> taken(lent.size(), false);
+    struct GiveBack {
+      detail::SlotPool *pool;
+      const std::vector<detail::SlotRef> &lent;
+      const std::vector<bool> &taken;
+      ~GiveBack() {
+        for (size_t k = 0; k < lent.size(); ++k)
+          if (!taken[k])
+            pool->giveBack(lent[k]);
+      }
+    } giveBack{slots.get(), lent, taken};
     // Produce read raw (the proto's wire format in a grpc::ByteBuffer, as
     // the generated stub would read a Part), so that data parts are copied
     // once, from gRPC's slices to the output (WireCursor). The factory is
@@ -456,6 +500,8 @@ public:
     // The output being received: its header came, its data parts follow.
     std::optional<RemoteOutput> cur;
     std::shared_ptr<std::vector<Tensor>> bufs;
+    // What owns the current output's bytes: bufs, or a slot.
+    std::shared_ptr<const void> owner;
     std::vector<size_t> pending; // fields whose bytes are still to come
     size_t pendingAt = 0, offset = 0;
     grpc::Status protocolError;
@@ -539,15 +585,42 @@ public:
             break;
           }
         }
+        if (msg.slots_unreachable())
+          w.slotsWork = false;
+        const uint8_t *slotData = nullptr;
+        size_t slotAt = 0, slotCapacity = 0;
+        owner.reset();
+        if (msg.in_slot()) {
+          int64_t k = index - first;
+          if (k < 0 || k >= static_cast<int64_t>(lent.size()) || taken[k]) {
+            fail("output " + std::to_string(index) +
+                 " in a slot it was not lent");
+            break;
+          }
+          owner = slots->take(lent[k], slotData);
+          if (!owner) {
+            fail("output " + std::to_string(index) +
+                 " in a slot it had not written");
+            break;
+          }
+          taken[k] = true;
+          slotCapacity = lent[k].capacity;
+        }
         cur.emplace();
         cur->index = index;
         cur->epoch = msg.epoch();
         cur->state = msg.state();
         cur->workerCpu = msg.cpu_seconds();
         cur->wireBytes = wire;
+        cur->sharedMemory = msg.in_slot();
         bufs = std::make_shared<std::vector<Tensor>>();
+        if (!owner)
+          owner = bufs;
         pending.clear();
         pendingAt = offset = 0;
+        // The fields' layout in a slot (slotLayout), whether or not this
+        // output came in one: the size of the slots lent next.
+        size_t layout = 0;
         for (const Field &f : msg.fields()) {
           RemoteField rf;
           rf.name = f.name();
@@ -570,11 +643,22 @@ public:
                    "match its shape");
               break;
             }
-            bufs->push_back(Tensor::empty(rf.elem, rf.shape));
-            rf.data = bufs->back().raw();
+            layout = ((layout + 63) & ~size_t(63)) + static_cast<size_t>(n);
             rf.nbytes = static_cast<size_t>(n);
-            if (n > 0)
-              pending.push_back(cur->fields.size());
+            if (slotData) {
+              slotAt = (slotAt + 63) & ~size_t(63);
+              if (slotAt + rf.nbytes > slotCapacity) {
+                fail("field '" + f.name() + "' beyond its slot");
+                break;
+              }
+              rf.data = slotData + slotAt;
+              slotAt += rf.nbytes;
+            } else {
+              bufs->push_back(Tensor::empty(rf.elem, rf.shape));
+              rf.data = bufs->back().raw();
+              if (n > 0)
+                pending.push_back(cur->fields.size());
+            }
           } else {
             for (const std::string &item : f.items())
               rf.items.push_back(item);
@@ -583,6 +667,9 @@ public:
         }
         if (early)
           break;
+        for (size_t seen = slotBytes; layout > seen;)
+          if (slotBytes.compare_exchange_weak(seen, layout))
+            break;
       } else {
         if (!cur || pendingAt >= pending.size()) {
           fail("data outside an output");
@@ -611,7 +698,7 @@ public:
       if (!cur || pendingAt < pending.size())
         continue;
       // The output is whole.
-      cur->owner = bufs;
+      cur->owner = owner;
       int64_t index = cur->index;
       std::unique_lock<std::mutex> lock(mu);
       if (closing || gen != generation || error) {
@@ -698,6 +785,9 @@ RemoteDataset::connect(ClientOptions opts) {
   keepFreedMemory();
   auto impl = std::make_unique<Impl>(std::move(opts));
   Impl &d = *impl;
+  const char *noShm = std::getenv("SLUICE_NO_SHARED_MEMORY");
+  if (d.opts.sharedMemory && !(noShm && std::string(noShm) == "1"))
+    d.slots = detail::SlotPool::create();
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.
@@ -869,6 +959,7 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
       ++d.stats.outputs;
       d.stats.wireBytes += out.wireBytes;
       d.stats.workerCpuSeconds += out.workerCpu;
+      d.stats.slotOutputs += out.sharedMemory;
       d.cv.notify_all();
       return std::optional<RemoteOutput>(std::move(out));
     }

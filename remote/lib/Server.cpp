@@ -7,7 +7,10 @@
 // stream. gRPC's synchronous Write returns only once the transport has room
 // (HTTP/2 flow control), so a trainer that stops reading stops the worker's
 // pipeline within its budget: back-pressure needs no code of its own here.
-// Nothing outlives a call; every chunk is independent (docs/distributed.md).
+// Every chunk is independent (docs/distributed.md): the one thing kept
+// after a call is the pipeline of a whole chunk made by position, which the
+// same trainer's next chunk continues (the positions it would resume at),
+// and which any other chunk stops.
 // A pipeline with a shuffle step or a filter is served by replaying its
 // order (Replay.h): the chunk's rows are then explicit positions.
 //
@@ -15,6 +18,7 @@
 #include "sluice/remote/Remote.h"
 
 #include "Replay.h"
+#include "Slots.h"
 #include "sluice_remote.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
@@ -83,6 +87,10 @@ struct TrainerStats {
   int64_t chunks = 0, outputs = 0, bytes = 0;
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
+  /// Outputs whose fields went into the trainer's shared memory (Slots.h).
+  int64_t slotOutputs = 0;
+  /// Chunks made by the pipeline kept from the trainer's previous chunk.
+  int64_t continued = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -257,54 +265,115 @@ public:
     return st;
   }
 
-  /// A chunk's outputs kept for other trainers: each output's header (its
-  /// CPU left out) and its numeric fields, whose buffers it holds.
+  /// A chunk's outputs kept for other trainers, encoded once: each
+  /// output's header (its CPU left out: the maker's stream carried it) and
+  /// its data parts, slices over the numeric fields it holds. Every job is
+  /// sent these same bytes (or the fields copied into its slots).
   struct SharedChunk {
     enum State { kMaking, kKept, kNotKept } state = kMaking;
     struct Kept {
-      Output head;
+      grpc::Slice head;
       std::vector<Tensor> data;
+      std::vector<grpc::ByteBuffer> parts;
     };
     std::vector<Kept> outputs;
     int64_t bytes = 0;
   };
 
-  /// Sends a kept chunk: the same messages its maker sent.
+  /// Sends a kept chunk: the messages its maker encoded.
   grpc::Status replayShared(grpc::ServerContext *ctx, const ProduceRequest *req,
                             const SharedChunk &chunk, Writer *writer,
                             std::chrono::steady_clock::time_point started) {
     TrainerStats ts;
     ts.chunks = 1;
-    Part head;
+    detail::SlotWriter slots = slotWriter(*req);
     bool cut = false;
-    for (const SharedChunk::Kept &k : chunk.outputs) {
+    for (size_t i = 0; i < chunk.outputs.size(); ++i) {
+      const SharedChunk::Kept &k = chunk.outputs[i];
       if (ctx->IsCancelled()) {
         cut = true;
         break;
       }
       double cpu0 = threadCpuSeconds();
-      *head.mutable_output() = k.head;
-      std::string wire = head.SerializeAsString();
-      ts.bytes += static_cast<int64_t>(wire.size());
-      grpc::Slice headSlice(wire);
-      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
-        cut = true;
-        break;
-      }
-      for (const Tensor &x : k.data) {
-        for (size_t off = 0; off < x.nbytes() && !cut; off += kPartBytes) {
-          grpc::ByteBuffer part =
-              dataPart(x, off, std::min(kPartBytes, x.nbytes() - off));
-          ts.bytes += static_cast<int64_t>(part.Length());
-          cut = !writer->Write(part);
-        }
-      }
+      cut = !sendOutput(writer, slots, i, k.head, k.data, k.parts, ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       if (cut)
         break;
       ++ts.outputs;
       ++ts.shared;
     }
+    return finishStream(ctx, req, started, ts, cut);
+  }
+
+  /// The request's slots (Slots.h), for its outputs' numeric fields.
+  static detail::SlotWriter slotWriter(const ProduceRequest &req) {
+    std::vector<detail::SlotRef> refs;
+    for (const Slot &s : req.slots()) {
+      detail::SlotRef r;
+      r.path = s.path();
+      r.nonce[0] = s.nonce0();
+      r.nonce[1] = s.nonce1();
+      r.lease = s.lease();
+      r.capacity = s.capacity() > 0 ? static_cast<uint64_t>(s.capacity()) : 0;
+      refs.push_back(std::move(r));
+    }
+    return detail::SlotWriter(std::move(refs), req.boot_id());
+  }
+
+  /// The data parts of an output's numeric fields: slices over their
+  /// buffers, at most kPartBytes each.
+  static std::vector<grpc::ByteBuffer>
+  dataParts(const std::vector<Tensor> &data) {
+    std::vector<grpc::ByteBuffer> parts;
+    for (const Tensor &x : data)
+      for (size_t off = 0; off < x.nbytes(); off += kPartBytes)
+        parts.push_back(
+            dataPart(x, off, std::min(kPartBytes, x.nbytes() - off)));
+    return parts;
+  }
+
+  /// Sends the chunk's `i`-th output: its header (`head`, the Part
+  /// serialised), then its numeric fields `data`: written into the slot the
+  /// trainer lent for it when this worker can (the header then says so, in
+  /// a few bytes after it that protobuf merges into the Output), else as
+  /// data parts (`parts`, or made here when empty). False: the stream was
+  /// cut.
+  bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
+                  const grpc::Slice &head, const std::vector<Tensor> &data,
+                  std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
+    bool inSlot = !data.empty() && slots.write(i, data);
+    grpc::Slice headSlices[2] = {head, grpc::Slice()};
+    size_t n = 1;
+    if (inSlot || slots.unreachable()) {
+      Part note;
+      note.mutable_output()->set_in_slot(inSlot);
+      note.mutable_output()->set_slots_unreachable(slots.unreachable());
+      headSlices[n++] = grpc::Slice(note.SerializeAsString());
+    }
+    grpc::ByteBuffer headBuf(headSlices, n);
+    ts.bytes += static_cast<int64_t>(headBuf.Length());
+    if (!writer->Write(headBuf))
+      return false;
+    if (inSlot) {
+      ++ts.slotOutputs;
+      return true;
+    }
+    if (parts.empty())
+      parts = dataParts(data);
+    for (const grpc::ByteBuffer &part : parts) {
+      ts.bytes += static_cast<int64_t>(part.Length());
+      if (!writer->Write(part))
+        return false;
+    }
+    return true;
+  }
+
+  /// The end of a Produce stream: its time and counts into the trainer's
+  /// stats, and the status (never OK when cut short: that would tell the
+  /// trainer its share ended here).
+  grpc::Status finishStream(grpc::ServerContext *ctx, const ProduceRequest *req,
+                            std::chrono::steady_clock::time_point started,
+                            TrainerStats &ts, bool cut) {
     ts.seconds = std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - started)
                      .count();
@@ -339,18 +408,37 @@ public:
       if (st.rows > most || req->count() == 0)
         return grpc::Status::OK;
     }
-    runtime::RunOptions o = opts_;
-    o.resume = st;
-    o.rank = st.rank;
-    o.worldSize = st.worldSize;
-    o.epochs = st.epoch + 1;
-    auto created = runtime::Pipeline::create(plan_, o);
-    if (!created)
-      return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          created.status().message());
-    std::unique_ptr<runtime::Pipeline> pipe = created.take();
+    // The trainer's next chunk after the one this worker made last: the
+    // pipeline kept from it continues (the same positions, so the same
+    // bytes, without a new pipeline's start and the read-ahead a stop
+    // throws away). Any other chunk stops the kept pipeline first, so the
+    // worker holds one pipeline's budget per stream at most.
+    std::string continuation = req->trainer() + "|" + req->base_state();
+    std::unique_ptr<runtime::Pipeline> pipe;
+    {
+      std::lock_guard<std::mutex> lock(keptMu_);
+      if (kept_ && keptKey_ == continuation && keptNext_ == req->first())
+        pipe = std::move(kept_);
+      else if (kept_)
+        kept_->stop();
+      kept_.reset();
+    }
+    bool continued = pipe != nullptr;
+    if (!pipe) {
+      runtime::RunOptions o = opts_;
+      o.resume = st;
+      o.rank = st.rank;
+      o.worldSize = st.worldSize;
+      o.epochs = st.epoch + 1;
+      auto created = runtime::Pipeline::create(plan_, o);
+      if (!created)
+        return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            created.status().message());
+      pipe = created.take();
+    }
     int64_t rowsDone = st.rows;
-    return streamOutputs(
+    bool reusable = false;
+    grpc::Status status = streamOutputs(
         ctx, req, *pipe, st.epoch, writer, started,
         [&](const runtime::Batch &batch, int64_t i) {
           // The state a local run has here: positions counted from the
@@ -365,7 +453,26 @@ public:
           }
           return after;
         },
-        nullptr, keep);
+        nullptr, keep, continueChunks() ? &reusable : nullptr, continued);
+    if (reusable) {
+      std::lock_guard<std::mutex> lock(keptMu_);
+      if (kept_)
+        kept_->stop();
+      kept_ = std::move(pipe);
+      keptKey_ = continuation;
+      keptNext_ = req->first() + req->count();
+    }
+    return status;
+  }
+
+  /// Whether a chunk's pipeline is kept for the trainer's next chunk
+  /// (SLUICE_NO_CHUNK_CONTINUATION=1: every chunk starts its own).
+  static bool continueChunks() {
+    static const bool on = [] {
+      const char *off = std::getenv("SLUICE_NO_CHUNK_CONTINUATION");
+      return !(off && std::string(off) == "1");
+    }();
+    return on;
   }
 
   /// A chunk of a replayed pipeline (Replay.h): the share's row order says
@@ -453,16 +560,18 @@ public:
       const std::function<runtime::PipelineState(const runtime::Batch &,
                                                  int64_t)> &stateAfter,
       const std::function<std::optional<std::string>()> &checkEnd,
-      SharedChunk *keep) {
+      SharedChunk *keep, bool *reusable = nullptr, bool continued = false) {
     runtime::Pipeline *pipe = &pipeRef;
     runtime::Batch batch;
     TrainerStats ts;
     ts.chunks = 1;
+    ts.continued = continued;
     // Cut short (the trainer cancelled, or this worker is shutting down):
     // never OK, which would tell the trainer its share ended here.
     bool cut = false;
     // Reused for every output: their strings keep their capacity.
     Part head;
+    detail::SlotWriter slots = slotWriter(*req);
     // The pipeline's CPU (RunStats, summed over its stages and serial
     // threads) is sampled at most every 20 ms: a record-sized output would
     // otherwise pay for a stats snapshot each. Each output carries what
@@ -477,6 +586,9 @@ public:
         c += st.cpuSeconds + st.threadCpuSeconds;
       return c;
     };
+    // A continued pipeline's earlier CPU went with the earlier chunk.
+    if (continued)
+      cpuSampled = pipelineCpu();
     for (int64_t i = 0; i < req->count(); ++i) {
       if (ctx->IsCancelled()) {
         cut = true;
@@ -503,16 +615,10 @@ public:
       out.set_epoch(batch.epoch());
       encode(batch, out);
       out.set_state(stateAfter(batch, i).toJson());
-      if (keep && keep->bytes <= so_.shareBytes) {
-        SharedChunk::Kept k;
-        k.head = out;
-        for (size_t f = 0; f < batch.numFields(); ++f)
-          if (batch.field(f).isNumeric()) {
-            k.data.push_back(batch.field(f));
-            keep->bytes += static_cast<int64_t>(batch.field(f).nbytes());
-          }
-        keep->outputs.push_back(std::move(k));
-      }
+      std::vector<Tensor> data;
+      for (size_t f = 0; f < batch.numFields(); ++f)
+        if (batch.field(f).isNumeric())
+          data.push_back(batch.field(f));
       auto now = std::chrono::steady_clock::now();
       if (now - lastSample >= std::chrono::milliseconds(20) ||
           i + 1 == req->count()) {
@@ -522,43 +628,36 @@ public:
         encodeOwed = 0;
         lastSample = now;
       }
-      std::string wire = head.SerializeAsString();
-      ts.bytes += static_cast<int64_t>(wire.size());
-      grpc::Slice headSlice(wire);
-      if (!writer->Write(grpc::ByteBuffer(&headSlice, 1))) {
-        cut = true;
-        break;
+      std::vector<grpc::ByteBuffer> parts;
+      if (keep && keep->bytes <= so_.shareBytes) {
+        // Kept for other jobs: encoded once, here, for all of them.
+        SharedChunk::Kept k;
+        k.data = data;
+        k.parts = parts = dataParts(data);
+        double cpu = out.cpu_seconds();
+        out.clear_cpu_seconds();
+        k.head = grpc::Slice(head.SerializeAsString());
+        out.set_cpu_seconds(cpu);
+        for (const Tensor &x : data)
+          keep->bytes += static_cast<int64_t>(x.nbytes());
+        keep->outputs.push_back(std::move(k));
       }
-      for (size_t f = 0; f < batch.numFields() && !cut; ++f) {
-        const Tensor &x = batch.field(f);
-        if (!x.isNumeric())
-          continue;
-        for (size_t off = 0; off < x.nbytes(); off += kPartBytes) {
-          size_t n = std::min(kPartBytes, x.nbytes() - off);
-          grpc::ByteBuffer part = dataPart(x, off, n);
-          ts.bytes += static_cast<int64_t>(part.Length());
-          if (!writer->Write(part)) {
-            cut = true;
-            break;
-          }
-        }
-      }
+      cut = !sendOutput(writer, slots, static_cast<size_t>(i),
+                        grpc::Slice(head.SerializeAsString()), data,
+                        std::move(parts), ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       encodeOwed += threadCpuSeconds() - cpu0;
       if (cut)
         break;
       ++ts.outputs;
     }
-    pipe->stop();
-    ts.seconds = std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - started)
-                     .count();
-    record(req->trainer() + " (" + ctx->peer() + ")", ts);
-    if (cut)
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the stream was cut (the worker is stopping or the "
-                          "trainer went away)");
-    return grpc::Status::OK;
+    // All `count` outputs made and sent: the pipeline can go on with the
+    // trainer's next chunk (the caller keeps it running); else it stops.
+    if (reusable && !cut && ts.outputs == req->count())
+      *reusable = true;
+    else
+      pipe->stop();
+    return finishStream(ctx, req, started, ts, cut);
   }
 
   /// One of the worker's --streams, held for a Produce call.
@@ -599,6 +698,10 @@ public:
          << t.chunks << " chunks, " << t.outputs << " outputs, ";
       if (so_.shareBytes > 0)
         os << t.shared << " of them from chunks kept for sharing, ";
+      if (t.slotOutputs)
+        os << t.slotOutputs << " of them in the trainer's shared memory, ";
+      if (t.continued)
+        os << t.continued << " chunks continued the previous one's pipeline, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
          << " MiB sent";
       if (t.outputs)
@@ -657,6 +760,8 @@ private:
     s.bytes += t.bytes;
     s.encodeCpu += t.encodeCpu;
     s.shared += t.shared;
+    s.slotOutputs += t.slotOutputs;
+    s.continued += t.continued;
     s.seconds += t.seconds;
   }
 
@@ -677,6 +782,13 @@ private:
   std::mutex slotMu_;
   std::condition_variable slotCv_;
   int64_t running_ = 0;
+  /// The pipeline kept from the last chunk made by position (whole, not
+  /// cut), for the same trainer's next chunk: its key (trainer and base
+  /// state) and the first output it would make.
+  std::mutex keptMu_;
+  std::unique_ptr<runtime::Pipeline> kept_;
+  std::string keptKey_;
+  int64_t keptNext_ = 0;
 };
 
 } // namespace

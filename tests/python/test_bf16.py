@@ -11,7 +11,7 @@ import torch
 import sluice
 import sluice.torch
 
-from conftest import write
+from conftest import DECODE, images_source, spec_yaml, write
 
 HALF = {"bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -44,24 +44,16 @@ def assert_same_bits(ours, x, dtype):
                                   np.asarray(x).reshape(-1)[diff[0]])
 
 
-def image_spec_text(root, dtype, tail=""):
+def image_spec_text(root, dtype, tail=None):
     norm = "" if dtype == "f32" else ", dtype: %s" % dtype
-    return """
-        pipeline: images
-        seed: 3
-        source:
-          image_folder: {root: %s, extensions: [jpg]}
-        steps:
-          - decode_image: {field: data, as: image, channels: 3}
-          - random_resized_crop: {field: image, size: [32, 32]}
-          - random_flip: {field: image, axis: width, p: 0.5}
-          - normalize: {field: image, mean: [123.675, 116.28, 103.53], std: [58.395, 57.12, 57.375]%s}
-          %s
-          - select: [image, label]
-          - batch: {size: 8, drop_remainder: true}
-        epochs: 1
-        budget: {cores: 2, memory: 256MiB}
-        """ % (root, norm, tail)
+    return spec_yaml("images", 3, images_source(root), [
+        DECODE,
+        "random_resized_crop: {field: image, size: [32, 32]}",
+        "random_flip: {field: image, axis: width, p: 0.5}",
+        "normalize: {field: image, mean: [123.675, 116.28, 103.53], "
+        "std: [58.395, 57.12, 57.375]%s}" % norm] + ([tail] if tail else []) +
+        ["select: [image, label]",
+         "batch: {size: 8, drop_remainder: true}"])
 
 
 def batches(spec, **kw):
@@ -88,7 +80,7 @@ WAYS = [
 @pytest.mark.parametrize("layout,kw", WAYS)
 def test_normalize_to_half_is_torch_conversion_of_f32(image_root, tmp_path,
                                                       dtype, layout, kw):
-    tail = "- transpose: {field: image, to: CHW}" if layout == "CHW" else ""
+    tail = "transpose: {field: image, to: CHW}" if layout == "CHW" else ""
     f32 = write(tmp_path / "f32.yaml", image_spec_text(image_root, "f32",
                                                        tail))
     half = write(tmp_path / "half.yaml", image_spec_text(image_root, dtype,
@@ -107,7 +99,7 @@ def test_normalize_to_half_is_torch_conversion_of_f32(image_root, tmp_path,
 
 def test_every_way_of_running_gives_the_same_bytes(image_root, tmp_path):
     spec = write(tmp_path / "bf16.yaml", image_spec_text(
-        image_root, "bf16", "- transpose: {field: image, to: CHW}"))
+        image_root, "bf16", "transpose: {field: image, to: CHW}"))
     ref, _ = batches(spec)
     for layout, kw in WAYS:
         if layout != "CHW" or not kw:
@@ -186,9 +178,9 @@ def test_bf16_nan_keeps_its_sign_and_payload_top(tmp_path):
 
 def test_dataset_hands_over_bfloat16_without_a_copy(image_root, tmp_path):
     spec = write(tmp_path / "bf16.yaml", image_spec_text(
-        image_root, "bf16", "- transpose: {field: image, to: CHW}"))
+        image_root, "bf16", "transpose: {field: image, to: CHW}"))
     f32 = write(tmp_path / "f32.yaml", image_spec_text(
-        image_root, "f32", "- transpose: {field: image, to: CHW}"))
+        image_root, "f32", "transpose: {field: image, to: CHW}"))
     ds = sluice.torch.Dataset(spec)
     bases = []
     convert = ds._convert
@@ -207,7 +199,7 @@ def test_dataset_hands_over_bfloat16_without_a_copy(image_root, tmp_path):
         assert torch.equal(g, w.to(torch.bfloat16))
     # f16 is numpy's own float16: from_numpy gives torch.float16.
     f16 = write(tmp_path / "f16.yaml", image_spec_text(
-        image_root, "f16", "- transpose: {field: image, to: CHW}"))
+        image_root, "f16", "transpose: {field: image, to: CHW}"))
     b = next(iter(sluice.torch.Dataset(f16)))
     assert b["image"].dtype == torch.float16
 

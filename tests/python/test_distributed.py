@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import FASHION, SLUICE_BIN, batches_equal, write
+from conftest import (AUGMENT_24, FASHION, SLUICE_BIN, batches_equal,
+                      fashion_source, images_source, spec_yaml, write)
 
 remote = pytest.importorskip("sluice.remote")
 
@@ -29,22 +30,14 @@ def served_spec(image_root, tmp_path_factory):
     (shuffle: true), a last batch shorter than the others at world size 1
     and 2 (48 images, batches of 5)."""
     d = tmp_path_factory.mktemp("served")
-    return write(d / "served.yaml", """
-        pipeline: served
-        seed: 21
-        source:
-          image_folder: {root: %s, extensions: [jpg], shuffle: true}
-        steps:
-          - decode_image: {field: data, as: image, channels: 3}
-          - random_resized_crop: {field: image, size: [24, 24]}
-          - random_flip: {field: image, axis: width, p: 0.5}
-          - normalize: {field: image, mean: [120, 120, 120], std: [60, 60, 60]}
-          - transpose: {field: image, to: CHW}
-          - select: [path, image, label]
-          - batch: {size: 5}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % image_root)
+    return write(d / "served.yaml", spec_yaml(
+        "served", 21, images_source(image_root, shuffle=True),
+        AUGMENT_24 + [
+            "normalize: {field: image, mean: [120, 120, 120], "
+            "std: [60, 60, 60]}",
+            "transpose: {field: image, to: CHW}",
+            "select: [path, image, label]",
+            "batch: {size: 5}"], epochs=2))
 
 
 class Worker:
@@ -52,13 +45,13 @@ class Worker:
     `exe`, an executable `sluice compile --serve` wrote, run with --serve."""
 
     def __init__(self, spec, tmp_path, *extra, env=None,
-                 listen="127.0.0.1:0", exe=None):
+                 listen="127.0.0.1:0", exe=None, prefix=()):
         self.port_file = str(tmp_path / ("port-%d-%d" % (os.getpid(),
                                                           time.monotonic_ns())))
         how = [str(exe), "--serve", listen] if exe else \
             [SLUICE_BIN, "serve", spec, "--listen", listen]
         self.proc = subprocess.Popen(
-            how + ["--port-file", self.port_file, "--threads", "1", *extra],
+            list(prefix) + how + ["--port-file", self.port_file, "--threads", "1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
@@ -89,8 +82,10 @@ class Worker:
 def workers(tmp_path):
     started = []
 
-    def start(spec, *extra, env=None, listen="127.0.0.1:0", exe=None):
-        w = Worker(spec, tmp_path, *extra, env=env, listen=listen, exe=exe)
+    def start(spec, *extra, env=None, listen="127.0.0.1:0", exe=None,
+              prefix=()):
+        w = Worker(spec, tmp_path, *extra, env=env, listen=listen, exe=exe,
+                   prefix=prefix)
         started.append(w)
         return w
     yield start
@@ -277,20 +272,11 @@ def test_workers_file_is_reread(fashion_positional, workers, tmp_path):
 @pytest.fixture(scope="session")
 def fashion_positional(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    return write(d / "fashion_pos.yaml", """
-        pipeline: fashion_positional
-        seed: 4
-        source:
-          idx:
-            images: %s/t10k-images-idx3-ubyte.gz
-            labels: %s/t10k-labels-idx1-ubyte.gz
-        steps:
-          - random_crop: {field: image, size: [28, 28], padding: 2}
-          - normalize: {field: image, mean: 72.94, std: 90.02}
-          - batch: {size: 128}
-        epochs: 1
-        budget: {cores: 2, memory: 256MiB}
-        """ % (FASHION, FASHION))
+    return write(d / "fashion_pos.yaml", spec_yaml(
+        "fashion_positional", 4, fashion_source(), [
+            "random_crop: {field: image, size: [28, 28], padding: 2}",
+            "normalize: {field: image, mean: 72.94, std: 90.02}",
+            "batch: {size: 128}"]))
 
 
 @pytest.mark.parametrize("k", [0, 3, 7])
@@ -381,23 +367,14 @@ def fashion_replay(tmp_path_factory):
     later batch starts, the shuffle buffer's draws the order; a short last
     batch (8,977 rows at world size 1)."""
     d = tmp_path_factory.mktemp("spec")
-    return write(d / "fashion_replay.yaml", """
-        pipeline: fashion_replay
-        seed: 9
-        source:
-          idx:
-            images: %s/t10k-images-idx3-ubyte.gz
-            labels: %s/t10k-labels-idx1-ubyte.gz
-        steps:
-          - filter: {where: "label != 3"}
-          - random_crop: {field: image, size: [24, 24], padding: 2}
-          - shuffle: {buffer: 700}
-          - random_flip: {field: image, axis: width, p: 0.5}
-          - normalize: {field: image, mean: 72.94, std: 90.02}
-          - batch: {size: 128}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % (FASHION, FASHION))
+    return write(d / "fashion_replay.yaml", spec_yaml(
+        "fashion_replay", 9, fashion_source(), [
+            'filter: {where: "label != 3"}',
+            "random_crop: {field: image, size: [24, 24], padding: 2}",
+            "shuffle: {buffer: 700}",
+            "random_flip: {field: image, axis: width, p: 0.5}",
+            "normalize: {field: image, mean: 72.94, std: 90.02}",
+            "batch: {size: 128}"], epochs=2))
 
 
 @pytest.mark.parametrize("which", ["image_spec", "fashion_replay"])
@@ -625,20 +602,10 @@ def test_stalled_trainer_bounds_worker_memory(tmp_path, workers):
     """An epoch of ~600 MiB of f32 batches; the trainer takes one batch and
     stalls: the worker stops within its budget (its Writes wait for HTTP/2
     flow control), and the trainer holds at most its window."""
-    spec = write(tmp_path / "big.yaml", """
-        pipeline: big
-        seed: 1
-        source:
-          idx:
-            images: %s/t10k-images-idx3-ubyte.gz
-            labels: %s/t10k-labels-idx1-ubyte.gz
-        steps:
-          - resize: {field: image, size: [112, 112]}
-          - cast: {field: image, dtype: f32}
-          - batch: {size: 64}
-        epochs: 1
-        budget: {cores: 1, memory: 96MiB}
-        """ % (FASHION, FASHION))
+    spec = write(tmp_path / "big.yaml", spec_yaml("big", 1, fashion_source(), [
+        "resize: {field: image, size: [112, 112]}",
+        "cast: {field: image, dtype: f32}",
+        "batch: {size: 64}"], cores=1, memory="96MiB"))
     w = workers(spec)
     base_worker = rss_mib(w.proc.pid)
     base_self = rss_mib(os.getpid())
@@ -1023,9 +990,96 @@ def test_copied_parts_give_the_same_batches(served_spec, workers,
     the same batches."""
     w = workers(served_spec, env={"SLUICE_REMOTE_COPY_PARTS": "1"})
     monkeypatch.setenv("SLUICE_REMOTE_PARSE_PARTS", "1")
-    ds = remote.Dataset(served_spec, [w.address], chunk=3)
+    ds = remote.Dataset(served_spec, [w.address], chunk=3,
+                        shared_memory=False)
     assert_same(remote_batches(ds), local_batches(served_spec, 0))
+    assert ds.stats()["shared_memory_outputs"] == 0
     ds.close()
+
+
+def read_epoch(spec, addresses, epoch=1, **kw):
+    ds = remote.Dataset(spec, addresses, chunk=2, window=4, **kw)
+    ds.set_epoch(epoch)
+    got = remote_batches(ds)
+    st = ds.stats()
+    ds.close()
+    return got, st
+
+
+def test_shared_memory_with_workers_on_this_host(served_spec, workers,
+                                                 monkeypatch):
+    """Workers on the trainer's host write the batches' numeric fields into
+    memory the trainer lends them (remote/lib/Slots.h): the same bytes as
+    over the socket and as a local run. The first chunks come over the
+    socket (the slots' size is an output's, not known before one came);
+    every later one in shared memory, whose bytes are not on the wire.
+    Switched off by the argument or SLUICE_NO_SHARED_MEMORY=1."""
+    ws = [workers(served_spec) for _ in range(2)]
+    addrs = [w.address for w in ws]
+    want = local_batches(served_spec, 1)
+    got, on = read_epoch(served_spec, addrs)
+    assert_same(got, want)
+    # 10 batches in chunks of 2: chunks 0 and 1 go out before any output
+    # came; each worker's next chunk is handed out after its first one
+    # delivered, so at least chunks 2-4 (6 batches) come in slots.
+    assert 6 <= on["shared_memory_outputs"] <= 10, on
+    got, off = read_epoch(served_spec, addrs, shared_memory=False)
+    assert_same(got, want)
+    assert off["shared_memory_outputs"] == 0, off
+    assert off["wire_bytes"] > on["wire_bytes"], (off, on)
+    monkeypatch.setenv("SLUICE_NO_SHARED_MEMORY", "1")
+    got, env = read_epoch(served_spec, addrs)
+    assert_same(got, want)
+    assert env["shared_memory_outputs"] == 0, env
+    # The workers count what went into shared memory.
+    assert any(re.search(r"[1-9]\d* of them in the trainer's shared memory",
+                         w.stop()) for w in ws)
+
+
+def test_chunks_continue_the_kept_pipeline(served_spec, workers):
+    """One worker, chunks of 2: every chunk of an epoch after its first
+    continues the pipeline kept from the trainer's previous chunk (the
+    worker counts them), with a local run's batches and states; with
+    SLUICE_NO_CHUNK_CONTINUATION=1 every chunk starts its own pipeline,
+    the same batches."""
+    want = local_batches(served_spec, 1)
+    on = workers(served_spec, "--stats-interval", "0")
+    off = workers(served_spec, "--stats-interval", "0",
+                  env={"SLUICE_NO_CHUNK_CONTINUATION": "1"})
+    for w in (on, off):
+        ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
+        ds.set_epoch(1)
+        it = ds.arrays()
+        head = [next(it) for _ in range(5)]
+        state = ds.state_dict()
+        got = head + list(it)
+        ds.close()
+        assert_same(got, want)
+        local = sluice.Pipeline(served_spec, epochs=2, first_epoch=1,
+                                threads=1)
+        for _ in range(5):
+            next(local)
+        assert json.loads(json.dumps(state["pipeline"])) == \
+            json.loads(json.dumps(local.state_dict())), (state, w.address)
+    # 10 batches in 5 chunks, one worker: chunks 2-5 continue.
+    assert re.search(r": 5 chunks, 10 outputs, .*\b4 chunks continued",
+                     on.stop()), "no chunk continued"
+    assert "continued" not in off.stop()
+
+
+def test_worker_that_cannot_open_the_slots_uses_the_socket(served_spec,
+                                                           workers):
+    """A worker in a PID namespace of its own (as in another container)
+    cannot open the trainer's /proc/PID/fd/N: it says so in its first
+    output, and every batch comes over the socket, the same bytes."""
+    ns = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run(ns + ["true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("no PID namespace here: " + probe.stderr.strip())
+    w = workers(served_spec, prefix=ns)
+    got, st = read_epoch(served_spec, [w.address], epoch=0)
+    assert_same(got, local_batches(served_spec, 0))
+    assert st["outputs"] == 10 and st["shared_memory_outputs"] == 0, st
 
 
 def test_streams_share_the_worker_budget(served_spec, workers):

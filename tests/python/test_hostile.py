@@ -7,45 +7,17 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import FASHION, write
-
-
-@pytest.fixture(scope="module")
-def positional_spec(image_root, tmp_path_factory):
-    d = tmp_path_factory.mktemp("spec")
-    return write(d / "pos.yaml", """
-        pipeline: positional
-        seed: 9
-        source:
-          image_folder: {root: %s, extensions: [jpg], shuffle: true}
-        steps:
-          - decode_image: {field: data, as: image, channels: 3}
-          - random_resized_crop: {field: image, size: [24, 24]}
-          - select: [image, label]
-          - batch: {size: 4}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % image_root)
+from conftest import fashion_source, spec_yaml, write
 
 
 @pytest.fixture(scope="module")
 def fmnist_spec(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    return write(d / "fm.yaml", """
-        pipeline: fm
-        seed: 3
-        source:
-          idx:
-            images: %s/t10k-images-idx3-ubyte.gz
-            labels: %s/t10k-labels-idx1-ubyte.gz
-        steps:
-          - take: 400
-          - random_crop: {field: image, size: [24, 24], padding: 2}
-          - shuffle: {buffer: 100}
-          - batch: {size: 200}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % (FASHION, FASHION))
+    return write(d / "fm.yaml", spec_yaml("fm", 3, fashion_source(), [
+        "take: 400",
+        "random_crop: {field: image, size: [24, 24], padding: 2}",
+        "shuffle: {buffer: 100}",
+        "batch: {size: 200}"], epochs=2))
 
 
 @pytest.mark.parametrize("kwargs, error, text", [

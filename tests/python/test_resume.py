@@ -13,46 +13,17 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import FASHION, SLUICE_BIN, batches_equal, write
-
-
-@pytest.fixture(scope="session")
-def positional_spec(image_root, tmp_path_factory):
-    """Random augmentations, source-level shuffle, no shuffle buffer."""
-    d = tmp_path_factory.mktemp("spec")
-    return write(d / "pos.yaml", """
-        pipeline: positional
-        seed: 9
-        source:
-          image_folder: {root: %s, extensions: [jpg], shuffle: true}
-        steps:
-          - decode_image: {field: data, as: image, channels: 3}
-          - random_resized_crop: {field: image, size: [24, 24]}
-          - random_flip: {field: image, axis: width, p: 0.5}
-          - select: [path, image, label]
-          - batch: {size: 4}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % image_root)
+from conftest import (SLUICE_BIN, batches_equal, fashion_source, spec_yaml,
+                      write)
 
 
 @pytest.fixture(scope="session")
 def idx_spec(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec")
-    return write(d / "idx.yaml", """
-        pipeline: fashion_positional
-        seed: 4
-        source:
-          idx:
-            images: %s/t10k-images-idx3-ubyte.gz
-            labels: %s/t10k-labels-idx1-ubyte.gz
-            shuffle: true
-        steps:
-          - random_crop: {field: image, size: [28, 28], padding: 2}
-          - batch: {size: 100}
-        epochs: 2
-        budget: {cores: 2, memory: 256MiB}
-        """ % (FASHION, FASHION))
+    return write(d / "idx.yaml", spec_yaml(
+        "fashion_positional", 4, fashion_source("shuffle: true"), [
+            "random_crop: {field: image, size: [28, 28], padding: 2}",
+            "batch: {size: 100}"], epochs=2))
 
 
 def resume_after(spec, k, **kw):

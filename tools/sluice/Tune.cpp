@@ -28,7 +28,7 @@ struct TuneFlags {
   std::vector<std::string> specs;
   std::string cores, memory, report, check, tolerance = "10%", seconds = "1.5";
   std::string consumer;
-  std::string demand, workerCores;
+  std::string demand, workerCores, receiveCost;
   std::vector<std::string> disabledPasses;
   bool quiet = false;
   bool noJit = false;
@@ -97,6 +97,19 @@ int runTune(const TuneFlags &f) {
   if (!f.workerCores.empty() &&
       !parseIntFlag("--worker-cores", f.workerCores, 1, workerCores, "tune"))
     return kExitUsage;
+  // Negative: modelled on this host (autotune::receiveSecondsPerByte).
+  double receiveCost = -1;
+  if (!f.receiveCost.empty()) {
+    char *end = nullptr;
+    double d = std::strtod(f.receiveCost.c_str(), &end);
+    if (*end || !(d >= 0) || !std::isfinite(d))
+      return usageError("'--receive-cost' needs the trainer's CPU "
+                        "nanoseconds per byte received, e.g. 0.5 (0: free), "
+                        "got '" +
+                            f.receiveCost + "'",
+                        "tune");
+    receiveCost = d * 1e-9;
+  }
   const std::string &checkPath = f.check;
   const std::string &reportDir = f.report;
   bool quiet = f.quiet;
@@ -263,7 +276,7 @@ int runTune(const TuneFlags &f) {
     if (Status s = autotune::adviseWorkers(
             *r, want,
             demand > 0 ? "--demand" : "the consumer run " + f.consumer,
-            workerCores);
+            workerCores, receiveCost);
         !s) {
       std::cerr << "sluice: error: " << s.message() << "\n";
       return kExitData;
@@ -356,6 +369,12 @@ CommandAction addTuneCommand(CLI::App &root) {
                   "cores of each remote worker for that advice (default: "
                   "the cores this tune plans for)")
       ->type_name("N");
+  cmd->add_option("--receive-cost", st->receiveCost,
+                  "the trainer's CPU per byte it receives from remote "
+                  "workers, in nanoseconds, for that advice's split (default: "
+                  "modelled from this host's memcpy rate; Python's "
+                  "Dataset.stats() gives a running trainer's)")
+      ->type_name("NS");
   cmd->add_option("--seconds", st->seconds,
                   "seconds per profiling probe (default 1.5)")
       ->type_name("S");

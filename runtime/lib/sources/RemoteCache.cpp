@@ -155,18 +155,40 @@ std::string ObjectCache::pathOf(const std::string &url) const {
   return dir_ + "/" + buf;
 }
 
-int64_t ObjectCache::scanBytes() const {
-  int64_t total = 0;
+namespace {
+
+/// One entry of a cache directory.
+struct DirEntry {
+  std::string path;
+  int64_t bytes = 0;
+  fs::file_time_type when;
+};
+
+/// The entries (.obj files) of a cache directory, with their sizes and
+/// last write times; one that vanishes while it is walked (another process
+/// sharing the directory evicted it) is left out.
+std::vector<DirEntry> cacheEntries(const std::string &dir) {
+  std::vector<DirEntry> out;
   std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
        it.increment(ec)) {
     if (it->path().extension() != ".obj")
       continue;
     std::error_code e2;
     uintmax_t n = it->file_size(e2);
+    fs::file_time_type t = it->last_write_time(e2);
     if (!e2)
-      total += static_cast<int64_t>(n);
+      out.push_back({it->path().string(), static_cast<int64_t>(n), t});
   }
+  return out;
+}
+
+} // namespace
+
+int64_t ObjectCache::scanBytes() const {
+  int64_t total = 0;
+  for (const DirEntry &e : cacheEntries(dir_))
+    total += e.bytes;
   return total;
 }
 
@@ -341,32 +363,19 @@ void ObjectCache::added(int64_t bytes, const std::string &keep) {
     return;
   // Over the bound: the least recently used entries go first (the one just
   // written stays).
-  struct Item {
-    fs::file_time_type when;
-    std::string path;
-    int64_t bytes;
-  };
-  std::vector<Item> items;
+  std::vector<DirEntry> items;
   int64_t total = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    if (it->path().extension() != ".obj")
-      continue;
-    std::error_code e2;
-    uintmax_t n = it->file_size(e2);
-    fs::file_time_type t = it->last_write_time(e2);
-    if (e2)
-      continue;
-    total += static_cast<int64_t>(n);
-    if (it->path().string() != keep)
-      items.push_back({t, it->path().string(), static_cast<int64_t>(n)});
+  for (DirEntry &e : cacheEntries(dir_)) {
+    total += e.bytes;
+    if (e.path != keep)
+      items.push_back(std::move(e));
   }
-  std::sort(items.begin(), items.end(),
-            [](const Item &a, const Item &b) { return a.when < b.when; });
+  std::sort(
+      items.begin(), items.end(),
+      [](const DirEntry &a, const DirEntry &b) { return a.when < b.when; });
   const int64_t target =
       static_cast<int64_t>(static_cast<double>(maxBytes_) * kEvictTo);
-  for (const Item &i : items) {
+  for (const DirEntry &i : items) {
     if (total <= target)
       break;
     if (::unlink(i.path.c_str()) == 0) {

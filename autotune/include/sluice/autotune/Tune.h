@@ -140,6 +140,17 @@ struct TuneResult {
     /// The pipeline's output bytes per source record (what travels per
     /// record: docs/distributed.md) and the rate at the demand.
     double wireBytesPerRecord = 0;
+    /// The trainer's CPU receiving outputs from remote workers: seconds
+    /// per byte (receiveSecondsPerByte()), per record (the record's output
+    /// bytes at that cost), the records/s the remote workers make in the
+    /// split, the trainer host's cores receiving them takes (its own
+    /// worker runs on the rest), and the most records/s its cores could
+    /// receive doing nothing else.
+    double receiveSecondsPerByte = 0;
+    double receiveSecondsPerRecord = 0;
+    double remoteRate = 0;
+    double receiveCores = 0;
+    double receiveLimit = 0;
     std::string text; ///< the advice in words
   };
   std::optional<WorkerAdvice> workerAdvice;
@@ -150,11 +161,28 @@ struct TuneResult {
 /// `coresPerWorker` cores (0: the budget's cores, the configuration the
 /// profile measured). Pecan's AutoPlacement for one trainer: the trainer
 /// host's cores make what the tuned schedule predicts for them, as a
-/// worker of its own on 127.0.0.1, and remote workers make the rest; a
-/// worker's rate is the profile solved for its cores. Errors: a demand
-/// that is not a positive number, a solve that fails.
+/// worker of its own on 127.0.0.1, less the cores receiving the remote
+/// workers' outputs takes, and remote workers make the rest; a worker's
+/// rate is the profile solved for its cores. Errors: a demand that is not
+/// a positive number, a solve that fails.
+/// `receiveCost`: the trainer's CPU seconds per byte received (< 0: modelled
+/// here, receiveSecondsPerByte()).
 Status adviseWorkers(TuneResult &r, double demand,
-                     const std::string &demandFrom, int64_t coresPerWorker);
+                     const std::string &demandFrom, int64_t coresPerWorker,
+                     double receiveCost = -1);
+
+/// CPU seconds per byte a trainer spends receiving outputs over gRPC/TCP,
+/// modelled on this host: kReceiveCopies copies of each byte, a copy timed
+/// here as a memcpy of 64 MiB (beyond the caches; the median of 5 after one
+/// that faults its pages in).
+double receiveSecondsPerByte();
+/// What receiving a byte costs in memcpys of it: the kernel's copy out of
+/// the socket, the client's copy into the output's buffer (Client.cpp), and
+/// TCP's and gRPC's work per byte besides. bench/remote_loopback.py
+/// --socket measures it against a memcpy of a batch on the same host: 4.5,
+/// 4.9 and 6.9 for f32 batches of 77 MB on the 2-core host under load
+/// (docs/distributed.md, "Performance").
+constexpr double kReceiveCopies = 5.0;
 
 /// What r.consumerRun says: "" without one; else whether that consumer
 /// waited for data (its stalls, its mean wait), the pace it could take

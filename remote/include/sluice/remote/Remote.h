@@ -10,7 +10,9 @@
 // outputs [first, first + count) after a base PipelineState that resumes by
 // position. A worker resumes the pipeline there (Pipeline::create with
 // RunOptions::resume: free for a positional state) and streams the outputs;
-// it keeps nothing after the call. The trainer hands chunks to workers,
+// it keeps nothing after the call that the bytes depend on (a pipeline it
+// keeps for the trainer's next chunk stands where a resume would start).
+// The trainer hands chunks to workers,
 // keeps the outputs in order, drops duplicates, and gives a dead worker's
 // undelivered outputs to the others, so every output of the share arrives
 // exactly once whatever the workers do. Its state after an output is the
@@ -157,6 +159,10 @@ struct RemoteOutput {
   int64_t wireBytes = 0;
   /// CPU seconds the worker spent on it (Output.cpu_seconds).
   double workerCpu = 0;
+  /// Its numeric fields are in this process's shared memory, where a
+  /// worker on this host wrote them (a slot: remote/lib/Slots.h), not
+  /// received over the socket.
+  bool sharedMemory = false;
 };
 
 /// What the client asks of the workers.
@@ -184,6 +190,11 @@ struct ClientOptions {
   /// How long to wait with no worker reachable before failing.
   double workerTimeout = 60;
   std::string trainer = "trainer";
+  /// Lend workers on this host shared memory for the outputs' numeric
+  /// fields (remote/lib/Slots.h): the worker writes them there and only
+  /// headers cross the socket. Workers elsewhere ignore it. Off (or
+  /// SLUICE_NO_SHARED_MEMORY=1): everything over the socket.
+  bool sharedMemory = true;
 };
 
 /// Counters of a client, for stats and benchmarks.
@@ -194,6 +205,9 @@ struct ClientStats {
   int64_t reassigned = 0; ///< outputs handed out again after a failure
   int64_t workerFailures = 0;
   int64_t chunks = 0;
+  /// Delivered outputs that came in shared memory (ClientOptions::
+  /// sharedMemory); their bytes are not in wireBytes.
+  int64_t slotOutputs = 0;
   /// What the advice on the number of workers is made of (Dataset.advice
   /// in Python): the workers' CPU for the delivered outputs, this
   /// process's CPU receiving them (the streams' threads), the time the

@@ -1,0 +1,404 @@
+//===- Slots.cpp - Outputs handed over in shared memory (Slots.h) ---------===//
+//
+// Both ends: the trainer's pool of memfd slots and the worker's writes into
+// them through a small cache of mappings (a slot is mapped once, not once
+// per output: its pages then stay in place and cost no faults).
+//
+//===----------------------------------------------------------------------===//
+#include "Slots.h"
+
+#include <atomic>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sluice::remote::detail {
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'S', '1'};
+/// Slots are made in steps of this many data bytes (a batch that grows by a
+/// few bytes does not need a new one).
+constexpr size_t kSlotStep = 2 << 20;
+
+struct Header {
+  char magic[8];
+  uint64_t nonce[2];
+  uint64_t capacity;
+  std::atomic<uint64_t> state;
+};
+static_assert(sizeof(Header) <= kSlotDataOffset);
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the state word is shared between processes");
+
+Header *headerOf(uint8_t *map) { return reinterpret_cast<Header *>(map); }
+
+/// "/proc/DIGITS/fd/DIGITS": the only paths a worker opens for a trainer.
+bool slotPathOk(const std::string &p) {
+  auto digits = [&](size_t &i) {
+    size_t from = i;
+    while (i < p.size() && p[i] >= '0' && p[i] <= '9')
+      ++i;
+    return i > from;
+  };
+  if (p.rfind("/proc/", 0) != 0)
+    return false;
+  size_t i = 6;
+  if (!digits(i) || p.compare(i, 4, "/fd/") != 0)
+    return false;
+  i += 4;
+  return digits(i) && i == p.size();
+}
+
+/// A worker's mapping of a trainer's slot.
+struct Mapping {
+  uint8_t *map = nullptr;
+  size_t bytes = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  uint64_t stamp = 0;
+  ~Mapping() {
+    if (map)
+      munmap(map, bytes);
+  }
+};
+
+/// The worker's mappings by path. A path whose file changed (the trainer
+/// closed the slot, a new one has its fd number) is mapped again; at most
+/// kMappings are kept, and at each stream's start the ones whose slot is
+/// gone are dropped, so a worker does not keep a finished trainer's memory.
+constexpr size_t kMappings = 32;
+std::mutex cacheMu;
+std::map<std::string, std::shared_ptr<Mapping>> cache;
+uint64_t cacheStamp = 0;
+
+void sweepMappings() {
+  std::lock_guard<std::mutex> lock(cacheMu);
+  for (auto it = cache.begin(); it != cache.end();) {
+    struct stat st;
+    if (stat(it->first.c_str(), &st) != 0 || st.st_ino != it->second->ino ||
+        st.st_dev != it->second->dev)
+      it = cache.erase(it);
+    else
+      ++it;
+  }
+}
+
+std::shared_ptr<Mapping> mapSlot(const SlotRef &r) {
+  if (!slotPathOk(r.path))
+    return nullptr;
+  struct stat st;
+  if (stat(r.path.c_str(), &st) != 0)
+    return nullptr;
+  size_t need = kSlotDataOffset + r.capacity;
+  std::shared_ptr<Mapping> m;
+  {
+    std::lock_guard<std::mutex> lock(cacheMu);
+    auto it = cache.find(r.path);
+    if (it != cache.end() && it->second->ino == st.st_ino &&
+        it->second->dev == st.st_dev && it->second->bytes >= need)
+      m = it->second;
+  }
+  if (!m) {
+    int fd = open(r.path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+      return nullptr;
+    struct stat fst;
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) ||
+        static_cast<uint64_t>(fst.st_size) < need) {
+      close(fd);
+      return nullptr;
+    }
+    void *p = mmap(nullptr, static_cast<size_t>(fst.st_size),
+                   PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+      return nullptr;
+    m = std::make_shared<Mapping>();
+    m->map = static_cast<uint8_t *>(p);
+    m->bytes = static_cast<size_t>(fst.st_size);
+    m->dev = fst.st_dev;
+    m->ino = fst.st_ino;
+    std::lock_guard<std::mutex> lock(cacheMu);
+    cache[r.path] = m;
+    while (cache.size() > kMappings) {
+      auto oldest = cache.begin();
+      for (auto it = cache.begin(); it != cache.end(); ++it)
+        if (it->second->stamp < oldest->second->stamp)
+          oldest = it;
+      cache.erase(oldest);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(cacheMu);
+    m->stamp = ++cacheStamp;
+  }
+  // Someone else's file at that path (another host's process, a reused fd
+  // number) has no such header: nothing is written to it.
+  Header *h = headerOf(m->map);
+  if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 ||
+      h->nonce[0] != r.nonce[0] || h->nonce[1] != r.nonce[1] ||
+      h->capacity < r.capacity)
+    return nullptr;
+  return m;
+}
+
+} // namespace
+
+size_t slotLayout(const std::vector<size_t> &nbytes,
+                  std::vector<size_t> &offsets) {
+  offsets.clear();
+  size_t at = 0;
+  for (size_t n : nbytes) {
+    at = (at + 63) & ~size_t(63);
+    offsets.push_back(at);
+    at += n;
+  }
+  return at;
+}
+
+const std::string &bootId() {
+  static const std::string id = [] {
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::string s;
+    std::getline(f, s);
+    return s;
+  }();
+  return id;
+}
+
+struct SlotPool::Slot {
+  int fd = -1;
+  uint8_t *map = nullptr;
+  size_t mapBytes = 0;
+  uint64_t capacity = 0;
+  uint64_t nonce[2] = {0, 0};
+  std::string path;
+  enum State { Free, Lent, Held, Aside, Retired } state = Free;
+  uint64_t lease = 0;
+  Header *header() const { return headerOf(map); }
+  void retire() {
+    if (map)
+      munmap(map, mapBytes);
+    if (fd >= 0)
+      close(fd);
+    map = nullptr;
+    fd = -1;
+    state = Retired;
+  }
+};
+
+std::shared_ptr<SlotPool> SlotPool::create() {
+  int probe = memfd_create("sluice-slot", MFD_CLOEXEC);
+  if (probe < 0)
+    return nullptr;
+  close(probe);
+  std::shared_ptr<SlotPool> p(new SlotPool());
+  std::random_device rd;
+  p->nonce_[0] = (uint64_t(rd()) << 32) ^ rd();
+  p->nonce_[1] = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid());
+  p->pid_ = getpid();
+  return p;
+}
+
+SlotPool::~SlotPool() {
+  for (auto &s : slots_)
+    s->retire();
+}
+
+SlotPool::Slot *SlotPool::make(size_t bytes) {
+  uint64_t capacity = (bytes + kSlotStep - 1) / kSlotStep * kSlotStep;
+  int fd = memfd_create("sluice-slot", MFD_CLOEXEC);
+  if (fd < 0)
+    return nullptr;
+  size_t total = kSlotDataOffset + capacity;
+  if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  void *p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return nullptr;
+  }
+  auto s = std::make_unique<Slot>();
+  s->fd = fd;
+  s->map = static_cast<uint8_t *>(p);
+  s->mapBytes = total;
+  s->capacity = capacity;
+  s->nonce[0] = nonce_[0];
+  s->nonce[1] = nonce_[1] + ++serial_;
+  s->path = "/proc/" + std::to_string(pid_) + "/fd/" + std::to_string(fd);
+  Header *h = new (s->map) Header();
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  h->nonce[0] = s->nonce[0];
+  h->nonce[1] = s->nonce[1];
+  h->capacity = capacity;
+  h->state.store(0, std::memory_order_release);
+  slots_.push_back(std::move(s));
+  return slots_.back().get();
+}
+
+std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit) {
+  std::vector<SlotRef> out;
+  // A forked child has the parent's memfds under the parent's paths: the
+  // two would lend the same memory.
+  if (getpid() != pid_)
+    return out;
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t live = 0;
+  for (auto &s : slots_) {
+    if (s->state == Slot::Aside &&
+        s->header()->state.load(std::memory_order_acquire) == s->lease + 2) {
+      s->header()->state.store(0, std::memory_order_release);
+      s->state = Slot::Free;
+    }
+    live += s->state != Slot::Retired;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    Slot *pick = nullptr, *small = nullptr;
+    for (auto &s : slots_) {
+      if (s->state != Slot::Free)
+        continue;
+      if (s->capacity >= bytes) {
+        pick = s.get();
+        break;
+      }
+      small = s.get();
+    }
+    if (!pick && (live < limit || small)) {
+      // Too small for today's outputs: its memory goes, a larger one comes.
+      if (live >= limit) {
+        small->retire();
+        --live;
+      }
+      pick = make(bytes);
+      if (pick)
+        ++live;
+    }
+    if (!pick)
+      break;
+    pick->lease = nextLease_;
+    nextLease_ += 4;
+    pick->state = Slot::Lent;
+    pick->header()->state.store(pick->lease, std::memory_order_release);
+    SlotRef r;
+    r.path = pick->path;
+    r.nonce[0] = pick->nonce[0];
+    r.nonce[1] = pick->nonce[1];
+    r.lease = pick->lease;
+    r.capacity = pick->capacity;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void SlotPool::giveBack(const SlotRef &ref) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto &s : slots_) {
+    if (s->state != Slot::Lent || s->lease != ref.lease)
+      continue;
+    uint64_t expect = s->lease;
+    if (s->header()->state.compare_exchange_strong(expect, 0,
+                                                   std::memory_order_acq_rel) ||
+        expect == s->lease + 2) {
+      s->header()->state.store(0, std::memory_order_release);
+      s->state = Slot::Free;
+    } else {
+      s->state = Slot::Aside;
+    }
+    return;
+  }
+}
+
+std::shared_ptr<const void> SlotPool::take(const SlotRef &ref,
+                                           const uint8_t *&data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto &s : slots_) {
+    if (s->state != Slot::Lent || s->lease != ref.lease)
+      continue;
+    if (s->header()->state.load(std::memory_order_acquire) != s->lease + 2)
+      return nullptr;
+    s->state = Slot::Held;
+    data = s->map + kSlotDataOffset;
+    std::shared_ptr<SlotPool> self = shared_from_this();
+    return std::shared_ptr<const void>(
+        static_cast<const void *>(s.get()), [self](const void *p) {
+          self->release(const_cast<Slot *>(static_cast<const Slot *>(p)));
+        });
+  }
+  return nullptr;
+}
+
+void SlotPool::release(Slot *s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s->header()->state.store(0, std::memory_order_release);
+  s->state = Slot::Free;
+}
+
+size_t SlotPool::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto &s : slots_)
+    n += s->state != Slot::Retired;
+  return n;
+}
+
+size_t SlotPool::setAside() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto &s : slots_)
+    n += s->state == Slot::Aside;
+  return n;
+}
+
+SlotWriter::SlotWriter(std::vector<SlotRef> refs,
+                       const std::string &trainerBootId)
+    : refs_(std::move(refs)), trainerBoot_(trainerBootId) {
+  if (!refs_.empty())
+    sweepMappings();
+}
+
+bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
+  if (i >= refs_.size() || unreachable_)
+    return false;
+  if (!checked_) {
+    checked_ = true;
+    if (trainerBoot_.empty() || trainerBoot_ != bootId()) {
+      unreachable_ = true;
+      return false;
+    }
+  }
+  const SlotRef &r = refs_[i];
+  std::vector<size_t> sizes, offsets;
+  for (const Tensor &t : fields)
+    sizes.push_back(t.nbytes());
+  if (slotLayout(sizes, offsets) > r.capacity)
+    return false;
+  std::shared_ptr<Mapping> m = mapSlot(r);
+  if (!m) {
+    // The first slot decides whether this worker reaches the trainer's.
+    unreachable_ = !wrote_;
+    return false;
+  }
+  Header *h = headerOf(m->map);
+  uint64_t expect = r.lease;
+  // Taken back by the trainer (its stream was cut): not ours any more.
+  if (!h->state.compare_exchange_strong(expect, r.lease + 1,
+                                        std::memory_order_acq_rel))
+    return false;
+  uint8_t *data = m->map + kSlotDataOffset;
+  for (size_t f = 0; f < fields.size(); ++f)
+    if (sizes[f])
+      std::memcpy(data + offsets[f], fields[f].raw(), sizes[f]);
+  h->state.store(r.lease + 2, std::memory_order_release);
+  wrote_ = true;
+  return true;
+}
+
+} // namespace sluice::remote::detail

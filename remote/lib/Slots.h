@@ -1,0 +1,125 @@
+//===- Slots.h - Outputs handed over in shared memory on the trainer's host
+//===//
+//
+// A worker on the trainer's own host (the local share of Workers.cpp's
+// split, or loopback benchmarks) would otherwise send every byte through
+// the kernel's socket: a copy into it on the worker, a copy out of it and
+// one into the output buffer on the trainer, plus TCP's own work (about
+// 45 ms of worker and 42 ms of trainer CPU per f32 batch of 77 MB on the
+// 2-core host: docs/distributed.md, "Performance"). Instead the trainer
+// lends each output of a chunk a slot: a memfd of its own, which the
+// worker opens as /proc/TRAINER-PID/fd/N, writes the output's numeric
+// fields into (its one copy), and the trainer hands to numpy/torch as the
+// batch's memory (none). Only the output's header crosses the socket.
+//
+// A worker elsewhere (another host, a container, another user) cannot open
+// the path or finds another file there: its check of the slot's 128-bit
+// nonce fails, it says so, and outputs travel over the socket as before.
+// Slots are reused (their pages stay mapped in both processes, so a batch
+// costs no page faults after the first few), and a memfd dies with the
+// last process that maps it: nothing is left in /dev/shm.
+//
+// A slot's state word, in its header, says who may touch the data:
+//   0      free: the trainer's
+//   L      lent under lease L (a multiple of 4, never reused)
+//   L + 1  the worker is writing (it moved it there from L)
+//   L + 2  written (the worker's last touch)
+// The trainer takes a slot for an output whose header says it is in it
+// only when it reads L + 2. After a stream ends it takes back the slots it
+// did not receive: from L (the worker will not write any more: its move
+// from L fails) or L + 2; a slot at L + 1 (a worker still writing, or
+// killed while writing) is set aside until it reads L + 2.
+// SLUICE_NO_SHARED_MEMORY=1 (or ClientOptions::sharedMemory = false)
+// sends everything over the socket.
+//
+//===----------------------------------------------------------------------===//
+#ifndef SLUICE_REMOTE_SLOTS_H
+#define SLUICE_REMOTE_SLOTS_H
+
+#include "sluice/ops/Tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace sluice::remote::detail {
+
+/// Where a slot's data start (its first page is the header).
+constexpr size_t kSlotDataOffset = 4096;
+
+/// Offsets of an output's numeric fields in a slot's data (each aligned to
+/// 64 bytes), from their sizes; returns the bytes they take in all.
+size_t slotLayout(const std::vector<size_t> &nbytes,
+                  std::vector<size_t> &offsets);
+
+/// This host's boot id (/proc/sys/kernel/random/boot_id), "" if unknown: a
+/// worker on another host has another.
+const std::string &bootId();
+
+/// A slot as the request names it.
+struct SlotRef {
+  std::string path; ///< /proc/PID/fd/N
+  uint64_t nonce[2] = {0, 0};
+  uint64_t lease = 0;
+  uint64_t capacity = 0; ///< data bytes
+};
+
+/// The trainer's slots.
+class SlotPool : public std::enable_shared_from_this<SlotPool> {
+public:
+  /// A pool, or nullptr where memfds cannot be made.
+  static std::shared_ptr<SlotPool> create();
+  ~SlotPool();
+
+  /// Up to `n` slots of at least `bytes` data bytes, each lent under a new
+  /// lease; fewer when `limit` slots exist and too few are free.
+  std::vector<SlotRef> lend(size_t n, size_t bytes, size_t limit);
+  /// Takes back a slot lent and not received (after its stream ended).
+  void giveBack(const SlotRef &ref);
+  /// A slot the worker wrote for an output: its data, kept alive (and the
+  /// slot held) by the returned handle; nullptr when the slot is not at
+  /// lease + 2.
+  std::shared_ptr<const void> take(const SlotRef &ref, const uint8_t *&data);
+
+  /// Slots in all, and those set aside (a worker was writing when its
+  /// stream ended).
+  size_t size() const;
+  size_t setAside() const;
+
+private:
+  struct Slot;
+  SlotPool() = default;
+  void release(Slot *s);
+  Slot *make(size_t bytes);
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  uint64_t nextLease_ = 4;
+  uint64_t nonce_[2] = {0, 0};
+  uint64_t serial_ = 0;
+  /// The process that made the memfds (their paths name it).
+  int64_t pid_ = 0;
+};
+
+/// The worker's side of a request's slots.
+class SlotWriter {
+public:
+  SlotWriter(std::vector<SlotRef> refs, const std::string &trainerBootId);
+  /// Writes `fields` (numeric) into the request's slot `i` when it exists,
+  /// fits them and is still lent; false: send them over the socket.
+  bool write(size_t i, const std::vector<Tensor> &fields);
+  /// The trainer's slots cannot be opened from here (another host, user or
+  /// namespace): said once, in the next output's header.
+  bool unreachable() const { return unreachable_; }
+
+private:
+  std::vector<SlotRef> refs_;
+  bool checked_ = false, unreachable_ = false, wrote_ = false;
+  std::string trainerBoot_;
+};
+
+} // namespace sluice::remote::detail
+
+#endif // SLUICE_REMOTE_SLOTS_H

@@ -1,0 +1,178 @@
+//===- remote_slots_test.cpp - Shared-memory slots' state protocol --------===//
+//
+// remote/lib/Slots.h: the trainer lends memfd slots, a worker on the same
+// host writes an output's fields into one, the trainer takes it only when
+// the worker finished writing under that slot's lease, and a slot whose
+// stream ended is lent again only once no worker can still write it. Both
+// ends run in this process (a worker opens /proc/PID/fd/N, here this
+// process's own), so every step of the protocol is checked in order,
+// without timing.
+//
+//===----------------------------------------------------------------------===//
+#include "Slots.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+
+using namespace sluice;
+using namespace sluice::remote::detail;
+
+namespace {
+
+Tensor bytes(size_t n, uint8_t first) {
+  Tensor t = Tensor::empty(ElemType::U8, {static_cast<int64_t>(n)});
+  for (size_t i = 0; i < n; ++i)
+    t.mutableRaw()[i] = static_cast<uint8_t>(first + i);
+  return t;
+}
+
+/// The state word of a slot as the worker sees it (its header's last
+/// field, after magic, nonce and capacity).
+std::atomic<uint64_t> *stateOf(const uint8_t *data) {
+  return reinterpret_cast<std::atomic<uint64_t> *>(const_cast<uint8_t *>(data) -
+                                                   kSlotDataOffset + 32);
+}
+
+/// Each test's trainer pool.
+class RemoteSlots : public ::testing::Test {
+protected:
+  void SetUp() override {
+    pool = SlotPool::create();
+    ASSERT_TRUE(pool) << "memfd_create";
+  }
+  /// One slot of at least `bytes`, the pool holding at most `limit`; an
+  /// empty list (and a failure) when none is lent.
+  std::vector<SlotRef> lendOne(size_t bytes, size_t limit) {
+    std::vector<SlotRef> v = pool->lend(1, bytes, limit);
+    EXPECT_EQ(v.size(), 1u);
+    if (v.size() != 1)
+      v.clear();
+    return v;
+  }
+  std::shared_ptr<SlotPool> pool;
+};
+
+} // namespace
+
+TEST_F(RemoteSlots, LayoutAlignsEachField) {
+  std::vector<size_t> offsets;
+  EXPECT_EQ(slotLayout({3, 64, 1}, offsets), 129u);
+  EXPECT_EQ(offsets, (std::vector<size_t>{0, 64, 128}));
+  EXPECT_EQ(slotLayout({}, offsets), 0u);
+}
+
+TEST_F(RemoteSlots, WrittenSlotIsTakenWithTheWorkersBytes) {
+  std::vector<SlotRef> lent = pool->lend(2, 1000, 8);
+  ASSERT_EQ(lent.size(), 2u);
+  EXPECT_NE(lent[0].lease, lent[1].lease);
+  EXPECT_NE(lent[0].path, lent[1].path);
+  SlotWriter w(lent, bootId());
+  std::vector<Tensor> fields = {bytes(10, 1), bytes(300, 7)};
+  ASSERT_TRUE(w.write(1, fields));
+  EXPECT_FALSE(w.unreachable());
+  // Slot 0 was not written: the trainer does not take it.
+  const uint8_t *data = nullptr;
+  EXPECT_EQ(pool->take(lent[0], data), nullptr);
+  std::shared_ptr<const void> held = pool->take(lent[1], data);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(std::memcmp(data, fields[0].raw(), 10), 0);
+  EXPECT_EQ(std::memcmp(data + 64, fields[1].raw(), 300), 0);
+  // Taken once only.
+  const uint8_t *again = nullptr;
+  EXPECT_EQ(pool->take(lent[1], again), nullptr);
+  pool->giveBack(lent[0]);
+  // Held by the output: not lent again until it is dropped.
+  std::vector<SlotRef> next = pool->lend(2, 1000, 2);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].path, lent[0].path);
+  held.reset();
+  std::vector<SlotRef> more = lendOne(1000, 2);
+  ASSERT_FALSE(more.empty());
+  EXPECT_EQ(more[0].path, lent[1].path);
+  EXPECT_EQ(pool->size(), 2u);
+}
+
+TEST_F(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
+  std::vector<SlotRef> lent = lendOne(100, 4);
+  ASSERT_FALSE(lent.empty());
+  SlotWriter w(lent, bootId());
+  // More than the slot holds (slots come in 2 MiB steps): over the socket.
+  EXPECT_FALSE(w.write(0, {bytes(lent[0].capacity + 1, 0)}));
+  EXPECT_FALSE(w.unreachable());
+  // No slot 1 was lent.
+  EXPECT_FALSE(w.write(1, {bytes(10, 0)}));
+  // Another host's boot id: the worker does not try.
+  SlotWriter elsewhere(lent, "another-host");
+  EXPECT_FALSE(elsewhere.write(0, {bytes(10, 0)}));
+  EXPECT_TRUE(elsewhere.unreachable());
+  // A path that is no slot of this trainer's (a wrong nonce).
+  std::vector<SlotRef> forged = lent;
+  forged[0].nonce[1] ^= 1;
+  SlotWriter wrong(forged, bootId());
+  EXPECT_FALSE(wrong.write(0, {bytes(10, 0)}));
+  EXPECT_TRUE(wrong.unreachable());
+  // Only /proc/PID/fd/N paths are opened.
+  std::vector<SlotRef> file = lent;
+  file[0].path = "/etc/passwd";
+  SlotWriter other(file, bootId());
+  EXPECT_FALSE(other.write(0, {bytes(10, 0)}));
+  EXPECT_TRUE(other.unreachable());
+}
+
+TEST_F(RemoteSlots, GivenBackSlotCannotBeWrittenAnyMore) {
+  std::vector<SlotRef> lent = lendOne(100, 4);
+  ASSERT_FALSE(lent.empty());
+  pool->giveBack(lent[0]); // the stream was cut before the worker wrote
+  SlotWriter late(lent, bootId());
+  EXPECT_FALSE(late.write(0, {bytes(10, 0)}));
+  // Lent again under a new lease: a write under the old one still fails,
+  // one under the new lease succeeds.
+  std::vector<SlotRef> again = lendOne(100, 4);
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(again[0].path, lent[0].path);
+  EXPECT_NE(again[0].lease, lent[0].lease);
+  EXPECT_FALSE(late.write(0, {bytes(10, 0)}));
+  SlotWriter now(again, bootId());
+  EXPECT_TRUE(now.write(0, {bytes(10, 3)}));
+}
+
+TEST_F(RemoteSlots, SlotBeingWrittenIsSetAsideUntilWritten) {
+  std::vector<SlotRef> lent = lendOne(100, 1);
+  ASSERT_FALSE(lent.empty());
+  SlotWriter w(lent, bootId());
+  ASSERT_TRUE(w.write(0, {bytes(10, 0)}));
+  const uint8_t *data = nullptr;
+  std::shared_ptr<const void> h = pool->take(lent[0], data);
+  ASSERT_TRUE(h);
+  std::atomic<uint64_t> *state = stateOf(data);
+  h.reset();
+  // A worker caught between its move to "writing" and its last store (as
+  // a stream cut mid-write leaves it), simulated on the state word.
+  std::vector<SlotRef> second = lendOne(100, 1);
+  ASSERT_FALSE(second.empty());
+  state->store(second[0].lease + 1);
+  pool->giveBack(second[0]);
+  EXPECT_EQ(pool->setAside(), 1u);
+  // The pool is at its limit and its one slot may still be written.
+  EXPECT_TRUE(pool->lend(1, 100, 1).empty());
+  // The worker's last store: the slot is free again.
+  state->store(second[0].lease + 2);
+  std::vector<SlotRef> third = lendOne(100, 1);
+  ASSERT_FALSE(third.empty());
+  EXPECT_EQ(pool->setAside(), 0u);
+  EXPECT_EQ(third[0].path, lent[0].path);
+}
+
+TEST_F(RemoteSlots, LargerOutputsReplaceSmallerFreeSlotsAtTheLimit) {
+  std::vector<SlotRef> small = lendOne(100, 1);
+  ASSERT_FALSE(small.empty());
+  pool->giveBack(small[0]);
+  std::vector<SlotRef> big = lendOne(small[0].capacity + 1, 1);
+  ASSERT_FALSE(big.empty());
+  EXPECT_GT(big[0].capacity, small[0].capacity);
+  EXPECT_EQ(pool->size(), 1u);
+  SlotWriter w(big, bootId());
+  EXPECT_TRUE(w.write(0, {bytes(small[0].capacity + 1, 9)}));
+}
