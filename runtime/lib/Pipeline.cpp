@@ -493,12 +493,16 @@ Status Engine::build() {
           "pinned batches asked for (pin_memory), but no host memory "
           "registrar is installed (sluice.torch installs one over the CUDA "
           "runtime when torch sees a CUDA device)");
-    // The last batch step makes the outputs; a batch an unbatch takes
-    // apart again never reaches a device.
+    // The last batch step makes the outputs, if its rows have a fixed
+    // layout (padded_batch builds each batch at its own size); a batch an
+    // unbatch takes apart again never reaches a device.
     for (const PlanStage &st : plan_.stages) {
-      if (st.op == "batch")
+      const OpTraits *t = opTraits(st.op);
+      if (!t)
+        continue;
+      if (t->count == Cardinality::Groups && t->fixedRows)
         shared_.pinnedStep = st.name;
-      else if (st.op == "unbatch" || st.op == "padded_batch")
+      else if (t->count == Cardinality::Groups || t->splitsRecords)
         shared_.pinnedStep.clear();
     }
     pinnedLimit_ = std::make_unique<AccountAllocationLimit>(
