@@ -119,7 +119,7 @@ public:
   /// The buffer pool's idle buffers, reserved in this budget while the
   /// pipeline lives (BufferPool.h).
   std::unique_ptr<AccountAllocationLimit> poolLimit_;
-  /// The idle page-locked batch buffers' reservation (PinBatchesScope;
+  /// The idle page-locked batch buffers' reservation (RunOptions::pinBatches;
   /// the pool itself is shared_.pinned).
   std::unique_ptr<AccountAllocationLimit> pinnedLimit_;
   /// The objects a remote source fetched ahead, reserved until a reader
@@ -486,7 +486,7 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
-  if (PinBatchesScope::active() && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
+  if (opts_.pinBatches && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
     std::shared_ptr<HostRegistrar> registrar = hostRegistrar();
     if (!registrar)
       return Status::error(
