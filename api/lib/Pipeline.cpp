@@ -200,6 +200,14 @@ std::string Pipeline::scheduleExplanation() const {
   return impl_->autoResult ? impl_->autoResult->explanation : "";
 }
 
+Expected<std::vector<std::string>> Pipeline::checkData() const {
+  Expected<std::unique_ptr<runtime::Pipeline>> p =
+      runtime::Pipeline::create(impl_->plan, impl_->opts);
+  if (!p)
+    return p.status();
+  return (*p)->stats().warnings();
+}
+
 Expected<std::unique_ptr<runtime::Pipeline>> Pipeline::makeRunner() {
   if (Status s = prepare(); !s)
     return s;
