@@ -77,9 +77,11 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   // BatchStage.cpp).
   if (def && def->traits.heldRecords)
     s.heldRecords = def->traits.heldRecords(st.params);
-  s.pinnedParallelism = st.parallelism;
-  s.pinnedPrefetch = st.prefetch;
-  s.pinnedCache = st.cache;
+  // The profile's encoding of the pinned knobs (0 / -1 / "" unset), which
+  // the schedule cache stores.
+  s.pinnedParallelism = st.schedule.parallelism.value_or(0);
+  s.pinnedPrefetch = st.schedule.prefetch.value_or(-1);
+  s.pinnedCache = st.schedule.cache.value_or("");
   return s;
 }
 

@@ -112,12 +112,12 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
                   "serve with `on_error: fail` (a bad record then ends the "
                   "trainer's epoch with its location), or remove the damaged "
                   "files");
-  if (!plan.source.cache.empty())
+  if (plan.source.schedule.cache)
     return refuse(plan, plan.source, "a worker keeps nothing between chunks",
                   "remove `cache:` (each chunk is made anew on its worker)");
   bool sawBatch = false;
   for (const runtime::PlanStage &st : plan.stages) {
-    if (!st.cache.empty())
+    if (st.schedule.cache)
       return refuse(plan, st, "a worker keeps nothing between chunks",
                     "remove `cache:` (each chunk is made anew on its worker)");
     if (auto no = unservable(st))

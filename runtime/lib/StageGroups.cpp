@@ -64,9 +64,11 @@ std::vector<StepShape> stepShapes(const Plan &plan) {
     s.source = source;
     s.perRecord = !source && isPerRecordStep(st);
     s.element = !source && st.kind == OpKind::Element;
-    s.parallelism = st.parallelism;
-    s.prefetch = st.prefetch;
-    s.cacheAfter = !st.cache.empty();
+    // The grouping's view of the pinned knobs: 0 workers (free), a
+    // prefetch of 0 or less (none).
+    s.parallelism = st.schedule.parallelism.value_or(0);
+    s.prefetch = st.schedule.prefetch.value_or(-1);
+    s.cacheAfter = st.schedule.cache.has_value();
     const OpDef *def = Registry::instance().find(st.op);
     s.threadBoundary = def && def->traits.prefetchDepth;
     return s;

@@ -120,11 +120,11 @@ TEST_P(StageGroupsAgree, UnitsAreRuntimeStages) {
       runtime::Plan p = plan;
       runtime::PlanStage &st = i == 0 ? p.source : p.stages[i - 1];
       if (variant == 0)
-        st.prefetch = 3;
+        st.schedule.prefetch = 3;
       else if (variant == 1)
-        st.parallelism = 2;
+        st.schedule.parallelism = 2;
       else
-        st.cache = "memory";
+        st.schedule.cache = "memory";
       expectAgree(p, "variant " + std::to_string(variant) + " on step " +
                          std::to_string(i) + " '" + st.name + "'");
     }

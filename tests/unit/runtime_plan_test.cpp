@@ -48,9 +48,9 @@ void expectSameStage(const PlanStage &a, const PlanStage &b) {
   EXPECT_EQ(a.outputType, b.outputType) << a.name;
   EXPECT_EQ(a.loc.line, b.loc.line);
   EXPECT_EQ(a.loc.col, b.loc.col);
-  EXPECT_EQ(a.parallelism, b.parallelism);
-  EXPECT_EQ(a.prefetch, b.prefetch);
-  EXPECT_EQ(a.cache, b.cache);
+  EXPECT_EQ(a.schedule.parallelism, b.schedule.parallelism);
+  EXPECT_EQ(a.schedule.prefetch, b.schedule.prefetch);
+  EXPECT_EQ(a.schedule.cache, b.schedule.cache);
 }
 
 void expectSamePlan(const Plan &a, const Plan &b) {
@@ -117,9 +117,9 @@ Plan trickyPlan() {
   st.inputType = RecordType(fields);
   st.outputType = RecordType({{"scalar", FieldType(ElemType::Bool)}});
   st.loc = {7, 5};
-  st.parallelism = 4;
-  st.prefetch = 0;
-  st.cache = "disk";
+  st.schedule.parallelism = 4;
+  st.schedule.prefetch = 0;
+  st.schedule.cache = "disk";
   p.stages.push_back(st);
   PlanStage batch;
   batch.name = "batch";
