@@ -77,11 +77,7 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   // BatchStage.cpp).
   if (def && def->traits.heldRecords)
     s.heldRecords = def->traits.heldRecords(st.params);
-  // The profile's encoding of the pinned knobs (0 / -1 / "" unset), which
-  // the schedule cache stores.
-  s.pinnedParallelism = st.schedule.parallelism.value_or(0);
-  s.pinnedPrefetch = st.schedule.prefetch.value_or(-1);
-  s.pinnedCache = st.schedule.cache.value_or("");
+  s.pinned = st.schedule;
   return s;
 }
 
@@ -579,7 +575,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
           static_cast<double>(
               windowSlots(u.pinned > 0 ? u.pinned : 1,
                           std::max<int64_t>(
-                              0, prof.steps[u.steps.back()].pinnedPrefetch))) *
+                              0, prof.steps[u.steps.back()]
+                                     .pinned.prefetch.value_or(-1)))) *
           unitSlotBytes(prof, u));
   // A short probe may not fill a shuffle buffer: count held records in full,
   // but never more than one pass brings (the runtime's static check bounds
@@ -625,8 +622,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // What the probes buffered (the calibration includes it): the spec's
   // pinned prefetch depths, nothing more.
   for (size_t i = 0; i < prof.steps.size(); ++i)
-    if (prof.steps[i].pinnedPrefetch > 0)
-      prof.probePrefetch[i] = prof.steps[i].pinnedPrefetch;
+    if (prof.steps[i].pinned.prefetch.value_or(0) > 0)
+      prof.probePrefetch[i] = *prof.steps[i].pinned.prefetch;
 
   // A source that cannot count its records (csv, text, tfrecord): estimate
   // an epoch from its files' sizes and the bytes it read per record, so a
@@ -657,10 +654,10 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Window &w : windows) {
     Config c;
     for (size_t i = 0; i < prof.steps.size(); ++i)
-      if (prof.steps[i].pinnedPrefetch >= 0)
-        c.prefetch[i] = prof.steps[i].pinnedPrefetch;
+      if (prof.steps[i].pinned.prefetch)
+        c.prefetch[i] = *prof.steps[i].pinned.prefetch;
     for (const CacheOption &o : cacheOptions(prof))
-      if (!prof.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+      if (prof.steps[static_cast<size_t>(o.after)].pinned.cache)
         c.cache = o;
     for (const Unit &u : units(prof, c.cache.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
