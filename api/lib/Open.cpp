@@ -45,8 +45,8 @@ Expected<runtime::Plan> compilePlan(const dsl::Spec &spec,
                                     const compiler::PlanOptions &planOpts,
                                     std::ostream *diagnostics) {
   std::ostringstream located;
-  Expected<runtime::Plan> plan = compiler::buildPlan(
-      spec, planOpts, diagnostics ? *diagnostics : located);
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(spec, planOpts, diagnostics ? *diagnostics : located);
   if (plan)
     return plan;
   std::string msg = located.str();
@@ -104,8 +104,7 @@ Pipeline::fromSpec(std::unique_ptr<dsl::Spec> spec, const OpenOptions &o,
   for (const auto &[name, knobs] : i.opts.schedule)
     if (knobs.cache && !knobs.cache->empty() && *knobs.cache != "none")
       planOpts.cachedSteps.push_back(name);
-  Expected<runtime::Plan> plan =
-      compilePlan(*i.spec, planOpts, o.diagnostics);
+  Expected<runtime::Plan> plan = compilePlan(*i.spec, planOpts, o.diagnostics);
   if (!plan)
     return fail(ErrorKind::Compile, plan.status());
   i.plan = plan.take();
@@ -131,8 +130,7 @@ Expected<runtime::Plan> Pipeline::noJitPlan() const {
 int Pipeline::explain(const std::string &specPath, const OpenOptions &o,
                       const ExplainOptions &what, std::ostream &out) {
   std::ostream &err = o.diagnostics ? *o.diagnostics : std::cerr;
-  Expected<std::unique_ptr<dsl::Spec>> spec =
-      loadSpec(specPath, &err, o.color);
+  Expected<std::unique_ptr<dsl::Spec>> spec = loadSpec(specPath, &err, o.color);
   if (!spec) {
     err << spec.status().message() << "\n";
     return 2;

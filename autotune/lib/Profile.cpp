@@ -572,11 +572,11 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Unit &u : us)
     if (u.parallel)
       sized += static_cast<int64_t>(
-          static_cast<double>(
-              windowSlots(u.pinned > 0 ? u.pinned : 1,
-                          std::max<int64_t>(
-                              0, prof.steps[u.steps.back()]
-                                     .pinned.prefetch.value_or(-1)))) *
+          static_cast<double>(windowSlots(
+              u.pinned > 0 ? u.pinned : 1,
+              std::max<int64_t>(
+                  0,
+                  prof.steps[u.steps.back()].pinned.prefetch.value_or(-1)))) *
           unitSlotBytes(prof, u));
   // A short probe may not fill a shuffle buffer: count held records in full,
   // but never more than one pass brings (the runtime's static check bounds

@@ -118,7 +118,7 @@ json toJson(const StepProfile &s) {
           // "-" a cache pinned to none.
           {"pinnedParallelism", s.pinned.parallelism.value_or(0)},
           {"pinnedPrefetch", s.pinned.prefetch.value_or(-1)},
-          {"pinnedCache", !s.pinned.cache           ? std::string()
+          {"pinnedCache", !s.pinned.cache             ? std::string()
                           : *s.pinned.cache == "none" ? std::string("-")
                                                       : *s.pinned.cache},
           {"threadBoundary", s.threadBoundary},

@@ -326,7 +326,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   std::vector<CacheOption> options{CacheOption{}};
   bool cachePinned = false;
   for (const CacheOption &o : cacheOptions(p)) {
-    bool pinned = p.steps[static_cast<size_t>(o.after)].pinned.cache.has_value();
+    bool pinned =
+        p.steps[static_cast<size_t>(o.after)].pinned.cache.has_value();
     if (pinned) {
       options = {o};
       cachePinned = true;

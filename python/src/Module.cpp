@@ -469,7 +469,6 @@ public:
     return d;
   }
 
-
   /// Rank and world size: the arguments, else the spec's `distributed:`,
   /// else torchrun's RANK/WORLD_SIZE or a Kubernetes Indexed Job's
   /// JOB_COMPLETION_INDEX, else 0 of 1 (runtime::resolveRanks).

@@ -210,15 +210,15 @@ TEST(ApiPipeline, CheckDataSaysWhatARunWouldFind) {
   TempDir dir;
   dir.write("a.tsv", "");
   auto checked = [&](const std::string &files) {
-    std::string spec = dir.write("check.yaml",
-                                 "pipeline: p\n"
-                                 "source:\n"
-                                 "  tsv:\n"
-                                 "    files: " +
-                                     files +
-                                     "\n"
-                                     "    columns:\n"
-                                     "      - {name: label, type: i64}\n");
+    std::string spec =
+        dir.write("check.yaml", "pipeline: p\n"
+                                "source:\n"
+                                "  tsv:\n"
+                                "    files: " +
+                                    files +
+                                    "\n"
+                                    "    columns:\n"
+                                    "      - {name: label, type: i64}\n");
     Expected<std::unique_ptr<dsl::Spec>> read = Pipeline::loadSpec(spec);
     EXPECT_TRUE(read) << read.status().message();
     OpenOptions o;

@@ -233,8 +233,7 @@ bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
       which = &params[0];
     }
     if (path.empty()) {
-      usageError("'--source-path " + which->spec->name +
-                 "=PATH' needs a path");
+      usageError("'--source-path " + which->spec->name + "=PATH' needs a path");
       return false;
     }
     // Relative to the current directory, as any path on a command line.
