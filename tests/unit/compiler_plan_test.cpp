@@ -231,9 +231,9 @@ TEST(Plan, KeepsParametersAsTheSpecWroteThem) {
   EXPECT_EQ(p.seed, 9223372036854775807u);
   ASSERT_EQ(p.stages.size(), 7u);
   EXPECT_EQ(p.stages[1].name, "map.2");
-  EXPECT_EQ(p.stages[1].parallelism, 3);
-  EXPECT_EQ(p.stages[1].cache, "");
-  EXPECT_EQ(p.stages[0].cache, "memory");
+  EXPECT_EQ(p.stages[1].schedule.parallelism, 3);
+  EXPECT_FALSE(p.stages[1].schedule.cache);
+  EXPECT_EQ(p.stages[0].schedule.cache, "memory");
   // Written order first, then defaults in registry order.
   std::vector<std::string> keys;
   for (const auto &entry : p.stages[1].params.entries())
@@ -251,7 +251,7 @@ TEST(Plan, LeavesOutTheStagesThePassesRemove) {
   runtime::Plan kept = plan(*spec, {});
   ASSERT_EQ(kept.stages.size(), spec->steps.size());
   EXPECT_EQ(kept.stages[5].name, "skip");
-  EXPECT_EQ(kept.stages[5].prefetch, 0);
+  EXPECT_EQ(kept.stages[5].schedule.prefetch, 0);
 
   std::string yaml = kMixed;
   yaml.erase(yaml.find("  skip: {prefetch: 0}\n"));
