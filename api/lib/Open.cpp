@@ -11,6 +11,7 @@
 #include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 
+#include <iostream>
 #include <sstream>
 
 namespace sluice {
@@ -33,7 +34,25 @@ Status generateJit(Pipeline::Impl &i) {
 }
 
 bool wantJit(const OpenOptions &o) {
-  return o.jit && !compiler::jitDisabledByEnvironment();
+  return o.jit &&
+         !(o.jitFromEnvironment && compiler::jitDisabledByEnvironment());
+}
+
+/// The compiler's plan of `spec`; a failure's message is the located
+/// diagnostics (when `diagnostics` is null) and the line printed after
+/// them.
+Expected<runtime::Plan> compilePlan(const dsl::Spec &spec,
+                                    const compiler::PlanOptions &planOpts,
+                                    std::ostream *diagnostics) {
+  std::ostringstream located;
+  Expected<runtime::Plan> plan =
+      compiler::buildPlan(spec, planOpts, diagnostics ? *diagnostics : located);
+  if (plan)
+    return plan;
+  std::string msg = located.str();
+  if (!plan.status().message().empty())
+    msg += "sluice: error: " + plan.status().message();
+  return Status::error(msg);
 }
 
 } // namespace
@@ -41,6 +60,21 @@ bool wantJit(const OpenOptions &o) {
 Expected<std::unique_ptr<Pipeline>> Pipeline::open(const std::string &specPath,
                                                    const OpenOptions &o,
                                                    ErrorKind *kind) {
+  if (kind)
+    *kind = ErrorKind::None;
+  Expected<std::unique_ptr<dsl::Spec>> spec =
+      loadSpec(specPath, o.diagnostics, o.color);
+  if (!spec) {
+    if (kind)
+      *kind = ErrorKind::Spec;
+    return spec.status();
+  }
+  return fromSpec(spec.take(), o, kind);
+}
+
+Expected<std::unique_ptr<Pipeline>>
+Pipeline::fromSpec(std::unique_ptr<dsl::Spec> spec, const OpenOptions &o,
+                   ErrorKind *kind) {
   auto fail = [&](ErrorKind k, Status s) {
     if (kind)
       *kind = k;
@@ -48,14 +82,12 @@ Expected<std::unique_ptr<Pipeline>> Pipeline::open(const std::string &specPath,
   };
   if (kind)
     *kind = ErrorKind::None;
-  Expected<std::unique_ptr<dsl::Spec>> spec =
-      loadSpec(specPath, o.diagnostics, o.color);
   if (!spec)
-    return fail(ErrorKind::Spec, spec.status());
+    return fail(ErrorKind::Spec, Status::error("sluice: error: no spec"));
   auto impl = std::make_unique<Impl>();
   impl->diagnostics = o.diagnostics;
   impl->color = o.color;
-  impl->spec = spec.take();
+  impl->spec = std::move(spec);
   std::unique_ptr<Pipeline> p(new Pipeline(std::move(impl)));
   Impl &i = *p->impl_;
   if (!o.scheduleFile.empty())
@@ -72,19 +104,45 @@ Expected<std::unique_ptr<Pipeline>> Pipeline::open(const std::string &specPath,
   for (const auto &[name, knobs] : i.opts.schedule)
     if (knobs.cache && !knobs.cache->empty() && *knobs.cache != "none")
       planOpts.cachedSteps.push_back(name);
-  std::ostringstream located;
-  Expected<runtime::Plan> plan = compiler::buildPlan(
-      *i.spec, planOpts, o.diagnostics ? *o.diagnostics : located);
-  if (!plan) {
-    std::string msg = located.str();
-    if (!plan.status().message().empty())
-      msg += "sluice: error: " + plan.status().message();
-    return fail(ErrorKind::Compile, Status::error(msg));
-  }
+  Expected<runtime::Plan> plan = compilePlan(*i.spec, planOpts, o.diagnostics);
+  if (!plan)
+    return fail(ErrorKind::Compile, plan.status());
   i.plan = plan.take();
+  i.disabledPasses = planOpts.disabledPasses;
+  i.cachedSteps = planOpts.cachedSteps;
   if (planOpts.codegen)
     i.generate = generateJit;
   return p;
+}
+
+Expected<runtime::Plan> Pipeline::noJitPlan() const {
+  const Impl &i = *impl_;
+  if (!i.spec)
+    return Status::error("a pipeline made from a plan has no spec to compile");
+  compiler::PlanOptions planOpts;
+  planOpts.disabledPasses = i.disabledPasses;
+  planOpts.cachedSteps = i.cachedSteps;
+  planOpts.codegen = false;
+  // The same spec compiled once more: its diagnostics were shown already.
+  return compilePlan(*i.spec, planOpts, nullptr);
+}
+
+int Pipeline::explain(const std::string &specPath, const OpenOptions &o,
+                      const ExplainOptions &what, std::ostream &out) {
+  std::ostream &err = o.diagnostics ? *o.diagnostics : std::cerr;
+  Expected<std::unique_ptr<dsl::Spec>> spec = loadSpec(specPath, &err, o.color);
+  if (!spec) {
+    err << spec.status().message() << "\n";
+    return 2;
+  }
+  compiler::ExplainOptions e;
+  e.ir = what.ir;
+  e.printIrAfterAll = what.printIrAfterAll;
+  e.disabledPasses = o.disabledPasses;
+  e.remarks = what.remarks;
+  e.locations = what.locations;
+  e.codegen = wantJit(o);
+  return compiler::explain(**spec, e, out, err);
 }
 
 Expected<std::unique_ptr<Pipeline>>

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 namespace sluice {
 
@@ -176,8 +177,12 @@ Status Pipeline::prepare() {
     return s;
   // After the kernels are bound: the probes time the kernels that run.
   if (autoScheduleWanted()) {
+    // The probes' batches never reach a device: they are not page-locked
+    // (RunOptions::pinBatches holds for the runs after prepare()).
+    const bool pin = std::exchange(i.opts.pinBatches, false);
     Expected<autotune::AutoSchedule> a =
         autotune::applyAutoSchedule(i.plan, i.opts);
+    i.opts.pinBatches = pin;
     if (!a)
       return Status::error("schedule: auto: " + a.status().message());
     if (a->applied)
@@ -193,6 +198,14 @@ const autotune::AutoSchedule *Pipeline::autoSchedule() const {
 
 std::string Pipeline::scheduleExplanation() const {
   return impl_->autoResult ? impl_->autoResult->explanation : "";
+}
+
+Expected<std::vector<std::string>> Pipeline::checkData() const {
+  Expected<std::unique_ptr<runtime::Pipeline>> p =
+      runtime::Pipeline::create(impl_->plan, impl_->opts);
+  if (!p)
+    return p.status();
+  return (*p)->stats().warnings();
 }
 
 Expected<std::unique_ptr<runtime::Pipeline>> Pipeline::makeRunner() {

@@ -26,6 +26,11 @@ std::string renderDiagnostics(const dsl::DiagnosticEngine &diags,
 
 struct Pipeline::Impl {
   std::unique_ptr<dsl::Spec> spec;
+  /// How the spec was compiled to `plan` (fromSpec()): its passes, the
+  /// steps a schedule file caches, and whether for generated kernels; for
+  /// compiling it again (noJitPlan()).
+  std::vector<std::string> disabledPasses;
+  std::vector<std::string> cachedSteps;
   runtime::Plan plan;
   runtime::RunOptions opts;
   std::ostream *diagnostics = nullptr;

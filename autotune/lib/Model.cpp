@@ -137,10 +137,8 @@ std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
     sh.source = s.source;
     sh.perRecord = s.perRecord;
     sh.element = s.element;
-    sh.parallelism = s.pinnedParallelism;
-    sh.prefetch = s.pinnedPrefetch;
-    sh.cacheAfter = static_cast<int64_t>(i) == cacheAfter ||
-                    (!s.pinnedCache.empty() && s.pinnedCache != "-");
+    sh.pinned = s.pinned;
+    sh.cacheAfter = static_cast<int64_t>(i) == cacheAfter || s.pinsCache();
     sh.threadBoundary = s.threadBoundary;
     shapes.push_back(sh);
   }
@@ -201,9 +199,9 @@ std::vector<CacheOption> cacheOptions(const Profile &p) {
   std::vector<CacheOption> out;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &s = p.steps[i];
-    if (!s.pinnedCache.empty() && s.pinnedCache != "-") {
+    if (s.pinsCache()) {
       // The spec decided: that is the only option.
-      return {CacheOption{static_cast<int64_t>(i), s.pinnedCache,
+      return {CacheOption{static_cast<int64_t>(i), *s.pinned.cache,
                           materializedBytes(p, i)}};
     }
   }
@@ -215,7 +213,7 @@ std::vector<CacheOption> cacheOptions(const Profile &p) {
     // choices in every epoch. Nothing after it is deterministic either.
     if (s.stochastic || cacheStopsAt(s))
       break;
-    if (s.pinnedCache == "-")
+    if (s.pinned.cache) // "none" here (a pinned cache returned above)
       continue;
     int64_t bytes = materializedBytes(p, i);
     out.push_back({static_cast<int64_t>(i), "memory", bytes});

@@ -77,9 +77,7 @@ StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
   // BatchStage.cpp).
   if (def && def->traits.heldRecords)
     s.heldRecords = def->traits.heldRecords(st.params);
-  s.pinnedParallelism = st.parallelism;
-  s.pinnedPrefetch = st.prefetch;
-  s.pinnedCache = st.cache;
+  s.pinned = st.schedule;
   return s;
 }
 
@@ -574,10 +572,11 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Unit &u : us)
     if (u.parallel)
       sized += static_cast<int64_t>(
-          static_cast<double>(
-              windowSlots(u.pinned > 0 ? u.pinned : 1,
-                          std::max<int64_t>(
-                              0, prof.steps[u.steps.back()].pinnedPrefetch))) *
+          static_cast<double>(windowSlots(
+              u.pinned > 0 ? u.pinned : 1,
+              std::max<int64_t>(
+                  0,
+                  prof.steps[u.steps.back()].pinned.prefetch.value_or(-1)))) *
           unitSlotBytes(prof, u));
   // A short probe may not fill a shuffle buffer: count held records in full,
   // but never more than one pass brings (the runtime's static check bounds
@@ -623,8 +622,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // What the probes buffered (the calibration includes it): the spec's
   // pinned prefetch depths, nothing more.
   for (size_t i = 0; i < prof.steps.size(); ++i)
-    if (prof.steps[i].pinnedPrefetch > 0)
-      prof.probePrefetch[i] = prof.steps[i].pinnedPrefetch;
+    if (prof.steps[i].pinned.prefetch.value_or(0) > 0)
+      prof.probePrefetch[i] = *prof.steps[i].pinned.prefetch;
 
   // A source that cannot count its records (csv, text, tfrecord): estimate
   // an epoch from its files' sizes and the bytes it read per record, so a
@@ -655,10 +654,10 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Window &w : windows) {
     Config c;
     for (size_t i = 0; i < prof.steps.size(); ++i)
-      if (prof.steps[i].pinnedPrefetch >= 0)
-        c.prefetch[i] = prof.steps[i].pinnedPrefetch;
+      if (prof.steps[i].pinned.prefetch)
+        c.prefetch[i] = *prof.steps[i].pinned.prefetch;
     for (const CacheOption &o : cacheOptions(prof))
-      if (!prof.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+      if (prof.steps[static_cast<size_t>(o.after)].pinned.cache)
         c.cache = o;
     for (const Unit &u : units(prof, c.cache.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);

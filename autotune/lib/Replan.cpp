@@ -60,11 +60,11 @@ Replanner::Replanner(Profile profile, Budget budget, Config current,
   // is (or none) and every prefetch queue.
   for (size_t i = 0; i < profile_.steps.size(); ++i) {
     StepProfile &s = profile_.steps[i];
-    s.pinnedCache = static_cast<int64_t>(i) == current_.cache.after
-                        ? current_.cache.to
-                        : std::string("-");
+    s.pinned.cache = static_cast<int64_t>(i) == current_.cache.after
+                         ? current_.cache.to
+                         : std::string("none");
     auto d = current_.prefetch.find(i);
-    s.pinnedPrefetch = d == current_.prefetch.end() ? 0 : d->second;
+    s.pinned.prefetch = d == current_.prefetch.end() ? 0 : d->second;
   }
 }
 

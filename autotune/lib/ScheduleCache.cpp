@@ -114,9 +114,13 @@ json toJson(const StepProfile &s) {
           {"perRecord", s.perRecord},
           {"element", s.element},
           {"stochastic", s.stochastic},
-          {"pinnedParallelism", s.pinnedParallelism},
-          {"pinnedPrefetch", s.pinnedPrefetch},
-          {"pinnedCache", s.pinnedCache},
+          // The pinned knobs in the entries' encoding: 0 / -1 / "" unset,
+          // "-" a cache pinned to none.
+          {"pinnedParallelism", s.pinned.parallelism.value_or(0)},
+          {"pinnedPrefetch", s.pinned.prefetch.value_or(-1)},
+          {"pinnedCache", !s.pinned.cache             ? std::string()
+                          : *s.pinned.cache == "none" ? std::string("-")
+                                                      : *s.pinned.cache},
           {"threadBoundary", s.threadBoundary},
           {"heldRecords", s.heldRecords},
           {"visits", s.visits},
@@ -140,9 +144,18 @@ void fromJson(const json &j, StepProfile &s) {
   j.at("perRecord").get_to(s.perRecord);
   j.at("element").get_to(s.element);
   j.at("stochastic").get_to(s.stochastic);
-  j.at("pinnedParallelism").get_to(s.pinnedParallelism);
-  j.at("pinnedPrefetch").get_to(s.pinnedPrefetch);
-  j.at("pinnedCache").get_to(s.pinnedCache);
+  int64_t parallelism = 0, prefetch = -1;
+  std::string cache;
+  j.at("pinnedParallelism").get_to(parallelism);
+  j.at("pinnedPrefetch").get_to(prefetch);
+  j.at("pinnedCache").get_to(cache);
+  s.pinned = StepSchedule();
+  if (parallelism > 0)
+    s.pinned.parallelism = parallelism;
+  if (prefetch >= 0)
+    s.pinned.prefetch = prefetch;
+  if (!cache.empty())
+    s.pinned.cache = cache == "-" ? std::string("none") : cache;
   j.at("threadBoundary").get_to(s.threadBoundary);
   j.at("heldRecords").get_to(s.heldRecords);
   j.at("visits").get_to(s.visits);

@@ -102,14 +102,13 @@ struct Lp {
 Config naiveConfig(const Profile &p) {
   Config c;
   for (const CacheOption &o : cacheOptions(p))
-    if (o.after >= 0 &&
-        !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty())
+    if (o.after >= 0 && p.steps[static_cast<size_t>(o.after)].pinned.cache)
       c.cache = o;
   for (const Unit &u : units(p, c.cache.after))
     c.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
   for (size_t i = 0; i < p.steps.size(); ++i)
-    if (p.steps[i].pinnedPrefetch >= 0)
-      c.prefetch[i] = p.steps[i].pinnedPrefetch;
+    if (p.steps[i].pinned.prefetch)
+      c.prefetch[i] = *p.steps[i].pinned.prefetch;
   return c;
 }
 
@@ -327,7 +326,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   std::vector<CacheOption> options{CacheOption{}};
   bool cachePinned = false;
   for (const CacheOption &o : cacheOptions(p)) {
-    bool pinned = !p.steps[static_cast<size_t>(o.after)].pinnedCache.empty();
+    bool pinned =
+        p.steps[static_cast<size_t>(o.after)].pinned.cache.has_value();
     if (pinned) {
       options = {o};
       cachePinned = true;
@@ -519,8 +519,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (size_t i : prefetchCandidates(p)) {
     BufVars b{i, recommendedDepth(p, i), {}};
     std::vector<int64_t> depths;
-    if (p.steps[i].pinnedPrefetch >= 0) {
-      depths = {p.steps[i].pinnedPrefetch};
+    if (p.steps[i].pinned.prefetch) {
+      depths = {*p.steps[i].pinned.prefetch};
     } else {
       for (int64_t d : {0, 1, 2, 4, 8, 16, 32, 64})
         if (d < b.recommended)
@@ -589,8 +589,8 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       if (glp_mip_col_val(lp.prob, col) > 0.5)
         sol.config.prefetch[b.step] = d;
   for (size_t i = 0; i < p.steps.size(); ++i)
-    if (p.steps[i].pinnedPrefetch >= 0 && !sol.config.prefetch.count(i))
-      sol.config.prefetch[i] = p.steps[i].pinnedPrefetch;
+    if (p.steps[i].pinned.prefetch && !sol.config.prefetch.count(i))
+      sol.config.prefetch[i] = *p.steps[i].pinned.prefetch;
   refine(p, sol.config, options, cores, memLimit, &sol.closeCall,
          &sol.closeCallGain);
   sol.prediction = predict(p, sol.config, cores);
@@ -662,7 +662,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (const BufVars &b : bufs) {
     int64_t d = sol.config.prefetch[b.step];
     KnobChoice kc{p.steps[b.step].name, "prefetch", std::to_string(d),
-                  p.steps[b.step].pinnedPrefetch >= 0, ""};
+                  p.steps[b.step].pinned.prefetch.has_value(), ""};
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "its rate varies (CV %.2f over 50 ms): %lld items ride out "

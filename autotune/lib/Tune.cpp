@@ -133,7 +133,7 @@ std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
       p.epochs == 1 || p.steps.size() != plan.stages.size() + 1)
     return std::nullopt;
   for (const StepProfile &s : p.steps)
-    if (!s.pinnedCache.empty() && s.pinnedCache != "-")
+    if (s.pinsCache())
       return std::nullopt;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &s = p.steps[i];

@@ -102,14 +102,15 @@ Value restoreLayout(const Value &value, const Value *original,
 /// Applies one schedule entry (`{parallelism, prefetch, cache}`, as the
 /// pipeline verifier admits it) on top of what `stage` has.
 void applyKnobs(DictionaryAttr knobs, runtime::PlanStage &stage) {
+  StepSchedule entry;
   if (auto parallelism = knobs.getAs<IntegerAttr>("parallelism"))
-    stage.parallelism = parallelism.getInt();
+    entry.parallelism = parallelism.getInt();
   if (auto prefetch = knobs.getAs<IntegerAttr>("prefetch"))
-    stage.prefetch = prefetch.getInt();
+    entry.prefetch = prefetch.getInt();
   if (auto cache = knobs.getAs<StringAttr>("cache"))
-    // `none` only exists to override `default`; to the runtime no cache is
-    // the empty string.
-    stage.cache = cache.getValue() == "none" ? "" : cache.str();
+    // `none` only exists to override `default`: it unsets the cache.
+    entry.cache = cache.str();
+  pinKnobs(stage.schedule, entry);
 }
 
 class PlanBuilder {
@@ -197,9 +198,7 @@ private:
       fused.params.set("steps", Value::list({}));
       fused.inputType = step.inputType;
       fused.loc = step.loc;
-      fused.parallelism = step.parallelism;
-      fused.prefetch = step.prefetch;
-      fused.cache = step.cache;
+      fused.schedule = step.schedule;
       plan.stages.push_back(std::move(fused));
     }
     runtime::PlanStage &fused = plan.stages.back();
@@ -207,10 +206,12 @@ private:
     names.push_back(Value::string(step.name));
     fused.params.set("steps", Value::list(std::move(names)));
     fused.outputType = step.outputType;
-    fused.parallelism = std::max(fused.parallelism, step.parallelism);
-    fused.prefetch = std::max(fused.prefetch, step.prefetch);
-    if (!step.cache.empty())
-      fused.cache = step.cache;
+    fused.schedule.parallelism =
+        largerKnob(fused.schedule.parallelism, step.schedule.parallelism);
+    fused.schedule.prefetch =
+        largerKnob(fused.schedule.prefetch, step.schedule.prefetch);
+    if (step.schedule.cache)
+      fused.schedule.cache = step.schedule.cache;
     fused.fused.push_back(std::move(step));
   }
 
@@ -256,7 +257,7 @@ private:
         // The source's parallelism is its requests in flight (remote
         // objects): a default meant for the workers does not set it.
         if (!stage.getInputStream())
-          out.parallelism = 0;
+          out.schedule.parallelism.reset();
       }
       // A fused stage ("a+b") takes the knobs of each of its steps, in
       // order: the fusion passes fuse named steps only when their knobs

@@ -408,6 +408,7 @@ static OpRegistration regShuffle(shuffle());
 OpDef batch() {
   OpDef op = record("batch");
   op.traits.count = Cardinality::Groups;
+  op.traits.fixedRows = true;
   // The rows of the batch being filled and of the one handed on.
   op.traits.heldRecords = [](const Value &params) -> int64_t {
     return params["size"].isNumber() ? 2 * params["size"].asInt() : 0;
@@ -517,6 +518,10 @@ static OpRegistration regPaddedBatch(paddedBatch());
 OpDef unbatch() {
   OpDef op = record("unbatch");
   op.traits.count = Cardinality::More;
+  op.traits.splitsRecords = true;
+  op.traits.notServed = {"its rows are cut from batches a worker would have "
+                         "to make from the epoch's start",
+                         "batch once, at the end"};
   op.summary = "Splits each record along its first dim into records.";
   op.doc = "The inverse of `batch`: a record whose fields have a leading dim "
            "n becomes n records. All fields must have the same leading size "
@@ -551,6 +556,8 @@ static OpRegistration regUnbatch(unbatch());
 OpDef repeat() {
   OpDef op = record("repeat");
   op.traits.count = Cardinality::More;
+  op.traits.notServed = {"it runs the source again inside one epoch",
+                         "run more epochs instead (`epochs:` or set_epoch)"};
   op.traits.noCacheAfter = "each pass after it is a new epoch for the steps "
                            "before it, so a cache after it would hold every "
                            "pass";
@@ -574,6 +581,8 @@ static OpRegistration regRepeat(repeat());
 OpDef take() {
   OpDef op = record("take");
   op.traits.count = Cardinality::Fewer;
+  op.traits.notServed = {"it counts records across the whole stream",
+                         "stop the trainer's loop after N batches instead"};
   op.traits.noCacheAfter = "it ends the stream early, so a cache after it "
                            "would never hold a whole pass";
   op.summary = "Keeps only the first `count` records.";
@@ -596,6 +605,8 @@ static OpRegistration regTake(take());
 OpDef skip() {
   OpDef op = record("skip");
   op.traits.count = Cardinality::Fewer;
+  op.traits.notServed = {"it counts records across the whole stream",
+                         "stop the trainer's loop after N batches instead"};
   op.summary = "Drops the first `count` records.";
   op.doc = "Skipped records are counted in the run's accounting.";
   op.example = "- skip: 1000";
@@ -616,6 +627,9 @@ static OpRegistration regSkip(skip());
 OpDef shard() {
   OpDef op = record("shard");
   op.traits.count = Cardinality::Fewer;
+  op.traits.notServed = {"the trainers' shares are the ranks'",
+                         "give the trainers rank= and world_size= instead of "
+                         "`shard`"};
   op.summary = "Keeps every num_shards-th record, starting at `index`.";
   op.doc = "For data-parallel training: worker `index` of `num_shards` sees "
            "records index, index + num_shards, ... Place it right after the "
@@ -651,6 +665,8 @@ OpDef interleave() {
   OpDef op = record("interleave");
   op.traits.reorders = true;
   op.traits.configuresSource = true;
+  op.traits.notServed = {"it reads several files at once in a rotating order",
+                         "remove it: workers read the source by position"};
   op.summary = "Reads several source files at once, interleaving their "
                "records.";
   op.doc = "Takes `block_length` records from each of `cycle_length` open "
@@ -682,6 +698,8 @@ static OpRegistration regInterleave(interleave());
 OpDef cache() {
   OpDef op = record("cache");
   op.traits.materializes = true;
+  op.traits.notServed = {"a worker keeps nothing between chunks",
+                         "remove it (each chunk is made anew on its worker)"};
   op.summary = "Stores the stream after the first epoch and replays it.";
   op.doc = "Later epochs read the cached records instead of running the "
            "steps before `cache` again, so put it after expensive "

@@ -26,6 +26,7 @@ using namespace detail;
 ParamSpec globParam(std::string name, std::string what) {
   return param(std::move(name), ParamKind::String)
       .req()
+      .names(DataPath::Glob)
       .describe("Glob of the " + what +
                 " to read (`*`, `?`, `[...]`), relative to the spec file. "
                 "Files are read in sorted order.");
@@ -96,6 +97,7 @@ OpDef imageFolder() {
   op.params = {
       param("root", ParamKind::String)
           .req()
+          .names(DataPath::File)
           .describe("Directory with one sub-directory per class."),
       param("extensions", ParamKind::StringList)
           .def(Value::list({Value::string("jpg"), Value::string("jpeg"),
@@ -459,8 +461,10 @@ OpDef idx() {
   op.params = {
       param("images", ParamKind::String)
           .req()
+          .names(DataPath::File)
           .describe("Path of the IDX images file (`.gz` is decompressed)."),
       param("labels", ParamKind::String)
+          .names(DataPath::File)
           .describe("Path of the 1-D IDX labels file."),
       shuffleParam(),
       onErrorParam(),

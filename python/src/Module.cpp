@@ -431,7 +431,8 @@ public:
       plan.seed = seedArg(seed);
     opts.memoryBytes = parseMemory(memory);
     opts.firstEpoch = firstEpoch;
-    pinMemory_ = pinMemory;
+    // The batches page-locked (runtime/Pinned.h).
+    opts.pinBatches = pinMemory;
     applySchedule(*api_, schedule);
     setRanks(plan, rank, worldSize, opts);
     // Of the final plan (its seed set), bound before the autotuner copies
@@ -467,8 +468,6 @@ public:
     }
     return d;
   }
-
-  bool pinMemory_ = false;
 
   /// Rank and world size: the arguments, else the spec's `distributed:`,
   /// else torchrun's RANK/WORLD_SIZE or a Kubernetes Indexed Job's
@@ -509,9 +508,6 @@ public:
     std::optional<Expected<std::unique_ptr<runtime::Pipeline>>> p;
     {
       py::gil_scoped_release release;
-      std::optional<runtime::PinBatchesScope> pin;
-      if (pinMemory_)
-        pin.emplace(); // the batches page-locked (runtime/Pinned.h)
       p.emplace(api_->makeRunner());
     }
     if (!*p)

@@ -17,8 +17,33 @@ namespace sluice::remote::detail {
 
 namespace {
 
+/// The step's traits in the op registry (null for an op it does not know).
+const OpTraits *traitsOf(const runtime::PlanStage &st) {
+  return opTraits(st.op);
+}
+
+/// A step that groups records into batches (batch, padded_batch).
 bool isBatch(const runtime::PlanStage &st) {
-  return st.op == "batch" || st.op == "padded_batch";
+  const OpTraits *t = traitsOf(st);
+  return t && t->count == Cardinality::Groups;
+}
+
+/// A step whose order a worker replays over position numbers (shuffle).
+bool isShuffle(const runtime::PlanStage &st) {
+  return runtime::replaysOrder(st);
+}
+
+/// A per-record step that drops records by their values (filter): a
+/// worker runs the steps up to it to learn which positions survive.
+bool isFilter(const runtime::PlanStage &st) {
+  const OpTraits *t = traitsOf(st);
+  return t && runtime::isPerRecordStep(st) && t->count == Cardinality::Fewer;
+}
+
+/// A step that only buffers between threads (prefetch).
+bool isPrefetch(const runtime::PlanStage &st) {
+  const OpTraits *t = traitsOf(st);
+  return t && t->prefetchDepth;
 }
 
 Status refuse(const runtime::Plan &plan, const runtime::PlanStage &st,
@@ -32,34 +57,13 @@ Status refuse(const runtime::Plan &plan, const runtime::PlanStage &st,
 /// and what to write instead (empty: it can be).
 std::optional<std::pair<std::string, std::string>>
 unservable(const runtime::PlanStage &st) {
-  const std::string &op = st.op;
-  if (op == "unbatch")
-    return std::make_pair(
-        std::string("its rows are cut from batches a worker would have to "
-                    "make from the epoch's start"),
-        std::string("batch once, at the end"));
-  if (op == "repeat")
-    return std::make_pair(
-        std::string("it runs the source again inside one epoch"),
-        std::string("run more epochs instead (`epochs:` or set_epoch)"));
-  if (op == "take" || op == "skip")
-    return std::make_pair(
-        std::string("it counts records across the whole stream"),
-        std::string("stop the trainer's loop after N batches instead"));
-  if (op == "shard")
-    return std::make_pair(std::string("the trainers' shares are the ranks'"),
-                          std::string("give the trainers rank= and "
-                                      "world_size= instead of `shard`"));
-  if (op == "interleave")
-    return std::make_pair(
-        std::string("it reads several files at once in a rotating order"),
-        std::string("remove it: workers read the source by position"));
-  if (op == "cache")
-    return std::make_pair(
-        std::string("a worker keeps nothing between chunks"),
-        std::string("remove it (each chunk is made anew on its worker)"));
-  if (op == "prefetch" || runtime::isPerRecordStep(st) || isBatch(st) ||
-      op == "shuffle")
+  // The op's own reason first (unbatch, repeat, take, skip, shard,
+  // interleave, cache: OpTraits::notServed).
+  if (const OpTraits *t = traitsOf(st); t && t->notServed.why)
+    return std::make_pair(std::string(t->notServed.why),
+                          std::string(t->notServed.instead));
+  if (isPrefetch(st) || runtime::isPerRecordStep(st) || isBatch(st) ||
+      isShuffle(st))
     return std::nullopt;
   return std::make_pair(
       std::string("it is not a per-record step, a shuffle, a filter or the "
@@ -108,12 +112,12 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
                   "serve with `on_error: fail` (a bad record then ends the "
                   "trainer's epoch with its location), or remove the damaged "
                   "files");
-  if (!plan.source.cache.empty())
+  if (plan.source.schedule.cache)
     return refuse(plan, plan.source, "a worker keeps nothing between chunks",
                   "remove `cache:` (each chunk is made anew on its worker)");
   bool sawBatch = false;
   for (const runtime::PlanStage &st : plan.stages) {
-    if (!st.cache.empty())
+    if (st.schedule.cache)
       return refuse(plan, st, "a worker keeps nothing between chunks",
                     "remove `cache:` (each chunk is made anew on its worker)");
     if (auto no = unservable(st))
@@ -128,14 +132,14 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
         sp->rows_ = st.params["size"].asInt();
       const Value &drop = st.params["drop_remainder"];
       sp->dropRemainder_ = drop.isBool() && drop.asBool();
-    } else if (st.op == "shuffle" || st.op == "filter") {
+    } else if (isShuffle(st) || isFilter(st)) {
       if (sawBatch)
         return refuse(plan, st,
                       "it works on whole batches, while a worker's chunk is "
                       "a run of rows of the share's order",
                       "put the " + st.op + " before the batch");
       sp->replay_ = true;
-      if (st.op == "filter")
+      if (isFilter(st))
         sp->countKnown_ = false;
     }
   }
@@ -155,7 +159,7 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
   sp->chunkPlan_ = plan;
   sp->chunkPlan_.stages.clear();
   for (const runtime::PlanStage &st : plan.stages)
-    if (st.op != "shuffle")
+    if (!isShuffle(st))
       sp->chunkPlan_.stages.push_back(st);
   return sp;
 }
@@ -174,7 +178,7 @@ Expected<std::vector<int64_t>> ServePlan::survivors(size_t lastStage,
   runtime::Plan sub = plan_;
   sub.stages.clear();
   for (size_t i = 0; i <= lastStage; ++i)
-    if (plan_.stages[i].op != "shuffle")
+    if (!isShuffle(plan_.stages[i]))
       sub.stages.push_back(plan_.stages[i]);
   runtime::RunOptions o = opts_;
   o.rank = 0;
@@ -220,11 +224,11 @@ ServePlan::order(int64_t epoch, int64_t rank, int64_t world) {
     const runtime::PlanStage &st = plan_.stages[i];
     if (isBatch(st))
       break;
-    if (st.op == "shuffle") {
+    if (isShuffle(st)) {
       // One pass per epoch (`repeat` is refused), so the pass is 0.
       rows = *runtime::replayOrder(st, plan_.seed, static_cast<uint64_t>(epoch),
                                    0, rows);
-    } else if (st.op == "filter") {
+    } else if (isFilter(st)) {
       Expected<std::vector<int64_t>> kept =
           survivors(i, std::move(rows), epoch);
       if (!kept)

@@ -96,7 +96,7 @@ struct RowLayout {
   /// than the whole copy on the consumer.
   bool recycled = true;
   /// Where the buffers come from when they are page-locked (a
-  /// PinBatchesScope, Pinned.h): registered buffers that pool keeps.
+  /// RunOptions::pinBatches, Pinned.h): registered buffers that pool keeps.
   PinnedPool *pinned = nullptr;
 
   /// The layout of batches of `size` records of `t`; nullopt when a field

@@ -60,12 +60,9 @@ std::optional<size_t> cacheSplitPoint(const PlanStage &s) {
 
 std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k) {
   PlanStage a = part(s, 0, k + 1), b = part(s, k + 1, s.fused.size());
-  a.parallelism = s.parallelism;
-  a.prefetch = -1;
-  a.cache.clear();
-  b.parallelism = s.parallelism;
-  b.prefetch = s.prefetch;
-  b.cache = s.cache;
+  a.schedule = StepSchedule();
+  a.schedule.parallelism = s.schedule.parallelism;
+  b.schedule = s.schedule;
   return {std::move(a), std::move(b)};
 }
 

@@ -125,7 +125,7 @@ struct Shared {
   /// runs of rows as columns (Stage::nextRun) where its upstream can.
   bool recordRuns = true;
 
-  /// A PinBatchesScope open at creation (Pinned.h): the pool of
+  /// RunOptions::pinBatches (Pinned.h): the pool of
   /// page-locked buffers the batch step named `pinnedStep` (the last batch,
   /// no unbatch after it) allocates its batches from (null: none).
   std::shared_ptr<PinnedPool> pinned;

@@ -250,17 +250,12 @@ template <typename F> void count(PinnedStats &pool, F &&d) {
   std::lock_guard<std::mutex> g(totalsMu);
   d(totals());
 }
-thread_local bool pinScope = false;
 } // namespace
 
 PinnedStats pinnedTotals() {
   std::lock_guard<std::mutex> g(totalsMu);
   return totals();
 }
-
-PinBatchesScope::PinBatchesScope() : outer_(pinScope) { pinScope = true; }
-PinBatchesScope::~PinBatchesScope() { pinScope = outer_; }
-bool PinBatchesScope::active() { return pinScope; }
 
 PinnedPool::PinnedPool(std::shared_ptr<HostRegistrar> registrar,
                        AllocationLimit *idle)

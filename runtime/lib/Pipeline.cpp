@@ -119,7 +119,7 @@ public:
   /// The buffer pool's idle buffers, reserved in this budget while the
   /// pipeline lives (BufferPool.h).
   std::unique_ptr<AccountAllocationLimit> poolLimit_;
-  /// The idle page-locked batch buffers' reservation (PinBatchesScope;
+  /// The idle page-locked batch buffers' reservation (RunOptions::pinBatches;
   /// the pool itself is shared_.pinned).
   std::unique_ptr<AccountAllocationLimit> pinnedLimit_;
   /// The objects a remote source fetched ahead, reserved until a reader
@@ -181,12 +181,7 @@ StageCounters *Engine::counters(const std::string &name, const std::string &op,
 
 Status Engine::applySchedule() {
   auto apply = [&](PlanStage &s, const StepSchedule &o) {
-    if (o.parallelism)
-      s.parallelism = *o.parallelism;
-    if (o.prefetch)
-      s.prefetch = *o.prefetch;
-    if (o.cache)
-      s.cache = *o.cache == "none" ? std::string() : *o.cache;
+    pinKnobs(s.schedule, o);
   };
   // A cache on a step inside a fused stage goes right after that step: the
   // stage is split there first (else the cache would follow the stage's
@@ -308,7 +303,7 @@ Status Engine::checkCachePlacement() const {
     return def && def->traits.materializes;
   };
   auto caches = [&](const PlanStage &st) {
-    return !st.cache.empty() || materializes(st);
+    return st.schedule.cache.has_value() || materializes(st);
   };
   // A source with `shuffle: true` reads in a new order every epoch: no
   // cache may follow it.
@@ -472,7 +467,8 @@ Status Engine::build() {
   // A schedule's parallelism on the source is the number of requests a
   // source over remote objects keeps in flight (the tuner's Little's-law
   // choice); the spec's remote.concurrency overrides it.
-  source_->setRequestsInFlight(std::max<int64_t>(0, src.parallelism));
+  source_->setRequestsInFlight(
+      std::max<int64_t>(0, src.schedule.parallelism.value_or(0)));
   remoteBase_ = remoteTotals();
   cacheBase_ = objectCacheTotals();
   resetRemotePeak();
@@ -486,19 +482,23 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
-  if (PinBatchesScope::active() && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
+  if (opts_.pinBatches && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
     std::shared_ptr<HostRegistrar> registrar = hostRegistrar();
     if (!registrar)
       return Status::error(
           "pinned batches asked for (pin_memory), but no host memory "
           "registrar is installed (sluice.torch installs one over the CUDA "
           "runtime when torch sees a CUDA device)");
-    // The last batch step makes the outputs; a batch an unbatch takes
-    // apart again never reaches a device.
+    // The last batch step makes the outputs, if its rows have a fixed
+    // layout (padded_batch builds each batch at its own size); a batch an
+    // unbatch takes apart again never reaches a device.
     for (const PlanStage &st : plan_.stages) {
-      if (st.op == "batch")
+      const OpTraits *t = opTraits(st.op);
+      if (!t)
+        continue;
+      if (t->count == Cardinality::Groups && t->fixedRows)
         shared_.pinnedStep = st.name;
-      else if (st.op == "unbatch" || st.op == "padded_batch")
+      else if (t->count == Cardinality::Groups || t->splitsRecords)
         shared_.pinnedStep.clear();
     }
     pinnedLimit_ = std::make_unique<AccountAllocationLimit>(
@@ -597,12 +597,13 @@ Status Engine::build() {
   };
   // The cache stage after step `st`.
   auto addCache = [&](const PlanStage &st) -> Status {
-    if (st.cache != "memory" && st.cache != "disk")
+    const std::string to = st.schedule.cache.value_or("");
+    if (to != "memory" && to != "disk")
       return Status::error(plan_.where(st) + ": cache after '" + st.name +
-                           "' must be memory or disk, got '" + st.cache + "'");
+                           "' must be memory or disk, got '" + to + "'");
     StageCounters *c =
         counters(st.name + "/cache", "cache", "buffer", plan_.where(st));
-    if (st.cache == "memory" && count && countExact) {
+    if (to == "memory" && count && countExact) {
       StaticNeed n;
       n.what = "the memory cache after '" + st.name + "' of " +
                std::to_string(*count) + " records";
@@ -612,7 +613,7 @@ Status Engine::build() {
       n.where = plan_.where(st);
       extraNeeds_.push_back(n);
     }
-    cur = makeCacheStage(shared_, std::move(cur), c, st.cache, shared_.tempDir,
+    cur = makeCacheStage(shared_, std::move(cur), c, to, shared_.tempDir,
                          st.outputType, plan_.where(st));
     return Status::ok();
   };
@@ -695,7 +696,7 @@ Status Engine::build() {
       cur = made.take();
     }
     if (g.prefetchAfter)
-      addPrefetch(last, last.prefetch);
+      addPrefetch(last, last.schedule.prefetch.value_or(0));
     if (g.cacheAfter) {
       Status s = addCache(last);
       if (!s)
@@ -725,12 +726,12 @@ void Engine::foldShuffle(int64_t cycle, int64_t block) {
   Shared::Positional &P = shared_.positional;
   if (!opts_.positionalShuffle || switchedOff("SLUICE_NO_POSITIONAL_SHUFFLE") ||
       opts_.positions || plan_.stages.empty() || cycle != 1 || block != 1 ||
-      !plan_.source.cache.empty() || shared_.onError == OnError::Skip ||
+      plan_.source.schedule.cache || shared_.onError == OnError::Skip ||
       !source_->oneRecordPerShard())
     return;
   const PlanStage &first = plan_.stages.front();
   const OrderReplay *replay = findOrderReplay(first.op);
-  if (!replay || !first.cache.empty())
+  if (!replay || first.schedule.cache)
     return;
   // The walk and its order: two int64 per record; only where that is a
   // small share of the budget.
@@ -764,10 +765,10 @@ Status Engine::setupPositions() {
   // records across epochs.
   const Value &onError = plan_.source.params["on_error"];
   bool exact = !(onError.isString() && onError.asString() == "skip") &&
-               plan_.source.cache.empty();
+               !plan_.source.schedule.cache;
   int batches = 0;
   for (const PlanStage &st : plan_.stages) {
-    if (!st.cache.empty())
+    if (st.schedule.cache)
       exact = false;
     // Asked of the op's traits: a batch groups rows; anything that drops,
     // adds, reorders or replays records ends exact positions.
@@ -892,7 +893,7 @@ Status Engine::checkBufferCounts(const RunOptions &opts) const {
                            : "budget.memory";
   for (const PlanStage &st : plan_.stages) {
     // The schedule's prefetch knob, or a `prefetch: N` step's buffer.
-    int64_t depth = st.prefetch;
+    int64_t depth = st.schedule.prefetch.value_or(-1);
     const OpDef *def = Registry::instance().find(st.op);
     if (const char *param = def ? def->traits.prefetchDepth : nullptr;
         param && st.params[param].isNumber())

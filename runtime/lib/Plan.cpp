@@ -139,9 +139,10 @@ Json stageJson(const PlanStage &s) {
             {"inputType", recordTypeJson(s.inputType)},
             {"outputType", recordTypeJson(s.outputType)},
             {"loc", locJson(s.loc)},
-            {"parallelism", s.parallelism},
-            {"prefetch", s.prefetch},
-            {"cache", textJson(s.cache)}};
+            // Unset knobs as plans always wrote them: 0, -1, "".
+            {"parallelism", s.schedule.parallelism.value_or(0)},
+            {"prefetch", s.schedule.prefetch.value_or(-1)},
+            {"cache", textJson(s.schedule.cache.value_or(""))}};
   if (!s.fused.empty()) {
     Json steps = Json::array();
     for (const PlanStage &f : s.fused)
@@ -400,14 +401,23 @@ public:
     const Json *l = member(j, "loc", path);
     if (!params || !in || !outT || !l)
       return false;
+    int64_t parallelism = 0, prefetch = -1;
+    std::string cache;
     if (!(value(*params, path + ".params", out.params, 0) &&
           recordType(*in, path + ".inputType", out.inputType) &&
           recordType(*outT, path + ".outputType", out.outputType) &&
           loc(*l, path + ".loc", out.loc) &&
-          getInt(j, "parallelism", path, out.parallelism) &&
-          getInt(j, "prefetch", path, out.prefetch) &&
-          getString(j, "cache", path, out.cache)))
+          getInt(j, "parallelism", path, parallelism) &&
+          getInt(j, "prefetch", path, prefetch) &&
+          getString(j, "cache", path, cache)))
       return false;
+    // 0 / -1 / "" (and "none") are unset knobs (stageJson).
+    if (parallelism > 0)
+      out.schedule.parallelism = parallelism;
+    if (prefetch >= 0)
+      out.schedule.prefetch = prefetch;
+    if (!cache.empty() && cache != "none")
+      out.schedule.cache = cache;
     // The steps of a fused stage (optional).
     if (j.contains("fused")) {
       const Json &fused = j["fused"];

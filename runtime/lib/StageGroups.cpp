@@ -32,9 +32,10 @@ std::vector<StageGroup> groupSteps(const std::vector<StepShape> &steps) {
       map.steps.push_back(i);
       if (s.element) {
         map.parallel = true;
-        map.parallelism = std::max(map.parallelism, s.parallelism);
+        map.parallelism =
+            std::max(map.parallelism, s.pinned.parallelism.value_or(0));
       }
-      map.prefetch = std::max(map.prefetch, s.prefetch);
+      map.prefetch = std::max(map.prefetch, s.pinned.prefetch.value_or(0));
       if (s.cacheAfter) {
         // The cache goes right after this step: the map stage ends here.
         map.cacheAfter = true;
@@ -46,9 +47,9 @@ std::vector<StageGroup> groupSteps(const std::vector<StepShape> &steps) {
     StageGroup g;
     g.kind = s.source ? StageGroup::Kind::Source : StageGroup::Kind::Stream;
     g.steps.push_back(i);
-    g.parallelism = s.parallelism;
-    g.prefetch = std::max<int64_t>(0, s.prefetch);
-    g.prefetchAfter = s.prefetch > 0;
+    g.parallelism = s.pinned.parallelism.value_or(0);
+    g.prefetch = std::max<int64_t>(0, s.pinned.prefetch.value_or(0));
+    g.prefetchAfter = g.prefetch > 0;
     g.cacheAfter = s.cacheAfter;
     g.threadAfter = s.threadBoundary || g.prefetchAfter;
     out.push_back(std::move(g));
@@ -64,9 +65,8 @@ std::vector<StepShape> stepShapes(const Plan &plan) {
     s.source = source;
     s.perRecord = !source && isPerRecordStep(st);
     s.element = !source && st.kind == OpKind::Element;
-    s.parallelism = st.parallelism;
-    s.prefetch = st.prefetch;
-    s.cacheAfter = !st.cache.empty();
+    s.pinned = st.schedule;
+    s.cacheAfter = st.schedule.cache.has_value();
     const OpDef *def = Registry::instance().find(st.op);
     s.threadBoundary = def && def->traits.prefetchDepth;
     return s;

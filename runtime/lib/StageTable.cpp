@@ -61,4 +61,8 @@ replayOrder(const PlanStage &step, uint64_t planSeed, uint64_t epoch,
   return r->order(step, planSeed, epoch, pass, in);
 }
 
+bool replaysOrder(const PlanStage &step) {
+  return detail::findOrderReplay(step.op) != nullptr;
+}
+
 } // namespace sluice::runtime

@@ -34,9 +34,7 @@ uint64_t planFingerprint(const Plan &plan) {
     std::free(real);
   }
   auto clear = [](PlanStage &s) {
-    s.parallelism = 0;
-    s.prefetch = -1;
-    s.cache.clear();
+    s.schedule = StepSchedule();
     s.loc = SourceLoc();
   };
   clear(p.source);

@@ -10,9 +10,13 @@
 
 #include "sluice/Pipeline.h"
 #include "sluice/dsl/Spec.h"
+#include "sluice/runtime/Pinned.h"
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -200,6 +204,127 @@ TEST(ApiPipeline, BadInputGetsLocatedErrorsOfItsKind) {
     EXPECT_NE(p.status().message().find(c.message), std::string::npos)
         << c.what << ": " << p.status().message();
   }
+}
+
+TEST(ApiPipeline, CheckDataSaysWhatARunWouldFind) {
+  TempDir dir;
+  dir.write("a.tsv", "");
+  auto checked = [&](const std::string &files) {
+    std::string spec =
+        dir.write("check.yaml", "pipeline: p\n"
+                                "source:\n"
+                                "  tsv:\n"
+                                "    files: " +
+                                    files +
+                                    "\n"
+                                    "    columns:\n"
+                                    "      - {name: label, type: i64}\n");
+    Expected<std::unique_ptr<dsl::Spec>> read = Pipeline::loadSpec(spec);
+    EXPECT_TRUE(read) << read.status().message();
+    OpenOptions o;
+    o.jit = false;
+    Expected<std::unique_ptr<Pipeline>> p =
+        Pipeline::fromSpec(read ? read.take() : nullptr, o);
+    EXPECT_TRUE(p) << p.status().message();
+    EXPECT_NE((*p)->spec(), nullptr);
+    return (*p)->checkData();
+  };
+  // An empty file is a warning; a glob that matches nothing is why `sluice
+  // run` would fail.
+  Expected<std::vector<std::string>> empty = checked(dir / "a.tsv");
+  ASSERT_TRUE(empty) << empty.status().message();
+  ASSERT_EQ(empty->size(), 1u);
+  EXPECT_NE((*empty)[0].find("a.tsv is empty (0 bytes)"), std::string::npos)
+      << (*empty)[0];
+  Expected<std::vector<std::string>> missing = checked(dir / "nowhere/*.tsv");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("matched no files"),
+            std::string::npos)
+      << missing.status().message();
+}
+
+TEST(ApiPipeline, NoJitPlanIsThePlanOfARunWithoutKernels) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir);
+  auto jit = openOk(spec);
+  OpenOptions off;
+  off.jit = false;
+  auto plain = openOk(spec, off);
+  ASSERT_TRUE(jit && plain);
+  Expected<runtime::Plan> folded = jit->noJitPlan();
+  ASSERT_TRUE(folded) << folded.status().message();
+  EXPECT_EQ(folded->serialize(), plain->plan().serialize());
+  // A pipeline made from a plan has no spec to compile again.
+  EXPECT_FALSE(Pipeline::fromPlan(jit->plan())->noJitPlan());
+}
+
+TEST(ApiPipeline, ExplainPrintsThePlanOpenMakes) {
+  TempDir dir;
+  std::string spec = criteoSpec(dir);
+  OpenOptions o;
+  o.jit = false;
+  std::ostringstream err;
+  o.diagnostics = &err;
+  auto p = openOk(spec, o);
+  ASSERT_TRUE(p);
+  ExplainOptions what;
+  what.ir = "plan";
+  std::ostringstream out;
+  EXPECT_EQ(Pipeline::explain(spec, o, what, out), 0) << err.str();
+  EXPECT_EQ(out.str(), p->plan().serialize());
+  // Usage errors exit 2 with the driver's message.
+  what.ir = "plam";
+  std::ostringstream none;
+  EXPECT_EQ(Pipeline::explain(spec, o, what, none), 2);
+  EXPECT_NE(err.str().find("unknown --ir 'plam'"), std::string::npos)
+      << err.str();
+  EXPECT_EQ(none.str(), "");
+  EXPECT_EQ(Pipeline::explain(dir / "nothing.yaml", o, {}, none), 2);
+}
+
+TEST(ApiPipeline, PinBatchesIsARunOption) {
+  const std::string images =
+      "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  if (!std::ifstream(images).good())
+    GTEST_SKIP() << "needs " << images;
+  TempDir dir;
+  // 128 images of 28x28 u8 a batch: 100 KB, a field pinned batches lock.
+  std::string spec = dir.write("fm.yaml", "pipeline: fm\n"
+                                          "source:\n"
+                                          "  idx: {images: " +
+                                              images +
+                                              "}\n"
+                                              "steps:\n"
+                                              "  - take: 1024\n"
+                                              "  - batch: {size: 128}\n");
+  OpenOptions off;
+  off.jit = false;
+  auto plain = openOk(spec, off);
+  ASSERT_TRUE(plain);
+  std::vector<std::string> want = drain(*plain);
+  ASSERT_EQ(want.size(), 8u);
+  // Asked for without a registrar: refused, saying so.
+  runtime::setHostRegistrar(nullptr);
+  auto refused = openOk(spec, off);
+  ASSERT_TRUE(refused);
+  refused->options().pinBatches = true;
+  Status s = refused->start();
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("no host memory registrar"), std::string::npos)
+      << s.message();
+  // With one: the batches are registered, the bytes the same.
+  runtime::setHostRegistrar(runtime::makeRecordingRegistrar(false));
+  auto pinned = openOk(spec, off);
+  ASSERT_TRUE(pinned);
+  pinned->options().pinBatches = true;
+  EXPECT_EQ(drain(*pinned), want);
+  pinned->stop();
+  std::optional<runtime::RegistrarLog> log = runtime::registrarLog();
+  runtime::setHostRegistrar(nullptr);
+  ASSERT_TRUE(log);
+  EXPECT_GT(log->registrations, 0);
+  EXPECT_EQ(log->doubleRegistrations, 0);
+  EXPECT_EQ(log->strayUnregistrations, 0);
 }
 
 } // namespace

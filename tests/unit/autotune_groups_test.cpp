@@ -58,10 +58,9 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
     EXPECT_EQ(s.perRecord, shapes[i].perRecord);
     EXPECT_EQ(s.element, shapes[i].element);
     EXPECT_EQ(s.threadBoundary, shapes[i].threadBoundary);
-    EXPECT_EQ(s.pinnedParallelism, shapes[i].parallelism);
-    EXPECT_EQ(s.pinnedPrefetch, shapes[i].prefetch);
-    EXPECT_EQ(!s.pinnedCache.empty() && s.pinnedCache != "-",
-              shapes[i].cacheAfter);
+    EXPECT_EQ(s.pinned.parallelism, shapes[i].pinned.parallelism);
+    EXPECT_EQ(s.pinned.prefetch, shapes[i].pinned.prefetch);
+    EXPECT_EQ(s.pinsCache(), shapes[i].cacheAfter);
   }
   std::vector<runtime::StageGroup> groups = runtime::groupSteps(shapes);
   std::vector<autotune::Unit> us = autotune::units(prof, -1);
@@ -120,11 +119,11 @@ TEST_P(StageGroupsAgree, UnitsAreRuntimeStages) {
       runtime::Plan p = plan;
       runtime::PlanStage &st = i == 0 ? p.source : p.stages[i - 1];
       if (variant == 0)
-        st.prefetch = 3;
+        st.schedule.prefetch = 3;
       else if (variant == 1)
-        st.parallelism = 2;
+        st.schedule.parallelism = 2;
       else
-        st.cache = "memory";
+        st.schedule.cache = "memory";
       expectAgree(p, "variant " + std::to_string(variant) + " on step " +
                          std::to_string(i) + " '" + st.name + "'");
     }
@@ -163,8 +162,8 @@ TEST(StageGroups, GroupsShapes) {
                                    step(true, true),   // normalize
                                    step(false, false)};
   shapes[2].cacheAfter = true;
-  shapes[4].prefetch = 4;
-  shapes[1].parallelism = 3;
+  shapes[4].pinned.prefetch = 4;
+  shapes[1].pinned.parallelism = 3;
   std::vector<StageGroup> g = runtime::groupSteps(shapes);
   ASSERT_EQ(g.size(), 5u);
   EXPECT_EQ(g[0].kind, StageGroup::Kind::Source);

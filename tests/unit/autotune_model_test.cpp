@@ -291,7 +291,7 @@ TEST(AutotuneModel, CalibrationFollowsTheConfigurationsLevel) {
   EXPECT_NEAR(at(4).throughput, 0.65 * 40000, 1e-6);
   EXPECT_NEAR(calibrationAt(p, 4), 0.65, 1e-12);
   p.calibrationByLevel = {{1, 0.5}, {4, 0.8}};
-  p.steps[1].pinnedParallelism = 4;
+  p.steps[1].pinned.parallelism = 4;
   Config pinned;
   pinned.parallelism = {1, 4};
   EXPECT_EQ(configLevel(p, pinned), 0);
@@ -507,7 +507,7 @@ TEST(AutotuneSolver, NoisyLevelCalibrationSetsThePredictionNotTheChoice) {
 
 TEST(AutotuneSolver, PinnedParallelismIsAConstraint) {
   Profile p = pipeline();
-  p.steps[4].pinnedParallelism = 1; // c pinned to one worker
+  p.steps[4].pinned.parallelism = 1; // c pinned to one worker
   auto sol = solve(p, Budget{4, 0, 0});
   ASSERT_TRUE(sol);
   EXPECT_EQ(sol->config.parallelism[3], 1);
@@ -542,7 +542,7 @@ TEST(AutotuneSolver, TiesKeepAWorkerInReserveOnlyNearTheEdge) {
     linear(p, 1);
     linear(p, 2);
     linear(p, 4);
-    p.steps[4].pinnedParallelism = 1;
+    p.steps[4].pinned.parallelism = 1;
     auto sol = solve(p, Budget{4, 0, 0});
     ASSERT_TRUE(sol);
     EXPECT_EQ(sol->config.parallelism[1], want) << us << " us";

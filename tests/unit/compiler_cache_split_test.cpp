@@ -192,7 +192,7 @@ TEST(CacheSplit, APinnedCacheKeepsFusionOnEitherSide) {
       sluice::testing::planOfSpecFile(dir.write("b.yaml", withKnob));
   EXPECT_EQ(names(b),
             (Names{"cast+map+normalize", "random_crop+random_flip", "batch"}));
-  EXPECT_EQ(b.stages[0].cache, "memory");
+  EXPECT_EQ(b.stages[0].schedule.cache, "memory");
   // Same bytes as without any cache, codegen on and off.
   std::string plainText = spec(kPrefix);
   plainText.replace(plainText.find("epochs: 1"), 9, "epochs: 2");

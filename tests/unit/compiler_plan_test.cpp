@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unistd.h>
 
@@ -93,21 +94,27 @@ void expectSamePositions(const Value &got, const Value &want,
 /// the step's own entry, knob by knob; `none` means no cache. The source's
 /// parallelism (its requests in flight) comes from its own entry only.
 void expectKnobs(const runtime::PlanStage &stage, const dsl::Spec &spec) {
-  int64_t parallelism = 0, prefetch = -1;
-  std::string cache;
+  std::optional<int64_t> parallelism, prefetch;
+  std::optional<std::string> cache;
   for (const std::string &key : {std::string("default"), stage.name}) {
     auto it = spec.schedule.find(key);
     if (it == spec.schedule.end())
       continue;
     if (key != "default" || stage.name != spec.source.name)
-      parallelism = it->second.parallelism.value_or(parallelism);
-    prefetch = it->second.prefetch.value_or(prefetch);
-    if (it->second.cache)
-      cache = *it->second.cache == "none" ? "" : *it->second.cache;
+      if (it->second.parallelism)
+        parallelism = it->second.parallelism;
+    if (it->second.prefetch)
+      prefetch = it->second.prefetch;
+    if (it->second.cache) {
+      if (*it->second.cache == "none")
+        cache.reset();
+      else
+        cache = it->second.cache;
+    }
   }
-  EXPECT_EQ(stage.parallelism, parallelism) << stage.name;
-  EXPECT_EQ(stage.prefetch, prefetch) << stage.name;
-  EXPECT_EQ(stage.cache, cache) << stage.name;
+  EXPECT_EQ(stage.schedule.parallelism, parallelism) << stage.name;
+  EXPECT_EQ(stage.schedule.prefetch, prefetch) << stage.name;
+  EXPECT_EQ(stage.schedule.cache, cache) << stage.name;
 }
 
 void expectStage(const runtime::PlanStage &got, const dsl::Step &want,
@@ -224,9 +231,9 @@ TEST(Plan, KeepsParametersAsTheSpecWroteThem) {
   EXPECT_EQ(p.seed, 9223372036854775807u);
   ASSERT_EQ(p.stages.size(), 7u);
   EXPECT_EQ(p.stages[1].name, "map.2");
-  EXPECT_EQ(p.stages[1].parallelism, 3);
-  EXPECT_EQ(p.stages[1].cache, "");
-  EXPECT_EQ(p.stages[0].cache, "memory");
+  EXPECT_EQ(p.stages[1].schedule.parallelism, 3);
+  EXPECT_FALSE(p.stages[1].schedule.cache);
+  EXPECT_EQ(p.stages[0].schedule.cache, "memory");
   // Written order first, then defaults in registry order.
   std::vector<std::string> keys;
   for (const auto &entry : p.stages[1].params.entries())
@@ -244,7 +251,7 @@ TEST(Plan, LeavesOutTheStagesThePassesRemove) {
   runtime::Plan kept = plan(*spec, {});
   ASSERT_EQ(kept.stages.size(), spec->steps.size());
   EXPECT_EQ(kept.stages[5].name, "skip");
-  EXPECT_EQ(kept.stages[5].prefetch, 0);
+  EXPECT_EQ(kept.stages[5].schedule.prefetch, 0);
 
   std::string yaml = kMixed;
   yaml.erase(yaml.find("  skip: {prefetch: 0}\n"));

@@ -272,6 +272,45 @@ TEST(Registry, Traits) {
     EXPECT_EQ(t(n).count, Cardinality::More) << n;
   for (const char *n : {"take", "skip", "shard"})
     EXPECT_EQ(t(n).count, Cardinality::Fewer) << n;
+  // Which batch step can be page-locked, and what takes batches apart.
+  EXPECT_TRUE(t("batch").fixedRows);
+  EXPECT_FALSE(t("padded_batch").fixedRows);
+  EXPECT_TRUE(t("unbatch").splitsRecords);
+  EXPECT_FALSE(t("repeat").splitsRecords);
+  // Every op says what it is to a serve worker: a reason not to serve it
+  // (with what to write instead), or a kind the worker runs.
+  for (const OpDef *d : reg.all(OpKind::Record)) {
+    const OpTraits &tr = d->traits;
+    EXPECT_EQ(tr.fixedRows, tr.fixedRows && tr.count == Cardinality::Groups)
+        << d->name;
+    EXPECT_EQ(tr.splitsRecords,
+              tr.splitsRecords && tr.count == Cardinality::More)
+        << d->name;
+    EXPECT_EQ(tr.notServed.why == nullptr, tr.notServed.instead == nullptr)
+        << d->name;
+    bool served = tr.perRecord || tr.count == Cardinality::Groups ||
+                  tr.orderWindow || tr.prefetchDepth;
+    EXPECT_NE(served, tr.notServed.why != nullptr) << d->name;
+  }
+}
+
+TEST(Registry, SourcesNameTheirData) {
+  // What a compiled executable's --source-path replaces.
+  for (const OpDef *d : Registry::instance().all(OpKind::Source)) {
+    int paths = 0;
+    for (const ParamSpec &p : d->params)
+      if (p.dataPath != DataPath::None) {
+        ++paths;
+        EXPECT_EQ(p.kind, ParamKind::String) << d->name << "." << p.name;
+      }
+    EXPECT_GE(paths, 1) << d->name;
+  }
+  const OpDef *idx = Registry::instance().find("idx");
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->findParam("images")->dataPath, DataPath::File);
+  EXPECT_EQ(idx->findParam("labels")->dataPath, DataPath::File);
+  EXPECT_EQ(Registry::instance().find("csv")->findParam("files")->dataPath,
+            DataPath::Glob);
 }
 
 TEST(Registry, ParamHelpers) {

@@ -48,9 +48,9 @@ void expectSameStage(const PlanStage &a, const PlanStage &b) {
   EXPECT_EQ(a.outputType, b.outputType) << a.name;
   EXPECT_EQ(a.loc.line, b.loc.line);
   EXPECT_EQ(a.loc.col, b.loc.col);
-  EXPECT_EQ(a.parallelism, b.parallelism);
-  EXPECT_EQ(a.prefetch, b.prefetch);
-  EXPECT_EQ(a.cache, b.cache);
+  EXPECT_EQ(a.schedule.parallelism, b.schedule.parallelism);
+  EXPECT_EQ(a.schedule.prefetch, b.schedule.prefetch);
+  EXPECT_EQ(a.schedule.cache, b.schedule.cache);
 }
 
 void expectSamePlan(const Plan &a, const Plan &b) {
@@ -117,9 +117,9 @@ Plan trickyPlan() {
   st.inputType = RecordType(fields);
   st.outputType = RecordType({{"scalar", FieldType(ElemType::Bool)}});
   st.loc = {7, 5};
-  st.parallelism = 4;
-  st.prefetch = 0;
-  st.cache = "disk";
+  st.schedule.parallelism = 4;
+  st.schedule.prefetch = 0;
+  st.schedule.cache = "disk";
   p.stages.push_back(st);
   PlanStage batch;
   batch.name = "batch";
@@ -153,6 +153,32 @@ TEST(Plan, SerializeRoundTripsExactly) {
   EXPECT_EQ(p.where(p.stages[1]), "dir with spaces/spec.yaml");
 }
 
+TEST(Plan, UnsetKnobsKeepThePlanFormat) {
+  // The stage without knobs: written as plans always wrote unset knobs
+  // (0, -1, ""), read back unset; so existing plans and the plans compiled
+  // executables embed still load.
+  Plan p = trickyPlan();
+  std::string text = p.serialize();
+  nlohmann::json j = nlohmann::json::parse(text);
+  const nlohmann::json &written = j["stages"][1];
+  EXPECT_EQ(written["parallelism"], 0);
+  EXPECT_EQ(written["prefetch"], -1);
+  EXPECT_EQ(written["cache"], "");
+  Expected<Plan> back = Plan::deserialize(text);
+  ASSERT_TRUE(bool(back)) << back.status().message();
+  const PlanStage &batch = back->stages[1];
+  EXPECT_FALSE(batch.schedule.parallelism);
+  EXPECT_FALSE(batch.schedule.prefetch);
+  EXPECT_FALSE(batch.schedule.cache);
+  // A prefetch of 0 is a knob, not unset.
+  EXPECT_EQ(back->stages[0].schedule.prefetch, 0);
+  // "none" (meaning no cache) reads as unset too.
+  j["stages"][1]["cache"] = "none";
+  Expected<Plan> none = Plan::deserialize(j.dump());
+  ASSERT_TRUE(bool(none)) << none.status().message();
+  EXPECT_FALSE(none->stages[1].schedule.cache);
+}
+
 TEST(Plan, SerializeRoundTripsAnExampleSpec) {
   rttest::TempDir dir;
   dir.write("data/a.csv", "1,2\n");
@@ -175,7 +201,7 @@ TEST(Plan, SerializeRoundTripsAnExampleSpec) {
   EXPECT_EQ(*back->worldSize, 3);
   EXPECT_EQ(back->where(back->worldSizeLoc), p.where(p.worldSizeLoc));
   EXPECT_EQ(back->worldSizeLoc.line, 17);
-  EXPECT_EQ(back->stages[1].parallelism, 2);
+  EXPECT_EQ(back->stages[1].schedule.parallelism, 2);
   EXPECT_EQ(back->memoryBytes, int64_t(1) << 30);
   // The deserialized plan runs like the original.
   runtime::RunOptions rank0;

@@ -70,12 +70,7 @@ inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
       auto it = spec.schedule.find(key);
       if (it == spec.schedule.end())
         continue;
-      if (it->second.parallelism)
-        st.parallelism = *it->second.parallelism;
-      if (it->second.prefetch)
-        st.prefetch = *it->second.prefetch;
-      if (it->second.cache)
-        st.cache = *it->second.cache;
+      pinKnobs(st.schedule, it->second);
     }
     return st;
   };

@@ -6,7 +6,6 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
-#include "sluice/compiler/Codegen.h"
 #include "sluice/compiler/Compiler.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/runtime/Metrics.h"
@@ -189,23 +188,28 @@ std::string shufflePlacement(const dsl::Spec &spec, const runtime::Plan &plan) {
 /// not exist, a glob that matches nothing, an empty file are warnings of
 /// `check` (the spec itself is fine, the data may appear later), errors of
 /// `run`.
-void warnAboutData(const dsl::Spec &spec, bool quiet) {
+void warnAboutData(std::unique_ptr<dsl::Spec> spec, bool quiet) {
+  // The plan of `sluice run --no-jit` (which kernels run does not change
+  // what the data is); compile errors are not data problems: `run`
+  // reports them.
   std::ostringstream remarks;
-  Expected<runtime::Plan> plan =
-      compiler::buildPlan(spec, compiler::PlanOptions(), remarks);
-  if (!plan)
-    return; // not a data problem; `run` reports it
+  OpenOptions o;
+  o.jit = false;
+  o.diagnostics = &remarks;
+  Expected<std::unique_ptr<Pipeline>> p =
+      Pipeline::fromSpec(std::move(spec), o);
+  if (!p)
+    return;
   if (!quiet)
-    std::cout << shufflePlacement(spec, *plan);
-  Expected<std::unique_ptr<runtime::Pipeline>> p =
-      runtime::Pipeline::create(*plan);
-  if (!p) {
+    std::cout << shufflePlacement(*(*p)->spec(), (*p)->plan());
+  Expected<std::vector<std::string>> warnings = (*p)->checkData();
+  if (!warnings) {
     std::cerr << "sluice: warning: the data cannot be read as the spec "
                  "says, so `sluice run` would fail now: "
-              << p.status().message() << "\n";
+              << warnings.status().message() << "\n";
     return;
   }
-  for (const std::string &w : (*p)->stats().warnings())
+  for (const std::string &w : *warnings)
     std::cerr << "sluice: warning: " << w << "\n";
 }
 
@@ -230,7 +234,7 @@ CommandAction addCheckCommand(CLI::App &root) {
       return kExitUsage;
     if (!st->quiet)
       std::cout << dsl::renderTypedStages(*spec);
-    warnAboutData(*spec, st->quiet);
+    warnAboutData(std::move(spec), st->quiet);
     return kExitOk;
   };
 }
@@ -242,7 +246,8 @@ CommandAction addCheckCommand(CLI::App &root) {
 CommandAction addExplainCommand(CLI::App &root) {
   struct State {
     std::vector<std::string> specs;
-    compiler::ExplainOptions opts;
+    ExplainOptions opts;
+    std::vector<std::string> disabledPasses;
     bool noJit = false;
   };
   auto st = std::make_shared<State>();
@@ -258,7 +263,7 @@ CommandAction addExplainCommand(CLI::App &root) {
       ->type_name("FORM");
   cmd->add_flag("--print-ir-after-all", st->opts.printIrAfterAll,
                 "print the module after every graph pass");
-  cmd->add_option("--disable-pass", st->opts.disabledPasses,
+  cmd->add_option("--disable-pass", st->disabledPasses,
                   "do not run this graph pass (repeatable): " + passList())
       ->type_name("NAME")
       ->expected(1)
@@ -276,11 +281,12 @@ CommandAction addExplainCommand(CLI::App &root) {
   return [st] {
     if (!checkOneSpec(st->specs, "explain"))
       return kExitUsage;
-    auto spec = loadSpec(st->specs[0]);
-    if (!spec)
-      return kExitUsage;
-    st->opts.codegen = !st->noJit && !compiler::jitDisabledByEnvironment();
-    return compiler::explain(*spec, st->opts, std::cout, std::cerr);
+    OpenOptions o;
+    o.disabledPasses = st->disabledPasses;
+    o.jit = !st->noJit;
+    o.diagnostics = &std::cerr;
+    o.color = colorStderr();
+    return Pipeline::explain(st->specs[0], o, st->opts, std::cout);
   };
 }
 

@@ -343,19 +343,26 @@ int runCompile(const CompileFlags &f) {
     return kExitData;
   }
 
-  std::unique_ptr<dsl::Spec> spec = loadSpec(f.specs[0]);
-  if (!spec)
-    return kExitUsage;
-  compiler::PlanOptions planOpts;
-  planOpts.disabledPasses = f.disabledPasses;
-  planOpts.codegen = !f.noJit;
-  Expected<runtime::Plan> plan =
-      compiler::buildPlan(*spec, planOpts, std::cerr);
-  if (!plan) {
-    if (!plan.status().message().empty())
-      std::cerr << "sluice: error: " << plan.status().message() << "\n";
-    return kExitData;
+  // The spec's plan through the pipeline API, as `sluice run` compiles it,
+  // for generated kernels unless --no-jit (whatever SLUICE_NO_JIT says
+  // here: the executable's environment decides when it runs).
+  OpenOptions o;
+  o.disabledPasses = f.disabledPasses;
+  o.jit = !f.noJit;
+  o.jitFromEnvironment = false;
+  o.diagnostics = &std::cerr;
+  o.color = colorStderr();
+  ErrorKind kind;
+  Expected<std::unique_ptr<Pipeline>> opened =
+      Pipeline::open(f.specs[0], o, &kind);
+  if (!opened) {
+    // Located errors are already printed; this is the summary line.
+    if (!opened.status().message().empty())
+      std::cerr << opened.status().message() << "\n";
+    return kind == ErrorKind::Spec ? kExitUsage : kExitData;
   }
+  const dsl::Spec *spec = (*opened)->spec();
+  runtime::Plan *plan = &(*opened)->plan();
   // The executable runs from anywhere: relative data paths resolve against
   // the spec's directory as an absolute path (or --data-root at run time).
   plan->baseDir = realPath(plan->baseDir.empty() ? "." : plan->baseDir);
@@ -363,14 +370,10 @@ int runCompile(const CompileFlags &f) {
   // --no-jit` (image epilogues folded into the hand-written resize), kept
   // only where it differs.
   std::string noJitPlan;
-  if (planOpts.codegen) {
-    planOpts.codegen = false;
-    std::ostringstream quiet; // the same spec compiled once more
-    Expected<runtime::Plan> folded =
-        compiler::buildPlan(*spec, planOpts, quiet);
+  if (!f.noJit) {
+    Expected<runtime::Plan> folded = (*opened)->noJitPlan();
     if (!folded) {
-      std::cerr << quiet.str() << "sluice: error: " << folded.status().message()
-                << "\n";
+      std::cerr << folded.status().message() << "\n";
       return kExitData;
     }
     folded->baseDir = plan->baseDir;

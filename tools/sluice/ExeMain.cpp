@@ -37,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -66,24 +67,38 @@ using namespace sluice::tool;
 
 namespace {
 
-/// The source parameters that name its data, per source op. Globs are
-/// matched by the runtime (escaped when made absolute here).
+/// A source parameter that names its data (ParamSpec::dataPath in the
+/// source's registry entry). Globs are matched by the runtime (escaped when
+/// made absolute here).
 struct PathParam {
-  const char *name;
-  bool glob;
+  const ParamSpec *spec;
+  /// Where the plan holds it: its name, or the older name a plan made
+  /// before the rename holds it under (the source reads that one first).
+  std::string key;
+  bool glob() const { return spec->dataPath == DataPath::Glob; }
+  /// Whether `--source-path NAME=PATH` names it.
+  bool isNamed(std::string_view name) const {
+    return name == spec->name ||
+           std::find(spec->oldNames.begin(), spec->oldNames.end(), name) !=
+               spec->oldNames.end();
+  }
 };
 
-std::vector<PathParam> pathParams(const std::string &sourceOp) {
-  if (sourceOp == "image_folder")
-    return {{"root", false}};
-  if (sourceOp == "files")
-    return {{"glob", true}};
-  if (sourceOp == "webdataset")
-    return {{"shards", true}};
-  if (sourceOp == "idx")
-    return {{"images", false}, {"labels", false}};
-  // csv, tsv, tfrecord, npy, text_lines.
-  return {{"files", true}};
+std::vector<PathParam> pathParams(const runtime::PlanStage &source) {
+  std::vector<PathParam> out;
+  const OpDef *def = Registry::instance().find(source.op);
+  if (!def)
+    return out;
+  for (const ParamSpec &p : def->params) {
+    if (p.dataPath == DataPath::None)
+      continue;
+    PathParam pp{&p, p.name};
+    for (const std::string &old : p.oldNames)
+      if (source.params.has(old))
+        pp.key = old;
+    out.push_back(std::move(pp));
+  }
+  return out;
 }
 
 std::string cwd() {
@@ -185,21 +200,27 @@ bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
     }
     plan.baseDir = f.dataRoot[0] == '/' ? f.dataRoot : cwd() + "/" + f.dataRoot;
   }
-  std::vector<PathParam> params = pathParams(plan.source.op);
+  std::vector<PathParam> params = pathParams(plan.source);
   std::vector<std::string> names;
   for (const PathParam &p : params)
-    names.push_back(p.name);
+    names.push_back(p.spec->name);
   for (const std::string &v : f.sourcePaths) {
     const PathParam *which = nullptr;
     std::string path = v;
     size_t eq = v.find('=');
     if (eq != std::string::npos)
       for (const PathParam &p : params)
-        if (v.compare(0, eq, p.name) == 0) {
+        if (p.isNamed(std::string_view(v).substr(0, eq))) {
           which = &p;
           path = v.substr(eq + 1);
         }
     if (!which) {
+      if (params.empty()) {
+        usageError("the " + plan.source.op +
+                   " source names no data path that '--source-path' could "
+                   "replace");
+        return false;
+      }
       if (params.size() != 1) {
         std::string list;
         for (const std::string &n : names)
@@ -212,14 +233,13 @@ bool applyDataFlags(const ExeFlags &f, runtime::Plan &plan) {
       which = &params[0];
     }
     if (path.empty()) {
-      usageError("'--source-path " + std::string(which->name) +
-                 "=PATH' needs a path");
+      usageError("'--source-path " + which->spec->name + "=PATH' needs a path");
       return false;
     }
     // Relative to the current directory, as any path on a command line.
     if (path[0] != '/' && path[0] != '~')
-      path = (which->glob ? globEscape(cwd()) : cwd()) + "/" + path;
-    plan.source.params.set(which->name, Value::string(path));
+      path = (which->glob() ? globEscape(cwd()) : cwd()) + "/" + path;
+    plan.source.params.set(which->key, Value::string(path));
   }
   return true;
 }

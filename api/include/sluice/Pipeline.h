@@ -86,6 +86,10 @@ struct OpenOptions {
   /// SLUICE_NO_JIT=1 in the environment, runs the runtime's own kernels
   /// (`--no-jit`); the outputs are the same bytes.
   bool jit = true;
+  /// Whether SLUICE_NO_JIT=1 in the environment turns `jit` off. It does
+  /// for runs; `sluice compile` clears it: the kernels it writes are for
+  /// the executable's runs, whose own environment decides.
+  bool jitFromEnvironment = true;
   /// A schedule file (what `sluice tune` writes) to run with instead of
   /// the spec's schedule; its caches are materialization points the graph
   /// passes keep the stream at. Turns `schedule: auto` off.
@@ -95,6 +99,22 @@ struct OpenOptions {
   /// error's message.
   std::ostream *diagnostics = nullptr;
   bool color = false;
+};
+
+/// What Pipeline::explain() prints (`sluice explain`).
+struct ExplainOptions {
+  /// "graph" (the sluice dialect after the graph passes), "plan" (the
+  /// runtime plan as JSON), "kernels" (the generated kernel functions,
+  /// MLIR) or "llvm" (their optimized LLVM IR).
+  std::string ir = "graph";
+  /// Print the module after every graph pass.
+  bool printIrAfterAll = false;
+  /// Print a remark, located in the spec, for every change a graph pass
+  /// makes.
+  bool remarks = false;
+  /// Print each op's location (the spec line it came from); the output
+  /// parses back, and its plan is the same.
+  bool locations = false;
 };
 
 /// A pipeline from a spec or a compiled plan: compiled, scheduled, run.
@@ -109,6 +129,11 @@ public:
   static Expected<std::unique_ptr<Pipeline>> open(const std::string &specPath,
                                                   const OpenOptions &opts = {},
                                                   ErrorKind *kind = nullptr);
+  /// open() of a spec already read and checked (loadSpec()): `sluice
+  /// check` prints its record types first.
+  static Expected<std::unique_ptr<Pipeline>>
+  fromSpec(std::unique_ptr<dsl::Spec> spec, const OpenOptions &opts = {},
+           ErrorKind *kind = nullptr);
   /// A plan written by Plan::serialize() (`sluice explain SPEC --ir plan`),
   /// with generated kernels unless opts.jit is off. opts.scheduleFile is
   /// not read (it needs the spec's step names).
@@ -127,6 +152,15 @@ public:
   loadSpec(const std::string &specPath, std::ostream *diagnostics = nullptr,
            bool color = false);
 
+  /// `sluice explain`: reads and checks the spec, compiles it as open()
+  /// would (opts.disabledPasses, the code generator's choice from opts.jit)
+  /// and prints the form `what.ir` to `out`. Diagnostics, remarks and
+  /// errors go to opts.diagnostics (std::cerr when null). Returns the exit
+  /// code: 0, 1 (the spec did not compile), 2 (it does not read or check,
+  /// an unknown --ir or pass name).
+  static int explain(const std::string &specPath, const OpenOptions &opts,
+                     const ExplainOptions &what, std::ostream &out);
+
   ~Pipeline();
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;
@@ -139,6 +173,17 @@ public:
 
   /// The checked spec; null for a pipeline made from a plan.
   const dsl::Spec *spec() const;
+  /// The plan the spec compiles to with the same passes for runs without
+  /// generated kernels (`--no-jit`: image epilogues folded into the
+  /// hand-written resize): what a compiled executable runs with
+  /// SLUICE_NO_JIT=1. An error for a pipeline made from a plan; a compile
+  /// error's message holds its located diagnostics.
+  Expected<runtime::Plan> noJitPlan() const;
+  /// `sluice check`'s look at the data: makes the runtime pipeline of the
+  /// plan under options() without running it (files listed, headers read,
+  /// nothing decoded) and returns its warnings (an empty file); an error
+  /// says why `sluice run` would fail now (a path that does not exist).
+  Expected<std::vector<std::string>> checkData() const;
   /// The plan that runs, and how it runs: change them before prepare()
   /// (a seed, ranks, data paths, a resume state, threads, a sink).
   runtime::Plan &plan();

@@ -51,11 +51,12 @@ struct StepProfile {
   /// Draws random numbers or reorders (shuffle): no cache may follow it,
   /// and nothing after it is deterministic.
   bool stochastic = false;
-  /// Prefetch / cache knobs the spec's schedule pins (-1 / "" = free;
-  /// cache "none" pinned is "-").
-  int64_t pinnedParallelism = 0;
-  int64_t pinnedPrefetch = -1;
-  std::string pinnedCache;
+  /// The knobs the plan pins on the step (its PlanStage::schedule); an
+  /// unset knob is the tuner's to choose. A cache of "none" pins no cache
+  /// after the step (a re-plan keeps the run's buffers where they are).
+  StepSchedule pinned;
+  /// Whether the plan pins a cache (memory or disk) after the step.
+  bool pinsCache() const { return pinned.cache && *pinned.cache != "none"; }
   /// Starts a new thread of its own (a `prefetch` record op).
   bool threadBoundary = false;
 

@@ -33,7 +33,13 @@ struct Budget {
   int64_t diskBytes = 0;   ///< free space for a disk cache (0: none)
 };
 
-/// Why a knob has its value, for reports and `--stats`.
+/// Why a knob has its value, for reports and `--stats`: one line of the
+/// tuner's explanation, not a schedule. The schedule the solver chose is
+/// Solution::config (toSchedule() makes the one schedule type of it,
+/// sluice::StepSchedule per step); a KnobChoice names one knob of one step
+/// with its value as the report prints it ("none" for no cache), whether
+/// the spec pinned it, and the reason, so the reports list the reasons
+/// knob by knob. Nothing is copied from it into a schedule.
 struct KnobChoice {
   std::string step;  ///< plan step the knob is written on
   std::string knob;  ///< "parallelism", "prefetch" or "cache"

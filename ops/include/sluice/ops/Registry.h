@@ -50,6 +50,13 @@ enum class ParamKind {
 
 std::string_view paramKindName(ParamKind k);
 
+/// Whether a source's parameter names the data it reads (ParamSpec::dataPath).
+enum class DataPath {
+  None,
+  File, ///< a file or directory path (image_folder's `root`, idx's `images`)
+  Glob, ///< a glob of files (csv's `files`)
+};
+
 /// One parameter of an op.
 struct ParamSpec {
   std::string name;
@@ -71,6 +78,10 @@ struct ParamSpec {
   /// Names the parameter had before; the front end still accepts them,
   /// with a note.
   std::vector<std::string> oldNames;
+  /// For a source's String parameter: it names the data the source reads,
+  /// a path or a glob (a compiled executable's `--source-path` replaces
+  /// it; a glob's directory part is escaped when made absolute).
+  DataPath dataPath = DataPath::None;
 
   // Fluent construction for registry entries.
   ParamSpec &req() {
@@ -117,6 +128,10 @@ struct ParamSpec {
   }
   ParamSpec &formerly(std::string oldName) {
     oldNames.push_back(std::move(oldName));
+    return *this;
+  }
+  ParamSpec &names(DataPath what) {
+    dataPath = what;
     return *this;
   }
 };
@@ -245,6 +260,25 @@ struct OpTraits {
   /// the cache completes): the tuner offers no cache from here on. Null:
   /// the op does not forbid one.
   const char *noCacheAfter = nullptr;
+  /// A grouping op (Cardinality::Groups) whose rows have one shape known
+  /// before a batch is filled (batch; padded_batch pads each batch to its
+  /// longest record): its buffers are laid out up front, so the runtime can
+  /// hand out page-locked ones (pinned batches, runtime/Pinned.h).
+  bool fixedRows = false;
+  /// Splits each record along its first dim into several (unbatch): the
+  /// batches made before it never leave the pipeline whole.
+  bool splitsRecords = false;
+  /// Why a `sluice serve` worker cannot run the op, and what to write
+  /// instead. A worker makes a chunk of outputs from their positions alone
+  /// (remote/lib/Replay.h): it runs per-record steps, a shuffle whose order
+  /// it replays, a filter, one batch and prefetch; an op that counts,
+  /// repeats or keeps records across the whole stream says here why it
+  /// cannot be one of them (docs/distributed.md, "What runs where").
+  /// Null `why`: the op gives no reason of its own.
+  struct NotServed {
+    const char *why = nullptr;
+    const char *instead = nullptr;
+  } notServed;
   /// Configures how the source reads its files (interleave), so only
   /// per-record steps may come before it.
   bool configuresSource = false;

@@ -43,6 +43,34 @@ inline void layOver(Schedule &base, const Schedule &over) {
     base[step] = knobs;
 }
 
+/// Sets on `step` the knobs `over` sets and keeps the others: a schedule
+/// entry pinned on a plan stage over what its "default" entry set. A cache
+/// of "none" (or "") takes the cache away, so a plan stage's cache, when
+/// set, is "memory" or "disk".
+inline void pinKnobs(StepSchedule &step, const StepSchedule &over) {
+  if (over.parallelism)
+    step.parallelism = over.parallelism;
+  if (over.prefetch)
+    step.prefetch = over.prefetch;
+  if (over.cache) {
+    if (over.cache->empty() || *over.cache == "none")
+      step.cache.reset();
+    else
+      step.cache = over.cache;
+  }
+}
+
+/// The larger of two knobs, either of which may be unset (a stage fused
+/// from steps takes the most workers and the deepest prefetch any asks).
+inline std::optional<int64_t> largerKnob(std::optional<int64_t> a,
+                                         std::optional<int64_t> b) {
+  if (!a)
+    return b;
+  if (!b)
+    return a;
+  return *a < *b ? b : a;
+}
+
 } // namespace sluice
 
 #endif // SLUICE_OPS_SCHEDULE_H

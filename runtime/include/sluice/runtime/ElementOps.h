@@ -80,6 +80,9 @@ std::optional<std::vector<int64_t>> replayOrder(const PlanStage &step,
                                                 uint64_t planSeed,
                                                 uint64_t epoch, uint64_t pass,
                                                 const std::vector<int64_t> &in);
+/// Whether replayOrder() replays the step's order (its stage registers how:
+/// a `shuffle`).
+bool replaysOrder(const PlanStage &step);
 
 } // namespace sluice::runtime
 

@@ -4,7 +4,7 @@
 // staging buffer at a fraction of the bus's speed (5.9 against 51 GB/s for
 // an f32 image batch on an H200 host), and copying it into page-locked
 // memory after the fact costs a second pass over every byte (77 MB per
-// 128-image f32 batch). So under a PinBatchesScope the batch stage
+// 128-image f32 batch). So with RunOptions::pinBatches the batch stage
 // allocates its buffers page-locked where they are made (its allocations
 // draw from the pool through the tensor buffer pool's BufferSource hook,
 // sluice/ops/BufferPool.h: buffers of at least 64 KiB; a smaller field,
@@ -37,10 +37,8 @@
 // kept registered for the next), so a budget that cannot hold it is refused
 // up front, at that step, saying so.
 //
-// Pinning is asked for per pipeline by a PinBatchesScope open on the thread
-// that creates it (sluice.Pipeline's pin_memory), not a RunOptions field:
-// that keeps Pipeline.h, which the C++ pipeline API of issue 22 reshapes,
-// as it is; it belongs in that API's options once it lands.
+// Pinning is asked for per pipeline, by RunOptions::pinBatches
+// (sluice::Pipeline's options(); sluice.Pipeline's pin_memory sets it).
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_PINNED_H
@@ -78,7 +76,7 @@ public:
 };
 
 /// Installs the registrar pipelines created from now on with pinned
-/// batches (PinBatchesScope) use (null: none; they are then refused).
+/// batches (RunOptions::pinBatches) use (null: none; they are then refused).
 /// Pipelines running keep the one they started with.
 void setHostRegistrar(std::shared_ptr<HostRegistrar> registrar);
 /// The registrar installed now (or null).
@@ -134,24 +132,6 @@ struct PinnedStats {
 };
 /// The counters of every pinned pool of the process so far.
 PinnedStats pinnedTotals();
-
-/// While one is open on a thread, pipelines created there allocate their
-/// last batch step's buffers page-locked (what sluice.Pipeline's
-/// pin_memory=True does around Pipeline::create); Pipeline::create fails
-/// when no registrar is installed. SLUICE_NO_PINNED_BATCHES=1 turns it off.
-/// The outputs are the same bytes either way.
-class PinBatchesScope {
-public:
-  PinBatchesScope();
-  ~PinBatchesScope();
-  PinBatchesScope(const PinBatchesScope &) = delete;
-  PinBatchesScope &operator=(const PinBatchesScope &) = delete;
-  /// Whether one is open on this thread.
-  static bool active();
-
-private:
-  bool outer_;
-};
 
 /// The registered batch buffers of one pipeline, kept for reuse by exact
 /// size. Shared by the buffers it hands out: one that comes back after the

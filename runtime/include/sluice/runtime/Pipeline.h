@@ -227,6 +227,14 @@ struct RunOptions {
   /// SLUICE_NO_RECORD_RUNS=1) builds every record. Same bytes, errors and
   /// counts either way; the batch stage's `rowsFromRuns` counter shows it.
   bool recordRuns = true;
+  /// Pinned batches: the last batch step (one whose rows have a fixed
+  /// layout, and not taken apart again by an unbatch) allocates its buffers
+  /// page-locked through the process's HostRegistrar (Pinned.h), so a
+  /// device copy reads them at the bus's speed with no copy into pinned
+  /// memory first (sluice.Pipeline's pin_memory=True sets it).
+  /// Pipeline::create fails when no registrar is installed.
+  /// SLUICE_NO_PINNED_BATCHES=1 turns it off. Same bytes either way.
+  bool pinBatches = false;
   /// Changes knobs while the pipeline runs (see RunController). With one,
   /// every parallel step's reorder window is sized for all `threads`, so
   /// its parallelism can rise in flight.

@@ -11,6 +11,7 @@
 #define SLUICE_RUNTIME_PLAN_H
 
 #include "sluice/ops/Registry.h"
+#include "sluice/ops/Schedule.h"
 #include "sluice/ops/Status.h"
 #include "sluice/ops/Types.h"
 #include "sluice/ops/Value.h"
@@ -33,10 +34,14 @@ struct PlanStage {
   RecordType outputType;
   SourceLoc loc; ///< position in the spec, for error messages
 
-  // Schedule knobs; 0 / -1 / "" = decide at run time (autotuner).
-  int64_t parallelism = 0; ///< workers for element stages
-  int64_t prefetch = -1;   ///< buffered outputs after the stage
-  std::string cache;       ///< "", "memory" or "disk" after the stage
+  /// The schedule knobs the plan pins on the stage (the spec's
+  /// `schedule:`, a schedule file, the autotuner's choice): workers for an
+  /// element stage (a remote source: requests in flight), buffered outputs
+  /// after it, a cache after it ("memory" or "disk" when set: "none" is
+  /// unset here). An unset knob is decided at run time (the autotuner, or
+  /// the runtime's default). The plan JSON keeps its encoding: 0 / -1 / ""
+  /// for unset (serialize()).
+  StepSchedule schedule;
 
   /// For a stage of op `fused_map` (sluice-fuse-maps): the value-wise steps
   /// it runs, in order, each with its own name, parameters, types and spec

@@ -11,6 +11,8 @@
 #ifndef SLUICE_RUNTIME_STAGEGROUPS_H
 #define SLUICE_RUNTIME_STAGEGROUPS_H
 
+#include "sluice/ops/Schedule.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -26,8 +28,10 @@ struct StepShape {
   bool perRecord = false;
   /// An element op: the map stage holding it runs on the workers.
   bool element = false;
-  int64_t parallelism = 0;     ///< pinned workers; 0: free
-  int64_t prefetch = 0;        ///< pinned prefetch after it; <= 0: none
+  /// The knobs pinned on the step (PlanStage::schedule): its workers
+  /// (unset: free) and its prefetch (unset or 0: none). Its cache is read
+  /// from cacheAfter, which the tuner also sets for a cache it places.
+  StepSchedule pinned;
   bool cacheAfter = false;     ///< a cache follows the step
   bool threadBoundary = false; ///< the op hands records to another thread
 };
