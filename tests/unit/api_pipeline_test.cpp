@@ -76,13 +76,19 @@ std::unique_ptr<Pipeline> openOk(const std::string &spec,
   return p ? p.take() : nullptr;
 }
 
-TEST(ApiPipeline, GeneratedKernelsGiveTheRuntimeKernelsBytes) {
-  TempDir dir;
-  std::string spec = criteoSpec(dir);
-  auto jit = openOk(spec);
+/// The same spec opened with generated kernels and without.
+struct JitAndPlain {
+  std::unique_ptr<Pipeline> jit, plain;
+};
+JitAndPlain openJitAndPlain(const std::string &spec) {
   OpenOptions off;
   off.jit = false;
-  auto plain = openOk(spec, off);
+  return {openOk(spec), openOk(spec, off)};
+}
+
+TEST(ApiPipeline, GeneratedKernelsGiveTheRuntimeKernelsBytes) {
+  TempDir dir;
+  auto [jit, plain] = openJitAndPlain(criteoSpec(dir));
   ASSERT_TRUE(jit && plain);
   std::vector<std::string> a = drain(*jit), b = drain(*plain);
   EXPECT_GT(jit->generatedKernels(), 0);
@@ -245,11 +251,7 @@ TEST(ApiPipeline, CheckDataSaysWhatARunWouldFind) {
 
 TEST(ApiPipeline, NoJitPlanIsThePlanOfARunWithoutKernels) {
   TempDir dir;
-  std::string spec = criteoSpec(dir);
-  auto jit = openOk(spec);
-  OpenOptions off;
-  off.jit = false;
-  auto plain = openOk(spec, off);
+  auto [jit, plain] = openJitAndPlain(criteoSpec(dir));
   ASSERT_TRUE(jit && plain);
   Expected<runtime::Plan> folded = jit->noJitPlan();
   ASSERT_TRUE(folded) << folded.status().message();

@@ -28,6 +28,16 @@ bool colorStderr() {
   return isatty(2) && !(noColor && *noColor);
 }
 
+OpenOptions driverOpenOptions(const std::vector<std::string> &disabledPasses,
+                              bool noJit) {
+  OpenOptions o;
+  o.disabledPasses = disabledPasses;
+  o.jit = !noJit;
+  o.diagnostics = &std::cerr;
+  o.color = colorStderr();
+  return o;
+}
+
 std::unique_ptr<dsl::Spec> loadSpec(const std::string &path) {
   Expected<std::unique_ptr<dsl::Spec>> spec =
       Pipeline::loadSpec(path, &std::cerr, colorStderr());
@@ -77,12 +87,8 @@ int setupSpecRun(const SpecRunFlags &f, const std::string &command,
   runtime::RunOptions opts;
   if (!checkOneSpec(f.specs, command) || !applyRunFlags(f.run, opts, command))
     return kExitUsage;
-  OpenOptions o;
-  o.disabledPasses = f.disabledPasses;
-  o.jit = !f.noJit;
+  OpenOptions o = driverOpenOptions(f.disabledPasses, f.noJit);
   o.scheduleFile = f.scheduleFile;
-  o.diagnostics = &std::cerr;
-  o.color = colorStderr();
   ErrorKind kind;
   Expected<std::unique_ptr<Pipeline>> p = Pipeline::open(f.specs[0], o, &kind);
   if (!p) {
@@ -281,11 +287,7 @@ CommandAction addExplainCommand(CLI::App &root) {
   return [st] {
     if (!checkOneSpec(st->specs, "explain"))
       return kExitUsage;
-    OpenOptions o;
-    o.disabledPasses = st->disabledPasses;
-    o.jit = !st->noJit;
-    o.diagnostics = &std::cerr;
-    o.color = colorStderr();
+    OpenOptions o = driverOpenOptions(st->disabledPasses, st->noJit);
     return Pipeline::explain(st->specs[0], o, st->opts, std::cout);
   };
 }

@@ -346,12 +346,8 @@ int runCompile(const CompileFlags &f) {
   // The spec's plan through the pipeline API, as `sluice run` compiles it,
   // for generated kernels unless --no-jit (whatever SLUICE_NO_JIT says
   // here: the executable's environment decides when it runs).
-  OpenOptions o;
-  o.disabledPasses = f.disabledPasses;
-  o.jit = !f.noJit;
+  OpenOptions o = driverOpenOptions(f.disabledPasses, f.noJit);
   o.jitFromEnvironment = false;
-  o.diagnostics = &std::cerr;
-  o.color = colorStderr();
   ErrorKind kind;
   Expected<std::unique_ptr<Pipeline>> opened =
       Pipeline::open(f.specs[0], o, &kind);

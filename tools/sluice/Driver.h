@@ -58,6 +58,12 @@ std::unique_ptr<dsl::Spec> loadSpec(const std::string &path);
 /// Whether diagnostics on stderr may use color.
 bool colorStderr();
 
+/// How the driver's commands open a spec: the passes the command line
+/// turned off, generated kernels unless --no-jit, located diagnostics on
+/// stderr (colored on a terminal).
+OpenOptions driverOpenOptions(const std::vector<std::string> &disabledPasses,
+                              bool noJit);
+
 /// The flags of a command that runs a pipeline from a spec: the shared run
 /// flags plus the spec-level ones.
 struct SpecRunFlags {

@@ -188,11 +188,7 @@ int runTune(const TuneFlags &f) {
 
   // The plan `sluice run` executes: the same codegen decision, so probes,
   // model and the measured run time the generated kernels users get.
-  OpenOptions o;
-  o.disabledPasses = f.disabledPasses;
-  o.jit = !f.noJit;
-  o.diagnostics = &std::cerr;
-  o.color = colorStderr();
+  OpenOptions o = driverOpenOptions(f.disabledPasses, f.noJit);
   ErrorKind kind;
   Expected<std::unique_ptr<Pipeline>> opened =
       Pipeline::open(f.specs[0], o, &kind);
