@@ -100,6 +100,22 @@ def local_batches(spec, epoch, rank=0, world_size=1):
     return [{k: np.array(v, copy=True) for k, v in b.items()} for b in pipe]
 
 
+def assert_slurm_job_served(out, spec, log, port, host):
+    """The batches a trainer under Slurm saved (`out`, an npz) are the local
+    run's of epoch 1, and both workers (listening on `host` at `port` and
+    `port + 1`) served part of the epoch (their stats are in the log)."""
+    saved = np.load(out)
+    want = local_batches(spec, 1)
+    for i, w in enumerate(want):
+        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
+        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
+        assert saved["path_%d" % i].tolist() == w["path"].tolist()
+    for p in (port, port + 1):
+        served = re.findall(r"sluice serve %s:%d: .* (\d+) outputs,"
+                            % (host, p), log)
+        assert served and int(served[-1]) > 0, log
+
+
 def remote_batches(ds, limit=None):
     out = []
     for b in ds.arrays():
@@ -758,16 +774,7 @@ def test_under_slurm_heterogeneous_job(served_spec, slurm_two_nodes,
     trainer_node = re.findall(r"trainer on (\S+) workers", log)
     assert len(nodes) == 1 and trainer_node and \
         trainer_node[0] not in nodes, log
-    saved = np.load(out)
-    want = local_batches(served_spec, 1)
-    for i, w in enumerate(want):
-        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
-        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
-        assert saved["path_%d" % i].tolist() == w["path"].tolist()
-    for p in (port, port + 1):
-        served = re.findall(r"sluice serve [0-9.]+:%d: .* (\d+) outputs," % p,
-                            log)
-        assert served and int(served[-1]) > 0, log
+    assert_slurm_job_served(out, served_spec, log, port, r"[0-9.]+")
 
 
 def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
@@ -817,17 +824,7 @@ def test_under_slurm_srun_steps(served_spec, slurm, tmp_path):
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert r.returncode == 0, r.stderr + log
     assert "batches: 10" in log, log
-    saved = np.load(out)
-    want = local_batches(served_spec, 1)
-    for i, w in enumerate(want):
-        assert saved["image_%d" % i].tobytes() == w["image"].tobytes()
-        assert saved["label_%d" % i].tobytes() == w["label"].tobytes()
-        assert saved["path_%d" % i].tolist() == w["path"].tolist()
-    # Both workers served part of the epoch (their stats are in the log).
-    for p in (port, port + 1):
-        served = re.findall(r"sluice serve 127.0.0.1:%d: .* (\d+) outputs," % p,
-                            log)
-        assert served and int(served[-1]) > 0, log
+    assert_slurm_job_served(out, served_spec, log, port, r"127.0.0.1")
 
 
 def test_data_error_on_a_worker_reaches_the_trainer(image_root, workers,
