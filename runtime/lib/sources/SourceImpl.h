@@ -297,8 +297,12 @@ public:
     return r && !off ? static_cast<size_t>(std::max(1, r->concurrency / 2)) : 0;
   }
   void prefetch(size_t shard) const override {
-    if (remote() && shard < numShards() && isRemoteUrl(shardName(shard)))
-      ahead_.startStream(remote(), shard, shardName(shard));
+    std::shared_ptr<const RemoteConfig> r = remote();
+    if (!r || shard >= numShards())
+      return;
+    std::string url = shardName(shard);
+    if (isRemoteUrl(url))
+      ahead_.startStream(r, shard, url);
   }
   /// The first chunk of `shard`'s stream asked for ahead (fetch null:
   /// none), for the reader that opens it.
