@@ -609,6 +609,8 @@ std::string stripFileUrl(const std::string &name) {
 Expected<std::shared_ptr<const RemoteConfig>>
 remoteConfigFor(const std::string &kind, const Value &params,
                 const std::string &base) {
+  if (std::string why; !curlLoadable(why))
+    return Status::error(kind + ": " + why);
   auto cfg = std::make_shared<RemoteConfig>();
   const Value &r = params["remote"];
   auto str = [&](const char *name) -> std::string {

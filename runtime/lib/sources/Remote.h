@@ -81,6 +81,11 @@ struct RemoteConfig {
   std::shared_ptr<ObjectCache> cache;
 };
 
+/// Whether libcurl is there to serve remote URLs (CurlLoader.cpp loads it
+/// on first use); false with `why` saying what is missing and how to
+/// install it.
+bool curlLoadable(std::string &why);
+
 /// The source's RemoteConfig: params["remote"] (a mapping: endpoint, region,
 /// profile, request_timeout, concurrency, retries, chunk_size, cache,
 /// cache_size) over the environment. A relative cache directory resolves
