@@ -4,7 +4,10 @@
 // request of the process: libcurl keeps the connections alive between
 // requests (its connection cache) and runs any number of transfers at once
 // on that thread, so a reader that wants N chunks ahead just submits N
-// requests and waits for the one it needs next. Signing is libcurl's
+// requests and waits for the one it needs next. The thread waits on an epoll
+// set of the connections (libcurl's socket interface), so a wake-up costs
+// in proportion to the connections that have data, not to the requests in
+// flight (ClientSwitches). Signing is libcurl's
 // CURLOPT_AWS_SIGV4; nothing here parses HTTP or computes a hash.
 //
 // The XML of ListObjectsV2 and of S3 errors is small and flat; the few
@@ -316,11 +319,12 @@ public:
     {
       std::lock_guard<std::mutex> lock(m_);
       // A queue that was not empty has a wake-up on its way already: the
-      // client thread takes the whole queue when it wakes.
+      // client thread takes the whole queue when it wakes (with
+      // ClientSwitches::socketEvents; off, every submit wakes it, as before).
       wake = incoming_.empty();
       incoming_.push_back(std::move(t));
     }
-    if (wake)
+    if (wake || !sw_.socketEvents)
       wakeUp();
   }
 
@@ -388,8 +392,8 @@ private:
     if (::epoll_ctl(c->epoll_, op, s, &ev) != 0) {
       // A descriptor number reused by a new socket, or one that epoll
       // dropped when it was closed: the other operation fits.
-      ::epoll_ctl(c->epoll_, op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
-                  s, &ev);
+      ::epoll_ctl(c->epoll_,
+                  op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
     }
     if (!socketp)
       curl_multi_assign(c->multi_, s, c);
@@ -451,7 +455,8 @@ private:
     };
     if (line.empty())
       return size * n;
-    char first = static_cast<char>(std::tolower(static_cast<unsigned char>(line[0])));
+    char first =
+        static_cast<char>(std::tolower(static_cast<unsigned char>(line[0])));
     if (first == 'h' && startsWith(line, "HTTP/")) {
       // A new response (after a redirect).
       t->result.etag.clear();
@@ -740,7 +745,8 @@ private:
                         timerDue_ - Clock::now())
                         .count();
         waitMs = std::min<int>(
-            waitMs, left <= 0 ? 0 : static_cast<int>(std::min<long>(left, 1000)));
+            waitMs,
+            left <= 0 ? 0 : static_cast<int>(std::min<long>(left, 1000)));
       }
       int n = ::epoll_wait(epoll_, events, 64, waitMs);
       int running = 0;
@@ -795,7 +801,6 @@ private:
   std::vector<EasyHandle *> idle_;
   std::mt19937_64 rng_{0x5eed};
 };
-
 
 //===----------------------------------------------------------------------===//
 // Configuration
