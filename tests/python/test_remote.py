@@ -946,3 +946,57 @@ def test_next_shards_first_chunks_are_fetched_ahead(servers, tmp_path, name,
     assert "%s objects ahead" % name not in peaks, peaks
     assert len(off) == len(want)
     assert all(batches_equal(a, b) for a, b in zip(want, off))
+
+
+# --- the client's optimizations, each off --------------------------------------
+
+CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
+                   "SLUICE_NO_REMOTE_HANDLE_REUSE", "SLUICE_NO_REMOTE_PRESIZE",
+                   "SLUICE_NO_REMOTE_LARGE_READS"]
+
+
+@pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])
+def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
+    """The client's optimizations (socket events, easy handles kept set up,
+    bodies sized from Content-Length, large reads) can each be turned off
+    (read once per process: a child process) with the same records as local
+    files: per-file objects over s3:// (signed), shards over http:// (not
+    signed, on the same easy handles), and a TFRecord over s3:// whose
+    first requests are answered 503 and retried."""
+    cases = [("image_folder", "s3"), ("webdataset", "http"),
+             ("text_lines", "s3")]
+    specs = [local_and_remote(servers, tmp_path, n, k) for n, k in cases]
+    local, retried = local_and_remote(servers, tmp_path, "tfrecord", "s3")
+    text = open(retried).read().replace(servers.s3_endpoint, servers.s3_proxy)
+    retried = str(tmp_path / "retried.yaml")
+    open(retried, "w").write(text)
+    specs.append((local, retried))
+    out = tmp_path / "got.pickle"
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        got = []
+        for spec in sys.argv[2:]:
+            p = sluice.Pipeline(spec)
+            got.append((list(p), p.stats()["remote"]))
+        pickle.dump(got, open(sys.argv[1], "wb"))
+    """)
+    env = dict(os.environ)
+    for name in CLIENT_SWITCHES:
+        if off in (name, "all"):
+            env[name] = "1"
+    servers.rules(servers.s3_proxy,
+                  [{"match": "part-1", "status": 503, "times": 2}])
+    try:
+        r = subprocess.run([sys.executable, "-c", child, str(out)] +
+                           [remote for _, remote in specs],
+                           env=env, capture_output=True, text=True)
+    finally:
+        servers.rules(servers.s3_proxy, [])
+    assert r.returncode == 0, r.stderr
+    got = pickle.load(open(out, "rb"))
+    for (local, remote), (batches, stats) in zip(specs, got):
+        want = run_all(local)
+        assert len(want) == len(batches) > 0, remote
+        assert all(batches_equal(a, b) for a, b in zip(want, batches)), remote
+        assert stats["requests"] > 0 and stats["failures"] == 0, stats
+    assert got[-1][1]["retries"] == 2, got[-1][1]

@@ -4,7 +4,10 @@
 // request of the process: libcurl keeps the connections alive between
 // requests (its connection cache) and runs any number of transfers at once
 // on that thread, so a reader that wants N chunks ahead just submits N
-// requests and waits for the one it needs next. Signing is libcurl's
+// requests and waits for the one it needs next. The thread waits on an epoll
+// set of the connections (libcurl's socket interface), so a wake-up costs
+// in proportion to the connections that have data, not to the requests in
+// flight (ClientSwitches). Signing is libcurl's
 // CURLOPT_AWS_SIGV4; nothing here parses HTTP or computes a hash.
 //
 // The XML of ListObjectsV2 and of S3 errors is small and flat; the few
@@ -37,8 +40,11 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include <fnmatch.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
@@ -204,6 +210,65 @@ Counters &counters() {
   return *c;
 }
 
+/// The client's optimizations, each off by name (read once per process);
+/// the bytes received are the same either way (tests/python/test_remote.py)
+/// and what each saves is in bench/results.md ("sixth session").
+struct ClientSwitches {
+  /// libcurl's socket interface over one epoll set: a wake-up runs only the
+  /// transfers whose connection has data. Off (SLUICE_NO_REMOTE_SOCKET_EVENTS):
+  /// curl_multi_perform runs every transfer in flight at each wake-up, and
+  /// libcurl 7.88 poll()s each one's socket to find out whether it has data.
+  bool socketEvents = true;
+  /// An easy handle keeps what does not change between requests (callbacks,
+  /// redirects, the signing and its keys) and a request sets only its URL,
+  /// range and headers. Off (SLUICE_NO_REMOTE_HANDLE_REUSE): curl_easy_reset
+  /// and every option again for each request.
+  bool keepHandles = true;
+  /// A body goes into one string reserved from the response's
+  /// Content-Length before its first byte. Off (SLUICE_NO_REMOTE_PRESIZE):
+  /// the string grows as the pieces arrive, copied at each doubling.
+  bool presize = true;
+  /// libcurl reads the socket kLargeReadBytes at a time instead of its
+  /// default 16 KiB: fewer recv() calls and write callbacks per object. Off:
+  /// SLUICE_NO_REMOTE_LARGE_READS.
+  bool largeReads = true;
+
+  static const ClientSwitches &get() {
+    static const ClientSwitches s = [] {
+      auto off = [](const char *name) {
+        const char *v = std::getenv(name);
+        return v && *v && std::string_view(v) != "0";
+      };
+      ClientSwitches w;
+      w.socketEvents = !off("SLUICE_NO_REMOTE_SOCKET_EVENTS");
+      w.keepHandles = !off("SLUICE_NO_REMOTE_HANDLE_REUSE");
+      w.presize = !off("SLUICE_NO_REMOTE_PRESIZE");
+      w.largeReads = !off("SLUICE_NO_REMOTE_LARGE_READS");
+      return w;
+    }();
+    return s;
+  }
+};
+
+/// What an easy handle reads the socket with (ClientSwitches::largeReads):
+/// one buffer of this size per handle, and the handles are as many as the
+/// most requests ever in flight at once.
+constexpr long kLargeReadBytes = 64 << 10;
+/// A body is reserved from its Content-Length up to this; a larger one
+/// grows from there as it arrives (a wrong length costs no more than this).
+constexpr curl_off_t kPresizeMaxBytes = curl_off_t(64) << 20;
+
+/// A libcurl easy handle and the options it holds (ClientSwitches::
+/// keepHandles).
+struct EasyHandle {
+  CURL *easy = nullptr;
+  bool prepared = false; ///< the options every request shares are set
+  /// The keys and provider it signs with (null: no signing); held so that
+  /// the keys it was given cannot be freed and others take their address.
+  std::shared_ptr<const Credentials> signedAs;
+  std::string provider;
+};
+
 struct Transfer final : PendingFetch {
   std::shared_ptr<const RemoteConfig> cfg;
   std::string url;     // as named (s3://, https://): for messages
@@ -213,7 +278,7 @@ struct Transfer final : PendingFetch {
   int attempt = 0;
   Clock::time_point due, sent;
   bool firstByte = false;
-  CURL *easy = nullptr;
+  EasyHandle *handle = nullptr; // while in flight
   curl_slist *headers = nullptr;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string contentRange;
@@ -250,32 +315,120 @@ public:
   }
 
   void submit(std::shared_ptr<Transfer> t) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(m_);
+      // A queue that was not empty has a wake-up on its way already: the
+      // client thread takes the whole queue when it wakes (with
+      // ClientSwitches::socketEvents; off, every submit wakes it, as before).
+      wake = incoming_.empty();
       incoming_.push_back(std::move(t));
     }
-    curl_multi_wakeup(multi_);
+    if (wake || !sw_.socketEvents)
+      wakeUp();
   }
 
 private:
-  Client() {
+  Client() : sw_(ClientSwitches::get()) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     multi_ = curl_multi_init();
     curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 256L);
-    std::thread([this] { loop(); }).detach();
+    if (sw_.socketEvents) {
+      epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+      wake_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = wake_;
+      if (epoll_ >= 0 && wake_ >= 0 &&
+          ::epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev) == 0) {
+        curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &Client::onSocket);
+        curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
+        curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &Client::onTimer);
+        curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
+        events_ = true;
+      } else {
+        // No epoll here (it never fails on Linux but for lack of memory or
+        // descriptors): the polling loop works everywhere.
+        if (epoll_ >= 0)
+          ::close(epoll_);
+        if (wake_ >= 0)
+          ::close(wake_);
+        epoll_ = wake_ = -1;
+      }
+    }
+    std::thread([this] {
+      if (events_)
+        eventLoop();
+      else
+        pollLoop();
+    }).detach();
+  }
+
+  void wakeUp() {
+    if (events_) {
+      uint64_t one = 1;
+      // EAGAIN: the counter is full, so a wake-up is pending anyway.
+      [[maybe_unused]] ssize_t w = ::write(wake_, &one, sizeof one);
+    } else {
+      curl_multi_wakeup(multi_);
+    }
+  }
+
+  /// libcurl says which events a socket waits for (CURL_POLL_*): the epoll
+  /// set follows. `socketp` is non-null once the socket is in the set.
+  static int onSocket(CURL *, curl_socket_t s, int what, void *user,
+                      void *socketp) {
+    auto *c = static_cast<Client *>(user);
+    if (what == CURL_POLL_REMOVE) {
+      // The socket may be closed already (then epoll dropped it itself).
+      ::epoll_ctl(c->epoll_, EPOLL_CTL_DEL, s, nullptr);
+      return 0;
+    }
+    epoll_event ev{};
+    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
+                ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    ev.data.fd = s;
+    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (::epoll_ctl(c->epoll_, op, s, &ev) != 0) {
+      // A descriptor number reused by a new socket, or one that epoll
+      // dropped when it was closed: the other operation fits.
+      ::epoll_ctl(c->epoll_,
+                  op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
+    }
+    if (!socketp)
+      curl_multi_assign(c->multi_, s, c);
+    return 0;
+  }
+
+  /// libcurl's one timer: due in `ms` (0: now), or none (-1).
+  static int onTimer(CURLM *, long ms, void *user) {
+    auto *c = static_cast<Client *>(user);
+    c->timerSet_ = ms >= 0;
+    if (ms >= 0)
+      c->timerDue_ = Clock::now() + std::chrono::milliseconds(ms);
+    return 0;
   }
 
   static size_t onBody(char *p, size_t size, size_t n, void *user) {
     auto *t = static_cast<Transfer *>(user);
     if (!t->firstByte) {
       t->firstByte = true;
-      Counters &c = counters();
-      std::lock_guard<std::mutex> lock(c.m);
-      c.latencies.push_back(
-          std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
-              .count());
-      if (c.latencies.size() > 1024)
-        c.latencies.pop_front();
+      {
+        Counters &c = counters();
+        std::lock_guard<std::mutex> lock(c.m);
+        c.latencies.push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
+                .count());
+        if (c.latencies.size() > 1024)
+          c.latencies.pop_front();
+      }
+      curl_off_t length = -1;
+      if (ClientSwitches::get().presize &&
+          curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
+                            &length) == CURLE_OK &&
+          length > 0)
+        t->result.body.reserve(
+            static_cast<size_t>(std::min(length, kPresizeMaxBytes)));
     }
     t->result.body.append(p, size * n);
     return size * n;
@@ -284,6 +437,8 @@ private:
   static size_t onHeader(char *p, size_t size, size_t n, void *user) {
     auto *t = static_cast<Transfer *>(user);
     std::string_view line(p, size * n);
+    // Only the lines needed are looked at, by their first letter: every
+    // response has a dozen.
     auto value = [&](std::string_view name) -> std::optional<std::string> {
       if (line.size() <= name.size() + 1 || line[name.size()] != ':')
         return std::nullopt;
@@ -298,52 +453,78 @@ private:
         v.remove_suffix(1);
       return std::string(v);
     };
-    if (startsWith(line, "HTTP/")) { // a new response (after a redirect)
+    if (line.empty())
+      return size * n;
+    char first =
+        static_cast<char>(std::tolower(static_cast<unsigned char>(line[0])));
+    if (first == 'h' && startsWith(line, "HTTP/")) {
+      // A new response (after a redirect).
       t->result.etag.clear();
       t->contentRange.clear();
-    } else if (auto v = value("etag")) {
-      t->result.etag = *v;
-    } else if (auto v = value("content-range")) {
-      t->contentRange = *v;
+    } else if (first == 'e') {
+      if (auto v = value("etag"))
+        t->result.etag = *v;
+    } else if (first == 'c') {
+      if (auto v = value("content-range"))
+        t->contentRange = *v;
     }
     return size * n;
   }
 
+  /// Options every request of a handle shares.
+  void prepare(EasyHandle &h) {
+    CURL *e = h.easy;
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Client::onBody);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Client::onHeader);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    // The bytes must arrive as stored: no transparent decompression.
+    curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+    if (sw_.largeReads)
+      curl_easy_setopt(e, CURLOPT_BUFFERSIZE, kLargeReadBytes);
+    h.prepared = true;
+  }
+
   void start(const std::shared_ptr<Transfer> &t) {
-    CURL *e;
+    EasyHandle *h;
     if (!idle_.empty()) {
-      e = idle_.back();
+      h = idle_.back();
       idle_.pop_back();
-      curl_easy_reset(e);
+      if (!sw_.keepHandles) {
+        curl_easy_reset(h->easy);
+        h->prepared = false;
+        h->signedAs.reset();
+        h->provider.clear();
+      }
     } else {
-      e = curl_easy_init();
+      h = new EasyHandle; // kept for the process's life (idle_)
+      h->easy = curl_easy_init();
     }
-    t->easy = e;
+    if (!h->prepared)
+      prepare(*h);
+    CURL *e = h->easy;
+    t->handle = h;
     t->result = Fetched();
     t->contentRange.clear();
     t->firstByte = false;
     t->errbuf[0] = 0;
     const RemoteConfig &cfg = *t->cfg;
     curl_easy_setopt(e, CURLOPT_URL, t->httpUrl.c_str());
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Client::onBody);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Client::onHeader);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
                      static_cast<long>(cfg.timeoutSeconds * 1000));
     curl_easy_setopt(
         e, CURLOPT_CONNECTTIMEOUT_MS,
         static_cast<long>(std::min(cfg.timeoutSeconds, 30.0) * 1000));
-    // The bytes must arrive as stored: no transparent decompression.
-    curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
     if (t->length >= 0) {
       std::string range = std::to_string(t->offset) + "-" +
                           std::to_string(t->offset + t->length - 1);
       curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+    } else {
+      curl_easy_setopt(e, CURLOPT_RANGE, nullptr);
     }
     if (t->headers) {
       curl_slist_free_all(t->headers);
@@ -352,24 +533,37 @@ private:
     if (!t->ifNoneMatch.empty())
       t->headers = curl_slist_append(
           t->headers, ("If-None-Match: " + t->ifNoneMatch).c_str());
-    if (startsWith(t->url, "s3://")) {
+    const bool s3 = startsWith(t->url, "s3://");
+    std::shared_ptr<const Credentials> signer =
+        s3 ? cfg.credentials : std::shared_ptr<const Credentials>();
+    std::string provider = signer ? "aws:amz:" + cfg.region + ":s3" : "";
+    if (signer != h->signedAs || provider != h->provider) {
+      if (signer) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider.c_str());
+        curl_easy_setopt(e, CURLOPT_USERNAME, signer->accessKey.c_str());
+        curl_easy_setopt(e, CURLOPT_PASSWORD, signer->secretKey.c_str());
+      } else {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, nullptr);
+        curl_easy_setopt(e, CURLOPT_USERNAME, nullptr);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, nullptr);
+        // Setting CURLOPT_AWS_SIGV4 chose it as the authentication: back
+        // to libcurl's default.
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+      }
+      h->signedAs = std::move(signer);
+      h->provider = std::move(provider);
+    }
+    if (s3) {
       t->headers =
           curl_slist_append(t->headers, (std::string("x-amz-content-sha256: ") +
                                          kEmptyPayloadSha256)
                                             .c_str());
-      if (cfg.credentials) {
-        const Credentials &c = *cfg.credentials;
-        std::string provider = "aws:amz:" + cfg.region + ":s3";
-        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider.c_str());
-        curl_easy_setopt(e, CURLOPT_USERNAME, c.accessKey.c_str());
-        curl_easy_setopt(e, CURLOPT_PASSWORD, c.secretKey.c_str());
-        if (!c.sessionToken.empty())
-          t->headers = curl_slist_append(
-              t->headers, ("x-amz-security-token: " + c.sessionToken).c_str());
-      }
+      if (h->signedAs && !h->signedAs->sessionToken.empty())
+        t->headers = curl_slist_append(
+            t->headers,
+            ("x-amz-security-token: " + h->signedAs->sessionToken).c_str());
     }
-    if (t->headers)
-      curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     t->sent = Clock::now();
     counters().requests.fetch_add(1, std::memory_order_relaxed);
     active_[e] = t;
@@ -424,8 +618,10 @@ private:
     curl_multi_remove_handle(multi_, e);
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    idle_.push_back(e);
-    t->easy = nullptr;
+    // The transfer's buffer goes with it: nothing may write there now.
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, nullptr);
+    idle_.push_back(t->handle);
+    t->handle = nullptr;
     Fetched &r = t->result;
     r.status = status;
     counters().bytes.fetch_add(r.body.size(), std::memory_order_relaxed);
@@ -499,50 +695,110 @@ private:
     t->cv.notify_all();
   }
 
-  void loop() {
-    for (;;) {
-      std::vector<std::shared_ptr<Transfer>> fresh;
-      {
-        std::lock_guard<std::mutex> lock(m_);
-        fresh.assign(incoming_.begin(), incoming_.end());
-        incoming_.clear();
-      }
-      for (auto &t : fresh)
+  /// Starts what was submitted and the retries that are due: how long the
+  /// loop may then wait for the next retry (at most a second).
+  int startReady() {
+    std::vector<std::shared_ptr<Transfer>> fresh;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      fresh.assign(incoming_.begin(), incoming_.end());
+      incoming_.clear();
+    }
+    for (auto &t : fresh)
+      start(t);
+    Clock::time_point now = Clock::now();
+    int waitMs = 1000;
+    for (size_t i = 0; i < delayed_.size();) {
+      if (delayed_[i]->due <= now) {
+        std::shared_ptr<Transfer> t = delayed_[i];
+        delayed_.erase(delayed_.begin() + static_cast<long>(i));
         start(t);
-      Clock::time_point now = Clock::now();
-      int waitMs = 1000;
-      for (size_t i = 0; i < delayed_.size();) {
-        if (delayed_[i]->due <= now) {
-          std::shared_ptr<Transfer> t = delayed_[i];
-          delayed_.erase(delayed_.begin() + static_cast<long>(i));
-          start(t);
-        } else {
-          waitMs = std::min<int>(
-              waitMs, static_cast<int>(
-                          std::chrono::duration_cast<std::chrono::milliseconds>(
-                              delayed_[i]->due - now)
-                              .count()) +
-                          1);
-          ++i;
-        }
+      } else {
+        waitMs = std::min<int>(
+            waitMs, static_cast<int>(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            delayed_[i]->due - now)
+                            .count()) +
+                        1);
+        ++i;
       }
+    }
+    return waitMs;
+  }
+
+  void finishDone() {
+    int queued = 0;
+    while (CURLMsg *msg = curl_multi_info_read(multi_, &queued))
+      if (msg->msg == CURLMSG_DONE)
+        finish(msg->easy_handle, msg->data.result);
+  }
+
+  /// ClientSwitches::socketEvents: epoll says which connections have
+  /// data, and libcurl runs only their transfers (and those its timer
+  /// names).
+  void eventLoop() {
+    epoll_event events[64];
+    for (;;) {
+      int waitMs = startReady();
+      if (timerSet_) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        timerDue_ - Clock::now())
+                        .count();
+        waitMs = std::min<int>(
+            waitMs,
+            left <= 0 ? 0 : static_cast<int>(std::min<long>(left, 1000)));
+      }
+      int n = ::epoll_wait(epoll_, events, 64, waitMs);
+      int running = 0;
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == wake_) {
+          uint64_t count;
+          [[maybe_unused]] ssize_t r = ::read(wake_, &count, sizeof count);
+          continue;
+        }
+        uint32_t ev = events[i].events;
+        int flags = ((ev & EPOLLIN) ? CURL_CSELECT_IN : 0) |
+                    ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0);
+        // A closed or failed connection: libcurl finds out by reading or
+        // writing it, whichever its transfer waits for.
+        if (ev & (EPOLLERR | EPOLLHUP))
+          flags |= CURL_CSELECT_IN | CURL_CSELECT_OUT;
+        curl_multi_socket_action(multi_, fd, flags, &running);
+      }
+      if (timerSet_ && Clock::now() >= timerDue_) {
+        // One-shot: libcurl sets the next one (onTimer) as it runs.
+        timerSet_ = false;
+        curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+      }
+      finishDone();
+    }
+  }
+
+  /// With SLUICE_NO_REMOTE_SOCKET_EVENTS: curl_multi_perform runs every
+  /// transfer at each wake-up.
+  void pollLoop() {
+    for (;;) {
+      int waitMs = startReady();
       int running = 0;
       curl_multi_perform(multi_, &running);
-      int queued = 0;
-      while (CURLMsg *msg = curl_multi_info_read(multi_, &queued))
-        if (msg->msg == CURLMSG_DONE)
-          finish(msg->easy_handle, msg->data.result);
+      finishDone();
       curl_multi_poll(multi_, nullptr, 0, waitMs, nullptr);
     }
   }
 
+  const ClientSwitches &sw_;
   CURLM *multi_ = nullptr;
+  bool events_ = false;
+  int epoll_ = -1, wake_ = -1;
   std::mutex m_;
   std::deque<std::shared_ptr<Transfer>> incoming_;
   // Owned by the client thread:
-  std::map<CURL *, std::shared_ptr<Transfer>> active_;
+  bool timerSet_ = false;
+  Clock::time_point timerDue_;
+  std::unordered_map<CURL *, std::shared_ptr<Transfer>> active_;
   std::vector<std::shared_ptr<Transfer>> delayed_;
-  std::vector<CURL *> idle_;
+  std::vector<EasyHandle *> idle_;
   std::mt19937_64 rng_{0x5eed};
 };
 
