@@ -60,6 +60,8 @@ struct CurlApi {
   decltype(&::curl_multi_add_handle) multi_add_handle = nullptr;
   decltype(&::curl_multi_remove_handle) multi_remove_handle = nullptr;
   decltype(&::curl_multi_perform) multi_perform = nullptr;
+  decltype(&::curl_multi_socket_action) multi_socket_action = nullptr;
+  decltype(&::curl_multi_assign) multi_assign = nullptr;
   decltype(&::curl_multi_poll) multi_poll = nullptr;
   decltype(&::curl_multi_wakeup) multi_wakeup = nullptr;
   decltype(&::curl_multi_info_read) multi_info_read = nullptr;
@@ -104,6 +106,8 @@ const CurlApi &api() {
               bind(a, a.multi_add_handle, "curl_multi_add_handle") &&
               bind(a, a.multi_remove_handle, "curl_multi_remove_handle") &&
               bind(a, a.multi_perform, "curl_multi_perform") &&
+              bind(a, a.multi_socket_action, "curl_multi_socket_action") &&
+              bind(a, a.multi_assign, "curl_multi_assign") &&
               bind(a, a.multi_poll, "curl_multi_poll") &&
               bind(a, a.multi_wakeup, "curl_multi_wakeup") &&
               bind(a, a.multi_info_read, "curl_multi_info_read") &&
@@ -221,6 +225,19 @@ SLUICE_CURL_SHIM CURLMcode curl_multi_remove_handle(CURLM *m, CURL *e) {
 SLUICE_CURL_SHIM CURLMcode curl_multi_perform(CURLM *m, int *running) {
   const CurlApi &a = api();
   return a.handle ? a.multi_perform(m, running) : CURLM_BAD_HANDLE;
+}
+
+SLUICE_CURL_SHIM CURLMcode curl_multi_socket_action(CURLM *m, curl_socket_t s,
+                                                    int events, int *running) {
+  const CurlApi &a = api();
+  return a.handle ? a.multi_socket_action(m, s, events, running)
+                  : CURLM_BAD_HANDLE;
+}
+
+SLUICE_CURL_SHIM CURLMcode curl_multi_assign(CURLM *m, curl_socket_t s,
+                                             void *data) {
+  const CurlApi &a = api();
+  return a.handle ? a.multi_assign(m, s, data) : CURLM_BAD_HANDLE;
 }
 
 SLUICE_CURL_SHIM CURLMcode curl_multi_poll(CURLM *m, struct curl_waitfd extra[],
