@@ -361,6 +361,40 @@ def test_missing_object_is_a_located_error(servers, tmp_path, kind):
     assert rc == 0, out
 
 
+def test_libcurl_is_loaded_only_for_remote_urls(servers, tmp_path):
+    """A run of local files never loads libcurl (CurlLoader.cpp loads it on
+    the first remote URL); a run of remote ones does, and reads them."""
+    local = tmp_path / "local.txt"
+    local.write_text("a\nb\n")
+    env = dict(os.environ, LD_DEBUG="files")
+    r = subprocess.run([SLUICE_BIN, "run", one_file_spec(tmp_path, str(local),
+                                                         "{}"),
+                        "--sink", "null"], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "libcurl" not in r.stderr
+    assert "calling init" in r.stderr  # LD_DEBUG=files did report loading
+    url = "s3://%s/text/lines.txt" % BUCKET
+    r = subprocess.run([SLUICE_BIN, "run", one_file_spec(
+        tmp_path, url, "{endpoint: %s}" % servers.s3_endpoint), "--sink",
+        "null"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"file=libcurl\.so\.4 \[0\];\s+dynamically loaded",
+                     r.stderr), r.stderr[-2000:]
+
+
+def test_missing_libcurl_is_a_clear_error(servers, tmp_path):
+    url = "s3://%s/text/lines.txt" % BUCKET
+    env = dict(os.environ, SLUICE_LIBCURL=str(tmp_path / "no-libcurl.so"))
+    r = subprocess.run([SLUICE_BIN, "run", one_file_spec(
+        tmp_path, url, "{endpoint: %s}" % servers.s3_endpoint), "--sink",
+        "null"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert re.search(r"text_lines: .*no-libcurl\.so could not be loaded "
+                     r"\(.*\); remote URLs need it: install libcurl", out), out
+
+
 def test_forbidden_is_a_located_error(servers, tmp_path, monkeypatch):
     rc, out = error_of(one_file_spec(tmp_path, servers.http +
                                      "/forbidden/x.txt", "{}"))
