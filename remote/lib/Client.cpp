@@ -396,8 +396,8 @@ public:
   /// back in its place), else from w's run, else from a new run at the
   /// frontier within the window, else from half of another worker's run
   /// (steal).
-  bool takeChunk(std::unique_lock<std::mutex> &lock, int64_t gen,
-                 WorkerConn &w, int64_t &first, int64_t &count) {
+  bool takeChunk(std::unique_lock<std::mutex> &lock, int64_t gen, WorkerConn &w,
+                 int64_t &first, int64_t &count) {
     while (true) {
       if (closing || gen != generation || error)
         return false;
