@@ -553,7 +553,7 @@ public:
         limit =
             static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
       }
-      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit);
+      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit, &w);
       for (const detail::SlotRef &r : lent) {
         Slot *sl = req.add_slots();
         sl->set_path(r.path);
