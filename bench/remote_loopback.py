@@ -63,7 +63,7 @@ def run_local(spec, epochs, threads, warmup=0):
 
 
 def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
-               shm=True, warmup=0):
+               shm=True, warmup=0, runs=True):
     """copies: the way before raw messages (each data part copied into a
     protobuf message on the worker and parsed into one on the trainer:
     SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1); shm: the
@@ -79,7 +79,8 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     try:
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
                                    chunk=CHUNK, window=WINDOW,
-                                   shared_memory=shm and not copies)
+                                   shared_memory=shm and not copies,
+                                   chunk_runs=runs)
         # --warmup: epochs untimed first (the buffers, slots and
         # mappings each end makes once, then reuses).
         for e in range(warmup):
@@ -106,7 +107,8 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
                 "wire_bytes_image": st["wire_bytes"] / images,
                 "receive_cpu_batch_ms":
                     1e3 * st["receive_cpu_seconds"] / st["outputs"],
-                "shm_share": st["shared_memory_outputs"] / st["outputs"]}
+                "shm_share": st["shared_memory_outputs"] / st["outputs"],
+                "runs_share": st["runs"] / st["chunks"]}
     finally:
         for p, _ in procs:
             stop_worker(p)
@@ -137,6 +139,9 @@ def main():
                          "instead of `shuffle: true` on the source")
     ap.add_argument("--no-two", action="store_true",
                     help="leave out the 2-worker runs")
+    ap.add_argument("--runs-off", action="store_true",
+                    help="also run 2 workers with runs of chunks off "
+                         "(chunks in turn: chunk_runs=False)")
     ap.add_argument("--socket", action="store_true",
                     help="also run 1 worker without shared memory (every "
                          "byte over the socket, as from another host)")
@@ -165,6 +170,8 @@ def main():
                 res["1 worker, copied parts"] = []
             if not args.no_two:
                 res["2 workers"] = []
+                if args.runs_off:
+                    res["2 workers, runs off"] = []
             for _ in range(args.repeats):
                 w = args.warmup
                 res["local"].append(run_local(spec, args.epochs,
@@ -183,6 +190,10 @@ def main():
                     res["2 workers"].append(run_remote(
                         spec, args.epochs, 2, max(1, args.threads // 2),
                         tmp, warmup=w))
+                    if args.runs_off:
+                        res["2 workers, runs off"].append(run_remote(
+                            spec, args.epochs, 2, max(1, args.threads // 2),
+                            tmp, warmup=w, runs=False))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)
@@ -190,10 +201,12 @@ def main():
                 rows.append((name, how, med, med["images_s"] / base))
     print("| output | how | images/s | vs in-process | trainer CPU ms/batch "
           "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
-          "| wire bytes/image | in shared memory |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| wire bytes/image | in shared memory | chunks starting a "
+          "pipeline |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, how, m, ratio in rows:
-        print("| %s | %s | %.0f | %.2fx | %.1f | %s | %.0f | %s | %s | %s |" % (
+        print("| %s | %s | %.0f | %.2fx | %.1f | %s | %.0f | %s | %s | %s "
+              "| %s |" % (
             name, how, m["images_s"], ratio, m["trainer_cpu_batch_ms"],
             "%.1f" % m["receive_cpu_batch_ms"]
             if "receive_cpu_batch_ms" in m else "-",
@@ -203,6 +216,8 @@ def main():
             "%.0f" % m["wire_bytes_image"] if "wire_bytes_image" in m
             else "-",
             "%.0f%%" % (100 * m["shm_share"]) if "shm_share" in m
+            else "-",
+            "%.0f%%" % (100 * m["runs_share"]) if "runs_share" in m
             else "-"))
     # What receiving over the socket costs in memcpys of the same bytes
     # (autotune's kReceiveCopies): a batch's bytes copied on this host.

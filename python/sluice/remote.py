@@ -111,6 +111,12 @@ class Dataset(_Base):
         reused), which become the arrays without a copy; only headers
         cross the socket. Workers on other hosts are not affected. False
         (or $SLUICE_NO_SHARED_MEMORY=1): everything over the socket.
+    chunk_runs: each worker takes runs of consecutive chunks, so that it
+        continues its pipeline from one chunk to the next with any number
+        of workers (a run is as long as the window lets every worker's be
+        read at once; a worker with none left takes half of another's).
+        False (or $SLUICE_NO_CHUNK_RUNS=1): chunks in turn to whichever
+        worker asks. The batches are the same either way.
     """
 
     def __init__(self, spec_path: str, workers: Optional[List[str]] = None,
@@ -122,7 +128,8 @@ class Dataset(_Base):
                  epoch: int = 0, pin_memory: bool = False,
                  trainer: Optional[str] = None,
                  dns_interval: float = 5.0,
-                 shared_memory: bool = True) -> None:
+                 shared_memory: bool = True,
+                 chunk_runs: bool = True) -> None:
         super().__init__()
         spec = _spec_distributed(spec_path)
         self.world_size = _resolve(world_size, spec, "world_size",
@@ -141,7 +148,7 @@ class Dataset(_Base):
             self.world_size, token, tls_roots, tls_server_name, chunk,
             window, worker_timeout,
             trainer or "rank%d@%s" % (self.rank, os.uname().nodename),
-            dns_interval, shared_memory)
+            dns_interval, shared_memory, chunk_runs)
         self._resume: Optional[Dict[str, Any]] = None
         self._active = False
 
@@ -162,7 +169,9 @@ class Dataset(_Base):
     def stats(self) -> Dict[str, float]:
         """Outputs, bytes received (wire_bytes: over the socket;
         shared_memory_outputs: outputs a worker on this host wrote into
-        this process's memory), chunks, reassigned outputs, failures;
+        this process's memory), chunks, runs (chunks a worker started a
+        pipeline for: not the one after its previous chunk), steals (runs
+        taken from another worker), reassigned outputs, failures;
         and what advice() is made of: the workers' CPU for the delivered
         outputs, this process's CPU receiving them, the time the trainer
         waited for batches and the time it spent between them."""

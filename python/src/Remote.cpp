@@ -86,7 +86,7 @@ public:
            const std::string &token, py::object tlsRoots,
            const std::string &tlsServerName, int64_t chunk, int64_t window,
            double workerTimeout, const std::string &trainer, double dnsInterval,
-           bool sharedMemory) {
+           bool sharedMemory, bool chunkRuns) {
     remote::ClientOptions o;
     o.specPath = specPath;
     o.specText = readText(specPath);
@@ -108,6 +108,7 @@ public:
     o.trainer = trainer;
     o.dnsInterval = dnsInterval;
     o.sharedMemory = sharedMemory;
+    o.chunkRuns = chunkRuns;
     Expected<std::unique_ptr<remote::RemoteDataset>> c = [&] {
       py::gil_scoped_release nogil;
       return remote::RemoteDataset::connect(std::move(o));
@@ -150,6 +151,8 @@ public:
     d["reassigned"] = s.reassigned;
     d["worker_failures"] = s.workerFailures;
     d["chunks"] = s.chunks;
+    d["runs"] = s.runs;
+    d["steals"] = s.steals;
     d["shared_memory_outputs"] = s.slotOutputs;
     d["worker_cpu_seconds"] = s.workerCpuSeconds;
     d["receive_cpu_seconds"] = s.receiveCpuSeconds;
@@ -179,12 +182,13 @@ PYBIND11_MODULE(_remote, m) {
       .def(py::init<const std::string &, std::vector<std::string>,
                     const std::string &, int64_t, int64_t, const std::string &,
                     py::object, const std::string &, int64_t, int64_t, double,
-                    const std::string &, double, bool>(),
+                    const std::string &, double, bool, bool>(),
            py::arg("spec_path"), py::arg("workers"), py::arg("workers_file"),
            py::arg("rank"), py::arg("world_size"), py::arg("token"),
            py::arg("tls_roots"), py::arg("tls_server_name"), py::arg("chunk"),
            py::arg("window"), py::arg("worker_timeout"), py::arg("trainer"),
-           py::arg("dns_interval") = 5.0, py::arg("shared_memory") = true)
+           py::arg("dns_interval") = 5.0, py::arg("shared_memory") = true,
+           py::arg("chunk_runs") = true)
       .def("start", &PyClient::start, py::arg("epoch"), py::arg("resume"))
       .def("next", &PyClient::next)
       .def("state", &PyClient::state)

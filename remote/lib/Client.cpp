@@ -10,8 +10,17 @@
 //    had not delivered put back, and another worker's thread takes them
 //    first (lowest first); the failed worker's thread keeps trying to
 //    reconnect (a restarted worker at the same address rejoins);
+//  - each worker takes a run of consecutive chunks (a range of numbers it
+//    owns), so that its next chunk is the one after its last and the
+//    worker continues the pipeline it kept (Server.cpp) instead of starting
+//    one per chunk; a run is as long as the window lets every worker's run
+//    be read at once (runLength), and a worker whose run is done while no
+//    new one fits in the window steals the back half of the longest
+//    run not handed out yet (SLUICE_NO_CHUNK_RUNS=1: every chunk a run of
+//    its own, handed out in turn); which worker makes an output never
+//    changes its bytes or its place;
 //  - a worker added (addWorker, or a line appended to the workers file)
-//    starts taking chunks at once;
+//    starts taking chunks at once (a new run, or half of another's);
 //  - the window bounds what the client holds: a thread whose next output
 //    lies `window` or more beyond the one the trainer wants next waits
 //    (not reading its stream, so HTTP/2 flow control stops its worker),
@@ -217,7 +226,16 @@ public:
     /// Whether the worker can write into this process's slots (until it
     /// says it cannot: another host).
     std::atomic<bool> slotsWork{true};
+    /// Its run (under mu): the numbers [runNext, runLimit) it takes its
+    /// next chunks from, and where its last chunk ended (-1: none yet in
+    /// this epoch).
+    int64_t runNext = 0, runLimit = 0, lastEnd = -1;
+    /// Failed and not described again since (not counted in runLength).
+    bool failed = false;
   };
+
+  /// Runs of consecutive chunks (ClientOptions::chunkRuns).
+  bool runsOn = true;
 
   /// Slots lent to workers on this host (Slots.h); null: all outputs come
   /// over the socket.
@@ -333,9 +351,52 @@ public:
     w.thread = std::thread([this, &w] { workerLoop(w); });
   }
 
-  /// The next chunk for a worker (under mu): a range given back first, else
-  /// a new one within the window.
-  bool takeChunk(std::unique_lock<std::mutex> &lock, int64_t gen,
+  /// Outputs of a new run (under mu). With N workers, runs started at once
+  /// at the frontier lie N-1 runs apart, and the last one's outputs must
+  /// fit in the window while the trainer reads the first's: (N-1) runs <
+  /// window, so every worker makes its run at full rate with at most
+  /// `window` outputs held. One worker: the window.
+  int64_t runLength() const {
+    if (!runsOn)
+      return opts.chunk;
+    int64_t n = 0;
+    for (const auto &w : workers)
+      n += !w->failed;
+    if (n <= 1)
+      return std::max(opts.window, opts.chunk);
+    return std::max(opts.chunk, (opts.window - 1) / (n - 1));
+  }
+
+  /// Gives `w` the back half of the run with the most numbers not handed
+  /// out yet (at least 2) of another worker (under mu). False: none.
+  bool steal(WorkerConn &w, int64_t stop) {
+    WorkerConn *victim = nullptr;
+    int64_t most = 1;
+    for (const auto &v : workers) {
+      if (v.get() == &w)
+        continue;
+      int64_t left = std::min(v->runLimit, stop) - v->runNext;
+      if (left > most) {
+        most = left;
+        victim = v.get();
+      }
+    }
+    if (!victim)
+      return false;
+    int64_t mid = victim->runNext + (most + 1) / 2;
+    w.runNext = mid;
+    w.runLimit = std::min(victim->runLimit, stop);
+    victim->runLimit = mid;
+    ++stats.steals;
+    return true;
+  }
+
+  /// The next chunk for worker `w` (under mu): from a range given back
+  /// first (the trainer may be waiting for it; what is left of w's run goes
+  /// back in its place), else from w's run, else from a new run at the
+  /// frontier within the window, else from half of another worker's run
+  /// (steal).
+  bool takeChunk(std::unique_lock<std::mutex> &lock, int64_t gen, WorkerConn &w,
                  int64_t &first, int64_t &count) {
     while (true) {
       if (closing || gen != generation || error)
@@ -344,25 +405,43 @@ public:
       refreshDns(lock);
       if (closing || gen != generation || error)
         return false;
+      const int64_t stop = end ? *end : INT64_MAX;
       if (!redo.empty()) {
+        if (w.runNext < std::min(w.runLimit, stop))
+          redo.insert({w.runNext, w.runLimit});
         auto r = *redo.begin();
         redo.erase(redo.begin());
-        first = r.first;
-        count = r.second - r.first;
-        ++stats.chunks;
-        return true;
+        w.runNext = r.first;
+        w.runLimit = r.second;
+      } else if (w.runNext >= std::min(w.runLimit, stop)) {
+        w.runNext = w.runLimit = 0;
+        bool done = end && nextChunk >= *end;
+        if (!done && nextChunk < nextDeliver + opts.window) {
+          w.runNext = nextChunk;
+          w.runLimit = std::min(nextChunk + runLength(), stop);
+          nextChunk = w.runLimit;
+        } else {
+          // Half of another's run, at the share's end or while the trainer
+          // waits (for a slower worker's run); not while the trainer is
+          // what holds the workers back (it has its next output): a steal
+          // costs the thief a new pipeline and the victim its read-ahead.
+          bool worth = runsOn && (done || !ready.count(nextDeliver));
+          if (!worth || !steal(w, stop)) {
+            if (done && ready.empty() && nextDeliver >= *end)
+              return false;
+            cv.wait_for(lock, std::chrono::milliseconds(200));
+            continue;
+          }
+        }
       }
-      bool done = end && nextChunk >= *end;
-      if (!done && nextChunk < nextDeliver + opts.window) {
-        first = nextChunk;
-        count = opts.chunk;
-        nextChunk += opts.chunk;
-        ++stats.chunks;
-        return true;
-      }
-      if (done && ready.empty() && nextDeliver >= *end)
-        return false;
-      cv.wait_for(lock, std::chrono::milliseconds(200));
+      first = w.runNext;
+      count = std::min(opts.chunk, w.runLimit - w.runNext);
+      w.runNext += count;
+      ++stats.chunks;
+      if (first != w.lastEnd)
+        ++stats.runs;
+      w.lastEnd = first + count;
+      return true;
     }
   }
 
@@ -391,9 +470,10 @@ public:
           return;
         }
         described = true;
+        w.failed = false;
       }
       int64_t first = 0, count = 0;
-      if (!takeChunk(lock, gen, first, count)) {
+      if (!takeChunk(lock, gen, w, first, count)) {
         if (closing)
           return;
         cv.wait_for(lock, std::chrono::milliseconds(200));
@@ -424,11 +504,20 @@ public:
         cv.notify_all();
         continue;
       }
-      // The worker failed: its undelivered numbers go back.
-      if (got < count) {
-        redo.insert({first + got, first + count});
+      // The worker failed: its undelivered numbers go back, with the rest
+      // of its run (not handed out: not counted as reassigned).
+      int64_t back = first + count;
+      if (w.runNext == back && w.runNext < w.runLimit)
+        back = w.runLimit;
+      else if (w.runNext < w.runLimit)
+        redo.insert({w.runNext, w.runLimit});
+      w.runNext = w.runLimit = 0;
+      w.lastEnd = -1;
+      w.failed = true;
+      if (got < count)
         stats.reassigned += count - got;
-      }
+      if (first + got < back)
+        redo.insert({first + got, back});
       ++stats.workerFailures;
       w.lastError = describeStatus(w.address, s);
       described = false;
@@ -464,7 +553,7 @@ public:
         limit =
             static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
       }
-      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit);
+      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit, &w);
       for (const detail::SlotRef &r : lent) {
         Slot *sl = req.add_slots();
         sl->set_path(r.path);
@@ -788,6 +877,8 @@ RemoteDataset::connect(ClientOptions opts) {
   const char *noShm = std::getenv("SLUICE_NO_SHARED_MEMORY");
   if (d.opts.sharedMemory && !(noShm && std::string(noShm) == "1"))
     d.slots = detail::SlotPool::create();
+  const char *noRuns = std::getenv("SLUICE_NO_CHUNK_RUNS");
+  d.runsOn = d.opts.chunkRuns && !(noRuns && std::string(noRuns) == "1");
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.
@@ -918,6 +1009,10 @@ Status RemoteDataset::start(int64_t epoch, const std::string &resume) {
   d.state = resume.empty() ? d.baseState : resume;
   d.nextChunk = 0;
   d.nextDeliver = 0;
+  for (auto &w : d.workers) {
+    w->runNext = w->runLimit = 0;
+    w->lastEnd = -1;
+  }
   d.redo.clear();
   d.ready.clear();
   d.end.reset();

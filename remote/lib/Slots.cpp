@@ -181,6 +181,8 @@ struct SlotPool::Slot {
   std::string path;
   enum State { Free, Lent, Held, Aside, Retired } state = Free;
   uint64_t lease = 0;
+  /// The worker it was last lent to (SlotPool::lend).
+  const void *worker = nullptr;
   Header *header() const { return headerOf(map); }
   void retire() {
     if (map)
@@ -244,7 +246,8 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   return slots_.back().get();
 }
 
-std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit) {
+std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit,
+                                    const void *worker) {
   std::vector<SlotRef> out;
   // A forked child has the parent's memfds under the parent's paths: the
   // two would lend the same memory.
@@ -266,8 +269,11 @@ std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit) {
       if (s->state != Slot::Free)
         continue;
       if (s->capacity >= bytes) {
-        pick = s.get();
-        break;
+        if (!pick || (s->worker == worker && pick->worker != worker))
+          pick = s.get();
+        if (pick->worker == worker)
+          break;
+        continue;
       }
       small = s.get();
     }
@@ -286,6 +292,7 @@ std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit) {
     pick->lease = nextLease_;
     nextLease_ += 4;
     pick->state = Slot::Lent;
+    pick->worker = worker;
     pick->header()->state.store(pick->lease, std::memory_order_release);
     SlotRef r;
     r.path = pick->path;

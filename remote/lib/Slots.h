@@ -74,8 +74,14 @@ public:
   ~SlotPool();
 
   /// Up to `n` slots of at least `bytes` data bytes, each lent under a new
-  /// lease; fewer when `limit` slots exist and too few are free.
-  std::vector<SlotRef> lend(size_t n, size_t bytes, size_t limit);
+  /// lease; fewer when `limit` slots exist and too few are free. Slots last
+  /// lent to `worker` come first: a worker maps each slot it writes, and
+  /// its first write to a slot faults in every page of its mapping (with
+  /// two workers taking any slot, each faulted in all of them: 3,000-8,000
+  /// faults per f32 batch for the first 5 epochs of bench/remote_loopback.py,
+  /// and 1.6-2x the worker CPU per batch).
+  std::vector<SlotRef> lend(size_t n, size_t bytes, size_t limit,
+                            const void *worker = nullptr);
   /// Takes back a slot lent and not received (after its stream ended).
   void giveBack(const SlotRef &ref);
   /// A slot the worker wrote for an output: its data, kept alive (and the

@@ -1064,6 +1064,45 @@ def test_chunks_continue_the_kept_pipeline(served_spec, workers):
     assert "continued" not in off.stop()
 
 
+def test_two_workers_take_runs_of_chunks(fashion_positional, workers,
+                                        monkeypatch):
+    """Two workers, chunks of 2, a window of 8: each worker takes runs of
+    consecutive chunks (7 outputs, the window less one, for two workers),
+    so both continue their kept pipelines: a quarter of the chunks or more
+    follow their worker's previous one (a run has 4 chunks; the trainer
+    counts the others as runs, and a run stolen in half when one worker
+    falls behind adds one), and both workers count chunks continued. Off (the argument, and
+    SLUICE_NO_CHUNK_RUNS=1): nothing stolen, the same batches. Counts,
+    not timings: which worker takes which run may vary, how many chunks a
+    run holds does not."""
+    want = local_batches(fashion_positional, 1)
+    ws = [workers(fashion_positional, "--stats-interval", "0")
+          for _ in range(2)]
+
+    def epoch(**kw):
+        ds = remote.Dataset(fashion_positional, [w.address for w in ws],
+                            chunk=2, window=8, **kw)
+        ds.set_epoch(1)
+        got = remote_batches(ds)
+        st = ds.stats()
+        ds.close()
+        assert_same(got, want)
+        assert st["outputs"] == len(want), st
+        return st
+
+    st = epoch()
+    assert st["runs"] * 4 <= st["chunks"] * 3, st
+    for w in ws:
+        err = w.stop()
+        assert re.search(r"\b[1-9]\d* chunks continued", err), err
+    ws = [workers(fashion_positional) for _ in range(2)]
+    off = epoch(chunk_runs=False)
+    assert off["steals"] == 0, off
+    monkeypatch.setenv("SLUICE_NO_CHUNK_RUNS", "1")
+    off = epoch()
+    assert off["steals"] == 0, off
+
+
 def test_worker_that_cannot_open_the_slots_uses_the_socket(served_spec,
                                                            workers):
     """A worker in a PID namespace of its own (as in another container)

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <set>
 
 using namespace sluice;
 using namespace sluice::remote::detail;
@@ -92,6 +93,36 @@ TEST_F(RemoteSlots, WrittenSlotIsTakenWithTheWorkersBytes) {
   ASSERT_FALSE(more.empty());
   EXPECT_EQ(more[0].path, lent[1].path);
   EXPECT_EQ(pool->size(), 2u);
+}
+
+TEST_F(RemoteSlots, SlotsGoBackToTheWorkerTheyWereLentTo) {
+  int a = 0, b = 0;
+  std::vector<SlotRef> toB = pool->lend(2, 1000, 8, &b);
+  std::vector<SlotRef> toA = pool->lend(2, 1000, 8, &a);
+  ASSERT_EQ(toA.size(), 2u);
+  ASSERT_EQ(toB.size(), 2u);
+  for (const SlotRef &r : toB)
+    pool->giveBack(r);
+  for (const SlotRef &r : toA)
+    pool->giveBack(r);
+  // B's slots are ahead of A's in the pool, all four free: each worker
+  // gets its own back.
+  std::vector<SlotRef> againA = pool->lend(2, 1000, 8, &a);
+  std::vector<SlotRef> againB = pool->lend(2, 1000, 8, &b);
+  ASSERT_EQ(againA.size(), 2u);
+  ASSERT_EQ(againB.size(), 2u);
+  std::set<std::string> pathsA = {toA[0].path, toA[1].path};
+  std::set<std::string> pathsB = {toB[0].path, toB[1].path};
+  EXPECT_EQ(std::set<std::string>({againA[0].path, againA[1].path}), pathsA);
+  EXPECT_EQ(std::set<std::string>({againB[0].path, againB[1].path}), pathsB);
+  for (const SlotRef &r : againA)
+    pool->giveBack(r);
+  // None of its own free: another's free slot before a new one.
+  int c = 0;
+  std::vector<SlotRef> toC = pool->lend(1, 1000, 8, &c);
+  ASSERT_EQ(toC.size(), 1u);
+  EXPECT_TRUE(pathsA.count(toC[0].path));
+  EXPECT_EQ(pool->size(), 4u);
 }
 
 TEST_F(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {

@@ -195,6 +195,11 @@ struct ClientOptions {
   /// headers cross the socket. Workers elsewhere ignore it. Off (or
   /// SLUICE_NO_SHARED_MEMORY=1): everything over the socket.
   bool sharedMemory = true;
+  /// Hand each worker runs of consecutive chunks (Client.cpp), so that a
+  /// worker continues the pipeline of its previous chunk (Server.cpp)
+  /// with any number of workers. Off (or SLUICE_NO_CHUNK_RUNS=1): chunks
+  /// in turn to whichever worker asks, the same outputs.
+  bool chunkRuns = true;
 };
 
 /// Counters of a client, for stats and benchmarks.
@@ -205,6 +210,10 @@ struct ClientStats {
   int64_t reassigned = 0; ///< outputs handed out again after a failure
   int64_t workerFailures = 0;
   int64_t chunks = 0;
+  /// Chunks that did not follow their worker's previous chunk (the worker
+  /// started a pipeline for them), and runs taken from another worker.
+  int64_t runs = 0;
+  int64_t steals = 0;
   /// Delivered outputs that came in shared memory (ClientOptions::
   /// sharedMemory); their bytes are not in wireBytes.
   int64_t slotOutputs = 0;
