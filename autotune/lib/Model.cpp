@@ -127,9 +127,9 @@ bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
 
 std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
   // The runtime's grouping of steps into stages (runtime::groupSteps, which
-  // Engine::build runs on the plan) with this configuration's cache: a map
-  // stage on the workers is a parallel unit; the other stages up to the
-  // next thread hand-off share one thread, a serial unit.
+  // Engine::build runs on the plan) with this configuration's cache, and the
+  // lanes those stages run on (runtime::lanes): a map stage on the workers,
+  // or the stages one thread runs up to the next hand-off.
   std::vector<runtime::StepShape> shapes;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile &s = p.steps[i];
@@ -142,28 +142,7 @@ std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
     sh.threadBoundary = s.threadBoundary;
     shapes.push_back(sh);
   }
-  std::vector<Unit> out;
-  Unit serial;
-  auto endSerial = [&] {
-    if (!serial.steps.empty())
-      out.push_back(serial);
-    serial = Unit();
-  };
-  for (const runtime::StageGroup &g : runtime::groupSteps(shapes)) {
-    if (g.kind == runtime::StageGroup::Kind::Map && g.parallel) {
-      endSerial();
-      Unit u;
-      u.steps = g.steps;
-      u.parallel = true;
-      u.pinned = g.parallelism;
-      out.push_back(u);
-      continue;
-    }
-    serial.steps.insert(serial.steps.end(), g.steps.begin(), g.steps.end());
-    if (g.threadAfter)
-      endSerial();
-  }
-  endSerial();
+  std::vector<Unit> out = runtime::lanes(runtime::groupSteps(shapes));
   for (Unit &u : out)
     u.beforeCache =
         cacheAfter >= 0 && static_cast<int64_t>(u.steps.back()) <= cacheAfter;

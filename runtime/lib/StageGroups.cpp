@@ -58,6 +58,32 @@ std::vector<StageGroup> groupSteps(const std::vector<StepShape> &steps) {
   return out;
 }
 
+std::vector<Lane> lanes(const std::vector<StageGroup> &groups) {
+  std::vector<Lane> out;
+  Lane serial;
+  auto endSerial = [&] {
+    if (!serial.steps.empty())
+      out.push_back(std::move(serial));
+    serial = Lane();
+  };
+  for (const StageGroup &g : groups) {
+    if (g.kind == StageGroup::Kind::Map && g.parallel) {
+      endSerial();
+      Lane l;
+      l.steps = g.steps;
+      l.parallel = true;
+      l.pinned = g.parallelism;
+      out.push_back(std::move(l));
+      continue;
+    }
+    serial.steps.insert(serial.steps.end(), g.steps.begin(), g.steps.end());
+    if (g.threadAfter)
+      endSerial();
+  }
+  endSerial();
+  return out;
+}
+
 std::vector<StepShape> stepShapes(const Plan &plan) {
   std::vector<StepShape> out;
   auto shape = [](const PlanStage &st, bool source) {

@@ -22,6 +22,7 @@
 #define SLUICE_AUTOTUNE_MODEL_H
 
 #include "sluice/autotune/Profile.h"
+#include "sluice/runtime/StageGroups.h"
 
 #include <cstdint>
 #include <string>
@@ -44,15 +45,9 @@ struct Usl {
 /// `samples` are (p, seconds per record at p); the p = 1 point is required.
 Usl fitUsl(const std::vector<ScalingSample> &samples);
 
-/// A stage as the runtime runs it.
-struct Unit {
-  std::vector<size_t> steps; ///< plan step indices (0 = source)
-  bool parallel = false;
-  /// Pinned parallelism (0: free).
-  int64_t pinned = 0;
-  /// Entirely before the cache of the configuration: runs one epoch only.
-  bool beforeCache = false;
-};
+/// What one thread (or the workers of one parallel map stage) runs: the
+/// runtime's lane (runtime/StageGroups.h), the model's unit of capacity.
+using Unit = runtime::Lane;
 
 /// "decode_image, random_flip": the plan steps of a unit, for reports.
 std::string unitLabel(const Profile &p, const Unit &u);

@@ -4,8 +4,9 @@
 // the workers when one of them is an element op, inline on the consumer's
 // thread otherwise), every stream step as a stage of its own, and a prefetch
 // or cache knob as a buffer stage after its step. Engine::build builds its
-// graph from these groups and the autotuner models the same groups
-// (autotune::units), so the two cannot disagree about what runs where.
+// graph from these groups, and lanes() says which of them share a thread; the
+// autotuner models those lanes, so the two cannot disagree about what runs
+// where.
 //
 //===----------------------------------------------------------------------===//
 #ifndef SLUICE_RUNTIME_STAGEGROUPS_H
@@ -60,6 +61,28 @@ struct StageGroup {
 
 /// Groups steps into the runtime's stages.
 std::vector<StageGroup> groupSteps(const std::vector<StepShape> &steps);
+
+/// What one thread of the runtime runs, or the workers of one parallel map
+/// stage: the autotuner's unit of capacity. A map stage on the workers is a
+/// lane of its own; the other stages up to the next thread hand-off (a
+/// prefetch stage after them, or a step that hands its records to another
+/// thread) run one after the other on one thread, a serial lane.
+struct Lane {
+  /// Step indices (0: the source, i + 1: Plan::stages[i]), in order.
+  std::vector<size_t> steps;
+  /// The workers of a map stage; otherwise one thread.
+  bool parallel = false;
+  /// The workers a parallel lane's steps pin (StageGroup::parallelism); 0:
+  /// free.
+  int64_t pinned = 0;
+  /// Entirely before the cache of the configuration the autotuner evaluates:
+  /// it works in the first epoch only. lanes() leaves it false; the autotuner
+  /// sets it for the cache it prices.
+  bool beforeCache = false;
+};
+
+/// The lanes the stages `groups` (groupSteps()) run on, in stream order.
+std::vector<Lane> lanes(const std::vector<StageGroup> &groups);
 
 /// The shapes of `plan`'s steps (the source, then each stage) as the
 /// runtime reads them: per-record and element from the op, the knobs from
