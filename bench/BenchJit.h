@@ -61,7 +61,7 @@ std::optional<Fn> takeBound(benchmark::State &state,
 /// skipped) when binding fails.
 inline std::optional<runtime::ElementFn>
 bindStage(benchmark::State &state, const compiler::JitKernels *kernels,
-          const runtime::PlanStage &stage, const runtime::Plan &plan) {
+          const runtime::PlanStep &stage, const runtime::Plan &plan) {
   std::optional<Expected<runtime::ElementFn>> bound;
   if (kernels)
     bound = kernels->binder()(stage);
@@ -77,10 +77,10 @@ inline std::optional<runtime::ElementFn>
 bindFirst(benchmark::State &state, const runtime::Plan &plan, bool jit,
           const char *missing, std::unique_ptr<compiler::JitKernels> &kernels) {
   if (!jit)
-    return bindStage(state, nullptr, plan.stages[0], plan);
+    return bindStage(state, nullptr, plan.steps[0], plan);
   if (!(kernels = compileUncached(state, plan)))
     return std::nullopt;
-  return takeBound(state, kernels->binder()(plan.stages[0]), missing);
+  return takeBound(state, kernels->binder()(plan.steps[0]), missing);
 }
 
 } // namespace sluice::bench

@@ -156,10 +156,10 @@ double runWholeOnce(const runtime::Plan &plan, const autotune::Schedule &s,
 /// The peer: tf.data-style hill climbing on measured work per worker.
 autotune::Config hillClimb(const runtime::Plan &plan,
                            const autotune::Profile &prof, int64_t cores) {
-  std::vector<autotune::Unit> us = autotune::units(prof, -1);
+  std::vector<runtime::Lane> us = autotune::lanes(prof, -1);
   std::vector<int64_t> par(us.size(), 1);
   int64_t used = 0;
-  for (const autotune::Unit &u : us)
+  for (const runtime::Lane &u : us)
     used += u.parallel;
   auto config = [&] {
     autotune::Config c;
@@ -213,7 +213,7 @@ std::vector<Candidate> grid(const autotune::Profile &prof,
   for (const autotune::CacheOption &o : autotune::cacheOptions(prof))
     caches.push_back(o);
   for (const autotune::CacheOption &c : caches) {
-    std::vector<autotune::Unit> us = autotune::units(prof, c.after);
+    std::vector<runtime::Lane> us = autotune::lanes(prof, c.after);
     std::vector<int64_t> par(us.size(), 1);
     for (;;) {
       // Workers before a cache and after it count apart, as the solver

@@ -33,10 +33,10 @@ namespace {
 
 constexpr int64_t kRows = 4096;
 
-runtime::PlanStage stage(const std::string &name, const std::string &op,
-                         const std::string &field, RecordType type,
-                         std::vector<std::pair<std::string, Value>> params) {
-  runtime::PlanStage s;
+runtime::PlanStep stage(const std::string &name, const std::string &op,
+                        const std::string &field, RecordType type,
+                        std::vector<std::pair<std::string, Value>> params) {
+  runtime::PlanStep s;
   s.name = name;
   s.op = op;
   s.kind = OpKind::Element;
@@ -55,7 +55,7 @@ runtime::Plan criteoPlan() {
                 {"cat", FieldType(ElemType::I64, {kRows, 26})}});
   runtime::Plan plan;
   plan.name = "criteo_chain";
-  plan.stages = {
+  plan.steps = {
       stage("fill_missing", "fill_missing", "dense", t,
             {{"value", Value::integer(0)}}),
       stage("clamp", "clamp", "dense", t,
@@ -90,12 +90,12 @@ Record criteoBatch() {
 /// The chain as sluice-fuse-maps leaves it: one fused_map stage.
 runtime::Plan fusedPlan() {
   runtime::Plan plan = criteoPlan();
-  runtime::PlanStage fused = plan.stages.front();
+  runtime::PlanStep fused = plan.steps.front();
   fused.name = "fill_missing+clamp+map+hash_bucket";
   fused.op = "fused_map";
   fused.params = Value::map();
-  fused.fused = plan.stages;
-  plan.stages = {fused};
+  fused.fused = plan.steps;
+  plan.steps = {fused};
   return plan;
 }
 
@@ -110,14 +110,14 @@ void timeStages(benchmark::State &state, const runtime::Plan &plan, bool jit,
     if (!kernels)
       return;
     if (compiled >= 0 &&
-        compiler::compiledStages(plan).size() != size_t(compiled)) {
+        compiler::compiledSteps(plan).size() != size_t(compiled)) {
       state.SkipWithError("not every stage was compiled");
       return;
     }
     state.counters["compile_ms"] = kernels->stats().totalMs;
   }
   std::vector<runtime::ElementFn> fns;
-  for (const runtime::PlanStage &s : plan.stages) {
+  for (const runtime::PlanStep &s : plan.steps) {
     std::optional<runtime::ElementFn> fn =
         bench::bindStage(state, kernels.get(), s, plan);
     if (!fn)
@@ -139,7 +139,7 @@ void runChain(benchmark::State &state, bool jit, int only = -1,
               bool fused = false) {
   runtime::Plan plan = fused ? fusedPlan() : criteoPlan();
   if (only >= 0)
-    plan.stages = {plan.stages[size_t(only)]};
+    plan.steps = {plan.steps[size_t(only)]};
   timeStages(state, plan, jit, criteoBatch(), kRows);
 }
 
@@ -170,8 +170,8 @@ void runF16Map(benchmark::State &state, bool jit) {
   RecordType t({{"h", FieldType(ElemType::F16, {kRows, 13})}});
   runtime::Plan plan;
   plan.name = "f16_map";
-  plan.stages = {stage("map", "map", "h", t,
-                       {{"expr", Value::string(kF16Exprs[state.range(0)])}})};
+  plan.steps = {stage("map", "map", "h", t,
+                      {{"expr", Value::string(kF16Exprs[state.range(0)])}})};
   std::unique_ptr<compiler::JitKernels> kernels;
   std::optional<runtime::ElementFn> fn = bench::bindFirst(
       state, plan, jit, "the f16 map was not compiled", kernels);
@@ -210,13 +210,13 @@ void runNormalize(benchmark::State &state, bool jit) {
     sd.push_back(Value::real(50.0 + 0.75 * double(i)));
   }
   RecordType in({{"image", FieldType(ElemType::U8, {h, w, c})}});
-  runtime::PlanStage s =
+  runtime::PlanStep s =
       stage("normalize", "normalize", "image", in,
             {{"mean", Value::list(mean)}, {"std", Value::list(sd)}});
   s.outputType = RecordType({{"image", FieldType(ElemType::F32, {h, w, c})}});
   runtime::Plan plan;
   plan.name = "normalize";
-  plan.stages = {s};
+  plan.steps = {s};
   std::unique_ptr<compiler::JitKernels> kernels;
   std::optional<runtime::ElementFn> fn =
       bench::bindFirst(state, plan, jit, "normalize was not compiled", kernels);
@@ -273,26 +273,26 @@ runtime::Plan mapNormalizePlan(int which, bool fused) {
     sd.push_back(Value::real(image ? 58.395 - 0.6 * double(c)
                                    : 1.5 + 0.125 * double(c)));
   }
-  runtime::PlanStage first =
+  runtime::PlanStep first =
       image ? stage("cast", "cast", "x", in, {{"dtype", Value::string("f32")}})
             : stage("map", "map", "x", in,
                     {{"expr", Value::string(which == 0 ? "log(max(x, 0) + 1)"
                                                        : "x * 0.5 + 1")}});
   first.outputType = f32;
-  runtime::PlanStage norm =
+  runtime::PlanStep norm =
       stage("normalize", "normalize", "x", f32,
             {{"mean", Value::list(mean)}, {"std", Value::list(sd)}});
   runtime::Plan plan;
   plan.name = "map_normalize";
-  plan.stages = {first, norm};
+  plan.steps = {first, norm};
   if (fused) {
-    runtime::PlanStage f = first;
+    runtime::PlanStep f = first;
     f.name = first.name + "+normalize";
     f.op = "fused_map";
     f.params = Value::map();
     f.outputType = f32;
-    f.fused = plan.stages;
-    plan.stages = {f};
+    f.fused = plan.steps;
+    plan.steps = {f};
   }
   return plan;
 }
@@ -318,7 +318,7 @@ void runMapNormalize(benchmark::State &state, bool jit, bool fused) {
   runtime::Plan plan = mapNormalizePlan(which, fused);
   Record input = mapNormalizeInput(which);
   timeStages(state, plan, jit, input, input.fields[0].numElements(),
-             jit ? int(plan.stages.size()) : -1);
+             jit ? int(plan.steps.size()) : -1);
 }
 void BM_MapNormalizeFusedJit(benchmark::State &s) {
   runMapNormalize(s, true, true);

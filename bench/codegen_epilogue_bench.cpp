@@ -64,9 +64,9 @@ Tensor photo() {
   return t;
 }
 
-runtime::PlanStage step(const std::string &op, FieldType in, FieldType out,
-                        std::vector<std::pair<std::string, Value>> params) {
-  runtime::PlanStage s;
+runtime::PlanStep step(const std::string &op, FieldType in, FieldType out,
+                       std::vector<std::pair<std::string, Value>> params) {
+  runtime::PlanStep s;
   s.name = op;
   s.op = op;
   s.kind = OpKind::Element;
@@ -92,18 +92,18 @@ runtime::Plan plan(bool fused, double p) {
       chw(ElemType::F32, {3, 224, 224});
   runtime::Plan plan;
   plan.name = "epilogue";
-  plan.stages = {step("random_flip", u8, u8, {{"p", Value::real(p)}}),
-                 step("normalize", u8, f32,
-                      {{"mean", doubles(kMean)}, {"std", doubles(kStd)}}),
-                 step("transpose", f32, chw, {{"to", Value::string("CHW")}})};
+  plan.steps = {step("random_flip", u8, u8, {{"p", Value::real(p)}}),
+                step("normalize", u8, f32,
+                     {{"mean", doubles(kMean)}, {"std", doubles(kStd)}}),
+                step("transpose", f32, chw, {{"to", Value::string("CHW")}})};
   if (fused) {
-    runtime::PlanStage f = plan.stages.front();
+    runtime::PlanStep f = plan.steps.front();
     f.name = "random_flip+normalize+transpose";
     f.op = "fused_map";
     f.params = Value::map();
-    f.outputType = plan.stages.back().outputType;
-    f.fused = plan.stages;
-    plan.stages = {f};
+    f.outputType = plan.steps.back().outputType;
+    f.fused = plan.steps;
+    plan.steps = {f};
   }
   return plan;
 }
@@ -126,7 +126,7 @@ Bound bind(bool generated, double p, std::string &error) {
     }
     b.jit = k.take();
     std::optional<Expected<runtime::ElementFn>> fn =
-        b.jit->binder()(pl.stages[0]);
+        b.jit->binder()(pl.steps[0]);
     if (!fn || !*fn) {
       error = fn ? fn->status().message() : "the stage was not compiled";
       return b;
@@ -134,7 +134,7 @@ Bound bind(bool generated, double p, std::string &error) {
     b.fns.push_back(fn->take());
     return b;
   }
-  for (const runtime::PlanStage &s : pl.stages) {
+  for (const runtime::PlanStep &s : pl.steps) {
     Expected<runtime::ElementFn> fn = runtime::bindElementOp(s, pl);
     if (!fn) {
       error = fn.status().message();

@@ -39,7 +39,7 @@ const char *const kConditions[] = {
     "flag", "flag and h < 0.5"};
 
 runtime::Plan filterPlan(const char *where) {
-  runtime::PlanStage s;
+  runtime::PlanStep s;
   s.name = "filter";
   s.op = "filter";
   s.kind = OpKind::Record;
@@ -53,7 +53,7 @@ runtime::Plan filterPlan(const char *where) {
   s.outputType = s.inputType;
   runtime::Plan plan;
   plan.name = "filter_bench";
-  plan.stages = {s};
+  plan.steps = {s};
   return plan;
 }
 
@@ -87,7 +87,7 @@ void runFilter(benchmark::State &state, bool jit) {
   runtime::Plan plan = filterPlan(where);
   std::unique_ptr<compiler::JitKernels> kernels;
   std::optional<runtime::ElementFn> reference =
-      bench::bindStage(state, nullptr, plan.stages[0], plan);
+      bench::bindStage(state, nullptr, plan.steps[0], plan);
   std::optional<runtime::ElementFn> fn =
       reference ? bench::bindFirst(state, plan, jit,
                                    "the filter was not compiled", kernels)
@@ -124,7 +124,7 @@ void runRowsFilter(benchmark::State &state, bool jit) {
   const char *where = kConditions[state.range(0)];
   runtime::Plan plan = filterPlan(where);
   std::optional<Expected<runtime::RowsFilterFn>> reference =
-      runtime::bindRowsFilter(plan.stages[0]);
+      runtime::bindRowsFilter(plan.steps[0]);
   if (!reference || !*reference) {
     state.SkipWithError("no column test");
     return;
@@ -135,7 +135,7 @@ void runRowsFilter(benchmark::State &state, bool jit) {
     if (!(kernels = bench::compileUncached(state, plan)))
       return;
     std::optional<runtime::RowsFilterFn> bound =
-        bench::takeBound(state, kernels->rowsBinder()(plan.stages[0]),
+        bench::takeBound(state, kernels->rowsBinder()(plan.steps[0]),
                          "the column test was not compiled");
     if (!bound)
       return;

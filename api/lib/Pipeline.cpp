@@ -121,9 +121,9 @@ std::vector<std::string> Pipeline::scheduleNames() const {
   // A step the compiler fused is named "a+b", as in the schedule of an
   // autotuned pipeline; the halves of a fused stage a cache splits
   // (runtime/Plan.h) as the autotuner names them.
-  for (const runtime::PlanStage &st : impl_->plan.stages)
+  for (const runtime::PlanStep &st : impl_->plan.steps)
     add(st.name);
-  for (const runtime::PlanStage &st : runtime::cacheSplitStages(impl_->plan))
+  for (const runtime::PlanStep &st : runtime::cacheSplitSteps(impl_->plan))
     add(st.name);
   return names;
 }

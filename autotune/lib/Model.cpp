@@ -101,7 +101,7 @@ Usl fitUsl(const std::vector<ScalingSample> &samples) {
   return u;
 }
 
-std::string unitLabel(const Profile &p, const Unit &u) {
+std::string laneLabel(const Profile &p, const Lane &u) {
   std::string s;
   for (size_t i : u.steps) {
     if (!s.empty())
@@ -111,7 +111,7 @@ std::string unitLabel(const Profile &p, const Unit &u) {
   return s;
 }
 
-bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
+bool nextParallelism(const std::vector<Lane> &us, std::vector<int64_t> &par,
                      int64_t cores) {
   for (size_t k = 0; k < us.size(); ++k) {
     if (!us[k].parallel || us[k].pinned > 0)
@@ -125,7 +125,7 @@ bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
   return false;
 }
 
-std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
+std::vector<Lane> lanes(const Profile &p, int64_t cacheAfter) {
   // The runtime's grouping of steps into stages (runtime::groupSteps, which
   // Engine::build runs on the plan) with this configuration's cache, and the
   // lanes those stages run on (runtime::lanes): a map stage on the workers,
@@ -142,8 +142,8 @@ std::vector<Unit> units(const Profile &p, int64_t cacheAfter) {
     sh.threadBoundary = s.threadBoundary;
     shapes.push_back(sh);
   }
-  std::vector<Unit> out = runtime::lanes(runtime::groupSteps(shapes));
-  for (Unit &u : out)
+  std::vector<Lane> out = runtime::lanes(runtime::groupSteps(shapes));
+  for (Lane &u : out)
     u.beforeCache =
         cacheAfter >= 0 && static_cast<int64_t>(u.steps.back()) <= cacheAfter;
   return out;
@@ -158,7 +158,7 @@ int64_t materializedBytes(const Profile &p, size_t i) {
                               static_cast<double>(*p.sourceRecordsPerEpoch));
 }
 
-int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+int64_t concurrentWorkers(const Profile &p, const std::vector<Lane> &us,
                           const std::vector<int64_t> &par) {
   int64_t before = 0, after = 0;
   bool phases = p.epochs < 0 || p.epochs >= 2;
@@ -201,14 +201,14 @@ std::vector<CacheOption> cacheOptions(const Profile &p) {
   return out;
 }
 
-double unitSeconds(const Profile &p, const Unit &u) {
+double laneSeconds(const Profile &p, const Lane &u) {
   double s = 0;
   for (size_t i : u.steps)
     s += p.steps[i].visits * p.steps[i].secondsPerElement;
   return s;
 }
 
-Usl unitUsl(const Profile &p, const Unit &u) {
+Usl laneUsl(const Profile &p, const Lane &u) {
   std::map<int64_t, double> sum;
   std::map<int64_t, size_t> n;
   for (size_t i : u.steps) {
@@ -231,7 +231,7 @@ int64_t windowSlots(int64_t p, int64_t prefetch) {
   return std::max<int64_t>(16, p * 16) + std::max<int64_t>(0, prefetch);
 }
 
-double unitSlotBytes(const Profile &p, const Unit &u) {
+double laneSlotBytes(const Profile &p, const Lane &u) {
   const StepProfile &first = p.steps[u.steps.front()];
   const StepProfile &last = p.steps[u.steps.back()];
   return std::max(first.bytesIn, last.bytesOut);
@@ -283,7 +283,7 @@ double wholeRunThroughput(const Profile &p, double steady) {
 }
 
 int64_t configLevel(const Profile &p, const Config &c) {
-  std::vector<Unit> us = units(p, c.cache.after);
+  std::vector<Lane> us = lanes(p, c.cache.after);
   int64_t level = 0;
   for (size_t k = 0; k < us.size() && k < c.parallelism.size(); ++k)
     if (us[k].parallel && us[k].pinned == 0)
@@ -380,7 +380,7 @@ namespace {
 enum class Phase { Averaged, First, Cached };
 
 /// A unit's share of its work per source record in `phase`.
-double phaseFactor(const Unit &u, Phase phase, double e) {
+double phaseFactor(const Lane &u, Phase phase, double e) {
   switch (phase) {
   case Phase::Averaged:
     return u.beforeCache ? 1 / e : 1;
@@ -395,7 +395,7 @@ double phaseFactor(const Unit &u, Phase phase, double e) {
 /// The figures that follow from `r.throughput`: each unit's utilization,
 /// outputs per second and the whole run's rate.
 void finishRates(const Profile &p, Prediction &r) {
-  for (UnitPrediction &up : r.units)
+  for (LanePrediction &up : r.lanes)
     up.utilization = up.capacity > 0 && std::isfinite(up.capacity)
                          ? r.throughput / up.capacity
                          : 0;
@@ -406,39 +406,39 @@ void finishRates(const Profile &p, Prediction &r) {
 Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
                         Phase phase) {
   Prediction r;
-  std::vector<Unit> us = units(p, c.cache.after);
+  std::vector<Lane> us = lanes(p, c.cache.after);
   double e = effectiveEpochs(p);
   double cpu = 0;
   int64_t mem = p.fixedMemoryBytes;
   r.throughput = kInf;
   for (size_t k = 0; k < us.size(); ++k) {
-    const Unit &u = us[k];
-    UnitPrediction up;
-    up.label = unitLabel(p, u);
+    const Lane &u = us[k];
+    LanePrediction up;
+    up.label = laneLabel(p, u);
     up.steps = u.steps;
     up.parallel = u.parallel;
     up.parallelism =
         u.parallel ? (k < c.parallelism.size() ? c.parallelism[k] : 1) : 1;
     double f = phaseFactor(u, phase, e);
-    up.secondsPerRecord = unitSeconds(p, u) * f;
+    up.secondsPerRecord = laneSeconds(p, u) * f;
     double speed =
-        u.parallel ? unitUsl(p, u).speedup(static_cast<double>(up.parallelism))
+        u.parallel ? laneUsl(p, u).speedup(static_cast<double>(up.parallelism))
                    : 1.0;
     up.capacity = up.secondsPerRecord > 0 ? speed / up.secondsPerRecord : kInf;
-    double unitCpuPerRecord = 0, poolCpuPerRecord = 0;
+    double laneCpuPerRecord = 0, poolCpuPerRecord = 0;
     for (size_t i : u.steps) {
-      unitCpuPerRecord += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+      laneCpuPerRecord += p.steps[i].visits * p.steps[i].cpuPerElement * f;
       poolCpuPerRecord += p.steps[i].visits * p.steps[i].poolCpuPerElement * f;
     }
-    cpu += unitCpuPerRecord;
+    cpu += laneCpuPerRecord;
     // A thread runs on one core at most: p workers cannot do more CPU work
     // per second than p cores (the counters' CPU can exceed their wall time
     // for a cheap stage, and a re-plan scales both by the CPU's drift).
     // Work a serial unit had done on the pool (the source's read-ahead) is
     // not its thread's.
     double ownCpu = u.parallel
-                        ? unitCpuPerRecord
-                        : std::max(0.0, unitCpuPerRecord - poolCpuPerRecord);
+                        ? laneCpuPerRecord
+                        : std::max(0.0, laneCpuPerRecord - poolCpuPerRecord);
     if (ownCpu > 0)
       up.capacity =
           std::min(up.capacity, static_cast<double>(up.parallelism) / ownCpu);
@@ -447,19 +447,19 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       int64_t depth = pf != c.prefetch.end() ? pf->second : 0;
       up.memoryBytes = static_cast<int64_t>(
           static_cast<double>(windowSlots(up.parallelism, depth)) *
-          unitSlotBytes(p, u));
+          laneSlotBytes(p, u));
     }
     mem += up.memoryBytes;
     if (up.capacity < r.throughput) {
       r.throughput = up.capacity;
       r.bottleneck = static_cast<int>(k);
     }
-    r.units.push_back(std::move(up));
+    r.lanes.push_back(std::move(up));
   }
   // Prefetch stages (buffers not at the end of a parallel unit).
   for (auto [i, depth] : c.prefetch) {
     bool inWindow = false;
-    for (const Unit &u : us)
+    for (const Lane &u : us)
       if (u.parallel && u.steps.back() == i)
         inWindow = true;
     if (!inWindow && depth > 0)
@@ -483,7 +483,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   }
   double cacheCost = cacheSeconds(p, c.cache);
   if (c.cache.after >= 0) {
-    UnitPrediction up;
+    LanePrediction up;
     up.label = "cache (" + c.cache.to + ") after " +
                p.steps[static_cast<size_t>(c.cache.after)].name;
     up.secondsPerRecord = cacheCost;
@@ -491,9 +491,9 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     cpu += cacheCost;
     if (up.capacity < r.throughput) {
       r.throughput = up.capacity;
-      r.bottleneck = static_cast<int>(r.units.size());
+      r.bottleneck = static_cast<int>(r.lanes.size());
     }
-    r.units.push_back(std::move(up));
+    r.lanes.push_back(std::move(up));
     if (c.cache.to == "memory")
       mem += c.cache.bytes;
     else
@@ -516,23 +516,23 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   // cores). The largest T meeting every such bound, by bisection.
   r.contentionBound = kInf;
   {
-    // unitCpu: all the unit's work; threadCpu: what loads the unit's own
+    // laneCpu: all the unit's work; threadCpu: what loads the unit's own
     // threads (a serial unit's pool work, the source's files read ahead,
     // runs on the workers).
-    std::vector<double> unitCpu(us.size(), 0), threadCpu(us.size(), 0);
+    std::vector<double> laneCpu(us.size(), 0), threadCpu(us.size(), 0);
     double allCpu = 0;
     for (size_t k = 0; k < us.size(); ++k) {
       double f = phaseFactor(us[k], phase, e);
       double pool = 0;
       for (size_t i : us[k].steps) {
-        unitCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
+        laneCpu[k] += p.steps[i].visits * p.steps[i].cpuPerElement * f;
         pool += p.steps[i].visits * p.steps[i].poolCpuPerElement * f;
       }
       threadCpu[k] =
-          us[k].parallel ? unitCpu[k] : std::max(0.0, unitCpu[k] - pool);
-      unitCpu[k] *= overhead;
+          us[k].parallel ? laneCpu[k] : std::max(0.0, laneCpu[k] - pool);
+      laneCpu[k] *= overhead;
       threadCpu[k] *= overhead;
-      allCpu += unitCpu[k];
+      allCpu += laneCpu[k];
     }
     allCpu += cacheCost * overhead;
     // Threads that compete for the cores: one per serial unit (the feeder
@@ -544,11 +544,11 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     const size_t cacheIdx = us.size();
     const bool cached = c.cache.after >= 0 && cacheCost > 0;
     auto active = [&](size_t k) {
-      return k == cacheIdx ? cached : r.units[k].secondsPerRecord > 0;
+      return k == cacheIdx ? cached : r.lanes[k].secondsPerRecord > 0;
     };
     auto parallelAt = [&](size_t k) { return k < us.size() && us[k].parallel; };
     auto secondsAt = [&](size_t k) {
-      return k == cacheIdx ? cacheCost : r.units[k].secondsPerRecord;
+      return k == cacheIdx ? cacheCost : r.lanes[k].secondsPerRecord;
     };
     auto cpuAt = [&](size_t k) {
       return k == cacheIdx ? cacheCost * overhead : threadCpu[k];
@@ -556,12 +556,12 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     int64_t threads = 0;
     for (size_t k = 0; k <= cacheIdx; ++k)
       if (active(k))
-        threads += parallelAt(k) ? r.units[k].parallelism : 1;
+        threads += parallelAt(k) ? r.lanes[k].parallelism : 1;
     // How many of unit k's threads are busy at throughput t.
     auto busy = [&](size_t k, double t) -> std::vector<double> {
       double offered = active(k) ? t * cpuAt(k) : 0;
       if (parallelAt(k))
-        return busyWorkers(offered, r.units[k].parallelism);
+        return busyWorkers(offered, r.lanes[k].parallelism);
       double b = std::clamp(offered, 0.0, 1.0);
       return {1 - b, b};
     };
@@ -590,14 +590,14 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
           }
         }
       for (size_t k = 0; k < us.size(); ++k) {
-        const UnitPrediction &up = r.units[k];
+        const LanePrediction &up = r.lanes[k];
         if (!us[k].parallel || !(up.secondsPerRecord > 0))
           continue;
-        double free = static_cast<double>(cores) - t * (allCpu - unitCpu[k]);
+        double free = static_cast<double>(cores) - t * (allCpu - laneCpu[k]);
         double par = static_cast<double>(up.parallelism);
         if (free >= par)
           continue;
-        Usl usl = unitUsl(p, us[k]);
+        Usl usl = laneUsl(p, us[k]);
         double speed =
             std::min(usl.speedup(par), usl.speedup(std::max(0.0, free)));
         if (t * up.secondsPerRecord > speed * (1 + 1e-12)) {
@@ -632,8 +632,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     // Capacity of everything up to unit k, and after it.
     auto minCap = [&](size_t from, size_t to) {
       double m = kInf;
-      for (size_t j = from; j < to && j < r.units.size(); ++j)
-        m = std::min(m, r.units[j].capacity);
+      for (size_t j = from; j < to && j < r.lanes.size(); ++j)
+        m = std::min(m, r.lanes[j].capacity);
       return m;
     };
     auto probeDepth = [&](size_t step) -> int64_t {
@@ -649,9 +649,9 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
         continue;
       double slots, refSlots;
       if (us[k].parallel) {
-        slots = static_cast<double>(windowSlots(r.units[k].parallelism, depth));
+        slots = static_cast<double>(windowSlots(r.lanes[k].parallelism, depth));
         refSlots =
-            static_cast<double>(windowSlots(r.units[k].parallelism, ref));
+            static_cast<double>(windowSlots(r.lanes[k].parallelism, ref));
       } else {
         slots = static_cast<double>(depth);
         refSlots = static_cast<double>(ref);
@@ -677,11 +677,11 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   r.throughput *= k;
   r.cpuCapacity *= k;
   r.contentionBound *= k;
-  for (UnitPrediction &up : r.units)
+  for (LanePrediction &up : r.lanes)
     up.capacity *= k;
   r.remoteCapacity *= k;
   r.bottleneckLabel =
-      r.bottleneck >= 0 ? r.units[static_cast<size_t>(r.bottleneck)].label
+      r.bottleneck >= 0 ? r.lanes[static_cast<size_t>(r.bottleneck)].label
       : r.bottleneck == -2
           ? "source requests (" + std::to_string(c.sourceInFlight) +
                 " in flight)"

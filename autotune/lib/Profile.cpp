@@ -43,7 +43,7 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-StepProfile describe(const runtime::Plan &plan, const runtime::PlanStage &st,
+StepProfile describe(const runtime::Plan &plan, const runtime::PlanStep &st,
                      bool isSource,
                      const std::map<std::string, std::string> &specWhere) {
   StepProfile s;
@@ -291,13 +291,13 @@ Expected<Probe> measure(const runtime::Plan &plan,
                  t0 - static_cast<double>(srcA) / pr.sourceRecordsPerSecond);
   pr.memoryPeak = b.memoryPeak;
   const std::string &lastName =
-      plan.stages.empty() ? plan.source.name : plan.stages.back().name;
+      plan.steps.empty() ? plan.source.name : plan.steps.back().name;
   const runtime::StageStats *la = w == 0 ? nullptr : find(a, lastName);
   const runtime::StageStats *lb = find(b, lastName);
   if (lb)
     pr.lastStepInputs =
-        (plan.stages.empty() ? lb->elementsOut : lb->elementsIn) -
-        (la ? (plan.stages.empty() ? la->elementsOut : la->elementsIn) : 0);
+        (plan.steps.empty() ? lb->elementsOut : lb->elementsIn) -
+        (la ? (plan.steps.empty() ? la->elementsOut : la->elementsIn) : 0);
   pr.processCpuSeconds = cpus.back() - (w == 0 ? cpu0 : cpus[w]);
   if (samplesOut) {
     samplesOut->assign(samples.begin() + static_cast<long>(w), samples.end());
@@ -318,7 +318,7 @@ describeSteps(const runtime::Plan &plan,
               const std::map<std::string, std::string> &specWhere) {
   std::vector<StepProfile> out;
   out.push_back(describe(plan, plan.source, true, specWhere));
-  for (const runtime::PlanStage &st : plan.stages)
+  for (const runtime::PlanStep &st : plan.steps)
     out.push_back(describe(plan, st, false, specWhere));
   return out;
 }
@@ -353,7 +353,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // modelled from the plan's size (StepProfile::heldRecords) and the bytes
   // per record measured here.
   runtime::Plan probePlan = plan;
-  for (runtime::PlanStage &st : probePlan.stages)
+  for (runtime::PlanStep &st : probePlan.steps)
     if (const OpDef *def = Registry::instance().find(st.op);
         def && def->traits.orderWindow &&
         st.params[def->traits.orderWindow].isNumber() &&
@@ -361,7 +361,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       st.params.set(def->traits.orderWindow,
                     Value::integer(kProbeShuffleBuffer));
 
-  std::vector<Unit> us = units(prof, -1);
+  std::vector<Lane> us = lanes(prof, -1);
   struct Window {
     int64_t level;
     std::vector<runtime::RunStats> samples;
@@ -398,7 +398,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     o.progress = runtime::RunOptions::Progress::Off;
     o.stats = false;
     o.statsJsonPath.clear();
-    for (const Unit &u : us)
+    for (const Lane &u : us)
       if (u.parallel && u.pinned == 0)
         for (size_t i : u.steps)
           if (prof.steps[i].element)
@@ -513,7 +513,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const Window &w : windows) {
     const runtime::RunStats &wa = w.samples.front(), &wb = w.samples.back();
     double wsrc = static_cast<double>(w.probe.sourceRecords);
-    for (const Unit &u : us) {
+    for (const Lane &u : us) {
       if (!u.parallel)
         continue;
       for (size_t i : u.steps) {
@@ -534,7 +534,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       prof.scaling[key.first].push_back({key.second, acc.first / acc.second});
   // A pinned unit was measured at its pinned parallelism: its per-record
   // cost at p = 1 is unknown, so model it as linear from there.
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     if (u.parallel && u.pinned > 1)
       for (size_t i : u.steps) {
         std::vector<ScalingSample> &v = prof.scaling[i];
@@ -569,7 +569,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // Memory the tuner does not size: the p = 1 probe's peak minus its
   // windows and prefetch queues.
   int64_t sized = 0;
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     if (u.parallel)
       sized += static_cast<int64_t>(
           static_cast<double>(windowSlots(
@@ -577,7 +577,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
               std::max<int64_t>(
                   0,
                   prof.steps[u.steps.back()].pinned.prefetch.value_or(-1)))) *
-          unitSlotBytes(prof, u));
+          laneSlotBytes(prof, u));
   // A short probe may not fill a shuffle buffer: count held records in full,
   // but never more than one pass brings (the runtime's static check bounds
   // a shuffle buffer the same way): a 4096-record buffer over 138 images
@@ -659,7 +659,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     for (const CacheOption &o : cacheOptions(prof))
       if (prof.steps[static_cast<size_t>(o.after)].pinned.cache)
         c.cache = o;
-    for (const Unit &u : units(prof, c.cache.after))
+    for (const Lane &u : lanes(prof, c.cache.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : w.level);
     c.sourceInFlight = prof.remote.present() ? prof.remote.probeInFlight : 0;
     double model = predict(prof, c, cores).throughput;
@@ -683,7 +683,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     prof.calibration = std::clamp(median(ratios), 0.02, kMaxCalibration);
   // Per level only where the level is a knob (a free parallel stage).
   bool free = false;
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     free = free || (u.parallel && u.pinned == 0);
   if (free)
     for (const auto &[level, rs] : levelRatios)

@@ -120,7 +120,7 @@ void Replanner::tick(runtime::Pipeline &p) {
   double worst = 0;
   std::string why;
   double hi = 1 + options_.threshold;
-  for (const Unit &u : units(profile_, current_.cache.after)) {
+  for (const Lane &u : lanes(profile_, current_.cache.after)) {
     // Inline stages are timed by the wall clock, which swings with the
     // host's load (a thread preempted mid-record); only workers' thread
     // CPU decides a drift. Inline costs are re-measured at a re-plan.
@@ -217,7 +217,7 @@ void Replanner::replan(runtime::Pipeline &p, const runtime::RunStats &now,
     return;
   }
   Config next = sol->config;
-  std::vector<Unit> us = units(profile_, current_.cache.after);
+  std::vector<Lane> us = lanes(profile_, current_.cache.after);
   for (size_t k = 0; k < us.size() && k < next.parallelism.size() &&
                      k < current_.parallelism.size();
        ++k) {

@@ -59,7 +59,7 @@ std::string xmlEscape(const std::string &s) {
 }
 
 /// "file:line" of a unit's first step, for labels.
-std::string unitWhere(const Profile &p, const UnitPrediction &u) {
+std::string laneWhere(const Profile &p, const LanePrediction &u) {
   if (u.steps.empty())
     return "";
   std::string w = p.steps[u.steps.front()].where;
@@ -223,13 +223,13 @@ json reportJson(const TuneResult &r) {
     steps.push_back(st);
   }
   j["steps"] = steps;
-  std::vector<Unit> us = units(p, r.solution.config.cache.after);
+  std::vector<Lane> us = lanes(p, r.solution.config.cache.after);
   json stages = json::array();
-  for (size_t k = 0; k < pr.units.size(); ++k) {
-    const UnitPrediction &u = pr.units[k];
+  for (size_t k = 0; k < pr.lanes.size(); ++k) {
+    const LanePrediction &u = pr.lanes[k];
     json st = {{"steps", json::array()},
                {"label", u.label},
-               {"where", unitWhere(p, u)},
+               {"where", laneWhere(p, u)},
                {"parallel", u.parallel},
                {"parallelism", u.parallelism},
                {"seconds_per_record", u.secondsPerRecord},
@@ -240,11 +240,11 @@ json reportJson(const TuneResult &r) {
     for (size_t i : u.steps)
       st["steps"].push_back(p.steps[i].name);
     if (u.parallel && k < us.size()) {
-      Usl usl = unitUsl(p, us[k]);
+      Usl usl = laneUsl(p, us[k]);
       st["usl"] = {{"sigma", usl.sigma}, {"kappa", usl.kappa}};
     }
-    if (k < r.naive.units.size() && r.naive.units[k].label == u.label)
-      st["capacity_naive"] = num(r.naive.units[k].capacity);
+    if (k < r.naive.lanes.size() && r.naive.lanes[k].label == u.label)
+      st["capacity_naive"] = num(r.naive.lanes[k].capacity);
     stages.push_back(st);
   }
   j["stages"] = stages;
@@ -256,7 +256,7 @@ json reportJson(const TuneResult &r) {
       {"where",
        pr.bottleneck < 0
            ? std::string()
-           : unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)])}};
+           : laneWhere(p, pr.lanes[static_cast<size_t>(pr.bottleneck)])}};
   json knobs = json::array();
   for (const KnobChoice &k : r.solution.knobs)
     knobs.push_back({{"step", k.step},
@@ -444,7 +444,7 @@ std::string reportMarkdown(const TuneResult &r) {
   s += "**Bottleneck:** " + pr.bottleneckLabel;
   if (pr.bottleneck >= 0)
     s +=
-        " (" + unitWhere(p, pr.units[static_cast<size_t>(pr.bottleneck)]) + ")";
+        " (" + laneWhere(p, pr.lanes[static_cast<size_t>(pr.bottleneck)]) + ")";
   s += ".\n\n" + r.scaleAdvice + "\n\n";
   if (r.consumerRun)
     s += "## Consumer\n\n" + consumerVerdict(r) + "\n\n";
@@ -463,11 +463,11 @@ std::string reportMarkdown(const TuneResult &r) {
   s +=
       "\n## Stages\n\n| stage | where | workers | ms/record | capacity rec/s | "
       "utilization | memory |\n|---|---|---:|---:|---:|---:|---:|\n";
-  for (size_t k = 0; k < pr.units.size(); ++k) {
-    const UnitPrediction &u = pr.units[k];
+  for (size_t k = 0; k < pr.lanes.size(); ++k) {
+    const LanePrediction &u = pr.lanes[k];
     s += "| " + std::string(static_cast<int>(k) == pr.bottleneck ? "**" : "") +
          u.label + (static_cast<int>(k) == pr.bottleneck ? "**" : "") + " | " +
-         unitWhere(p, u) + " | " + std::to_string(u.parallelism) + " | " +
+         laneWhere(p, u) + " | " + std::to_string(u.parallelism) + " | " +
          fmt(u.secondsPerRecord * 1e3, "%.4g") + " | " +
          (std::isfinite(u.capacity) ? fmt(u.capacity) : std::string("-")) +
          " | " + fmt(u.utilization * 100, "%.0f") + "% | " +
@@ -512,16 +512,16 @@ std::string reportSvg(const TuneResult &r) {
     bool bottleneck;
   };
   std::vector<Bar> bars;
-  for (size_t k = 0; k < pr.units.size(); ++k) {
-    const UnitPrediction &u = pr.units[k];
+  for (size_t k = 0; k < pr.lanes.size(); ++k) {
+    const LanePrediction &u = pr.lanes[k];
     double naive = NAN;
-    if (k < r.naive.units.size() && r.naive.units[k].label == u.label)
-      naive = r.naive.units[k].capacity;
+    if (k < r.naive.lanes.size() && r.naive.lanes[k].label == u.label)
+      naive = r.naive.lanes[k].capacity;
     std::string label = u.label;
     if (label.size() > 48)
       label = label.substr(0, 45) + "...";
     label += u.parallel ? " (x" + std::to_string(u.parallelism) + ")" : "";
-    bars.push_back({label, unitWhere(p, u), u.capacity, naive,
+    bars.push_back({label, laneWhere(p, u), u.capacity, naive,
                     static_cast<int>(k) == pr.bottleneck});
   }
   bars.push_back({"all work on " + std::to_string(r.budget.cores) + " cores",

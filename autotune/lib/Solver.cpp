@@ -30,7 +30,7 @@ namespace {
 /// runs ahead) and the pipeline's last step (decouples the consumer).
 std::vector<size_t> prefetchCandidates(const Profile &p) {
   std::vector<size_t> out;
-  for (const Unit &u : units(p, -1))
+  for (const Lane &u : lanes(p, -1))
     if (u.parallel)
       out.push_back(u.steps.back());
   // The last step, unless it already is a prefetch buffer.
@@ -45,9 +45,9 @@ std::vector<size_t> prefetchCandidates(const Profile &p) {
 
 /// Bytes one prefetched element at step i holds.
 double slotBytes(const Profile &p, size_t i) {
-  for (const Unit &u : units(p, -1))
+  for (const Lane &u : lanes(p, -1))
     if (u.parallel && u.steps.back() == i)
-      return unitSlotBytes(p, u);
+      return laneSlotBytes(p, u);
   return p.steps[i].bytesOut;
 }
 
@@ -104,7 +104,7 @@ Config naiveConfig(const Profile &p) {
   for (const CacheOption &o : cacheOptions(p))
     if (o.after >= 0 && p.steps[static_cast<size_t>(o.after)].pinned.cache)
       c.cache = o;
-  for (const Unit &u : units(p, c.cache.after))
+  for (const Lane &u : lanes(p, c.cache.after))
     c.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
   for (size_t i = 0; i < p.steps.size(); ++i)
     if (p.steps[i].pinned.prefetch)
@@ -114,7 +114,7 @@ Config naiveConfig(const Profile &p) {
 
 Schedule toSchedule(const Profile &p, const Config &c) {
   Schedule s;
-  std::vector<Unit> us = units(p, c.cache.after);
+  std::vector<Lane> us = lanes(p, c.cache.after);
   for (size_t k = 0; k < us.size(); ++k) {
     if (!us[k].parallel)
       continue;
@@ -157,7 +157,7 @@ constexpr double kModelMargin = 0.15;
 
 /// `p` with the unit `u` costing `factor` times its measured work (seconds,
 /// CPU and scaling samples alike).
-Profile costlier(const Profile &p, const Unit &u, double factor) {
+Profile costlier(const Profile &p, const Lane &u, double factor) {
   Profile q = p;
   for (size_t i : u.steps) {
     q.steps[i].secondsPerElement *= factor;
@@ -173,9 +173,9 @@ Profile costlier(const Profile &p, const Unit &u, double factor) {
 /// The profiles in which one free parallel unit of `us` costs kModelMargin
 /// more than measured, one per such unit.
 std::vector<Profile> fragileProfiles(const Profile &p,
-                                     const std::vector<Unit> &us) {
+                                     const std::vector<Lane> &us) {
   std::vector<Profile> out;
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     if (u.parallel && u.pinned == 0)
       out.push_back(costlier(p, u, 1 + kModelMargin));
   return out;
@@ -191,7 +191,7 @@ double fragileThroughput(const std::vector<Profile> &fragile, const Config &c,
   return fragile.empty() ? 0 : t;
 }
 
-int64_t workerCount(const std::vector<Unit> &us,
+int64_t workerCount(const std::vector<Lane> &us,
                     const std::vector<int64_t> &par) {
   int64_t n = 0;
   for (size_t k = 0; k < us.size() && k < par.size(); ++k)
@@ -215,10 +215,10 @@ void refine(const Profile &prof, Config &c,
   // (on a loaded host two windows at the same level differ by up to 2x).
   Profile p = prof;
   p.calibrationByLevel.clear();
-  if (units(p, c.cache.after).size() != c.parallelism.size())
+  if (lanes(p, c.cache.after).size() != c.parallelism.size())
     return;
   Config best = c;
-  std::vector<Unit> bestUnits = units(p, c.cache.after);
+  std::vector<Lane> bestLanes = lanes(p, c.cache.after);
   double bestT = predict(p, c, cores).throughput;
   // Every configuration evaluated, for the close call.
   struct Seen {
@@ -226,16 +226,16 @@ void refine(const Profile &prof, Config &c,
     double t;
   };
   std::vector<Seen> seen{{c, bestT}};
-  double bestF = fragileThroughput(fragileProfiles(p, bestUnits), c, cores);
+  double bestF = fragileThroughput(fragileProfiles(p, bestLanes), c, cores);
   // Every cache option the program had, with every parallelism: the
   // program priced a cache with the work before it averaged over the
   // epochs; predict() runs the first epoch and the cached ones apart, which
   // can rank the places differently.
   for (const CacheOption &o : options) {
-    std::vector<Unit> us = units(p, o.after);
+    std::vector<Lane> us = lanes(p, o.after);
     int64_t nPar = 0;
     double count = 1;
-    for (const Unit &u : us)
+    for (const Lane &u : us)
       if (u.parallel) {
         ++nPar;
         if (u.pinned == 0)
@@ -257,7 +257,7 @@ void refine(const Profile &prof, Config &c,
         return true;
       if (f < bestF * (1 - kRefineTie))
         return false;
-      return workerCount(us, par) < workerCount(bestUnits, best.parallelism);
+      return workerCount(us, par) < workerCount(bestLanes, best.parallelism);
     };
     std::vector<int64_t> par(us.size(), 1);
     for (size_t k = 0; k < us.size(); ++k)
@@ -276,7 +276,7 @@ void refine(const Profile &prof, Config &c,
           double f = fragileThroughput(fragile, cand, cores);
           if (better(pr.throughput, f, par)) {
             best = cand;
-            bestUnits = us;
+            bestLanes = us;
             bestT = pr.throughput;
             bestF = f;
           }
@@ -357,7 +357,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   // has more parallel stages than cores do they share (one worker each).
   {
     auto nPar = [&](const CacheOption &o) {
-      std::vector<Unit> us = units(p, o.after);
+      std::vector<Lane> us = lanes(p, o.after);
       return concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
     };
     int64_t least = nPar(options.front());
@@ -391,7 +391,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   for (const CacheOption &o : options) {
     Config c;
     c.cache = o;
-    for (const Unit &u : units(p, o.after))
+    for (const Lane &u : lanes(p, o.after))
       c.parallelism.push_back(u.pinned > 0 ? u.pinned : cores);
     tmax = std::max(tmax, predict(p, c, cores).throughput);
   }
@@ -405,13 +405,13 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   glp_set_obj_dir(lp.prob, GLP_MAX);
   int tCol = lp.col("T", GLP_CV, 0, tmax, 1.0);
 
-  struct UnitVars {
-    Unit unit;
+  struct LaneVars {
+    Lane unit;
     std::vector<std::pair<int64_t, int>> x; // (parallelism, column)
   };
   struct OptionVars {
     int y = 0;
-    std::vector<UnitVars> units;
+    std::vector<LaneVars> lanes;
   };
   std::vector<OptionVars> ov(options.size());
   std::vector<std::pair<int, double>> sumY, coresRow, memRow, diskRow;
@@ -426,30 +426,30 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       memRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
     if (opt.to == "disk")
       diskRow.push_back({ov[o].y, static_cast<double>(opt.bytes)});
-    std::vector<Unit> us = units(p, opt.after);
+    std::vector<Lane> us = lanes(p, opt.after);
     int64_t nPar = concurrentWorkers(p, us, std::vector<int64_t>(us.size(), 1));
     const bool phases = p.epochs < 0 || p.epochs >= 2;
     // Workers before a cache and after it are counted apart
     // (concurrentWorkers): the former run in the first epoch only.
     std::vector<std::pair<int, double>> optCores, optCoresBefore;
     double cpu = 0;
-    for (const Unit &u : us) {
-      UnitVars uv{u, {}};
+    for (const Lane &u : us) {
+      LaneVars uv{u, {}};
       double f = u.beforeCache ? 1 / e : 1;
       // Calibrated like predict(): capacities scale by the calibration of
       // the configuration's level; the program uses the level of all cores
       // (what it usually chooses) and refine() re-ranks with the full model.
-      double secs = unitSeconds(p, u) * f / cal;
+      double secs = laneSeconds(p, u) * f / cal;
       for (size_t i : u.steps)
         cpu += p.steps[i].visits * p.steps[i].cpuPerElement * f;
       double m = tmax * secs;
       if (u.parallel) {
-        Usl usl = unitUsl(p, u);
+        Usl usl = laneUsl(p, u);
         int64_t lo = u.pinned > 0 ? u.pinned : 1;
         int64_t hi = u.pinned > 0 ? u.pinned : cores;
         std::vector<std::pair<int, double>> one{{ov[o].y, -1}};
         std::vector<std::pair<int, double>> cap{{tCol, secs}, {ov[o].y, m}};
-        double slot = unitSlotBytes(p, u);
+        double slot = laneSlotBytes(p, u);
         for (int64_t par = lo; par <= hi; ++par) {
           int x = lp.col("x" + std::to_string(o) + "_" +
                              std::to_string(u.steps.front()) + "_" +
@@ -471,16 +471,16 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       } else if (secs > 0) {
         lp.row({{tCol, secs}, {ov[o].y, m}}, 1 + m);
       }
-      ov[o].units.push_back(std::move(uv));
+      ov[o].lanes.push_back(std::move(uv));
     }
     // The cache itself, and all work on the cores.
     Config probe;
     probe.cache = opt;
-    for (const Unit &u : us)
+    for (const Lane &u : us)
       probe.parallelism.push_back(u.pinned > 0 ? u.pinned : 1);
     Prediction pr = predict(p, probe, cores);
-    if (opt.after >= 0 && !pr.units.empty()) {
-      double secs = pr.units.back().secondsPerRecord / cal;
+    if (opt.after >= 0 && !pr.lanes.empty()) {
+      double secs = pr.lanes.back().secondsPerRecord / cal;
       if (secs > 0)
         lp.row({{tCol, secs}, {ov[o].y, tmax * secs}}, 1 + tmax * secs);
     }
@@ -577,7 +577,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     if (glp_mip_col_val(lp.prob, ov[o].y) > 0.5)
       chosen = o;
   sol.config.cache = options[chosen];
-  for (const UnitVars &uv : ov[chosen].units) {
+  for (const LaneVars &uv : ov[chosen].lanes) {
     int64_t par = 1;
     for (auto [v, col] : uv.x)
       if (glp_mip_col_val(lp.prob, col) > 0.5)
@@ -597,20 +597,20 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   const Prediction &pr = sol.prediction;
 
   // Reasons, knob by knob.
-  std::vector<Unit> us = units(p, sol.config.cache.after);
+  std::vector<Lane> us = lanes(p, sol.config.cache.after);
   std::string bneck = "the bottleneck (" + pr.bottleneckLabel + ", " +
                       fmtRate(pr.throughput) + " records/s)";
   for (size_t k = 0; k < us.size(); ++k) {
     if (!us[k].parallel)
       continue;
-    const UnitPrediction &up = pr.units[k];
+    const LanePrediction &up = pr.lanes[k];
     std::string firstStep;
     for (size_t i : us[k].steps)
       if (p.steps[i].element && firstStep.empty())
         firstStep = p.steps[i].name;
     KnobChoice kc{firstStep, "parallelism", std::to_string(up.parallelism),
                   us[k].pinned > 0, ""};
-    Usl usl = unitUsl(p, us[k]);
+    Usl usl = laneUsl(p, us[k]);
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "%.3g ms of work per source record; %lld worker%s "

@@ -81,24 +81,24 @@ std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores) {
                     pr.bottleneckLabel + " at " + fmt(pr.throughput) +
                     " records/s.";
   double next = pr.cpuCapacity;
-  for (size_t k = 0; k < pr.units.size(); ++k)
+  for (size_t k = 0; k < pr.lanes.size(); ++k)
     if (static_cast<int>(k) != pr.bottleneck)
-      next = std::min(next, pr.units[k].capacity);
+      next = std::min(next, pr.lanes[k].capacity);
   if (pr.bottleneck < 0) {
     double work = static_cast<double>(cores) / pr.cpuCapacity;
     out += " All cores are busy: reaching the next limit (" + fmt(next) +
            " records/s) would take " + fmt(std::ceil(work * next)) + " cores.";
     return out;
   }
-  const UnitPrediction &b = pr.units[static_cast<size_t>(pr.bottleneck)];
+  const LanePrediction &b = pr.lanes[static_cast<size_t>(pr.bottleneck)];
   if (!b.parallel) {
     out += " It runs on one thread (" + fmt(b.secondsPerRecord * 1e3, "%.3g") +
            " ms per record): no number of cores lifts it; split it with a "
            "prefetch, make it cheaper, or cache before it.";
     return out;
   }
-  std::vector<Unit> us = units(p, s.config.cache.after);
-  Usl usl = unitUsl(p, us[static_cast<size_t>(pr.bottleneck)]);
+  std::vector<Lane> us = lanes(p, s.config.cache.after);
+  Usl usl = laneUsl(p, us[static_cast<size_t>(pr.bottleneck)]);
   if (!std::isfinite(next)) {
     out += " Nothing else limits it.";
     return out;
@@ -130,7 +130,7 @@ constexpr double kMinSplitGain = 0.05;
 std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
                                       const Profile &p) {
   if (runtime::cacheSplitDisabledByEnvironment() || !p.sourceRecordsPerEpoch ||
-      p.epochs == 1 || p.steps.size() != plan.stages.size() + 1)
+      p.epochs == 1 || p.steps.size() != plan.steps.size() + 1)
     return std::nullopt;
   for (const StepProfile &s : p.steps)
     if (s.pinsCache())
@@ -141,21 +141,21 @@ std::optional<size_t> fusedCachePoint(const runtime::Plan &plan,
       return std::nullopt;
     if (!s.stochastic)
       continue;
-    if (i > 0 && runtime::cacheSplitPoint(plan.stages[i - 1]))
+    if (i > 0 && runtime::cacheSplitPoint(plan.steps[i - 1]))
       return i - 1;
     return std::nullopt;
   }
   return std::nullopt;
 }
 
-/// Prices a cache inside the fused stage plan.stages[at]: profiles the plan
+/// Prices a cache inside the fused stage plan.steps[at]: profiles the plan
 /// split after the stage's deterministic prefix and solves it; when
 /// chooseFusedCache() prefers it, it replaces r's profile and solution (the
 /// schedule's cache on the prefix's last step splits the stage again when
 /// it runs).
 Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
                             const ProfileOptions &po, TuneResult &r) {
-  const runtime::PlanStage &fused = plan.stages[at];
+  const runtime::PlanStep &fused = plan.steps[at];
   size_t k = *runtime::cacheSplitPoint(fused);
   const std::string after = fused.fused[k].name;
   runtime::Plan split = plan;
@@ -200,7 +200,7 @@ Status priceFusedCachePoint(const runtime::Plan &plan, size_t at,
   }
   Solution chosen = std::move(*ss);
   for (KnobChoice &kc : chosen.knobs)
-    if (kc.knob == "cache" && kc.step == split.stages[at].name)
+    if (kc.knob == "cache" && kc.step == split.steps[at].name)
       kc.reason +=
           std::string(kc.reason.empty() || kc.reason.back() == '.' ? "" : ".") +
           " The compiler had fused '" + fused.name +
@@ -241,11 +241,11 @@ Expected<CachedRun> measureCachedEpochs(const runtime::Plan &plan,
     return made.status();
   std::unique_ptr<runtime::Pipeline> p = made.take();
   const std::string &last =
-      plan.stages.empty() ? plan.source.name : plan.stages.back().name;
+      plan.steps.empty() ? plan.source.name : plan.steps.back().name;
   auto lastInputs = [&](const runtime::RunStats &st) -> int64_t {
     for (const runtime::StageStats &x : st.stages)
       if (x.name == last)
-        return plan.stages.empty() ? x.elementsOut : x.elementsIn;
+        return plan.steps.empty() ? x.elementsOut : x.elementsIn;
     return 0;
   };
   auto start = std::chrono::steady_clock::now();
@@ -444,14 +444,14 @@ double sourceRate(const Profile &p, const Probe &m) {
 
 /// "cast+map+normalize p=2, random_crop+random_flip p=1".
 std::string parallelismText(const Profile &p, const Config &c) {
-  std::vector<Unit> us = units(p, c.cache.after);
+  std::vector<Lane> us = lanes(p, c.cache.after);
   std::string s;
   for (size_t k = 0; k < us.size() && k < c.parallelism.size(); ++k) {
     if (!us[k].parallel)
       continue;
     if (!s.empty())
       s += ", ";
-    s += unitLabel(p, us[k]) + " p=" + std::to_string(c.parallelism[k]);
+    s += laneLabel(p, us[k]) + " p=" + std::to_string(c.parallelism[k]);
   }
   return s;
 }
@@ -547,7 +547,7 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
   r.solution.prediction = predict(p, other, r.budget.cores);
   r.schedule = toSchedule(p, other);
   // The parallelism knobs that changed say why.
-  std::vector<Unit> us = units(p, other.cache.after);
+  std::vector<Lane> us = lanes(p, other.cache.after);
   for (size_t k = 0; k < us.size() && k < other.parallelism.size(); ++k) {
     if (!us[k].parallel || other.parallelism[k] == chosen.parallelism[k])
       continue;
@@ -863,7 +863,7 @@ void installReplanner(const Profile &profile, const Budget &budget,
   // Re-planning sizes every parallel window for all the cores (the
   // parallelism may rise in flight): only when that still fits.
   Config widest = config;
-  std::vector<Unit> us = units(profile, widest.cache.after);
+  std::vector<Lane> us = lanes(profile, widest.cache.after);
   for (size_t k = 0; k < us.size() && k < widest.parallelism.size(); ++k)
     if (us[k].parallel && us[k].pinned == 0)
       widest.parallelism[k] = budget.cores;

@@ -280,11 +280,11 @@ bool leaveEpilogues(const dsl::Spec &spec,
   if (!left || !folded)
     return false;
   std::set<std::string> foldedNames;
-  for (const runtime::PlanStage &s : folded->stages)
+  for (const runtime::PlanStep &s : folded->steps)
     foldedNames.insert(s.name);
-  std::vector<std::string> generated = compiledStages(*left);
+  std::vector<std::string> generated = compiledSteps(*left);
   bool changed = false;
-  for (const runtime::PlanStage &s : left->stages) {
+  for (const runtime::PlanStep &s : left->steps) {
     if (foldedNames.count(s.name))
       continue;
     changed = true;

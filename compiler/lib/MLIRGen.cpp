@@ -111,7 +111,7 @@ private:
       return std::nullopt;
     std::optional<RegisteredOperationName> info =
         RegisteredOperationName::lookup(("sluice." + name).str(), &ctx);
-    if (!info || !info->hasInterface<StageOpInterface>())
+    if (!info || !info->hasInterface<StepOpInterface>())
       return std::nullopt;
     return info;
   }
@@ -268,7 +268,7 @@ std::vector<std::string> registryMismatches(MLIRContext &context,
   size_t count = 0;
   Dialect *dialect = context.getOrLoadDialect<SluiceDialect>();
   for (RegisteredOperationName info : context.getRegisteredOperations()) {
-    if (&info.getDialect() != dialect || !info.hasInterface<StageOpInterface>())
+    if (&info.getDialect() != dialect || !info.hasInterface<StepOpInterface>())
       continue;
     llvm::StringRef name =
         info.getStringRef().drop_front(dialect->getNamespace().size() + 1);

@@ -101,7 +101,7 @@ Value restoreLayout(const Value &value, const Value *original,
 
 /// Applies one schedule entry (`{parallelism, prefetch, cache}`, as the
 /// pipeline verifier admits it) on top of what `stage` has.
-void applyKnobs(DictionaryAttr knobs, runtime::PlanStage &stage) {
+void applyKnobs(DictionaryAttr knobs, runtime::PlanStep &stage) {
   StepSchedule entry;
   if (auto parallelism = knobs.getAs<IntegerAttr>("parallelism"))
     entry.parallelism = parallelism.getInt();
@@ -148,31 +148,31 @@ public:
     // DAG (several sources, a split) needs a Plan that can say so first.
     mlir::Value stream;
     for (Operation &op : pipeline.getBody().front().without_terminator()) {
-      auto stage = dyn_cast<StageOpInterface>(op);
+      auto stage = dyn_cast<StepOpInterface>(op);
       if (!stage)
         return op.emitError()
                << "internal: '" << op.getName()
                << "' is no pipeline stage, so the runtime cannot run it";
       if (stage.getInputStream() != stream)
         return op.emitError()
-               << "internal: stage '" << stage.getStageName()
+               << "internal: stage '" << stage.getStepName()
                << "' does not consume the stream of the stage before it; "
                   "a runtime Plan is a chain of stages";
-      FailureOr<runtime::PlanStage> planStage = buildStage(stage);
-      if (failed(planStage))
+      FailureOr<runtime::PlanStep> planStep = buildStep(stage);
+      if (failed(planStep))
         return failure();
-      if ((planStage->kind == OpKind::Source) != !stream)
+      if ((planStep->kind == OpKind::Source) != !stream)
         return op.emitError()
-               << "internal: stage '" << planStage->name << "' ('"
-               << planStage->op << "') "
+               << "internal: stage '" << planStep->name << "' ('"
+               << planStep->op << "') "
                << (stream ? "is a source but not the first stage"
                           : "is the first stage but not a source");
       if (!stream)
-        plan.source = std::move(*planStage);
+        plan.source = std::move(*planStep);
       else if (auto group = op.getAttrOfType<StringAttr>("sluice.fused"))
-        addFused(plan, group.getValue().str(), std::move(*planStage));
+        addFused(plan, group.getValue().str(), std::move(*planStep));
       else
-        plan.stages.push_back(std::move(*planStage));
+        plan.steps.push_back(std::move(*planStep));
       stream = stage.getOutputStream();
     }
     if (!stream || pipeline.getOutputOp().getStream() != stream)
@@ -187,10 +187,10 @@ private:
   /// stage named after the group (its position and knobs are the first
   /// step's), the others join it; the stage's output type is the last's.
   static void addFused(runtime::Plan &plan, const std::string &group,
-                       runtime::PlanStage step) {
-    if (plan.stages.empty() || plan.stages.back().name != group ||
-        plan.stages.back().op != "fused_map") {
-      runtime::PlanStage fused;
+                       runtime::PlanStep step) {
+    if (plan.steps.empty() || plan.steps.back().name != group ||
+        plan.steps.back().op != "fused_map") {
+      runtime::PlanStep fused;
       fused.name = group;
       fused.op = "fused_map";
       fused.kind = OpKind::Element;
@@ -199,9 +199,9 @@ private:
       fused.inputType = step.inputType;
       fused.loc = step.loc;
       fused.schedule = step.schedule;
-      plan.stages.push_back(std::move(fused));
+      plan.steps.push_back(std::move(fused));
     }
-    runtime::PlanStage &fused = plan.stages.back();
+    runtime::PlanStep &fused = plan.steps.back();
     std::vector<Value> names = fused.params["steps"].items();
     names.push_back(Value::string(step.name));
     fused.params.set("steps", Value::list(std::move(names)));
@@ -215,10 +215,10 @@ private:
     fused.fused.push_back(std::move(step));
   }
 
-  FailureOr<runtime::PlanStage> buildStage(StageOpInterface stage) {
+  FailureOr<runtime::PlanStep> buildStep(StepOpInterface stage) {
     Operation *op = stage.getOperation();
-    runtime::PlanStage out;
-    out.name = stage.getStageName().str();
+    runtime::PlanStep out;
+    out.name = stage.getStepName().str();
     out.op = stage.getRegistryName().str();
     const OpDef *def = Registry::instance().find(out.op);
     if (!def)
@@ -277,7 +277,7 @@ private:
   /// (NameLoc(step, FusedLoc<{op, params}>[...]), MLIRGen.h): only while the
   /// stage is still that step running that op.
   static std::optional<Value> writtenParams(Location loc,
-                                            const runtime::PlanStage &stage) {
+                                            const runtime::PlanStep &stage) {
     auto named = dyn_cast<NameLoc>(loc);
     if (!named || named.getName() != stage.name)
       return std::nullopt;

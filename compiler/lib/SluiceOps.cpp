@@ -35,9 +35,9 @@ DictionaryAttr sluice::ir::detail::collectInherentParams(Operation *op) {
   return DictionaryAttr::get(op->getContext(), entries);
 }
 
-void sluice::ir::detail::setStageResultName(Operation *op,
-                                            OpAsmSetValueNameFn fn) {
-  fn(op->getResult(0), cast<StageOpInterface>(op).getStageName());
+void sluice::ir::detail::setStepResultName(Operation *op,
+                                           OpAsmSetValueNameFn fn) {
+  fn(op->getResult(0), cast<StepOpInterface>(op).getStepName());
 }
 
 //===----------------------------------------------------------------------===//

@@ -271,7 +271,7 @@ static sluice::RecordType recordOf(TypedValue<StreamType> stream) {
 }
 
 /// The registry half of every stage verifier.
-static LogicalResult verifyStage(StageOpInterface stage) {
+static LogicalResult verifyStep(StepOpInterface stage) {
   Operation *op = stage.getOperation();
   llvm::StringRef name = stage.getRegistryName();
   sluice::Registry &registry = sluice::Registry::instance();
@@ -316,10 +316,10 @@ static LogicalResult verifyStage(StageOpInterface stage) {
   return success();
 }
 
-static RecordType inputRecord(StageOpInterface stage) {
+static RecordType inputRecord(StepOpInterface stage) {
   return stage.getInputStream().getType().getRecordType();
 }
-static RecordType outputRecord(StageOpInterface stage) {
+static RecordType outputRecord(StepOpInterface stage) {
   return stage.getOutputStream().getType().getRecordType();
 }
 
@@ -394,11 +394,11 @@ LogicalResult PipelineOp::verifyRegions() {
     return emitOpError() << "body must end with sluice.output";
   llvm::StringSet<> names;
   for (Operation &op : block.without_terminator()) {
-    auto stage = dyn_cast<StageOpInterface>(op);
+    auto stage = dyn_cast<StepOpInterface>(op);
     if (!stage)
       return op.emitOpError() << "is not a pipeline stage";
-    if (!names.insert(stage.getStageName()).second)
-      return op.emitOpError() << "step name '" << stage.getStageName()
+    if (!names.insert(stage.getStepName()).second)
+      return op.emitOpError() << "step name '" << stage.getStepName()
                               << "' is already used by an earlier stage";
     // Pipelines are chains: a stream that feeds two stages would need a
     // fan-out the runtime does not have, and an unused one is dead code.
@@ -415,8 +415,8 @@ LogicalResult PipelineOp::verifyRegions() {
 // Sources and generic element ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult SourceOp::verify() { return verifyStage(*this); }
-LogicalResult ElementOp::verify() { return verifyStage(*this); }
+LogicalResult SourceOp::verify() { return verifyStep(*this); }
+LogicalResult ElementOp::verify() { return verifyStep(*this); }
 
 //===----------------------------------------------------------------------===//
 // Dedicated stages
@@ -429,13 +429,13 @@ LogicalResult MapOp::verify() {
                          << fieldList(inputRecord(*this)) << ")";
   if (failed(verifyExpr(*this, "expression", getExpr())))
     return failure();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult FilterOp::verify() {
   if (failed(verifyExpr(*this, "predicate", getWhere())))
     return failure();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult SelectOp::verify() {
@@ -462,7 +462,7 @@ LogicalResult SelectOp::verify() {
     return emitOpError() << "result record must be the selected fields in "
                             "the listed order: "
                          << expected;
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult RenameOp::verify() {
@@ -477,13 +477,13 @@ LogicalResult RenameOp::verify() {
       return emitOpError() << "the new name of '" << entry.getName().getValue()
                            << "' must be a non-empty string";
   }
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult ShuffleOp::verify() {
   if (getBuffer() <= 0)
     return emitOpError() << "buffer must be > 0 records, got " << getBuffer();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 /// The input record with a leading dimension `dim` on every field.
@@ -509,7 +509,7 @@ LogicalResult BatchOp::verify() {
                          << (getDropRemainder() ? std::to_string(getSize())
                                                 : std::string("?"))
                          << " on every field: " << expected;
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult PaddedBatchOp::verify() {
@@ -517,7 +517,7 @@ LogicalResult PaddedBatchOp::verify() {
     return emitOpError() << "batch size must be > 0, got " << getSize();
   if (getLength() && *getLength() <= 0)
     return emitOpError() << "padded length must be > 0, got " << *getLength();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult UnbatchOp::verify() {
@@ -527,7 +527,7 @@ LogicalResult UnbatchOp::verify() {
       return emitOpError() << "field '" << name.getValue()
                            << "' is a scalar; every field needs a leading "
                               "dimension to unbatch";
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult RepeatOp::verify() {
@@ -535,19 +535,19 @@ LogicalResult RepeatOp::verify() {
     return emitOpError() << "count must be > 0 (omit it to repeat forever), "
                             "got "
                          << *getCount();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult TakeOp::verify() {
   if (getCount() < 0)
     return emitOpError() << "count must be >= 0, got " << getCount();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult SkipOp::verify() {
   if (getCount() < 0)
     return emitOpError() << "count must be >= 0, got " << getCount();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult ShardOp::verify() {
@@ -556,7 +556,7 @@ LogicalResult ShardOp::verify() {
   if (getIndex() < 0 || getIndex() >= getNumShards())
     return emitOpError() << "shard index must be in [0, " << getNumShards()
                          << "), got " << getIndex();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult InterleaveOp::verify() {
@@ -566,18 +566,18 @@ LogicalResult InterleaveOp::verify() {
   if (getBlockLength() <= 0)
     return emitOpError() << "block_length must be > 0, got "
                          << getBlockLength();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult CacheOp::verify() {
   if (getTo() != "memory" && getTo() != "disk")
     return emitOpError() << "cache must go to \"memory\" or \"disk\", got \""
                          << getTo() << "\"";
-  return verifyStage(*this);
+  return verifyStep(*this);
 }
 
 LogicalResult PrefetchOp::verify() {
   if (getBuffer() && *getBuffer() < 0)
     return emitOpError() << "buffer must be >= 0 records, got " << *getBuffer();
-  return verifyStage(*this);
+  return verifyStep(*this);
 }

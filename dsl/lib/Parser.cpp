@@ -1572,7 +1572,7 @@ bool readFile(const std::string &path, std::string &contents,
   return true;
 }
 
-std::string renderTypedStages(const Spec &spec) {
+std::string renderTypedSteps(const Spec &spec) {
   size_t width = spec.source.name.size() + 8;
   for (const auto &s : spec.steps)
     width = std::max(width, s.name.size());

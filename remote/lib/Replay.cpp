@@ -18,35 +18,35 @@ namespace sluice::remote::detail {
 namespace {
 
 /// The step's traits in the op registry (null for an op it does not know).
-const OpTraits *traitsOf(const runtime::PlanStage &st) {
+const OpTraits *traitsOf(const runtime::PlanStep &st) {
   return opTraits(st.op);
 }
 
 /// A step that groups records into batches (batch, padded_batch).
-bool isBatch(const runtime::PlanStage &st) {
+bool isBatch(const runtime::PlanStep &st) {
   const OpTraits *t = traitsOf(st);
   return t && t->count == Cardinality::Groups;
 }
 
 /// A step whose order a worker replays over position numbers (shuffle).
-bool isShuffle(const runtime::PlanStage &st) {
+bool isShuffle(const runtime::PlanStep &st) {
   return runtime::replaysOrder(st);
 }
 
 /// A per-record step that drops records by their values (filter): a
 /// worker runs the steps up to it to learn which positions survive.
-bool isFilter(const runtime::PlanStage &st) {
+bool isFilter(const runtime::PlanStep &st) {
   const OpTraits *t = traitsOf(st);
   return t && runtime::isPerRecordStep(st) && t->count == Cardinality::Fewer;
 }
 
 /// A step that only buffers between threads (prefetch).
-bool isPrefetch(const runtime::PlanStage &st) {
+bool isPrefetch(const runtime::PlanStep &st) {
   const OpTraits *t = traitsOf(st);
   return t && t->prefetchDepth;
 }
 
-Status refuse(const runtime::Plan &plan, const runtime::PlanStage &st,
+Status refuse(const runtime::Plan &plan, const runtime::PlanStep &st,
               const std::string &why, const std::string &instead) {
   return Status::error(plan.where(st) + ": step '" + st.name + "' (" + st.op +
                        ") cannot be served: " + why + "; " + instead +
@@ -56,7 +56,7 @@ Status refuse(const runtime::Plan &plan, const runtime::PlanStage &st,
 /// Why a stream step other than shuffle, filter and batch cannot be served,
 /// and what to write instead (empty: it can be).
 std::optional<std::pair<std::string, std::string>>
-unservable(const runtime::PlanStage &st) {
+unservable(const runtime::PlanStep &st) {
   // The op's own reason first (unbatch, repeat, take, skip, shard,
   // interleave, cache: OpTraits::notServed).
   if (const OpTraits *t = traitsOf(st); t && t->notServed.why)
@@ -94,7 +94,7 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
     (*created)->stop();
     if (positional) {
       sp->chunkPlan_ = plan;
-      for (const runtime::PlanStage &st : plan.stages)
+      for (const runtime::PlanStep &st : plan.steps)
         if (isBatch(st) && st.params["size"].isNumber()) {
           sp->batched_ = true;
           sp->rows_ = st.params["size"].asInt();
@@ -116,7 +116,7 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
     return refuse(plan, plan.source, "a worker keeps nothing between chunks",
                   "remove `cache:` (each chunk is made anew on its worker)");
   bool sawBatch = false;
-  for (const runtime::PlanStage &st : plan.stages) {
+  for (const runtime::PlanStep &st : plan.steps) {
     if (st.schedule.cache)
       return refuse(plan, st, "a worker keeps nothing between chunks",
                     "remove `cache:` (each chunk is made anew on its worker)");
@@ -157,10 +157,10 @@ ServePlan::make(const runtime::Plan &plan, const runtime::RunOptions &opts) {
         "read this one by position with `shuffle: true` in place of the "
         "shuffle step");
   sp->chunkPlan_ = plan;
-  sp->chunkPlan_.stages.clear();
-  for (const runtime::PlanStage &st : plan.stages)
+  sp->chunkPlan_.steps.clear();
+  for (const runtime::PlanStep &st : plan.steps)
     if (!isShuffle(st))
-      sp->chunkPlan_.stages.push_back(st);
+      sp->chunkPlan_.steps.push_back(st);
   return sp;
 }
 
@@ -176,10 +176,10 @@ Expected<std::vector<int64_t>> ServePlan::survivors(size_t lastStage,
   // The steps up to the filter, without the shuffle steps (their order is
   // `in` already), over the positions in that order.
   runtime::Plan sub = plan_;
-  sub.stages.clear();
+  sub.steps.clear();
   for (size_t i = 0; i <= lastStage; ++i)
-    if (!isShuffle(plan_.stages[i]))
-      sub.stages.push_back(plan_.stages[i]);
+    if (!isShuffle(plan_.steps[i]))
+      sub.steps.push_back(plan_.steps[i]);
   runtime::RunOptions o = opts_;
   o.rank = 0;
   o.worldSize = 1;
@@ -220,8 +220,8 @@ ServePlan::order(int64_t epoch, int64_t rank, int64_t world) {
   rows.reserve(static_cast<size_t>(std::max<int64_t>(0, n / world + 1)));
   for (int64_t p = rank; p < n; p += world)
     rows.push_back(p);
-  for (size_t i = 0; i < plan_.stages.size(); ++i) {
-    const runtime::PlanStage &st = plan_.stages[i];
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const runtime::PlanStep &st = plan_.steps[i];
     if (isBatch(st))
       break;
     if (isShuffle(st)) {

@@ -731,8 +731,8 @@ private:
   }
 
   RecordType outputType() const {
-    return plan_.stages.empty() ? plan_.source.outputType
-                                : plan_.stages.back().outputType;
+    return plan_.steps.empty() ? plan_.source.outputType
+                               : plan_.steps.back().outputType;
   }
 
   static void encode(const runtime::Batch &b, Output &out) {

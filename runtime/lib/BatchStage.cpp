@@ -331,7 +331,7 @@ private:
 class BatchStage : public Stage {
 public:
   BatchStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
-             const PlanStage &step, bool padded)
+             const PlanStep &step, bool padded)
       : Stage(s, std::move(up), c), step_(step), padded_(padded) {
     const Value &p = step.params;
     if (p["size"].isNumber())
@@ -738,7 +738,7 @@ private:
     items_.clear();
   }
 
-  const PlanStage &step_;
+  const PlanStep &step_;
   bool padded_;
   int64_t size_ = 1;
   bool dropRemainder_ = false;
@@ -831,7 +831,7 @@ private:
 
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,
-                                      StageCounters *c, const PlanStage &step,
+                                      StageCounters *c, const PlanStep &step,
                                       bool padded) {
   return std::make_unique<BatchStage>(shared, std::move(upstream), c, step,
                                       padded);

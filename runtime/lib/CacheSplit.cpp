@@ -6,7 +6,7 @@
 // stage after the prefix gives that boundary back. It is a Plan rewrite, not
 // a re-lowering through the compiler, because compiled executables and the
 // Python module run plans without one; the code generator compiles the
-// split halves' kernels up front (cacheSplitStages), so a split chosen at
+// split halves' kernels up front (cacheSplitSteps), so a split chosen at
 // run time runs generated code too.
 //
 //===----------------------------------------------------------------------===//
@@ -24,10 +24,10 @@ bool stochasticOp(const std::string &op) {
 }
 
 /// One part of a split fused stage: steps [from, to) of `s`.
-PlanStage part(const PlanStage &s, size_t from, size_t to) {
+PlanStep part(const PlanStep &s, size_t from, size_t to) {
   if (to - from == 1)
     return s.fused[from];
-  PlanStage p;
+  PlanStep p;
   p.op = "fused_map";
   p.kind = OpKind::Element;
   p.params = Value::map();
@@ -46,7 +46,7 @@ PlanStage part(const PlanStage &s, size_t from, size_t to) {
 
 } // namespace
 
-std::optional<size_t> cacheSplitPoint(const PlanStage &s) {
+std::optional<size_t> cacheSplitPoint(const PlanStep &s) {
   if (s.op != "fused_map" || s.fused.size() < 2)
     return std::nullopt;
   for (size_t i = 0; i < s.fused.size(); ++i)
@@ -58,8 +58,8 @@ std::optional<size_t> cacheSplitPoint(const PlanStage &s) {
   return std::nullopt;
 }
 
-std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k) {
-  PlanStage a = part(s, 0, k + 1), b = part(s, k + 1, s.fused.size());
+std::pair<PlanStep, PlanStep> splitFused(const PlanStep &s, size_t k) {
+  PlanStep a = part(s, 0, k + 1), b = part(s, k + 1, s.fused.size());
   a.schedule = StepSchedule();
   a.schedule.parallelism = s.schedule.parallelism;
   b.schedule = s.schedule;
@@ -68,26 +68,26 @@ std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k) {
 
 bool splitFusedAfter(Plan &plan, const std::string &step) {
   std::string name = stepNamesIn(step).back();
-  for (size_t i = 0; i < plan.stages.size(); ++i) {
-    const PlanStage &s = plan.stages[i];
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep &s = plan.steps[i];
     if (s.op != "fused_map")
       continue;
     for (size_t k = 0; k + 1 < s.fused.size(); ++k) {
       if (s.fused[k].name != name)
         continue;
       auto [a, b] = splitFused(s, k);
-      plan.stages[i] = std::move(b);
-      plan.stages.insert(plan.stages.begin() + static_cast<long>(i),
-                         std::move(a));
+      plan.steps[i] = std::move(b);
+      plan.steps.insert(plan.steps.begin() + static_cast<long>(i),
+                        std::move(a));
       return true;
     }
   }
   return false;
 }
 
-std::vector<PlanStage> cacheSplitStages(const Plan &plan) {
-  std::vector<PlanStage> out;
-  for (const PlanStage &s : plan.stages)
+std::vector<PlanStep> cacheSplitSteps(const Plan &plan) {
+  std::vector<PlanStep> out;
+  for (const PlanStep &s : plan.steps)
     if (std::optional<size_t> k = cacheSplitPoint(s)) {
       auto [a, b] = splitFused(s, *k);
       out.push_back(std::move(a));

@@ -39,7 +39,7 @@ struct ValuesCall {
   int64_t channels = 1;
 };
 
-Status kernelError(const PlanStage &s, const std::string &what) {
+Status kernelError(const PlanStep &s, const std::string &what) {
   return Status::error("cannot run step '" + s.name + "' (" + s.op +
                        ") with its compiled kernel: " + what);
 }
@@ -47,7 +47,7 @@ Status kernelError(const PlanStage &s, const std::string &what) {
 /// Parses one signature against the stage's types. `width` is the number of
 /// fields the record has when this entry runs (entries before it may have
 /// appended one).
-Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
+Expected<ValuesCall> parseValues(const PlanStep &s, const SluiceKernelInfo &k,
                                  size_t &width) {
   std::istringstream in(k.signature ? k.signature : "");
   std::string kind, field, inName, arrow, out, outName;
@@ -95,7 +95,7 @@ Expected<ValuesCall> parseValues(const PlanStage &s, const SluiceKernelInfo &k,
 /// chain (RemapChain.h); per record the runtime fills the parameter block
 /// and calls the kernel once. Records the chain's steps would reject take
 /// the unfused steps, which report what they always reported.
-Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
+Expected<ElementFn> bindRemap(const PlanStep &s, const SluiceKernelInfo &k) {
   std::istringstream in(k.signature ? k.signature : "");
   std::string kind, field, inName, arrow, out, outName;
   if (!(in >> kind >> field >> inName >> arrow >> out >> outName) ||
@@ -165,7 +165,7 @@ Expected<ElementFn> bindRemap(const PlanStage &s, const SluiceKernelInfo &k) {
 /// The checks both filter entries start with, and the condition compiled
 /// as the interpreter compiles it (its load slots name what the kernel
 /// reads).
-Expected<kernels::CompiledExpr> filterCondition(const PlanStage &s,
+Expected<kernels::CompiledExpr> filterCondition(const PlanStep &s,
                                                 const SluiceKernelInfo &k) {
   const OpDef *def = Registry::instance().find(s.op);
   const char *param = def ? def->traits.condition : nullptr;
@@ -193,7 +193,7 @@ Expected<kernels::CompiledExpr> filterCondition(const PlanStage &s,
 /// record the runtime points at each slot's element and calls the kernel.
 /// A record the interpreter would reject (a missing field, another type, an
 /// index out of range) goes to it, which reports what it always reported.
-Expected<ElementFn> bindFilterKernel(const PlanStage &s,
+Expected<ElementFn> bindFilterKernel(const PlanStep &s,
                                      const SluiceKernelInfo &k) {
   Expected<kernels::CompiledExpr> code = filterCondition(s, k);
   if (!code)
@@ -232,7 +232,7 @@ Expected<ElementFn> bindFilterKernel(const PlanStage &s,
 
 /// Binds a "condition rows" entry: per run, the same checks as
 /// CompiledExpr::testRows, then one call over the rows.
-Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStage &s,
+Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStep &s,
                                             const SluiceKernelInfo &k) {
   Expected<kernels::CompiledExpr> code = filterCondition(s, k);
   if (!code)
@@ -288,10 +288,10 @@ RowsKernelBinder rowsBinderFromKernelTable(const SluiceKernelInfo *table) {
   // the interpreter (an A/B switch; the same rows are kept).
   const char *off = std::getenv("SLUICE_NO_GENERATED_ROWS_FILTER");
   if (off && *off && std::string(off) != "0")
-    return [](const PlanStage &) -> std::optional<Expected<RowsFilterFn>> {
+    return [](const PlanStep &) -> std::optional<Expected<RowsFilterFn>> {
       return std::nullopt;
     };
-  return [table](const PlanStage &s) -> std::optional<Expected<RowsFilterFn>> {
+  return [table](const PlanStep &s) -> std::optional<Expected<RowsFilterFn>> {
     for (size_t i = 0; table && table[i].stage; ++i)
       if (s.name == table[i].stage && table[i].signature &&
           std::string(table[i].signature) == "condition rows")
@@ -308,7 +308,7 @@ size_t kernelTableSize(const SluiceKernelInfo *table) {
 }
 
 KernelBinder binderFromKernelTable(const SluiceKernelInfo *table) {
-  return [table](const PlanStage &s) -> std::optional<Expected<ElementFn>> {
+  return [table](const PlanStep &s) -> std::optional<Expected<ElementFn>> {
     std::vector<const SluiceKernelInfo *> mine;
     for (size_t i = 0; table && table[i].stage; ++i)
       if (s.name == table[i].stage &&

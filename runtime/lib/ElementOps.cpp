@@ -21,11 +21,11 @@
 
 namespace sluice::runtime {
 
-uint64_t stageStream(const PlanStage &stage) {
+uint64_t stageStream(const PlanStep &stage) {
   return stepStream(stage.op, stage.name);
 }
 
-bool isPerRecordStep(const PlanStage &stage) {
+bool isPerRecordStep(const PlanStep &stage) {
   if (stage.kind == OpKind::Element)
     return true;
   const OpDef *def = Registry::instance().find(stage.op);
@@ -41,12 +41,12 @@ struct FieldIO {
   FieldType outType;
 };
 
-Status bindError(const PlanStage &s, const std::string &what) {
+Status bindError(const PlanStep &s, const std::string &what) {
   return Status::error("cannot run step '" + s.name + "' (" + s.op +
                        "): " + what);
 }
 
-Expected<FieldIO> fieldIO(const PlanStage &s) {
+Expected<FieldIO> fieldIO(const PlanStep &s) {
   const Value &field = s.params["field"];
   if (!field.isString())
     return bindError(s, "parameter 'field' is missing");
@@ -99,7 +99,7 @@ auto withCall(const Record &rec, const ElementContext &ctx, F &&f) {
 }
 
 /// An element op's kernel on the step's field.
-Expected<ElementFn> bindKernel(const PlanStage &s, const OpDef &def,
+Expected<ElementFn> bindKernel(const PlanStep &s, const OpDef &def,
                                const Plan &plan) {
   Expected<FieldIO> io = fieldIO(s);
   if (!io)
@@ -127,7 +127,7 @@ Expected<ElementFn> bindKernel(const PlanStage &s, const OpDef &def,
 }
 
 /// A per-record op's kernel on the whole record (select, rename, filter).
-Expected<ElementFn> bindRecordKernel(const PlanStage &s, const OpDef &def) {
+Expected<ElementFn> bindRecordKernel(const PlanStep &s, const OpDef &def) {
   Expected<RecordKernel> kernel =
       def.recordKernel(RecordSite{s.params, s.inputType, s.outputType});
   if (!kernel)
@@ -142,11 +142,11 @@ Expected<ElementFn> bindRecordKernel(const PlanStage &s, const OpDef &def) {
 
 /// A `fused_map` stage (sluice-fuse-maps) without generated code: its steps
 /// one after another, with the bytes of the unfused stages.
-Expected<ElementFn> bindFused(const PlanStage &s, const Plan &plan) {
+Expected<ElementFn> bindFused(const PlanStep &s, const Plan &plan) {
   if (s.fused.empty())
     return bindError(s, "a fused stage without steps");
   auto fns = std::make_shared<std::vector<ElementFn>>();
-  for (const PlanStage &step : s.fused) {
+  for (const PlanStep &step : s.fused) {
     Expected<ElementFn> fn = bindElementOp(step, plan);
     if (!fn)
       return fn.status();
@@ -163,7 +163,7 @@ Expected<ElementFn> bindFused(const PlanStage &s, const Plan &plan) {
       });
 }
 
-std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &s) {
+std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStep &s) {
   const OpDef *def = Registry::instance().find(s.op);
   if (!def || !def->rowsKernel)
     return std::nullopt;
@@ -174,7 +174,7 @@ std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &s) {
   return Expected<RowsFilterFn>(RowsFilterFn(kernel.take()));
 }
 
-Expected<ElementFn> bindElementOp(const PlanStage &s, const Plan &plan) {
+Expected<ElementFn> bindElementOp(const PlanStep &s, const Plan &plan) {
   // A run of steps fused by sluice-fuse-maps is a plan stage, not an op.
   if (s.op == "fused_map")
     return bindFused(s, plan);

@@ -152,7 +152,7 @@ struct Shared {
     /// step right after the source whose order the source reads in (each
     /// pass, the step's order replayed over this rank's walk), and its
     /// replay; the step's own stage then passes records through.
-    const PlanStage *order = nullptr;
+    const PlanStep *order = nullptr;
     const OrderReplay *replay = nullptr;
     /// Number records as the sequential source does, whose numbering goes
     /// on across the passes of a `repeat` (pass k's record at position p
@@ -359,8 +359,8 @@ private:
 };
 
 /// One step fused into a map stage.
-struct SubOp {
-  const PlanStage *step = nullptr;
+struct BoundStep {
+  const PlanStep *step = nullptr;
   ElementFn fn;
   /// A filter's compiled column test (RunOptions::rowsBinder); empty: the
   /// map stage binds the interpreter's (bindRowsFilter).
@@ -379,8 +379,8 @@ std::unique_ptr<Stage> makePositionalSourceStage(Shared &shared,
 /// the arena with at most that many workers and a window of `window` records.
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
-                                    std::vector<SubOp> ops, int64_t parallelism,
-                                    int64_t window);
+                                    std::vector<BoundStep> ops,
+                                    int64_t parallelism, int64_t window);
 std::unique_ptr<Stage> makeIdentityStage(Shared &shared,
                                          std::unique_ptr<Stage> upstream,
                                          StageCounters *c);
@@ -393,11 +393,11 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
 /// one pass, when the source knows its size (bounds the static memory need).
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
-                                        StageCounters *c, const PlanStage &step,
+                                        StageCounters *c, const PlanStep &step,
                                         std::optional<int64_t> recordsPerPass);
 std::unique_ptr<Stage> makeBatchStage(Shared &shared,
                                       std::unique_ptr<Stage> upstream,
-                                      StageCounters *c, const PlanStage &step,
+                                      StageCounters *c, const PlanStep &step,
                                       bool padded);
 std::unique_ptr<Stage> makeUnbatchStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
@@ -426,7 +426,7 @@ std::unique_ptr<Stage> makeCacheStage(Shared &shared,
 /// account of the stream it updates by the op's count rule.
 struct StageBuild {
   Shared &shared;
-  const PlanStage &step;
+  const PlanStep &step;
   std::string where; ///< the step's spec location, for messages
   StageCounters *counters;
   std::unique_ptr<Stage> upstream;
@@ -454,7 +454,7 @@ using StageFactory =
 /// read in that order instead (shuffle by position, PositionalSource.cpp)
 /// and `sluice serve` replay it over positions (remote/lib/Replay.cpp).
 struct OrderReplay {
-  std::function<std::vector<int64_t>(const PlanStage &step, uint64_t planSeed,
+  std::function<std::vector<int64_t>(const PlanStep &step, uint64_t planSeed,
                                      uint64_t epoch, uint64_t pass,
                                      const std::vector<int64_t> &in)>
       order;

@@ -76,7 +76,7 @@ struct Outcome {
 
 class MapStage : public Stage {
 public:
-  MapStage(Shared &s, std::unique_ptr<Stage> up, std::vector<SubOp> ops,
+  MapStage(Shared &s, std::unique_ptr<Stage> up, std::vector<BoundStep> ops,
            int64_t parallelism, int64_t window)
       : Stage(s, std::move(up), nullptr), ops_(std::move(ops)),
         parallel_(parallelism > 0 && s.arena != nullptr),
@@ -85,11 +85,11 @@ public:
         scratchLimit_(s.memory->account(ops_.front().step->name + " scratch"),
                       /*credit=*/true) {
     inlineTiming_ = false;
-    for (const SubOp &op : ops_)
+    for (const BoundStep &op : ops_)
       op.counters->parallelism.store(parallel_ ? parallelism_ : 1);
     // Inline filters can test runs of records held as columns.
     runsOk_ = !parallel_;
-    for (const SubOp &op : ops_) {
+    for (const BoundStep &op : ops_) {
       if (!runsOk_)
         break;
       if (op.rows) { // compiled (RunOptions::rowsBinder)
@@ -144,7 +144,7 @@ public:
   /// A plan step of this stage, or a spec step a fused one stands for
   /// ("b" of "a+b+c").
   bool runsStep(const std::string &name) const override {
-    for (const SubOp &op : ops_) {
+    for (const BoundStep &op : ops_) {
       const std::string &n = op.step->name;
       if (n == name)
         return true;
@@ -169,7 +169,7 @@ public:
       parallelism_ = p;
       maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
     }
-    for (const SubOp &op : ops_)
+    for (const BoundStep &op : ops_)
       op.counters->parallelism.store(p);
     work_.notify_all();
     return true;
@@ -285,7 +285,7 @@ protected:
                           in, keepFlags_.data());
       if (!st) {
         inc(c.failed, in);
-        const PlanStage &step = *ops_[i].step;
+        const PlanStep &step = *ops_[i].step;
         return Status::error(shared_.describe(run.origin) + ": " +
                              step.reportedOp() + ": " + st.message() +
                              "\n  in step '" + step.name + "' at " +
@@ -403,7 +403,7 @@ private:
     StageCounters &c = *ops_[passed].counters;
     if (passed > 0)
       inc(c.read);
-    const PlanStage &step = *ops_[passed].step;
+    const PlanStep &step = *ops_[passed].step;
     switch (o.kind) {
     case Outcome::Dropped:
       inc(c.filtered);
@@ -820,7 +820,7 @@ private:
     head_ = dispatched_ = tail_ = 0;
   }
 
-  std::vector<SubOp> ops_;
+  std::vector<BoundStep> ops_;
   /// produceInline/produceMany scratch: time and bytes per step (see
   /// process()), a run of records.
   std::vector<int64_t> ns_ = std::vector<int64_t>(3 * ops_.size());
@@ -868,8 +868,8 @@ private:
 
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
-                                    std::vector<SubOp> ops, int64_t parallelism,
-                                    int64_t window) {
+                                    std::vector<BoundStep> ops,
+                                    int64_t parallelism, int64_t window) {
   return std::make_unique<MapStage>(shared, std::move(upstream), std::move(ops),
                                     parallelism, window);
 }

@@ -180,7 +180,7 @@ StageCounters *Engine::counters(const std::string &name, const std::string &op,
 }
 
 Status Engine::applySchedule() {
-  auto apply = [&](PlanStage &s, const StepSchedule &o) {
+  auto apply = [&](PlanStep &s, const StepSchedule &o) {
     pinKnobs(s.schedule, o);
   };
   // A cache on a step inside a fused stage goes right after that step: the
@@ -196,7 +196,7 @@ Status Engine::applySchedule() {
     if (name == "default" || !o.cache || *o.cache == "none" || o.cache->empty())
       continue;
     std::string step = stepNamesIn(name).back();
-    for (const PlanStage &st : plan_.stages) {
+    for (const PlanStep &st : plan_.steps) {
       std::vector<std::string> parts = stepNamesIn(st.name);
       auto at = std::find(parts.begin(), parts.end(), step);
       if (parts.size() < 2 || at == parts.end() || at + 1 == parts.end())
@@ -224,8 +224,8 @@ Status Engine::applySchedule() {
     const std::string &name = entry.first;
     const StepSchedule &o = entry.second;
     if (name.find('+') == std::string::npos ||
-        std::any_of(plan_.stages.begin(), plan_.stages.end(),
-                    [&](const PlanStage &st) { return st.name == name; }))
+        std::any_of(plan_.steps.begin(), plan_.steps.end(),
+                    [&](const PlanStep &st) { return st.name == name; }))
       continue;
     std::vector<std::string> steps = stepNamesIn(name);
     for (const std::string &step : steps) {
@@ -241,9 +241,9 @@ Status Engine::applySchedule() {
     }
   }
   auto def = schedule.find("default");
-  for (PlanStage *s : [&] {
-         std::vector<PlanStage *> all{&plan_.source};
-         for (PlanStage &st : plan_.stages)
+  for (PlanStep *s : [&] {
+         std::vector<PlanStep *> all{&plan_.source};
+         for (PlanStep &st : plan_.steps)
            all.push_back(&st);
          return all;
        }()) {
@@ -277,7 +277,7 @@ Status Engine::checkCachePlacement() const {
   // every later epoch replays the first epoch's draws and order. Checked
   // again here on the plan as it will run, for the caches that come another
   // way (a Python schedule dict, an embedder's RunOptions).
-  auto random = [](const PlanStage &st) {
+  auto random = [](const PlanStep &st) {
     auto randomOp = [](const std::string &op, const Value &params) {
       const OpDef *def = Registry::instance().find(op);
       if (!def || !def->stochastic)
@@ -286,7 +286,7 @@ Status Engine::checkCachePlacement() const {
     };
     if (randomOp(st.op, st.params))
       return true;
-    for (const PlanStage &f : st.fused)
+    for (const PlanStep &f : st.fused)
       if (randomOp(f.op, f.params))
         return true;
     // Stages fused another way keep only their steps' names ("a+b"), all
@@ -298,19 +298,19 @@ Status Engine::checkCachePlacement() const {
     }
     return false;
   };
-  auto materializes = [](const PlanStage &st) {
+  auto materializes = [](const PlanStep &st) {
     const OpDef *def = Registry::instance().find(st.op);
     return def && def->traits.materializes;
   };
-  auto caches = [&](const PlanStage &st) {
+  auto caches = [&](const PlanStep &st) {
     return st.schedule.cache.has_value() || materializes(st);
   };
   // A source with `shuffle: true` reads in a new order every epoch: no
   // cache may follow it.
   const Value &sourceShuffle = plan_.source.params["shuffle"];
   if (sourceShuffle.isBool() && sourceShuffle.asBool()) {
-    const PlanStage *cached = caches(plan_.source) ? &plan_.source : nullptr;
-    for (const PlanStage &st : plan_.stages)
+    const PlanStep *cached = caches(plan_.source) ? &plan_.source : nullptr;
+    for (const PlanStep &st : plan_.steps)
       if (!cached && caches(st))
         cached = &st;
     if (!cached)
@@ -322,9 +322,9 @@ Status Engine::checkCachePlacement() const {
         "cache would replay the first epoch's order in every later epoch; "
         "drop the source's `shuffle: true` and shuffle after the cache");
   }
-  const PlanStage *firstRandom = nullptr;
-  const PlanStage *lastFixed = &plan_.source;
-  for (const PlanStage &st : plan_.stages) {
+  const PlanStep *firstRandom = nullptr;
+  const PlanStep *lastFixed = &plan_.source;
+  for (const PlanStep &st : plan_.steps) {
     if (!firstRandom && random(st))
       firstRandom = &st;
     if (!firstRandom)
@@ -452,7 +452,7 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
 }
 
 Status Engine::build() {
-  const PlanStage &src = plan_.source;
+  const PlanStep &src = plan_.source;
   if (opts_.source && opts_.source->kind() == src.op &&
       opts_.source->recordType() == src.outputType) {
     source_ = opts_.source; // listed once by the caller
@@ -492,7 +492,7 @@ Status Engine::build() {
     // The last batch step makes the outputs, if its rows have a fixed
     // layout (padded_batch builds each batch at its own size); a batch an
     // unbatch takes apart again never reaches a device.
-    for (const PlanStage &st : plan_.stages) {
+    for (const PlanStep &st : plan_.steps) {
       const OpTraits *t = opTraits(st.op);
       if (!t)
         continue;
@@ -529,18 +529,18 @@ Status Engine::build() {
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
   int64_t cycle = 1, block = 1;
-  for (size_t i = 0; i < plan_.stages.size(); ++i) {
-    const PlanStage &st = plan_.stages[i];
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlanStep &st = plan_.steps[i];
     const OpDef *def = Registry::instance().find(st.op);
     if (!def || !def->traits.configuresSource)
       continue;
     for (size_t j = 0; j < i; ++j)
-      if (!isPerRecordStep(plan_.stages[j]))
+      if (!isPerRecordStep(plan_.steps[j]))
         return Status::error(
             plan_.where(st) +
             ": interleave reads the source's files round-robin, so it must "
             "come before '" +
-            plan_.stages[j].name + "' (" + plan_.where(plan_.stages[j]) +
+            plan_.steps[j].name + "' (" + plan_.where(plan_.steps[j]) +
             "); move it right after the source");
     if (cycle != 1 || block != 1)
       return Status::error(plan_.where(st) +
@@ -588,7 +588,7 @@ Status Engine::build() {
 
   // The prefetch stage after step `st`: `depth` records on a thread of
   // its own.
-  auto addPrefetch = [&](const PlanStage &st, int64_t depth) {
+  auto addPrefetch = [&](const PlanStep &st, int64_t depth) {
     StageCounters *c =
         counters(st.name + "/prefetch", "prefetch", "buffer", plan_.where(st));
     cur =
@@ -596,7 +596,7 @@ Status Engine::build() {
                           "the prefetch of '" + st.name + "'", plan_.where(st));
   };
   // The cache stage after step `st`.
-  auto addCache = [&](const PlanStage &st) -> Status {
+  auto addCache = [&](const PlanStep &st) -> Status {
     const std::string to = st.schedule.cache.value_or("");
     if (to != "memory" && to != "disk")
       return Status::error(plan_.where(st) + ": cache after '" + st.name +
@@ -617,18 +617,18 @@ Status Engine::build() {
                          st.outputType, plan_.where(st));
     return Status::ok();
   };
-  auto stepAt = [&](size_t i) -> const PlanStage & {
-    return i == 0 ? src : plan_.stages[i - 1];
+  auto stepAt = [&](size_t i) -> const PlanStep & {
+    return i == 0 ? src : plan_.steps[i - 1];
   };
 
   // The stages, as the runtime groups the steps (StageGroups.h, which the
   // autotuner models too).
   for (const StageGroup &g : stageGroups(plan_)) {
-    const PlanStage &last = stepAt(g.steps.back());
+    const PlanStep &last = stepAt(g.steps.back());
     if (g.kind == StageGroup::Kind::Map) {
-      std::vector<SubOp> group;
+      std::vector<BoundStep> group;
       for (size_t i : g.steps) {
-        const PlanStage &st = stepAt(i);
+        const PlanStep &st = stepAt(i);
         std::string where = plan_.where(st);
         std::optional<Expected<ElementFn>> bound;
         if (opts_.binder)
@@ -637,7 +637,7 @@ Status Engine::build() {
             bound ? std::move(*bound) : bindElementOp(st, plan_);
         if (!fn)
           return fn.status().withContext(where + ": ");
-        SubOp op;
+        BoundStep op;
         op.step = &st;
         op.fn = fn.take();
         const OpDef *def = Registry::instance().find(st.op);
@@ -725,11 +725,11 @@ void Engine::foldShuffle(int64_t cycle, int64_t block) {
   // serve` replays the step itself).
   Shared::Positional &P = shared_.positional;
   if (!opts_.positionalShuffle || switchedOff("SLUICE_NO_POSITIONAL_SHUFFLE") ||
-      opts_.positions || plan_.stages.empty() || cycle != 1 || block != 1 ||
+      opts_.positions || plan_.steps.empty() || cycle != 1 || block != 1 ||
       plan_.source.schedule.cache || shared_.onError == OnError::Skip ||
       !source_->oneRecordPerShard())
     return;
-  const PlanStage &first = plan_.stages.front();
+  const PlanStep &first = plan_.steps.front();
   const OrderReplay *replay = findOrderReplay(first.op);
   if (!replay || first.schedule.cache)
     return;
@@ -767,7 +767,7 @@ Status Engine::setupPositions() {
   bool exact = !(onError.isString() && onError.asString() == "skip") &&
                !plan_.source.schedule.cache;
   int batches = 0;
-  for (const PlanStage &st : plan_.stages) {
+  for (const PlanStep &st : plan_.steps) {
     if (st.schedule.cache)
       exact = false;
     // Asked of the op's traits: a batch groups rows; anything that drops,
@@ -891,7 +891,7 @@ Status Engine::checkBufferCounts(const RunOptions &opts) const {
   std::string budget = opts.memoryBytes > 0
                            ? "the memory budget (--memory, memory= in Python)"
                            : "budget.memory";
-  for (const PlanStage &st : plan_.stages) {
+  for (const PlanStep &st : plan_.steps) {
     // The schedule's prefetch knob, or a `prefetch: N` step's buffer.
     int64_t depth = st.schedule.prefetch.value_or(-1);
     const OpDef *def = Registry::instance().find(st.op);
@@ -922,7 +922,7 @@ Status Engine::checkStaticMemory() const {
   // A step whose output type is static and larger than the whole budget
   // cannot process a single record (`sluice check` reports the same).
   int64_t limit = memory_->limit();
-  for (const PlanStage &st : plan_.stages)
+  for (const PlanStep &st : plan_.steps)
     if (std::string why = recordTypeTooLarge(
             st.outputType, limit,
             Registry::instance().find(st.op) &&
@@ -1000,8 +1000,8 @@ Status Engine::overrunError() const {
   MemoryBudget::Overrun o = memory_->firstOverrun();
   // Accounts are named after their stage ("tokenize window", "batch"):
   // the longest stage name the account's starts with is where it happened.
-  const PlanStage *at = nullptr;
-  auto consider = [&](const PlanStage &st) {
+  const PlanStep *at = nullptr;
+  auto consider = [&](const PlanStep &st) {
     if (o.account.compare(0, st.name.size(), st.name) == 0 &&
         (o.account.size() == st.name.size() ||
          o.account[st.name.size()] == ' ' ||
@@ -1010,7 +1010,7 @@ Status Engine::overrunError() const {
       at = &st;
   };
   consider(plan_.source);
-  for (const PlanStage &st : plan_.stages)
+  for (const PlanStep &st : plan_.steps)
     consider(st);
   std::string msg =
       (at ? plan_.where(*at) + ": " : std::string()) +

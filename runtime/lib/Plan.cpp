@@ -16,7 +16,7 @@
 
 namespace sluice::runtime {
 
-std::string Plan::where(const PlanStage &s) const { return where(s.loc); }
+std::string Plan::where(const PlanStep &s) const { return where(s.loc); }
 
 std::string Plan::where(SourceLoc loc) const {
   // Plans built by hand (tests, bindings) may have no spec file.
@@ -131,7 +131,7 @@ Json recordTypeJson(const RecordType &t) {
   return fields;
 }
 
-Json stageJson(const PlanStage &s) {
+Json stageJson(const PlanStep &s) {
   Json j = {{"name", textJson(s.name)},
             {"op", textJson(s.op)},
             {"kind", kindName(s.kind)},
@@ -145,7 +145,7 @@ Json stageJson(const PlanStage &s) {
             {"cache", textJson(s.schedule.cache.value_or(""))}};
   if (!s.fused.empty()) {
     Json steps = Json::array();
-    for (const PlanStage &f : s.fused)
+    for (const PlanStep &f : s.fused)
       steps.push_back(stageJson(f));
     j["fused"] = std::move(steps);
   }
@@ -382,7 +382,7 @@ public:
     return true;
   }
 
-  bool stage(const Json &j, const std::string &path, PlanStage &out) {
+  bool stage(const Json &j, const std::string &path, PlanStep &out) {
     std::string kind;
     if (!getString(j, "name", path, out.name) ||
         !getString(j, "op", path, out.op) || !getString(j, "kind", path, kind))
@@ -424,7 +424,7 @@ public:
       if (!fused.is_array())
         return fail(path + ".fused", "expected an array");
       for (size_t i = 0; i < fused.size(); ++i) {
-        PlanStage f;
+        PlanStep f;
         if (!stage(fused[i], path + ".fused[" + std::to_string(i) + "]", f))
           return false;
         out.fused.push_back(std::move(f));
@@ -441,7 +441,7 @@ private:
 
 std::string Plan::serialize() const {
   Json stageList = Json::array();
-  for (const PlanStage &s : stages)
+  for (const PlanStep &s : steps)
     stageList.push_back(stageJson(s));
   Json j = {{"format", kFormat},
             {"version", kVersion},
@@ -539,10 +539,10 @@ Expected<Plan> Plan::deserialize(const std::string &text) {
     *value = v;
   }
   for (size_t i = 0; i < stageList->size(); ++i) {
-    PlanStage s;
+    PlanStep s;
     if (!r.stage((*stageList)[i], "plan.stages[" + std::to_string(i) + "]", s))
       return r.status();
-    p.stages.push_back(std::move(s));
+    p.steps.push_back(std::move(s));
   }
   return p;
 }
@@ -566,7 +566,7 @@ std::string opOfStepName(const std::string &step) {
   return step;
 }
 
-std::string PlanStage::reportedOp() const {
+std::string PlanStep::reportedOp() const {
   if (name.find('+') == std::string::npos)
     return op;
   // The first step's op.

@@ -29,7 +29,7 @@ bool isRemapValueOp(const std::string &op) {
 
 namespace {
 
-Status chainError(const PlanStage &s, const std::string &what) {
+Status chainError(const PlanStep &s, const std::string &what) {
   return Status::error("stage '" + s.name + "' is no remap chain: " + what);
 }
 
@@ -43,9 +43,9 @@ std::pair<int64_t, int64_t> sizeHW(const Value &v) {
 
 } // namespace
 
-Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
+Expected<RemapChain> RemapChain::build(const PlanStep &fused) {
   // A lone normalize is a chain of one step: its channel is the last index.
-  auto formOf = [](const PlanStage &s) {
+  auto formOf = [](const PlanStep &s) {
     const OpTraits *t = opTraits(s.op);
     return std::make_pair(t ? t->remapForm : RemapForm::None,
                           t ? t->valueForm : ValueForm::None);
@@ -55,13 +55,13 @@ Expected<RemapChain> RemapChain::build(const PlanStage &fused) {
     return chainError(fused, "not a fused stage");
   RemapChain c;
   bool anyRemap = false;
-  std::vector<const PlanStage *> stepList;
+  std::vector<const PlanStep *> stepList;
   if (lone)
     stepList.push_back(&fused);
-  for (const PlanStage &s : fused.fused)
+  for (const PlanStep &s : fused.fused)
     stepList.push_back(&s);
-  for (const PlanStage *sp : stepList) {
-    const PlanStage &s = *sp;
+  for (const PlanStep *sp : stepList) {
+    const PlanStep &s = *sp;
     const Value &f = s.params["field"], &as = s.params["as"];
     if (!f.isString())
       return chainError(fused, "step '" + s.name + "' names no field");

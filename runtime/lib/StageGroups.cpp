@@ -86,7 +86,7 @@ std::vector<Lane> lanes(const std::vector<StageGroup> &groups) {
 
 std::vector<StepShape> stepShapes(const Plan &plan) {
   std::vector<StepShape> out;
-  auto shape = [](const PlanStage &st, bool source) {
+  auto shape = [](const PlanStep &st, bool source) {
     StepShape s;
     s.source = source;
     s.perRecord = !source && isPerRecordStep(st);
@@ -98,7 +98,7 @@ std::vector<StepShape> stepShapes(const Plan &plan) {
     return s;
   };
   out.push_back(shape(plan.source, true));
-  for (const PlanStage &st : plan.stages)
+  for (const PlanStep &st : plan.steps)
     out.push_back(shape(st, false));
   return out;
 }

@@ -53,7 +53,7 @@ const OrderReplay *findOrderReplay(std::string_view op) {
 namespace sluice::runtime {
 
 std::optional<std::vector<int64_t>>
-replayOrder(const PlanStage &step, uint64_t planSeed, uint64_t epoch,
+replayOrder(const PlanStep &step, uint64_t planSeed, uint64_t epoch,
             uint64_t pass, const std::vector<int64_t> &in) {
   const detail::OrderReplay *r = detail::findOrderReplay(step.op);
   if (!r)
@@ -61,7 +61,7 @@ replayOrder(const PlanStage &step, uint64_t planSeed, uint64_t epoch,
   return r->order(step, planSeed, epoch, pass, in);
 }
 
-bool replaysOrder(const PlanStage &step) {
+bool replaysOrder(const PlanStep &step) {
   return detail::findOrderReplay(step.op) != nullptr;
 }
 

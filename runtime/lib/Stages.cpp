@@ -195,7 +195,7 @@ template <class T> T drawFromBuffer(std::vector<T> &buf, Rng &rng) {
 class ShuffleStage : public Stage {
 public:
   ShuffleStage(Shared &s, std::unique_ptr<Stage> up, StageCounters *c,
-               const PlanStage &step, std::optional<int64_t> recordsPerPass)
+               const PlanStep &step, std::optional<int64_t> recordsPerPass)
       : Stage(s, std::move(up), c), step_(step),
         recordsPerPass_(recordsPerPass) {
     const Value &p = step.params;
@@ -218,7 +218,7 @@ public:
   /// of produce() below, over labels instead of records (each draw is a
   /// uniform index into the buffer, which depends only on how many records
   /// it holds).
-  static std::vector<int64_t> order(const PlanStage &step, uint64_t planSeed,
+  static std::vector<int64_t> order(const PlanStep &step, uint64_t planSeed,
                                     uint64_t epoch, uint64_t pass,
                                     const std::vector<int64_t> &in) {
     const Value &p = step.params;
@@ -363,7 +363,7 @@ private:
     return Status::error(msg);
   }
 
-  const PlanStage &step_;
+  const PlanStep &step_;
   /// At most this many records reach the shuffle per pass, when known.
   std::optional<int64_t> recordsPerPass_;
   int64_t buffer_ = 1;
@@ -582,7 +582,7 @@ std::unique_ptr<Stage> makePrefetchStage(Shared &shared,
 }
 std::unique_ptr<Stage> makeShuffleStage(Shared &shared,
                                         std::unique_ptr<Stage> upstream,
-                                        StageCounters *c, const PlanStage &step,
+                                        StageCounters *c, const PlanStep &step,
                                         std::optional<int64_t> recordsPerPass) {
   return std::make_unique<ShuffleStage>(shared, std::move(upstream), c, step,
                                         recordsPerPass);
@@ -616,7 +616,7 @@ std::unique_ptr<Stage> makeShardStage(Shared &shared,
 
 namespace {
 
-int64_t intParam(const PlanStage &st, const char *name, int64_t def) {
+int64_t intParam(const PlanStep &st, const char *name, int64_t def) {
   const Value &v = st.params[name];
   return v.isNumber() ? v.asInt() : def;
 }

@@ -33,12 +33,12 @@ uint64_t planFingerprint(const Plan &plan) {
     p.baseDir = real;
     std::free(real);
   }
-  auto clear = [](PlanStage &s) {
+  auto clear = [](PlanStep &s) {
     s.schedule = StepSchedule();
     s.loc = SourceLoc();
   };
   clear(p.source);
-  for (PlanStage &s : p.stages)
+  for (PlanStep &s : p.steps)
     clear(s);
   // FNV-1a, 64 bits: stable across runs and builds (std::hash is not).
   uint64_t h = 1469598103934665603ull;

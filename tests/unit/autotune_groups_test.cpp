@@ -2,7 +2,7 @@
 //
 // The runtime groups a plan's steps into stages (runtime::stageGroups, what
 // Engine::build builds) and the autotuner models units of the same steps
-// (autotune::units over describeSteps). Both read each step's shape, one
+// (autotune::lanes over describeSteps). Both read each step's shape, one
 // from the plan, the other from the tuner's description of it; here, on
 // every example and bench spec, with no schedule and with a prefetch or a
 // cache pinned on each step in turn, the shapes agree and every unit is
@@ -63,14 +63,14 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
     EXPECT_EQ(s.pinsCache(), shapes[i].cacheAfter);
   }
   std::vector<runtime::StageGroup> groups = runtime::groupSteps(shapes);
-  std::vector<autotune::Unit> us = autotune::units(prof, -1);
+  std::vector<runtime::Lane> us = autotune::lanes(prof, -1);
   // Which runtime stage each step runs in.
   std::vector<size_t> stageOf(shapes.size(), SIZE_MAX);
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i : groups[g].steps)
       stageOf[i] = g;
   size_t covered = 0;
-  for (const autotune::Unit &u : us) {
+  for (const runtime::Lane &u : us) {
     ASSERT_FALSE(u.steps.empty());
     covered += u.steps.size();
     size_t first = stageOf[u.steps.front()], last = stageOf[u.steps.back()];
@@ -98,26 +98,26 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
   size_t parallelGroups = 0;
   for (const runtime::StageGroup &g : groups)
     parallelGroups += g.parallel;
-  size_t parallelUnits = 0;
-  for (const autotune::Unit &u : us)
-    parallelUnits += u.parallel;
-  EXPECT_EQ(parallelGroups, parallelUnits);
+  size_t parallelLanes = 0;
+  for (const runtime::Lane &u : us)
+    parallelLanes += u.parallel;
+  EXPECT_EQ(parallelGroups, parallelLanes);
 }
 
 class StageGroupsAgree : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(StageGroupsAgree, UnitsAreRuntimeStages) {
+TEST_P(StageGroupsAgree, LanesAreRuntimeStages) {
   runtime::Plan plan = sluice::testing::planOfSpecFile(
       std::string(SLUICE_SOURCE_DIR) + "/" + GetParam());
-  ASSERT_FALSE(plan.stages.empty());
+  ASSERT_FALSE(plan.steps.empty());
   expectAgree(plan, "as written");
   // Each step in turn with a pinned prefetch, a pinned parallelism, and a
   // cache after it (the placement rule is the schedule's business; the
   // grouping must agree whatever the schedule says).
-  for (size_t i = 0; i <= plan.stages.size(); ++i) {
+  for (size_t i = 0; i <= plan.steps.size(); ++i) {
     for (int variant = 0; variant < 3; ++variant) {
       runtime::Plan p = plan;
-      runtime::PlanStage &st = i == 0 ? p.source : p.stages[i - 1];
+      runtime::PlanStep &st = i == 0 ? p.source : p.steps[i - 1];
       if (variant == 0)
         st.schedule.prefetch = 3;
       else if (variant == 1)

@@ -99,9 +99,9 @@ TEST(AutotuneUsl, OnePointFitsContentionOnly) {
   EXPECT_DOUBLE_EQ(fitUsl({{1, 1e-3}, {4, 0.9e-3}}).sigma, 0);
 }
 
-TEST(AutotuneModel, UnitsFollowTheRuntimesFusion) {
+TEST(AutotuneModel, LanesFollowTheRuntimesFusion) {
   Profile p = pipeline();
-  std::vector<Unit> us = units(p, -1);
+  std::vector<Lane> us = lanes(p, -1);
   ASSERT_EQ(us.size(), 5u);
   EXPECT_EQ(us[0].steps, (std::vector<size_t>{0}));
   EXPECT_TRUE(us[1].parallel);
@@ -111,7 +111,7 @@ TEST(AutotuneModel, UnitsFollowTheRuntimesFusion) {
   EXPECT_EQ(us[3].steps, (std::vector<size_t>{4}));
   EXPECT_EQ(us[4].steps, (std::vector<size_t>{5})); // batch, inline
   // A cache after `a` ends the fused group there.
-  std::vector<Unit> cached = units(p, 1);
+  std::vector<Lane> cached = lanes(p, 1);
   EXPECT_EQ(cached[1].steps, (std::vector<size_t>{1}));
   EXPECT_TRUE(cached[1].beforeCache);
   EXPECT_EQ(cached[2].steps, (std::vector<size_t>{2}));
@@ -120,25 +120,25 @@ TEST(AutotuneModel, UnitsFollowTheRuntimesFusion) {
 
 TEST(AutotuneModel, ThroughputIsTheMinimumScaledBySelectivity) {
   Profile p = pipeline();
-  std::vector<Unit> us = units(p, -1);
+  std::vector<Lane> us = lanes(p, -1);
   Config c;
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     c.parallelism.push_back(u.parallel ? 2 : 1);
   Prediction pr = predict(p, c, 64);
   // a+b: 150 us per record on 2 workers -> 13333.3 records/s.
   // c: 200 us per element, half the records reach it -> 100 us per source
   // record on 2 workers -> 20000 records/s.
-  ASSERT_EQ(pr.units.size(), 5u);
-  EXPECT_NEAR(pr.units[1].capacity, 2 / 150e-6, 1e-6);
-  EXPECT_NEAR(pr.units[3].capacity, 2 / 100e-6, 1e-6);
+  ASSERT_EQ(pr.lanes.size(), 5u);
+  EXPECT_NEAR(pr.lanes[1].capacity, 2 / 150e-6, 1e-6);
+  EXPECT_NEAR(pr.lanes[3].capacity, 2 / 100e-6, 1e-6);
   EXPECT_NEAR(pr.throughput, 2 / 150e-6, 1e-6);
   EXPECT_EQ(pr.bottleneck, 1);
   EXPECT_EQ(pr.bottleneckLabel, "a, b");
   // One batch per 200 source records.
   EXPECT_NEAR(pr.outputsPerSecond, pr.throughput * p.outputsPerSourceRecord,
               1e-9);
-  EXPECT_NEAR(pr.units[1].utilization, 1, 1e-12);
-  EXPECT_NEAR(pr.units[3].utilization, 100.0 / 150, 1e-12);
+  EXPECT_NEAR(pr.lanes[1].utilization, 1, 1e-12);
+  EXPECT_NEAR(pr.lanes[3].utilization, 100.0 / 150, 1e-12);
 
   // On 2 cores the CPU binds: 1 + 100 + 50 + 0.1 + 100 + 0.5 = 251.6 us.
   Prediction tight = predict(p, c, 2);
@@ -152,9 +152,9 @@ TEST(AutotuneModel, WholeRunCountsTheStartUpOnce) {
   p.startupSeconds = 0.5;
   // 20000 records at 10000/s take 2 s, plus 0.5 s of start-up: 8000/s.
   EXPECT_NEAR(wholeRunThroughput(p, 10000), 8000, 1e-9);
-  std::vector<Unit> us = units(p, -1);
+  std::vector<Lane> us = lanes(p, -1);
   Config c;
-  for (const Unit &u : us)
+  for (const Lane &u : us)
     c.parallelism.push_back(u.parallel ? 2 : 1);
   Prediction pr = predict(p, c, 64);
   double total = 2 * 10000.0;
@@ -181,11 +181,11 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   Config c;
   c.cache = {2, "memory", materializedBytes(p, 2)};
   EXPECT_EQ(c.cache.bytes, 10000 * 1000);
-  for (const Unit &u : units(p, 2))
+  for (const Lane &u : lanes(p, 2))
     c.parallelism.push_back(u.parallel ? 1 : 1);
   Prediction pr = predict(p, c, 64);
   // a+b run one epoch in four: 150 / 4 = 37.5 us per record.
-  EXPECT_NEAR(pr.units[1].secondsPerRecord, 37.5e-6, 1e-12);
+  EXPECT_NEAR(pr.lanes[1].secondsPerRecord, 37.5e-6, 1e-12);
   // The two phases: the first epoch runs a+b (150 us, one worker: 6666.7
   // records/s) and writes the cache; the three cached epochs run c (100 us
   // per source record, one worker: 10000 records/s). The run averages
@@ -223,7 +223,7 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   p.calibration = 0.5;
   p.firstCalibration = 0.8;
   Config none;
-  for (const Unit &u : units(p, -1))
+  for (const Lane &u : lanes(p, -1))
     none.parallelism.push_back(u.parallel ? 1 : 1);
   EXPECT_NEAR(predict(p, none, 64).throughput, 0.5 / 150e-6, 1e-6);
   p.calibration = 1;
@@ -235,7 +235,7 @@ TEST(AutotuneModel, CacheDividesThePrefixByEpochs) {
   EXPECT_NEAR(one.throughput, 1 / 150e-6, 1e-6);
   p.epochs = 4;
   EXPECT_EQ(pr.memoryBytes,
-            c.cache.bytes + pr.units[1].memoryBytes + pr.units[3].memoryBytes);
+            c.cache.bytes + pr.lanes[1].memoryBytes + pr.lanes[3].memoryBytes);
 }
 
 TEST(AutotuneModel, NoCacheAfterARandomOp) {
@@ -375,7 +375,7 @@ TEST(AutotuneModel, PrefetchBeyondTheProbesBuffersIsCredited) {
   linear(p, 1, {1, 2});
   Config c;
   c.parallelism = {1, 2, 1};
-  ASSERT_EQ(units(p, -1).size(), 3u);
+  ASSERT_EQ(lanes(p, -1).size(), 3u);
   Prediction none = predict(p, c, 64);
   EXPECT_NEAR(none.throughput, 10000, 1e-6); // as probed: no factor
   EXPECT_EQ(none.bufferFactor, 1);
@@ -424,7 +424,7 @@ double bruteForce(const Profile &p, int64_t cores, int64_t memory,
     if (caches)
       opts.push_back(o);
   for (const CacheOption &o : opts) {
-    std::vector<Unit> us = units(p, o.after);
+    std::vector<Lane> us = lanes(p, o.after);
     std::vector<int64_t> par(us.size(), 1);
     for (;;) {
       // Workers before a cache and after it count apart (Model.h).
@@ -469,9 +469,9 @@ TEST(AutotuneSolver, MatchesExhaustiveSearchUnderCores) {
                 5e-3 * sol->prediction.throughput)
         << cores << " cores";
     int64_t used = 0;
-    for (size_t k = 0; k < sol->prediction.units.size(); ++k)
-      if (sol->prediction.units[k].parallel)
-        used += sol->prediction.units[k].parallelism;
+    for (size_t k = 0; k < sol->prediction.lanes.size(); ++k)
+      if (sol->prediction.lanes[k].parallel)
+        used += sol->prediction.lanes[k].parallelism;
     EXPECT_LE(used, cores);
   }
   // 4 cores, linear scaling: a+b (150 us) and c (100 us per record) split

@@ -94,7 +94,7 @@ TEST(AutotuneRemote, InFlightForARateWithHeadroomAndBounds) {
 TEST(AutotuneRemote, TooFewRequestsBoundThePrediction) {
   Profile p = remotePipeline();
   Config c;
-  for (const Unit &u : units(p, -1))
+  for (const Lane &u : lanes(p, -1))
     c.parallelism.push_back(u.parallel ? 2 : 1);
   // Decode on 2 cores: 2000 records/s of CPU; 8 requests serve 400.
   c.sourceInFlight = 8;
@@ -220,7 +220,7 @@ TEST(AutotuneRemote, CachedEpochsReadNoObjects) {
     if (o.after == 0 && o.to == "memory")
       c.cache = o;
   ASSERT_EQ(c.cache.after, 0);
-  for (const Unit &u : units(p, 0))
+  for (const Lane &u : lanes(p, 0))
     c.parallelism.push_back(u.parallel ? 2 : 1);
   c.sourceInFlight = 8;
   Prediction r = predict(p, c, 2);

@@ -212,8 +212,8 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
   ASSERT_TRUE(r) << r.status().message();
   EXPECT_FALSE(r->solution.closeCall.has_value() &&
                !r->closeCallNote.empty()); // not settled with it off
-  std::vector<autotune::Unit> us =
-      autotune::units(r->profile, r->solution.config.cache.after);
+  std::vector<runtime::Lane> us =
+      autotune::lanes(r->profile, r->solution.config.cache.after);
   autotune::Config other = r->solution.config;
   size_t k = us.size();
   for (size_t i = 0; i < us.size(); ++i)
@@ -293,7 +293,7 @@ TEST_F(AutotuneTune, CloseCallRunsBothAndKeepsTheMeasuredFaster) {
   {
     autotune::TuneResult x = withCall();
     autotune::CacheOption cache{1, "memory", 0};
-    ASSERT_EQ(autotune::units(x.profile, 1).size(), us.size());
+    ASSERT_EQ(autotune::lanes(x.profile, 1).size(), us.size());
     x.solution.config.cache = cache;
     x.solution.closeCall->cache = cache;
     ASSERT_TRUE(autotune::settleCloseCall(l.plan, windows, x));

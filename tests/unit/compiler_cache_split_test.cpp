@@ -51,7 +51,7 @@ const std::string kPrefix =
 
 std::vector<std::string> names(const runtime::Plan &p) {
   std::vector<std::string> out;
-  for (const runtime::PlanStage &s : p.stages)
+  for (const runtime::PlanStep &s : p.steps)
     out.push_back(s.name);
   return out;
 }
@@ -77,13 +77,13 @@ TEST(CacheSplit, SplitsTheFusedStageAfterItsDeterministicPrefix) {
   runtime::Plan plan =
       sluice::testing::planOfSpecFile(dir.write("s.yaml", spec(kPrefix)));
   ASSERT_EQ(names(plan), (Names{kFused, "batch"}));
-  std::optional<size_t> k = runtime::cacheSplitPoint(plan.stages[0]);
+  std::optional<size_t> k = runtime::cacheSplitPoint(plan.steps[0]);
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(plan.stages[0].fused[*k].name, "normalize");
+  EXPECT_EQ(plan.steps[0].fused[*k].name, "normalize");
   // Not a fused stage, or nothing random in it: no inner cache point.
-  EXPECT_FALSE(runtime::cacheSplitPoint(plan.stages[1]).has_value());
+  EXPECT_FALSE(runtime::cacheSplitPoint(plan.steps[1]).has_value());
 
-  std::vector<runtime::PlanStage> extra = runtime::cacheSplitStages(plan);
+  std::vector<runtime::PlanStep> extra = runtime::cacheSplitSteps(plan);
   ASSERT_EQ(extra.size(), 2u);
   EXPECT_EQ(extra[0].name, "cast+map+normalize");
   EXPECT_EQ(extra[1].name, "random_crop+random_flip");
@@ -103,7 +103,7 @@ TEST(CacheSplit, SplitsTheFusedStageAfterItsDeterministicPrefix) {
   // One step on its own is that step.
   split = plan;
   EXPECT_TRUE(runtime::splitFusedAfter(split, "cast"));
-  EXPECT_EQ(split.stages[0].op, "cast");
+  EXPECT_EQ(split.steps[0].op, "cast");
 
   // The code generator compiles the split halves' kernels up front.
   auto jit = compiler::JitKernels::compile(plan);
@@ -192,7 +192,7 @@ TEST(CacheSplit, APinnedCacheKeepsFusionOnEitherSide) {
       sluice::testing::planOfSpecFile(dir.write("b.yaml", withKnob));
   EXPECT_EQ(names(b),
             (Names{"cast+map+normalize", "random_crop+random_flip", "batch"}));
-  EXPECT_EQ(b.stages[0].schedule.cache, "memory");
+  EXPECT_EQ(b.steps[0].schedule.cache, "memory");
   // Same bytes as without any cache, codegen on and off.
   std::string plainText = spec(kPrefix);
   plainText.replace(plainText.find("epochs: 1"), 9, "epochs: 2");

@@ -285,8 +285,8 @@ ElemType outElem(const StepCase &c) {
 }
 
 /// The step `c` on field x of shape `shape`, named after its op.
-runtime::PlanStage stepStage(const StepCase &c, std::vector<int64_t> shape) {
-  runtime::PlanStage s;
+runtime::PlanStep planStepOf(const StepCase &c, std::vector<int64_t> shape) {
+  runtime::PlanStep s;
   s.name = c.op;
   s.op = c.op;
   s.kind = OpKind::Element;
@@ -302,7 +302,7 @@ runtime::PlanStage stepStage(const StepCase &c, std::vector<int64_t> shape) {
 runtime::Plan planFor(const StepCase &c, int64_t n) {
   runtime::Plan plan;
   plan.name = "codegen_test";
-  plan.stages.push_back(stepStage(c, {n}));
+  plan.steps.push_back(planStepOf(c, {n}));
   return plan;
 }
 
@@ -331,7 +331,7 @@ TEST_P(CodegenStep, ByteIdenticalToRuntimeKernel) {
   auto jit = compiler::JitKernels::compile(plan, opts);
   ASSERT_TRUE(bool(jit)) << jit.status().message();
   ASSERT_EQ((*jit)->stats().kernels, 1) << describe(c) << " was not compiled";
-  const runtime::PlanStage &stage = plan.stages[0];
+  const runtime::PlanStep &stage = plan.steps[0];
   auto bound = (*jit)->binder()(stage);
   ASSERT_TRUE(bound.has_value());
   ASSERT_TRUE(bool(*bound)) << bound->status().message();
@@ -520,16 +520,16 @@ TEST(Codegen, UncoveredStepsAreLeftToTheRuntime) {
   StepCase hashFloat{
       "hash_bucket", {{"buckets", Value::integer(5)}}, ElemType::F32, ""};
   runtime::Plan plan = planFor({"fill_missing", {}, ElemType::F32, ""}, 8);
-  runtime::PlanStage normalize = plan.stages[0];
+  runtime::PlanStep normalize = plan.steps[0];
   normalize.name = "normalize";
   normalize.op = "normalize";
-  plan.stages = {normalize};
+  plan.steps = {normalize};
   auto jit = compiler::JitKernels::compile(plan);
   ASSERT_TRUE(bool(jit));
   EXPECT_EQ((*jit)->stats().kernels, 0);
   EXPECT_EQ(runtime::kernelTableSize((*jit)->table()), 0u);
   EXPECT_FALSE((*jit)->binder()(normalize).has_value());
-  EXPECT_EQ(compiler::compiledStages(plan), std::vector<std::string>{});
+  EXPECT_EQ(compiler::compiledSteps(plan), std::vector<std::string>{});
   (void)hashFloat;
 }
 
@@ -560,7 +560,7 @@ TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
             mean.resize(1);
           runtime::Plan plan;
           plan.name = "normalize_test";
-          runtime::PlanStage st;
+          runtime::PlanStep st;
           st.name = st.op = "normalize";
           st.kind = OpKind::Element;
           st.params = Value::map();
@@ -573,16 +573,16 @@ TEST(Codegen, LoneNormalizeAnyChannelCountIsByteIdentical) {
           st.outputType = RecordType(
               {{"x", FieldType(ElemType::F32,
                                st.inputType.fields()[0].type.shape)}});
-          plan.stages.push_back(st);
+          plan.steps.push_back(st);
           compiler::CodegenOptions opts;
           opts.useCache = false;
           auto jit = compiler::JitKernels::compile(plan, opts);
           ASSERT_TRUE(bool(jit)) << jit.status().message();
           ASSERT_EQ((*jit)->stats().kernels, 1) << "not compiled";
-          auto bound = (*jit)->binder()(plan.stages[0]);
+          auto bound = (*jit)->binder()(plan.steps[0]);
           ASSERT_TRUE(bound.has_value() && bool(*bound));
           Expected<runtime::ElementFn> reference =
-              runtime::bindElementOp(plan.stages[0], plan);
+              runtime::bindElementOp(plan.steps[0], plan);
           ASSERT_TRUE(bool(reference)) << reference.status().message();
           for (uint32_t seed : {7u, 8u}) {
             Tensor x = expectSameResult(
@@ -655,7 +655,7 @@ TEST(Codegen, ManyChannelNormalizeInPipelines) {
         std::string reference = rttest::allBytes(rttest::runAll(off, ref));
         ASSERT_GT(reference.size(), 1000u);
         runtime::Plan on = sluice::testing::planOfSpecFile(path);
-        std::vector<std::string> compiled = compiler::compiledStages(on);
+        std::vector<std::string> compiled = compiler::compiledSteps(on);
         bool normalizeCompiled = false;
         for (const std::string &name : compiled)
           normalizeCompiled |= name.find("normalize") != std::string::npos;
@@ -685,9 +685,9 @@ struct ChainStep {
 /// A `fused_map` stage of `steps` on field x of type `in` with shape
 /// [rows, channels] (`channels` kDynamic: not known to the type), as
 /// PlanGen builds it from a sluice-fuse-maps run.
-runtime::PlanStage fusedChain(const std::vector<ChainStep> &steps, ElemType in,
-                              int64_t channels) {
-  runtime::PlanStage fused;
+runtime::PlanStep fusedChain(const std::vector<ChainStep> &steps, ElemType in,
+                             int64_t channels) {
+  runtime::PlanStep fused;
   fused.op = "fused_map";
   fused.kind = OpKind::Element;
   fused.params = Value::map();
@@ -696,8 +696,8 @@ runtime::PlanStage fusedChain(const std::vector<ChainStep> &steps, ElemType in,
   std::vector<int64_t> shape = {kDynamic, channels};
   fused.inputType = RecordType({{"x", FieldType(in, shape)}});
   for (size_t i = 0; i < steps.size(); ++i) {
-    runtime::PlanStage st =
-        stepStage({steps[i].op, steps[i].params, elem, ""}, shape);
+    runtime::PlanStep st =
+        planStepOf({steps[i].op, steps[i].params, elem, ""}, shape);
     st.name += "." + std::to_string(i);
     elem = st.outputType.fields()[0].type.elem;
     fused.name += (i ? "+" : "") + st.name;
@@ -777,22 +777,22 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
           if (!compileCase(sc))
             continue;
         }
-        runtime::PlanStage stage =
+        runtime::PlanStep stage =
             fusedChain(chain, in, ci % 2 ? channels : kDynamic);
         stage.name = std::to_string(ci) + ":" + stage.name;
-        plan.stages.push_back(stage);
+        plan.steps.push_back(stage);
       }
       std::vector<std::string> names;
-      for (const runtime::PlanStage &st : plan.stages)
+      for (const runtime::PlanStep &st : plan.steps)
         names.push_back(st.name);
-      EXPECT_EQ(compiler::compiledStages(plan), names);
+      EXPECT_EQ(compiler::compiledSteps(plan), names);
       compiler::CodegenOptions opts;
       opts.useCache = false;
       auto jit = compiler::JitKernels::compile(plan, opts);
       ASSERT_TRUE(bool(jit)) << jit.status().message();
       ASSERT_EQ(runtime::kernelTableSize((*jit)->table()), names.size());
-      for (size_t si = 0; si < plan.stages.size(); ++si) {
-        const runtime::PlanStage &stage = plan.stages[si];
+      for (size_t si = 0; si < plan.steps.size(); ++si) {
+        const runtime::PlanStep &stage = plan.steps[si];
         bool known = stage.inputType.fields()[0].type.shape[1] != kDynamic;
         SCOPED_TRACE(stage.name + " on " + std::string(elemTypeName(in)) +
                      ", " + std::to_string(channels) + " channels" +
@@ -829,13 +829,13 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
 /// A normalize whose lists would fail every record (lengths that disagree)
 /// keeps its run with the runtime, which reports the error.
 TEST(Codegen, FusedNormalizeTheRuntimeRejectsIsLeftToIt) {
-  runtime::PlanStage stage = fusedChain(
+  runtime::PlanStep stage = fusedChain(
       {{"normalize", {{"mean", list({1, 2})}, {"std", list({1, 2, 3})}}},
        {"clamp", {{"max", Value::real(1)}}}},
       ElemType::F32, kDynamic);
   runtime::Plan plan;
-  plan.stages = {stage};
-  EXPECT_EQ(compiler::compiledStages(plan), std::vector<std::string>{});
+  plan.steps = {stage};
+  EXPECT_EQ(compiler::compiledSteps(plan), std::vector<std::string>{});
 }
 
 /// A table entry with a signature the runtime does not know is refused.
@@ -844,7 +844,7 @@ TEST(Codegen, UnknownSignatureIsAnError) {
   static SluiceKernelInfo table[] = {
       {"fill_missing", "vectors x f32 -> x f32", reinterpret_cast<void *>(1)},
       {nullptr, nullptr, nullptr}};
-  auto bound = runtime::binderFromKernelTable(table)(plan.stages[0]);
+  auto bound = runtime::binderFromKernelTable(table)(plan.steps[0]);
   ASSERT_TRUE(bound.has_value());
   ASSERT_FALSE(bool(*bound));
   EXPECT_NE(bound->status().message().find("unknown kernel signature"),
@@ -859,7 +859,7 @@ TEST(Codegen, UnknownSignatureIsAnError) {
     SluiceKernelInfo bad[] = {
         {"fill_missing", sig, reinterpret_cast<void *>(1)},
         {nullptr, nullptr, nullptr}};
-    auto b = runtime::binderFromKernelTable(bad)(plan.stages[0]);
+    auto b = runtime::binderFromKernelTable(bad)(plan.steps[0]);
     ASSERT_TRUE(b.has_value());
     ASSERT_FALSE(bool(*b)) << sig;
     EXPECT_NE(b->status().message().find("unknown kernel signature"),
@@ -887,7 +887,7 @@ TEST(Codegen, SecondCompileHitsTheCache) {
   r.fields = {Tensor::empty(ElemType::F32, {16})};
   for (int i = 0; i < 16; ++i)
     r.fields[0].mutableData<float>()[i] = float(i);
-  auto fn = (*second)->binder()(plan.stages[0]);
+  auto fn = (*second)->binder()(plan.steps[0]);
   ASSERT_TRUE(fn && *fn);
   ASSERT_TRUE(bool((**fn)(r, {})));
   EXPECT_EQ(r.fields[0].data<float>()[5], 16.0f);
@@ -917,7 +917,7 @@ TEST(Codegen, DamagedCacheEntryIsRecompiledNotTrusted) {
     r.fields = {Tensor::empty(ElemType::F32, {16})};
     for (int i = 0; i < 16; ++i)
       r.fields[0].mutableData<float>()[i] = float(i);
-    auto fn = k.binder()(plan.stages[0]);
+    auto fn = k.binder()(plan.steps[0]);
     if (!fn || !*fn || !(**fn)(r, {}))
       return false;
     for (int i = 0; i < 16; ++i)
@@ -1002,8 +1002,8 @@ TEST(Codegen, EmitsAnObjectFile) {
 
 /// A filter stage over scalar fields of several types (f16 and bool too), a
 /// fixed-length f32 vector and a dynamically sized i32 vector.
-runtime::PlanStage filterStage(const std::string &where) {
-  runtime::PlanStage s;
+runtime::PlanStep filterStep(const std::string &where) {
+  runtime::PlanStep s;
   s.name = "filter";
   s.op = "filter";
   s.kind = OpKind::Record;
@@ -1083,17 +1083,16 @@ TEST(Codegen, FilterKernelDecidesAsTheInterpreter) {
   for (const std::string &where : conditions) {
     runtime::Plan plan;
     plan.name = "filter_test";
-    plan.stages = {filterStage(where)};
-    EXPECT_EQ(compiler::compiledStages(plan),
-              std::vector<std::string>{"filter"})
+    plan.steps = {filterStep(where)};
+    EXPECT_EQ(compiler::compiledSteps(plan), std::vector<std::string>{"filter"})
         << where;
     auto jit = compiler::JitKernels::compile(plan);
     ASSERT_TRUE(bool(jit)) << where << ": " << jit.status().message();
-    auto bound = (*jit)->binder()(plan.stages[0]);
+    auto bound = (*jit)->binder()(plan.steps[0]);
     ASSERT_TRUE(bound.has_value()) << where;
     ASSERT_TRUE(bool(*bound)) << where << ": " << bound->status().message();
     Expected<runtime::ElementFn> reference =
-        runtime::bindElementOp(plan.stages[0], plan);
+        runtime::bindElementOp(plan.steps[0], plan);
     ASSERT_TRUE(bool(reference)) << reference.status().message();
     int kept = 0, differ = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -1147,7 +1146,7 @@ TEST(Codegen, FilterRowsKernelDecidesAsTheInterpreter) {
     SCOPED_TRACE(where);
     runtime::Plan plan;
     plan.name = "filter_rows_test";
-    runtime::PlanStage stage = filterStage(where);
+    runtime::PlanStep stage = filterStep(where);
     stage.inputType = RecordType({{"a", FieldType(ElemType::F32, {})},
                                   {"b", FieldType(ElemType::F64, {})},
                                   {"c", FieldType(ElemType::I8, {})},
@@ -1156,16 +1155,16 @@ TEST(Codegen, FilterRowsKernelDecidesAsTheInterpreter) {
                                   {"v", FieldType(ElemType::F32, {4})},
                                   {"w", FieldType(ElemType::I32, {2})}});
     stage.outputType = stage.inputType;
-    plan.stages = {stage};
+    plan.steps = {stage};
     auto jit = compiler::JitKernels::compile(plan);
     ASSERT_TRUE(bool(jit)) << jit.status().message();
-    auto bound = (*jit)->rowsBinder()(plan.stages[0]);
+    auto bound = (*jit)->rowsBinder()(plan.steps[0]);
     ASSERT_TRUE(bound.has_value()) << "no compiled column test";
     ASSERT_TRUE(bool(*bound)) << bound->status().message();
-    auto reference = runtime::bindRowsFilter(plan.stages[0]);
+    auto reference = runtime::bindRowsFilter(plan.steps[0]);
     ASSERT_TRUE(reference.has_value() && bool(*reference));
     // The per-record binder does not take the column entry.
-    auto perRecord = (*jit)->binder()(plan.stages[0]);
+    auto perRecord = (*jit)->binder()(plan.steps[0]);
     ASSERT_TRUE(perRecord.has_value() && bool(*perRecord));
     for (bool selected : {false, true}) {
       int64_t m = selected ? int64_t(selection.size()) : n;
@@ -1231,7 +1230,7 @@ TEST(Codegen, RecordRunsUseTheGeneratedFilterKernel) {
       ASSERT_TRUE(bool(jit)) << jit.status().message();
       auto calls = std::make_shared<std::atomic<int64_t>>(0);
       auto counted = [calls,
-                      rows = (*jit)->rowsBinder()](const runtime::PlanStage &s)
+                      rows = (*jit)->rowsBinder()](const runtime::PlanStep &s)
           -> std::optional<Expected<runtime::RowsFilterFn>> {
         auto r = rows(s);
         if (!r || !*r)
@@ -1348,7 +1347,7 @@ TEST_P(CodegenPipeline, CriteoIsByteIdenticalWithCodegenAndFusionOnAndOff) {
                                          "hash_bucket"};
     if (fused) // map.2 has its own `as`: it runs alone, also compiled
       expected.insert(expected.begin() + 2, "map.2");
-    EXPECT_EQ(compiler::compiledStages(plan), expected) << what;
+    EXPECT_EQ(compiler::compiledSteps(plan), expected) << what;
     // The Plan (with its fused stages) survives serialization.
     Expected<runtime::Plan> back = runtime::Plan::deserialize(plan.serialize());
     ASSERT_TRUE(bool(back)) << back.status().message();

@@ -106,7 +106,7 @@ protected:
 
   static int countOps(const runtime::Plan &plan, const std::string &op) {
     int n = 0;
-    for (const runtime::PlanStage &s : plan.stages)
+    for (const runtime::PlanStep &s : plan.steps)
       n += s.op == op;
     return n;
   }
@@ -132,7 +132,7 @@ protected:
     EXPECT_EQ(countOps(none, "decode_random_resized_crop"), 0);
     EXPECT_EQ(countOps(none, "decode_image"), expectFused);
     // Counted without sluice-fuse-remaps, which may group what is left.
-    EXPECT_EQ(cropOnly.stages.size() - build(yaml, {kRemaps}).stages.size(),
+    EXPECT_EQ(cropOnly.steps.size() - build(yaml, {kRemaps}).steps.size(),
               size_t(expectFolded));
     std::string reference;
     for (int threads : {1, 2})

@@ -69,7 +69,7 @@ runtime::Plan compile(const std::string &path, bool fused) {
 
 std::vector<std::string> stageNames(const runtime::Plan &plan) {
   std::vector<std::string> names;
-  for (const runtime::PlanStage &s : plan.stages)
+  for (const runtime::PlanStep &s : plan.steps)
     names.push_back(s.name);
   return names;
 }

@@ -93,7 +93,7 @@ void expectSamePositions(const Value &got, const Value &want,
 /// The knobs of a fixed schedule as the spec states them: `default`, then
 /// the step's own entry, knob by knob; `none` means no cache. The source's
 /// parallelism (its requests in flight) comes from its own entry only.
-void expectKnobs(const runtime::PlanStage &stage, const dsl::Spec &spec) {
+void expectKnobs(const runtime::PlanStep &stage, const dsl::Spec &spec) {
   std::optional<int64_t> parallelism, prefetch;
   std::optional<std::string> cache;
   for (const std::string &key : {std::string("default"), stage.name}) {
@@ -117,8 +117,8 @@ void expectKnobs(const runtime::PlanStage &stage, const dsl::Spec &spec) {
   EXPECT_EQ(stage.schedule.cache, cache) << stage.name;
 }
 
-void expectStage(const runtime::PlanStage &got, const dsl::Step &want,
-                 const RecordType &input, const dsl::Spec &spec) {
+void expectStep(const runtime::PlanStep &got, const dsl::Step &want,
+                const RecordType &input, const dsl::Spec &spec) {
   SCOPED_TRACE("stage " + want.name);
   EXPECT_EQ(got.name, want.name);
   EXPECT_EQ(got.op, want.op);
@@ -145,11 +145,11 @@ void expectPlanOfSpec(const runtime::Plan &p, const dsl::Spec &spec,
   EXPECT_EQ(p.epochs, spec.epochs);
   EXPECT_EQ(p.cores, spec.budget.cores);
   EXPECT_EQ(p.memoryBytes, spec.budget.memoryBytes);
-  expectStage(p.source, spec.source, RecordType(), spec);
-  ASSERT_EQ(p.stages.size(), spec.steps.size());
+  expectStep(p.source, spec.source, RecordType(), spec);
+  ASSERT_EQ(p.steps.size(), spec.steps.size());
   RecordType input = spec.source.outputType;
   for (size_t i = 0; i < spec.steps.size(); ++i) {
-    expectStage(p.stages[i], spec.steps[i], input, spec);
+    expectStep(p.steps[i], spec.steps[i], input, spec);
     input = spec.steps[i].outputType;
   }
   EXPECT_EQ(p.outputType(), spec.outputType());
@@ -176,9 +176,9 @@ TEST_P(SpecFilePlan, SurvivesItsJsonForm) {
   Expected<runtime::Plan> back = runtime::Plan::deserialize(json);
   ASSERT_TRUE(back) << back.status().message();
   EXPECT_EQ(back->serialize(), json);
-  ASSERT_EQ(back->stages.size(), p.stages.size());
-  for (size_t i = 0; i < p.stages.size(); ++i)
-    EXPECT_EQ(back->stages[i].params, p.stages[i].params) << p.stages[i].name;
+  ASSERT_EQ(back->steps.size(), p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    EXPECT_EQ(back->steps[i].params, p.steps[i].params) << p.steps[i].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -229,14 +229,14 @@ TEST(Plan, KeepsParametersAsTheSpecWroteThem) {
   runtime::Plan p = plan(*spec);
   expectPlanOfSpec(p, *spec, file.dir());
   EXPECT_EQ(p.seed, 9223372036854775807u);
-  ASSERT_EQ(p.stages.size(), 7u);
-  EXPECT_EQ(p.stages[1].name, "map.2");
-  EXPECT_EQ(p.stages[1].schedule.parallelism, 3);
-  EXPECT_FALSE(p.stages[1].schedule.cache);
-  EXPECT_EQ(p.stages[0].schedule.cache, "memory");
+  ASSERT_EQ(p.steps.size(), 7u);
+  EXPECT_EQ(p.steps[1].name, "map.2");
+  EXPECT_EQ(p.steps[1].schedule.parallelism, 3);
+  EXPECT_FALSE(p.steps[1].schedule.cache);
+  EXPECT_EQ(p.steps[0].schedule.cache, "memory");
   // Written order first, then defaults in registry order.
   std::vector<std::string> keys;
-  for (const auto &entry : p.stages[1].params.entries())
+  for (const auto &entry : p.steps[1].params.entries())
     keys.push_back(entry.first);
   ASSERT_GE(keys.size(), 3u);
   EXPECT_EQ((std::vector<std::string>(keys.begin(), keys.begin() + 3)),
@@ -249,9 +249,9 @@ TEST(Plan, LeavesOutTheStagesThePassesRemove) {
   ASSERT_TRUE(spec);
   // `skip: 0` is scheduled, so it stays; without the schedule entry it goes.
   runtime::Plan kept = plan(*spec, {});
-  ASSERT_EQ(kept.stages.size(), spec->steps.size());
-  EXPECT_EQ(kept.stages[5].name, "skip");
-  EXPECT_EQ(kept.stages[5].schedule.prefetch, 0);
+  ASSERT_EQ(kept.steps.size(), spec->steps.size());
+  EXPECT_EQ(kept.steps[5].name, "skip");
+  EXPECT_EQ(kept.steps[5].schedule.prefetch, 0);
 
   std::string yaml = kMixed;
   yaml.erase(yaml.find("  skip: {prefetch: 0}\n"));
@@ -259,14 +259,14 @@ TEST(Plan, LeavesOutTheStagesThePassesRemove) {
   spec = parseFile(unscheduled.path());
   ASSERT_TRUE(spec);
   runtime::Plan removed = plan(*spec, {});
-  ASSERT_EQ(removed.stages.size(), spec->steps.size() - 1);
-  for (const runtime::PlanStage &stage : removed.stages)
+  ASSERT_EQ(removed.steps.size(), spec->steps.size() - 1);
+  for (const runtime::PlanStep &stage : removed.steps)
     EXPECT_NE(stage.name, "skip");
   // The stages around the gap are unchanged and still chained.
-  EXPECT_EQ(removed.stages[5].name, "cache");
-  EXPECT_EQ(removed.stages[5].inputType, removed.stages[4].outputType);
-  expectStage(removed.stages[5], spec->steps[6], spec->steps[5].outputType,
-              *spec);
+  EXPECT_EQ(removed.steps[5].name, "cache");
+  EXPECT_EQ(removed.steps[5].inputType, removed.steps[4].outputType);
+  expectStep(removed.steps[5], spec->steps[6], spec->steps[5].outputType,
+             *spec);
 }
 
 TEST(Plan, RejectsUnknownPassNames) {

@@ -107,12 +107,12 @@ protected:
     ASSERT_GT(reference.size(), 1000u);
 
     runtime::Plan on = sluice::testing::planOfSpecFile(path);
-    std::vector<std::string> compiled = compiler::compiledStages(on);
+    std::vector<std::string> compiled = compiler::compiledSteps(on);
     EXPECT_NE(std::find(compiled.begin(), compiled.end(), fused),
               compiled.end())
         << "'" << fused << "' is not compiled";
     runtime::Plan noRemap = sluice::testing::planOfSpecFile(path, {kPass});
-    for (const runtime::PlanStage &s : noRemap.stages)
+    for (const runtime::PlanStep &s : noRemap.steps)
       if (byPass)
         EXPECT_NE(s.name, fused) << "fused with " << kPass << " off";
 
@@ -259,8 +259,8 @@ TEST_F(RemapFusionTest, ARecordOfAnotherShapeThanTheTypeTakesTheUnfusedSteps) {
                 "std: [60, 0.5, 3]}\n"
                 "  - transpose: {field: image, to: CHW}\n"));
   runtime::Plan plan = sluice::testing::planOfSpecFile(path);
-  const runtime::PlanStage *fused = nullptr;
-  for (const runtime::PlanStage &s : plan.stages)
+  const runtime::PlanStep *fused = nullptr;
+  for (const runtime::PlanStep &s : plan.steps)
     if (s.name == "random_flip+normalize+transpose")
       fused = &s;
   ASSERT_NE(fused, nullptr);
@@ -328,7 +328,7 @@ TEST_F(RemapFusionTest, ImageEpilogueGeneratedWithCodegenFoldedWithout) {
 
       auto names = [](const runtime::Plan &p) {
         std::vector<std::string> v;
-        for (const runtime::PlanStage &s : p.stages)
+        for (const runtime::PlanStep &s : p.steps)
           v.push_back(s.name);
         return v;
       };
@@ -342,9 +342,9 @@ TEST_F(RemapFusionTest, ImageEpilogueGeneratedWithCodegenFoldedWithout) {
           sluice::testing::planOfSpecFile(path, {kPass}, /*codegen=*/true);
       // The crop writes u8 HWC; the epilogue is one compiled stage.
       EXPECT_TRUE(has(names(generated), "decode_image+random_resized_crop"));
-      std::vector<std::string> compiled = compiler::compiledStages(generated);
+      std::vector<std::string> compiled = compiler::compiledSteps(generated);
       bool epilogueCompiled = false;
-      for (const runtime::PlanStage &s : generated.stages)
+      for (const runtime::PlanStep &s : generated.steps)
         if (s.name != "decode_image+random_resized_crop" &&
             !has(names(folded), s.name) && s.name != "select" &&
             s.name != "batch")
@@ -388,8 +388,8 @@ TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {
                 "  - random_flip: {field: image}\n"
                 "  - transpose: {field: image, to: CHW}\n"));
   runtime::Plan plan = sluice::testing::planOfSpecFile(path);
-  const runtime::PlanStage *fused = nullptr;
-  for (const runtime::PlanStage &s : plan.stages)
+  const runtime::PlanStep *fused = nullptr;
+  for (const runtime::PlanStep &s : plan.steps)
     if (s.op == "fused_map")
       fused = &s;
   ASSERT_NE(fused, nullptr);
@@ -409,7 +409,7 @@ TEST_F(RemapFusionTest, TheChainLayoutNamesEveryNumber) {
   EXPECT_FALSE(chain->fill(Tensor::empty(ElemType::U8, {40, 48}), 5, 0, 3,
                            params.data(), shape));
   // A chain on two fields is no remap chain.
-  runtime::PlanStage bad = *fused;
+  runtime::PlanStep bad = *fused;
   bad.fused.back().params.set("field", Value::string("label"));
   EXPECT_FALSE(bool(runtime::RemapChain::build(bad)));
 }

@@ -114,7 +114,7 @@ TEST_F(DeterminismTest, CacheOnlyBeforeRandomSteps) {
   }
   runtime::Plan uncached = plan(3, 2, "  - take: 300\n", "  - batch: 300\n");
   runtime::Plan sneaked = uncached;
-  sneaked.stages[2].schedule.cache = "memory"; // after random_flip
+  sneaked.steps[2].schedule.cache = "memory"; // after random_flip
   auto refused = runtime::Pipeline::create(sneaked, {});
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(refused.status().message().find(

@@ -79,7 +79,7 @@ TEST_P(ElementOpsTest, MatchesTheKernel) {
   runtime::Plan src = planFromYaml(dir_, head + "  - take: 40\n", "src.yaml");
   runtime::Plan op =
       planFromYaml(dir_, head + "  - take: 40\n" + c.step, "op.yaml");
-  ASSERT_FALSE(op.stages.empty());
+  ASSERT_FALSE(op.steps.empty());
   std::vector<Output> in = runAll(src);
   ASSERT_EQ(in.size(), 40u);
   int field = op.outputType().indexOf(c.result);
@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, ElementOpsTest, ::testing::ValuesIn(kOps),
                          [](const auto &info) { return info.param.name; });
 
 TEST(ElementOps, StreamsFollowTheOccurrenceInTheStepName) {
-  runtime::PlanStage s;
+  runtime::PlanStep s;
   s.op = "random_flip";
   s.name = "random_flip";
   EXPECT_EQ(runtime::stageStream(s), streamId("random_flip", 1));
@@ -264,7 +264,7 @@ TEST(ElementOps, StreamsFollowTheOccurrenceInTheStepName) {
 TEST(ElementOps, UnknownOpsAndMissingVocabulariesAreClearErrors) {
   runtime::Plan plan;
   plan.baseDir = "/nonexistent";
-  runtime::PlanStage s;
+  runtime::PlanStep s;
   s.name = "sharpen";
   s.op = "sharpen";
   s.kind = OpKind::Element;

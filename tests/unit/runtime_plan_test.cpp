@@ -39,7 +39,7 @@ void expectSameValue(const Value &a, const Value &b, const std::string &path) {
     }
 }
 
-void expectSameStage(const PlanStage &a, const PlanStage &b) {
+void expectSameStep(const PlanStep &a, const PlanStep &b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.op, b.op);
   EXPECT_EQ(a.kind, b.kind);
@@ -61,10 +61,10 @@ void expectSamePlan(const Plan &a, const Plan &b) {
   EXPECT_EQ(a.epochs, b.epochs);
   EXPECT_EQ(a.cores, b.cores);
   EXPECT_EQ(a.memoryBytes, b.memoryBytes);
-  expectSameStage(a.source, b.source);
-  ASSERT_EQ(a.stages.size(), b.stages.size());
-  for (size_t i = 0; i < a.stages.size(); ++i)
-    expectSameStage(a.stages[i], b.stages[i]);
+  expectSameStep(a.source, b.source);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    expectSameStep(a.steps[i], b.steps[i]);
 }
 
 Plan trickyPlan() {
@@ -91,7 +91,7 @@ Plan trickyPlan() {
   p.source.outputType = RecordType({{"x", FieldType(ElemType::F16, {13})}});
   p.source.loc = {3, 3};
 
-  PlanStage st;
+  PlanStep st;
   st.name = "map.2";
   st.op = "map";
   st.kind = OpKind::Element;
@@ -120,18 +120,18 @@ Plan trickyPlan() {
   st.schedule.parallelism = 4;
   st.schedule.prefetch = 0;
   st.schedule.cache = "disk";
-  p.stages.push_back(st);
-  PlanStage batch;
+  p.steps.push_back(st);
+  PlanStep batch;
   batch.name = "batch";
   batch.op = "batch";
   batch.kind = OpKind::Record;
   batch.params = Value::map();
-  p.stages.push_back(batch);
+  p.steps.push_back(batch);
   return p;
 }
 
 TEST(Plan, FusedStepsReportTheirFirstOp) {
-  runtime::PlanStage s;
+  runtime::PlanStep s;
   s.op = "normalize";
   s.name = "normalize.3";
   EXPECT_EQ(s.reportedOp(), "normalize");
@@ -149,8 +149,8 @@ TEST(Plan, SerializeRoundTripsExactly) {
   ASSERT_TRUE(bool(back)) << back.status().message() << "\n" << text;
   expectSamePlan(p, *back);
   EXPECT_EQ(back->serialize(), text);
-  EXPECT_EQ(p.where(p.stages[0]), "dir with spaces/spec.yaml:7:5");
-  EXPECT_EQ(p.where(p.stages[1]), "dir with spaces/spec.yaml");
+  EXPECT_EQ(p.where(p.steps[0]), "dir with spaces/spec.yaml:7:5");
+  EXPECT_EQ(p.where(p.steps[1]), "dir with spaces/spec.yaml");
 }
 
 TEST(Plan, UnsetKnobsKeepThePlanFormat) {
@@ -166,17 +166,17 @@ TEST(Plan, UnsetKnobsKeepThePlanFormat) {
   EXPECT_EQ(written["cache"], "");
   Expected<Plan> back = Plan::deserialize(text);
   ASSERT_TRUE(bool(back)) << back.status().message();
-  const PlanStage &batch = back->stages[1];
+  const PlanStep &batch = back->steps[1];
   EXPECT_FALSE(batch.schedule.parallelism);
   EXPECT_FALSE(batch.schedule.prefetch);
   EXPECT_FALSE(batch.schedule.cache);
   // A prefetch of 0 is a knob, not unset.
-  EXPECT_EQ(back->stages[0].schedule.prefetch, 0);
+  EXPECT_EQ(back->steps[0].schedule.prefetch, 0);
   // "none" (meaning no cache) reads as unset too.
   j["stages"][1]["cache"] = "none";
   Expected<Plan> none = Plan::deserialize(j.dump());
   ASSERT_TRUE(bool(none)) << none.status().message();
-  EXPECT_FALSE(none->stages[1].schedule.cache);
+  EXPECT_FALSE(none->steps[1].schedule.cache);
 }
 
 TEST(Plan, SerializeRoundTripsAnExampleSpec) {
@@ -201,7 +201,7 @@ TEST(Plan, SerializeRoundTripsAnExampleSpec) {
   EXPECT_EQ(*back->worldSize, 3);
   EXPECT_EQ(back->where(back->worldSizeLoc), p.where(p.worldSizeLoc));
   EXPECT_EQ(back->worldSizeLoc.line, 17);
-  EXPECT_EQ(back->stages[1].schedule.parallelism, 2);
+  EXPECT_EQ(back->steps[1].schedule.parallelism, 2);
   EXPECT_EQ(back->memoryBytes, int64_t(1) << 30);
   // The deserialized plan runs like the original.
   runtime::RunOptions rank0;
@@ -277,14 +277,14 @@ TEST(Plan, NumbersAndStringsAreExact) {
   extremes.set("imin", Value::integer(std::numeric_limits<int64_t>::min()));
   // Bytes that are not UTF-8 (a hand-built plan, a path from argv).
   extremes.set("raw\xff", Value::string(std::string("a\xff\xfe\0b", 5)));
-  p.stages[1].params = extremes;
+  p.steps[1].params = extremes;
   p.specFile = "dir/\xc3(.yaml";
   std::string text = p.serialize();
   Expected<Plan> back = Plan::deserialize(text);
   ASSERT_TRUE(bool(back)) << back.status().message() << "\n" << text;
   expectSamePlan(p, *back);
   EXPECT_EQ(back->serialize(), text);
-  const auto &entries = back->stages[1].params.entries();
+  const auto &entries = back->steps[1].params.entries();
   for (size_t i = 0; i + 3 < entries.size(); ++i) {
     double a = extremes.entries()[i].second.asDouble();
     double b = entries[i].second.asDouble();

@@ -84,7 +84,7 @@ protected:
     o.sink = "npy:" + out_;
     o.progress = runtime::RunOptions::Progress::Off;
     o.threads = 2;
-    o.binder = [fn](const runtime::PlanStage &st)
+    o.binder = [fn](const runtime::PlanStep &st)
         -> std::optional<Expected<runtime::ElementFn>> {
       if (st.op != "map")
         return std::nullopt;
@@ -377,7 +377,7 @@ TEST_P(CancelTest, ReachesIntoTheBatchBeingAssembled) {
   runtime::RunOptions o;
   o.threads = GetParam();
   std::atomic<int64_t> processed{0};
-  o.binder = [&](const runtime::PlanStage &st)
+  o.binder = [&](const runtime::PlanStep &st)
       -> std::optional<Expected<runtime::ElementFn>> {
     if (st.op != "map")
       return std::nullopt;

@@ -170,7 +170,7 @@ TEST_F(ResumeTest, StatesOnlyResumeTheirPipeline) {
   EXPECT_TRUE(bool(runtime::Pipeline::create(p, o)));
   // Another schedule or budget: same pipeline.
   runtime::Plan q = p;
-  q.stages[0].schedule.prefetch = 3;
+  q.steps[0].schedule.prefetch = 3;
   q.memoryBytes = 1 << 30;
   EXPECT_EQ(runtime::planFingerprint(p), runtime::planFingerprint(q));
   // Another parameter: refused.

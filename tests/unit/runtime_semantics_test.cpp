@@ -200,7 +200,7 @@ TEST_F(SemanticsTest, BinderSuppliesCompiledSteps) {
                          1);
   runtime::RunOptions o;
   int bound = 0;
-  o.binder = [&](const runtime::PlanStage &st)
+  o.binder = [&](const runtime::PlanStep &st)
       -> std::optional<Expected<runtime::ElementFn>> {
     if (st.op != "map")
       return std::nullopt;

@@ -58,7 +58,7 @@ inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
   p.rankLoc = spec.distributed.rankLoc;
   p.worldSizeLoc = spec.distributed.worldSizeLoc;
   auto convert = [&](const dsl::Step &s, const RecordType &in) {
-    runtime::PlanStage st;
+    runtime::PlanStep st;
     st.name = s.name;
     st.op = s.op;
     st.kind = s.def ? s.def->kind : OpKind::Element;
@@ -78,7 +78,7 @@ inline runtime::Plan planFromSpec(const dsl::Spec &spec) {
   p.source.kind = OpKind::Source;
   RecordType prev = spec.source.outputType;
   for (const dsl::Step &s : spec.steps) {
-    p.stages.push_back(convert(s, prev));
+    p.steps.push_back(convert(s, prev));
     prev = s.outputType;
   }
   return p;

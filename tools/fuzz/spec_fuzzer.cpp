@@ -21,6 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!spec && os.str().find("error:") == std::string::npos)
     std::abort();
   if (spec)
-    (void)sluice::dsl::renderTypedStages(*spec);
+    (void)sluice::dsl::renderTypedSteps(*spec);
   return 0;
 }

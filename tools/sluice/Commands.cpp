@@ -140,10 +140,10 @@ namespace {
 
 /// The spec step names a plan stage runs: its own, the '+'-joined names of a
 /// fused stage, and the steps of a fused map.
-void stepNamesOf(const runtime::PlanStage &s, std::set<std::string> &out) {
+void stepNamesOf(const runtime::PlanStep &s, std::set<std::string> &out) {
   for (const std::string &step : runtime::stepNamesIn(s.name))
     out.insert(step);
-  for (const runtime::PlanStage &f : s.fused)
+  for (const runtime::PlanStep &f : s.fused)
     stepNamesOf(f, out);
 }
 
@@ -152,14 +152,14 @@ void stepNamesOf(const runtime::PlanStage &s, std::set<std::string> &out) {
 /// above it.
 std::string shufflePlacement(const dsl::Spec &spec, const runtime::Plan &plan) {
   std::ostringstream os;
-  for (size_t i = 0; i < plan.stages.size(); ++i) {
-    const runtime::PlanStage &sh = plan.stages[i];
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const runtime::PlanStep &sh = plan.steps[i];
     const OpDef *def = Registry::instance().find(sh.op);
     if (!def || !def->traits.orderWindow)
       continue;
     std::set<std::string> later;
-    for (size_t j = i + 1; j < plan.stages.size(); ++j)
-      stepNamesOf(plan.stages[j], later);
+    for (size_t j = i + 1; j < plan.steps.size(); ++j)
+      stepNamesOf(plan.steps[j], later);
     std::vector<std::string> crossed;
     bool seen = false;
     for (const dsl::Step &st : spec.steps) {
@@ -178,7 +178,7 @@ std::string shufflePlacement(const dsl::Spec &spec, const runtime::Plan &plan) {
       continue;
     }
     os << (i == 0 ? "right after the source"
-                  : "after " + plan.stages[i - 1].name)
+                  : "after " + plan.steps[i - 1].name)
        << ", before ";
     for (size_t k = 0; k < crossed.size(); ++k)
       os << (k ? ", " : "") << crossed[k];
@@ -239,7 +239,7 @@ CommandAction addCheckCommand(CLI::App &root) {
     if (!spec)
       return kExitUsage;
     if (!st->quiet)
-      std::cout << dsl::renderTypedStages(*spec);
+      std::cout << dsl::renderTypedSteps(*spec);
     warnAboutData(std::move(spec), st->quiet);
     return kExitOk;
   };

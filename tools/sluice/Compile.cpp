@@ -400,7 +400,7 @@ int runCompile(const CompileFlags &f) {
   std::vector<compiler::DataSymbol> symbols;
   std::vector<std::string> objects = {tmp.path + "/data.o"};
   if (!f.noJit) {
-    kernelSteps = compiler::compiledStages(*plan);
+    kernelSteps = compiler::compiledSteps(*plan);
     if (Status s = compiler::emitKernelObject(*plan, f.targetCpu,
                                               tmp.path + "/kernels.o");
         !s) {

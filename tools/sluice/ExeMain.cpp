@@ -84,7 +84,7 @@ struct PathParam {
   }
 };
 
-std::vector<PathParam> pathParams(const runtime::PlanStage &source) {
+std::vector<PathParam> pathParams(const runtime::PlanStep &source) {
   std::vector<PathParam> out;
   const OpDef *def = Registry::instance().find(source.op);
   if (!def)

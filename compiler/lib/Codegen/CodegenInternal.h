@@ -44,7 +44,7 @@ namespace sluice::compiler::codegen {
 
 /// How the generator computes step `s`, asked of its op's entry
 /// (OpTraits::valueForm); ValueForm::None for an op it does not compile.
-inline ValueForm valueFormOf(const runtime::PlanStage &s) {
+inline ValueForm valueFormOf(const runtime::PlanStep &s) {
   const OpTraits *t = opTraits(s.op);
   return t ? t->valueForm : ValueForm::None;
 }
@@ -52,11 +52,11 @@ inline ValueForm valueFormOf(const runtime::PlanStage &s) {
 /// One generated function: the value-wise steps `steps` (in order) applied
 /// to every element of field `field` of stage `stage`, writing `outField`.
 struct KernelSpec {
-  std::string stage;    ///< PlanStage::name, the table's key
+  std::string stage;    ///< PlanStep::name, the table's key
   std::string funcName; ///< sluice_k0, sluice_k1, ...
   std::string field, outField;
   ElemType inElem = ElemType::F32, outElem = ElemType::F32;
-  std::vector<const runtime::PlanStage *> steps;
+  std::vector<const runtime::PlanStep *> steps;
   /// Value chains with a per-channel `normalize`: its channel count C (the
   /// field's last dim), > 1. Element i is in channel i mod C, which the
   /// kernel's loop derives from i; the runtime binding sends a record whose
@@ -134,7 +134,7 @@ bool buildFilterKernel(mlir::OpBuilder &b, mlir::ModuleOp module,
 /// Lowers `map`'s expression on one element `x` (ExprToArith.cpp). Fails
 /// (returns false, `error` set) for an expression it cannot lower.
 bool lowerMapExpr(mlir::OpBuilder &b, mlir::Location loc,
-                  const runtime::PlanStage &step, Scalar x, Scalar &result,
+                  const runtime::PlanStep &step, Scalar x, Scalar &result,
                   std::string &error);
 
 /// Converts with the rules of ops/kernels/Scalar.h (convertOne).

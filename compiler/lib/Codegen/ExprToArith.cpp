@@ -471,7 +471,7 @@ bool exprLowerable(const CompiledExpr &expr) {
          supportedElem(expr.inputType());
 }
 
-bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStage &step,
+bool lowerMapExpr(OpBuilder &b, Location loc, const runtime::PlanStep &step,
                   Scalar x, Scalar &result, std::string &error) {
   ExprError perr;
   ExprPtr e = parseExpr(step.params["expr"].asString(), perr);

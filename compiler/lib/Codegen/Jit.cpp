@@ -192,7 +192,7 @@ struct BuiltModule {
 };
 
 /// `withSplits`: also the kernels of the stages a cache inside a fused
-/// stage splits it into (runtime::cacheSplitStages), so a split the
+/// stage splits it into (runtime::cacheSplitSteps), so a split the
 /// autotuner or a schedule file chooses at run time runs generated code.
 Expected<BuiltModule> buildModule(const runtime::Plan &plan,
                                   bool withSplits = true) {
@@ -201,11 +201,11 @@ Expected<BuiltModule> buildModule(const runtime::Plan &plan,
       mlir::MLIRContext::Threading::DISABLED);
   m.plan = std::make_unique<runtime::Plan>(plan);
   if (withSplits)
-    for (runtime::PlanStage &s : runtime::cacheSplitStages(plan))
+    for (runtime::PlanStep &s : runtime::cacheSplitSteps(plan))
       if (std::none_of(
-              m.plan->stages.begin(), m.plan->stages.end(),
-              [&](const runtime::PlanStage &t) { return t.name == s.name; }))
-        m.plan->stages.push_back(std::move(s));
+              m.plan->steps.begin(), m.plan->steps.end(),
+              [&](const runtime::PlanStep &t) { return t.name == s.name; }))
+        m.plan->steps.push_back(std::move(s));
   m.kernels = collectKernels(*m.plan);
   std::string error;
   m.module = buildKernelModule(*m.ctx, m.kernels, error);
@@ -442,7 +442,7 @@ Status printKernels(const runtime::Plan &plan, const std::string &form,
   return Status::ok();
 }
 
-std::vector<std::string> compiledStages(const runtime::Plan &plan) {
+std::vector<std::string> compiledSteps(const runtime::Plan &plan) {
   std::vector<std::string> names;
   for (const KernelSpec &k : collectKernels(plan))
     if (names.empty() || names.back() != k.stage)

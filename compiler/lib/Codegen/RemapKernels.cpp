@@ -61,7 +61,7 @@ namespace {
 bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
   if (!supportedElem(st.inElem) || !supportedElem(st.outElem))
     return false;
-  const runtime::PlanStage &s = *st.stage;
+  const runtime::PlanStep &s = *st.stage;
   if (st.kind != runtime::RemapChain::Kind::Value)
     return true;
   if (valueFormOf(s) == ValueForm::ScaleShift) // any channel count (tables)
@@ -74,7 +74,7 @@ bool remapValueStepCovered(const runtime::RemapChain::Step &st) {
 
 } // namespace
 
-bool remapKernel(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
+bool remapKernel(const runtime::PlanStep &s, std::vector<KernelSpec> &out) {
   Expected<runtime::RemapChain> chain = runtime::RemapChain::build(s);
   if (!chain)
     return false;
@@ -93,7 +93,7 @@ bool remapKernel(const runtime::PlanStage &s, std::vector<KernelSpec> &out) {
   k.outShape.resize(chain->rankAt(chain->steps().size()), -1);
   // The static shape at every step's input, and the output's.
   for (size_t st = 0; st <= chain->steps().size(); ++st) {
-    const runtime::PlanStage *at =
+    const runtime::PlanStep *at =
         st < chain->steps().size() ? chain->steps()[st].stage : nullptr;
     const RecordType &type = at ? at->inputType : s.outputType;
     int f = type.indexOf(k.field);

@@ -63,13 +63,13 @@ using mlir::Value;
 
 namespace {
 
-double paramDouble(const runtime::PlanStage &s, const char *name,
+double paramDouble(const runtime::PlanStep &s, const char *name,
                    double fallback) {
   const sluice::Value &v = s.params[name];
   return v.isNumber() ? v.asDouble() : fallback;
 }
 
-Scalar lowerFillMissing(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar lowerFillMissing(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                         Scalar v) {
   double value = paramDouble(s, "value", 0);
   if (v.elem == ElemType::F16 || v.elem == ElemType::BF16) {
@@ -97,7 +97,7 @@ Scalar lowerFillMissing(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   return {b.create<arith::SelectOp>(loc, nan, c, v.value), v.elem};
 }
 
-Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                   Scalar v) {
   const sluice::Value &minV = s.params["min"], &maxV = s.params["max"];
   std::optional<double> lo, hi;
@@ -196,7 +196,7 @@ Scalar lowerClamp(OpBuilder &b, Location loc, const runtime::PlanStage &s,
   return {b.create<arith::SelectOp>(loc, lt, lc, inner), v.elem};
 }
 
-Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                        Scalar v) {
   int64_t buckets =
       s.params["buckets"].isNumber() ? s.params["buckets"].asInt() : 1;
@@ -242,7 +242,7 @@ Scalar lowerHashBucket(OpBuilder &b, Location loc, const runtime::PlanStage &s,
 
 /// Boundaries the generated bucketize covers: sorted, no NaN, few enough
 /// to compare against each one (kernels::bucketize binary-searches).
-bool bucketizeCovered(const runtime::PlanStage &s, std::vector<double> &b) {
+bool bucketizeCovered(const runtime::PlanStep &s, std::vector<double> &b) {
   b = s.params["boundaries"].asDoubleList();
   if (b.size() > 64)
     return false;
@@ -254,7 +254,7 @@ bool bucketizeCovered(const runtime::PlanStage &s, std::vector<double> &b) {
 
 /// kernels::bucketize: the number of boundaries <= x (NaN: all of them),
 /// compared exactly for i64 and in double for every other type.
-Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                       Scalar v) {
   std::vector<double> bounds;
   bucketizeCovered(s, bounds);
@@ -293,7 +293,7 @@ Scalar lowerBucketize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
 
 } // namespace
 
-bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+bool lowerStep(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                Scalar &v, ElemType outElem, std::string &error) {
   ValueForm form = valueFormOf(s);
   if (form == ValueForm::FillNaN)
@@ -338,7 +338,7 @@ std::optional<ElemType> fieldElem(const RecordType &type,
 
 } // namespace
 
-int64_t normalizeChannels(const runtime::PlanStage &s) {
+int64_t normalizeChannels(const runtime::PlanStep &s) {
   std::vector<double> mean = s.params["mean"].asDoubleList();
   std::vector<double> sd = s.params["std"].asDoubleList();
   if (mean.empty() || sd.empty() ||
@@ -350,7 +350,7 @@ int64_t normalizeChannels(const runtime::PlanStage &s) {
   return static_cast<int64_t>(std::max(mean.size(), sd.size()));
 }
 
-bool coveredStep(const runtime::PlanStage &s, std::string &field,
+bool coveredStep(const runtime::PlanStep &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem) {
   ValueForm form = valueFormOf(s);
   if (s.kind != OpKind::Element || form == ValueForm::None)
@@ -417,10 +417,10 @@ std::string KernelSpec::signature() const {
 /// to the runtime whole. A chain with a per-channel normalize records the
 /// channel count its records must have (KernelSpec::channels); two such
 /// steps that disagree would fail every record, so the runtime keeps them.
-static bool fusedKernels(const runtime::PlanStage &s,
+static bool fusedKernels(const runtime::PlanStep &s,
                          std::vector<KernelSpec> &out) {
   std::vector<KernelSpec> chains;
-  for (const runtime::PlanStage &step : s.fused) {
+  for (const runtime::PlanStep &step : s.fused) {
     std::string field, outField;
     ElemType in, outElem;
     if (!coveredStep(step, field, outField, in, outElem) || outField != field)
@@ -480,7 +480,7 @@ namespace {
 
 /// normalize's per-channel constants for `s` (kernels::normalizeTables),
 /// one pair per channel (n of them, 1 for a single pair).
-void normalizeConstants(const runtime::PlanStage &s, std::vector<float> &m,
+void normalizeConstants(const runtime::PlanStep &s, std::vector<float> &m,
                         std::vector<float> &sc) {
   std::vector<double> mean = s.params["mean"].asDoubleList();
   std::vector<double> sd = s.params["std"].asDoubleList();
@@ -557,19 +557,19 @@ Value normalizeFromTables(OpBuilder &b, Location loc, Value x, Value mTable,
 
 } // namespace
 
-ElemType normalizeOutElem(const runtime::PlanStage &s) {
+ElemType normalizeOutElem(const runtime::PlanStep &s) {
   const sluice::Value &d = s.params["dtype"];
   std::optional<ElemType> t =
       d.isString() ? parseElemType(d.asString()) : std::nullopt;
   return t && kernels::isNormalizeOutput(*t) ? *t : ElemType::F32;
 }
 
-Scalar normalizeResult(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar normalizeResult(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                        Value f32Value) {
   return convertScalar(b, loc, {f32Value, ElemType::F32}, normalizeOutElem(s));
 }
 
-Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStage &s,
+Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStep &s,
                       Scalar v, Value channel) {
   std::vector<float> m, sc;
   normalizeConstants(s, m, sc);
@@ -613,7 +613,7 @@ int64_t normalizePeriod(int64_t c) {
 /// of its channel count): two constant tables, entry j holding channel
 /// (j mod C)'s mean and 1/std.
 std::pair<Value, Value> periodTables(OpBuilder &b, Location loc,
-                                     const runtime::PlanStage &s,
+                                     const runtime::PlanStep &s,
                                      int64_t period) {
   std::vector<float> m, sc;
   normalizeConstants(s, m, sc);
@@ -665,7 +665,7 @@ bool periodLoops(OpBuilder &b, Location loc, Value total, int64_t period,
 bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
                         const std::vector<Value> &inDims, Value in,
                         Value outPtr) {
-  const runtime::PlanStage &s = *k.chain->steps()[0].stage;
+  const runtime::PlanStep &s = *k.chain->steps()[0].stage;
   Location loc = NameLoc::get(b.getStringAttr(k.stage));
   MLIRContext *ctx = b.getContext();
   Type ptr = LLVM::LLVMPointerType::get(ctx), i64 = b.getI64Type();
@@ -733,7 +733,7 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   // Each per-channel normalize's tables, one entry per period position.
   std::vector<std::pair<Value, Value>> tables(k.steps.size());
   for (size_t st = 0; st < k.steps.size(); ++st) {
-    const runtime::PlanStage &s = *k.steps[st];
+    const runtime::PlanStep &s = *k.steps[st];
     if (valueFormOf(s) != ValueForm::ScaleShift || normalizeChannels(s) < 2)
       continue;
     if (normalizeChannels(s) != k.channels || period % k.channels != 0) {
@@ -750,7 +750,7 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
     Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{i});
     Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
     for (size_t st = 0; st < k.steps.size(); ++st) {
-      const runtime::PlanStage *s = k.steps[st];
+      const runtime::PlanStep *s = k.steps[st];
       std::string field, outField;
       ElemType se, so;
       if (!coveredStep(*s, field, outField, se, so) || se != v.elem) {
@@ -796,14 +796,14 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
 
 std::vector<KernelSpec> collectKernels(const runtime::Plan &plan) {
   std::vector<KernelSpec> out;
-  for (const runtime::PlanStage &s : plan.stages) {
+  for (const runtime::PlanStep &s : plan.steps) {
     if (s.op == "fused_map") {
       // A chain that moves values (sluice-fuse-remaps) is one remap kernel;
       // a value-wise run (sluice-fuse-maps) one loop per field, flat over
       // the elements, also when a normalize makes it a chain of one field
       // that RemapChain would take too.
       bool moves = std::any_of(s.fused.begin(), s.fused.end(),
-                               [](const runtime::PlanStage &st) {
+                               [](const runtime::PlanStep &st) {
                                  return runtime::isRemapOp(st.op);
                                });
       if (moves && !remapKernel(s, out))

@@ -53,7 +53,7 @@ Scalar widen(mlir::OpBuilder &b, mlir::Location loc, Scalar v);
 
 /// Lowers one step on one element; `outElem` is the step's output type.
 bool lowerStep(mlir::OpBuilder &b, mlir::Location loc,
-               const runtime::PlanStage &s, Scalar &v, ElemType outElem,
+               const runtime::PlanStep &s, Scalar &v, ElemType outElem,
                std::string &error);
 
 /// normalize's channel count as a fused value loop needs it: 1 when one
@@ -62,12 +62,12 @@ bool lowerStep(mlir::OpBuilder &b, mlir::Location loc,
 /// error). 0 when the runtime would reject every record (an empty list,
 /// lengths that disagree, a std that is not finite and positive): such a
 /// step is left to the runtime, which reports it.
-int64_t normalizeChannels(const runtime::PlanStage &s);
+int64_t normalizeChannels(const runtime::PlanStep &s);
 
 /// Whether the generator covers `s` as a single step, and its field IO.
 /// (A normalize is covered inside a fused chain, which knows the channel;
 /// a lone normalize stage is compiled as a chain of one, remapKernel.)
-bool coveredStep(const runtime::PlanStage &s, std::string &field,
+bool coveredStep(const runtime::PlanStep &s, std::string &field,
                  std::string &out, ElemType &in, ElemType &outElem);
 
 /// The constant `value` stored as `elem` (storeFromDouble's conversion).
@@ -75,10 +75,10 @@ mlir::Value elemConstant(mlir::OpBuilder &b, mlir::Location loc, ElemType elem,
                          double value);
 
 /// normalize's output element type (`dtype`: f32, f16, bf16).
-ElemType normalizeOutElem(const runtime::PlanStage &s);
+ElemType normalizeOutElem(const runtime::PlanStep &s);
 /// A normalize's f32 result as its output type (rounded for f16 / bf16).
 Scalar normalizeResult(mlir::OpBuilder &b, mlir::Location loc,
-                       const runtime::PlanStage &s, mlir::Value f32Value);
+                       const runtime::PlanStep &s, mlir::Value f32Value);
 
 /// normalize on one element whose channel (last index) is `channel`:
 /// float(x) as kernels::normalize converts it, then (x - m[c]) * scale[c].
@@ -86,7 +86,7 @@ Scalar normalizeResult(mlir::OpBuilder &b, mlir::Location loc,
 /// constants; any other channel reads its pair from two constant tables
 /// indexed by the channel, for any number of channels.
 Scalar lowerNormalize(mlir::OpBuilder &b, mlir::Location loc,
-                      const runtime::PlanStage &s, Scalar v,
+                      const runtime::PlanStep &s, Scalar v,
                       mlir::Value channel);
 
 /// A lone normalize over several channels that are not unrolled (more than
@@ -115,7 +115,7 @@ mlir::Block *beginKernel(mlir::OpBuilder &b, mlir::ModuleOp module,
 //===----------------------------------------------------------------------===//
 
 /// The kernel of a remap chain, if `s` is one the generator covers.
-bool remapKernel(const runtime::PlanStage &s, std::vector<KernelSpec> &out);
+bool remapKernel(const runtime::PlanStep &s, std::vector<KernelSpec> &out);
 
 bool buildRemapKernel(mlir::OpBuilder &b, mlir::ModuleOp module,
                       const KernelSpec &k, std::string &error);

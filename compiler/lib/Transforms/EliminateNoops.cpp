@@ -87,7 +87,7 @@ struct EliminateNoopsPass
     Block &body = pipeline.getBody().front();
     for (Operation &op :
          llvm::make_early_inc_range(body.without_terminator())) {
-      auto stage = dyn_cast<StageOpInterface>(op);
+      auto stage = dyn_cast<StepOpInterface>(op);
       if (!stage || !stage.getInputStream())
         continue;
       std::string reason = noopReason(&op);
@@ -99,15 +99,15 @@ struct EliminateNoopsPass
         continue;
       // A fixed schedule names the stage (e.g. prefetch after it); dropping
       // the stage would silently drop that setting.
-      if (schedule && schedule->contains(stage.getStageName())) {
-        LLVM_DEBUG(llvm::dbgs() << "keeping '" << stage.getStageName() << "' ("
+      if (schedule && schedule->contains(stage.getStepName())) {
+        LLVM_DEBUG(llvm::dbgs() << "keeping '" << stage.getStepName() << "' ("
                                 << reason << "): it is scheduled\n");
         continue;
       }
-      LLVM_DEBUG(llvm::dbgs() << "removing '" << stage.getStageName()
+      LLVM_DEBUG(llvm::dbgs() << "removing '" << stage.getStepName()
                               << "': " << reason << "\n");
       if (emitRemarks)
-        op.emitRemark() << "removed '" << stage.getStageName() << "': it "
+        op.emitRemark() << "removed '" << stage.getStepName() << "': it "
                         << reason;
       stage.getOutputStream().replaceAllUsesWith(stage.getInputStream());
       op.erase();

@@ -92,12 +92,12 @@ struct FuseCropEpiloguePass
     // The step the folded one follows: the crop (the last step of the
     // fused "decode+crop") or the epilogue's last.
     StringRef prev = epi.steps.empty()
-                         ? crop.getStageName().rsplit('+').second.empty()
-                               ? crop.getStageName()
-                               : crop.getStageName().rsplit('+').second
-                         : ElementOp(epi.steps.back()).getStageName();
+                         ? crop.getStepName().rsplit('+').second.empty()
+                               ? crop.getStepName()
+                               : crop.getStepName().rsplit('+').second
+                         : ElementOp(epi.steps.back()).getStepName();
     if (std::string split =
-            scheduleSplits(pipeline.getSchedule(), prev, step.getStageName());
+            scheduleSplits(pipeline.getSchedule(), prev, step.getStepName());
         !split.empty())
       return split;
     Part part = partOf(step);
@@ -168,12 +168,12 @@ struct FuseCropEpiloguePass
         break;
       std::string reason = blocker(pipeline, crop, epi, step, *image, channels);
       if (!reason.empty()) {
-        LLVM_DEBUG(llvm::dbgs() << "not folding '" << step.getStageName()
+        LLVM_DEBUG(llvm::dbgs() << "not folding '" << step.getStepName()
                                 << "': " << reason << "\n");
         if (emitRemarks)
           step.emitRemark()
-              << "did not fold '" << step.getStageName() << "' into '"
-              << crop.getStageName() << "': " << reason;
+              << "did not fold '" << step.getStepName() << "' into '"
+              << crop.getStepName() << "': " << reason;
         break;
       }
       if (part == Part::Flip)
@@ -189,11 +189,11 @@ struct FuseCropEpiloguePass
       return;
     if (leaveToCodegen && generated(epi)) {
       numLeft += epi.steps.size();
-      LLVM_DEBUG(llvm::dbgs() << "left the epilogue of '" << crop.getStageName()
+      LLVM_DEBUG(llvm::dbgs() << "left the epilogue of '" << crop.getStepName()
                               << "' to the generated kernel\n");
       if (emitRemarks)
         epi.steps.front().emitRemark()
-            << "left " << quotedNames(epi) << " after '" << crop.getStageName()
+            << "left " << quotedNames(epi) << " after '" << crop.getStepName()
             << (epi.steps.size() == 1
                     ? "' to a generated kernel (alone, it writes the batch "
                       "row; sluice-fuse-maps fuses it with value-wise steps "
@@ -218,18 +218,18 @@ struct FuseCropEpiloguePass
   static std::string quotedNames(const Epilogue &epi) {
     std::string names;
     for (ElementOp step : epi.steps)
-      names += (names.empty() ? "'" : ", '") + step.getStageName().str() + "'";
+      names += (names.empty() ? "'" : ", '") + step.getStepName().str() + "'";
     return names;
   }
 
   void fold(ElementOp crop, Epilogue epi) {
     MLIRContext *ctx = crop.getContext();
     NamedAttrList params(crop.getParams());
-    std::string name = crop.getStageName().str();
+    std::string name = crop.getStepName().str();
     for (ElementOp step : epi.steps)
-      name += "+" + step.getStageName().str();
+      name += "+" + step.getStepName().str();
     if (epi.flip) {
-      params.set("flip_step", StringAttr::get(ctx, epi.flip.getStageName()));
+      params.set("flip_step", StringAttr::get(ctx, epi.flip.getStepName()));
       if (Attribute pAttr = epi.flip.getParams().get("p"))
         params.set("flip_p", pAttr);
     }
@@ -253,7 +253,7 @@ struct FuseCropEpiloguePass
     LLVM_DEBUG(llvm::dbgs() << "folded into '" << name << "'\n");
     if (emitRemarks) {
       epi.steps.front().emitRemark()
-          << "folded " << quotedNames(epi) << " into '" << crop.getStageName()
+          << "folded " << quotedNames(epi) << " into '" << crop.getStepName()
           << "': done while the resize writes each row";
     }
     last.getOutput().replaceAllUsesWith(fused.getOutput());

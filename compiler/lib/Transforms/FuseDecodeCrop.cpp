@@ -57,8 +57,8 @@ struct FuseDecodeCropPass
     // A fixed schedule's knobs move onto the fused stage when they agree
     // (PlanGen applies each part's); a prefetch or cache between the two, or
     // two parallelisms, keep them apart.
-    return scheduleSplits(pipeline.getSchedule(), decode.getStageName(),
-                          crop.getStageName());
+    return scheduleSplits(pipeline.getSchedule(), decode.getStepName(),
+                          crop.getStepName());
   }
 
   void run(PipelineOp pipeline) {
@@ -81,12 +81,12 @@ struct FuseDecodeCropPass
       std::string reason = blocker(pipeline, decode, crop);
       if (!reason.empty()) {
         LLVM_DEBUG(llvm::dbgs()
-                   << "not fusing '" << decode.getStageName() << "' + '"
-                   << crop.getStageName() << "': " << reason << "\n");
+                   << "not fusing '" << decode.getStepName() << "' + '"
+                   << crop.getStepName() << "': " << reason << "\n");
         if (emitRemarks)
           crop.emitRemark()
-              << "did not fuse '" << decode.getStageName() << "' into '"
-              << crop.getStageName() << "': " << reason;
+              << "did not fuse '" << decode.getStepName() << "' into '"
+              << crop.getStepName() << "': " << reason;
         continue;
       }
       fuse(decode, crop);
@@ -105,10 +105,10 @@ struct FuseDecodeCropPass
     for (NamedAttribute p : crop.getParams())
       if (p.getName() != "field" && p.getName() != "as")
         params.set(p.getName(), p.getValue());
-    std::string cropName = crop.getStageName().str();
+    std::string cropName = crop.getStepName().str();
     params.set("crop_step", StringAttr::get(ctx, cropName));
     // '+' cannot occur in a step name, so the fused name is unique.
-    std::string name = decode.getStageName().str() + "+" + cropName;
+    std::string name = decode.getStepName().str() + "+" + cropName;
 
     // Both lines: errors of the fused step (nearly all of them the
     // decode's) point at the first, the decode.
@@ -121,10 +121,10 @@ struct FuseDecodeCropPass
                                       ->traits.fusedWithDecoder,
                                   decode.getInput(), params.getDictionary(ctx),
                                   StringAttr::get(ctx, name));
-    LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStageName() << "' + '"
+    LLVM_DEBUG(llvm::dbgs() << "fused '" << decode.getStepName() << "' + '"
                             << cropName << "' into '" << name << "'\n");
     if (emitRemarks)
-      crop.emitRemark() << "fused '" << decode.getStageName() << "' into '"
+      crop.emitRemark() << "fused '" << decode.getStepName() << "' into '"
                         << cropName
                         << "': only the crop box of each JPEG is decoded";
     crop.getOutput().replaceAllUsesWith(fused.getOutput());

@@ -71,7 +71,7 @@ struct FuseMapBatchPass
 
   /// Why `stage` cannot move after a batch that adds leading dim `dim`, or
   /// "" if it can.
-  std::string blocker(StageOpInterface stage, int64_t dim,
+  std::string blocker(StepOpInterface stage, int64_t dim,
                       std::optional<DictionaryAttr> schedule) {
     llvm::StringRef op = stage.getRegistryName();
     const sluice::OpDef *def = sluice::Registry::instance().find(op.str());
@@ -82,7 +82,7 @@ struct FuseMapBatchPass
     // A fixed schedule that caches after this step put a materialization
     // point into the record stream (sized and placed for records); moving
     // the step would silently move that point behind the batch.
-    if (schedule && cachedBySchedule(*schedule, stage.getStageName()))
+    if (schedule && cachedBySchedule(*schedule, stage.getStepName()))
       return "the fixed schedule caches its output";
     if (!def->typeRule)
       return "'" + op.str() + "' has no type rule";
@@ -137,17 +137,16 @@ struct FuseMapBatchPass
     // The steps right before the batch that can move, nearest first. Each is
     // checked on its own batched input; since every step nearer the batch
     // keeps the batched types, the moved chain stays well typed.
-    SmallVector<StageOpInterface> chain;
+    SmallVector<StepOpInterface> chain;
     mlir::Value in = batch.getInput();
-    while (auto stage =
-               dyn_cast_or_null<StageOpInterface>(in.getDefiningOp())) {
+    while (auto stage = dyn_cast_or_null<StepOpInterface>(in.getDefiningOp())) {
       if (!stage.getInputStream() || !in.hasOneUse())
         break;
       std::string why = blocker(stage, dim, schedule);
       if (!why.empty()) {
         LLVM_DEBUG(llvm::dbgs()
-                   << "'" << stage.getStageName() << "' stays before '"
-                   << batch.getStageName() << "': " << why << "\n");
+                   << "'" << stage.getStepName() << "' stays before '"
+                   << batch.getStepName() << "': " << why << "\n");
         break;
       }
       chain.push_back(stage);
@@ -156,7 +155,7 @@ struct FuseMapBatchPass
     if (chain.empty())
       return;
 
-    StageOpInterface first = chain.back(), last = chain.front();
+    StepOpInterface first = chain.back(), last = chain.front();
     mlir::Value batchOut = batch.getOutput();
     batchOut.replaceAllUsesWith(last.getOutputStream());
     batch->setOperand(0, in);
@@ -165,16 +164,16 @@ struct FuseMapBatchPass
         &getContext(),
         batchedRecord(cast<StreamType>(in.getType()).getRecordType(), dim)));
     first->setOperand(0, batchOut);
-    for (StageOpInterface stage : llvm::reverse(chain)) {
+    for (StepOpInterface stage : llvm::reverse(chain)) {
       mlir::Value out = stage.getOutputStream();
       out.setType(StreamType::get(
           &getContext(),
           batchedRecord(cast<StreamType>(out.getType()).getRecordType(), dim)));
-      LLVM_DEBUG(llvm::dbgs() << "moved '" << stage.getStageName()
-                              << "' after '" << batch.getStageName() << "'\n");
+      LLVM_DEBUG(llvm::dbgs() << "moved '" << stage.getStepName() << "' after '"
+                              << batch.getStepName() << "'\n");
       if (emitRemarks)
-        stage->emitRemark() << "moved '" << stage.getStageName() << "' after '"
-                            << batch.getStageName() << "': it "
+        stage->emitRemark() << "moved '" << stage.getStepName() << "' after '"
+                            << batch.getStepName() << "': it "
                             << commuteReason(stage.getRegistryName())
                             << ", so it runs once per batch of "
                             << (batch.getDropRemainder() ? "" : "up to ")

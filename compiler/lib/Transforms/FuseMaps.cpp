@@ -54,7 +54,7 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
   }
 
   /// Why `stage` cannot join a fused run, or "".
-  std::string blocker(StageOpInterface stage) {
+  std::string blocker(StepOpInterface stage) {
     llvm::StringRef op = stage.getRegistryName();
     if (!valueWise(op))
       return "'" + op.str() + "' is not value-wise";
@@ -77,14 +77,14 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
 
   void run(PipelineOp pipeline) {
     Block &body = pipeline.getBody().front();
-    SmallVector<StageOpInterface> runOps;
+    SmallVector<StepOpInterface> runOps;
     auto flush = [&] {
       if (runOps.size() >= 2)
         fuse(runOps);
       runOps.clear();
     };
     for (Operation &op : body.without_terminator()) {
-      auto stage = dyn_cast<StageOpInterface>(op);
+      auto stage = dyn_cast<StepOpInterface>(op);
       if (!stage) {
         flush();
         continue;
@@ -96,15 +96,15 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
                      stage.getInputStream() == runOps.back().getOutputStream();
       if (!why.empty()) {
         if (!runOps.empty())
-          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStageName()
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStepName()
                                   << "': " << why << "\n");
         flush();
         continue;
       }
       // A fixed schedule's knobs that act between the two end the run.
       if (chained &&
-          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStageName(),
-                          stage.getStageName())
+          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStepName(),
+                          stage.getStepName())
                .empty())
         chained = false;
       if (!chained)
@@ -114,7 +114,7 @@ struct FuseMapsPass : sluice::compiler::impl::FuseMapsBase<FuseMapsPass> {
     flush();
   }
 
-  void fuse(ArrayRef<StageOpInterface> stages) {
+  void fuse(ArrayRef<StepOpInterface> stages) {
     std::string name = markFused(stages);
     numFused += stages.size();
     LLVM_DEBUG(llvm::dbgs() << "fused '" << name << "'\n");

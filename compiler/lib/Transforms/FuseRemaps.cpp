@@ -47,7 +47,7 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
   }
 
   /// Why `stage` cannot join a remap run, or "" (then `field` is its field).
-  std::string blocker(StageOpInterface stage, std::string &field) {
+  std::string blocker(StepOpInterface stage, std::string &field) {
     std::string op = stage.getRegistryName().str();
     if (!sluice::runtime::isRemapOp(op) && !sluice::runtime::isRemapValueOp(op))
       return "'" + op + "' neither moves values nor computes them one by one";
@@ -68,10 +68,10 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
 
   void run(PipelineOp pipeline) {
     Block &body = pipeline.getBody().front();
-    SmallVector<StageOpInterface> runOps;
+    SmallVector<StepOpInterface> runOps;
     std::string runField;
     auto flush = [&] {
-      bool moves = llvm::any_of(runOps, [](StageOpInterface s) {
+      bool moves = llvm::any_of(runOps, [](StepOpInterface s) {
         return sluice::runtime::isRemapOp(s.getRegistryName().str());
       });
       if (runOps.size() >= 2 && moves)
@@ -79,7 +79,7 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
       runOps.clear();
     };
     for (Operation &op : body.without_terminator()) {
-      auto stage = dyn_cast<StageOpInterface>(op);
+      auto stage = dyn_cast<StepOpInterface>(op);
       if (!stage) {
         flush();
         continue;
@@ -88,7 +88,7 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
       std::string why = blocker(stage, field);
       if (!why.empty()) {
         if (!runOps.empty())
-          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStageName()
+          LLVM_DEBUG(llvm::dbgs() << "run ends before '" << stage.getStepName()
                                   << "': " << why << "\n");
         flush();
         continue;
@@ -99,8 +99,8 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
           field == runField;
       // A fixed schedule's knobs that act between the two end the run.
       if (chained &&
-          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStageName(),
-                          stage.getStageName())
+          !scheduleSplits(pipeline.getSchedule(), runOps.back().getStepName(),
+                          stage.getStepName())
                .empty())
         chained = false;
       if (!chained)
@@ -111,7 +111,7 @@ struct FuseRemapsPass : sluice::compiler::impl::FuseRemapsBase<FuseRemapsPass> {
     flush();
   }
 
-  void fuse(ArrayRef<StageOpInterface> stages) {
+  void fuse(ArrayRef<StepOpInterface> stages) {
     std::string name = markFused(stages);
     numFused += stages.size();
     LLVM_DEBUG(llvm::dbgs() << "fused '" << name << "'\n");

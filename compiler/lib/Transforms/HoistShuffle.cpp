@@ -86,7 +86,7 @@ double total(const FieldSizes &sizes) {
 }
 
 /// The sizes after `stage`, from the sizes before it.
-FieldSizes sizesAfter(StageOpInterface stage, const FieldSizes &before) {
+FieldSizes sizesAfter(StepOpInterface stage, const FieldSizes &before) {
   sluice::RecordType out = sluice::compiler::convertRecordType(
       stage.getOutputStream().getType().getRecordType());
   const sluice::OpDef *def =
@@ -122,10 +122,10 @@ struct HoistShufflePass
   }
 
   /// Why the shuffle cannot move before `stage`, or "".
-  std::string blocker(StageOpInterface stage, bool onErrorSkip,
+  std::string blocker(StepOpInterface stage, bool onErrorSkip,
                       std::optional<DictionaryAttr> schedule,
                       ArrayAttr cachedSteps) {
-    std::string name = "'" + stage.getStageName().str() + "'";
+    std::string name = "'" + stage.getStepName().str() + "'";
     const sluice::OpDef *def =
         sluice::Registry::instance().find(stage.getRegistryName().str());
     if (!def)
@@ -149,14 +149,14 @@ struct HoistShufflePass
     }
     // A fixed schedule that caches after the step put a materialization
     // point there: the cache would replay the shuffled order.
-    if (schedule && cachedBySchedule(*schedule, stage.getStageName()))
+    if (schedule && cachedBySchedule(*schedule, stage.getStepName()))
       return "the fixed schedule caches the output of " + name;
     // The same for a schedule file (PlanOptions::cachedSteps).
     if (cachedSteps)
       for (Attribute a : cachedSteps)
         if (auto s = dyn_cast<StringAttr>(a);
             s &&
-            (s.getValue() == stage.getStageName() || s.getValue() == "default"))
+            (s.getValue() == stage.getStepName() || s.getValue() == "default"))
           return "the schedule file caches the output of " + name;
     return "";
   }
@@ -170,9 +170,9 @@ struct HoistShufflePass
                  : ArrayAttr();
 
     // The chain from the source down to the shuffle.
-    SmallVector<StageOpInterface> chain; // source first
+    SmallVector<StepOpInterface> chain; // source first
     for (mlir::Value v = shuffle.getInput(); v;) {
-      auto stage = dyn_cast_or_null<StageOpInterface>(v.getDefiningOp());
+      auto stage = dyn_cast_or_null<StepOpInterface>(v.getDefiningOp());
       if (!stage)
         break;
       chain.push_back(stage);
@@ -191,7 +191,7 @@ struct HoistShufflePass
     size_t first = chain.size();
     std::string stop;
     while (first > 1) {
-      StageOpInterface stage = chain[first - 1];
+      StepOpInterface stage = chain[first - 1];
       if (!stage.getOutputStream().hasOneUse())
         break;
       stop = blocker(stage, onErrorSkip, schedule, cachedSteps);
@@ -230,17 +230,17 @@ struct HoistShufflePass
         stop = "it already follows the source";
       else if (first != chain.size())
         stop = "its records are smallest there";
-      LLVM_DEBUG(llvm::dbgs() << "'" << shuffle.getStageName()
+      LLVM_DEBUG(llvm::dbgs() << "'" << shuffle.getStepName()
                               << "' stays: " << stop << "\n");
       if (emitRemarks)
         shuffle->emitRemark()
-            << "'" << shuffle.getStageName() << "' stays where it is: " << stop;
+            << "'" << shuffle.getStepName() << "' stays where it is: " << stop;
       return;
     }
 
     // Rewire: chain[best] -> shuffle -> chain[best + 1] ... chain.back() ->
     // the shuffle's users.
-    StageOpInterface after = chain[best], next = chain[best + 1];
+    StepOpInterface after = chain[best], next = chain[best + 1];
     mlir::Value out = shuffle.getOutput();
     out.replaceAllUsesWith(shuffle.getInput());
     mlir::Value in = after.getOutputStream();
@@ -252,10 +252,10 @@ struct HoistShufflePass
     std::string names;
     for (size_t i = best + 1; i < chain.size(); ++i)
       names +=
-          (names.empty() ? "'" : ", '") + chain[i].getStageName().str() + "'";
+          (names.empty() ? "'" : ", '") + chain[i].getStepName().str() + "'";
     size_t crossed = chain.size() - 1 - best;
-    LLVM_DEBUG(llvm::dbgs() << "moved '" << shuffle.getStageName()
-                            << "' before " << names << "\n");
+    LLVM_DEBUG(llvm::dbgs() << "moved '" << shuffle.getStepName() << "' before "
+                            << names << "\n");
     if (emitRemarks) {
       auto bytes = [](double b) {
         if (b < 10 * 1024)
@@ -268,7 +268,7 @@ struct HoistShufflePass
                 chain[i].getRegistryName().str()))
           random |= def->traits.random != sluice::RandomKey::None;
       InFlightDiagnostic d = shuffle->emitRemark();
-      d << "moved '" << shuffle.getStageName() << "' before " << names
+      d << "moved '" << shuffle.getStepName() << "' before " << names
         << (best == 0 ? " (right after the source)" : "")
         << ": its buffer holds records of an estimated " << bytes(size[best])
         << " there";

@@ -62,10 +62,10 @@ struct PushFiltersPass
   }
 
   /// Why `filter` (reading `vars`) cannot move before `stage`, or "".
-  std::string blocker(StageOpInterface stage,
+  std::string blocker(StepOpInterface stage,
                       const std::vector<std::string> &vars,
                       std::optional<DictionaryAttr> schedule) {
-    std::string name = "'" + stage.getStageName().str() + "'";
+    std::string name = "'" + stage.getStepName().str() + "'";
     if (isa<SelectOp>(stage.getOperation()))
       return ""; // the fields the filter reads exist before it too
     const sluice::OpDef *def =
@@ -79,7 +79,7 @@ struct PushFiltersPass
     // A fixed schedule that caches after the step put a materialization
     // point there; moving the filter across it would change what is cached.
     if (schedule)
-      for (llvm::StringRef entry : {stage.getStageName(), StringRef("default")})
+      for (llvm::StringRef entry : {stage.getStepName(), StringRef("default")})
         if (auto knobs = schedule->getAs<DictionaryAttr>(entry))
           if (auto cache = knobs.getAs<StringAttr>("cache")) {
             if (cache.getValue() != "none")
@@ -110,11 +110,10 @@ struct PushFiltersPass
         pipeline ? pipeline.getSchedule() : std::nullopt;
 
     // Walk up while the step before can be crossed.
-    SmallVector<StageOpInterface> crossed;
+    SmallVector<StepOpInterface> crossed;
     mlir::Value in = filter.getInput();
     std::string stop;
-    while (auto stage =
-               dyn_cast_or_null<StageOpInterface>(in.getDefiningOp())) {
+    while (auto stage = dyn_cast_or_null<StepOpInterface>(in.getDefiningOp())) {
       if (!stage.getInputStream()) {
         stop = "it already follows the source";
         break;
@@ -128,13 +127,13 @@ struct PushFiltersPass
       in = stage.getInputStream();
     }
     if (crossed.empty()) {
-      LLVM_DEBUG(llvm::dbgs() << "'" << filter.getStageName()
-                              << "' stays: " << stop << "\n");
+      LLVM_DEBUG(llvm::dbgs()
+                 << "'" << filter.getStepName() << "' stays: " << stop << "\n");
       return;
     }
 
     // Rewire: ... -> in -> filter -> first crossed ... last crossed -> users.
-    StageOpInterface first = crossed.back(), last = crossed.front();
+    StepOpInterface first = crossed.back(), last = crossed.front();
     mlir::Value out = filter.getOutput();
     out.replaceAllUsesWith(filter.getInput());
     filter->setOperand(0, in);
@@ -144,16 +143,16 @@ struct PushFiltersPass
     (void)last;
 
     std::string names;
-    for (StageOpInterface s : llvm::reverse(crossed))
-      names += (names.empty() ? "'" : ", '") + s.getStageName().str() + "'";
+    for (StepOpInterface s : llvm::reverse(crossed))
+      names += (names.empty() ? "'" : ", '") + s.getStepName().str() + "'";
     std::string read;
     for (const std::string &v : vars)
       read += (read.empty() ? "'" : ", '") + v + "'";
-    LLVM_DEBUG(llvm::dbgs() << "moved '" << filter.getStageName() << "' before "
+    LLVM_DEBUG(llvm::dbgs() << "moved '" << filter.getStepName() << "' before "
                             << names << "\n");
     if (emitRemarks) {
       InFlightDiagnostic d = filter->emitRemark();
-      d << "moved '" << filter.getStageName() << "' before " << names
+      d << "moved '" << filter.getStepName() << "' before " << names
         << ": it reads only " << (read.empty() ? "constants" : read)
         << ", which " << (crossed.size() == 1 ? "that step does" : "they do")
         << " not write, so the records it drops skip "

@@ -74,7 +74,7 @@ struct PushProjectionsPass
 
   /// The fields `stage` needs in its input for `needed` in its output; sets
   /// `dead` when the stage computes nothing anyone reads.
-  FieldSet neededBefore(StageOpInterface stage, const FieldSet &needed,
+  FieldSet neededBefore(StepOpInterface stage, const FieldSet &needed,
                         bool &dead) {
     dead = false;
     Operation *op = stage.getOperation();
@@ -136,9 +136,9 @@ struct PushProjectionsPass
 
   LogicalResult run(PipelineOp pipeline) {
     Block &body = pipeline.getBody().front();
-    SmallVector<StageOpInterface> stages;
+    SmallVector<StepOpInterface> stages;
     for (Operation &op : body.without_terminator())
-      if (auto s = dyn_cast<StageOpInterface>(op))
+      if (auto s = dyn_cast<StepOpInterface>(op))
         stages.push_back(s);
     if (stages.empty() || stages.front().getInputStream())
       return success(); // not a simple chain from a source
@@ -153,13 +153,13 @@ struct PushProjectionsPass
                             .getNames())
       needed.insert(n.getValue());
     std::vector<FieldSet> neededAfter(stages.size());
-    SmallVector<StageOpInterface> dead;
+    SmallVector<StepOpInterface> dead;
     for (size_t i = stages.size(); i-- > 1;) {
       neededAfter[i] = needed;
       bool isDead = false;
       FieldSet before = neededBefore(stages[i], needed, isDead);
       if (isDead) {
-        if (schedule && schedule->contains(stages[i].getStageName())) {
+        if (schedule && schedule->contains(stages[i].getStepName())) {
           isDead = false; // the schedule names it: keep its knobs meaningful
           before.insert(*stringParam(stages[i].getRegistryParams(), "field"));
         } else {
@@ -172,11 +172,11 @@ struct PushProjectionsPass
 
     bool changed = false;
     // Remove the dead element steps.
-    for (StageOpInterface s : dead) {
+    for (StepOpInterface s : dead) {
       std::optional<StringRef> written = resultField(s.getRegistryParams());
-      LLVM_DEBUG(llvm::dbgs() << "removing '" << s.getStageName() << "'\n");
+      LLVM_DEBUG(llvm::dbgs() << "removing '" << s.getStepName() << "'\n");
       if (emitRemarks)
-        s->emitRemark() << "removed '" << s.getStageName()
+        s->emitRemark() << "removed '" << s.getStepName()
                         << "': nobody downstream reads '" << *written
                         << "', so it is never computed";
       s.getOutputStream().replaceAllUsesWith(s.getInputStream());
@@ -212,7 +212,7 @@ struct PushProjectionsPass
     // new name: a field left under its old name could collide with another
     // entry's new name (a swap, {a: b, b: a}) or a later step's `as`.
     for (Operation *op = source->getNextNode(); op; op = op->getNextNode()) {
-      auto stage = dyn_cast<StageOpInterface>(op);
+      auto stage = dyn_cast<StepOpInterface>(op);
       if (!stage)
         continue;
       if (auto rename = dyn_cast<RenameOp>(op)) {
@@ -228,20 +228,20 @@ struct PushProjectionsPass
           rename.setMappingAttr(DictionaryAttr::get(&getContext(), keep));
       }
       std::string error;
-      if (!sluice::compiler::detail::retypeStage(stage, error))
+      if (!sluice::compiler::detail::retypeStep(stage, error))
         return pipeline.emitError()
                << "sluice-push-projections left an ill-typed pipeline: '"
-               << stage.getStageName() << "': " << error;
+               << stage.getStepName() << "': " << error;
     }
     // A select whose fields are now exactly its input's, in order, does
     // nothing: drop it, as sluice-eliminate-noops would have.
     for (Operation &op : llvm::make_early_inc_range(body.without_terminator()))
       if (auto select = dyn_cast<SelectOp>(op))
         if (select.getInput().getType() == select.getOutput().getType() &&
-            !(schedule && schedule->contains(select.getStageName()))) {
+            !(schedule && schedule->contains(select.getStepName()))) {
           if (emitRemarks)
             select->emitRemark()
-                << "removed '" << select.getStageName()
+                << "removed '" << select.getStepName()
                 << "': the fields it keeps are now all that reach it";
           select.getOutput().replaceAllUsesWith(select.getInput());
           select->erase();

@@ -52,7 +52,7 @@ private:
 
 /// The stage's registry parameters with defaults filled, as the front end
 /// hands them to type rules; nullopt (and `error`) when unreadable.
-inline std::optional<sluice::Value> stageParams(ir::StageOpInterface stage,
+inline std::optional<sluice::Value> stageParams(ir::StepOpInterface stage,
                                                 const sluice::OpDef &def,
                                                 std::string &error) {
   sluice::Value params;
@@ -66,7 +66,7 @@ inline std::optional<sluice::Value> stageParams(ir::StageOpInterface stage,
 
 /// Re-infers the output type of `stage` (not a source) from its current
 /// input type; false with `error` when its rule rejects the input.
-inline bool retypeStage(ir::StageOpInterface stage, std::string &error) {
+inline bool retypeStep(ir::StepOpInterface stage, std::string &error) {
   const sluice::OpDef *def =
       sluice::Registry::instance().find(stage.getRegistryName().str());
   if (!def || !def->typeRule) {
@@ -92,9 +92,9 @@ inline bool retypeStage(ir::StageOpInterface stage, std::string &error) {
 /// order; false (with the stage and the reason) if one rejects its input.
 inline bool retypeAfter(mlir::Operation *from, std::string &error) {
   for (mlir::Operation *op = from->getNextNode(); op; op = op->getNextNode())
-    if (auto stage = mlir::dyn_cast<ir::StageOpInterface>(op))
-      if (!retypeStage(stage, error)) {
-        error = "'" + stage.getStageName().str() + "': " + error;
+    if (auto stage = mlir::dyn_cast<ir::StepOpInterface>(op))
+      if (!retypeStep(stage, error)) {
+        error = "'" + stage.getStepName().str() + "': " + error;
         return false;
       }
   return true;

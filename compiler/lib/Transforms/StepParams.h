@@ -87,12 +87,12 @@ constexpr llvm::StringLiteral kFusedAttr = "sluice.fused";
 
 /// Marks `stages` as one fused group, named by their step names joined with
 /// '+', and returns that name.
-inline std::string markFused(llvm::ArrayRef<ir::StageOpInterface> stages) {
+inline std::string markFused(llvm::ArrayRef<ir::StepOpInterface> stages) {
   std::string name;
-  for (ir::StageOpInterface s : stages)
-    name += (name.empty() ? "" : "+") + s.getStageName().str();
+  for (ir::StepOpInterface s : stages)
+    name += (name.empty() ? "" : "+") + s.getStepName().str();
   auto attr = mlir::StringAttr::get(stages.front()->getContext(), name);
-  for (ir::StageOpInterface s : stages)
+  for (ir::StepOpInterface s : stages)
     s->setAttr(kFusedAttr, attr);
   return name;
 }

@@ -47,10 +47,10 @@ Usl fitUsl(const std::vector<ScalingSample> &samples);
 
 /// What one thread (or the workers of one parallel map stage) runs: the
 /// runtime's lane (runtime/StageGroups.h), the model's unit of capacity.
-using Unit = runtime::Lane;
+using Lane = runtime::Lane;
 
 /// "decode_image, random_flip": the plan steps of a unit, for reports.
-std::string unitLabel(const Profile &p, const Unit &u);
+std::string laneLabel(const Profile &p, const Lane &u);
 
 /// Where a cache may go.
 struct CacheOption {
@@ -61,7 +61,7 @@ struct CacheOption {
 
 /// A configuration the model evaluates and the solver chooses.
 struct Config {
-  /// Per unit (as returned by units() for this config's cache), its
+  /// Per unit (as returned by lanes() for this config's cache), its
   /// parallelism (1 for serial units).
   std::vector<int64_t> parallelism;
   /// Prefetch depth per plan step index (only the buffered ones).
@@ -94,7 +94,7 @@ int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes = 0);
 
 /// The stage graph of the profile when a cache follows `cacheAfter` (-1: no
 /// cache): a cache ends the fused group it falls in, as the runtime does.
-std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
+std::vector<Lane> lanes(const Profile &p, int64_t cacheAfter);
 
 /// Steps `par` (one entry per unit of `us`) to the next parallelism vector
 /// of an exhaustive enumeration: each free parallel unit in turn counts
@@ -102,7 +102,7 @@ std::vector<Unit> units(const Profile &p, int64_t cacheAfter);
 /// Returns false once every combination has been visited (`par` then holds
 /// 1 for every counting unit again). Used by the solver's refinement and the
 /// bench's grid; the unit tests' brute force keeps its own loop on purpose.
-bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
+bool nextParallelism(const std::vector<Lane> &us, std::vector<int64_t> &par,
                      int64_t cores);
 
 /// Workers that compete for the cores at once under parallelism `par` (per
@@ -113,7 +113,7 @@ bool nextParallelism(const std::vector<Unit> &us, std::vector<int64_t> &par,
 /// the cores with the later ones (all the work together stays bounded by
 /// the CPU: in a CPU-bound first epoch that bound is what the two sets
 /// share). Otherwise all parallel units' workers together.
-int64_t concurrentWorkers(const Profile &p, const std::vector<Unit> &us,
+int64_t concurrentWorkers(const Profile &p, const std::vector<Lane> &us,
                           const std::vector<int64_t> &par);
 
 /// Every place a cache may go: after the source or a step, while everything
@@ -130,14 +130,14 @@ bool cacheStopsAt(const StepProfile &s);
 int64_t materializedBytes(const Profile &p, size_t i);
 
 /// Seconds of work per source record of unit `u` at parallelism 1.
-double unitSeconds(const Profile &p, const Unit &u);
+double laneSeconds(const Profile &p, const Lane &u);
 /// The fitted scaling of a parallel unit (its steps' samples summed).
-Usl unitUsl(const Profile &p, const Unit &u);
+Usl laneUsl(const Profile &p, const Lane &u);
 
 /// Buffered slots a parallel unit's reorder window holds at parallelism p.
 int64_t windowSlots(int64_t p, int64_t prefetch);
 /// Bytes per slot of a unit's window.
-double unitSlotBytes(const Profile &p, const Unit &u);
+double laneSlotBytes(const Profile &p, const Lane &u);
 
 /// Recommended buffer depth, in items, after a stage whose rate between
 /// sampling intervals of `window` seconds varies with coefficient of
@@ -181,7 +181,7 @@ double threadShare(const std::vector<std::vector<double>> &others,
                    double cores);
 
 /// Per-unit prediction.
-struct UnitPrediction {
+struct LanePrediction {
   std::string label;
   std::vector<size_t> steps;
   bool parallel = false;
@@ -224,7 +224,7 @@ struct Prediction {
   /// infinite for a local source.
   double remoteCapacity = 0;
   int64_t diskBytes = 0;
-  std::vector<UnitPrediction> units;
+  std::vector<LanePrediction> lanes;
 };
 
 /// A whole run's average rate at steady-state rate `steady`: its source

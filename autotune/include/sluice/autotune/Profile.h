@@ -51,7 +51,7 @@ struct StepProfile {
   /// Draws random numbers or reorders (shuffle): no cache may follow it,
   /// and nothing after it is deterministic.
   bool stochastic = false;
-  /// The knobs the plan pins on the step (its PlanStage::schedule); an
+  /// The knobs the plan pins on the step (its PlanStep::schedule); an
   /// unset knob is the tuner's to choose. A cache of "none" pins no cache
   /// after the step (a re-plan keeps the run's buffers where they are).
   StepSchedule pinned;

@@ -101,7 +101,7 @@ Status printKernels(const runtime::Plan &plan, const std::string &form,
                     std::ostream &out);
 
 /// The names of the steps `plan` would compile, in plan order.
-std::vector<std::string> compiledStages(const runtime::Plan &plan);
+std::vector<std::string> compiledSteps(const runtime::Plan &plan);
 
 } // namespace sluice::compiler
 

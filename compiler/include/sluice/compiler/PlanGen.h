@@ -22,7 +22,7 @@
 namespace sluice::compiler {
 
 /// Derives the Plan of the single `sluice.pipeline` in `module`, in stream
-/// order: one PlanStage per stage op, with parameters converted back to
+/// order: one PlanStep per stage op, with parameters converted back to
 /// Values, record types from the stream types, the op's spec position, and
 /// the knobs of the pipeline's fixed schedule (the step's own entry, then
 /// `default`, knob by knob). Problems (a pipeline that is not a chain, an

@@ -4,7 +4,7 @@
 
 include "mlir/IR/OpBase.td"
 
-def Sluice_StageOpInterface : OpInterface<"StageOpInterface"> {
+def Sluice_StepOpInterface : OpInterface<"StepOpInterface"> {
   let cppNamespace = "::sluice::ir";
   let description = [{
     A stage of a pipeline: a source or a step of the spec. Stages are tied
@@ -21,7 +21,7 @@ def Sluice_StageOpInterface : OpInterface<"StageOpInterface"> {
     InterfaceMethod<[{
         The unique step name: the `name` attribute, or the registry name
         when the attribute is absent.
-      }], "::llvm::StringRef", "getStageName", (ins), [{}], [{
+      }], "::llvm::StringRef", "getStepName", (ins), [{}], [{
         if (auto attr = $_op->template getAttrOfType<::mlir::StringAttr>("name"))
           return attr.getValue();
         return $_op.getRegistryName();

@@ -16,7 +16,7 @@ namespace detail {
 /// a dedicated stage op.
 mlir::DictionaryAttr collectInherentParams(mlir::Operation *op);
 /// Names a stage's result after its step ("%decode_image", "%map.2").
-void setStageResultName(mlir::Operation *op, mlir::OpAsmSetValueNameFn fn);
+void setStepResultName(mlir::Operation *op, mlir::OpAsmSetValueNameFn fn);
 } // namespace detail
 } // namespace sluice::ir
 

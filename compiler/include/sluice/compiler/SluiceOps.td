@@ -114,7 +114,7 @@ def Sluice_OutputOp : Sluice_Op<"output", [Terminator, HasParent<"PipelineOp">]>
 /// A stage: one stream result named after the step, the optional `name`
 /// attribute (absent = the registry name), and a verifier that, after the
 /// op's own checks, re-runs the registry type rule.
-class Sluice_StageOp<string mnemonic, list<Trait> traits = []>
+class Sluice_StepOp<string mnemonic, list<Trait> traits = []>
     : Sluice_Op<mnemonic, !listconcat(traits, [
         HasParent<"PipelineOp">,
         DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>])> {
@@ -122,28 +122,28 @@ class Sluice_StageOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
   let extraClassDefinition = [{
     void $cppClass::getAsmResultNames(::mlir::OpAsmSetValueNameFn setNameFn) {
-      ::sluice::ir::detail::setStageResultName(getOperation(), setNameFn);
+      ::sluice::ir::detail::setStepResultName(getOperation(), setNameFn);
     }
   }];
 }
 
 /// A stage whose output record type equals its input record type.
 class Sluice_StreamOp<string mnemonic, list<Trait> traits = []>
-    : Sluice_StageOp<mnemonic, !listconcat(traits, [
-        SameOperandsAndResultType, Sluice_StageOpInterface])> {
+    : Sluice_StepOp<mnemonic, !listconcat(traits, [
+        SameOperandsAndResultType, Sluice_StepOpInterface])> {
   let assemblyFormat = "$input attr-dict `:` qualified(type($output))";
 }
 
 /// A stage that changes the record type.
 class Sluice_ReshapeOp<string mnemonic, list<Trait> traits = []>
-    : Sluice_StageOp<mnemonic, !listconcat(traits, [Sluice_StageOpInterface])> {
+    : Sluice_StepOp<mnemonic, !listconcat(traits, [Sluice_StepOpInterface])> {
   let assemblyFormat = [{
     $input attr-dict `:` qualified(type($input)) `->` qualified(type($output))
   }];
 }
 
-def Sluice_SourceOp : Sluice_StageOp<"source", [
-    DeclareOpInterfaceMethods<Sluice_StageOpInterface,
+def Sluice_SourceOp : Sluice_StepOp<"source", [
+    DeclareOpInterfaceMethods<Sluice_StepOpInterface,
                               ["getRegistryName", "getRegistryParams"]>]> {
   let summary = "Reads records from files";
   let description = [{
@@ -167,8 +167,8 @@ def Sluice_SourceOp : Sluice_StageOp<"source", [
   }];
 }
 
-def Sluice_ElementOp : Sluice_StageOp<"element", [
-    DeclareOpInterfaceMethods<Sluice_StageOpInterface,
+def Sluice_ElementOp : Sluice_StepOp<"element", [
+    DeclareOpInterfaceMethods<Sluice_StepOpInterface,
                               ["getRegistryName", "getRegistryParams"]>]> {
   let summary = "Any element op of the registry";
   let description = [{

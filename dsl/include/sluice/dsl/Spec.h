@@ -105,7 +105,7 @@ bool readFile(const std::string &path, std::string &contents,
               std::string &error);
 
 /// `sluice check` output: one line per step with its record type.
-std::string renderTypedStages(const Spec &spec);
+std::string renderTypedSteps(const Spec &spec);
 
 } // namespace sluice::dsl
 

@@ -64,7 +64,7 @@
 extern "C" {
 /// One generated kernel. A table ends with an entry whose `stage` is null.
 struct SluiceKernelInfo {
-  const char *stage;     ///< step name (PlanStage::name) it implements
+  const char *stage;     ///< step name (PlanStep::name) it implements
   const char *signature; ///< how to call `fn` (see the file comment)
   void *fn;
 };
@@ -74,7 +74,7 @@ namespace sluice::runtime {
 
 /// The shape of RunOptions::binder.
 using KernelBinder =
-    std::function<std::optional<Expected<ElementFn>>(const PlanStage &)>;
+    std::function<std::optional<Expected<ElementFn>>(const PlanStep &)>;
 
 /// A binder that binds every stage named in `table` to its kernels and
 /// leaves the others (nullopt) to the runtime. The table must outlive the
@@ -83,7 +83,7 @@ KernelBinder binderFromKernelTable(const SluiceKernelInfo *table);
 
 /// The shape of RunOptions::rowsBinder.
 using RowsKernelBinder =
-    std::function<std::optional<Expected<RowsFilterFn>>(const PlanStage &)>;
+    std::function<std::optional<Expected<RowsFilterFn>>(const PlanStep &)>;
 
 /// A binder of the "condition rows" entries of `table`: the column test of
 /// each filter stage it names (nullopt for the others, which then take the

@@ -45,16 +45,16 @@ using ElementFn =
 
 /// True for the steps bindElementOp() accepts: element ops, select, rename,
 /// filter.
-bool isPerRecordStep(const PlanStage &stage);
+bool isPerRecordStep(const PlanStep &stage);
 
 /// Binds a step. Fails for a step it cannot bind (unknown op, a vocabulary
 /// file that cannot be read, parameters the registry should have refused).
 /// `plan` gives the base directory for relative paths.
-Expected<ElementFn> bindElementOp(const PlanStage &stage, const Plan &plan);
+Expected<ElementFn> bindElementOp(const PlanStep &stage, const Plan &plan);
 
-/// Binds a `fused_map` stage (PlanStage::fused) to its steps' kernels, run
+/// Binds a `fused_map` stage (PlanStep::fused) to its steps' kernels, run
 /// one after another (what bindElementOp does for it).
-Expected<ElementFn> bindFused(const PlanStage &stage, const Plan &plan);
+Expected<ElementFn> bindFused(const PlanStep &stage, const Plan &plan);
 
 /// A `filter` on a run of records held as columns: `columns[f]` holds field
 /// f of record i in row i; sets keep[j] (1 kept, 0 dropped) for each of the
@@ -66,23 +66,23 @@ using RowsFilterFn =
 
 /// The RowsFilterFn of a `filter` step (the same compiled expression as
 /// bindElementOp's); nullopt for any other step.
-std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStage &stage);
+std::optional<Expected<RowsFilterFn>> bindRowsFilter(const PlanStep &stage);
 
 /// The random stream of a step: stepStream(op, name) (sluice/ops/Random.h),
 /// which the step's kernel gets as KernelSite::stream.
-uint64_t stageStream(const PlanStage &stage);
+uint64_t stageStream(const PlanStep &stage);
 
 /// The order a reordering step (a `shuffle`) gives the records labelled
 /// `in` in pass `pass` of `epoch`: its draws replayed over the labels
 /// (positions, steps of a walk) instead of records. nullopt when the
 /// step's order is not a function of its record count alone.
-std::optional<std::vector<int64_t>> replayOrder(const PlanStage &step,
+std::optional<std::vector<int64_t>> replayOrder(const PlanStep &step,
                                                 uint64_t planSeed,
                                                 uint64_t epoch, uint64_t pass,
                                                 const std::vector<int64_t> &in);
 /// Whether replayOrder() replays the step's order (its stage registers how:
 /// a `shuffle`).
-bool replaysOrder(const PlanStage &step);
+bool replaysOrder(const PlanStep &step);
 
 } // namespace sluice::runtime
 

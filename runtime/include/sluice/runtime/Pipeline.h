@@ -137,19 +137,19 @@ struct RunOptions {
   /// (`--schedule FILE`, or the autotuner's trial schedules). A step the
   /// compiler fused ("a+b") takes the entries of its spec steps a, b in
   /// order, then its own; cache "none" means no cache. Each entry overrides
-  /// the knobs it sets on the plan's (PlanStage) values.
+  /// the knobs it sets on the plan's (PlanStep) values.
   Schedule schedule;
   /// Binds per-record steps to compiled code (the JIT, or the kernels linked
   /// into a compiled executable) before the runtime's own kernels are tried:
   /// return a closure for the steps it compiled, or nullopt to let
   /// bindElementOp() handle the step. Steps of kind Element with an op the
   /// registry does not know (a fused kernel) must be bound here.
-  std::function<std::optional<Expected<ElementFn>>(const PlanStage &)> binder;
+  std::function<std::optional<Expected<ElementFn>>(const PlanStep &)> binder;
   /// Binds `filter` steps to compiled column tests for record runs (an
   /// inline filter testing a run of rows held as columns, Stage::nextRun):
   /// a RowsFilterFn for the filters it compiled, nullopt to let
   /// bindRowsFilter() (the interpreter's CompiledExpr::testRows) test them.
-  std::function<std::optional<Expected<RowsFilterFn>>(const PlanStage &)>
+  std::function<std::optional<Expected<RowsFilterFn>>(const PlanStep &)>
       rowsBinder;
   /// Batch row placement: the parallel map stage right before a `batch` of
   /// fixed-shape numeric records copies each record into its row of the

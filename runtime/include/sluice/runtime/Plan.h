@@ -25,7 +25,7 @@
 namespace sluice::runtime {
 
 /// One stage: the source, an element op, or a record op.
-struct PlanStage {
+struct PlanStep {
   std::string name; ///< unique step name ("decode_image", "map.2")
   std::string op;   ///< registry op name
   OpKind kind = OpKind::Element;
@@ -46,7 +46,7 @@ struct PlanStage {
   /// For a stage of op `fused_map` (sluice-fuse-maps): the value-wise steps
   /// it runs, in order, each with its own name, parameters, types and spec
   /// position. Empty for every other stage.
-  std::vector<PlanStage> fused;
+  std::vector<PlanStep> fused;
 
   /// The op that messages about this step's records name: `op`, except for
   /// a step the compiler fused from several (named "a+b+...", '+' never
@@ -82,14 +82,14 @@ struct Plan {
   /// and where each is written, for messages.
   std::optional<int64_t> rank, worldSize;
   SourceLoc rankLoc, worldSizeLoc;
-  PlanStage source;
-  std::vector<PlanStage> stages;
+  PlanStep source;
+  std::vector<PlanStep> steps;
 
   const RecordType &outputType() const {
-    return stages.empty() ? source.outputType : stages.back().outputType;
+    return steps.empty() ? source.outputType : steps.back().outputType;
   }
   /// "spec.yaml:12:5" for a stage, or the spec file alone.
-  std::string where(const PlanStage &s) const;
+  std::string where(const PlanStep &s) const;
   /// "spec.yaml:12:5" for a position in the spec, or the spec file alone.
   std::string where(SourceLoc loc) const;
 
@@ -114,14 +114,14 @@ struct Plan {
 /// The index in `s.fused` of the last step of the deterministic prefix of
 /// fused stage `s` when a random step follows it inside `s` (the one inner
 /// boundary worth a cache); nullopt for any other stage.
-std::optional<size_t> cacheSplitPoint(const PlanStage &s);
+std::optional<size_t> cacheSplitPoint(const PlanStep &s);
 
 /// The two stages fused stage `s` becomes when split after its step
 /// `s.fused[k]` (k + 1 < s.fused.size()): each part of one step is that
 /// step, of more a `fused_map` named by its steps joined with '+'. The
 /// first part keeps the group's parallelism, the second also its prefetch
 /// and cache.
-std::pair<PlanStage, PlanStage> splitFused(const PlanStage &s, size_t k);
+std::pair<PlanStep, PlanStep> splitFused(const PlanStep &s, size_t k);
 
 /// Splits the fused stage holding the step named `step` (a spec step name,
 /// or a fused name whose last part it is) right after that step, unless it
@@ -131,7 +131,7 @@ bool splitFusedAfter(Plan &plan, const std::string &step);
 /// The stages splitting every fused stage of `plan` at its
 /// cacheSplitPoint() would create, so that code generators compile their
 /// kernels up front (a split chosen at run time then finds them).
-std::vector<PlanStage> cacheSplitStages(const Plan &plan);
+std::vector<PlanStep> cacheSplitSteps(const Plan &plan);
 
 /// Whether SLUICE_NO_CACHE_SPLIT=1 turns off cache points inside fused
 /// stages (the autotuner then offers none; a cache pinned on an inner step

@@ -56,7 +56,7 @@ public:
   /// One step as the kernel sees it.
   struct Step {
     Kind kind = Kind::Value;
-    const PlanStage *stage = nullptr; ///< in the fused stage's `fused`
+    const PlanStep *stage = nullptr; ///< in the fused stage's `fused`
     size_t inRank = 0, outRank = 0;
     ElemType inElem = ElemType::U8, outElem = ElemType::U8;
     int64_t height = 0, width = 0; ///< crops: the output size
@@ -75,7 +75,7 @@ public:
   /// constants depend on the position), every one a remap or a remap value
   /// op; or of a lone `normalize` step (a chain of one). Fails (with why)
   /// for any other stage.
-  static Expected<RemapChain> build(const PlanStage &fused);
+  static Expected<RemapChain> build(const PlanStep &fused);
 
   const std::string &field() const { return field_; }
   const std::vector<Step> &steps() const { return steps_; }

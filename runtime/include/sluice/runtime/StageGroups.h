@@ -29,7 +29,7 @@ struct StepShape {
   bool perRecord = false;
   /// An element op: the map stage holding it runs on the workers.
   bool element = false;
-  /// The knobs pinned on the step (PlanStage::schedule): its workers
+  /// The knobs pinned on the step (PlanStep::schedule): its workers
   /// (unset: free) and its prefetch (unset or 0: none). Its cache is read
   /// from cacheAfter, which the tuner also sets for a cache it places.
   StepSchedule pinned;
@@ -41,7 +41,7 @@ struct StepShape {
 struct StageGroup {
   enum class Kind { Source, Map, Stream };
   Kind kind = Kind::Map;
-  /// Step indices (0: the source, i + 1: Plan::stages[i]), in order.
+  /// Step indices (0: the source, i + 1: Plan::steps[i]), in order.
   std::vector<size_t> steps;
   /// A map stage that runs on the workers (it holds an element op).
   bool parallel = false;
@@ -68,7 +68,7 @@ std::vector<StageGroup> groupSteps(const std::vector<StepShape> &steps);
 /// prefetch stage after them, or a step that hands its records to another
 /// thread) run one after the other on one thread, a serial lane.
 struct Lane {
-  /// Step indices (0: the source, i + 1: Plan::stages[i]), in order.
+  /// Step indices (0: the source, i + 1: Plan::steps[i]), in order.
   std::vector<size_t> steps;
   /// The workers of a map stage; otherwise one thread.
   bool parallel = false;
