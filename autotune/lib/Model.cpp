@@ -376,10 +376,10 @@ namespace {
 /// Which part of a run predictPhase() evaluates: every epoch's work averaged
 /// (no cache, or the probes' configuration), a cached run's first epoch
 /// (everything runs, and the cache is written), or its later epochs (only
-/// the units after the cache run, fed by the cache).
+/// the lanes after the cache run, fed by the cache).
 enum class Phase { Averaged, First, Cached };
 
-/// A unit's share of its work per source record in `phase`.
+/// A lane's share of its work per source record in `phase`.
 double phaseFactor(const Lane &u, Phase phase, double e) {
   switch (phase) {
   case Phase::Averaged:
@@ -392,7 +392,7 @@ double phaseFactor(const Lane &u, Phase phase, double e) {
   return 1;
 }
 
-/// The figures that follow from `r.throughput`: each unit's utilization,
+/// The figures that follow from `r.throughput`: each lane's utilization,
 /// outputs per second and the whole run's rate.
 void finishRates(const Profile &p, Prediction &r) {
   for (LanePrediction &up : r.lanes)
@@ -434,7 +434,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     // A thread runs on one core at most: p workers cannot do more CPU work
     // per second than p cores (the counters' CPU can exceed their wall time
     // for a cheap stage, and a re-plan scales both by the CPU's drift).
-    // Work a serial unit had done on the pool (the source's read-ahead) is
+    // Work a serial lane had done on the pool (the source's read-ahead) is
     // not its thread's.
     double ownCpu = u.parallel
                         ? laneCpuPerRecord
@@ -456,7 +456,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     }
     r.lanes.push_back(std::move(up));
   }
-  // Prefetch stages (buffers not at the end of a parallel unit).
+  // Prefetch stages (buffers not at the end of a parallel lane).
   for (auto [i, depth] : c.prefetch) {
     bool inWindow = false;
     for (const Lane &u : us)
@@ -507,7 +507,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     r.bottleneck = -1;
   }
 
-  // Contention for the cores: a parallel unit's p workers run only on the
+  // Contention for the cores: a parallel lane's p workers run only on the
   // cores the other threads (the source's, the consumer's, other stages'
   // workers) leave free at throughput T: T s_k <= speedup(min(p, cores -
   // T x their CPU per record)). With linear scaling this is the CPU bound;
@@ -516,8 +516,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   // cores). The largest T meeting every such bound, by bisection.
   r.contentionBound = kInf;
   {
-    // laneCpu: all the unit's work; threadCpu: what loads the unit's own
-    // threads (a serial unit's pool work, the source's files read ahead,
+    // laneCpu: all the lane's work; threadCpu: what loads the lane's own
+    // threads (a serial lane's pool work, the source's files read ahead,
     // runs on the workers).
     std::vector<double> laneCpu(us.size(), 0), threadCpu(us.size(), 0);
     double allCpu = 0;
@@ -535,10 +535,10 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       allCpu += laneCpu[k];
     }
     allCpu += cacheCost * overhead;
-    // Threads that compete for the cores: one per serial unit (the feeder
-    // of the parallel unit after it, a prefetch thread, or the consumer),
-    // each parallel unit's workers, and the cache's (it runs on the thread
-    // that pulls from it) as one more serial thread. Units idle in this
+    // Threads that compete for the cores: one per serial lane (the feeder
+    // of the parallel lane after it, a prefetch thread, or the consumer),
+    // each parallel lane's workers, and the cache's (it runs on the thread
+    // that pulls from it) as one more serial thread. Lanes idle in this
     // phase (before the cache, in the cached epochs) hold none. Index
     // us.size() is the cache.
     const size_t cacheIdx = us.size();
@@ -557,7 +557,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     for (size_t k = 0; k <= cacheIdx; ++k)
       if (active(k))
         threads += parallelAt(k) ? r.lanes[k].parallelism : 1;
-    // How many of unit k's threads are busy at throughput t.
+    // How many of lane k's threads are busy at throughput t.
     auto busy = [&](size_t k, double t) -> std::vector<double> {
       double offered = active(k) ? t * cpuAt(k) : 0;
       if (parallelAt(k))
@@ -566,8 +566,8 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
       return {1 - b, b};
     };
     auto fits = [&](double t, size_t *limiting) {
-      // A serial unit's one thread gets a whole core only while no more
-      // threads than cores are runnable; with more (a parallel unit's
+      // A serial lane's one thread gets a whole core only while no more
+      // threads than cores are runnable; with more (a parallel lane's
       // workers busy at once beside it) the scheduler shares the cores, and
       // a serial bottleneck slows by its lost share. With no more threads
       // than cores nothing is shared.
@@ -629,7 +629,7 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
   // the tandem formula's ratio (1 when it buffers as the probes did).
   r.bufferFactor = 1;
   {
-    // Capacity of everything up to unit k, and after it.
+    // Capacity of everything up to lane k, and after it.
     auto minCap = [&](size_t from, size_t to) {
       double m = kInf;
       for (size_t j = from; j < to && j < r.lanes.size(); ++j)

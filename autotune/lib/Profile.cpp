@@ -532,7 +532,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   for (const auto &[key, acc] : levelWork)
     if (acc.second > 0)
       prof.scaling[key.first].push_back({key.second, acc.first / acc.second});
-  // A pinned unit was measured at its pinned parallelism: its per-record
+  // A pinned lane was measured at its pinned parallelism: its per-record
   // cost at p = 1 is unknown, so model it as linear from there.
   for (const Lane &u : us)
     if (u.parallel && u.pinned > 1)

@@ -1,12 +1,12 @@
 //===- Replan.cpp - Drift detection and re-solving during a run -----------===//
 //
-// See Replan.h. A look compares, per unit (what the runtime runs as one
+// See Replan.h. A look compares, per lane (the workers of a parallel map
 // stage), the CPU its steps spent in the last interval with what the
 // profile's CPU per element predicts for the elements they processed. A
-// unit drifts when the ratio leaves [1 / (1 + threshold), 1 + threshold]
+// lane drifts when the ratio leaves [1 / (1 + threshold), 1 + threshold]
 // and the change moves the pipeline's whole CPU per source record by at
 // least a tenth (a 40 ns step costing 120 ns is no reason to re-plan).
-// Only parallel units are judged: their workers' thread CPU is what a
+// Only parallel lanes are judged: their workers' thread CPU is what a
 // loaded host disturbs least.
 //
 //===----------------------------------------------------------------------===//
@@ -144,7 +144,7 @@ void Replanner::tick(runtime::Pipeline &p) {
       continue;
     drifted = true;
     worst = std::abs(std::log(r));
-    // Name the step of the unit that moved most.
+    // Name the step of the lane that moved most.
     size_t step = u.steps.front();
     for (size_t i : u.steps)
       if (ratio[i] > 0 &&
@@ -184,7 +184,7 @@ void Replanner::replan(runtime::Pipeline &p, const runtime::RunStats &now,
   // The profile takes the measured costs. Of a scaling sample at p
   // workers, the work at one worker scales with the cost; what p workers
   // add beyond it (hand-offs, waits for the shared window: a cost per item,
-  // not per unit of work) is kept in seconds. A unit that was too cheap to
+  // not per unit of work) is kept in seconds. A lane that was too cheap to
   // scale when profiled (sigma near 1) scales once its work grows.
   for (size_t i = 0; i < profile_.steps.size(); ++i) {
     if (ratio[i] <= 0)

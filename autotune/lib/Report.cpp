@@ -58,7 +58,7 @@ std::string xmlEscape(const std::string &s) {
   return o;
 }
 
-/// "file:line" of a unit's first step, for labels.
+/// "file:line" of a lane's first step, for labels.
 std::string laneWhere(const Profile &p, const LanePrediction &u) {
   if (u.steps.empty())
     return "";

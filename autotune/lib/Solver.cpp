@@ -26,7 +26,7 @@ using detail::fmtRate;
 
 namespace {
 
-/// Prefetch candidates: the last step of every parallel unit (its window
+/// Prefetch candidates: the last step of every parallel lane (its window
 /// runs ahead) and the pipeline's last step (decouples the consumer).
 std::vector<size_t> prefetchCandidates(const Profile &p) {
   std::vector<size_t> out;
@@ -141,8 +141,8 @@ namespace {
 /// the best within the cores and memory kept. Throughputs within
 /// kRefineTie of each other count as equal (the buffer term moves them by
 /// fractions of a percent, far below what the model can tell). Ties go to
-/// the configuration that still holds when any one free parallel unit costs
-/// kModelMargin more than measured (a unit near the edge keeps a worker in
+/// the configuration that still holds when any one free parallel lane costs
+/// kModelMargin more than measured (a lane near the edge keeps a worker in
 /// reserve), and then to fewer workers: a worker the model says adds
 /// nothing only adds a thread that competes for the cores with the
 /// bottleneck's and a hand-off per item (the contention the model prices
@@ -150,12 +150,12 @@ namespace {
 /// counters read CPU time below wall time).
 constexpr double kRefineTie = 0.005;
 
-/// How much costlier than measured a parallel unit may turn out before the
+/// How much costlier than measured a parallel lane may turn out before the
 /// solver counts a configuration as fragile: the accuracy the model is held
 /// to (predictions within 15% of measured; docs/autotune.md).
 constexpr double kModelMargin = 0.15;
 
-/// `p` with the unit `u` costing `factor` times its measured work (seconds,
+/// `p` with the lane `u` costing `factor` times its measured work (seconds,
 /// CPU and scaling samples alike).
 Profile costlier(const Profile &p, const Lane &u, double factor) {
   Profile q = p;
@@ -170,8 +170,8 @@ Profile costlier(const Profile &p, const Lane &u, double factor) {
   return q;
 }
 
-/// The profiles in which one free parallel unit of `us` costs kModelMargin
-/// more than measured, one per such unit.
+/// The profiles in which one free parallel lane of `us` costs kModelMargin
+/// more than measured, one per such lane.
 std::vector<Profile> fragileProfiles(const Profile &p,
                                      const std::vector<Lane> &us) {
   std::vector<Profile> out;
@@ -181,8 +181,8 @@ std::vector<Profile> fragileProfiles(const Profile &p,
   return out;
 }
 
-/// The throughput `c` keeps when any one of its free parallel units turns
-/// out kModelMargin costlier than measured (the least over the units).
+/// The throughput `c` keeps when any one of its free parallel lanes turns
+/// out kModelMargin costlier than measured (the least over the lanes).
 double fragileThroughput(const std::vector<Profile> &fragile, const Config &c,
                          int64_t cores) {
   double t = std::numeric_limits<double>::infinity();
@@ -386,7 +386,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     sol.notes.push_back("one epoch: a cache would only cost (it pays off from "
                         "the second epoch)");
 
-  // The largest throughput any option reaches: every unit at full cores.
+  // The largest throughput any option reaches: every lane at full cores.
   double tmax = 0;
   for (const CacheOption &o : options) {
     Config c;
@@ -406,7 +406,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
   int tCol = lp.col("T", GLP_CV, 0, tmax, 1.0);
 
   struct LaneVars {
-    Lane unit;
+    Lane lane;
     std::vector<std::pair<int64_t, int>> x; // (parallelism, column)
   };
   struct OptionVars {

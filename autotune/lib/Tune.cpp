@@ -45,7 +45,7 @@ std::string scaleAdviceAt(const Profile &p, const Solution &s, int64_t cores);
 /// host (two on two cores, where the fitted contention also holds the
 /// sharing of those cores with the source's and consumer's threads), so
 /// beyond them they extrapolate. The same configuration with every parallel
-/// unit scaling linearly bounds the prediction from above.
+/// lane scaling linearly bounds the prediction from above.
 std::string scaleAdvice(const Profile &p, const Solution &s, int64_t cores) {
   std::string out = scaleAdviceAt(p, s, cores);
   int64_t probed = 1;

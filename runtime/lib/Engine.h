@@ -358,7 +358,7 @@ private:
   bool startedOnce_ = false;
 };
 
-/// One step fused into a map stage.
+/// One step of a map stage, with its kernel bound.
 struct BoundStep {
   const PlanStep *step = nullptr;
   ElementFn fn;

@@ -1,13 +1,13 @@
 //===- autotune_groups_test.cpp - The tuner models the runtime's stages ---===//
 //
 // The runtime groups a plan's steps into stages (runtime::stageGroups, what
-// Engine::build builds) and the autotuner models units of the same steps
+// Engine::build builds) and the autotuner models lanes of the same steps
 // (autotune::lanes over describeSteps). Both read each step's shape, one
 // from the plan, the other from the tuner's description of it; here, on
 // every example and bench spec, with no schedule and with a prefetch or a
-// cache pinned on each step in turn, the shapes agree and every unit is
-// made of whole runtime stages: a parallel unit is exactly one map stage
-// on the workers, a serial unit a run of the others up to a thread hand-off.
+// cache pinned on each step in turn, the shapes agree and every lane is
+// made of whole runtime stages: a parallel lane is exactly one map stage
+// on the workers, a serial lane a run of the others up to a thread hand-off.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler_test_util.h"
@@ -44,7 +44,7 @@ std::string describe(const std::vector<size_t> &steps) {
   return "{" + s + "}";
 }
 
-/// Checks that the tuner's units of `plan` are made of the runtime's stages.
+/// Checks that the tuner's lanes of `plan` are made of the runtime's stages.
 void expectAgree(const runtime::Plan &plan, const std::string &what) {
   SCOPED_TRACE(what);
   std::vector<runtime::StepShape> shapes = runtime::stepShapes(plan);
@@ -75,7 +75,7 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
     covered += u.steps.size();
     size_t first = stageOf[u.steps.front()], last = stageOf[u.steps.back()];
     ASSERT_NE(first, SIZE_MAX);
-    // Whole stages: the unit starts at a stage's first step and ends at one's
+    // Whole stages: the lane starts at a stage's first step and ends at one's
     // last.
     EXPECT_EQ(groups[first].steps.front(), u.steps.front())
         << describe(u.steps);
@@ -88,7 +88,7 @@ void expectAgree(const runtime::Plan &plan, const std::string &what) {
     } else {
       for (size_t g = first; g <= last; ++g) {
         EXPECT_FALSE(groups[g].parallel) << describe(u.steps);
-        // A serial unit is one thread: no hand-off inside it.
+        // A serial lane is one thread: no hand-off inside it.
         if (g < last)
           EXPECT_FALSE(groups[g].threadAfter) << describe(u.steps);
       }

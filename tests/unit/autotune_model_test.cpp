@@ -525,7 +525,7 @@ TEST(AutotuneSolver, PinnedParallelismIsAConstraint) {
   Schedule s = toSchedule(p, sol->config);
   EXPECT_EQ(s["c"].parallelism, 1);
   EXPECT_EQ(s["a"].parallelism, 2);
-  EXPECT_EQ(s["b"].parallelism, 2); // every element step of the unit
+  EXPECT_EQ(s["b"].parallelism, 2); // every element step of the lane
 }
 
 TEST(AutotuneSolver, TiesKeepAWorkerInReserveOnlyNearTheEdge) {

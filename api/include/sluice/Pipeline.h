@@ -201,8 +201,8 @@ public:
   Status useScheduleFile(const std::string &file,
                          const dsl::Spec *names = nullptr);
   /// The names a schedule may give knobs for: "default", the source and
-  /// spec steps, the plan's stages (a fused stage is "a+b"), and the halves
-  /// of fused stages a cache splits.
+  /// spec steps, the plan's steps (a fused step is "a+b"), and the halves
+  /// of fused steps a cache splits.
   std::vector<std::string> scheduleNames() const;
   /// Sets the knobs of one step (a name from scheduleNames()); turns
   /// `schedule: auto` off.

@@ -13,8 +13,8 @@
 // from the measured variability of the rate feeding them (how many items a
 // dip costs), where tf.data's model reasons with M/M/1/K buffer waits.
 //
-// Stages here are "units": what the runtime runs as one stage (a parallel map
-// of fused per-record steps, or the serial work of one thread). Every figure
+// The model's stages are the runtime's lanes (runtime::lanes): the workers of
+// one parallel map stage, or the stages one thread runs in turn. Every figure
 // maps back to plan steps and, through them, to spec lines.
 //
 //===----------------------------------------------------------------------===//
@@ -47,9 +47,9 @@ Usl fitUsl(const std::vector<ScalingSample> &samples);
 
 /// What one thread (or the workers of one parallel map stage) runs: the
 /// runtime's lane (runtime/StageGroups.h), the model's unit of capacity.
-using Lane = runtime::Lane;
+using runtime::Lane;
 
-/// "decode_image, random_flip": the plan steps of a unit, for reports.
+/// "decode_image, random_flip": the plan steps of a lane, for reports.
 std::string laneLabel(const Profile &p, const Lane &u);
 
 /// Where a cache may go.
@@ -61,8 +61,8 @@ struct CacheOption {
 
 /// A configuration the model evaluates and the solver chooses.
 struct Config {
-  /// Per unit (as returned by lanes() for this config's cache), its
-  /// parallelism (1 for serial units).
+  /// Per lane (as returned by lanes() for this config's cache), its
+  /// parallelism (1 for serial lanes).
   std::vector<int64_t> parallelism;
   /// Prefetch depth per plan step index (only the buffered ones).
   std::map<size_t, int64_t> prefetch;
@@ -92,27 +92,28 @@ constexpr int64_t kMaxInFlight = 256;
 /// holds at the measured bytes per request. 0 for a local source.
 int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes = 0);
 
-/// The stage graph of the profile when a cache follows `cacheAfter` (-1: no
-/// cache): a cache ends the fused group it falls in, as the runtime does.
+/// The lanes of the profile's steps when a cache follows `cacheAfter` (-1:
+/// no cache): runtime::lanes of the runtime's stage groups, where a cache
+/// ends the map stage it falls in, as the runtime does.
 std::vector<Lane> lanes(const Profile &p, int64_t cacheAfter);
 
-/// Steps `par` (one entry per unit of `us`) to the next parallelism vector
-/// of an exhaustive enumeration: each free parallel unit in turn counts
-/// 1..cores, like an odometer; serial and pinned units keep their entry.
+/// Steps `par` (one entry per lane of `us`) to the next parallelism vector
+/// of an exhaustive enumeration: each free parallel lane in turn counts
+/// 1..cores, like an odometer; serial and pinned lanes keep their entry.
 /// Returns false once every combination has been visited (`par` then holds
-/// 1 for every counting unit again). Used by the solver's refinement and the
+/// 1 for every counting lane again). Used by the solver's refinement and the
 /// bench's grid; the unit tests' brute force keeps its own loop on purpose.
 bool nextParallelism(const std::vector<Lane> &us, std::vector<int64_t> &par,
                      int64_t cores);
 
 /// Workers that compete for the cores at once under parallelism `par` (per
-/// unit of `us`, the units of a configuration of `p`). With a cache and at
-/// least two epochs, the parallel units before the cache and those after it
-/// are counted apart and the larger count is returned: the units before it
+/// lane of `us`, the lanes of a configuration of `p`). With a cache and at
+/// least two epochs, the parallel lanes before the cache and those after it
+/// are counted apart and the larger count is returned: the lanes before it
 /// run in the first epoch only, so over the run they mostly do not share
 /// the cores with the later ones (all the work together stays bounded by
 /// the CPU: in a CPU-bound first epoch that bound is what the two sets
-/// share). Otherwise all parallel units' workers together.
+/// share). Otherwise all parallel lanes' workers together.
 int64_t concurrentWorkers(const Profile &p, const std::vector<Lane> &us,
                           const std::vector<int64_t> &par);
 
@@ -129,14 +130,14 @@ bool cacheStopsAt(const StepProfile &s);
 /// when the epoch's size is unknown).
 int64_t materializedBytes(const Profile &p, size_t i);
 
-/// Seconds of work per source record of unit `u` at parallelism 1.
+/// Seconds of work per source record of lane `u` at parallelism 1.
 double laneSeconds(const Profile &p, const Lane &u);
-/// The fitted scaling of a parallel unit (its steps' samples summed).
+/// The fitted scaling of a parallel lane (its steps' samples summed).
 Usl laneUsl(const Profile &p, const Lane &u);
 
-/// Buffered slots a parallel unit's reorder window holds at parallelism p.
+/// Buffered slots a parallel lane's reorder window holds at parallelism p.
 int64_t windowSlots(int64_t p, int64_t prefetch);
-/// Bytes per slot of a unit's window.
+/// Bytes per slot of a lane's window.
 double laneSlotBytes(const Profile &p, const Lane &u);
 
 /// Recommended buffer depth, in items, after a stage whose rate between
@@ -146,7 +147,7 @@ double laneSlotBytes(const Profile &p, const Lane &u);
 int64_t queueDepth(double cv, double itemsPerSecond, double window = 0.05);
 
 /// The probe level a configuration corresponds to: the largest parallelism
-/// of a parallel unit the spec did not pin (probes set all of them to one
+/// of a parallel lane the spec did not pin (probes set all of them to one
 /// level); 0 when there is none (every probe ran the same configuration).
 int64_t configLevel(const Profile &p, const Config &c);
 
@@ -164,7 +165,7 @@ double calibrationAt(const Profile &p, double level);
 /// reach half their rate. An infinite side leaves the other's rate.
 double tandemThroughput(double up, double down, double slots);
 
-/// How many of a parallel unit's `servers` workers are busy, when work
+/// How many of a parallel lane's `servers` workers are busy, when work
 /// arrives at `offered` workers' worth (its CPU seconds per record times the
 /// throughput, in cores): the M/M/c busy-server distribution (index n =
 /// P(n busy), n = 0..servers; all busy when offered >= servers). Work comes
@@ -180,7 +181,7 @@ std::vector<double> busyWorkers(double offered, int64_t servers);
 double threadShare(const std::vector<std::vector<double>> &others,
                    double cores);
 
-/// Per-unit prediction.
+/// Per-lane prediction.
 struct LanePrediction {
   std::string label;
   std::vector<size_t> steps;
@@ -200,12 +201,12 @@ struct Prediction {
   /// unknown epoch size.
   double wholeRun = 0;
   double outputsPerSecond = 0; ///< pipeline outputs/s
-  int bottleneck = -1; ///< unit index; -1: the CPU; -2: the source's requests
+  int bottleneck = -1; ///< lane index; -1: the CPU; -2: the source's requests
   std::string bottleneckLabel;
   double cpuCapacity = 0; ///< source records/s all cores could serve
-  /// Records/s at which a parallel unit's workers get only the cores the
-  /// other threads leave them, or a serial unit's thread only its share of
-  /// a core among the runnable threads (infinite when no unit is short of
+  /// Records/s at which a parallel lane's workers get only the cores the
+  /// other threads leave them, or a serial lane's thread only its share of
+  /// a core among the runnable threads (infinite when no lane is short of
   /// cores).
   double contentionBound = 0;
   /// Throughput factor from buffering beyond what the probes ran with
@@ -233,7 +234,7 @@ struct Prediction {
 /// size unknown.
 double wholeRunThroughput(const Profile &p, double steady);
 
-/// Evaluates `c` on `cores` cores. `c.parallelism` must match the units of
+/// Evaluates `c` on `cores` cores. `c.parallelism` must match the lanes of
 /// `c.cache.after`.
 Prediction predict(const Profile &p, const Config &c, int64_t cores);
 

@@ -179,7 +179,7 @@ struct Profile {
   /// (wholeRunThroughput), never to size a cache.
   std::optional<int64_t> estimatedRecordsPerEpoch;
   /// Measured / modelled rate of a cached run's later epochs (only the
-  /// units after the cache run, fed by it), from a probe that ran the
+  /// lanes after the cache run, fed by it), from a probe that ran the
   /// chosen cached schedule past its first epoch (tune(),
   /// TuneOptions::probeCachedEpochs); predict() uses it for that phase
   /// instead of the probe level's calibration. 0: not measured. The

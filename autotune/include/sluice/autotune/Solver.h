@@ -2,13 +2,13 @@
 //
 // A mixed-integer program, solved with GLPK (Debian's libglpk), in the shape
 // of Plumber's: maximize the pipeline's throughput T subject to T times each
-// unit's work per record <= its capacity at the parallelism chosen for it
-// (one binary per unit and parallelism, so the measured, non-linear scaling
+// lane's work per record <= its capacity at the parallelism chosen for it
+// (one binary per lane and parallelism, so the measured, non-linear scaling
 // enters exactly), T times all CPU work per record <= the cores, the sum of
 // parallelism <= the cores, and every buffer's bytes plus the memory cache
 // <= the memory budget. The cache is a 0/1 choice per place (after a
 // deterministic prefix, memory or disk, or none); since a cache changes which
-// steps the runtime fuses, each choice carries its own unit variables and
+// steps the runtime fuses, each choice carries its own lane variables and
 // only the chosen one's are active (a disjunctive program). Prefetch depths
 // are 0/1 choices among a few depths up to the queueing model's
 // recommendation, worth a small bonus each, so memory pressure shrinks them
@@ -84,7 +84,7 @@ Expected<Solution> solve(const Profile &p, const Budget &budget);
 Expected<Solution> solveConfig(const Profile &p, const Budget &budget);
 
 /// The runtime form of a configuration: parallelism on every element step of
-/// a parallel unit, prefetch and cache on their steps. Knobs equal to the
+/// a parallel lane, prefetch and cache on their steps. Knobs equal to the
 /// runtime's defaults are still written, so a replay is exact.
 Schedule toSchedule(const Profile &p, const Config &c);
 

@@ -88,7 +88,7 @@ struct TuneResult {
   /// what it would need.
   std::string scaleAdvice;
   /// Probes run on the compiled (fused) plan when `profile` is that of the
-  /// plan split for a cache inside a fused stage (chooseFusedCache), else 0.
+  /// plan split for a cache inside a fused step (chooseFusedCache), else 0.
   size_t fusedProbes = 0;
   /// What the cached-epochs probe did or why it did not run ("" when the
   /// schedule has no cache).
@@ -217,7 +217,7 @@ bool closeCallWins(const std::vector<double> &chosen,
                    const std::vector<double> &other, double margin,
                    double *ratio = nullptr);
 
-/// A cache point inside a fused stage (runtime/Plan.h cacheSplitPoint):
+/// A cache point inside a fused step (runtime/Plan.h cacheSplitPoint):
 /// tune() profiles the plan split after the stage's deterministic prefix,
 /// solves it, and compares with the fused plan's solution.
 struct FusedCacheChoice {

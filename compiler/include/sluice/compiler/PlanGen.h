@@ -2,7 +2,7 @@
 //
 // The last step of the graph compiler: the `sluice.pipeline` after the graph
 // passes, read back into the plain runtime::Plan the runtime executes. The
-// module alone decides: which stages run with which parameters (attributes),
+// module alone decides: which steps run with which parameters (attributes),
 // and what the spec wrote that the runtime's messages show (the file name,
 // the order in which parameters were written, the position of every value:
 // the locations MLIRGen gives, see MLIRGen.h). A module printed with its
@@ -22,7 +22,7 @@
 namespace sluice::compiler {
 
 /// Derives the Plan of the single `sluice.pipeline` in `module`, in stream
-/// order: one PlanStep per stage op, with parameters converted back to
+/// order: one PlanStep per step op, with parameters converted back to
 /// Values, record types from the stream types, the op's spec position, and
 /// the knobs of the pipeline's fixed schedule (the step's own entry, then
 /// `default`, knob by knob). Problems (a pipeline that is not a chain, an

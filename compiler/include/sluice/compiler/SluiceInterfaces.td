@@ -1,4 +1,4 @@
-//===- SluiceInterfaces.td - What every pipeline stage provides -*- tablegen -*-===//
+//===- SluiceInterfaces.td - What every pipeline step provides -*- tablegen -*-===//
 #ifndef SLUICE_INTERFACES_TD
 #define SLUICE_INTERFACES_TD
 
@@ -7,13 +7,13 @@ include "mlir/IR/OpBase.td"
 def Sluice_StepOpInterface : OpInterface<"StepOpInterface"> {
   let cppNamespace = "::sluice::ir";
   let description = [{
-    A stage of a pipeline: a source or a step of the spec. Stages are tied
+    A step of a pipeline: the source or a step of the spec. Steps are tied
     to an op registry entry (ops/Registry.h) whose type rule the verifier
     re-runs, and carry the unique step name that schedules and reports use.
   }];
   let methods = [
     InterfaceMethod<[{
-        The name of the op registry entry this stage runs ("batch",
+        The name of the op registry entry this step runs ("batch",
         "decode_image", "image_folder").
       }], "::llvm::StringRef", "getRegistryName", (ins), [{}], [{
         return $_op->getName().stripDialect();
@@ -27,12 +27,12 @@ def Sluice_StepOpInterface : OpInterface<"StepOpInterface"> {
         return $_op.getRegistryName();
       }]>,
     InterfaceMethod<[{
-        The registry parameters of this stage, as attributes. Dedicated ops
+        The registry parameters of this step, as attributes. Dedicated ops
         store each parameter as an inherent attribute of the same name.
       }], "::mlir::DictionaryAttr", "getRegistryParams", (ins), [{}], [{
         return ::sluice::ir::detail::collectInherentParams($_op.getOperation());
       }]>,
-    InterfaceMethod<"The stream this stage consumes, or null for a source.",
+    InterfaceMethod<"The stream this step consumes, or null for a source.",
       "::mlir::TypedValue<::sluice::ir::StreamType>", "getInputStream", (ins),
       [{}], [{
         if ($_op->getNumOperands() == 0)
@@ -40,7 +40,7 @@ def Sluice_StepOpInterface : OpInterface<"StepOpInterface"> {
         return ::mlir::cast<::mlir::TypedValue<::sluice::ir::StreamType>>(
             $_op->getOperand(0));
       }]>,
-    InterfaceMethod<"The stream this stage produces.",
+    InterfaceMethod<"The stream this step produces.",
       "::mlir::TypedValue<::sluice::ir::StreamType>", "getOutputStream", (ins),
       [{}], [{
         return ::mlir::cast<::mlir::TypedValue<::sluice::ir::StreamType>>(

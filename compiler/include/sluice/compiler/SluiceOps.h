@@ -13,9 +13,9 @@
 namespace sluice::ir {
 namespace detail {
 /// The inherent attributes of `op` except `name`: the registry parameters of
-/// a dedicated stage op.
+/// a dedicated step op.
 mlir::DictionaryAttr collectInherentParams(mlir::Operation *op);
-/// Names a stage's result after its step ("%decode_image", "%map.2").
+/// Names a step's result after it ("%decode_image", "%map.2").
 void setStepResultName(mlir::Operation *op, mlir::OpAsmSetValueNameFn fn);
 } // namespace detail
 } // namespace sluice::ir

@@ -1,6 +1,6 @@
 //===- SluiceOps.td - Ops of the sluice dialect --------------*- tablegen -*-===//
 //
-// One op per stage kind. Dedicated ops exist for the stages the compiler and
+// One op per step kind. Dedicated ops exist for the steps the compiler and
 // runtime reason about (record ops, `map`); every other element op of the
 // registry is a `sluice.element`. A dedicated op stores each registry
 // parameter as an inherent attribute of the same name, so the verifier can
@@ -34,7 +34,7 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
     Symbol, SingleBlock, IsolatedFromAbove]> {
   let summary = "A whole input pipeline";
   let description = [{
-    Holds the stages of one pipeline in a single block, in dataflow order,
+    Holds the steps of one pipeline in a single block, in dataflow order,
     ending with `sluice.output`. The attributes carry the spec's global
     settings: the `seed` every random choice derives from, the number of
     `epochs`, the `cores` (0 = all of the host) and `memory` (bytes, 0 = no
@@ -49,7 +49,7 @@ def Sluice_PipelineOp : Sluice_Op<"pipeline", [
     `distributed:` entries) ride in the locations (see MLIRGen.h).
 
     The region is an SSACFG region rather than a graph region on purpose:
-    dominance then guarantees the stages form an acyclic dataflow.
+    dominance then guarantees the steps form an acyclic dataflow.
 
     ```mlir
     sluice.pipeline @train seed(42) epochs(1) budget(cores = 0, memory = 4294967296) {
@@ -103,7 +103,7 @@ def Sluice_OutputOp : Sluice_Op<"output", [Terminator, HasParent<"PipelineOp">]>
 }
 
 //===----------------------------------------------------------------------===//
-// Stages
+// Steps
 //===----------------------------------------------------------------------===//
 
 // `custom<Params>` prints parameter dictionaries the way they were written
@@ -111,7 +111,7 @@ def Sluice_OutputOp : Sluice_Op<"output", [Terminator, HasParent<"PipelineOp">]>
 // `{p = 5.000000e-01 : f64, size = [224 : i64, 224 : i64]}`; it reads back
 // the same attributes (i64 and f64 are the literal defaults).
 
-/// A stage: one stream result named after the step, the optional `name`
+/// A step: one stream result named after it, the optional `name`
 /// attribute (absent = the registry name), and a verifier that, after the
 /// op's own checks, re-runs the registry type rule.
 class Sluice_StepOp<string mnemonic, list<Trait> traits = []>
@@ -127,14 +127,14 @@ class Sluice_StepOp<string mnemonic, list<Trait> traits = []>
   }];
 }
 
-/// A stage whose output record type equals its input record type.
+/// A step whose output record type equals its input record type.
 class Sluice_StreamOp<string mnemonic, list<Trait> traits = []>
     : Sluice_StepOp<mnemonic, !listconcat(traits, [
         SameOperandsAndResultType, Sluice_StepOpInterface])> {
   let assemblyFormat = "$input attr-dict `:` qualified(type($output))";
 }
 
-/// A stage that changes the record type.
+/// A step that changes the record type.
 class Sluice_ReshapeOp<string mnemonic, list<Trait> traits = []>
     : Sluice_StepOp<mnemonic, !listconcat(traits, [Sluice_StepOpInterface])> {
   let assemblyFormat = [{
@@ -399,7 +399,7 @@ def Sluice_CacheOp : Sluice_StreamOp<"cache"> {
   let summary = "Materializes the stream after its first pass";
   let description = [{
     The first epoch records what passes by, in memory or in a file under
-    `path`; later epochs replay it instead of recomputing the stages above.
+    `path`; later epochs replay it instead of recomputing the steps above.
 
     ```mlir
     %cache = sluice.cache %in {to = "memory"}
@@ -414,7 +414,7 @@ def Sluice_CacheOp : Sluice_StreamOp<"cache"> {
 def Sluice_PrefetchOp : Sluice_StreamOp<"prefetch"> {
   let summary = "Computes records ahead of the consumer";
   let description = [{
-    Decouples the stages above from the consumer with a queue of `buffer`
+    Decouples the steps above from the consumer with a queue of `buffer`
     records; 0 means no queue at all, and without `buffer` the autotuner
     picks the depth.
 

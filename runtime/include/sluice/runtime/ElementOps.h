@@ -52,7 +52,7 @@ bool isPerRecordStep(const PlanStep &stage);
 /// `plan` gives the base directory for relative paths.
 Expected<ElementFn> bindElementOp(const PlanStep &stage, const Plan &plan);
 
-/// Binds a `fused_map` stage (PlanStep::fused) to its steps' kernels, run
+/// Binds a fused step (`fused_map`, PlanStep::fused) to its steps' kernels, run
 /// one after another (what bindElementOp does for it).
 Expected<ElementFn> bindFused(const PlanStep &stage, const Plan &plan);
 

@@ -56,7 +56,7 @@ public:
   /// One step as the kernel sees it.
   struct Step {
     Kind kind = Kind::Value;
-    const PlanStep *stage = nullptr; ///< in the fused stage's `fused`
+    const PlanStep *stage = nullptr; ///< in the fused step's `fused`
     size_t inRank = 0, outRank = 0;
     ElemType inElem = ElemType::U8, outElem = ElemType::U8;
     int64_t height = 0, width = 0; ///< crops: the output size
