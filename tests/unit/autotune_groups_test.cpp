@@ -186,4 +186,59 @@ TEST(StageGroups, GroupsShapes) {
   EXPECT_TRUE(g[3].threadAfter);
 }
 
+/// The lanes of written-out groups: a map stage on the workers is a lane of
+/// its own; the other stages share one thread up to a thread hand-off.
+TEST(StageGroups, LanesOfGroups) {
+  using runtime::Lane;
+  using runtime::StepShape;
+  using Steps = std::vector<size_t>;
+  auto step = [](bool perRecord, bool element) {
+    StepShape s;
+    s.perRecord = perRecord;
+    s.element = element;
+    return s;
+  };
+  StepShape source;
+  source.source = true;
+  std::vector<StepShape> shapes = {source,
+                                   step(true, true),   // decode
+                                   step(true, false),  // select
+                                   step(false, false), // shuffle
+                                   step(true, false),  // rename
+                                   step(true, true),   // normalize
+                                   step(false, false)};
+  shapes[1].pinned.parallelism = 3;
+  std::vector<Lane> l = runtime::lanes(runtime::groupSteps(shapes));
+  ASSERT_EQ(l.size(), 5u);
+  EXPECT_EQ(l[0].steps, Steps{0});
+  EXPECT_FALSE(l[0].parallel);
+  EXPECT_EQ(l[1].steps, (Steps{1, 2}));
+  EXPECT_TRUE(l[1].parallel);
+  EXPECT_EQ(l[1].pinned, 3);
+  EXPECT_EQ(l[2].steps, Steps{3});
+  EXPECT_FALSE(l[2].parallel);
+  EXPECT_EQ(l[3].steps, (Steps{4, 5}));
+  EXPECT_TRUE(l[3].parallel);
+  EXPECT_EQ(l[3].pinned, 0);
+  EXPECT_EQ(l[4].steps, Steps{6});
+  for (const Lane &x : l)
+    EXPECT_FALSE(x.beforeCache); // the autotuner's to set
+
+  // The second map stage inline with a prefetch: the shuffle and it share a
+  // thread, and the prefetch hands the records to the batch's.
+  shapes[5].element = false;
+  shapes[4].pinned.prefetch = 2;
+  l = runtime::lanes(runtime::groupSteps(shapes));
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[2].steps, (Steps{3, 4, 5}));
+  EXPECT_FALSE(l[2].parallel);
+  EXPECT_EQ(l[3].steps, Steps{6});
+
+  // Without the hand-off, everything after the decode is one thread.
+  shapes[4].pinned.prefetch.reset();
+  l = runtime::lanes(runtime::groupSteps(shapes));
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[2].steps, (Steps{3, 4, 5, 6}));
+}
+
 } // namespace
