@@ -140,27 +140,33 @@ INSTANTIATE_TEST_SUITE_P(Specs, StageGroupsAgree,
                            return n;
                          });
 
+/// Written-out step shapes: the source, decode (element), select, shuffle
+/// (a stream step), rename, normalize (element) and a last stream step.
+std::vector<runtime::StepShape> writtenOutShapes() {
+  auto step = [](bool perRecord, bool element) {
+    runtime::StepShape s;
+    s.perRecord = perRecord;
+    s.element = element;
+    return s;
+  };
+  runtime::StepShape source;
+  source.source = true;
+  return {source,
+          step(true, true),   // decode
+          step(true, false),  // select
+          step(false, false), // shuffle
+          step(true, false),  // rename
+          step(true, true),   // normalize
+          step(false, false)};
+}
+
 /// The grouping itself, on shapes written out: per-record steps share a map
 /// stage until a stream step or a cache; an element op puts it on the
 /// workers; an inline map stage's prefetch is a thread of its own.
 TEST(StageGroups, GroupsShapes) {
   using runtime::StageGroup;
   using runtime::StepShape;
-  auto step = [](bool perRecord, bool element) {
-    StepShape s;
-    s.perRecord = perRecord;
-    s.element = element;
-    return s;
-  };
-  StepShape source;
-  source.source = true;
-  std::vector<StepShape> shapes = {source,
-                                   step(true, true),   // decode
-                                   step(true, false),  // select
-                                   step(false, false), // shuffle
-                                   step(true, false),  // rename
-                                   step(true, true),   // normalize
-                                   step(false, false)};
+  std::vector<StepShape> shapes = writtenOutShapes();
   shapes[2].cacheAfter = true;
   shapes[4].pinned.prefetch = 4;
   shapes[1].pinned.parallelism = 3;
@@ -192,21 +198,7 @@ TEST(StageGroups, LanesOfGroups) {
   using runtime::Lane;
   using runtime::StepShape;
   using Steps = std::vector<size_t>;
-  auto step = [](bool perRecord, bool element) {
-    StepShape s;
-    s.perRecord = perRecord;
-    s.element = element;
-    return s;
-  };
-  StepShape source;
-  source.source = true;
-  std::vector<StepShape> shapes = {source,
-                                   step(true, true),   // decode
-                                   step(true, false),  // select
-                                   step(false, false), // shuffle
-                                   step(true, false),  // rename
-                                   step(true, true),   // normalize
-                                   step(false, false)};
+  std::vector<StepShape> shapes = writtenOutShapes();
   shapes[1].pinned.parallelism = 3;
   std::vector<Lane> l = runtime::lanes(runtime::groupSteps(shapes));
   ASSERT_EQ(l.size(), 5u);

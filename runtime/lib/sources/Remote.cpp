@@ -204,6 +204,18 @@ struct Counters {
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
   std::deque<double> durations; // the last 1024 successful, guarded by m
+
+  /// Keeps the milliseconds since `since` in `window` (latencies or
+  /// durations), the last 1024 of them.
+  template <typename TimePoint>
+  void note(std::deque<double> &window, TimePoint since) {
+    std::lock_guard<std::mutex> lock(m);
+    window.push_back(std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - since)
+                         .count());
+    if (window.size() > 1024)
+      window.pop_front();
+  }
 };
 Counters &counters() {
   static Counters *c = new Counters; // never destroyed: see Client::get()
@@ -413,15 +425,7 @@ private:
     auto *t = static_cast<Transfer *>(user);
     if (!t->firstByte) {
       t->firstByte = true;
-      {
-        Counters &c = counters();
-        std::lock_guard<std::mutex> lock(c.m);
-        c.latencies.push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
-                .count());
-        if (c.latencies.size() > 1024)
-          c.latencies.pop_front();
-      }
+      counters().note(counters().latencies, t->sent);
       curl_off_t length = -1;
       if (ClientSwitches::get().presize &&
           curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
@@ -670,15 +674,8 @@ private:
       delayed_.push_back(t);
       return;
     }
-    if (r.ok) {
-      Counters &c = counters();
-      std::lock_guard<std::mutex> lock(c.m);
-      c.durations.push_back(
-          std::chrono::duration<double, std::milli>(Clock::now() - t->sent)
-              .count());
-      if (c.durations.size() > 1024)
-        c.durations.pop_front();
-    }
+    if (r.ok)
+      counters().note(counters().durations, t->sent);
     if (!r.ok) {
       counters().failures.fetch_add(1, std::memory_order_relaxed);
       if (t->attempt > 0)
