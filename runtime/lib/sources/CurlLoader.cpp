@@ -46,6 +46,7 @@ namespace {
 
 struct CurlApi {
   void *handle = nullptr;
+  std::string name; ///< the file loaded (libcurl.so.4, or SLUICE_LIBCURL)
   std::string error;
   decltype(&::curl_global_init) global_init = nullptr;
   decltype(&::curl_easy_init) easy_init = nullptr;
@@ -72,7 +73,7 @@ struct CurlApi {
 template <typename F> bool bind(CurlApi &api, F &fn, const char *name) {
   fn = reinterpret_cast<F>(::dlsym(api.handle, name));
   if (!fn && api.error.empty())
-    api.error = std::string("libcurl.so.4 has no ") + name +
+    api.error = api.name + " has no " + name +
                 " (libcurl 7.68 or newer is needed)";
   return fn != nullptr;
 }
@@ -82,12 +83,11 @@ const CurlApi &api() {
   static std::once_flag once;
   std::call_once(once, [] {
     const char *name = std::getenv("SLUICE_LIBCURL");
-    if (!name || !*name)
-      name = "libcurl.so.4";
-    a.handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    a.name = name && *name ? name : "libcurl.so.4";
+    a.handle = ::dlopen(a.name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!a.handle) {
       const char *why = ::dlerror();
-      a.error = std::string(name) + " could not be loaded (" +
+      a.error = a.name + " could not be loaded (" +
                 (why ? why : "unknown reason") +
                 "); remote URLs need it: install libcurl (Debian: apt-get "
                 "install libcurl4)";
