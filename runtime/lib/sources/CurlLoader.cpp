@@ -73,8 +73,8 @@ struct CurlApi {
 template <typename F> bool bind(CurlApi &api, F &fn, const char *name) {
   fn = reinterpret_cast<F>(::dlsym(api.handle, name));
   if (!fn && api.error.empty())
-    api.error = api.name + " has no " + name +
-                " (libcurl 7.68 or newer is needed)";
+    api.error =
+        api.name + " has no " + name + " (libcurl 7.68 or newer is needed)";
   return fn != nullptr;
 }
 
