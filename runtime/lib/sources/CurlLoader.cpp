@@ -27,12 +27,20 @@
 // handle), never by crashing.
 //
 // SLUICE_LIBCURL names another library file to load (tests use it for the
-// error). SLUICE_LINK_CURL=ON (CMake) links libcurl as before and leaves
-// this file out.
+// error). SLUICE_LINK_CURL=ON (CMake) links libcurl as before: this file
+// then defines only curlLoadable(), which is always true.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Remote.h"
+
+#ifdef SLUICE_LINK_CURL
+
+namespace sluice::runtime::detail {
+bool curlLoadable(std::string &) { return true; }
+} // namespace sluice::runtime::detail
+
+#else
 
 #include <curl/curl.h>
 
@@ -271,3 +279,5 @@ SLUICE_CURL_SHIM void curl_slist_free_all(struct curl_slist *list) {
 }
 
 } // extern "C"
+
+#endif // SLUICE_LINK_CURL
