@@ -207,12 +207,11 @@ struct Counters {
 
   /// Keeps the milliseconds since `since` in `window` (latencies or
   /// durations), the last 1024 of them.
-  template <typename TimePoint>
-  void note(std::deque<double> &window, TimePoint since) {
+  void note(std::deque<double> &window, Clock::time_point since) {
     std::lock_guard<std::mutex> lock(m);
-    window.push_back(std::chrono::duration<double, std::milli>(
-                         std::chrono::steady_clock::now() - since)
-                         .count());
+    window.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - since)
+            .count());
     if (window.size() > 1024)
       window.pop_front();
   }
