@@ -3,6 +3,8 @@
 #
 # Installed tree:
 #   bin/sluice                               the driver (needs MLIR/LLVM 19)
+#   libexec/sluice/sluice-serve              the driver with gRPC, which
+#                                            `sluice serve` runs
 #   include/sluice/Pipeline.h                the pipeline API (sluice::sluice)
 #   include/sluice/{ops,runtime,dsl,autotune}/...  the headers it includes
 #   <libdir>/libsluice.so                    the API with the compiler, the

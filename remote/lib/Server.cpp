@@ -43,15 +43,6 @@
 
 namespace sluice::remote {
 
-uint64_t specDigest(const std::string &text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 bool keepFreedMemory() {
   static const bool done = [] {
     const char *off = std::getenv("SLUICE_NO_MALLOC_TUNING");

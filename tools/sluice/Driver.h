@@ -42,8 +42,19 @@ CommandAction addBenchCommand(CLI::App &root);
 CommandAction addCompileCommand(CLI::App &root);
 /// `sluice tune` (Tune.cpp).
 CommandAction addTuneCommand(CLI::App &root);
-/// `sluice serve` (Serve.cpp): a gRPC worker for remote trainers.
+/// `sluice serve` (Serve.cpp): a gRPC worker for remote trainers. In the
+/// `sluice` executable itself (ServeExec.cpp) only its place in `--help`:
+/// the command runs in `sluice-serve`, which serveElsewhere() executes.
 CommandAction addServeCommand(CLI::App &root);
+/// What `sluice --help` says of `serve`.
+inline constexpr const char *kServeDescription =
+    "run the pipeline's work for trainers on other hosts (gRPC worker; "
+    "docs/distributed.md)";
+/// Called first by main(): in the `sluice` executable, `sluice serve ...` and
+/// `sluice help serve` replace the process with `sluice-serve` (same
+/// arguments) and return only on failure, with the exit code; everything
+/// else, and every call in `sluice-serve`, returns -1.
+int serveElsewhere(int argc, char **argv);
 
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);

@@ -6,6 +6,10 @@
 // says; a shared token (--token-file or $SLUICE_TOKEN) and TLS
 // (--tls-cert/--tls-key) keep other clients out.
 //
+// This file is linked into `sluice-serve`, the driver with gRPC; the
+// `sluice` executable runs it for `sluice serve` (ServeExec.cpp), so that
+// every other command starts without loading gRPC, protobuf and absl.
+//
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
 #include "ServeFlags.h"
@@ -21,9 +25,7 @@ namespace sluice::tool {
 CommandAction addServeCommand(CLI::App &root) {
   auto st = std::make_shared<SpecRunFlags>();
   auto sf = std::make_shared<ServeFlags>();
-  CLI::App *cmd = root.add_subcommand(
-      "serve", "run the pipeline's work for trainers on other hosts (gRPC "
-               "worker; docs/distributed.md)");
+  CLI::App *cmd = root.add_subcommand("serve", kServeDescription);
   addSpecRunFlags(*cmd, *st);
   addServeFlags(*cmd, *sf, "--listen", /*required=*/true);
   return [st, sf] {
@@ -49,5 +51,7 @@ CommandAction addServeCommand(CLI::App &root) {
     return remote::serve(rs.plan(), rs.opts(), so, std::cerr);
   };
 }
+
+int serveElsewhere(int, char **) { return -1; }
 
 } // namespace sluice::tool

@@ -69,6 +69,8 @@ const char *kRootFooter =
 } // namespace
 
 int main(int argc, char **argv) {
+  if (int rc = serveElsewhere(argc, argv); rc >= 0)
+    return rc;
   runtime::configureProcessAllocator(); // before any thread: Memory.h
   CLI::App root("sluice: a declarative input-pipeline compiler for ML "
                 "training",

@@ -41,8 +41,16 @@
 namespace sluice::remote {
 
 /// FNV-1a (64 bits) of a spec file's bytes: trainers and workers compare it
-/// to be sure they run the same spec.
-uint64_t specDigest(const std::string &text);
+/// to be sure they run the same spec. Inline: `sluice compile --serve`
+/// records it without linking the gRPC half of this library.
+inline uint64_t specDigest(const std::string &text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
 
 /// Makes glibc keep the memory it frees for reuse instead of returning it
 /// to the kernel (mallopt: trim threshold 512 MiB, mmap threshold 32 MiB),
