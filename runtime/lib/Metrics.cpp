@@ -1,23 +1,27 @@
 //===- Metrics.cpp - Prometheus text exposition of a run's counters -------===//
 //
 // See Metrics.h. The server answers GET /metrics (and / with a pointer to
-// it) on one cpp-httplib thread; the file writer wakes every interval and
-// renames a fully written temporary file over the target.
+// it) on one cpp-httplib thread, in libsluice_metrics_http.so
+// (module/MetricsHttp.cpp), which is loaded the first time a run asks for a
+// port, so that no other run loads cpp-httplib and the TLS and compression
+// libraries it links; the file writer wakes every interval and renames a
+// fully written temporary file over the target.
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Metrics.h"
-
-#include <httplib.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 namespace sluice::runtime {
 
@@ -155,12 +159,103 @@ std::string prometheusText(const RunStats &s) {
   return w.text();
 }
 
+namespace {
+
+/// libsluice_metrics_http.so's two functions (module/MetricsHttp.cpp).
+struct HttpModule {
+  void *(*start)(const char *address, int port,
+                 void (*text)(void *ctx, std::string *out), void *ctx,
+                 char *err, size_t errSize) = nullptr;
+  void (*stop)(void *server) = nullptr;
+  std::string error; ///< why it could not be loaded
+};
+
+std::string dirName(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+/// Loads the module once per process: $SLUICE_METRICS_HTTP when set;
+/// otherwise beside the executable or library that holds this code (a
+/// compiled executable copied with its .so files), in lib/ beside its bin/,
+/// where `cmake --install` put it, in the build tree, and last by name
+/// (LD_LIBRARY_PATH).
+const HttpModule &httpModule() {
+  static const HttpModule module = [] {
+    HttpModule m;
+    const char *name = "libsluice_metrics_http.so";
+    std::vector<std::string> tries;
+    if (const char *env = std::getenv("SLUICE_METRICS_HTTP"); env && *env) {
+      tries.push_back(env);
+    } else {
+      std::vector<std::string> dirs;
+      Dl_info info;
+      if (dladdr(reinterpret_cast<void *>(&dirName), &info) && info.dli_fname &&
+          info.dli_fname[0] == '/')
+        dirs.push_back(dirName(info.dli_fname));
+      char self[4096];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n > 0)
+        dirs.push_back(dirName(std::string(self, static_cast<size_t>(n))));
+      for (const std::string &d : dirs) {
+        tries.push_back(d + "/" + name);
+        tries.push_back(d + "/../lib/" + name);
+#ifdef SLUICE_METRICS_HTTP_LIBDIR
+        // An installed tree moved elsewhere: bin/../<libdir>/sluice/.
+        tries.push_back(d + "/../" SLUICE_METRICS_HTTP_LIBDIR "/sluice/" +
+                        name);
+#endif
+      }
+#ifdef SLUICE_METRICS_HTTP_INSTALLED
+      tries.push_back(SLUICE_METRICS_HTTP_INSTALLED);
+#endif
+#ifdef SLUICE_METRICS_HTTP_BUILT
+      tries.push_back(SLUICE_METRICS_HTTP_BUILT);
+#endif
+      tries.push_back(name);
+    }
+    std::string why;
+    for (const std::string &t : tries) {
+      if (t.find('/') != std::string::npos && access(t.c_str(), R_OK) != 0)
+        continue;
+      void *h = dlopen(t.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        const char *e = dlerror();
+        why = e ? e : "dlopen failed";
+        continue;
+      }
+      m.start = reinterpret_cast<decltype(m.start)>(
+          dlsym(h, "sluice_metrics_http_start"));
+      m.stop = reinterpret_cast<decltype(m.stop)>(
+          dlsym(h, "sluice_metrics_http_stop"));
+      if (m.start && m.stop)
+        return m;
+      why = t + " lacks sluice_metrics_http_start/stop";
+      m.start = nullptr;
+      m.stop = nullptr;
+    }
+    std::string where;
+    for (size_t i = 0; i < tries.size(); ++i)
+      where += (i ? ", " : "") + tries[i];
+    m.error = "--metrics-port: the HTTP server module " + std::string(name) +
+              " could not be loaded (looked for " + where +
+              (why.empty() ? "" : "; " + why) +
+              "); reinstall sluice, set SLUICE_METRICS_HTTP to the module's "
+              "path, or write the same counters to a file with "
+              "--metrics-file";
+    return m;
+  }();
+  return module;
+}
+
+} // namespace
+
 struct MetricsExporter::Impl {
   std::function<RunStats()> stats;
   std::string file;
   double interval = 5;
-  std::unique_ptr<httplib::Server> server;
-  std::thread serverThread, fileThread;
+  void *server = nullptr; ///< the module's, while serving
+  std::thread fileThread;
   std::mutex mu;
   std::condition_variable cv;
   bool quit = false;
@@ -192,22 +287,22 @@ MetricsExporter::start(std::function<RunStats()> stats,
     });
   }
   if (port > 0) {
-    im.server = std::make_unique<httplib::Server>();
-    im.server->Get("/metrics", [&im](const httplib::Request &,
-                                     httplib::Response &res) {
-      res.set_content(prometheusText(im.stats()), "text/plain; version=0.0.4; "
-                                                  "charset=utf-8");
-    });
-    im.server->Get("/", [](const httplib::Request &, httplib::Response &res) {
-      res.set_content("sluice: the counters are at /metrics\n", "text/plain");
-    });
-    if (!im.server->bind_to_port(address.c_str(), port))
+    const HttpModule &http = httpModule();
+    if (!http.start)
+      return Status::error(http.error);
+    char err[256] = "";
+    im.server = http.start(
+        address.c_str(), port,
+        [](void *ctx, std::string *out) {
+          *out = prometheusText(static_cast<Impl *>(ctx)->stats());
+        },
+        &im, err, sizeof err);
+    if (!im.server)
       return Status::error(
           "--metrics-port: cannot listen on " + address + ":" +
           std::to_string(port) +
           " (is another program using the port, or is the address not one "
           "of this host's?); choose another port with --metrics-port");
-    im.serverThread = std::thread([&im] { im.server->listen_after_bind(); });
   }
   return e;
 }
@@ -243,11 +338,8 @@ MetricsExporter::~MetricsExporter() {
   impl_->cv.notify_all();
   if (impl_->fileThread.joinable())
     impl_->fileThread.join();
-  if (impl_->server) {
-    impl_->server->stop();
-    if (impl_->serverThread.joinable())
-      impl_->serverThread.join();
-  }
+  if (impl_->server)
+    httpModule().stop(impl_->server);
   (void)writeFile(); // the final counters
 }
 

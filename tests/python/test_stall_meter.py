@@ -216,6 +216,44 @@ def test_metrics_port_in_use_is_a_clear_error(fashion_spec):
     assert bad.returncode == 2 and "[1, 65535]" in bad.stderr
 
 
+def test_metrics_server_module_is_loaded_only_for_a_port(fashion_spec,
+                                                        tmp_path):
+    """The --metrics-port server (cpp-httplib, which Debian builds with
+    OpenSSL and brotli) lives in libsluice_metrics_http.so, loaded when a
+    run asks for a port: a run without one loads none of it, a compiled
+    executable finds the module too, and a module that cannot be loaded is
+    a clear error (exit 2) that names the way around it."""
+    env = dict(os.environ, LD_DEBUG="files")
+    plain = subprocess.run([SLUICE_BIN, "run", fashion_spec, "-q",
+                            "--epochs", "1", "--sink", "null"],
+                           capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert "libcpp-httplib" not in plain.stderr
+    assert "libsluice_metrics_http" not in plain.stderr
+    assert "libssl" not in plain.stderr
+
+    exe = tmp_path / "fashion"
+    subprocess.run([SLUICE_BIN, "compile", "-q", fashion_spec, "-o", str(exe)],
+                   check=True, timeout=300)
+    served = subprocess.run([str(exe), "-q", "--epochs", "1", "--sink", "null",
+                             "--metrics-port", str(free_port())],
+                            capture_output=True, text=True, timeout=120,
+                            env=env)
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert "libsluice_metrics_http.so" in served.stderr
+    assert "libcpp-httplib" in served.stderr
+
+    missing = subprocess.run(
+        [SLUICE_BIN, "run", fashion_spec, "-q", "--metrics-port",
+         str(free_port())], capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, SLUICE_METRICS_HTTP=str(tmp_path / "none.so")))
+    assert missing.returncode == 2, missing.stderr
+    assert "the HTTP server module libsluice_metrics_http.so could not be " \
+        "loaded" in missing.stderr
+    assert "none.so" in missing.stderr and "--metrics-file" in missing.stderr
+
+
 def test_tune_report_judges_a_consumer_run(fashion_spec, slow_spec, tmp_path):
     """`sluice tune --consumer STATS` says whether that run's consumer
     waited: a slow training step that never waited needs no more cores."""
