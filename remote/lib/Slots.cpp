@@ -48,14 +48,12 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 Header *headerOf(uint8_t *map) { return reinterpret_cast<Header *>(map); }
 
 /// mmap's flags for a slot: MAP_SHARED, populated unless
-/// SLUICE_NO_SLOT_POPULATE is set (and not "0").
+/// SLUICE_NO_SLOT_POPULATE is set (and not "0"); read at each mapping (a
+/// slot is mapped once per worker, not per output).
 int slotMapFlags() {
-  static const int flags = [] {
-    const char *v = std::getenv("SLUICE_NO_SLOT_POPULATE");
-    bool off = v && *v && std::strcmp(v, "0") != 0;
-    return MAP_SHARED | (off ? 0 : MAP_POPULATE);
-  }();
-  return flags;
+  const char *v = std::getenv("SLUICE_NO_SLOT_POPULATE");
+  bool off = v && *v && std::strcmp(v, "0") != 0;
+  return MAP_SHARED | (off ? 0 : MAP_POPULATE);
 }
 
 /// "/proc/DIGITS/fd/DIGITS": the only paths a worker opens for a trainer.

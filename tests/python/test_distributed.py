@@ -1033,6 +1033,22 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
                          w.stop()) for w in ws)
 
 
+def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
+                                                           workers,
+                                                           monkeypatch):
+    """Both ends map a slot with MAP_POPULATE (remote/lib/Slots.cpp: one
+    call fills the page table instead of a fault per page); with
+    SLUICE_NO_SLOT_POPULATE=1 at both ends the pages fault in as they are
+    written, and the batches, in shared memory all the same, are a local
+    run's."""
+    want = local_batches(served_spec, 1)
+    monkeypatch.setenv("SLUICE_NO_SLOT_POPULATE", "1")
+    w = workers(served_spec, env={"SLUICE_NO_SLOT_POPULATE": "1"})
+    got, off = read_epoch(served_spec, [w.address])
+    assert_same(got, want)
+    assert off["shared_memory_outputs"] >= 6, off
+
+
 def test_chunks_continue_the_kept_pipeline(served_spec, workers):
     """One worker, chunks of 2: every chunk of an epoch after its first
     continues the pipeline kept from the trainer's previous chunk (the
