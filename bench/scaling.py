@@ -17,6 +17,9 @@ getrusage through os.wait4, REPEATS interleaved rounds, medians):
   readme-off the same with --disable-pass sluice-hoist-shuffle (what the
              README's order cost before the pass; same output bytes)
   first      the shuffle written right after the source
+  readme-exe the README's order as the executable `sluice compile` writes
+             (no compiler, no JIT load of the cached kernels at start: what
+             a deployed pipeline pays)
 and the decode loop (bench/decode_only_bench, SLUICE_DECODE_THREADS=N): every
 JPEG read from the page cache and decoded in full, nothing else.
 
@@ -99,9 +102,12 @@ def run_rusage(cmd, env=None):
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
-def sluice_run(args, spec_path, threads, extra, env, stats_path):
-    cmd = [args.sluice, "run", spec_path, "--sink", "null", "--threads",
-           str(threads), "--quiet", "--stats-json", stats_path] + extra
+def sluice_run(args, spec_path, threads, extra, env, stats_path, exe=None):
+    """`sluice run SPEC`, or with `exe` the executable `sluice compile`
+    wrote for it (the same flags)."""
+    head = [exe] if exe else [args.sluice, "run", spec_path]
+    cmd = head + ["--sink", "null", "--threads", str(threads), "--quiet",
+                  "--stats-json", stats_path] + extra
     wall, cpu, rss = run_rusage(cmd, dict(os.environ, **env) if env else None)
     with open(stats_path) as f:
         stats = json.load(f)
@@ -238,12 +244,16 @@ def main():
         "readme-buffered": (STEPS_README, [],
                             {"SLUICE_NO_POSITIONAL_SHUFFLE": "1"}),
         "first": (STEPS_FIRST, [], {}),
+        "readme-exe": (STEPS_README, [], {}),
     }
     paths = {}
     for name, (steps, _, _) in specs.items():
         paths[name] = os.path.join(tmp, name + ".yaml")
         with open(paths[name], "w") as f:
             f.write(spec(args.data, steps, args.epochs))
+    exes = {"readme-exe": os.path.join(tmp, "readme-exe")}
+    subprocess.run([args.sluice, "compile", "-q", paths["readme-exe"], "-o",
+                    exes["readme-exe"]], check=True)
 
     results = {(k, n): [] for k in specs for n in threads}
     decode = {n: [] for n in threads}
@@ -254,7 +264,8 @@ def main():
             for name, (_, extra, env) in specs.items():
                 results[(name, n)].append(sluice_run(
                     args, paths[name], n, extra, env,
-                    os.path.join(tmp, "%s-%d-%d.json" % (name, n, r))))
+                    os.path.join(tmp, "%s-%d-%d.json" % (name, n, r)),
+                    exes.get(name)))
         print("round %d/%d done" % (r + 1, args.repeats), file=sys.stderr)
 
     med = statistics.median
