@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ScheduleCache.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/runtime/Source.h"
 
@@ -375,8 +376,8 @@ std::string scheduleCacheDirectory() {
 }
 
 bool scheduleCacheEnabled() {
-  std::string v = envOr("SLUICE_NO_SCHEDULE_CACHE");
-  return (v.empty() || v == "0") && !scheduleCacheDirectory().empty();
+  return !switchedOff("SLUICE_NO_SCHEDULE_CACHE") &&
+         !scheduleCacheDirectory().empty();
 }
 
 std::string scheduleCacheKey(const runtime::Plan &plan,

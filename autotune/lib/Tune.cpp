@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Tune.h"
+#include "sluice/ops/Switches.h"
 
 #include "ScheduleCache.h"
 #include "sluice/ops/Allocation.h"
@@ -473,8 +474,7 @@ Status settleCloseCall(const runtime::Plan &plan, const TuneOptions &opts,
       "close call: " + parallelismText(p, other) + " is predicted " +
       fmt(r.solution.closeCallGain * 100, "%+.1f") + "% against the chosen " +
       parallelismText(p, chosen) + " (within the 2% the model cannot resolve)";
-  const char *off = std::getenv("SLUICE_NO_CLOSE_CALLS");
-  if (off && *off && std::string(off) != "0") {
+  if (switchedOff("SLUICE_NO_CLOSE_CALLS")) {
     r.closeCallNote = what + "; not measured (SLUICE_NO_CLOSE_CALLS=1)";
     r.solution.notes.push_back(r.closeCallNote);
     return Status::ok();
@@ -843,11 +843,6 @@ Expected<TuneResult> tune(const runtime::Plan &plan, const TuneOptions &opts) {
 
 namespace {
 
-bool envOff(const char *name) {
-  const char *v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
 } // namespace
 
 namespace {
@@ -858,7 +853,7 @@ void installReplanner(const Profile &profile, const Budget &budget,
                       const Config &config, runtime::RunOptions &opts,
                       const AutoOptions &auto_, AutoSchedule &a,
                       std::string &s) {
-  if (!auto_.replan || envOff("SLUICE_NO_REPLAN"))
+  if (!auto_.replan || switchedOff("SLUICE_NO_REPLAN"))
     return;
   // Re-planning sizes every parallel window for all the cores (the
   // parallelism may rise in flight): only when that still fits.
@@ -897,7 +892,7 @@ std::string utcNow() {
 Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
                                          runtime::RunOptions &opts,
                                          const AutoOptions &auto_) {
-  if (envOff("SLUICE_NO_AUTOTUNE")) {
+  if (switchedOff("SLUICE_NO_AUTOTUNE")) {
     AutoSchedule a;
     a.applied = false;
     return a;
@@ -905,7 +900,7 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
   // The source is listed once for the cache key, the probes and the run
   // (an ImageNet-sized folder takes seconds to walk). A source that cannot
   // be made is left to the pipeline, which says why.
-  if (!opts.source && !envOff("SLUICE_NO_SHARED_SOURCE")) {
+  if (!opts.source && !switchedOff("SLUICE_NO_SHARED_SOURCE")) {
     Expected<std::unique_ptr<runtime::Source>> made =
         runtime::Source::create(plan.source.op, plan.source.params,
                                 plan.source.outputType, plan.baseDir);

@@ -5,6 +5,7 @@
 #include "sluice/compiler/Passes.h"
 #include "sluice/compiler/PlanGen.h"
 #include "sluice/compiler/SluiceOps.h"
+#include "sluice/ops/Switches.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -297,17 +298,12 @@ bool leaveEpilogues(const dsl::Spec &spec,
   return changed;
 }
 
-bool envSwitchedOff(const char *name) {
-  const char *v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
 } // namespace
 
 bool codegenEpilogue(const std::vector<std::string> &disabledPasses) {
   return !isDisabled("sluice-fuse-crop-epilogue", disabledPasses) &&
          !isDisabled("sluice-fuse-remaps", disabledPasses) &&
-         !envSwitchedOff("SLUICE_NO_GENERATED_EPILOGUE");
+         !switchedOff("SLUICE_NO_GENERATED_EPILOGUE");
 }
 
 std::vector<std::string> graphPassNames() {

@@ -8,6 +8,7 @@
 
 #include "ImageInternal.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/Switches.h"
 
 #include <algorithm>
 #include <atomic>
@@ -49,8 +50,7 @@ unsigned be16(const unsigned char *p) { return (unsigned(p[0]) << 8) | p[1]; }
 // walks the marker segments before the scan plus one memchr pass over it.
 
 std::atomic<bool> &restartWindowAllowed() {
-  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_RESTART_WINDOW") ==
-                                   nullptr};
+  static std::atomic<bool> allowed{!switchedOff("SLUICE_NO_RESTART_WINDOW")};
   return allowed;
 }
 

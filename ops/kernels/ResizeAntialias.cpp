@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ImageResample.h"
+#include "sluice/ops/Switches.h"
 
 #include <algorithm>
 #include <atomic>
@@ -326,8 +327,7 @@ void aaHorizontalRgbAvx2(const uint8_t *src, const AaTaps &t,
 
 std::atomic<bool> &simdAllowed() {
   // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
-  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
-                                   nullptr};
+  static std::atomic<bool> allowed{!switchedOff("SLUICE_NO_IMAGE_SIMD")};
   return allowed;
 }
 
@@ -338,8 +338,7 @@ bool cpuHasAvx2() {
 #else
 std::atomic<bool> &simdAllowed() {
   // SLUICE_NO_IMAGE_SIMD=1 turns the AVX2 paths off (same bytes).
-  static std::atomic<bool> allowed{std::getenv("SLUICE_NO_IMAGE_SIMD") ==
-                                   nullptr};
+  static std::atomic<bool> allowed{!switchedOff("SLUICE_NO_IMAGE_SIMD")};
   return allowed;
 }
 bool cpuHasAvx2() { return false; }

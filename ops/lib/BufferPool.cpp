@@ -45,6 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/Switches.h"
 
 #include <algorithm>
 #include <atomic>
@@ -98,11 +99,6 @@ size_t residentBytes(void *p, size_t bytes) {
   return resident;
 }
 
-bool setInEnvironment(const char *name) {
-  const char *v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
 /// Buffers from this size up are backed by transparent huge pages where
 /// the kernel allows it (THP "madvise" mode): a batch buffer's first touch
 /// then takes one fault per 2 MiB instead of one per 4 KiB page.
@@ -114,7 +110,7 @@ constexpr size_t kHugePageBytes = size_t(2) << 20;
 /// bytes live, never what they are.
 void adviseHugePages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
-  static const bool off = setInEnvironment("SLUICE_NO_HUGE_PAGES");
+  static const bool off = switchedOff("SLUICE_NO_HUGE_PAGES");
   if (off || bytes < kHugePageMinBytes)
     return;
   uintptr_t begin = reinterpret_cast<uintptr_t>(p);
@@ -129,9 +125,7 @@ void adviseHugePages(void *p, size_t bytes) {
 #endif
 }
 
-bool enabledByEnvironment() {
-  return !setInEnvironment("SLUICE_NO_BUFFER_POOL");
-}
+bool enabledByEnvironment() { return !switchedOff("SLUICE_NO_BUFFER_POOL"); }
 
 /// Size classes a thread caches (64 .. kCachedClassMaxBytes bytes): tensors
 /// of small records and every tensor's control block.
@@ -191,8 +185,8 @@ class SmallPool {
 public:
   SmallPool()
       : enabled_(enabledByEnvironment() &&
-                 !setInEnvironment("SLUICE_NO_SMALL_BUFFER_POOL")),
-        cachesOn_(!setInEnvironment("SLUICE_NO_SMALL_POOL_CACHE")),
+                 !switchedOff("SLUICE_NO_SMALL_BUFFER_POOL")),
+        cachesOn_(!switchedOff("SLUICE_NO_SMALL_POOL_CACHE")),
         classes_(kSmallPoolMaxBytes / kAlignment) {}
 
   /// Held across fork() (pthread_atfork): a child must not inherit a lock

@@ -10,6 +10,7 @@
 // run time runs generated code too.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/Plan.h"
 
 #include <cstdlib>
@@ -97,8 +98,7 @@ std::vector<PlanStep> cacheSplitSteps(const Plan &plan) {
 }
 
 bool cacheSplitDisabledByEnvironment() {
-  const char *v = std::getenv("SLUICE_NO_CACHE_SPLIT");
-  return v && *v && std::string(v) != "0";
+  return switchedOff("SLUICE_NO_CACHE_SPLIT");
 }
 
 } // namespace sluice::runtime

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/CompiledKernels.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/ops/Allocation.h"
 #include "sluice/ops/Expr.h"
@@ -286,8 +287,7 @@ Expected<RowsFilterFn> bindFilterRowsKernel(const PlanStep &s,
 RowsKernelBinder rowsBinderFromKernelTable(const SluiceKernelInfo *table) {
   // SLUICE_NO_GENERATED_ROWS_FILTER=1: record runs test their filters with
   // the interpreter (an A/B switch; the same rows are kept).
-  const char *off = std::getenv("SLUICE_NO_GENERATED_ROWS_FILTER");
-  if (off && *off && std::string(off) != "0")
+  if (switchedOff("SLUICE_NO_GENERATED_ROWS_FILTER"))
     return [](const PlanStep &) -> std::optional<Expected<RowsFilterFn>> {
       return std::nullopt;
     };

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Memory.h"
 #include "sluice/ops/BufferPool.h"
+#include "sluice/ops/Switches.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -102,17 +103,9 @@ int configureProcessAllocator() {
 #endif
 }
 
-namespace {
-/// Whether environment variable `name` is set to something other than "0".
-bool envFlag(const char *name) {
-  const char *v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-} // namespace
-
 bool heapCarryEnabled() {
 #ifdef __GLIBC__
-  return !envFlag("SLUICE_NO_HEAP_CARRY");
+  return !switchedOff("SLUICE_NO_HEAP_CARRY");
 #else
   return false;
 #endif
@@ -157,7 +150,7 @@ int64_t freeHeapAboveBaseline() {
 bool releaseFreeHeap() {
 #ifdef __GLIBC__
   // The next pipeline counts the free heap and refills it.
-  if (envFlag("SLUICE_NO_HEAP_TRIM") || heapCarryEnabled())
+  if (switchedOff("SLUICE_NO_HEAP_TRIM") || heapCarryEnabled())
     return false;
   trimHeap();
   return true;
@@ -180,7 +173,7 @@ void endProcess(int code) {
   std::cerr.flush();
   std::fflush(nullptr);
 #ifndef SLUICE_EXIT_RUNS_CHECKS
-  if (!envFlag("SLUICE_NO_QUICK_EXIT"))
+  if (!switchedOff("SLUICE_NO_QUICK_EXIT"))
     ::_exit(code);
 #endif
   std::exit(code);
@@ -531,7 +524,7 @@ std::vector<std::pair<std::string, int64_t>> MemoryBudget::peaks() const {
 AccountAllocationLimit::AccountAllocationLimit(MemoryAccount *account,
                                                bool credit)
     : account_(account) {
-  if (!credit || envFlag("SLUICE_NO_BUDGET_CREDIT"))
+  if (!credit || switchedOff("SLUICE_NO_BUDGET_CREDIT"))
     return;
   int64_t l = account_->budget().limit();
   int64_t chunk =

@@ -12,6 +12,7 @@
 #include "Engine.h"
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/Pinned.h"
 #include "sluice/runtime/StageGroups.h"
 #include "sources/Remote.h"
@@ -353,11 +354,6 @@ std::string defaultTempDir() {
 
 /// Whether the environment turns an optimization off (`NAME=1`; unset,
 /// empty and "0" leave it on).
-bool switchedOff(const char *name) {
-  const char *v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
 } // namespace
 
 Expected<std::unique_ptr<Engine>>

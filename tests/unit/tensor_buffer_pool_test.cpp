@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Allocation.h"
 #include "sluice/ops/BufferPool.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/ops/Tensor.h"
 
 #include <gtest/gtest.h>
@@ -433,6 +434,23 @@ TEST(BufferPoolEnvironment, StateFollowsTheVariable) {
   const char *v = std::getenv("SLUICE_NO_BUFFER_POOL");
   bool off = v && *v && std::string(v) != "0";
   EXPECT_EQ(bufferPoolEnabled(), !off);
+}
+
+/// Every SLUICE_NO_* switch follows one rule (ops/Switches.h): set to
+/// anything but "" or "0" turns its optimization off.
+TEST(Switches, OneRuleForEverySwitch) {
+  const char *name = "SLUICE_NO_SWITCH_RULE_TEST";
+  ::unsetenv(name);
+  EXPECT_FALSE(switchedOff(name));
+  for (const char *value : {"1", "yes", "true", "on", "2"}) {
+    ::setenv(name, value, 1);
+    EXPECT_TRUE(switchedOff(name)) << value;
+  }
+  for (const char *value : {"0", ""}) {
+    ::setenv(name, value, 1);
+    EXPECT_FALSE(switchedOff(name)) << "'" << value << "'";
+  }
+  ::unsetenv(name);
 }
 
 TEST(BufferPoolEnvironment, VariableTurnsThePoolOff) {

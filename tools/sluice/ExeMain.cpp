@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 #include "ExeServe.h"
 #include "RunFlags.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/Pipeline.h"
 #include "sluice/autotune/Tune.h"
@@ -346,8 +347,7 @@ int main(int argc, char **argv) {
   // SLUICE_NO_JIT=1 runs the runtime's own kernels, as it does for
   // `sluice run` (an A/B switch; the outputs are the same bytes), on the
   // plan `sluice run --no-jit` runs.
-  const char *noJit = std::getenv("SLUICE_NO_JIT");
-  bool kernelsOff = noJit && *noJit && std::string(noJit) != "0";
+  bool kernelsOff = switchedOff("SLUICE_NO_JIT");
   Expected<runtime::Plan> plan = runtime::Plan::deserialize(
       kernelsOff && sluice_embedded_plan_nojit_size > 0
           ? std::string(sluice_embedded_plan_nojit,

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/compiler/Codegen.h"
+#include "sluice/ops/Switches.h"
 
 #include "CodegenInternal.h"
 
@@ -79,8 +80,7 @@ std::string cacheDirectory(const CodegenOptions &opts) {
 }
 
 bool cacheEnabled(const CodegenOptions &opts) {
-  std::string v = envOr("SLUICE_NO_KERNEL_CACHE");
-  return opts.useCache && (v.empty() || v == "0");
+  return opts.useCache && !switchedOff("SLUICE_NO_KERNEL_CACHE");
 }
 
 std::string hexKey(const std::string &text) {
@@ -244,10 +244,7 @@ Expected<std::string> compileObject(BuiltModule &m, llvm::TargetMachine &tm,
 
 } // namespace
 
-bool jitDisabledByEnvironment() {
-  std::string v = envOr("SLUICE_NO_JIT");
-  return !v.empty() && v != "0";
-}
+bool jitDisabledByEnvironment() { return switchedOff("SLUICE_NO_JIT"); }
 
 struct JitKernels::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;

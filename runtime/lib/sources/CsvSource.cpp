@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/ops/Registry.h"
 #include "sluice/ops/Utf8.h"
@@ -921,10 +922,7 @@ std::shared_ptr<CsvBlock> CsvReader::cut() {
   // mapping fresh ones (bench/specs/autotune/selective_filter.yaml: peak
   // RSS 15 MiB lower, 28% fewer page faults).
   // SLUICE_NO_CSV_CAPACITY_ROUNDING=1 sizes them exactly.
-  static const bool exact = [] {
-    const char *v = std::getenv("SLUICE_NO_CSV_CAPACITY_ROUNDING");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool exact = switchedOff("SLUICE_NO_CSV_CAPACITY_ROUNDING");
   if (!exact)
     capacity = (capacity + kCapacityRows - 1) / kCapacityRows * kCapacityRows;
   blk->columns.resize(src_.columns.size());
@@ -1217,8 +1215,8 @@ Expected<std::unique_ptr<Source>> createCsv(const std::string &kind,
   src->delim = delim[0];
   src->header = boolParam(params, "header", false);
   src->replaceInvalid = stringParam(params, "encoding", "strict") == "replace";
-  if (const char *off = std::getenv("SLUICE_NO_FAST_CSV"))
-    src->fastParse = !*off || std::string(off) == "0";
+  if (switchedOff("SLUICE_NO_FAST_CSV"))
+    src->fastParse = false;
 
   const Value &cols = params["columns"];
   if (!cols.isList() || cols.items().empty())
