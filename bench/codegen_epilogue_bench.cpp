@@ -10,8 +10,10 @@
 //                makes, called through its runtime binding (parameter fill,
 //                output allocation, kernel)
 //   Unfused      the runtime's three kernels one after another
-// Each with the flip taken (p = 1) and not (p = 0). Setup checks that the
-// generated and hand-written outputs are the same bytes. Run with
+// Each with the flip taken (p = 1) and not (p = 0), normalize writing f32,
+// bf16 or f16, and the result in CHW or left HWC (channels_last). Setup
+// checks that the generated and hand-written outputs are the same bytes.
+// Run with
 //   build/bin/codegen_epilogue_bench --benchmark_repetitions=7 \
 //     --benchmark_enable_random_interleaving=true
 // and compare medians.
@@ -86,19 +88,37 @@ Value doubles(const std::vector<double> &v) {
   return Value::list(std::move(items));
 }
 
-/// The three steps, unfused, and as the one stage sluice-fuse-remaps makes.
-runtime::Plan plan(bool fused, double p) {
-  FieldType u8(ElemType::U8, {224, 224, 3}), f32(ElemType::F32, {224, 224, 3}),
-      chw(ElemType::F32, {3, 224, 224});
+/// What the benchmark's arguments ask for: flip taken, normalize's dtype
+/// (0 f32, 1 bf16, 2 f16), CHW or HWC.
+struct Variant {
+  bool flip;
+  ElemType to;
+  bool chw;
+  explicit Variant(const benchmark::State &state)
+      : flip(state.range(0) != 0), to(state.range(1) == 1   ? ElemType::BF16
+                                      : state.range(1) == 2 ? ElemType::F16
+                                                            : ElemType::F32),
+        chw(state.range(2) != 0) {}
+};
+
+/// The steps, unfused, and as the one stage sluice-fuse-remaps makes.
+runtime::Plan plan(bool fused, double p, ElemType to, bool chw) {
+  FieldType u8(ElemType::U8, {224, 224, 3}), hwc(to, {224, 224, 3}),
+      planes(to, {3, 224, 224});
   runtime::Plan plan;
   plan.name = "epilogue";
-  plan.steps = {step("random_flip", u8, u8, {{"p", Value::real(p)}}),
-                step("normalize", u8, f32,
-                     {{"mean", doubles(kMean)}, {"std", doubles(kStd)}}),
-                step("transpose", f32, chw, {{"to", Value::string("CHW")}})};
+  plan.steps = {
+      step("random_flip", u8, u8, {{"p", Value::real(p)}}),
+      step("normalize", u8, hwc,
+           {{"mean", doubles(kMean)},
+            {"std", doubles(kStd)},
+            {"dtype", Value::string(std::string(elemTypeName(to)))}})};
+  if (chw)
+    plan.steps.push_back(
+        step("transpose", hwc, planes, {{"to", Value::string("CHW")}}));
   if (fused) {
     runtime::PlanStep f = plan.steps.front();
-    f.name = "random_flip+normalize+transpose";
+    f.name = chw ? "random_flip+normalize+transpose" : "random_flip+normalize";
     f.op = "fused_map";
     f.params = Value::map();
     f.outputType = plan.steps.back().outputType;
@@ -113,9 +133,9 @@ struct Bound {
   std::vector<runtime::ElementFn> fns;
 };
 
-Bound bind(bool generated, double p, std::string &error) {
+Bound bind(bool generated, const Variant &v, std::string &error) {
   Bound b;
-  runtime::Plan pl = plan(generated, p);
+  runtime::Plan pl = plan(generated, v.flip ? 1.0 : 0.0, v.to, v.chw);
   if (generated) {
     compiler::CodegenOptions opts;
     opts.useCache = false;
@@ -145,18 +165,19 @@ Bound bind(bool generated, double p, std::string &error) {
   return b;
 }
 
-kernels::ImageEpilogue handwritten(bool flip) {
+kernels::ImageEpilogue handwritten(const Variant &v) {
   kernels::ImageEpilogue e;
-  e.flip = flip;
+  e.flip = v.flip;
   e.normalize = true;
-  e.chw = true;
+  e.normalizeTo = v.to;
+  e.chw = v.chw;
   kernels::normalizeTables(kMean, kStd, 3, e.mean, e.scale);
   return e;
 }
 
 void BM_EpilogueHandwritten(benchmark::State &state) {
   Tensor img = photo();
-  kernels::ImageEpilogue e = handwritten(state.range(0) != 0);
+  kernels::ImageEpilogue e = handwritten(Variant(state));
   for (auto _ : state) {
     Expected<Tensor> out = kernels::applyImageEpilogue(img, e);
     benchmark::DoNotOptimize(out->raw());
@@ -165,9 +186,9 @@ void BM_EpilogueHandwritten(benchmark::State &state) {
 }
 
 void runBound(benchmark::State &state, bool generated) {
-  bool flip = state.range(0) != 0;
+  Variant v(state);
   std::string error;
-  Bound b = bind(generated, flip ? 1.0 : 0.0, error);
+  Bound b = bind(generated, v, error);
   if (!error.empty()) {
     state.SkipWithError(error.c_str());
     return;
@@ -181,7 +202,7 @@ void runBound(benchmark::State &state, bool generated) {
     for (const runtime::ElementFn &f : b.fns)
       (void)f(r, ctx);
     Expected<Tensor> ref =
-        kernels::applyImageEpilogue(input.fields[0], handwritten(flip));
+        kernels::applyImageEpilogue(input.fields[0], handwritten(v));
     if (!ref || r.fields[0].nbytes() != ref->nbytes() ||
         std::memcmp(r.fields[0].raw(), ref->raw(), ref->nbytes()) != 0) {
       state.SkipWithError("output differs from the hand-written epilogue");
@@ -202,8 +223,11 @@ void BM_EpilogueUnfused(benchmark::State &s) { runBound(s, false); }
 
 } // namespace
 
-BENCHMARK(BM_EpilogueHandwritten)->Arg(0)->Arg(1);
-BENCHMARK(BM_EpilogueGenerated)->Arg(0)->Arg(1);
-BENCHMARK(BM_EpilogueUnfused)->Arg(0)->Arg(1);
+// Arguments: flip taken, dtype (0 f32, 1 bf16, 2 f16), CHW.
+#define SLUICE_EPILOGUE_ARGS                                                   \
+  ArgNames({"flip", "dtype", "chw"})->ArgsProduct({{0, 1}, {0, 1, 2}, {1, 0}})
+BENCHMARK(BM_EpilogueHandwritten)->SLUICE_EPILOGUE_ARGS;
+BENCHMARK(BM_EpilogueGenerated)->SLUICE_EPILOGUE_ARGS;
+BENCHMARK(BM_EpilogueUnfused)->SLUICE_EPILOGUE_ARGS;
 
 BENCHMARK_MAIN();

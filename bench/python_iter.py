@@ -28,10 +28,14 @@ Prints the medians over --repeats rounds, the Python overhead
 (1 - python/native; target <= 5%) and python/torch (target >= 3x), with the
 load average at the start and the end.
 
---dtype bf16 (or f16) makes the spec's normalize write that type.
+--dtype bf16 (or f16) makes the spec's normalize write that type; a list
+(--dtype f32,bf16) runs each in every round, interleaved, and prints each
+one's medians and their ratios to the first's. --order readme moves the
+spec's shuffle to where the README writes it (after select; the compiler
+hoists it back toward the source, with the same output).
 
 Usage: python_iter.py [--data photos|imagenet] [--seconds S] [--repeats N]
-                      [--dtype f32|bf16|f16]
+                      [--dtype f32|bf16|f16[,...]] [--order first|readme]
                       [--torch-batches N] [--torch-workers N] [--no-torch]
                       [--cpu-epochs N]
 """
@@ -49,17 +53,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
 
-def spec_for(data, name, dtype="f32"):
+def spec_for(data, name, dtype="f32", order="first"):
     """bench/specs/NAME_bench.yaml with its data prefix pointed at `data`
-    (and its normalize writing `dtype`)."""
+    (and its normalize writing `dtype`, its shuffle after select for
+    order "readme")."""
     text = open(os.path.join(HERE, "specs", name + "_bench.yaml")).read()
     text = text.replace("/tmp/sluice-bench-data", data)
     if dtype != "f32":
         norm = "std: [58.395, 57.12, 57.375]}"
         assert norm in text
         text = text.replace(norm, norm[:-1] + ", dtype: %s}" % dtype)
+    if order == "readme":
+        shuffle, select = "  - shuffle: {buffer: 4096}\n", "  - select: [image, label]\n"
+        assert shuffle in text and select in text
+        text = text.replace(shuffle, "").replace(select, select + shuffle)
     d = tempfile.mkdtemp(prefix="sluice-pyiter-")
-    path = os.path.join(d, name + "_bench.yaml")
+    path = os.path.join(d, "%s_%s_%s_bench.yaml" % (name, order, dtype))
     with open(path, "w") as f:
         f.write(text)
     return path
@@ -182,8 +191,12 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cpu-epochs", type=int, default=2)
     ap.add_argument("--data", choices=("photos", "imagenet"), default="photos")
-    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32",
-                    help="what the spec's normalize writes")
+    ap.add_argument("--dtype", default="f32",
+                    help="what the spec's normalize writes: f32, bf16 or f16, "
+                    "or a comma-separated list of them, run interleaved")
+    ap.add_argument("--order", choices=("first", "readme"), default="first",
+                    help="the shuffle right after the source (the bench "
+                    "spec's) or after select (the README's)")
     ap.add_argument("--torch-workers", type=int, default=None,
                     help="the DataLoader's num_workers (default: the cores)")
     args = ap.parse_args()
@@ -196,57 +209,96 @@ def main():
                            os.path.join(HERE, "..", "build"))
     sluice_bin = os.environ.get("SLUICE", os.path.join(build, "bin", "sluice"))
     sys.path.insert(0, os.path.join(build, "python"))
-    spec = spec_for(data, args.data, args.dtype)
+    dtypes = args.dtype.split(",")
+    for dt in dtypes:
+        if dt not in ("f32", "bf16", "f16"):
+            sys.exit("python_iter.py: --dtype %r: expected f32, bf16 or f16 "
+                     "(or a comma-separated list of them)" % dt)
+    specs = {dt: spec_for(data, args.data, dt, args.order) for dt in dtypes}
     cores = os.cpu_count() or 1
     workers = cores if args.torch_workers is None else args.torch_workers
     load0 = os.getloadavg()[0]
-    runs = {"native": [], "python": [], "torch": []}
-    cpu = {"native": [], "python": []}
-    if not args.no_torch:
-        cpu["torch"] = []
+    runs = {dt: {"native": [], "python": []} for dt in dtypes}
+    cpu = {dt: {"native": [], "python": []} for dt in dtypes}
+    torch_runs, torch_cpu = [], []
     pydir = os.path.join(build, "python")
     for r in range(args.repeats):
-        for k in ("native", "python") if r % 2 == 0 else ("python", "native"):
-            cpu[k].append(cpu_per_image(k, sluice_bin, spec, args.cpu_epochs,
-                                        pydir))
+        # Alternate which dtype and which front end go first.
+        order = dtypes if r % 2 == 0 else dtypes[::-1]
+        for dt in order:
+            spec = specs[dt]
+            for k in ("native", "python") if r % 2 == 0 else ("python",
+                                                              "native"):
+                cpu[dt][k].append(cpu_per_image(k, sluice_bin, spec,
+                                                args.cpu_epochs, pydir))
         if not args.no_torch:
-            cpu["torch"].append(cpu_per_image("torch", sluice_bin, spec, 1,
-                                              pydir, root, workers))
-        runs["native"].append(native(sluice_bin, spec, args.seconds))
-        runs["python"].append(python(spec, args.seconds))
+            torch_cpu.append(cpu_per_image("torch", sluice_bin, None, 1,
+                                           pydir, root, workers))
+        for dt in order:
+            runs[dt]["native"].append(native(sluice_bin, specs[dt],
+                                             args.seconds))
+            runs[dt]["python"].append(python(specs[dt], args.seconds))
         if not args.no_torch:
             import torch_imagenet
-            runs["torch"].append(torch_imagenet.measure(
+            torch_runs.append(torch_imagenet.measure(
                 root, workers, 2, args.torch_batches, 42 + r))
-        print("round %d: %s; CPU ms/image %s" % (
-            r, ", ".join("%s %.1f" % (k, v[-1]) for k, v in runs.items()
-                         if v), ", ".join("%s %.3f" % (k, v[-1])
-                                          for k, v in cpu.items())),
-            flush=True)
+        print("round %d (load %.2f): %s%s" % (
+            r, os.getloadavg()[0], "; ".join(
+                "%s: native %.1f, python %.1f img/s, CPU ms/image native "
+                "%.3f, python %.3f" % (dt, runs[dt]["native"][-1],
+                                       runs[dt]["python"][-1],
+                                       cpu[dt]["native"][-1],
+                                       cpu[dt]["python"][-1])
+                for dt in dtypes),
+            "; torch %.1f img/s, %.3f ms" % (torch_runs[-1], torch_cpu[-1])
+            if torch_runs else ""), flush=True)
     load1 = os.getloadavg()[0]
-    med = {k: statistics.median(v) for k, v in runs.items() if v}
-    print("\n%s data, median images/s over %d rounds (load average %.2f -> "
-          "%.2f; torch num_workers=%d):" % (args.data, args.repeats, load0,
-                                             load1, workers))
-    for k, v in med.items():
-        print("  %-7s %8.1f   (runs: %s)" % (k, v, ", ".join(
-            "%.1f" % x for x in runs[k])))
-    print("python iteration overhead vs native: %.1f%% (target <= 5%%)"
-          % (100 * (1 - med["python"] / med["native"])))
-    cn, cp = statistics.median(cpu["native"]), statistics.median(cpu["python"])
-    print("CPU per image over %d epochs: native %.3f ms, python %.3f ms "
-          "(runs: %s / %s): python costs %.1f%% more CPU per image"
-          % (args.cpu_epochs, cn, cp,
-             ", ".join("%.3f" % x for x in cpu["native"]),
-             ", ".join("%.3f" % x for x in cpu["python"]), 100 * (cp / cn - 1)))
-    if "torch" in med:
-        print("python / torch DataLoader: %.2fx images/s (target >= 3x)"
-              % (med["python"] / med["torch"]))
-        ct = statistics.median(cpu["torch"])
-        print("CPU per image, torch DataLoader (1 epoch, its workers "
-              "included): %.3f ms (runs: %s): %.2fx python's"
-              % (ct, ", ".join("%.3f" % x for x in cpu["torch"]), ct / cp))
-    shutil.rmtree(os.path.dirname(spec), ignore_errors=True)
+    print("\n%s data, %s order, median images/s over %d rounds (load "
+          "average %.2f -> %.2f; torch num_workers=%d):" % (
+              args.data, args.order, args.repeats, load0, load1, workers))
+    med = {}
+    for dt in dtypes:
+        med[dt] = {k: statistics.median(v) for k, v in runs[dt].items()}
+        for k, v in med[dt].items():
+            print("  %-5s %-7s %8.1f   (runs: %s)" % (dt, k, v, ", ".join(
+                "%.1f" % x for x in runs[dt][k])))
+    if torch_runs:
+        print("  torch DataLoader %8.1f   (runs: %s)" % (
+            statistics.median(torch_runs),
+            ", ".join("%.1f" % x for x in torch_runs)))
+    for dt in dtypes:
+        print("%s: python iteration overhead vs native: %.1f%% (target <= "
+              "5%%)" % (dt, 100 * (1 - med[dt]["python"] /
+                                   med[dt]["native"])))
+        cn = statistics.median(cpu[dt]["native"])
+        cp = statistics.median(cpu[dt]["python"])
+        print("%s: CPU per image over %d epochs: native %.3f ms, python "
+              "%.3f ms (runs: %s / %s): python costs %.1f%% more CPU per "
+              "image" % (dt, args.cpu_epochs, cn, cp,
+                         ", ".join("%.3f" % x for x in cpu[dt]["native"]),
+                         ", ".join("%.3f" % x for x in cpu[dt]["python"]),
+                         100 * (cp / cn - 1)))
+        if torch_runs:
+            print("%s: python / torch DataLoader: %.2fx images/s (target >= "
+                  "3x)" % (dt, med[dt]["python"] /
+                           statistics.median(torch_runs)))
+            ct = statistics.median(torch_cpu)
+            print("%s: CPU per image, torch DataLoader (1 epoch, its workers "
+                  "included): %.3f ms (runs: %s): %.2fx python's"
+                  % (dt, ct, ", ".join("%.3f" % x for x in torch_cpu),
+                     ct / cp))
+    base = dtypes[0]
+    for dt in dtypes[1:]:
+        print("%s / %s: images/s native %.3fx, python %.3fx; CPU per image "
+              "native %.3fx, python %.3fx" % (
+                  dt, base, med[dt]["native"] / med[base]["native"],
+                  med[dt]["python"] / med[base]["python"],
+                  statistics.median(cpu[dt]["native"]) /
+                  statistics.median(cpu[base]["native"]),
+                  statistics.median(cpu[dt]["python"]) /
+                  statistics.median(cpu[base]["python"])))
+    for spec in specs.values():
+        shutil.rmtree(os.path.dirname(spec), ignore_errors=True)
 
 
 if __name__ == "__main__":

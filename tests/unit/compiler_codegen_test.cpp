@@ -828,6 +828,68 @@ TEST(Codegen, NormalizeInFusedValueRunsIsByteIdentical) {
 
 /// A normalize whose lists would fail every record (lengths that disagree)
 /// keeps its run with the runtime, which reports the error.
+/// normalize to f16 / bf16 of integer inputs: the generator enumerates
+/// every value each channel can give and leaves out of the rounding the
+/// cases none meets (NaN, overflow, subnormals, zeros, ties). Over every
+/// input value, with constants that make each case appear (and not), the
+/// kernel gives the runtime's bits, and the same with
+/// SLUICE_NO_NARROW_RANGES=1 (every case kept).
+TEST(Codegen, NormalizeNarrowingOverEveryInputValueIsByteIdentical) {
+  struct Pair {
+    double mean, sd;
+    const char *what;
+  };
+  const Pair pairs[] = {
+      {123.675, 58.395, "ImageNet's first channel"},
+      {128, 64, "exact zeros"},
+      {0, 1e-3, "f16 overflow"},
+      {0.5, 1e30, "f16 subnormals"},
+      {0, 1e38, "f32 denormals"},
+      {-0.5, 1, "ties (bf16 from u8, f16 from 16-bit inputs)"},
+      {7, 1e-45, "an infinite scale: infinities, and NaN at x = 7"},
+      {-300.25, 0.02, "negative values only"}};
+  for (ElemType in : {ElemType::U8, ElemType::I8, ElemType::U16, ElemType::I16,
+                      ElemType::Bool}) {
+    // Every value of the type (every byte for bool), then a few again so
+    // the length is not a multiple of any vector width.
+    int64_t count = elemTypeSize(in) == 1 ? 256 : 65536;
+    Tensor input = Tensor::empty(in, {count + 5});
+    for (int64_t i = 0; i < count + 5; ++i) {
+      uint16_t v = uint16_t(i % count);
+      std::memcpy(input.mutableRaw() + i * elemTypeSize(in), &v,
+                  elemTypeSize(in));
+    }
+    for (const char *to : {"f16", "bf16"}) {
+      for (const Pair &p : pairs) {
+        StepCase c{"normalize",
+                   {{"mean", list({p.mean})},
+                    {"std", list({p.sd})},
+                    {"dtype", Value::string(to)}},
+                   in,
+                   std::string("to ") + to + ", " + p.what};
+        SCOPED_TRACE(describe(c));
+        runtime::Plan plan = planFor(c, count + 5);
+        Expected<runtime::ElementFn> reference =
+            runtime::bindElementOp(plan.steps[0], plan);
+        ASSERT_TRUE(bool(reference)) << reference.status().message();
+        for (const char *narrow : {"0", "1"}) {
+          ::setenv("SLUICE_NO_NARROW_RANGES", narrow, 1);
+          compiler::CodegenOptions opts;
+          opts.useCache = false;
+          auto jit = compiler::JitKernels::compile(plan, opts);
+          ::unsetenv("SLUICE_NO_NARROW_RANGES");
+          ASSERT_TRUE(bool(jit)) << jit.status().message();
+          ASSERT_EQ((*jit)->stats().kernels, 1) << "not compiled";
+          auto bound = (*jit)->binder()(plan.steps[0]);
+          ASSERT_TRUE(bound.has_value() && bool(*bound));
+          Tensor x = expectSameResult(**bound, *reference, input);
+          EXPECT_TRUE(x.valid()) << "SLUICE_NO_NARROW_RANGES=" << narrow;
+        }
+      }
+    }
+  }
+}
+
 TEST(Codegen, FusedNormalizeTheRuntimeRejectsIsLeftToIt) {
   runtime::PlanStep stage = fusedChain(
       {{"normalize", {{"mean", list({1, 2})}, {"std", list({1, 2, 3})}}},

@@ -134,6 +134,24 @@ protected:
             << "codegen off, " << what << ": output bytes differ";
       }
     }
+    // The generator's switches: the same bytes with each of them off.
+    for (const char *off :
+         {"SLUICE_NO_FLIP_VERSIONS", "SLUICE_NO_NARROW_RANGES"}) {
+      std::unique_ptr<compiler::JitKernels> kernels;
+      {
+        ScopedEnv env(off, "1");
+        compiler::CodegenOptions opts;
+        opts.useCache = false;
+        auto jit = compiler::JitKernels::compile(on, opts);
+        ASSERT_TRUE(bool(jit)) << jit.status().message();
+        kernels = jit.take();
+      }
+      runtime::RunOptions withJit;
+      withJit.threads = 2;
+      withJit.binder = kernels->binder();
+      EXPECT_TRUE(allBytes(runAll(on, withJit)) == reference)
+          << off << "=1: output bytes differ";
+    }
   }
 
   sluice::testing::TempDir dir_;
@@ -203,6 +221,24 @@ TEST_F(RemapFusionTest, F16ChainWithPadCropFlipAndValueSteps) {
                        "  - transpose: {field: image, to: CHW}\n"),
              "cast+random_crop+map+random_flip+pad+map.2+clamp+fill_missing+"
              "normalize+transpose");
+}
+
+TEST_F(RemapFusionTest, Bf16AndF16FromFlipsAlongBothAxes) {
+  // Two flips: four copies of the loop nest, one per pair of draws; the
+  // normalize's narrowing to bf16 / f16 sees u8 values only (ties, with
+  // mean -0.5, for bf16; exact zeros, with an integer mean, for f16).
+  expectSame(spec("3", "  - resize: {field: image, size: [30, 34]}\n"
+                       "  - random_flip: {field: image, axis: width}\n"
+                       "  - random_flip: {field: image, axis: height, p: 0.3}\n"
+                       "  - normalize: {field: image, mean: [-0.5, 116.28, "
+                       "103.53], std: [1, 57.12, 0.001], dtype: bf16}\n"
+                       "  - transpose: {field: image, to: CHW}\n"),
+             "random_flip+random_flip.2+normalize+transpose");
+  expectSame(spec("3", "  - center_crop: {field: image, size: [32, 32]}\n"
+                       "  - random_flip: {field: image, axis: width}\n"
+                       "  - normalize: {field: image, mean: [128, 0, 7], "
+                       "std: [64, 0.001, 1e30], dtype: f16}\n"),
+             "center_crop+random_flip+normalize");
 }
 
 TEST_F(RemapFusionTest, BoolChain) {

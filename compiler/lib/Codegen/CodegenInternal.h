@@ -101,13 +101,34 @@ mlir::Type storageType(mlir::MLIRContext *ctx, ElemType elem);
 /// kernels::halfToFloat on the i16 bits `h`: an f32 (exact; a signaling NaN
 /// stays signaling, as there), in integer operations.
 mlir::Value halfToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
-/// kernels::floatToHalf of the f32 `f`: i16 bits, nearest even.
-mlir::Value f32ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
+/// The f32 values a narrowing to f16 or bf16 must be right for: by default
+/// every one. Where the values are known (a normalize of u8 pixels sees at
+/// most 256 per channel, normalizeNarrowCases), the cases none of them
+/// falls in are left out, and so are their compares and selects: for them
+/// the remaining operations give floatToHalf's / floatToBf16's bits (each
+/// case's operations only replace the general rounding's result where the
+/// value is in that case; without ties, rounding half up is rounding to
+/// nearest even).
+struct NarrowCases {
+  bool nan = true;       ///< NaN (f16 and bf16)
+  bool overflow = true;  ///< f16: |v| >= 65520, infinities included
+  bool subnormal = true; ///< f16: 0 < |v| < 2^-14
+  bool zero = true;      ///< f16: +-0
+  /// A tie: a value (not NaN; for f16 a normal one) exactly halfway
+  /// between two of the narrow type's.
+  bool tie = true;
+};
+/// kernels::floatToHalf of the f32 `f`: i16 bits, nearest even; right for
+/// every f32 in `cases`.
+mlir::Value f32ToHalf(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f,
+                      const NarrowCases &cases = {});
 /// kernels::bf16ToFloat on the i16 bits `h`: an f32 (exact).
 mlir::Value bf16ToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value h);
 /// kernels::floatToBf16 of the f32 `f`: i16 bits, nearest even, a NaN
-/// quiet with its sign and the top of its payload.
-mlir::Value f32ToBf16(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f);
+/// quiet with its sign and the top of its payload; right for every f32 in
+/// `cases`.
+mlir::Value f32ToBf16(mlir::OpBuilder &b, mlir::Location loc, mlir::Value f,
+                      const NarrowCases &cases = {});
 /// The interpreter's NarrowF to f16 on the f64 `d`:
 /// double(halfToFloat(doubleToHalf(d))); `halfBits` is set to the i16 bits
 /// doubleToHalf(d).

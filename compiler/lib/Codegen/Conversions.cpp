@@ -120,7 +120,7 @@ Value halfToF32(OpBuilder &b, Location loc, Value h) {
   return b.create<arith::BitcastOp>(loc, f32, r);
 }
 
-Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
+Value f32ToHalf(OpBuilder &b, Location loc, Value f, const NarrowCases &cases) {
   Type i32 = b.getI32Type(), i16 = b.getI16Type(), f32 = b.getF32Type();
   auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
   auto c16 = [&](uint16_t v) { return constInt(b, loc, i16, int64_t(v)); };
@@ -129,37 +129,52 @@ Value f32ToHalf(OpBuilder &b, Location loc, Value f) {
   Value sign = lo16(b.create<arith::AndIOp>(
       loc, b.create<arith::ShRUIOp>(loc, bitsV, c(16)), c(0x8000)));
   Value abs = b.create<arith::AndIOp>(loc, bitsV, c(0x7FFFFFFF));
-  // NaN: quiet, the top 10 payload bits kept.
-  Value nan = b.create<arith::OrIOp>(
-      loc, c16(0x7E00),
-      lo16(b.create<arith::AndIOp>(
-          loc, b.create<arith::ShRUIOp>(loc, abs, c(13)), c(0x3FF))));
   // Below 2^-14: scaled so the subnormal unit is 1, rounded to nearest even
   // by the FPU (exact: a power-of-two scaling well within range).
   Value isSmall = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, abs,
                                           c(0x38800000));
-  Value scaled =
-      b.create<arith::MulFOp>(loc, b.create<arith::BitcastOp>(loc, f32, abs),
-                              constFloat(b, loc, f32, 0x1p24));
-  Value rounded = b.create<mlir::math::RoundEvenOp>(loc, scaled);
-  // (only converted where it is in range: fptoui of a large value is poison)
-  rounded = b.create<arith::SelectOp>(loc, isSmall, rounded,
-                                      constFloat(b, loc, f32, 0));
-  Value sub = b.create<arith::FPToUIOp>(loc, i16, rounded);
-  // Normal: rebias the exponent, round the mantissa to 10 bits (ties even).
+  Value sub;
+  if (cases.subnormal) {
+    Value scaled =
+        b.create<arith::MulFOp>(loc, b.create<arith::BitcastOp>(loc, f32, abs),
+                                constFloat(b, loc, f32, 0x1p24));
+    Value rounded = b.create<mlir::math::RoundEvenOp>(loc, scaled);
+    // (only converted where it is in range: fptoui of a large value is
+    // poison)
+    rounded = b.create<arith::SelectOp>(loc, isSmall, rounded,
+                                        constFloat(b, loc, f32, 0));
+    sub = b.create<arith::FPToUIOp>(loc, i16, rounded);
+  } else if (cases.zero) {
+    sub = c16(0); // the only values below 2^-14 are +-0
+  }
+  // Normal: rebias the exponent, round the mantissa to 10 bits (ties even;
+  // without ties, half an ulp rounds the same).
   Value mant = b.create<arith::AddIOp>(loc, abs, c(0xC8000000u));
-  Value odd = b.create<arith::AndIOp>(
-      loc, b.create<arith::ShRUIOp>(loc, mant, c(13)), c(1));
-  Value round = b.create<arith::AddIOp>(loc, c(0xFFF), odd);
-  Value normal = lo16(b.create<arith::ShRUIOp>(
+  Value round = c(0x1000);
+  if (cases.tie)
+    round = b.create<arith::AddIOp>(
+        loc, c(0xFFF),
+        b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, mant, c(13)),
+                                c(1)));
+  Value r = lo16(b.create<arith::ShRUIOp>(
       loc, b.create<arith::AddIOp>(loc, mant, round), c(13)));
-  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
-                                        c(0x7F800000));
-  Value isBig = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, abs,
-                                        c(0x477FF000));
-  Value r = b.create<arith::SelectOp>(loc, isSmall, sub, normal);
-  r = b.create<arith::SelectOp>(loc, isBig, c16(0x7C00), r);
-  r = b.create<arith::SelectOp>(loc, isNan, nan, r);
+  if (sub)
+    r = b.create<arith::SelectOp>(loc, isSmall, sub, r);
+  if (cases.overflow) {
+    Value isBig = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::uge, abs,
+                                          c(0x477FF000));
+    r = b.create<arith::SelectOp>(loc, isBig, c16(0x7C00), r);
+  }
+  if (cases.nan) {
+    // NaN: quiet, the top 10 payload bits kept.
+    Value nan = b.create<arith::OrIOp>(
+        loc, c16(0x7E00),
+        lo16(b.create<arith::AndIOp>(
+            loc, b.create<arith::ShRUIOp>(loc, abs, c(13)), c(0x3FF))));
+    Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,
+                                          c(0x7F800000));
+    r = b.create<arith::SelectOp>(loc, isNan, nan, r);
+  }
   return b.create<arith::OrIOp>(loc, sign, r);
 }
 
@@ -178,17 +193,22 @@ Value bf16ToF32(OpBuilder &b, Location loc, Value h) {
   return b.create<arith::BitcastOp>(loc, b.getF32Type(), bitsV);
 }
 
-Value f32ToBf16(OpBuilder &b, Location loc, Value f) {
+Value f32ToBf16(OpBuilder &b, Location loc, Value f, const NarrowCases &cases) {
   Type i32 = b.getI32Type(), i16 = b.getI16Type();
   auto c = [&](uint32_t v) { return constInt(b, loc, i32, int64_t(v)); };
   Value bitsV = b.create<arith::BitcastOp>(loc, i32, f);
   Value high = b.create<arith::ShRUIOp>(loc, bitsV, c(16));
-  Value odd = b.create<arith::AndIOp>(loc, high, c(1));
+  // Half an ulp less the kept part's lowest bit: ties go to even. Without
+  // ties (no value has exactly 0x8000 below the kept bits), half an ulp
+  // rounds every value the same.
+  Value half = c(0x8000);
+  if (cases.tie)
+    half = b.create<arith::AddIOp>(
+        loc, b.create<arith::AndIOp>(loc, high, c(1)), c(0x7FFF));
   Value rounded = b.create<arith::ShRUIOp>(
-      loc,
-      b.create<arith::AddIOp>(loc, bitsV,
-                              b.create<arith::AddIOp>(loc, odd, c(0x7FFF))),
-      c(16));
+      loc, b.create<arith::AddIOp>(loc, bitsV, half), c(16));
+  if (!cases.nan) // the rounding is exact for +-inf, denormals and 0 too
+    return b.create<arith::TruncIOp>(loc, i16, rounded);
   Value nan = b.create<arith::OrIOp>(loc, high, c(0x40));
   Value abs = b.create<arith::AndIOp>(loc, bitsV, c(0x7FFFFFFF));
   Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, abs,

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ValueLowering.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/ops/Expr.h"
 #include "sluice/ops/kernels/Elementwise.h"
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -54,6 +56,19 @@ using mlir::Value;
 // per-channel constants fold), and a CHW result is one plane per channel,
 // which LLVM vectorizes as an interleaved load (de-interleaving shuffles),
 // not as gathers. A lone `normalize` is compiled the same way.
+//
+// A flip's draw is the same for every element of a record, but as a select
+// on the index it makes the input position non-affine: LLVM then vectorizes
+// the loop only if its unswitching copies the loop for both values, which
+// it skips once the body is large (a bf16 or f16 store's rounding is enough),
+// and the loop stays scalar. So the kernel branches on each flip's draw
+// above the loop nest and builds the nest once per outcome, each with an
+// affine index (forward or mirrored) that LLVM vectorizes:
+//
+//     scf.if %flip != 0 { nest, reading W-1-x } else { nest, reading x }
+//
+// Up to kMaxFlipVersions nests; SLUICE_NO_FLIP_VERSIONS=1 builds the one
+// nest with the select (same output, tests/unit/compiler_remap_test.cpp).
 
 namespace {
 
@@ -133,6 +148,12 @@ std::optional<size_t> unrolledChannelDim(const KernelSpec &k) {
   return std::nullopt;
 }
 
+/// How many copies of the loop nest a kernel may have for its flips' draws
+/// (two flips: four).
+constexpr size_t kMaxFlipVersions = 4;
+
+bool flipVersionsDisabled() { return switchedOff("SLUICE_NO_FLIP_VERSIONS"); }
+
 } // namespace
 
 bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
@@ -183,123 +204,167 @@ bool buildRemapKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
   }
   Value zero = constInt(b, loc, i64, 0), one = constInt(b, loc, i64, 1);
   size_t outRank = c.rankAt(n);
-  std::vector<Value> oIdx(outRank);
-  // The loop nest over the output dims (the unrolled one left out).
-  for (size_t j = 0; j < outRank; ++j) {
-    if (unrolled && *unrolled == j)
-      continue;
-    auto loop = b.create<scf::ForOp>(loc, zero, dims[n][j], one);
-    b.setInsertionPointToStart(loop.getBody());
-    oIdx[j] = loop.getInductionVar();
-  }
   int64_t copies = unrolled ? k.outShape[*unrolled] : 1;
   Type inT = storageType(ctx, k.inElem), outT = storageType(ctx, k.outElem);
-  for (int64_t u = 0; u < copies; ++u) {
-    if (unrolled)
-      oIdx[*unrolled] = constInt(b, loc, i64, u);
-    // Backward: the position at every step's input, and the bounds checks.
-    std::vector<std::vector<Value>> at(n + 1);
-    std::vector<Value> inside(n);
-    at[n] = oIdx;
-    for (size_t s = n; s-- > 0;) {
-      const runtime::RemapChain::Step &st = c.steps()[s];
-      std::vector<Value> idx = at[s + 1];
-      auto checkAll = [&](const std::vector<size_t> &which) {
-        Value ok;
-        for (size_t d : which) {
-          Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult,
-                                             idx[d], dims[s][d]);
-          ok = ok ? b.create<arith::AndIOp>(loc, ok, in).getResult() : in;
-        }
-        return ok;
-      };
-      switch (st.kind) {
-      case Kind::Value:
-        break;
-      case Kind::CenterCrop:
-      case Kind::RandomCrop:
-        idx[0] = b.create<arith::AddIOp>(loc, idx[0], draws[s][0]);
-        idx[1] = b.create<arith::AddIOp>(loc, idx[1], draws[s][1]);
-        if (st.kind == Kind::RandomCrop && st.padding > 0)
-          inside[s] = checkAll({0, 1});
-        break;
-      case Kind::Flip: {
-        size_t a = size_t(st.axis);
-        Value last = b.create<arith::SubIOp>(loc, dims[s][a], one);
-        Value mirrored = b.create<arith::SubIOp>(loc, last, idx[a]);
-        Value flip = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne,
-                                             draws[s][0], zero);
-        idx[a] = b.create<arith::SelectOp>(loc, flip, mirrored, idx[a]);
-        break;
-      }
-      case Kind::Transpose: {
-        std::vector<Value> from(idx.size());
-        for (size_t j = 0; j < idx.size(); ++j)
-          from[size_t(st.perm[j])] = idx[j];
-        idx = from;
-        break;
-      }
-      case Kind::Pad: {
-        std::vector<size_t> padded;
-        for (size_t d = 0; d < idx.size(); ++d)
-          if (st.pads[d].first || st.pads[d].second) {
-            if (st.pads[d].first)
-              idx[d] = b.create<arith::SubIOp>(
-                  loc, idx[d], constInt(b, loc, i64, st.pads[d].first));
-            padded.push_back(d);
-          }
-        if (!padded.empty())
-          inside[s] = checkAll(padded);
-        break;
-      }
-      }
-      at[s] = idx;
-    }
-    // The input element (row-major), at position 0 when a pad is outside.
-    Value lin = zero;
-    for (size_t d = 0; d < at[0].size(); ++d) {
-      lin = d ? b.create<arith::MulIOp>(loc, lin, dims[0][d]).getResult() : lin;
-      lin = b.create<arith::AddIOp>(loc, lin, at[0][d]);
-    }
-    Value all;
-    for (Value ok : inside)
-      if (ok)
-        all = all ? b.create<arith::AndIOp>(loc, all, ok).getResult() : ok;
-    if (all)
-      lin = b.create<arith::SelectOp>(loc, all, lin, zero);
-    Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{lin});
-    Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
-    // Forward: the value steps, and the pads' values where they are outside.
-    for (size_t s = 0; s < n; ++s) {
-      const runtime::RemapChain::Step &st = c.steps()[s];
-      Location stepLoc = NameLoc::get(b.getStringAttr(st.stage->name));
-      if (inside[s]) {
-        double fill = st.kind == Kind::Pad ? st.value : 0;
-        Value pv = elemConstant(b, stepLoc, v.elem, fill);
-        v.value = b.create<arith::SelectOp>(stepLoc, inside[s], v.value, pv);
-      }
-      if (st.kind != Kind::Value)
+  // The steps whose flip draw the nest is built for, and for each the
+  // outcome (1: mirrored) of the nest being built; the other flips select.
+  std::vector<size_t> versioned;
+  if (!flipVersionsDisabled())
+    for (size_t s = 0; s < n; ++s)
+      if (c.steps()[s].kind == Kind::Flip &&
+          (size_t(2) << versioned.size()) <= kMaxFlipVersions)
+        versioned.push_back(s);
+  std::vector<int> flipped(n, -1);
+  // The loop nest over the output dims (the unrolled one left out), at the
+  // builder's insertion point.
+  auto buildNest = [&]() -> bool {
+    OpBuilder::InsertionGuard guard(b);
+    std::vector<Value> oIdx(outRank);
+    for (size_t j = 0; j < outRank; ++j) {
+      if (unrolled && *unrolled == j)
         continue;
-      if (valueFormOf(*st.stage) == ValueForm::ScaleShift) {
-        Value ch = at[s].empty() ? zero : at[s].back();
-        v = lowerNormalize(b, stepLoc, *st.stage, v, ch);
-      } else if (!lowerStep(b, stepLoc, *st.stage, v, st.outElem, error)) {
-        return false;
-      }
-      if (v.elem != st.outElem) {
-        error = "step '" + st.stage->name + "' lowered to the wrong type";
-        return false;
-      }
+      auto loop = b.create<scf::ForOp>(loc, zero, dims[n][j], one);
+      b.setInsertionPointToStart(loop.getBody());
+      oIdx[j] = loop.getInductionVar();
     }
-    Value olin = zero;
-    for (size_t d = 0; d < outRank; ++d) {
-      olin =
-          d ? b.create<arith::MulIOp>(loc, olin, dims[n][d]).getResult() : olin;
-      olin = b.create<arith::AddIOp>(loc, olin, oIdx[d]);
+    for (int64_t u = 0; u < copies; ++u) {
+      if (unrolled)
+        oIdx[*unrolled] = constInt(b, loc, i64, u);
+      // Backward: the position at every step's input, and the bounds checks.
+      std::vector<std::vector<Value>> at(n + 1);
+      std::vector<Value> inside(n);
+      at[n] = oIdx;
+      for (size_t s = n; s-- > 0;) {
+        const runtime::RemapChain::Step &st = c.steps()[s];
+        std::vector<Value> idx = at[s + 1];
+        auto checkAll = [&](const std::vector<size_t> &which) {
+          Value ok;
+          for (size_t d : which) {
+            Value in = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult,
+                                               idx[d], dims[s][d]);
+            ok = ok ? b.create<arith::AndIOp>(loc, ok, in).getResult() : in;
+          }
+          return ok;
+        };
+        switch (st.kind) {
+        case Kind::Value:
+          break;
+        case Kind::CenterCrop:
+        case Kind::RandomCrop:
+          idx[0] = b.create<arith::AddIOp>(loc, idx[0], draws[s][0]);
+          idx[1] = b.create<arith::AddIOp>(loc, idx[1], draws[s][1]);
+          if (st.kind == Kind::RandomCrop && st.padding > 0)
+            inside[s] = checkAll({0, 1});
+          break;
+        case Kind::Flip: {
+          if (flipped[s] == 0) // this nest's draw: not flipped
+            break;
+          size_t a = size_t(st.axis);
+          Value last = b.create<arith::SubIOp>(loc, dims[s][a], one);
+          Value mirrored = b.create<arith::SubIOp>(loc, last, idx[a]);
+          if (flipped[s] == 1) {
+            idx[a] = mirrored;
+            break;
+          }
+          Value flip = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne,
+                                               draws[s][0], zero);
+          idx[a] = b.create<arith::SelectOp>(loc, flip, mirrored, idx[a]);
+          break;
+        }
+        case Kind::Transpose: {
+          std::vector<Value> from(idx.size());
+          for (size_t j = 0; j < idx.size(); ++j)
+            from[size_t(st.perm[j])] = idx[j];
+          idx = from;
+          break;
+        }
+        case Kind::Pad: {
+          std::vector<size_t> padded;
+          for (size_t d = 0; d < idx.size(); ++d)
+            if (st.pads[d].first || st.pads[d].second) {
+              if (st.pads[d].first)
+                idx[d] = b.create<arith::SubIOp>(
+                    loc, idx[d], constInt(b, loc, i64, st.pads[d].first));
+              padded.push_back(d);
+            }
+          if (!padded.empty())
+            inside[s] = checkAll(padded);
+          break;
+        }
+        }
+        at[s] = idx;
+      }
+      // The input element (row-major), at position 0 when a pad is outside.
+      Value lin = zero;
+      for (size_t d = 0; d < at[0].size(); ++d) {
+        lin =
+            d ? b.create<arith::MulIOp>(loc, lin, dims[0][d]).getResult() : lin;
+        lin = b.create<arith::AddIOp>(loc, lin, at[0][d]);
+      }
+      Value all;
+      for (Value ok : inside)
+        if (ok)
+          all = all ? b.create<arith::AndIOp>(loc, all, ok).getResult() : ok;
+      if (all)
+        lin = b.create<arith::SelectOp>(loc, all, lin, zero);
+      Value src = b.create<LLVM::GEPOp>(loc, ptr, inT, in, ValueRange{lin});
+      Scalar v{b.create<LLVM::LoadOp>(loc, inT, src), k.inElem};
+      // Forward: the value steps, and the pads' values where they are outside.
+      for (size_t s = 0; s < n; ++s) {
+        const runtime::RemapChain::Step &st = c.steps()[s];
+        Location stepLoc = NameLoc::get(b.getStringAttr(st.stage->name));
+        if (inside[s]) {
+          double fill = st.kind == Kind::Pad ? st.value : 0;
+          Value pv = elemConstant(b, stepLoc, v.elem, fill);
+          v.value = b.create<arith::SelectOp>(stepLoc, inside[s], v.value, pv);
+        }
+        if (st.kind != Kind::Value)
+          continue;
+        if (valueFormOf(*st.stage) == ValueForm::ScaleShift) {
+          Value ch = at[s].empty() ? zero : at[s].back();
+          v = lowerNormalize(b, stepLoc, *st.stage, v, ch);
+        } else if (!lowerStep(b, stepLoc, *st.stage, v, st.outElem, error)) {
+          return false;
+        }
+        if (v.elem != st.outElem) {
+          error = "step '" + st.stage->name + "' lowered to the wrong type";
+          return false;
+        }
+      }
+      Value olin = zero;
+      for (size_t d = 0; d < outRank; ++d) {
+        olin = d ? b.create<arith::MulIOp>(loc, olin, dims[n][d]).getResult()
+                 : olin;
+        olin = b.create<arith::AddIOp>(loc, olin, oIdx[d]);
+      }
+      Value dst =
+          b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{olin});
+      b.create<LLVM::StoreOp>(loc, v.value, dst);
     }
-    Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{olin});
-    b.create<LLVM::StoreOp>(loc, v.value, dst);
-  }
+    return true;
+  };
+  // One nest per outcome of the versioned draws: scf.if on the first draw,
+  // in each branch on the next, the nests at the leaves.
+  auto buildVersions = [&](auto &self, size_t next) -> bool {
+    if (next == versioned.size())
+      return buildNest();
+    size_t s = versioned[next];
+    Value flip = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne,
+                                         draws[s][0], zero);
+    auto branch = b.create<scf::IfOp>(loc, flip, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    for (int taken : {1, 0}) {
+      b.setInsertionPointToStart(taken ? branch.thenBlock()
+                                       : branch.elseBlock());
+      flipped[s] = taken;
+      if (!self(self, next + 1))
+        return false;
+    }
+    flipped[s] = -1;
+    return true;
+  };
+  if (!buildVersions(buildVersions, 0))
+    return false;
   b.setInsertionPointToEnd(entry);
   b.create<func::ReturnOp>(loc);
   return true;

@@ -34,6 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ValueLowering.h"
+#include "sluice/ops/Switches.h"
 
 #include "sluice/ops/Expr.h"
 #include "sluice/ops/kernels/Elementwise.h"
@@ -49,6 +50,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -564,9 +566,79 @@ ElemType normalizeOutElem(const runtime::PlanStep &s) {
   return t && kernels::isNormalizeOutput(*t) ? *t : ElemType::F32;
 }
 
+namespace {
+
+bool narrowRangesDisabled() { return switchedOff("SLUICE_NO_NARROW_RANGES"); }
+
+} // namespace
+
+NarrowCases normalizeNarrowCases(const runtime::PlanStep &s, ElemType in,
+                                 int64_t channel) {
+  NarrowCases all;
+  int64_t lo = 0, hi = 0;
+  switch (in) {
+  case ElemType::Bool:
+    hi = 1; // widen() reads any non-zero byte as 1
+    break;
+  case ElemType::U8:
+    hi = 255;
+    break;
+  case ElemType::I8:
+    lo = -128, hi = 127;
+    break;
+  case ElemType::U16:
+    hi = 65535;
+    break;
+  case ElemType::I16:
+    lo = -32768, hi = 32767;
+    break;
+  default:
+    return all;
+  }
+  if (narrowRangesDisabled())
+    return all;
+  std::vector<float> m, sc;
+  normalizeConstants(s, m, sc);
+  int64_t n = static_cast<int64_t>(m.size());
+  int64_t channels = channel >= 0 ? 1 : n;
+  if (channel >= n || (hi - lo + 1) * channels > (int64_t(1) << 22))
+    return all; // (a million values or more: not worth the compile time)
+  bool half = normalizeOutElem(s) == ElemType::F16;
+  NarrowCases seen{false, false, false, false, false};
+  for (int64_t c = channel >= 0 ? channel : 0;
+       c < (channel >= 0 ? channel + 1 : n); ++c)
+    for (int64_t x = lo; x <= hi; ++x) {
+      // What the kernel computes (normalizeInput, then lowerNormalize's
+      // subtract and multiply in f32, no contraction).
+      float v =
+          kernels::normalizeValue(static_cast<float>(static_cast<double>(x)),
+                                  m[size_t(c)], sc[size_t(c)]);
+      uint32_t bitsV;
+      std::memcpy(&bitsV, &v, 4);
+      uint32_t abs = bitsV & 0x7FFFFFFFu;
+      seen.nan |= abs > 0x7F800000u;
+      seen.overflow |= abs >= 0x477FF000u && abs <= 0x7F800000u;
+      seen.subnormal |= abs > 0 && abs < 0x38800000u;
+      seen.zero |= abs == 0;
+      if (half)
+        seen.tie |= abs >= 0x38800000u && abs < 0x477FF000u &&
+                    (abs & 0x1FFFu) == 0x1000u;
+      else
+        seen.tie |= abs <= 0x7F800000u && (abs & 0xFFFFu) == 0x8000u;
+    }
+  return seen;
+}
+
 Scalar normalizeResult(OpBuilder &b, Location loc, const runtime::PlanStep &s,
-                       Value f32Value) {
-  return convertScalar(b, loc, {f32Value, ElemType::F32}, normalizeOutElem(s));
+                       Value f32Value, ElemType in, int64_t channel) {
+  ElemType out = normalizeOutElem(s);
+  if (out == ElemType::F16 || out == ElemType::BF16) {
+    NarrowCases cases = normalizeNarrowCases(s, in, channel);
+    return {out == ElemType::F16 ? f32ToHalf(b, loc, f32Value, cases)
+                                 : f32ToBf16(b, loc, f32Value, cases),
+            out};
+  }
+  return convertScalar(b, loc, {f32Value, ElemType::F32}, out);
 }
 
 Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStep &s,
@@ -586,11 +658,13 @@ Scalar lowerNormalize(OpBuilder &b, Location loc, const runtime::PlanStep &s,
         b.create<arith::SubFOp>(loc, x, constFloat(b, loc, f32, m[known]));
     return normalizeResult(
         b, loc, s,
-        b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])));
+        b.create<arith::MulFOp>(loc, d, constFloat(b, loc, f32, sc[known])),
+        v.elem, n == 1 ? -1 : known);
   }
   Value mTable = constTable(b, loc, m), scTable = constTable(b, loc, sc);
   return normalizeResult(
-      b, loc, s, normalizeFromTables(b, loc, x, mTable, scTable, channel));
+      b, loc, s, normalizeFromTables(b, loc, x, mTable, scTable, channel),
+      v.elem, -1);
 }
 
 namespace {
@@ -684,7 +758,8 @@ bool buildFlatNormalize(OpBuilder &b, const KernelSpec &k,
     Scalar r =
         normalizeResult(b, loc, s,
                         normalizeFromTables(b, loc, normalizeInput(b, loc, v),
-                                            mTable, scTable, at));
+                                            mTable, scTable, at),
+                        v.elem, -1);
     Value dst = b.create<LLVM::GEPOp>(loc, ptr, outT, outPtr, ValueRange{i});
     b.create<LLVM::StoreOp>(loc, r.value, dst);
     return true;
@@ -760,11 +835,13 @@ bool buildValuesKernel(OpBuilder &b, ModuleOp module, const KernelSpec &k,
       }
       Location stepLoc = NameLoc::get(b.getStringAttr(s->name));
       if (valueFormOf(*s) == ValueForm::ScaleShift) {
+        ElemType in = v.elem;
         v = tables[st].first
                 ? normalizeResult(b, stepLoc, *s,
                                   normalizeFromTables(
                                       b, stepLoc, normalizeInput(b, stepLoc, v),
-                                      tables[st].first, tables[st].second, at))
+                                      tables[st].first, tables[st].second, at),
+                                  in, -1)
                 : lowerNormalize(b, stepLoc, *s, v, zero); // one pair
       } else if (!lowerStep(b, stepLoc, *s, v, so, error)) {
         return false;

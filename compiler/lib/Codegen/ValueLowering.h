@@ -76,9 +76,18 @@ mlir::Value elemConstant(mlir::OpBuilder &b, mlir::Location loc, ElemType elem,
 
 /// normalize's output element type (`dtype`: f32, f16, bf16).
 ElemType normalizeOutElem(const runtime::PlanStep &s);
-/// A normalize's f32 result as its output type (rounded for f16 / bf16).
+/// The cases a narrowing of normalize's f32 results to f16 / bf16 meets
+/// when its input is of type `in` and its channel is `channel` (-1: any):
+/// for integer inputs of at most 16 bits, from every value normalize
+/// computes for them; else, or with SLUICE_NO_NARROW_RANGES=1, all cases.
+NarrowCases normalizeNarrowCases(const runtime::PlanStep &s, ElemType in,
+                                 int64_t channel);
+/// A normalize's f32 result as its output type (rounded for f16 / bf16,
+/// for the values an input of type `in` in channel `channel` (-1: any)
+/// gives, normalizeNarrowCases).
 Scalar normalizeResult(mlir::OpBuilder &b, mlir::Location loc,
-                       const runtime::PlanStep &s, mlir::Value f32Value);
+                       const runtime::PlanStep &s, mlir::Value f32Value,
+                       ElemType in, int64_t channel);
 
 /// normalize on one element whose channel (last index) is `channel`:
 /// float(x) as kernels::normalize converts it, then (x - m[c]) * scale[c].
