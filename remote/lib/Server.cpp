@@ -87,8 +87,9 @@ struct TrainerStats {
   int64_t chunks = 0, outputs = 0, bytes = 0;
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
-  /// Outputs whose fields went into the trainer's shared memory (Slots.h).
-  int64_t slotOutputs = 0;
+  /// Outputs whose fields went into the trainer's shared memory (Slots.h),
+  /// and how many of them were written with pwrite (not yet mapped).
+  int64_t slotOutputs = 0, slotPwrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
   double encodeCpu = 0, seconds = 0;
@@ -341,7 +342,9 @@ public:
   bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
                   const grpc::Slice &head, const std::vector<Tensor> &data,
                   std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
+    int64_t pwritten = slots.pwritten();
     bool inSlot = !data.empty() && slots.write(i, data);
+    ts.slotPwrites += slots.pwritten() - pwritten;
     grpc::Slice headSlices[2] = {head, grpc::Slice()};
     size_t n = 1;
     if (inSlot || slots.unreachable()) {
@@ -699,7 +702,8 @@ public:
       if (so_.shareBytes > 0)
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
-        os << t.slotOutputs << " of them in the trainer's shared memory, ";
+        os << t.slotOutputs << " of them in the trainer's shared memory ("
+           << t.slotPwrites << " written with pwrite), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
@@ -761,6 +765,7 @@ private:
     s.encodeCpu += t.encodeCpu;
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
+    s.slotPwrites += t.slotPwrites;
     s.continued += t.continued;
     s.seconds += t.seconds;
   }

@@ -58,6 +58,11 @@ size_t slotLayout(const std::vector<size_t> &nbytes,
 /// worker on another host has another.
 const std::string &bootId();
 
+/// How many times a worker writes a slot with pwrite before it maps it
+/// (Slots.cpp: 32, SLUICE_SLOT_MAP_AFTER, or 0 under
+/// SLUICE_NO_SLOT_PWRITE=1).
+uint64_t slotMapAfterWrites();
+
 /// A slot as the request names it.
 struct SlotRef {
   std::string path; ///< /proc/PID/fd/N
@@ -119,9 +124,14 @@ public:
   /// The trainer's slots cannot be opened from here (another host, user or
   /// namespace): said once, in the next output's header.
   bool unreachable() const { return unreachable_; }
+  /// Outputs written with pwrite, and copied into a mapping (Slots.cpp:
+  /// a slot is mapped once this worker has written it often enough).
+  int64_t pwritten() const { return pwritten_; }
+  int64_t mapped() const { return mapped_; }
 
 private:
   std::vector<SlotRef> refs_;
+  int64_t pwritten_ = 0, mapped_ = 0;
   bool checked_ = false, unreachable_ = false, wrote_ = false;
   std::string trainerBoot_;
 };
