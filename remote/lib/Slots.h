@@ -15,9 +15,11 @@
 // A worker elsewhere (another host, a container, another user) cannot open
 // the path or finds another file there: its check of the slot's 128-bit
 // nonce fails, it says so, and outputs travel over the socket as before.
-// Slots are reused (their pages stay mapped in both processes, so a batch
-// costs no page faults after the first few), and a memfd dies with the
-// last process that maps it: nothing is left in /dev/shm.
+// Slots are reused (their pages stay in place in both processes, so a
+// batch costs no page faults after the first few; a worker writes a slot
+// with pwrite until it has written it often enough to map it: Slots.cpp),
+// and a memfd dies with the last process that holds it: nothing is left
+// in /dev/shm.
 //
 // A slot's state word, in its header, says who may touch the data:
 //   0      free: the trainer's
