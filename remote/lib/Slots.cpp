@@ -214,8 +214,8 @@ std::shared_ptr<Mapping> mapSlot(const SlotRef &r) {
     }
     m = std::make_shared<Mapping>();
     m->fd = fd;
-    void *p = mmap(nullptr, kSlotDataOffset, PROT_READ | PROT_WRITE,
-                   MAP_SHARED, fd, 0);
+    void *p = mmap(nullptr, kSlotDataOffset, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
     if (p == MAP_FAILED)
       return nullptr;
     m->head = static_cast<uint8_t *>(p);

@@ -151,8 +151,7 @@ TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {
     std::shared_ptr<const void> held = pool->take(lent[0], data);
     ASSERT_TRUE(held);
     EXPECT_EQ(std::memcmp(data, fields[0].raw(), 4097), 0) << "write " << k;
-    EXPECT_EQ(std::memcmp(data + 4160, fields[1].raw(), 3), 0) << "write "
-                                                               << k;
+    EXPECT_EQ(std::memcmp(data + 4160, fields[1].raw(), 3), 0) << "write " << k;
   }
   EXPECT_EQ(pwritten, static_cast<int64_t>(after));
   EXPECT_EQ(mapped, 3);
