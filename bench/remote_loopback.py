@@ -28,8 +28,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _remote_common import (cpu_of, photos_root, start_worker,  # noqa: E402
-                            stop_worker, write_spec)
+from _remote_common import (cpu_of, faults_of, photos_root,  # noqa: E402
+                            start_worker, stop_worker, write_spec)
 
 CHUNK, WINDOW = 4, 8
 
@@ -90,6 +90,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         images = 0
         st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
+        wflt0 = [faults_of(p.pid) for p, _ in procs]
         cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
         for e in range(warmup, warmup + epochs):
             ds.set_epoch(e)
@@ -98,12 +99,15 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         dt = time.perf_counter() - t0
         batches = images / 128
         serve_cpu = sum(cpu_of(p.pid) - c for (p, _), c in zip(procs, wcpu0))
+        serve_faults = sum(faults_of(p.pid) - f
+                           for (p, _), f in zip(procs, wflt0))
         st = {k: v - st0[k] for k, v in ds.stats().items()}
         ds.close()
         return {"images_s": images / dt,
                 "trainer_cpu_batch_ms": 1e3 * (self_cpu() - cpu0) / batches,
                 "trainer_faults_batch": (self_faults() - f0) / batches,
                 "worker_cpu_batch_ms": 1e3 * serve_cpu / batches,
+                "worker_faults_batch": serve_faults / batches,
                 "wire_bytes_image": st["wire_bytes"] / images,
                 "receive_cpu_batch_ms":
                     1e3 * st["receive_cpu_seconds"] / st["outputs"],
@@ -201,17 +205,19 @@ def main():
                 rows.append((name, how, med, med["images_s"] / base))
     print("| output | how | images/s | vs in-process | trainer CPU ms/batch "
           "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
-          "| wire bytes/image | in shared memory | chunks starting a "
-          "pipeline |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| workers' faults/batch | wire bytes/image | in shared memory "
+          "| chunks starting a pipeline |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, how, m, ratio in rows:
         print("| %s | %s | %.0f | %.2fx | %.1f | %s | %.0f | %s | %s | %s "
-              "| %s |" % (
+              "| %s | %s |" % (
             name, how, m["images_s"], ratio, m["trainer_cpu_batch_ms"],
             "%.1f" % m["receive_cpu_batch_ms"]
             if "receive_cpu_batch_ms" in m else "-",
             m["trainer_faults_batch"],
             "%.1f" % m["worker_cpu_batch_ms"] if "worker_cpu_batch_ms" in m
+            else "-",
+            "%.0f" % m["worker_faults_batch"] if "worker_faults_batch" in m
             else "-",
             "%.0f" % m["wire_bytes_image"] if "wire_bytes_image" in m
             else "-",

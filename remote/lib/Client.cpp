@@ -31,6 +31,7 @@
 // token or a worker serving another pipeline end the epoch with that error.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/ops/Switches.h"
 #include "sluice/remote/Remote.h"
 
 #include "Slots.h"
@@ -874,11 +875,9 @@ RemoteDataset::connect(ClientOptions opts) {
   keepFreedMemory();
   auto impl = std::make_unique<Impl>(std::move(opts));
   Impl &d = *impl;
-  const char *noShm = std::getenv("SLUICE_NO_SHARED_MEMORY");
-  if (d.opts.sharedMemory && !(noShm && std::string(noShm) == "1"))
+  if (d.opts.sharedMemory && !switchedOff("SLUICE_NO_SHARED_MEMORY"))
     d.slots = detail::SlotPool::create();
-  const char *noRuns = std::getenv("SLUICE_NO_CHUNK_RUNS");
-  d.runsOn = d.opts.chunkRuns && !(noRuns && std::string(noRuns) == "1");
+  d.runsOn = d.opts.chunkRuns && !switchedOff("SLUICE_NO_CHUNK_RUNS");
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.

@@ -15,6 +15,7 @@
 // order (Replay.h): the chunk's rows are then explicit positions.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/ops/Switches.h"
 #include "sluice/remote/Remote.h"
 
 #include "Replay.h"
@@ -45,8 +46,7 @@ namespace sluice::remote {
 
 bool keepFreedMemory() {
   static const bool done = [] {
-    const char *off = std::getenv("SLUICE_NO_MALLOC_TUNING");
-    if (off && std::string(off) == "1")
+    if (switchedOff("SLUICE_NO_MALLOC_TUNING"))
       return false;
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -78,8 +78,9 @@ struct TrainerStats {
   int64_t chunks = 0, outputs = 0, bytes = 0;
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
-  /// Outputs whose fields went into the trainer's shared memory (Slots.h).
-  int64_t slotOutputs = 0;
+  /// Outputs whose fields went into the trainer's shared memory (Slots.h),
+  /// and how many of them were written with pwrite (not yet mapped).
+  int64_t slotOutputs = 0, slotPwrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
   double encodeCpu = 0, seconds = 0;
@@ -332,7 +333,9 @@ public:
   bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
                   const grpc::Slice &head, const std::vector<Tensor> &data,
                   std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
+    int64_t pwritten = slots.pwritten();
     bool inSlot = !data.empty() && slots.write(i, data);
+    ts.slotPwrites += slots.pwritten() - pwritten;
     grpc::Slice headSlices[2] = {head, grpc::Slice()};
     size_t n = 1;
     if (inSlot || slots.unreachable()) {
@@ -459,10 +462,7 @@ public:
   /// Whether a chunk's pipeline is kept for the trainer's next chunk
   /// (SLUICE_NO_CHUNK_CONTINUATION=1: every chunk starts its own).
   static bool continueChunks() {
-    static const bool on = [] {
-      const char *off = std::getenv("SLUICE_NO_CHUNK_CONTINUATION");
-      return !(off && std::string(off) == "1");
-    }();
+    static const bool on = !switchedOff("SLUICE_NO_CHUNK_CONTINUATION");
     return on;
   }
 
@@ -690,7 +690,8 @@ public:
       if (so_.shareBytes > 0)
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
-        os << t.slotOutputs << " of them in the trainer's shared memory, ";
+        os << t.slotOutputs << " of them in the trainer's shared memory ("
+           << t.slotPwrites << " written with pwrite), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
@@ -752,6 +753,7 @@ private:
     s.encodeCpu += t.encodeCpu;
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
+    s.slotPwrites += t.slotPwrites;
     s.continued += t.continued;
     s.seconds += t.seconds;
   }

@@ -1,8 +1,9 @@
 //===- Slots.cpp - Outputs handed over in shared memory (Slots.h) ---------===//
 //
 // Both ends: the trainer's pool of memfd slots and the worker's writes into
-// them through a small cache of mappings (a slot is mapped once, not once
-// per output: its pages then stay in place and cost no faults).
+// them through a small cache of the slots it has open (a slot is opened and
+// mapped once, not once per output: its pages then stay in place and cost
+// no faults).
 //
 // Both ends map a slot with MAP_POPULATE: the kernel fills the whole
 // mapping's page table in the mmap call, instead of one fault per 4 KiB
@@ -12,10 +13,31 @@
 // (bench/results.md, seventh session); populated, the same pages cost a
 // fraction of that. Off: SLUICE_NO_SLOT_POPULATE=1 (either end).
 //
+// A worker writes a slot it has written fewer than kMapAfterWrites times
+// with pwrite(2) on the slot's file, and maps it only from then on (its
+// header page, with the state word, is always mapped). On this host's VM
+// the first touch of every page of a new mapping costs ~10 µs even when
+// populated (the hypervisor's own page tables: no fault the guest counts):
+// ~190 ms of CPU for a 77 MB slot, once per worker and slot, against ~5 ms
+// for each later copy. pwrite copies through the kernel's mapping of the
+// same pages, which costs no such first touch and ~6 ms more per 77 MB
+// than a copy into a warm mapping (bench/results.md, seventh session: two
+// workers, each mapping 8-11 slots in 4 epochs of 15 batches, lost ~60 ms
+// of CPU per batch to it). Writing through pwrite until what it cost
+// extra reaches what a mapping costs once, then mapping, is the
+// rent-or-buy rule: never more than about twice the better choice made in
+// hindsight, whether a worker writes a slot twice (a slot lent to
+// another worker while its own were busy) or a thousand times.
+// SLUICE_NO_SLOT_PWRITE=1 maps every slot at its first write (the way
+// before); SLUICE_SLOT_MAP_AFTER=N maps after N writes instead.
+//
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
+#include "sluice/ops/Switches.h"
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -51,9 +73,52 @@ Header *headerOf(uint8_t *map) { return reinterpret_cast<Header *>(map); }
 /// SLUICE_NO_SLOT_POPULATE is set (and not "0"); read at each mapping (a
 /// slot is mapped once per worker, not per output).
 int slotMapFlags() {
-  const char *v = std::getenv("SLUICE_NO_SLOT_POPULATE");
-  bool off = v && *v && std::strcmp(v, "0") != 0;
-  return MAP_SHARED | (off ? 0 : MAP_POPULATE);
+  return MAP_SHARED |
+         (switchedOff("SLUICE_NO_SLOT_POPULATE") ? 0 : MAP_POPULATE);
+}
+
+/// Writes of a slot by a worker before it maps the slot (Slots.cpp's
+/// header): a first touch of a 77 MB mapping (~190 ms) over what pwrite
+/// costs more per write than a copy into a warm mapping (~6 ms).
+constexpr uint64_t kMapAfterWrites = 32;
+
+} // namespace
+
+uint64_t slotMapAfterWrites() {
+  static const uint64_t n = [] {
+    if (switchedOff("SLUICE_NO_SLOT_PWRITE"))
+      return uint64_t(0);
+    const char *after = std::getenv("SLUICE_SLOT_MAP_AFTER");
+    if (after && *after) {
+      char *end = nullptr;
+      unsigned long long v = std::strtoull(after, &end, 10);
+      if (end && *end == '\0' && after[0] != '-')
+        return static_cast<uint64_t>(v);
+      std::fprintf(stderr,
+                   "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
+                   "number of writes (0, 1, 2, ...); using %llu\n",
+                   after, static_cast<unsigned long long>(kMapAfterWrites));
+    }
+    return kMapAfterWrites;
+  }();
+  return n;
+}
+
+namespace {
+
+/// pwrite(2) of all `n` bytes at `offset` (it may write fewer at once).
+bool pwriteAll(int fd, const uint8_t *p, size_t n, off_t offset) {
+  while (n) {
+    ssize_t k = pwrite(fd, p, n, offset);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+    offset += k;
+  }
+  return true;
 }
 
 /// "/proc/DIGITS/fd/DIGITS": the only paths a worker opens for a trainer.
@@ -73,21 +138,33 @@ bool slotPathOk(const std::string &p) {
   return digits(i) && i == p.size();
 }
 
-/// A worker's mapping of a trainer's slot.
+/// A worker's hold on a trainer's slot: the file open, its header page
+/// mapped, and the whole slot mapped once it has been written
+/// slotMapAfterWrites() times (before: written with pwrite).
 struct Mapping {
-  uint8_t *map = nullptr;
-  size_t bytes = 0;
+  int fd = -1;
+  uint8_t *head = nullptr; ///< the header page
+  uint8_t *map = nullptr;  ///< the whole file, or null
+  size_t bytes = 0;        ///< the file's size
   dev_t dev = 0;
   ino_t ino = 0;
   uint64_t stamp = 0;
+  /// Guards writes and map (a slot's lease already keeps two streams from
+  /// writing it at once; this keeps the two fields plainly ordered).
+  std::mutex mu;
+  uint64_t writes = 0; ///< by this worker
   ~Mapping() {
     if (map)
       munmap(map, bytes);
+    if (head)
+      munmap(head, kSlotDataOffset);
+    if (fd >= 0)
+      close(fd);
   }
 };
 
-/// The worker's mappings by path. A path whose file changed (the trainer
-/// closed the slot, a new one has its fd number) is mapped again; at most
+/// The worker's open slots by path. A path whose file changed (the trainer
+/// closed the slot, a new one has its fd number) is opened again; at most
 /// kMappings are kept, and at each stream's start the ones whose slot is
 /// gone are dropped, so a worker does not keep a finished trainer's memory.
 constexpr size_t kMappings = 32;
@@ -132,13 +209,13 @@ std::shared_ptr<Mapping> mapSlot(const SlotRef &r) {
       close(fd);
       return nullptr;
     }
-    void *p = mmap(nullptr, static_cast<size_t>(fst.st_size),
-                   PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
-    close(fd);
+    m = std::make_shared<Mapping>();
+    m->fd = fd;
+    void *p = mmap(nullptr, kSlotDataOffset, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
     if (p == MAP_FAILED)
       return nullptr;
-    m = std::make_shared<Mapping>();
-    m->map = static_cast<uint8_t *>(p);
+    m->head = static_cast<uint8_t *>(p);
     m->bytes = static_cast<size_t>(fst.st_size);
     m->dev = fst.st_dev;
     m->ino = fst.st_ino;
@@ -158,7 +235,7 @@ std::shared_ptr<Mapping> mapSlot(const SlotRef &r) {
   }
   // Someone else's file at that path (another host's process, a reused fd
   // number) has no such header: nothing is written to it.
-  Header *h = headerOf(m->map);
+  Header *h = headerOf(m->head);
   if (std::memcmp(h->magic, kMagic, sizeof kMagic) != 0 ||
       h->nonce[0] != r.nonce[0] || h->nonce[1] != r.nonce[1] ||
       h->capacity < r.capacity)
@@ -411,19 +488,42 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
     unreachable_ = !wrote_;
     return false;
   }
-  Header *h = headerOf(m->map);
+  Header *h = headerOf(m->head);
   uint64_t expect = r.lease;
   // Taken back by the trainer (its stream was cut): not ours any more.
   if (!h->state.compare_exchange_strong(expect, r.lease + 1,
                                         std::memory_order_acq_rel))
     return false;
-  uint8_t *data = m->map + kSlotDataOffset;
-  for (size_t f = 0; f < fields.size(); ++f)
-    if (sizes[f])
-      std::memcpy(data + offsets[f], fields[f].raw(), sizes[f]);
+  std::unique_lock<std::mutex> hold(m->mu);
+  if (!m->map && m->writes >= slotMapAfterWrites()) {
+    void *p = mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, slotMapFlags(),
+                   m->fd, 0);
+    if (p != MAP_FAILED)
+      m->map = static_cast<uint8_t *>(p);
+  }
+  ++m->writes;
+  uint8_t *map = m->map;
+  hold.unlock();
+  bool ok = true;
+  if (map) {
+    uint8_t *data = map + kSlotDataOffset;
+    for (size_t f = 0; f < fields.size(); ++f)
+      if (sizes[f])
+        std::memcpy(data + offsets[f], fields[f].raw(), sizes[f]);
+    ++mapped_;
+  } else {
+    for (size_t f = 0; f < fields.size() && ok; ++f)
+      if (sizes[f])
+        ok = pwriteAll(m->fd, static_cast<const uint8_t *>(fields[f].raw()),
+                       sizes[f],
+                       static_cast<off_t>(kSlotDataOffset + offsets[f]));
+    pwritten_ += ok;
+  }
+  // Written, or not (the output then goes over the socket, and the trainer
+  // takes the slot back at the stream's end): the worker's last touch.
   h->state.store(r.lease + 2, std::memory_order_release);
-  wrote_ = true;
-  return true;
+  wrote_ |= ok;
+  return ok;
 }
 
 } // namespace sluice::remote::detail

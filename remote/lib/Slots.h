@@ -15,9 +15,11 @@
 // A worker elsewhere (another host, a container, another user) cannot open
 // the path or finds another file there: its check of the slot's 128-bit
 // nonce fails, it says so, and outputs travel over the socket as before.
-// Slots are reused (their pages stay mapped in both processes, so a batch
-// costs no page faults after the first few), and a memfd dies with the
-// last process that maps it: nothing is left in /dev/shm.
+// Slots are reused (their pages stay in place in both processes, so a
+// batch costs no page faults after the first few; a worker writes a slot
+// with pwrite until it has written it often enough to map it: Slots.cpp),
+// and a memfd dies with the last process that holds it: nothing is left
+// in /dev/shm.
 //
 // A slot's state word, in its header, says who may touch the data:
 //   0      free: the trainer's
@@ -57,6 +59,11 @@ size_t slotLayout(const std::vector<size_t> &nbytes,
 /// This host's boot id (/proc/sys/kernel/random/boot_id), "" if unknown: a
 /// worker on another host has another.
 const std::string &bootId();
+
+/// How many times a worker writes a slot with pwrite before it maps it
+/// (Slots.cpp: 32, SLUICE_SLOT_MAP_AFTER, or 0 under
+/// SLUICE_NO_SLOT_PWRITE=1).
+uint64_t slotMapAfterWrites();
 
 /// A slot as the request names it.
 struct SlotRef {
@@ -119,9 +126,14 @@ public:
   /// The trainer's slots cannot be opened from here (another host, user or
   /// namespace): said once, in the next output's header.
   bool unreachable() const { return unreachable_; }
+  /// Outputs written with pwrite, and copied into a mapping (Slots.cpp:
+  /// a slot is mapped once this worker has written it often enough).
+  int64_t pwritten() const { return pwritten_; }
+  int64_t mapped() const { return mapped_; }
 
 private:
   std::vector<SlotRef> refs_;
+  int64_t pwritten_ = 0, mapped_ = 0;
   bool checked_ = false, unreachable_ = false, wrote_ = false;
   std::string trainerBoot_;
 };

@@ -125,6 +125,38 @@ TEST_F(RemoteSlots, SlotsGoBackToTheWorkerTheyWereLentTo) {
   EXPECT_EQ(pool->size(), 4u);
 }
 
+TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {
+  // One slot written again and again by one worker: through pwrite for its
+  // first slotMapAfterWrites() writes, through a mapping after; the
+  // trainer reads each output's own bytes either way.
+  const uint64_t after = slotMapAfterWrites();
+  const uint64_t writes = after + 3;
+  int64_t pwritten = 0, mapped = 0;
+  std::string path;
+  for (uint64_t k = 0; k < writes; ++k) {
+    std::vector<SlotRef> lent = lendOne(5000, 1);
+    ASSERT_FALSE(lent.empty());
+    if (k == 0)
+      path = lent[0].path;
+    EXPECT_EQ(lent[0].path, path);
+    SlotWriter w(lent, bootId());
+    std::vector<Tensor> fields = {bytes(4097, static_cast<uint8_t>(k)),
+                                  bytes(3, static_cast<uint8_t>(2 * k))};
+    ASSERT_TRUE(w.write(0, fields));
+    pwritten += w.pwritten();
+    mapped += w.mapped();
+    EXPECT_EQ(w.pwritten() + w.mapped(), 1);
+    EXPECT_EQ(w.mapped(), k >= after ? 1 : 0) << "write " << k;
+    const uint8_t *data = nullptr;
+    std::shared_ptr<const void> held = pool->take(lent[0], data);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(std::memcmp(data, fields[0].raw(), 4097), 0) << "write " << k;
+    EXPECT_EQ(std::memcmp(data + 4160, fields[1].raw(), 3), 0) << "write " << k;
+  }
+  EXPECT_EQ(pwritten, static_cast<int64_t>(after));
+  EXPECT_EQ(mapped, 3);
+}
+
 TEST_F(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
   std::vector<SlotRef> lent = lendOne(100, 4);
   ASSERT_FALSE(lent.empty());
