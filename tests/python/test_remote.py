@@ -982,6 +982,51 @@ def test_next_shards_first_chunks_are_fetched_ahead(servers, tmp_path, name,
     assert all(batches_equal(a, b) for a, b in zip(want, off))
 
 
+@pytest.mark.parametrize("name,kind", [("webdataset", "http"),
+                                       ("tfrecord", "s3"), ("csv", "http")])
+def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
+                                                   kind):
+    """A shard asked for ahead (and the first one of each pass) is asked for
+    in one request of a whole window of chunks (3 x 4 KiB here), so a
+    reader that opens it waits for no second round trip; with
+    SLUICE_NO_SHARD_WINDOW_AHEAD=1 (read once per process: a child process)
+    in one chunk, as before. Both give the records of local files, and the
+    requests saved are exactly the chunks the window's request took over:
+    2 per shard larger than 8 KiB and per epoch (every object here is)."""
+    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    want = run_all(local)
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        batches = list(p)
+        st = p.stats()
+        pickle.dump((batches, st["remote"]["requests"],
+                     st["memory"]["peaks"]), open(sys.argv[2], "wb"))
+    """)
+    runs = {}
+    for switch in ("0", "1"):
+        out = tmp_path / ("window-%s.pickle" % switch)
+        env = dict(os.environ, SLUICE_NO_SHARD_WINDOW_AHEAD=switch)
+        r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        runs[switch] = pickle.load(open(out, "rb"))
+    shards = {"webdataset": "shards/shard-*.tar", "tfrecord": "tfr/part-*",
+              "csv": "csv/day-*.csv"}[name]
+    sizes = [os.path.getsize(f)
+             for f in glob.glob(os.path.join(servers.local, shards))]
+    assert len(sizes) >= 2 and min(sizes) > 8192, sizes
+    for switch, (batches, requests, peaks) in runs.items():
+        assert len(batches) == len(want), switch
+        assert all(batches_equal(a, b) for a, b in zip(want, batches)), switch
+    on, off = runs["0"], runs["1"]
+    epochs = 2
+    assert off[1] - on[1] == epochs * 2 * len(sizes), (on[1], off[1])
+    ahead = "%s objects ahead" % name
+    assert on[2][ahead] >= 3 * 4096, on[2]
+    assert off[2][ahead] <= 2 * 4096, off[2]
+
+
 # --- the client's optimizations, each off --------------------------------------
 
 CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",

@@ -1298,9 +1298,9 @@ RemoteStream::~RemoteStream() {
 }
 
 FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
-                           const std::string &url) {
+                           const std::string &url, size_t bytes) {
   FirstChunk c;
-  c.chunk = cfg->chunkBytes;
+  c.chunk = bytes ? bytes : cfg->chunkBytes;
   if (cfg->cache)
     c.entry = cfg->cache->lookup(url);
   c.fetch = startFetch(cfg, url, 0, static_cast<int64_t>(c.chunk),
@@ -1338,14 +1338,37 @@ void FetchAhead::startObject(const std::shared_ptr<const RemoteConfig> &cfg,
   ahead_.emplace(shard, std::move(a));
 }
 
+bool FetchAhead::windowAhead() {
+  static const bool on = [] {
+    const char *v = std::getenv("SLUICE_NO_SHARD_WINDOW_AHEAD");
+    return !(v && *v && std::string_view(v) != "0");
+  }();
+  return on;
+}
+
 void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
-                             size_t shard, const std::string &url) {
+                             size_t shard, const std::string &url,
+                             size_t depth) {
   std::lock_guard<std::mutex> lock(m_);
-  const int64_t bytes = limit_ ? static_cast<int64_t>(cfg->chunkBytes) : 0;
+  // A window of chunks (what the stream keeps in flight once open) in one
+  // request: a shard no larger arrives whole before its reader opens it,
+  // and a larger one has the rest of its window asked for (at open) while
+  // this is read. The shards ahead together stay within the quarter of the
+  // budget's room that reserve() allows.
+  size_t chunks = windowAhead() ? static_cast<size_t>(std::max(1, cfg->concurrency)) : 1;
+  if (limit_ && limit_->limit() > 0) {
+    const int64_t room = (limit_->limit() - limit_->used()) / 4;
+    while (chunks > 1 && static_cast<int64_t>(chunks * cfg->chunkBytes *
+                                              std::max<size_t>(1, depth)) >
+                             room)
+      chunks /= 2;
+  }
+  const size_t asked = chunks * cfg->chunkBytes;
+  const int64_t bytes = limit_ ? static_cast<int64_t>(asked) : 0;
   if (!reserve(cfg, shard, bytes))
     return;
   Ahead a;
-  a.first = startFirstChunk(cfg, url);
+  a.first = startFirstChunk(cfg, url, asked);
   a.bytes = bytes;
   ahead_.emplace(shard, std::move(a));
 }
@@ -1400,10 +1423,15 @@ bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   }
   std::optional<ObjectCache::Entry> entry;
   std::shared_ptr<PendingFetch> first;
-  if (ahead && ahead->fetch && ahead->chunk == chunk_) {
+  // The bytes the first request asked for: whole chunks, so that the
+  // chunks after it start on chunk boundaries.
+  size_t asked = chunk_;
+  if (ahead && ahead->fetch && ahead->chunk >= chunk_ &&
+      ahead->chunk % chunk_ == 0) {
     // Asked for while the shards before it were read.
     entry = std::move(ahead->entry);
     first = std::move(ahead->fetch);
+    asked = ahead->chunk;
   } else {
     if (cfg_->cache)
       entry = cfg_->cache->lookup(url_);
@@ -1439,11 +1467,19 @@ bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   nextStart_ = curEnd_;
   if (f.status == 206 &&
       static_cast<int64_t>(cur_.size()) !=
-          std::min<int64_t>(size_, static_cast<int64_t>(chunk_))) {
-    error = "truncated body: asked for bytes 0-" + std::to_string(chunk_ - 1) +
+          std::min<int64_t>(size_, static_cast<int64_t>(asked))) {
+    error = "truncated body: asked for bytes 0-" + std::to_string(asked - 1) +
             " of " + std::to_string(size_) + ", received " +
             std::to_string(cur_.size());
     return false;
+  }
+  if (asked > chunk_ &&
+      !held_.tryResize(static_cast<int64_t>(chunk_) * window_ +
+                       static_cast<int64_t>(cur_.size()))) {
+    // The first piece is larger than the chunk the reservation was made
+    // for: without room for both, the rest is read one chunk at a time.
+    window_ = 1;
+    held_.tryResize(static_cast<int64_t>(chunk_ + cur_.size()));
   }
   if (cfg_->cache) {
     countCacheMiss(entry && entry->etag != etag_);

@@ -302,7 +302,7 @@ public:
       return;
     std::string url = shardName(shard);
     if (isRemoteUrl(url))
-      ahead_.startStream(r, shard, url);
+      ahead_.startStream(r, shard, url, prefetchDepth());
   }
   /// The first chunk of `shard`'s stream asked for ahead (fetch null:
   /// none), for the reader that opens it.
