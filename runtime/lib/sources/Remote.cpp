@@ -200,6 +200,7 @@ std::string xmlFirst(std::string_view xml, std::string_view tag) {
 /// Counters of every request (read without starting the client).
 struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
+  std::atomic<uint64_t> bodiesReused{0};
   std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
@@ -243,6 +244,13 @@ struct ClientSwitches {
   /// default 16 KiB: fewer recv() calls and write callbacks per object. Off:
   /// SLUICE_NO_REMOTE_LARGE_READS.
   bool largeReads = true;
+  /// A ranged chunk's body, once its reader has consumed it, is kept
+  /// (BodyPool) for a later response's body (with presize): the pages of a
+  /// buffer of megabytes are then written again instead of faulted in
+  /// afresh, one fault per 4 KiB, which the allocator causes each time it
+  /// returns a freed buffer of that size to the system. Off:
+  /// SLUICE_NO_REMOTE_BODY_REUSE.
+  bool reuseBodies = true;
 
   static const ClientSwitches &get() {
     static const ClientSwitches s = [] {
@@ -255,6 +263,7 @@ struct ClientSwitches {
       w.keepHandles = !off("SLUICE_NO_REMOTE_HANDLE_REUSE");
       w.presize = !off("SLUICE_NO_REMOTE_PRESIZE");
       w.largeReads = !off("SLUICE_NO_REMOTE_LARGE_READS");
+      w.reuseBodies = !off("SLUICE_NO_REMOTE_BODY_REUSE");
       return w;
     }();
     return s;
@@ -268,6 +277,68 @@ constexpr long kLargeReadBytes = 64 << 10;
 /// A body is reserved from its Content-Length up to this; a larger one
 /// grows from there as it arrives (a wrong length costs no more than this).
 constexpr curl_off_t kPresizeMaxBytes = curl_off_t(64) << 20;
+
+/// Bodies of consumed chunks kept for later responses (ClientSwitches::
+/// reuseBodies): a few, bounded in count and bytes, smaller ones not kept
+/// (the allocator reuses their memory without faults anyway). A response
+/// takes the smallest one that holds its Content-Length.
+class BodyPool {
+public:
+  static constexpr size_t kMaxBuffers = 4;
+  static constexpr size_t kMaxBytes = size_t(32) << 20;
+  static constexpr size_t kMinBytes = size_t(256) << 10;
+
+  static BodyPool &get() {
+    static BodyPool *p = new BodyPool; // never destroyed: see Client::get()
+    return *p;
+  }
+  void put(std::string &&body) {
+    const size_t cap = body.capacity();
+    if (!ClientSwitches::get().reuseBodies || cap < kMinBytes ||
+        cap > kMaxBytes)
+      return;
+    body.clear();
+    std::lock_guard<std::mutex> lock(m_);
+    if (free_.size() >= kMaxBuffers || bytes_ + cap > kMaxBytes) {
+      // Full: a larger buffer replaces the smallest (it serves more).
+      auto smallest = std::min_element(
+          free_.begin(), free_.end(), [](const auto &a, const auto &b) {
+            return a.capacity() < b.capacity();
+          });
+      if (smallest == free_.end() || smallest->capacity() >= cap ||
+          bytes_ - smallest->capacity() + cap > kMaxBytes)
+        return;
+      bytes_ -= smallest->capacity();
+      free_.erase(smallest);
+    }
+    bytes_ += cap;
+    free_.push_back(std::move(body));
+  }
+  /// An empty buffer of at least `want` bytes' capacity into `out`; false
+  /// when none is kept.
+  bool take(size_t want, std::string &out) {
+    if (!ClientSwitches::get().reuseBodies || want < kMinBytes)
+      return false;
+    std::lock_guard<std::mutex> lock(m_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->capacity() >= want &&
+          (best == free_.end() || it->capacity() < best->capacity()))
+        best = it;
+    if (best == free_.end())
+      return false;
+    bytes_ -= best->capacity();
+    out = std::move(*best);
+    free_.erase(best);
+    counters().bodiesReused.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+private:
+  std::mutex m_;
+  std::vector<std::string> free_;
+  size_t bytes_ = 0;
+};
 
 /// A libcurl easy handle and the options it holds (ClientSwitches::
 /// keepHandles).
@@ -429,9 +500,12 @@ private:
       if (ClientSwitches::get().presize &&
           curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
                             &length) == CURLE_OK &&
-          length > 0)
-        t->result.body.reserve(
-            static_cast<size_t>(std::min(length, kPresizeMaxBytes)));
+          length > 0) {
+        const size_t want =
+            static_cast<size_t>(std::min(length, kPresizeMaxBytes));
+        if (!BodyPool::get().take(want, t->result.body))
+          t->result.body.reserve(want);
+      }
     }
     t->result.body.append(p, size * n);
     return size * n;
@@ -1052,6 +1126,7 @@ RemoteTotals remoteTotals() {
   t.retries = c.retries.load();
   t.failures = c.failures.load();
   t.bytes = c.bytes.load();
+  t.bodiesReused = c.bodiesReused.load();
   t.peakInFlight = c.peakInFlight.load();
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {
@@ -1295,6 +1370,9 @@ RemoteStream::~RemoteStream() {
   }
   if (cacheFd_ >= 0)
     ::close(cacheFd_);
+  // A reader that stops before the end (a tar's padding) leaves the last
+  // chunk unconsumed: its buffer serves the next response all the same.
+  BodyPool::get().put(std::move(cur_));
 }
 
 FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
@@ -1573,7 +1651,9 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
   std::memcpy(dst, cur_.data() + curPos_, take);
   curPos_ += take;
   if (curPos_ == cur_.size()) {
-    // Hand the chunk's memory back now rather than at the next read.
+    // Hand the chunk's memory back now rather than at the next read: to
+    // the next response's body (BodyPool) or to the allocator.
+    BodyPool::get().put(std::move(cur_));
     std::string().swap(cur_);
     curPos_ = 0;
   }
