@@ -301,10 +301,10 @@ public:
     std::lock_guard<std::mutex> lock(m_);
     if (free_.size() >= kMaxBuffers || bytes_ + cap > kMaxBytes) {
       // Full: a larger buffer replaces the smallest (it serves more).
-      auto smallest = std::min_element(
-          free_.begin(), free_.end(), [](const auto &a, const auto &b) {
-            return a.capacity() < b.capacity();
-          });
+      auto smallest = std::min_element(free_.begin(), free_.end(),
+                                       [](const auto &a, const auto &b) {
+                                         return a.capacity() < b.capacity();
+                                       });
       if (smallest == free_.end() || smallest->capacity() >= cap ||
           bytes_ - smallest->capacity() + cap > kMaxBytes)
         return;
@@ -1433,12 +1433,13 @@ void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
   // and a larger one has the rest of its window asked for (at open) while
   // this is read. The shards ahead together stay within the quarter of the
   // budget's room that reserve() allows.
-  size_t chunks = windowAhead() ? static_cast<size_t>(std::max(1, cfg->concurrency)) : 1;
+  size_t chunks =
+      windowAhead() ? static_cast<size_t>(std::max(1, cfg->concurrency)) : 1;
   if (limit_ && limit_->limit() > 0) {
     const int64_t room = (limit_->limit() - limit_->used()) / 4;
-    while (chunks > 1 && static_cast<int64_t>(chunks * cfg->chunkBytes *
-                                              std::max<size_t>(1, depth)) >
-                             room)
+    while (chunks > 1 &&
+           static_cast<int64_t>(chunks * cfg->chunkBytes *
+                                std::max<size_t>(1, depth)) > room)
       chunks /= 2;
   }
   const size_t asked = chunks * cfg->chunkBytes;

@@ -247,17 +247,17 @@ FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
 /// Per-file sources (image_folder, files) fetch whole objects
 /// (startObject); sequential sources (webdataset, tfrecord, csv, text
 /// lines, npy) fetch the first window of chunks of the next shards'
-/// streams (startStream), `depth` shards ahead (SourceBase::prefetchDepth). Bounded by a few windows of the source's concurrency and
-/// by the budget: each fetch reserves, as it is started, what it will hold
-/// (a stream's chunk; for a whole object the size of the largest object
-/// taken so far, kFirstGuessBytes before the first) in the pipeline's
-/// "objects ahead" account (SourceBase::setPrefetchLimit), and a fetch the
-/// budget cannot reserve (more than a quarter of what it has left) is not
-/// started (the shard is then fetched when opened). The reservation goes
-/// when a reader takes the fetch (the reader counts what it holds itself)
-/// or when the pipeline ends and drops what is still ahead. An object
-/// larger than every earlier one is counted at the earlier size until
-/// taken.
+/// streams (startStream), `depth` shards ahead (SourceBase::prefetchDepth).
+/// Bounded by a few windows of the source's concurrency and by the budget: each
+/// fetch reserves, as it is started, what it will hold (a stream's chunk; for a
+/// whole object the size of the largest object taken so far, kFirstGuessBytes
+/// before the first) in the pipeline's "objects ahead" account
+/// (SourceBase::setPrefetchLimit), and a fetch the budget cannot reserve (more
+/// than a quarter of what it has left) is not started (the shard is then
+/// fetched when opened). The reservation goes when a reader takes the fetch
+/// (the reader counts what it holds itself) or when the pipeline ends and drops
+/// what is still ahead. An object larger than every earlier one is counted at
+/// the earlier size until taken.
 class FetchAhead {
 public:
   static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
