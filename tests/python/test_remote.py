@@ -1000,7 +1000,9 @@ def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
         p = sluice.Pipeline(sys.argv[1])
         batches = list(p)
         st = p.stats()
-        pickle.dump((batches, st["remote"]["requests"],
+        # A retry (a connection reset under load) is a request more.
+        pickle.dump((batches,
+                     st["remote"]["requests"] - st["remote"]["retries"],
                      st["memory"]["peaks"]), open(sys.argv[2], "wb"))
     """)
     runs = {}
