@@ -1023,7 +1023,15 @@ def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
         assert all(batches_equal(a, b) for a, b in zip(want, batches)), switch
     on, off = runs["0"], runs["1"]
     epochs = 2
-    assert off[1] - on[1] == epochs * 2 * len(sizes), (on[1], off[1])
+    saved = epochs * 2 * len(sizes)
+    if name == "webdataset":
+        # The tar reader stops at the end-of-archive blocks; whether the
+        # chunk holding only padding is asked for follows its read-ahead
+        # (timing), in either mode: one request either way per shard read.
+        assert saved - epochs * len(sizes) <= off[1] - on[1] <= \
+            saved + epochs * len(sizes), (on[1], off[1])
+    else:
+        assert off[1] - on[1] == saved, (on[1], off[1])
     ahead = "%s objects ahead" % name
     assert on[2][ahead] >= 3 * 4096, on[2]
     assert off[2][ahead] <= 2 * 4096, off[2]
