@@ -210,14 +210,18 @@ def main():
             tuned[name] = (n, lat)
             configs[(name, "tuned")] = [free, "--schedule", sched]
         results = {k: [] for k in configs}
+        load_before = os.getloadavg()
         for _ in range(args.repeats):
             for k, a in configs.items():
                 results[k].append(run(args.sluice, a, env))
+        load_after = os.getloadavg()
         print("%d pictures (%d shards of 64), %d epochs, %g ms added per "
               "request, %d cores; servers: %s; median "
-              "of %d runs\n"
-              % (len(files), nshards, args.epochs, args.delay_ms,
-                 os.cpu_count(), args.servers, args.repeats))
+              "of %d runs; load average (1, 5, 15 min) %.2f %.2f %.2f before "
+              "the runs, %.2f %.2f %.2f after\n"
+              % ((len(files), nshards, args.epochs, args.delay_ms,
+                  os.cpu_count(), args.servers, args.repeats) + load_before +
+                 load_after))
         for name in pipelines:
             base = statistics.median(r[1] for r in results[(name, "local")])
             print("### %s\n" % name)

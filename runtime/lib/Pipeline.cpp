@@ -1150,6 +1150,8 @@ RunStats Engine::stats() const {
     r.remote.failures =
         static_cast<int64_t>(now.failures - remoteBase_->failures);
     r.remote.bytes = static_cast<int64_t>(now.bytes - remoteBase_->bytes);
+    r.remote.bodiesReused =
+        static_cast<int64_t>(now.bodiesReused - remoteBase_->bodiesReused);
     r.remote.medianLatencyMs = now.medianLatencyMs;
     r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
     r.remote.medianRequestMs = now.medianRequestMs;

@@ -151,13 +151,16 @@ protected:
       if (!s.reader) {
         if (inputLeft) {
           s.shard = nextShard_++;
-          // A per-file source over remote objects fetches the next shards
-          // while this one is read.
-          for (size_t depth = src.prefetchDepth();
-               prefetched_ < std::min(src.numShards(), s.shard + 1 + depth);
-               ++prefetched_)
-            if (prefetched_ > s.shard)
-              src.prefetch(prefetched_);
+          // A source over remote objects fetches the next shards while
+          // this one is read. The shard opened first in a pass is asked
+          // for the same way (the fetch is taken at once): a sequential
+          // source's first request then covers a window of chunks, not
+          // one chunk that a second round trip follows (FetchAhead).
+          if (const size_t depth = src.prefetchDepth(); depth > 0)
+            for (; prefetched_ < std::min(src.numShards(), s.shard + 1 + depth);
+                 ++prefetched_)
+              if (prefetched_ >= s.shard)
+                src.prefetch(prefetched_);
           {
             AllocationScope scope(&scratchLimit_);
             s.reader = src.open(s.shard);

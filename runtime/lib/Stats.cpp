@@ -137,6 +137,7 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"retries", remote.retries},
             {"failures", remote.failures},
             {"bytes", remote.bytes},
+            {"bodies_reused", remote.bodiesReused},
             {"median_latency_ms", remote.medianLatencyMs},
             {"peak_in_flight", remote.peakInFlight},
             {"median_request_ms", remote.medianRequestMs},

@@ -982,17 +982,120 @@ def test_next_shards_first_chunks_are_fetched_ahead(servers, tmp_path, name,
     assert all(batches_equal(a, b) for a, b in zip(want, off))
 
 
+@pytest.mark.parametrize("name,kind", [("webdataset", "http"),
+                                       ("tfrecord", "s3"), ("csv", "http")])
+def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
+                                                   kind):
+    """A shard asked for ahead (and the first one of each pass) is asked for
+    in one request of a whole window of chunks (3 x 4 KiB here), so a
+    reader that opens it waits for no second round trip; with
+    SLUICE_NO_SHARD_WINDOW_AHEAD=1 (read once per process: a child process)
+    in one chunk, as before. Both give the records of local files, and the
+    requests saved are exactly the chunks the window's request took over:
+    2 per shard larger than 8 KiB and per epoch (every object here is)."""
+    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    want = run_all(local)
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        batches = list(p)
+        st = p.stats()
+        # A retry (a connection reset under load) is a request more.
+        pickle.dump((batches,
+                     st["remote"]["requests"] - st["remote"]["retries"],
+                     st["memory"]["peaks"]), open(sys.argv[2], "wb"))
+    """)
+    runs = {}
+    for switch in ("0", "1"):
+        out = tmp_path / ("window-%s.pickle" % switch)
+        env = dict(os.environ, SLUICE_NO_SHARD_WINDOW_AHEAD=switch)
+        r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        runs[switch] = pickle.load(open(out, "rb"))
+    shards = {"webdataset": "shards/shard-*.tar", "tfrecord": "tfr/part-*",
+              "csv": "csv/day-*.csv"}[name]
+    sizes = [os.path.getsize(f)
+             for f in glob.glob(os.path.join(servers.local, shards))]
+    assert len(sizes) >= 2 and min(sizes) > 8192, sizes
+    for switch, (batches, requests, peaks) in runs.items():
+        assert len(batches) == len(want), switch
+        assert all(batches_equal(a, b) for a, b in zip(want, batches)), switch
+    on, off = runs["0"], runs["1"]
+    epochs = 2
+    saved = epochs * 2 * len(sizes)
+    if name == "webdataset":
+        # The tar reader stops at the end-of-archive blocks; whether the
+        # chunk holding only padding is asked for follows its read-ahead
+        # (timing), in either mode: one request either way per shard read.
+        assert saved - epochs * len(sizes) <= off[1] - on[1] <= \
+            saved + epochs * len(sizes), (on[1], off[1])
+    else:
+        assert off[1] - on[1] == saved, (on[1], off[1])
+    ahead = "%s objects ahead" % name
+    assert on[2][ahead] >= 3 * 4096, on[2]
+    assert off[2][ahead] <= 2 * 4096, off[2]
+
+
+def test_chunk_bodies_are_reused(servers, tmp_path):
+    """Chunks of 256 KiB and more: a consumed chunk's buffer takes a later
+    response's body (counted in the stats' bodies_reused), and with
+    SLUICE_NO_REMOTE_BODY_REUSE=1 (read once per process: a child process)
+    none is, with the same lines as the local file either way."""
+    rng = np.random.default_rng(24)
+    text = "\n".join("row %d %s" % (i, "y" * int(rng.integers(0, 200)))
+                     for i in range(40000)).encode()
+    assert len(text) > 12 * (256 << 10)
+    servers.put_http("big/lines.txt", text)
+    local_file = tmp_path / "lines.txt"
+    local_file.write_bytes(text)
+    body = """
+steps:
+  - batch: {size: 1000, drop_remainder: false}
+budget: {cores: 2, memory: 256MiB}
+"""
+    local = tmp_path / "local.yaml"
+    local.write_text("pipeline: big\nsource:\n  text_lines: {files: '%s'}\n%s"
+                     % (local_file, body))
+    remote = tmp_path / "remote.yaml"
+    remote.write_text(
+        "pipeline: big\nsource:\n  text_lines: {files: '%s/big/lines.txt', "
+        "remote: {concurrency: 2, chunk_size: 256KiB}}\n%s"
+        % (servers.http, body))
+    want = run_all(str(local))
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
+    """)
+    for switch in ("0", "1"):
+        out = tmp_path / ("reuse-%s.pickle" % switch)
+        env = dict(os.environ, SLUICE_NO_REMOTE_BODY_REUSE=switch)
+        r = subprocess.run([sys.executable, "-c", child, str(remote),
+                            str(out)], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got, stats = pickle.load(open(out, "rb"))
+        assert len(got) == len(want) > 0
+        assert all(batches_equal(a, b) for a, b in zip(want, got)), switch
+        assert stats["requests"] >= 12, stats
+        if switch == "0":
+            assert stats["bodies_reused"] > 0, stats
+        else:
+            assert stats["bodies_reused"] == 0, stats
+
+
 # --- the client's optimizations, each off --------------------------------------
 
 CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_HANDLE_REUSE", "SLUICE_NO_REMOTE_PRESIZE",
-                   "SLUICE_NO_REMOTE_LARGE_READS"]
+                   "SLUICE_NO_REMOTE_LARGE_READS", "SLUICE_NO_REMOTE_BODY_REUSE"]
 
 
 @pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])
 def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
     """The client's optimizations (socket events, easy handles kept set up,
-    bodies sized from Content-Length, large reads) can each be turned off
+    bodies sized from Content-Length, large reads, chunk bodies reused) can
+    each be turned off
     (read once per process: a child process) with the same records as local
     files: per-file objects over s3:// (signed), shards over http:// (not
     signed, on the same easy handles), and a TFRecord over s3:// whose

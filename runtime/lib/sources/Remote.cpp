@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Remote.h"
+#include "sluice/ops/Switches.h"
 
 #include "SourceImpl.h"
 #include "sluice/ops/FileFormats.h"
@@ -200,6 +201,7 @@ std::string xmlFirst(std::string_view xml, std::string_view tag) {
 /// Counters of every request (read without starting the client).
 struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
+  std::atomic<uint64_t> bodiesReused{0};
   std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
@@ -243,18 +245,23 @@ struct ClientSwitches {
   /// default 16 KiB: fewer recv() calls and write callbacks per object. Off:
   /// SLUICE_NO_REMOTE_LARGE_READS.
   bool largeReads = true;
+  /// A ranged chunk's body, once its reader has consumed it, is kept
+  /// (BodyPool) for a later response's body (with presize): the pages of a
+  /// buffer of megabytes are then written again instead of faulted in
+  /// afresh, one fault per 4 KiB, which the allocator causes each time it
+  /// returns a freed buffer of that size to the system. Off:
+  /// SLUICE_NO_REMOTE_BODY_REUSE.
+  bool reuseBodies = true;
 
   static const ClientSwitches &get() {
     static const ClientSwitches s = [] {
-      auto off = [](const char *name) {
-        const char *v = std::getenv(name);
-        return v && *v && std::string_view(v) != "0";
-      };
+      auto off = [](const char *name) { return switchedOff(name); };
       ClientSwitches w;
       w.socketEvents = !off("SLUICE_NO_REMOTE_SOCKET_EVENTS");
       w.keepHandles = !off("SLUICE_NO_REMOTE_HANDLE_REUSE");
       w.presize = !off("SLUICE_NO_REMOTE_PRESIZE");
       w.largeReads = !off("SLUICE_NO_REMOTE_LARGE_READS");
+      w.reuseBodies = !off("SLUICE_NO_REMOTE_BODY_REUSE");
       return w;
     }();
     return s;
@@ -268,6 +275,68 @@ constexpr long kLargeReadBytes = 64 << 10;
 /// A body is reserved from its Content-Length up to this; a larger one
 /// grows from there as it arrives (a wrong length costs no more than this).
 constexpr curl_off_t kPresizeMaxBytes = curl_off_t(64) << 20;
+
+/// Bodies of consumed chunks kept for later responses (ClientSwitches::
+/// reuseBodies): a few, bounded in count and bytes, smaller ones not kept
+/// (the allocator reuses their memory without faults anyway). A response
+/// takes the smallest one that holds its Content-Length.
+class BodyPool {
+public:
+  static constexpr size_t kMaxBuffers = 4;
+  static constexpr size_t kMaxBytes = size_t(32) << 20;
+  static constexpr size_t kMinBytes = size_t(256) << 10;
+
+  static BodyPool &get() {
+    static BodyPool *p = new BodyPool; // never destroyed: see Client::get()
+    return *p;
+  }
+  void put(std::string &&body) {
+    const size_t cap = body.capacity();
+    if (!ClientSwitches::get().reuseBodies || cap < kMinBytes ||
+        cap > kMaxBytes)
+      return;
+    body.clear();
+    std::lock_guard<std::mutex> lock(m_);
+    if (free_.size() >= kMaxBuffers || bytes_ + cap > kMaxBytes) {
+      // Full: a larger buffer replaces the smallest (it serves more).
+      auto smallest = std::min_element(free_.begin(), free_.end(),
+                                       [](const auto &a, const auto &b) {
+                                         return a.capacity() < b.capacity();
+                                       });
+      if (smallest == free_.end() || smallest->capacity() >= cap ||
+          bytes_ - smallest->capacity() + cap > kMaxBytes)
+        return;
+      bytes_ -= smallest->capacity();
+      free_.erase(smallest);
+    }
+    bytes_ += cap;
+    free_.push_back(std::move(body));
+  }
+  /// An empty buffer of at least `want` bytes' capacity into `out`; false
+  /// when none is kept.
+  bool take(size_t want, std::string &out) {
+    if (!ClientSwitches::get().reuseBodies || want < kMinBytes)
+      return false;
+    std::lock_guard<std::mutex> lock(m_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->capacity() >= want &&
+          (best == free_.end() || it->capacity() < best->capacity()))
+        best = it;
+    if (best == free_.end())
+      return false;
+    bytes_ -= best->capacity();
+    out = std::move(*best);
+    free_.erase(best);
+    counters().bodiesReused.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+private:
+  std::mutex m_;
+  std::vector<std::string> free_;
+  size_t bytes_ = 0;
+};
 
 /// A libcurl easy handle and the options it holds (ClientSwitches::
 /// keepHandles).
@@ -429,9 +498,12 @@ private:
       if (ClientSwitches::get().presize &&
           curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
                             &length) == CURLE_OK &&
-          length > 0)
-        t->result.body.reserve(
-            static_cast<size_t>(std::min(length, kPresizeMaxBytes)));
+          length > 0) {
+        const size_t want =
+            static_cast<size_t>(std::min(length, kPresizeMaxBytes));
+        if (!BodyPool::get().take(want, t->result.body))
+          t->result.body.reserve(want);
+      }
     }
     t->result.body.append(p, size * n);
     return size * n;
@@ -1052,6 +1124,7 @@ RemoteTotals remoteTotals() {
   t.retries = c.retries.load();
   t.failures = c.failures.load();
   t.bytes = c.bytes.load();
+  t.bodiesReused = c.bodiesReused.load();
   t.peakInFlight = c.peakInFlight.load();
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {
@@ -1295,12 +1368,15 @@ RemoteStream::~RemoteStream() {
   }
   if (cacheFd_ >= 0)
     ::close(cacheFd_);
+  // A reader that stops before the end (a tar's padding) leaves the last
+  // chunk unconsumed: its buffer serves the next response all the same.
+  BodyPool::get().put(std::move(cur_));
 }
 
 FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
-                           const std::string &url) {
+                           const std::string &url, size_t bytes) {
   FirstChunk c;
-  c.chunk = cfg->chunkBytes;
+  c.chunk = bytes ? bytes : cfg->chunkBytes;
   if (cfg->cache)
     c.entry = cfg->cache->lookup(url);
   c.fetch = startFetch(cfg, url, 0, static_cast<int64_t>(c.chunk),
@@ -1338,14 +1414,35 @@ void FetchAhead::startObject(const std::shared_ptr<const RemoteConfig> &cfg,
   ahead_.emplace(shard, std::move(a));
 }
 
+bool FetchAhead::windowAhead() {
+  static const bool on = !switchedOff("SLUICE_NO_SHARD_WINDOW_AHEAD");
+  return on;
+}
+
 void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
-                             size_t shard, const std::string &url) {
+                             size_t shard, const std::string &url,
+                             size_t depth) {
   std::lock_guard<std::mutex> lock(m_);
-  const int64_t bytes = limit_ ? static_cast<int64_t>(cfg->chunkBytes) : 0;
+  // A window of chunks (what the stream keeps in flight once open) in one
+  // request: a shard no larger arrives whole before its reader opens it,
+  // and a larger one has the rest of its window asked for (at open) while
+  // this is read. The shards ahead together stay within the quarter of the
+  // budget's room that reserve() allows.
+  size_t chunks =
+      windowAhead() ? static_cast<size_t>(std::max(1, cfg->concurrency)) : 1;
+  if (limit_ && limit_->limit() > 0) {
+    const int64_t room = (limit_->limit() - limit_->used()) / 4;
+    while (chunks > 1 &&
+           static_cast<int64_t>(chunks * cfg->chunkBytes *
+                                std::max<size_t>(1, depth)) > room)
+      chunks /= 2;
+  }
+  const size_t asked = chunks * cfg->chunkBytes;
+  const int64_t bytes = limit_ ? static_cast<int64_t>(asked) : 0;
   if (!reserve(cfg, shard, bytes))
     return;
   Ahead a;
-  a.first = startFirstChunk(cfg, url);
+  a.first = startFirstChunk(cfg, url, asked);
   a.bytes = bytes;
   ahead_.emplace(shard, std::move(a));
 }
@@ -1400,10 +1497,15 @@ bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   }
   std::optional<ObjectCache::Entry> entry;
   std::shared_ptr<PendingFetch> first;
-  if (ahead && ahead->fetch && ahead->chunk == chunk_) {
+  // The bytes the first request asked for: whole chunks, so that the
+  // chunks after it start on chunk boundaries.
+  size_t asked = chunk_;
+  if (ahead && ahead->fetch && ahead->chunk >= chunk_ &&
+      ahead->chunk % chunk_ == 0) {
     // Asked for while the shards before it were read.
     entry = std::move(ahead->entry);
     first = std::move(ahead->fetch);
+    asked = ahead->chunk;
   } else {
     if (cfg_->cache)
       entry = cfg_->cache->lookup(url_);
@@ -1439,11 +1541,19 @@ bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   nextStart_ = curEnd_;
   if (f.status == 206 &&
       static_cast<int64_t>(cur_.size()) !=
-          std::min<int64_t>(size_, static_cast<int64_t>(chunk_))) {
-    error = "truncated body: asked for bytes 0-" + std::to_string(chunk_ - 1) +
+          std::min<int64_t>(size_, static_cast<int64_t>(asked))) {
+    error = "truncated body: asked for bytes 0-" + std::to_string(asked - 1) +
             " of " + std::to_string(size_) + ", received " +
             std::to_string(cur_.size());
     return false;
+  }
+  if (asked > chunk_ &&
+      !held_.tryResize(static_cast<int64_t>(chunk_) * window_ +
+                       static_cast<int64_t>(cur_.size()))) {
+    // The first piece is larger than the chunk the reservation was made
+    // for: without room for both, the rest is read one chunk at a time.
+    window_ = 1;
+    held_.tryResize(static_cast<int64_t>(chunk_ + cur_.size()));
   }
   if (cfg_->cache) {
     countCacheMiss(entry && entry->etag != etag_);
@@ -1537,7 +1647,9 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
   std::memcpy(dst, cur_.data() + curPos_, take);
   curPos_ += take;
   if (curPos_ == cur_.size()) {
-    // Hand the chunk's memory back now rather than at the next read.
+    // Hand the chunk's memory back now rather than at the next read: to
+    // the next response's body (BodyPool) or to the allocator.
+    BodyPool::get().put(std::move(cur_));
     std::string().swap(cur_);
     curPos_ = 0;
   }

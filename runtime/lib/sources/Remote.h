@@ -221,11 +221,15 @@ private:
   int64_t total_ = 0;    ///< guarded by m_
 };
 
-/// The first chunk of a ranged stream (RemoteStream), requested before its
+/// The first bytes of a ranged stream (RemoteStream), requested before its
 /// reader opens it: the next shards of a sequential source are asked for
 /// while the current one is read (FetchAhead::startStream), so a shard's
-/// first round trip does not stall the reader. open() uses it when it asks
-/// for a chunk of the same size (its budget did not shrink the chunk).
+/// first round trips do not stall the reader. One request of up to a whole
+/// window of chunks (FetchAhead::windowAhead): the chunks after it are asked
+/// for only when the reader opens the shard, and with one chunk ahead the
+/// reader would wait a round trip for the second. open() uses it when it
+/// asks for whole chunks of the size it reads (its budget did not shrink
+/// the chunk below a divisor of it).
 struct FirstChunk {
   std::shared_ptr<PendingFetch> fetch; ///< null: none was started
   /// The cached entry it asked the server about (If-None-Match).
@@ -233,26 +237,27 @@ struct FirstChunk {
   size_t chunk = 0; ///< bytes asked for
 };
 
-/// Starts `url`'s first chunk as RemoteStream::open would (cfg.chunkBytes,
-/// If-None-Match when cfg.cache holds an entry).
+/// Starts `url`'s first `bytes` (0: one chunk, cfg.chunkBytes, as
+/// RemoteStream::open would ask), with If-None-Match when cfg.cache holds an
+/// entry.
 FirstChunk startFirstChunk(std::shared_ptr<const RemoteConfig> cfg,
-                           const std::string &url);
+                           const std::string &url, size_t bytes = 0);
 
 /// The fetches a source starts ahead of its readers: shard -> its GET.
 /// Per-file sources (image_folder, files) fetch whole objects
 /// (startObject); sequential sources (webdataset, tfrecord, csv, text
-/// lines, npy) fetch the first chunk of the next shards' streams
-/// (startStream). Bounded by a few windows of the source's concurrency and
-/// by the budget: each fetch reserves, as it is started, what it will hold
-/// (a stream's chunk; for a whole object the size of the largest object
-/// taken so far, kFirstGuessBytes before the first) in the pipeline's
-/// "objects ahead" account (SourceBase::setPrefetchLimit), and a fetch the
-/// budget cannot reserve (more than a quarter of what it has left) is not
-/// started (the shard is then fetched when opened). The reservation goes
-/// when a reader takes the fetch (the reader counts what it holds itself)
-/// or when the pipeline ends and drops what is still ahead. An object
-/// larger than every earlier one is counted at the earlier size until
-/// taken.
+/// lines, npy) fetch the first window of chunks of the next shards'
+/// streams (startStream), `depth` shards ahead (SourceBase::prefetchDepth).
+/// Bounded by a few windows of the source's concurrency and by the budget: each
+/// fetch reserves, as it is started, what it will hold (a stream's chunk; for a
+/// whole object the size of the largest object taken so far, kFirstGuessBytes
+/// before the first) in the pipeline's "objects ahead" account
+/// (SourceBase::setPrefetchLimit), and a fetch the budget cannot reserve (more
+/// than a quarter of what it has left) is not started (the shard is then
+/// fetched when opened). The reservation goes when a reader takes the fetch
+/// (the reader counts what it holds itself) or when the pipeline ends and drops
+/// what is still ahead. An object larger than every earlier one is counted at
+/// the earlier size until taken.
 class FetchAhead {
 public:
   static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
@@ -260,7 +265,10 @@ public:
   void startObject(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
                    const std::string &url);
   void startStream(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
-                   const std::string &url);
+                   const std::string &url, size_t depth);
+  /// Whether a shard's first request ahead covers a window of chunks (on)
+  /// or one chunk (SLUICE_NO_SHARD_WINDOW_AHEAD=1).
+  static bool windowAhead();
   /// The fetch of `shard` started ahead (fetch null: none), done for a
   /// whole object; its reservation is released.
   FirstChunk take(size_t shard);
@@ -301,6 +309,7 @@ struct RemoteTotals {
   uint64_t retries = 0;       ///< attempts repeated after a retryable failure
   uint64_t failures = 0;      ///< requests that failed for good
   uint64_t bytes = 0;         ///< body bytes received
+  uint64_t bodiesReused = 0;  ///< responses written into a kept buffer
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
   /// Time from sending to the last byte (latency + transfer), recent
   /// successful requests: what Little's law multiplies by the rate.

@@ -9,6 +9,7 @@
 
 #include "Remote.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/Source.h"
 
 #include <algorithm>
@@ -289,10 +290,7 @@ public:
   /// SLUICE_NO_SHARD_PREFETCH=1 (each shard's first chunk is then asked for
   /// as it is opened).
   size_t prefetchDepth() const override {
-    static const bool off = [] {
-      const char *v = std::getenv("SLUICE_NO_SHARD_PREFETCH");
-      return v && *v && std::string_view(v) != "0";
-    }();
+    static const bool off = switchedOff("SLUICE_NO_SHARD_PREFETCH");
     std::shared_ptr<const RemoteConfig> r = remote();
     return r && !off ? static_cast<size_t>(std::max(1, r->concurrency / 2)) : 0;
   }
@@ -302,7 +300,7 @@ public:
       return;
     std::string url = shardName(shard);
     if (isRemoteUrl(url))
-      ahead_.startStream(r, shard, url);
+      ahead_.startStream(r, shard, url, prefetchDepth());
   }
   /// The first chunk of `shard`'s stream asked for ahead (fetch null:
   /// none), for the reader that opens it.

@@ -158,6 +158,9 @@ struct RunStats {
     int64_t retries = 0;  ///< attempts repeated after 5xx/429/a broken link
     int64_t failures = 0; ///< requests that failed for good
     int64_t bytes = 0;    ///< body bytes received
+    /// Responses received into the kept buffer of a consumed chunk (the
+    /// client's body reuse) instead of a fresh one.
+    int64_t bodiesReused = 0;
     double medianLatencyMs = 0; ///< to the first byte, recent requests
     int64_t peakInFlight = 0;   ///< most requests in flight at once
     /// Send to last byte (latency + transfer), recent successful requests.
