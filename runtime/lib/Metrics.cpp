@@ -195,8 +195,13 @@ const HttpModule &httpModule() {
         dirs.push_back(dirName(info.dli_fname));
       char self[4096];
       ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-      if (n > 0)
-        dirs.push_back(dirName(std::string(self, static_cast<size_t>(n))));
+      // The executable's folder, unless it is the one dladdr gave (the
+      // driver and compiled executables hold this code themselves).
+      if (n > 0) {
+        std::string exeDir = dirName(std::string(self, static_cast<size_t>(n)));
+        if (dirs.empty() || dirs[0] != exeDir)
+          dirs.push_back(exeDir);
+      }
       for (const std::string &d : dirs) {
         tries.push_back(d + "/" + name);
         tries.push_back(d + "/../lib/" + name);
