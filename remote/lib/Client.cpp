@@ -233,6 +233,12 @@ public:
     int64_t runNext = 0, runLimit = 0, lastEnd = -1;
     /// Failed and not described again since (not counted in runLength).
     bool failed = false;
+    /// Its stream has delivered every output of its chunk and its end is
+    /// still to come (under mu), since `deliveredAt`: a worker stopped or
+    /// hung after its last write stays so until its failure is detected
+    /// (freeStuckRuns).
+    bool delivered = false;
+    Clock::time_point deliveredAt;
   };
 
   /// Runs of consecutive chunks (ClientOptions::chunkRuns).
@@ -392,6 +398,34 @@ public:
     return true;
   }
 
+  /// The output the trainer waits for is the next of a run whose worker
+  /// delivered its chunk a second ago or more but has not ended its stream
+  /// (stopped or hung after its last write; worker_timeout would say it
+  /// failed only much later, and until then nobody else takes its run):
+  /// that run goes back (redo), so that another worker takes it now,
+  /// giving back the rest of a chunk far ahead if need be (under mu).
+  /// Nothing of it was handed out: no output is produced twice. A stream's
+  /// end follows its last output within milliseconds; a worker merely late
+  /// with it loses the rest of its run (a new pipeline for whoever takes
+  /// it), never an output. True: a run went back.
+  bool freeStuckRuns() {
+    if (!runsOn || ready.count(nextDeliver))
+      return false;
+    const int64_t stop = end ? *end : INT64_MAX;
+    const auto stuck = Clock::now() - std::chrono::seconds(1);
+    for (const auto &v : workers) {
+      int64_t limit = std::min(v->runLimit, stop);
+      if (v->delivered && v->deliveredAt < stuck && v->runNext <= nextDeliver &&
+          nextDeliver < limit) {
+        redo.insert({v->runNext, limit});
+        v->runLimit = v->runNext;
+        ++stats.steals;
+        return true;
+      }
+    }
+    return false;
+  }
+
   /// The next chunk for worker `w` (under mu): from a range given back
   /// first (the trainer may be waiting for it; what is left of w's run goes
   /// back in its place), else from w's run, else from a new run at the
@@ -481,11 +515,13 @@ public:
         continue;
       }
       std::string base = baseState;
+      w.delivered = false;
       lock.unlock();
       int64_t got = 0;
       bool gaveBack = false;
       grpc::Status s = stream(w, gen, base, first, count, got, gaveBack);
       lock.lock();
+      w.delivered = false;
       if (gaveBack || gen != generation || closing || error)
         continue;
       if (s.ok()) {
@@ -802,6 +838,8 @@ public:
       cur.reset();
       ++got;
       lastAlive = Clock::now();
+      w.delivered = got == count;
+      w.deliveredAt = lastAlive;
       cv.notify_all();
     }
     {
@@ -1059,6 +1097,8 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
     }
     if ((d.end && d.nextDeliver >= *d.end) || d.closing)
       return std::optional<RemoteOutput>();
+    if (d.freeStuckRuns())
+      d.cv.notify_all();
     if (Clock::now() - d.lastAlive >
         std::chrono::milliseconds(int64_t(d.opts.workerTimeout * 1000))) {
       std::string why;

@@ -376,7 +376,24 @@ public:
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the stream was cut (the worker is stopping or the "
                           "trainer went away)");
+    holdStreamEnd(ctx);
     return grpc::Status::OK;
+  }
+
+  /// Fault injection for tests: SLUICE_TEST_HOLD_STREAM_END=S makes every
+  /// stream end S seconds after its last output (or when the trainer
+  /// cancels it), as a worker stopped or hung after its last write would;
+  /// test_distributed.py checks that the trainer does not wait for it.
+  static void holdStreamEnd(grpc::ServerContext *ctx) {
+    static const double hold = [] {
+      const char *v = std::getenv("SLUICE_TEST_HOLD_STREAM_END");
+      return v ? std::atof(v) : 0.0;
+    }();
+    auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(hold);
+    while (hold > 0 && !ctx->IsCancelled() &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
   /// Makes the chunk (by position, or by the replayed order), keeping its
