@@ -349,13 +349,23 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
   std::mutex sinkMu;
   std::atomic<bool> finalizing{false};
   bool abandoned = false; // guarded by sinkMu
-  std::atomic<bool> loopDone{false};
+  // The watchdog looks for a stop signal every 20 ms (a signal handler can
+  // only set a flag); the end of the loop wakes it at once, so the run's
+  // end does not wait out its sleep.
+  bool loopDone = false; // guarded by doneMu
+  std::mutex doneMu;
+  std::condition_variable doneCv;
   std::thread watchdog;
   if (opts.handleSignals)
     watchdog = std::thread([&] {
       std::chrono::steady_clock::time_point seen{};
-      while (!loopDone.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(doneMu);
+          if (doneCv.wait_for(lock, std::chrono::milliseconds(20),
+                              [&] { return loopDone; }))
+            break;
+        }
         int sig = signals.signal();
         if (!sig)
           continue;
@@ -439,7 +449,11 @@ int runPipeline(const Plan &plan, const RunOptions &opts, std::ostream &out,
     for (;;)
       ::pause();
   }
-  loopDone.store(true);
+  {
+    std::lock_guard<std::mutex> lock(doneMu);
+    loopDone = true;
+  }
+  doneCv.notify_all();
   if (watchdog.joinable())
     watchdog.join();
   if (!stopSignal)

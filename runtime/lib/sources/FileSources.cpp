@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "SourceImpl.h"
+#include "sluice/ops/Switches.h"
 
 #include <algorithm>
 #include <cctype>
@@ -338,6 +339,9 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
     bool operator<(const Entry &o) const { return rel < o.rel; }
   };
   std::vector<Entry> rel;
+  // SLUICE_NO_DIRENT_TYPES=1: every entry is looked at with stat (one
+  // system call per file: 2,000 pictures cost ~2-5 ms of start-up here).
+  const bool direntTypes = !switchedOff("SLUICE_NO_DIRENT_TYPES");
   size_t unlistableDirs = 0;
   std::string firstUnlistable, firstUnlistableError;
   for (size_t c = 0; c < src->classes.size(); ++c) {
@@ -368,6 +372,15 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
         if (name == "." || name == ".." || name[0] == '.')
           continue;
         std::string childRel = relDir + "/" + name;
+        // A regular file (readdir's d_type says so on most file systems)
+        // needs no stat: what stat would say of it is what d_type says.
+        // Directories (their device and inode end symlink loops), links
+        // and entries of unknown type are looked at with stat.
+        if (direntTypes && e->d_type == DT_REG) {
+          if (wanted(fs::path(name)))
+            rel.push_back({childRel, {}});
+          continue;
+        }
         std::string childFull = joinPath(src->root, childRel);
         struct stat sb;
         // stat, not lstat: symlinked files and directories are followed.
