@@ -442,6 +442,11 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
     e->aheadLimit_ = std::make_unique<AccountAllocationLimit>(
         e->memory_->account(e->plan_.source.name + " objects ahead"));
     src->setPrefetchLimit(e->aheadLimit_.get());
+  }
+  // The remote client's kept response buffers, while this pipeline reads
+  // remote objects (with or without fetches ahead).
+  if (auto *src = dynamic_cast<const SourceBase *>(e->source_.get());
+      src && src->remote()) {
     e->bodyLimit_ = std::make_unique<AccountAllocationLimit>(
         e->memory_->account("remote bodies (idle)"));
     detail::setRemoteBodyLimit(e->bodyLimit_.get());
