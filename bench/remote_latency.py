@@ -21,7 +21,8 @@ Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--data DIR] [--servers nginx|proxy]
 
 By default each endpoint is an nginx that waits the latency before it
-answers (remote_servers.py, nginx_with_latency): the s3:// runs list through
+answers (remote_servers.py, nginx_with_latency, with sendfile and an
+open-file cache, as a file server runs): the s3:// runs list through
 s3rver and nginx answers their object GETs from s3rver's files. With
 --servers proxy the Python delay proxy sits in front of s3rver and nginx,
 whose CPU per picture (s3rver's GETs cost more than the decoding) comes out

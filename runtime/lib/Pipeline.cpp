@@ -126,6 +126,9 @@ public:
   /// The objects a remote source fetched ahead, reserved until a reader
   /// takes them (SourceBase::setPrefetchLimit).
   std::unique_ptr<AccountAllocationLimit> aheadLimit_;
+  /// The remote client's kept response buffers, counted while this
+  /// pipeline reads remote objects (detail::setRemoteBodyLimit).
+  std::unique_ptr<AccountAllocationLimit> bodyLimit_;
   /// The last output, counted until the caller asks for the next one.
   MemoryAccount *outputAccount_ = nullptr;
   int64_t outputHeld_ = 0;
@@ -439,6 +442,14 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
     e->aheadLimit_ = std::make_unique<AccountAllocationLimit>(
         e->memory_->account(e->plan_.source.name + " objects ahead"));
     src->setPrefetchLimit(e->aheadLimit_.get());
+  }
+  // The remote client's kept response buffers, while this pipeline reads
+  // remote objects (with or without fetches ahead).
+  if (auto *src = dynamic_cast<const SourceBase *>(e->source_.get());
+      src && src->remote()) {
+    e->bodyLimit_ = std::make_unique<AccountAllocationLimit>(
+        e->memory_->account("remote bodies (idle)"));
+    detail::setRemoteBodyLimit(e->bodyLimit_.get());
   }
   // What earlier pipelines of this process left free in the heap (the
   // probes of `schedule: auto`), which this one refills (Memory.h).
@@ -1109,6 +1120,10 @@ void Engine::stop() {
     if (auto *src = dynamic_cast<const SourceBase *>(source_.get()))
       src->setPrefetchLimit(nullptr);
     aheadLimit_.reset();
+  }
+  if (bodyLimit_) {
+    detail::clearRemoteBodyLimit(bodyLimit_.get());
+    bodyLimit_.reset();
   }
   // Idle page-locked buffers are unlocked and freed now; those still held
   // (by the caller, or a device copy under way) as they come back.

@@ -297,6 +297,19 @@ std::string RunStats::table() const {
            fmt("%.3f", c.awaySeconds) +
            " s the consumer spent between outputs\n";
   }
+  // The response buffers the client kept for reuse, counted in the budget
+  // (the "remote bodies (idle)" account).
+  auto keptBodies = [&]() -> std::string {
+    if (remote.bodiesReused == 0)
+      return "";
+    int64_t peak = 0;
+    for (const auto &[account, bytes] : memoryPeaks)
+      if (account == "remote bodies (idle)")
+        peak = bytes;
+    return "; " + std::to_string(remote.bodiesReused) +
+           " bodies written into kept buffers (" + formatBytes(peak) +
+           " kept at most, in the budget)";
+  };
   if (remote.requests > 0)
     out += "source: " + std::to_string(remote.requestsInFlight) +
            " requests in flight (up to " + std::to_string(remote.peakInFlight) +
@@ -308,7 +321,7 @@ std::string RunStats::table() const {
            " ms per request; remote: " + std::to_string(remote.requests) +
            " requests (" + std::to_string(remote.retries) + " retried, " +
            std::to_string(remote.failures) + " failed), " +
-           formatBytes(remote.bytes) + "\n";
+           formatBytes(remote.bytes) + keptBodies() + "\n";
   if (remote.cache.hits + remote.cache.misses > 0)
     out += "object cache: " + std::to_string(remote.cache.hits) +
            " read locally (" + formatBytes(remote.cache.bytesRead) + "), " +

@@ -1084,6 +1084,64 @@ budget: {cores: 2, memory: 256MiB}
             assert stats["bodies_reused"] == 0, stats
 
 
+def test_kept_bodies_are_counted_in_the_budget(servers, tmp_path):
+    """The consumed chunks' buffers the client keeps for later responses are
+    counted in the budget (the "remote bodies (idle)" account, in --stats):
+    with 256 MiB some 2 MiB buffers are kept and reused, within a sixteenth
+    of the budget; with 12 MiB (a sixteenth is 768 KiB) no 2 MiB one is,
+    and the lines are those of the local file either way; without shards
+    fetched ahead they are counted too. A child process each: the kept
+    buffers are the process's."""
+    rng = np.random.default_rng(2424)
+    text = "\n".join("row %d %s" % (i, "z" * int(rng.integers(0, 200)))
+                     for i in range(80000)).encode()
+    assert len(text) > 3 * (2 << 20)
+    servers.put_http("big/kept.txt", text)
+    local_file = tmp_path / "kept.txt"
+    local_file.write_bytes(text)
+    steps = "steps:\n  - batch: {size: 1000, drop_remainder: false}\n"
+    local = tmp_path / "local.yaml"
+    local.write_text("pipeline: kept\nsource:\n  text_lines: {files: '%s'}\n%s"
+                     % (local_file, steps))
+    want = run_all(str(local))
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        got = list(p)
+        stats = p.stats()
+        pickle.dump((got, stats["remote"], stats["memory"]["peaks"]),
+                    open(sys.argv[2], "wb"))
+    """)
+    kept = {}
+    # The third: no shard fetched ahead (SLUICE_NO_SHARD_PREFETCH=1), and the
+    # kept buffers are counted all the same.
+    for budget, prefetch in (("256MiB", "0"), ("12MiB", "0"),
+                             ("256MiB", "1")):
+        spec = tmp_path / ("remote-%s.yaml" % budget)
+        spec.write_text(
+            "pipeline: kept\nsource:\n  text_lines: {files: "
+            "'%s/big/kept.txt', remote: {concurrency: 2, chunk_size: 2MiB}}\n"
+            "%sbudget: {cores: 2, memory: %s}\n"
+            % (servers.http, steps, budget))
+        out = tmp_path / ("kept-%s-%s.pickle" % (budget, prefetch))
+        env = dict(os.environ, SLUICE_NO_SHARD_PREFETCH=prefetch)
+        r = subprocess.run([sys.executable, "-c", child, str(spec), str(out)],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got, remote, peaks = pickle.load(open(out, "rb"))
+        assert len(got) == len(want) > 0
+        assert all(batches_equal(a, b) for a, b in zip(want, got)), budget
+        assert "remote bodies (idle)" in peaks, peaks
+        kept[budget, prefetch] = (peaks["remote bodies (idle)"],
+                                  remote["bodies_reused"])
+    big, small = kept["256MiB", "0"], kept["12MiB", "0"]
+    assert 2 << 20 <= big[0] <= (256 << 20) // 16 and big[1] > 0, kept
+    # No 2 MiB chunk fits in 768 KiB: at most the object's shorter last one.
+    assert small[0] <= (12 << 20) // 16 < 2 << 20, kept
+    unfetched = kept["256MiB", "1"]
+    assert 2 << 20 <= unfetched[0] <= (256 << 20) // 16, kept
+
+
 # --- the client's optimizations, each off --------------------------------------
 
 CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",

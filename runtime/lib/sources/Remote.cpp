@@ -280,11 +280,24 @@ constexpr curl_off_t kPresizeMaxBytes = curl_off_t(64) << 20;
 /// reuseBodies): a few, bounded in count and bytes, smaller ones not kept
 /// (the allocator reuses their memory without faults anyway). A response
 /// takes the smallest one that holds its Content-Length.
+///
+/// While a pipeline that reads remote objects runs, the kept buffers are
+/// counted in its budget (setRemoteBodyLimit: the "remote bodies (idle)"
+/// account): a buffer is kept only if its capacity can be reserved there
+/// now and the kept bytes stay within a sixteenth of the budget's limit
+/// (kBudgetShare), so a small budget keeps fewer (none below 4 MiB for the
+/// smallest kept buffer) and the pipeline's own buffers keep their room.
+/// A buffer taken for a response leaves the account (the reader that waits
+/// for the chunk counts it), and when the pipeline ends the kept buffers
+/// are freed with its budget. Without a pipeline (no limit set) they are
+/// kept uncounted, as a reader outside a pipeline is.
 class BodyPool {
 public:
   static constexpr size_t kMaxBuffers = 4;
   static constexpr size_t kMaxBytes = size_t(32) << 20;
   static constexpr size_t kMinBytes = size_t(256) << 10;
+  /// The kept bytes are at most limit / kBudgetShare of a limited budget.
+  static constexpr int64_t kBudgetShare = 16;
 
   static BodyPool &get() {
     static BodyPool *p = new BodyPool; // never destroyed: see Client::get()
@@ -296,18 +309,28 @@ public:
         cap > kMaxBytes)
       return;
     body.clear();
+    std::string dropped; // freed outside the lock
     std::lock_guard<std::mutex> lock(m_);
-    if (free_.size() >= kMaxBuffers || bytes_ + cap > kMaxBytes) {
+    const size_t most = mostBytes();
+    if (cap > most)
+      return;
+    if (free_.size() >= kMaxBuffers || bytes_ + cap > most) {
       // Full: a larger buffer replaces the smallest (it serves more).
       auto smallest = std::min_element(free_.begin(), free_.end(),
                                        [](const auto &a, const auto &b) {
                                          return a.capacity() < b.capacity();
                                        });
       if (smallest == free_.end() || smallest->capacity() >= cap ||
-          bytes_ - smallest->capacity() + cap > kMaxBytes)
+          bytes_ - smallest->capacity() + cap > most)
+        return;
+      const int64_t old = static_cast<int64_t>(smallest->capacity());
+      if (limit_ && !limit_->tryReserveNow(static_cast<int64_t>(cap) - old))
         return;
       bytes_ -= smallest->capacity();
+      dropped = std::move(*smallest);
       free_.erase(smallest);
+    } else if (limit_ && !limit_->tryReserveNow(static_cast<int64_t>(cap))) {
+      return;
     }
     bytes_ += cap;
     free_.push_back(std::move(body));
@@ -326,16 +349,64 @@ public:
     if (best == free_.end())
       return false;
     bytes_ -= best->capacity();
+    if (limit_)
+      limit_->release(static_cast<int64_t>(best->capacity()));
     out = std::move(*best);
     free_.erase(best);
     counters().bodiesReused.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
+  /// Counts the kept buffers in `limit` from now on (null: uncounted). What
+  /// the old limit held is released; what the new one cannot hold is freed.
+  /// With `onlyIf`, does nothing unless the limit now is `onlyIf`.
+  void setLimit(AllocationLimit *limit, AllocationLimit *onlyIf, bool check) {
+    std::vector<std::string> dropped; // freed outside the lock
+    std::lock_guard<std::mutex> lock(m_);
+    if (check && limit_ != onlyIf)
+      return;
+    if (limit_ && bytes_ > 0)
+      limit_->release(static_cast<int64_t>(bytes_));
+    limit_ = limit;
+    if (check) {
+      // The pipeline ends: its kept buffers go with its budget.
+      dropped.swap(free_);
+      bytes_ = 0;
+      return;
+    }
+    std::vector<std::string> kept;
+    size_t keptBytes = 0;
+    const size_t most = mostBytes();
+    for (std::string &b : free_) {
+      const size_t cap = b.capacity();
+      if (keptBytes + cap <= most &&
+          (!limit_ || limit_->tryReserveNow(static_cast<int64_t>(cap)))) {
+        keptBytes += cap;
+        kept.push_back(std::move(b));
+      } else {
+        dropped.push_back(std::move(b));
+      }
+    }
+    free_.swap(kept);
+    bytes_ = keptBytes;
+  }
+  /// Bytes kept now.
+  size_t keptBytes() {
+    std::lock_guard<std::mutex> lock(m_);
+    return bytes_;
+  }
 
 private:
+  /// The most bytes kept under limit_ (under m_).
+  size_t mostBytes() const {
+    if (!limit_ || limit_->limit() <= 0)
+      return kMaxBytes;
+    return std::min(kMaxBytes,
+                    static_cast<size_t>(limit_->limit() / kBudgetShare));
+  }
   std::mutex m_;
   std::vector<std::string> free_;
   size_t bytes_ = 0;
+  AllocationLimit *limit_ = nullptr;
 };
 
 /// A libcurl easy handle and the options it holds (ClientSwitches::
@@ -1116,6 +1187,14 @@ startObjectFetch(std::shared_ptr<const RemoteConfig> cfg,
 }
 
 void resetRemotePeak() { counters().peakInFlight.store(0); }
+
+void setRemoteBodyLimit(AllocationLimit *limit) {
+  BodyPool::get().setLimit(limit, nullptr, false);
+}
+void clearRemoteBodyLimit(AllocationLimit *limit) {
+  BodyPool::get().setLimit(nullptr, limit, true);
+}
+size_t remoteBodiesKept() { return BodyPool::get().keptBytes(); }
 
 RemoteTotals remoteTotals() {
   Counters &c = counters();

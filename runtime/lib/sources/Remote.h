@@ -320,6 +320,19 @@ RemoteTotals remoteTotals();
 /// Starts counting peakInFlight anew (a pipeline being built).
 void resetRemotePeak();
 
+/// Counts the response buffers the client keeps for reuse (consumed chunk
+/// bodies, at most 4 and 32 MiB) in `limit` from now on: a pipeline that
+/// reads remote objects lends its "remote bodies (idle)" account as it
+/// starts. What the limit cannot hold is freed; the kept bytes stay within
+/// a sixteenth of a limited budget.
+void setRemoteBodyLimit(AllocationLimit *limit);
+/// As the pipeline that lent `limit` ends: the kept buffers are freed and
+/// their reservation released (nothing happens if another pipeline's limit
+/// has replaced it).
+void clearRemoteBodyLimit(AllocationLimit *limit);
+/// Bytes of the kept response buffers now.
+size_t remoteBodiesKept();
+
 /// Sequential ranged reads of one object with up to cfg.concurrency chunks
 /// in flight ahead of the reader. The chunks held (in flight or not yet
 /// consumed) are counted in the budget of the allocation scope open when
