@@ -79,8 +79,9 @@ struct TrainerStats {
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
   /// Outputs whose fields went into the trainer's shared memory (Slots.h),
-  /// and how many of them were written with pwrite (not yet mapped).
-  int64_t slotOutputs = 0, slotPwrites = 0;
+  /// and how many of them were written with pwrite or process_vm_writev
+  /// (not yet mapped: Slots.cpp).
+  int64_t slotOutputs = 0, slotPwrites = 0, slotVmWrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
   double encodeCpu = 0, seconds = 0;
@@ -333,9 +334,10 @@ public:
   bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
                   const grpc::Slice &head, const std::vector<Tensor> &data,
                   std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
-    int64_t pwritten = slots.pwritten();
+    int64_t pwritten = slots.pwritten(), vmWritten = slots.vmWritten();
     bool inSlot = !data.empty() && slots.write(i, data);
     ts.slotPwrites += slots.pwritten() - pwritten;
+    ts.slotVmWrites += slots.vmWritten() - vmWritten;
     grpc::Slice headSlices[2] = {head, grpc::Slice()};
     size_t n = 1;
     if (inSlot || slots.unreachable()) {
@@ -708,7 +710,8 @@ public:
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
         os << t.slotOutputs << " of them in the trainer's shared memory ("
-           << t.slotPwrites << " written with pwrite), ";
+           << t.slotPwrites << " written with pwrite, " << t.slotVmWrites
+           << " with process_vm_writev), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
@@ -771,6 +774,7 @@ private:
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
     s.slotPwrites += t.slotPwrites;
+    s.slotVmWrites += t.slotVmWrites;
     s.continued += t.continued;
     s.seconds += t.seconds;
   }
