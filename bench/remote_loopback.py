@@ -152,9 +152,13 @@ def main():
                          "byte over the socket, as from another host)")
     ap.add_argument("--off", action="append", default=[],
                     metavar="SWITCH",
-                    help="also run 1 worker with SWITCH=1 in the workers' "
-                         "environment (e.g. SLUICE_NO_SLOT_VM_WRITE: the "
-                         "same run with that optimization off); repeatable")
+                    help="also run 1 worker (and 2, without --no-two) "
+                         "with SWITCH=1 in the workers' environment (e.g. "
+                         "SLUICE_NO_SLOT_VM_WRITE: the same run with that "
+                         "optimization off); repeatable")
+    ap.add_argument("--two-threads", type=int, default=0,
+                    help="threads of each worker in the 2-worker runs "
+                         "(default: --threads / 2, the cores split by hand)")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
@@ -180,6 +184,9 @@ def main():
                 res["1 worker, copied parts"] = []
             for switch in args.off:
                 res["1 worker, %s=1" % switch] = []
+                if not args.no_two:
+                    res["2 workers, %s=1" % switch] = []
+            two = args.two_threads or max(1, args.threads // 2)
             if not args.no_two:
                 res["2 workers"] = []
                 if args.runs_off:
@@ -202,14 +209,17 @@ def main():
                     res["1 worker, %s=1" % switch].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, warmup=w,
                         worker_env={switch: "1"}))
+                    if not args.no_two:
+                        res["2 workers, %s=1" % switch].append(run_remote(
+                            spec, args.epochs, 2, two, tmp, warmup=w,
+                            worker_env={switch: "1"}))
                 if not args.no_two:
                     res["2 workers"].append(run_remote(
-                        spec, args.epochs, 2, max(1, args.threads // 2),
-                        tmp, warmup=w))
+                        spec, args.epochs, 2, two, tmp, warmup=w))
                     if args.runs_off:
                         res["2 workers, runs off"].append(run_remote(
-                            spec, args.epochs, 2, max(1, args.threads // 2),
-                            tmp, warmup=w, runs=False))
+                            spec, args.epochs, 2, two, tmp, warmup=w,
+                            runs=False))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)

@@ -600,6 +600,16 @@ public:
         sl->set_capacity(static_cast<int64_t>(r.capacity));
       }
       req.set_boot_id(detail::bootId());
+      // The workers that may share this host (they take slots): each runs
+      // its pipelines on its share of the cores. A worker elsewhere is
+      // counted until its first output says it cannot reach the slots.
+      int32_t local = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto &o : workers)
+          local += o->slotsWork && !o->failed;
+      }
+      req.set_host_workers(std::max<int32_t>(local, 1));
     }
     std::vector<bool> taken(lent.size(), false);
     struct GiveBack {

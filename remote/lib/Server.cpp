@@ -84,6 +84,9 @@ struct TrainerStats {
   int64_t slotOutputs = 0, slotPwrites = 0, slotVmWrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
+  /// Pipelines started for the trainer's chunks, and the threads the last
+  /// one ran (threadsFor).
+  int64_t started = 0, threads = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -298,6 +301,29 @@ public:
     return finishStream(ctx, req, started, ts, cut);
   }
 
+  /// The threads a new pipeline for `req` runs: the worker's own
+  /// (--threads, or the budget's cores), but at most its share of this
+  /// host's cores when the trainer is on this host (its boot id) and says
+  /// `host_workers` of its workers may be here. Otherwise workers started
+  /// without --threads on the trainer's host each run a thread per core
+  /// (bench/results.md, eighth session: 2 workers of 2 threads on 2 cores
+  /// cost 8% more CPU per f32 batch than 2 of 1). The bytes never depend
+  /// on threads. SLUICE_NO_HOST_CORE_SPLIT=1: the worker's own count.
+  int64_t threadsFor(const ProduceRequest &req) const {
+    int64_t own = sp_.threads();
+    static const bool off = switchedOff("SLUICE_NO_HOST_CORE_SPLIT");
+    if (off || req.host_workers() <= 1 || req.boot_id().empty() ||
+        req.boot_id() != detail::bootId())
+      return own;
+    cpu_set_t set;
+    int64_t cores = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      cores = CPU_COUNT(&set);
+    if (cores <= 0)
+      cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    return std::min(own, std::max<int64_t>(1, cores / req.host_workers()));
+  }
+
   /// The request's slots (Slots.h), for its outputs' numeric fields.
   static detail::SlotWriter slotWriter(const ProduceRequest &req) {
     std::vector<detail::SlotRef> refs;
@@ -439,6 +465,7 @@ public:
     bool continued = pipe != nullptr;
     if (!pipe) {
       runtime::RunOptions o = opts_;
+      o.threads = threadsFor(*req);
       o.resume = st;
       o.rank = st.rank;
       o.worldSize = st.worldSize;
@@ -510,6 +537,7 @@ public:
       return grpc::Status::OK;
     int64_t to = std::min<int64_t>(total, (first + req->count()) * rows_);
     runtime::RunOptions o = opts_;
+    o.threads = threadsFor(*req);
     o.resume.reset();
     o.rank = 0;
     o.worldSize = 1;
@@ -576,6 +604,10 @@ public:
     TrainerStats ts;
     ts.chunks = 1;
     ts.continued = continued;
+    if (!continued) {
+      ts.started = 1;
+      ts.threads = pipe->stats().threads;
+    }
     // Cut short (the trainer cancelled, or this worker is shutting down):
     // never OK, which would tell the trainer its share ended here.
     bool cut = false;
@@ -714,6 +746,9 @@ public:
            << " with process_vm_writev), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
+      if (t.started)
+        os << t.started << " pipelines started (the last of " << t.threads
+           << " threads), ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
          << " MiB sent";
       if (t.outputs)
@@ -776,6 +811,9 @@ private:
     s.slotPwrites += t.slotPwrites;
     s.slotVmWrites += t.slotVmWrites;
     s.continued += t.continued;
+    s.started += t.started;
+    if (t.threads)
+      s.threads = t.threads;
     s.seconds += t.seconds;
   }
 
