@@ -154,7 +154,7 @@ def main():
                     metavar="SWITCH",
                     help="also run 1 worker (and 2, without --no-two) "
                          "with SWITCH=1 in the workers' environment (e.g. "
-                         "SLUICE_NO_SLOT_VM_WRITE: the same run with that "
+                         "SLUICE_NO_SLOT_PWRITE: the same run with that "
                          "optimization off); repeatable")
     ap.add_argument("--two-threads", type=int, default=0,
                     help="threads of each worker in the 2-worker runs "

@@ -79,9 +79,8 @@ struct TrainerStats {
   /// Outputs sent from a chunk kept for another trainer (--share-outputs).
   int64_t shared = 0;
   /// Outputs whose fields went into the trainer's shared memory (Slots.h),
-  /// and how many of them were written with pwrite or process_vm_writev
-  /// (not yet mapped: Slots.cpp).
-  int64_t slotOutputs = 0, slotPwrites = 0, slotVmWrites = 0;
+  /// and how many of them were written with pwrite (not yet mapped).
+  int64_t slotOutputs = 0, slotPwrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
   /// Pipelines started for the trainer's chunks, and the threads the last
@@ -360,10 +359,9 @@ public:
   bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
                   const grpc::Slice &head, const std::vector<Tensor> &data,
                   std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
-    int64_t pwritten = slots.pwritten(), vmWritten = slots.vmWritten();
+    int64_t pwritten = slots.pwritten();
     bool inSlot = !data.empty() && slots.write(i, data);
     ts.slotPwrites += slots.pwritten() - pwritten;
-    ts.slotVmWrites += slots.vmWritten() - vmWritten;
     grpc::Slice headSlices[2] = {head, grpc::Slice()};
     size_t n = 1;
     if (inSlot || slots.unreachable()) {
@@ -742,8 +740,7 @@ public:
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
         os << t.slotOutputs << " of them in the trainer's shared memory ("
-           << t.slotPwrites << " written with pwrite, " << t.slotVmWrites
-           << " with process_vm_writev), ";
+           << t.slotPwrites << " written with pwrite), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       if (t.started)
@@ -809,7 +806,6 @@ private:
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
     s.slotPwrites += t.slotPwrites;
-    s.slotVmWrites += t.slotVmWrites;
     s.continued += t.continued;
     s.started += t.started;
     if (t.threads)

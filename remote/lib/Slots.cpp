@@ -31,26 +31,6 @@
 // SLUICE_NO_SLOT_PWRITE=1 maps every slot at its first write (the way
 // before); SLUICE_SLOT_MAP_AFTER=N maps after N writes instead.
 //
-// Before a slot is mapped, a worker that may (same user, no ptrace
-// restriction: process_vm_writev(2)'s rule) writes it with one
-// process_vm_writev into the trainer's own mapping of the slot, whose
-// address the trainer put in the slot's header, instead of pwrite: the
-// kernel copies into the trainer's pages through its own mapping of them
-// (no first touch, as with pwrite) without pwrite's page-cache steps for
-// every 4 KiB page of the file: 8-9 ms per 77 MB against 11-13 ms for
-// pwrite on this host (bench/results.md, eighth session), ~1/8 of the
-// worker's CPU per f32 batch over a local run's. The pid is the one in the
-// slot's path, which the worker has just opened and found the slot's nonce
-// behind: in the worker's pid namespace that pid is the trainer. The
-// address is valid while the slot's state word is at lease + 1, which the
-// worker sets before the copy: the trainer never unmaps a slot in that
-// state (Slot::retire leaves its mapping in place), and a retired slot's
-// word is kRetiredState, from which no lease can move. A worker the kernel
-// refuses (EPERM: another user, a container's seccomp or Yama's ptrace
-// scope) falls back to pwrite for good, and an old trainer's header (no
-// address) is written with pwrite. SLUICE_NO_SLOT_VM_WRITE=1 (on the
-// worker) writes with pwrite, the way before.
-//
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
 #include "sluice/ops/Switches.h"
@@ -66,7 +46,6 @@
 #include <random>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 namespace sluice::remote::detail {
@@ -83,12 +62,7 @@ struct Header {
   uint64_t nonce[2];
   uint64_t capacity;
   std::atomic<uint64_t> state;
-  /// Where the slot's data lie in the trainer's address space (0 from a
-  /// trainer before process_vm_writev: the page is zeroed).
-  uint64_t dataAddress;
 };
-/// A retired slot's state word: no lease (a multiple of 4) moves from it.
-constexpr uint64_t kRetiredState = 3;
 static_assert(sizeof(Header) <= kSlotDataOffset);
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "the state word is shared between processes");
@@ -130,47 +104,7 @@ uint64_t slotMapAfterWrites() {
   return n;
 }
 
-bool slotVmWrites() {
-  static const bool on = !switchedOff("SLUICE_NO_SLOT_VM_WRITE");
-  return on;
-}
-
 namespace {
-
-/// Cleared when the kernel refuses process_vm_writev to this worker (it
-/// would refuse every trainer of this user: the worker stops asking).
-std::atomic<bool> vmWritesAllowed{true};
-
-/// The pid in a slot path "/proc/PID/fd/N" (slotPathOk has checked it).
-pid_t pidOfPath(const std::string &p) {
-  return static_cast<pid_t>(std::strtol(p.c_str() + 6, nullptr, 10));
-}
-
-/// Copies `fields` to `at` + their offsets in process `pid` with one
-/// process_vm_writev; false (nothing to rely on) when it did not copy all.
-bool vmWriteAll(pid_t pid, uint64_t at, const std::vector<Tensor> &fields,
-                const std::vector<size_t> &sizes,
-                const std::vector<size_t> &offsets) {
-  std::vector<iovec> local, remote;
-  size_t total = 0;
-  for (size_t f = 0; f < fields.size(); ++f) {
-    if (!sizes[f])
-      continue;
-    local.push_back({const_cast<uint8_t *>(fields[f].raw()), sizes[f]});
-    remote.push_back(
-        {reinterpret_cast<void *>(static_cast<uintptr_t>(at + offsets[f])),
-         sizes[f]});
-    total += sizes[f];
-  }
-  // One call copies at most IOV_MAX segments; an output has few fields.
-  if (local.size() > 1024)
-    return false;
-  ssize_t n = process_vm_writev(pid, local.data(), local.size(), remote.data(),
-                                remote.size(), 0);
-  if (n < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES))
-    vmWritesAllowed.store(false, std::memory_order_relaxed);
-  return n == static_cast<ssize_t>(total);
-}
 
 /// pwrite(2) of all `n` bytes at `offset` (it may write fewer at once).
 bool pwriteAll(int fd, const uint8_t *p, size_t n, off_t offset) {
@@ -345,21 +279,9 @@ struct SlotPool::Slot {
   /// The worker it was last lent to (SlotPool::lend).
   const void *worker = nullptr;
   Header *header() const { return headerOf(map); }
-  /// Closes the slot. Its mapping stays when a worker is writing it
-  /// (lease + 1): the worker's process_vm_writev may be copying into it
-  /// right now, and memory mapped there next would take its bytes. The
-  /// state word then goes to kRetiredState, so no worker starts a write.
   void retire() {
-    if (map) {
-      std::atomic<uint64_t> &st = header()->state;
-      uint64_t s = st.load(std::memory_order_acquire);
-      while (s % 4 != 1 &&
-             !st.compare_exchange_weak(s, kRetiredState,
-                                       std::memory_order_acq_rel))
-        ;
-      if (s % 4 != 1)
-        munmap(map, mapBytes);
-    }
+    if (map)
+      munmap(map, mapBytes);
     if (fd >= 0)
       close(fd);
     map = nullptr;
@@ -414,9 +336,6 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   h->nonce[0] = s->nonce[0];
   h->nonce[1] = s->nonce[1];
   h->capacity = capacity;
-  h->dataAddress =
-      static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s->map)) +
-      kSlotDataOffset;
   h->state.store(0, std::memory_order_release);
   slots_.push_back(std::move(s));
   return slots_.back().get();
@@ -592,11 +511,6 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
       if (sizes[f])
         std::memcpy(data + offsets[f], fields[f].raw(), sizes[f]);
     ++mapped_;
-  } else if (uint64_t at = h->dataAddress;
-             at && slotVmWrites() &&
-             vmWritesAllowed.load(std::memory_order_relaxed) &&
-             vmWriteAll(pidOfPath(r.path), at, fields, sizes, offsets)) {
-    ++vmWritten_;
   } else {
     for (size_t f = 0; f < fields.size() && ok; ++f)
       if (sizes[f])

@@ -65,11 +65,6 @@ const std::string &bootId();
 /// SLUICE_NO_SLOT_PWRITE=1).
 uint64_t slotMapAfterWrites();
 
-/// Whether a worker may write a slot it has not mapped with
-/// process_vm_writev into the trainer's mapping (Slots.cpp; off under
-/// SLUICE_NO_SLOT_VM_WRITE=1: pwrite).
-bool slotVmWrites();
-
 /// A slot as the request names it.
 struct SlotRef {
   std::string path; ///< /proc/PID/fd/N
@@ -131,16 +126,14 @@ public:
   /// The trainer's slots cannot be opened from here (another host, user or
   /// namespace): said once, in the next output's header.
   bool unreachable() const { return unreachable_; }
-  /// Outputs written with pwrite, with process_vm_writev into the
-  /// trainer's mapping, and copied into this worker's mapping (Slots.cpp:
+  /// Outputs written with pwrite, and copied into a mapping (Slots.cpp:
   /// a slot is mapped once this worker has written it often enough).
   int64_t pwritten() const { return pwritten_; }
-  int64_t vmWritten() const { return vmWritten_; }
   int64_t mapped() const { return mapped_; }
 
 private:
   std::vector<SlotRef> refs_;
-  int64_t pwritten_ = 0, vmWritten_ = 0, mapped_ = 0;
+  int64_t pwritten_ = 0, mapped_ = 0;
   bool checked_ = false, unreachable_ = false, wrote_ = false;
   std::string trainerBoot_;
 };

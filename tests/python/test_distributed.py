@@ -1081,61 +1081,41 @@ def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
     assert off["shared_memory_outputs"] >= 6, off
 
 
-def _slot_writes(served_spec, workers, env, want):
-    """Three epochs of 10 outputs from one worker started with `env`, each
-    batch checked against `want` (a local run's), copied and let go before
-    the next (so the slots are lent again): the outputs the worker put in
-    the trainer's shared memory, and how many of those it wrote with pwrite
-    and with process_vm_writev (the rest: copied into its mapping)."""
-    w = workers(served_spec, "--stats-interval", "0", env=env)
-    ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
-    for e in range(3):
-        ds.set_epoch(e)
-        got = [{k: np.array(v, copy=True) for k, v in b.items()}
-               for b in ds.arrays()]
-        assert_same(got, want[e])
-    st = ds.stats()
-    ds.close()
-    assert st["shared_memory_outputs"] == 28, st
-    err = w.stop()
-    counts = re.findall(r"(\d+) of them in the trainer's shared memory "
-                        r"\((\d+) written with pwrite, (\d+) with "
-                        r"process_vm_writev\)", err)
-    assert counts, err
-    return tuple(sum(int(c[k]) for c in counts) for k in range(3))
-
-
 def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
-    """A worker writes a slot without mapping it until it has written it
+    """A worker writes a slot with pwrite until it has written it
     SLUICE_SLOT_MAP_AFTER times (32 by default), and through a mapping of
     it after that (remote/lib/Slots.cpp): a local run's bytes either way.
-    The worker counts the writes: three epochs of 10 outputs (the first
-    chunk over the socket, 28 in slots) are all written unmapped by
-    default, none with SLUICE_NO_SLOT_PWRITE=1 (every slot mapped at its
-    first write), and with SLUICE_SLOT_MAP_AFTER=1 one per slot, at most
-    the 10 slots the pool may hold (window 4 + chunk 2 + 4), so that the
-    rest are copies into mappings."""
+    The worker counts the pwrites: three epochs of 10 outputs (the first
+    chunk over the socket, 28 in slots) are all pwrites by default, none
+    with SLUICE_NO_SLOT_PWRITE=1 (every slot mapped at its first write),
+    and with SLUICE_SLOT_MAP_AFTER=1 one per slot, at most the 10 slots the
+    pool may hold (window 4 + chunk 2 + 4), so that the rest are copies
+    into mappings. Each batch is copied and let go before the next, so
+    the slots are lent again."""
     want = [local_batches(served_spec, e) for e in range(3)]
-    n, pwritten, vm = _slot_writes(served_spec, workers, {}, want)
-    assert (n, pwritten + vm) == (28, 28)
-    assert _slot_writes(served_spec, workers,
-                        {"SLUICE_NO_SLOT_PWRITE": "1"}, want) == (28, 0, 0)
-    n, pwritten, vm = _slot_writes(served_spec, workers,
-                                   {"SLUICE_SLOT_MAP_AFTER": "1"}, want)
-    assert n == 28 and 1 <= pwritten + vm <= 10, (n, pwritten, vm)
 
+    def served(env):
+        w = workers(served_spec, "--stats-interval", "0", env=env)
+        ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
+        for e in range(3):
+            ds.set_epoch(e)
+            got = [{k: np.array(v, copy=True) for k, v in b.items()}
+                   for b in ds.arrays()]
+            assert_same(got, want[e])
+        st = ds.stats()
+        ds.close()
+        assert st["shared_memory_outputs"] == 28, st
+        err = w.stop()
+        counts = re.findall(r"(\d+) of them in the trainer's shared memory "
+                            r"\((\d+) written with pwrite\)", err)
+        assert counts, err
+        return (sum(int(n) for n, _ in counts),
+                sum(int(p) for _, p in counts))
 
-def test_slots_written_with_process_vm_writev(served_spec, workers):
-    """A worker on the trainer's host (same user, no ptrace restriction
-    here) writes a slot it has not mapped with process_vm_writev into the
-    trainer's own mapping of it, whose address the slot's header holds
-    (remote/lib/Slots.cpp); with SLUICE_NO_SLOT_VM_WRITE=1 it uses pwrite,
-    the way before. The same bytes, a local run's, both ways, and the
-    worker's counts say which way each of the 28 slot outputs went."""
-    want = [local_batches(served_spec, e) for e in range(3)]
-    assert _slot_writes(served_spec, workers, {}, want) == (28, 0, 28)
-    assert _slot_writes(served_spec, workers,
-                        {"SLUICE_NO_SLOT_VM_WRITE": "1"}, want) == (28, 28, 0)
+    assert served({}) == (28, 28)
+    assert served({"SLUICE_NO_SLOT_PWRITE": "1"}) == (28, 0)
+    n, pwritten = served({"SLUICE_SLOT_MAP_AFTER": "1"})
+    assert n == 28 and 1 <= pwritten <= 10, (n, pwritten)
 
 
 def test_chunks_continue_the_kept_pipeline(served_spec, workers):

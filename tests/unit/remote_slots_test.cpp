@@ -14,12 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <set>
-#include <sys/mman.h>
-#include <unistd.h>
 
 using namespace sluice;
 using namespace sluice::remote::detail;
@@ -130,14 +126,12 @@ TEST_F(RemoteSlots, SlotsGoBackToTheWorkerTheyWereLentTo) {
 }
 
 TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {
-  // One slot written again and again by one worker: through
-  // process_vm_writev into the trainer's mapping (this process's own here;
-  // pwrite under SLUICE_NO_SLOT_VM_WRITE=1) for its first
-  // slotMapAfterWrites() writes, through a mapping after; the trainer reads
-  // each output's own bytes either way.
+  // One slot written again and again by one worker: through pwrite for its
+  // first slotMapAfterWrites() writes, through a mapping after; the
+  // trainer reads each output's own bytes either way.
   const uint64_t after = slotMapAfterWrites();
   const uint64_t writes = after + 3;
-  int64_t pwritten = 0, vmWritten = 0, mapped = 0;
+  int64_t pwritten = 0, mapped = 0;
   std::string path;
   for (uint64_t k = 0; k < writes; ++k) {
     std::vector<SlotRef> lent = lendOne(5000, 1);
@@ -150,9 +144,8 @@ TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {
                                   bytes(3, static_cast<uint8_t>(2 * k))};
     ASSERT_TRUE(w.write(0, fields));
     pwritten += w.pwritten();
-    vmWritten += w.vmWritten();
     mapped += w.mapped();
-    EXPECT_EQ(w.pwritten() + w.vmWritten() + w.mapped(), 1);
+    EXPECT_EQ(w.pwritten() + w.mapped(), 1);
     EXPECT_EQ(w.mapped(), k >= after ? 1 : 0) << "write " << k;
     const uint8_t *data = nullptr;
     std::shared_ptr<const void> held = pool->take(lent[0], data);
@@ -160,59 +153,8 @@ TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {
     EXPECT_EQ(std::memcmp(data, fields[0].raw(), 4097), 0) << "write " << k;
     EXPECT_EQ(std::memcmp(data + 4160, fields[1].raw(), 3), 0) << "write " << k;
   }
-  EXPECT_EQ(pwritten + vmWritten, static_cast<int64_t>(after));
-  EXPECT_EQ(vmWritten, slotVmWrites() ? static_cast<int64_t>(after) : 0);
+  EXPECT_EQ(pwritten, static_cast<int64_t>(after));
   EXPECT_EQ(mapped, 3);
-}
-
-TEST_F(RemoteSlots, RetiredSlotStaysMappedOnlyWhileAWorkerWrites) {
-  // A worker may be copying into the trainer's own mapping of a slot
-  // (process_vm_writev) while its state word is at lease + 1: the trainer
-  // closing its pool leaves that mapping in place, and moves every other
-  // slot's word to a state no lease moves from before unmapping it.
-  std::vector<SlotRef> lent = pool->lend(2, 100, 4);
-  ASSERT_EQ(lent.size(), 2u);
-  struct Peek {
-    int fd = -1;
-    uint8_t *head = nullptr;
-    ~Peek() {
-      if (head)
-        munmap(head, kSlotDataOffset);
-      if (fd >= 0)
-        close(fd);
-    }
-    std::atomic<uint64_t> &state() { return *stateOf(head + kSlotDataOffset); }
-    /// The slot's data in the trainer's address space (after the state).
-    uint8_t *trainerMap() {
-      uint64_t at;
-      std::memcpy(&at, head + 40, sizeof at);
-      return reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(at)) -
-             kSlotDataOffset;
-    }
-  } peek[2];
-  for (int k = 0; k < 2; ++k) {
-    peek[k].fd = open(lent[k].path.c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(peek[k].fd, 0) << lent[k].path;
-    void *p = mmap(nullptr, kSlotDataOffset, PROT_READ | PROT_WRITE,
-                   MAP_SHARED, peek[k].fd, 0);
-    ASSERT_NE(p, MAP_FAILED);
-    peek[k].head = static_cast<uint8_t *>(p);
-    EXPECT_EQ(peek[k].state().load(), lent[k].lease);
-    ASSERT_NE(peek[k].trainerMap(), nullptr);
-  }
-  // Slot 0: a worker between its move to "writing" and its last store.
-  peek[0].state().store(lent[0].lease + 1);
-  pool.reset();
-  EXPECT_EQ(peek[0].state().load(), lent[0].lease + 1);
-  EXPECT_EQ(msync(peek[0].trainerMap(), kSlotDataOffset, MS_ASYNC), 0)
-      << "the slot being written was unmapped";
-  uint64_t retired = peek[1].state().load();
-  EXPECT_NE(retired % 4, 0u);
-  EXPECT_NE(retired % 4, 1u);
-  EXPECT_NE(retired % 4, 2u);
-  EXPECT_EQ(msync(peek[1].trainerMap(), kSlotDataOffset, MS_ASYNC), -1)
-      << "a slot no worker wrote stayed mapped";
-  EXPECT_EQ(errno, ENOMEM);
 }
 
 TEST_F(RemoteSlots, TooLargeOrUnknownSlotIsNotWritten) {
