@@ -304,10 +304,12 @@ public:
   /// (--threads, or the budget's cores), but at most its share of this
   /// host's cores when the trainer is on this host (its boot id) and says
   /// `host_workers` of its workers may be here. Otherwise workers started
-  /// without --threads on the trainer's host each run a thread per core
-  /// (bench/results.md, eighth session: 2 workers of 2 threads on 2 cores
-  /// cost 8% more CPU per f32 batch than 2 of 1). The bytes never depend
-  /// on threads. SLUICE_NO_HOST_CORE_SPLIT=1: the worker's own count.
+  /// without --threads on the trainer's host each run a thread per core,
+  /// and their pipelines' threads outnumber the cores (bench/results.md,
+  /// eighth session: on 2 cores, 2 workers of 2 threads took 2% more CPU
+  /// per f32 batch than split to 1 each, within that host's noise). The
+  /// bytes never depend on threads. SLUICE_NO_HOST_CORE_SPLIT=1: the
+  /// worker's own count.
   int64_t threadsFor(const ProduceRequest &req) const {
     int64_t own = sp_.threads();
     static const bool off = switchedOff("SLUICE_NO_HOST_CORE_SPLIT");
