@@ -300,29 +300,30 @@ public:
     return finishStream(ctx, req, started, ts, cut);
   }
 
-  /// The threads a new pipeline for `req` runs: the worker's own
-  /// (--threads, or the budget's cores), but at most its share of this
-  /// host's cores when the trainer is on this host (its boot id) and says
-  /// `host_workers` of its workers may be here. Otherwise workers started
-  /// without --threads on the trainer's host each run a thread per core,
-  /// and their pipelines' threads outnumber the cores (bench/results.md,
-  /// eighth session: on 2 cores, 2 workers of 2 threads took 2% more CPU
-  /// per f32 batch than split to 1 each, within that host's noise). The
-  /// bytes never depend on threads. SLUICE_NO_HOST_CORE_SPLIT=1: the
-  /// worker's own count.
+  /// Threads for a new pipeline of `req` when fewer than the worker's own
+  /// (--threads, or the budget's cores), else 0 (its own): its share of
+  /// this host's cores, when the trainer is on this host (its boot id) and
+  /// says `host_workers` of its workers may be here. Otherwise workers
+  /// started without --threads on the trainer's host each run a thread per
+  /// core, and their pipelines' threads outnumber the cores
+  /// (bench/results.md, eighth session: on 2 cores, 2 workers of 2 threads
+  /// took 2% more CPU per f32 batch than split to 1 each, within that
+  /// host's noise). The bytes never depend on threads.
+  /// SLUICE_NO_HOST_CORE_SPLIT=1: always the worker's own count.
   int64_t threadsFor(const ProduceRequest &req) const {
     int64_t own = sp_.threads();
     static const bool off = switchedOff("SLUICE_NO_HOST_CORE_SPLIT");
     if (off || req.host_workers() <= 1 || req.boot_id().empty() ||
         req.boot_id() != detail::bootId())
-      return own;
+      return 0;
     cpu_set_t set;
     int64_t cores = 0;
     if (sched_getaffinity(0, sizeof set, &set) == 0)
       cores = CPU_COUNT(&set);
     if (cores <= 0)
       cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-    return std::min(own, std::max<int64_t>(1, cores / req.host_workers()));
+    int64_t share = std::max<int64_t>(1, cores / req.host_workers());
+    return share < own ? share : 0;
   }
 
   /// The request's slots (Slots.h), for its outputs' numeric fields.
@@ -465,7 +466,8 @@ public:
     bool continued = pipe != nullptr;
     if (!pipe) {
       runtime::RunOptions o = opts_;
-      o.threads = threadsFor(*req);
+      if (int64_t t = threadsFor(*req))
+        o.threads = t;
       o.resume = st;
       o.rank = st.rank;
       o.worldSize = st.worldSize;
@@ -537,7 +539,8 @@ public:
       return grpc::Status::OK;
     int64_t to = std::min<int64_t>(total, (first + req->count()) * rows_);
     runtime::RunOptions o = opts_;
-    o.threads = threadsFor(*req);
+    if (int64_t t = threadsFor(*req))
+      o.threads = t;
     o.resume.reset();
     o.rank = 0;
     o.worldSize = 1;
