@@ -63,7 +63,7 @@ def run_local(spec, epochs, threads, warmup=0):
 
 
 def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
-               shm=True, warmup=0, runs=True):
+               shm=True, warmup=0, runs=True, worker_env=None):
     """copies: the way before raw messages (each data part copied into a
     protobuf message on the worker and parsed into one on the trainer:
     SLUICE_REMOTE_COPY_PARTS=1, SLUICE_REMOTE_PARSE_PARTS=1); shm: the
@@ -74,6 +74,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     else:
         os.environ.pop("SLUICE_REMOTE_PARSE_PARTS", None)
     env = {"SLUICE_REMOTE_COPY_PARTS": "1"} if copies else {}
+    env.update(worker_env or {})
     procs = [start_worker(spec, threads_each, tmp, env)
              for _ in range(workers)]
     try:
@@ -149,6 +150,15 @@ def main():
     ap.add_argument("--socket", action="store_true",
                     help="also run 1 worker without shared memory (every "
                          "byte over the socket, as from another host)")
+    ap.add_argument("--off", action="append", default=[],
+                    metavar="SWITCH",
+                    help="also run 1 worker (and 2, without --no-two) "
+                         "with SWITCH=1 in the workers' environment (e.g. "
+                         "SLUICE_NO_SLOT_PWRITE: the same run with that "
+                         "optimization off); repeatable")
+    ap.add_argument("--two-threads", type=int, default=0,
+                    help="threads of each worker in the 2-worker runs "
+                         "(default: --threads / 2, the cores split by hand)")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
@@ -172,6 +182,11 @@ def main():
                 res["1 worker, socket only"] = []
             if args.copies:
                 res["1 worker, copied parts"] = []
+            for switch in args.off:
+                res["1 worker, %s=1" % switch] = []
+                if not args.no_two:
+                    res["2 workers, %s=1" % switch] = []
+            two = args.two_threads or max(1, args.threads // 2)
             if not args.no_two:
                 res["2 workers"] = []
                 if args.runs_off:
@@ -190,14 +205,21 @@ def main():
                 if args.copies:
                     res["1 worker, copied parts"].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, True))
+                for switch in args.off:
+                    res["1 worker, %s=1" % switch].append(run_remote(
+                        spec, args.epochs, 1, args.threads, tmp, warmup=w,
+                        worker_env={switch: "1"}))
+                    if not args.no_two:
+                        res["2 workers, %s=1" % switch].append(run_remote(
+                            spec, args.epochs, 2, two, tmp, warmup=w,
+                            worker_env={switch: "1"}))
                 if not args.no_two:
                     res["2 workers"].append(run_remote(
-                        spec, args.epochs, 2, max(1, args.threads // 2),
-                        tmp, warmup=w))
+                        spec, args.epochs, 2, two, tmp, warmup=w))
                     if args.runs_off:
                         res["2 workers, runs off"].append(run_remote(
-                            spec, args.epochs, 2, max(1, args.threads // 2),
-                            tmp, warmup=w, runs=False))
+                            spec, args.epochs, 2, two, tmp, warmup=w,
+                            runs=False))
             base = statistics.median(r["images_s"] for r in res["local"])
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)

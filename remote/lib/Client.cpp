@@ -582,15 +582,26 @@ public:
     // Slots for the chunk's outputs, when a worker on this host can take
     // them; what the stream does not deliver goes back at its end.
     std::vector<detail::SlotRef> lent;
-    if (slots && w.slotsWork && slotBytes > 0) {
+    if (slots && w.slotsWork) {
+      req.set_boot_id(detail::bootId());
+      // The workers that may share this host (they take slots): each runs
+      // its pipelines on its share of the cores. A worker elsewhere is
+      // counted until its first output says it cannot reach the slots.
+      // Said before the first output too (no slots lent yet): the chunk
+      // that starts a run starts the pipeline its run continues.
+      int32_t local = 0;
       size_t limit;
       {
         std::lock_guard<std::mutex> lock(mu);
+        for (const auto &o : workers)
+          local += o->slotsWork && !o->failed;
         // The window, each worker's chunk, and a few the trainer holds.
         limit =
             static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
       }
-      lent = slots->lend(static_cast<size_t>(count), slotBytes, limit, &w);
+      req.set_host_workers(std::max<int32_t>(local, 1));
+      if (slotBytes > 0)
+        lent = slots->lend(static_cast<size_t>(count), slotBytes, limit, &w);
       for (const detail::SlotRef &r : lent) {
         Slot *sl = req.add_slots();
         sl->set_path(r.path);
@@ -599,7 +610,6 @@ public:
         sl->set_lease(r.lease);
         sl->set_capacity(static_cast<int64_t>(r.capacity));
       }
-      req.set_boot_id(detail::bootId());
     }
     std::vector<bool> taken(lent.size(), false);
     struct GiveBack {

@@ -83,6 +83,9 @@ struct TrainerStats {
   int64_t slotOutputs = 0, slotPwrites = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
+  /// Pipelines started for the trainer's chunks, and the threads the last
+  /// one ran (threadsFor).
+  int64_t started = 0, threads = 0;
   double encodeCpu = 0, seconds = 0;
 };
 
@@ -297,6 +300,32 @@ public:
     return finishStream(ctx, req, started, ts, cut);
   }
 
+  /// Threads for a new pipeline of `req` when fewer than the worker's own
+  /// (--threads, or the budget's cores), else 0 (its own): its share of
+  /// this host's cores, when the trainer is on this host (its boot id) and
+  /// says `host_workers` of its workers may be here. Otherwise workers
+  /// started without --threads on the trainer's host each run a thread per
+  /// core, and their pipelines' threads outnumber the cores
+  /// (bench/results.md, eighth session: on 2 cores, 2 workers of 2 threads
+  /// took 2% more CPU per f32 batch than split to 1 each, within that
+  /// host's noise). The bytes never depend on threads.
+  /// SLUICE_NO_HOST_CORE_SPLIT=1: always the worker's own count.
+  int64_t threadsFor(const ProduceRequest &req) const {
+    int64_t own = sp_.threads();
+    static const bool off = switchedOff("SLUICE_NO_HOST_CORE_SPLIT");
+    if (off || req.host_workers() <= 1 || req.boot_id().empty() ||
+        req.boot_id() != detail::bootId())
+      return 0;
+    cpu_set_t set;
+    int64_t cores = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      cores = CPU_COUNT(&set);
+    if (cores <= 0)
+      cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    int64_t share = std::max<int64_t>(1, cores / req.host_workers());
+    return share < own ? share : 0;
+  }
+
   /// The request's slots (Slots.h), for its outputs' numeric fields.
   static detail::SlotWriter slotWriter(const ProduceRequest &req) {
     std::vector<detail::SlotRef> refs;
@@ -437,6 +466,8 @@ public:
     bool continued = pipe != nullptr;
     if (!pipe) {
       runtime::RunOptions o = opts_;
+      if (int64_t t = threadsFor(*req))
+        o.threads = t;
       o.resume = st;
       o.rank = st.rank;
       o.worldSize = st.worldSize;
@@ -508,6 +539,8 @@ public:
       return grpc::Status::OK;
     int64_t to = std::min<int64_t>(total, (first + req->count()) * rows_);
     runtime::RunOptions o = opts_;
+    if (int64_t t = threadsFor(*req))
+      o.threads = t;
     o.resume.reset();
     o.rank = 0;
     o.worldSize = 1;
@@ -574,6 +607,10 @@ public:
     TrainerStats ts;
     ts.chunks = 1;
     ts.continued = continued;
+    if (!continued) {
+      ts.started = 1;
+      ts.threads = pipe->stats().threads;
+    }
     // Cut short (the trainer cancelled, or this worker is shutting down):
     // never OK, which would tell the trainer its share ended here.
     bool cut = false;
@@ -711,6 +748,9 @@ public:
            << t.slotPwrites << " written with pwrite), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
+      if (t.started)
+        os << t.started << " pipelines started (the last of " << t.threads
+           << " threads), ";
       os << std::fixed << std::setprecision(1) << t.bytes / 1048576.0
          << " MiB sent";
       if (t.outputs)
@@ -772,6 +812,9 @@ private:
     s.slotOutputs += t.slotOutputs;
     s.slotPwrites += t.slotPwrites;
     s.continued += t.continued;
+    s.started += t.started;
+    if (t.threads)
+      s.threads = t.threads;
     s.seconds += t.seconds;
   }
 

@@ -51,7 +51,9 @@ class Worker:
         how = [str(exe), "--serve", listen] if exe else \
             [SLUICE_BIN, "serve", spec, "--listen", listen]
         self.proc = subprocess.Popen(
-            list(prefix) + how + ["--port-file", self.port_file, "--threads", "1", *extra],
+            list(prefix) + how + ["--port-file", self.port_file] +
+            ([] if "--threads" in extra else ["--threads", "1"]) +
+            list(extra),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, **(env or {})))
         deadline = time.time() + 60
@@ -1184,6 +1186,45 @@ def test_two_workers_take_runs_of_chunks(fashion_positional, workers,
     monkeypatch.setenv("SLUICE_NO_CHUNK_RUNS", "1")
     off = epoch()
     assert off["steals"] == 0, off
+
+
+def test_workers_on_the_trainers_host_split_its_cores(fashion_positional,
+                                                     workers):
+    """Two workers on the trainer's host, each started with --threads 8:
+    the trainer lends both slots and says so in each request, and each
+    worker starts its pipelines on its share of the host's cores (the
+    cores / 2, at least 1, at most its 8); with
+    SLUICE_NO_HOST_CORE_SPLIT=1 each keeps its own count (8, which the
+    runtime caps at the host's cores). The same
+    batches, a local run's, both ways. Counts, not timings: the worker
+    says how many threads its last pipeline ran."""
+    want = local_batches(fashion_positional, 1)
+    cores = len(os.sched_getaffinity(0))
+
+    def epoch(env):
+        ws = [workers(fashion_positional, "--stats-interval", "0",
+                      "--threads", "8", env=env) for _ in range(2)]
+        ds = remote.Dataset(fashion_positional, [w.address for w in ws],
+                            chunk=2, window=8)
+        ds.set_epoch(1)
+        got = remote_batches(ds)
+        st = ds.stats()
+        ds.close()
+        assert_same(got, want)
+        assert st["shared_memory_outputs"] > 0, st
+        threads = set()
+        for w in ws:
+            err = w.stop()
+            found = re.findall(r"pipelines started \(the last of (\d+) "
+                               r"threads\)", err)
+            assert found, err
+            threads |= {int(t) for t in found}
+        return threads
+
+    split = epoch({})
+    own = epoch({"SLUICE_NO_HOST_CORE_SPLIT": "1"})
+    assert split == {min(max(1, cores // 2), max(own))}, (split, own, cores)
+    assert len(own) == 1 and max(own) >= max(split), own
 
 
 def test_worker_that_cannot_open_the_slots_uses_the_socket(served_spec,
