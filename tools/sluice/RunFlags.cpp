@@ -91,11 +91,18 @@ int reportParseError(const CLI::ParseError &e, const std::string &command) {
         flag = (flag.size() > 1 ? "--" : "-") + flag;
       return usageError("option '" + flag + "' takes no value", command);
     }
-    // CLI11 starts the message with the option's name and a colon.
+    // CLI11 starts the message with the option's name and a colon; an
+    // option given more often than it takes values says "At Most N
+    // required but received M".
     size_t colon = what.find(':');
-    if (colon != std::string::npos && what.rfind("-", 0) == 0)
-      return usageError("option '" + what.substr(0, colon) + "' needs a value",
-                        command);
+    if (colon != std::string::npos && what.rfind("-", 0) == 0) {
+      std::string name = what.substr(0, colon);
+      if (what.find("At Most") != std::string::npos)
+        return usageError("option '" + name +
+                              "' is given more than once; give it once",
+                          command);
+      return usageError("option '" + name + "' needs a value", command);
+    }
   }
   return usageError(what, command);
 }
