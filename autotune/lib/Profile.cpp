@@ -310,16 +310,6 @@ Expected<Probe> measure(const runtime::Plan &plan,
 /// The largest shuffle buffer a probe runs with (profilePipeline).
 constexpr int64_t kProbeShuffleBuffer = 256;
 
-void countInChunks(RemoteProfile &r, double chunkBytes) {
-  if (!(chunkBytes > 0) || !(r.bytesPerRequest > chunkBytes))
-    return;
-  const double scale = chunkBytes / r.bytesPerRequest;
-  const double transfer = std::max(0.0, r.requestSeconds - r.latencySeconds);
-  r.requestSeconds = r.latencySeconds + transfer * scale;
-  r.requestsPerRecord /= scale;
-  r.bytesPerRequest = chunkBytes;
-}
-
 /// Requests in flight a remote source's probes run with (profilePipeline).
 constexpr int64_t kProbeInFlight = 32;
 
@@ -510,7 +500,6 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       r.latencySeconds = last.medianLatencyMs / 1e3;
       r.probeInFlight = last.requestsInFlight;
       r.pinned = last.inFlightPinned ? last.requestsInFlight : 0;
-      countInChunks(r, static_cast<double>(last.chunkBytes));
       // The source's thread waits for its objects; that wait is the I/O the
       // requests in flight hide (modelled by Little's law in predict()), not
       // work: its own cost is its CPU.

@@ -1172,7 +1172,6 @@ RunStats Engine::stats() const {
     r.remote.medianRequestMs = now.medianRequestMs;
     r.remote.requestsInFlight = source_->requestsInFlight();
     r.remote.inFlightPinned = source_->requestsInFlightPinned();
-    r.remote.chunkBytes = source_->remoteChunkBytes();
     ObjectCacheTotals c = objectCacheTotals();
     auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b); };
     r.remote.cache.hits = d(c.hits, cacheBase_.hits);

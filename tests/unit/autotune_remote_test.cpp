@@ -91,42 +91,6 @@ TEST(AutotuneRemote, InFlightForARateWithHeadroomAndBounds) {
   EXPECT_EQ(inFlightFor(p, 8000), 6);
 }
 
-TEST(AutotuneRemote, WindowedRequestsAreCountedInChunks) {
-  // A shard stream read in 1 MiB chunks, 40 records per MiB, 20 ms of
-  // latency and 100 MiB/s per connection: a chunk takes 30 ms.
-  const double mib = 1 << 20, lat = 0.020, perByte = 0.010 / mib;
-  auto measured = [&](double requestBytes) {
-    Profile p = remotePipeline();
-    p.remote.requestsPerRecord = 1.0 / (40 * requestBytes / mib);
-    p.remote.latencySeconds = lat;
-    p.remote.requestSeconds = lat + requestBytes * perByte;
-    p.remote.bytesPerRequest = requestBytes;
-    countInChunks(p.remote, mib);
-    return p;
-  };
-  // Probes with 32 in flight asked for windows of 32 chunks (330 ms each);
-  // probes at one chunk per request measured 30 ms. Counted in chunks,
-  // both say the same: the same capacity and the same choice.
-  Profile windowed = measured(32 * mib), chunked = measured(mib);
-  EXPECT_NEAR(windowed.remote.requestSeconds, 0.030, 1e-12);
-  EXPECT_NEAR(windowed.remote.requestsPerRecord, 1.0 / 40, 1e-12);
-  EXPECT_NEAR(windowed.remote.bytesPerRequest, mib, 1e-6);
-  EXPECT_NEAR(remoteCapacity(windowed, 4), remoteCapacity(chunked, 4), 1e-6);
-  EXPECT_EQ(inFlightFor(windowed, 3000), inFlightFor(chunked, 3000));
-  // Uncounted, the windowed figures would give an eleventh of the
-  // requests per record at 11 times the time: a choice that depends on
-  // what the probes ran with.
-  EXPECT_EQ(inFlightFor(chunked, 3000), 4); // 3000/40 x 30 ms x 1.5 = 3.4
-  // Requests no larger than a chunk (whole objects of a per-file source,
-  // or no chunk at all) are left as measured.
-  Profile objects = remotePipeline();
-  RemoteProfile before = objects.remote;
-  countInChunks(objects.remote, mib);
-  countInChunks(objects.remote, 0);
-  EXPECT_EQ(objects.remote.requestSeconds, before.requestSeconds);
-  EXPECT_EQ(objects.remote.requestsPerRecord, before.requestsPerRecord);
-}
-
 TEST(AutotuneRemote, TooFewRequestsBoundThePrediction) {
   Profile p = remotePipeline();
   Config c;

@@ -313,12 +313,6 @@ public:
     std::shared_ptr<const RemoteConfig> r = remote();
     return r && r->concurrencyPinned;
   }
-  /// Per-file sources fetch each object whole (one request per record):
-  /// no chunk to count in.
-  int64_t remoteChunkBytes() const override {
-    std::shared_ptr<const RemoteConfig> r = remote();
-    return r && !oneRecordPerShard() ? static_cast<int64_t>(r->chunkBytes) : 0;
-  }
   void setRequestsInFlight(int64_t n) const override {
     std::lock_guard<std::mutex> lock(remoteMutex_);
     if (!remote_ || remote_->concurrencyPinned)

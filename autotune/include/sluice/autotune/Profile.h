@@ -122,19 +122,6 @@ struct RemoteProfile {
   bool present() const { return requestsPerRecord > 0 && requestSeconds > 0; }
 };
 
-/// Restates `r` in requests of `chunkBytes` (the source's ranged chunk)
-/// when its requests were larger on average: a source that reads each shard
-/// as a stream asks for a whole window of chunks ahead of each shard in one
-/// request (requests in flight x chunk size), so what the probes measured
-/// depends on the in-flight count they ran with (32 chunks: requests of
-/// 8-13 MiB taking 0.4-0.7 s), not on the count the solver is choosing.
-/// Counted in chunks (the unit `requests in flight` counts for such a
-/// source), the requests per record scale up by the bytes ratio and each
-/// request's transfer time (total minus latency) scales down by it; the
-/// latency stays. Requests no larger than a chunk (one object per record)
-/// are left as they are.
-void countInChunks(RemoteProfile &r, double chunkBytes);
-
 /// A whole profile.
 struct Profile {
   std::string pipeline;

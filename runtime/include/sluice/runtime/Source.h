@@ -245,9 +245,6 @@ public:
   /// Whether the spec set that number (`remote.concurrency`): a schedule
   /// does not change it then.
   virtual bool requestsInFlightPinned() const { return false; }
-  /// The ranged chunk its streams of remote objects are read in (0: it
-  /// reads no object as a stream).
-  virtual int64_t remoteChunkBytes() const { return 0; }
   /// Sets the requests in flight (a schedule's `parallelism` on the source
   /// step: the tuner's Little's-law choice). Ignored for local files and
   /// when pinned. Readers opened afterwards use it.

@@ -170,9 +170,6 @@ struct RunStats {
     /// the spec pinned it (remote.concurrency) or a schedule chose it.
     int64_t requestsInFlight = 0;
     bool inFlightPinned = false;
-    /// The ranged chunk a source reading objects as streams asks for (its
-    /// remote.chunk_size; 0: none): the unit its requests in flight count.
-    int64_t chunkBytes = 0;
     /// The on-disk cache of fetched objects (remote.cache): objects read
     /// from it (the server said 304 Not Modified), fetched (and stored),
     /// fetched again because their ETag changed, bytes read from it and
