@@ -1037,18 +1037,26 @@ def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
     assert off[2][ahead] <= 2 * 4096, off[2]
 
 
+def served_lines(servers, tmp_path, name, seed, rows, fill):
+    """`rows` lines of random length (seeded), served over HTTP as big/NAME
+    and written to tmp_path/NAME; returns (the bytes, the local path)."""
+    rng = np.random.default_rng(seed)
+    text = "\n".join("row %d %s" % (i, fill * int(rng.integers(0, 200)))
+                     for i in range(rows)).encode()
+    servers.put_http("big/" + name, text)
+    local_file = tmp_path / name
+    local_file.write_bytes(text)
+    return text, local_file
+
+
 def test_chunk_bodies_are_reused(servers, tmp_path):
     """Chunks of 256 KiB and more: a consumed chunk's buffer takes a later
     response's body (counted in the stats' bodies_reused), and with
     SLUICE_NO_REMOTE_BODY_REUSE=1 (read once per process: a child process)
     none is, with the same lines as the local file either way."""
-    rng = np.random.default_rng(24)
-    text = "\n".join("row %d %s" % (i, "y" * int(rng.integers(0, 200)))
-                     for i in range(40000)).encode()
+    text, local_file = served_lines(servers, tmp_path, "lines.txt", 24,
+                                    40000, "y")
     assert len(text) > 12 * (256 << 10)
-    servers.put_http("big/lines.txt", text)
-    local_file = tmp_path / "lines.txt"
-    local_file.write_bytes(text)
     body = """
 steps:
   - batch: {size: 1000, drop_remainder: false}
@@ -1092,13 +1100,9 @@ def test_kept_bodies_are_counted_in_the_budget(servers, tmp_path):
     and the lines are those of the local file either way; without shards
     fetched ahead they are counted too. A child process each: the kept
     buffers are the process's."""
-    rng = np.random.default_rng(2424)
-    text = "\n".join("row %d %s" % (i, "z" * int(rng.integers(0, 200)))
-                     for i in range(80000)).encode()
+    text, local_file = served_lines(servers, tmp_path, "kept.txt", 2424,
+                                    80000, "z")
     assert len(text) > 3 * (2 << 20)
-    servers.put_http("big/kept.txt", text)
-    local_file = tmp_path / "kept.txt"
-    local_file.write_bytes(text)
     steps = "steps:\n  - batch: {size: 1000, drop_remainder: false}\n"
     local = tmp_path / "local.yaml"
     local.write_text("pipeline: kept\nsource:\n  text_lines: {files: '%s'}\n%s"
