@@ -38,7 +38,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char *kFormat = "sluice-schedule-cache-2";
+/// Also bumped when the solver would choose other knobs for the same
+/// profile, so that no run reuses an older solver's schedule (3: no
+/// prefetch between a lane and the batch whose rows it writes).
+constexpr const char *kFormat = "sluice-schedule-cache-3";
 
 std::string envOr(const char *name) {
   const char *v = std::getenv(name);

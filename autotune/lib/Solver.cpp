@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Solver.h"
+#include "sluice/ops/Registry.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/Memory.h"
 
 #include "Format.h"
@@ -27,12 +29,30 @@ using detail::fmtRate;
 namespace {
 
 /// Prefetch candidates: the last step of every parallel lane (its window
-/// runs ahead) and the pipeline's last step (decouples the consumer).
+/// runs ahead) and the pipeline's last step (decouples the consumer). Not
+/// a lane that feeds a batch of rows laid out up front (OpTraits::fixedRows:
+/// `batch`, `padded_batch`) while batch row placement is on: its workers
+/// write each record into its row of the batch buffer (the fused image step
+/// decodes straight into it), and a prefetch there makes them write every
+/// record into a tensor of its own for the batch to copy. Measured on the
+/// README's pipeline (2,000 pictures, 2 epochs, 2 threads): with
+/// `select.prefetch: 47` the fused flip+normalize+transpose took 129 us per
+/// record instead of 50 and the run 1.54 s instead of 1.39.
 std::vector<size_t> prefetchCandidates(const Profile &p) {
+  static const bool placement = !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
   std::vector<size_t> out;
-  for (const Lane &u : lanes(p, -1))
-    if (u.parallel)
-      out.push_back(u.steps.back());
+  for (const Lane &u : lanes(p, -1)) {
+    if (!u.parallel)
+      continue;
+    size_t last = u.steps.back();
+    const OpDef *next = last + 1 < p.steps.size()
+                            ? Registry::instance().find(p.steps[last + 1].op)
+                            : nullptr;
+    if (placement && next && next->traits.fixedRows &&
+        !p.steps[last].pinned.prefetch)
+      continue;
+    out.push_back(last);
+  }
   // The last step, unless it already is a prefetch buffer.
   if (!p.steps.empty() && p.steps.size() > 1 &&
       !p.steps.back().threadBoundary) {

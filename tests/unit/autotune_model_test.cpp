@@ -483,6 +483,30 @@ TEST(AutotuneSolver, MatchesExhaustiveSearchUnderCores) {
   EXPECT_EQ(sol->config.parallelism[3], 2);
 }
 
+TEST(AutotuneSolver, NoPrefetchBetweenALaneAndTheBatchItsWorkersFill) {
+  // `c`, the last step of its lane, feeds the batch and varies its rate a
+  // lot: a prefetch there would ride out its dips, but the lane's workers
+  // write their records into the batch's rows (batch row placement), and
+  // a prefetch would make each record a tensor of its own to copy. The
+  // solver leaves it out unless the spec pins it; the lane before the
+  // filter still gets one.
+  Profile p = pipeline();
+  Probe probe;
+  probe.sourceRecordsPerSecond = 10000;
+  p.probes.push_back(probe);
+  p.steps[2].rateCv = 0.9;
+  p.steps[4].rateCv = 0.9;
+  auto sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.prefetch.count(4), 0u);
+  EXPECT_GT(sol->config.prefetch.count(2), 0u);
+  p.steps[4].pinned.prefetch = 8;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  ASSERT_EQ(sol->config.prefetch.count(4), 1u);
+  EXPECT_EQ(sol->config.prefetch.at(4), 8);
+}
+
 TEST(AutotuneSolver, NoisyLevelCalibrationSetsThePredictionNotTheChoice) {
   // The model says two workers serve twice one (linear scaling). The
   // probes at p = 2 happened to reach only 0.4 of the model, those at p = 1
