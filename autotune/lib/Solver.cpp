@@ -31,7 +31,7 @@ namespace {
 /// Prefetch candidates: the last step of every parallel lane (its window
 /// runs ahead) and the pipeline's last step (decouples the consumer). Not
 /// a lane that feeds a batch of rows laid out up front (OpTraits::fixedRows:
-/// `batch`, `padded_batch`) while batch row placement is on: its workers
+/// `batch`) while batch row placement is on: its workers
 /// write each record into its row of the batch buffer (the fused image step
 /// decodes straight into it), and a prefetch there makes them write every
 /// record into a tensor of its own for the batch to copy. Measured on the
