@@ -62,6 +62,22 @@ extern char **environ;
 
 namespace sluice::tool {
 
+std::string selfPath() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return "";
+  buf[n] = 0;
+  return buf;
+}
+
+std::string dirName(const std::string &p) {
+  size_t slash = p.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : p.substr(0, slash);
+}
+
 namespace {
 
 struct CompileFlags {
@@ -81,13 +97,6 @@ bool isExecutableFile(const std::string &p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
          ::access(p.c_str(), X_OK) == 0;
-}
-
-std::string dirName(const std::string &p) {
-  size_t slash = p.rfind('/');
-  if (slash == std::string::npos)
-    return ".";
-  return slash == 0 ? "/" : p.substr(0, slash);
 }
 
 std::string realPath(const std::string &p) {
@@ -164,16 +173,6 @@ Expected<Linker> findLinker(const std::string &requested) {
     return Status::error("cannot find ld.lld (next to " + l.driver +
                          ", or ld.lld-19 / ld.lld on PATH); " + hint);
   return l;
-}
-
-/// The path of this program (to find the link manifest beside it).
-std::string selfPath() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0)
-    return "";
-  buf[n] = 0;
-  return buf;
 }
 
 /// Reads the link manifest (exe-link.txt, or exe-link-serve.txt beside it

@@ -56,6 +56,11 @@ inline constexpr const char *kServeDescription =
 /// else, and every call in `sluice-serve`, returns -1.
 int serveElsewhere(int argc, char **argv);
 
+/// The path of this program, from /proc/self/exe ("" when unreadable).
+std::string selfPath();
+/// The folder part of a path: "." without a slash, "/" for the root.
+std::string dirName(const std::string &p);
+
 /// Adds the SPEC positional(s) to `cmd`; checkOneSpec() then insists on one.
 void addSpecArg(CLI::App &cmd, std::vector<std::string> &specs);
 /// Prints "'sluice CMD' takes exactly one SPEC file, got N" unless

@@ -29,20 +29,6 @@ CommandAction addServeCommand(CLI::App &root) {
   return [] { return kExitUsage; };
 }
 
-namespace {
-
-std::string selfDir() {
-  std::vector<char> buf(4096);
-  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0)
-    return ".";
-  std::string p(buf.data(), static_cast<size_t>(n));
-  size_t slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
-}
-
-} // namespace
-
 int serveElsewhere(int argc, char **argv) {
   bool serve = argc >= 2 && std::strcmp(argv[1], "serve") == 0;
   bool help = argc >= 3 && std::strcmp(argv[1], "help") == 0 &&
@@ -53,7 +39,7 @@ int serveElsewhere(int argc, char **argv) {
   if (const char *env = std::getenv("SLUICE_SERVE_BIN"); env && *env) {
     tried.push_back(env);
   } else {
-    std::string dir = selfDir();
+    std::string dir = dirName(selfPath());
     tried.push_back(dir + "/sluice-serve");
     tried.push_back(dir + "/../libexec/sluice/sluice-serve");
   }
