@@ -515,13 +515,12 @@ public:
         continue;
       }
       std::string base = baseState;
-      w.delivered = false;
       lock.unlock();
       int64_t got = 0;
       bool gaveBack = false;
       grpc::Status s = stream(w, gen, base, first, count, got, gaveBack);
       lock.lock();
-      w.delivered = false;
+      w.delivered = false; // set only while stream() runs
       if (gaveBack || gen != generation || closing || error)
         continue;
       if (s.ok()) {
