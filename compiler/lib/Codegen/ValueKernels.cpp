@@ -575,26 +575,19 @@ bool narrowRangesDisabled() { return switchedOff("SLUICE_NO_NARROW_RANGES"); }
 NarrowCases normalizeNarrowCases(const runtime::PlanStep &s, ElemType in,
                                  int64_t channel) {
   NarrowCases all;
-  int64_t lo = 0, hi = 0;
+  // The input types of at most 65,536 values (bool: widen() reads any
+  // non-zero byte as 1, so 0 and 1).
   switch (in) {
   case ElemType::Bool:
-    hi = 1; // widen() reads any non-zero byte as 1
-    break;
   case ElemType::U8:
-    hi = 255;
-    break;
   case ElemType::I8:
-    lo = -128, hi = 127;
-    break;
   case ElemType::U16:
-    hi = 65535;
-    break;
   case ElemType::I16:
-    lo = -32768, hi = 32767;
     break;
   default:
     return all;
   }
+  auto [lo, hi] = integerRange(in);
   if (narrowRangesDisabled())
     return all;
   std::vector<float> m, sc;
