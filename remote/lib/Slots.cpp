@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
 #include "sluice/ops/Switches.h"
+#include "sluice/ops/WriteAll.h"
 
 #include <atomic>
 #include <cerrno>
@@ -105,21 +106,6 @@ uint64_t slotMapAfterWrites() {
 }
 
 namespace {
-
-/// pwrite(2) of all `n` bytes at `offset` (it may write fewer at once).
-bool pwriteAll(int fd, const uint8_t *p, size_t n, off_t offset) {
-  while (n) {
-    ssize_t k = pwrite(fd, p, n, offset);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return false;
-    p += k;
-    n -= static_cast<size_t>(k);
-    offset += k;
-  }
-  return true;
-}
 
 /// "/proc/DIGITS/fd/DIGITS": the only paths a worker opens for a trainer.
 bool slotPathOk(const std::string &p) {
@@ -514,9 +500,8 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
   } else {
     for (size_t f = 0; f < fields.size() && ok; ++f)
       if (sizes[f])
-        ok = pwriteAll(m->fd, static_cast<const uint8_t *>(fields[f].raw()),
-                       sizes[f],
-                       static_cast<off_t>(kSlotDataOffset + offsets[f]));
+        ok = writeAll(m->fd, fields[f].raw(), sizes[f],
+                      static_cast<off_t>(kSlotDataOffset + offsets[f]));
     pwritten_ += ok;
   }
   // Written, or not (the output then goes over the socket, and the trainer

@@ -21,6 +21,7 @@
 
 #include "Remote.h"
 
+#include "sluice/ops/WriteAll.h"
 #include "sluice/runtime/Source.h"
 
 #include <algorithm>
@@ -74,19 +75,6 @@ std::string header(const std::string &url, const std::string &etag,
                 size, crc);
   return std::string(kMagic) + "etag " + etag + "\n" + buf + "url " + url +
          "\n\n";
-}
-
-bool writeAll(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 /// "<dir>/.<name>.<pid>.<random>.tmp": unique to this writer.
