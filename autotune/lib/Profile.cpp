@@ -11,6 +11,7 @@
 #include "sluice/autotune/Profile.h"
 #include "sluice/autotune/Model.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/ElementOps.h"
 #include "sluice/runtime/Source.h"
 
@@ -331,6 +332,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   prof.specFile = plan.specFile;
   prof.hostCores = hostCores();
   prof.epochs = opts.base.epochs ? *opts.base.epochs : plan.epochs;
+  prof.batchRowPlacement =
+      opts.base.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
   int64_t cores = opts.cores > 0   ? opts.cores
                   : plan.cores > 0 ? plan.cores
                                    : prof.hostCores;

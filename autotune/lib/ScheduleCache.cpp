@@ -392,12 +392,13 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.worldSize
      // Switches that change the rates the probes would measure.
      << "\nkernels " << (opts.binder ? "compiled" : "interpreted")
-     << " placement " << opts.batchRowPlacement << " direct "
-     << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
-     << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
-     << opts.parallelParse << " runs " << opts.recordRuns << " files "
-     << opts.fileReadAhead << " order " << opts.positionalShuffle << "\nhost "
-     << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
+     << " placement "
+     << (opts.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT"))
+     << " direct " << opts.directOutput << " handoff " << opts.batchedHandoff
+     << " slicing " << opts.arenaSlicing << '/' << opts.arenaSliceMicros
+     << " parse " << opts.parallelParse << " runs " << opts.recordRuns
+     << " files " << opts.fileReadAhead << " order " << opts.positionalShuffle
+     << "\nhost " << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -8,7 +8,6 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Solver.h"
 #include "sluice/ops/Registry.h"
-#include "sluice/ops/Switches.h"
 #include "sluice/runtime/Memory.h"
 
 #include "Format.h"
@@ -39,7 +38,7 @@ namespace {
 /// `select.prefetch: 47` the fused flip+normalize+transpose took 129 us per
 /// record instead of 50 and the run 1.54 s instead of 1.39.
 std::vector<size_t> prefetchCandidates(const Profile &p) {
-  static const bool placement = !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  const bool placement = p.batchRowPlacement;
   std::vector<size_t> out;
   for (const Lane &u : lanes(p, -1)) {
     if (!u.parallel)

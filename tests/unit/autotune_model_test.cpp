@@ -505,6 +505,14 @@ TEST(AutotuneSolver, NoPrefetchBetweenALaneAndTheBatchItsWorkersFill) {
   ASSERT_TRUE(sol);
   ASSERT_EQ(sol->config.prefetch.count(4), 1u);
   EXPECT_EQ(sol->config.prefetch.at(4), 8);
+  // Runs without row placement (RunOptions::batchRowPlacement off, or
+  // SLUICE_NO_BATCH_PLACEMENT, both in Profile::batchRowPlacement) copy
+  // every record into the batch anyway: the prefetch is offered again.
+  p.steps[4].pinned.prefetch.reset();
+  p.batchRowPlacement = false;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_GT(sol->config.prefetch.count(4), 0u);
 }
 
 TEST(AutotuneSolver, NoisyLevelCalibrationSetsThePredictionNotTheChoice) {

@@ -128,6 +128,10 @@ struct Profile {
   std::string specFile;
   int64_t hostCores = 1;
   int64_t epochs = 1; ///< of the plan (-1: endless)
+  /// Whether the runs write batch rows in place (RunOptions::
+  /// batchRowPlacement and no SLUICE_NO_BATCH_PLACEMENT): the solver offers
+  /// no prefetch between a lane and a batch it fills while it is on.
+  bool batchRowPlacement = true;
   /// Source records per epoch, when the source knows.
   std::optional<int64_t> sourceRecordsPerEpoch;
   double sourceBytesPerSecond = 0; ///< the source's read rate
