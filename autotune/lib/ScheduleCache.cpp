@@ -40,8 +40,9 @@ namespace {
 
 /// Also bumped when the solver would choose other knobs for the same
 /// profile, so that no run reuses an older solver's schedule (3: no
-/// prefetch between a lane and the batch whose rows it writes).
-constexpr const char *kFormat = "sluice-schedule-cache-3";
+/// prefetch between a lane and the batch whose rows it writes; 4: prefetch
+/// depths capped by their buffers' first touch in a short run).
+constexpr const char *kFormat = "sluice-schedule-cache-4";
 
 std::string envOr(const char *name) {
   const char *v = std::getenv(name);
