@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Profile.h"
 #include "sluice/autotune/Model.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/ops/Switches.h"
 #include "sluice/runtime/ElementOps.h"
@@ -35,9 +36,7 @@ namespace sluice::autotune {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t hostCores() {
-  return std::max<int64_t>(1, std::thread::hardware_concurrency());
-}
+int64_t hostCores() { return sluice::hostCores(); }
 
 namespace {
 

@@ -1,19 +1,24 @@
 //===- Allocation.cpp - Per-thread allocation limits, host memory ---------===//
 //
-// The thread-local scope stack of Allocation.h, and the host's memory as the
-// default budget sees it (RAM, or the cgroup's limit inside a container).
+// The thread-local scope stack of Allocation.h, and the host's memory and
+// cores as the default budget sees them (RAM and CPUs, or the cgroup's
+// limits and the affinity mask inside a container or a Slurm job).
 //
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/Allocation.h"
 #include "sluice/ops/Registry.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
 
 namespace sluice {
 
@@ -298,6 +303,56 @@ int64_t hostMemoryBytes() {
     return ram;
   }();
   return bytes;
+}
+
+namespace {
+std::string readFileWord(const char *path, int words) {
+  std::ifstream f(path);
+  std::string out, w;
+  for (int i = 0; i < words && f >> w; ++i)
+    out += (i ? " " : "") + w;
+  return out;
+}
+} // namespace
+
+int64_t coresAllowed(int64_t affinity, int64_t online,
+                     const std::string &cpuMax, const std::string &v1Quota,
+                     const std::string &v1Period) {
+  int64_t cores = affinity > 0 ? affinity : std::max<int64_t>(1, online);
+  auto quotaCores = [](double quota, double period) -> int64_t {
+    if (!(quota > 0) || !(period > 0))
+      return 0;
+    return static_cast<int64_t>(std::ceil(quota / period - 1e-9));
+  };
+  int64_t q = 0;
+  if (!cpuMax.empty()) {
+    char quota[32] = {0};
+    double period = 0;
+    if (std::sscanf(cpuMax.c_str(), "%31s %lf", quota, &period) == 2 &&
+        std::string(quota) != "max")
+      q = quotaCores(std::strtod(quota, nullptr), period);
+  } else if (!v1Quota.empty() && !v1Period.empty()) {
+    q = quotaCores(std::strtod(v1Quota.c_str(), nullptr),
+                   std::strtod(v1Period.c_str(), nullptr));
+  }
+  if (q > 0)
+    cores = std::min(cores, q);
+  return std::max<int64_t>(1, cores);
+}
+
+int64_t hostCores() {
+  static const int64_t cores = [] {
+    cpu_set_t set;
+    int64_t affinity = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      affinity = CPU_COUNT(&set);
+    return coresAllowed(
+        affinity, std::thread::hardware_concurrency(),
+        readFileWord("/sys/fs/cgroup/cpu.max", 2),
+        readFileWord("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", 1),
+        readFileWord("/sys/fs/cgroup/cpu/cpu.cfs_period_us", 1));
+  }();
+  return cores;
 }
 
 int64_t defaultMemoryBudget() {

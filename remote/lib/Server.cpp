@@ -15,6 +15,7 @@
 // order (Replay.h): the chunk's rows are then explicit positions.
 //
 //===----------------------------------------------------------------------===//
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/Switches.h"
 #include "sluice/remote/Remote.h"
 
@@ -316,12 +317,7 @@ public:
     if (off || req.host_workers() <= 1 || req.boot_id().empty() ||
         req.boot_id() != detail::bootId())
       return 0;
-    cpu_set_t set;
-    int64_t cores = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-      cores = CPU_COUNT(&set);
-    if (cores <= 0)
-      cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    int64_t cores = hostCores();
     int64_t share = std::max<int64_t>(1, cores / req.host_workers());
     return share < own ? share : 0;
   }

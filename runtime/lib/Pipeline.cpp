@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/runtime/Pipeline.h"
 #include "Engine.h"
+#include "sluice/ops/Allocation.h"
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Registry.h"
 #include "sluice/ops/Switches.h"
@@ -368,7 +369,9 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
     return s;
   if (Status s = e->checkBufferCounts(opts); !s)
     return s;
-  int64_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  // The cores this process may use (affinity mask, cgroup quota), not
+  // every CPU of the machine.
+  int64_t hw = hostCores();
   int64_t cores = plan.cores > 0 ? plan.cores : hw;
   // More workers than cores only time-slice (and oneTBB would refuse them,
   // see below).

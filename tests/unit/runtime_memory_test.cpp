@@ -13,6 +13,8 @@
 #include "sluice/ops/kernels/Layout.h"
 #include "sluice/runtime/Memory.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -602,6 +604,30 @@ TEST(AllocationScopeTest, DefaultBudgetIsAShareOfTheHostNotUnlimited) {
   setenv("SLUICE_DEFAULT_MEMORY", "300MiB", 1);
   EXPECT_EQ(defaultMemoryBudget(), int64_t(300) << 20);
   unsetenv("SLUICE_DEFAULT_MEMORY");
+}
+
+TEST(AllocationScopeTest, HostCoresFollowAffinityAndCgroupQuota) {
+  // The affinity mask wins over the machine's online CPUs (taskset, a
+  // Slurm or Kubernetes cpuset).
+  EXPECT_EQ(coresAllowed(8, 128, "", "", ""), 8);
+  EXPECT_EQ(coresAllowed(0, 16, "", "", ""), 16);
+  // cgroup v2 cpu.max: "max PERIOD" is no quota; 2.5 cores round up to 3.
+  EXPECT_EQ(coresAllowed(8, 128, "max 100000", "", ""), 8);
+  EXPECT_EQ(coresAllowed(8, 128, "250000 100000", "", ""), 3);
+  EXPECT_EQ(coresAllowed(8, 128, "400000 100000", "", ""), 4);
+  EXPECT_EQ(coresAllowed(2, 128, "400000 100000", "", ""), 2);
+  EXPECT_EQ(coresAllowed(8, 128, "50000 100000", "", ""), 1);
+  // v1: quota -1 is none.
+  EXPECT_EQ(coresAllowed(8, 128, "", "-1", "100000"), 8);
+  EXPECT_EQ(coresAllowed(8, 128, "", "300000", "100000"), 3);
+  // Unreadable or malformed files leave the mask.
+  EXPECT_EQ(coresAllowed(8, 128, "garbage", "", ""), 8);
+  EXPECT_EQ(coresAllowed(8, 128, "", "x", "y"), 8);
+  // This process: at least 1, at most the CPUs of its mask.
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_GE(hostCores(), 1);
+  EXPECT_LE(hostCores(), CPU_COUNT(&set));
 }
 
 TEST(AllocationScopeTest, RecordTypesLargerThanTheBudgetAreNamed) {

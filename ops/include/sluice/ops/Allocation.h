@@ -206,6 +206,21 @@ Tensor outputTensor(ElemType elem, std::vector<int64_t> shape);
 /// is lower.
 int64_t hostMemoryBytes();
 
+/// Cores this process may run on: the CPUs of its affinity mask (taskset,
+/// Slurm's and Kubernetes' cpusets), or fewer when its cgroup's CPU quota
+/// allows fewer (cgroup v2 cpu.max, v1 cpu.cfs_quota_us over
+/// cpu.cfs_period_us; a fraction rounds up), at least 1. Read once.
+/// std::thread::hardware_concurrency() counts every online CPU of the
+/// machine, so a job given 8 of a node's 128 cores would run 128 threads.
+int64_t hostCores();
+/// The same from the files' contents (for tests): `affinity` CPUs (<= 0:
+/// unknown, then `online`), a v2 `cpu.max` line ("max 100000" or
+/// "QUOTA PERIOD", empty when absent), v1 quota and period ("" when
+/// absent; a quota of -1 is none).
+int64_t coresAllowed(int64_t affinity, int64_t online,
+                     const std::string &cpuMax, const std::string &v1Quota,
+                     const std::string &v1Period);
+
 /// Share of hostMemoryBytes() a pipeline without `budget: {memory: ...}`
 /// may use.
 constexpr double kDefaultMemoryFraction = 0.5;
