@@ -710,6 +710,12 @@ double remoteCapacity(const Profile &p, int64_t inFlight) {
     double bytesPerSecond = static_cast<double>(windowedBytes(p, inFlight)) / t;
     if (p.remote.receiveBytesPerSecond > 0)
       bytesPerSecond = std::min(bytesPerSecond, p.remote.receiveBytesPerSecond);
+    // The rest of a shard larger than its first window is asked for when
+    // the reader opens it: the reader waits for it unless the window lasts
+    // a round trip, so it reads at most a window per latency.
+    const double window = static_cast<double>(inFlight) * p.remote.chunkBytes;
+    if (!(p.remote.objectBytes > 0 && window >= p.remote.objectBytes))
+      bytesPerSecond = std::min(bytesPerSecond, window / unloadedLatency(p));
     return bytesPerSecond / bpr;
   }
   return static_cast<double>(inFlight) /
@@ -723,10 +729,14 @@ double windowedRequestBytes(const Profile &p, int64_t inFlight) {
                                   : window;
 }
 
+double unloadedLatency(const Profile &p) {
+  return p.remote.unloadedLatencySeconds > 0 ? p.remote.unloadedLatencySeconds
+                                             : p.remote.latencySeconds;
+}
+
 double windowedRequestSeconds(const Profile &p, int64_t inFlight) {
   const RemoteProfile &r = p.remote;
-  const double latency = r.unloadedLatencySeconds > 0 ? r.unloadedLatencySeconds
-                                                      : r.latencySeconds;
+  const double latency = unloadedLatency(p);
   const double transfer =
       r.receiveBytesPerSecond > 0
           ? windowedRequestBytes(p, inFlight) / r.receiveBytesPerSecond
@@ -751,9 +761,19 @@ int64_t windowedInFlightFor(const Profile &p, double rate,
     n = kMaxInFlight;
   } else {
     const double demand = rate * p.remote.bytesPerRecord();
-    while (n < kMaxInFlight &&
-           static_cast<double>(windowedBytes(p, n)) <
-               demand * windowedRequestSeconds(p, n) * kInFlightHeadroom)
+    // Enough asked for ahead for the time a request takes, and a first
+    // window that is the whole shard or lasts the reader a round trip (the
+    // rest of the shard is asked for as it opens).
+    auto enough = [&](int64_t k) {
+      const double window = static_cast<double>(k) * p.remote.chunkBytes;
+      const bool covers =
+          (p.remote.objectBytes > 0 && window >= p.remote.objectBytes) ||
+          window >= demand * unloadedLatency(p) * kInFlightHeadroom;
+      return covers &&
+             static_cast<double>(windowedBytes(p, k)) >=
+                 demand * windowedRequestSeconds(p, k) * kInFlightHeadroom;
+    };
+    while (n < kMaxInFlight && !enough(n))
       ++n;
   }
   if (memoryBytes > 0)
@@ -776,9 +796,7 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
     auto bytes = [](double b) {
       return runtime::formatBytes(static_cast<int64_t>(b));
     };
-    const double latency = r.unloadedLatencySeconds > 0
-                               ? r.unloadedLatencySeconds
-                               : r.latencySeconds;
+    const double latency = unloadedLatency(p);
     std::snprintf(
         buf, sizeof buf,
         "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
@@ -786,7 +804,7 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
         "records/s x %s; a request of %s takes %.1f ms at the %s/s "
         "received, so %s ahead are needed, x%.1f headroom; %lld in flight "
         "ask for %s ahead: a window of %s chunks and %lld shards' first "
-        "windows%s%s)",
+        "windows; a first window of %s %s%s%s)",
         static_cast<long long>(chosen), r.latencySeconds * 1e3, latency * 1e3,
         bytes(demand).c_str(), rate, bytes(r.bytesPerRecord()).c_str(),
         bytes(windowedRequestBytes(p, chosen)).c_str(), t * 1e3,
@@ -795,6 +813,12 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
         bytes(static_cast<double>(windowedBytes(p, chosen))).c_str(),
         bytes(r.chunkBytes).c_str(),
         static_cast<long long>(std::max<int64_t>(1, chosen / 2)),
+        bytes(static_cast<double>(chosen) * r.chunkBytes).c_str(),
+        r.objectBytes > 0 &&
+                static_cast<double>(chosen) * r.chunkBytes >= r.objectBytes
+            ? ("is the whole shard of " + bytes(r.objectBytes)).c_str()
+            : "lasts the reader the latency x1.5 (the rest of a shard is "
+              "asked for as it opens)",
         chosen == kMinWindowedInFlight && chosen == wanted
             ? "; at least 4: two shards ahead"
             : "",

@@ -270,7 +270,8 @@ double restRate(const Profile &p, const Solution &s) {
 /// By hand: the fewest N >= 4 whose bytes ahead (N chunks + N/2 shards'
 /// first windows of min(N chunks, a shard)) cover the demand for the time
 /// a first window takes (latency without queueing + its bytes at 800 MB/s),
-/// x1.5.
+/// x1.5, and whose window of N chunks is a whole shard or covers the
+/// demand for the latency x1.5.
 int64_t byHand(double rate, double unloaded) {
   for (int64_t n = 4;; ++n) {
     double window = static_cast<double>(n) * kMiB;
@@ -278,7 +279,9 @@ int64_t byHand(double rate, double unloaded) {
     double ahead =
         window + static_cast<double>(std::max<int64_t>(1, n / 2)) * request;
     double t = unloaded + request / 800e6;
-    if (ahead >= rate * kPerRecord * t * 1.5)
+    double demand = rate * kPerRecord;
+    bool covers = window >= kShard || window >= demand * unloaded * 1.5;
+    if (covers && ahead >= demand * t * 1.5)
       return n;
   }
 }
@@ -293,11 +296,18 @@ TEST(AutotuneRemote, WindowedCapacityIsLittlesLawInBytes) {
   EXPECT_EQ(windowedBytes(p, 4), static_cast<int64_t>(12 * kMiB));
   double t = 0.020 + 4 * kMiB / 800e6;
   EXPECT_NEAR(windowedRequestSeconds(p, 4), t, 1e-12);
-  EXPECT_NEAR(remoteCapacity(p, 4), 12 * kMiB / t / kPerRecord, 1e-6);
-  // At 8, 40 MiB ahead over 30.5 ms would be 1.4 GB/s: the bandwidth
-  // received at bounds it.
+  // But the rest of each shard is asked for as its reader opens it: a
+  // window of 4 MiB per 20 ms bounds it lower.
+  EXPECT_NEAR(remoteCapacity(p, 4), 4 * kMiB / 0.020 / kPerRecord, 1e-6);
+  // A shard no larger than the window waits for no rest: bytes ahead per
+  // request time.
+  Profile whole = p;
+  whole.remote.objectBytes = 4 * kMiB;
+  EXPECT_NEAR(remoteCapacity(whole, 4), 12 * kMiB / t / kPerRecord, 1e-6);
+  // At 16 (the whole shard in a window), 87 MiB ahead over 33 ms would be
+  // 2.8 GB/s: the bandwidth received at bounds it.
+  EXPECT_NEAR(remoteCapacity(p, 16), 800e6 / kPerRecord, 1e-6);
   EXPECT_EQ(windowedBytes(p, 8), static_cast<int64_t>(40 * kMiB));
-  EXPECT_NEAR(remoteCapacity(p, 8), 800e6 / kPerRecord, 1e-6);
   // A first window is at most a shard.
   EXPECT_EQ(windowedRequestBytes(p, 32), kShard);
   EXPECT_EQ(windowedBytes(p, 1), static_cast<int64_t>(2 * kMiB));
@@ -348,10 +358,11 @@ TEST(AutotuneRemote, WindowedChoiceDoesNotFollowTheProbesRequests) {
     EXPECT_TRUE(said);
   }
   // ~480 MB/s for 21 ms + a window of N MiB at 800 MB/s, x1.5: 6 in flight
-  // (24 MiB ahead) for both; for 200 ms, about 24.
+  // (24 MiB ahead) would do, but a first window of 6 MiB lasts the reader
+  // 13 ms, less than a round trip x1.5: 11, a whole shard of 10.5 MiB, for
+  // both; for 200 ms, about 24.
   EXPECT_EQ(chosen[0], chosen[1]);
-  EXPECT_GE(chosen[0], 5);
-  EXPECT_LE(chosen[0], 8);
+  EXPECT_EQ(chosen[0], 11);
   EXPECT_GE(chosen[2], 20);
   EXPECT_LE(chosen[2], 28);
   // Four times the probes' request time changes nothing.

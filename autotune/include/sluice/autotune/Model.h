@@ -113,6 +113,10 @@ constexpr int64_t kMinWindowedInFlight = 4;
 /// first window, N chunks, at most the mean shard.
 double windowedRequestBytes(const Profile &p, int64_t inFlight);
 
+/// The latency without queueing (RemoteProfile::unloadedLatencySeconds,
+/// else latencySeconds).
+double unloadedLatency(const Profile &p);
+
 /// Seconds that request takes: the latency without queueing
 /// (RemoteProfile::unloadedLatencySeconds, else latencySeconds) plus its
 /// bytes at the bandwidth received at.
@@ -125,8 +129,13 @@ int64_t windowedBytes(const Profile &p, int64_t inFlight);
 
 /// The fewest requests in flight (at least kMinWindowedInFlight, at most
 /// kMaxInFlight) whose bytes ahead cover the demand of `rate` records/s
-/// for the time a request takes, x kInFlightHeadroom; fewer when
-/// windowedBytes exceeds `memoryBytes` (>0).
+/// for the time a request takes, x kInFlightHeadroom, and whose first
+/// window of a shard is the whole shard or lasts the reader the latency x
+/// kInFlightHeadroom (the rest of a larger shard is asked for when its
+/// reader opens it, a round trip before it is read); fewer when
+/// windowedBytes exceeds `memoryBytes` (>0). remoteCapacity bounds the
+/// source by the same two: bytes ahead per request time, and a window per
+/// latency while the window is smaller than a shard.
 int64_t windowedInFlightFor(const Profile &p, double rate,
                             int64_t memoryBytes = 0);
 
