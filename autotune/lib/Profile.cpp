@@ -11,6 +11,7 @@
 #include "sluice/autotune/Profile.h"
 #include "sluice/autotune/Model.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/ops/Switches.h"
 #include "sluice/runtime/ElementOps.h"
 #include "sluice/runtime/Source.h"
 
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -127,6 +129,30 @@ double diskBandwidth(const std::string &dir) {
   double secs = since(t);
   std::remove(path.c_str());
   return secs > 0 ? 2.0 * 16 * (1 << 20) / secs : 0;
+}
+
+/// Seconds per byte to fault in fresh anonymous memory: 1 MiB mapped and
+/// written a byte per page, three times, the median. Without transparent
+/// huge pages for it (the runtime's buffers get none unless the host
+/// forces them), as the runtime's fresh buffers are.
+double freshMemoryCost() {
+  const size_t n = 1 << 20;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<double> xs;
+  for (int r = 0; r < 3; ++r) {
+    void *m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      return 0;
+    auto *b = static_cast<volatile char *>(m);
+    auto t = Clock::now();
+    for (size_t i = 0; i < n; i += page)
+      b[i] = 1;
+    xs.push_back(since(t) / static_cast<double>(n));
+    ::munmap(m, n);
+  }
+  std::sort(xs.begin(), xs.end());
+  return xs[1];
 }
 
 /// Cost of one step's counter updates per record: two clock reads and four
@@ -331,6 +357,8 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   prof.specFile = plan.specFile;
   prof.hostCores = hostCores();
   prof.epochs = opts.base.epochs ? *opts.base.epochs : plan.epochs;
+  prof.batchRowPlacement =
+      opts.base.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
   int64_t cores = opts.cores > 0   ? opts.cores
                   : plan.cores > 0 ? plan.cores
                                    : prof.hostCores;
@@ -619,6 +647,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
     dir = t && *t ? t : "/tmp";
   }
   prof.diskBytesPerSecond = diskBandwidth(dir);
+  prof.freshMemorySecondsPerByte = freshMemoryCost();
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) == 0)
     prof.diskFreeBytes =

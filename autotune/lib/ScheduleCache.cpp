@@ -40,8 +40,9 @@ namespace {
 
 /// Also bumped when the solver would choose other knobs for the same
 /// profile, so that no run reuses an older solver's schedule (3: no
-/// prefetch between a lane and the batch whose rows it writes).
-constexpr const char *kFormat = "sluice-schedule-cache-3";
+/// prefetch between a lane and the batch whose rows it writes; 4: prefetch
+/// depths capped by their buffers' first touch in a short run).
+constexpr const char *kFormat = "sluice-schedule-cache-4";
 
 std::string envOr(const char *name) {
   const char *v = std::getenv(name);
@@ -405,12 +406,13 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.worldSize
      // Switches that change the rates the probes would measure.
      << "\nkernels " << (opts.binder ? "compiled" : "interpreted")
-     << " placement " << opts.batchRowPlacement << " direct "
-     << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
-     << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
-     << opts.parallelParse << " runs " << opts.recordRuns << " files "
-     << opts.fileReadAhead << " order " << opts.positionalShuffle << "\nhost "
-     << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
+     << " placement "
+     << (opts.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT"))
+     << " direct " << opts.directOutput << " handoff " << opts.batchedHandoff
+     << " slicing " << opts.arenaSlicing << '/' << opts.arenaSliceMicros
+     << " parse " << opts.parallelParse << " runs " << opts.recordRuns
+     << " files " << opts.fileReadAhead << " order " << opts.positionalShuffle
+     << "\nhost " << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -39,7 +39,7 @@ namespace {
 /// `select.prefetch: 47` the fused flip+normalize+transpose took 129 us per
 /// record instead of 50 and the run 1.54 s instead of 1.39.
 std::vector<size_t> prefetchCandidates(const Profile &p) {
-  static const bool placement = !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  const bool placement = p.batchRowPlacement;
   std::vector<size_t> out;
   for (const Lane &u : lanes(p, -1)) {
     if (!u.parallel)
@@ -78,6 +78,40 @@ int64_t recommendedDepth(const Profile &p, size_t i) {
   double rate = p.probes.empty() ? 0 : p.probes.front().sourceRecordsPerSecond;
   double items = rate * p.steps[i].visits * p.steps[i].selectivity;
   return queueDepth(p.steps[i].rateCv, items);
+}
+
+/// The share of a run that first touching a prefetch queue's buffers may
+/// take. Those pages are faulted in once per run (the queue's buffers are
+/// reused after), which a long run never notices and a short one does:
+/// bench/specs/criteo_bench.yaml's run takes 0.3 s on 2 cores, where 30
+/// batches of 1.1 MB queued after its last step cost ~8,000 faults of
+/// ~22 us each on the project's VM and the tuned run lost to plain
+/// `--threads 2`.
+constexpr double kFreshMemoryShare = 0.01;
+
+/// The deepest prefetch after step i whose buffers' first touch costs at
+/// most kFreshMemoryShare of the shortest run the probes predict (their
+/// fastest rate, every record of every epoch); -1: no cap (an endless run,
+/// an epoch of unknown size, or no measured fault cost). *runSeconds gets
+/// that run's length.
+int64_t freshMemoryDepthCap(const Profile &p, size_t i, double *runSeconds) {
+  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
+                                        ? p.sourceRecordsPerEpoch
+                                        : p.estimatedRecordsPerEpoch;
+  double rate = 0;
+  for (const Probe &pr : p.probes)
+    rate = std::max(rate, pr.sourceRecordsPerSecond);
+  double bytes = slotBytes(p, i);
+  if (p.epochs <= 0 || !perEpoch || *perEpoch <= 0 || !(rate > 0) ||
+      !(p.freshMemorySecondsPerByte > 0) || !(bytes > 0))
+    return -1;
+  double run = p.startupSeconds + static_cast<double>(p.epochs) *
+                                      static_cast<double>(*perEpoch) / rate;
+  if (runSeconds)
+    *runSeconds = run;
+  double items =
+      kFreshMemoryShare * run / (bytes * p.freshMemorySecondsPerByte);
+  return items >= 64 ? -1 : static_cast<int64_t>(items);
 }
 
 struct Lp {
@@ -534,18 +568,25 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     size_t step;
     int64_t recommended;
     std::vector<std::pair<int64_t, int>> z;
+    int64_t freshCap = -1; ///< freshMemoryDepthCap (-1: none)
+    double runSeconds = 0;
   };
   std::vector<BufVars> bufs;
+  const bool freshCapOn = !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP");
   for (size_t i : prefetchCandidates(p)) {
     BufVars b{i, recommendedDepth(p, i), {}};
+    if (freshCapOn)
+      b.freshCap = freshMemoryDepthCap(p, i, &b.runSeconds);
     std::vector<int64_t> depths;
     if (p.steps[i].pinned.prefetch) {
       depths = {*p.steps[i].pinned.prefetch};
     } else {
+      int64_t most =
+          b.freshCap >= 0 ? std::min(b.recommended, b.freshCap) : b.recommended;
       for (int64_t d : {0, 1, 2, 4, 8, 16, 32, 64})
-        if (d < b.recommended)
+        if (d < most)
           depths.push_back(d);
-      depths.push_back(b.recommended);
+      depths.push_back(most);
     }
     std::vector<std::pair<int, double>> one;
     double bytes = slotBytes(p, i);
@@ -690,11 +731,25 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
                   p.steps[b.step].rateCv,
                   static_cast<long long>(b.recommended));
     kc.reason = buf;
-    if (kc.pinned)
+    if (kc.pinned) {
       kc.reason = "pinned in the spec's schedule";
-    else if (d < b.recommended)
+    } else if (b.freshCap >= 0 && b.freshCap < b.recommended &&
+               d == b.freshCap) {
+      std::snprintf(
+          buf, sizeof buf,
+          "; reduced to %lld: more would cost over %.0f%% of the predicted "
+          "run (%.2f s) in first touches of its buffers (%s per item, fresh "
+          "memory measured at %.2f us per 4 KiB page; "
+          "SLUICE_NO_PREFETCH_TOUCH_CAP=1 lifts this)",
+          static_cast<long long>(d), kFreshMemoryShare * 100, b.runSeconds,
+          runtime::formatBytes(static_cast<int64_t>(slotBytes(p, b.step)))
+              .c_str(),
+          p.freshMemorySecondsPerByte * 4096 * 1e6);
+      kc.reason += buf;
+    } else if (d < b.recommended) {
       kc.reason +=
           "; reduced to " + std::to_string(d) + " to stay within budget.memory";
+    }
     sol.knobs.push_back(kc);
   }
   {

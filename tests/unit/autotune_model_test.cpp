@@ -505,6 +505,59 @@ TEST(AutotuneSolver, NoPrefetchBetweenALaneAndTheBatchItsWorkersFill) {
   ASSERT_TRUE(sol);
   ASSERT_EQ(sol->config.prefetch.count(4), 1u);
   EXPECT_EQ(sol->config.prefetch.at(4), 8);
+  // Runs without row placement (RunOptions::batchRowPlacement off, or
+  // SLUICE_NO_BATCH_PLACEMENT, both in Profile::batchRowPlacement) copy
+  // every record into the batch anyway: the prefetch is offered again.
+  p.steps[4].pinned.prefetch.reset();
+  p.batchRowPlacement = false;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_GT(sol->config.prefetch.count(4), 0u);
+}
+
+TEST(AutotuneSolver, PrefetchDepthIsCappedByItsFirstTouchInAShortRun) {
+  // `b` ends its lane and varies its rate: the two-sigma rule asks for
+  // more than 64 items of 1000 bytes. The run is 10,000 records at the
+  // probe's 10,000 records/s: 1 s. Fresh memory costing 3 us per byte, a
+  // queue may hold 0.01 s / (1000 B x 3 us/B) = 3.3 items: 3.
+  Profile p = pipeline();
+  Probe probe;
+  probe.sourceRecordsPerSecond = 10000;
+  p.probes.push_back(probe);
+  p.steps[2].rateCv = 0.9;
+  auto sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  ASSERT_EQ(sol->config.prefetch.count(2), 1u);
+  const int64_t uncapped = sol->config.prefetch.at(2);
+  EXPECT_GT(uncapped, 3);
+  p.freshMemorySecondsPerByte = 3e-6;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  ASSERT_EQ(sol->config.prefetch.count(2), 1u);
+  EXPECT_EQ(sol->config.prefetch.at(2), 3);
+  bool said = false;
+  for (const KnobChoice &k : sol->knobs)
+    if (k.step == "b" && k.knob == "prefetch")
+      said = k.reason.find("first touches") != std::string::npos;
+  EXPECT_TRUE(said);
+  // Ten times the records: ten times the items.
+  p.sourceRecordsPerEpoch = 100000;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.prefetch.at(2), 33);
+  // An endless run touches them once in forever: no cap.
+  p.sourceRecordsPerEpoch = 10000;
+  p.epochs = -1;
+  sol = solve(p, Budget{4, 0, 0});
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.prefetch.at(2), uncapped);
+  // Switched off by name.
+  p.epochs = 1;
+  ::setenv("SLUICE_NO_PREFETCH_TOUCH_CAP", "1", 1);
+  sol = solve(p, Budget{4, 0, 0});
+  ::unsetenv("SLUICE_NO_PREFETCH_TOUCH_CAP");
+  ASSERT_TRUE(sol);
+  EXPECT_EQ(sol->config.prefetch.at(2), uncapped);
 }
 
 TEST(AutotuneSolver, NoisyLevelCalibrationSetsThePredictionNotTheChoice) {

@@ -146,6 +146,10 @@ struct Profile {
   std::string specFile;
   int64_t hostCores = 1;
   int64_t epochs = 1; ///< of the plan (-1: endless)
+  /// Whether the runs write batch rows in place (RunOptions::
+  /// batchRowPlacement and no SLUICE_NO_BATCH_PLACEMENT): the solver offers
+  /// no prefetch between a lane and a batch it fills while it is on.
+  bool batchRowPlacement = true;
   /// Source records per epoch, when the source knows.
   std::optional<int64_t> sourceRecordsPerEpoch;
   double sourceBytesPerSecond = 0; ///< the source's read rate
@@ -161,6 +165,13 @@ struct Profile {
   int64_t fixedMemoryBytes = 0;
   /// Sequential write+read bandwidth of the disk cache directory.
   double diskBytesPerSecond = 0;
+  /// Seconds per byte to fault in fresh memory (anonymous pages written the
+  /// first time: the kernel's fault and zeroing), measured once per
+  /// profile. A prefetch queue's buffers are touched the first time once per
+  /// run: ~0.2-0.5 ns/B on a bare host, ~5 ns/B (22 us per 4 KiB page) on
+  /// the 2-core VM the project is built on. 0: not measured (synthetic
+  /// profiles): no cost.
+  double freshMemorySecondsPerByte = 0;
   int64_t diskFreeBytes = 0;
   /// Counter cost per source record / work per source record.
   double counterOverhead = 0;
