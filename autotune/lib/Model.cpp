@@ -8,12 +8,14 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/autotune/Model.h"
 #include "sluice/ops/Registry.h"
+#include "sluice/runtime/Memory.h"
 #include "sluice/runtime/StageGroups.h"
 
 #include <Eigen/Dense>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 
@@ -473,8 +475,10 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
     double f = phaseFactor(us.front(), phase, e);
     if (f > 0) {
       r.remoteCapacity = remoteCapacity(p, c.sourceInFlight) / f;
-      mem += static_cast<int64_t>(static_cast<double>(c.sourceInFlight) *
-                                  p.remote.bytesPerRequest);
+      mem += p.remote.windowed()
+                 ? windowedBytes(p, c.sourceInFlight)
+                 : static_cast<int64_t>(static_cast<double>(c.sourceInFlight) *
+                                        p.remote.bytesPerRequest);
       if (r.remoteCapacity < r.throughput) {
         r.throughput = r.remoteCapacity;
         r.bottleneck = -2;
@@ -696,13 +700,150 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
 double remoteCapacity(const Profile &p, int64_t inFlight) {
   if (!p.remote.present() || inFlight <= 0)
     return kInf;
+  if (p.remote.windowed()) {
+    // Little's law in bytes: what is asked for ahead over the time a
+    // request takes, and never more than the bandwidth received at.
+    const double bpr = p.remote.bytesPerRecord();
+    const double t = windowedRequestSeconds(p, inFlight);
+    if (!(bpr > 0) || !(t > 0))
+      return kInf;
+    double bytesPerSecond = static_cast<double>(windowedBytes(p, inFlight)) / t;
+    if (p.remote.receiveBytesPerSecond > 0)
+      bytesPerSecond = std::min(bytesPerSecond, p.remote.receiveBytesPerSecond);
+    // The rest of a shard larger than its first window is asked for when
+    // the reader opens it: the reader waits for it unless the window lasts
+    // a round trip, so it reads at most a window per latency.
+    const double window = static_cast<double>(inFlight) * p.remote.chunkBytes;
+    if (!(p.remote.objectBytes > 0 && window >= p.remote.objectBytes))
+      bytesPerSecond = std::min(bytesPerSecond, window / unloadedLatency(p));
+    return bytesPerSecond / bpr;
+  }
   return static_cast<double>(inFlight) /
          (p.remote.requestsPerRecord * p.remote.requestSeconds);
+}
+
+double windowedRequestBytes(const Profile &p, int64_t inFlight) {
+  const double window =
+      static_cast<double>(std::max<int64_t>(1, inFlight)) * p.remote.chunkBytes;
+  return p.remote.objectBytes > 0 ? std::min(window, p.remote.objectBytes)
+                                  : window;
+}
+
+double unloadedLatency(const Profile &p) {
+  return p.remote.unloadedLatencySeconds > 0 ? p.remote.unloadedLatencySeconds
+                                             : p.remote.latencySeconds;
+}
+
+double windowedRequestSeconds(const Profile &p, int64_t inFlight) {
+  const RemoteProfile &r = p.remote;
+  const double latency = unloadedLatency(p);
+  const double transfer =
+      r.receiveBytesPerSecond > 0
+          ? windowedRequestBytes(p, inFlight) / r.receiveBytesPerSecond
+          : 0;
+  return latency + transfer;
+}
+
+int64_t windowedBytes(const Profile &p, int64_t inFlight) {
+  const double window =
+      static_cast<double>(std::max<int64_t>(1, inFlight)) * p.remote.chunkBytes;
+  const double ahead = static_cast<double>(std::max<int64_t>(1, inFlight / 2));
+  return static_cast<int64_t>(window +
+                              ahead * windowedRequestBytes(p, inFlight));
+}
+
+int64_t windowedInFlightFor(const Profile &p, double rate,
+                            int64_t memoryBytes) {
+  if (!p.remote.windowed())
+    return 0;
+  int64_t n = kMinWindowedInFlight;
+  if (!(std::isfinite(rate) && rate > 0)) {
+    n = kMaxInFlight;
+  } else {
+    const double demand = rate * p.remote.bytesPerRecord();
+    // Enough asked for ahead for the time a request takes, and a first
+    // window that is the whole shard or lasts the reader a round trip (the
+    // rest of the shard is asked for as it opens).
+    auto enough = [&](int64_t k) {
+      const double window = static_cast<double>(k) * p.remote.chunkBytes;
+      const bool covers =
+          (p.remote.objectBytes > 0 && window >= p.remote.objectBytes) ||
+          window >= demand * unloadedLatency(p) * kInFlightHeadroom;
+      return covers &&
+             static_cast<double>(windowedBytes(p, k)) >=
+                 demand * windowedRequestSeconds(p, k) * kInFlightHeadroom;
+    };
+    while (n < kMaxInFlight && !enough(n))
+      ++n;
+  }
+  if (memoryBytes > 0)
+    while (n > 1 && windowedBytes(p, n) > memoryBytes)
+      --n;
+  return n;
+}
+
+std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
+                             int64_t wanted) {
+  const RemoteProfile &r = p.remote;
+  char buf[800];
+  const char *memoryNote = chosen < wanted
+                               ? "; fewer: a quarter of the memory the "
+                                 "budget leaves holds no more"
+                               : "";
+  if (r.windowed()) {
+    const double demand = rate * r.bytesPerRecord();
+    const double t = windowedRequestSeconds(p, chosen);
+    auto bytes = [](double b) {
+      return runtime::formatBytes(static_cast<int64_t>(b));
+    };
+    const double latency = unloadedLatency(p);
+    std::snprintf(
+        buf, sizeof buf,
+        "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
+        "without queueing; Little's law in bytes: the rest reads %s/s, %.0f "
+        "records/s x %s; a request of %s takes %.1f ms at the %s/s "
+        "received, so %s ahead are needed, x%.1f headroom; %lld in flight "
+        "ask for %s ahead: a window of %s chunks and %lld shards' first "
+        "windows; a first window of %s %s%s%s)",
+        static_cast<long long>(chosen), r.latencySeconds * 1e3, latency * 1e3,
+        bytes(demand).c_str(), rate, bytes(r.bytesPerRecord()).c_str(),
+        bytes(windowedRequestBytes(p, chosen)).c_str(), t * 1e3,
+        bytes(r.receiveBytesPerSecond).c_str(), bytes(demand * t).c_str(),
+        kInFlightHeadroom, static_cast<long long>(chosen),
+        bytes(static_cast<double>(windowedBytes(p, chosen))).c_str(),
+        bytes(r.chunkBytes).c_str(),
+        static_cast<long long>(std::max<int64_t>(1, chosen / 2)),
+        bytes(static_cast<double>(chosen) * r.chunkBytes).c_str(),
+        r.objectBytes > 0 &&
+                static_cast<double>(chosen) * r.chunkBytes >= r.objectBytes
+            ? ("is the whole shard of " + bytes(r.objectBytes)).c_str()
+            : "lasts the reader the latency x1.5 (the rest of a shard is "
+              "asked for as it opens)",
+        chosen == kMinWindowedInFlight && chosen == wanted
+            ? "; at least 4: two shards ahead"
+            : "",
+        memoryNote);
+    return buf;
+  }
+  std::snprintf(
+      buf, sizeof buf,
+      "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
+      "per request of %s, %.3g requests per record): Little's law gives "
+      "%.1f in flight for the %.0f records/s the rest sustains, x%.1f "
+      "headroom%s",
+      static_cast<long long>(chosen), r.latencySeconds * 1e3,
+      r.requestSeconds * 1e3,
+      runtime::formatBytes(static_cast<int64_t>(r.bytesPerRequest)).c_str(),
+      r.requestsPerRecord, rate * r.requestsPerRecord * r.requestSeconds, rate,
+      kInFlightHeadroom, memoryNote);
+  return buf;
 }
 
 int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes) {
   if (!p.remote.present())
     return 0;
+  if (p.remote.windowed())
+    return windowedInFlightFor(p, rate, memoryBytes);
   double need = std::isfinite(rate) && rate > 0
                     ? rate * p.remote.requestsPerRecord *
                           p.remote.requestSeconds * kInFlightHeadroom

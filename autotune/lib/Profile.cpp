@@ -508,10 +508,15 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   // (the client's medians over its recent requests, read at the end).
   {
     int64_t requests = 0, bytes = 0, records = 0;
+    double receiving = 0;
+    int64_t streams = 0, streamBytes = 0;
     for (const Window &w : windows) {
       const runtime::RunStats &wa = w.samples.front(), &wb = w.samples.back();
       requests += wb.remote.requests - wa.remote.requests;
       bytes += wb.remote.bytes - wa.remote.bytes;
+      receiving += wb.remote.receiveSeconds - wa.remote.receiveSeconds;
+      streams += wb.remote.streams - wa.remote.streams;
+      streamBytes += wb.remote.streamBytes - wa.remote.streamBytes;
       records += w.probe.sourceRecords;
     }
     const runtime::RunStats::Remote &last =
@@ -527,6 +532,17 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       r.latencySeconds = last.medianLatencyMs / 1e3;
       r.probeInFlight = last.requestsInFlight;
       r.pinned = last.inFlightPinned ? last.requestsInFlight : 0;
+      // A sequential source's window (its shards' first windows asked for
+      // ahead as one response each) is modelled in bytes: its chunk, and
+      // the bandwidth received at while responses arrived (neither depends
+      // on the probes' requests in flight, as a whole response's time does).
+      r.chunkBytes = static_cast<double>(last.chunkBytes);
+      r.receiveBytesPerSecond =
+          receiving > 0 ? static_cast<double>(bytes) / receiving : 0;
+      r.unloadedLatencySeconds = last.unloadedLatencyMs / 1e3;
+      r.objectBytes = streams > 0 ? static_cast<double>(streamBytes) /
+                                        static_cast<double>(streams)
+                                  : 0;
       // The source's thread waits for its objects; that wait is the I/O the
       // requests in flight hide (modelled by Little's law in predict()), not
       // work: its own cost is its CPU.

@@ -243,7 +243,11 @@ json toJson(const Profile &p) {
         {"bytesPerRequest", p.remote.bytesPerRequest},
         {"probeInFlight", p.remote.probeInFlight},
         {"pinned", p.remote.pinned},
-        {"requests", p.remote.requests}}},
+        {"requests", p.remote.requests},
+        {"chunkBytes", p.remote.chunkBytes},
+        {"receiveBytesPerSecond", p.remote.receiveBytesPerSecond},
+        {"unloadedLatencySeconds", p.remote.unloadedLatencySeconds},
+        {"objectBytes", p.remote.objectBytes}}},
       {"outputsPerSourceRecord", p.outputsPerSourceRecord},
       {"steps", steps},
       {"scaling", scaling},
@@ -282,6 +286,15 @@ void fromJson(const json &j, Profile &p) {
     r.at("probeInFlight").get_to(p.remote.probeInFlight);
     r.at("pinned").get_to(p.remote.pinned);
     r.at("requests").get_to(p.remote.requests);
+    // Entries written before these were measured: a per-request model.
+    if (r.contains("chunkBytes"))
+      r.at("chunkBytes").get_to(p.remote.chunkBytes);
+    if (r.contains("receiveBytesPerSecond"))
+      r.at("receiveBytesPerSecond").get_to(p.remote.receiveBytesPerSecond);
+    if (r.contains("unloadedLatencySeconds"))
+      r.at("unloadedLatencySeconds").get_to(p.remote.unloadedLatencySeconds);
+    if (r.contains("objectBytes"))
+      r.at("objectBytes").get_to(p.remote.objectBytes);
   }
   j.at("outputsPerSourceRecord").get_to(p.outputsPerSourceRecord);
   for (const json &s : j.at("steps")) {

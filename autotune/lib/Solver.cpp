@@ -807,7 +807,6 @@ void chooseInFlight(const Profile &p, const Budget &budget, Solution &sol) {
   kc.knob = "requests in flight";
   char buf[400];
   const double latMs = p.remote.latencySeconds * 1e3;
-  const double reqMs = p.remote.requestSeconds * 1e3;
   if (p.remote.pinned > 0) {
     c.sourceInFlight = p.remote.pinned;
     kc.pinned = true;
@@ -815,30 +814,16 @@ void chooseInFlight(const Profile &p, const Budget &budget, Solution &sol) {
                   "source: %lld requests in flight (remote.concurrency), "
                   "%.0f ms median latency",
                   static_cast<long long>(c.sourceInFlight), latMs);
+    kc.reason = buf;
   } else {
     int64_t room = 0;
     if (budget.memoryBytes > 0)
       room = std::max<int64_t>(1, (budget.memoryBytes - open.memoryBytes) / 4);
     c.sourceInFlight = inFlightFor(p, open.throughput, room);
     int64_t wanted = inFlightFor(p, open.throughput);
-    std::snprintf(
-        buf, sizeof buf,
-        "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
-        "per request of %s, %.3g requests per record): Little's law gives "
-        "%.1f in flight for the %.0f records/s the rest sustains, x%.1f "
-        "headroom%s",
-        static_cast<long long>(c.sourceInFlight), latMs, reqMs,
-        runtime::formatBytes(static_cast<int64_t>(p.remote.bytesPerRequest))
-            .c_str(),
-        p.remote.requestsPerRecord,
-        open.throughput * p.remote.requestsPerRecord * p.remote.requestSeconds,
-        open.throughput, kInFlightHeadroom,
-        c.sourceInFlight < wanted ? "; fewer: a quarter of the memory the "
-                                    "budget leaves holds no more"
-                                  : "");
+    kc.reason = describeInFlight(p, open.throughput, c.sourceInFlight, wanted);
   }
   kc.value = std::to_string(c.sourceInFlight);
-  kc.reason = buf;
   sol.knobs.push_back(kc);
   sol.prediction = predict(p, c, budget.cores);
 }

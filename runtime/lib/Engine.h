@@ -112,6 +112,12 @@ struct Shared {
   bool parallelParse = true;
   /// RunOptions::fileReadAhead (and no SLUICE_NO_FILE_READ_AHEAD).
   bool fileReadAhead = true;
+  /// The epochs the run reads the source in (-1: endless; 0: not known,
+  /// none named ahead), when no cache serves later epochs instead: a source
+  /// over remote objects names the next epoch's first shards before the
+  /// current pass ends, so that an epoch boundary costs no round trip. 0
+  /// with SLUICE_NO_NEXT_PASS_AHEAD=1.
+  int64_t sourceEpochs = 0;
   /// SLUICE_COARSE_BATCH_COUNT=1: `batch` counts a batch it builds in a new
   /// buffer by its records' bytes (tensor overhead included) instead of the
   /// buffer's own bytes, as before.

@@ -528,6 +528,19 @@ Status Engine::build() {
       opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
   shared_.fileReadAhead =
       opts_.fileReadAhead && !switchedOff("SLUICE_NO_FILE_READ_AHEAD");
+  {
+    // A cache (or a step that materializes) serves the epochs after the
+    // first without the source: nothing is named ahead for them.
+    auto caches = [](const PlanStep &st) {
+      const OpTraits *t = opTraits(st.op);
+      return st.schedule.cache.has_value() || (t && t->materializes);
+    };
+    bool cached = caches(plan_.source);
+    for (const PlanStep &st : plan_.steps)
+      cached = cached || caches(st);
+    shared_.sourceEpochs =
+        cached || switchedOff("SLUICE_NO_NEXT_PASS_AHEAD") ? 0 : epochs_;
+  }
   shared_.timing = opts_.stageTiming == RunOptions::StageTiming::On ||
                    (opts_.stageTiming == RunOptions::StageTiming::Default &&
                     !switchedOff("SLUICE_NO_STAGE_TIMING"));
@@ -1175,6 +1188,16 @@ RunStats Engine::stats() const {
     r.remote.medianRequestMs = now.medianRequestMs;
     r.remote.requestsInFlight = source_->requestsInFlight();
     r.remote.inFlightPinned = source_->requestsInFlightPinned();
+    r.remote.receiveSeconds = now.receiveSeconds - remoteBase_->receiveSeconds;
+    r.remote.chunkBytes = source_->remoteChunkBytes();
+    r.remote.nextPassAhead =
+        static_cast<int64_t>(now.nextPassAhead - remoteBase_->nextPassAhead);
+    r.remote.nextPassTaken =
+        static_cast<int64_t>(now.nextPassTaken - remoteBase_->nextPassTaken);
+    r.remote.unloadedLatencyMs = now.unloadedLatencyMs;
+    r.remote.streams = static_cast<int64_t>(now.streams - remoteBase_->streams);
+    r.remote.streamBytes =
+        static_cast<int64_t>(now.streamBytes - remoteBase_->streamBytes);
     ObjectCacheTotals c = objectCacheTotals();
     auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b); };
     r.remote.cache.hits = d(c.hits, cacheBase_.hits);

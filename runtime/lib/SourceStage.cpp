@@ -124,6 +124,7 @@ protected:
       slots_.push_back(std::make_unique<Slot>());
     nextShard_ = 0;
     prefetched_ = 0;
+    nextPassNamed_ = 0;
     pos_ = 0;
     blockIndex_ = 0;
     open_ = 0;
@@ -156,11 +157,21 @@ protected:
           // for the same way (the fetch is taken at once): a sequential
           // source's first request then covers a window of chunks, not
           // one chunk that a second round trip follows (FetchAhead).
-          if (const size_t depth = src.prefetchDepth(); depth > 0)
-            for (; prefetched_ < std::min(src.numShards(), s.shard + 1 + depth);
-                 ++prefetched_)
+          if (const size_t depth = src.prefetchDepth(); depth > 0) {
+            const size_t n = src.numShards(), until = s.shard + 1 + depth;
+            for (; prefetched_ < std::min(n, until); ++prefetched_)
               if (prefetched_ >= s.shard)
                 src.prefetch(prefetched_);
+            // Near the pass's end, the next epoch's first shards (those
+            // this pass has opened already): the boundary then costs no
+            // round trip. The same objects as the next pass would ask for
+            // at its start, taken by its readers (shard k is the same
+            // object in every pass).
+            if (until > n && nextPassFollows())
+              for (; nextPassNamed_ < std::min(until - n, s.shard);
+                   ++nextPassNamed_)
+                src.prefetch(nextPassNamed_, /*nextPass=*/true);
+          }
           {
             AllocationScope scope(&scratchLimit_);
             s.reader = src.open(s.shard);
@@ -515,6 +526,14 @@ private:
   size_t pendingShard_ = 0;
   size_t nextShard_ = 0;
   size_t prefetched_ = 0; ///< shards before it were named to prefetch()
+  /// The next pass's first shards named so far (prefetch(k, nextPass)).
+  size_t nextPassNamed_ = 0;
+  /// Whether the source is read again in the epoch after this one
+  /// (Shared::sourceEpochs).
+  bool nextPassFollows() const {
+    const int64_t e = shared_.sourceEpochs;
+    return e < 0 || (e > 0 && static_cast<int64_t>(epoch()) + 1 < e);
+  }
   size_t pos_ = 0;
   int64_t blockIndex_ = 0;
   int64_t open_ = 0;

@@ -143,6 +143,13 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"median_request_ms", remote.medianRequestMs},
             {"requests_in_flight", remote.requestsInFlight},
             {"in_flight_pinned", remote.inFlightPinned},
+            {"receive_seconds", remote.receiveSeconds},
+            {"chunk_bytes", remote.chunkBytes},
+            {"next_pass_ahead", remote.nextPassAhead},
+            {"next_pass_taken", remote.nextPassTaken},
+            {"unloaded_latency_ms", remote.unloadedLatencyMs},
+            {"streams", remote.streams},
+            {"stream_bytes", remote.streamBytes},
             {"cache",
              {{"hits", remote.cache.hits},
               {"misses", remote.cache.misses},
@@ -311,17 +318,29 @@ std::string RunStats::table() const {
            " kept at most, in the budget)";
   };
   if (remote.requests > 0)
-    out += "source: " + std::to_string(remote.requestsInFlight) +
-           " requests in flight (up to " + std::to_string(remote.peakInFlight) +
-           " at once" +
-           (remote.inFlightPinned ? ", set by remote.concurrency" : "") +
-           "), " + fmt("%.1f", remote.medianLatencyMs) +
-           " ms median latency (to the first byte), " +
-           fmt("%.1f", remote.medianRequestMs) +
-           " ms per request; remote: " + std::to_string(remote.requests) +
-           " requests (" + std::to_string(remote.retries) + " retried, " +
-           std::to_string(remote.failures) + " failed), " +
-           formatBytes(remote.bytes) + keptBodies() + "\n";
+    out +=
+        "source: " + std::to_string(remote.requestsInFlight) +
+        " requests in flight (up to " + std::to_string(remote.peakInFlight) +
+        " at once" +
+        (remote.inFlightPinned ? ", set by remote.concurrency" : "") + "), " +
+        fmt("%.1f", remote.medianLatencyMs) +
+        " ms median latency (to the first byte), " +
+        fmt("%.1f", remote.medianRequestMs) +
+        " ms per request; remote: " + std::to_string(remote.requests) +
+        " requests (" + std::to_string(remote.retries) + " retried, " +
+        std::to_string(remote.failures) + " failed), " +
+        formatBytes(remote.bytes) + keptBodies() +
+        (remote.receiveSeconds > 0 ? "; received at " +
+                                         formatBytes(static_cast<int64_t>(
+                                             static_cast<double>(remote.bytes) /
+                                             remote.receiveSeconds)) +
+                                         "/s"
+                                   : "") +
+        (remote.nextPassAhead > 0
+             ? "; " + std::to_string(remote.nextPassAhead) +
+                   " next-epoch shards asked for before their epoch"
+             : "") +
+        "\n";
   if (remote.cache.hits + remote.cache.misses > 0)
     out += "object cache: " + std::to_string(remote.cache.hits) +
            " read locally (" + formatBytes(remote.cache.bytesRead) + "), " +

@@ -634,6 +634,50 @@ budget: {cores: 2, memory: 256MiB}
                for k in rep["knobs"])
 
 
+
+def test_tune_models_a_windowed_source_in_bytes(servers, tmp_path):
+    """webdataset shards over http:// with 20 ms before every answer: the
+    tuner models the sequential source in bytes (its window and the shards'
+    first windows ahead against the consumer's demand), says so with each
+    figure, chooses at least 4, and writes it as the source's parallelism."""
+    proxy = servers.http_proxy
+    spec = tmp_path / "tune_wds.yaml"
+    spec.write_text("""
+pipeline: remote_tune_wds
+source:
+  webdataset: {files: '%s/shards/shard-{000..002}.tar',
+               remote: {chunk_size: 4KiB},
+               fields: [{ext: jpg, name: data},
+                        {ext: cls, name: label, type: i64}]}
+steps:
+  - decode_image: {field: data, as: image, channels: 3}
+  - resize: {field: image, size: [32, 32]}
+  - select: [image, label]
+  - batch: {size: 8}
+budget: {cores: 2, memory: 256MiB}
+""" % proxy)
+    report = tmp_path / "report"
+    servers.rules(proxy, [{"match": "", "delay_ms": 20}])
+    try:
+        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
+                            str(report)], capture_output=True, text=True,
+                           env=dict(os.environ, SLUICE_NO_SCHEDULE_CACHE="1"))
+    finally:
+        servers.rules(proxy, [])
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = (report / "report.md").read_text()
+    m = re.search(r"source: (\d+) requests in flight, (\d+) ms median "
+                  r"latency \((\d+) ms without queueing; Little's law in "
+                  r"bytes", md)
+    assert m, md
+    n, latency, unloaded = (int(g) for g in m.groups())
+    assert 20 <= unloaded and 20 <= latency  # the proxy delays every answer
+    assert 4 <= n <= 256
+    sched = (report / "schedule.yaml").read_text()
+    assert re.search(r"webdataset:\s*\{?\s*parallelism: %d" % n, sched), \
+        sched
+
+
 # --- the on-disk cache of fetched objects ------------------------------------
 
 def cached_spec(servers, tmp_path, name, kind, cache, epochs=2, size=None):
@@ -1199,3 +1243,64 @@ def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
         assert all(batches_equal(a, b) for a, b in zip(want, batches)), remote
         assert stats["requests"] > 0 and stats["failures"] == 0, stats
     assert got[-1][1]["retries"] == 2, got[-1][1]
+
+
+@pytest.mark.parametrize("name,kind", [("webdataset", "http"),
+                                       ("tfrecord", "s3"),
+                                       ("image_folder", "s3")])
+def test_next_epochs_first_shards_are_asked_for_before_it(servers, tmp_path,
+                                                          name, kind):
+    """As an epoch reads its last shards, the first shards of the next one
+    are asked for (the epoch boundary then waits for no round trip):
+    counted in remote.next_pass_ahead, and every one is taken by a reader
+    of the next epoch (next_pass_taken), with the records of local files.
+    The last epoch asks for none ahead: the requests are those of a run
+    with SLUICE_NO_NEXT_PASS_AHEAD=1 (read once per process: a child
+    process), which asks for none ahead and gives the same records. A run
+    stopped after the first epoch's last shard was opened (the next
+    epoch's first asked for) resumes with the same records."""
+    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    want = run_all(local)
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        batches = list(p)
+        st = p.stats()["remote"]
+        pickle.dump((batches, st), open(sys.argv[2], "wb"))
+    """)
+    runs = {}
+    for switch in ("0", "1"):
+        out = tmp_path / ("next-%s.pickle" % switch)
+        env = dict(os.environ, SLUICE_NO_NEXT_PASS_AHEAD=switch)
+        r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        runs[switch] = pickle.load(open(out, "rb"))
+    for switch, (batches, st) in runs.items():
+        assert len(batches) == len(want) > 0, switch
+        assert all(batches_equal(a, b) for a, b in zip(want, batches)), switch
+        assert st["failures"] == 0, st
+    on, off = runs["0"][1], runs["1"][1]
+    # concurrency 3: one shard ahead of a stream (the next epoch's first),
+    # three objects ahead of image_folder's reader.
+    assert on["next_pass_ahead"] == (3 if name == "image_folder" else 1), on
+    assert on["next_pass_taken"] == on["next_pass_ahead"], on
+    assert off["next_pass_ahead"] == off["next_pass_taken"] == 0, off
+    sent = [s["requests"] - s["retries"] for s in (on, off)]
+    if name == "webdataset":
+        # Whether the chunk holding only a tar's padding is asked for
+        # follows the reader's pace (test_next_shards_first_window_...).
+        assert abs(sent[0] - sent[1]) <= 2 * 3, sent
+    else:
+        assert sent[0] == sent[1], sent
+
+    # Resume from the middle of the first epoch's last shard.
+    per_epoch = len(want) // 2
+    p = sluice.Pipeline(remote)
+    head = [next(p) for _ in range(per_epoch - 1)]
+    state = p.state_dict()
+    q = sluice.Pipeline(remote)
+    q.load_state_dict(state)
+    rest = list(q)
+    assert len(head) + len(rest) == len(want)
+    assert all(batches_equal(a, b) for a, b in zip(want, head + rest))

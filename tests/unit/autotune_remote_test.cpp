@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 using namespace sluice::autotune;
 using sluice::Expected;
@@ -226,4 +228,181 @@ TEST(AutotuneRemote, CachedEpochsReadNoObjects) {
   Prediction r = predict(p, c, 2);
   EXPECT_NEAR(r.firstEpoch, 400, 1e-6);
   EXPECT_GT(r.cachedEpochs, 1500);
+}
+
+namespace {
+
+constexpr double kMiB = 1048576;
+constexpr double kShard = 10.5 * kMiB; ///< 64 pictures of 170 KB
+constexpr double kPerRecord = 170e3;
+
+/// webdataset shards over HTTP read in windows of 1 MiB chunks, 170 KB per
+/// record, shards of 10.5 MiB, decoded at 0.7 ms per record on 2 cores (the
+/// rest sustains about 2,800 records/s, 480 MB/s): a profile as the probes
+/// (32 in flight) measure it, with their requests of `requestMiB` each
+/// taking `requestSeconds` (a shard's first window asked for ahead arrives
+/// as one response of up to the whole shard), the median latency to the
+/// first byte `latency` (queued behind other responses) and without
+/// queueing `unloaded`.
+Profile windowedPipeline(double requestMiB, double requestSeconds,
+                         double latency, double unloaded) {
+  Profile p = remotePipeline(700);
+  p.steps.front().name = "webdataset";
+  p.steps.front().op = "webdataset";
+  p.remote.bytesPerRequest = requestMiB * kMiB;
+  p.remote.requestsPerRecord = kPerRecord / p.remote.bytesPerRequest;
+  p.remote.requestSeconds = requestSeconds;
+  p.remote.latencySeconds = latency;
+  p.remote.unloadedLatencySeconds = unloaded;
+  p.remote.chunkBytes = kMiB;
+  p.remote.objectBytes = kShard;
+  p.remote.receiveBytesPerSecond = 800e6;
+  return p;
+}
+
+/// The rate the rest of the solved configuration sustains.
+double restRate(const Profile &p, const Solution &s) {
+  Config open = s.config;
+  open.sourceInFlight = 0;
+  return predict(p, open, 2).throughput;
+}
+
+/// By hand: the fewest N >= 4 whose bytes ahead (N chunks + N/2 shards'
+/// first windows of min(N chunks, a shard)) cover the demand for the time
+/// a first window takes (latency without queueing + its bytes at 800 MB/s),
+/// x1.5, and whose window of N chunks is a whole shard or covers the
+/// demand for the latency x1.5.
+int64_t byHand(double rate, double unloaded) {
+  for (int64_t n = 4;; ++n) {
+    double window = static_cast<double>(n) * kMiB;
+    double request = std::min(window, kShard);
+    double ahead =
+        window + static_cast<double>(std::max<int64_t>(1, n / 2)) * request;
+    double t = unloaded + request / 800e6;
+    double demand = rate * kPerRecord;
+    bool covers = window >= kShard || window >= demand * unloaded * 1.5;
+    if (covers && ahead >= demand * t * 1.5)
+      return n;
+  }
+}
+
+} // namespace
+
+TEST(AutotuneRemote, WindowedCapacityIsLittlesLawInBytes) {
+  Profile p = windowedPipeline(10.5, 0.35, 0.063, 0.020);
+  ASSERT_TRUE(p.remote.windowed());
+  // At 4: a window of 4 MiB and 2 shards' first 4 MiB ahead, 12 MiB; a
+  // first window takes 20 ms + 4 MiB at 800 MB/s (500 MB/s together).
+  EXPECT_EQ(windowedBytes(p, 4), static_cast<int64_t>(12 * kMiB));
+  double t = 0.020 + 4 * kMiB / 800e6;
+  EXPECT_NEAR(windowedRequestSeconds(p, 4), t, 1e-12);
+  // But the rest of each shard is asked for as its reader opens it: a
+  // window of 4 MiB per 20 ms bounds it lower.
+  EXPECT_NEAR(remoteCapacity(p, 4), 4 * kMiB / 0.020 / kPerRecord, 1e-6);
+  // A shard no larger than the window waits for no rest: bytes ahead per
+  // request time.
+  Profile whole = p;
+  whole.remote.objectBytes = 4 * kMiB;
+  EXPECT_NEAR(remoteCapacity(whole, 4), 12 * kMiB / t / kPerRecord, 1e-6);
+  // At 16 (the whole shard in a window), 87 MiB ahead over 33 ms would be
+  // 2.8 GB/s: the bandwidth received at bounds it.
+  EXPECT_NEAR(remoteCapacity(p, 16), 800e6 / kPerRecord, 1e-6);
+  EXPECT_EQ(windowedBytes(p, 8), static_cast<int64_t>(40 * kMiB));
+  // A first window is at most a shard.
+  EXPECT_EQ(windowedRequestBytes(p, 32), kShard);
+  EXPECT_EQ(windowedBytes(p, 1), static_cast<int64_t>(2 * kMiB));
+  // The probes' own requests (whole shards or single chunks, and how long
+  // they took) play no part.
+  Profile q = windowedPipeline(1, 0.024, 0.022, 0.020);
+  EXPECT_NEAR(remoteCapacity(q, 4), remoteCapacity(p, 4), 1e-6);
+}
+
+TEST(AutotuneRemote, WindowedChoiceDoesNotFollowTheProbesRequests) {
+  // The three profiles that made a per-request choice unstable (11, 4 and
+  // 1 in flight in three runs): the probes' requests were whole shards of
+  // 10.5 MiB taking 350 ms with the latency queued to 63 ms (big), single
+  // 1 MiB chunks taking 24 ms (small), or the latency was high (200 ms).
+  // The first two describe one source and get one choice.
+  Budget b;
+  b.cores = 2;
+  Profile big = windowedPipeline(10.5, 0.350, 0.063, 0.021);
+  Profile small = windowedPipeline(1, 0.024, 0.022, 0.021);
+  Profile slow = windowedPipeline(4, 0.600, 0.260, 0.200);
+  Profile *ps[3] = {&big, &small, &slow};
+  int64_t chosen[3];
+  for (int i = 0; i < 3; ++i) {
+    Expected<Solution> s = solve(*ps[i], b);
+    ASSERT_TRUE(s) << s.status().message();
+    double rate = restRate(*ps[i], *s);
+    EXPECT_GT(rate, 2000) << i;
+    chosen[i] = s->config.sourceInFlight;
+    EXPECT_EQ(chosen[i], byHand(rate, ps[i]->remote.unloadedLatencySeconds))
+        << i;
+    // With it the source is not the bottleneck.
+    EXPECT_NE(s->prediction.bottleneck, -2) << i;
+    EXPECT_GT(remoteCapacity(*ps[i], chosen[i]), rate) << i;
+    bool said = false;
+    for (const KnobChoice &k : s->knobs)
+      if (k.knob == "requests in flight") {
+        said = true;
+        EXPECT_EQ(k.value, std::to_string(chosen[i]));
+        char lead[80];
+        std::snprintf(lead, sizeof lead,
+                      "source: %lld requests in flight, %.0f ms median latency",
+                      static_cast<long long>(chosen[i]),
+                      ps[i]->remote.latencySeconds * 1e3);
+        EXPECT_EQ(k.reason.rfind(lead, 0), 0u) << k.reason;
+        EXPECT_NE(k.reason.find("Little's law in bytes"), std::string::npos)
+            << k.reason;
+      }
+    EXPECT_TRUE(said);
+  }
+  // ~480 MB/s for 21 ms + a window of N MiB at 800 MB/s, x1.5: 6 in flight
+  // (24 MiB ahead) would do, but a first window of 6 MiB lasts the reader
+  // 13 ms, less than a round trip x1.5: 11, a whole shard of 10.5 MiB, for
+  // both; for 200 ms, about 24.
+  EXPECT_EQ(chosen[0], chosen[1]);
+  EXPECT_EQ(chosen[0], 11);
+  EXPECT_GE(chosen[2], 20);
+  EXPECT_LE(chosen[2], 28);
+  // Four times the probes' request time changes nothing.
+  Profile again = big;
+  again.remote.requestSeconds *= 4;
+  Expected<Solution> s = solve(again, b);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->config.sourceInFlight, chosen[0]);
+  // A demand that latency x 1.5 covers with less still gets 4: two shards
+  // ahead.
+  Profile light = windowedPipeline(1, 0.024, 0.002, 0.001);
+  Expected<Solution> l = solve(light, b);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->config.sourceInFlight, kMinWindowedInFlight);
+}
+
+TEST(AutotuneRemote, WindowedChoiceWithinTheMemoryBudget) {
+  Profile slow = windowedPipeline(4, 0.600, 0.260, 0.200);
+  Budget b;
+  b.cores = 2;
+  Expected<Solution> roomy = solve(slow, b);
+  ASSERT_TRUE(roomy);
+  // A budget whose quarter left over holds 61 MiB: 10 in flight hold a
+  // 10 MiB window and 5 shards' first 10 MiB (60 MiB), 11 hold 11 MiB and
+  // 5 x 10.5 MiB (63.5 MiB).
+  Config open = roomy->config;
+  open.sourceInFlight = 0;
+  int64_t used = predict(slow, open, 2).memoryBytes;
+  b.memoryBytes = used + 4 * static_cast<int64_t>(61 * kMiB);
+  Expected<Solution> tight = solve(slow, b);
+  ASSERT_TRUE(tight);
+  EXPECT_EQ(tight->config.sourceInFlight, 10);
+  EXPECT_LT(tight->config.sourceInFlight, roomy->config.sourceInFlight);
+  // The model charges what the source holds.
+  Config c = tight->config;
+  int64_t without = (c.sourceInFlight = 0, predict(slow, c, 2).memoryBytes);
+  EXPECT_EQ(tight->prediction.memoryBytes - without, windowedBytes(slow, 10));
+  bool said = false;
+  for (const KnobChoice &k : tight->knobs)
+    if (k.knob == "requests in flight")
+      said = k.reason.find("memory") != std::string::npos;
+  EXPECT_TRUE(said);
 }

@@ -164,12 +164,13 @@ public:
         remote() ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
+  int64_t remoteChunkBytes() const override { return 0; } // whole objects
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }
-  void prefetch(size_t i) const override {
+  void prefetch(size_t i, bool nextPass) const override {
     if (remote() && i < files.size() && !broken.count(i))
-      ahead_.startObject(remote(), i, shardName(i));
+      ahead_.startObject(remote(), i, shardName(i), nextPass);
   }
 };
 
@@ -188,12 +189,13 @@ public:
         remote() && isRemoteUrl(paths[i]) ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
+  int64_t remoteChunkBytes() const override { return 0; } // whole objects
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }
-  void prefetch(size_t i) const override {
+  void prefetch(size_t i, bool nextPass) const override {
     if (remote() && i < paths.size() && isRemoteUrl(paths[i]))
-      ahead_.startObject(remote(), i, paths[i]);
+      ahead_.startObject(remote(), i, paths[i], nextPass);
   }
 };
 

@@ -203,8 +203,24 @@ struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
   std::atomic<uint64_t> bodiesReused{0};
   std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
+  /// Nanoseconds during which at least one response was arriving (its
+  /// first byte in, its last not yet): the bytes over this time are the
+  /// bandwidth the client got while it received, whatever the requests'
+  /// sizes and however many ran at once (RemoteTotals::receiveSeconds).
+  std::atomic<uint64_t> receiveNs{0};
+  /// Fetches of the next pass's first shards started before the current
+  /// pass ended, and those a reader of the next pass took.
+  std::atomic<uint64_t> nextPassAhead{0}, nextPassTaken{0};
+  /// Streams (RemoteStream) opened over remote objects, and their objects'
+  /// bytes: a sequential source's mean object (shard) size.
+  std::atomic<uint64_t> streams{0}, streamBytes{0};
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
+  /// Latencies of requests during which no other response was arriving
+  /// (none when sent, none at their first byte): the server's and the
+  /// network's time, without the wait behind other responses' bytes on
+  /// the client's thread and link. The last 1024, guarded by m.
+  std::deque<double> quietLatencies;
   std::deque<double> durations; // the last 1024 successful, guarded by m
 
   /// Keeps the milliseconds since `since` in `window` (latencies or
@@ -429,6 +445,8 @@ struct Transfer final : PendingFetch {
   int attempt = 0;
   Clock::time_point due, sent;
   bool firstByte = false;
+  bool quiet = false;           // no other response arriving when sent
+  void *client = nullptr;       // the Client running it (onBody)
   EasyHandle *handle = nullptr; // while in flight
   curl_slist *headers = nullptr;
   char errbuf[CURL_ERROR_SIZE] = {0};
@@ -565,6 +583,10 @@ private:
     if (!t->firstByte) {
       t->firstByte = true;
       counters().note(counters().latencies, t->sent);
+      auto *client = static_cast<Client *>(t->client);
+      if (t->quiet && client->receiving_ == 0)
+        counters().note(counters().quietLatencies, t->sent);
+      client->receiving(+1);
       curl_off_t length = -1;
       if (ClientSwitches::get().presize &&
           curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
@@ -651,6 +673,7 @@ private:
       prepare(*h);
     CURL *e = h->easy;
     t->handle = h;
+    t->client = this;
     t->result = Fetched();
     t->contentRange.clear();
     t->firstByte = false;
@@ -711,6 +734,7 @@ private:
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     t->sent = Clock::now();
+    t->quiet = receiving_ == 0;
     counters().requests.fetch_add(1, std::memory_order_relaxed);
     active_[e] = t;
     curl_multi_add_handle(multi_, e);
@@ -718,6 +742,21 @@ private:
     std::atomic<uint64_t> &peak = counters().peakInFlight;
     for (uint64_t p = peak.load(); n > p && !peak.compare_exchange_weak(p, n);)
       ;
+  }
+
+  /// A response starts (+1) or stops (-1) arriving: the time with at least
+  /// one arriving is added to Counters::receiveNs as it passes.
+  void receiving(int delta) {
+    Clock::time_point now = Clock::now();
+    if (receiving_ > 0)
+      counters().receiveNs.fetch_add(
+          static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  now - receivingSince_)
+                  .count()),
+          std::memory_order_relaxed);
+    receivingSince_ = now;
+    receiving_ += delta;
   }
 
   static bool retryableStatus(long s) {
@@ -761,6 +800,8 @@ private:
     auto it = active_.find(e);
     std::shared_ptr<Transfer> t = it->second;
     active_.erase(it);
+    if (t->firstByte)
+      receiving(-1);
     curl_multi_remove_handle(multi_, e);
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
@@ -936,6 +977,9 @@ private:
   bool timerSet_ = false;
   Clock::time_point timerDue_;
   std::unordered_map<CURL *, std::shared_ptr<Transfer>> active_;
+  /// Responses arriving now, since when (receiving()): client thread only.
+  int receiving_ = 0;
+  Clock::time_point receivingSince_;
   std::vector<std::shared_ptr<Transfer>> delayed_;
   std::vector<EasyHandle *> idle_;
   std::mt19937_64 rng_{0x5eed};
@@ -1205,6 +1249,9 @@ RemoteTotals remoteTotals() {
   t.bytes = c.bytes.load();
   t.bodiesReused = c.bodiesReused.load();
   t.peakInFlight = c.peakInFlight.load();
+  t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;
+  t.nextPassAhead = c.nextPassAhead.load();
+  t.nextPassTaken = c.nextPassTaken.load();
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {
     if (d.empty())
@@ -1215,6 +1262,18 @@ RemoteTotals remoteTotals() {
     return v[v.size() / 2];
   };
   t.medianLatencyMs = median(c.latencies);
+  // Too few quiet requests (every one overlapped another's body): the
+  // fastest tenth of all, which queued least.
+  if (c.quietLatencies.size() >= 8) {
+    t.unloadedLatencyMs = median(c.quietLatencies);
+  } else if (!c.latencies.empty()) {
+    std::vector<double> v(c.latencies.begin(), c.latencies.end());
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 10),
+                     v.end());
+    t.unloadedLatencyMs = v[v.size() / 10];
+  }
+  t.streams = c.streams.load();
+  t.streamBytes = c.streamBytes.load();
   t.medianRequestMs = median(c.durations);
   return t;
 }
@@ -1479,7 +1538,8 @@ bool FetchAhead::reserve(const std::shared_ptr<const RemoteConfig> &cfg,
 }
 
 void FetchAhead::startObject(const std::shared_ptr<const RemoteConfig> &cfg,
-                             size_t shard, const std::string &url) {
+                             size_t shard, const std::string &url,
+                             bool nextPass) {
   std::lock_guard<std::mutex> lock(m_);
   const int64_t bytes =
       !limit_
@@ -1490,6 +1550,9 @@ void FetchAhead::startObject(const std::shared_ptr<const RemoteConfig> &cfg,
   Ahead a;
   a.first.fetch = startObjectFetch(cfg, url);
   a.bytes = bytes;
+  a.nextPass = nextPass;
+  if (nextPass)
+    counters().nextPassAhead.fetch_add(1, std::memory_order_relaxed);
   ahead_.emplace(shard, std::move(a));
 }
 
@@ -1499,8 +1562,8 @@ bool FetchAhead::windowAhead() {
 }
 
 void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
-                             size_t shard, const std::string &url,
-                             size_t depth) {
+                             size_t shard, const std::string &url, size_t depth,
+                             bool nextPass) {
   std::lock_guard<std::mutex> lock(m_);
   // A window of chunks (what the stream keeps in flight once open) in one
   // request: a shard no larger arrives whole before its reader opens it,
@@ -1523,6 +1586,9 @@ void FetchAhead::startStream(const std::shared_ptr<const RemoteConfig> &cfg,
   Ahead a;
   a.first = startFirstChunk(cfg, url, asked);
   a.bytes = bytes;
+  a.nextPass = nextPass;
+  if (nextPass)
+    counters().nextPassAhead.fetch_add(1, std::memory_order_relaxed);
   ahead_.emplace(shard, std::move(a));
 }
 
@@ -1537,6 +1603,8 @@ FirstChunk FetchAhead::take(size_t shard) {
     ahead_.erase(it);
   }
   Fetched &f = a.first.fetch->wait(); // what the reader does first anyway
+  if (a.nextPass)
+    counters().nextPassTaken.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(m_);
   if (f.ok && a.first.chunk == 0)
     largest_ = std::max(largest_, static_cast<int64_t>(f.body.size()));
@@ -1614,6 +1682,10 @@ bool RemoteStream::open(std::string &error, FirstChunk *ahead) {
   }
   etag_ = f.etag;
   size_ = f.totalSize;
+  counters().streams.fetch_add(1, std::memory_order_relaxed);
+  counters().streamBytes.fetch_add(
+      static_cast<uint64_t>(std::max<int64_t>(0, size_)),
+      std::memory_order_relaxed);
   cur_ = std::move(f.body);
   curPos_ = 0;
   curEnd_ = static_cast<int64_t>(cur_.size());

@@ -262,10 +262,12 @@ class FetchAhead {
 public:
   static constexpr int64_t kFirstGuessBytes = int64_t(256) << 10;
 
+  /// `nextPass`: the shard is one of the next pass's first (counted in
+  /// RemoteTotals::nextPassAhead, and nextPassTaken when a reader takes it).
   void startObject(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
-                   const std::string &url);
+                   const std::string &url, bool nextPass = false);
   void startStream(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
-                   const std::string &url, size_t depth);
+                   const std::string &url, size_t depth, bool nextPass = false);
   /// Whether a shard's first request ahead covers a window of chunks (on)
   /// or one chunk (SLUICE_NO_SHARD_WINDOW_AHEAD=1).
   static bool windowAhead();
@@ -278,6 +280,7 @@ private:
   struct Ahead {
     FirstChunk first;
     int64_t bytes = 0; ///< reserved in limit_
+    bool nextPass = false;
   };
   /// Reserves `bytes` for a fetch of `shard` ahead; false: not started.
   bool reserve(const std::shared_ptr<const RemoteConfig> &cfg, size_t shard,
@@ -315,6 +318,23 @@ struct RemoteTotals {
   /// successful requests: what Little's law multiplies by the rate.
   double medianRequestMs = 0;
   uint64_t peakInFlight = 0; ///< most requests at once since the reset
+  /// Seconds during which at least one response was arriving: `bytes` over
+  /// these is the bandwidth the client received at, however many requests
+  /// ran at once and whatever their sizes (the tuner's model of a windowed
+  /// source).
+  double receiveSeconds = 0;
+  /// Fetches of the next pass's first shards started before the current
+  /// pass ended (FetchAhead, nextPass), and those a reader took.
+  uint64_t nextPassAhead = 0;
+  uint64_t nextPassTaken = 0;
+  /// Median latency of the recent requests during which no other response
+  /// was arriving (the fastest tenth of all when fewer than 8 were): the
+  /// latency without queueing behind other requests' bytes.
+  double unloadedLatencyMs = 0;
+  /// Ranged streams opened and their objects' bytes (a sequential source's
+  /// mean shard size).
+  uint64_t streams = 0;
+  uint64_t streamBytes = 0;
 };
 RemoteTotals remoteTotals();
 /// Starts counting peakInFlight anew (a pipeline being built).

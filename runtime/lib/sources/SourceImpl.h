@@ -294,13 +294,13 @@ public:
     std::shared_ptr<const RemoteConfig> r = remote();
     return r && !off ? static_cast<size_t>(std::max(1, r->concurrency / 2)) : 0;
   }
-  void prefetch(size_t shard) const override {
+  void prefetch(size_t shard, bool nextPass) const override {
     std::shared_ptr<const RemoteConfig> r = remote();
     if (!r || shard >= numShards())
       return;
     std::string url = shardName(shard);
     if (isRemoteUrl(url))
-      ahead_.startStream(r, shard, url, prefetchDepth());
+      ahead_.startStream(r, shard, url, prefetchDepth(), nextPass);
   }
   /// The first chunk of `shard`'s stream asked for ahead (fetch null:
   /// none), for the reader that opens it.
@@ -308,6 +308,10 @@ public:
   int64_t requestsInFlight() const override {
     std::shared_ptr<const RemoteConfig> r = remote();
     return r ? r->concurrency : 0;
+  }
+  int64_t remoteChunkBytes() const override {
+    std::shared_ptr<const RemoteConfig> r = remote();
+    return r ? static_cast<int64_t>(r->chunkBytes) : 0;
   }
   bool requestsInFlightPinned() const override {
     std::shared_ptr<const RemoteConfig> r = remote();

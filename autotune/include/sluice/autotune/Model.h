@@ -89,8 +89,62 @@ constexpr int64_t kMaxInFlight = 256;
 /// The requests in flight that let a remote source serve `rate` records/s:
 /// ceil(rate x requests per record x seconds per request x headroom), at
 /// least 1 and at most kMaxInFlight, and no more than `memoryBytes` (>0)
-/// holds at the measured bytes per request. 0 for a local source.
+/// holds at the measured bytes per request. 0 for a local source. A
+/// windowed source (RemoteProfile::windowed) is chosen in bytes instead:
+/// windowedInFlightFor.
 int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes = 0);
+
+/// A windowed source (a sequential one reading shards in ranged chunks)
+/// at N requests in flight holds a window of N chunks of the shard it reads
+/// and asks for the first window (N chunks, at most the shard) of each of
+/// the N / 2 shards ahead of it (SourceBase::prefetchDepth): those are the
+/// bytes it has asked for ahead of its reader, which Little's law in bytes
+/// weighs against the consumer's demand (records/s x bytes per record)
+/// times the time one such request takes: its latency without queueing
+/// plus its bytes at the bandwidth received at. Nothing here reads the
+/// probes' requests' own sizes or times, which follow the probes' N.
+
+/// The fewest a windowed source keeps in flight when the tuner chooses: at
+/// 4, two shards are asked for ahead of the one read, so one is on its way
+/// while the next is opened, and a stream's window holds 4 chunks.
+constexpr int64_t kMinWindowedInFlight = 4;
+
+/// Bytes of a windowed source's largest request at `inFlight`: a shard's
+/// first window, N chunks, at most the mean shard.
+double windowedRequestBytes(const Profile &p, int64_t inFlight);
+
+/// The latency without queueing (RemoteProfile::unloadedLatencySeconds,
+/// else latencySeconds).
+double unloadedLatency(const Profile &p);
+
+/// Seconds that request takes: the latency without queueing
+/// (RemoteProfile::unloadedLatencySeconds, else latencySeconds) plus its
+/// bytes at the bandwidth received at.
+double windowedRequestSeconds(const Profile &p, int64_t inFlight);
+
+/// Bytes a windowed source has asked for ahead of its reader (and holds) at
+/// `inFlight`: its window of chunks plus the first windows of the
+/// inFlight / 2 (at least 1) shards ahead.
+int64_t windowedBytes(const Profile &p, int64_t inFlight);
+
+/// The fewest requests in flight (at least kMinWindowedInFlight, at most
+/// kMaxInFlight) whose bytes ahead cover the demand of `rate` records/s
+/// for the time a request takes, x kInFlightHeadroom, and whose first
+/// window of a shard is the whole shard or lasts the reader the latency x
+/// kInFlightHeadroom (the rest of a larger shard is asked for when its
+/// reader opens it, a round trip before it is read); fewer when
+/// windowedBytes exceeds `memoryBytes` (>0). remoteCapacity bounds the
+/// source by the same two: bytes ahead per request time, and a window per
+/// latency while the window is smaller than a shard.
+int64_t windowedInFlightFor(const Profile &p, double rate,
+                            int64_t memoryBytes = 0);
+
+/// The report's reason for the requests in flight chosen (`chosen`, where
+/// `wanted` is the choice without the memory budget's cap) for the `rate`
+/// the rest of the pipeline sustains: "source: N requests in flight, M ms
+/// median latency (...)".
+std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
+                             int64_t wanted);
 
 /// The lanes of the profile's steps when a cache follows `cacheAfter` (-1:
 /// no cache): runtime::lanes of the runtime's stage groups, where a cache

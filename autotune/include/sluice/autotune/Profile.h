@@ -119,7 +119,25 @@ struct RemoteProfile {
   int64_t probeInFlight = 0; ///< what the probes ran with
   int64_t pinned = 0;        ///< the spec's remote.concurrency (0: free)
   int64_t requests = 0;      ///< behind the figures
+  /// A sequential source's ranged chunk (the unit of its window of
+  /// requests in flight); 0 for a per-file source (whole objects).
+  double chunkBytes = 0;
+  /// Bytes per second received while at least one response was arriving:
+  /// what the client's requests deliver together, whatever their sizes and
+  /// however many ran at once (0: not measured).
+  double receiveBytesPerSecond = 0;
+  /// Latency of requests that did not wait behind other responses (median
+  /// of those sent and answered while no other response arrived); 0: not
+  /// measured (latencySeconds then).
+  double unloadedLatencySeconds = 0;
+  /// A windowed source's mean object (shard) size; 0: not measured.
+  double objectBytes = 0;
   bool present() const { return requestsPerRecord > 0 && requestSeconds > 0; }
+  /// A sequential source reading windows of ranged chunks, modelled in
+  /// bytes (windowedInFlightFor), not in requests.
+  bool windowed() const { return present() && chunkBytes > 0; }
+  /// Source bytes fetched per source record.
+  double bytesPerRecord() const { return bytesPerRequest * requestsPerRecord; }
 };
 
 /// A whole profile.

@@ -236,8 +236,14 @@ public:
   /// requests in flight; 0 (local files) asks for nothing.
   virtual size_t prefetchDepth() const { return 0; }
   /// Says that shard `i` will be opened soon, so its object can be fetched
-  /// meanwhile (thread-safe; a hint: open() works without it).
-  virtual void prefetch(size_t shard) const { (void)shard; }
+  /// meanwhile (thread-safe; a hint: open() works without it). `nextPass`:
+  /// it is one of the first shards of the pass after the current one, named
+  /// before this pass ends so that an epoch boundary costs no round trip
+  /// (counted apart in the stats).
+  virtual void prefetch(size_t shard, bool nextPass = false) const {
+    (void)shard;
+    (void)nextPass;
+  }
   /// Requests a source over remote objects keeps in flight (per stream of
   /// ranged chunks, or whole objects ahead of a per-file source); 0 for
   /// local files.
@@ -249,6 +255,10 @@ public:
   /// step: the tuner's Little's-law choice). Ignored for local files and
   /// when pinned. Readers opened afterwards use it.
   virtual void setRequestsInFlight(int64_t n) const { (void)n; }
+  /// The bytes of the ranged requests a sequential source over remote
+  /// objects reads a shard in (its window of requestsInFlight() chunks);
+  /// 0 for local files and for per-file sources (whole objects).
+  virtual int64_t remoteChunkBytes() const { return 0; }
 
   /// What create() noticed that is not an error but should be said: empty
   /// input files ("data/b.csv is empty (0 bytes): no records").

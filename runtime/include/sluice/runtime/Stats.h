@@ -170,6 +170,25 @@ struct RunStats {
     /// the spec pinned it (remote.concurrency) or a schedule chose it.
     int64_t requestsInFlight = 0;
     bool inFlightPinned = false;
+    /// Seconds during which at least one response was arriving: `bytes`
+    /// over them is the bandwidth received at (the tuner's model of a
+    /// windowed source: Profile's RemoteProfile::receiveBytesPerSecond).
+    double receiveSeconds = 0;
+    /// The bytes of the ranged chunks a sequential source reads its
+    /// objects in (the unit of its window of requests in flight); 0 for a
+    /// per-file source, which fetches whole objects.
+    int64_t chunkBytes = 0;
+    /// Fetches of the next epoch's first shards started before the pass
+    /// before it ended (no round trip at the epoch boundary), and those
+    /// the next pass's readers took.
+    int64_t nextPassAhead = 0;
+    int64_t nextPassTaken = 0;
+    /// Median latency of recent requests during which no other response
+    /// was arriving: the latency without queueing behind other requests.
+    double unloadedLatencyMs = 0;
+    /// Ranged streams opened over remote objects and their objects' bytes.
+    int64_t streams = 0;
+    int64_t streamBytes = 0;
     /// The on-disk cache of fetched objects (remote.cache): objects read
     /// from it (the server said 304 Not Modified), fetched (and stored),
     /// fetched again because their ETag changed, bytes read from it and
