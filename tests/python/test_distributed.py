@@ -1118,6 +1118,64 @@ def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     assert n == 28 and 1 <= pwritten <= 10, (n, pwritten)
 
 
+@pytest.fixture(scope="module")
+def slot_spec(image_root, tmp_path_factory):
+    """The test's JPEGs cropped at random to 64 x 64 and normalized, in
+    batches of 10 (480 KiB of f32 image: a buffer the tensor pool serves,
+    which a worker can make in a slot); 48 images, so the 5th batch of an
+    epoch is a short one of 8."""
+    d = tmp_path_factory.mktemp("slotspec")
+    return write(d / "slots.yaml", spec_yaml(
+        "slots", 9, images_source(image_root, shuffle=True),
+        [DECODE, "random_resized_crop: {field: image, size: [64, 64]}",
+         "random_flip: {field: image, axis: width, p: 0.5}",
+         "normalize: {field: image, mean: [120, 120, 120], "
+         "std: [60, 60, 60]}",
+         "transpose: {field: image, to: CHW}",
+         "select: [image, label]",
+         "batch: {size: 10}"], epochs=3))
+
+
+def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
+    """A worker on the trainer's host makes each batch in the slot the
+    trainer lent for it (remote/lib/Slots.h, SlotBatches) instead of
+    copying it there: a local run's bytes with it on, off
+    (SLUICE_NO_SLOT_DIRECT=1) and with the slots written with pwrite first
+    (the default: a slot this worker does not map yet is not made in).
+    One chunk per epoch; the first epoch's goes over the socket (it tells
+    the slots' size), the two others' into slots. Counted by the worker:
+    with every slot mapped at its first write (SLUICE_NO_SLOT_PWRITE=1),
+    the 4 full batches of each chunk are made in their slots and the
+    short one (made at its own size) is copied; none when off or not
+    mapped yet."""
+    want = [local_batches(slot_spec, e) for e in range(3)]
+    assert [len(w) for w in want] == [5, 5, 5]
+
+    def served(env):
+        w = workers(slot_spec, "--stats-interval", "0", env=env)
+        ds = remote.Dataset(slot_spec, [w.address], chunk=5, window=10)
+        for e in range(3):
+            ds.set_epoch(e)
+            got = [{k: np.array(v, copy=True) for k, v in b.items()}
+                   for b in ds.arrays()]
+            assert_same(got, want[e])
+        st = ds.stats()
+        ds.close()
+        err = w.stop()
+        m = re.findall(r"(\d+) of them in the trainer's shared memory "
+                       r"\((\d+) written with pwrite\), (\d+) of them made "
+                       r"there by the pipeline", err)
+        assert m, err
+        in_slots = sum(int(n) for n, _, _ in m)
+        assert in_slots == st["shared_memory_outputs"], (st, err)
+        return in_slots, sum(int(d) for _, _, d in m)
+
+    mapped = {"SLUICE_NO_SLOT_PWRITE": "1"}
+    assert served(mapped) == (10, 8)
+    assert served(dict(mapped, SLUICE_NO_SLOT_DIRECT="1")) == (10, 0)
+    assert served({}) == (10, 0)
+
+
 def test_chunks_continue_the_kept_pipeline(served_spec, workers):
     """One worker, chunks of 2: every chunk of an epoch after its first
     continues the pipeline kept from the trainer's previous chunk (the
