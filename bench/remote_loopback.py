@@ -32,6 +32,8 @@ from _remote_common import (cpu_of, faults_of, photos_root,  # noqa: E402
                             start_worker, stop_worker, write_spec)
 
 CHUNK, WINDOW = 4, 8
+# --worker-env: set in every worker's environment.
+WORKER_ENV = {}
 
 
 def self_cpu():
@@ -74,6 +76,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     else:
         os.environ.pop("SLUICE_REMOTE_PARSE_PARTS", None)
     env = {"SLUICE_REMOTE_COPY_PARTS": "1"} if copies else {}
+    env.update(WORKER_ENV)
     env.update(worker_env or {})
     procs = [start_worker(spec, threads_each, tmp, env)
              for _ in range(workers)]
@@ -156,12 +159,22 @@ def main():
                          "with SWITCH=1 in the workers' environment (e.g. "
                          "SLUICE_NO_SLOT_PWRITE: the same run with that "
                          "optimization off); repeatable")
+    ap.add_argument("--worker-env", action="append", default=[],
+                    metavar="NAME=VALUE",
+                    help="set in every worker's environment (e.g. "
+                         "SLUICE_NO_SLOT_PWRITE=1: slots mapped at their "
+                         "first write, the steady state of a job whose "
+                         "slots are written more than this bench's epochs "
+                         "write them); repeatable")
     ap.add_argument("--two-threads", type=int, default=0,
                     help="threads of each worker in the 2-worker runs "
                          "(default: --threads / 2, the cores split by hand)")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
+    for kv in args.worker_env:
+        k, _, v = kv.partition("=")
+        WORKER_ENV[k] = v
     root = photos_root(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []

@@ -5,7 +5,11 @@
 encoding and writing it (the slot write is nearly all of it for f32
 batches), which does not depend on the host's load the way images/s
 does. One worker of bench/_remote_common.py's photo pipeline, runs with
-each way of writing interleaved, medians over --repeats.
+each way of writing interleaved, medians over --repeats. Also the worker
+process's whole CPU per output (its pipeline's included: a batch made in
+its slot moves no copy onto the pipeline's threads, but a slot's first
+touch lands there) and the outputs its pipeline made in their slots
+(SlotBatches) against those in slots at all.
 
 Usage: bench/remote_slot_write.py [--data DIR] [--epochs N] [--repeats R]
   [--only f32|u8]. Needs the build's Python package on PYTHONPATH and
@@ -20,18 +24,24 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _remote_common import SLUICE_BIN, photos_root, write_spec  # noqa
+from _remote_common import (SLUICE_BIN, cpu_of, photos_root,  # noqa
+                            write_spec)
 
 WAYS = {
-    "pwrite, mapped after 32 writes (default)": {},
-    "mapped at the first write (SLUICE_NO_SLOT_PWRITE=1)":
+    "pwrite, mapped after 12 writes, made in the slot (default)": {},
+    "pwrite, mapped after 32 writes, copied (SLUICE_NO_SLOT_DIRECT=1)":
+        {"SLUICE_NO_SLOT_DIRECT": "1"},
+    "mapped at the first write, made in the slot (SLUICE_NO_SLOT_PWRITE=1)":
         {"SLUICE_NO_SLOT_PWRITE": "1"},
+    "mapped at the first write, copied (both =1)":
+        {"SLUICE_NO_SLOT_PWRITE": "1", "SLUICE_NO_SLOT_DIRECT": "1"},
 }
 
 
 def write_ms(spec, epochs, tmp, env):
-    """The worker's CPU ms per output encoding and writing, over `epochs`
-    epochs (the first one's too: slots are made in it)."""
+    """The worker's CPU ms per output encoding and writing, its process's
+    CPU ms per output, and its outputs made in their slots / in slots, over
+    `epochs` epochs (the first one's too: slots are made in it)."""
     import sluice.remote
     # Not _remote_common.start_worker: that one runs it quiet (-q), and
     # the stats it prints at its end are what this reads.
@@ -52,7 +62,9 @@ def write_ms(spec, epochs, tmp, env):
         ds.set_epoch(e)
         for _ in ds.arrays():
             pass
+    outputs = ds.stats()["outputs"]
     ds.close()
+    process_ms = 1e3 * cpu_of(p.pid) / outputs
     p.terminate()
     err = p.stderr.read()
     p.wait()
@@ -60,7 +72,11 @@ def write_ms(spec, epochs, tmp, env):
                        err)
     if not found:
         sys.exit("no stats from the worker:\n" + err)
-    return float(found[-1])
+    slots = re.findall(r"(\d+) of them in the trainer's shared memory .*?"
+                       r"(\d+) of them made there by the pipeline", err)
+    made = "%d/%d" % (sum(int(d) for _, d in slots),
+                      sum(int(n) for n, _ in slots))
+    return float(found[-1]), process_ms, made
 
 
 def main():
@@ -72,9 +88,10 @@ def main():
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     root = photos_root(args.data)
-    print("| output | slot written by | worker CPU ms per output, "
-          "encoding and writing (median) | runs |")
-    print("|---|---|---:|---|")
+    print("| output | slot written by | sending thread's CPU ms per output "
+          "(median) | worker process CPU ms per output (median) | made in "
+          "their slot / in slots | runs (sending ms) |")
+    print("|---|---|---:|---:|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("f32", "u8"):
             if args.only and name != args.only:
@@ -85,9 +102,11 @@ def main():
                 for way, env in WAYS.items():
                     res[way].append(write_ms(spec, args.epochs, tmp, env))
             for way, v in res.items():
-                print("| %s | %s | %.2f | %s |" % (
-                    name, way, statistics.median(v),
-                    " ".join("%.2f" % x for x in v)))
+                print("| %s | %s | %.2f | %.1f | %s | %s |" % (
+                    name, way, statistics.median(x[0] for x in v),
+                    statistics.median(x[1] for x in v),
+                    " ".join(x[2] for x in v),
+                    " ".join("%.2f" % x[0] for x in v)))
 
 
 if __name__ == "__main__":

@@ -657,16 +657,12 @@ public:
     // Reused for every output: their strings keep their capacity.
     Part head;
     detail::SlotWriter slots = slotWriter(*req);
-    // The batches the pipeline makes from here go into the request's slots.
+    // The batches the pipeline makes from here go into the request's slots
+    // (those lent ahead too: a kept pipeline reads ahead into them after
+    // the stream's end). A slot the trainer took back since fails the
+    // lease's check, so none is forgotten at the end.
     if (batches)
       batches->lend(req->first(), slots.refs());
-    struct Forget {
-      detail::SlotBatches *b;
-      ~Forget() {
-        if (b)
-          b->forget();
-      }
-    } forget{batches};
     // The pipeline's CPU (RunStats, summed over its stages and serial
     // threads) is sampled at most every 20 ms: a record-sized output would
     // otherwise pay for a stats snapshot each. Each output carries what

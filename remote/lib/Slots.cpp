@@ -373,8 +373,14 @@ std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit,
   std::lock_guard<std::mutex> lock(mu_);
   size_t live = 0;
   for (auto &s : slots_) {
-    if (s->state == Slot::Aside &&
-        s->header()->state.load(std::memory_order_acquire) == s->lease + 2) {
+    // A slot set aside is free once its worker let go of it: written
+    // (L + 2), or back at L (a batch made in it was freed unsent:
+    // SlotBatches), taken from L as giveBack does, so that a worker's move
+    // from L cannot slip in between.
+    uint64_t expect = s->lease;
+    if (s->state == Slot::Aside && (s->header()->state.compare_exchange_strong(
+                                        expect, 0, std::memory_order_acq_rel) ||
+                                    expect == s->lease + 2)) {
       s->header()->state.store(0, std::memory_order_release);
       s->state = Slot::Free;
     }
@@ -564,8 +570,9 @@ size_t paddedBytes(size_t n) { return n == 0 ? 64 : (n + 63) / 64 * 64; }
 /// A slot a batch is made in: held at lease + 1 (being written) from the
 /// batch's allocation until the output is handed over (lease + 2, the
 /// trainer's) or, never handed over, until its last slot-backed buffer is
-/// freed (lease + 2 then too: the trainer takes it back at its stream's
-/// end, or as a slot set aside).
+/// freed (back to lease L then: the send path may still copy its output
+/// there, and the trainer takes it back from L at its stream's end, or as
+/// a slot set aside).
 struct SlotBatches::Claim {
   std::shared_ptr<Mapping> m;
   SlotRef ref;
@@ -587,11 +594,6 @@ void SlotBatches::lend(int64_t first, std::vector<SlotRef> refs) {
   std::lock_guard<std::mutex> lock(mu_);
   refsFirst_ = first;
   refs_ = std::move(refs);
-}
-
-void SlotBatches::forget() {
-  std::lock_guard<std::mutex> lock(mu_);
-  refs_.clear();
 }
 
 int64_t SlotBatches::made() const {
@@ -653,13 +655,14 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   }
   // Moved to lease + 1 before any byte is written: a slot the trainer took
   // back (its stream was cut) fails here, and one it takes back from now
-  // on is set aside until the worker's last touch (lease + 2).
+  // on is set aside until the worker lets go of it (lease + 2 written, or
+  // L again: nothing of this batch is there any more).
   uint64_t expect = r.lease;
   if (!claim->header()->state.compare_exchange_strong(
           expect, r.lease + 1, std::memory_order_acq_rel))
     return out;
   if (!countWrite(*claim->m)) {
-    claim->header()->state.store(r.lease + 2, std::memory_order_release);
+    claim->header()->state.store(r.lease, std::memory_order_release);
     return out;
   }
   try {
@@ -687,16 +690,16 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
     }
   } catch (...) {
     pendingSlotMemory = nullptr;
-    out.clear(); // frees the slot-backed buffers made: lease + 2 at the last
+    out.clear(); // frees the slot-backed buffers made: L again at the last
     std::lock_guard<std::mutex> lock(mu_);
     if (claim->live == 0)
-      claim->header()->state.store(r.lease + 2, std::memory_order_release);
+      claim->header()->state.store(r.lease, std::memory_order_release);
     throw;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (claim->live == 0) {
-    // Nothing landed in the slot: the worker's last touch.
-    claim->header()->state.store(r.lease + 2, std::memory_order_release);
+    // Nothing landed in the slot: lent under L as before.
+    claim->header()->state.store(r.lease, std::memory_order_release);
     return out;
   }
   byLease_[r.lease] = claim;
@@ -724,8 +727,11 @@ void SlotBatches::release(void *p, size_t) {
       byBuffer_.erase(it);
       if (--c->live == 0) {
         byLease_.erase(c->ref.lease);
+        // Never handed over (a short last batch made again at its size, a
+        // stream cut): lent under L again, so the output that is sent may
+        // still be copied into it; the trainer takes it back from L.
         if (!c->handed)
-          c->header()->state.store(c->ref.lease + 2, std::memory_order_release);
+          c->header()->state.store(c->ref.lease, std::memory_order_release);
       }
     }
   }

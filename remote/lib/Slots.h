@@ -30,11 +30,12 @@
 // only when it reads L + 2. A worker whose pipeline makes a batch in the
 // slot itself (SlotBatches) moves it to L + 1 before the batch's first
 // byte is written, and to L + 2 when it hands the output over or, never
-// handed over (a stream cut, an output made elsewhere), when the batch's
-// last slot-backed buffer is freed. After a stream ends the trainer takes
-// back the slots it did not receive: from L (the worker will not write any
-// more: its move from L fails) or L + 2; a slot at L + 1 (a worker still
-// writing, or killed while writing) is set aside until it reads L + 2.
+// handed over (a stream cut, a short last batch made at its own size),
+// back to L when the batch's last slot-backed buffer is freed. After a
+// stream ends the trainer takes back the slots it did not receive: from L
+// (the worker will not write any more: its move from L fails) or L + 2; a
+// slot at L + 1 (a worker still writing, or killed while writing) is set
+// aside until it reads L + 2 or takes it from L.
 // SLUICE_NO_SHARED_MEMORY=1 (or ClientOptions::sharedMemory = false)
 // sends everything over the socket.
 //
@@ -144,12 +145,9 @@ public:
   SlotBatches(int64_t first, std::string trainerBootId);
   ~SlotBatches() override;
   /// The slots a request lent for its outputs first, first + 1, ...
-  /// (replacing those of the request before).
+  /// (replacing those of the request before; past its last output, those
+  /// lent ahead for the next chunk).
   void lend(int64_t first, std::vector<SlotRef> refs);
-  /// The request's stream ended: its slots are the trainer's again (those
-  /// a batch was made in stay the worker's until the batch is freed, at
-  /// lease + 1).
-  void forget();
   /// True when the numeric `fields` of an output were made in `ref`'s slot
   /// by this pipeline (each field of a slot-backed buffer at its place in
   /// the slot's layout): copies the other (small) fields there, marks the

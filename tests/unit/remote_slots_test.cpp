@@ -392,3 +392,25 @@ TEST_F(RemoteSlots, SlotNotMappedYetIsNotMadeIn) {
   EXPECT_TRUE(batches->allocate(0, kElems, kShapes).empty());
   EXPECT_EQ(batches->made(), 0);
 }
+
+TEST_F(RemoteSlots, BatchFreedUnsentLeavesItsSlotToTheCopy) {
+  // The batch step made a full batch in the slot, then found the pass
+  // ending (a short last batch, made again at its own size): the slot is
+  // lent under its lease again, and the short output is copied into it.
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, {ref});
+  std::vector<Tensor> full = batches->allocate(0, kElems, kShapes);
+  ASSERT_EQ(full.size(), 2u);
+  full.clear();
+  std::vector<Tensor> shortBatch = {Tensor::empty(ElemType::F32, {3, 32, 32}),
+                                    Tensor::empty(ElemType::I64, {3})};
+  fill(shortBatch, 4);
+  EXPECT_FALSE(batches->handOver(ref, shortBatch));
+  SlotWriter w({ref}, bootId());
+  ASSERT_TRUE(w.write(0, shortBatch));
+  const uint8_t *data = nullptr;
+  std::shared_ptr<const void> held = pool->take(ref, data);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(std::memcmp(data, shortBatch[0].raw(), shortBatch[0].nbytes()), 0);
+}
