@@ -35,6 +35,9 @@ WAYS = {
         {"SLUICE_NO_SLOT_PWRITE": "1"},
     "mapped at the first write, copied (both =1)":
         {"SLUICE_NO_SLOT_PWRITE": "1", "SLUICE_NO_SLOT_DIRECT": "1"},
+    "mapped at the first write, made in the slot, no slots lent ahead "
+    "(trainer's SLUICE_NO_SLOTS_AHEAD=1)":
+        {"SLUICE_NO_SLOT_PWRITE": "1", "trainer:SLUICE_NO_SLOTS_AHEAD": "1"},
 }
 
 
@@ -43,6 +46,8 @@ def write_ms(spec, epochs, tmp, env):
     CPU ms per output, and its outputs made in their slots / in slots, over
     `epochs` epochs (the first one's too: slots are made in it)."""
     import sluice.remote
+    trainer = {k[8:]: v for k, v in env.items() if k.startswith("trainer:")}
+    env = {k: v for k, v in env.items() if not k.startswith("trainer:")}
     # Not _remote_common.start_worker: that one runs it quiet (-q), and
     # the stats it prints at its end are what this reads.
     port_file = os.path.join(tmp, "port-%d" % time.monotonic_ns())
@@ -57,7 +62,14 @@ def write_ms(spec, epochs, tmp, env):
         time.sleep(0.05)
     with open(port_file) as f:
         addr = f.read().strip()
+    saved = {k: os.environ.get(k) for k in trainer}
+    os.environ.update(trainer)
     ds = sluice.remote.Dataset(spec, [addr], chunk=4, window=8)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k)
+        else:
+            os.environ[k] = v
     for e in range(epochs):
         ds.set_epoch(e)
         for _ in ds.arrays():
