@@ -646,11 +646,16 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   // A buffer of an earlier lease of this slot (handed over, still held by
   // the pipeline) has the same address: its release must not be taken for
   // this one's.
+  uint8_t *mapped = nullptr;
   {
+    std::lock_guard<std::mutex> hold(claim->m->mu);
+    mapped = claim->m->map;
+  }
+  if (mapped) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t f = 0; f < elems.size(); ++f)
       if (claim->placed[f] &&
-          byBuffer_.count(claim->m->map + kSlotDataOffset + claim->offsets[f]))
+          byBuffer_.count(mapped + kSlotDataOffset + claim->offsets[f]))
         return out;
   }
   // Moved to lease + 1 before any byte is written: a slot the trainer took
