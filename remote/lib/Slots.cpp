@@ -59,6 +59,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -555,6 +556,13 @@ namespace {
 thread_local uint8_t *pendingSlotMemory = nullptr;
 thread_local size_t pendingSlotBytes = 0;
 
+/// Slot memory a batch buffer of some SlotBatches holds now, in this
+/// process: a slot lent again (to another pipeline of this worker) is not
+/// made in while a buffer of its earlier lease lives, since the tensor
+/// pool's BufferSource hook knows buffers by address.
+std::mutex liveMu;
+std::set<const void *> liveSlotBuffers;
+
 size_t fieldBytes(ElemType elem, const std::vector<int64_t> &shape) {
   size_t n = elemTypeSize(elem);
   for (int64_t d : shape)
@@ -652,10 +660,10 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
     mapped = claim->m->map;
   }
   if (mapped) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(liveMu);
     for (size_t f = 0; f < elems.size(); ++f)
       if (claim->placed[f] &&
-          byBuffer_.count(mapped + kSlotDataOffset + claim->offsets[f]))
+          liveSlotBuffers.count(mapped + kSlotDataOffset + claim->offsets[f]))
         return out;
   }
   // Moved to lease + 1 before any byte is written: a slot the trainer took
@@ -688,6 +696,10 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
       if (!mine) {
         claim->placed[f] = false;
         continue;
+      }
+      {
+        std::lock_guard<std::mutex> live(liveMu);
+        liveSlotBuffers.insert(at);
       }
       std::lock_guard<std::mutex> lock(mu_);
       ++claim->live;
@@ -741,6 +753,8 @@ void SlotBatches::release(void *p, size_t) {
     }
   }
   sluice::detail::forgetSourcedBuffer(p);
+  std::lock_guard<std::mutex> live(liveMu);
+  liveSlotBuffers.erase(p);
 }
 
 bool SlotBatches::handOver(const SlotRef &ref,
