@@ -1176,6 +1176,39 @@ def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
     assert served({}) == (10, 0)
 
 
+def test_kill_9_of_a_worker_making_batches_in_the_slots(slot_spec, workers):
+    """Two workers whose pipelines make their batches in the trainer's
+    slots (every slot mapped at its first write); one is killed (SIGKILL)
+    after the first epoch's batches, mid the second: every batch of the
+    second and third epochs still comes once, with a local run's bytes (a
+    slot the dead worker was making a batch in stays at its lease + 1, never
+    read as written: RemoteSlots.BatchNotMadeInItsSlotIsNotHandedOver)."""
+    env = {"SLUICE_NO_SLOT_PWRITE": "1"}
+    a, b = [workers(slot_spec, "--stats-interval", "0", env=env)
+            for _ in range(2)]
+    ds = remote.Dataset(slot_spec, [a.address, b.address], chunk=1,
+                        window=4, worker_timeout=30)
+    ds.set_epoch(0)
+    assert_same([{k: np.array(v, copy=True) for k, v in x.items()}
+                 for x in ds.arrays()], local_batches(slot_spec, 0))
+    ds.set_epoch(1)
+    it = ds.arrays()
+    got = [{k: np.array(v, copy=True) for k, v in next(it).items()}]
+    a.kill()
+    got += [{k: np.array(v, copy=True) for k, v in x.items()} for x in it]
+    assert_same(got, local_batches(slot_spec, 1))
+    ds.set_epoch(2)
+    assert_same([{k: np.array(v, copy=True) for k, v in x.items()}
+                 for x in ds.arrays()], local_batches(slot_spec, 2))
+    st = ds.stats()
+    assert st["outputs"] == 15, st
+    ds.close()
+    # The survivor made batches in their slots (the third epoch's first
+    # chunk at least: a new pipeline, its slot lent before it started).
+    made = re.findall(r"(\d+) of them made there by the pipeline", b.stop())
+    assert made and sum(int(n) for n in made) >= 1, made
+
+
 def test_slots_lent_ahead_carry_into_the_next_chunk(fashion_positional,
                                                    workers, monkeypatch):
     """Each request lends two slots past its chunk's last output, which the
