@@ -32,6 +32,8 @@ from _remote_common import (cpu_of, faults_of, photos_root,  # noqa: E402
                             start_worker, stop_worker, write_spec)
 
 CHUNK, WINDOW = 4, 8
+# --worker-env: set in every worker's environment.
+WORKER_ENV = {}
 
 
 def self_cpu():
@@ -74,6 +76,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     else:
         os.environ.pop("SLUICE_REMOTE_PARSE_PARTS", None)
     env = {"SLUICE_REMOTE_COPY_PARTS": "1"} if copies else {}
+    env.update(WORKER_ENV)
     env.update(worker_env or {})
     procs = [start_worker(spec, threads_each, tmp, env)
              for _ in range(workers)]
@@ -119,6 +122,17 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
             stop_worker(p)
 
 
+def switches(off):
+    """--off's value: SWITCH (set to 1), or NAME=VALUE,NAME=VALUE."""
+    if "=" not in off:
+        return {off: "1"}
+    return dict(kv.split("=", 1) for kv in off.split(","))
+
+
+def label(off):
+    return ", ".join("%s=%s" % kv for kv in switches(off).items())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=os.environ.get(
@@ -155,13 +169,24 @@ def main():
                     help="also run 1 worker (and 2, without --no-two) "
                          "with SWITCH=1 in the workers' environment (e.g. "
                          "SLUICE_NO_SLOT_PWRITE: the same run with that "
-                         "optimization off); repeatable")
+                         "optimization off), or NAME=VALUE,NAME=VALUE; "
+                         "repeatable")
+    ap.add_argument("--worker-env", action="append", default=[],
+                    metavar="NAME=VALUE",
+                    help="set in every worker's environment (e.g. "
+                         "SLUICE_NO_SLOT_PWRITE=1: slots mapped at their "
+                         "first write, the steady state of a job whose "
+                         "slots are written more than this bench's epochs "
+                         "write them); repeatable")
     ap.add_argument("--two-threads", type=int, default=0,
                     help="threads of each worker in the 2-worker runs "
                          "(default: --threads / 2, the cores split by hand)")
     args = ap.parse_args()
     global CHUNK, WINDOW
     CHUNK, WINDOW = args.chunk, args.window
+    for kv in args.worker_env:
+        k, _, v = kv.partition("=")
+        WORKER_ENV[k] = v
     root = photos_root(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
@@ -183,9 +208,9 @@ def main():
             if args.copies:
                 res["1 worker, copied parts"] = []
             for switch in args.off:
-                res["1 worker, %s=1" % switch] = []
+                res["1 worker, %s" % label(switch)] = []
                 if not args.no_two:
-                    res["2 workers, %s=1" % switch] = []
+                    res["2 workers, %s" % label(switch)] = []
             two = args.two_threads or max(1, args.threads // 2)
             if not args.no_two:
                 res["2 workers"] = []
@@ -206,13 +231,14 @@ def main():
                     res["1 worker, copied parts"].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, True))
                 for switch in args.off:
-                    res["1 worker, %s=1" % switch].append(run_remote(
+                    res["1 worker, %s" % label(switch)].append(run_remote(
                         spec, args.epochs, 1, args.threads, tmp, warmup=w,
-                        worker_env={switch: "1"}))
+                        worker_env=switches(switch)))
                     if not args.no_two:
-                        res["2 workers, %s=1" % switch].append(run_remote(
-                            spec, args.epochs, 2, two, tmp, warmup=w,
-                            worker_env={switch: "1"}))
+                        res["2 workers, %s" % label(switch)].append(
+                            run_remote(spec, args.epochs, 2, two, tmp,
+                                       warmup=w,
+                                       worker_env=switches(switch)))
                 if not args.no_two:
                     res["2 workers"].append(run_remote(
                         spec, args.epochs, 2, two, tmp, warmup=w))

@@ -239,7 +239,20 @@ public:
     /// (freeStuckRuns).
     bool delivered = false;
     Clock::time_point deliveredAt;
+    /// Slots lent with its last chunk for the outputs after it (under
+    /// ctxMu): its pipeline, kept for its next chunk, makes the batches it
+    /// reads ahead in them (remote/lib/Slots.h, SlotBatches). Carried into
+    /// its next chunk when that one starts at `aheadFirst` of the same base
+    /// state, else given back.
+    std::vector<detail::SlotRef> ahead;
+    std::string aheadBase;
+    int64_t aheadFirst = -1;
   };
+
+  /// Slots lent ahead with each chunk (WorkerConn::ahead): a kept
+  /// pipeline has made or begun about two batches past its chunk's last
+  /// when the next chunk's request comes. SLUICE_NO_SLOTS_AHEAD=1: none.
+  size_t slotsAhead = 2;
 
   /// Runs of consecutive chunks (ClientOptions::chunkRuns).
   bool runsOn = true;
@@ -581,6 +594,18 @@ public:
     // Slots for the chunk's outputs, when a worker on this host can take
     // them; what the stream does not deliver goes back at its end.
     std::vector<detail::SlotRef> lent;
+    {
+      // The slots lent ahead with this worker's last chunk: this chunk's
+      // first ones when it continues that chunk, else the trainer's again.
+      std::lock_guard<std::mutex> l(w.ctxMu);
+      if (slots && w.slotsWork && w.aheadBase == base && w.aheadFirst == first)
+        lent.swap(w.ahead);
+      else if (slots)
+        for (const detail::SlotRef &r : w.ahead)
+          slots->giveBack(r);
+      w.ahead.clear();
+      w.aheadFirst = -1;
+    }
     if (slots && w.slotsWork) {
       req.set_boot_id(detail::bootId());
       // The workers that may share this host (they take slots): each runs
@@ -596,11 +621,16 @@ public:
           local += o->slotsWork && !o->failed;
         // The window, each worker's chunk, and a few the trainer holds.
         limit =
-            static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4);
+            static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4) +
+            slotsAhead * workers.size();
       }
       req.set_host_workers(std::max<int32_t>(local, 1));
-      if (slotBytes > 0)
-        lent = slots->lend(static_cast<size_t>(count), slotBytes, limit, &w);
+      size_t want = static_cast<size_t>(count) + slotsAhead;
+      if (slotBytes > 0 && lent.size() < want) {
+        std::vector<detail::SlotRef> more =
+            slots->lend(want - lent.size(), slotBytes, limit, &w);
+        lent.insert(lent.end(), more.begin(), more.end());
+      }
       for (const detail::SlotRef &r : lent) {
         Slot *sl = req.add_slots();
         sl->set_path(r.path);
@@ -611,16 +641,40 @@ public:
       }
     }
     std::vector<bool> taken(lent.size(), false);
+    // Whether the chunk ended whole: its slots lent ahead are then kept for
+    // the worker's next chunk.
+    bool whole = false;
     struct GiveBack {
       detail::SlotPool *pool;
       const std::vector<detail::SlotRef> &lent;
       const std::vector<bool> &taken;
+      WorkerConn &w;
+      const bool &whole;
+      size_t count;
+      const std::string &base;
+      int64_t next;
       ~GiveBack() {
-        for (size_t k = 0; k < lent.size(); ++k)
-          if (!taken[k])
+        std::vector<detail::SlotRef> ahead;
+        for (size_t k = 0; k < lent.size(); ++k) {
+          if (taken[k])
+            continue;
+          if (whole && k >= count)
+            ahead.push_back(lent[k]);
+          else
             pool->giveBack(lent[k]);
+        }
+        if (ahead.empty())
+          return;
+        std::lock_guard<std::mutex> l(w.ctxMu);
+        for (const detail::SlotRef &r : w.ahead)
+          pool->giveBack(r);
+        w.ahead = std::move(ahead);
+        w.aheadBase = base;
+        w.aheadFirst = next;
       }
-    } giveBack{slots.get(), lent, taken};
+    } giveBack{slots.get(), lent,         taken,
+               w,           whole,        static_cast<size_t>(count),
+               base,        first + count};
     // Produce read raw (the proto's wire format in a grpc::ByteBuffer, as
     // the generated stub would read a Part), so that data parts are copied
     // once, from gRPC's slices to the output (WireCursor). The factory is
@@ -872,7 +926,9 @@ public:
                                               " ended inside an output")
                            : finished;
     }
-    return reader->Finish();
+    grpc::Status finished = reader->Finish();
+    whole = finished.ok() && got == count;
+    return finished;
   }
 
   void cancelStreams() {
@@ -925,6 +981,8 @@ RemoteDataset::connect(ClientOptions opts) {
   if (d.opts.sharedMemory && !switchedOff("SLUICE_NO_SHARED_MEMORY"))
     d.slots = detail::SlotPool::create();
   d.runsOn = d.opts.chunkRuns && !switchedOff("SLUICE_NO_CHUNK_RUNS");
+  if (switchedOff("SLUICE_NO_SLOTS_AHEAD"))
+    d.slotsAhead = 0;
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.

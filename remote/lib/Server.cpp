@@ -82,6 +82,8 @@ struct TrainerStats {
   /// Outputs whose fields went into the trainer's shared memory (Slots.h),
   /// and how many of them were written with pwrite (not yet mapped).
   int64_t slotOutputs = 0, slotPwrites = 0;
+  /// Outputs the pipeline made in their slots (SlotBatches): not copied.
+  int64_t slotDirect = 0;
   /// Chunks made by the pipeline kept from the trainer's previous chunk.
   int64_t continued = 0;
   /// Pipelines started for the trainer's chunks, and the threads the last
@@ -291,7 +293,7 @@ public:
         break;
       }
       double cpu0 = threadCpuSeconds();
-      cut = !sendOutput(writer, slots, i, k.head, k.data, k.parts, ts);
+      cut = !sendOutput(writer, slots, nullptr, i, k.head, k.data, k.parts, ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
       if (cut)
         break;
@@ -322,8 +324,29 @@ public:
     return share < own ? share : 0;
   }
 
+  /// Where a new pipeline for `req` makes its batches: in the slots the
+  /// trainer lends (SlotBatches) when the trainer is on this host, unless
+  /// SLUICE_NO_SLOT_DIRECT=1 or the worker keeps chunks for other jobs
+  /// (--share-outputs: a kept output's bytes must outlive the slot the
+  /// trainer takes over); null: ordinary buffers.
+  std::shared_ptr<detail::SlotBatches>
+  slotBatches(const ProduceRequest &req) const {
+    if (!detail::slotDirectEnabled() || so_.shareBytes > 0 ||
+        req.boot_id().empty() || req.boot_id() != detail::bootId())
+      return nullptr;
+    auto b = std::make_shared<detail::SlotBatches>(req.first(), req.boot_id());
+    // Before the pipeline starts: its first batches are made right away.
+    b->lend(req.first(), slotRefs(req));
+    return b;
+  }
+
   /// The request's slots (Slots.h), for its outputs' numeric fields.
   static detail::SlotWriter slotWriter(const ProduceRequest &req) {
+    return detail::SlotWriter(slotRefs(req), req.boot_id());
+  }
+
+  /// The slots `req` lends, in its outputs' order.
+  static std::vector<detail::SlotRef> slotRefs(const ProduceRequest &req) {
     std::vector<detail::SlotRef> refs;
     for (const Slot &s : req.slots()) {
       detail::SlotRef r;
@@ -334,7 +357,7 @@ public:
       r.capacity = s.capacity() > 0 ? static_cast<uint64_t>(s.capacity()) : 0;
       refs.push_back(std::move(r));
     }
-    return detail::SlotWriter(std::move(refs), req.boot_id());
+    return refs;
   }
 
   /// The data parts of an output's numeric fields: slices over their
@@ -355,11 +378,19 @@ public:
   /// a few bytes after it that protobuf merges into the Output), else as
   /// data parts (`parts`, or made here when empty). False: the stream was
   /// cut.
-  bool sendOutput(Writer *writer, detail::SlotWriter &slots, size_t i,
+  bool sendOutput(Writer *writer, detail::SlotWriter &slots,
+                  detail::SlotBatches *batches, size_t i,
                   const grpc::Slice &head, const std::vector<Tensor> &data,
                   std::vector<grpc::ByteBuffer> parts, TrainerStats &ts) {
     int64_t pwritten = slots.pwritten();
-    bool inSlot = !data.empty() && slots.write(i, data);
+    // Made in its slot by the pipeline: nothing to copy.
+    bool direct = !data.empty() && batches && slots.ref(i) &&
+                  batches->handOver(*slots.ref(i), data);
+    if (direct) {
+      slots.wroteElsewhere();
+      ++ts.slotDirect;
+    }
+    bool inSlot = direct || (!data.empty() && slots.write(i, data));
     ts.slotPwrites += slots.pwritten() - pwritten;
     grpc::Slice headSlices[2] = {head, grpc::Slice()};
     size_t n = 1;
@@ -451,13 +482,16 @@ public:
     // worker holds one pipeline's budget per stream at most.
     std::string continuation = req->trainer() + "|" + req->base_state();
     std::unique_ptr<runtime::Pipeline> pipe;
+    std::shared_ptr<detail::SlotBatches> batches;
     {
       std::lock_guard<std::mutex> lock(keptMu_);
-      if (kept_ && keptKey_ == continuation && keptNext_ == req->first())
+      if (kept_ && keptKey_ == continuation && keptNext_ == req->first()) {
         pipe = std::move(kept_);
-      else if (kept_)
+        batches = std::move(keptBatches_);
+      } else if (kept_)
         kept_->stop();
       kept_.reset();
+      keptBatches_.reset();
     }
     bool continued = pipe != nullptr;
     if (!pipe) {
@@ -468,6 +502,7 @@ public:
       o.rank = st.rank;
       o.worldSize = st.worldSize;
       o.epochs = st.epoch + 1;
+      o.outputBuffers = batches = slotBatches(*req);
       auto created = runtime::Pipeline::create(plan_, o);
       if (!created)
         return grpc::Status(grpc::StatusCode::DATA_LOSS,
@@ -491,12 +526,14 @@ public:
           }
           return after;
         },
-        nullptr, keep, continueChunks() ? &reusable : nullptr, continued);
+        nullptr, keep, batches.get(), continueChunks() ? &reusable : nullptr,
+        continued);
     if (reusable) {
       std::lock_guard<std::mutex> lock(keptMu_);
       if (kept_)
         kept_->stop();
       kept_ = std::move(pipe);
+      keptBatches_ = std::move(batches);
       keptKey_ = continuation;
       keptNext_ = req->first() + req->count();
     }
@@ -545,6 +582,8 @@ public:
     o.controller = nullptr;
     o.positions = std::make_shared<const std::vector<int64_t>>(
         rows.begin() + from, rows.begin() + to);
+    std::shared_ptr<detail::SlotBatches> batches = slotBatches(*req);
+    o.outputBuffers = batches;
     auto created = runtime::Pipeline::create(sp_.chunkPlan(), o);
     if (!created)
       return grpc::Status(grpc::StatusCode::DATA_LOSS,
@@ -583,7 +622,7 @@ public:
                  " (an empty file in the source?): a replayed order needs "
                  "one record per position; remove empty files";
         },
-        keep);
+        keep, batches.get());
   }
 
   /// Streams up to req->count() outputs of `pipe` (of epoch `epoch`):
@@ -597,7 +636,8 @@ public:
       const std::function<runtime::PipelineState(const runtime::Batch &,
                                                  int64_t)> &stateAfter,
       const std::function<std::optional<std::string>()> &checkEnd,
-      SharedChunk *keep, bool *reusable = nullptr, bool continued = false) {
+      SharedChunk *keep, detail::SlotBatches *batches, bool *reusable = nullptr,
+      bool continued = false) {
     runtime::Pipeline *pipe = &pipeRef;
     runtime::Batch batch;
     TrainerStats ts;
@@ -613,6 +653,12 @@ public:
     // Reused for every output: their strings keep their capacity.
     Part head;
     detail::SlotWriter slots = slotWriter(*req);
+    // The batches the pipeline makes from here go into the request's slots
+    // (those lent ahead too: a kept pipeline reads ahead into them after
+    // the stream's end). A slot the trainer took back since fails the
+    // lease's check, so none is forgotten at the end.
+    if (batches)
+      batches->lend(req->first(), slots.refs());
     // The pipeline's CPU (RunStats, summed over its stages and serial
     // threads) is sampled at most every 20 ms: a record-sized output would
     // otherwise pay for a stats snapshot each. Each output carries what
@@ -683,7 +729,7 @@ public:
           keep->bytes += static_cast<int64_t>(x.nbytes());
         keep->outputs.push_back(std::move(k));
       }
-      cut = !sendOutput(writer, slots, static_cast<size_t>(i),
+      cut = !sendOutput(writer, slots, batches, static_cast<size_t>(i),
                         grpc::Slice(head.SerializeAsString()), data,
                         std::move(parts), ts);
       ts.encodeCpu += threadCpuSeconds() - cpu0;
@@ -741,7 +787,8 @@ public:
         os << t.shared << " of them from chunks kept for sharing, ";
       if (t.slotOutputs)
         os << t.slotOutputs << " of them in the trainer's shared memory ("
-           << t.slotPwrites << " written with pwrite), ";
+           << t.slotPwrites << " written with pwrite), " << t.slotDirect
+           << " of them made there by the pipeline (not copied), ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       if (t.started)
@@ -807,6 +854,7 @@ private:
     s.shared += t.shared;
     s.slotOutputs += t.slotOutputs;
     s.slotPwrites += t.slotPwrites;
+    s.slotDirect += t.slotDirect;
     s.continued += t.continued;
     s.started += t.started;
     if (t.threads)
@@ -836,6 +884,8 @@ private:
   /// state) and the first output it would make.
   std::mutex keptMu_;
   std::unique_ptr<runtime::Pipeline> kept_;
+  /// The kept pipeline's SlotBatches (null: it makes ordinary buffers).
+  std::shared_ptr<detail::SlotBatches> keptBatches_;
   std::string keptKey_;
   int64_t keptNext_ = 0;
 };

@@ -31,6 +31,20 @@
 // SLUICE_NO_SLOT_PWRITE=1 maps every slot at its first write (the way
 // before); SLUICE_SLOT_MAP_AFTER=N maps after N writes instead.
 //
+// Once a worker maps a slot, its pipeline makes the batch lent that slot
+// in the mapping itself (SlotBatches, a runtime::OutputBuffers for the
+// batch step): the send path then copies nothing (the copy was 16.8 ms of
+// the worker's CPU per f32 batch of 77 MB with pwrite). A slot-backed
+// buffer comes through the tensor pool's BufferSource hook, as pinned
+// batches' do, so only fields of kPoolMinBytes and up are made there (the
+// small ones, a batch's labels, are copied at the send); the budget counts
+// it as any batch buffer (it is the trainer's memory: the worker's use is
+// then below what it counts, never above). Mapping pays off sooner then
+// (kMapAfterWritesDirect). A batch for which no slot is known when it is
+// allocated (read ahead past its request's outputs), a short last batch,
+// or an output that is not the buffer the batch step made, is copied as
+// before. SLUICE_NO_SLOT_DIRECT=1: every output copied.
+//
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
 #include "sluice/ops/Switches.h"
@@ -45,6 +59,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -82,6 +97,11 @@ int slotMapFlags() {
 /// header): a first touch of a 77 MB mapping (~190 ms) over what pwrite
 /// costs more per write than a copy into a warm mapping (~6 ms).
 constexpr uint64_t kMapAfterWrites = 32;
+/// The same when the worker's pipeline makes its batches in the slots it
+/// maps (SlotBatches): a mapping then saves the whole copy (~17 ms of CPU
+/// per f32 batch with pwrite, bench/remote_slot_write.py), not only
+/// pwrite's extra ~6 ms, so it pays after ~190 / 17 = 11 writes.
+constexpr uint64_t kMapAfterWritesDirect = 12;
 
 } // namespace
 
@@ -90,6 +110,8 @@ uint64_t slotMapAfterWrites() {
     if (switchedOff("SLUICE_NO_SLOT_PWRITE"))
       return uint64_t(0);
     const char *after = std::getenv("SLUICE_SLOT_MAP_AFTER");
+    const uint64_t dflt =
+        slotDirectEnabled() ? kMapAfterWritesDirect : kMapAfterWrites;
     if (after && *after) {
       char *end = nullptr;
       unsigned long long v = std::strtoull(after, &end, 10);
@@ -98,9 +120,9 @@ uint64_t slotMapAfterWrites() {
       std::fprintf(stderr,
                    "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
                    "number of writes (0, 1, 2, ...); using %llu\n",
-                   after, static_cast<unsigned long long>(kMapAfterWrites));
+                   after, static_cast<unsigned long long>(dflt));
     }
-    return kMapAfterWrites;
+    return dflt;
   }();
   return n;
 }
@@ -157,6 +179,21 @@ constexpr size_t kMappings = 32;
 std::mutex cacheMu;
 std::map<std::string, std::shared_ptr<Mapping>> cache;
 uint64_t cacheStamp = 0;
+
+/// Counts a write of `m`'s slot by this worker; its whole mapping, made
+/// now if this is the write it is due at (slotMapAfterWrites()), or null
+/// (write it with pwrite).
+uint8_t *countWrite(Mapping &m) {
+  std::lock_guard<std::mutex> hold(m.mu);
+  if (!m.map && m.writes >= slotMapAfterWrites()) {
+    void *p =
+        mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, slotMapFlags(), m.fd, 0);
+    if (p != MAP_FAILED)
+      m.map = static_cast<uint8_t *>(p);
+  }
+  ++m.writes;
+  return m.map;
+}
 
 void sweepMappings() {
   std::lock_guard<std::mutex> lock(cacheMu);
@@ -337,8 +374,14 @@ std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit,
   std::lock_guard<std::mutex> lock(mu_);
   size_t live = 0;
   for (auto &s : slots_) {
-    if (s->state == Slot::Aside &&
-        s->header()->state.load(std::memory_order_acquire) == s->lease + 2) {
+    // A slot set aside is free once its worker let go of it: written
+    // (L + 2), or back at L (a batch made in it was freed unsent:
+    // SlotBatches), taken from L as giveBack does, so that a worker's move
+    // from L cannot slip in between.
+    uint64_t expect = s->lease;
+    if (s->state == Slot::Aside && (s->header()->state.compare_exchange_strong(
+                                        expect, 0, std::memory_order_acq_rel) ||
+                                    expect == s->lease + 2)) {
       s->header()->state.store(0, std::memory_order_release);
       s->state = Slot::Free;
     }
@@ -480,16 +523,7 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
   if (!h->state.compare_exchange_strong(expect, r.lease + 1,
                                         std::memory_order_acq_rel))
     return false;
-  std::unique_lock<std::mutex> hold(m->mu);
-  if (!m->map && m->writes >= slotMapAfterWrites()) {
-    void *p = mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, slotMapFlags(),
-                   m->fd, 0);
-    if (p != MAP_FAILED)
-      m->map = static_cast<uint8_t *>(p);
-  }
-  ++m->writes;
-  uint8_t *map = m->map;
-  hold.unlock();
+  uint8_t *map = countWrite(*m);
   bool ok = true;
   if (map) {
     uint8_t *data = map + kSlotDataOffset;
@@ -509,6 +543,245 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
   h->state.store(r.lease + 2, std::memory_order_release);
   wrote_ |= ok;
   return ok;
+}
+
+bool slotDirectEnabled() {
+  static const bool on = !switchedOff("SLUICE_NO_SLOT_DIRECT");
+  return on;
+}
+
+namespace {
+/// The slot memory allocate(bytes) hands out next on this thread (set by
+/// SlotBatches::allocate around the Tensor::empty that asks for it).
+thread_local uint8_t *pendingSlotMemory = nullptr;
+thread_local size_t pendingSlotBytes = 0;
+
+/// Slot memory a batch buffer of some SlotBatches holds now, in this
+/// process: a slot lent again (to another pipeline of this worker) is not
+/// made in while a buffer of its earlier lease lives, since the tensor
+/// pool's BufferSource hook knows buffers by address.
+std::mutex liveMu;
+std::set<const void *> liveSlotBuffers;
+
+size_t fieldBytes(ElemType elem, const std::vector<int64_t> &shape) {
+  size_t n = elemTypeSize(elem);
+  for (int64_t d : shape)
+    n *= static_cast<size_t>(d);
+  return n;
+}
+
+/// Tensor's padding (whole 64-byte lines): what Tensor::empty asks the
+/// buffer pool for.
+size_t paddedBytes(size_t n) { return n == 0 ? 64 : (n + 63) / 64 * 64; }
+} // namespace
+
+/// A slot a batch is made in: held at lease + 1 (being written) from the
+/// batch's allocation until the output is handed over (lease + 2, the
+/// trainer's) or, never handed over, until its last slot-backed buffer is
+/// freed (back to lease L then: the send path may still copy its output
+/// there, and the trainer takes it back from L at its stream's end, or as
+/// a slot set aside).
+struct SlotBatches::Claim {
+  std::shared_ptr<Mapping> m;
+  SlotRef ref;
+  std::vector<size_t> sizes, offsets;
+  /// Fields made in the slot, and how many of their buffers are alive.
+  std::vector<bool> placed;
+  int live = 0;
+  bool handed = false;
+  Header *header() const { return headerOf(m->head); }
+  uint8_t *data() const { return m->map + kSlotDataOffset; }
+};
+
+SlotBatches::SlotBatches(int64_t first, std::string trainerBootId)
+    : first_(first), trainerBoot_(std::move(trainerBootId)) {}
+
+SlotBatches::~SlotBatches() = default;
+
+void SlotBatches::lend(int64_t first, std::vector<SlotRef> refs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  refsFirst_ = first;
+  refs_ = std::move(refs);
+}
+
+int64_t SlotBatches::made() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return made_;
+}
+
+std::vector<Tensor>
+SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
+                      const std::vector<std::vector<int64_t>> &shapes) {
+  std::vector<Tensor> out;
+  if (trainerBoot_.empty() || trainerBoot_ != bootId())
+    return out;
+  SlotRef r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t at = first_ + static_cast<int64_t>(batch) - refsFirst_;
+    if (at < 0 || at >= static_cast<int64_t>(refs_.size()))
+      return out;
+    r = refs_[static_cast<size_t>(at)];
+  }
+  auto claim = std::make_shared<Claim>();
+  claim->ref = r;
+  bool anyLarge = false;
+  for (size_t f = 0; f < elems.size(); ++f) {
+    claim->sizes.push_back(fieldBytes(elems[f], shapes[f]));
+    claim->placed.push_back(paddedBytes(claim->sizes.back()) >= kPoolMinBytes);
+    anyLarge = anyLarge || claim->placed.back();
+  }
+  // Only buffers the tensor pool would serve come through a BufferSource;
+  // a batch of small fields is copied (it costs little).
+  if (!anyLarge || slotLayout(claim->sizes, claim->offsets) > r.capacity)
+    return out;
+  // The slot's last field ends within its capacity, padding included.
+  for (size_t f = 0; f < elems.size(); ++f)
+    if (claim->placed[f] &&
+        claim->offsets[f] + paddedBytes(claim->sizes[f]) > r.capacity)
+      claim->placed[f] = false;
+  claim->m = mapSlot(r);
+  if (!claim->m)
+    return out;
+  // A slot this worker does not map yet is written with pwrite (Slots.cpp's
+  // header: mapping costs a first touch of every page); counted as a write
+  // of the slot when it is, so the mapping comes when it is due.
+  {
+    std::lock_guard<std::mutex> hold(claim->m->mu);
+    if (!claim->m->map && claim->m->writes < slotMapAfterWrites())
+      return out;
+  }
+  // A buffer of an earlier lease of this slot (handed over, still held by
+  // the pipeline) has the same address: its release must not be taken for
+  // this one's.
+  uint8_t *mapped = nullptr;
+  {
+    std::lock_guard<std::mutex> hold(claim->m->mu);
+    mapped = claim->m->map;
+  }
+  if (mapped) {
+    std::lock_guard<std::mutex> lock(liveMu);
+    for (size_t f = 0; f < elems.size(); ++f)
+      if (claim->placed[f] &&
+          liveSlotBuffers.count(mapped + kSlotDataOffset + claim->offsets[f]))
+        return out;
+  }
+  // Moved to lease + 1 before any byte is written: a slot the trainer took
+  // back (its stream was cut) fails here, and one it takes back from now
+  // on is set aside until the worker lets go of it (lease + 2 written, or
+  // L again: nothing of this batch is there any more).
+  uint64_t expect = r.lease;
+  if (!claim->header()->state.compare_exchange_strong(
+          expect, r.lease + 1, std::memory_order_acq_rel))
+    return out;
+  if (!countWrite(*claim->m)) {
+    claim->header()->state.store(r.lease, std::memory_order_release);
+    return out;
+  }
+  try {
+    for (size_t f = 0; f < elems.size(); ++f) {
+      if (!claim->placed[f]) {
+        out.push_back(Tensor::empty(elems[f], shapes[f]));
+        continue;
+      }
+      uint8_t *at = claim->data() + claim->offsets[f];
+      pendingSlotMemory = at;
+      pendingSlotBytes = paddedBytes(claim->sizes[f]);
+      {
+        sluice::detail::BufferSourceScope scope(this);
+        out.push_back(Tensor::empty(elems[f], shapes[f]));
+      }
+      bool mine = pendingSlotMemory == nullptr && out.back().raw() == at;
+      pendingSlotMemory = nullptr;
+      if (!mine) {
+        claim->placed[f] = false;
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> live(liveMu);
+        liveSlotBuffers.insert(at);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ++claim->live;
+      byBuffer_[at] = claim;
+    }
+  } catch (...) {
+    pendingSlotMemory = nullptr;
+    out.clear(); // frees the slot-backed buffers made: L again at the last
+    std::lock_guard<std::mutex> lock(mu_);
+    if (claim->live == 0)
+      claim->header()->state.store(r.lease, std::memory_order_release);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (claim->live == 0) {
+    // Nothing landed in the slot: lent under L as before.
+    claim->header()->state.store(r.lease, std::memory_order_release);
+    return out;
+  }
+  byLease_[r.lease] = claim;
+  ++made_;
+  return out;
+}
+
+void *SlotBatches::takeIdle(size_t) { return nullptr; }
+
+void *SlotBatches::allocate(size_t bytes) {
+  uint8_t *p = pendingSlotMemory;
+  if (!p || bytes != pendingSlotBytes)
+    return nullptr;
+  pendingSlotMemory = nullptr;
+  sluice::detail::recordSourcedBuffer(p, shared_from_this());
+  return p;
+}
+
+void SlotBatches::release(void *p, size_t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = byBuffer_.find(p);
+    if (it != byBuffer_.end()) {
+      std::shared_ptr<Claim> c = std::move(it->second);
+      byBuffer_.erase(it);
+      if (--c->live == 0) {
+        byLease_.erase(c->ref.lease);
+        // Never handed over (a short last batch made again at its size, a
+        // stream cut): lent under L again, so the output that is sent may
+        // still be copied into it; the trainer takes it back from L.
+        if (!c->handed)
+          c->header()->state.store(c->ref.lease, std::memory_order_release);
+      }
+    }
+  }
+  sluice::detail::forgetSourcedBuffer(p);
+  std::lock_guard<std::mutex> live(liveMu);
+  liveSlotBuffers.erase(p);
+}
+
+bool SlotBatches::handOver(const SlotRef &ref,
+                           const std::vector<Tensor> &fields) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = byLease_.find(ref.lease);
+  if (it == byLease_.end())
+    return false;
+  Claim &c = *it->second;
+  if (c.handed || fields.size() != c.sizes.size() || c.ref.path != ref.path ||
+      c.ref.capacity != ref.capacity)
+    return false;
+  // Every field made in the slot is the output's own field at its place
+  // (the layout is the output's: the same sizes), so the bytes there are
+  // the output's; the others go to their places, which no buffer uses.
+  for (size_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].nbytes() != c.sizes[f])
+      return false;
+    if (c.placed[f] && fields[f].raw() != c.data() + c.offsets[f])
+      return false;
+  }
+  for (size_t f = 0; f < fields.size(); ++f)
+    if (!c.placed[f] && c.sizes[f])
+      std::memcpy(c.data() + c.offsets[f], fields[f].raw(), c.sizes[f]);
+  c.handed = true;
+  c.header()->state.store(c.ref.lease + 2, std::memory_order_release);
+  return true;
 }
 
 } // namespace sluice::remote::detail

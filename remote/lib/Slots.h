@@ -27,10 +27,15 @@
 //   L + 1  the worker is writing (it moved it there from L)
 //   L + 2  written (the worker's last touch)
 // The trainer takes a slot for an output whose header says it is in it
-// only when it reads L + 2. After a stream ends it takes back the slots it
-// did not receive: from L (the worker will not write any more: its move
-// from L fails) or L + 2; a slot at L + 1 (a worker still writing, or
-// killed while writing) is set aside until it reads L + 2.
+// only when it reads L + 2. A worker whose pipeline makes a batch in the
+// slot itself (SlotBatches) moves it to L + 1 before the batch's first
+// byte is written, and to L + 2 when it hands the output over or, never
+// handed over (a stream cut, a short last batch made at its own size),
+// back to L when the batch's last slot-backed buffer is freed. After a
+// stream ends the trainer takes back the slots it did not receive: from L
+// (the worker will not write any more: its move from L fails) or L + 2; a
+// slot at L + 1 (a worker still writing, or killed while writing) is set
+// aside until it reads L + 2 or takes it from L.
 // SLUICE_NO_SHARED_MEMORY=1 (or ClientOptions::sharedMemory = false)
 // sends everything over the socket.
 //
@@ -38,9 +43,12 @@
 #ifndef SLUICE_REMOTE_SLOTS_H
 #define SLUICE_REMOTE_SLOTS_H
 
+#include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Tensor.h"
+#include "sluice/runtime/Pipeline.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,7 +69,8 @@ size_t slotLayout(const std::vector<size_t> &nbytes,
 const std::string &bootId();
 
 /// How many times a worker writes a slot with pwrite before it maps it
-/// (Slots.cpp: 32, SLUICE_SLOT_MAP_AFTER, or 0 under
+/// (Slots.cpp: 12 when its pipelines make batches in the slots it maps,
+/// SlotBatches, else 32; SLUICE_SLOT_MAP_AFTER, or 0 under
 /// SLUICE_NO_SLOT_PWRITE=1).
 uint64_t slotMapAfterWrites();
 
@@ -116,6 +125,62 @@ private:
   int64_t pid_ = 0;
 };
 
+/// Whether a worker's pipelines make their batches in the trainer's slots
+/// (SlotBatches): unless SLUICE_NO_SLOT_DIRECT is set (and not "0").
+bool slotDirectEnabled();
+
+/// A worker's pipeline making its batches in the slots the trainer lent for
+/// them (Slots.cpp): the batch step's buffers (runtime::OutputBuffers) are
+/// the worker's mapping of the slot lent for the output the batch becomes,
+/// so the send path has nothing to copy (SlotWriter's copy, 16.8 ms of
+/// worker CPU per f32 batch of 77 MB, docs/distributed.md). A batch for
+/// which no slot is known yet (read ahead past the request's outputs), or
+/// whose slot this worker does not map yet, is made in ordinary memory and
+/// copied as before; the send path checks where each output really is.
+class SlotBatches final : public runtime::OutputBuffers,
+                          public sluice::detail::BufferSource,
+                          public std::enable_shared_from_this<SlotBatches> {
+public:
+  /// For a pipeline whose batch 0 becomes the trainer's output `first`.
+  SlotBatches(int64_t first, std::string trainerBootId);
+  ~SlotBatches() override;
+  /// The slots a request lent for its outputs first, first + 1, ...
+  /// (replacing those of the request before; past its last output, those
+  /// lent ahead for the next chunk).
+  void lend(int64_t first, std::vector<SlotRef> refs);
+  /// True when the numeric `fields` of an output were made in `ref`'s slot
+  /// by this pipeline (each field of a slot-backed buffer at its place in
+  /// the slot's layout): copies the other (small) fields there, marks the
+  /// slot written (lease + 2) and hands it over. False: the slot is not
+  /// touched (the output is copied, or sent over the socket).
+  bool handOver(const SlotRef &ref, const std::vector<Tensor> &fields);
+  /// Batches made in a slot so far.
+  int64_t made() const;
+
+  // runtime::OutputBuffers.
+  std::vector<Tensor>
+  allocate(uint64_t batch, const std::vector<ElemType> &elems,
+           const std::vector<std::vector<int64_t>> &shapes) override;
+  // sluice::detail::BufferSource: the slot memory Tensor::empty asks for
+  // while allocate() makes a slot-backed field.
+  void *takeIdle(size_t bytes) override;
+  void *allocate(size_t bytes) override;
+  void release(void *p, size_t bytes) override;
+
+private:
+  struct Claim;
+  const int64_t first_;
+  const std::string trainerBoot_;
+  mutable std::mutex mu_;
+  int64_t refsFirst_ = 0;
+  std::vector<SlotRef> refs_;
+  /// Slots a batch is being or was made in, by lease, and by the address
+  /// of each of their slot-backed buffers.
+  std::map<uint64_t, std::shared_ptr<Claim>> byLease_;
+  std::map<const void *, std::shared_ptr<Claim>> byBuffer_;
+  int64_t made_ = 0;
+};
+
 /// The worker's side of a request's slots.
 class SlotWriter {
 public:
@@ -126,6 +191,14 @@ public:
   /// The trainer's slots cannot be opened from here (another host, user or
   /// namespace): said once, in the next output's header.
   bool unreachable() const { return unreachable_; }
+  /// The request's slot `i`, or null.
+  const SlotRef *ref(size_t i) const {
+    return i < refs_.size() ? &refs_[i] : nullptr;
+  }
+  /// The request's slots.
+  const std::vector<SlotRef> &refs() const { return refs_; }
+  /// An output went into its slot another way (SlotBatches::handOver).
+  void wroteElsewhere() { wrote_ = checked_ = true; }
   /// Outputs written with pwrite, and copied into a mapping (Slots.cpp:
   /// a slot is mapped once this worker has written it often enough).
   int64_t pwritten() const { return pwritten_; }

@@ -15,6 +15,7 @@
 #include "sluice/ops/Registry.h"
 #include "sluice/ops/kernels/Layout.h"
 #include "sluice/runtime/Pinned.h"
+#include "sluice/runtime/Pipeline.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -98,12 +99,16 @@ struct RowLayout {
   /// Where the buffers come from when they are page-locked (a
   /// RunOptions::pinBatches, Pinned.h): registered buffers that pool keeps.
   PinnedPool *pinned = nullptr;
+  /// Where full batches are made when not pinned (RunOptions::
+  /// outputBuffers): asked first, ordinary buffers when it declines.
+  OutputBuffers *output = nullptr;
 
   /// The layout of batches of `size` records of `t`; nullopt when a field
   /// is not numeric or has a dynamic shape. With `pinned`, the buffers come
   /// from that pool (recycled memory, as the tensor buffer pool's).
   static std::optional<RowLayout> of(const RecordType &t, int64_t size,
-                                     PinnedPool *pinned = nullptr) {
+                                     PinnedPool *pinned = nullptr,
+                                     OutputBuffers *output = nullptr) {
     RowLayout l;
     for (const Field &f : t.fields()) {
       std::optional<int64_t> b = f.type.staticBytes();
@@ -124,6 +129,7 @@ struct RowLayout {
     if (l.elems.empty())
       return std::nullopt;
     l.pinned = pinned;
+    l.output = pinned ? nullptr : output;
     return l;
   }
 
@@ -140,9 +146,21 @@ struct RowLayout {
     return true;
   }
 
-  /// Empty [rows, ...] buffers, one per field.
-  std::vector<Tensor> allocate(int64_t rows) const {
+  /// Empty [rows, ...] buffers, one per field; `batch`: the pass's batch
+  /// number of a full batch (-1: a short one), which `output` may make.
+  std::vector<Tensor> allocate(int64_t rows, int64_t batch = -1) const {
     std::vector<Tensor> out;
+    if (output && batch >= 0) {
+      std::vector<std::vector<int64_t>> full;
+      for (const std::vector<int64_t> &s : shapes) {
+        full.push_back({rows});
+        full.back().insert(full.back().end(), s.begin(), s.end());
+      }
+      out = output->allocate(static_cast<uint64_t>(batch), elems, full);
+      if (out.size() == elems.size())
+        return out;
+      out.clear();
+    }
     for (size_t f = 0; f < elems.size(); ++f) {
       std::vector<int64_t> shape{rows};
       shape.insert(shape.end(), shapes[f].begin(), shapes[f].end());
@@ -251,7 +269,8 @@ private:
         // where a refusal is the step's located error.
         try {
           o.claimed.assign(static_cast<size_t>(size_), false);
-          o.fields = layout_.allocate(static_cast<int64_t>(size_));
+          o.fields = layout_.allocate(static_cast<int64_t>(size_),
+                                      static_cast<int64_t>(k));
         } catch (const std::exception &) {
           o.claimed.clear();
           o.fields.clear();
@@ -373,7 +392,9 @@ public:
     if (!padded_)
       layout_ = RowLayout::of(
           step.inputType, size_,
-          s.pinned && step.name == s.pinnedStep ? s.pinned.get() : nullptr);
+          s.pinned && step.name == s.pinnedStep ? s.pinned.get() : nullptr,
+          s.outputBuffers && step.name == s.outputStep ? s.outputBuffers.get()
+                                                       : nullptr);
     if (layout_ && layout_->recycled && s.batchRowPlacement) {
       rows_ = std::make_unique<BatchRows>(
           *layout_, size_, s.memory->account(step.name + " rows ahead"), c);
@@ -499,7 +520,8 @@ protected:
     // Allocated (no page touched yet, or recycled by the pool, which gives
     // back its idle reservation as it hands the buffer out) before it is
     // reserved, so that the bytes are never counted twice.
-    std::vector<Tensor> placed = layout_->allocate(size_);
+    std::vector<Tensor> placed =
+        layout_->allocate(size_, static_cast<int64_t>(passBatch_));
     if (!account_->tryReserve(bufferBytes))
       return budgetError();
     struct Hold { // the buffer being filled, until it is handed on
@@ -622,7 +644,8 @@ protected:
     // reservation as it is taken, and counting it first would count those
     // bytes twice at the budget's peak.
     if (rows && fresh)
-      placed = layout_->allocate(n);
+      placed = layout_->allocate(
+          n, n == size_ ? static_cast<int64_t>(passBatch_) - 1 : -1);
     // The new buffer's own bytes when it is one (its rows are the records'
     // data without their per-tensor overhead: 784 of the 1.3 KiB a
     // Fashion-MNIST record counts); the records' bytes, a bound on what

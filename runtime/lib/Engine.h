@@ -39,6 +39,7 @@
 
 namespace sluice::runtime {
 class PinnedPool;
+class OutputBuffers;
 }
 
 namespace sluice::runtime::detail {
@@ -136,6 +137,10 @@ struct Shared {
   /// no unbatch after it) allocates its batches from (null: none).
   std::shared_ptr<PinnedPool> pinned;
   std::string pinnedStep;
+  /// RunOptions::outputBuffers, for the batch step named `outputStep` (the
+  /// last batch, as pinnedStep).
+  std::shared_ptr<OutputBuffers> outputBuffers;
+  std::string outputStep;
 
   /// Positional reading (RunOptions::rank/worldSize, a source with
   /// `shuffle: true`, or a positional resume): the source stage reads the

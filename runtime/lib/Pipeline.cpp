@@ -492,6 +492,19 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
+  if (opts_.outputBuffers && !opts_.pinBatches) {
+    // The last batch step makes the outputs (as for pinned batches below).
+    for (const PlanStep &st : plan_.steps) {
+      const OpTraits *t = opTraits(st.op);
+      if (!t)
+        continue;
+      if (t->count == Cardinality::Groups && t->fixedRows)
+        shared_.outputStep = st.name;
+      else if (t->count == Cardinality::Groups || t->splitsRecords)
+        shared_.outputStep.clear();
+    }
+    shared_.outputBuffers = opts_.outputBuffers;
+  }
   if (opts_.pinBatches && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
     std::shared_ptr<HostRegistrar> registrar = hostRegistrar();
     if (!registrar)
@@ -1230,6 +1243,7 @@ Status Pipeline::checkFits(const Plan &plan, const RunOptions &opts) {
 }
 
 RunController::~RunController() = default;
+OutputBuffers::~OutputBuffers() = default;
 
 Expected<bool> Pipeline::next(Batch &out) {
   Engine &e = *engine_;

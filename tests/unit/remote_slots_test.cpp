@@ -239,3 +239,178 @@ TEST_F(RemoteSlots, LargerOutputsReplaceSmallerFreeSlotsAtTheLimit) {
   SlotWriter w(big, bootId());
   EXPECT_TRUE(w.write(0, {bytes(small[0].capacity + 1, 9)}));
 }
+
+namespace {
+
+/// A slot of a pool holding one, written `slotMapAfterWrites()` times with
+/// pwrite (each output taken and dropped), so that this process's worker
+/// side maps it from its next write on; then lent once more: `ref`.
+SlotRef mappedSlot(SlotPool &pool, size_t bytes) {
+  for (uint64_t k = 0; k < slotMapAfterWrites(); ++k) {
+    std::vector<SlotRef> lent = pool.lend(1, bytes, 1);
+    EXPECT_EQ(lent.size(), 1u);
+    SlotWriter w(lent, bootId());
+    EXPECT_TRUE(w.write(0, {Tensor::empty(ElemType::U8, {1})}));
+    const uint8_t *data = nullptr;
+    EXPECT_TRUE(pool.take(lent[0], data));
+  }
+  std::vector<SlotRef> lent = pool.lend(1, bytes, 1);
+  EXPECT_EQ(lent.size(), 1u);
+  return lent.empty() ? SlotRef() : lent[0];
+}
+
+/// A batch's fields as the batch step asks for them: 128 rows of 32 x 32
+/// f32 (512 KiB, a buffer the tensor pool serves) and 128 i64 labels
+/// (1 KiB, an ordinary small buffer).
+const std::vector<ElemType> kElems = {ElemType::F32, ElemType::I64};
+const std::vector<std::vector<int64_t>> kShapes = {{128, 32, 32}, {128}};
+
+void fill(std::vector<Tensor> &fields, uint8_t seed) {
+  for (size_t f = 0; f < fields.size(); ++f)
+    for (size_t i = 0; i < fields[f].nbytes(); ++i)
+      fields[f].mutableRaw()[i] = static_cast<uint8_t>(seed + 3 * f + i);
+}
+
+} // namespace
+
+TEST_F(RemoteSlots, PipelineMakesTheBatchInItsSlot) {
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  ASSERT_FALSE(ref.path.empty());
+  auto batches = std::make_shared<SlotBatches>(7, bootId());
+  batches->lend(7, {ref});
+  // No slot for batch 1 (output 8): ordinary buffers.
+  EXPECT_TRUE(batches->allocate(1, kElems, kShapes).empty());
+  std::vector<Tensor> fields = batches->allocate(0, kElems, kShapes);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(batches->made(), 1);
+  // Being written: the trainer does not take it.
+  const uint8_t *data = nullptr;
+  EXPECT_FALSE(pool->take(ref, data));
+  fill(fields, 5);
+  ASSERT_TRUE(batches->handOver(ref, fields));
+  std::shared_ptr<const void> held = pool->take(ref, data);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(std::memcmp(data, fields[0].raw(), fields[0].nbytes()), 0);
+  EXPECT_EQ(std::memcmp(data + fields[0].nbytes(), fields[1].raw(),
+                        fields[1].nbytes()),
+            0);
+  // The image is the slot's memory itself (not a copy): a store through
+  // the batch's buffer shows in the trainer's mapping.
+  fields[0].mutableRaw()[100] ^= 0xff;
+  EXPECT_EQ(data[100], fields[0].raw()[100]);
+  // Handed over once.
+  EXPECT_FALSE(batches->handOver(ref, fields));
+}
+
+TEST_F(RemoteSlots, BatchNotMadeInItsSlotIsNotHandedOver) {
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, {ref});
+  std::vector<Tensor> inSlot = batches->allocate(0, kElems, kShapes);
+  ASSERT_EQ(inSlot.size(), 2u);
+  // The output is another buffer (a step after the batch made a new one):
+  // not handed over, and the slot stays the worker's (a copy under its
+  // lease fails: the output goes over the socket).
+  std::vector<Tensor> other = {Tensor::empty(kElems[0], kShapes[0]),
+                               Tensor::empty(kElems[1], kShapes[1])};
+  fill(other, 1);
+  EXPECT_FALSE(batches->handOver(ref, other));
+  SlotWriter w({ref}, bootId());
+  EXPECT_FALSE(w.write(0, other));
+  // The stream ends: the trainer sets the slot aside while the worker's
+  // pipeline may still write it, and it is free once the batch is freed.
+  pool->giveBack(ref);
+  EXPECT_EQ(pool->setAside(), 1u);
+  EXPECT_TRUE(pool->lend(1, 600 << 10, 1).empty());
+  inSlot.clear();
+  std::vector<SlotRef> again = pool->lend(1, 600 << 10, 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].path, ref.path);
+  EXPECT_EQ(pool->setAside(), 0u);
+  // Never read as written under the old lease.
+  const uint8_t *data = nullptr;
+  EXPECT_FALSE(pool->take(ref, data));
+}
+
+TEST_F(RemoteSlots, SlotTakenBackIsNotMadeIn) {
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, {ref});
+  // The stream was cut before the pipeline reached this batch.
+  pool->giveBack(ref);
+  EXPECT_TRUE(batches->allocate(0, kElems, kShapes).empty());
+  // Lent again under a new lease to another request: the old lease's batch
+  // is still not made there.
+  std::vector<SlotRef> again = pool->lend(1, 600 << 10, 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(batches->allocate(0, kElems, kShapes).empty());
+  auto next = std::make_shared<SlotBatches>(0, bootId());
+  next->lend(0, again);
+  EXPECT_EQ(next->allocate(0, kElems, kShapes).size(), 2u);
+  // Another host's trainer: never.
+  auto elsewhere = std::make_shared<SlotBatches>(0, "another-host");
+  elsewhere->lend(0, again);
+  EXPECT_TRUE(elsewhere->allocate(0, kElems, kShapes).empty());
+}
+
+TEST_F(RemoteSlots, BufferOfAnEarlierLeaseKeepsTheSlotFromANewBatch) {
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, {ref});
+  std::vector<Tensor> first = batches->allocate(0, kElems, kShapes);
+  ASSERT_EQ(first.size(), 2u);
+  fill(first, 2);
+  ASSERT_TRUE(batches->handOver(ref, first));
+  const uint8_t *data = nullptr;
+  ASSERT_TRUE(pool->take(ref, data)); // taken and dropped by the trainer
+  std::vector<SlotRef> again = pool->lend(1, 600 << 10, 1);
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_EQ(again[0].path, ref.path);
+  batches->lend(1, again);
+  // The first batch's buffer (the same address) is still held: no batch is
+  // made there until it is freed, and its release leaves the new lease be.
+  EXPECT_TRUE(batches->allocate(1, kElems, kShapes).empty());
+  first.clear();
+  EXPECT_FALSE(pool->take(again[0], data));
+  std::vector<Tensor> second = batches->allocate(1, kElems, kShapes);
+  ASSERT_EQ(second.size(), 2u);
+  fill(second, 9);
+  ASSERT_TRUE(batches->handOver(again[0], second));
+  std::shared_ptr<const void> held = pool->take(again[0], data);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(std::memcmp(data, second[0].raw(), second[0].nbytes()), 0);
+}
+
+TEST_F(RemoteSlots, SlotNotMappedYetIsNotMadeIn) {
+  if (slotMapAfterWrites() == 0)
+    GTEST_SKIP() << "every slot is mapped at its first write here";
+  std::vector<SlotRef> lent = pool->lend(1, 600 << 10, 1);
+  ASSERT_EQ(lent.size(), 1u);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, lent);
+  // Written with pwrite until the rent-or-buy rule maps it (Slots.cpp).
+  EXPECT_TRUE(batches->allocate(0, kElems, kShapes).empty());
+  EXPECT_EQ(batches->made(), 0);
+}
+
+TEST_F(RemoteSlots, BatchFreedUnsentLeavesItsSlotToTheCopy) {
+  // The batch step made a full batch in the slot, then found the pass
+  // ending (a short last batch, made again at its own size): the slot is
+  // lent under its lease again, and the short output is copied into it.
+  SlotRef ref = mappedSlot(*pool, 600 << 10);
+  auto batches = std::make_shared<SlotBatches>(0, bootId());
+  batches->lend(0, {ref});
+  std::vector<Tensor> full = batches->allocate(0, kElems, kShapes);
+  ASSERT_EQ(full.size(), 2u);
+  full.clear();
+  std::vector<Tensor> shortBatch = {Tensor::empty(ElemType::F32, {3, 32, 32}),
+                                    Tensor::empty(ElemType::I64, {3})};
+  fill(shortBatch, 4);
+  EXPECT_FALSE(batches->handOver(ref, shortBatch));
+  SlotWriter w({ref}, bootId());
+  ASSERT_TRUE(w.write(0, shortBatch));
+  const uint8_t *data = nullptr;
+  std::shared_ptr<const void> held = pool->take(ref, data);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(std::memcmp(data, shortBatch[0].raw(), shortBatch[0].nbytes()), 0);
+}

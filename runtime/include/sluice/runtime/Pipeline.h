@@ -105,6 +105,26 @@ public:
   virtual std::string report() const { return ""; }
 };
 
+/// Where the batches of a pipeline's last batch step are made, when not in
+/// the buffer pool's memory: a `sluice serve` worker on its trainer's host
+/// hands in the trainer's shared-memory slots (remote/lib/Slots.h), so the
+/// batch is made where the trainer reads it instead of being copied there.
+/// Only full batches of a fixed row layout ask (a short last batch, a
+/// padded_batch and pinned batches do not); the caller checks where each
+/// output's buffers really are.
+class OutputBuffers {
+public:
+  virtual ~OutputBuffers();
+  /// Buffers for the step's batch number `batch` of its pass (0 for the
+  /// first batch it makes after the pipeline starts or resumes): one per
+  /// field, of `elems[f]` and `shapes[f]` (the batch dimension included),
+  /// or an empty vector for ordinary ones. Charged and refused as
+  /// Tensor::empty is.
+  virtual std::vector<Tensor>
+  allocate(uint64_t batch, const std::vector<ElemType> &elems,
+           const std::vector<std::vector<int64_t>> &shapes) = 0;
+};
+
 /// How to run a Plan. Unset values fall back to the Plan.
 struct RunOptions {
   /// Overrides Plan::epochs (`--epochs`).
@@ -235,6 +255,9 @@ struct RunOptions {
   /// Pipeline::create fails when no registrar is installed.
   /// SLUICE_NO_PINNED_BATCHES=1 turns it off. Same bytes either way.
   bool pinBatches = false;
+  /// The last batch step's buffers (OutputBuffers; ignored with
+  /// pinBatches). Same bytes either way.
+  std::shared_ptr<OutputBuffers> outputBuffers;
   /// Changes knobs while the pipeline runs (see RunController). With one,
   /// every parallel step's reorder window is sized for all `threads`, so
   /// its parallelism can rise in flight.
