@@ -388,10 +388,14 @@ std::unique_ptr<Stage> makePositionalSourceStage(Shared &shared,
                                                  StageCounters *c);
 /// Fused per-record steps; `parallelism` 0 runs them inline, otherwise on
 /// the arena with at most that many workers and a window of `window` records.
+/// `perWorker` > 0: the window was sized for Shared::threads workers (a
+/// controller may raise the parallelism in flight), and while fewer run the
+/// feeder fills `perWorker` slots fewer per missing worker.
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
                                     std::vector<BoundStep> ops,
-                                    int64_t parallelism, int64_t window);
+                                    int64_t parallelism, int64_t window,
+                                    int64_t perWorker = 0);
 std::unique_ptr<Stage> makeIdentityStage(Shared &shared,
                                          std::unique_ptr<Stage> upstream,
                                          StageCounters *c);

@@ -77,11 +77,11 @@ struct Outcome {
 class MapStage : public Stage {
 public:
   MapStage(Shared &s, std::unique_ptr<Stage> up, std::vector<BoundStep> ops,
-           int64_t parallelism, int64_t window)
+           int64_t parallelism, int64_t window, int64_t perWorker)
       : Stage(s, std::move(up), nullptr), ops_(std::move(ops)),
         parallel_(parallelism > 0 && s.arena != nullptr),
         parallelism_(std::max<int64_t>(1, parallelism)),
-        window_(std::max<int64_t>(2, window)),
+        window_(std::max<int64_t>(2, window)), perWorker_(perWorker),
         scratchLimit_(s.memory->account(ops_.front().step->name + " scratch"),
                       /*credit=*/true) {
     inlineTiming_ = false;
@@ -103,6 +103,7 @@ public:
     }
     if (parallel_) {
       slots_.resize(static_cast<size_t>(window_));
+      active_ = activeFor(parallelism_);
       account_ = s.memory->account(ops_.front().step->name + " window");
       ops_.back().counters->bufferCapacity.store(window_);
       maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
@@ -168,7 +169,9 @@ public:
       std::lock_guard<std::mutex> lock(mu_);
       parallelism_ = p;
       maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+      active_ = activeFor(p);
     }
+    notFull_.notify_all();
     for (const BoundStep &op : ops_)
       op.counters->parallelism.store(p);
     work_.notify_all();
@@ -498,11 +501,11 @@ private:
       {
         std::unique_lock<std::mutex> lock(mu_);
         notFull_.wait(lock, [&] {
-          return cancel_ || tail_ - head_ < static_cast<uint64_t>(window_);
+          return cancel_ || tail_ - head_ < static_cast<uint64_t>(active_);
         });
         if (cancel_)
           return;
-        room = static_cast<uint64_t>(window_) - (tail_ - head_);
+        room = static_cast<uint64_t>(active_) - (tail_ - head_);
       }
       // Pull a run of records outside the lock (as many as a worker takes
       // at once) so the lock is taken once per run, not once per record.
@@ -765,7 +768,7 @@ private:
         // full) is woken once `handoff_` slots are free, and fills them in
         // one go; at once when it waits for the memory just released.
         bool wakeFeeder = feederWaitsMemory_ ||
-                          static_cast<int64_t>(static_cast<uint64_t>(window_) -
+                          static_cast<int64_t>(static_cast<uint64_t>(active_) -
                                                (tail_ - head_)) >= handoff_;
         lock.unlock();
         if (wakeFeeder)
@@ -833,6 +836,21 @@ private:
   bool parallel_;
   int64_t parallelism_;
   int64_t window_;
+  /// Window slots the feeder fills: all of window_ at the parallelism it
+  /// was sized for, perWorker_ fewer per worker less (a window sized for
+  /// every thread so that a controller can raise the parallelism in flight
+  /// is not filled while fewer workers run: its items would be buffers
+  /// first touched for nothing). perWorker_ 0: always window_.
+  int64_t perWorker_ = 0;
+  int64_t active_ = 0;
+  int64_t activeFor(int64_t p) const {
+    if (perWorker_ <= 0)
+      return window_;
+    int64_t sizedFor = std::max<int64_t>(1, shared_.threads);
+    return std::clamp<int64_t>(
+        window_ - perWorker_ * (sizedFor - std::max<int64_t>(1, p)), 2,
+        window_);
+  }
   ElementContext ctx_;
 
   std::mutex mu_;
@@ -869,9 +887,10 @@ private:
 std::unique_ptr<Stage> makeMapStage(Shared &shared,
                                     std::unique_ptr<Stage> upstream,
                                     std::vector<BoundStep> ops,
-                                    int64_t parallelism, int64_t window) {
+                                    int64_t parallelism, int64_t window,
+                                    int64_t perWorker) {
   return std::make_unique<MapStage>(shared, std::move(upstream), std::move(ops),
-                                    parallelism, window);
+                                    parallelism, window, perWorker);
 }
 
 } // namespace sluice::runtime::detail

@@ -702,8 +702,14 @@ Status Engine::build() {
       // consumer) instead of splitting the group.
       int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
       int64_t window = std::max<int64_t>(16, windowPar * 16) + g.prefetch;
-      cur =
-          makeMapStage(shared_, std::move(cur), std::move(group), par, window);
+      // Filled only as far as the workers running now need (16 per
+      // worker), raised with the parallelism; SLUICE_NO_ACTIVE_WINDOW=1
+      // fills all of it from the start.
+      const bool activeOff = switchedOff("SLUICE_NO_ACTIVE_WINDOW");
+      int64_t perWorker =
+          par > 0 && opts_.controller && threads_ > 1 && !activeOff ? 16 : 0;
+      cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window,
+                         perWorker);
       if (g.prefetchAfter)
         addPrefetch(last, g.prefetch);
       if (g.cacheAfter) {

@@ -176,6 +176,42 @@ public:
 
 } // namespace
 
+namespace {
+/// A controller that looks and changes nothing (as the re-planner when
+/// nothing drifts).
+class Idle : public runtime::RunController {
+public:
+  double interval() const override { return 0.01; }
+  void tick(runtime::Pipeline &) override {}
+};
+} // namespace
+
+TEST_F(DeterminismTest, AControllersWindowIsFilledForTheWorkersThatRun) {
+  // With a controller the window of a parallel step is sized for every
+  // thread (the parallelism may rise in flight: 2 x 16 slots here), but
+  // one worker's feeder fills 16, as without a controller: the rest would
+  // be buffers first touched for nothing. The same bytes either way, and
+  // with SLUICE_NO_ACTIVE_WINDOW=1 (all 32 filled).
+  runtime::Plan p =
+      plan(7, 1, "", "  - batch: {size: 64, drop_remainder: true}\n");
+  runtime::RunOptions o;
+  o.threads = 2;
+  o.schedule["random_crop"].parallelism = 1;
+  const std::string expected = allBytes(runAll(p, o));
+  o.controller = std::make_shared<Idle>();
+  runtime::RunStats st;
+  EXPECT_EQ(allBytes(runAll(p, o, &st)), expected);
+  // The window's occupancy is the last step's of the group.
+  runtime::StageStats m = stageNamed(st, "normalize");
+  EXPECT_EQ(m.bufferCapacity, 32);
+  EXPECT_GT(m.occupancyMax, 0);
+  EXPECT_LE(m.occupancyMax, 16);
+  ::setenv("SLUICE_NO_ACTIVE_WINDOW", "1", 1);
+  std::string off = allBytes(runAll(p, o));
+  ::unsetenv("SLUICE_NO_ACTIVE_WINDOW");
+  EXPECT_EQ(off, expected);
+}
+
 TEST_F(DeterminismTest, KnobsChangedInFlightKeepTheBytes) {
   runtime::Plan p = plan(7, 3, "",
                          "  - shuffle: 1000\n  - batch: {size: 64, "
