@@ -39,11 +39,11 @@
 // batches' do, so only fields of kPoolMinBytes and up are made there (the
 // small ones, a batch's labels, are copied at the send); the budget counts
 // it as any batch buffer (it is the trainer's memory: the worker's use is
-// then below what it counts, never above). Mapping pays off sooner then
-// (kMapAfterWritesDirect). A batch for which no slot is known when it is
-// allocated (read ahead past its request's outputs), a short last batch,
-// or an output that is not the buffer the batch step made, is copied as
-// before. SLUICE_NO_SLOT_DIRECT=1: every output copied.
+// then below what it counts, never above). A slot is mapped after as many
+// writes as without it (kMapAfterWritesDirect). A batch for which no slot is
+// known when it is allocated (read ahead past its request's outputs), a short
+// last batch, or an output that is not the buffer the batch step made, is
+// copied as before. SLUICE_NO_SLOT_DIRECT=1: every output copied.
 //
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
@@ -98,10 +98,15 @@ int slotMapFlags() {
 /// costs more per write than a copy into a warm mapping (~6 ms).
 constexpr uint64_t kMapAfterWrites = 32;
 /// The same when the worker's pipeline makes its batches in the slots it
-/// maps (SlotBatches): a mapping then saves the whole copy (~17 ms of CPU
-/// per f32 batch with pwrite, bench/remote_slot_write.py), not only
-/// pwrite's extra ~6 ms, so it pays after ~190 / 17 = 11 writes.
-constexpr uint64_t kMapAfterWritesDirect = 12;
+/// maps (SlotBatches). Reasoned from the copy it saves (~17 ms per f32
+/// batch: ~190 / 17 = 11 writes) it was 12, but the quiet loopback bench
+/// (bench/remote_loopback.py --only f32 --off SLUICE_NO_SLOT_DIRECT, one
+/// worker, two runs) measured 0.84x and 0.90x the in-process pipeline
+/// with 12 against 0.91x and 0.93x without batches made in slots (the
+/// worker's CPU 108.7 / 127.3 against 101.0 / 122.7 ms per batch): mapping
+/// earlier cost more first touches than the copies it saved. Making a batch
+/// in a slot therefore does not change when a slot is mapped.
+constexpr uint64_t kMapAfterWritesDirect = kMapAfterWrites;
 
 } // namespace
 
