@@ -1081,6 +1081,22 @@ def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
     assert off["shared_memory_outputs"] >= 6, off
 
 
+def three_epochs_served(workers, spec, want, env, chunk, window):
+    """One worker started with `env` serves three epochs of `spec` to a
+    trainer on its host, each checked against `want[epoch]`: the trainer's
+    stats and the worker's stderr once it stopped."""
+    w = workers(spec, "--stats-interval", "0", env=env)
+    ds = remote.Dataset(spec, [w.address], chunk=chunk, window=window)
+    for e in range(3):
+        ds.set_epoch(e)
+        got = [{k: np.array(v, copy=True) for k, v in b.items()}
+               for b in ds.arrays()]
+        assert_same(got, want[e])
+    st = ds.stats()
+    ds.close()
+    return st, w.stop()
+
+
 def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     """A worker writes a slot with pwrite until it has written it
     SLUICE_SLOT_MAP_AFTER times (32 by default), and through a mapping of
@@ -1095,17 +1111,8 @@ def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     want = [local_batches(served_spec, e) for e in range(3)]
 
     def served(env):
-        w = workers(served_spec, "--stats-interval", "0", env=env)
-        ds = remote.Dataset(served_spec, [w.address], chunk=2, window=4)
-        for e in range(3):
-            ds.set_epoch(e)
-            got = [{k: np.array(v, copy=True) for k, v in b.items()}
-                   for b in ds.arrays()]
-            assert_same(got, want[e])
-        st = ds.stats()
-        ds.close()
+        st, err = three_epochs_served(workers, served_spec, want, env, 2, 4)
         assert st["shared_memory_outputs"] == 28, st
-        err = w.stop()
         counts = re.findall(r"(\d+) of them in the trainer's shared memory "
                             r"\((\d+) written with pwrite\)", err)
         assert counts, err
@@ -1152,16 +1159,7 @@ def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
     assert [len(w) for w in want] == [5, 5, 5]
 
     def served(env):
-        w = workers(slot_spec, "--stats-interval", "0", env=env)
-        ds = remote.Dataset(slot_spec, [w.address], chunk=5, window=10)
-        for e in range(3):
-            ds.set_epoch(e)
-            got = [{k: np.array(v, copy=True) for k, v in b.items()}
-                   for b in ds.arrays()]
-            assert_same(got, want[e])
-        st = ds.stats()
-        ds.close()
-        err = w.stop()
+        st, err = three_epochs_served(workers, slot_spec, want, env, 5, 10)
         m = re.findall(r"(\d+) of them in the trainer's shared memory "
                        r"\((\d+) written with pwrite\), (\d+) of them made "
                        r"there by the pipeline", err)

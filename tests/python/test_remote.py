@@ -593,6 +593,21 @@ def test_schedule_parallelism_on_the_source_sets_requests_in_flight(
     assert in_flight("{image_folder: {parallelism: 5}}") == (3, True)
 
 
+def tune_with_delay(servers, proxy, spec, report, delay_ms=20):
+    """`sluice tune SPEC --report REPORT` (a fresh profile) while `proxy`
+    waits `delay_ms` before every answer: report.md and schedule.yaml."""
+    servers.rules(proxy, [{"match": "", "delay_ms": delay_ms}])
+    try:
+        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
+                            str(report)], capture_output=True, text=True,
+                           env=dict(os.environ, SLUICE_NO_SCHEDULE_CACHE="1"))
+    finally:
+        servers.rules(proxy, [])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return ((report / "report.md").read_text(),
+            (report / "schedule.yaml").read_text())
+
+
 def test_tune_chooses_requests_in_flight_and_says_so(servers, tmp_path):
     # 20 ms before every answer: the tuner measures the requests and picks
     # how many to keep in flight (Little's law), says so in the report, and
@@ -612,21 +627,13 @@ steps:
 budget: {cores: 2, memory: 256MiB}
 """ % (BUCKET, proxy))
     report = tmp_path / "report"
-    servers.rules(proxy, [{"match": "", "delay_ms": 20}])
-    try:
-        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
-                            str(report)], capture_output=True, text=True)
-    finally:
-        servers.rules(proxy, [])
-    assert r.returncode == 0, r.stdout + r.stderr
-    md = (report / "report.md").read_text()
+    md, sched = tune_with_delay(servers, proxy, spec, report)
     m = re.search(r"source: (\d+) requests in flight, (\d+) ms median "
                   r"latency", md)
     assert m, md
     n, latency = int(m.group(1)), int(m.group(2))
     assert latency >= 20  # the proxy's delay is part of every request
     assert 1 <= n <= 256
-    sched = (report / "schedule.yaml").read_text()
     assert re.search(r"image_folder:\s*\{?\s*parallelism: %d" % n, sched), \
         sched
     rep = json.loads((report / "report.json").read_text())
@@ -656,16 +663,7 @@ steps:
   - batch: {size: 8}
 budget: {cores: 2, memory: 256MiB}
 """ % proxy)
-    report = tmp_path / "report"
-    servers.rules(proxy, [{"match": "", "delay_ms": 20}])
-    try:
-        r = subprocess.run([SLUICE_BIN, "tune", str(spec), "--report",
-                            str(report)], capture_output=True, text=True,
-                           env=dict(os.environ, SLUICE_NO_SCHEDULE_CACHE="1"))
-    finally:
-        servers.rules(proxy, [])
-    assert r.returncode == 0, r.stdout + r.stderr
-    md = (report / "report.md").read_text()
+    md, sched = tune_with_delay(servers, proxy, spec, tmp_path / "report")
     m = re.search(r"source: (\d+) requests in flight, (\d+) ms median "
                   r"latency \((\d+) ms without queueing; Little's law in "
                   r"bytes", md)
@@ -673,7 +671,6 @@ budget: {cores: 2, memory: 256MiB}
     n, latency, unloaded = (int(g) for g in m.groups())
     assert 20 <= unloaded and 20 <= latency  # the proxy delays every answer
     assert 4 <= n <= 256
-    sched = (report / "schedule.yaml").read_text()
     assert re.search(r"webdataset:\s*\{?\s*parallelism: %d" % n, sched), \
         sched
 
