@@ -1023,6 +1023,21 @@ def test_next_shards_first_chunks_are_fetched_ahead(servers, tmp_path, name,
     assert all(batches_equal(a, b) for a, b in zip(want, off))
 
 
+def child_runs_on_and_off(tmp_path, child, spec, switch):
+    """Runs the Python program `child` (argv: the spec, a file to pickle its
+    result into) with the switch `switch` at "0" (the optimization on) and
+    "1" (off), each in a process of its own: {"0": result, "1": result}."""
+    runs = {}
+    for value in ("0", "1"):
+        out = tmp_path / ("%s-%s.pickle" % (switch, value))
+        env = dict(os.environ, **{switch: value})
+        r = subprocess.run([sys.executable, "-c", child, spec, str(out)],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        runs[value] = pickle.load(open(out, "rb"))
+    return runs
+
+
 @pytest.mark.parametrize("name,kind", [("webdataset", "http"),
                                        ("tfrecord", "s3"), ("csv", "http")])
 def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
@@ -1046,14 +1061,8 @@ def test_next_shards_first_window_is_fetched_ahead(servers, tmp_path, name,
                      st["remote"]["requests"] - st["remote"]["retries"],
                      st["memory"]["peaks"]), open(sys.argv[2], "wb"))
     """)
-    runs = {}
-    for switch in ("0", "1"):
-        out = tmp_path / ("window-%s.pickle" % switch)
-        env = dict(os.environ, SLUICE_NO_SHARD_WINDOW_AHEAD=switch)
-        r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
-                           env=env, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        runs[switch] = pickle.load(open(out, "rb"))
+    runs = child_runs_on_and_off(tmp_path, child, remote,
+                                 "SLUICE_NO_SHARD_WINDOW_AHEAD")
     shards = {"webdataset": "shards/shard-*.tar", "tfrecord": "tfr/part-*",
               "csv": "csv/day-*.csv"}[name]
     sizes = [os.path.getsize(f)
@@ -1265,14 +1274,8 @@ def test_next_epochs_first_shards_are_asked_for_before_it(servers, tmp_path,
         st = p.stats()["remote"]
         pickle.dump((batches, st), open(sys.argv[2], "wb"))
     """)
-    runs = {}
-    for switch in ("0", "1"):
-        out = tmp_path / ("next-%s.pickle" % switch)
-        env = dict(os.environ, SLUICE_NO_NEXT_PASS_AHEAD=switch)
-        r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
-                           env=env, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        runs[switch] = pickle.load(open(out, "rb"))
+    runs = child_runs_on_and_off(tmp_path, child, remote,
+                                 "SLUICE_NO_NEXT_PASS_AHEAD")
     for switch, (batches, st) in runs.items():
         assert len(batches) == len(want) > 0, switch
         assert all(batches_equal(a, b) for a, b in zip(want, batches)), switch
