@@ -106,7 +106,7 @@ public:
       active_ = activeFor(parallelism_);
       account_ = s.memory->account(ops_.front().step->name + " window");
       ops_.back().counters->bufferCapacity.store(window_);
-      maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
+      maxChunk_ = std::max<int64_t>(1, active_ / (2 * parallelism_));
       if (s.batchedHandoff)
         handoff_ = std::clamp<int64_t>(window_ / 4, 1, kMaxHandoff);
     }
@@ -168,8 +168,8 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       parallelism_ = p;
-      maxChunk_ = std::max<int64_t>(1, window_ / (2 * parallelism_));
       active_ = activeFor(p);
+      maxChunk_ = std::max<int64_t>(1, active_ / (2 * parallelism_));
     }
     notFull_.notify_all();
     for (const BoundStep &op : ops_)
