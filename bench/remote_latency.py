@@ -138,6 +138,11 @@ def main():
                          "listings by s3rver); proxy: the Python delay "
                          "proxy in front of s3rver and nginx (0.2-2 ms of "
                          "server CPU per picture on the pipeline's cores)")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="copy every tune's report (schedule.yaml, "
+                         "report.md, report.json) into DIR/tune_<pipeline>_<k> "
+                         "before the work directory is removed, to see the "
+                         "knobs besides the requests in flight")
     args = ap.parse_args()
     why = remote_servers.why_unavailable()
     if why:
@@ -270,6 +275,13 @@ def main():
                 for t in tunes))
     finally:
         srv.stop()
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for d in sorted(os.listdir(work)):
+                if d.startswith("tune_"):
+                    shutil.copytree(os.path.join(work, d),
+                                    os.path.join(args.keep, d),
+                                    dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
