@@ -492,17 +492,25 @@ Status Engine::build() {
   shared_.onError = source_->onError();
   shared_.threads = threads_;
   shared_.tempDir = opts_.tempDir.empty() ? defaultTempDir() : opts_.tempDir;
-  if (opts_.outputBuffers && !opts_.pinBatches) {
-    // The last batch step makes the outputs (as for pinned batches below).
+  // The last batch step makes the outputs, if its rows have a fixed
+  // layout (padded_batch builds each batch at its own size); a batch an
+  // unbatch takes apart again is not an output. Pinned batches and
+  // RunOptions::outputBuffers go to that step.
+  auto outputBatchStep = [&] {
+    std::string name;
     for (const PlanStep &st : plan_.steps) {
       const OpTraits *t = opTraits(st.op);
       if (!t)
         continue;
       if (t->count == Cardinality::Groups && t->fixedRows)
-        shared_.outputStep = st.name;
+        name = st.name;
       else if (t->count == Cardinality::Groups || t->splitsRecords)
-        shared_.outputStep.clear();
+        name.clear();
     }
+    return name;
+  };
+  if (opts_.outputBuffers && !opts_.pinBatches) {
+    shared_.outputStep = outputBatchStep();
     shared_.outputBuffers = opts_.outputBuffers;
   }
   if (opts_.pinBatches && !switchedOff("SLUICE_NO_PINNED_BATCHES")) {
@@ -512,18 +520,7 @@ Status Engine::build() {
           "pinned batches asked for (pin_memory), but no host memory "
           "registrar is installed (sluice.torch installs one over the CUDA "
           "runtime when torch sees a CUDA device)");
-    // The last batch step makes the outputs, if its rows have a fixed
-    // layout (padded_batch builds each batch at its own size); a batch an
-    // unbatch takes apart again never reaches a device.
-    for (const PlanStep &st : plan_.steps) {
-      const OpTraits *t = opTraits(st.op);
-      if (!t)
-        continue;
-      if (t->count == Cardinality::Groups && t->fixedRows)
-        shared_.pinnedStep = st.name;
-      else if (t->count == Cardinality::Groups || t->splitsRecords)
-        shared_.pinnedStep.clear();
-    }
+    shared_.pinnedStep = outputBatchStep();
     pinnedLimit_ = std::make_unique<AccountAllocationLimit>(
         memory_->account("pinned batches (idle)"));
     shared_.pinned =
