@@ -40,7 +40,7 @@
 // small ones, a batch's labels, are copied at the send); the budget counts
 // it as any batch buffer (it is the trainer's memory: the worker's use is
 // then below what it counts, never above). A slot is mapped after as many
-// writes as without it (kMapAfterWritesDirect). A batch for which no slot is
+// writes as without it (kMapAfterWrites). A batch for which no slot is
 // known when it is allocated (read ahead past its request's outputs), a short
 // last batch, or an output that is not the buffer the batch step made, is
 // copied as before. SLUICE_NO_SLOT_DIRECT=1: every output copied.
@@ -95,18 +95,16 @@ int slotMapFlags() {
 
 /// Writes of a slot by a worker before it maps the slot (Slots.cpp's
 /// header): a first touch of a 77 MB mapping (~190 ms) over what pwrite
-/// costs more per write than a copy into a warm mapping (~6 ms).
-constexpr uint64_t kMapAfterWrites = 32;
-/// The same when the worker's pipeline makes its batches in the slots it
-/// maps (SlotBatches). Reasoned from the copy it saves (~17 ms per f32
-/// batch: ~190 / 17 = 11 writes) it was 12, but the quiet loopback bench
+/// costs more per write than a copy into a warm mapping (~6 ms). The same
+/// when the worker's pipeline makes its batches in the slots it maps
+/// (SlotBatches): reasoned from the copy it saves (~17 ms per f32 batch:
+/// ~190 / 17 = 11 writes) it was 12 there, but the quiet loopback bench
 /// (bench/remote_loopback.py --only f32 --off SLUICE_NO_SLOT_DIRECT, one
-/// worker, two runs) measured 0.84x and 0.90x the in-process pipeline
-/// with 12 against 0.91x and 0.93x without batches made in slots (the
-/// worker's CPU 108.7 / 127.3 against 101.0 / 122.7 ms per batch): mapping
-/// earlier cost more first touches than the copies it saved. Making a batch
-/// in a slot therefore does not change when a slot is mapped.
-constexpr uint64_t kMapAfterWritesDirect = kMapAfterWrites;
+/// worker, two runs) measured 0.84x and 0.90x the in-process pipeline with
+/// 12 against 0.91x and 0.93x without batches made in slots (the worker's
+/// CPU 108.7 / 127.3 against 101.0 / 122.7 ms per batch): mapping earlier
+/// cost more first touches than the copies it saved.
+constexpr uint64_t kMapAfterWrites = 32;
 
 } // namespace
 
@@ -115,8 +113,6 @@ uint64_t slotMapAfterWrites() {
     if (switchedOff("SLUICE_NO_SLOT_PWRITE"))
       return uint64_t(0);
     const char *after = std::getenv("SLUICE_SLOT_MAP_AFTER");
-    const uint64_t dflt =
-        slotDirectEnabled() ? kMapAfterWritesDirect : kMapAfterWrites;
     if (after && *after) {
       char *end = nullptr;
       unsigned long long v = std::strtoull(after, &end, 10);
@@ -125,9 +121,9 @@ uint64_t slotMapAfterWrites() {
       std::fprintf(stderr,
                    "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
                    "number of writes (0, 1, 2, ...); using %llu\n",
-                   after, static_cast<unsigned long long>(dflt));
+                   after, static_cast<unsigned long long>(kMapAfterWrites));
     }
-    return dflt;
+    return kMapAfterWrites;
   }();
   return n;
 }
@@ -568,13 +564,6 @@ thread_local size_t pendingSlotBytes = 0;
 std::mutex liveMu;
 std::set<const void *> liveSlotBuffers;
 
-size_t fieldBytes(ElemType elem, const std::vector<int64_t> &shape) {
-  size_t n = elemTypeSize(elem);
-  for (int64_t d : shape)
-    n *= static_cast<size_t>(d);
-  return n;
-}
-
 /// Tensor's padding (whole 64-byte lines): what Tensor::empty asks the
 /// buffer pool for.
 size_t paddedBytes(size_t n) { return n == 0 ? 64 : (n + 63) / 64 * 64; }
@@ -632,7 +621,9 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   claim->ref = r;
   bool anyLarge = false;
   for (size_t f = 0; f < elems.size(); ++f) {
-    claim->sizes.push_back(fieldBytes(elems[f], shapes[f]));
+    // Numeric fields of a fixed layout (RowLayout): always a static size.
+    claim->sizes.push_back(static_cast<size_t>(
+        FieldType(elems[f], shapes[f]).staticBytes().value_or(0)));
     claim->placed.push_back(paddedBytes(claim->sizes.back()) >= kPoolMinBytes);
     anyLarge = anyLarge || claim->placed.back();
   }
@@ -651,19 +642,16 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   // A slot this worker does not map yet is written with pwrite (Slots.cpp's
   // header: mapping costs a first touch of every page); counted as a write
   // of the slot when it is, so the mapping comes when it is due.
+  uint8_t *mapped = nullptr;
   {
     std::lock_guard<std::mutex> hold(claim->m->mu);
     if (!claim->m->map && claim->m->writes < slotMapAfterWrites())
       return out;
+    mapped = claim->m->map;
   }
   // A buffer of an earlier lease of this slot (handed over, still held by
   // the pipeline) has the same address: its release must not be taken for
   // this one's.
-  uint8_t *mapped = nullptr;
-  {
-    std::lock_guard<std::mutex> hold(claim->m->mu);
-    mapped = claim->m->map;
-  }
   if (mapped) {
     std::lock_guard<std::mutex> lock(liveMu);
     for (size_t f = 0; f < elems.size(); ++f)
