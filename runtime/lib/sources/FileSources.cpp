@@ -164,7 +164,6 @@ public:
         remote() ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
-  int64_t remoteChunkBytes() const override { return 0; } // whole objects
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }
@@ -189,7 +188,6 @@ public:
         remote() && isRemoteUrl(paths[i]) ? ahead_.take(i).fetch : nullptr);
   }
   bool oneRecordPerShard() const override { return true; }
-  int64_t remoteChunkBytes() const override { return 0; } // whole objects
   size_t prefetchDepth() const override {
     return remote() ? static_cast<size_t>(remote()->concurrency) : 0;
   }
