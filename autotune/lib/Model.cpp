@@ -274,9 +274,7 @@ double cacheSeconds(const Profile &p, const CacheOption &c) {
 } // namespace
 
 double wholeRunThroughput(const Profile &p, double steady) {
-  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
-                                        ? p.sourceRecordsPerEpoch
-                                        : p.estimatedRecordsPerEpoch;
+  std::optional<int64_t> perEpoch = p.recordsPerEpoch();
   if (p.epochs <= 0 || !perEpoch || *perEpoch <= 0 || !(steady > 0) ||
       !std::isfinite(steady) || p.startupSeconds <= 0)
     return steady;
@@ -697,6 +695,19 @@ Prediction predictPhase(const Profile &p, const Config &c, int64_t cores,
 
 } // namespace
 
+namespace {
+/// A windowed source's window at `inFlight`: that many chunks (at least 1).
+double chunkWindow(const Profile &p, int64_t inFlight) {
+  return static_cast<double>(std::max<int64_t>(1, inFlight)) *
+         p.remote.chunkBytes;
+}
+/// Whether that window holds a whole (mean) shard.
+bool windowIsWholeShard(const Profile &p, int64_t inFlight) {
+  return p.remote.objectBytes > 0 &&
+         chunkWindow(p, inFlight) >= p.remote.objectBytes;
+}
+} // namespace
+
 double remoteCapacity(const Profile &p, int64_t inFlight) {
   if (!p.remote.present() || inFlight <= 0)
     return kInf;
@@ -713,9 +724,9 @@ double remoteCapacity(const Profile &p, int64_t inFlight) {
     // The rest of a shard larger than its first window is asked for when
     // the reader opens it: the reader waits for it unless the window lasts
     // a round trip, so it reads at most a window per latency.
-    const double window = static_cast<double>(inFlight) * p.remote.chunkBytes;
-    if (!(p.remote.objectBytes > 0 && window >= p.remote.objectBytes))
-      bytesPerSecond = std::min(bytesPerSecond, window / unloadedLatency(p));
+    if (!windowIsWholeShard(p, inFlight))
+      bytesPerSecond = std::min(bytesPerSecond,
+                                chunkWindow(p, inFlight) / unloadedLatency(p));
     return bytesPerSecond / bpr;
   }
   return static_cast<double>(inFlight) /
@@ -723,8 +734,7 @@ double remoteCapacity(const Profile &p, int64_t inFlight) {
 }
 
 double windowedRequestBytes(const Profile &p, int64_t inFlight) {
-  const double window =
-      static_cast<double>(std::max<int64_t>(1, inFlight)) * p.remote.chunkBytes;
+  const double window = chunkWindow(p, inFlight);
   return p.remote.objectBytes > 0 ? std::min(window, p.remote.objectBytes)
                                   : window;
 }
@@ -745,8 +755,7 @@ double windowedRequestSeconds(const Profile &p, int64_t inFlight) {
 }
 
 int64_t windowedBytes(const Profile &p, int64_t inFlight) {
-  const double window =
-      static_cast<double>(std::max<int64_t>(1, inFlight)) * p.remote.chunkBytes;
+  const double window = chunkWindow(p, inFlight);
   const double ahead = static_cast<double>(std::max<int64_t>(1, inFlight / 2));
   return static_cast<int64_t>(window +
                               ahead * windowedRequestBytes(p, inFlight));
@@ -765,10 +774,9 @@ int64_t windowedInFlightFor(const Profile &p, double rate,
     // window that is the whole shard or lasts the reader a round trip (the
     // rest of the shard is asked for as it opens).
     auto enough = [&](int64_t k) {
-      const double window = static_cast<double>(k) * p.remote.chunkBytes;
       const bool covers =
-          (p.remote.objectBytes > 0 && window >= p.remote.objectBytes) ||
-          window >= demand * unloadedLatency(p) * kInFlightHeadroom;
+          windowIsWholeShard(p, k) ||
+          chunkWindow(p, k) >= demand * unloadedLatency(p) * kInFlightHeadroom;
       return covers &&
              static_cast<double>(windowedBytes(p, k)) >=
                  demand * windowedRequestSeconds(p, k) * kInFlightHeadroom;
@@ -813,9 +821,8 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
         bytes(static_cast<double>(windowedBytes(p, chosen))).c_str(),
         bytes(r.chunkBytes).c_str(),
         static_cast<long long>(std::max<int64_t>(1, chosen / 2)),
-        bytes(static_cast<double>(chosen) * r.chunkBytes).c_str(),
-        r.objectBytes > 0 &&
-                static_cast<double>(chosen) * r.chunkBytes >= r.objectBytes
+        bytes(chunkWindow(p, chosen)).c_str(),
+        windowIsWholeShard(p, chosen)
             ? ("is the whole shard of " + bytes(r.objectBytes)).c_str()
             : "lasts the reader the latency x1.5 (the rest of a shard is "
               "asked for as it opens)",

@@ -95,9 +95,7 @@ constexpr double kFreshMemoryShare = 0.01;
 /// an epoch of unknown size, or no measured fault cost). *runSeconds gets
 /// that run's length.
 int64_t freshMemoryDepthCap(const Profile &p, size_t i, double *runSeconds) {
-  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
-                                        ? p.sourceRecordsPerEpoch
-                                        : p.estimatedRecordsPerEpoch;
+  std::optional<int64_t> perEpoch = p.recordsPerEpoch();
   double rate = 0;
   for (const Probe &pr : p.probes)
     rate = std::max(rate, pr.sourceRecordsPerSecond);

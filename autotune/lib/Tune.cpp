@@ -427,9 +427,7 @@ runtime::RunOptions runOptionsAfterSolving(const TuneOptions &opts,
 /// at most `seconds` (csv and other sources that cannot count: the epoch
 /// estimated from their files' size decides).
 bool wholeRunFits(const Profile &p, double predicted, double seconds) {
-  std::optional<int64_t> perEpoch = p.sourceRecordsPerEpoch
-                                        ? p.sourceRecordsPerEpoch
-                                        : p.estimatedRecordsPerEpoch;
+  std::optional<int64_t> perEpoch = p.recordsPerEpoch();
   return p.epochs > 0 && perEpoch && predicted > 0 &&
          static_cast<double>(p.epochs * *perEpoch) / predicted <= seconds;
 }

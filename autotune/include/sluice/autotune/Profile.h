@@ -207,6 +207,11 @@ struct Profile {
   /// (csv, text lines, tfrecord): used for the whole-run average
   /// (wholeRunThroughput), never to size a cache.
   std::optional<int64_t> estimatedRecordsPerEpoch;
+  /// Source records per epoch: counted by the source, else estimated.
+  std::optional<int64_t> recordsPerEpoch() const {
+    return sourceRecordsPerEpoch ? sourceRecordsPerEpoch
+                                 : estimatedRecordsPerEpoch;
+  }
   /// Measured / modelled rate of a cached run's later epochs (only the
   /// lanes after the cache run, fed by it), from a probe that ran the
   /// chosen cached schedule past its first epoch (tune(),
