@@ -697,14 +697,19 @@ Status Engine::build() {
       // flight: the window is sized for that from the start. A prefetch knob
       // on a step deepens the window (which already runs ahead of its
       // consumer) instead of splitting the group.
+      constexpr int64_t kSlotsPerWorker = 16;
       int64_t windowPar = par > 0 && opts_.controller ? threads_ : par;
-      int64_t window = std::max<int64_t>(16, windowPar * 16) + g.prefetch;
-      // Filled only as far as the workers running now need (16 per
-      // worker), raised with the parallelism; SLUICE_NO_ACTIVE_WINDOW=1
-      // fills all of it from the start.
+      int64_t window =
+          std::max<int64_t>(kSlotsPerWorker, windowPar * kSlotsPerWorker) +
+          g.prefetch;
+      // Filled only as far as the workers running now need
+      // (kSlotsPerWorker each), raised with the parallelism;
+      // SLUICE_NO_ACTIVE_WINDOW=1 fills all of it from the start.
       const bool activeOff = switchedOff("SLUICE_NO_ACTIVE_WINDOW");
       int64_t perWorker =
-          par > 0 && opts_.controller && threads_ > 1 && !activeOff ? 16 : 0;
+          par > 0 && opts_.controller && threads_ > 1 && !activeOff
+              ? kSlotsPerWorker
+              : 0;
       cur = makeMapStage(shared_, std::move(cur), std::move(group), par, window,
                          perWorker);
       if (g.prefetchAfter)
