@@ -36,8 +36,6 @@ namespace sluice::autotune {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t hostCores() { return sluice::hostCores(); }
-
 namespace {
 
 double since(Clock::time_point t) {
@@ -356,8 +354,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
   prof.specFile = plan.specFile;
   prof.hostCores = hostCores();
   prof.epochs = opts.base.epochs ? *opts.base.epochs : plan.epochs;
-  prof.batchRowPlacement =
-      opts.base.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  prof.batchRowPlacement = opts.base.inEffect().batchRowPlacement;
   int64_t cores = opts.cores > 0   ? opts.cores
                   : plan.cores > 0 ? plan.cores
                                    : prof.hostCores;

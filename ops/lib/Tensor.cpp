@@ -48,13 +48,6 @@ template <typename T> struct ControlBlockAllocator {
   }
 };
 
-/// Bytes allocateAligned() asks for: at least one line so that valid()
-/// holds for empty tensors.
-size_t roundedBytes(size_t nbytes) {
-  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  return rounded == 0 ? kAlignment : rounded;
-}
-
 std::shared_ptr<uint8_t> pooledBuffer(void *p, size_t rounded) {
   return std::shared_ptr<uint8_t>(
       static_cast<uint8_t *>(p),
@@ -62,7 +55,7 @@ std::shared_ptr<uint8_t> pooledBuffer(void *p, size_t rounded) {
 }
 
 std::shared_ptr<uint8_t> allocateAligned(size_t nbytes) {
-  size_t rounded = roundedBytes(nbytes);
+  size_t rounded = tensorBufferBytes(nbytes);
   if (rounded >= kPoolMinBytes)
     return pooledBuffer(detail::poolAllocate(rounded), rounded);
   if (rounded <= kSmallPoolMaxBytes)
@@ -100,12 +93,12 @@ Tensor Tensor::empty(ElemType elem, std::vector<int64_t> shape) {
     bytes.reset();
   Tensor t;
   if (bytes && AllocationScope::current() &&
-      roundedBytes(static_cast<size_t>(*bytes)) >= kPoolMinBytes) {
+      tensorBufferBytes(static_cast<size_t>(*bytes)) >= kPoolMinBytes) {
     // An idle pooled buffer gives its reservation back as it is taken:
     // take it before charging the scope, or the budget would count the
     // same resident bytes twice for a moment (a 77 MB batch buffer, at the
     // budget's peak).
-    size_t rounded = roundedBytes(static_cast<size_t>(*bytes));
+    size_t rounded = tensorBufferBytes(static_cast<size_t>(*bytes));
     if (void *p = detail::poolTakeIdle(rounded)) {
       t.buf_ = pooledBuffer(p, rounded);
       chargeTensorAllocation(
@@ -206,6 +199,11 @@ Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
+}
+
+size_t tensorBufferBytes(size_t nbytes) {
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
 }
 
 } // namespace sluice

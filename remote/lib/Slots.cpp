@@ -563,10 +563,6 @@ thread_local size_t pendingSlotBytes = 0;
 /// pool's BufferSource hook knows buffers by address.
 std::mutex liveMu;
 std::set<const void *> liveSlotBuffers;
-
-/// Tensor's padding (whole 64-byte lines): what Tensor::empty asks the
-/// buffer pool for.
-size_t paddedBytes(size_t n) { return n == 0 ? 64 : (n + 63) / 64 * 64; }
 } // namespace
 
 /// A slot a batch is made in: held at lease + 1 (being written) from the
@@ -624,7 +620,8 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
     // Numeric fields of a fixed layout (RowLayout): always a static size.
     claim->sizes.push_back(static_cast<size_t>(
         FieldType(elems[f], shapes[f]).staticBytes().value_or(0)));
-    claim->placed.push_back(paddedBytes(claim->sizes.back()) >= kPoolMinBytes);
+    claim->placed.push_back(tensorBufferBytes(claim->sizes.back()) >=
+                            kPoolMinBytes);
     anyLarge = anyLarge || claim->placed.back();
   }
   // Only buffers the tensor pool would serve come through a BufferSource;
@@ -634,7 +631,7 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   // The slot's last field ends within its capacity, padding included.
   for (size_t f = 0; f < elems.size(); ++f)
     if (claim->placed[f] &&
-        claim->offsets[f] + paddedBytes(claim->sizes[f]) > r.capacity)
+        claim->offsets[f] + tensorBufferBytes(claim->sizes[f]) > r.capacity)
       claim->placed[f] = false;
   claim->m = mapSlot(r);
   if (!claim->m)
@@ -679,7 +676,7 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
       }
       uint8_t *at = claim->data() + claim->offsets[f];
       pendingSlotMemory = at;
-      pendingSlotBytes = paddedBytes(claim->sizes[f]);
+      pendingSlotBytes = tensorBufferBytes(claim->sizes[f]);
       {
         sluice::detail::BufferSourceScope scope(this);
         out.push_back(Tensor::empty(elems[f], shapes[f]));

@@ -356,9 +356,23 @@ std::string defaultTempDir() {
   return t && *t ? t : "/tmp";
 }
 
-/// Whether the environment turns an optimization off (`NAME=1`; unset,
-/// empty and "0" leave it on).
 } // namespace
+
+RunOptions RunOptions::inEffect() const {
+  RunOptions o = *this;
+  o.batchRowPlacement =
+      batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
+  o.directOutput = directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
+  o.batchedHandoff =
+      batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
+  o.arenaSlicing = arenaSlicing && !switchedOff("SLUICE_NO_ARENA_SLICING");
+  o.parallelParse = parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
+  o.fileReadAhead = fileReadAhead && !switchedOff("SLUICE_NO_FILE_READ_AHEAD");
+  o.positionalShuffle =
+      positionalShuffle && !switchedOff("SLUICE_NO_POSITIONAL_SHUFFLE");
+  o.recordRuns = recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
+  return o;
+}
 
 Expected<std::unique_ptr<Engine>>
 Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
@@ -404,9 +418,8 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   (void)control;
   // Turns (TaskHandoff.h): the arena runs its tasks in order and parallel
   // steps' workers give their slot to a waiting task after a slice.
-  e->arena_ = std::make_unique<TaskArena>(
-      static_cast<int>(e->threads_), 0,
-      opts.arenaSlicing && !switchedOff("SLUICE_NO_ARENA_SLICING"));
+  e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0,
+                                          opts.inEffect().arenaSlicing);
   // Building allocates the stages' rings and windows: sizes that passed
   // the checks but that no allocator can give are the run's error, not an
   // abort.
@@ -526,18 +539,14 @@ Status Engine::build() {
     shared_.pinned =
         std::make_shared<PinnedPool>(std::move(registrar), pinnedLimit_.get());
   }
-  shared_.batchRowPlacement =
-      opts_.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT");
-  shared_.directOutput =
-      opts_.directOutput && !switchedOff("SLUICE_NO_DIRECT_OUTPUT");
-  shared_.batchedHandoff =
-      opts_.batchedHandoff && !switchedOff("SLUICE_NO_BATCHED_HANDOFF");
+  const RunOptions effective = opts_.inEffect();
+  shared_.batchRowPlacement = effective.batchRowPlacement;
+  shared_.directOutput = effective.directOutput;
+  shared_.batchedHandoff = effective.batchedHandoff;
   shared_.arenaSliceNs =
       arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000 : 0;
-  shared_.parallelParse =
-      opts_.parallelParse && !switchedOff("SLUICE_NO_PARALLEL_PARSE");
-  shared_.fileReadAhead =
-      opts_.fileReadAhead && !switchedOff("SLUICE_NO_FILE_READ_AHEAD");
+  shared_.parallelParse = effective.parallelParse;
+  shared_.fileReadAhead = effective.fileReadAhead;
   {
     // A cache (or a step that materializes) serves the epochs after the
     // first without the source: nothing is named ahead for them.
@@ -556,8 +565,7 @@ Status Engine::build() {
                     !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
   shared_.coarseBatchCount = switchedOff("SLUICE_COARSE_BATCH_COUNT");
-  shared_.recordRuns =
-      opts_.recordRuns && !switchedOff("SLUICE_NO_RECORD_RUNS");
+  shared_.recordRuns = effective.recordRuns;
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -768,8 +776,8 @@ void Engine::foldShuffle(int64_t cycle, int64_t block) {
   // the first pass's order), interleave, or explicit positions (`sluice
   // serve` replays the step itself).
   Shared::Positional &P = shared_.positional;
-  if (!opts_.positionalShuffle || switchedOff("SLUICE_NO_POSITIONAL_SHUFFLE") ||
-      opts_.positions || plan_.steps.empty() || cycle != 1 || block != 1 ||
+  if (!opts_.inEffect().positionalShuffle || opts_.positions ||
+      plan_.steps.empty() || cycle != 1 || block != 1 ||
       plan_.source.schedule.cache || shared_.onError == OnError::Skip ||
       !source_->oneRecordPerShard())
     return;

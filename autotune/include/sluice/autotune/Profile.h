@@ -283,9 +283,6 @@ Expected<Probe> measure(const runtime::Plan &plan,
                         int64_t maxRecords,
                         std::vector<runtime::RunStats> *samples = nullptr);
 
-/// Cores of this host.
-int64_t hostCores();
-
 } // namespace sluice::autotune
 
 #endif // SLUICE_AUTOTUNE_PROFILE_H

@@ -27,6 +27,11 @@ namespace sluice {
 /// which a shuffle buffer holds by the hundred thousand. A multiple of 64.
 constexpr size_t kTensorOverheadBytes = 128;
 
+/// The bytes a tensor of `nbytes` of data asks its allocator for (the
+/// buffer pool from kPoolMinBytes up, or a BufferSource hook): whole
+/// 64-byte lines, at least one, so that an empty tensor's buffer is valid.
+size_t tensorBufferBytes(size_t nbytes);
+
 class Tensor {
 public:
   Tensor() = default;

@@ -339,6 +339,15 @@ struct RunOptions {
   /// (csv, tfrecord, ...) is loaded into memory for it, as for
   /// `shuffle: true`.
   std::shared_ptr<const std::vector<int64_t>> positions;
+
+  /// These options with the environment's off switches applied
+  /// (SLUICE_NO_BATCH_PLACEMENT, SLUICE_NO_DIRECT_OUTPUT,
+  /// SLUICE_NO_BATCHED_HANDOFF, SLUICE_NO_ARENA_SLICING,
+  /// SLUICE_NO_PARALLEL_PARSE, SLUICE_NO_FILE_READ_AHEAD,
+  /// SLUICE_NO_POSITIONAL_SHUFFLE, SLUICE_NO_RECORD_RUNS): what a run given
+  /// them does. The run, the tuner's profile and the schedule cache's key
+  /// all ask this one function.
+  RunOptions inEffect() const;
 };
 
 /// A rank and world size chosen by the caller (Python's
