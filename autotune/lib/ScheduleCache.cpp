@@ -41,8 +41,9 @@ namespace {
 /// Also bumped when the solver would choose other knobs for the same
 /// profile, so that no run reuses an older solver's schedule (3: no
 /// prefetch between a lane and the batch whose rows it writes; 4: prefetch
-/// depths capped by their buffers' first touch in a short run).
-constexpr const char *kFormat = "sluice-schedule-cache-4";
+/// depths capped by their buffers' first touch in a short run; 5: ties
+/// between parallelisms go to more workers).
+constexpr const char *kFormat = "sluice-schedule-cache-5";
 
 std::string envOr(const char *name) {
   const char *v = std::getenv(name);
@@ -398,7 +399,8 @@ bool scheduleCacheEnabled() {
 }
 
 std::string scheduleCacheKey(const runtime::Plan &plan,
-                             const runtime::RunOptions &opts, int64_t cores) {
+                             const runtime::RunOptions &given, int64_t cores) {
+  const runtime::RunOptions opts = given.inEffect();
   std::ostringstream os;
   os << kFormat << "\nplan " << plan.serialize() << "\nthreads " << opts.threads
      << " cores " << cores << " memory " << opts.memoryBytes << " rank "
@@ -406,12 +408,16 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.worldSize
      // Switches that change the rates the probes would measure.
      << "\nkernels " << (opts.binder ? "compiled" : "interpreted")
-     << " placement "
-     << (opts.batchRowPlacement && !switchedOff("SLUICE_NO_BATCH_PLACEMENT"))
-     << " direct " << opts.directOutput << " handoff " << opts.batchedHandoff
-     << " slicing " << opts.arenaSlicing << '/' << opts.arenaSliceMicros
-     << " parse " << opts.parallelParse << " runs " << opts.recordRuns
-     << " files " << opts.fileReadAhead << " order " << opts.positionalShuffle
+     << " placement " << opts.batchRowPlacement << " direct "
+     << opts.directOutput << " handoff " << opts.batchedHandoff << " slicing "
+     << opts.arenaSlicing << '/' << opts.arenaSliceMicros << " parse "
+     << opts.parallelParse << " runs " << opts.recordRuns << " files "
+     << opts.fileReadAhead << " order "
+     << opts.positionalShuffle
+     // Switches that change the solver's rules.
+     << "\nsolver ties "
+     << (switchedOff("SLUICE_TIES_TO_FEWER_WORKERS") ? "fewer" : "more")
+     << " touch-cap " << !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP")
      << "\nhost " << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
   return os.str();
 }

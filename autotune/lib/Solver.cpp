@@ -195,11 +195,14 @@ namespace {
 /// fractions of a percent, far below what the model can tell). Ties go to
 /// the configuration that still holds when any one free parallel lane costs
 /// kModelMargin more than measured (a lane near the edge keeps a worker in
-/// reserve), and then to fewer workers: a worker the model says adds
-/// nothing only adds a thread that competes for the cores with the
-/// bottleneck's and a hand-off per item (the contention the model prices
-/// with threadShare() is fractions of a percent on a loaded host, where the
-/// counters read CPU time below wall time).
+/// reserve), and then to more workers, up to what the all-threads schedule
+/// (`--threads N`) gives each lane: where the model cannot tell, the tuned
+/// schedule is the default one, not a guess below it. A worker the model
+/// says adds nothing still shortens the wait of each item behind the
+/// others' threads on a shared core: criteo_bench's per-batch map beside
+/// its serial csv lane ran 1.6-2.2% faster with two workers than with one
+/// (docs/autotune.md), and cached_prefix's crop/flip stage 6% faster.
+/// SLUICE_TIES_TO_FEWER_WORKERS=1 breaks ties toward fewer workers instead.
 constexpr double kRefineTie = 0.005;
 
 /// How much costlier than measured a parallel lane may turn out before the
@@ -278,6 +281,7 @@ void refine(const Profile &prof, Config &c,
     double t;
   };
   std::vector<Seen> seen{{c, bestT}};
+  const bool tiesToFewer = switchedOff("SLUICE_TIES_TO_FEWER_WORKERS");
   double bestF = fragileThroughput(fragileProfiles(p, bestLanes), c, cores);
   // Every cache option the program had, with every parallelism: the
   // program priced a cache with the work before it averaged over the
@@ -309,7 +313,9 @@ void refine(const Profile &prof, Config &c,
         return true;
       if (f < bestF * (1 - kRefineTie))
         return false;
-      return workerCount(us, par) < workerCount(bestLanes, best.parallelism);
+      int64_t n = workerCount(us, par);
+      int64_t nBest = workerCount(bestLanes, best.parallelism);
+      return tiesToFewer ? n < nBest : n > nBest;
     };
     std::vector<int64_t> par(us.size(), 1);
     for (size_t k = 0; k < us.size(); ++k)
@@ -711,8 +717,12 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
             gain < -kRefineTie
                 ? "the extra worker's thread would take the cores' share of "
                   "the other threads (contention)"
-                : "no gain the model can tell, so the fewer threads are kept "
-                  "(no extra hand-offs or contention)");
+            : switchedOff("SLUICE_TIES_TO_FEWER_WORKERS")
+                ? "no gain the model can tell, so the fewer threads are "
+                  "kept (SLUICE_TIES_TO_FEWER_WORKERS=1)"
+                : "no gain the model can tell, but the extra worker "
+                  "holds up worse were a lane 15% costlier than "
+                  "measured");
         kc.reason += more_;
       }
     }

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 using namespace sluice::autotune;
 
@@ -590,8 +591,8 @@ TEST(AutotuneSolver, PinnedParallelismIsAConstraint) {
   EXPECT_EQ(sol->config.parallelism[3], 1);
   // c serves 10000 records/s; a+b (150 us) needs 2 workers to keep up
   // (13333 records/s, still 11594 if it cost 15% more); a third adds
-  // nothing predicted, and ties go to fewer workers.
-  EXPECT_EQ(sol->config.parallelism[1], 2);
+  // nothing predicted, and ties go to more workers: the 3 the cores leave.
+  EXPECT_EQ(sol->config.parallelism[1], 3);
   // c limits (the prefetch the solver adds moves it by a few ppm).
   EXPECT_NEAR(sol->prediction.throughput, 1 / 100e-6, 1e-3 / 100e-6);
   bool reported = false;
@@ -601,17 +602,28 @@ TEST(AutotuneSolver, PinnedParallelismIsAConstraint) {
   EXPECT_TRUE(reported);
   Schedule s = toSchedule(p, sol->config);
   EXPECT_EQ(s["c"].parallelism, 1);
-  EXPECT_EQ(s["a"].parallelism, 2);
-  EXPECT_EQ(s["b"].parallelism, 2); // every element step of the lane
+  EXPECT_EQ(s["a"].parallelism, 3);
+  EXPECT_EQ(s["b"].parallelism, 3); // every element step of the lane
 }
 
 TEST(AutotuneSolver, TiesKeepAWorkerInReserveOnlyNearTheEdge) {
   // As above, with a+b costing 160 us: 2 workers serve 12500 records/s,
-  // above c's 10000, so 2, 3 and 4 workers all predict 10000. Had a+b cost
-  // 15% more (184 us), 2 workers would still serve 10870: 2. At 180 us, 2
-  // workers serve 11111 but at +15% only 9662 < 10000: that configuration
-  // is fragile, and 3 (the fewest that is not) are kept.
-  for (auto [us, want] : {std::pair<double, int64_t>{160, 2}, {180, 3}}) {
+  // above c's 10000, so 2 and 3 workers (all the cores leave beside c)
+  // predict 10000. By default ties go to more workers: 3 either way. With
+  // SLUICE_TIES_TO_FEWER_WORKERS=1 they go to fewer unless that is
+  // fragile: had a+b cost 15% more (184 us), 2 workers would still serve
+  // 10870: 2. At 180 us, 2 workers serve 11111 but at +15% only 9662 <
+  // 10000: that configuration is fragile, and 3 (the fewest that is not)
+  // are kept.
+  for (auto [us, want, fewer] :
+       {std::tuple<double, int64_t, bool>{160, 3, false},
+        {180, 3, false},
+        {160, 2, true},
+        {180, 3, true}}) {
+    if (fewer)
+      ::setenv("SLUICE_TIES_TO_FEWER_WORKERS", "1", 1);
+    else
+      ::unsetenv("SLUICE_TIES_TO_FEWER_WORKERS");
     Profile p = pipeline();
     p.steps[1].secondsPerElement = p.steps[1].cpuPerElement = us * 1e-6 / 2;
     p.steps[2].secondsPerElement = p.steps[2].cpuPerElement = us * 1e-6 / 2;
@@ -622,9 +634,10 @@ TEST(AutotuneSolver, TiesKeepAWorkerInReserveOnlyNearTheEdge) {
     p.steps[4].pinned.parallelism = 1;
     auto sol = solve(p, Budget{4, 0, 0});
     ASSERT_TRUE(sol);
-    EXPECT_EQ(sol->config.parallelism[1], want) << us << " us";
+    EXPECT_EQ(sol->config.parallelism[1], want) << us << " us, " << fewer;
     EXPECT_NEAR(sol->prediction.throughput, 1 / 100e-6, 1e-3 / 100e-6)
         << us << " us";
+    ::unsetenv("SLUICE_TIES_TO_FEWER_WORKERS");
   }
 }
 
@@ -709,7 +722,8 @@ TEST(AutotuneSolver, ACloseCallIsAnotherParallelismWithinTwoPercent) {
   {
     // 1 us of stage work: the second worker is busy so seldom (M/M/2 at
     // T x 1 us = 0.1) that it costs the source 0.15% of its core: a tie,
-    // one worker is kept, and two are the close call at that gain.
+    // two workers are kept (ties go to more), and one is the close call at
+    // that gain.
     Profile p = profile(1);
     double one = at(p, 1), two = at(p, 2);
     EXPECT_NEAR(one, 1e5, 1e-6);
@@ -717,12 +731,12 @@ TEST(AutotuneSolver, ACloseCallIsAnotherParallelismWithinTwoPercent) {
     EXPECT_GT(two / one - 1, -0.005);
     auto sol = solve(p, Budget{2, 0, 0});
     ASSERT_TRUE(sol) << sol.status().message();
-    EXPECT_EQ(sol->config.parallelism[1], 1);
+    EXPECT_EQ(sol->config.parallelism[1], 2);
     ASSERT_TRUE(sol->closeCall.has_value());
-    EXPECT_EQ(sol->closeCall->parallelism, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(sol->closeCall->parallelism, (std::vector<int64_t>{1, 1}));
     EXPECT_EQ(sol->closeCall->cache.after, sol->config.cache.after);
     EXPECT_EQ(sol->closeCall->prefetch, sol->config.prefetch);
-    EXPECT_NEAR(sol->closeCallGain, two / one - 1, 1e-9);
+    EXPECT_NEAR(sol->closeCallGain, one / two - 1, 1e-9);
   }
   {
     // 5 us (AutotuneSolver.ASerialBottleneckKeepsItsCore): two workers are
