@@ -23,7 +23,8 @@ Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--serve-only]
 
 --pin runs the servers (and the bench itself) on CPU 1 and every `sluice
-run` (local and remote alike) on CPU 0 at `--threads 1`, so that the ratio
+run` and `sluice tune` (local and remote alike) on CPU 0 with one core
+(`budget: {cores: 1}` and `--threads 1`), so that the ratio
 to local files measures the client's own cost rather than the servers'
 share of the pipeline's cores (a real object store's CPU is elsewhere).
 Without it everything shares every core, as before.
@@ -74,7 +75,7 @@ STEPS = """steps:
   - select: [image, label]
   - batch: {size: 64}
 epochs: %d
-budget: {cores: 2, memory: 1GiB}
+budget: {cores: %d, memory: 1GiB}
 """
 
 
@@ -161,8 +162,7 @@ def tune(sluice, spec, report, env, pin=False):
     """`sluice tune`: the schedule file and the requests in flight chosen,
     from a profile of its own (no schedule cache)."""
     r = subprocess.run(
-        [sluice, "tune", spec, "--report", report] +
-        (["--threads", "1"] if pin else []),
+        [sluice, "tune", spec, "--report", report],
         capture_output=True, text=True,
         env=dict(env, SLUICE_NO_SCHEDULE_CACHE="1"),
         preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pin else None)
@@ -243,7 +243,9 @@ def main():
                     t.addfile(info, io.BytesIO(payload))
         shards["shards/s-%04d.tar" % (s // 64)] = out.getvalue()
     nshards = len(shards)
-    steps = STEPS % args.epochs
+    # Pinned: the pipeline has one core (CPU 0), in the spec (for `sluice
+    # tune`, which takes no --threads) and on the command line.
+    steps = STEPS % (args.epochs, 1 if args.pin else 2)
 
     srv = remote_servers.Servers(os.path.join(work, "servers")).start()
     try:
