@@ -19,7 +19,24 @@ reach, whatever the latency hiding.
 Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--repeats R] [--epochs E] [--sluice PATH]
                          [--data DIR] [--servers nginx|proxy] [--tunes T]
-                         [--only image_folder|webdataset]
+                         [--only image_folder|webdataset] [--pin]
+                         [--serve-only]
+
+--pin runs the servers (and the bench itself) on CPU 1 and every `sluice
+run` and `sluice tune` (local and remote alike) on CPU 0 with one core
+(`budget: {cores: 1}` and `--threads 1`), so that the ratio
+to local files measures the client's own cost rather than the servers'
+share of the pipeline's cores (a real object store's CPU is elsewhere).
+Without it everything shares every core, as before.
+
+Besides records/s the tables count, per record of the `sluice run` child
+(getrusage): CPU ms, minor page faults, context switches (voluntary +
+involuntary), and from its --stats-json the requests and the body bytes
+received (0 for local files).
+
+--serve-only starts the servers, writes the specs and prints the commands
+that run them (with the environment they need), then waits for Enter:
+for `perf record` and other tools on the same specs.
 
 `sluice tune` runs --tunes times per pipeline (each profiles afresh:
 SLUICE_NO_SCHEDULE_CACHE=1), and each schedule it writes is run --repeats
@@ -36,6 +53,7 @@ Prints Markdown tables.
 """
 import argparse
 import io
+import json
 import os
 import re
 import resource
@@ -57,7 +75,7 @@ STEPS = """steps:
   - select: [image, label]
   - batch: {size: 64}
 epochs: %d
-budget: {cores: 2, memory: 1GiB}
+budget: {cores: %d, memory: 1GiB}
 """
 
 
@@ -80,13 +98,45 @@ def servers_cpu():
     return total
 
 
-def run(sluice, args, env):
-    """(records, records/s, CPU seconds, the servers' CPU seconds) of
-    `sluice run ARGS --sink null`."""
+def pin_children(cpu):
+    """Every thread of the bench's children (the servers, the proxies,
+    s3rver's log drain) and of the bench itself onto `cpu`."""
+    me = str(os.getpid())
+    pids = [me]
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[1] == me:
+                    pids.append(pid)
+        except OSError:
+            continue
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%s/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), {cpu})
+            except OSError:
+                pass
+
+
+def run(sluice, args, env, pin=False, stats=None):
+    """{records, rate, cpu, servers, faults, switches, requests, bytes} of
+    `sluice run ARGS --sink null` (the counts over the whole run); with
+    `pin` the run is on CPU 0 at one thread."""
     srv_before = servers_cpu()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run([sluice, "run"] + args + ["--sink", "null"],
-                       capture_output=True, text=True, env=env)
+    extra = ["--threads", "1"] if pin else []
+    if stats:
+        extra += ["--stats-json", stats]
+    r = subprocess.run(
+        [sluice, "run"] + args + ["--sink", "null"] + extra,
+        capture_output=True, text=True, env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pin else None)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = r.stdout + r.stderr
     if r.returncode != 0:
@@ -95,15 +145,27 @@ def run(sluice, args, env):
     rate = float(m.group(2)) * (1000 if m.group(3) else 1)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime -
                                                  before.ru_stime)
-    return int(m.group(1)), rate, cpu, servers_cpu() - srv_before
+    remote = {}
+    if stats:
+        with open(stats) as f:
+            remote = json.load(f).get("remote", {})
+    return {"records": int(m.group(1)), "rate": rate, "cpu": cpu,
+            "servers": servers_cpu() - srv_before,
+            "faults": after.ru_minflt - before.ru_minflt,
+            "switches": (after.ru_nvcsw - before.ru_nvcsw) +
+                        (after.ru_nivcsw - before.ru_nivcsw),
+            "requests": remote.get("requests", 0),
+            "bytes": remote.get("bytes", 0)}
 
 
-def tune(sluice, spec, report, env):
+def tune(sluice, spec, report, env, pin=False):
     """`sluice tune`: the schedule file and the requests in flight chosen,
     from a profile of its own (no schedule cache)."""
-    r = subprocess.run([sluice, "tune", spec, "--report", report],
-                       capture_output=True, text=True,
-                       env=dict(env, SLUICE_NO_SCHEDULE_CACHE="1"))
+    r = subprocess.run(
+        [sluice, "tune", spec, "--report", report],
+        capture_output=True, text=True,
+        env=dict(env, SLUICE_NO_SCHEDULE_CACHE="1"),
+        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pin else None)
     if r.returncode != 0:
         sys.exit("sluice tune failed on %s:\n%s" % (spec, r.stdout + r.stderr))
     md = open(os.path.join(report, "report.md")).read()
@@ -143,7 +205,15 @@ def main():
                          "report.md, report.json) into DIR/tune_<pipeline>_<k> "
                          "before the work directory is removed, to see the "
                          "knobs besides the requests in flight")
+    ap.add_argument("--pin", action="store_true",
+                    help="servers and the bench on CPU 1, each sluice run "
+                         "on CPU 0 at --threads 1 (needs 2 CPUs)")
+    ap.add_argument("--serve-only", action="store_true",
+                    help="start the servers, write the specs, print the "
+                         "commands and wait for Enter (for perf)")
     args = ap.parse_args()
+    if args.pin and not {0, 1} <= os.sched_getaffinity(0):
+        sys.exit("remote_latency: --pin needs CPUs 0 and 1")
     why = remote_servers.why_unavailable()
     if why:
         sys.exit("remote_latency: " + why)
@@ -173,7 +243,9 @@ def main():
                     t.addfile(info, io.BytesIO(payload))
         shards["shards/s-%04d.tar" % (s // 64)] = out.getvalue()
     nshards = len(shards)
-    steps = STEPS % args.epochs
+    # Pinned: the pipeline has one core (CPU 0), in the spec (for `sluice
+    # tune`, which takes no --threads) and on the command line.
+    steps = STEPS % (args.epochs, 1 if args.pin else 2)
 
     srv = remote_servers.Servers(os.path.join(work, "servers")).start()
     try:
@@ -190,6 +262,8 @@ def main():
             http = srv.delay_proxy(srv.nginx_port, args.delay_ms)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=remote_servers.ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=remote_servers.SECRET_KEY)
+        if args.pin:
+            pin_children(1)
 
         def spec(name, source):
             path = os.path.join(work, name + ".yaml")
@@ -218,6 +292,22 @@ def main():
             pipelines = {k: v for k, v in pipelines.items()
                          if k.startswith(args.only)}
         sweep = [int(x) for x in args.sweep.split(",")]
+        if args.serve_only:
+            pre = "AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s " % (
+                remote_servers.ACCESS_KEY, remote_servers.SECRET_KEY)
+            for name, (local, remote) in pipelines.items():
+                print("# %s" % name)
+                print("%s run %s --sink null" % (args.sluice, local))
+                for c in sweep:
+                    print("%s%s run %s --sink null" % (
+                        pre, args.sluice,
+                        spec("%s_%d" % (name[:3], c), remote(c))))
+            sys.stdout.flush()
+            try:
+                input("servers running; Enter stops them\n")
+            except (EOFError, KeyboardInterrupt):
+                pass
+            return
         # Every configuration: (pipeline, label) -> [sluice run args].
         configs = {}
         tuned = {}
@@ -231,35 +321,44 @@ def main():
             for k in range(args.tunes):
                 sched, n, lat = tune(
                     args.sluice, free,
-                    os.path.join(work, "tune_%s_%d" % (name[:3], k)), env)
+                    os.path.join(work, "tune_%s_%d" % (name[:3], k)), env,
+                    args.pin)
                 tuned[name].append((n, lat))
                 configs[(name, "tuned%d" % k)] = [free, "--schedule", sched]
         results = {k: [] for k in configs}
         load_before = os.getloadavg()
+        stats = os.path.join(work, "stats.json")
         for _ in range(args.repeats):
             for k, a in configs.items():
-                results[k].append(run(args.sluice, a, env))
+                results[k].append(run(args.sluice, a, env, args.pin, stats))
         load_after = os.getloadavg()
         print("%d pictures (%d shards of 64), %d epochs, %g ms added per "
-              "request, %d cores; servers: %s; median "
+              "request, %d cores%s; servers: %s; median "
               "of %d runs; load average (1, 5, 15 min) %.2f %.2f %.2f before "
               "the runs, %.2f %.2f %.2f after\n"
               % ((len(files), nshards, args.epochs, args.delay_ms,
-                  os.cpu_count(), args.servers, args.repeats) + load_before +
+                  os.cpu_count(),
+                  " (pinned: servers on CPU 1, sluice on CPU 0 at 1 thread)"
+                  if args.pin else "", args.servers, args.repeats) +
+                 load_before +
                  load_after))
         for name in pipelines:
-            base = statistics.median(r[1] for r in results[(name, "local")])
+            base = statistics.median(r["rate"]
+                                     for r in results[(name, "local")])
             print("### %s\n" % name)
             print("| requests in flight | records/s | vs local | CPU ms/record "
-                  "| servers' CPU ms/record |")
-            print("|---|---:|---:|---:|---:|")
+                  "| servers' CPU ms/record | faults/record | switches/record "
+                  "| requests/record | KB received/record |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
             best = 0
             tunes = ["tuned%d" % k for k in range(args.tunes)]
             for label in ["local"] + sweep + tunes:
                 rs = results[(name, label)]
-                rate = statistics.median(r[1] for r in rs)
-                cpu = statistics.median(r[2] / r[0] for r in rs) * 1e3
-                scpu = statistics.median(r[3] / r[0] for r in rs) * 1e3
+                def per(key, scale=1.0):
+                    return statistics.median(
+                        r[key] / r["records"] for r in rs) * scale
+                rate = statistics.median(r["rate"] for r in rs)
+                cpu, scpu = per("cpu", 1e3), per("servers", 1e3)
                 if label in sweep:
                     best = max(best, rate)
                 shown = ("local files" if label == "local" else
@@ -267,11 +366,14 @@ def main():
                              (int(label[5:]) + 1,) +
                              tuned[name][int(label[5:])])
                          if label in tunes else str(label))
-                print("| %s | %.0f | %.2f× | %.2f | %.2f |"
-                      % (shown, rate, rate / base, cpu, scpu))
+                print("| %s | %.0f | %.2f× | %.3f | %.3f | %.2f | %.2f | "
+                      "%.3f | %.1f |"
+                      % (shown, rate, rate / base, cpu, scpu, per("faults"),
+                         per("switches"), per("requests"),
+                         per("bytes", 1e-3)))
             print("\ntuned / best of the sweep: %s\n" % ", ".join(
                 "%.2f" % (statistics.median(
-                    r[1] for r in results[(name, t)]) / best)
+                    r["rate"] for r in results[(name, t)]) / best)
                 for t in tunes))
     finally:
         srv.stop()

@@ -1196,18 +1196,84 @@ def test_kept_bodies_are_counted_in_the_budget(servers, tmp_path):
     assert 2 << 20 <= unfetched[0] <= (256 << 20) // 16, kept
 
 
+@pytest.mark.parametrize("budget", ["256MiB", "8MiB"])
+def test_records_across_chunks_read_through_the_chunk_view(servers, tmp_path,
+                                                           budget):
+    """A plain remote object's reader windows the received chunks instead
+    of a copy of them, and puts a record that goes on in the next chunk
+    together in its buffer (64 KiB of the next chunk at a time, the buffer
+    grown for a record longer than it): lines of 0 to 200 KB (cut at every
+    place a 64 KiB chunk can end) and tar members of 0 bytes to 3 chunks
+    read as the local files', with SLUICE_NO_REMOTE_CHUNK_VIEW=1 (every byte
+    copied into the buffer first, read once per process: a child process)
+    and without, at a budget of 256 MiB and at a small one (8 MiB)."""
+    rng = np.random.default_rng(24)
+    lines = "\n".join(
+        "line %d %s" % (i, "q" * int(n))
+        for i, n in enumerate([0, 65536, 65530, 200000, 1, 131072] +
+                              list(rng.integers(0, 120000, size=40))))
+    lines = lines.encode()
+    servers.put_http("views/lines.txt", lines)
+    (tmp_path / "lines.txt").write_bytes(lines)
+    sizes = [0, 1, 511, 512, 513, 65536 - 1024, 65536, 65537, 70000, 3,
+             200000, 131072 - 512, 130000, 17, 65536 * 3, 1500]
+    sizes += [int(x) for x in rng.integers(0, 90000, size=24)]
+    shard = tar_shard([("m%03d" % i, [("bin", rng.bytes(n)),
+                                      ("cls", b"%d" % (i % 7))])
+                       for i, n in enumerate(sizes)])
+    servers.put_http("views/shard.tar", shard)
+    (tmp_path / "shard.tar").write_bytes(shard)
+    sources = {
+        "lines": ("text_lines: {files: '%s/lines.txt'%s}", "[line]",
+                  len(lines)),
+        "tar": ("webdataset: {files: '%s/shard.tar'%s, fields: "
+                "[{ext: bin, name: data}, {ext: cls, name: label, "
+                "type: i64}]}", "[key, data, label]", len(shard)),
+    }
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
+    """)
+    for name, (source, select, size) in sources.items():
+        body = ("steps:\n  - select: %s\n  - batch: {size: 5}\nepochs: 2\n"
+                "budget: {cores: 2, memory: %s}\n" % (select, budget))
+        local = tmp_path / ("local-%s.yaml" % name)
+        local.write_text("pipeline: views\nsource:\n  %s\n%s"
+                         % (source % (tmp_path, ""), body))
+        remote = tmp_path / ("remote-%s.yaml" % name)
+        remote.write_text(
+            "pipeline: views\nsource:\n  %s\n%s"
+            % (source % (servers.http + "/views", ", remote: {concurrency: "
+                         "2, chunk_size: 64KiB}"), body))
+        want = run_all(str(local))
+        assert sum(len(b[select[1:-1].split(",")[0]]) for b in want) == \
+            2 * (len(sizes) if name == "tar" else lines.count(b"\n") + 1)
+        runs = child_runs_on_and_off(tmp_path, child, str(remote),
+                                     "SLUICE_NO_REMOTE_CHUNK_VIEW")
+        for switch, (got, stats) in runs.items():
+            assert len(got) == len(want) > 0, (name, switch)
+            assert all(batches_equal(a, b) for a, b in zip(want, got)), \
+                (name, switch)
+            assert stats["failures"] == 0 and stats["requests"] >= 2, stats
+            assert size < stats["bytes"] <= 2 * size, stats
+
+
 # --- the client's optimizations, each off --------------------------------------
 
 CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_HANDLE_REUSE", "SLUICE_NO_REMOTE_PRESIZE",
-                   "SLUICE_NO_REMOTE_LARGE_READS", "SLUICE_NO_REMOTE_BODY_REUSE"]
+                   "SLUICE_NO_REMOTE_LARGE_READS", "SLUICE_NO_REMOTE_BODY_REUSE",
+                   "SLUICE_NO_REMOTE_BODY_CLASSES",
+                   "SLUICE_NO_REMOTE_CHUNK_VIEW"]
 
 
 @pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])
 def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
     """The client's optimizations (socket events, easy handles kept set up,
-    bodies sized from Content-Length, large reads, chunk bodies reused) can
-    each be turned off
+    bodies sized from Content-Length, large reads, chunk bodies reused,
+    bodies rounded to size classes, readers' windows over the received
+    chunks instead of a copy) can each be turned off
     (read once per process: a child process) with the same records as local
     files: per-file objects over s3:// (signed), shards over http:// (not
     signed, on the same easy handles), and a TFRecord over s3:// whose

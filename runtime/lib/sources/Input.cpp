@@ -35,6 +35,9 @@ constexpr int64_t kInflateStateBytes = 40 * 1024;
 /// The least a buffer shrinks to when the budget cannot give more.
 constexpr size_t kMinBlockBytes = 16 * 1024;
 constexpr unsigned kMinGzipBufferBytes = 8 * 1024;
+/// What one fill() copies of the next chunk while a record that straddles
+/// two chunks is put together (BufferedInput::viewChunks_).
+constexpr size_t kJoinBytes = 64 * 1024;
 
 uint64_t roundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 } // namespace
@@ -270,6 +273,8 @@ bool BufferedInput::openRemote(
   }
   cap_ = blockSize_;
   buf_.reset(new char[cap_]);
+  static const bool noView = switchedOff("SLUICE_NO_REMOTE_CHUNK_VIEW");
+  viewChunks_ = !gzip && !noView;
   return true;
 }
 
@@ -336,9 +341,76 @@ long BufferedInput::rawRead(char *dst, size_t n) {
   }
 }
 
+bool BufferedInput::growBuffer(size_t newCap, bool must) {
+  // Growth the budget cannot give is done without while the buffer has
+  // room left (a shorter read); a record longer than the whole buffer
+  // needs it.
+  bool grow = held_.tryResize(static_cast<int64_t>(newCap) + zlibBytes_);
+  if (!grow && must) {
+    try {
+      held_.resize(static_cast<int64_t>(newCap) + zlibBytes_,
+                   "the read buffer of " + path_ + " (grown to " +
+                       std::to_string(newCap) +
+                       " bytes for a record that "
+                       "does not fit in " +
+                       std::to_string(cap_) + ")");
+      grow = true;
+    } catch (const AllocationRefused &e) {
+      error_ = e.what();
+      eof_ = true;
+      return false;
+    }
+  }
+  if (grow) {
+    std::unique_ptr<char[]> bigger(new char[newCap]);
+    std::memcpy(bigger.get(), buf_.get(), lim_);
+    buf_ = std::move(bigger);
+    cap_ = newCap;
+  }
+  return true;
+}
+
+bool BufferedInput::fillView() {
+  const char *p = nullptr;
+  long got = remote_->borrow(p, error_);
+  if (got == -2) {
+    // A cached entry's file: read() into the buffer instead.
+    viewChunks_ = false;
+    return fill();
+  }
+  base_ += static_cast<int64_t>(lim_);
+  pos_ = lim_ = 0;
+  view_ = nullptr;
+  if (got <= 0) {
+    eof_ = true;
+    return false;
+  }
+  view_ = p;
+  lim_ = static_cast<size_t>(got);
+  rawBytes_ += static_cast<uint64_t>(got);
+  return true;
+}
+
 bool BufferedInput::fill() {
   if (eof_ || !buf_)
     return false;
+  if (viewChunks_ && pos_ == lim_)
+    return fillView();
+  if (view_) {
+    // A record goes on in the next chunk: what is left of this one is put
+    // together with the next one's first bytes in the buffer (the chunk
+    // stays lent until the next read from the stream).
+    const char *rest = view_ + pos_;
+    const size_t keep = lim_ - pos_;
+    base_ += static_cast<int64_t>(pos_);
+    pos_ = lim_ = 0;
+    view_ = nullptr;
+    if (keep + blockSize_ / 2 > cap_ &&
+        !growBuffer(std::max(cap_ * 2, keep + blockSize_), keep >= cap_))
+      return false;
+    std::memcpy(buf_.get(), rest, keep);
+    lim_ = keep;
+  }
   if (pos_ > 0) {
     size_t keep = lim_ - pos_;
     if (keep > 0)
@@ -347,35 +419,16 @@ bool BufferedInput::fill() {
     pos_ = 0;
     lim_ = keep;
   }
-  if (cap_ - lim_ < blockSize_ / 2) {
-    size_t newCap = std::max(cap_ * 2, lim_ + blockSize_);
-    // Growth the budget cannot give is done without while the buffer has
-    // room left (a shorter read); a record longer than the whole buffer
-    // needs it.
-    bool grow = held_.tryResize(static_cast<int64_t>(newCap) + zlibBytes_);
-    if (!grow && lim_ == cap_) {
-      try {
-        held_.resize(static_cast<int64_t>(newCap) + zlibBytes_,
-                     "the read buffer of " + path_ + " (grown to " +
-                         std::to_string(newCap) +
-                         " bytes for a record that "
-                         "does not fit in " +
-                         std::to_string(cap_) + ")");
-        grow = true;
-      } catch (const AllocationRefused &e) {
-        error_ = e.what();
-        eof_ = true;
-        return false;
-      }
-    }
-    if (grow) {
-      std::unique_ptr<char[]> bigger(new char[newCap]);
-      std::memcpy(bigger.get(), buf_.get(), lim_);
-      buf_ = std::move(bigger);
-      cap_ = newCap;
-    }
-  }
-  long got = rawRead(buf_.get() + lim_, cap_ - lim_);
+  if (cap_ - lim_ < blockSize_ / 2 &&
+      !growBuffer(std::max(cap_ * 2, lim_ + blockSize_), lim_ == cap_))
+    return false;
+  // While the window is a view of the chunks, the buffer only joins a
+  // record's two pieces: a little of the next chunk is copied, and the
+  // window goes back to the chunk once the joined bytes are consumed.
+  size_t want = cap_ - lim_;
+  if (viewChunks_)
+    want = std::min(want, kJoinBytes);
+  long got = rawRead(buf_.get() + lim_, want);
   if (got <= 0) {
     eof_ = true;
     return false;
@@ -400,6 +453,7 @@ size_t BufferedInput::read(void *dst, size_t n) {
   while (done < n && n - done >= blockSize_ && !eof_) {
     base_ += static_cast<int64_t>(lim_);
     pos_ = lim_ = 0;
+    view_ = nullptr;
     long got = rawRead(out + done, n - done);
     if (got <= 0) {
       eof_ = true;

@@ -319,6 +319,22 @@ public:
     static BodyPool *p = new BodyPool; // never destroyed: see Client::get()
     return *p;
   }
+  /// The capacity a new body of `want` bytes is given: a size that the
+  /// pool may keep is rounded up to a quarter of its power of two (at most
+  /// a quarter more), so that a kept buffer also serves the next objects
+  /// of about its size (shards differ by a few percent; without the
+  /// rounding a response a little larger than every kept buffer took
+  /// fresh memory, faulted in page by page). Off:
+  /// SLUICE_NO_REMOTE_BODY_CLASSES=1 (the exact Content-Length).
+  static size_t sizeClass(size_t want) {
+    static const bool off = switchedOff("SLUICE_NO_REMOTE_BODY_CLASSES");
+    if (off || !ClientSwitches::get().reuseBodies || want < kMinBytes ||
+        want > kMaxBytes)
+      return want;
+    size_t top = size_t(1) << (63 - __builtin_clzll(want));
+    size_t step = top / 4;
+    return std::min(kMaxBytes, (want + step - 1) / step * step);
+  }
   void put(std::string &&body) {
     const size_t cap = body.capacity();
     if (!ClientSwitches::get().reuseBodies || cap < kMinBytes ||
@@ -595,7 +611,7 @@ private:
         const size_t want =
             static_cast<size_t>(std::min(length, kPresizeMaxBytes));
         if (!BodyPool::get().take(want, t->result.body))
-          t->result.body.reserve(want);
+          t->result.body.reserve(BodyPool::sizeClass(want));
       }
     }
     t->result.body.append(p, size * n);
@@ -1736,6 +1752,59 @@ void RemoteStream::topUp() {
   }
 }
 
+int RemoteStream::nextChunk(std::string &error) {
+  if (inFlight_.empty())
+    return 0;
+  int64_t start = inFlight_.front().first;
+  std::shared_ptr<PendingFetch> p = std::move(inFlight_.front().second);
+  inFlight_.erase(inFlight_.begin());
+  Fetched &f = p->wait();
+  int64_t want = std::min<int64_t>(static_cast<int64_t>(chunk_), size_ - start);
+  if (!f.ok) {
+    error = f.error + " (reading bytes " + std::to_string(start) + "-" +
+            std::to_string(start + want - 1) + ")";
+    return -1;
+  }
+  if (f.etag != etag_) {
+    error = "the object changed while being read (ETag " + etag_ +
+            " when opened, " + f.etag + " at byte " + std::to_string(start) +
+            "); its records would mix two versions";
+    return -1;
+  }
+  if (f.status != 206) {
+    error = "the server answered HTTP " + std::to_string(f.status) +
+            " to a range request (bytes " + std::to_string(start) + "-" +
+            std::to_string(start + want - 1) +
+            "): it does not serve byte ranges of this object";
+    return -1;
+  }
+  if (static_cast<int64_t>(f.body.size()) != want || f.totalSize != size_) {
+    error =
+        "truncated body: asked for bytes " + std::to_string(start) + "-" +
+        std::to_string(start + want - 1) + " of " + std::to_string(size_) +
+        ", received " + std::to_string(f.body.size()) +
+        (f.totalSize != size_
+             ? " (the object is " + std::to_string(f.totalSize) + " bytes now)"
+             : "");
+    return -1;
+  }
+  cur_ = std::move(f.body);
+  curPos_ = 0;
+  curEnd_ = start + want;
+  keepChunk();
+  topUp();
+  return 1;
+}
+
+void RemoteStream::releaseLent() {
+  if (!lent_)
+    return;
+  lent_ = false;
+  BodyPool::get().put(std::move(cur_));
+  std::string().swap(cur_);
+  curPos_ = 0;
+}
+
 long RemoteStream::read(char *dst, size_t n, std::string &error) {
   if (cacheFd_ >= 0) {
     for (;;) {
@@ -1750,50 +1819,10 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
       return static_cast<long>(got);
     }
   }
-  if (curPos_ == cur_.size()) {
-    if (inFlight_.empty())
-      return 0;
-    int64_t start = inFlight_.front().first;
-    std::shared_ptr<PendingFetch> p = std::move(inFlight_.front().second);
-    inFlight_.erase(inFlight_.begin());
-    Fetched &f = p->wait();
-    int64_t want =
-        std::min<int64_t>(static_cast<int64_t>(chunk_), size_ - start);
-    if (!f.ok) {
-      error = f.error + " (reading bytes " + std::to_string(start) + "-" +
-              std::to_string(start + want - 1) + ")";
-      return -1;
-    }
-    if (f.etag != etag_) {
-      error = "the object changed while being read (ETag " + etag_ +
-              " when opened, " + f.etag + " at byte " + std::to_string(start) +
-              "); its records would mix two versions";
-      return -1;
-    }
-    if (f.status != 206) {
-      error = "the server answered HTTP " + std::to_string(f.status) +
-              " to a range request (bytes " + std::to_string(start) + "-" +
-              std::to_string(start + want - 1) +
-              "): it does not serve byte ranges of this object";
-      return -1;
-    }
-    if (static_cast<int64_t>(f.body.size()) != want || f.totalSize != size_) {
-      error = "truncated body: asked for bytes " + std::to_string(start) + "-" +
-              std::to_string(start + want - 1) + " of " +
-              std::to_string(size_) + ", received " +
-              std::to_string(f.body.size()) +
-              (f.totalSize != size_
-                   ? " (the object is " + std::to_string(f.totalSize) +
-                         " bytes now)"
-                   : "");
-      return -1;
-    }
-    cur_ = std::move(f.body);
-    curPos_ = 0;
-    curEnd_ = start + want;
-    keepChunk();
-    topUp();
-  }
+  releaseLent();
+  if (curPos_ == cur_.size())
+    if (int r = nextChunk(error); r <= 0)
+      return r;
   size_t take = std::min(n, cur_.size() - curPos_);
   std::memcpy(dst, cur_.data() + curPos_, take);
   curPos_ += take;
@@ -1805,6 +1834,20 @@ long RemoteStream::read(char *dst, size_t n, std::string &error) {
     curPos_ = 0;
   }
   return static_cast<long>(take);
+}
+
+long RemoteStream::borrow(const char *&p, std::string &error) {
+  if (cacheFd_ >= 0)
+    return -2;
+  releaseLent();
+  if (curPos_ == cur_.size())
+    if (int r = nextChunk(error); r <= 0)
+      return r;
+  p = cur_.data() + curPos_;
+  const size_t n = cur_.size() - curPos_;
+  curPos_ = cur_.size();
+  lent_ = true;
+  return static_cast<long>(n);
 }
 
 } // namespace sluice::runtime::detail

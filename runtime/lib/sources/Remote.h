@@ -368,10 +368,21 @@ public:
   bool open(std::string &error, FirstChunk *ahead = nullptr);
   /// Copies up to n bytes; 0 at the end, -1 with `error` on failure.
   long read(char *dst, size_t n, std::string &error);
+  /// The rest of the current chunk (the next one's when it is used up),
+  /// lent instead of copied (BufferedInput's window over it): `p` stays
+  /// valid until the next read() or borrow(). 0 at the end, -1 with `error`
+  /// on failure, -2 when the object is read from a cached entry's file
+  /// (read() it instead).
+  long borrow(const char *&p, std::string &error);
   uint64_t size() const { return static_cast<uint64_t>(size_); }
 
 private:
   void topUp();
+  /// Waits for the next chunk in flight into cur_: 1, 0 at the end, -1
+  /// with `error` (failed, truncated, another version of the object).
+  int nextChunk(std::string &error);
+  /// Hands a chunk lent by borrow() back (to BodyPool or the allocator).
+  void releaseLent();
   /// Appends the chunk just received to writer_ (commits after the last).
   void keepChunk();
   std::shared_ptr<const RemoteConfig> cfg_;
@@ -382,6 +393,8 @@ private:
   std::vector<std::pair<int64_t, std::shared_ptr<PendingFetch>>> inFlight_;
   std::string cur_; ///< the chunk being consumed
   size_t curPos_ = 0;
+  bool lent_ = false; ///< cur_ is lent whole (borrow()): kept until the next
+                      ///< read() or borrow()
   int64_t nextStart_ = 0; ///< offset of the next chunk to request
   int64_t curEnd_ = 0;    ///< offset after cur_
   HeldAllocation held_;

@@ -56,7 +56,7 @@ public:
   const std::string &error() const { return error_; }
   bool failed() const { return !error_.empty(); }
 
-  const char *data() const { return buf_.get() + pos_; }
+  const char *data() const { return (view_ ? view_ : buf_.get()) + pos_; }
   size_t avail() const { return lim_ - pos_; }
   /// True once the end of the stream (or a read error) has been reached:
   /// the bytes in the window are all that is left.
@@ -85,6 +85,12 @@ public:
 
 private:
   long rawRead(char *dst, size_t n);
+  /// Makes the buffer hold at least newCap bytes (keeping its first lim_):
+  /// false (with error_) only when `must` and the budget refuses.
+  bool growBuffer(size_t newCap, bool must);
+  /// The window over a remote chunk (viewChunks_): true with the next
+  /// chunk's bytes as the window, false at the end or on error (eof_).
+  bool fillView();
   bool openRemote(const std::string &url, bool decompress,
                   const std::shared_ptr<const RemoteConfig> &remote,
                   FirstChunk &ahead);
@@ -102,6 +108,13 @@ private:
   size_t blockSize_;
   std::unique_ptr<char[]> buf_;
   size_t cap_ = 0, pos_ = 0, lim_ = 0;
+  /// A plain remote object's window is the chunk the client received
+  /// (RemoteStream::borrow), not a copy of it in buf_: view_ points into
+  /// it while the window is there, null while the window is in buf_ (a
+  /// record that straddles two chunks is put together there). Off:
+  /// SLUICE_NO_REMOTE_CHUNK_VIEW=1 (every byte copied into buf_ first).
+  bool viewChunks_ = false;
+  const char *view_ = nullptr;
   int64_t base_ = 0; // stream offset of buf_[0]
   bool eof_ = false;
   uint64_t rawBytes_ = 0;
