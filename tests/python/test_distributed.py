@@ -1099,7 +1099,8 @@ def three_epochs_served(workers, spec, want, env, chunk, window):
 
 def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     """A worker writes a slot with pwrite until it has written it
-    SLUICE_SLOT_MAP_AFTER times (32 by default), and through a mapping of
+    SLUICE_SLOT_MAP_AFTER times (10 by default, where its pipelines make
+    batches in the slots it maps; 32 for copies), and through a mapping of
     it after that (remote/lib/Slots.cpp): a local run's bytes either way.
     The worker counts the pwrites: three epochs of 10 outputs (the first
     chunk over the socket, 28 in slots) are all pwrites by default, none
