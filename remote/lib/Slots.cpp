@@ -14,13 +14,15 @@
 // fraction of that. Off: SLUICE_NO_SLOT_POPULATE=1 (either end).
 //
 // A worker writes a slot it has written fewer than kMapAfterWrites times
+// (kMapAfterWritesMadeIn where its pipelines make batches in the slots)
 // with pwrite(2) on the slot's file, and maps it only from then on (its
 // header page, with the state word, is always mapped). On this host's VM
 // the first touch of every page of a new mapping costs ~10 µs even when
 // populated (the hypervisor's own page tables: no fault the guest counts):
-// ~190 ms of CPU for a 77 MB slot, once per worker and slot, against ~5 ms
-// for each later copy. pwrite copies through the kernel's mapping of the
-// same pages, which costs no such first touch and ~6 ms more per 77 MB
+// ~110-190 ms of CPU for a 77 MB slot, once per worker and slot, against
+// ~5 ms for each later copy (the guest is a PVM one: its page tables are
+// shadowed by the hypervisor). pwrite copies through the kernel's mapping
+// of the same pages, which costs no such first touch and ~6 ms more per 77 MB
 // than a copy into a warm mapping (bench/results.md, seventh session: two
 // workers, each mapping 8-11 slots in 4 epochs of 15 batches, lost ~60 ms
 // of CPU per batch to it). Writing through pwrite until what it cost
