@@ -14,6 +14,16 @@ On one host the workers and the trainer share the cores: with 2 cores, one
 worker of 2 threads against the in-process pipeline of 2 threads measures
 what serving and receiving cost, not what more hosts would add.
 
+Each repeat runs the in-process pipeline, then each remote variant, so the
+table gives, besides the medians' ratio, the median (min-max) of the
+per-repeat ratios (each remote run against the in-process run just before
+it: the host's load drifts between repeats more than within one), the load
+average at the start and the end, CPU and minor faults per batch of each
+process, and how many of the first worker's slots the rent-or-buy rule had
+mapped (remote/lib/Slots.cpp). A worker makes batches in its slots only
+once it maps them (after 10 writes of a slot): `--warmup 6` reaches that
+steady state before the timed epochs (8 slots, 15 batches an epoch).
+
 Usage: bench/remote_loopback.py [--data DIR] [--epochs N] [--threads T]
                                 [--repeats R]
   (data: $SLUICE_BENCH_DATA or /tmp/sluice-bench-data, made by
@@ -106,6 +116,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         serve_faults = sum(faults_of(p.pid) - f
                            for (p, _), f in zip(procs, wflt0))
         st = {k: v - st0[k] for k, v in ds.stats().items()}
+        mapped, opened = slot_mappings(procs[0][0].pid)
         ds.close()
         return {"images_s": images / dt,
                 "trainer_cpu_batch_ms": 1e3 * (self_cpu() - cpu0) / batches,
@@ -116,10 +127,28 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
                 "receive_cpu_batch_ms":
                     1e3 * st["receive_cpu_seconds"] / st["outputs"],
                 "shm_share": st["shared_memory_outputs"] / st["outputs"],
-                "runs_share": st["runs"] / st["chunks"]}
+                "runs_share": st["runs"] / st["chunks"],
+                # The first worker's slots: opened, and mapped whole by the
+                # rent-or-buy rule (Slots.cpp), after the timed epochs.
+                "slots_mapped": mapped, "slots_opened": opened}
     finally:
         for p, _ in procs:
             stop_worker(p)
+
+
+def slot_mappings(pid):
+    """(slots mapped whole, slots opened) by worker `pid`: its mappings of
+    the trainer's memfds (a slot's header page alone until the rent-or-buy
+    rule maps the whole slot, remote/lib/Slots.cpp)."""
+    whole = opened = 0
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            if "sluice-slot" not in line:
+                continue
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            opened += hi - lo <= 4096
+            whole += hi - lo > 4096
+    return whole, opened
 
 
 def switches(off):
@@ -142,7 +171,7 @@ def main():
                     help="epochs read untimed first, in every run (the "
                          "steady state: buffers, slots and mappings made)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=4,
                     help="batches per chunk handed to a worker")
     ap.add_argument("--window", type=int, default=8,
@@ -188,6 +217,7 @@ def main():
         k, _, v = kv.partition("=")
         WORKER_ENV[k] = v
     root = photos_root(args.data)
+    load0 = "/".join("%.2f" % x for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for name in ("f32", "u8"):
@@ -250,16 +280,28 @@ def main():
             for how, rs in res.items():
                 med = {k: statistics.median(r[k] for r in rs)
                        for k in rs[0]}
-                rows.append((name, how, med, med["images_s"] / base))
-    print("| output | how | images/s | vs in-process | trainer CPU ms/batch "
+                # Each remote run against the in-process run of its own
+                # repeat (run just before it): the host's load drifts
+                # between repeats more than within one.
+                pairs = [r["images_s"] / loc["images_s"]
+                         for r, loc in zip(rs, res["local"])]
+                rows.append((name, how, med, med["images_s"] / base, pairs))
+    print("load average %s at the start, %s at the end; %d repeats, "
+          "%d epochs timed after %d untimed" % (
+              load0, "/".join("%.2f" % x for x in os.getloadavg()),
+              args.repeats, args.epochs, args.warmup))
+    print("| output | how | images/s | vs in-process | pairs: median (min-max) "
+          "| trainer CPU ms/batch "
           "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
           "| workers' faults/batch | wire bytes/image | in shared memory "
-          "| chunks starting a pipeline |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, how, m, ratio in rows:
-        print("| %s | %s | %.0f | %.2fx | %.1f | %s | %.0f | %s | %s | %s "
-              "| %s | %s |" % (
-            name, how, m["images_s"], ratio, m["trainer_cpu_batch_ms"],
+          "| chunks starting a pipeline | slots mapped |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|")
+    for name, how, m, ratio, pairs in rows:
+        print("| %s | %s | %.0f | %.2fx | %.2fx (%.2f-%.2f) | %.1f | %s | %.0f "
+              "| %s | %s | %s | %s | %s | %s |" % (
+            name, how, m["images_s"], ratio, statistics.median(pairs),
+            min(pairs), max(pairs), m["trainer_cpu_batch_ms"],
             "%.1f" % m["receive_cpu_batch_ms"]
             if "receive_cpu_batch_ms" in m else "-",
             m["trainer_faults_batch"],
@@ -272,10 +314,12 @@ def main():
             "%.0f%%" % (100 * m["shm_share"]) if "shm_share" in m
             else "-",
             "%.0f%%" % (100 * m["runs_share"]) if "runs_share" in m
-            else "-"))
+            else "-",
+            "%d of %d" % (m["slots_mapped"], m["slots_opened"])
+            if "slots_mapped" in m else "-"))
     # What receiving over the socket costs in memcpys of the same bytes
     # (autotune's kReceiveCopies): a batch's bytes copied on this host.
-    for name, how, m, _ in rows:
+    for name, how, m, _, _ in rows:
         if how != "1 worker, socket only":
             continue
         nbytes = int(m["wire_bytes_image"] * 128)

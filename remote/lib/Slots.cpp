@@ -14,13 +14,15 @@
 // fraction of that. Off: SLUICE_NO_SLOT_POPULATE=1 (either end).
 //
 // A worker writes a slot it has written fewer than kMapAfterWrites times
+// (kMapAfterWritesMadeIn where its pipelines make batches in the slots)
 // with pwrite(2) on the slot's file, and maps it only from then on (its
 // header page, with the state word, is always mapped). On this host's VM
 // the first touch of every page of a new mapping costs ~10 µs even when
 // populated (the hypervisor's own page tables: no fault the guest counts):
-// ~190 ms of CPU for a 77 MB slot, once per worker and slot, against ~5 ms
-// for each later copy. pwrite copies through the kernel's mapping of the
-// same pages, which costs no such first touch and ~6 ms more per 77 MB
+// ~110-190 ms of CPU for a 77 MB slot, once per worker and slot, against
+// ~5 ms for each later copy (the guest is a PVM one: its page tables are
+// shadowed by the hypervisor). pwrite copies through the kernel's mapping
+// of the same pages, which costs no such first touch and ~6 ms more per 77 MB
 // than a copy into a warm mapping (bench/results.md, seventh session: two
 // workers, each mapping 8-11 slots in 4 epochs of 15 batches, lost ~60 ms
 // of CPU per batch to it). Writing through pwrite until what it cost
@@ -39,8 +41,10 @@
 // batches' do, so only fields of kPoolMinBytes and up are made there (the
 // small ones, a batch's labels, are copied at the send); the budget counts
 // it as any batch buffer (it is the trainer's memory: the worker's use is
-// then below what it counts, never above). A slot is mapped after as many
-// writes as without it (kMapAfterWrites). A batch for which no slot is
+// then below what it counts, never above). A mapped slot then saves the
+// whole pwrite, so a slot is mapped sooner (after kMapAfterWritesMadeIn
+// writes, 10, against kMapAfterWrites, 32, for copies; a --share-outputs
+// worker, which copies, uses 10 too). A batch for which no slot is
 // known when it is allocated (read ahead past its request's outputs), a short
 // last batch, or an output that is not the buffer the batch step made, is
 // copied as before. SLUICE_NO_SLOT_DIRECT=1: every output copied.
@@ -94,17 +98,24 @@ int slotMapFlags() {
 }
 
 /// Writes of a slot by a worker before it maps the slot (Slots.cpp's
-/// header): a first touch of a 77 MB mapping (~190 ms) over what pwrite
-/// costs more per write than a copy into a warm mapping (~6 ms). The same
-/// when the worker's pipeline makes its batches in the slots it maps
-/// (SlotBatches): reasoned from the copy it saves (~17 ms per f32 batch:
-/// ~190 / 17 = 11 writes) it was 12 there, but the quiet loopback bench
-/// (bench/remote_loopback.py --only f32 --off SLUICE_NO_SLOT_DIRECT, one
-/// worker, two runs) measured 0.84x and 0.90x the in-process pipeline with
-/// 12 against 0.91x and 0.93x without batches made in slots (the worker's
-/// CPU 108.7 / 127.3 against 101.0 / 122.7 ms per batch): mapping earlier
-/// cost more first touches than the copies it saved.
+/// header), for a worker whose pipelines copy their batches into the slots
+/// (SLUICE_NO_SLOT_DIRECT=1): a first touch of a 77 MB mapping (~190 ms)
+/// over what pwrite costs more per write than a copy into a warm mapping
+/// (~6 ms).
 constexpr uint64_t kMapAfterWrites = 32;
+
+/// The same for a worker whose pipelines make their batches in the slots
+/// it maps (SlotBatches, the default): a mapped slot then saves the whole
+/// pwrite, not only its difference to a copy. Measured on this host's VM
+/// (docs/distributed.md, "One worker, f32: where the worker's time goes"):
+/// a 77 MB slot's first touch through a populated mapping costs 110-140 ms
+/// of CPU, a pwrite of it 11-15 ms (the kernel's copy, page by page), so
+/// buying the mapping pays after ~10 writes. h25g had tried 12 and went
+/// back to 32 on a bench of 45 batches over 8 slots, in which no slot is
+/// written 12 times: the two rules did the same there, and the difference
+/// measured was the host's noise. With 10, the bench's steady state (every
+/// slot mapped: 6 untimed epochs) makes each batch in its slot.
+constexpr uint64_t kMapAfterWritesMadeIn = 10;
 
 } // namespace
 
@@ -120,10 +131,10 @@ uint64_t slotMapAfterWrites() {
         return static_cast<uint64_t>(v);
       std::fprintf(stderr,
                    "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
-                   "number of writes (0, 1, 2, ...); using %llu\n",
-                   after, static_cast<unsigned long long>(kMapAfterWrites));
+                   "number of writes (0, 1, 2, ...); using the default\n",
+                   after);
     }
-    return kMapAfterWrites;
+    return slotDirectEnabled() ? kMapAfterWritesMadeIn : kMapAfterWrites;
   }();
   return n;
 }

@@ -69,8 +69,9 @@ size_t slotLayout(const std::vector<size_t> &nbytes,
 const std::string &bootId();
 
 /// How many times a worker writes a slot with pwrite before it maps it
-/// (Slots.cpp: 32, whether or not its pipelines make batches in the slots
-/// it maps; SLUICE_SLOT_MAP_AFTER, or 0 under SLUICE_NO_SLOT_PWRITE=1).
+/// (Slots.cpp: 10 when its pipelines make batches in the slots it maps, 32
+/// under SLUICE_NO_SLOT_DIRECT=1; SLUICE_SLOT_MAP_AFTER, or 0 under
+/// SLUICE_NO_SLOT_PWRITE=1).
 uint64_t slotMapAfterWrites();
 
 /// A slot as the request names it.

@@ -1099,7 +1099,8 @@ def three_epochs_served(workers, spec, want, env, chunk, window):
 
 def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     """A worker writes a slot with pwrite until it has written it
-    SLUICE_SLOT_MAP_AFTER times (32 by default), and through a mapping of
+    SLUICE_SLOT_MAP_AFTER times (10 by default, where its pipelines make
+    batches in the slots it maps; 32 for copies), and through a mapping of
     it after that (remote/lib/Slots.cpp): a local run's bytes either way.
     The worker counts the pwrites: three epochs of 10 outputs (the first
     chunk over the socket, 28 in slots) are all pwrites by default, none
@@ -1172,6 +1173,41 @@ def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
     assert served(mapped) == (10, 8)
     assert served(dict(mapped, SLUICE_NO_SLOT_DIRECT="1")) == (10, 0)
     assert served({}) == (10, 0)
+
+
+def test_default_rule_maps_slots_batches_are_made_in(slot_spec, workers):
+    """The default rent-or-buy rule (remote/lib/Slots.cpp) maps a slot
+    after 10 writes when the worker's pipelines make batches in the slots
+    it maps: over 24 passes of 5 outputs (the spec's three epochs, read 8
+    times), with chunks of 5 and a window of 10, some slots are written 10
+    times, so later batches are made in them; with the rule for copies
+    (SLUICE_SLOT_MAP_AFTER=32) no slot is written that often and none is.
+    A local run's bytes either way, every pass."""
+    want = [local_batches(slot_spec, e) for e in range(3)]
+
+    def served(env):
+        w = workers(slot_spec, "--stats-interval", "0", env=env)
+        ds = remote.Dataset(slot_spec, [w.address], chunk=5, window=10)
+        for _ in range(8):
+            for e in range(3):
+                ds.set_epoch(e)
+                got = [{k: np.array(v, copy=True) for k, v in b.items()}
+                       for b in ds.arrays()]
+                assert_same(got, want[e])
+        st = ds.stats()
+        ds.close()
+        err = w.stop()
+        m = re.findall(r"(\d+) of them in the trainer's shared memory "
+                       r"\((\d+) written with pwrite\), (\d+) of them made "
+                       r"there by the pipeline", err)
+        assert m, err
+        assert sum(int(n) for n, _, _ in m) == st["shared_memory_outputs"]
+        return (sum(int(p) for _, p, _ in m), sum(int(d) for _, _, d in m))
+
+    pwritten, made = served({})
+    assert made > 0 and pwritten > 0, (pwritten, made)
+    pwritten32, made32 = served({"SLUICE_SLOT_MAP_AFTER": "32"})
+    assert made32 == 0 and pwritten32 > pwritten, (pwritten32, made32)
 
 
 def test_kill_9_of_a_worker_making_batches_in_the_slots(slot_spec, workers):
