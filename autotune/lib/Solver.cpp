@@ -720,9 +720,9 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
             : switchedOff("SLUICE_TIES_TO_FEWER_WORKERS")
                 ? "no gain the model can tell, so the fewer threads are "
                   "kept (SLUICE_TIES_TO_FEWER_WORKERS=1)"
-                : "no gain the model can tell, but the extra worker "
-                  "holds up worse were a lane 15% costlier than "
-                  "measured");
+                : "no gain the model can tell, and it is not kept: it "
+                  "would not fit the memory budget, or it holds up worse "
+                  "were a lane 15% costlier than measured");
         kc.reason += more_;
       }
     }
