@@ -1081,17 +1081,19 @@ def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
     assert off["shared_memory_outputs"] >= 6, off
 
 
-def three_epochs_served(workers, spec, want, env, chunk, window):
+def three_epochs_served(workers, spec, want, env, chunk, window, passes=1):
     """One worker started with `env` serves three epochs of `spec` to a
-    trainer on its host, each checked against `want[epoch]`: the trainer's
-    stats and the worker's stderr once it stopped."""
+    trainer on its host (`passes` times over), each checked against
+    `want[epoch]`: the trainer's stats and the worker's stderr once it
+    stopped."""
     w = workers(spec, "--stats-interval", "0", env=env)
     ds = remote.Dataset(spec, [w.address], chunk=chunk, window=window)
-    for e in range(3):
-        ds.set_epoch(e)
-        got = [{k: np.array(v, copy=True) for k, v in b.items()}
-               for b in ds.arrays()]
-        assert_same(got, want[e])
+    for _ in range(passes):
+        for e in range(3):
+            ds.set_epoch(e)
+            got = [{k: np.array(v, copy=True) for k, v in b.items()}
+                   for b in ds.arrays()]
+            assert_same(got, want[e])
     st = ds.stats()
     ds.close()
     return st, w.stop()
@@ -1186,17 +1188,8 @@ def test_default_rule_maps_slots_batches_are_made_in(slot_spec, workers):
     want = [local_batches(slot_spec, e) for e in range(3)]
 
     def served(env):
-        w = workers(slot_spec, "--stats-interval", "0", env=env)
-        ds = remote.Dataset(slot_spec, [w.address], chunk=5, window=10)
-        for _ in range(8):
-            for e in range(3):
-                ds.set_epoch(e)
-                got = [{k: np.array(v, copy=True) for k, v in b.items()}
-                       for b in ds.arrays()]
-                assert_same(got, want[e])
-        st = ds.stats()
-        ds.close()
-        err = w.stop()
+        st, err = three_epochs_served(workers, slot_spec, want, env, chunk=5,
+                                      window=10, passes=8)
         m = re.findall(r"(\d+) of them in the trainer's shared memory "
                        r"\((\d+) written with pwrite\), (\d+) of them made "
                        r"there by the pipeline", err)
