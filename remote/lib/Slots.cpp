@@ -123,6 +123,8 @@ uint64_t slotMapAfterWrites() {
   static const uint64_t n = [] {
     if (switchedOff("SLUICE_NO_SLOT_PWRITE"))
       return uint64_t(0);
+    const uint64_t dflt =
+        slotDirectEnabled() ? kMapAfterWritesMadeIn : kMapAfterWrites;
     const char *after = std::getenv("SLUICE_SLOT_MAP_AFTER");
     if (after && *after) {
       char *end = nullptr;
@@ -131,10 +133,10 @@ uint64_t slotMapAfterWrites() {
         return static_cast<uint64_t>(v);
       std::fprintf(stderr,
                    "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
-                   "number of writes (0, 1, 2, ...); using the default\n",
-                   after);
+                   "number of writes (0, 1, 2, ...); using %llu\n",
+                   after, static_cast<unsigned long long>(dflt));
     }
-    return slotDirectEnabled() ? kMapAfterWritesMadeIn : kMapAfterWrites;
+    return dflt;
   }();
   return n;
 }

@@ -378,7 +378,9 @@ Expected<std::unique_ptr<Engine>>
 Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   auto e = std::make_unique<Engine>();
   e->plan_ = plan;
-  e->opts_ = opts;
+  // The environment's off switches are read once, here; the engine asks
+  // opts_ for what is in effect.
+  e->opts_ = opts.inEffect();
   if (Status s = e->applySchedule(); !s)
     return s;
   if (Status s = e->checkBufferCounts(opts); !s)
@@ -419,7 +421,7 @@ Engine::create(const Plan &plan, const RunOptions &opts, bool checkOnly) {
   // Turns (TaskHandoff.h): the arena runs its tasks in order and parallel
   // steps' workers give their slot to a waiting task after a slice.
   e->arena_ = std::make_unique<TaskArena>(static_cast<int>(e->threads_), 0,
-                                          opts.inEffect().arenaSlicing);
+                                          e->opts_.arenaSlicing);
   // Building allocates the stages' rings and windows: sizes that passed
   // the checks but that no allocator can give are the run's error, not an
   // abort.
@@ -539,14 +541,13 @@ Status Engine::build() {
     shared_.pinned =
         std::make_shared<PinnedPool>(std::move(registrar), pinnedLimit_.get());
   }
-  const RunOptions effective = opts_.inEffect();
-  shared_.batchRowPlacement = effective.batchRowPlacement;
-  shared_.directOutput = effective.directOutput;
-  shared_.batchedHandoff = effective.batchedHandoff;
+  shared_.batchRowPlacement = opts_.batchRowPlacement;
+  shared_.directOutput = opts_.directOutput;
+  shared_.batchedHandoff = opts_.batchedHandoff;
   shared_.arenaSliceNs =
       arena_->turns() ? std::max<int64_t>(1, opts_.arenaSliceMicros) * 1000 : 0;
-  shared_.parallelParse = effective.parallelParse;
-  shared_.fileReadAhead = effective.fileReadAhead;
+  shared_.parallelParse = opts_.parallelParse;
+  shared_.fileReadAhead = opts_.fileReadAhead;
   {
     // A cache (or a step that materializes) serves the epochs after the
     // first without the source: nothing is named ahead for them.
@@ -565,7 +566,7 @@ Status Engine::build() {
                     !switchedOff("SLUICE_NO_STAGE_TIMING"));
   shared_.bulkPull = !switchedOff("SLUICE_NO_BULK_PULL");
   shared_.coarseBatchCount = switchedOff("SLUICE_COARSE_BATCH_COUNT");
-  shared_.recordRuns = effective.recordRuns;
+  shared_.recordRuns = opts_.recordRuns;
 
   // interleave configures how the source reads its shards, so it may only
   // be preceded by per-record steps.
@@ -776,10 +777,9 @@ void Engine::foldShuffle(int64_t cycle, int64_t block) {
   // the first pass's order), interleave, or explicit positions (`sluice
   // serve` replays the step itself).
   Shared::Positional &P = shared_.positional;
-  if (!opts_.inEffect().positionalShuffle || opts_.positions ||
-      plan_.steps.empty() || cycle != 1 || block != 1 ||
-      plan_.source.schedule.cache || shared_.onError == OnError::Skip ||
-      !source_->oneRecordPerShard())
+  if (!opts_.positionalShuffle || opts_.positions || plan_.steps.empty() ||
+      cycle != 1 || block != 1 || plan_.source.schedule.cache ||
+      shared_.onError == OnError::Skip || !source_->oneRecordPerShard())
     return;
   const PlanStep &first = plan_.steps.front();
   const OrderReplay *replay = findOrderReplay(first.op);
