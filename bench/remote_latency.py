@@ -177,6 +177,87 @@ def tune(sluice, spec, report, env, pin=False):
             int(m.group(2)))
 
 
+FLOOR_EPOCHS = 10
+FLOOR_IN_FLIGHT = 8
+
+
+def floor(args, work, pipelines, results, env, s3, http, keys, nshards):
+    """The client's cost per record with nothing else to do: each pipeline
+    read only (its records selected, no decoding) from local files and from
+    its server at FLOOR_IN_FLIGHT requests in flight, and bench/
+    http_floor.c's plain GETs of the same objects over as many keep-alive
+    connections (pinned like the runs with --pin). From the decoding
+    pipeline's local CPU per record (the tables above) and these, the
+    ratio to local files a client at the floor would reach."""
+    exe = os.path.join(work, "http_floor")
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc or subprocess.run(
+            [cc, "-O2", "-o", exe, os.path.join(HERE, "http_floor.c")],
+            capture_output=True).returncode != 0:
+        print("(--floor: no C compiler could build bench/http_floor.c)")
+        return
+    read_only = ("steps:\n  - select: [data, label]\nepochs: %d\n"
+                 "budget: {cores: %d, memory: 1GiB}\n"
+                 % (FLOOR_EPOCHS, 1 if args.pin else 2))
+
+    def spec_of(name, source):
+        out = os.path.join(work, "floor_%s.yaml" % name)
+        with open(out, "w") as f:
+            f.write("pipeline: floor_%s\nseed: 1\nsource:\n  %s\n%s"
+                    % (name, source, read_only))
+        return out
+
+    targets = {
+        "image_folder over s3://": (
+            s3, ["/%s/%s" % (remote_servers.BUCKET, k) for k in keys]),
+        "webdataset over http://": (
+            http, ["/shards/s-%04d.tar" % i for i in range(nshards)]),
+    }
+    pin = (lambda: os.sched_setaffinity(0, {0})) if args.pin else None
+    print("### The client's cost per record, read only\n")
+    print("%d epochs, no decoding, %d requests in flight (connections for "
+          "the minimal client); CPU microseconds per record, median of %d "
+          "runs. \"At the floor\": the decoding pipeline's local CPU per "
+          "record D (tables above) against D + (minimal client - local "
+          "read), the ratio to local files a client that cost no more "
+          "than the minimal one would reach.\n"
+          % (FLOOR_EPOCHS, FLOOR_IN_FLIGHT, args.repeats))
+    print("| pipeline | local read | sluice remote | minimal client "
+          "(http_floor) | sluice's client above the minimal | D | at the "
+          "floor | sluice now (read only) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, (local, remote) in pipelines.items():
+        text = open(local).read()
+        lspec = spec_of(name[:3] + "_local",
+                        text.split("source:\n  ", 1)[1].split("\n", 1)[0])
+        rspec = spec_of(name[:3] + "_remote", remote(FLOOR_IN_FLIGHT))
+        base, paths = targets[name]
+        port = base.rsplit(":", 1)[1]
+        count = (len(keys) if name.startswith("image") else nshards) \
+            * FLOOR_EPOCHS
+        records = len(keys) * FLOOR_EPOCHS
+        lrun, rrun, frun = [], [], []
+        for _ in range(args.repeats):
+            lrun.append(run(args.sluice, [lspec], env, args.pin))
+            rrun.append(run(args.sluice, [rspec], env, args.pin))
+            r = subprocess.run([exe, port, str(FLOOR_IN_FLIGHT), str(count)],
+                               input="\n".join(paths), capture_output=True,
+                               text=True, preexec_fn=pin)
+            if r.returncode != 0:
+                sys.exit("http_floor failed: " + r.stdout + r.stderr)
+            m = re.search(r"user ([\d.]+) s, system ([\d.]+) s", r.stdout)
+            frun.append((float(m.group(1)) + float(m.group(2))) / records)
+        lo = statistics.median(x["cpu"] / x["records"] for x in lrun) * 1e6
+        re_ = statistics.median(x["cpu"] / x["records"] for x in rrun) * 1e6
+        fl = statistics.median(frun) * 1e6
+        d = statistics.median(x["cpu"] / x["records"]
+                              for x in results[(name, "local")]) * 1e6
+        print("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f× | %.2f× |"
+              % (name, lo, re_, fl, re_ - fl, d, d / (d + max(0, fl - lo)),
+                 d / (d + max(0, re_ - lo))))
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=600)
@@ -208,6 +289,12 @@ def main():
     ap.add_argument("--pin", action="store_true",
                     help="servers and the bench on CPU 1, each sluice run "
                          "on CPU 0 at --threads 1 (needs 2 CPUs)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure each pipeline's client cost per "
+                         "record without decoding (read only, 10 epochs) "
+                         "against local files and against bench/"
+                         "http_floor.c, a minimal keep-alive client (needs "
+                         "cc): what any client pays per request here")
     ap.add_argument("--serve-only", action="store_true",
                     help="start the servers, write the specs, print the "
                          "commands and wait for Enter (for perf)")
@@ -375,6 +462,9 @@ def main():
                 "%.2f" % (statistics.median(
                     r["rate"] for r in results[(name, t)]) / best)
                 for t in tunes))
+        if args.floor:
+            floor(args, work, pipelines, results, env, s3, http,
+                  sorted(files), nshards)
     finally:
         srv.stop()
         if args.keep:

@@ -1212,6 +1212,8 @@ RunStats Engine::stats() const {
     r.remote.bytes = static_cast<int64_t>(now.bytes - remoteBase_->bytes);
     r.remote.bodiesReused =
         static_cast<int64_t>(now.bodiesReused - remoteBase_->bodiesReused);
+    r.remote.bodiesPopulated = static_cast<int64_t>(
+        now.bodiesPopulated - remoteBase_->bodiesPopulated);
     r.remote.medianLatencyMs = now.medianLatencyMs;
     r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
     r.remote.medianRequestMs = now.medianRequestMs;

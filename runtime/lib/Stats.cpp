@@ -138,6 +138,7 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"failures", remote.failures},
             {"bytes", remote.bytes},
             {"bodies_reused", remote.bodiesReused},
+            {"bodies_populated", remote.bodiesPopulated},
             {"median_latency_ms", remote.medianLatencyMs},
             {"peak_in_flight", remote.peakInFlight},
             {"median_request_ms", remote.medianRequestMs},

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -256,6 +257,34 @@ def test_shuffled_per_file_sources_equal_local(servers, tmp_path, name):
     want, got = run_all(local), run_all(remote)
     assert len(want) == len(got) > 0
     assert all(batches_equal(a, b) for a, b in zip(want, got))
+
+
+def test_a_forked_child_reads_with_a_client_of_its_own(servers, tmp_path):
+    # The parent's client (and its thread) exist before the fork; the
+    # child (a DataLoader worker) has no copy of the thread and must make
+    # its own client, or its requests would wait forever.
+    local, remote = local_and_remote(servers, tmp_path, "image_folder", "s3")
+    want = run_all(local)
+    assert all(batches_equal(a, b) for a, b in zip(want, run_all(remote)))
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            got = run_all(remote)
+            code = 0 if len(got) == len(want) and all(
+                batches_equal(a, b) for a, b in zip(want, got)) else 1
+        finally:
+            os._exit(code)
+    for _ in range(1200):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish in 120 s")
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_paths_name_the_objects(servers, tmp_path):
@@ -1103,7 +1132,9 @@ def test_chunk_bodies_are_reused(servers, tmp_path):
     """Chunks of 256 KiB and more: a consumed chunk's buffer takes a later
     response's body (counted in the stats' bodies_reused), and with
     SLUICE_NO_REMOTE_BODY_REUSE=1 (read once per process: a child process)
-    none is, with the same lines as the local file either way."""
+    none is, with the same lines as the local file either way. A fresh
+    body of that size has its pages faulted in at once (bodies_populated),
+    none with SLUICE_NO_REMOTE_BODY_POPULATE=1, the same lines again."""
     text, local_file = served_lines(servers, tmp_path, "lines.txt", 24,
                                     40000, "y")
     assert len(text) > 12 * (256 << 10)
@@ -1126,9 +1157,12 @@ budget: {cores: 2, memory: 256MiB}
         p = sluice.Pipeline(sys.argv[1])
         pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
     """)
-    for switch in ("0", "1"):
+    for switch in ("0", "1", "populate"):
         out = tmp_path / ("reuse-%s.pickle" % switch)
-        env = dict(os.environ, SLUICE_NO_REMOTE_BODY_REUSE=switch)
+        env = dict(os.environ,
+                   SLUICE_NO_REMOTE_BODY_REUSE=str(int(switch == "1")),
+                   SLUICE_NO_REMOTE_BODY_POPULATE=str(
+                       int(switch == "populate")))
         r = subprocess.run([sys.executable, "-c", child, str(remote),
                             str(out)], env=env, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
@@ -1136,10 +1170,16 @@ budget: {cores: 2, memory: 256MiB}
         assert len(got) == len(want) > 0
         assert all(batches_equal(a, b) for a, b in zip(want, got)), switch
         assert stats["requests"] >= 12, stats
-        if switch == "0":
-            assert stats["bodies_reused"] > 0, stats
-        else:
+        if switch == "1":
             assert stats["bodies_reused"] == 0, stats
+        else:
+            assert stats["bodies_reused"] > 0, stats
+        if switch == "populate":
+            assert stats["bodies_populated"] == 0, stats
+        else:
+            # Every body that no kept buffer served was fresh.
+            assert stats["bodies_populated"] >= \
+                stats["requests"] - stats["bodies_reused"] - 1 > 0, stats
 
 
 def test_kept_bodies_are_counted_in_the_budget(servers, tmp_path):
@@ -1265,7 +1305,8 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_HANDLE_REUSE", "SLUICE_NO_REMOTE_PRESIZE",
                    "SLUICE_NO_REMOTE_LARGE_READS", "SLUICE_NO_REMOTE_BODY_REUSE",
                    "SLUICE_NO_REMOTE_BODY_CLASSES",
-                   "SLUICE_NO_REMOTE_CHUNK_VIEW"]
+                   "SLUICE_NO_REMOTE_CHUNK_VIEW",
+                   "SLUICE_NO_REMOTE_BODY_POPULATE"]
 
 
 @pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])

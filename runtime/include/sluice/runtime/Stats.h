@@ -161,6 +161,9 @@ struct RunStats {
     /// Responses received into the kept buffer of a consumed chunk (the
     /// client's body reuse) instead of a fresh one.
     int64_t bodiesReused = 0;
+    /// Fresh bodies of 256 KiB and more whose pages were faulted in by one
+    /// madvise before the bytes arrived (SLUICE_NO_REMOTE_BODY_POPULATE).
+    int64_t bodiesPopulated = 0;
     double medianLatencyMs = 0; ///< to the first byte, recent requests
     int64_t peakInFlight = 0;   ///< most requests in flight at once
     /// Send to last byte (latency + transfer), recent successful requests.
