@@ -475,6 +475,10 @@ struct Transfer final : PendingFetch {
   void *client = nullptr;       // the Client running it (onBody)
   EasyHandle *handle = nullptr; // while in flight
   curl_slist *headers = nullptr;
+  /// Signed by signS3Get (SigV4.cpp) rather than by libcurl; libcurlSigns:
+  /// not again (the request was redirected to another host, which libcurl
+  /// does not send a caller's Authorization header to).
+  bool ownSigned = false, libcurlSigns = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string contentRange;
   Fetched result;
@@ -775,6 +779,15 @@ private:
     const bool s3 = startsWith(t->url, "s3://");
     std::shared_ptr<const Credentials> signer =
         s3 ? cfg.credentials : std::shared_ptr<const Credentials>();
+    // An object's plain GET is signed here (SigV4.cpp: the day's signing
+    // key kept), the rest (listings, a request redirected) by libcurl.
+    std::vector<std::string> own;
+    t->ownSigned =
+        signer && !t->libcurlSigns &&
+        t->httpUrl.find('?') == std::string::npos &&
+        signS3Get(t->httpUrl, *signer, cfg.region, std::time(nullptr), own);
+    if (t->ownSigned)
+      signer.reset();
     std::string provider = signer ? "aws:amz:" + cfg.region + ":s3" : "";
     if (signer != h->signedAs || provider != h->provider) {
       if (signer) {
@@ -792,7 +805,10 @@ private:
       h->signedAs = std::move(signer);
       h->provider = std::move(provider);
     }
-    if (s3) {
+    if (t->ownSigned) {
+      for (const std::string &line : own)
+        t->headers = curl_slist_append(t->headers, line.c_str());
+    } else if (s3) {
       t->headers =
           curl_slist_append(t->headers, (std::string("x-amz-content-sha256: ") +
                                          kEmptyPayloadSha256)
@@ -873,8 +889,9 @@ private:
     if (t->firstByte)
       receiving(-1);
     curl_multi_remove_handle(multi_, e);
-    long status = 0;
+    long status = 0, redirects = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(e, CURLINFO_REDIRECT_COUNT, &redirects);
     // The transfer's buffer goes with it: nothing may write there now.
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, nullptr);
     idle_.push_back(t->handle);
@@ -912,6 +929,16 @@ private:
     } else {
       r.error = describeStatus(status, r.body);
       retry = retryableStatus(status);
+    }
+    if (!r.ok && t->ownSigned && (status == 401 || status == 403) &&
+        redirects > 0) {
+      // Redirected to another host (an S3 region's endpoint): libcurl did
+      // not carry the Authorization header there. Again, signed by libcurl
+      // for wherever it is sent.
+      t->libcurlSigns = true;
+      t->due = Clock::now();
+      delayed_.push_back(t);
+      return;
     }
     if (!r.ok && retry && t->attempt < t->cfg->retries) {
       // Capped exponential backoff with jitter: half fixed, half random,

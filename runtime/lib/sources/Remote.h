@@ -24,6 +24,7 @@
 #include "sluice/ops/Value.h"
 
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,6 +86,21 @@ struct RemoteConfig {
 /// on first use); false with `why` saying what is missing and how to
 /// install it.
 bool curlLoadable(std::string &why);
+
+/// SigV4.cpp: whether S3 object GETs are signed by sluice (libcrypto's
+/// SHA-256 and HMAC, the derived key kept for its day) rather than by
+/// libcurl; false when libcrypto cannot be loaded or with
+/// SLUICE_NO_REMOTE_OWN_SIGNING=1.
+bool ownSigningAvailable();
+/// The headers that sign a GET of `httpUrl` (http(s)://authority/path, no
+/// query) with AWS Signature Version 4 at `when` for service s3 in
+/// `region`, appended to `headers` ("x-amz-content-sha256: ...",
+/// "x-amz-date: ...", the session token's if any, "Authorization: ...");
+/// false (nothing appended) when it cannot: another URL form, a path
+/// with characters it would have to encode, libcrypto missing.
+bool signS3Get(std::string_view httpUrl, const Credentials &cred,
+               const std::string &region, std::time_t when,
+               std::vector<std::string> &headers);
 
 /// The source's RemoteConfig: params["remote"] (a mapping: endpoint, region,
 /// profile, request_timeout, concurrency, retries, chunk_size, cache,
