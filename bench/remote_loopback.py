@@ -108,8 +108,12 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         # mappings each end makes once, then reuses).
         for e in range(warmup):
             ds.set_epoch(e)
-            for _ in ds.arrays():
+            for b in ds.arrays():
                 pass
+        # A loop's variable keeps its last batch, and that batch its slot:
+        # the timed loop's trainer would hold two (the pool then grows by one
+        # in the timed epochs: SLUICE_SLOT_TRACE=1, docs/distributed.md).
+        b = None
         images = 0
         st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
