@@ -90,17 +90,30 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     env.update(worker_env or {})
     procs = [start_worker(spec, threads_each, tmp, env)
              for _ in range(workers)]
+    # The switches are the trainer's too while it connects (those it reads
+    # there: SLUICE_NO_SLOT_BOUND, SLUICE_NO_SLOTS_AHEAD, ...).
+    saved = {k: os.environ.get(k) for k in (worker_env or {})}
+    os.environ.update(worker_env or {})
     try:
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
                                    chunk=CHUNK, window=WINDOW,
                                    shared_memory=shm and not copies,
                                    chunk_runs=runs)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         # --warmup: epochs untimed first (the buffers, slots and
         # mappings each end makes once, then reuses).
         for e in range(warmup):
             ds.set_epoch(e)
-            for _ in ds.arrays():
+            for b in ds.arrays():
                 pass
+        # A loop's variable keeps its last batch, and that batch its slot:
+        # the timed loop's trainer would hold two (the pool then grows by one
+        # in the timed epochs: SLUICE_SLOT_TRACE=1, docs/distributed.md).
+        b = None
         images = 0
         st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
@@ -115,7 +128,8 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         serve_cpu = sum(cpu_of(p.pid) - c for (p, _), c in zip(procs, wcpu0))
         serve_faults = sum(faults_of(p.pid) - f
                            for (p, _), f in zip(procs, wflt0))
-        st = {k: v - st0[k] for k, v in ds.stats().items()}
+        st_end = ds.stats()
+        st = {k: v - st0[k] for k, v in st_end.items()}
         mapped, opened = slot_mappings(procs[0][0].pid)
         ds.close()
         return {"images_s": images / dt,
@@ -130,7 +144,10 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
                 "runs_share": st["runs"] / st["chunks"],
                 # The first worker's slots: opened, and mapped whole by the
                 # rent-or-buy rule (Slots.cpp), after the timed epochs.
-                "slots_mapped": mapped, "slots_opened": opened}
+                "slots_mapped": mapped, "slots_opened": opened,
+                # Slots the trainer made in all, and in the timed epochs.
+                "slots_made": st_end["slots_made"],
+                "slots_made_timed": st["slots_made"]}
     finally:
         for p, _ in procs:
             stop_worker(p)
@@ -196,7 +213,8 @@ def main():
     ap.add_argument("--off", action="append", default=[],
                     metavar="SWITCH",
                     help="also run 1 worker (and 2, without --no-two) "
-                         "with SWITCH=1 in the workers' environment (e.g. "
+                         "with SWITCH=1 in the workers' environment and "
+                         "the trainer's while it connects (e.g. "
                          "SLUICE_NO_SLOT_PWRITE: the same run with that "
                          "optimization off), or NAME=VALUE,NAME=VALUE; "
                          "repeatable")
@@ -294,12 +312,13 @@ def main():
           "| trainer CPU ms/batch "
           "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
           "| workers' faults/batch | wire bytes/image | in shared memory "
-          "| chunks starting a pipeline | slots mapped |")
+          "| chunks starting a pipeline | slots mapped "
+          "| slots made (in timed epochs) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-          "---:|")
+          "---:|---:|")
     for name, how, m, ratio, pairs in rows:
         print("| %s | %s | %.0f | %.2fx | %.2fx (%.2f-%.2f) | %.1f | %s | %.0f "
-              "| %s | %s | %s | %s | %s | %s |" % (
+              "| %s | %s | %s | %s | %s | %s | %s |" % (
             name, how, m["images_s"], ratio, statistics.median(pairs),
             min(pairs), max(pairs), m["trainer_cpu_batch_ms"],
             "%.1f" % m["receive_cpu_batch_ms"]
@@ -316,7 +335,9 @@ def main():
             "%.0f%%" % (100 * m["runs_share"]) if "runs_share" in m
             else "-",
             "%d of %d" % (m["slots_mapped"], m["slots_opened"])
-            if "slots_mapped" in m else "-"))
+            if "slots_mapped" in m else "-",
+            "%g (%g)" % (m["slots_made"], m["slots_made_timed"])
+            if "slots_made" in m else "-"))
     # What receiving over the socket costs in memcpys of the same bytes
     # (autotune's kReceiveCopies): a batch's bytes copied on this host.
     for name, how, m, _, _ in rows:

@@ -154,6 +154,8 @@ public:
     d["runs"] = s.runs;
     d["steals"] = s.steals;
     d["shared_memory_outputs"] = s.slotOutputs;
+    d["slots_made"] = s.slotsMade;
+    d["slot_waits"] = s.slotWaits;
     d["worker_cpu_seconds"] = s.workerCpuSeconds;
     d["receive_cpu_seconds"] = s.receiveCpuSeconds;
     d["wait_seconds"] = s.waitSeconds;

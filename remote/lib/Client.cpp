@@ -257,6 +257,19 @@ public:
   /// Runs of consecutive chunks (ClientOptions::chunkRuns).
   bool runsOn = true;
 
+  /// Each worker's slots bounded to what it needs at once (SlotPool::lend:
+  /// its chunk's outputs in flight, up to the window, those lent ahead, and
+  /// the batch the consumer holds while it waits for the next), the pool
+  /// waiting for a slot to be freed rather than growing while the consumer
+  /// is busy with one. SLUICE_NO_SLOT_BOUND=1: slots made whenever none is
+  /// free, as before.
+  bool slotBound = true;
+  /// The consumer waits inside next() with no output to take (it then
+  /// holds only what its own code keeps: waiting for it to free a slot
+  /// cannot help; set and cleared under mu: an output it can take clears
+  /// it before the consumer wakes), or the dataset is closing.
+  std::atomic<bool> consumerWaits{false}, closingNow{false};
+
   /// Slots lent to workers on this host (Slots.h); null: all outputs come
   /// over the socket.
   std::shared_ptr<detail::SlotPool> slots;
@@ -627,8 +640,14 @@ public:
       req.set_host_workers(std::max<int32_t>(local, 1));
       size_t want = static_cast<size_t>(count) + slotsAhead;
       if (slotBytes > 0 && lent.size() < want) {
-        std::vector<detail::SlotRef> more =
-            slots->lend(want - lent.size(), slotBytes, limit, &w);
+        size_t bound =
+            slotBound ? static_cast<size_t>(std::min(opts.chunk, opts.window)) +
+                            slotsAhead + 1
+                      : 0;
+        std::vector<detail::SlotRef> more = slots->lend(
+            want - lent.size(), slotBytes, limit, &w, bound,
+            [this] { return !consumerWaits && !closingNow; },
+            std::chrono::milliseconds(1000));
         lent.insert(lent.end(), more.begin(), more.end());
       }
       for (const detail::SlotRef &r : lent) {
@@ -896,8 +915,13 @@ public:
       }
       if (index < nextDeliver || ready.count(index))
         ++stats.duplicates;
-      else
+      else {
         ready.emplace(index, std::move(*cur));
+        // The consumer is about to take it (and let go of the batch before
+        // it): no longer waiting with nothing to take.
+        if (index == nextDeliver)
+          consumerWaits = false;
+      }
       cur.reset();
       ++got;
       lastAlive = Clock::now();
@@ -945,6 +969,7 @@ public:
       if (closing)
         return;
       closing = true;
+      closingNow = true;
       cv.notify_all();
     }
     cancelStreams();
@@ -983,6 +1008,7 @@ RemoteDataset::connect(ClientOptions opts) {
   d.runsOn = d.opts.chunkRuns && !switchedOff("SLUICE_NO_CHUNK_RUNS");
   if (switchedOff("SLUICE_NO_SLOTS_AHEAD"))
     d.slotsAhead = 0;
+  d.slotBound = !switchedOff("SLUICE_NO_SLOT_BOUND");
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.
@@ -1177,7 +1203,9 @@ Expected<std::optional<RemoteOutput>> RemoteDataset::next() {
                            " s (output " + std::to_string(d.nextDeliver) +
                            " of the epoch is outstanding)" + why);
     }
+    d.consumerWaits = true;
     d.cv.wait_for(lock, std::chrono::milliseconds(100));
+    d.consumerWaits = false;
   }
 }
 
@@ -1199,8 +1227,16 @@ uint64_t RemoteDataset::fingerprint() const { return impl_->fingerprint; }
 int64_t RemoteDataset::epochs() const { return impl_->epochs; }
 std::string RemoteDataset::outputType() const { return impl_->outputType; }
 ClientStats RemoteDataset::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  ClientStats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    s = impl_->stats;
+  }
+  if (impl_->slots) {
+    s.slotsMade = impl_->slots->made();
+    s.slotWaits = impl_->slots->waits();
+  }
+  return s;
 }
 
 } // namespace sluice::remote

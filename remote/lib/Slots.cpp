@@ -66,6 +66,7 @@
 #include <set>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace sluice::remote::detail {
@@ -315,6 +316,9 @@ struct SlotPool::Slot {
   uint64_t lease = 0;
   /// The worker it was last lent to (SlotPool::lend).
   const void *worker = nullptr;
+  /// When it was last freed (SlotPool::clock_): the last freed is lent
+  /// first.
+  uint64_t freed = 0;
   Header *header() const { return headerOf(map); }
   void retire() {
     if (map)
@@ -375,45 +379,88 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   h->capacity = capacity;
   h->state.store(0, std::memory_order_release);
   slots_.push_back(std::move(s));
+  ++made_;
+  // SLUICE_SLOT_TRACE=1: each slot made, with what the others were doing
+  // (docs/distributed.md, "One worker, f32: fewer slots").
+  static const bool trace = switchedOff("SLUICE_SLOT_TRACE");
+  if (trace) {
+    size_t n[5] = {0, 0, 0, 0, 0};
+    for (auto &o : slots_)
+      ++n[o->state];
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    std::fprintf(stderr,
+                 "sluice: slot %lld made at %.3f s: %zu free (too small), "
+                 "%zu lent, %zu held by the trainer, %zu set aside\n",
+                 static_cast<long long>(made_), ts.tv_sec + ts.tv_nsec * 1e-9,
+                 n[Slot::Free] - 1, n[Slot::Lent], n[Slot::Held],
+                 n[Slot::Aside]);
+  }
   return slots_.back().get();
 }
 
 std::vector<SlotRef> SlotPool::lend(size_t n, size_t bytes, size_t limit,
-                                    const void *worker) {
+                                    const void *worker, size_t bound,
+                                    const std::function<bool()> &mayWait,
+                                    std::chrono::milliseconds maxWait) {
   std::vector<SlotRef> out;
   // A forked child has the parent's memfds under the parent's paths: the
   // two would lend the same memory.
   if (getpid() != pid_)
     return out;
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t live = 0;
-  for (auto &s : slots_) {
-    // A slot set aside is free once its worker let go of it: written
-    // (L + 2), or back at L (a batch made in it was freed unsent:
-    // SlotBatches), taken from L as giveBack does, so that a worker's move
-    // from L cannot slip in between.
-    uint64_t expect = s->lease;
-    if (s->state == Slot::Aside && (s->header()->state.compare_exchange_strong(
-                                        expect, 0, std::memory_order_acq_rel) ||
-                                    expect == s->lease + 2)) {
-      s->header()->state.store(0, std::memory_order_release);
-      s->state = Slot::Free;
-    }
-    live += s->state != Slot::Retired;
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + maxWait;
+  bool waited = false;
   for (size_t k = 0; k < n; ++k) {
     Slot *pick = nullptr, *small = nullptr;
-    for (auto &s : slots_) {
-      if (s->state != Slot::Free)
-        continue;
-      if (s->capacity >= bytes) {
-        if (!pick || (s->worker == worker && pick->worker != worker))
+    size_t live = 0, owned = 0;
+    while (true) {
+      live = owned = 0;
+      pick = small = nullptr;
+      for (auto &s : slots_) {
+        // A slot set aside is free once its worker let go of it: written
+        // (L + 2), or back at L (a batch made in it was freed unsent:
+        // SlotBatches), taken from L as giveBack does, so that a worker's
+        // move from L cannot slip in between.
+        uint64_t expect = s->lease;
+        if (s->state == Slot::Aside &&
+            (s->header()->state.compare_exchange_strong(
+                 expect, 0, std::memory_order_acq_rel) ||
+             expect == s->lease + 2)) {
+          s->header()->state.store(0, std::memory_order_release);
+          s->state = Slot::Free;
+          s->freed = ++clock_;
+        }
+        if (s->state == Slot::Retired)
+          continue;
+        ++live;
+        owned += s->worker == worker && s->capacity >= bytes;
+        if (s->state != Slot::Free)
+          continue;
+        if (s->capacity < bytes) {
+          small = s.get();
+          continue;
+        }
+        // The worker's own slots first, the last freed of them first
+        // (without a bound: the first of them, as before).
+        bool mine = s->worker == worker,
+             pickMine = pick && pick->worker == worker;
+        if (!pick || (mine && !pickMine) ||
+            (bound && mine == pickMine && s->freed > pick->freed))
           pick = s.get();
-        if (pick->worker == worker)
-          break;
-        continue;
       }
-      small = s.get();
+      if (pick)
+        break;
+      // None free: wait for one rather than make one, while the worker
+      // has what it needs and one is about to be freed.
+      if (!bound || owned < bound || !mayWait ||
+          std::chrono::steady_clock::now() >= deadline || !mayWait())
+        break;
+      if (!waited) {
+        waited = true;
+        ++waits_;
+      }
+      freed_.wait_for(lock, std::chrono::milliseconds(2));
     }
     if (!pick && (live < limit || small)) {
       // Too small for today's outputs: its memory goes, a larger one comes.
@@ -454,6 +501,8 @@ void SlotPool::giveBack(const SlotRef &ref) {
         expect == s->lease + 2) {
       s->header()->state.store(0, std::memory_order_release);
       s->state = Slot::Free;
+      s->freed = ++clock_;
+      freed_.notify_all();
     } else {
       s->state = Slot::Aside;
     }
@@ -484,6 +533,8 @@ void SlotPool::release(Slot *s) {
   std::lock_guard<std::mutex> lock(mu_);
   s->header()->state.store(0, std::memory_order_release);
   s->state = Slot::Free;
+  s->freed = ++clock_;
+  freed_.notify_all();
 }
 
 size_t SlotPool::size() const {
@@ -500,6 +551,16 @@ size_t SlotPool::setAside() const {
   for (auto &s : slots_)
     n += s->state == Slot::Aside;
   return n;
+}
+
+int64_t SlotPool::made() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return made_;
+}
+
+int64_t SlotPool::waits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waits_;
 }
 
 SlotWriter::SlotWriter(std::vector<SlotRef> refs,

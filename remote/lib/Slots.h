@@ -47,7 +47,10 @@
 #include "sluice/ops/Tensor.h"
 #include "sluice/runtime/Pipeline.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,8 +99,25 @@ public:
   /// two workers taking any slot, each faulted in all of them: 3,000-8,000
   /// faults per f32 batch for the first 5 epochs of bench/remote_loopback.py,
   /// and 1.6-2x the worker CPU per batch).
-  std::vector<SlotRef> lend(size_t n, size_t bytes, size_t limit,
-                            const void *worker = nullptr);
+  ///
+  /// `bound` (0: none) is how many slots `worker` needs at once: the
+  /// request's outputs and those lent ahead, plus the batch the trainer's
+  /// consumer holds while it waits for the next (Client.cpp). Among the
+  /// worker's free slots the one freed last comes first (its pages are the
+  /// warmest, and the same few slots are written again and again, so the
+  /// worker's rent-or-buy rule maps them sooner). When the worker already
+  /// has `bound` slots and none is free, no slot is made while
+  /// `mayWait()` says that one will be freed soon (the consumer is busy
+  /// with a batch it lets go of at its next call) and for at most
+  /// `maxWait`: the pool then stays at what the worker needs instead of
+  /// growing at every moment the consumer holds one batch more. When
+  /// waiting cannot help (the consumer waits for an output itself, or
+  /// keeps its batches) slots are made as before, up to `limit`.
+  /// SLUICE_NO_SLOT_BOUND=1 (Client.cpp): bound 0.
+  std::vector<SlotRef>
+  lend(size_t n, size_t bytes, size_t limit, const void *worker = nullptr,
+       size_t bound = 0, const std::function<bool()> &mayWait = nullptr,
+       std::chrono::milliseconds maxWait = std::chrono::milliseconds(0));
   /// Takes back a slot lent and not received (after its stream ended).
   void giveBack(const SlotRef &ref);
   /// A slot the worker wrote for an output: its data, kept alive (and the
@@ -109,6 +129,10 @@ public:
   /// stream ended).
   size_t size() const;
   size_t setAside() const;
+  /// Slots made so far (retired ones included), and lend() calls that
+  /// waited for a slot to be freed instead of making one.
+  int64_t made() const;
+  int64_t waits() const;
 
 private:
   struct Slot;
@@ -117,8 +141,13 @@ private:
   Slot *make(size_t bytes);
 
   mutable std::mutex mu_;
+  /// Notified when a slot is freed (released, given back).
+  std::condition_variable freed_;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t nextLease_ = 4;
+  /// Stamps the slots as they are freed (Slot::freed: the last one first).
+  uint64_t clock_ = 0;
+  int64_t made_ = 0, waits_ = 0;
   uint64_t nonce_[2] = {0, 0};
   uint64_t serial_ = 0;
   /// The process that made the memfds (their paths name it).

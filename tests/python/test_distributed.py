@@ -1203,6 +1203,41 @@ def test_default_rule_maps_slots_batches_are_made_in(slot_spec, workers):
     assert made32 == 0 and pwritten32 > pwritten, (pwritten32, made32)
 
 
+def test_slots_bounded_per_worker(served_spec, workers, monkeypatch):
+    """The trainer lends a worker at most the slots it needs at once
+    (remote/lib/Slots.h, SlotPool::lend): its chunk's outputs, the 2 lent
+    ahead and the batch the consumer holds, 2 + 2 + 1 = 5, waiting for one
+    to be freed rather than making one while the consumer is busy. A
+    consumer slower than the worker (a sleep per batch, each batch copied
+    and let go) lets the window fill with outputs received and not taken:
+    without the bound (SLUICE_NO_SLOT_BOUND=1) each of them holds a slot
+    made for it, up to the pool's limit (window 6 + chunk 2 + 4 + 2 = 14).
+    The trainer counts the slots it made; a local run's bytes either way,
+    two epochs, in slots after the first chunk."""
+    want = [local_batches(served_spec, e) for e in range(2)]
+    w = workers(served_spec)
+
+    def served():
+        ds = remote.Dataset(served_spec, [w.address], chunk=2, window=6)
+        for e in range(2):
+            ds.set_epoch(e)
+            got = []
+            for b in ds.arrays():
+                got.append({k: np.array(v, copy=True) for k, v in b.items()})
+                time.sleep(0.05)
+            assert_same(got, want[e])
+        st = ds.stats()
+        ds.close()
+        assert st["shared_memory_outputs"] >= 16, st
+        return st
+
+    on = served()
+    assert 1 <= on["slots_made"] <= 5 and on["slot_waits"] > 0, on
+    monkeypatch.setenv("SLUICE_NO_SLOT_BOUND", "1")
+    off = served()
+    assert off["slots_made"] > 5 and off["slot_waits"] == 0, off
+
+
 def test_kill_9_of_a_worker_making_batches_in_the_slots(slot_spec, workers):
     """Two workers whose pipelines make their batches in the trainer's
     slots (every slot mapped at its first write); one is killed (SIGKILL)

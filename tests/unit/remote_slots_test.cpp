@@ -14,8 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <set>
+#include <thread>
 
 using namespace sluice;
 using namespace sluice::remote::detail;
@@ -123,6 +125,52 @@ TEST_F(RemoteSlots, SlotsGoBackToTheWorkerTheyWereLentTo) {
   ASSERT_EQ(toC.size(), 1u);
   EXPECT_TRUE(pathsA.count(toC[0].path));
   EXPECT_EQ(pool->size(), 4u);
+}
+
+TEST_F(RemoteSlots, BoundedWorkerGetsTheLastFreedSlotOrWaitsForOne) {
+  int a = 0;
+  const size_t bound = 3;
+  auto always = [] { return true; };
+  std::vector<SlotRef> lent = pool->lend(3, 1000, 8, &a, bound, always);
+  ASSERT_EQ(lent.size(), 3u);
+  EXPECT_EQ(pool->made(), 3);
+  // Freed in the order 2, 0: slot 0 was freed last and comes first.
+  pool->giveBack(lent[2]);
+  pool->giveBack(lent[0]);
+  std::vector<SlotRef> again = pool->lend(1, 1000, 8, &a, bound, always);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].path, lent[0].path);
+  again = pool->lend(1, 1000, 8, &a, bound, always);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].path, lent[2].path);
+  // All three lent, the bound reached: a slot given back meanwhile is lent
+  // instead of a new one.
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pool->giveBack(lent[1]);
+  });
+  again = pool->lend(1, 1000, 8, &a, bound, always,
+                     std::chrono::milliseconds(10000));
+  later.join();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].path, lent[1].path);
+  EXPECT_EQ(pool->made(), 3);
+  EXPECT_EQ(pool->waits(), 1);
+  // Waiting cannot help (the consumer waits itself), or the wait is over:
+  // made, up to the limit.
+  std::vector<SlotRef> more = pool->lend(
+      1, 1000, 8, &a, bound, [] { return false; },
+      std::chrono::milliseconds(10000));
+  ASSERT_EQ(more.size(), 1u);
+  more =
+      pool->lend(1, 1000, 8, &a, bound, always, std::chrono::milliseconds(20));
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(pool->made(), 5);
+  // Unbounded (SLUICE_NO_SLOT_BOUND=1): made at once, never a wait.
+  more = pool->lend(1, 1000, 8, &a);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(pool->made(), 6);
+  EXPECT_EQ(pool->waits(), 2);
 }
 
 TEST_F(RemoteSlots, SlotIsWrittenWithPwriteThenMapped) {

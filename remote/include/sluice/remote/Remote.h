@@ -225,6 +225,12 @@ struct ClientStats {
   /// Delivered outputs that came in shared memory (ClientOptions::
   /// sharedMemory); their bytes are not in wireBytes.
   int64_t slotOutputs = 0;
+  /// Shared-memory slots this trainer made (each costs it the slot's page
+  /// faults and its worker a first write through every page), and the
+  /// times it waited for one to be freed instead (Slots.h, SlotPool::lend;
+  /// SLUICE_NO_SLOT_BOUND=1: never).
+  int64_t slotsMade = 0;
+  int64_t slotWaits = 0;
   /// What the advice on the number of workers is made of (Dataset.advice
   /// in Python): the workers' CPU for the delivered outputs, this
   /// process's CPU receiving them (the streams' threads), the time the
