@@ -1433,7 +1433,8 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_BODY_CLASSES",
                    "SLUICE_NO_REMOTE_CHUNK_VIEW",
                    "SLUICE_NO_REMOTE_BODY_POPULATE",
-                   "SLUICE_NO_REMOTE_OWN_SIGNING"]
+                   "SLUICE_NO_REMOTE_OWN_SIGNING",
+                   "SLUICE_NO_REMOTE_BATCH_THREAD"]
 
 
 @pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])
