@@ -20,7 +20,7 @@ Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--repeats R] [--epochs E] [--sluice PATH]
                          [--data DIR] [--servers nginx|proxy] [--tunes T]
                          [--only image_folder|webdataset] [--pin]
-                         [--serve-only]
+                         [--serve-only] [--floor]
 
 --pin runs the servers (and the bench itself) on CPU 1 and every `sluice
 run` and `sluice tune` (local and remote alike) on CPU 0 with one core
@@ -33,6 +33,11 @@ Besides records/s the tables count, per record of the `sluice run` child
 (getrusage): CPU ms, minor page faults, context switches (voluntary +
 involuntary), and from its --stats-json the requests and the body bytes
 received (0 for local files).
+
+--floor adds a table of the client's cost alone: each pipeline read
+without decoding (10 epochs) from local files and from its server, and
+bench/http_floor.c (compiled with the host's cc), a minimal keep-alive
+client getting the same objects: what any client pays per request here.
 
 --serve-only starts the servers, writes the specs and prints the commands
 that run them (with the environment they need), then waits for Enter:
