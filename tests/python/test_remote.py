@@ -788,6 +788,11 @@ budget: {cores: 2, memory: 256MiB}
     assert m, md
     n, latency = int(m.group(1)), int(m.group(2))
     assert latency >= 20  # the proxy's delay is part of every request
+    # A per-file source: requests per record (Little's law in records), not
+    # a stream's window in bytes, which would keep 4 ("two shards ahead")
+    # in flight whatever the rate.
+    assert "in bytes" not in md and "shards ahead" not in md, md
+    assert "requests per record): Little's law gives" in md, md
     assert 1 <= n <= 256
     assert re.search(r"image_folder:\s*\{?\s*parallelism: %d" % n, sched), \
         sched
