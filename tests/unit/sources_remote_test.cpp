@@ -279,6 +279,17 @@ TEST(SigV4, SignsAnObjectGetAsAwsDocumentsIt) {
   ASSERT_TRUE(signS3Get("http://127.0.0.1:9000/bkt/a%20b/c.jpg", cred,
                         "us-east-1", may24, again));
   EXPECT_EQ(again, h);
+  // Another secret in the same Credentials object (as a later pipeline's
+  // may be made where an earlier one's was freed): its own key.
+  cred.secretKey = "other/SECRET";
+  again.clear();
+  ASSERT_TRUE(signS3Get("http://127.0.0.1:9000/bkt/a%20b/c.jpg", cred,
+                        "us-east-1", may24, again));
+  ASSERT_EQ(again.size(), 4u);
+  EXPECT_NE(again[3].find("Signature=f0b73b40a35ef10c7dbe693f163d341e4d0c101"
+                          "61b94e87ea6013a604b3f54d5"),
+            std::string::npos)
+      << again[3];
   // A query string, or a path it would have to encode itself: libcurl signs.
   h.clear();
   EXPECT_FALSE(signS3Get("http://127.0.0.1:9000/bkt?list-type=2", cred,

@@ -125,10 +125,11 @@ bool hmac(const Crypto &c, const unsigned char *key, size_t keyLen,
 }
 
 /// The derived signing key of one day, region and secret, as a MAC context
-/// set up with it (duplicated per request).
+/// set up with it (duplicated per request). The secret is compared, not
+/// the Credentials' address: a later pipeline's credentials may be made
+/// where an earlier one's were freed.
 struct SigningKey {
-  std::string day, region, service;
-  const Credentials *owner = nullptr;
+  std::string day, region, service, secret;
   EVP_MAC_CTX *ctx = nullptr;
 };
 
@@ -142,8 +143,8 @@ public:
                    const std::string &service) {
     std::lock_guard<std::mutex> lock(m_);
     for (SigningKey &k : keys_)
-      if (k.owner == &cred && k.day == day && k.region == region &&
-          k.service == service)
+      if (k.day == day && k.region == region && k.service == service &&
+          k.secret == cred.secretKey)
         return c.macDup(k.ctx);
     // Derive: kDate = HMAC("AWS4" + secret, day), then region, service,
     // "aws4_request".
@@ -165,11 +166,11 @@ public:
       return nullptr;
     }
     std::memset(b, 0, sizeof b);
-    // A credentials object lives as long as the configs that hold it; the
-    // pointer only tells the cached keys apart, and an old day's key is
-    // replaced in place (a run keeps a handful).
+    // An old day's key of the same secret is replaced in place (a run
+    // keeps a handful).
     for (SigningKey &k : keys_)
-      if (k.owner == &cred && k.region == region && k.service == service) {
+      if (k.secret == cred.secretKey && k.region == region &&
+          k.service == service) {
         c.macFree(k.ctx);
         k.day = day;
         k.ctx = ctx;
@@ -179,7 +180,7 @@ public:
       c.macFree(keys_.front().ctx);
       keys_.erase(keys_.begin());
     }
-    keys_.push_back({day, region, service, &cred, ctx});
+    keys_.push_back({day, region, service, cred.secretKey, ctx});
     return c.macDup(ctx);
   }
 
