@@ -1214,6 +1214,7 @@ RunStats Engine::stats() const {
         static_cast<int64_t>(now.bodiesReused - remoteBase_->bodiesReused);
     r.remote.bodiesPopulated = static_cast<int64_t>(
         now.bodiesPopulated - remoteBase_->bodiesPopulated);
+    r.remote.clientThreads = static_cast<int64_t>(now.clientThreads);
     r.remote.medianLatencyMs = now.medianLatencyMs;
     r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);
     r.remote.medianRequestMs = now.medianRequestMs;

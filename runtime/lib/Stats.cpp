@@ -139,6 +139,7 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"bytes", remote.bytes},
             {"bodies_reused", remote.bodiesReused},
             {"bodies_populated", remote.bodiesPopulated},
+            {"client_threads", remote.clientThreads},
             {"median_latency_ms", remote.medianLatencyMs},
             {"peak_in_flight", remote.peakInFlight},
             {"median_request_ms", remote.medianRequestMs},

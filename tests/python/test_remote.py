@@ -1439,10 +1439,12 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_CHUNK_VIEW",
                    "SLUICE_NO_REMOTE_BODY_POPULATE",
                    "SLUICE_NO_REMOTE_OWN_SIGNING",
-                   "SLUICE_NO_REMOTE_BATCH_THREAD"]
+                   "SLUICE_NO_REMOTE_BATCH_THREAD",
+                   "SLUICE_NO_REMOTE_CLIENT_THREADS"]
 
 
-@pytest.mark.parametrize("off", ["none"] + CLIENT_SWITCHES + ["all"])
+@pytest.mark.parametrize("off", ["none", "three_clients"] + CLIENT_SWITCHES +
+                         ["all"])
 def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
     """The client's optimizations (socket events, easy handles kept set up,
     bodies sized from Content-Length, large reads, chunk bodies reused,
@@ -1473,6 +1475,10 @@ def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
     for name in CLIENT_SWITCHES:
         if off in (name, "all"):
             env[name] = "1"
+    # A host of 25-36 cores runs three client threads (one per 12 cores):
+    # requests go to them in turn, over their own connections.
+    if off == "three_clients":
+        env["SLUICE_REMOTE_CLIENT_THREADS"] = "3"
     servers.rules(servers.s3_proxy,
                   [{"match": "part-1", "status": 503, "times": 2}])
     try:
@@ -1488,6 +1494,10 @@ def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
         assert len(want) == len(batches) > 0, remote
         assert all(batches_equal(a, b) for a, b in zip(want, batches)), remote
         assert stats["requests"] > 0 and stats["failures"] == 0, stats
+        if off == "three_clients":
+            assert stats["client_threads"] == 3, stats
+        elif off in ("SLUICE_NO_REMOTE_CLIENT_THREADS", "all"):
+            assert stats["client_threads"] == 1, stats
     assert got[-1][1]["retries"] == 2, got[-1][1]
 
 

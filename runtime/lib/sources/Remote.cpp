@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -206,6 +207,14 @@ struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
   std::atomic<uint64_t> bodiesReused{0};
   std::atomic<uint64_t> bodiesPopulated{0};
+  /// Clients (threads) made by this process (Client::get).
+  std::atomic<uint64_t> clients{0};
+  /// Requests in flight in all clients now (the peak's measure).
+  std::atomic<uint64_t> inFlight{0};
+  /// Responses arriving now in any client, since when (Client::receiving).
+  std::mutex receivingMu;
+  std::atomic<int> receiving{0};
+  std::chrono::steady_clock::time_point receivingSince;
   std::atomic<uint64_t> peakInFlight{0}; // since resetRemotePeak()
   /// Nanoseconds during which at least one response was arriving (its
   /// first byte in, its last not yet): the bytes over this time are the
@@ -509,17 +518,57 @@ public:
   /// A child is told by a fork handler (pthread_atfork) rather than by
   /// getpid(), which is a system call per request (glibc does not cache
   /// the pid).
+  ///
+  /// A process has clientThreads() clients, each with its own thread,
+  /// libcurl multi handle and connections; requests go to them in turn.
+  /// One thread spends ~50 us of CPU per object it fetches (image_folder
+  /// over s3://, bench/remote_latency.py --floor), so one carries at most
+  /// ~20,000 objects a second, less than 16 cores decode: the serial part
+  /// of a per-object source at 16 cores and more.
   static Client &get() {
     static std::mutex m;
-    static Client *client = nullptr;
+    static std::vector<Client *> clients;
     static unsigned owner = 0;
+    static size_t turn = 0;
     std::lock_guard<std::mutex> lock(m);
     const unsigned now = forks().load(std::memory_order_relaxed);
-    if (!client || owner != now) {
-      client = new Client();
+    if (clients.empty() || owner != now) {
+      // A forked child's copies of its parent's clients are left alone.
+      clients.assign(clientThreads(), nullptr);
       owner = now;
     }
-    return *client;
+    Client *&c = clients[turn++ % clients.size()];
+    if (!c) {
+      c = new Client();
+      counters().clients.fetch_add(1, std::memory_order_relaxed);
+    }
+    return *c;
+  }
+
+  /// How many clients (threads) a process runs: one per 12 of the host's
+  /// cores, rounded up, at most 8 (1 up to 12 cores, 2 at 16, 6 at 64);
+  /// SLUICE_REMOTE_CLIENT_THREADS=N sets it (1-16) and
+  /// SLUICE_NO_REMOTE_CLIENT_THREADS=1 keeps one.
+  static size_t clientThreads() {
+    static const size_t n = [] {
+      if (switchedOff("SLUICE_NO_REMOTE_CLIENT_THREADS"))
+        return size_t(1);
+      if (const char *v = std::getenv("SLUICE_REMOTE_CLIENT_THREADS");
+          v && *v) {
+        char *end = nullptr;
+        long k = std::strtol(v, &end, 10);
+        if (*end == '\0' && k >= 1 && k <= 16)
+          return static_cast<size_t>(k);
+        std::fprintf(stderr,
+                     "sluice: SLUICE_REMOTE_CLIENT_THREADS=%s is not a "
+                     "number from 1 to 16; using one client thread per 12 "
+                     "cores\n",
+                     v);
+      }
+      const int64_t cores = std::max<int64_t>(1, hostCores());
+      return static_cast<size_t>(std::min<int64_t>(8, (cores + 11) / 12));
+    }();
+    return n;
   }
 
   void submit(std::shared_ptr<Transfer> t) {
@@ -645,10 +694,9 @@ private:
     if (!t->firstByte) {
       t->firstByte = true;
       counters().note(counters().latencies, t->sent);
-      auto *client = static_cast<Client *>(t->client);
-      if (t->quiet && client->receiving_ == 0)
+      if (t->quiet && noneArriving())
         counters().note(counters().quietLatencies, t->sent);
-      client->receiving(+1);
+      receiving(+1);
       curl_off_t length = -1;
       if (ClientSwitches::get().presize &&
           curl_easy_getinfo(t->handle->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
@@ -835,29 +883,37 @@ private:
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     t->sent = Clock::now();
-    t->quiet = receiving_ == 0;
+    t->quiet = noneArriving();
     counters().requests.fetch_add(1, std::memory_order_relaxed);
     active_[e] = t;
     curl_multi_add_handle(multi_, e);
-    uint64_t n = active_.size();
+    // In flight in all of the process's clients.
+    uint64_t n =
+        counters().inFlight.fetch_add(1, std::memory_order_relaxed) + 1;
     std::atomic<uint64_t> &peak = counters().peakInFlight;
     for (uint64_t p = peak.load(); n > p && !peak.compare_exchange_weak(p, n);)
       ;
   }
 
-  /// A response starts (+1) or stops (-1) arriving: the time with at least
-  /// one arriving is added to Counters::receiveNs as it passes.
-  void receiving(int delta) {
+  /// A response starts (+1) or stops (-1) arriving, in any of the
+  /// process's clients: the time with at least one arriving is added to
+  /// Counters::receiveNs as it passes.
+  static void receiving(int delta) {
+    Counters &c = counters();
+    std::lock_guard<std::mutex> lock(c.receivingMu);
     Clock::time_point now = Clock::now();
-    if (receiving_ > 0)
-      counters().receiveNs.fetch_add(
+    if (c.receiving.load(std::memory_order_relaxed) > 0)
+      c.receiveNs.fetch_add(
           static_cast<uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  now - receivingSince_)
+                  now - c.receivingSince)
                   .count()),
           std::memory_order_relaxed);
-    receivingSince_ = now;
-    receiving_ += delta;
+    c.receivingSince = now;
+    c.receiving.fetch_add(delta, std::memory_order_relaxed);
+  }
+  static bool noneArriving() {
+    return counters().receiving.load(std::memory_order_relaxed) == 0;
   }
 
   static bool retryableStatus(long s) {
@@ -901,6 +957,7 @@ private:
     auto it = active_.find(e);
     std::shared_ptr<Transfer> t = it->second;
     active_.erase(it);
+    counters().inFlight.fetch_sub(1, std::memory_order_relaxed);
     if (t->firstByte)
       receiving(-1);
     curl_multi_remove_handle(multi_, e);
@@ -1089,9 +1146,6 @@ private:
   bool timerSet_ = false;
   Clock::time_point timerDue_;
   std::unordered_map<CURL *, std::shared_ptr<Transfer>> active_;
-  /// Responses arriving now, since when (receiving()): client thread only.
-  int receiving_ = 0;
-  Clock::time_point receivingSince_;
   std::vector<std::shared_ptr<Transfer>> delayed_;
   std::vector<EasyHandle *> idle_;
   std::mt19937_64 rng_{0x5eed};
@@ -1361,6 +1415,7 @@ RemoteTotals remoteTotals() {
   t.bytes = c.bytes.load();
   t.bodiesReused = c.bodiesReused.load();
   t.bodiesPopulated = c.bodiesPopulated.load();
+  t.clientThreads = c.clients.load();
   t.peakInFlight = c.peakInFlight.load();
   t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;
   t.nextPassAhead = c.nextPassAhead.load();

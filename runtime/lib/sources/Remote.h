@@ -330,6 +330,7 @@ struct RemoteTotals {
   uint64_t bytes = 0;         ///< body bytes received
   uint64_t bodiesReused = 0;  ///< responses written into a kept buffer
   uint64_t bodiesPopulated = 0; ///< fresh bodies faulted in at once
+  uint64_t clientThreads = 0;   ///< client threads made by the process
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
   /// Time from sending to the last byte (latency + transfer), recent
   /// successful requests: what Little's law multiplies by the rate.

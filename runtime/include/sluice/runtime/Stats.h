@@ -164,6 +164,10 @@ struct RunStats {
     /// Fresh bodies of 256 KiB and more whose pages were faulted in by one
     /// madvise before the bytes arrived (SLUICE_NO_REMOTE_BODY_POPULATE).
     int64_t bodiesPopulated = 0;
+    /// Client threads the process runs (each its own libcurl multi handle
+    /// and connections): one per 12 host cores, or
+    /// SLUICE_REMOTE_CLIENT_THREADS.
+    int64_t clientThreads = 0;
     double medianLatencyMs = 0; ///< to the first byte, recent requests
     int64_t peakInFlight = 0;   ///< most requests in flight at once
     /// Send to last byte (latency + transfer), recent successful requests.
