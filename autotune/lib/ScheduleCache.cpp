@@ -415,10 +415,8 @@ std::string scheduleCacheKey(const runtime::Plan &plan,
      << opts.fileReadAhead << " order "
      << opts.positionalShuffle
      // Switches that change the solver's rules.
-     << "\nsolver ties "
-     << (switchedOff("SLUICE_TIES_TO_FEWER_WORKERS") ? "fewer" : "more")
-     << " touch-cap " << !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP")
-     << "\nhost " << cpuModel() << "\ndata " << dataKey(plan, opts) << "\n";
+     << "\nsolver " << solverRulesKey() << "\nhost " << cpuModel() << "\ndata "
+     << dataKey(plan, opts) << "\n";
   return os.str();
 }
 

@@ -112,6 +112,21 @@ int64_t freshMemoryDepthCap(const Profile &p, size_t i, double *runSeconds) {
   return items >= 64 ? -1 : static_cast<int64_t>(items);
 }
 
+} // namespace
+
+bool tiesToFewerWorkers() {
+  return switchedOff("SLUICE_TIES_TO_FEWER_WORKERS");
+}
+bool prefetchTouchCapOn() {
+  return !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP");
+}
+std::string solverRulesKey() {
+  return std::string("ties ") + (tiesToFewerWorkers() ? "fewer" : "more") +
+         " touch-cap " + (prefetchTouchCapOn() ? "1" : "0");
+}
+
+namespace {
+
 struct Lp {
   glp_prob *prob = glp_create_prob();
   std::vector<int> ia{0}, ja{0};
@@ -281,7 +296,7 @@ void refine(const Profile &prof, Config &c,
     double t;
   };
   std::vector<Seen> seen{{c, bestT}};
-  const bool tiesToFewer = switchedOff("SLUICE_TIES_TO_FEWER_WORKERS");
+  const bool tiesToFewer = tiesToFewerWorkers();
   double bestF = fragileThroughput(fragileProfiles(p, bestLanes), c, cores);
   // Every cache option the program had, with every parallelism: the
   // program priced a cache with the work before it averaged over the
@@ -576,7 +591,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
     double runSeconds = 0;
   };
   std::vector<BufVars> bufs;
-  const bool freshCapOn = !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP");
+  const bool freshCapOn = prefetchTouchCapOn();
   for (size_t i : prefetchCandidates(p)) {
     BufVars b{i, recommendedDepth(p, i), {}};
     if (freshCapOn)
@@ -717,7 +732,7 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
             gain < -kRefineTie
                 ? "the extra worker's thread would take the cores' share of "
                   "the other threads (contention)"
-            : switchedOff("SLUICE_TIES_TO_FEWER_WORKERS")
+            : tiesToFewerWorkers()
                 ? "no gain the model can tell, so the fewer threads are "
                   "kept (SLUICE_TIES_TO_FEWER_WORKERS=1)"
                 : "no gain the model can tell, and it is not kept: it "

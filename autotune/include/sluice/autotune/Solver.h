@@ -92,6 +92,13 @@ Schedule toSchedule(const Profile &p, const Config &c);
 /// (pinned knobs stay).
 Config naiveConfig(const Profile &p);
 
+/// The solver's rule switches in effect (SLUICE_TIES_TO_FEWER_WORKERS,
+/// SLUICE_NO_PREFETCH_TOUCH_CAP), read where the solver reads them and
+/// spelled for the schedule cache's key: another rule is another key.
+bool tiesToFewerWorkers();
+bool prefetchTouchCapOn();
+std::string solverRulesKey();
+
 } // namespace sluice::autotune
 
 #endif // SLUICE_AUTOTUNE_SOLVER_H
