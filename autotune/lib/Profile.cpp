@@ -533,12 +533,7 @@ Expected<Profile> profilePipeline(const runtime::Plan &plan,
       // ahead as one response each) is modelled in bytes: its chunk, and
       // the bandwidth received at while responses arrived (neither depends
       // on the probes' requests in flight, as a whole response's time does).
-      // A per-file source (image_folder, files: whole objects, no stream)
-      // reports the config's chunk size too, but reads none: its requests
-      // are counted per record (Little's law in records), or it would be
-      // given a window of two shards' chunks (4 in flight at 20 ms, 0.14x
-      // local, where 56 reached 0.83x).
-      r.chunkBytes = streams > 0 ? static_cast<double>(last.chunkBytes) : 0;
+      r.chunkBytes = static_cast<double>(last.chunkBytes);
       r.receiveBytesPerSecond =
           receiving > 0 ? static_cast<double>(bytes) / receiving : 0;
       r.unloadedLatencySeconds = last.unloadedLatencyMs / 1e3;

@@ -322,9 +322,13 @@ public:
     std::shared_ptr<const RemoteConfig> r = remote();
     return r ? r->concurrency : 0;
   }
+  /// 0 for a source of one record per file (image_folder, files): it
+  /// fetches whole objects and reads no chunks, whatever its config says
+  /// (the tuner would model it as a stream's window: 4 in flight at 20
+  /// ms, 0.14x local, where Little's law per record gives 46-70).
   int64_t remoteChunkBytes() const override {
     std::shared_ptr<const RemoteConfig> r = remote();
-    return r ? static_cast<int64_t>(r->chunkBytes) : 0;
+    return r && !oneRecordPerShard() ? static_cast<int64_t>(r->chunkBytes) : 0;
   }
   bool requestsInFlightPinned() const override {
     std::shared_ptr<const RemoteConfig> r = remote();
