@@ -178,6 +178,7 @@ json reportJson(const TuneResult &r) {
       {"outputs_per_source_record", p.outputsPerSourceRecord},
       {"fixed_memory_bytes", p.fixedMemoryBytes},
       {"disk_bytes_per_second", p.diskBytesPerSecond},
+      {"fresh_memory_seconds_per_byte", p.freshMemorySecondsPerByte},
       {"counter_overhead", p.counterOverhead},
       {"startup_seconds", p.startupSeconds},
       {"estimated_source_records_per_epoch",

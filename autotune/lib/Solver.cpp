@@ -122,7 +122,8 @@ bool prefetchTouchCapOn() {
 }
 std::string solverRulesKey() {
   return std::string("ties ") + (tiesToFewerWorkers() ? "fewer" : "more") +
-         " touch-cap " + (prefetchTouchCapOn() ? "1" : "0");
+         " touch-cap " + (prefetchTouchCapOn() ? "1" : "0") + " cache-touch " +
+         (cacheTouchCostOn() ? "1" : "0");
 }
 
 namespace {
@@ -786,13 +787,23 @@ Expected<Solution> solveProgram(const Profile &p, const Budget &budget,
       double before = 0;
       for (size_t i = 0; i <= static_cast<size_t>(c.after); ++i)
         before += p.steps[i].visits * p.steps[i].secondsPerElement;
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "the deterministic prefix up to here costs %.3g ms per "
-                    "record and runs once instead of %lld times; one epoch "
-                    "materializes %s",
-                    before * 1e3, static_cast<long long>(p.epochs),
-                    runtime::formatBytes(c.bytes).c_str());
+      char buf[384];
+      int n = std::snprintf(buf, sizeof buf,
+                            "the deterministic prefix up to here costs %.3g "
+                            "ms per record and runs once instead of %lld "
+                            "times; one epoch materializes %s",
+                            before * 1e3, static_cast<long long>(p.epochs),
+                            runtime::formatBytes(c.bytes).c_str());
+      // The first epoch's first touches of it (Model.cpp, cacheSeconds).
+      if (c.to == "memory" && cacheTouchCostOn() &&
+          p.freshMemorySecondsPerByte > 0 && n > 0 &&
+          static_cast<size_t>(n) < sizeof buf)
+        std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n),
+                      ", first touched in the first epoch (%.2g s of CPU at "
+                      "%.3g us per 4 KiB page, counted)",
+                      static_cast<double>(c.bytes) *
+                          p.freshMemorySecondsPerByte,
+                      p.freshMemorySecondsPerByte * 4096 * 1e6);
       kc.reason = cachePinned ? "pinned in the spec's schedule" : buf;
     } else {
       kc.step = "";

@@ -288,6 +288,11 @@ struct Prediction {
 /// size unknown.
 double wholeRunThroughput(const Profile &p, double steady);
 
+/// Whether a memory cache's first epoch is charged the first touch of the
+/// memory it fills (Profile::freshMemorySecondsPerByte a byte);
+/// SLUICE_NO_CACHE_TOUCH_COST=1 prices it as a copy alone, as before.
+bool cacheTouchCostOn();
+
 /// Evaluates `c` on `cores` cores. `c.parallelism` must match the lanes of
 /// `c.cache.after`.
 Prediction predict(const Profile &p, const Config &c, int64_t cores);

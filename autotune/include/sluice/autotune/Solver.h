@@ -93,7 +93,8 @@ Schedule toSchedule(const Profile &p, const Config &c);
 Config naiveConfig(const Profile &p);
 
 /// The solver's rule switches in effect (SLUICE_TIES_TO_FEWER_WORKERS,
-/// SLUICE_NO_PREFETCH_TOUCH_CAP), read where the solver reads them and
+/// SLUICE_NO_PREFETCH_TOUCH_CAP, and the model's SLUICE_NO_CACHE_TOUCH_COST),
+/// read where the solver reads them and
 /// spelled for the schedule cache's key: another rule is another key.
 bool tiesToFewerWorkers();
 bool prefetchTouchCapOn();
