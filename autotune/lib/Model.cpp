@@ -813,7 +813,7 @@ int64_t windowedInFlightFor(const Profile &p, double rate,
 }
 
 std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
-                             int64_t wanted) {
+                             int64_t wanted, const std::string &rateNote) {
   const RemoteProfile &r = p.remote;
   char buf[800];
   const char *memoryNote = chosen < wanted
@@ -858,13 +858,13 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
       buf, sizeof buf,
       "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
       "per request of %s, %.3g requests per record): Little's law gives "
-      "%.1f in flight for the %.0f records/s the rest sustains, x%.1f "
+      "%.1f in flight for the %.0f records/s the rest sustains%s, x%.1f "
       "headroom%s",
       static_cast<long long>(chosen), r.latencySeconds * 1e3,
       r.requestSeconds * 1e3,
       runtime::formatBytes(static_cast<int64_t>(r.bytesPerRequest)).c_str(),
       r.requestsPerRecord, rate * r.requestsPerRecord * r.requestSeconds, rate,
-      kInFlightHeadroom, memoryNote);
+      rateNote.c_str(), kInFlightHeadroom, memoryNote);
   return buf;
 }
 

@@ -120,10 +120,14 @@ bool tiesToFewerWorkers() {
 bool prefetchTouchCapOn() {
   return !switchedOff("SLUICE_NO_PREFETCH_TOUCH_CAP");
 }
+bool uncalibratedInFlightOn() {
+  return !switchedOff("SLUICE_NO_IN_FLIGHT_UNCALIBRATED");
+}
 std::string solverRulesKey() {
   return std::string("ties ") + (tiesToFewerWorkers() ? "fewer" : "more") +
          " touch-cap " + (prefetchTouchCapOn() ? "1" : "0") + " cache-touch " +
-         (cacheTouchCostOn() ? "1" : "0");
+         (cacheTouchCostOn() ? "1" : "0") + " in-flight-raw " +
+         (uncalibratedInFlightOn() ? "1" : "0");
 }
 
 namespace {
@@ -853,9 +857,37 @@ void chooseInFlight(const Profile &p, const Budget &budget, Solution &sol) {
     int64_t room = 0;
     if (budget.memoryBytes > 0)
       room = std::max<int64_t>(1, (budget.memoryBytes - open.memoryBytes) / 4);
-    c.sourceInFlight = inFlightFor(p, open.throughput, room);
-    int64_t wanted = inFlightFor(p, open.throughput);
-    kc.reason = describeInFlight(p, open.throughput, c.sourceInFlight, wanted);
+    // A per-record source serves the larger of the calibrated rate and the
+    // model's own (before calibration): too few requests in flight cap the
+    // whole pipeline (image_folder at 20 ms, one core: 0.45x local at 16,
+    // 0.78x at 32, 0.88x at 64), too many cost one object's bytes each, and
+    // probes on a loaded host calibrate the rate down by 20-30% (two
+    // workers measured no faster than one), which chose 27-31 where 40-64
+    // were needed. A windowed source's requests are chunks of megabytes,
+    // sized from the calibrated rate as before.
+    double rate = open.throughput;
+    std::string rateNote;
+    if (!p.remote.windowed() && uncalibratedInFlightOn()) {
+      Profile raw = p;
+      raw.calibration = 1;
+      raw.calibrationByLevel.clear();
+      raw.cachedCalibration = raw.firstCalibration = 0;
+      double model = predict(raw, c, budget.cores).throughput;
+      if (std::isfinite(model) && model > rate * 1.005 && std::isfinite(rate) &&
+          rate > 0) {
+        char note[200];
+        std::snprintf(note, sizeof note,
+                      " (the model before calibration: the probes measured "
+                      "%.2f of it, and too few requests in flight cost more "
+                      "than too many)",
+                      rate / model);
+        rateNote = note;
+        rate = model;
+      }
+    }
+    c.sourceInFlight = inFlightFor(p, rate, room);
+    int64_t wanted = inFlightFor(p, rate);
+    kc.reason = describeInFlight(p, rate, c.sourceInFlight, wanted, rateNote);
   }
   kc.value = std::to_string(c.sourceInFlight);
   sol.knobs.push_back(kc);

@@ -156,6 +156,51 @@ TEST(AutotuneRemote, SolverChoosesInFlightForTheRestsRate) {
   EXPECT_GT(f->config.sourceInFlight, 3 * want);
 }
 
+TEST(AutotuneRemote, InFlightServesTheModelsRateWhenTheProbesCalibrateItDown) {
+  // Probes on a loaded host measured 0.6 of the model: the prediction is
+  // calibrated down, but the requests in flight serve the model's own rate
+  // (too few cap the pipeline, too many cost 100 KB each).
+  Profile p = remotePipeline();
+  Budget b;
+  b.cores = 2;
+  Expected<Solution> s = solve(p, b);
+  ASSERT_TRUE(s) << s.status().message();
+  Config open = s->config;
+  open.sourceInFlight = 0;
+  const double model = predict(p, open, 2).throughput;
+  const int64_t full = static_cast<int64_t>(std::ceil(model * 0.020 * 1.5));
+  EXPECT_EQ(s->config.sourceInFlight, full);
+
+  p.calibration = 0.6;
+  p.calibrationByLevel = {{1, 0.6}, {2, 0.6}};
+  s = solve(p, b);
+  ASSERT_TRUE(s) << s.status().message();
+  open = s->config;
+  open.sourceInFlight = 0;
+  const double calibrated = predict(p, open, 2).throughput;
+  EXPECT_NEAR(calibrated, 0.6 * model, 1e-6 * model);
+  EXPECT_EQ(s->config.sourceInFlight, full);
+  std::string reason;
+  for (const KnobChoice &k : s->knobs)
+    if (k.knob == "requests in flight")
+      reason = k.reason;
+  EXPECT_NE(reason.find("the model before calibration: the probes measured "
+                        "0.60 of it"),
+            std::string::npos)
+      << reason;
+  // The predicted rate stays the calibrated one.
+  EXPECT_NEAR(s->prediction.throughput, calibrated, 1e-6 * calibrated);
+
+  // Switched off by name: the calibrated rate alone, as before.
+  ::setenv("SLUICE_NO_IN_FLIGHT_UNCALIBRATED", "1", 1);
+  s = solve(p, b);
+  ::unsetenv("SLUICE_NO_IN_FLIGHT_UNCALIBRATED");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->config.sourceInFlight,
+            static_cast<int64_t>(std::ceil(calibrated * 0.020 * 1.5)));
+  EXPECT_LT(s->config.sourceInFlight, full);
+}
+
 TEST(AutotuneRemote, MemoryBudgetBoundsTheRequests) {
   Profile p = remotePipeline(250);
   Budget b;

@@ -142,9 +142,9 @@ int64_t windowedInFlightFor(const Profile &p, double rate,
 /// The report's reason for the requests in flight chosen (`chosen`, where
 /// `wanted` is the choice without the memory budget's cap) for the `rate`
 /// the rest of the pipeline sustains: "source: N requests in flight, M ms
-/// median latency (...)".
+/// median latency (...)". `rateNote` follows the rate (where it came from).
 std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
-                             int64_t wanted);
+                             int64_t wanted, const std::string &rateNote = "");
 
 /// The lanes of the profile's steps when a cache follows `cacheAfter` (-1:
 /// no cache): runtime::lanes of the runtime's stage groups, where a cache

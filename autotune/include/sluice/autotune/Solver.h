@@ -93,11 +93,15 @@ Schedule toSchedule(const Profile &p, const Config &c);
 Config naiveConfig(const Profile &p);
 
 /// The solver's rule switches in effect (SLUICE_TIES_TO_FEWER_WORKERS,
-/// SLUICE_NO_PREFETCH_TOUCH_CAP, and the model's SLUICE_NO_CACHE_TOUCH_COST),
-/// read where the solver reads them and
+/// SLUICE_NO_PREFETCH_TOUCH_CAP, SLUICE_NO_IN_FLIGHT_UNCALIBRATED, and the
+/// model's SLUICE_NO_CACHE_TOUCH_COST), read where the solver reads them and
 /// spelled for the schedule cache's key: another rule is another key.
 bool tiesToFewerWorkers();
 bool prefetchTouchCapOn();
+/// Whether a per-record remote source's requests in flight serve the larger
+/// of the calibrated rate and the model's own (SLUICE_NO_IN_FLIGHT_
+/// UNCALIBRATED=1: the calibrated rate alone, as before).
+bool uncalibratedInFlightOn();
 std::string solverRulesKey();
 
 } // namespace sluice::autotune
