@@ -21,8 +21,10 @@ it: the host's load drifts between repeats more than within one), the load
 average at the start and the end, CPU and minor faults per batch of each
 process, and how many of the first worker's slots the rent-or-buy rule had
 mapped (remote/lib/Slots.cpp). A worker makes batches in its slots only
-once it maps them (after 10 writes of a slot): `--warmup 6` reaches that
-steady state before the timed epochs (8 slots, 15 batches an epoch).
+once it maps them: the slots within the trainer's bound (7 with chunk=4)
+at their first write, in the first untimed epoch (`--warmup 1`); others
+after as many writes as the rent-or-buy rule measured on this host says
+(`--off SLUICE_NO_SLOT_MAP_BOUND` maps only by that rule).
 
 Usage: bench/remote_loopback.py [--data DIR] [--epochs N] [--threads T]
                                 [--repeats R]

@@ -639,11 +639,13 @@ public:
       }
       req.set_host_workers(std::max<int32_t>(local, 1));
       size_t want = static_cast<size_t>(count) + slotsAhead;
+      size_t bound =
+          slotBound ? static_cast<size_t>(std::min(opts.chunk, opts.window)) +
+                          slotsAhead + 1
+                    : 0;
+      // Said to the worker: it maps that many slots at their first write.
+      req.set_slot_bound(static_cast<int32_t>(bound));
       if (slotBytes > 0 && lent.size() < want) {
-        size_t bound =
-            slotBound ? static_cast<size_t>(std::min(opts.chunk, opts.window)) +
-                            slotsAhead + 1
-                      : 0;
         std::vector<detail::SlotRef> more = slots->lend(
             want - lent.size(), slotBytes, limit, &w, bound,
             [this] { return !consumerWaits && !closingNow; },

@@ -355,6 +355,8 @@ public:
       r.nonce[1] = s.nonce1();
       r.lease = s.lease();
       r.capacity = s.capacity() > 0 ? static_cast<uint64_t>(s.capacity()) : 0;
+      r.bound =
+          req.slot_bound() > 0 ? static_cast<uint32_t>(req.slot_bound()) : 0;
       refs.push_back(std::move(r));
     }
     return refs;
@@ -788,7 +790,8 @@ public:
       if (t.slotOutputs)
         os << t.slotOutputs << " of them in the trainer's shared memory ("
            << t.slotPwrites << " written with pwrite), " << t.slotDirect
-           << " of them made there by the pipeline (not copied), ";
+           << " of them made there by the pipeline (not copied), "
+           << detail::slotMappingsMade() << " slots mapped by this worker, ";
       if (t.continued)
         os << t.continued << " chunks continued the previous one's pipeline, ";
       if (t.started)

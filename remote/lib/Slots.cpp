@@ -33,6 +33,30 @@
 // SLUICE_NO_SLOT_PWRITE=1 maps every slot at its first write (the way
 // before); SLUICE_SLOT_MAP_AFTER=N maps after N writes instead.
 //
+// The rule's two costs are measured on the worker's host, once: a
+// mapping's first touch at the first write of a slot it does not map at
+// once (measureTouch: a new mapping's first copy of three 512 KiB windows
+// of that slot against a second copy, this thread's CPU time, ~4 ms on
+// this host), a pwrite's cost per byte on its first 8 pwrites of outputs
+// (notePwrite: the cheapest); the fixed rule until then. About 15 writes
+// on this PVM guest, 0-1 where a populated mapping's first touch costs
+// about what a warm copy does (an ordinary host or VM), which then maps
+// at once. SLUICE_NO_SLOT_MAP_CALIBRATION=1: the constants below
+// (kMapAfterWrites, kMapAfterWritesMadeIn).
+//
+// The rule is for slots a worker may write a few times only. A trainer
+// that bounds the slots it lends a worker (its chunk, those lent ahead and
+// the one its consumer holds: 7 with chunk=4; ProduceRequest.slot_bound)
+// lends the same few again and again for as long as the worker serves it:
+// the worker maps that many of the trainer's slots at their first write
+// (withinBound), which costs at most the bound's first touches once (~1 s
+// of CPU for 7 f32 slots on this host, ~0 on an ordinary one) against a
+// pwrite per batch for the rest of the run (11-15 ms per f32 batch here),
+// and puts those first touches in the run's first batches instead of
+// wherever each slot's Nth write falls. A slot beyond the bound (one made
+// while the consumer kept batches, or two trainers' pools) follows the
+// measured rule. SLUICE_NO_SLOT_MAP_BOUND=1: every slot by the rule.
+//
 // Once a worker maps a slot, its pipeline makes the batch lent that slot
 // in the mapping itself (SlotBatches, a runtime::OutputBuffers for the
 // batch step): the send path then copies nothing (the copy was 16.8 ms of
@@ -54,8 +78,10 @@
 #include "sluice/ops/Switches.h"
 #include "sluice/ops/WriteAll.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -120,27 +146,78 @@ constexpr uint64_t kMapAfterWritesMadeIn = 10;
 
 } // namespace
 
-uint64_t slotMapAfterWrites() {
-  static const uint64_t n = [] {
+namespace {
+
+/// The rule set by hand for every slot: 0 under SLUICE_NO_SLOT_PWRITE=1
+/// (every slot mapped at its first write) or SLUICE_SLOT_MAP_AFTER=N; -1:
+/// not (the bound rule, then the measured one).
+int64_t handMapAfter() {
+  static const int64_t n = [] {
     if (switchedOff("SLUICE_NO_SLOT_PWRITE"))
-      return uint64_t(0);
-    const uint64_t dflt =
-        slotDirectEnabled() ? kMapAfterWritesMadeIn : kMapAfterWrites;
+      return int64_t(0);
     const char *after = std::getenv("SLUICE_SLOT_MAP_AFTER");
     if (after && *after) {
       char *end = nullptr;
       unsigned long long v = std::strtoull(after, &end, 10);
       if (end && *end == '\0' && after[0] != '-')
-        return static_cast<uint64_t>(v);
+        return static_cast<int64_t>(v);
       std::fprintf(stderr,
                    "sluice: warning: SLUICE_SLOT_MAP_AFTER='%s' is not a "
-                   "number of writes (0, 1, 2, ...); using %llu\n",
-                   after, static_cast<unsigned long long>(dflt));
+                   "number of writes (0, 1, 2, ...); ignored\n",
+                   after);
     }
-    return dflt;
+    return int64_t(-1);
   }();
   return n;
 }
+
+/// Whether the rent-or-buy rule is measured on this host (unless
+/// SLUICE_NO_SLOT_MAP_CALIBRATION is set: the fixed constants).
+bool calibrationOn() {
+  static const bool on = !switchedOff("SLUICE_NO_SLOT_MAP_CALIBRATION");
+  return on && handMapAfter() < 0;
+}
+
+/// The measured rule (notePwrite): -1 until measured; its costs per byte
+/// (measureTouch, notePwrite; -1: not yet), guarded by measureMu.
+std::atomic<int64_t> measuredAfter{-1};
+std::atomic<double> touchPerByte{-1};
+double warmPerByte = 0, pwritePerByte = 0;
+int pwriteSamples = 0;
+std::mutex measureMu;
+
+/// Whether a slot within the trainer's bound (SlotRef::bound) is mapped at
+/// its first write: unless SLUICE_NO_SLOT_MAP_BOUND is set (or the rule is
+/// set by hand).
+bool boundRuleOn() {
+  static const bool on = !switchedOff("SLUICE_NO_SLOT_MAP_BOUND");
+  return on && handMapAfter() < 0;
+}
+
+/// Slots of each trainer's pool (SlotRef::nonce[0]) this worker maps now,
+/// and mappings made in all.
+std::mutex poolMapsMu;
+std::map<uint64_t, uint64_t> poolMaps;
+std::atomic<int64_t> mappingsMade{0};
+
+double threadCpuUs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+} // namespace
+
+uint64_t slotMapAfterWrites() {
+  int64_t n = handMapAfter();
+  if (n < 0 && calibrationOn())
+    n = measuredAfter.load(std::memory_order_acquire);
+  return n >= 0
+             ? static_cast<uint64_t>(n)
+             : (slotDirectEnabled() ? kMapAfterWritesMadeIn : kMapAfterWrites);
+}
+
+int64_t slotMappingsMade() { return mappingsMade.load(); }
 
 namespace {
 
@@ -162,8 +239,8 @@ bool slotPathOk(const std::string &p) {
 }
 
 /// A worker's hold on a trainer's slot: the file open, its header page
-/// mapped, and the whole slot mapped once it has been written
-/// slotMapAfterWrites() times (before: written with pwrite).
+/// mapped, and the whole slot mapped once the rule says so (mapDue; before:
+/// written with pwrite).
 struct Mapping {
   int fd = -1;
   uint8_t *head = nullptr; ///< the header page
@@ -172,11 +249,20 @@ struct Mapping {
   dev_t dev = 0;
   ino_t ino = 0;
   uint64_t stamp = 0;
+  /// The trainer's pool (SlotRef::nonce[0]) counted in poolMaps while
+  /// mapped.
+  uint64_t pool = 0;
+  bool counted = false;
   /// Guards writes and map (a slot's lease already keeps two streams from
   /// writing it at once; this keeps the two fields plainly ordered).
   std::mutex mu;
   uint64_t writes = 0; ///< by this worker
   ~Mapping() {
+    if (counted) {
+      std::lock_guard<std::mutex> lock(poolMapsMu);
+      if (--poolMaps[pool] == 0)
+        poolMaps.erase(pool);
+    }
     if (map)
       munmap(map, bytes);
     if (head)
@@ -195,16 +281,133 @@ std::mutex cacheMu;
 std::map<std::string, std::shared_ptr<Mapping>> cache;
 uint64_t cacheStamp = 0;
 
-/// Counts a write of `m`'s slot by this worker; its whole mapping, made
-/// now if this is the write it is due at (slotMapAfterWrites()), or null
-/// (write it with pwrite).
-uint8_t *countWrite(Mapping &m) {
+/// Whether a slot within the trainer's bound is mapped now (the bound rule,
+/// Slots.cpp's header): `r` says the bound, and this worker maps fewer of
+/// that pool's slots. `reserve`: counts `m` among them when it is.
+bool withinBound(Mapping &m, const SlotRef &r, bool reserve) {
+  if (!r.bound || !boundRuleOn())
+    return false;
+  std::lock_guard<std::mutex> lock(poolMapsMu);
+  auto it = poolMaps.find(r.nonce[0]);
+  if (it != poolMaps.end() && it->second >= r.bound)
+    return false;
+  if (reserve) {
+    ++poolMaps[r.nonce[0]];
+    m.pool = r.nonce[0];
+    m.counted = true;
+  }
+  return true;
+}
+
+/// The rent-or-buy rule's first cost measured on this host (Slots.cpp's
+/// header), once per process, on the slot `fd` (of `capacity` data bytes)
+/// this worker is writing (held at lease + 1: its data are the worker's to
+/// overwrite): a new populated mapping's first copy of a window of it
+/// against a second copy through the same mapping, on three windows of
+/// kProbeBytes (medians, this thread's CPU time): what a mapping's first
+/// touch costs per byte more than a warm copy. Its second cost, a pwrite
+/// per byte, is timed on the worker's own pwrites of whole outputs
+/// (notePwrite): a window this small stays in the CPU's caches, and
+/// would make pwrite look 2x cheaper than it is on a 77 MB batch.
+void measureTouch(int fd, uint64_t capacity) {
+  constexpr size_t kProbeBytes = 512 << 10;
+  constexpr int kWindows = 3;
+  if (touchPerByte.load(std::memory_order_acquire) >= 0 ||
+      capacity < kWindows * kProbeBytes)
+    return;
+  std::lock_guard<std::mutex> lock(measureMu);
+  if (touchPerByte.load(std::memory_order_acquire) >= 0)
+    return;
+  std::vector<uint8_t> src(kProbeBytes, 0x5a);
+  double first[kWindows], warm[kWindows];
+  for (int j = 0; j < kWindows; ++j) {
+    off_t off = static_cast<off_t>(kSlotDataOffset + j * kProbeBytes);
+    double t0 = threadCpuUs();
+    void *p = mmap(nullptr, kProbeBytes, PROT_READ | PROT_WRITE, slotMapFlags(),
+                   fd, off);
+    if (p == MAP_FAILED)
+      return;
+    std::memcpy(p, src.data(), kProbeBytes);
+    double t1 = threadCpuUs();
+    std::memcpy(p, src.data(), kProbeBytes);
+    double t2 = threadCpuUs();
+    munmap(p, kProbeBytes);
+    first[j] = t1 - t0;
+    warm[j] = t2 - t1;
+  }
+  std::sort(first, first + kWindows);
+  std::sort(warm, warm + kWindows);
+  warmPerByte = warm[1] / kProbeBytes;
+  touchPerByte.store(std::max(0.0, first[1] - warm[1]) / kProbeBytes,
+                     std::memory_order_release);
+}
+
+/// A pwrite of `bytes` took `us` of this thread's CPU: once kPwriteSamples
+/// are known and the first touch is measured, the rule is the writes whose
+/// pwrites cost what a mapping's first touch costs more than a warm copy:
+/// writes x (a pwrite's cost, or for copies what it costs more than a
+/// copy into a warm mapping) >= first touch. The cheapest pwrite seen per
+/// byte is taken (noise only adds; a buffer's first pwrite also pays the
+/// kernel's first look at it).
+void notePwrite(size_t bytes, double us) {
+  constexpr int kPwriteSamples = 8;
+  if (!calibrationOn() || bytes < (256u << 10) ||
+      measuredAfter.load(std::memory_order_acquire) >= 0)
+    return;
+  std::lock_guard<std::mutex> lock(measureMu);
+  double touch = touchPerByte.load(std::memory_order_acquire);
+  if (measuredAfter.load(std::memory_order_acquire) >= 0 || touch < 0)
+    return;
+  double per = us / static_cast<double>(bytes);
+  pwritePerByte = pwriteSamples++ ? std::min(pwritePerByte, per) : per;
+  if (pwriteSamples < kPwriteSamples)
+    return;
+  double rent =
+      slotDirectEnabled() ? pwritePerByte : pwritePerByte - warmPerByte;
+  constexpr double kMost = 1000;
+  double n = rent > 0 ? std::min(kMost, std::ceil(touch / rent)) : kMost;
+  measuredAfter.store(static_cast<int64_t>(n), std::memory_order_release);
+  std::fprintf(stderr,
+               "sluice: serve: slots mapped after %lld writes, measured "
+               "here (per MiB of a slot: a new mapping's first touch %.0f "
+               "us over a warm copy's %.0f, a pwrite %.0f)\n",
+               static_cast<long long>(n), touch * 1048576.0,
+               warmPerByte * 1048576.0, pwritePerByte * 1048576.0);
+}
+
+/// Whether `m`'s slot, not mapped yet, is mapped at this write (`r`: the
+/// slot as lent now): within the trainer's bound (withinBound), or once
+/// the rent-or-buy rule says so (slotMapAfterWrites: by hand, measured,
+/// or before the measurement the fixed rule).
+bool mapDue(Mapping &m, const SlotRef &r) {
+  if (withinBound(m, r, false))
+    return true;
+  return m.writes >= slotMapAfterWrites();
+}
+
+/// Counts a write of `m`'s slot (lent as `r`, held by this worker at
+/// lease + 1) by this worker; its whole mapping, made now if this is the
+/// write it is due at (as mapDue says), or null (write it with pwrite).
+uint8_t *countWrite(Mapping &m, const SlotRef &r) {
   std::lock_guard<std::mutex> hold(m.mu);
-  if (!m.map && m.writes >= slotMapAfterWrites()) {
-    void *p =
-        mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, slotMapFlags(), m.fd, 0);
-    if (p != MAP_FAILED)
-      m.map = static_cast<uint8_t *>(p);
+  if (!m.map) {
+    bool due = withinBound(m, r, true);
+    if (!due && calibrationOn())
+      measureTouch(m.fd, r.capacity);
+    if (due || m.writes >= slotMapAfterWrites()) {
+      void *p = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, slotMapFlags(),
+                     m.fd, 0);
+      if (p != MAP_FAILED) {
+        m.map = static_cast<uint8_t *>(p);
+        ++mappingsMade;
+      }
+    }
+    if (!m.map && m.counted) {
+      std::lock_guard<std::mutex> lock(poolMapsMu);
+      if (--poolMaps[m.pool] == 0)
+        poolMaps.erase(m.pool);
+      m.counted = false;
+    }
   }
   ++m.writes;
   return m.map;
@@ -598,7 +801,7 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
   if (!h->state.compare_exchange_strong(expect, r.lease + 1,
                                         std::memory_order_acq_rel))
     return false;
-  uint8_t *map = countWrite(*m);
+  uint8_t *map = countWrite(*m, r);
   bool ok = true;
   if (map) {
     uint8_t *data = map + kSlotDataOffset;
@@ -607,10 +810,16 @@ bool SlotWriter::write(size_t i, const std::vector<Tensor> &fields) {
         std::memcpy(data + offsets[f], fields[f].raw(), sizes[f]);
     ++mapped_;
   } else {
+    double t0 = threadCpuUs();
+    size_t total = 0;
     for (size_t f = 0; f < fields.size() && ok; ++f)
-      if (sizes[f])
+      if (sizes[f]) {
         ok = writeAll(m->fd, fields[f].raw(), sizes[f],
                       static_cast<off_t>(kSlotDataOffset + offsets[f]));
+        total += sizes[f];
+      }
+    if (ok)
+      notePwrite(total, threadCpuUs() - t0);
     pwritten_ += ok;
   }
   // Written, or not (the output then goes over the socket, and the trainer
@@ -716,7 +925,7 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   uint8_t *mapped = nullptr;
   {
     std::lock_guard<std::mutex> hold(claim->m->mu);
-    if (!claim->m->map && claim->m->writes < slotMapAfterWrites())
+    if (!claim->m->map && !mapDue(*claim->m, r))
       return out;
     mapped = claim->m->map;
   }
@@ -738,7 +947,7 @@ SlotBatches::allocate(uint64_t batch, const std::vector<ElemType> &elems,
   if (!claim->header()->state.compare_exchange_strong(
           expect, r.lease + 1, std::memory_order_acq_rel))
     return out;
-  if (!countWrite(*claim->m)) {
+  if (!countWrite(*claim->m, r)) {
     claim->header()->state.store(r.lease, std::memory_order_release);
     return out;
   }

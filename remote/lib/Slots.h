@@ -71,11 +71,17 @@ size_t slotLayout(const std::vector<size_t> &nbytes,
 /// worker on another host has another.
 const std::string &bootId();
 
-/// How many times a worker writes a slot with pwrite before it maps it
-/// (Slots.cpp: 10 when its pipelines make batches in the slots it maps, 32
-/// under SLUICE_NO_SLOT_DIRECT=1; SLUICE_SLOT_MAP_AFTER, or 0 under
-/// SLUICE_NO_SLOT_PWRITE=1).
+/// How many times a worker writes a slot beyond the trainer's bound
+/// (SlotRef::bound) with pwrite before it maps it (Slots.cpp): measured on
+/// this host at the first such write (before that, and under
+/// SLUICE_NO_SLOT_MAP_CALIBRATION=1: 10 when its pipelines make batches in
+/// the slots it maps, 32 under SLUICE_NO_SLOT_DIRECT=1);
+/// SLUICE_SLOT_MAP_AFTER=N, or 0 under SLUICE_NO_SLOT_PWRITE=1, for every
+/// slot.
 uint64_t slotMapAfterWrites();
+
+/// Slots this worker process has mapped whole so far.
+int64_t slotMappingsMade();
 
 /// A slot as the request names it.
 struct SlotRef {
@@ -83,6 +89,10 @@ struct SlotRef {
   uint64_t nonce[2] = {0, 0};
   uint64_t lease = 0;
   uint64_t capacity = 0; ///< data bytes
+  /// The most slots the trainer lends this worker at once (its request's
+  /// slot_bound; 0: not said): a worker maps that many of the trainer's
+  /// slots at their first write (Slots.cpp).
+  uint32_t bound = 0;
 };
 
 /// The trainer's slots.

@@ -1101,16 +1101,20 @@ def three_epochs_served(workers, spec, want, env, chunk, window, passes=1):
 
 def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
     """A worker writes a slot with pwrite until it has written it
-    SLUICE_SLOT_MAP_AFTER times (10 by default, where its pipelines make
-    batches in the slots it maps; 32 for copies), and through a mapping of
-    it after that (remote/lib/Slots.cpp): a local run's bytes either way.
-    The worker counts the pwrites: three epochs of 10 outputs (the first
-    chunk over the socket, 28 in slots) are all pwrites by default, none
-    with SLUICE_NO_SLOT_PWRITE=1 (every slot mapped at its first write),
-    and with SLUICE_SLOT_MAP_AFTER=1 one per slot, at most the 10 slots the
+    SLUICE_SLOT_MAP_AFTER times (with the rule's constants,
+    SLUICE_NO_SLOT_MAP_CALIBRATION=1: 10 where its pipelines make batches
+    in the slots it maps, 32 for copies), and through a mapping of it after
+    that (remote/lib/Slots.cpp): a local run's bytes either way. The
+    worker counts the pwrites: three epochs of 10 outputs (the first chunk
+    over the socket, 28 in slots) are all pwrites under the fixed rule
+    without the trainer's bound (SLUICE_NO_SLOT_MAP_BOUND=1), none with
+    SLUICE_NO_SLOT_PWRITE=1 (every slot mapped at its first write), and
+    with SLUICE_SLOT_MAP_AFTER=1 one per slot, at most the 10 slots the
     pool may hold (window 4 + chunk 2 + 4), so that the rest are copies
-    into mappings. Each batch is copied and let go before the next, so
-    the slots are lent again."""
+    into mappings. With the bound (chunk 2 + 2 lent ahead + 1 held = 5
+    slots) the worker maps 5 slots at their first write: only slots lent
+    beyond it are written with pwrite. Each batch is copied and let go
+    before the next, so the slots are lent again."""
     want = [local_batches(served_spec, e) for e in range(3)]
 
     def served(env):
@@ -1122,7 +1126,10 @@ def test_slots_written_with_pwrite_then_mapped(served_spec, workers):
         return (sum(int(n) for n, _ in counts),
                 sum(int(p) for _, p in counts))
 
-    assert served({}) == (28, 28)
+    fixed = {"SLUICE_NO_SLOT_MAP_CALIBRATION": "1"}
+    assert served(dict(fixed, SLUICE_NO_SLOT_MAP_BOUND="1")) == (28, 28)
+    n, pwritten = served(fixed)
+    assert n == 28 and pwritten < 28 - 5, (n, pwritten)
     assert served({"SLUICE_NO_SLOT_PWRITE": "1"}) == (28, 0)
     n, pwritten = served({"SLUICE_SLOT_MAP_AFTER": "1"})
     assert n == 28 and 1 <= pwritten <= 10, (n, pwritten)
@@ -1151,13 +1158,14 @@ def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
     trainer lent for it (remote/lib/Slots.h, SlotBatches) instead of
     copying it there: a local run's bytes with it on, off
     (SLUICE_NO_SLOT_DIRECT=1) and with the slots written with pwrite first
-    (the default: a slot this worker does not map yet is not made in).
+    (without the trainer's bound, SLUICE_NO_SLOT_MAP_BOUND=1, and the
+    fixed rule: a slot this worker does not map yet is not made in).
     One chunk per epoch; the first epoch's goes over the socket (it tells
     the slots' size), the two others' into slots. Counted by the worker:
-    with every slot mapped at its first write (SLUICE_NO_SLOT_PWRITE=1),
-    the 4 full batches of each chunk are made in their slots and the
-    short one (made at its own size) is copied; none when off or not
-    mapped yet."""
+    with every slot mapped at its first write (SLUICE_NO_SLOT_PWRITE=1, or
+    by default: 5 + 2 + 1 slots within the trainer's bound), the 4 full
+    batches of each chunk are made in their slots and the short one (made
+    at its own size) is copied; none when off or not mapped yet."""
     want = [local_batches(slot_spec, e) for e in range(3)]
     assert [len(w) for w in want] == [5, 5, 5]
 
@@ -1174,17 +1182,21 @@ def test_pipeline_makes_batches_in_the_slots(slot_spec, workers):
     mapped = {"SLUICE_NO_SLOT_PWRITE": "1"}
     assert served(mapped) == (10, 8)
     assert served(dict(mapped, SLUICE_NO_SLOT_DIRECT="1")) == (10, 0)
-    assert served({}) == (10, 0)
+    assert served({"SLUICE_NO_SLOT_MAP_BOUND": "1",
+                   "SLUICE_NO_SLOT_MAP_CALIBRATION": "1"}) == (10, 0)
+    assert served({}) == (10, 8)
 
 
 def test_default_rule_maps_slots_batches_are_made_in(slot_spec, workers):
-    """The default rent-or-buy rule (remote/lib/Slots.cpp) maps a slot
-    after 10 writes when the worker's pipelines make batches in the slots
-    it maps: over 24 passes of 5 outputs (the spec's three epochs, read 8
-    times), with chunks of 5 and a window of 10, some slots are written 10
-    times, so later batches are made in them; with the rule for copies
-    (SLUICE_SLOT_MAP_AFTER=32) no slot is written that often and none is.
-    A local run's bytes either way, every pass."""
+    """The fixed rent-or-buy rule (remote/lib/Slots.cpp,
+    SLUICE_NO_SLOT_MAP_CALIBRATION=1; without the trainer's bound,
+    SLUICE_NO_SLOT_MAP_BOUND=1) maps a slot after 10 writes when the
+    worker's pipelines make batches in the slots it maps: over 24 passes
+    of 5 outputs (the spec's three epochs, read 8 times), with chunks of 5
+    and a window of 10, some slots are written 10 times, so later batches
+    are made in them; with the rule for copies (SLUICE_SLOT_MAP_AFTER=32)
+    no slot is written that often and none is. A local run's bytes either
+    way, every pass."""
     want = [local_batches(slot_spec, e) for e in range(3)]
 
     def served(env):
@@ -1197,10 +1209,44 @@ def test_default_rule_maps_slots_batches_are_made_in(slot_spec, workers):
         assert sum(int(n) for n, _, _ in m) == st["shared_memory_outputs"]
         return (sum(int(p) for _, p, _ in m), sum(int(d) for _, _, d in m))
 
-    pwritten, made = served({})
+    pwritten, made = served({"SLUICE_NO_SLOT_MAP_BOUND": "1",
+                             "SLUICE_NO_SLOT_MAP_CALIBRATION": "1"})
     assert made > 0 and pwritten > 0, (pwritten, made)
     pwritten32, made32 = served({"SLUICE_SLOT_MAP_AFTER": "32"})
     assert made32 == 0 and pwritten32 > pwritten, (pwritten32, made32)
+
+
+def test_rent_or_buy_rule_measured_on_the_host(slot_spec, workers):
+    """Beyond the trainer's bound (here without one,
+    SLUICE_NO_SLOT_MAP_BOUND=1) a worker writes a slot with pwrite until
+    the rent-or-buy rule maps it, a rule it measures on its host at its
+    first such write (remote/lib/Slots.cpp: a new mapping's first copy of
+    a window of the slot against a second copy and a pwrite): it says how
+    many writes that came to (its first 8 pwrites timed) and writes no
+    slot with pwrite more often than that, or the fixed rule before it.
+    With the fixed rule (SLUICE_NO_SLOT_MAP_CALIBRATION=1) nothing is
+    measured. A local run's bytes either way, every pass."""
+    want = [local_batches(slot_spec, e) for e in range(3)]
+
+    def served(env):
+        st, err = three_epochs_served(workers, slot_spec, want, env, chunk=5,
+                                      window=10, passes=2)
+        m = re.findall(r"(\d+) of them in the trainer's shared memory "
+                       r"\((\d+) written with pwrite\)", err)
+        assert m and sum(int(n) for n, _ in m) == \
+            st["shared_memory_outputs"], (st, err)
+        return st, err, sum(int(p) for _, p in m)
+
+    st, err, pwritten = served({"SLUICE_NO_SLOT_MAP_BOUND": "1"})
+    rule = re.findall(r"slots mapped after (\d+) writes, measured here", err)
+    assert len(rule) == 1, err
+    # The fixed rule (10 writes) until 8 pwrites are timed, then the
+    # measured one.
+    assert pwritten <= max(int(rule[0]), 10) * st["slots_made"], \
+        (rule, pwritten, st)
+    st, err, _ = served({"SLUICE_NO_SLOT_MAP_BOUND": "1",
+                         "SLUICE_NO_SLOT_MAP_CALIBRATION": "1"})
+    assert "measured here" not in err, err
 
 
 def test_slots_bounded_per_worker(served_spec, workers, monkeypatch):
