@@ -785,7 +785,14 @@ public:
 
   /// A sleeper of lead() woke.
   void sleeperDone() { sleepers_.fetch_sub(1); }
-  bool drivesTransfers() const { return drives_; }
+  /// Whether a reader may drive this client's transfers: with
+  /// waiterDrives, in the process that made it (a forked child's copy of
+  /// its parent's client shares the parent's sockets and epoll set; its
+  /// readers wait, as they did before, and never take the parent's
+  /// responses).
+  bool drivesTransfers() const {
+    return drives_ && forks().load(std::memory_order_relaxed) == madeAfter_;
+  }
 
 private:
   /// How many fork()s this process descends through since the first
@@ -801,7 +808,9 @@ private:
     return n;
   }
 
-  Client() : sw_(ClientSwitches::get()) {
+  Client()
+      : sw_(ClientSwitches::get()),
+        madeAfter_(forks().load(std::memory_order_relaxed)) {
     CurlMemory::init();
     multi_ = curl_multi_init();
     curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 256L);
@@ -1484,6 +1493,7 @@ private:
   }
 
   const ClientSwitches &sw_;
+  const unsigned madeAfter_; ///< forks() when it was made
   CURLM *multi_ = nullptr;
   bool events_ = false;
   bool lazy_ = false; ///< ClientSwitches::lazySockets, with events_
