@@ -1214,6 +1214,12 @@ RunStats Engine::stats() const {
         static_cast<int64_t>(now.bodiesReused - remoteBase_->bodiesReused);
     r.remote.bodiesPopulated = static_cast<int64_t>(
         now.bodiesPopulated - remoteBase_->bodiesPopulated);
+    r.remote.curlBuffersReused = static_cast<int64_t>(
+        now.curlBuffersReused - remoteBase_->curlBuffersReused);
+    r.remote.socketUpdates =
+        static_cast<int64_t>(now.socketUpdates - remoteBase_->socketUpdates);
+    r.remote.finishedByReaders = static_cast<int64_t>(
+        now.finishedByReaders - remoteBase_->finishedByReaders);
     r.remote.clientThreads = static_cast<int64_t>(now.clientThreads);
     r.remote.medianLatencyMs = now.medianLatencyMs;
     r.remote.peakInFlight = static_cast<int64_t>(now.peakInFlight);

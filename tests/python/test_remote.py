@@ -1440,7 +1440,63 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_BODY_POPULATE",
                    "SLUICE_NO_REMOTE_OWN_SIGNING",
                    "SLUICE_NO_REMOTE_BATCH_THREAD",
-                   "SLUICE_NO_REMOTE_CLIENT_THREADS"]
+                   "SLUICE_NO_REMOTE_CLIENT_THREADS",
+                   "SLUICE_NO_REMOTE_CURL_BUFFER_REUSE",
+                   "SLUICE_NO_REMOTE_LAZY_SOCKETS",
+                   "SLUICE_NO_REMOTE_WAITER_DRIVES"]
+
+
+@pytest.mark.parametrize("off", ["none", "curl_buffers", "lazy_sockets",
+                                 "waiter_drives"])
+def test_curl_buffers_are_reused_and_sockets_stay_in_the_epoll_set(
+        servers, tmp_path, off):
+    """image_folder over s3://, one request an object over kept-alive
+    connections: libcurl's receive buffer of each transfer (freed as the
+    transfer ends) is served to a later transfer from the kept blocks
+    (curl_buffers_reused: none with SLUICE_NO_REMOTE_CURL_BUFFER_REUSE=1),
+    a connection's socket stays in the epoll set between its requests
+    (socket_updates: fewer than one a request; two or more with
+    SLUICE_NO_REMOTE_LAZY_SOCKETS=1, libcurl's remove and add again each
+    time), and the reader that waits for an object receives it itself
+    when no other thread is receiving (finished_by_readers; none with
+    SLUICE_NO_REMOTE_WAITER_DRIVES=1: the client thread finishes every
+    transfer). The same records every way (read once per process: a child
+    process)."""
+    local, remote = local_and_remote(servers, tmp_path, "image_folder", "s3")
+    want = run_all(local)
+    out = tmp_path / "got.pickle"
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
+    """)
+    env = dict(os.environ,
+               SLUICE_NO_REMOTE_CURL_BUFFER_REUSE=str(int(off ==
+                                                          "curl_buffers")),
+               SLUICE_NO_REMOTE_LAZY_SOCKETS=str(int(off == "lazy_sockets")),
+               SLUICE_NO_REMOTE_WAITER_DRIVES=str(int(off == "waiter_drives")),
+               SLUICE_NO_REMOTE_CLIENT_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", child, remote, str(out)],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got, stats = pickle.load(open(out, "rb"))
+    assert len(got) == len(want) > 0
+    assert all(batches_equal(a, b) for a, b in zip(want, got))
+    requests = stats["requests"]
+    assert requests >= 96 and stats["failures"] == 0, stats
+    if off == "curl_buffers":
+        assert stats["curl_buffers_reused"] == 0, stats
+    else:
+        # All but the first few (one per transfer in flight at once).
+        assert stats["curl_buffers_reused"] >= requests - 8, stats
+    if off == "lazy_sockets":
+        assert stats["socket_updates"] >= 2 * requests, stats
+    else:
+        assert 0 < stats["socket_updates"] < requests / 2, stats
+    if off == "waiter_drives":
+        assert stats["finished_by_readers"] == 0, stats
+    else:
+        assert stats["finished_by_readers"] > 0, stats
 
 
 @pytest.mark.parametrize("off", ["none", "three_clients"] + CLIENT_SWITCHES +

@@ -57,6 +57,7 @@ struct CurlApi {
   std::string name; ///< the file loaded (libcurl.so.4, or SLUICE_LIBCURL)
   std::string error;
   decltype(&::curl_global_init) global_init = nullptr;
+  decltype(&::curl_global_init_mem) global_init_mem = nullptr;
   decltype(&::curl_easy_init) easy_init = nullptr;
   decltype(&::curl_easy_reset) easy_reset = nullptr;
   decltype(&::curl_easy_cleanup) easy_cleanup = nullptr;
@@ -102,6 +103,7 @@ const CurlApi &api() {
       return;
     }
     bool ok = bind(a, a.global_init, "curl_global_init") &&
+              bind(a, a.global_init_mem, "curl_global_init_mem") &&
               bind(a, a.easy_init, "curl_easy_init") &&
               bind(a, a.easy_reset, "curl_easy_reset") &&
               bind(a, a.easy_cleanup, "curl_easy_cleanup") &&
@@ -167,6 +169,13 @@ extern "C" {
 SLUICE_CURL_SHIM CURLcode curl_global_init(long flags) {
   const CurlApi &a = api();
   return a.handle ? a.global_init(flags) : CURLE_FAILED_INIT;
+}
+
+SLUICE_CURL_SHIM CURLcode curl_global_init_mem(
+    long flags, curl_malloc_callback m, curl_free_callback f,
+    curl_realloc_callback r, curl_strdup_callback s, curl_calloc_callback c) {
+  const CurlApi &a = api();
+  return a.handle ? a.global_init_mem(flags, m, f, r, s, c) : CURLE_FAILED_INIT;
 }
 
 SLUICE_CURL_SHIM CURL *curl_easy_init(void) {

@@ -7,8 +7,11 @@
 // requests and waits for the one it needs next. The thread waits on an epoll
 // set of the connections (libcurl's socket interface), so a wake-up costs
 // in proportion to the connections that have data, not to the requests in
-// flight (ClientSwitches). Signing is libcurl's
-// CURLOPT_AWS_SIGV4; nothing here parses HTTP or computes a hash.
+// flight (ClientSwitches). When no other thread is driving the multi handle,
+// a reader that waits for a response receives it itself and a thread that
+// makes a request sends it (Client::lead), and the client thread stands by
+// while readers do. Object GETs are signed by SigV4.cpp, the rest by
+// libcurl's CURLOPT_AWS_SIGV4; nothing here parses HTTP.
 //
 // The XML of ListObjectsV2 and of S3 errors is small and flat; the few
 // elements needed (Key, IsTruncated, NextContinuationToken, Code, Message)
@@ -45,11 +48,14 @@
 #include <unordered_map>
 
 #include <fnmatch.h>
+#include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
@@ -207,6 +213,12 @@ struct Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, failures{0}, bytes{0};
   std::atomic<uint64_t> bodiesReused{0};
   std::atomic<uint64_t> bodiesPopulated{0};
+  /// Blocks libcurl asked for that a block it freed earlier served
+  /// (CurlMemory), and epoll_ctl calls made for libcurl's sockets.
+  std::atomic<uint64_t> curlBuffersReused{0}, socketUpdates{0};
+  /// Transfers finished on a thread that waited for one (or sent one)
+  /// rather than on the client thread (ClientSwitches::waiterDrives).
+  std::atomic<uint64_t> finishedByReaders{0};
   /// Clients (threads) made by this process (Client::get).
   std::atomic<uint64_t> clients{0};
   /// Requests in flight in all clients now (the peak's measure).
@@ -284,6 +296,22 @@ struct ClientSwitches {
   /// The client thread runs as SCHED_BATCH (no wake-up preemption of the
   /// pipeline's threads). Off: SLUICE_NO_REMOTE_BATCH_THREAD.
   bool batchThread = true;
+  /// libcurl's allocations go through CurlMemory, which keeps the blocks of
+  /// 16 KiB to 1 MiB its transfers free (each transfer's receive buffer)
+  /// for the next ones. Off: SLUICE_NO_REMOTE_CURL_BUFFER_REUSE.
+  bool keepCurlBuffers = true;
+  /// A connection's socket stays in the epoll set while it waits in
+  /// libcurl's connection cache, so reusing it changes nothing there (with
+  /// socketEvents). Off: SLUICE_NO_REMOTE_LAZY_SOCKETS (an epoll_ctl each
+  /// time libcurl adds, changes or removes a socket, as before).
+  bool lazySockets = true;
+  /// A reader that waits for a response no thread has received yet
+  /// receives it itself (Client::lead), and a request is sent by the
+  /// thread that makes it when no other thread is driving the transfers:
+  /// the client thread steps aside while readers drive (with socketEvents).
+  /// Off: SLUICE_NO_REMOTE_WAITER_DRIVES (the client thread sends and
+  /// receives everything, and a reader sleeps until it is woken).
+  bool waiterDrives = true;
 
   static const ClientSwitches &get() {
     static const ClientSwitches s = [] {
@@ -295,6 +323,9 @@ struct ClientSwitches {
       w.largeReads = !off("SLUICE_NO_REMOTE_LARGE_READS");
       w.reuseBodies = !off("SLUICE_NO_REMOTE_BODY_REUSE");
       w.batchThread = !off("SLUICE_NO_REMOTE_BATCH_THREAD");
+      w.keepCurlBuffers = !off("SLUICE_NO_REMOTE_CURL_BUFFER_REUSE");
+      w.lazySockets = !off("SLUICE_NO_REMOTE_LAZY_SOCKETS");
+      w.waiterDrives = !off("SLUICE_NO_REMOTE_WAITER_DRIVES");
       return w;
     }();
     return s;
@@ -465,6 +496,101 @@ private:
   AllocationLimit *limit_ = nullptr;
 };
 
+/// libcurl's memory (ClientSwitches::keepCurlBuffers). libcurl 7.88 mallocs
+/// each transfer's receive buffer (CURLOPT_BUFFERSIZE + 1 bytes: 64 KiB
+/// with largeReads) as the transfer starts and frees it as the transfer
+/// ends (multi.c, multi_done), so every request allocated and freed one:
+/// with glibc's trimming of the heap's top, the pages went back to the
+/// system and the next request's buffer was faulted in again as the kernel
+/// copied the response into it (image_folder over s3://, read only: 36% of
+/// the run's page faults were in that copy). libcurl lets a process give
+/// it its allocator (curl_global_init_mem, before the first
+/// curl_global_init): these functions keep up to kKept freed blocks of
+/// kMinBytes to kMaxBytes and hand one to the next allocation of about its
+/// size, whichever thread frees or asks; every other allocation is
+/// malloc's. The blocks kept are libcurl's own (at most kKept x 1 MiB, 64
+/// KiB each in practice), never counted in a pipeline's budget, as the rest
+/// of libcurl's memory is not.
+struct CurlMemory {
+  static constexpr size_t kMinBytes = size_t(16) << 10;
+  static constexpr size_t kMaxBytes = size_t(1) << 20;
+  static constexpr int kKept = 8;
+
+  /// curl_global_init, with these functions unless the switch is off.
+  /// libcurl counts its initializations and installs the functions only at
+  /// the first, so a process whose libcurl was initialized before (by
+  /// another library) keeps malloc's: nothing is then reused.
+  static void init() {
+    if (!ClientSwitches::get().keepCurlBuffers) {
+      curl_global_init(CURL_GLOBAL_DEFAULT);
+      return;
+    }
+    // A fork while another thread holds the lock would leave the child's
+    // copy locked for good: held across fork() instead (as malloc's own).
+    static const bool forkSafe = [] {
+      ::pthread_atfork([] { kept().m.lock(); }, [] { kept().m.unlock(); },
+                       [] { kept().m.unlock(); });
+      return true;
+    }();
+    (void)forkSafe;
+    curl_global_init_mem(CURL_GLOBAL_DEFAULT, &allocate, &release, &resize,
+                         &duplicate, &allocateZeroed);
+  }
+
+private:
+  struct Kept {
+    std::mutex m;
+    int n = 0;
+    void *block[kKept];
+    size_t size[kKept];
+  };
+  /// Never destroyed: libcurl may free after static destructors ran.
+  static Kept &kept() {
+    static Kept *k = new Kept;
+    return *k;
+  }
+  static void *allocate(size_t n) {
+    if (n >= kMinBytes && n <= kMaxBytes) {
+      Kept &k = kept();
+      std::lock_guard<std::mutex> lock(k.m);
+      // A block of at least n but not more than a quarter larger (libcurl
+      // asks for the same sizes again: its buffers).
+      for (int i = k.n - 1; i >= 0; --i) {
+        if (k.size[i] >= n && k.size[i] - n <= n / 4) {
+          void *p = k.block[i];
+          --k.n;
+          k.block[i] = k.block[k.n];
+          k.size[i] = k.size[k.n];
+          counters().curlBuffersReused.fetch_add(1, std::memory_order_relaxed);
+          return p;
+        }
+      }
+    }
+    return std::malloc(n);
+  }
+  static void release(void *p) {
+    if (!p)
+      return;
+    const size_t usable = ::malloc_usable_size(p);
+    if (usable >= kMinBytes && usable <= kMaxBytes) {
+      Kept &k = kept();
+      std::lock_guard<std::mutex> lock(k.m);
+      if (k.n < kKept) {
+        k.block[k.n] = p;
+        k.size[k.n] = usable;
+        ++k.n;
+        return;
+      }
+    }
+    std::free(p);
+  }
+  static void *resize(void *p, size_t n) { return std::realloc(p, n); }
+  static char *duplicate(const char *s) { return ::strdup(s); }
+  static void *allocateZeroed(size_t n, size_t size) {
+    return std::calloc(n, size);
+  }
+};
+
 /// A libcurl easy handle and the options it holds (ClientSwitches::
 /// keepHandles).
 struct EasyHandle {
@@ -475,6 +601,8 @@ struct EasyHandle {
   std::shared_ptr<const Credentials> signedAs;
   std::string provider;
 };
+
+class Client;
 
 struct Transfer final : PendingFetch {
   std::shared_ptr<const RemoteConfig> cfg;
@@ -500,12 +628,13 @@ struct Transfer final : PendingFetch {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
+  /// `done`, read without m by the thread that drives the transfers for it
+  /// (Client::lead).
+  std::atomic<bool> finished{false};
+  /// The client it was submitted to.
+  Client *owner = nullptr;
 
-  Fetched &wait() override {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return done; });
-    return result;
-  }
+  Fetched &wait() override;
 };
 
 class Client {
@@ -573,6 +702,7 @@ public:
 
   void submit(std::shared_ptr<Transfer> t) {
     bool wake;
+    t->owner = this;
     {
       std::lock_guard<std::mutex> lock(m_);
       // A queue that was not empty has a wake-up on its way already: the
@@ -581,8 +711,87 @@ public:
       wake = incoming_.empty();
       incoming_.push_back(std::move(t));
     }
+    if (drives_) {
+      // Nobody drives the transfers now (the client thread waits): this
+      // thread sends the request itself instead of waking it.
+      std::unique_lock<std::mutex> drive(drive_, std::try_to_lock);
+      if (drive.owns_lock()) {
+        startReady();
+        runTimer();
+        finishDone();
+        ++passes_;
+        stepAside(drive);
+        return;
+      }
+    }
     if (wake || !sw_.socketEvents)
       wakeUp();
+  }
+
+  /// Transfer::wait of a transfer not done yet (ClientSwitches::
+  /// waiterDrives): when no other thread drives the transfers, this one
+  /// does (libcurl's multi handle, under drive_) until `t` is done, and
+  /// true. False at once when another thread drives: the caller sleeps
+  /// until `t` is done, counted in sleepers_ (which the driver, as it
+  /// stops, hands to the client thread).
+  ///
+  /// Why: with the client thread alone receiving, a reader whose response
+  /// had arrived but was not yet read slept, the client thread woke to
+  /// read it and woke the reader: on a busy core, two context switches and
+  /// a futex wake-up for every few objects, and the client's work
+  /// interleaved with the decoding. Leading, the reader reads the response
+  /// itself (on its own core, in its own time slice), and the client
+  /// thread waits on its wake-up descriptor only (stands by, eventLoop) as
+  /// long as readers drive.
+  bool lead(Transfer &t) {
+    sleepers_.fetch_add(1);
+    std::unique_lock<std::mutex> drive(drive_, std::try_to_lock);
+    if (!drive.owns_lock())
+      return false;
+    sleepers_.fetch_sub(1);
+    epoll_event events[64];
+    while (!t.finished.load(std::memory_order_acquire)) {
+      int n = ::epoll_wait(epoll_, events, 64, waitBound(startReady()));
+      dispatch(events, n);
+      runTimer();
+      finishDone();
+      ++passes_;
+    }
+    stepAside(drive);
+    return true;
+  }
+
+  /// A thread other than the client's stops driving: when requests were
+  /// queued meanwhile, retries wait to be sent, or readers sleep for other
+  /// responses, the client thread takes over (woken; it does not stand by
+  /// while a reader sleeps).
+  void stepAside(std::unique_lock<std::mutex> &drive) {
+    const bool unsent = !delayed_.empty();
+    drive.unlock();
+    bool queued;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      queued = !incoming_.empty();
+    }
+    if (queued || unsent || sleepers_.load() > 0)
+      wakeUp();
+  }
+
+  /// Whether the calling thread is a client thread.
+  static bool &onClientThread() {
+    static thread_local bool on = false;
+    return on;
+  }
+
+  /// A sleeper of lead() woke.
+  void sleeperDone() { sleepers_.fetch_sub(1); }
+  /// Whether a reader may drive this client's transfers: with
+  /// waiterDrives, in the process that made it (a forked child's copy of
+  /// its parent's client shares the parent's sockets and epoll set; its
+  /// readers wait, as they did before, and never take the parent's
+  /// responses).
+  bool drivesTransfers() const {
+    return drives_ && forks().load(std::memory_order_relaxed) == madeAfter_;
   }
 
 private:
@@ -599,8 +808,10 @@ private:
     return n;
   }
 
-  Client() : sw_(ClientSwitches::get()) {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+  Client()
+      : sw_(ClientSwitches::get()),
+        madeAfter_(forks().load(std::memory_order_relaxed)) {
+    CurlMemory::init();
     multi_ = curl_multi_init();
     curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 256L);
     if (sw_.socketEvents) {
@@ -616,6 +827,8 @@ private:
         curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &Client::onTimer);
         curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
         events_ = true;
+        lazy_ = sw_.lazySockets;
+        drives_ = sw_.waiterDrives;
       } else {
         // No epoll here (it never fails on Linux but for lack of memory or
         // descriptors): the polling loop works everywhere.
@@ -627,6 +840,7 @@ private:
       }
     }
     std::thread([this] {
+      onClientThread() = true;
       if (sw_.batchThread) {
         // SCHED_BATCH: woken by a response, the client thread does not
         // preempt the pipeline's thread on its core; it runs when that
@@ -659,9 +873,11 @@ private:
   static int onSocket(CURL *, curl_socket_t s, int what, void *user,
                       void *socketp) {
     auto *c = static_cast<Client *>(user);
+    if (c->lazy_)
+      return c->onSocketLazily(s, what, socketp);
     if (what == CURL_POLL_REMOVE) {
       // The socket may be closed already (then epoll dropped it itself).
-      ::epoll_ctl(c->epoll_, EPOLL_CTL_DEL, s, nullptr);
+      c->epollCtl(EPOLL_CTL_DEL, s, nullptr);
       return 0;
     }
     epoll_event ev{};
@@ -669,15 +885,92 @@ private:
                 ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
     ev.data.fd = s;
     int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (::epoll_ctl(c->epoll_, op, s, &ev) != 0) {
+    if (c->epollCtl(op, s, &ev) != 0) {
       // A descriptor number reused by a new socket, or one that epoll
       // dropped when it was closed: the other operation fits.
-      ::epoll_ctl(c->epoll_,
-                  op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
+      c->epollCtl(op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
     }
     if (!socketp)
       curl_multi_assign(c->multi_, s, c);
     return 0;
+  }
+
+  int epollCtl(int op, int fd, epoll_event *ev) {
+    counters().socketUpdates.fetch_add(1, std::memory_order_relaxed);
+    return ::epoll_ctl(epoll_, op, fd, ev);
+  }
+
+  /// What the epoll set holds for a socket (ClientSwitches::lazySockets).
+  /// libcurl removes a connection's socket when its transfer ends and adds
+  /// it again when the next transfer reuses the connection: two epoll_ctl
+  /// calls a request, or three (read only, image_folder over s3://: 1.94 a
+  /// request). A connection's socket stays in the set instead while it
+  /// waits in libcurl's connection cache (`wanted` false), and adding it
+  /// again with the events it has changes nothing. An event on a socket
+  /// nobody wants (the server closed the idle connection) takes it out of
+  /// the set then; libcurl finds the connection dead when it checks it
+  /// before reuse. Only sockets that onOpenSocket made are kept so: their
+  /// closing passes through onCloseSocket, which forgets them, so a
+  /// descriptor number reused by a new socket is never taken for the old
+  /// one (which epoll dropped as it was closed).
+  struct Watch {
+    bool registered = false; ///< in the epoll set, with `events`
+    bool wanted = false;     ///< libcurl waits for `events` on it now
+    bool ours = false;       ///< a connection made through onOpenSocket
+    uint32_t events = 0;
+  };
+  Watch &watch(curl_socket_t s) {
+    const size_t i = static_cast<size_t>(s);
+    if (i >= watches_.size())
+      watches_.resize(std::max<size_t>(i + 1, 64));
+    return watches_[i];
+  }
+
+  int onSocketLazily(curl_socket_t s, int what, void *socketp) {
+    Watch &w = watch(s);
+    if (what == CURL_POLL_REMOVE) {
+      w.wanted = false;
+      if (w.registered && !w.ours) {
+        epollCtl(EPOLL_CTL_DEL, s, nullptr);
+        w.registered = false;
+      }
+      return 0;
+    }
+    const uint32_t events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
+                            ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    w.wanted = true;
+    if (!w.registered || w.events != events) {
+      epoll_event ev{};
+      ev.events = events;
+      ev.data.fd = s;
+      int op = w.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+      if (epollCtl(op, s, &ev) != 0)
+        epollCtl(op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
+      w.registered = true;
+      w.events = events;
+    }
+    if (!socketp)
+      curl_multi_assign(multi_, s, this);
+    return 0;
+  }
+
+  /// CURLOPT_OPENSOCKETFUNCTION (with lazySockets): the socket libcurl
+  /// would make, remembered as a connection's.
+  static curl_socket_t onOpenSocket(void *user, curlsocktype,
+                                    curl_sockaddr *addr) {
+    auto *c = static_cast<Client *>(user);
+    curl_socket_t s = ::socket(addr->family, addr->socktype, addr->protocol);
+    if (s >= 0)
+      c->watch(s) = Watch{false, false, true, 0};
+    return s >= 0 ? s : CURL_SOCKET_BAD;
+  }
+  /// CURLOPT_CLOSESOCKETFUNCTION: the socket is forgotten as it closes
+  /// (epoll drops it itself).
+  static int onCloseSocket(void *user, curl_socket_t s) {
+    auto *c = static_cast<Client *>(user);
+    if (s >= 0)
+      c->watch(s) = Watch{};
+    return ::close(s);
   }
 
   /// libcurl's one timer: due in `ms` (0: now), or none (-1).
@@ -788,6 +1081,12 @@ private:
     curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
     if (sw_.largeReads)
       curl_easy_setopt(e, CURLOPT_BUFFERSIZE, kLargeReadBytes);
+    if (lazy_) {
+      curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &Client::onOpenSocket);
+      curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, this);
+      curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Client::onCloseSocket);
+      curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, this);
+    }
     h.prepared = true;
   }
 
@@ -1037,9 +1336,12 @@ private:
       curl_slist_free_all(t->headers);
       t->headers = nullptr;
     }
+    if (!onClientThread())
+      counters().finishedByReaders.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(t->m);
       t->done = true;
+      t->finished.store(true, std::memory_order_release);
     }
     t->cv.notify_all();
   }
@@ -1082,44 +1384,98 @@ private:
         finish(msg->easy_handle, msg->data.result);
   }
 
+  /// How long a wait may last after startReady(): the next retry's due
+  /// time, and libcurl's timer.
+  int waitBound(int waitMs) const {
+    if (timerSet_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      timerDue_ - Clock::now())
+                      .count();
+      waitMs = std::min<int>(
+          waitMs, left <= 0 ? 0 : static_cast<int>(std::min<long>(left, 1000)));
+    }
+    return waitMs;
+  }
+
+  /// Hands the events epoll_wait returned to libcurl.
+  void dispatch(const epoll_event *events, int n) {
+    int running = 0;
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == wake_) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t r = ::read(wake_, &count, sizeof count);
+        continue;
+      }
+      uint32_t ev = events[i].events;
+      if (lazy_ && static_cast<size_t>(fd) < watches_.size() &&
+          watches_[static_cast<size_t>(fd)].registered &&
+          !watches_[static_cast<size_t>(fd)].wanted) {
+        // An idle connection in libcurl's cache (closed by the server):
+        // out of the set until a transfer wants it again.
+        epollCtl(EPOLL_CTL_DEL, fd, nullptr);
+        watches_[static_cast<size_t>(fd)].registered = false;
+        continue;
+      }
+      int flags = ((ev & EPOLLIN) ? CURL_CSELECT_IN : 0) |
+                  ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0);
+      // A closed or failed connection: libcurl finds out by reading or
+      // writing it, whichever its transfer waits for.
+      if (ev & (EPOLLERR | EPOLLHUP))
+        flags |= CURL_CSELECT_IN | CURL_CSELECT_OUT;
+      curl_multi_socket_action(multi_, fd, flags, &running);
+    }
+  }
+
+  /// libcurl's timer, when due.
+  void runTimer() {
+    if (timerSet_ && Clock::now() >= timerDue_) {
+      // One-shot: libcurl sets the next one (onTimer) as it runs.
+      timerSet_ = false;
+      int running = 0;
+      curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+  }
+
   /// ClientSwitches::socketEvents: epoll says which connections have
   /// data, and libcurl runs only their transfers (and those its timer
-  /// names).
+  /// names). With waiterDrives the thread holds drive_ while it works and
+  /// lets go of it while it waits; when readers drove during its last wait
+  /// (and none sleeps for a response), it stands by: it waits for its
+  /// wake-up descriptor only (requests queued while a reader drove,
+  /// retries, a reader left waiting), at most kStandbyMs, instead of for
+  /// every response, which the readers take themselves.
   void eventLoop() {
+    static constexpr int kStandbyMs = 10;
     epoll_event events[64];
+    std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
+    if (drives_)
+      drive.lock();
+    bool othersDrove = false; // during this thread's last wait
     for (;;) {
-      int waitMs = startReady();
-      if (timerSet_) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        timerDue_ - Clock::now())
-                        .count();
-        waitMs = std::min<int>(
-            waitMs,
-            left <= 0 ? 0 : static_cast<int>(std::min<long>(left, 1000)));
+      int waitMs = waitBound(startReady());
+      const bool standby = drives_ && othersDrove && sleepers_.load() == 0;
+      const uint64_t before = passes_;
+      int n;
+      if (drives_)
+        drive.unlock();
+      if (standby) {
+        pollfd wake{wake_, POLLIN, 0};
+        ::poll(&wake, 1, std::min(waitMs, kStandbyMs));
+        n = 0;
+      } else {
+        n = ::epoll_wait(epoll_, events, 64, waitMs);
       }
-      int n = ::epoll_wait(epoll_, events, 64, waitMs);
-      int running = 0;
-      for (int i = 0; i < n; ++i) {
-        int fd = events[i].data.fd;
-        if (fd == wake_) {
-          uint64_t count;
-          [[maybe_unused]] ssize_t r = ::read(wake_, &count, sizeof count);
-          continue;
-        }
-        uint32_t ev = events[i].events;
-        int flags = ((ev & EPOLLIN) ? CURL_CSELECT_IN : 0) |
-                    ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0);
-        // A closed or failed connection: libcurl finds out by reading or
-        // writing it, whichever its transfer waits for.
-        if (ev & (EPOLLERR | EPOLLHUP))
-          flags |= CURL_CSELECT_IN | CURL_CSELECT_OUT;
-        curl_multi_socket_action(multi_, fd, flags, &running);
+      if (drives_) {
+        drive.lock();
+        othersDrove = passes_ != before;
+        // This thread stood by, or a reader drove meanwhile (the events
+        // returned may be read already): what is ready now.
+        if (standby || othersDrove)
+          n = ::epoll_wait(epoll_, events, 64, 0);
       }
-      if (timerSet_ && Clock::now() >= timerDue_) {
-        // One-shot: libcurl sets the next one (onTimer) as it runs.
-        timerSet_ = false;
-        curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
-      }
+      dispatch(events, n);
+      runTimer();
       finishDone();
     }
   }
@@ -1137,8 +1493,17 @@ private:
   }
 
   const ClientSwitches &sw_;
+  const unsigned madeAfter_; ///< forks() when it was made
   CURLM *multi_ = nullptr;
   bool events_ = false;
+  bool lazy_ = false; ///< ClientSwitches::lazySockets, with events_
+  /// ClientSwitches::waiterDrives, with events_: libcurl's multi handle and
+  /// what the client thread owns below are used under drive_ by whichever
+  /// thread holds it.
+  bool drives_ = false;
+  std::mutex drive_;
+  uint64_t passes_ = 0; ///< passes made by other threads (under drive_)
+  std::atomic<int> sleepers_{0}; ///< readers waiting while others drive
   int epoll_ = -1, wake_ = -1;
   std::mutex m_;
   std::deque<std::shared_ptr<Transfer>> incoming_;
@@ -1148,8 +1513,23 @@ private:
   std::unordered_map<CURL *, std::shared_ptr<Transfer>> active_;
   std::vector<std::shared_ptr<Transfer>> delayed_;
   std::vector<EasyHandle *> idle_;
+  std::vector<Watch> watches_; ///< by descriptor (lazy_)
   std::mt19937_64 rng_{0x5eed};
 };
+
+Fetched &Transfer::wait() {
+  std::unique_lock<std::mutex> lock(m);
+  bool slept = false;
+  if (!done && owner && owner->drivesTransfers()) {
+    lock.unlock();
+    slept = !owner->lead(*this);
+    lock.lock();
+  }
+  cv.wait(lock, [&] { return done; });
+  if (slept)
+    owner->sleeperDone();
+  return result;
+}
 
 //===----------------------------------------------------------------------===//
 // Configuration
@@ -1415,6 +1795,9 @@ RemoteTotals remoteTotals() {
   t.bytes = c.bytes.load();
   t.bodiesReused = c.bodiesReused.load();
   t.bodiesPopulated = c.bodiesPopulated.load();
+  t.curlBuffersReused = c.curlBuffersReused.load();
+  t.finishedByReaders = c.finishedByReaders.load();
+  t.socketUpdates = c.socketUpdates.load();
   t.clientThreads = c.clients.load();
   t.peakInFlight = c.peakInFlight.load();
   t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;

@@ -330,6 +330,14 @@ struct RemoteTotals {
   uint64_t bytes = 0;         ///< body bytes received
   uint64_t bodiesReused = 0;  ///< responses written into a kept buffer
   uint64_t bodiesPopulated = 0; ///< fresh bodies faulted in at once
+  /// libcurl's allocations served by a block it freed before (its
+  /// transfers' receive buffers, kept on the client threads).
+  uint64_t curlBuffersReused = 0;
+  /// epoll_ctl calls made for libcurl's sockets.
+  uint64_t socketUpdates = 0;
+  /// Transfers finished by a reader that waited for one (or a thread that
+  /// sent one) rather than by a client thread.
+  uint64_t finishedByReaders = 0;
   uint64_t clientThreads = 0;   ///< client threads made by the process
   double medianLatencyMs = 0; ///< time to the first byte, recent requests
   /// Time from sending to the last byte (latency + transfer), recent

@@ -164,6 +164,16 @@ struct RunStats {
     /// Fresh bodies of 256 KiB and more whose pages were faulted in by one
     /// madvise before the bytes arrived (SLUICE_NO_REMOTE_BODY_POPULATE).
     int64_t bodiesPopulated = 0;
+    /// libcurl's allocations (its transfers' receive buffers) served by a
+    /// block it freed before (SLUICE_NO_REMOTE_CURL_BUFFER_REUSE: none).
+    int64_t curlBuffersReused = 0;
+    /// epoll_ctl calls the client made for its connections' sockets
+    /// (SLUICE_NO_REMOTE_LAZY_SOCKETS: two or three a request).
+    int64_t socketUpdates = 0;
+    /// Transfers finished by the pipeline's own threads (a reader that
+    /// waited for its response received it) rather than by the client
+    /// thread (SLUICE_NO_REMOTE_WAITER_DRIVES: none).
+    int64_t finishedByReaders = 0;
     /// Client threads the process runs (each its own libcurl multi handle
     /// and connections): one per 12 host cores, or
     /// SLUICE_REMOTE_CLIENT_THREADS.
