@@ -1441,7 +1441,9 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    "SLUICE_NO_REMOTE_OWN_SIGNING",
                    "SLUICE_NO_REMOTE_BATCH_THREAD",
                    "SLUICE_NO_REMOTE_CLIENT_THREADS",
-                   "SLUICE_NO_REMOTE_CURL_BUFFER_REUSE",
+                   # Not an off switch: libcurl's buffers kept, which is
+                   # off by default (Remote.cpp, keepCurlBuffers).
+                   "SLUICE_REMOTE_CURL_BUFFER_REUSE",
                    "SLUICE_NO_REMOTE_LAZY_SOCKETS",
                    "SLUICE_NO_REMOTE_WAITER_DRIVES"]
 
@@ -1451,9 +1453,11 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
 def test_curl_buffers_are_reused_and_sockets_stay_in_the_epoll_set(
         servers, tmp_path, off):
     """image_folder over s3://, one request an object over kept-alive
-    connections: libcurl's receive buffer of each transfer (freed as the
-    transfer ends) is served to a later transfer from the kept blocks
-    (curl_buffers_reused: none with SLUICE_NO_REMOTE_CURL_BUFFER_REUSE=1),
+    connections: with SLUICE_REMOTE_CURL_BUFFER_REUSE=1 (the "curl_buffers"
+    case: off by default, Remote.cpp's keepCurlBuffers says why) libcurl's
+    receive buffer of each transfer (freed as the transfer ends) is served
+    to a later transfer from the kept blocks (curl_buffers_reused: none by
+    default),
     a connection's socket stays in the epoll set between its requests
     (socket_updates: fewer than one a request; two or more with
     SLUICE_NO_REMOTE_LAZY_SOCKETS=1, libcurl's remove and add again each
@@ -1471,8 +1475,8 @@ def test_curl_buffers_are_reused_and_sockets_stay_in_the_epoll_set(
         pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
     """)
     env = dict(os.environ,
-               SLUICE_NO_REMOTE_CURL_BUFFER_REUSE=str(int(off ==
-                                                          "curl_buffers")),
+               SLUICE_REMOTE_CURL_BUFFER_REUSE=str(int(off ==
+                                                       "curl_buffers")),
                SLUICE_NO_REMOTE_LAZY_SOCKETS=str(int(off == "lazy_sockets")),
                SLUICE_NO_REMOTE_WAITER_DRIVES=str(int(off == "waiter_drives")),
                SLUICE_NO_REMOTE_CLIENT_THREADS="1")
@@ -1484,7 +1488,7 @@ def test_curl_buffers_are_reused_and_sockets_stay_in_the_epoll_set(
     assert all(batches_equal(a, b) for a, b in zip(want, got))
     requests = stats["requests"]
     assert requests >= 96 and stats["failures"] == 0, stats
-    if off == "curl_buffers":
+    if off != "curl_buffers":
         assert stats["curl_buffers_reused"] == 0, stats
     else:
         # All but the first few (one per transfer in flight at once).

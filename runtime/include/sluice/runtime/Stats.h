@@ -165,7 +165,7 @@ struct RunStats {
     /// madvise before the bytes arrived (SLUICE_NO_REMOTE_BODY_POPULATE).
     int64_t bodiesPopulated = 0;
     /// libcurl's allocations (its transfers' receive buffers) served by a
-    /// block it freed before (SLUICE_NO_REMOTE_CURL_BUFFER_REUSE: none).
+    /// block it freed before (none unless SLUICE_REMOTE_CURL_BUFFER_REUSE=1).
     int64_t curlBuffersReused = 0;
     /// epoll_ctl calls the client made for its connections' sockets
     /// (SLUICE_NO_REMOTE_LAZY_SOCKETS: two or three a request).
