@@ -59,6 +59,19 @@ Profile remotePipeline(double decodeUs = 1000, int64_t cores = 2) {
   return p;
 }
 
+/// The rate `p` predicts for `s`'s configuration with the source unbounded
+/// (what its requests in flight are chosen to serve).
+double openRate(const Profile &p, const Solution &s, int64_t cores) {
+  Config open = s.config;
+  open.sourceInFlight = 0;
+  return predict(p, open, cores).throughput;
+}
+
+/// Little's law with the model's headroom: 20 ms per request, x1.5.
+int64_t inFlightAt(double rate) {
+  return static_cast<int64_t>(std::ceil(rate * 0.020 * 1.5));
+}
+
 } // namespace
 
 TEST(AutotuneRemote, CapacityIsLittlesLaw) {
@@ -123,10 +136,8 @@ TEST(AutotuneRemote, SolverChoosesInFlightForTheRestsRate) {
   Expected<Solution> s = solve(p, b);
   ASSERT_TRUE(s) << s.status().message();
   // The rest sustains T records/s; 20 ms per request; x1.5.
-  Config open = s->config;
-  open.sourceInFlight = 0;
-  double t = predict(p, open, 2).throughput;
-  int64_t want = static_cast<int64_t>(std::ceil(t * 0.020 * 1.5));
+  double t = openRate(p, *s, 2);
+  int64_t want = inFlightAt(t);
   EXPECT_EQ(s->config.sourceInFlight, want);
   EXPECT_GT(want, 20);
   // With that many in flight the source is not the bottleneck.
@@ -165,19 +176,15 @@ TEST(AutotuneRemote, InFlightServesTheModelsRateWhenTheProbesCalibrateItDown) {
   b.cores = 2;
   Expected<Solution> s = solve(p, b);
   ASSERT_TRUE(s) << s.status().message();
-  Config open = s->config;
-  open.sourceInFlight = 0;
-  const double model = predict(p, open, 2).throughput;
-  const int64_t full = static_cast<int64_t>(std::ceil(model * 0.020 * 1.5));
+  const double model = openRate(p, *s, 2);
+  const int64_t full = inFlightAt(model);
   EXPECT_EQ(s->config.sourceInFlight, full);
 
   p.calibration = 0.6;
   p.calibrationByLevel = {{1, 0.6}, {2, 0.6}};
   s = solve(p, b);
   ASSERT_TRUE(s) << s.status().message();
-  open = s->config;
-  open.sourceInFlight = 0;
-  const double calibrated = predict(p, open, 2).throughput;
+  const double calibrated = openRate(p, *s, 2);
   EXPECT_NEAR(calibrated, 0.6 * model, 1e-6 * model);
   EXPECT_EQ(s->config.sourceInFlight, full);
   std::string reason;
@@ -196,8 +203,7 @@ TEST(AutotuneRemote, InFlightServesTheModelsRateWhenTheProbesCalibrateItDown) {
   s = solve(p, b);
   ::unsetenv("SLUICE_NO_IN_FLIGHT_UNCALIBRATED");
   ASSERT_TRUE(s) << s.status().message();
-  EXPECT_EQ(s->config.sourceInFlight,
-            static_cast<int64_t>(std::ceil(calibrated * 0.020 * 1.5)));
+  EXPECT_EQ(s->config.sourceInFlight, inFlightAt(calibrated));
   EXPECT_LT(s->config.sourceInFlight, full);
 }
 
