@@ -636,9 +636,8 @@ struct Transfer final : PendingFetch {
 
   std::mutex m;
   std::condition_variable cv;
-  bool done = false;
-  /// `done`, read without m by the thread that drives the transfers for it
-  /// (Client::lead).
+  /// Set under m (and cv notified); read without m by the thread that
+  /// drives the transfers for it (Client::lead).
   std::atomic<bool> finished{false};
   /// The client it was submitted to.
   Client *owner = nullptr;
@@ -889,19 +888,30 @@ private:
       c->epollCtl(EPOLL_CTL_DEL, s, nullptr);
       return 0;
     }
-    epoll_event ev{};
-    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
-                ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
-    ev.data.fd = s;
-    int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (c->epollCtl(op, s, &ev) != 0) {
-      // A descriptor number reused by a new socket, or one that epoll
-      // dropped when it was closed: the other operation fits.
-      c->epollCtl(op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
-    }
+    c->setEvents(s, epollEvents(what), socketp != nullptr);
     if (!socketp)
       curl_multi_assign(c->multi_, s, c);
     return 0;
+  }
+
+  /// The epoll events of libcurl's CURL_POLL_IN / _OUT / _INOUT.
+  static uint32_t epollEvents(int what) {
+    return ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
+           ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+  }
+
+  /// Watches `s` for `events`: modified if `registered` (as far as this
+  /// side knows), else added.
+  void setEvents(curl_socket_t s, uint32_t events, bool registered) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = s;
+    int op = registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epollCtl(op, s, &ev) != 0) {
+      // A descriptor number reused by a new socket, or one that epoll
+      // dropped when it was closed: the other operation fits.
+      epollCtl(op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
+    }
   }
 
   int epollCtl(int op, int fd, epoll_event *ev) {
@@ -945,16 +955,10 @@ private:
       }
       return 0;
     }
-    const uint32_t events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) |
-                            ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    const uint32_t events = epollEvents(what);
     w.wanted = true;
     if (!w.registered || w.events != events) {
-      epoll_event ev{};
-      ev.events = events;
-      ev.data.fd = s;
-      int op = w.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-      if (epollCtl(op, s, &ev) != 0)
-        epollCtl(op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev);
+      setEvents(s, events, w.registered);
       w.registered = true;
       w.events = events;
     }
@@ -1349,7 +1353,6 @@ private:
       counters().finishedByReaders.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(t->m);
-      t->done = true;
       t->finished.store(true, std::memory_order_release);
     }
     t->cv.notify_all();
@@ -1529,12 +1532,13 @@ private:
 Fetched &Transfer::wait() {
   std::unique_lock<std::mutex> lock(m);
   bool slept = false;
-  if (!done && owner && owner->drivesTransfers()) {
+  if (!finished.load(std::memory_order_acquire) && owner &&
+      owner->drivesTransfers()) {
     lock.unlock();
     slept = !owner->lead(*this);
     lock.lock();
   }
-  cv.wait(lock, [&] { return done; });
+  cv.wait(lock, [&] { return finished.load(std::memory_order_acquire); });
   if (slept)
     owner->sleeperDone();
   return result;
