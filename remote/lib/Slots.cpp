@@ -257,12 +257,17 @@ struct Mapping {
   /// writing it at once; this keeps the two fields plainly ordered).
   std::mutex mu;
   uint64_t writes = 0; ///< by this worker
+  /// No longer counted among its pool's mapped slots (when it was).
+  void uncount() {
+    if (!counted)
+      return;
+    std::lock_guard<std::mutex> lock(poolMapsMu);
+    if (--poolMaps[pool] == 0)
+      poolMaps.erase(pool);
+    counted = false;
+  }
   ~Mapping() {
-    if (counted) {
-      std::lock_guard<std::mutex> lock(poolMapsMu);
-      if (--poolMaps[pool] == 0)
-        poolMaps.erase(pool);
-    }
+    uncount();
     if (map)
       munmap(map, bytes);
     if (head)
@@ -402,12 +407,8 @@ uint8_t *countWrite(Mapping &m, const SlotRef &r) {
         ++mappingsMade;
       }
     }
-    if (!m.map && m.counted) {
-      std::lock_guard<std::mutex> lock(poolMapsMu);
-      if (--poolMaps[m.pool] == 0)
-        poolMaps.erase(m.pool);
-      m.counted = false;
-    }
+    if (!m.map)
+      m.uncount(); // the mapping failed: the slot is not one of them
   }
   ++m.writes;
   return m.map;
