@@ -103,6 +103,11 @@ int configureProcessAllocator() {
 #endif
 }
 
+bool keepSmallFreeHeap() {
+  static const bool on = !switchedOff("SLUICE_NO_SMALL_HEAP_KEEP");
+  return on;
+}
+
 bool heapCarryEnabled() {
 #ifdef __GLIBC__
   return !switchedOff("SLUICE_NO_HEAP_CARRY");
@@ -439,6 +444,7 @@ int64_t MemoryBudget::carryFreeHeap(MemoryAccount *account) {
   }
   carryAccount_ = account;
   sinceRefresh_.store(0, std::memory_order_relaxed);
+  carryStep_.store(kCarryRefreshBytes, std::memory_order_relaxed);
   carryReserved_ = 0;
   carryGrace_ = std::max<int64_t>(int64_t(16) << 20, 2 * free);
   carried_.store(free, std::memory_order_relaxed);
@@ -447,7 +453,7 @@ int64_t MemoryBudget::carryFreeHeap(MemoryAccount *account) {
 
 void MemoryBudget::noteCarryGrowth(int64_t bytes) {
   if (sinceRefresh_.fetch_add(bytes, std::memory_order_relaxed) + bytes <
-      kCarryRefreshBytes)
+      carryStep_.load(std::memory_order_relaxed))
     return;
   std::unique_lock<std::mutex> lock(carryMu_, std::try_to_lock);
   if (!lock.owns_lock())
@@ -462,10 +468,23 @@ void MemoryBudget::noteCarryGrowth(int64_t bytes) {
     keep = 0;
   // What the pipeline has not reused by the time it reserved twice the
   // carried bytes (16 MiB at least) it is not likely to: back to the
-  // system, as the trim after the probes did.
+  // system, as the trim after the probes did. A free heap of at most
+  // kCarryKeepBytes stays (counted): it is the churn of the pipeline's own
+  // per-record buffers (what a decode's window or a resize allocates),
+  // whose size is what the busiest moment took, not what is in use when
+  // checked, so it is refilled again and again. Returned, each of its
+  // pages would be faulted in again: one trim per pipeline cost a
+  // `sluice serve` worker of the photo pipeline ~100 faults per batch.
+  // Kept, it is looked at once per kCarryKeepBytes reserved from then on
+  // (mallinfo2 walks every free list: once per MiB reserved it took ~0.5
+  // ms of that worker's CPU per batch).
   if (keep > 0 && carryReserved_ >= carryGrace_) {
-    trimHeap();
-    keep = 0;
+    if (keep <= kCarryKeepBytes && keepSmallFreeHeap()) {
+      carryStep_.store(kCarryKeepBytes, std::memory_order_relaxed);
+    } else {
+      trimHeap();
+      keep = 0;
+    }
   }
   if (keep < c) {
     carried_.store(keep, std::memory_order_relaxed);

@@ -739,6 +739,91 @@ TEST(HeapCarryTest, FreeHeapIsCountedUntilReusedAndGivesWayToRequests) {
       ::testing::ExitedWithCode(0), "");
 }
 
+/// A free heap of `mib` MiB carried while the budget reserves past the
+/// grace (twice the carried bytes, 16 MiB at least) memory that is not the
+/// heap's (a pool's buffers, a worker's slots), in a fresh process: "" or
+/// what failed. `kept`: whether the free heap should still be carried (and
+/// resident) after it, or returned to the system.
+std::string carryGraceChecks(int mib, bool kept) {
+#define CARRY_CHECK(cond)                                                      \
+  if (!(cond))                                                                 \
+    return std::string("failed: " #cond " (mib ") + std::to_string(mib) +      \
+           ", free above the reference " +                                     \
+           std::to_string(runtime::freeHeapAboveBaseline()) + ")";
+  runtime::noteProcessBaseline();
+  std::vector<void *> blocks;
+  for (int i = 0; i < mib * 10; ++i)
+    blocks.push_back(heapBlock(100 << 10, 1));
+  void *pin = heapBlock(100 << 10, 0);
+  for (void *b : blocks)
+    std::free(b);
+  blocks.clear();
+  const int64_t freed = runtime::freeHeapAboveBaseline();
+  CARRY_CHECK(freed >= int64_t(mib - 2) << 20);
+  runtime::MemoryBudget budget(int64_t(1) << 30);
+  runtime::MemoryAccount *heap = budget.account("heap left free");
+  runtime::MemoryAccount *work = budget.account("work");
+  const int64_t carried = budget.carryFreeHeap(heap);
+  CARRY_CHECK(carried >= int64_t(mib - 2) << 20);
+  const int64_t grace = std::max<int64_t>(int64_t(16) << 20, 2 * carried);
+  for (int64_t r = 0; r <= grace + (int64_t(4) << 20);
+       r += runtime::MemoryBudget::kCarryRefreshBytes)
+    CARRY_CHECK(work->tryReserve(runtime::MemoryBudget::kCarryRefreshBytes));
+  if (kept) {
+    CARRY_CHECK(budget.carriedHeap() >= carried - (int64_t(1) << 20));
+    CARRY_CHECK(heap->used() == budget.carriedHeap());
+    CARRY_CHECK(runtime::freeHeapAboveBaseline() >= freed - (int64_t(1) << 20));
+    // Reused from then on, it still shrinks: looked at once per
+    // kCarryKeepBytes reserved.
+    const int64_t before = budget.carriedHeap();
+    for (int i = 0; i < 40; ++i)
+      blocks.push_back(heapBlock(100 << 10, 2));
+    for (int64_t r = 0; r <= runtime::MemoryBudget::kCarryKeepBytes;
+         r += runtime::MemoryBudget::kCarryRefreshBytes)
+      CARRY_CHECK(work->tryReserve(runtime::MemoryBudget::kCarryRefreshBytes));
+    CARRY_CHECK(budget.carriedHeap() <= before - (int64_t(3) << 20));
+    CARRY_CHECK(heap->used() == budget.carriedHeap());
+    for (void *b : blocks)
+      std::free(b);
+  } else {
+    CARRY_CHECK(budget.carriedHeap() == 0);
+    CARRY_CHECK(heap->used() == 0);
+    // Trimmed: the reference is the heap's free bytes after the trim.
+    CARRY_CHECK(runtime::freeHeapAboveBaseline() < int64_t(1) << 20);
+  }
+  std::free(pin);
+  return "";
+#undef CARRY_CHECK
+}
+
+void expectCarryGrace(int mib, bool kept) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string failed = carryGraceChecks(mib, kept);
+        std::fprintf(stderr, "%s\n", failed.c_str());
+        std::fflush(stderr);
+        std::_Exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(HeapCarryTest, SmallFreeHeapIsKeptPastTheGraceALargeOneReturned) {
+  // A pipeline's own per-record buffers (a decode's window, a resize) leave
+  // a free heap of a few MiB that the next pipeline of the process refills
+  // again and again: kept, counted, past the grace. What is larger than
+  // kCarryKeepBytes and not reused by then is returned to the system, and
+  // with SLUICE_NO_SMALL_HEAP_KEEP=1 a small one is returned too.
+  if (!runtime::heapCarryEnabled())
+    GTEST_SKIP() << "SLUICE_NO_HEAP_CARRY is set";
+  static_assert(runtime::MemoryBudget::kCarryKeepBytes == int64_t(16) << 20);
+  expectCarryGrace(8, /*kept=*/true);
+  expectCarryGrace(40, /*kept=*/false);
+  ::setenv("SLUICE_NO_SMALL_HEAP_KEEP", "1", 1);
+  expectCarryGrace(8, /*kept=*/false);
+  ::unsetenv("SLUICE_NO_SMALL_HEAP_KEEP");
+}
+
 TEST(HeapCarryTest, TurnsOffByItsVariable) {
   ::setenv("SLUICE_NO_HEAP_CARRY", "1", 1);
   EXPECT_FALSE(runtime::heapCarryEnabled());

@@ -133,6 +133,10 @@ int64_t freeHeapAboveBaseline();
 /// trimming it after its probes: on unless SLUICE_NO_HEAP_CARRY=1 (or off
 /// glibc). With it on, releaseFreeHeap() leaves the heap alone.
 bool heapCarryEnabled();
+/// Whether a carried free heap of at most MemoryBudget::kCarryKeepBytes is
+/// kept past the grace instead of returned (MemoryBudget::carryFreeHeap):
+/// on unless SLUICE_NO_SMALL_HEAP_KEEP=1. Read once per process.
+bool keepSmallFreeHeap();
 
 /// Ends the process with `code` once a program that runs pipelines (the
 /// sluice tool, a compiled executable) has done its work: flushes
@@ -227,11 +231,15 @@ public:
   /// it is let go of once under kCarryRefreshBytes. What is still free once
   /// the budget has reserved twice the carried bytes (16 MiB at least) is
   /// returned to the system (malloc_trim): memory the pipeline does not
-  /// reuse is not kept for it. When it is more than half the budget (it
-  /// may be another live pipeline's), or the budget cannot hold it,
-  /// or a reservation is refused while some is carried, the heap's free
-  /// pages are returned (malloc_trim) and nothing is carried, so the budget
-  /// stays as hard as without it. Returns the bytes carried (0 below 1 MiB).
+  /// reuse is not kept for it, unless it is at most kCarryKeepBytes (a
+  /// pipeline's own per-record churn, refilled again and again; off:
+  /// SLUICE_NO_SMALL_HEAP_KEEP=1, keepSmallFreeHeap()), which is then
+  /// checked once per kCarryKeepBytes reserved instead. When it is more than
+  /// half the budget (it may be another live pipeline's), or the budget cannot
+  /// hold it, or a reservation is refused while some is carried, the heap's
+  /// free pages are returned (malloc_trim) and nothing is carried, so the
+  /// budget stays as hard as without it. Returns the bytes carried (0 below 1
+  /// MiB).
   int64_t carryFreeHeap(MemoryAccount *account);
   /// The carried bytes now.
   int64_t carriedHeap() const {
@@ -241,6 +249,8 @@ public:
   void dropCarriedHeap();
   /// Bytes reserved between two checks of the carried free heap.
   static constexpr int64_t kCarryRefreshBytes = int64_t(1) << 20;
+  /// The most carried free heap kept past the grace (see carryFreeHeap).
+  static constexpr int64_t kCarryKeepBytes = int64_t(16) << 20;
 
 private:
   friend class MemoryAccount;
@@ -263,6 +273,9 @@ private:
   /// The carried free heap (carryFreeHeap), reserved in carryAccount_.
   std::atomic<int64_t> carried_{0};
   std::atomic<int64_t> sinceRefresh_{0};
+  /// Bytes reserved between two checks: kCarryRefreshBytes, and
+  /// kCarryKeepBytes once a small free heap is kept past the grace.
+  std::atomic<int64_t> carryStep_{kCarryRefreshBytes};
   /// Bytes reserved since carrying began, and how many it may take to
   /// reuse the carried heap before the rest is trimmed (under carryMu_).
   int64_t carryReserved_ = 0;
