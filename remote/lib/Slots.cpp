@@ -124,6 +124,59 @@ int slotMapFlags() {
          (switchedOff("SLUICE_NO_SLOT_POPULATE") ? 0 : MAP_POPULATE);
 }
 
+} // namespace
+
+bool shmemAllowsHugePages(const std::string &setting) {
+  size_t b = setting.find('['), e = setting.find(']');
+  if (b == std::string::npos || e == std::string::npos || e < b)
+    return false;
+  std::string mode = setting.substr(b + 1, e - b - 1);
+  return mode == "always" || mode == "within_size" || mode == "advise" ||
+         mode == "force";
+}
+
+bool slotHugePagesEnabled() {
+  static const bool allowed = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    std::string line;
+    return std::getline(f, line) && shmemAllowsHugePages(line);
+  }();
+  return allowed && !switchedOff("SLUICE_NO_SLOT_HUGE_PAGES");
+}
+
+namespace {
+
+/// The huge page size slots are sized and advised for.
+constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
+
+/// Maps `bytes` of slot file `fd` from its start, read-write and shared:
+/// populated (slotMapFlags), and where slotHugePagesEnabled(), advised
+/// huge pages (MADV_HUGEPAGE) before any of its pages is touched, then
+/// populated by MADV_POPULATE_WRITE. A slot of huge pages is written
+/// through one TLB entry per 2 MiB instead of per 4 KiB: one f32 worker on
+/// the 2-core PVM guest, where a TLB miss is dear, spent ~6 ms more CPU per
+/// 77 MB batch than the in-process pipeline writing its THP-backed batch
+/// buffers, and with the host's shmem_enabled at "advise" the same worker
+/// matched it (bench/results.md, thirteenth session); the trainer's
+/// population takes one page allocation per 2 MiB too. A kernel without
+/// MADV_POPULATE_WRITE (before 5.14) faults the pages in as they are
+/// written.
+void *mapSlotFile(int fd, size_t bytes) {
+  if (!slotHugePagesEnabled())
+    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    return p;
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+#ifdef MADV_POPULATE_WRITE
+  if (!switchedOff("SLUICE_NO_SLOT_POPULATE"))
+    madvise(p, bytes, MADV_POPULATE_WRITE);
+#endif
+  return p;
+}
+
 /// Writes of a slot by a worker before it maps the slot (Slots.cpp's
 /// header), for a worker whose pipelines copy their batches into the slots
 /// (SLUICE_NO_SLOT_DIRECT=1): a first touch of a 77 MB mapping (~190 ms)
@@ -400,8 +453,7 @@ uint8_t *countWrite(Mapping &m, const SlotRef &r) {
     if (!due && calibrationOn())
       measureTouch(m.fd, r.capacity);
     if (due || m.writes >= slotMapAfterWrites()) {
-      void *p = mmap(nullptr, m.bytes, PROT_READ | PROT_WRITE, slotMapFlags(),
-                     m.fd, 0);
+      void *p = mapSlotFile(m.fd, m.bytes);
       if (p != MAP_FAILED) {
         m.map = static_cast<uint8_t *>(p);
         ++mappingsMade;
@@ -559,11 +611,16 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   if (fd < 0)
     return nullptr;
   size_t total = kSlotDataOffset + capacity;
+  // Whole huge pages (a last one past the file's end would be small ones
+  // where shmem_enabled is "within_size").
+  if (slotHugePagesEnabled())
+    total = (total + kSlotHugePageBytes - 1) / kSlotHugePageBytes *
+            kSlotHugePageBytes;
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     close(fd);
     return nullptr;
   }
-  void *p = mmap(nullptr, total, PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
+  void *p = mapSlotFile(fd, total);
   if (p == MAP_FAILED) {
     close(fd);
     return nullptr;

@@ -168,6 +168,16 @@ private:
 /// (SlotBatches): unless SLUICE_NO_SLOT_DIRECT is set (and not "0").
 bool slotDirectEnabled();
 
+/// Whether /sys/kernel/mm/transparent_hugepage/shmem_enabled's `setting`
+/// (the chosen mode in brackets) lets shared memory have huge pages on
+/// request: "always", "within_size", "advise" or "force".
+bool shmemAllowsHugePages(const std::string &setting);
+/// Whether slots are made of huge pages (both ends size and map them so,
+/// Slots.cpp's mapSlotFile): where this host's shmem_enabled allows it,
+/// unless SLUICE_NO_SLOT_HUGE_PAGES is set (and not "0"; read at each
+/// slot made or mapped). Kernels' default, "never", keeps 4 KiB pages.
+bool slotHugePagesEnabled();
+
 /// A worker's pipeline making its batches in the slots the trainer lent for
 /// them (Slots.cpp): the batch step's buffers (runtime::OutputBuffers) are
 /// the worker's mapping of the slot lent for the output the batch becomes,

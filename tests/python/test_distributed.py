@@ -1065,17 +1065,21 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
                          w.stop()) for w in ws)
 
 
+@pytest.mark.parametrize("switch", ["SLUICE_NO_SLOT_POPULATE",
+                                    "SLUICE_NO_SLOT_HUGE_PAGES"])
 def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
                                                            workers,
-                                                           monkeypatch):
+                                                           monkeypatch,
+                                                           switch):
     """Both ends map a slot with MAP_POPULATE (remote/lib/Slots.cpp: one
-    call fills the page table instead of a fault per page); with
+    call fills the page table instead of a fault per page), and where the
+    host's shmem_enabled allows, of huge pages; with
     SLUICE_NO_SLOT_POPULATE=1 at both ends the pages fault in as they are
-    written, and the batches, in shared memory all the same, are a local
-    run's."""
+    written, with SLUICE_NO_SLOT_HUGE_PAGES=1 they are 4 KiB ones, and the
+    batches, in shared memory all the same, are a local run's."""
     want = local_batches(served_spec, 1)
-    monkeypatch.setenv("SLUICE_NO_SLOT_POPULATE", "1")
-    w = workers(served_spec, env={"SLUICE_NO_SLOT_POPULATE": "1"})
+    monkeypatch.setenv(switch, "1")
+    w = workers(served_spec, env={switch: "1"})
     got, off = read_epoch(served_spec, [w.address])
     assert_same(got, want)
     assert off["shared_memory_outputs"] >= 6, off

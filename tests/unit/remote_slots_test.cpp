@@ -17,7 +17,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <sys/stat.h>
 #include <thread>
 
 using namespace sluice;
@@ -500,4 +503,126 @@ TEST_F(RemoteSlots, BatchFreedUnsentLeavesItsSlotToTheCopy) {
   std::shared_ptr<const void> held = pool->take(ref, data);
   ASSERT_TRUE(held);
   EXPECT_EQ(std::memcmp(data, shortBatch[0].raw(), shortBatch[0].nbytes()), 0);
+}
+
+namespace {
+
+/// The mappings of file `inode` in /proc/self/smaps (a slot's memfd): for
+/// each, its size, whether huge pages were advised ("hg" among its
+/// VmFlags) and the bytes mapped by huge pages (ShmemPmdMapped).
+struct SlotMappingPages {
+  size_t bytes = 0;
+  bool advised = false;
+  size_t pmdMappedBytes = 0;
+};
+std::vector<SlotMappingPages> mappingsOf(ino_t inode) {
+  std::vector<SlotMappingPages> out;
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  while (std::getline(f, line)) {
+    std::istringstream words(line);
+    std::string first;
+    words >> first;
+    if (first.empty())
+      continue;
+    if (first.back() != ':') {
+      // "lo-hi perms offset dev inode path"
+      std::string perms, offset, dev;
+      unsigned long ino = 0;
+      words >> perms >> offset >> dev >> ino;
+      in = ino == inode;
+      if (in) {
+        size_t dash = first.find('-');
+        out.push_back({std::stoul(first.substr(dash + 1), nullptr, 16) -
+                           std::stoul(first.substr(0, dash), nullptr, 16),
+                       false, 0});
+      }
+      continue;
+    }
+    if (!in)
+      continue;
+    if (first == "VmFlags:")
+      out.back().advised = (line + " ").find(" hg ") != std::string::npos;
+    else if (first == "ShmemPmdMapped:") {
+      size_t kb = 0;
+      words >> kb;
+      out.back().pmdMappedBytes = kb * 1024;
+    }
+  }
+  return out;
+}
+
+/// Whether this host's shmem_enabled lets shared memory have huge pages.
+bool shmemHugePagesAllowedHere() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string line;
+  return std::getline(f, line) && shmemAllowsHugePages(line);
+}
+
+} // namespace
+
+TEST(RemoteSlotsHugePages, ShmemSettingsThatAllowThem) {
+  EXPECT_TRUE(shmemAllowsHugePages("always within_size [advise] never deny "
+                                   "force"));
+  EXPECT_TRUE(shmemAllowsHugePages("[always] within_size advise never"));
+  EXPECT_TRUE(shmemAllowsHugePages("always [within_size] advise never"));
+  EXPECT_FALSE(shmemAllowsHugePages("always within_size advise [never] deny "
+                                    "force"));
+  EXPECT_FALSE(shmemAllowsHugePages("always within_size advise never [deny]"));
+  EXPECT_FALSE(shmemAllowsHugePages(""));
+  EXPECT_FALSE(shmemAllowsHugePages("advise"));
+}
+
+TEST_F(RemoteSlots, SlotsAreMadeOfHugePagesWhereTheHostAllowsThem) {
+  // Both ends advise huge pages for a slot (and the trainer sizes it in
+  // whole ones) where the host's shmem_enabled allows them on request;
+  // with SLUICE_NO_SLOT_HUGE_PAGES=1, or where it does not, neither does,
+  // and the bytes are the worker's either way.
+  for (bool off : {false, true}) {
+    if (off)
+      setenv("SLUICE_NO_SLOT_HUGE_PAGES", "1", 1);
+    const bool huge = slotHugePagesEnabled();
+    if (off)
+      EXPECT_FALSE(huge);
+    std::shared_ptr<SlotPool> p = SlotPool::create();
+    ASSERT_TRUE(p);
+    std::vector<SlotRef> lent = p->lend(1, 5 << 20, 8);
+    ASSERT_EQ(lent.size(), 1u);
+    lent[0].bound = 1; // mapped by the worker at its first write
+    SlotWriter w(lent, bootId());
+    std::vector<Tensor> fields = {bytes(5 << 20, 3)};
+    ASSERT_TRUE(w.write(0, fields));
+    EXPECT_EQ(w.mapped(), 1);
+    const uint8_t *data = nullptr;
+    std::shared_ptr<const void> held = p->take(lent[0], data);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(std::memcmp(data, fields[0].raw(), 5 << 20), 0);
+    // The trainer's mapping and the worker's (one process here; its
+    // header page alone is a mapping of its own), both whole huge pages'
+    // worth where they are used.
+    struct stat st;
+    ASSERT_EQ(stat(lent[0].path.c_str(), &st), 0);
+    std::vector<SlotMappingPages> maps;
+    for (const SlotMappingPages &m : mappingsOf(st.st_ino))
+      if (m.bytes > kSlotDataOffset)
+        maps.push_back(m);
+    ASSERT_EQ(maps.size(), 2u);
+    for (const SlotMappingPages &m : maps) {
+      EXPECT_EQ(m.advised, huge) << m.bytes;
+      if (huge) {
+        EXPECT_EQ(m.bytes % (size_t(2) << 20), 0u) << m.bytes;
+        // Huge pages are what the kernel gives when it can (memory not too
+        // fragmented): at least one of the slot's 2 MiB pages here.
+        EXPECT_GT(m.pmdMappedBytes, 0u) << m.bytes;
+      } else if (!shmemHugePagesAllowedHere()) {
+        EXPECT_EQ(m.pmdMappedBytes, 0u) << m.bytes;
+      }
+      // (Unadvised, a slot may still get huge pages: "within_size" and
+      // "always" give them to any file whose size allows.)
+    }
+    held.reset();
+    p.reset();
+    unsetenv("SLUICE_NO_SLOT_HUGE_PAGES");
+  }
 }
