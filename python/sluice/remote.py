@@ -171,7 +171,8 @@ class Dataset(_Base):
         shared_memory_outputs: outputs a worker on this host wrote into
         this process's memory; slots_made: the shared-memory slots this
         trainer made, slot_waits: the times it waited for one to be freed
-        instead), chunks, runs (chunks a worker started a
+        instead, slots_huge: the slots made of huge pages, where the
+        host's transparent_hugepage/shmem_enabled allows them), chunks, runs (chunks a worker started a
         pipeline for: not the one after its previous chunk), steals (runs
         taken from another worker), reassigned outputs, failures;
         and what advice() is made of: the workers' CPU for the delivered

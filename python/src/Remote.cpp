@@ -156,6 +156,7 @@ public:
     d["shared_memory_outputs"] = s.slotOutputs;
     d["slots_made"] = s.slotsMade;
     d["slot_waits"] = s.slotWaits;
+    d["slots_huge"] = s.slotsHuge;
     d["worker_cpu_seconds"] = s.workerCpuSeconds;
     d["receive_cpu_seconds"] = s.receiveCpuSeconds;
     d["wait_seconds"] = s.waitSeconds;

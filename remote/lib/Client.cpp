@@ -1237,6 +1237,7 @@ ClientStats RemoteDataset::stats() const {
   if (impl_->slots) {
     s.slotsMade = impl_->slots->made();
     s.slotWaits = impl_->slots->waits();
+    s.slotsHuge = impl_->slots->madeHuge();
   }
   return s;
 }

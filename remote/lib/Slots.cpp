@@ -150,7 +150,7 @@ namespace {
 constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 
 /// Maps `bytes` of slot file `fd` from its start, read-write and shared:
-/// populated (slotMapFlags), and where slotHugePagesEnabled(), advised
+/// populated (slotMapFlags), and with `huge` (slotHugePagesEnabled()), advised
 /// huge pages (MADV_HUGEPAGE) before any of its pages is touched, then
 /// populated by MADV_POPULATE_WRITE. A slot of huge pages is written
 /// through one TLB entry per 2 MiB instead of per 4 KiB: one f32 worker on
@@ -161,8 +161,8 @@ constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 /// population takes one page allocation per 2 MiB too. A kernel without
 /// MADV_POPULATE_WRITE (before 5.14) faults the pages in as they are
 /// written.
-void *mapSlotFile(int fd, size_t bytes) {
-  if (!slotHugePagesEnabled())
+void *mapSlotFile(int fd, size_t bytes, bool huge) {
+  if (!huge)
     return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
   void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
@@ -453,7 +453,7 @@ uint8_t *countWrite(Mapping &m, const SlotRef &r) {
     if (!due && calibrationOn())
       measureTouch(m.fd, r.capacity);
     if (due || m.writes >= slotMapAfterWrites()) {
-      void *p = mapSlotFile(m.fd, m.bytes);
+      void *p = mapSlotFile(m.fd, m.bytes, slotHugePagesEnabled());
       if (p != MAP_FAILED) {
         m.map = static_cast<uint8_t *>(p);
         ++mappingsMade;
@@ -613,14 +613,15 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   size_t total = kSlotDataOffset + capacity;
   // Whole huge pages (a last one past the file's end would be small ones
   // where shmem_enabled is "within_size").
-  if (slotHugePagesEnabled())
+  const bool huge = slotHugePagesEnabled();
+  if (huge)
     total = (total + kSlotHugePageBytes - 1) / kSlotHugePageBytes *
             kSlotHugePageBytes;
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     close(fd);
     return nullptr;
   }
-  void *p = mapSlotFile(fd, total);
+  void *p = mapSlotFile(fd, total, huge);
   if (p == MAP_FAILED) {
     close(fd);
     return nullptr;
@@ -641,6 +642,7 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   h->state.store(0, std::memory_order_release);
   slots_.push_back(std::move(s));
   ++made_;
+  madeHuge_ += huge;
   // SLUICE_SLOT_TRACE=1: each slot made, with what the others were doing
   // (docs/distributed.md, "One worker, f32: fewer slots").
   static const bool trace = switchedOff("SLUICE_SLOT_TRACE");
@@ -822,6 +824,11 @@ int64_t SlotPool::made() const {
 int64_t SlotPool::waits() const {
   std::lock_guard<std::mutex> lock(mu_);
   return waits_;
+}
+
+int64_t SlotPool::madeHuge() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return madeHuge_;
 }
 
 SlotWriter::SlotWriter(std::vector<SlotRef> refs,

@@ -143,6 +143,8 @@ public:
   /// waited for a slot to be freed instead of making one.
   int64_t made() const;
   int64_t waits() const;
+  /// Slots made of huge pages (slotHugePagesEnabled() when made).
+  int64_t madeHuge() const;
 
 private:
   struct Slot;
@@ -157,7 +159,7 @@ private:
   uint64_t nextLease_ = 4;
   /// Stamps the slots as they are freed (Slot::freed: the last one first).
   uint64_t clock_ = 0;
-  int64_t made_ = 0, waits_ = 0;
+  int64_t made_ = 0, waits_ = 0, madeHuge_ = 0;
   uint64_t nonce_[2] = {0, 0};
   uint64_t serial_ = 0;
   /// The process that made the memfds (their paths name it).

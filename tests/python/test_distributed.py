@@ -1035,6 +1035,17 @@ def read_epoch(spec, addresses, epoch=1, **kw):
     return got, st
 
 
+def shmem_huge_pages_allowed():
+    """Whether this host's shmem_enabled gives shared memory huge pages on
+    request (remote/lib/Slots.h, shmemAllowsHugePages)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+            mode = f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return False
+    return mode in ("always", "within_size", "advise", "force")
+
+
 def test_shared_memory_with_workers_on_this_host(served_spec, workers,
                                                  monkeypatch):
     """Workers on the trainer's host write the batches' numeric fields into
@@ -1052,6 +1063,10 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
     # came; each worker's next chunk is handed out after its first one
     # delivered, so at least chunks 2-4 (6 batches) come in slots.
     assert 6 <= on["shared_memory_outputs"] <= 10, on
+    # Made of huge pages where the host allows them, each of them.
+    assert on["slots_made"] > 0, on
+    assert on["slots_huge"] == (on["slots_made"] if shmem_huge_pages_allowed()
+                                else 0), on
     got, off = read_epoch(served_spec, addrs, shared_memory=False)
     assert_same(got, want)
     assert off["shared_memory_outputs"] == 0, off
@@ -1083,6 +1098,8 @@ def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
     got, off = read_epoch(served_spec, [w.address])
     assert_same(got, want)
     assert off["shared_memory_outputs"] >= 6, off
+    if switch == "SLUICE_NO_SLOT_HUGE_PAGES":
+        assert off["slots_made"] > 0 and off["slots_huge"] == 0, off
 
 
 def three_epochs_served(workers, spec, want, env, chunk, window, passes=1):

@@ -231,6 +231,10 @@ struct ClientStats {
   /// SLUICE_NO_SLOT_BOUND=1: never).
   int64_t slotsMade = 0;
   int64_t slotWaits = 0;
+  /// Of slotsMade, those made of huge pages: where the host's
+  /// /sys/kernel/mm/transparent_hugepage/shmem_enabled allows them
+  /// (Slots.h, slotHugePagesEnabled; SLUICE_NO_SLOT_HUGE_PAGES=1: none).
+  int64_t slotsHuge = 0;
   /// What the advice on the number of workers is made of (Dataset.advice
   /// in Python): the workers' CPU for the delivered outputs, this
   /// process's CPU receiving them (the streams' threads), the time the
