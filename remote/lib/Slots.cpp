@@ -154,10 +154,11 @@ constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 /// huge pages (MADV_HUGEPAGE) before any of its pages is touched, then
 /// populated by MADV_POPULATE_WRITE. A slot of huge pages is written
 /// through one TLB entry per 2 MiB instead of per 4 KiB: one f32 worker on
-/// the 2-core PVM guest, where a TLB miss is dear, spent ~6 ms more CPU per
-/// 77 MB batch than the in-process pipeline writing its THP-backed batch
-/// buffers, and with the host's shmem_enabled at "advise" the same worker
-/// matched it (bench/results.md, thirteenth session); the trainer's
+/// the 2-core PVM guest spent ~6 ms more CPU per 77 MB batch than the
+/// in-process pipeline writing its THP-backed batch buffers (the TLB's
+/// misses, by the likeliest reading), and with the host's shmem_enabled at
+/// "advise" the same worker matched it (bench/results.md, thirteenth
+/// session); the trainer's
 /// population takes one page allocation per 2 MiB too. A kernel without
 /// MADV_POPULATE_WRITE (before 5.14) faults the pages in as they are
 /// written.

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -654,6 +655,35 @@ void *heapBlock(size_t bytes, int fill) {
   return p;
 }
 
+/// Leaves `n` blocks of 100 KiB free in the heap (under glibc's mmap
+/// threshold: from the heap) with a block after them (as large: a small one
+/// may land in a hole before them), so that they are a free chunk in the
+/// heap rather than a top that free() trims; returns that last block.
+void *leaveFreeHeap(int n) {
+  std::vector<void *> blocks;
+  for (int i = 0; i < n; ++i)
+    blocks.push_back(heapBlock(100 << 10, 1));
+  void *pin = heapBlock(100 << 10, 0);
+  for (void *b : blocks)
+    std::free(b);
+  return pin;
+}
+
+/// Runs `checks` in a fresh process (what earlier tests left in the heap
+/// would change what its blocks reuse): passes when it returns "", else
+/// fails with what it returned.
+void expectChecksInAFreshProcess(const std::function<std::string()> &checks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string failed = checks();
+        std::fprintf(stderr, "%s\n", failed.c_str());
+        std::fflush(stderr);
+        std::_Exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 /// The checks of FreeHeapIsCountedUntilReusedAndGivesWayToRequests, run in
 /// a fresh process (what earlier tests left in the heap would change what
 /// the blocks below reuse): "" or what failed.
@@ -663,17 +693,8 @@ std::string heapCarryChecks() {
     return std::string("failed: " #cond " (free above the reference ") +       \
            std::to_string(runtime::freeHeapAboveBaseline()) + ")";
   runtime::noteProcessBaseline();
-  // 24 MiB in 100 KiB blocks (under glibc's mmap threshold: from the heap)
-  // with a block after them (as large: a small one may land in a hole
-  // before them), so that freeing them leaves a free chunk in the heap
-  // rather than a top that free() trims.
+  void *pin = leaveFreeHeap(240); // 24 MiB
   std::vector<void *> blocks;
-  for (int i = 0; i < 240; ++i)
-    blocks.push_back(heapBlock(100 << 10, 1));
-  void *pin = heapBlock(100 << 10, 0);
-  for (void *b : blocks)
-    std::free(b);
-  blocks.clear();
   const int64_t freed = runtime::freeHeapAboveBaseline();
   CARRY_CHECK(freed >= int64_t(22) << 20);
 
@@ -728,15 +749,7 @@ TEST(HeapCarryTest, FreeHeapIsCountedUntilReusedAndGivesWayToRequests) {
   // the budget cannot otherwise give trims the heap instead of failing.
   if (!runtime::heapCarryEnabled())
     GTEST_SKIP() << "SLUICE_NO_HEAP_CARRY is set";
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        std::string failed = heapCarryChecks();
-        std::fprintf(stderr, "%s\n", failed.c_str());
-        std::fflush(stderr);
-        std::_Exit(failed.empty() ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "");
+  expectChecksInAFreshProcess(heapCarryChecks);
 }
 
 /// A free heap of `mib` MiB carried while the budget reserves past the
@@ -751,13 +764,8 @@ std::string carryGraceChecks(int mib, bool kept) {
            ", free above the reference " +                                     \
            std::to_string(runtime::freeHeapAboveBaseline()) + ")";
   runtime::noteProcessBaseline();
+  void *pin = leaveFreeHeap(mib * 10);
   std::vector<void *> blocks;
-  for (int i = 0; i < mib * 10; ++i)
-    blocks.push_back(heapBlock(100 << 10, 1));
-  void *pin = heapBlock(100 << 10, 0);
-  for (void *b : blocks)
-    std::free(b);
-  blocks.clear();
   const int64_t freed = runtime::freeHeapAboveBaseline();
   CARRY_CHECK(freed >= int64_t(mib - 2) << 20);
   runtime::MemoryBudget budget(int64_t(1) << 30);
@@ -797,15 +805,7 @@ std::string carryGraceChecks(int mib, bool kept) {
 }
 
 void expectCarryGrace(int mib, bool kept) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        std::string failed = carryGraceChecks(mib, kept);
-        std::fprintf(stderr, "%s\n", failed.c_str());
-        std::fflush(stderr);
-        std::_Exit(failed.empty() ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "");
+  expectChecksInAFreshProcess([&] { return carryGraceChecks(mib, kept); });
 }
 
 TEST(HeapCarryTest, SmallFreeHeapIsKeptPastTheGraceALargeOneReturned) {

@@ -238,8 +238,8 @@ public:
   /// half the budget (it may be another live pipeline's), or the budget cannot
   /// hold it, or a reservation is refused while some is carried, the heap's
   /// free pages are returned (malloc_trim) and nothing is carried, so the
-  /// budget stays as hard as without it. Returns the bytes carried (0 below 1
-  /// MiB).
+  /// budget stays as hard as without it.
+  /// Returns the bytes carried (0 below 1 MiB).
   int64_t carryFreeHeap(MemoryAccount *account);
   /// The carried bytes now.
   int64_t carriedHeap() const {
