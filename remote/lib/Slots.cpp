@@ -158,10 +158,9 @@ constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 /// in-process pipeline writing its THP-backed batch buffers (the TLB's
 /// misses, by the likeliest reading), and with the host's shmem_enabled at
 /// "advise" the same worker matched it (bench/results.md, thirteenth
-/// session); the trainer's
-/// population takes one page allocation per 2 MiB too. A kernel without
-/// MADV_POPULATE_WRITE (before 5.14) faults the pages in as they are
-/// written.
+/// session); the trainer's population takes one page allocation per 2 MiB
+/// too. A kernel without MADV_POPULATE_WRITE (before 5.14) faults the pages
+/// in as they are written.
 void *mapSlotFile(int fd, size_t bytes, bool huge) {
   if (!huge)
     return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
