@@ -20,7 +20,7 @@ Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--repeats R] [--epochs E] [--sluice PATH]
                          [--data DIR] [--servers nginx|proxy] [--tunes T]
                          [--only image_folder|webdataset] [--pin]
-                         [--serve-only] [--floor]
+                         [--serve-only] [--floor] [--tls]
 
 --pin runs the servers (and the bench itself) on CPU 1 and every `sluice
 run` and `sluice tune` (local and remote alike) on CPU 0 with one core
@@ -38,6 +38,11 @@ received (0 for local files).
 without decoding (10 epochs) from local files and from its server, and
 bench/http_floor.c (compiled with the host's cc), a minimal keep-alive
 client getting the same objects: what any client pays per request here.
+
+--tls has the nginx endpoints answer over TLS (the tests' servers' CA,
+named by each spec's remote.ca_bundle), as object stores do; the local
+files are read as before. Not with --floor (bench/http_floor.c speaks
+plain HTTP).
 
 --serve-only starts the servers, writes the specs and prints the commands
 that run them (with the environment they need), then waits for Enter:
@@ -300,10 +305,17 @@ def main():
                          "against local files and against bench/"
                          "http_floor.c, a minimal keep-alive client (needs "
                          "cc): what any client pays per request here")
+    ap.add_argument("--tls", action="store_true",
+                    help="the nginx endpoints answer over TLS (https://, "
+                         "a certificate from the fixture's own CA, named "
+                         "by remote.ca_bundle), as object stores do")
     ap.add_argument("--serve-only", action="store_true",
                     help="start the servers, write the specs, print the "
                          "commands and wait for Enter (for perf)")
     args = ap.parse_args()
+    if args.tls and args.floor:
+        sys.exit("remote_latency: --floor measures plain HTTP; run it "
+                 "without --tls")
     if args.pin and not {0, 1} <= os.sched_getaffinity(0):
         sys.exit("remote_latency: --pin needs CPUs 0 and 1")
     why = remote_servers.why_unavailable()
@@ -346,9 +358,14 @@ def main():
         for rel, (_, jpg) in files.items():
             srv.put_http(rel, jpg)
         srv.put_s3({k: v for k, (_, v) in files.items()})
+        ca = ""
         if args.servers == "nginx":
-            s3 = srv.nginx_with_latency(args.delay_ms, s3=True)
-            http = srv.nginx_with_latency(args.delay_ms)
+            s3 = srv.nginx_with_latency(args.delay_ms, s3=True, tls=args.tls)
+            http = srv.nginx_with_latency(args.delay_ms, tls=args.tls)
+            if args.tls:
+                ca = ", ca_bundle: '%s'" % srv.ca_bundle
+        elif args.tls:
+            sys.exit("remote_latency: --tls needs --servers nginx")
         else:
             s3 = srv.delay_proxy(srv.s3_port, args.delay_ms)
             http = srv.delay_proxy(srv.nginx_port, args.delay_ms)
@@ -371,14 +388,15 @@ def main():
             "image_folder over s3://": (
                 spec("local_if", "image_folder: {root: '%s/photos'}" % srv.www),
                 lambda c: "image_folder: {root: 's3://%s/photos', remote: "
-                          "{endpoint: %s%s}}" % (
+                          "{endpoint: %s%s%s}}" % (
                               remote_servers.BUCKET, s3,
-                              ", concurrency: %d" % c if c else "")),
+                              ", concurrency: %d" % c if c else "", ca)),
             "webdataset over http://": (
                 spec("local_wds", wds % (srv.www, brace, "")),
                 lambda c: wds % (http, brace,
-                                 ", remote: {chunk_size: 1MiB%s}" % (
-                                     ", concurrency: %d" % c if c else ""))),
+                                 ", remote: {chunk_size: 1MiB%s%s}" % (
+                                     ", concurrency: %d" % c if c else "",
+                                     ca))),
         }
         if args.only:
             pipelines = {k: v for k, v in pipelines.items()
@@ -431,7 +449,9 @@ def main():
               % ((len(files), nshards, args.epochs, args.delay_ms,
                   os.cpu_count(),
                   " (pinned: servers on CPU 1, sluice on CPU 0 at 1 thread)"
-                  if args.pin else "", args.servers, args.repeats) +
+                  if args.pin else "",
+                  args.servers + (" over TLS (https://)" if args.tls else ""),
+                  args.repeats) +
                  load_before +
                  load_after))
         for name in pipelines:

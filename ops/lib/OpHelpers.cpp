@@ -79,6 +79,13 @@ ParamSpec remoteParam() {
                      .describe("Bound of the cache directory; the least "
                                "recently used objects are removed beyond it "
                                "(default 10GiB)."),
+                 param("ca_bundle", ParamKind::String)
+                     .describe("PEM file (relative to the spec's directory) "
+                               "of the certificate authorities that https "
+                               "servers are checked against, for a server "
+                               "whose certificate a private CA signed; "
+                               "default: AWS_CA_BUNDLE, else the system's "
+                               "store. Certificates are always verified."),
              })
       .describe("How `s3://`, `http://` and `https://` file names are read "
                 "(every member optional).");

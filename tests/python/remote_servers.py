@@ -1,8 +1,9 @@
 """Real servers for the remote-source tests, on 127.0.0.1 only: nginx
 (Debian's) serving a directory with range requests, s3rver (npm, installed
-under tests/servers by scripts/setup) as the S3 API, and a fault-injecting
-proxy (tests/servers/fault_proxy.py) in front of each. Started by the test
-fixture and stopped with it."""
+under tests/servers by scripts/setup) as the S3 API, both also behind TLS
+(nginx, with a certificate from a CA the fixture makes with openssl), and a
+fault-injecting proxy (tests/servers/fault_proxy.py) in front of each.
+Started by the test fixture and stopped with it."""
 import ctypes
 import json
 import os
@@ -43,6 +44,10 @@ def why_unavailable():
                 "scripts/setup, which runs npm install there)")
     if not shutil.which("curl"):
         return "curl is not installed (Debian package curl; run scripts/setup)"
+    if not shutil.which("openssl"):
+        return ("openssl is not installed (Debian package openssl; run "
+                "scripts/setup): the https server's certificates are made "
+                "with it")
     return None
 
 
@@ -99,9 +104,54 @@ class Servers:
     def start(self):
         self._start_nginx()
         self._start_s3rver()
+        self._start_tls()
         self.http_proxy = self._start_proxy(self.nginx_port)
         self.s3_proxy = self._start_proxy(self.s3_port)
         return self
+
+    def _start_tls(self):
+        """The same files over https: a CA made here (self.ca_bundle, its
+        PEM certificate) signs a certificate for 127.0.0.1, and two nginx
+        present it: self.https serves the www directory as self.http does,
+        self.s3_tls_endpoint passes everything to s3rver (the Host header
+        kept: the requests are signed for it)."""
+        d = os.path.join(self.workdir, "tls")
+        os.makedirs(d, exist_ok=True)
+        ca_key, ca = os.path.join(d, "ca.key"), os.path.join(d, "ca.pem")
+        key, csr = os.path.join(d, "server.key"), os.path.join(d, "server.csr")
+        cert, ext = os.path.join(d, "server.pem"), os.path.join(d, "ext.cnf")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+              "-nodes"]
+
+        def run(args):
+            subprocess.run(["openssl"] + args, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        run(["req", "-x509"] + ec + ["-keyout", ca_key, "-out", ca,
+             "-days", "2", "-subj", "/CN=sluice test CA",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        run(["req"] + ec + ["-keyout", key, "-out", csr,
+             "-subj", "/CN=127.0.0.1"])
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n"
+                    "basicConstraints=CA:FALSE\n"
+                    "extendedKeyUsage=serverAuth\n")
+        run(["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", cert, "-days", "2",
+             "-extfile", ext])
+        self.ca_bundle = ca
+        tls = self.tls_lines = \
+            "    ssl_certificate %s;\n    ssl_certificate_key %s;\n" % (
+                cert, key)
+        port = self._nginx("nginx-tls", tls + """    root %s;
+    location /forbidden/ { return 403; }""" % self.www, ssl=True)
+        self.https = "https://127.0.0.1:%d" % port
+        port = self._nginx("nginx-s3-tls", tls + """    location / {
+      proxy_pass http://127.0.0.1:%d;
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+    }""" % self.s3_port, ssl=True)
+        self.s3_tls_endpoint = "https://127.0.0.1:%d" % port
 
     def _start_nginx(self):
         self.nginx_port = self._nginx("nginx", """    root %s;
@@ -125,10 +175,10 @@ class Servers:
         popen(["cat"], stdin=p.stdout,
                          stdout=open(self.s3_log, "wb"))
 
-    def _nginx(self, name, server, modules="", http=""):
+    def _nginx(self, name, server, modules="", http="", ssl=False):
         """Starts an nginx of its own (one process) with `server` as its
-        server block's body (after `listen`) and `http` as more directives
-        of its http block: its port."""
+        server block's body (after `listen`, with `ssl` a TLS one) and
+        `http` as more directives of its http block: its port."""
         d = os.path.join(self.workdir, name)
         os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
         port = free_port()
@@ -152,11 +202,12 @@ http {
   default_type application/octet-stream;
 %s
   server {
-    listen 127.0.0.1:%d;
+    listen 127.0.0.1:%d%s;
 %s
   }
 }
-""" % (modules, user, d, d, d, d, d, d, d, http, port, server))
+""" % (modules, user, d, d, d, d, d, d, d, http, port,
+       " ssl" if ssl else "", server))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         p = popen([nginx, "-p", d, "-c", conf, "-g", "daemon off;"],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -164,7 +215,7 @@ http {
         wait_port(port)
         return port
 
-    def nginx_with_latency(self, delay_ms, s3=False):
+    def nginx_with_latency(self, delay_ms, s3=False, tls=False):
         """For the throughput benches: an nginx that waits `delay_ms` before
         answering each request (the echo module's echo_sleep: a timer, no
         CPU, bytes sent with sendfile) and then serves the HTTP files, or
@@ -182,7 +233,8 @@ http {
         pipeline) than with each GET opening, reading and writing its file. The open-file cache keeps
         a file's size and mtime for up to a second, so this server is for
         objects that do not change while it runs (the benches), not for the
-        tests that replace one."""
+        tests that replace one. With `tls` it answers over TLS with the
+        certificate _start_tls made (self.ca_bundle verifies it)."""
         s3rver = "http://127.0.0.1:%d" % self.s3_port
         if s3:
             serve = """
@@ -193,7 +245,8 @@ http {
         else:
             serve = "\n      try_files $uri =404;"
             root = self.www
-        server = """    root %s;
+        server = self.tls_lines if tls else ""
+        server += """    root %s;
     location / {
       echo_sleep %.3f;
       echo_exec @serve;
@@ -203,12 +256,13 @@ http {
     location @s3rver { proxy_pass %s; }""" % (root, delay_ms / 1000.0, serve,
                                              s3rver)
         port = self._nginx(
-            "nginx-%s-%g" % ("s3" if s3 else "http", delay_ms), server,
+            "nginx-%s-%g%s" % ("s3" if s3 else "http", delay_ms,
+                               "-tls" if tls else ""), server,
             "load_module %s;" % ECHO_MODULE,
             http="  sendfile on;\n  tcp_nopush on;\n"
                  "  open_file_cache max=100000 inactive=60s;\n"
-                 "  open_file_cache_valid 1s;")
-        return "http://127.0.0.1:%d" % port
+                 "  open_file_cache_valid 1s;", ssl=tls)
+        return "%s://127.0.0.1:%d" % ("https" if tls else "http", port)
 
     def _start_proxy(self, upstream_port):
         p = popen([sys.executable, PROXY, "--upstream",

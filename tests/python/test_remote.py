@@ -1,6 +1,8 @@
 """Sources over remote objects: every file-reading source reads s3:// (s3rver,
-an S3 API server) and http:// (nginx, range requests) URLs and gives exactly
-the records the same files give locally; missing objects, 403s, 5xx (retried),
+an S3 API server, also at an https endpoint) and http:// and https:// (nginx,
+range requests; TLS with a certificate from a CA made by the fixture) URLs
+and gives exactly the records the same files give locally; an untrusted
+certificate is refused; missing objects, 403s, 5xx (retried),
 truncated bodies and objects that change mid-read are located errors under
 on_error; resume states name the URLs; the secret key never appears in any
 output. The servers run on 127.0.0.1, started and stopped here."""
@@ -154,6 +156,7 @@ def credentials(monkeypatch, tmp_path):
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
 
 
@@ -185,7 +188,7 @@ def places(base, kind):
     """The file parameters of each source under `base` (local dir, s3:// or
     http://), as globs where S3 and local files can list, brace lists over
     HTTP."""
-    http = kind == "http"
+    http = kind in ("http", "https")
     return {
         "images": base + "/images",
         "files": base + ("/images/class1/img{00..15}.jpg" if http
@@ -225,6 +228,15 @@ def local_and_remote(servers, tmp_path, name, kind, extra=""):
                      "{}", extra)
     if kind == "s3":
         base, remote = "s3://" + BUCKET, REMOTE_OPTS % servers.s3_endpoint
+    elif kind == "s3tls":
+        # S3 at an https endpoint: listings and signed GETs over TLS.
+        base = "s3://" + BUCKET
+        remote = (REMOTE_OPTS % servers.s3_tls_endpoint)[:-1] + \
+            ", ca_bundle: '%s'}" % servers.ca_bundle
+    elif kind == "https":
+        base, remote = servers.https, \
+            "{concurrency: 3, chunk_size: 4KiB, retries: 4, ca_bundle: " \
+            "'%s'}" % servers.ca_bundle
     else:
         base, remote = servers.http, \
             "{concurrency: 3, chunk_size: 4KiB, retries: 4}"
@@ -236,8 +248,8 @@ def run_all(spec):
     return list(sluice.Pipeline(spec))
 
 
-CASES = [(n, k) for n in SOURCES for k in ("s3", "http")
-         if not (n == "image_folder" and k == "http")]
+CASES = [(n, k) for n in SOURCES for k in ("s3", "http", "https", "s3tls")
+         if not (n == "image_folder" and k in ("http", "https"))]
 
 
 @pytest.mark.parametrize("name,kind", CASES)
@@ -548,6 +560,104 @@ def test_missing_libcurl_is_a_clear_error(servers, tmp_path):
     out = r.stdout + r.stderr
     assert re.search(r"text_lines: .*no-libcurl\.so could not be loaded "
                      r"\(.*\); remote URLs need it: install libcurl", out), out
+
+
+@pytest.mark.parametrize("kind", ["https", "s3tls"])
+def test_untrusted_certificate_is_a_located_error(servers, tmp_path, kind):
+    """A server whose certificate no trusted CA signed: the run stops at once
+    (no retries: retrying cannot mend it) with the URL and what to set; with
+    on_error: skip the object is skipped and counted, never read unchecked."""
+    if kind == "https":
+        url, remote = servers.https + "/text/lines.txt", "{retries: 3}"
+    else:
+        url, remote = "s3://%s/text/lines.txt" % BUCKET, \
+            "{endpoint: %s, retries: 3}" % servers.s3_tls_endpoint
+    rc, out = error_of(one_file_spec(tmp_path, url, remote))
+    assert rc == 1, out
+    assert re.search(re.escape(url) + r": record 0: text_lines: cannot read "
+                     r"file: cannot open: .*certificate", out), out
+    assert "remote.ca_bundle (or AWS_CA_BUNDLE)" in out, out
+    assert "attempts" not in out, out
+    rc, out = error_of(one_file_spec(tmp_path, url, remote, "skip"))
+    assert rc == 0, out
+    # A bundle without the CA that signed it is refused the same way.
+    other = tmp_path / "other.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                    str(tmp_path / "other.key"), "-out", str(other), "-days",
+                    "1", "-subj", "/CN=another CA"], check=True,
+                   capture_output=True)
+    rc, out = error_of(one_file_spec(
+        tmp_path, url, remote[:-1] + ", ca_bundle: '%s'}" % other))
+    assert rc == 1 and "not signed by a certificate authority in %s " \
+        "(remote.ca_bundle)" % other in out, out
+    # The message names the variable when the bundle came from it (as
+    # where AWS_CA_BUNDLE names the system's store).
+    with open(os.path.join(str(tmp_path), "env.pem"), "wb") as f:
+        f.write(other.read_bytes())
+    env = dict(os.environ, AWS_CA_BUNDLE=f.name)
+    r = subprocess.run([SLUICE_BIN, "run", one_file_spec(tmp_path, url,
+                                                         remote),
+                        "--sink", "null"], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 1 and "in %s (AWS_CA_BUNDLE)" % f.name in \
+        r.stderr, r.stderr
+
+
+def test_untrusted_certificate_of_a_listing_is_a_spec_error(servers,
+                                                            tmp_path):
+    spec = tmp_path / "list.yaml"
+    spec.write_text("pipeline: l\nsource:\n  files: {files: 's3://%s/shards/"
+                    "*.tar', remote: {endpoint: %s, retries: 2}}\n"
+                    % (BUCKET, servers.s3_tls_endpoint))
+    rc, out = error_of(str(spec))
+    assert rc != 0 and "certificate" in out and "remote.ca_bundle" in out, \
+        out
+
+
+def test_ca_bundle_from_the_environment_or_relative_to_the_spec(
+        servers, tmp_path, monkeypatch):
+    local, remote = local_and_remote(servers, tmp_path, "tfrecord", "https")
+    want = run_all(local)
+    text = open(remote).read().replace(
+        ", ca_bundle: '%s'" % servers.ca_bundle, "")
+    assert "ca_bundle" not in text
+    open(remote, "w").write(text)
+    monkeypatch.setenv("AWS_CA_BUNDLE", servers.ca_bundle)
+    assert all(batches_equal(a, b) for a, b in zip(want, run_all(remote)))
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+    # Relative to the spec's directory, wherever the run starts.
+    os.makedirs(str(tmp_path / "certs"))
+    with open(servers.ca_bundle, "rb") as f:
+        (tmp_path / "certs" / "ca.pem").write_bytes(f.read())
+    open(remote, "w").write(text.replace("retries: 4}",
+                                         "retries: 4, ca_bundle: certs/ca.pem}"))
+    monkeypatch.chdir("/")
+    assert all(batches_equal(a, b) for a, b in zip(want, run_all(remote)))
+
+
+def test_ca_bundle_that_cannot_be_used_is_a_clear_error(servers, tmp_path,
+                                                         monkeypatch):
+    url = servers.https + "/text/lines.txt"
+    rc, out = error_of(one_file_spec(tmp_path, url,
+                                     "{ca_bundle: no-such.pem}"))
+    assert rc != 0
+    assert re.search(r"text_lines: remote\.ca_bundle: cannot use '.*"
+                     r"no-such\.pem': No such file or directory \(it names "
+                     r"the PEM file", out), out
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path))
+    rc, out = error_of(one_file_spec(tmp_path, url, "{}"))
+    assert rc != 0 and "AWS_CA_BUNDLE: cannot use '%s': not a file" % \
+        tmp_path in out, out
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+    # Not PEM (the server's key, a DER file): refused before any request.
+    junk = tmp_path / "junk.pem"
+    junk.write_text("this is not a certificate\n")
+    rc, out = error_of(one_file_spec(tmp_path, url,
+                                     "{ca_bundle: '%s'}" % junk))
+    assert rc != 0 and "remote.ca_bundle: cannot use '%s': it holds no " \
+        "PEM certificate" % junk in out, out
+    assert "record 0" not in out, out
 
 
 def test_forbidden_is_a_located_error(servers, tmp_path, monkeypatch):

@@ -56,6 +56,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
@@ -609,6 +610,9 @@ struct EasyHandle {
   /// the keys it was given cannot be freed and others take their address.
   std::shared_ptr<const Credentials> signedAs;
   std::string provider;
+  /// The CA bundle it verifies servers with (RemoteConfig::caBundle; empty:
+  /// libcurl's default).
+  std::string caBundle;
 };
 
 class Client;
@@ -1108,11 +1112,15 @@ private:
     if (!idle_.empty()) {
       h = idle_.back();
       idle_.pop_back();
-      if (!sw_.keepHandles) {
+      // A handle set up for another CA bundle starts again from
+      // libcurl's defaults (the default bundle among them): a process
+      // rarely reads with two.
+      if (!sw_.keepHandles || h->caBundle != t->cfg->caBundle) {
         curl_easy_reset(h->easy);
         h->prepared = false;
         h->signedAs.reset();
         h->provider.clear();
+        h->caBundle.clear();
       }
     } else {
       h = new EasyHandle; // kept for the process's life (idle_)
@@ -1121,6 +1129,10 @@ private:
     if (!h->prepared)
       prepare(*h);
     CURL *e = h->easy;
+    if (h->caBundle != t->cfg->caBundle) {
+      curl_easy_setopt(e, CURLOPT_CAINFO, t->cfg->caBundle.c_str());
+      h->caBundle = t->cfg->caBundle;
+    }
     t->handle = h;
     t->client = this;
     t->result = Fetched();
@@ -1249,6 +1261,26 @@ private:
     }
   }
 
+  /// What to do about a TLS failure that retrying cannot mend: the
+  /// server's certificate is not trusted, or the CA bundle is no good.
+  static std::string tlsHint(CURLcode c, const RemoteConfig &cfg) {
+    if (c == CURLE_PEER_FAILED_VERIFICATION)
+      return cfg.caBundle.empty()
+                 ? "; the server's TLS certificate is not signed by a "
+                   "certificate authority this host trusts: name the PEM "
+                   "file of the one that signed it with the source's "
+                   "remote.ca_bundle (or AWS_CA_BUNDLE)"
+                 : "; the server's TLS certificate is not signed by a "
+                   "certificate authority in " +
+                       cfg.caBundle + " (" + cfg.caBundleFrom +
+                       "), or does not name the host of the URL";
+    if (c == CURLE_SSL_CACERT_BADFILE)
+      return "; " + cfg.caBundle + " (" + cfg.caBundleFrom +
+             ") holds no certificate this host's TLS library can use: it "
+             "must be PEM";
+    return "";
+  }
+
   /// "HTTP 404 (NoSuchKey: The specified key does not exist.)".
   static std::string describeStatus(long status, const std::string &body) {
     std::string s = "HTTP " + std::to_string(status);
@@ -1289,7 +1321,8 @@ private:
                     ? "truncated body: the connection closed after " +
                           std::to_string(r.body.size()) + " bytes"
                     : std::string(curl_easy_strerror(code)) +
-                          (t->errbuf[0] ? std::string(": ") + t->errbuf : "");
+                          (t->errbuf[0] ? std::string(": ") + t->errbuf : "") +
+                          tlsHint(code, *t->cfg);
       retry = retryableCode(code);
     } else if (status == 200 || status == 206) {
       r.ok = true;
@@ -1660,6 +1693,45 @@ remoteConfigFor(const std::string &kind, const Value &params,
     if (!c)
       return Status::error(kind + ": " + c.status().message());
     cfg->cache = c.take();
+  }
+  cfg->caBundleFrom = "remote.ca_bundle";
+  cfg->caBundle = str("ca_bundle");
+  if (cfg->caBundle.empty()) {
+    cfg->caBundle = envOr("AWS_CA_BUNDLE");
+    cfg->caBundleFrom = "AWS_CA_BUNDLE";
+  } else if (cfg->caBundle[0] != '/' && !base.empty()) {
+    cfg->caBundle = base + "/" + cfg->caBundle;
+  }
+  if (!cfg->caBundle.empty()) {
+    // Checked now, not at the first https request: a wrong path is the
+    // spec's (or the environment's) mistake.
+    struct stat st;
+    std::string why;
+    if (::stat(cfg->caBundle.c_str(), &st) != 0)
+      why = std::strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+      why = "not a file";
+    else if (::access(cfg->caBundle.c_str(), R_OK) != 0)
+      why = std::strerror(errno);
+    else {
+      // A PEM bundle holds "-----BEGIN CERTIFICATE-----" blocks (OpenSSL's
+      // "TRUSTED CERTIFICATE" too); anything else (a DER file, a key, a
+      // directory of hashes' wrong file) would fail every https request.
+      std::ifstream in(cfg->caBundle, std::ios::binary);
+      std::string head(std::min<int64_t>(st.st_size, int64_t(64) << 20), '\0');
+      in.read(head.data(), static_cast<std::streamsize>(head.size()));
+      head.resize(
+          static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+      if (head.find("-----BEGIN CERTIFICATE-----") == std::string::npos &&
+          head.find("-----BEGIN TRUSTED CERTIFICATE-----") == std::string::npos)
+        why = "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)";
+    }
+    if (!why.empty())
+      return Status::error(kind + ": " + cfg->caBundleFrom + ": cannot use '" +
+                           cfg->caBundle + "': " + why +
+                           " (it names the PEM file of the certificate "
+                           "authorities that https servers are checked "
+                           "against)");
   }
   cfg->concurrency = std::max(1, cfg->concurrency);
   cfg->retries = std::max(0, cfg->retries);

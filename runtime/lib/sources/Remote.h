@@ -80,6 +80,15 @@ struct RemoteConfig {
   std::shared_ptr<const Credentials> credentials; // null: anonymous
   /// `remote.cache`: fetched objects kept on disk (null: none).
   std::shared_ptr<ObjectCache> cache;
+  /// The PEM file of the certificate authorities that https:// servers
+  /// (and an https endpoint) are checked against: `remote.ca_bundle`, else
+  /// AWS_CA_BUNDLE; empty: libcurl's default (the system's store). For a
+  /// server whose certificate a private CA signed (a MinIO or Ceph gateway
+  /// inside a cluster). Certificates are always verified.
+  std::string caBundle;
+  /// Where caBundle came from, for messages: "remote.ca_bundle" or
+  /// "AWS_CA_BUNDLE".
+  std::string caBundleFrom;
 };
 
 /// Whether libcurl is there to serve remote URLs (CurlLoader.cpp loads it
@@ -104,9 +113,9 @@ bool signS3Get(std::string_view httpUrl, const Credentials &cred,
 
 /// The source's RemoteConfig: params["remote"] (a mapping: endpoint, region,
 /// profile, request_timeout, concurrency, retries, chunk_size, cache,
-/// cache_size) over the environment. A relative cache directory resolves
-/// against `base` (the spec's directory). Errors name the kind and what to
-/// fix.
+/// cache_size, ca_bundle) over the environment. A relative cache directory
+/// or CA bundle resolves against `base` (the spec's directory). Errors name the
+/// kind and what to fix.
 Expected<std::shared_ptr<const RemoteConfig>>
 remoteConfigFor(const std::string &kind, const Value &params,
                 const std::string &base = "");
