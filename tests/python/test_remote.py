@@ -604,6 +604,14 @@ def test_untrusted_certificate_is_a_located_error(servers, tmp_path, kind):
         r.stderr, r.stderr
 
 
+def test_https_to_a_plain_http_server_says_so(servers, tmp_path):
+    url = servers.http.replace("http://", "https://") + "/text/lines.txt"
+    rc, out = error_of(one_file_spec(tmp_path, url, "{retries: 1}"))
+    assert rc == 1 and url in out, out
+    assert "does not answer in TLS: if it serves plain HTTP, write http://" \
+        in out, out
+
+
 def test_untrusted_certificate_of_a_listing_is_a_spec_error(servers,
                                                             tmp_path):
     spec = tmp_path / "list.yaml"

@@ -1263,7 +1263,15 @@ private:
 
   /// What to do about a TLS failure that retrying cannot mend: the
   /// server's certificate is not trusted, or the CA bundle is no good.
-  static std::string tlsHint(CURLcode c, const RemoteConfig &cfg) {
+  static std::string tlsHint(CURLcode c, const RemoteConfig &cfg,
+                             const char *detail) {
+    // OpenSSL's words for a first answer that is not TLS: a plain HTTP
+    // server at an https:// URL (retried: a handshake can fail in transit).
+    if (c == CURLE_SSL_CONNECT_ERROR &&
+        std::strstr(detail, "wrong version number"))
+      return "; the server at this address does not answer in TLS: if it "
+             "serves plain HTTP, write http:// (in the URL or the "
+             "endpoint)";
     if (c == CURLE_PEER_FAILED_VERIFICATION)
       return cfg.caBundle.empty()
                  ? "; the server's TLS certificate is not signed by a "
@@ -1322,7 +1330,7 @@ private:
                           std::to_string(r.body.size()) + " bytes"
                     : std::string(curl_easy_strerror(code)) +
                           (t->errbuf[0] ? std::string(": ") + t->errbuf : "") +
-                          tlsHint(code, *t->cfg);
+                          tlsHint(code, *t->cfg, t->errbuf);
       retry = retryableCode(code);
     } else if (status == 200 || status == 206) {
       r.ok = true;
