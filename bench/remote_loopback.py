@@ -98,7 +98,7 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
     os.environ.update(worker_env or {})
     try:
         ds = sluice.remote.Dataset(spec, [a for _, a in procs],
-                                   chunk=CHUNK, window=WINDOW,
+                                   chunk=CHUNK or None, window=WINDOW,
                                    shared_memory=shm and not copies,
                                    chunk_runs=runs)
         for k, v in saved.items():
@@ -192,7 +192,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=4,
-                    help="batches per chunk handed to a worker")
+                    help="batches per chunk handed to a worker; 0: the "
+                         "client's own choice (chunk=None: 2, and 1 for "
+                         "batches of 16 MiB or more in shared memory)")
     ap.add_argument("--window", type=int, default=8,
                     help="batches the trainer may hold ahead")
     ap.add_argument("--only", default="", help="f32 or u8: one output kind")

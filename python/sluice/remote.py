@@ -102,8 +102,12 @@ class Dataset(_Base):
     token: the workers' shared token (default: $SLUICE_TOKEN).
     tls_roots: TLS: a PEM file of the roots to trust ("" for the system's;
         None: plaintext); tls_server_name overrides the name checked.
-    chunk: batches handed to a worker at a time; window: batches the
-        client may hold ahead of the next one (bounds its memory).
+    chunk: batches handed to a worker at a time; None (the default):
+        2, and 1 once a batch's numeric fields are known to take 16 MiB or
+        more in shared memory (a worker on this host then writes its
+        batches into fewer distinct slots; $SLUICE_NO_PER_OUTPUT_CHUNKS=1:
+        2 whatever the size). window: batches the client may hold ahead of
+        the next one (bounds its memory).
     worker_timeout: seconds with no worker delivering before an error.
     pin_memory: as in sluice.torch.Dataset.
     shared_memory: a worker on this host writes the batches' numeric
@@ -123,7 +127,7 @@ class Dataset(_Base):
                  *, workers_file: str = "", rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  token: Optional[str] = None, tls_roots: Optional[str] = None,
-                 tls_server_name: str = "", chunk: int = 2,
+                 tls_server_name: str = "", chunk: Optional[int] = None,
                  window: int = 8, worker_timeout: float = 60.0,
                  epoch: int = 0, pin_memory: bool = False,
                  trainer: Optional[str] = None,
@@ -145,8 +149,8 @@ class Dataset(_Base):
         self.pin_memory = pin_memory
         self._client = Client(
             spec_path, list(workers or []), workers_file, self.rank,
-            self.world_size, token, tls_roots, tls_server_name, chunk,
-            window, worker_timeout,
+            self.world_size, token, tls_roots, tls_server_name,
+            0 if chunk is None else chunk, window, worker_timeout,
             trainer or "rank%d@%s" % (self.rank, os.uname().nodename),
             dns_interval, shared_memory, chunk_runs)
         self._resume: Optional[Dict[str, Any]] = None

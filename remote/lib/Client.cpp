@@ -257,6 +257,20 @@ public:
   /// Runs of consecutive chunks (ClientOptions::chunkRuns).
   bool runsOn = true;
 
+  /// ClientOptions::kPerOutputChunkBytes applies (chunk = 0).
+  bool perOutputChunks = true;
+  /// Outputs per chunk now: the option, or with 0 one per chunk once the
+  /// outputs are known to be large ones in slots, else kAutoChunk.
+  int64_t chunkNow() const {
+    if (opts.chunk > 0)
+      return opts.chunk;
+    return perOutputChunks && slots &&
+                   slotBytes.load(std::memory_order_relaxed) >=
+                       ClientOptions::kPerOutputChunkBytes
+               ? 1
+               : ClientOptions::kAutoChunk;
+  }
+
   /// Each worker's slots bounded to what it needs at once (SlotPool::lend:
   /// its chunk's outputs in flight, up to the window, those lent ahead, and
   /// the batch the consumer holds while it waits for the next), the pool
@@ -390,14 +404,15 @@ public:
   /// window, so every worker makes its run at full rate with at most
   /// `window` outputs held. One worker: the window.
   int64_t runLength() const {
+    const int64_t chunk = chunkNow();
     if (!runsOn)
-      return opts.chunk;
+      return chunk;
     int64_t n = 0;
     for (const auto &w : workers)
       n += !w->failed;
     if (n <= 1)
-      return std::max(opts.window, opts.chunk);
-    return std::max(opts.chunk, (opts.window - 1) / (n - 1));
+      return std::max(opts.window, chunk);
+    return std::max(chunk, (opts.window - 1) / (n - 1));
   }
 
   /// Gives `w` the back half of the run with the most numbers not handed
@@ -496,7 +511,7 @@ public:
         }
       }
       first = w.runNext;
-      count = std::min(opts.chunk, w.runLimit - w.runNext);
+      count = std::min(chunkNow(), w.runLimit - w.runNext);
       w.runNext += count;
       ++stats.chunks;
       if (first != w.lastEnd)
@@ -634,13 +649,13 @@ public:
           local += o->slotsWork && !o->failed;
         // The window, each worker's chunk, and a few the trainer holds.
         limit =
-            static_cast<size_t>(opts.window + opts.chunk * workers.size() + 4) +
+            static_cast<size_t>(opts.window + chunkNow() * workers.size() + 4) +
             slotsAhead * workers.size();
       }
       req.set_host_workers(std::max<int32_t>(local, 1));
       size_t want = static_cast<size_t>(count) + slotsAhead;
       size_t bound =
-          slotBound ? static_cast<size_t>(std::min(opts.chunk, opts.window)) +
+          slotBound ? static_cast<size_t>(std::min(chunkNow(), opts.window)) +
                           slotsAhead + 1
                     : 0;
       // Said to the worker: it maps that many slots at their first write.
@@ -991,8 +1006,9 @@ RemoteDataset::connect(ClientOptions opts) {
     return Status::error("rank " + std::to_string(opts.rank) +
                          " is out of range for world size " +
                          std::to_string(opts.worldSize));
-  if (opts.chunk < 1 || opts.window < 1)
-    return Status::error("chunk and window must be >= 1 (outputs)");
+  if (opts.chunk < 0 || opts.window < 1)
+    return Status::error("chunk must be >= 0 (outputs; 0: chosen by their "
+                         "size) and window >= 1 (outputs)");
   std::vector<std::string> addrs, dns;
   for (const std::string &a : opts.workers)
     (isDnsWorker(a) ? dns : addrs).push_back(a);
@@ -1011,6 +1027,7 @@ RemoteDataset::connect(ClientOptions opts) {
   if (switchedOff("SLUICE_NO_SLOTS_AHEAD"))
     d.slotsAhead = 0;
   d.slotBound = !switchedOff("SLUICE_NO_SLOT_BOUND");
+  d.perOutputChunks = !switchedOff("SLUICE_NO_PER_OUTPUT_CHUNKS");
   d.dnsEntries = dns;
   // A DNS name with no address yet (its workers are starting) is not an
   // error: it is asked again below until a worker answers.

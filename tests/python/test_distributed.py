@@ -6,6 +6,7 @@ interchange); a shuffle step and a filter served by replaying their order
 (identical, kill -9, resume); a step no worker can serve refused with its
 line; a wrong or missing token refused; a stalled trainer holding the worker's
 memory within its budget (HTTP/2 flow control)."""
+import hashlib
 import json
 import os
 import re
@@ -1078,6 +1079,53 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
     # The workers count what went into shared memory.
     assert any(re.search(r"[1-9]\d* of them in the trainer's shared memory",
                          w.stop()) for w in ws)
+
+
+def test_large_outputs_go_one_per_chunk(tmp_path, workers, monkeypatch):
+    """Left to the client (chunk=None), chunks hold 2 batches until a batch
+    is known to take 16 MiB or more in a slot, then 1: the worker makes
+    its batches in fewer distinct slots (1 + 2 ahead + 1 held). The same
+    bytes as a local run; SLUICE_NO_PER_OUTPUT_CHUNKS=1 or chunk=2: chunks
+    of 2 throughout, the same bytes."""
+    spec = write(tmp_path / "large.yaml", spec_yaml(
+        "large", 3, fashion_source(), [
+            "resize: {field: image, size: [112, 112]}",
+            "normalize: {field: image, mean: 72.94, std: 90.02}",
+            "batch: {size: 335}"], epochs=2, memory="512MiB"))
+    def digest(b):
+        return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes())
+                .hexdigest() for k, v in b.items()}
+
+    want = local_batches(spec, 1)
+    n = len(want)
+    assert n == 30 and want[0]["image"].nbytes >= 16 << 20
+    want = [digest(b) for b in want]
+    w = workers(spec)
+
+    def epoch(**kw):
+        # Each batch compared and let go at once: a batch kept holds its
+        # slot, and the worker's 4 would be taken by the first 4.
+        ds = remote.Dataset(spec, [w.address], window=4, **kw)
+        ds.set_epoch(1)
+        got = [digest(b) for b in ds.arrays()]
+        st = ds.stats()
+        ds.close()
+        assert got == want
+        return st
+
+    st = epoch()
+    # The first chunk went out before any batch came (2 batches, or 1 and
+    # 1 where its stream ended early for the slots); every later one after
+    # the first batch told the size: 1.
+    assert st["chunks"] in (n - 1, n), st
+    assert st["shared_memory_outputs"] >= n - 2, st
+    assert 0 < st["slots_made"] <= 4, st
+    for off in (epoch(chunk=2), None):
+        if off is None:
+            monkeypatch.setenv("SLUICE_NO_PER_OUTPUT_CHUNKS", "1")
+            off = epoch()
+        assert n // 2 <= off["chunks"] <= n // 2 + 1, off
+        assert off["slots_made"] == 5, off
 
 
 @pytest.mark.parametrize("switch", ["SLUICE_NO_SLOT_POPULATE",

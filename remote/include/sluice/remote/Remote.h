@@ -190,8 +190,18 @@ struct ClientOptions {
   std::string specText;
   std::string specPath;
   int64_t rank = 0, worldSize = 1;
-  /// Outputs per chunk handed to a worker.
+  /// Outputs per chunk handed to a worker; 0: chosen by the outputs' size
+  /// (kAutoChunk; per-output chunks once an output's numeric fields take
+  /// kPerOutputChunkBytes or more in a shared-memory slot).
   int64_t chunk = 4;
+  /// The chunk of `chunk = 0` while outputs are small or not in slots.
+  static constexpr int64_t kAutoChunk = 2;
+  /// Outputs whose numeric fields take this much in a slot go one per
+  /// chunk under `chunk = 0`: a worker then needs 1 + 2 + 1 slots at once
+  /// instead of kAutoChunk + 3, and writes its batches into fewer distinct
+  /// pages (docs/distributed.md, "Per-output chunks for large outputs").
+  /// SLUICE_NO_PER_OUTPUT_CHUNKS=1: kAutoChunk whatever the size.
+  static constexpr size_t kPerOutputChunkBytes = size_t(16) << 20;
   /// Outputs the client may hold ahead of the one the trainer asks for
   /// next (received, not yet delivered): bounds its memory.
   int64_t window = 16;
