@@ -653,6 +653,8 @@ def test_ca_bundle_that_cannot_be_used_is_a_clear_error(servers, tmp_path,
     assert re.search(r"text_lines: remote\.ca_bundle: cannot use '.*"
                      r"no-such\.pem': No such file or directory \(it names "
                      r"the PEM file", out), out
+    rc, out = error_of(one_file_spec(tmp_path, url, "{ca_bundle: ''}"))
+    assert rc != 0 and "remote.ca_bundle is empty" in out, out
     monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path))
     rc, out = error_of(one_file_spec(tmp_path, url, "{}"))
     assert rc != 0 and "AWS_CA_BUNDLE: cannot use '%s': not a file" % \

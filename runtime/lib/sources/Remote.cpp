@@ -1704,6 +1704,11 @@ remoteConfigFor(const std::string &kind, const Value &params,
   }
   cfg->caBundleFrom = "remote.ca_bundle";
   cfg->caBundle = str("ca_bundle");
+  if (r["ca_bundle"].isString() && cfg->caBundle.empty())
+    return Status::error(kind + ": remote.ca_bundle is empty: name the PEM "
+                                "file of the certificate authorities, or "
+                                "leave it out (AWS_CA_BUNDLE, else the "
+                                "system's store)");
   if (cfg->caBundle.empty()) {
     cfg->caBundle = envOr("AWS_CA_BUNDLE");
     cfg->caBundleFrom = "AWS_CA_BUNDLE";

@@ -190,10 +190,11 @@ struct ClientOptions {
   std::string specText;
   std::string specPath;
   int64_t rank = 0, worldSize = 1;
-  /// Outputs per chunk handed to a worker; 0: chosen by the outputs' size
-  /// (kAutoChunk; per-output chunks once an output's numeric fields take
-  /// kPerOutputChunkBytes or more in a shared-memory slot).
-  int64_t chunk = 4;
+  /// Outputs per chunk handed to a worker; 0 (the default, as Python's
+  /// chunk=None): chosen by the outputs' size (kAutoChunk; per-output
+  /// chunks once an output's numeric fields take kPerOutputChunkBytes or
+  /// more in a shared-memory slot).
+  int64_t chunk = 0;
   /// The chunk of `chunk = 0` while outputs are small or not in slots.
   static constexpr int64_t kAutoChunk = 2;
   /// Outputs whose numeric fields take this much in a slot go one per
