@@ -612,6 +612,15 @@ def test_https_to_a_plain_http_server_says_so(servers, tmp_path):
         in out, out
 
 
+def test_certificate_for_another_host_says_so(servers, tmp_path):
+    # The fixture's certificate names 127.0.0.1 only.
+    url = servers.https.replace("127.0.0.1", "localhost") + "/text/lines.txt"
+    rc, out = error_of(one_file_spec(
+        tmp_path, url, "{ca_bundle: '%s'}" % servers.ca_bundle))
+    assert rc == 1 and url in out, out
+    assert "certificate does not name the host of the URL" in out, out
+
+
 def test_untrusted_certificate_of_a_listing_is_a_spec_error(servers,
                                                             tmp_path):
     spec = tmp_path / "list.yaml"

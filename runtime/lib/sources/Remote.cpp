@@ -1272,6 +1272,13 @@ private:
       return "; the server at this address does not answer in TLS: if it "
              "serves plain HTTP, write http:// (in the URL or the "
              "endpoint)";
+    // OpenSSL's words when the certificate is trusted but made out to
+    // other names than the URL's host.
+    if (c == CURLE_PEER_FAILED_VERIFICATION &&
+        (std::strstr(detail, "does not match") ||
+         std::strstr(detail, "subject name")))
+      return "; the server's TLS certificate does not name the host of the "
+             "URL: write the host (name or address) it was issued for";
     if (c == CURLE_PEER_FAILED_VERIFICATION)
       return cfg.caBundle.empty()
                  ? "; the server's TLS certificate is not signed by a "
@@ -1728,8 +1735,8 @@ remoteConfigFor(const std::string &kind, const Value &params,
       why = std::strerror(errno);
     else {
       // A PEM bundle holds "-----BEGIN CERTIFICATE-----" blocks (OpenSSL's
-      // "TRUSTED CERTIFICATE" too); anything else (a DER file, a key, a
-      // directory of hashes' wrong file) would fail every https request.
+      // "TRUSTED CERTIFICATE" too); anything else (a DER certificate, a
+      // private key) would fail every https request.
       std::ifstream in(cfg->caBundle, std::ios::binary);
       std::string head(std::min<int64_t>(st.st_size, int64_t(64) << 20), '\0');
       in.read(head.data(), static_cast<std::streamsize>(head.size()));

@@ -200,7 +200,7 @@ struct ClientOptions {
   /// Outputs whose numeric fields take this much in a slot go one per
   /// chunk under `chunk = 0`: a worker then needs 1 + 2 + 1 slots at once
   /// instead of kAutoChunk + 3, and writes its batches into fewer distinct
-  /// pages (docs/distributed.md, "Per-output chunks for large outputs").
+  /// pages (docs/distributed.md, "One worker, f32: per-output chunks").
   /// SLUICE_NO_PER_OUTPUT_CHUNKS=1: kAutoChunk whatever the size.
   static constexpr size_t kPerOutputChunkBytes = size_t(16) << 20;
   /// Outputs the client may hold ahead of the one the trainer asks for
