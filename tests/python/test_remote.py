@@ -562,6 +562,22 @@ def test_missing_libcurl_is_a_clear_error(servers, tmp_path):
                      r"\(.*\); remote URLs need it: install libcurl", out), out
 
 
+def test_https_is_read_over_http2_where_the_server_offers_it(servers,
+                                                              tmp_path):
+    """The https server offers HTTP/2 (ALPN) and libcurl takes it: ranged
+    requests multiplexed on its connections give the local bytes too (the
+    S3 endpoint over TLS speaks HTTP/1.1, as S3 does)."""
+    local, remote = local_and_remote(servers, tmp_path, "webdataset",
+                                     "https")
+    open(servers.https_log, "w").close()
+    assert all(batches_equal(a, b)
+               for a, b in zip(run_all(local), run_all(remote)))
+    lines = open(servers.https_log).read().split("\n")
+    shards = [line for line in lines if "/shards/" in line]
+    assert shards and all(line.startswith("HTTP/2.0 206 ")
+                          for line in shards), lines[:5]
+
+
 @pytest.mark.parametrize("kind", ["https", "s3tls"])
 def test_untrusted_certificate_is_a_located_error(servers, tmp_path, kind):
     """A server whose certificate no trusted CA signed: the run stops at once
