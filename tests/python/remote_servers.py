@@ -186,8 +186,9 @@ class Servers:
     def _nginx(self, name, server, modules="", http="", ssl=False,
                http2=False):
         """Starts an nginx of its own (one process) with `server` as its
-        server block's body (after `listen`, with `ssl` a TLS one) and
-        `http` as more directives of its http block: its port."""
+        server block's body (after `listen`, with `ssl` a TLS one, with
+        `http2` offering HTTP/2 too) and `http` as more directives of its
+        http block: its port."""
         d = os.path.join(self.workdir, name)
         os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
         port = free_port()
