@@ -1736,14 +1736,16 @@ remoteConfigFor(const std::string &kind, const Value &params,
     else {
       // A PEM bundle holds "-----BEGIN CERTIFICATE-----" blocks (OpenSSL's
       // "TRUSTED CERTIFICATE" too); anything else (a DER certificate, a
-      // private key) would fail every https request.
+      // private key) would fail every https request. Read up to the first
+      // block only: each remote pipeline checks it (a system store is
+      // ~200 KB, its first block on its first lines).
       std::ifstream in(cfg->caBundle, std::ios::binary);
-      std::string head(std::min<int64_t>(st.st_size, int64_t(64) << 20), '\0');
-      in.read(head.data(), static_cast<std::streamsize>(head.size()));
-      head.resize(
-          static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
-      if (head.find("-----BEGIN CERTIFICATE-----") == std::string::npos &&
-          head.find("-----BEGIN TRUSTED CERTIFICATE-----") == std::string::npos)
+      bool pem = false;
+      for (std::string line; !pem && std::getline(in, line);)
+        pem = line.find("-----BEGIN CERTIFICATE-----") != std::string::npos ||
+              line.find("-----BEGIN TRUSTED CERTIFICATE-----") !=
+                  std::string::npos;
+      if (!pem)
         why = "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)";
     }
     if (!why.empty())
