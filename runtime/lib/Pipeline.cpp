@@ -1214,6 +1214,8 @@ RunStats Engine::stats() const {
         static_cast<int64_t>(now.bodiesReused - remoteBase_->bodiesReused);
     r.remote.bodiesPopulated = static_cast<int64_t>(
         now.bodiesPopulated - remoteBase_->bodiesPopulated);
+    r.remote.bodiesMapped =
+        static_cast<int64_t>(now.bodiesMapped - remoteBase_->bodiesMapped);
     r.remote.curlBuffersReused = static_cast<int64_t>(
         now.curlBuffersReused - remoteBase_->curlBuffersReused);
     r.remote.socketUpdates =

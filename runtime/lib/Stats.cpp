@@ -139,6 +139,7 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"bytes", remote.bytes},
             {"bodies_reused", remote.bodiesReused},
             {"bodies_populated", remote.bodiesPopulated},
+            {"bodies_mapped", remote.bodiesMapped},
             {"curl_buffers_reused", remote.curlBuffersReused},
             {"socket_updates", remote.socketUpdates},
             {"finished_by_readers", remote.finishedByReaders},

@@ -1458,6 +1458,72 @@ budget: {cores: 2, memory: 256MiB}
                 stats["requests"] - stats["bodies_reused"] - 1 > 0, stats
 
 
+def test_large_chunk_bodies_are_mapped_on_huge_pages(servers, tmp_path):
+    """Ranged chunks of 4 MiB: a fresh chunk's body is a mapping of its own
+    advised as huge pages (bodies_mapped, the rest served by kept ones), and
+    with SLUICE_NO_REMOTE_HUGE_BODIES=1 none is (a string, as before); the
+    lines are the local file's either way. Chunks of 1 MiB are too small
+    for a 2 MiB page: none mapped but the first request (a window of
+    chunks at once). image_folder's whole objects never are
+    (each becomes a record's string). A child process each: the switch is
+    read once per process."""
+    text, local_file = served_lines(servers, tmp_path, "huge.txt", 77,
+                                    240000, "h")
+    assert len(text) > 6 * (4 << 20)
+    body = """
+steps:
+  - batch: {size: 1000, drop_remainder: false}
+budget: {cores: 2, memory: 512MiB}
+"""
+    local = tmp_path / "local.yaml"
+    local.write_text("pipeline: huge\nsource:\n  text_lines: {files: '%s'}\n%s"
+                     % (local_file, body))
+    want = run_all(str(local))
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
+    """)
+    for chunk, off in (("4MiB", "0"), ("4MiB", "1"), ("1MiB", "0")):
+        remote = tmp_path / ("remote-%s-%s.yaml" % (chunk, off))
+        remote.write_text(
+            "pipeline: huge\nsource:\n  text_lines: {files: "
+            "'%s/big/huge.txt', remote: {concurrency: 2, chunk_size: %s}}\n%s"
+            % (servers.http, chunk, body))
+        out = tmp_path / ("huge-%s-%s.pickle" % (chunk, off))
+        env = dict(os.environ, SLUICE_NO_REMOTE_HUGE_BODIES=off)
+        r = subprocess.run([sys.executable, "-c", child, str(remote),
+                            str(out)], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got, stats = pickle.load(open(out, "rb"))
+        assert len(got) == len(want) > 0
+        assert all(batches_equal(a, b) for a, b in zip(want, got)), (chunk,
+                                                                      off)
+        assert stats["requests"] >= 6, stats
+        if chunk == "4MiB" and off == "0":
+            # Every request took a kept body or a fresh mapped one (the
+            # last chunk, under 1.6 MiB, may be a string).
+            assert stats["bodies_mapped"] >= 1, stats
+            assert stats["bodies_mapped"] + stats["bodies_reused"] >= \
+                stats["requests"] - 1, stats
+        elif off == "1":
+            assert stats["bodies_mapped"] == 0, stats
+        else:
+            # Only the first request, which asks for a window of chunks at
+            # once, is large enough.
+            assert stats["bodies_mapped"] <= 1, stats
+            assert stats["bodies_reused"] > 0, stats
+    local_if, remote_if = local_and_remote(servers, tmp_path, "image_folder",
+                                           "s3")
+    out = tmp_path / "if.pickle"
+    r = subprocess.run([sys.executable, "-c", child, remote_if, str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got, stats = pickle.load(open(out, "rb"))
+    assert all(batches_equal(a, b) for a, b in zip(run_all(local_if), got))
+    assert stats["requests"] > 0 and stats["bodies_mapped"] == 0, stats
+
+
 def test_kept_bodies_are_counted_in_the_budget(servers, tmp_path):
     """The consumed chunks' buffers the client keeps for later responses are
     counted in the budget (the "remote bodies (idle)" account, in --stats):
@@ -1590,7 +1656,8 @@ CLIENT_SWITCHES = ["SLUICE_NO_REMOTE_SOCKET_EVENTS",
                    # off by default (Remote.cpp, keepCurlBuffers).
                    "SLUICE_REMOTE_CURL_BUFFER_REUSE",
                    "SLUICE_NO_REMOTE_LAZY_SOCKETS",
-                   "SLUICE_NO_REMOTE_WAITER_DRIVES"]
+                   "SLUICE_NO_REMOTE_WAITER_DRIVES",
+                   "SLUICE_NO_REMOTE_HUGE_BODIES"]
 
 
 @pytest.mark.parametrize("off", ["none", "curl_buffers", "lazy_sockets",

@@ -530,7 +530,7 @@ bool readWholeFile(const std::string &path, std::string &out,
         *refused = true;
       return false;
     }
-    out = std::move(f.body);
+    out = f.body.takeString();
     return true;
   }
   // O_NONBLOCK: a FIFO among the files is refused below instead of blocking

@@ -164,6 +164,9 @@ struct RunStats {
     /// Fresh bodies of 256 KiB and more whose pages were faulted in by one
     /// madvise before the bytes arrived (SLUICE_NO_REMOTE_BODY_POPULATE).
     int64_t bodiesPopulated = 0;
+    /// Fresh ranged chunks' bodies of ~2 MiB and more put in a mapping of
+    /// their own advised as huge pages (SLUICE_NO_REMOTE_HUGE_BODIES).
+    int64_t bodiesMapped = 0;
     /// libcurl's allocations (its transfers' receive buffers) served by a
     /// block it freed before (none unless SLUICE_REMOTE_CURL_BUFFER_REUSE=1).
     int64_t curlBuffersReused = 0;
