@@ -108,10 +108,12 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
                 os.environ[k] = v
         # --warmup: epochs untimed first (the buffers, slots and
         # mappings each end makes once, then reuses).
+        wcpu_w = [cpu_of(p.pid) for p, _ in procs]
+        warm_images = 0
         for e in range(warmup):
             ds.set_epoch(e)
             for b in ds.arrays():
-                pass
+                warm_images += b["image"].shape[0]
         # A loop's variable keeps its last batch, and that batch its slot:
         # the timed loop's trainer would hold two (the pool then grows by one
         # in the timed epochs: SLUICE_SLOT_TRACE=1, docs/distributed.md).
@@ -119,6 +121,10 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
         images = 0
         st0 = ds.stats()
         wcpu0 = [cpu_of(p.pid) for p, _ in procs]
+        # The workers' CPU per batch in the untimed epochs: where each
+        # slot's first touches fall.
+        warm_cpu = (1e3 * sum(c - w for c, w in zip(wcpu0, wcpu_w)) /
+                    (warm_images / 128) if warm_images else float("nan"))
         wflt0 = [faults_of(p.pid) for p, _ in procs]
         cpu0, t0, f0 = self_cpu(), time.perf_counter(), self_faults()
         for e in range(warmup, warmup + epochs):
@@ -149,7 +155,9 @@ def run_remote(spec, epochs, workers, threads_each, tmp, copies=False,
                 "slots_mapped": mapped, "slots_opened": opened,
                 # Slots the trainer made in all, and in the timed epochs.
                 "slots_made": st_end["slots_made"],
-                "slots_made_timed": st["slots_made"]}
+                "slots_made_timed": st["slots_made"],
+                "slots_huge": st_end["slots_huge"],
+                "warmup_worker_cpu_batch_ms": warm_cpu}
     finally:
         for p, _ in procs:
             stop_worker(p)
@@ -317,12 +325,13 @@ def main():
           "| receiving ms/batch | trainer faults/batch | workers' CPU ms/batch "
           "| workers' faults/batch | wire bytes/image | in shared memory "
           "| chunks starting a pipeline | slots mapped "
-          "| slots made (in timed epochs) |")
+          "| slots made (in timed epochs), of huge pages "
+          "| workers' CPU ms/batch untimed |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-          "---:|---:|")
+          "---:|---:|---:|")
     for name, how, m, ratio, pairs in rows:
         print("| %s | %s | %.0f | %.2fx | %.2fx (%.2f-%.2f) | %.1f | %s | %.0f "
-              "| %s | %s | %s | %s | %s | %s | %s |" % (
+              "| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, how, m["images_s"], ratio, statistics.median(pairs),
             min(pairs), max(pairs), m["trainer_cpu_batch_ms"],
             "%.1f" % m["receive_cpu_batch_ms"]
@@ -340,8 +349,11 @@ def main():
             else "-",
             "%d of %d" % (m["slots_mapped"], m["slots_opened"])
             if "slots_mapped" in m else "-",
-            "%g (%g)" % (m["slots_made"], m["slots_made_timed"])
-            if "slots_made" in m else "-"))
+            "%g (%g), %g" % (m["slots_made"], m["slots_made_timed"],
+                             m["slots_huge"])
+            if "slots_made" in m else "-",
+            "%.1f" % m["warmup_worker_cpu_batch_ms"]
+            if "warmup_worker_cpu_batch_ms" in m else "-"))
     # What receiving over the socket costs in memcpys of the same bytes
     # (autotune's kReceiveCopies): a batch's bytes copied on this host.
     for name, how, m, _, _ in rows:

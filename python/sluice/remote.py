@@ -176,7 +176,8 @@ class Dataset(_Base):
         this process's memory; slots_made: the shared-memory slots this
         trainer made, slot_waits: the times it waited for one to be freed
         instead, slots_huge: the slots made of huge pages, where the
-        host's transparent_hugepage/shmem_enabled allows them), chunks, runs (chunks a worker started a
+        host's transparent_hugepage/shmem_enabled allows them or the
+        kernel collapses them), chunks, runs (chunks a worker started a
         pipeline for: not the one after its previous chunk), steals (runs
         taken from another worker), reassigned outputs, failures;
         and what advice() is made of: the workers' CPU for the delivered

@@ -144,10 +144,73 @@ bool slotHugePagesEnabled() {
   return allowed && !switchedOff("SLUICE_NO_SLOT_HUGE_PAGES");
 }
 
+bool slotCollapseEnabled() {
+  return !switchedOff("SLUICE_NO_SLOT_HUGE_PAGES") &&
+         !switchedOff("SLUICE_NO_SLOT_COLLAPSE");
+}
+
 namespace {
 
 /// The huge page size slots are sized and advised for.
 constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
+
+/// mmap of `bytes` of `fd` from its start with `flags` (MAP_SHARED and
+/// more), at an address on a 2 MiB boundary when bytes is 2 MiB or more.
+void *mapAligned(int fd, size_t bytes, int flags) {
+  if (bytes < kSlotHugePageBytes)
+    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  void *room = mmap(nullptr, bytes + kSlotHugePageBytes, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (room == MAP_FAILED)
+    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  const uintptr_t r = reinterpret_cast<uintptr_t>(room);
+  const uintptr_t a =
+      (r + kSlotHugePageBytes - 1) & ~uintptr_t(kSlotHugePageBytes - 1);
+  void *p = mmap(reinterpret_cast<void *>(a), bytes, PROT_READ | PROT_WRITE,
+                 flags | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    munmap(room, bytes + kSlotHugePageBytes);
+    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  }
+  if (a > r)
+    munmap(room, a - r);
+  const uintptr_t end = r + bytes + kSlotHugePageBytes;
+  if (end > a + bytes)
+    munmap(reinterpret_cast<void *>(a + bytes), end - (a + bytes));
+  return p;
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 // Linux 6.1; older kernels refuse it (EINVAL)
+#endif
+
+/// Maps a new slot file of `bytes` (whole 2 MiB pages) for the trainer and
+/// has the kernel make its pages huge ones with MADV_COLLAPSE, which
+/// shmem_enabled's "never" (the kernels' default) does not forbid (only
+/// "deny" does): one 4 KiB page written in each 2 MiB, then collapsed (the
+/// rest of each huge page zeroed), then populated. Sets `collapsed` when
+/// the kernel did; where it did not (a kernel before 6.1, "deny", memory
+/// too fragmented) the slot is populated as 4 KiB pages, as before. On the
+/// 2-core PVM guest a 64 MiB slot took ~6 ms this way against ~300 ms for
+/// the first touch of its 4 KiB pages (and again at the worker's end),
+/// and a slot of huge pages is what let one f32 worker match the
+/// in-process pipeline with shmem_enabled at "advise" (bench/results.md,
+/// thirteenth session). Off: SLUICE_NO_SLOT_COLLAPSE=1 (on the trainer).
+void *collapseSlot(int fd, size_t bytes, bool &collapsed) {
+  collapsed = false;
+  void *p = mapAligned(fd, bytes, MAP_SHARED);
+  if (p == MAP_FAILED)
+    return p;
+  volatile uint8_t *b = static_cast<uint8_t *>(p);
+  for (size_t o = 0; o < bytes; o += kSlotHugePageBytes)
+    b[o] = 0;
+  collapsed = madvise(p, bytes, MADV_COLLAPSE) == 0;
+#ifdef MADV_POPULATE_WRITE
+  if (!switchedOff("SLUICE_NO_SLOT_POPULATE"))
+    madvise(p, bytes, MADV_POPULATE_WRITE);
+#endif
+  return p;
+}
 
 /// Maps `bytes` of slot file `fd` from its start, read-write and shared:
 /// populated (slotMapFlags), and with `huge` (slotHugePagesEnabled()), advised
@@ -161,10 +224,16 @@ constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 /// session); the trainer's population takes one page allocation per 2 MiB
 /// too. A kernel without MADV_POPULATE_WRITE (before 5.14) faults the pages
 /// in as they are written.
+///
+/// A mapping of a slot of 2 MiB or more starts on a 2 MiB boundary (as the
+/// kernel places one of huge pages by itself where shmem_enabled allows
+/// them): a slot whose pages the trainer collapsed into huge ones
+/// (collapseSlot) is then mapped by 2 MiB entries at this end too, whatever
+/// this host's setting.
 void *mapSlotFile(int fd, size_t bytes, bool huge) {
   if (!huge)
-    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, slotMapFlags(), fd, 0);
-  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return mapAligned(fd, bytes, slotMapFlags());
+  void *p = mapAligned(fd, bytes, MAP_SHARED);
   if (p == MAP_FAILED)
     return p;
 #ifdef MADV_HUGEPAGE
@@ -614,14 +683,17 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   // Whole huge pages (a last one past the file's end would be small ones
   // where shmem_enabled is "within_size").
   const bool huge = slotHugePagesEnabled();
-  if (huge)
+  const bool collapse = !huge && slotCollapseEnabled();
+  if (huge || collapse)
     total = (total + kSlotHugePageBytes - 1) / kSlotHugePageBytes *
             kSlotHugePageBytes;
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     close(fd);
     return nullptr;
   }
-  void *p = mapSlotFile(fd, total, huge);
+  bool collapsed = false;
+  void *p = collapse ? collapseSlot(fd, total, collapsed)
+                     : mapSlotFile(fd, total, huge);
   if (p == MAP_FAILED) {
     close(fd);
     return nullptr;
@@ -642,7 +714,7 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   h->state.store(0, std::memory_order_release);
   slots_.push_back(std::move(s));
   ++made_;
-  madeHuge_ += huge;
+  madeHuge_ += huge || collapsed;
   // SLUICE_SLOT_TRACE=1: each slot made, with what the others were doing
   // (docs/distributed.md, "One worker, f32: fewer slots").
   static const bool trace = switchedOff("SLUICE_SLOT_TRACE");

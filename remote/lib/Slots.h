@@ -143,7 +143,8 @@ public:
   /// waited for a slot to be freed instead of making one.
   int64_t made() const;
   int64_t waits() const;
-  /// Slots made of huge pages (slotHugePagesEnabled() when made).
+  /// Slots made of huge pages (slotHugePagesEnabled() when made, or
+  /// collapsed: slotCollapseEnabled()).
   int64_t madeHuge() const;
 
 private:
@@ -177,8 +178,16 @@ bool shmemAllowsHugePages(const std::string &setting);
 /// Whether slots are made of huge pages (both ends size and map them so,
 /// Slots.cpp's mapSlotFile): where this host's shmem_enabled allows it,
 /// unless SLUICE_NO_SLOT_HUGE_PAGES is set (and not "0"; read at each
-/// slot made or mapped). Kernels' default, "never", keeps 4 KiB pages.
+/// slot made or mapped). Kernels' default, "never", keeps 4 KiB pages, and
+/// the trainer then collapses each slot into huge pages itself
+/// (slotCollapseEnabled).
 bool slotHugePagesEnabled();
+/// Whether a trainer whose host does not give slots huge pages on request
+/// has the kernel collapse each new slot's pages into huge ones
+/// (MADV_COLLAPSE, Linux 6.1; Slots.cpp's collapseSlot): unless
+/// SLUICE_NO_SLOT_COLLAPSE or SLUICE_NO_SLOT_HUGE_PAGES is set (and not
+/// "0"; read at each slot made).
+bool slotCollapseEnabled();
 
 /// A worker's pipeline making its batches in the slots the trainer lent for
 /// them (Slots.cpp): the batch step's buffers (runtime::OutputBuffers) are

@@ -1047,6 +1047,21 @@ def shmem_huge_pages_allowed():
     return mode in ("always", "within_size", "advise", "force")
 
 
+def shmem_collapse_expected():
+    """Whether a trainer here collapses its slots into huge pages where
+    shmem_enabled does not give them on request (remote/lib/Slots.cpp,
+    collapseSlot): MADV_COLLAPSE came with Linux 6.1, and shmem_enabled's
+    "deny" forbids it."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+            mode = f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return False
+    release = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return (mode != "deny" and release is not None and
+            (int(release.group(1)), int(release.group(2))) >= (6, 1))
+
+
 def test_shared_memory_with_workers_on_this_host(served_spec, workers,
                                                  monkeypatch):
     """Workers on the trainer's host write the batches' numeric fields into
@@ -1064,10 +1079,11 @@ def test_shared_memory_with_workers_on_this_host(served_spec, workers,
     # came; each worker's next chunk is handed out after its first one
     # delivered, so at least chunks 2-4 (6 batches) come in slots.
     assert 6 <= on["shared_memory_outputs"] <= 10, on
-    # Made of huge pages where the host allows them, each of them.
+    # Made of huge pages where the host allows them, or collapsed into
+    # them, each of them.
     assert on["slots_made"] > 0, on
     assert on["slots_huge"] == (on["slots_made"] if shmem_huge_pages_allowed()
-                                else 0), on
+                                or shmem_collapse_expected() else 0), on
     got, off = read_epoch(served_spec, addrs, shared_memory=False)
     assert_same(got, want)
     assert off["shared_memory_outputs"] == 0, off
@@ -1129,17 +1145,20 @@ def test_large_outputs_go_one_per_chunk(tmp_path, workers, monkeypatch):
 
 
 @pytest.mark.parametrize("switch", ["SLUICE_NO_SLOT_POPULATE",
-                                    "SLUICE_NO_SLOT_HUGE_PAGES"])
+                                    "SLUICE_NO_SLOT_HUGE_PAGES",
+                                    "SLUICE_NO_SLOT_COLLAPSE"])
 def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
                                                            workers,
                                                            monkeypatch,
                                                            switch):
     """Both ends map a slot with MAP_POPULATE (remote/lib/Slots.cpp: one
     call fills the page table instead of a fault per page), and where the
-    host's shmem_enabled allows, of huge pages; with
-    SLUICE_NO_SLOT_POPULATE=1 at both ends the pages fault in as they are
-    written, with SLUICE_NO_SLOT_HUGE_PAGES=1 they are 4 KiB ones, and the
-    batches, in shared memory all the same, are a local run's."""
+    host's shmem_enabled allows, of huge pages (elsewhere collapsed into
+    them by the trainer); with SLUICE_NO_SLOT_POPULATE=1 at both ends the
+    pages fault in as they are written, with SLUICE_NO_SLOT_HUGE_PAGES=1
+    they are 4 KiB ones, with SLUICE_NO_SLOT_COLLAPSE=1 huge only where
+    shmem_enabled gives them, and the batches, in shared memory all the
+    same, are a local run's."""
     want = local_batches(served_spec, 1)
     monkeypatch.setenv(switch, "1")
     w = workers(served_spec, env={switch: "1"})
@@ -1148,6 +1167,10 @@ def test_slots_mapped_without_populate_give_the_same_bytes(served_spec,
     assert off["shared_memory_outputs"] >= 6, off
     if switch == "SLUICE_NO_SLOT_HUGE_PAGES":
         assert off["slots_made"] > 0 and off["slots_huge"] == 0, off
+    elif switch == "SLUICE_NO_SLOT_COLLAPSE":
+        assert off["slots_made"] > 0, off
+        assert off["slots_huge"] == (off["slots_made"]
+                                     if shmem_huge_pages_allowed() else 0), off
 
 
 def three_epochs_served(workers, spec, want, env, chunk, window, passes=1):

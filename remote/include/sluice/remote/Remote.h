@@ -244,7 +244,8 @@ struct ClientStats {
   int64_t slotWaits = 0;
   /// Of slotsMade, those made of huge pages: where the host's
   /// /sys/kernel/mm/transparent_hugepage/shmem_enabled allows them
-  /// (Slots.h, slotHugePagesEnabled; SLUICE_NO_SLOT_HUGE_PAGES=1: none).
+  /// (Slots.h, slotHugePagesEnabled), or collapsed into them
+  /// (slotCollapseEnabled; SLUICE_NO_SLOT_HUGE_PAGES=1: neither).
   int64_t slotsHuge = 0;
   /// What the advice on the number of workers is made of (Dataset.advice
   /// in Python): the workers' CPU for the delivered outputs, this
