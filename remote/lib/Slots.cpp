@@ -184,13 +184,15 @@ void *mapAligned(int fd, size_t bytes, int flags) {
 #define MADV_COLLAPSE 25 // Linux 6.1; older kernels refuse it (EINVAL)
 #endif
 
+void *mapSlotFile(int fd, size_t bytes, bool huge);
+
 /// Maps a new slot file of `bytes` (whole 2 MiB pages) for the trainer and
 /// has the kernel make its pages huge ones with MADV_COLLAPSE, which
 /// shmem_enabled's "never" (the kernels' default) does not forbid (only
 /// "deny" does): one 4 KiB page written in each 2 MiB, then collapsed (the
 /// rest of each huge page zeroed), then populated. Sets `collapsed` when
 /// the kernel did; where it did not (a kernel before 6.1, "deny", memory
-/// too fragmented) the slot is populated as 4 KiB pages, as before. On the
+/// too fragmented) the slot is mapped again as 4 KiB pages, as before. On the
 /// 2-core PVM guest a 64 MiB slot took ~6 ms this way against ~300 ms for
 /// the first touch of its 4 KiB pages (and again at the worker's end),
 /// and a slot of huge pages is what let one f32 worker match the
@@ -205,6 +207,12 @@ void *collapseSlot(int fd, size_t bytes, bool &collapsed) {
   for (size_t o = 0; o < bytes; o += kSlotHugePageBytes)
     b[o] = 0;
   collapsed = madvise(p, bytes, MADV_COLLAPSE) == 0;
+  if (!collapsed) {
+    // Mapped again as before (populated by MAP_POPULATE, which kernels
+    // before 5.14 have and MADV_POPULATE_WRITE not).
+    munmap(p, bytes);
+    return mapSlotFile(fd, bytes, false);
+  }
 #ifdef MADV_POPULATE_WRITE
   if (!switchedOff("SLUICE_NO_SLOT_POPULATE"))
     madvise(p, bytes, MADV_POPULATE_WRITE);
