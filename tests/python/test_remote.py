@@ -1404,6 +1404,20 @@ def served_lines(servers, tmp_path, name, seed, rows, fill):
     return text, local_file
 
 
+def lines_local_spec(tmp_path, pipeline, local_file, memory):
+    """Batches of 1,000 lines of `local_file` (served_lines): the local
+    spec's path, and the steps and budget for the remote specs to share."""
+    body = """
+steps:
+  - batch: {size: 1000, drop_remainder: false}
+budget: {cores: 2, memory: %s}
+""" % memory
+    local = tmp_path / "local.yaml"
+    local.write_text("pipeline: %s\nsource:\n  text_lines: {files: '%s'}\n%s"
+                     % (pipeline, local_file, body))
+    return local, body
+
+
 def test_chunk_bodies_are_reused(servers, tmp_path):
     """Chunks of 256 KiB and more: a consumed chunk's buffer takes a later
     response's body (counted in the stats' bodies_reused), and with
@@ -1414,14 +1428,7 @@ def test_chunk_bodies_are_reused(servers, tmp_path):
     text, local_file = served_lines(servers, tmp_path, "lines.txt", 24,
                                     40000, "y")
     assert len(text) > 12 * (256 << 10)
-    body = """
-steps:
-  - batch: {size: 1000, drop_remainder: false}
-budget: {cores: 2, memory: 256MiB}
-"""
-    local = tmp_path / "local.yaml"
-    local.write_text("pipeline: big\nsource:\n  text_lines: {files: '%s'}\n%s"
-                     % (local_file, body))
+    local, body = lines_local_spec(tmp_path, "big", local_file, "256MiB")
     remote = tmp_path / "remote.yaml"
     remote.write_text(
         "pipeline: big\nsource:\n  text_lines: {files: '%s/big/lines.txt', "
@@ -1470,14 +1477,7 @@ def test_large_chunk_bodies_are_mapped_on_huge_pages(servers, tmp_path):
     text, local_file = served_lines(servers, tmp_path, "huge.txt", 77,
                                     240000, "h")
     assert len(text) > 6 * (4 << 20)
-    body = """
-steps:
-  - batch: {size: 1000, drop_remainder: false}
-budget: {cores: 2, memory: 512MiB}
-"""
-    local = tmp_path / "local.yaml"
-    local.write_text("pipeline: huge\nsource:\n  text_lines: {files: '%s'}\n%s"
-                     % (local_file, body))
+    local, body = lines_local_spec(tmp_path, "huge", local_file, "512MiB")
     want = run_all(str(local))
     child = textwrap.dedent("""
         import pickle, sys, sluice
