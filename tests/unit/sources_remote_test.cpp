@@ -211,6 +211,76 @@ TEST(RemotePatterns, FileUrlsAreLocalPaths) {
 
 namespace {
 
+std::string pattern(size_t n, char first) {
+  std::string s(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    s[i] = static_cast<char>(first + i % 251);
+  return s;
+}
+
+// A ranged chunk's body (Remote.h, Body): a mapping on a 2 MiB boundary of
+// whole 2 MiB pages where that adds at most a quarter, else of its size in
+// 4 KiB pages; none under 1.6 MiB. Its bytes are kept through moves, going
+// over the mapping (a wrong Content-Length) moves them into a string, and
+// takeString() copies them out.
+TEST(RemoteBody, LargeChunkIsAMappingOfHugePages) {
+  EXPECT_EQ(Body::hugeCapacity(1 << 20), 0u);
+  EXPECT_EQ(Body::hugeCapacity(size_t(1700) << 10), size_t(2) << 20);
+  EXPECT_EQ(Body::hugeCapacity(size_t(4) << 20), size_t(4) << 20);
+  EXPECT_EQ(Body::hugeCapacity((size_t(4) << 20) - 5), size_t(4) << 20);
+  // 2 MiB and 100 KiB: a second 2 MiB page would add 95%.
+  EXPECT_EQ(Body::hugeCapacity((size_t(2) << 20) + 100 * 1024 - 3),
+            (size_t(2) << 20) + 100 * 1024);
+
+  const std::string want = pattern(size_t(3) << 20, 'a');
+  Body b;
+  ASSERT_TRUE(b.reserveMapped(want.size()));
+  EXPECT_TRUE(b.mapped());
+  // A fourth 1 MiB would add a third: 2 MiB in a huge page, 1 MiB in 4 KiB
+  // ones.
+  EXPECT_EQ(b.capacity(), size_t(3) << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (size_t(2) << 20), 0u);
+  // Not twice.
+  EXPECT_FALSE(b.reserveMapped(want.size()));
+  for (size_t at = 0; at < want.size(); at += 16384)
+    b.append(want.data() + at, std::min<size_t>(16384, want.size() - at));
+  EXPECT_EQ(b.view(), want);
+
+  Body moved = std::move(b);
+  EXPECT_FALSE(b.mapped());
+  EXPECT_TRUE(b.empty());
+  EXPECT_TRUE(moved.mapped());
+  EXPECT_EQ(moved.view(), want);
+
+  // Past the mapping: into a string, the bytes kept.
+  const std::string more = pattern(size_t(2) << 20, 'k');
+  moved.append(more.data(), more.size());
+  EXPECT_FALSE(moved.mapped());
+  EXPECT_EQ(moved.view(), want + more);
+
+  Body again;
+  ASSERT_TRUE(again.reserveMapped(want.size()));
+  again.append(want.data(), want.size());
+  std::string out = again.takeString();
+  EXPECT_EQ(out, want);
+  EXPECT_FALSE(again.mapped());
+  EXPECT_TRUE(again.empty());
+
+  // Too small for a mapping, or not empty: a string, as before.
+  Body small;
+  EXPECT_FALSE(small.reserveMapped(1 << 20));
+  small.reserve(1 << 20);
+  small.append("xy", 2);
+  EXPECT_FALSE(small.reserveMapped(size_t(4) << 20));
+  EXPECT_EQ(small.takeString(), "xy");
+  // SLUICE_NO_REMOTE_HUGE_BODIES=1 (read once per process) is
+  // test_remote.py's test_large_chunk_bodies_are_mapped_on_huge_pages.
+}
+
+} // namespace
+
+namespace {
+
 // The client's thread does not survive fork(): a child (a DataLoader worker)
 // must get a client of its own, not wait forever on the parent's.
 TEST(RemoteClient, AForkedChildMakesItsOwnClient) {
