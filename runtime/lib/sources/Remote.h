@@ -138,7 +138,7 @@ Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
 std::vector<std::string> expandBraces(const std::string &pattern);
 
 /// A response's bytes: a std::string, or, for a ranged chunk of about 2 MiB
-/// or more (reserve(n, true)), a mapping of its own that starts on a 2 MiB
+/// or more (reserveMapped), a mapping of its own that starts on a 2 MiB
 /// boundary and is advised as transparent huge pages (MADV_HUGEPAGE), so
 /// that where the host allows them (`madvise` or `always`) a fresh chunk's
 /// memory is a few 2 MiB pages instead of hundreds of 4 KiB ones. Each 4
@@ -162,7 +162,7 @@ public:
   size_t capacity() const { return big_ ? bigCap_ : str_.capacity(); }
   bool empty() const { return size() == 0; }
   std::string_view view() const { return {data(), size()}; }
-  /// In a mapping of its own (reserve(n, true)).
+  /// In a mapping of its own (reserveMapped).
   bool mapped() const { return big_ != nullptr; }
   void clear() {
     if (big_)
