@@ -304,12 +304,22 @@ http {
 
     # --- data ---------------------------------------------------------------
 
-    def put_http(self, rel, data):
-        """A file nginx serves at /rel."""
+    def put_http(self, rel, data, newer=False):
+        """A file nginx serves at /rel, replaced at once as object stores
+        replace an object (written beside it, then renamed over it), so a
+        request never sees it half written. With `newer`, its modification
+        time is 100 s after the one it replaces before it appears (nginx's
+        ETag is the time in seconds and the size: a new version of the same
+        size written within the same second would keep the old ETag)."""
         path = os.path.join(self.www, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
+        temp = path + ".part"
+        with open(temp, "wb") as f:
             f.write(data)
+        if newer:
+            t = os.stat(path).st_mtime + 100
+            os.utime(temp, (t, t))
+        os.replace(temp, path)
 
     def put_s3(self, items):
         """Uploads {key: bytes} to the bucket with curl (SigV4)."""

@@ -785,9 +785,7 @@ def test_object_changed_mid_read_is_an_error(servers, tmp_path, kind):
         servers.put_s3({key: changed})
     else:
         # nginx's ETag is the modification time (seconds) and size.
-        servers.put_http(key, changed)
-        t = os.stat(os.path.join(servers.www, key)).st_mtime + 100
-        os.utime(os.path.join(servers.www, key), (t, t))
+        servers.put_http(key, changed, newer=True)
     with pytest.raises(Exception) as e:
         list(p)
     assert "the object changed while being read" in str(e.value)
@@ -1058,9 +1056,7 @@ def test_cache_refetches_an_object_whose_etag_changed(servers, tmp_path,
     if kind == "s3":
         servers.put_s3({key: changed})
     else:
-        servers.put_http(key, changed)
-        t = os.stat(os.path.join(servers.www, key)).st_mtime + 100
-        os.utime(os.path.join(servers.www, key), (t, t))
+        servers.put_http(key, changed, newer=True)
     q = sluice.Pipeline(str(spec))
     assert lines(q) == changed.decode().splitlines()
     st = q.stats()["remote"]["cache"]
