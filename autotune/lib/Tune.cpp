@@ -847,10 +847,10 @@ namespace {
 
 /// Installs the in-flight re-planner (unless re-planning is off or its
 /// windows would not fit the budget) and says so in `s`.
-void installReplanner(const Profile &profile, const Budget &budget,
-                      const Config &config, runtime::RunOptions &opts,
-                      const AutoOptions &auto_, AutoSchedule &a,
-                      std::string &s) {
+void installReplanner(const runtime::Plan &plan, const Profile &profile,
+                      const Budget &budget, const Config &config,
+                      runtime::RunOptions &opts, const AutoOptions &auto_,
+                      AutoSchedule &a, std::string &s) {
   if (!auto_.replan || switchedOff("SLUICE_NO_REPLAN"))
     return;
   // Re-planning sizes every parallel window for all the cores (the
@@ -866,8 +866,24 @@ void installReplanner(const Profile &profile, const Budget &budget,
          " workers per parallel stage would not fit the memory budget\n";
     return;
   }
-  a.replanner =
+  auto replanner =
       std::make_shared<Replanner>(profile, budget, config, auto_.replanOptions);
+  // With a controller the runtime sizes every parallel window for all its
+  // threads (Pipeline.cpp), and its own check decides whether that fits,
+  // as for the tuned schedule (fitScheduleToMemory): the model's estimate
+  // above can fall under it, and the run was then refused with advice the
+  // spec's own schedule did not need (schedule-auto-memory.test, seen once
+  // under load, when the profile made the model's estimate fit).
+  runtime::RunOptions widened = opts;
+  widened.controller = replanner;
+  if (budget.memoryBytes > 0)
+    if (Status fit = runtime::Pipeline::checkFits(plan, widened); !fit) {
+      s += "  re-planning off: windows for " + std::to_string(budget.cores) +
+           " workers per parallel stage would not fit budget.memory by the "
+           "runtime's check\n";
+      return;
+    }
+  a.replanner = replanner;
   opts.controller = a.replanner;
   // The re-planner reads the stage timers.
   opts.stageTiming = runtime::RunOptions::StageTiming::On;
@@ -941,7 +957,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
       // The re-planner would raise what was just lowered to fit (now, or
       // when it was tuned).
       if (fits && !c->loweredForMemory)
-        installReplanner(c->profile, c->budget, c->config, opts, auto_, a, s);
+        installReplanner(plan, c->profile, c->budget, c->config, opts, auto_, a,
+                         s);
       a.explanation = s;
       return a;
     }
@@ -1014,8 +1031,8 @@ Expected<AutoSchedule> applyAutoSchedule(const runtime::Plan &plan,
     }
   }
   if (fits)
-    installReplanner(r->profile, r->budget, r->solution.config, opts, auto_, a,
-                     s);
+    installReplanner(plan, r->profile, r->budget, r->solution.config, opts,
+                     auto_, a, s);
   a.explanation = s;
   return a;
 }
