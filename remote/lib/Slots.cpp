@@ -75,6 +75,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Slots.h"
+#include "sluice/ops/MapAligned.h"
 #include "sluice/ops/Switches.h"
 #include "sluice/ops/WriteAll.h"
 
@@ -155,29 +156,14 @@ namespace {
 constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
 
 /// mmap of `bytes` of `fd` from its start with `flags` (MAP_SHARED and
-/// more), at an address on a 2 MiB boundary when bytes is 2 MiB or more.
-void *mapAligned(int fd, size_t bytes, int flags) {
-  if (bytes < kSlotHugePageBytes)
-    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
-  void *room = mmap(nullptr, bytes + kSlotHugePageBytes, PROT_NONE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (room == MAP_FAILED)
-    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
-  const uintptr_t r = reinterpret_cast<uintptr_t>(room);
-  const uintptr_t a =
-      (r + kSlotHugePageBytes - 1) & ~uintptr_t(kSlotHugePageBytes - 1);
-  void *p = mmap(reinterpret_cast<void *>(a), bytes, PROT_READ | PROT_WRITE,
-                 flags | MAP_FIXED, fd, 0);
-  if (p == MAP_FAILED) {
-    munmap(room, bytes + kSlotHugePageBytes);
-    return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
-  }
-  if (a > r)
-    munmap(room, a - r);
-  const uintptr_t end = r + bytes + kSlotHugePageBytes;
-  if (end > a + bytes)
-    munmap(reinterpret_cast<void *>(a + bytes), end - (a + bytes));
-  return p;
+/// more), at an address on a 2 MiB boundary when bytes is 2 MiB or more
+/// (sluice::mapAligned; anywhere when that fails).
+void *mapSlotAligned(int fd, size_t bytes, int flags) {
+  if (bytes >= kSlotHugePageBytes)
+    if (void *p = mapAligned(bytes, PROT_READ | PROT_WRITE, flags, fd);
+        p != MAP_FAILED)
+      return p;
+  return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
 }
 
 #ifndef MADV_COLLAPSE
@@ -200,7 +186,7 @@ void *mapSlotFile(int fd, size_t bytes, bool huge);
 /// thirteenth session). Off: SLUICE_NO_SLOT_COLLAPSE=1 (on the trainer).
 void *collapseSlot(int fd, size_t bytes, bool &collapsed) {
   collapsed = false;
-  void *p = mapAligned(fd, bytes, MAP_SHARED);
+  void *p = mapSlotAligned(fd, bytes, MAP_SHARED);
   if (p == MAP_FAILED)
     return p;
   volatile uint8_t *b = static_cast<uint8_t *>(p);
@@ -240,8 +226,8 @@ void *collapseSlot(int fd, size_t bytes, bool &collapsed) {
 /// this host's setting.
 void *mapSlotFile(int fd, size_t bytes, bool huge) {
   if (!huge)
-    return mapAligned(fd, bytes, slotMapFlags());
-  void *p = mapAligned(fd, bytes, MAP_SHARED);
+    return mapSlotAligned(fd, bytes, slotMapFlags());
+  void *p = mapSlotAligned(fd, bytes, MAP_SHARED);
   if (p == MAP_FAILED)
     return p;
 #ifdef MADV_HUGEPAGE

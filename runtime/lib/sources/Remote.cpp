@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Remote.h"
+#include "sluice/ops/MapAligned.h"
 #include "sluice/ops/Switches.h"
 
 #include "SourceImpl.h"
@@ -527,27 +528,18 @@ size_t Body::hugeCapacity(size_t n) {
 }
 
 bool Body::reserveMapped(size_t n) {
-  constexpr size_t kHuge = size_t(2) << 20;
   const size_t cap = hugeCapacity(n);
   if (!ClientSwitches::get().hugeBodies || cap == 0 || big_ || !str_.empty())
     return false;
-  // Over-allocated by 2 MiB so that a 2 MiB boundary can start it; the
-  // slack on either side is unmapped again.
-  void *raw = ::mmap(nullptr, cap + kHuge, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED)
+  void *p =
+      mapAligned(cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+  if (p == MAP_FAILED)
     return false;
-  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t a = (r + kHuge - 1) & ~uintptr_t(kHuge - 1);
-  if (a > r)
-    ::munmap(raw, a - r);
-  if (r + cap + kHuge > a + cap)
-    ::munmap(reinterpret_cast<void *>(a + cap), r + cap + kHuge - (a + cap));
   // Without transparent huge pages (`never`) the advice changes nothing:
   // the mapping is then 4 KiB pages, as the string's memory would be.
-  ::madvise(reinterpret_cast<void *>(a), cap, MADV_HUGEPAGE);
+  ::madvise(p, cap, MADV_HUGEPAGE);
   std::string().swap(str_);
-  big_ = reinterpret_cast<char *>(a);
+  big_ = static_cast<char *>(p);
   bigCap_ = cap;
   bigSize_ = 0;
   return true;
