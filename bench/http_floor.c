@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,9 +112,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < n; k++) {
       Conn *c = evs[k].data.ptr;
       long r = recv(c->fd, buf, sizeof buf, 0);
-      if (r == 0 && c->inHeader && c->headerLen == 0) {
-        /* The server closed an idle connection (its keep-alive limit):
-           send the same request on a new one. */
+      if ((r == 0 || (r < 0 && errno == ECONNRESET)) && c->inHeader &&
+          c->headerLen == 0) {
+        /* The server closed an idle connection (its keep-alive limit; a
+           reset when the request arrived after its close): send the same
+           request on a new one. */
         close(c->fd);
         connectTo(ep, c);
         request(c, paths[(sent - 1) % npaths]);
