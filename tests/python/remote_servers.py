@@ -252,9 +252,10 @@ http {
         loopback (a 64 KiB MSS) the last part of a response over ~60 KB
         waited for the client's delayed ACK, 33-40 ms (image_folder over
         s3://, no added latency, 8 in flight: 14-24 delayed ACKs a run of
-        4,000 objects, the reader blocked in epoll_wait 31-37 ms each time, 3-5%
-        of the run idle; 1,402 against 1,489 records/s without it, 4
-        interleaved runs). Object stores answer with TCP_NODELAY set."""
+        4,000 objects, the reader blocked in epoll_wait 31-37 ms each
+        time, 3-5% of the run idle; 1,402 against 1,489 records/s without
+        it, 4 interleaved runs). Object stores answer with TCP_NODELAY
+        set."""
         s3rver = "http://127.0.0.1:%d" % self.s3_port
         if s3:
             serve = """
