@@ -45,6 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "sluice/ops/BufferPool.h"
 #include "sluice/ops/Allocation.h"
+#include "sluice/ops/MapAligned.h"
 #include "sluice/ops/Switches.h"
 
 #include <algorithm>
@@ -103,7 +104,6 @@ size_t residentBytes(void *p, size_t bytes) {
 /// the kernel allows it (THP "madvise" mode): a batch buffer's first touch
 /// then takes one fault per 2 MiB instead of one per 4 KiB page.
 constexpr size_t kHugePageMinBytes = size_t(4) << 20;
-constexpr size_t kHugePageBytes = size_t(2) << 20;
 
 /// madvise(MADV_HUGEPAGE) over the whole 2 MiB pages inside [p, p + bytes),
 /// unless SLUICE_NO_HUGE_PAGES is set. Advice only: it changes where the

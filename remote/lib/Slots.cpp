@@ -152,14 +152,11 @@ bool slotCollapseEnabled() {
 
 namespace {
 
-/// The huge page size slots are sized and advised for.
-constexpr size_t kSlotHugePageBytes = size_t(2) << 20;
-
 /// mmap of `bytes` of `fd` from its start with `flags` (MAP_SHARED and
 /// more), at an address on a 2 MiB boundary when bytes is 2 MiB or more
 /// (sluice::mapAligned; anywhere when that fails).
 void *mapSlotAligned(int fd, size_t bytes, int flags) {
-  if (bytes >= kSlotHugePageBytes)
+  if (bytes >= kHugePageBytes)
     if (void *p = mapAligned(bytes, PROT_READ | PROT_WRITE, flags, fd);
         p != MAP_FAILED)
       return p;
@@ -190,7 +187,7 @@ void *collapseSlot(int fd, size_t bytes, bool &collapsed) {
   if (p == MAP_FAILED)
     return p;
   volatile uint8_t *b = static_cast<uint8_t *>(p);
-  for (size_t o = 0; o < bytes; o += kSlotHugePageBytes)
+  for (size_t o = 0; o < bytes; o += kHugePageBytes)
     b[o] = 0;
   collapsed = madvise(p, bytes, MADV_COLLAPSE) == 0;
   if (!collapsed) {
@@ -679,8 +676,7 @@ SlotPool::Slot *SlotPool::make(size_t bytes) {
   const bool huge = slotHugePagesEnabled();
   const bool collapse = !huge && slotCollapseEnabled();
   if (huge || collapse)
-    total = (total + kSlotHugePageBytes - 1) / kSlotHugePageBytes *
-            kSlotHugePageBytes;
+    total = (total + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     close(fd);
     return nullptr;

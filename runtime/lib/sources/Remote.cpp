@@ -517,11 +517,12 @@ private:
 } // namespace
 
 size_t Body::hugeCapacity(size_t n) {
-  constexpr size_t kHuge = size_t(2) << 20, kPage = 4096;
+  constexpr size_t kPage = 4096;
   // Under 1.6 MiB a 2 MiB page adds more than a quarter.
-  if (n < kHuge - kHuge / 5)
+  if (n < kHugePageBytes - kHugePageBytes / 5)
     return 0;
-  const size_t whole = (n + kHuge - 1) / kHuge * kHuge;
+  const size_t whole =
+      (n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   if (whole - n <= n / 4)
     return whole;
   return (n + kPage - 1) / kPage * kPage;
