@@ -36,16 +36,20 @@ ParamSpec remoteParam() {
              {
                  param("endpoint", ParamKind::String)
                      .describe("S3 endpoint URL (e.g. http://127.0.0.1:9000 "
-                               "for MinIO); default AWS_ENDPOINT_URL, else "
-                               "AWS's own."),
+                               "for MinIO); default AWS_ENDPOINT_URL_S3, "
+                               "AWS_ENDPOINT_URL, the profile's endpoint_url "
+                               "in ~/.aws/config, else AWS's own."),
                  param("region", ParamKind::String)
                      .describe("S3 region for signing; default AWS_REGION, "
-                               "else us-east-1."),
+                               "AWS_DEFAULT_REGION, the profile's region in "
+                               "~/.aws/config, else us-east-1."),
                  param("profile", ParamKind::String)
-                     .describe("Profile of ~/.aws/credentials to sign with; "
+                     .describe("Profile to sign with, from "
+                               "~/.aws/credentials or ~/.aws/config; "
                                "default: AWS_ACCESS_KEY_ID/"
                                "AWS_SECRET_ACCESS_KEY, else AWS_PROFILE's "
-                               "profile, else anonymous requests."),
+                               "profile (or 'default'), else anonymous "
+                               "requests."),
                  param("request_timeout", ParamKind::Float)
                      .above(0)
                      .describe("Seconds one request may take before it is "

@@ -157,7 +157,10 @@ def credentials(monkeypatch, tmp_path):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
 
 
 # --- the sources -------------------------------------------------------------
@@ -463,6 +466,110 @@ def test_credentials_from_a_profile(servers, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_PROFILE", "test")
     assert all(batches_equal(a, b)
                for a, b in zip(run_all(local), run_all(remote)))
+
+
+def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
+    """The profile's section of ~/.aws/config (AWS_CONFIG_FILE), as `aws
+    configure` writes it, gives the region, endpoint_url and keys that
+    neither the spec nor the environment gives; AWS_REGION still wins. A
+    bucket in another region is an error that names it (S3's 301
+    PermanentRedirect with x-amz-bucket-region, its 400
+    AuthorizationHeaderMalformed with <Region>), and a profile whose keys
+    another program makes (SSO) is refused with what to run instead."""
+    text = b"".join(b"line %d\n" % i for i in range(50))
+    seen, problems = [], []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            auth = headers.get("authorization", "")
+            m = re.search(r"Credential=([^/]+)/\d{8}/([^/]+)/s3/", auth)
+            seen.append((self.path.split("?")[0],) +
+                        (m.groups() if m else (None, None)))
+            why = sigv4_problem("GET", self.path, headers, "conf-secret-9")
+            status, extra, body = 200, {}, text
+            if self.path.startswith("/elsewhere/"):
+                status, extra = 301, {"x-amz-bucket-region": "eu-west-1"}
+                body = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>"
+                        b"<Code>PermanentRedirect</Code><Message>The bucket "
+                        b"you are attempting to access must be addressed "
+                        b"using the specified endpoint.</Message>"
+                        b"<Bucket>elsewhere</Bucket></Error>")
+            elif self.path.startswith("/malformed/"):
+                status = 400
+                body = (b"<Error><Code>AuthorizationHeaderMalformed</Code>"
+                        b"<Message>The authorization header is malformed; the "
+                        b"region 'eu-central-1' is wrong; expecting "
+                        b"'ap-south-1'</Message><Region>ap-south-1</Region>"
+                        b"</Error>")
+            elif why:
+                problems.append(why)
+                status, body = 403, b""
+            self.send_response(status)
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.send_header("ETag", '"e1"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conf = tmp_path / "config"
+        conf.write_text(
+            "[default]\nregion = eu-central-1\nendpoint_url = "
+            "http://127.0.0.1:%d\naws_access_key_id = CONFKEY\n"
+            "aws_secret_access_key = conf-secret-9\n\n[profile corp]\n"
+            "sso_session = corp\nsso_account_id = 111122223333\n"
+            "region = eu-central-1\n" % server.server_address[1])
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+
+        def run(bucket):
+            return error_of(one_file_spec(
+                tmp_path, "s3://%s/t/a.txt" % bucket, "{}"))
+
+        rc, out = run("bkt")
+        assert rc == 0 and "50 records" in out, out
+        assert not problems, problems
+        assert seen and all(s == ("/bkt/t/a.txt", "CONFKEY", "eu-central-1")
+                            for s in seen), seen
+        monkeypatch.setenv("AWS_REGION", "us-west-2")
+        del seen[:]
+        rc, out = run("bkt")
+        assert rc == 0 and seen and all(s[2] == "us-west-2" for s in seen), \
+            (out, seen)
+        monkeypatch.delenv("AWS_REGION")
+        rc, out = run("elsewhere")
+        assert rc == 1
+        assert ("s3://elsewhere/t/a.txt: record 0: text_lines: cannot read "
+                "file: cannot open: HTTP 301 (PermanentRedirect: The bucket "
+                "you are attempting to access must be addressed using the "
+                "specified endpoint.); the bucket is in region eu-west-1, "
+                "and the requests were made for eu-central-1 (profile "
+                "'default' of %s): set the source's remote.region: eu-west-1 "
+                "(or AWS_REGION=eu-west-1)" % conf) in out, out
+        rc, out = run("malformed")
+        assert rc == 1 and "the bucket is in region ap-south-1, and the " \
+            "requests were made for eu-central-1" in out, out
+        monkeypatch.setenv("AWS_PROFILE", "corp")
+        rc, out = run("bkt")
+        assert rc == 1
+        assert ("profile 'corp' of %s gets its credentials through "
+                "sso_session, which sluice does not run: export them first "
+                "(eval \"$(aws configure export-credentials --profile corp "
+                "--format env)\")" % conf) in out, out
+        assert "conf-secret-9" not in out
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- patterns ----------------------------------------------------------------

@@ -740,6 +740,9 @@ struct Transfer final : PendingFetch {
   bool ownSigned = false, libcurlSigns = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string contentRange;
+  /// S3's x-amz-bucket-region header, for the message of a request sent
+  /// to (or signed for) the bucket's wrong region.
+  std::string bucketRegion;
   Fetched result;
 
   std::mutex m;
@@ -1186,12 +1189,16 @@ private:
       // A new response (after a redirect).
       t->result.etag.clear();
       t->contentRange.clear();
+      t->bucketRegion.clear();
     } else if (first == 'e') {
       if (auto v = value("etag"))
         t->result.etag = *v;
     } else if (first == 'c') {
       if (auto v = value("content-range"))
         t->contentRange = *v;
+    } else if (first == 'x') {
+      if (auto v = value("x-amz-bucket-region"))
+        t->bucketRegion = *v;
     }
     return size * n;
   }
@@ -1247,6 +1254,7 @@ private:
     t->client = this;
     t->result = Fetched();
     t->contentRange.clear();
+    t->bucketRegion.clear();
     t->firstByte = false;
     t->errbuf[0] = 0;
     const RemoteConfig &cfg = *t->cfg;
@@ -1406,8 +1414,12 @@ private:
     return "";
   }
 
-  /// "HTTP 404 (NoSuchKey: The specified key does not exist.)".
-  static std::string describeStatus(long status, std::string_view body) {
+  /// "HTTP 404 (NoSuchKey: The specified key does not exist.)"; for an
+  /// S3 bucket in another region than the requests were signed for (S3's
+  /// 301 PermanentRedirect or 400 AuthorizationHeaderMalformed), which
+  /// region to set.
+  static std::string describeStatus(long status, std::string_view body,
+                                    const Transfer &t) {
     std::string s = "HTTP " + std::to_string(status);
     std::string code = xmlFirst(body, "Code"), msg = xmlFirst(body, "Message");
     if (!code.empty())
@@ -1416,10 +1428,45 @@ private:
       s += " (not found)";
     else if (status == 403)
       s += " (forbidden)";
-    if (status == 403 || status == 401)
+    std::string region = bucketRegionOf(body, t.bucketRegion);
+    if (!region.empty() && region != t.cfg->region &&
+        startsWith(t.url, "s3://")) {
+      s += "; the bucket is in region " + region +
+           ", and the requests were made for " + t.cfg->region + " (" +
+           t.cfg->regionSource +
+           "): set the source's remote.region: " + region +
+           " (or AWS_REGION=" + region + ")";
+    } else if (status == 403 || status == 401) {
       s += "; check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and "
            "the bucket's permissions";
+    }
     return s;
+  }
+
+  /// The bucket's region as an S3 error answer names it: <Region> (400
+  /// AuthorizationHeaderMalformed), the x-amz-bucket-region header (301
+  /// PermanentRedirect, 403), or the host of <Endpoint>
+  /// (bucket.s3.REGION.amazonaws.com, bucket.s3-REGION.amazonaws.com).
+  static std::string bucketRegionOf(std::string_view body,
+                                    const std::string &header) {
+    std::string region = xmlFirst(body, "Region");
+    if (region.empty())
+      region = header;
+    if (region.empty()) {
+      std::string ep = xmlFirst(body, "Endpoint");
+      size_t end = ep.find(".amazonaws.com");
+      size_t at = ep.rfind(".s3.", end);
+      if (at == std::string::npos)
+        at = ep.rfind(".s3-", end);
+      if (end != std::string::npos && at != std::string::npos && at + 4 < end)
+        region = ep.substr(at + 4, end - at - 4);
+    }
+    // A region is letters, digits and dashes (eu-west-1): anything else
+    // (a malformed answer) is not repeated into the message.
+    for (char c : region)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-')
+        return "";
+    return region;
   }
 
   void finish(CURL *e, CURLcode code) {
@@ -1469,7 +1516,7 @@ private:
       r.body.clear();
       r.totalSize = 0;
     } else {
-      r.error = describeStatus(status, r.body.view());
+      r.error = describeStatus(status, r.body.view(), *t);
       retry = retryableStatus(status);
     }
     if (!r.ok && t->ownSigned && (status == 401 || status == 403) &&
@@ -1773,12 +1820,40 @@ remoteConfigFor(const std::string &kind, const Value &params,
     const Value &v = r[name];
     return v.isString() ? v.asString() : "";
   };
+  // The profile: named in the spec, else AWS_PROFILE's, else "default".
+  // Its section of the config file (~/.aws/config, as `aws configure`
+  // writes it: [default], [profile NAME]) gives the region, endpoint_url
+  // and keys that nothing before it in AWS's order gives.
+  std::string profile = str("profile");
+  bool explicitProfile = !profile.empty();
+  if (profile.empty())
+    profile = envOr("AWS_PROFILE", "default");
+  std::string configFile = envOr("AWS_CONFIG_FILE", homeDir() + "/.aws/config");
+  std::optional<std::map<std::string, std::string>> conf =
+      iniSection(configFile, profile);
+  auto confValue = [&](const char *key) -> std::string {
+    if (!conf)
+      return "";
+    auto it = conf->find(key);
+    return it == conf->end() ? "" : it->second;
+  };
+  std::string confSource = "profile '" + profile + "' of " + configFile;
   cfg->endpoint = str("endpoint");
   if (cfg->endpoint.empty())
     cfg->endpoint = envOr("AWS_ENDPOINT_URL_S3", envOr("AWS_ENDPOINT_URL"));
-  cfg->region = str("region");
-  if (cfg->region.empty())
-    cfg->region = envOr("AWS_REGION", envOr("AWS_DEFAULT_REGION", "us-east-1"));
+  if (cfg->endpoint.empty())
+    cfg->endpoint = confValue("endpoint_url");
+  std::pair<const char *, std::string> regions[] = {
+      {"remote.region", str("region")},
+      {"AWS_REGION", envOr("AWS_REGION")},
+      {"AWS_DEFAULT_REGION", envOr("AWS_DEFAULT_REGION")},
+      {nullptr, confValue("region")}};
+  for (auto &[from, region] : regions)
+    if (!region.empty()) {
+      cfg->region = region;
+      cfg->regionSource = from ? from : confSource;
+      break;
+    }
   if (r["request_timeout"].isNumber())
     cfg->timeoutSeconds = r["request_timeout"].asDouble();
   if (r["concurrency"].isNumber()) {
@@ -1870,15 +1945,19 @@ remoteConfigFor(const std::string &kind, const Value &params,
   cfg->chunkBytes = std::max<size_t>(cfg->chunkBytes, 4096);
 
   // Credentials: a profile named in the spec, else the environment's keys,
-  // else AWS_PROFILE's (or the default) profile, else anonymous.
-  std::string profile = str("profile");
-  bool explicitProfile = !profile.empty();
-  if (profile.empty())
-    profile = envOr("AWS_PROFILE", "default");
+  // else AWS_PROFILE's (or the default) profile, else anonymous. A
+  // profile's keys are in the credentials file or, as the AWS CLI also
+  // reads them, in its section of the config file.
   std::string credFile =
       envOr("AWS_SHARED_CREDENTIALS_FILE", homeDir() + "/.aws/credentials");
   auto fromProfile = [&]() -> bool {
     auto sec = iniSection(credFile, profile);
+    std::string from = "profile '" + profile + "' of " + credFile;
+    if (!sec || !sec->count("aws_access_key_id") ||
+        !sec->count("aws_secret_access_key")) {
+      sec = conf;
+      from = confSource;
+    }
     if (!sec || !sec->count("aws_access_key_id") ||
         !sec->count("aws_secret_access_key"))
       return false;
@@ -1888,15 +1967,35 @@ remoteConfigFor(const std::string &kind, const Value &params,
     if (sec->count("aws_session_token"))
       c->sessionToken = (*sec)["aws_session_token"];
     cfg->credentials = std::move(c);
-    cfg->credentialSource = "profile '" + profile + "' of " + credFile;
+    cfg->credentialSource = from;
     return true;
   };
+  // A profile whose keys another program makes (SSO, an assumed role, a
+  // credential_process): sluice runs none of them, and anonymous requests
+  // would only be refused later, object by object.
+  auto fromProgram = [&]() -> Status {
+    for (const char *key :
+         {"credential_process", "sso_session", "sso_start_url", "role_arn",
+          "web_identity_token_file"})
+      if (!confValue(key).empty())
+        return Status::error(
+            kind + ": " + confSource + " gets its credentials through " + key +
+            ", which sluice does not run: export them first (eval \"$(aws "
+            "configure export-credentials --profile " +
+            profile +
+            " --format env)\"), or name a profile with "
+            "aws_access_key_id and aws_secret_access_key");
+    return Status::ok();
+  };
   if (explicitProfile) {
-    if (!fromProfile())
+    if (!fromProfile()) {
+      if (Status st = fromProgram(); !st)
+        return st;
       return Status::error(kind + ": remote.profile: no profile '" + profile +
                            "' with aws_access_key_id and "
                            "aws_secret_access_key in " +
-                           credFile);
+                           credFile + " or " + configFile);
+    }
   } else if (!envOr("AWS_ACCESS_KEY_ID").empty()) {
     auto c = std::make_shared<Credentials>();
     c->accessKey = envOr("AWS_ACCESS_KEY_ID");
@@ -1909,10 +2008,13 @@ remoteConfigFor(const std::string &kind, const Value &params,
     cfg->credentials = std::move(c);
     cfg->credentialSource = "environment";
   } else if (!fromProfile()) {
+    if (Status st = fromProgram(); !st)
+      return st;
     if (envOr("AWS_PROFILE").size())
       return Status::error(kind + ": AWS_PROFILE names profile '" + profile +
-                           "', which " + credFile +
-                           " does not hold with aws_access_key_id and "
+                           "', which neither " + credFile + " nor " +
+                           configFile +
+                           " holds with aws_access_key_id and "
                            "aws_secret_access_key");
     cfg->credentialSource = "none (anonymous requests)";
   }

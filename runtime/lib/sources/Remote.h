@@ -60,6 +60,9 @@ struct RemoteConfig {
   /// style (https://<bucket>.s3.<region>.amazonaws.com).
   std::string endpoint;
   std::string region = "us-east-1";
+  /// Where region came from, for messages: "remote.region", "AWS_REGION",
+  /// "AWS_DEFAULT_REGION", "profile 'x' of ~/.aws/config", "the default".
+  std::string regionSource = "the default";
   /// Where the credentials came from, for messages: "environment",
   /// "profile 'x' of ~/.aws/credentials", "none (anonymous requests)".
   std::string credentialSource;
