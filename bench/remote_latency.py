@@ -21,6 +21,7 @@ Usage: remote_latency.py [--images N] [--delay-ms MS] [--sweep 1,2,4,...]
                          [--data DIR] [--servers nginx|proxy] [--tunes T]
                          [--only image_folder|webdataset] [--pin]
                          [--serve-only] [--floor] [--tls]
+                         [--peer] [--peer-workers 0,2] [--peer-threads 64]
 
 --pin runs the servers (and the bench itself) on CPU 1 and every `sluice
 run` and `sluice tune` (local and remote alike) on CPU 0 with one core
@@ -43,6 +44,12 @@ client getting the same objects: what any client pays per request here.
 named by each spec's remote.ca_bundle), as object stores do; the local
 files are read as before. Not with --floor (bench/http_floor.c speaks
 plain HTTP).
+
+--peer adds rows for the PyTorch peer (bench/peers/torch_s3.py) on
+image_folder's pipeline: a DataLoader whose dataset gets each batch's
+objects with boto3 (--peer-threads GETs in flight per worker) and decodes
+them with PIL, for each of --peer-workers, from local files and from the
+s3:// endpoint, interleaved with sluice's runs (with --pin on CPU 0 too).
 
 --serve-only starts the servers, writes the specs and prints the commands
 that run them (with the environment they need), then waits for Enter:
@@ -166,6 +173,36 @@ def run(sluice, args, env, pin=False, stats=None):
                         (after.ru_nivcsw - before.ru_nivcsw),
             "requests": remote.get("requests", 0),
             "bytes": remote.get("bytes", 0)}
+
+
+PEER = os.path.join(HERE, "peers", "torch_s3.py")
+
+
+def peer_run(args, env, pin=False):
+    """The same counts as run() for bench/peers/torch_s3.py ARGS (the
+    PyTorch DataLoader reading with boto3, or local files): its records/s
+    over the whole run (listing and worker start-up included, as sluice's
+    own time includes its listing), its and its workers' CPU from then on
+    (torch's import left out)."""
+    srv_before = servers_cpu()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(
+        ["/usr/bin/python3", PEER] + args, capture_output=True, text=True,
+        env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pin else None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        sys.exit("the torch peer failed on %s:\n%s" % (args,
+                                                        r.stdout + r.stderr))
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"records": out["records"], "rate": out["rate"],
+            "cpu": out["cpu"],
+            "servers": servers_cpu() - srv_before,
+            "faults": after.ru_minflt - before.ru_minflt,
+            "switches": (after.ru_nvcsw - before.ru_nvcsw) +
+                        (after.ru_nivcsw - before.ru_nivcsw),
+            "requests": 0 if "--local" in args else out["records"],
+            "bytes": 0}
 
 
 def tune(sluice, spec, report, env, pin=False):
@@ -309,6 +346,14 @@ def main():
                     help="the nginx endpoints answer over TLS (https://, "
                          "a certificate from the fixture's own CA, named "
                          "by remote.ca_bundle), as object stores do")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run the PyTorch peer (bench/peers/torch_s3.py: "
+                         "DataLoader, boto3, PIL) on image_folder's objects, "
+                         "from local files and from the s3:// endpoint")
+    ap.add_argument("--peer-workers", default="0,2",
+                    help="the peer's DataLoader num_workers values")
+    ap.add_argument("--peer-threads", type=int, default=64,
+                    help="the peer's GETs in flight per worker")
     ap.add_argument("--serve-only", action="store_true",
                     help="start the servers, write the specs, print the "
                          "commands and wait for Enter (for perf)")
@@ -421,8 +466,23 @@ def main():
         # Every configuration: (pipeline, label) -> [sluice run args].
         configs = {}
         tuned = {}
+        peers = []
         for name, (local, remote) in pipelines.items():
             configs[(name, "local")] = [local]
+            if args.peer and name.startswith("image_folder"):
+                for w in [int(x) for x in args.peer_workers.split(",")]:
+                    common = ["--prefix", "photos/", "--epochs",
+                              str(args.epochs), "--workers", str(w),
+                              "--threads", str(args.peer_threads)]
+                    for where, a in (("local", ["--local", srv.www]),
+                                     ("s3", ["--endpoint", s3, "--bucket",
+                                             remote_servers.BUCKET] +
+                                      (["--ca-bundle", srv.ca_bundle]
+                                       if args.tls else []))):
+                        label = "peer %s %d" % (where, w)
+                        if label not in peers:
+                            peers.append(label)
+                        configs[(name, label)] = ("peer", a + common)
             for c in sweep:
                 configs[(name, c)] = [spec("%s_%d" % (name[:3], c),
                                            remote(c))]
@@ -440,7 +500,11 @@ def main():
         stats = os.path.join(work, "stats.json")
         for _ in range(args.repeats):
             for k, a in configs.items():
-                results[k].append(run(args.sluice, a, env, args.pin, stats))
+                if isinstance(a, tuple):
+                    results[k].append(peer_run(a[1], env, args.pin))
+                else:
+                    results[k].append(run(args.sluice, a, env, args.pin,
+                                          stats))
         load_after = os.getloadavg()
         print("%d pictures (%d shards of 64), %d epochs, %g ms added per "
               "request, %d cores%s; servers: %s; median "
@@ -464,7 +528,9 @@ def main():
             print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
             best = 0
             tunes = ["tuned%d" % k for k in range(args.tunes)]
-            for label in ["local"] + sweep + tunes:
+            for label in ["local"] + sweep + tunes + peers:
+                if (name, label) not in results:
+                    continue
                 rs = results[(name, label)]
                 def per(key, scale=1.0):
                     return statistics.median(
@@ -477,7 +543,13 @@ def main():
                          "tuned #%d: %d (%d ms median latency)" % (
                              (int(label[5:]) + 1,) +
                              tuned[name][int(label[5:])])
-                         if label in tunes else str(label))
+                         if label in tunes else
+                         "torch DataLoader + %s, %s workers%s" % (
+                             "boto3 over s3://" if label.split()[1] == "s3"
+                             else "local files", label.split()[2],
+                             "" if label.split()[1] == "local" else
+                             ", %d GETs in flight each" % args.peer_threads)
+                         if label in peers else str(label))
                 print("| %s | %.0f | %.2f× | %.3f | %.3f | %.2f | %.2f | "
                       "%.3f | %.1f |"
                       % (shown, rate, rate / base, cpu, scpu, per("faults"),
