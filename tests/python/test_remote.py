@@ -21,6 +21,7 @@ import sys
 import tarfile
 import textwrap
 import threading
+import time
 import urllib.parse
 
 import numpy as np
@@ -161,6 +162,16 @@ def credentials(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    # No role from the host: the tests that want one serve it themselves.
+    for name in ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                 "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+                 "AWS_ROLE_SESSION_NAME", "AWS_ENDPOINT_URL_STS",
+                 "AWS_EC2_METADATA_SERVICE_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 # --- the sources -------------------------------------------------------------
@@ -572,6 +583,240 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
         server.server_close()
 
 
+class RoleServer:
+    """An S3 endpoint that checks every signature against the role's keys
+    it handed out, and the three places a role's keys come from: the EC2
+    instance metadata service (IMDSv2: a session token first), a container
+    credentials endpoint (an Authorization token) and STS's
+    AssumeRoleWithWebIdentity (XML). Each fetch of keys hands out the next
+    pair (ROLEKEY1, ROLEKEY2, ...), valid for `valid` seconds."""
+
+    def __init__(self, objects, valid):
+        self.objects, self.valid = objects, valid
+        self.issued, self.used, self.problems, self.anonymous = [], [], [], 0
+        self.fail_issue = False
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_PUT(self):
+                if self.path == "/latest/api/token" and self.headers.get(
+                        "X-aws-ec2-metadata-token-ttl-seconds"):
+                    self.reply(200, b"imds-session-77")
+                else:
+                    self.reply(400, b"")
+
+            def do_GET(self):
+                h = {k.lower(): v for k, v in self.headers.items()}
+                path, _, query = self.path.partition("?")
+                md = "/latest/meta-data/iam/security-credentials/"
+                if path.startswith(md):
+                    if h.get("x-aws-ec2-metadata-token") != "imds-session-77":
+                        return self.reply(401, b"")
+                    if path == md:
+                        return self.reply(200, b"train-role")
+                    return self.issue("json")
+                if path == "/container/creds":
+                    if h.get("authorization") != "pod-token-5":
+                        return self.reply(401, b"")
+                    return self.issue("json")
+                if path == "/" and "AssumeRoleWithWebIdentity" in query:
+                    q = urllib.parse.parse_qs(query)
+                    if (q.get("WebIdentityToken") != ["eyJ.web.token"] or
+                            q.get("RoleArn") != ["arn:aws:iam::1:role/t"]):
+                        return self.reply(403, b"<ErrorResponse><Error><Code>"
+                                          b"AccessDenied</Code><Message>no"
+                                          b"</Message></Error></ErrorResponse>")
+                    return self.issue("xml")
+                if path.startswith("/private/") and "authorization" not in h:
+                    return self.reply(403, b"<Error><Code>AccessDenied</Code>"
+                                      b"<Message>Access Denied</Message>"
+                                      b"</Error>")
+                data = outer.objects.get(path)
+                if data is None:
+                    return self.reply(404, b"")
+                if "authorization" not in h:
+                    outer.anonymous += 1
+                    return self.reply(200, data)
+                m = re.search(r"Credential=(ROLEKEY(\d+))/", h["authorization"])
+                n = m.group(2) if m else "?"
+                why = sigv4_problem("GET", self.path, h, "role-secret-" + n)
+                if not why and h.get("x-amz-security-token") != \
+                        "role-token-" + n:
+                    why = "session token %r" % h.get("x-amz-security-token")
+                if why:
+                    outer.problems.append(why)
+                    return self.reply(403, b"")
+                outer.used.append(m.group(1))
+                self.reply(200, data)
+
+            def issue(self, form):
+                if outer.fail_issue:
+                    return self.reply(500, b"")
+                n = len(outer.issued) + 1
+                outer.issued.append(n)
+                exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                    time.time() + outer.valid))
+                if form == "json":
+                    body = json.dumps({
+                        "Code": "Success", "Type": "AWS-HMAC",
+                        "AccessKeyId": "ROLEKEY%d" % n,
+                        "SecretAccessKey": "role-secret-%d" % n,
+                        "Token": "role-token-%d" % n,
+                        "Expiration": exp}).encode()
+                else:
+                    body = ("<AssumeRoleWithWebIdentityResponse><AssumeRole"
+                            "WithWebIdentityResult><Credentials><AccessKeyId>"
+                            "ROLEKEY%d</AccessKeyId><SecretAccessKey>role-"
+                            "secret-%d</SecretAccessKey><SessionToken>role-"
+                            "token-%d</SessionToken><Expiration>%s</Expiration>"
+                            "</Credentials></AssumeRoleWithWebIdentityResult>"
+                            "</AssumeRoleWithWebIdentityResponse>"
+                            % (n, n, n, exp)).encode()
+                self.reply(200, body)
+
+            def reply(self, status, body):
+                self.send_response(status)
+                self.send_header("ETag", '"e%d"' % len(body))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def role_env(kind, server, tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    if kind == "instance":
+        monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url)
+    elif kind == "container":
+        token = tmp_path / "pod-token"
+        token.write_text("pod-token-5\n")
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                           server.url + "/container/creds")
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", str(token))
+    else:
+        token = tmp_path / "web-token"
+        token.write_text("eyJ.web.token")
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::1:role/t")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
+
+
+@pytest.mark.parametrize("kind", ["instance", "container", "web"])
+def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
+    """Without keys of its own the host's role signs the requests: keys
+    from the EC2 instance metadata service (IMDSv2), a container
+    credentials endpoint (ECS, EKS Pod Identity) or STS for a web identity
+    token (EKS's roles for service accounts), fetched again before they
+    expire (here they expire 5 min + 2 s after each fetch, so within the
+    run), the records the same, the keys in no output."""
+    objects = {"/bkt/d/f%03d.bin" % i: bytes([i % 256]) * (100 + i)
+               for i in range(240)}
+    server = RoleServer(objects, valid=302)
+    try:
+        role_env(kind, server, tmp_path, monkeypatch)
+        spec = tmp_path / "role.yaml"
+        spec.write_text(
+            "pipeline: role\nsource:\n  files: {files: 's3://bkt/d/"
+            "f{000..239}.bin', remote: {endpoint: %s, concurrency: 2}}\n"
+            "steps:\n  - batch: {size: 1}\n" % server.url)
+        child = textwrap.dedent("""
+            import pickle, sys, time, sluice
+            got = []
+            for i, b in enumerate(sluice.Pipeline(sys.argv[2])):
+                got.append(bytes(b["data"][0]))
+                if i == 5:
+                    time.sleep(3)  # past the first keys' renewal time
+            pickle.dump(got, open(sys.argv[1], "wb"))
+        """)
+        out = tmp_path / "got.pickle"
+        r = subprocess.run([sys.executable, "-c", child, str(out), str(spec)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        got = pickle.load(open(out, "rb"))
+    finally:
+        server.close()
+    assert got == [objects["/bkt/d/f%03d.bin" % i] for i in range(240)]
+    assert not server.problems, server.problems[:3]
+    assert server.anonymous == 0
+    assert len(server.issued) >= 2, server.issued
+    assert server.used[0] == "ROLEKEY1" and server.used[-1] != "ROLEKEY1", \
+        sorted(set(server.used))
+    for secret in ("role-secret-", "role-token-", "pod-token-5",
+                   "eyJ.web.token", "imds-session-77"):
+        assert secret not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("kind", ["container", "web"])
+def test_a_role_that_cannot_be_had_is_a_spec_error(tmp_path, monkeypatch,
+                                                   kind):
+    server = RoleServer({}, valid=3600)
+    try:
+        role_env(kind, server, tmp_path, monkeypatch)
+        server.fail_issue = kind == "container"
+        if kind == "web":
+            monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::1:role/other")
+        rc, out = error_of(one_file_spec(
+            tmp_path, "s3://bkt/t/a.txt", "{endpoint: %s}" % server.url))
+    finally:
+        server.close()
+    assert rc == 1
+    if kind == "container":
+        assert ("text_lines: cannot get credentials from the container "
+                "credentials endpoint %s/container/creds "
+                "(AWS_CONTAINER_CREDENTIALS_FULL_URI): HTTP 500"
+                % server.url) in out, out
+    else:
+        assert ("text_lines: cannot get credentials from STS "
+                "AssumeRoleWithWebIdentity at %s (AWS_WEB_IDENTITY_TOKEN_FILE "
+                % server.url) in out and "HTTP 403 (AccessDenied: no)" in out, \
+            out
+
+
+def test_a_host_without_an_instance_role_reads_anonymously(tmp_path,
+                                                            monkeypatch):
+    """Not an EC2 instance (nothing answers at the metadata service's
+    address), or one without a role (404): anonymous requests, as a public
+    bucket is read."""
+    objects = {"/bkt/t/a.txt": b"".join(b"l %d\n" % i for i in range(20))}
+    server = RoleServer(objects, valid=3600)
+    try:
+        for where in ("http://127.0.0.1:%d" % remote_servers.free_port(),
+                      server.url + "/no-role"):
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+            role_env("instance", server, tmp_path, monkeypatch)
+            monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", where)
+            server.anonymous = 0
+            rc, out = error_of(one_file_spec(
+                tmp_path, "s3://bkt/t/a.txt", "{endpoint: %s}" % server.url))
+            assert rc == 0 and "20 records" in out, out
+            assert server.anonymous >= 1
+            monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        # A bucket that is not public says the request had no credentials.
+        rc, out = error_of(one_file_spec(
+            tmp_path, "s3://private/t/a.txt", "{endpoint: %s}" % server.url))
+    finally:
+        server.close()
+    assert rc == 1 and ("HTTP 403 (AccessDenied: Access Denied); the request "
+                        "was anonymous (no AWS_ACCESS_KEY_ID, profile or role "
+                        "was found): give credentials, or read a public "
+                        "bucket") in out, out
+
+
 # --- patterns ----------------------------------------------------------------
 
 def test_http_glob_is_refused_with_the_brace_form(servers, tmp_path):
@@ -811,6 +1056,7 @@ def test_forbidden_is_a_located_error(servers, tmp_path, monkeypatch):
     rc, out = error_of(one_file_spec(tmp_path, url, "{endpoint: %s}"
                                      % servers.s3_endpoint))
     assert rc == 1 and "HTTP 403 (InvalidAccessKeyId" in out and url in out
+    assert "check the credentials (from environment)" in out, out
 
 
 @pytest.mark.parametrize("kind", ["s3", "http"])

@@ -61,6 +61,7 @@ struct CurlApi {
   decltype(&::curl_easy_init) easy_init = nullptr;
   decltype(&::curl_easy_reset) easy_reset = nullptr;
   decltype(&::curl_easy_cleanup) easy_cleanup = nullptr;
+  decltype(&::curl_easy_perform) easy_perform = nullptr;
   CURLcode (*easy_setopt)(CURL *, CURLoption, ...) = nullptr;
   CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...) = nullptr;
   decltype(&::curl_easy_strerror) easy_strerror = nullptr;
@@ -107,6 +108,7 @@ const CurlApi &api() {
               bind(a, a.easy_init, "curl_easy_init") &&
               bind(a, a.easy_reset, "curl_easy_reset") &&
               bind(a, a.easy_cleanup, "curl_easy_cleanup") &&
+              bind(a, a.easy_perform, "curl_easy_perform") &&
               bind(a, a.easy_setopt, "curl_easy_setopt") &&
               bind(a, a.easy_getinfo, "curl_easy_getinfo") &&
               bind(a, a.easy_strerror, "curl_easy_strerror") &&
@@ -193,6 +195,11 @@ SLUICE_CURL_SHIM void curl_easy_cleanup(CURL *e) {
   const CurlApi &a = api();
   if (a.handle)
     a.easy_cleanup(e);
+}
+
+SLUICE_CURL_SHIM CURLcode curl_easy_perform(CURL *e) {
+  const CurlApi &a = api();
+  return a.handle ? a.easy_perform(e) : CURLE_FAILED_INIT;
 }
 
 SLUICE_CURL_SHIM CURLcode curl_easy_setopt(CURL *e, CURLoption option, ...) {

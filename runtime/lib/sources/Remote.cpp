@@ -201,10 +201,14 @@ std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
   return out;
 }
 
+} // namespace
+
 std::string xmlFirst(std::string_view xml, std::string_view tag) {
   std::vector<std::string> all = xmlAll(xml, tag);
   return all.empty() ? "" : all[0];
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // The client: one multi handle on one thread
@@ -740,6 +744,9 @@ struct Transfer final : PendingFetch {
   bool ownSigned = false, libcurlSigns = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string contentRange;
+  /// What an s3:// request is signed with (RemoteConfig::
+  /// signingCredentials when it was submitted; null: anonymous).
+  std::shared_ptr<const Credentials> credentials;
   /// S3's x-amz-bucket-region header, for the message of a request sent
   /// to (or signed for) the bucket's wrong region.
   std::string bucketRegion;
@@ -822,6 +829,23 @@ public:
   void submit(std::shared_ptr<Transfer> t) {
     bool wake;
     t->owner = this;
+    if (startsWith(t->url, "s3://")) {
+      // A role's keys may be fetched (again) here, by the thread that asks
+      // for the object, not by the thread that drives every transfer.
+      std::string error;
+      t->credentials = t->cfg->signingCredentials(error);
+      if (!error.empty()) {
+        t->result = Fetched();
+        t->result.error = error;
+        counters().failures.fetch_add(1, std::memory_order_relaxed);
+        {
+          std::lock_guard<std::mutex> lock(t->m);
+          t->finished.store(true, std::memory_order_release);
+        }
+        t->cv.notify_all();
+        return;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(m_);
       // A queue that was not empty has a wake-up on its way already: the
@@ -1283,7 +1307,7 @@ private:
           t->headers, ("If-None-Match: " + t->ifNoneMatch).c_str());
     const bool s3 = startsWith(t->url, "s3://");
     std::shared_ptr<const Credentials> signer =
-        s3 ? cfg.credentials : std::shared_ptr<const Credentials>();
+        s3 ? t->credentials : std::shared_ptr<const Credentials>();
     // An object's plain GET is signed here (SigV4.cpp: the day's signing
     // key kept), the rest (listings, a request redirected) by libcurl.
     std::vector<std::string> own;
@@ -1436,9 +1460,12 @@ private:
            t.cfg->regionSource +
            "): set the source's remote.region: " + region +
            " (or AWS_REGION=" + region + ")";
-    } else if (status == 403 || status == 401) {
-      s += "; check the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and "
-           "the bucket's permissions";
+    } else if ((status == 403 || status == 401) && t.credentials) {
+      s += "; check the credentials (from " + t.cfg->credentialSource +
+           ") and the bucket's permissions";
+    } else if ((status == 403 || status == 401) && startsWith(t.url, "s3://")) {
+      s += "; the request was anonymous (no AWS_ACCESS_KEY_ID, profile or "
+           "role was found): give credentials, or read a public bucket";
     }
     return s;
   }
@@ -1944,8 +1971,10 @@ remoteConfigFor(const std::string &kind, const Value &params,
   cfg->retries = std::max(0, cfg->retries);
   cfg->chunkBytes = std::max<size_t>(cfg->chunkBytes, 4096);
 
-  // Credentials: a profile named in the spec, else the environment's keys,
-  // else AWS_PROFILE's (or the default) profile, else anonymous. A
+  // Credentials, in AWS's order: a profile named in the spec, else the
+  // environment's keys, else a web identity token (STS), else AWS_PROFILE's
+  // (or the default) profile, else a container's credentials endpoint, else
+  // the EC2 instance's role (AwsCredentials.cpp), else anonymous. A
   // profile's keys are in the credentials file or, as the AWS CLI also
   // reads them, in its section of the config file.
   std::string credFile =
@@ -2007,6 +2036,14 @@ remoteConfigFor(const std::string &kind, const Value &params,
                                   "(or neither, for anonymous requests)");
     cfg->credentials = std::move(c);
     cfg->credentialSource = "environment";
+  } else if (auto web = webIdentityCredentials(cfg->region)) {
+    // EKS's IAM roles for service accounts: before the profiles, as AWS's
+    // SDKs take it. Fetched now, so that a wrong role is the spec's error.
+    std::string error;
+    if (!web->get(error))
+      return Status::error(kind + ": " + error);
+    cfg->provider = std::move(web);
+    cfg->credentialSource = cfg->provider->source();
   } else if (!fromProfile()) {
     if (Status st = fromProgram(); !st)
       return st;
@@ -2016,7 +2053,21 @@ remoteConfigFor(const std::string &kind, const Value &params,
                            configFile +
                            " holds with aws_access_key_id and "
                            "aws_secret_access_key");
-    cfg->credentialSource = "none (anonymous requests)";
+    if (auto container = containerCredentials()) {
+      std::string error;
+      if (!container->get(error))
+        return Status::error(kind + ": " + error);
+      cfg->provider = std::move(container);
+      cfg->credentialSource = cfg->provider->source();
+    } else if (auto instance = instanceCredentials()) {
+      // Asked on the first s3:// request (an https:// source needs no
+      // keys); a host without an instance role reads anonymously.
+      cfg->provider = std::move(instance);
+      cfg->credentialSource =
+          cfg->provider->source() + ", else none (anonymous requests)";
+    } else {
+      cfg->credentialSource = "none (anonymous requests)";
+    }
   }
   return std::shared_ptr<const RemoteConfig>(std::move(cfg));
 }

@@ -52,6 +52,43 @@ struct Credentials {
   std::string accessKey, secretKey, sessionToken;
 };
 
+/// Credentials that expire, fetched again before they do
+/// (AwsCredentials.cpp): a container's credentials endpoint (ECS, EKS Pod
+/// Identity), a web identity token exchanged with STS (EKS's IAM roles for
+/// service accounts), or the EC2 instance metadata service (IMDSv2). One
+/// per place for the whole process: its pipelines share the credentials
+/// and their refresh.
+class CredentialProvider {
+public:
+  virtual ~CredentialProvider() = default;
+  /// Credentials to sign with now: those held, fetched (again) when none
+  /// are held or they expire within 5 minutes (within less, at half their
+  /// time left). A fetch that fails while the ones held are still valid
+  /// keeps them (tried again 10 s later). Null with `error` set when there
+  /// are none; null with `error` empty for the instance metadata service
+  /// that did not answer its first fetch (no instance role: anonymous
+  /// requests, as before it was asked).
+  virtual std::shared_ptr<const Credentials> get(std::string &error) = 0;
+  /// Where they come from, for messages: "the EC2 instance metadata
+  /// service at http://169.254.169.254".
+  virtual std::string source() const = 0;
+};
+
+/// The container credentials endpoint's provider
+/// (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, with
+/// AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE or _TOKEN); null when neither URI
+/// is set.
+std::shared_ptr<CredentialProvider> containerCredentials();
+/// The web identity provider (AWS_WEB_IDENTITY_TOKEN_FILE and
+/// AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME; STS at AWS_ENDPOINT_URL_STS, else
+/// https://sts.REGION.amazonaws.com); null when the token file is not set.
+std::shared_ptr<CredentialProvider>
+webIdentityCredentials(const std::string &region);
+/// The instance metadata service's provider
+/// (AWS_EC2_METADATA_SERVICE_ENDPOINT, else http://169.254.169.254); null
+/// when AWS_EC2_METADATA_DISABLED=true.
+std::shared_ptr<CredentialProvider> instanceCredentials();
+
 /// How a source reads remote objects: its `remote` parameter over the
 /// environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...,
 /// AWS_PROFILE and ~/.aws/credentials).
@@ -81,6 +118,16 @@ struct RemoteConfig {
   /// Bytes per ranged request of a sequential reader.
   size_t chunkBytes = size_t(4) << 20;
   std::shared_ptr<const Credentials> credentials; // null: anonymous
+  /// Credentials that expire (a role's), in place of `credentials`.
+  std::shared_ptr<CredentialProvider> provider;
+  /// The credentials to sign an s3:// request with now: `credentials`,
+  /// else the provider's; null: anonymous, or `error` set.
+  std::shared_ptr<const Credentials>
+  signingCredentials(std::string &error) const {
+    if (!provider)
+      return credentials;
+    return provider->get(error);
+  }
   /// `remote.cache`: fetched objects kept on disk (null: none).
   std::shared_ptr<ObjectCache> cache;
   /// The PEM file of the certificate authorities that https:// servers
@@ -93,6 +140,10 @@ struct RemoteConfig {
   /// "AWS_CA_BUNDLE".
   std::string caBundleFrom;
 };
+
+/// The text of the first <tag>...</tag> of an S3 or STS answer, entities
+/// decoded; empty when there is none.
+std::string xmlFirst(std::string_view xml, std::string_view tag);
 
 /// Whether libcurl is there to serve remote URLs (CurlLoader.cpp loads it
 /// on first use); false with `why` saying what is missing and how to

@@ -1,0 +1,446 @@
+//===- AwsCredentials.cpp - Credentials that expire: roles ----------------===//
+//
+// On AWS a training host rarely has keys of its own: it runs with a role,
+// whose temporary keys a service hands out and renews. Three places give
+// them, tried in the order AWS's SDKs try them after the environment's keys
+// and the profiles (Remote.cpp, remoteConfigFor):
+//
+//  - a web identity token (EKS's IAM roles for service accounts):
+//    AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, exchanged with STS's
+//    AssumeRoleWithWebIdentity (an unsigned request: the token is the
+//    proof) for keys, a session token and their expiry, answered in XML;
+//  - a container's credentials endpoint (ECS tasks, EKS Pod Identity):
+//    AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (under http://169.254.170.2)
+//    or _FULL_URI, with the Authorization header from
+//    AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (read at every fetch: it is
+//    rotated) or _TOKEN, answered in JSON;
+//  - the EC2 instance metadata service, IMDSv2: a session token from a PUT
+//    to /latest/api/token, then the role's name and its keys under
+//    /latest/meta-data/iam/security-credentials/, in JSON. A service that
+//    refuses the PUT with an HTTP status (IMDSv1 only) is asked without the
+//    token. On a host that is not an EC2 instance nothing answers: the
+//    first fetch fails within a second and the requests go anonymous, as
+//    they did before (AWS_EC2_METADATA_DISABLED=true skips the question).
+//
+// Each place's provider is shared by the process, so its pipelines share
+// the keys and their renewal. The HTTP requests are libcurl's (an easy
+// handle per fetch, a few an hour), never through a proxy (the endpoints
+// are link-local or the host's own), and the answers are parsed with
+// nlohmann-json and Remote.cpp's XML reader. Keys are never put in a
+// message: a failed fetch says where it went and what came back, not what.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Remote.h"
+
+#include <curl/curl.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <unistd.h>
+
+namespace sluice::runtime::detail {
+namespace {
+
+using SysClock = std::chrono::system_clock;
+
+std::string env(const char *name) {
+  const char *v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Answer {
+  long status = 0;
+  std::string body;
+  std::string error; ///< a connection failure (no HTTP status)
+};
+
+size_t collect(char *p, size_t size, size_t n, void *user) {
+  auto *out = static_cast<std::string *>(user);
+  // Credentials documents are a few KB: anything past 1 MiB is not one.
+  if (out->size() + size * n > (size_t(1) << 20))
+    return 0;
+  out->append(p, size * n);
+  return size * n;
+}
+
+/// One request, waited for: at most `timeoutMs`, no proxy, no redirect.
+Answer call(const char *method, const std::string &url,
+            const std::vector<std::string> &headers, long timeoutMs) {
+  Answer a;
+  CURL *e = curl_easy_init();
+  if (!e) {
+    a.error = "libcurl could not make a request";
+    return a;
+  }
+  curl_slist *list = nullptr;
+  for (const std::string &h : headers)
+    list = curl_slist_append(list, h.c_str());
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, list);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &collect);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &a.body);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeoutMs);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, std::min(timeoutMs, 1000L));
+  CURLcode code = curl_easy_perform(e);
+  if (code == CURLE_OK)
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &a.status);
+  else
+    a.error = std::string(curl_easy_strerror(code)) +
+              (errbuf[0] ? std::string(": ") + errbuf : "");
+  curl_easy_cleanup(e);
+  curl_slist_free_all(list);
+  return a;
+}
+
+/// "HTTP 404" or the connection's failure, for messages.
+std::string what(const Answer &a) {
+  return a.error.empty() ? "HTTP " + std::to_string(a.status) : a.error;
+}
+
+/// An ISO 8601 UTC time ("2026-12-01T07:00:00Z", fractions allowed) as
+/// seconds since the epoch; 0 when it is not one.
+std::time_t parseExpiry(const std::string &s) {
+  std::tm tm{};
+  const char *end = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end)
+    return 0;
+  return ::timegm(&tm);
+}
+
+/// Keys and their expiry (0: none given).
+struct Issued {
+  Credentials creds;
+  std::time_t expires = 0;
+};
+
+/// The JSON document of the container endpoint and of the instance
+/// metadata service: AccessKeyId, SecretAccessKey, Token, Expiration.
+bool fromJson(const std::string &body, Issued &out, std::string &error) {
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  auto str = [&](const char *k) -> std::string {
+    if (!j.is_object() || !j.contains(k) || !j[k].is_string())
+      return "";
+    return j[k].get<std::string>();
+  };
+  if (j.is_discarded() || !j.is_object()) {
+    error = "the answer is not a JSON object";
+    return false;
+  }
+  if (std::string code = str("Code"); !code.empty() && code != "Success") {
+    error = "the answer's Code is '" + code + "'";
+    return false;
+  }
+  out.creds.accessKey = str("AccessKeyId");
+  out.creds.secretKey = str("SecretAccessKey");
+  out.creds.sessionToken = str("Token");
+  if (out.creds.accessKey.empty() || out.creds.secretKey.empty()) {
+    error = "the answer holds no AccessKeyId and SecretAccessKey";
+    return false;
+  }
+  std::string exp = str("Expiration");
+  out.expires = exp.empty() ? 0 : parseExpiry(exp);
+  if (!exp.empty() && out.expires == 0) {
+    error = "the answer's Expiration is not a time";
+    return false;
+  }
+  return true;
+}
+
+class Provider final : public CredentialProvider {
+public:
+  using Fetch = std::function<bool(Issued &, std::string &)>;
+  Provider(std::string source, Fetch fetch, bool lastResort)
+      : source_(std::move(source)), fetch_(std::move(fetch)),
+        lastResort_(lastResort) {}
+
+  std::shared_ptr<const Credentials> get(std::string &error) override {
+    SysClock::time_point now = SysClock::now();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (absent_)
+        return nullptr;
+      if (creds_ && now < refreshAt_)
+        return creds_;
+    }
+    // One thread fetches; while the keys held are still valid the others
+    // go on with them instead of waiting.
+    std::unique_lock<std::mutex> fetching(fetchMu_, std::try_to_lock);
+    if (!fetching.owns_lock()) {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        if (creds_ && now < expires_)
+          return creds_;
+      }
+      fetching.lock();
+    }
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (absent_)
+        return nullptr;
+      if (creds_ && SysClock::now() < refreshAt_)
+        return creds_;
+    }
+    Issued f;
+    std::string why;
+    bool ok = fetch_(f, why);
+    std::lock_guard<std::mutex> lock(m_);
+    now = SysClock::now();
+    if (ok) {
+      creds_ = std::make_shared<const Credentials>(std::move(f.creds));
+      ever_ = true;
+      if (f.expires == 0) {
+        // No expiry given: asked again in an hour.
+        expires_ = SysClock::time_point::max();
+        refreshAt_ = now + std::chrono::hours(1);
+      } else {
+        expires_ = SysClock::from_time_t(f.expires);
+        refreshAt_ = expires_ - std::chrono::minutes(5);
+        if (refreshAt_ < now + std::chrono::seconds(1))
+          refreshAt_ = now + std::max<SysClock::duration>(
+                                 std::chrono::seconds(1), (expires_ - now) / 2);
+      }
+      return creds_;
+    }
+    if (creds_ && now < expires_) {
+      refreshAt_ = std::min(now + std::chrono::seconds(10), expires_);
+      return creds_;
+    }
+    if (lastResort_ && !ever_) {
+      // No instance role here (or not an instance): anonymous requests.
+      absent_ = true;
+      return nullptr;
+    }
+    creds_.reset();
+    error = "cannot get credentials from " + source_ + ": " + why;
+    return nullptr;
+  }
+
+  std::string source() const override { return source_; }
+
+private:
+  const std::string source_;
+  const Fetch fetch_;
+  const bool lastResort_;
+  std::mutex fetchMu_; ///< held by the thread that fetches
+  std::mutex m_;       ///< guards what follows
+  std::shared_ptr<const Credentials> creds_;
+  SysClock::time_point expires_{}, refreshAt_{};
+  bool ever_ = false;   ///< a fetch has succeeded
+  bool absent_ = false; ///< lastResort_ and the first fetch failed
+};
+
+/// The process's providers, by where they fetch from.
+std::shared_ptr<CredentialProvider>
+shared(const std::string &key,
+       const std::function<std::shared_ptr<CredentialProvider>()> &make) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<CredentialProvider>> all;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<CredentialProvider> &p = all[key];
+  if (!p)
+    p = make();
+  return p;
+}
+
+std::string readTrimmed(const std::string &path, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot read " + path + ": " + std::strerror(errno);
+    return "";
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' ||
+                        s.back() == ' ' || s.back() == '\t'))
+    s.pop_back();
+  if (s.empty())
+    error = path + " is empty";
+  return s;
+}
+
+/// Percent-encodes a query string value.
+std::string queryEncode(const std::string &s) {
+  static const char *hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
+      out += static_cast<char>(c);
+    else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+std::shared_ptr<CredentialProvider> containerCredentials() {
+  std::string relative = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  std::string full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  if (relative.empty() && full.empty())
+    return nullptr;
+  std::string url =
+      !relative.empty() ? "http://169.254.170.2" + relative : full;
+  std::string tokenFile = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+  std::string token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  std::string source =
+      "the container credentials endpoint " + url +
+      (!relative.empty() ? " (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)"
+                         : " (AWS_CONTAINER_CREDENTIALS_FULL_URI)");
+  return shared("container " + url + " " + tokenFile, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) {
+          std::vector<std::string> headers;
+          std::string auth = token;
+          if (!tokenFile.empty()) {
+            auth = readTrimmed(tokenFile, why);
+            if (!why.empty()) {
+              why = "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE: " + why;
+              return false;
+            }
+          }
+          if (!auth.empty())
+            headers.push_back("Authorization: " + auth);
+          Answer a = call("GET", url, headers, 5000);
+          if (!a.error.empty() || a.status != 200) {
+            why = what(a);
+            return false;
+          }
+          return fromJson(a.body, f, why);
+        },
+        /*lastResort=*/false);
+  });
+}
+
+std::shared_ptr<CredentialProvider>
+webIdentityCredentials(const std::string &region) {
+  std::string tokenFile = env("AWS_WEB_IDENTITY_TOKEN_FILE");
+  if (tokenFile.empty())
+    return nullptr;
+  std::string role = env("AWS_ROLE_ARN");
+  std::string session = env("AWS_ROLE_SESSION_NAME");
+  if (session.empty())
+    session = "sluice-" + std::to_string(::getpid());
+  std::string sts = env("AWS_ENDPOINT_URL_STS");
+  if (sts.empty())
+    sts = "https://sts." + region + ".amazonaws.com";
+  while (!sts.empty() && sts.back() == '/')
+    sts.pop_back();
+  std::string source = "STS AssumeRoleWithWebIdentity at " + sts +
+                       " (AWS_WEB_IDENTITY_TOKEN_FILE " + tokenFile +
+                       ", AWS_ROLE_ARN " + role + ")";
+  return shared("web " + sts + " " + tokenFile + " " + role, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) {
+          if (role.empty()) {
+            why = "AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is "
+                  "not: set the role to assume";
+            return false;
+          }
+          // The token is read at every fetch: Kubernetes rotates it.
+          std::string token = readTrimmed(tokenFile, why);
+          if (!why.empty())
+            return false;
+          std::string url =
+              sts + "/?Action=AssumeRoleWithWebIdentity&Version=2011-06-15" +
+              "&RoleArn=" + queryEncode(role) +
+              "&RoleSessionName=" + queryEncode(session) +
+              "&WebIdentityToken=" + queryEncode(token);
+          Answer a = call("GET", url, {}, 10000);
+          if (!a.error.empty() || a.status != 200) {
+            why = what(a);
+            if (std::string code = xmlFirst(a.body, "Code"); !code.empty())
+              why += " (" + code + ": " + xmlFirst(a.body, "Message") + ")";
+            return false;
+          }
+          f.creds.accessKey = xmlFirst(a.body, "AccessKeyId");
+          f.creds.secretKey = xmlFirst(a.body, "SecretAccessKey");
+          f.creds.sessionToken = xmlFirst(a.body, "SessionToken");
+          if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
+            why = "the answer holds no AccessKeyId and SecretAccessKey";
+            return false;
+          }
+          std::string exp = xmlFirst(a.body, "Expiration");
+          f.expires = exp.empty() ? 0 : parseExpiry(exp);
+          return true;
+        },
+        /*lastResort=*/false);
+  });
+}
+
+std::shared_ptr<CredentialProvider> instanceCredentials() {
+  std::string disabled = env("AWS_EC2_METADATA_DISABLED");
+  for (char &c : disabled)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (disabled == "true")
+    return nullptr;
+  std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  if (base.empty())
+    base = "http://169.254.169.254";
+  while (!base.empty() && base.back() == '/')
+    base.pop_back();
+  std::string source = "the EC2 instance metadata service at " + base;
+  return shared("imds " + base, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) {
+          std::vector<std::string> headers;
+          Answer t =
+              call("PUT", base + "/latest/api/token",
+                   {"X-aws-ec2-metadata-token-ttl-seconds: 21600"}, 1000);
+          if (!t.error.empty()) {
+            why = "asking for a session token: " + t.error;
+            return false;
+          }
+          // An HTTP refusal of the PUT: a service of IMDSv1 only.
+          if (t.status == 200 && !t.body.empty())
+            headers.push_back("X-aws-ec2-metadata-token: " + t.body);
+          std::string dir =
+              base + "/latest/meta-data/iam/security-credentials/";
+          Answer r = call("GET", dir, headers, 1000);
+          if (!r.error.empty() || r.status != 200) {
+            why = "asking for the instance's role: " + what(r) +
+                  (r.status == 404 ? " (the instance has no role)" : "");
+            return false;
+          }
+          std::string role = r.body.substr(0, r.body.find('\n'));
+          while (!role.empty() && (role.back() == '\r' || role.back() == ' '))
+            role.pop_back();
+          if (role.empty()) {
+            why = "the instance has no role";
+            return false;
+          }
+          Answer c = call("GET", dir + role, headers, 1000);
+          if (!c.error.empty() || c.status != 200) {
+            why = "asking for role " + role + "'s credentials: " + what(c);
+            return false;
+          }
+          if (!fromJson(c.body, f, why)) {
+            why = "role " + role + ": " + why;
+            return false;
+          }
+          return true;
+        },
+        /*lastResort=*/true);
+  });
+}
+
+} // namespace sluice::runtime::detail
