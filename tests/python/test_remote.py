@@ -379,6 +379,9 @@ def test_requests_are_signed_as_aws_checks_them(tmp_path, signer):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as separate writes: without this, Nagle's
+        # algorithm holds the body for the client's delayed ACK (~40 ms).
+        disable_nagle_algorithm = True
 
         def do_GET(self):
             self.answer(True)
@@ -492,6 +495,9 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as separate writes: without this, Nagle's
+        # algorithm holds the body for the client's delayed ACK (~40 ms).
+        disable_nagle_algorithm = True
 
         def do_GET(self):
             headers = {k.lower(): v for k, v in self.headers.items()}
@@ -599,6 +605,9 @@ class RoleServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out as separate writes: without this, Nagle's
+            # algorithm holds the body for the client's delayed ACK (~40 ms).
+            disable_nagle_algorithm = True
 
             def do_PUT(self):
                 if self.path == "/latest/api/token" and self.headers.get(
@@ -734,12 +743,19 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
             "f{000..239}.bin', remote: {endpoint: %s, concurrency: 2}}\n"
             "steps:\n  - batch: {size: 1}\n" % server.url)
         child = textwrap.dedent("""
-            import pickle, sys, time, sluice
+            import os, pickle, sys, time, sluice
             got = []
             for i, b in enumerate(sluice.Pipeline(sys.argv[2])):
                 got.append(bytes(b["data"][0]))
                 if i == 5:
                     time.sleep(3)  # past the first keys' renewal time
+            # A forked child (a DataLoader worker) gets keys of its own.
+            pid = os.fork()
+            if pid == 0:
+                again = [bytes(b["data"][0])
+                         for b in sluice.Pipeline(sys.argv[2])]
+                os._exit(0 if again == got else 3)
+            assert os.waitpid(pid, 0)[1] == 0, "the forked child failed"
             pickle.dump(got, open(sys.argv[1], "wb"))
         """)
         out = tmp_path / "got.pickle"

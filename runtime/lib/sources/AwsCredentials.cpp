@@ -44,6 +44,8 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <atomic>
+#include <pthread.h>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
@@ -159,14 +161,45 @@ bool fromJson(const std::string &body, Issued &out, std::string &error) {
   return true;
 }
 
+/// How many fork()s this process descends through: a child made while a
+/// thread of its parent held a provider's lock (a fetch takes up to
+/// seconds) would wait for it forever, so a child uses providers of its
+/// own (Provider::get), in a registry of its own.
+std::atomic<unsigned> forkGeneration{0};
+
+class Provider;
+
+/// The process's providers, by where they fetch from. A child's is new:
+/// the parent's, whose lock a thread that the child does not have may
+/// hold, is left alone (not freed).
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<CredentialProvider>> all;
+};
+std::atomic<Registry *> registry{nullptr};
+
+std::shared_ptr<CredentialProvider>
+shared(const std::string &key,
+       const std::function<std::shared_ptr<CredentialProvider>()> &make);
+
 class Provider final : public CredentialProvider {
 public:
   using Fetch = std::function<bool(Issued &, std::string &)>;
+  using Make = std::function<std::shared_ptr<CredentialProvider>()>;
   Provider(std::string source, Fetch fetch, bool lastResort)
       : source_(std::move(source)), fetch_(std::move(fetch)),
-        lastResort_(lastResort) {}
+        lastResort_(lastResort),
+        generation_(forkGeneration.load(std::memory_order_relaxed)) {}
+
+  /// What shared() made it from: a forked child makes it again.
+  void madeBy(std::string key, Make make) {
+    key_ = std::move(key);
+    make_ = std::move(make);
+  }
 
   std::shared_ptr<const Credentials> get(std::string &error) override {
+    if (generation_ != forkGeneration.load(std::memory_order_relaxed))
+      return shared(key_, make_)->get(error);
     SysClock::time_point now = SysClock::now();
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -234,6 +267,9 @@ private:
   const std::string source_;
   const Fetch fetch_;
   const bool lastResort_;
+  const unsigned generation_;
+  std::string key_;
+  Make make_;
   std::mutex fetchMu_; ///< held by the thread that fetches
   std::mutex m_;       ///< guards what follows
   std::shared_ptr<const Credentials> creds_;
@@ -242,16 +278,25 @@ private:
   bool absent_ = false; ///< lastResort_ and the first fetch failed
 };
 
-/// The process's providers, by where they fetch from.
 std::shared_ptr<CredentialProvider>
 shared(const std::string &key,
        const std::function<std::shared_ptr<CredentialProvider>()> &make) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<CredentialProvider>> all;
-  std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<CredentialProvider> &p = all[key];
-  if (!p)
+  static const bool registered = [] {
+    registry.store(new Registry);
+    ::pthread_atfork(nullptr, nullptr, [] {
+      registry.store(new Registry); // the parent's is left as it is
+      forkGeneration.fetch_add(1, std::memory_order_relaxed);
+    });
+    return true;
+  }();
+  (void)registered;
+  Registry &r = *registry.load();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::shared_ptr<CredentialProvider> &p = r.all[key];
+  if (!p) {
     p = make();
+    static_cast<Provider &>(*p).madeBy(key, make);
+  }
   return p;
 }
 
