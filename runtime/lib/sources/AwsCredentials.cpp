@@ -36,6 +36,7 @@
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -43,9 +44,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
-#include <atomic>
 #include <pthread.h>
+#include <sstream>
 #include <unistd.h>
 
 namespace sluice::runtime::detail {
