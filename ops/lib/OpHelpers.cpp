@@ -50,6 +50,13 @@ ParamSpec remoteParam() {
                                "AWS_SECRET_ACCESS_KEY, else AWS_PROFILE's "
                                "profile (or 'default'), else anonymous "
                                "requests."),
+                 param("sign", ParamKind::Bool)
+                     .describe("false: s3:// requests go unsigned (a public "
+                               "bucket, as `aws s3 --no-sign-request` reads "
+                               "it), whatever credentials the host has; no "
+                               "profile, key or role is looked for. Default "
+                               "true: signed with the credentials found, "
+                               "anonymous when there are none."),
                  param("request_timeout", ParamKind::Float)
                      .above(0)
                      .describe("Seconds one request may take before it is "

@@ -825,12 +825,29 @@ def test_a_host_without_an_instance_role_reads_anonymously(tmp_path,
         # A bucket that is not public says the request had no credentials.
         rc, out = error_of(one_file_spec(
             tmp_path, "s3://private/t/a.txt", "{endpoint: %s}" % server.url))
+        assert rc == 1 and ("HTTP 403 (AccessDenied: Access Denied); the "
+                            "request was anonymous (no AWS_ACCESS_KEY_ID, "
+                            "profile or role was found): give credentials, "
+                            "or read a public bucket") in out, out
+        # remote.sign: false: unsigned although the environment has keys.
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        server.anonymous = 0
+        unsigned = "{endpoint: %s, sign: false}" % server.url
+        rc, out = error_of(one_file_spec(tmp_path, "s3://bkt/t/a.txt",
+                                         unsigned))
+        assert rc == 0 and "20 records" in out and server.anonymous >= 1, out
+        rc, out = error_of(one_file_spec(tmp_path, "s3://private/t/a.txt",
+                                         unsigned))
+        assert rc == 1 and "the request was unsigned (remote.sign: false)" \
+            in out, out
+        rc, out = error_of(one_file_spec(
+            tmp_path, "s3://bkt/t/a.txt",
+            "{endpoint: %s, sign: false, profile: x}" % server.url))
+        assert rc == 1 and "remote.sign: false sends unsigned requests, and " \
+            "remote.profile names keys to sign with" in out, out
     finally:
         server.close()
-    assert rc == 1 and ("HTTP 403 (AccessDenied: Access Denied); the request "
-                        "was anonymous (no AWS_ACCESS_KEY_ID, profile or role "
-                        "was found): give credentials, or read a public "
-                        "bucket") in out, out
 
 
 # --- patterns ----------------------------------------------------------------

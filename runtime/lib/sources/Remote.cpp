@@ -1464,8 +1464,13 @@ private:
       s += "; check the credentials (from " + t.cfg->credentialSource +
            ") and the bucket's permissions";
     } else if ((status == 403 || status == 401) && startsWith(t.url, "s3://")) {
-      s += "; the request was anonymous (no AWS_ACCESS_KEY_ID, profile or "
-           "role was found): give credentials, or read a public bucket";
+      if (t.cfg->unsigned_)
+        s += "; the request was unsigned (remote.sign: false), and the "
+             "bucket does not allow anonymous reads: leave remote.sign out "
+             "to sign with the host's credentials";
+      else
+        s += "; the request was anonymous (no AWS_ACCESS_KEY_ID, profile or "
+             "role was found): give credentials, or read a public bucket";
     }
     return s;
   }
@@ -2016,7 +2021,14 @@ remoteConfigFor(const std::string &kind, const Value &params,
             "aws_access_key_id and aws_secret_access_key");
     return Status::ok();
   };
-  if (explicitProfile) {
+  if (r["sign"].isBool() && !r["sign"].asBool()) {
+    if (explicitProfile)
+      return Status::error(kind + ": remote.sign: false sends unsigned "
+                                  "requests, and remote.profile names keys "
+                                  "to sign with: keep one of them");
+    cfg->credentialSource = "none (remote.sign: false)";
+    cfg->unsigned_ = true;
+  } else if (explicitProfile) {
     if (!fromProfile()) {
       if (Status st = fromProgram(); !st)
         return st;

@@ -118,6 +118,8 @@ struct RemoteConfig {
   /// Bytes per ranged request of a sequential reader.
   size_t chunkBytes = size_t(4) << 20;
   std::shared_ptr<const Credentials> credentials; // null: anonymous
+  /// `remote.sign: false`: unsigned whatever the host has.
+  bool unsigned_ = false;
   /// Credentials that expire (a role's), in place of `credentials`.
   std::shared_ptr<CredentialProvider> provider;
   /// The credentials to sign an s3:// request with now: `credentials`,
