@@ -13,6 +13,7 @@
 #include "../../runtime/lib/sources/Remote.h"
 
 #include <cstdlib>
+#include <fstream>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,16 +85,23 @@ void cleanAws(Env &env, const TempDir &dir) {
   for (const char *v :
        {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
         "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3"})
+        "AWS_ENDPOINT_URL_S3", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN"})
     env.unset(v);
   env.set("AWS_SHARED_CREDENTIALS_FILE", dir / "credentials");
+  env.set("AWS_CONFIG_FILE", dir / "config");
+  env.set("AWS_EC2_METADATA_DISABLED", "true");
 }
+
+/// Credentials are looked for only for a source that names an s3:// URL.
+const char *kS3Url = "s3://bucket/key";
 
 Value remoteParams(std::initializer_list<std::pair<std::string, Value>> r) {
   Value m = Value::map();
   for (const auto &[k, v] : r)
     m.set(k, v);
-  return params({{"remote", m}});
+  return params({{"remote", m}, {"files", str(kS3Url)}});
 }
 
 TEST(RemoteConfig, SpecOverridesTheEnvironment) {
@@ -104,7 +112,7 @@ TEST(RemoteConfig, SpecOverridesTheEnvironment) {
   env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
   env.set("AWS_ACCESS_KEY_ID", "AKIDENV");
   env.set("AWS_SECRET_ACCESS_KEY", "secret-env");
-  auto fromEnv = remoteConfigFor("csv", params({}));
+  auto fromEnv = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_TRUE(fromEnv) << fromEnv.status().message();
   EXPECT_EQ((*fromEnv)->region, "eu-west-1");
   EXPECT_EQ((*fromEnv)->endpoint, "http://127.0.0.1:1");
@@ -133,12 +141,12 @@ TEST(RemoteConfig, ProfilesOfTheCredentialsFile) {
                            "\n[train]\naws_access_key_id=AKIDTRAIN\n"
                            "aws_secret_access_key=secret-train\n"
                            "aws_session_token = token-train\n");
-  auto def = remoteConfigFor("csv", params({}));
+  auto def = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_TRUE(def);
   EXPECT_EQ((*def)->credentials->accessKey, "AKIDDEFAULT");
 
   env.set("AWS_PROFILE", "train");
-  auto train = remoteConfigFor("csv", params({}));
+  auto train = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_TRUE(train);
   EXPECT_EQ((*train)->credentials->accessKey, "AKIDTRAIN");
   EXPECT_EQ((*train)->credentials->sessionToken, "token-train");
@@ -163,16 +171,41 @@ TEST(RemoteConfig, AnonymousWithoutCredentialsAndHalfSetKeysRefused) {
   TempDir dir;
   Env env;
   cleanAws(env, dir);
-  auto anon = remoteConfigFor("csv", params({}));
+  auto anon = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_TRUE(anon);
   EXPECT_FALSE((*anon)->credentials);
   EXPECT_EQ((*anon)->region, "us-east-1");
 
   env.set("AWS_ACCESS_KEY_ID", "AKID");
-  auto half = remoteConfigFor("csv", params({}));
+  auto half = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_FALSE(half);
   EXPECT_NE(half.status().message().find("AWS_SECRET_ACCESS_KEY is not"),
             std::string::npos);
+}
+
+TEST(RemoteConfig, CredentialsAreLookedForOnlyForS3Urls) {
+  TempDir dir;
+  Env env;
+  cleanAws(env, dir);
+  // A default profile that signs in through SSO: refused for s3://, which
+  // needs its keys, and no matter to an https:// source.
+  {
+    std::ofstream f(dir / "config");
+    f << "[default]\nsso_session = corp\nregion = eu-west-1\n";
+  }
+  auto s3 = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
+  ASSERT_FALSE(s3);
+  EXPECT_NE(s3.status().message().find("gets its credentials through "
+                                       "sso_session"),
+            std::string::npos)
+      << s3.status().message();
+  auto https = remoteConfigFor(
+      "csv", params({{"files", str("https://example.invalid/a.csv")}}));
+  ASSERT_TRUE(https) << https.status().message();
+  EXPECT_FALSE((*https)->credentials);
+  EXPECT_FALSE((*https)->provider);
+  EXPECT_EQ((*https)->credentialSource, "none (no s3:// URL)");
+  EXPECT_EQ((*https)->region, "eu-west-1");
 }
 
 TEST(RemotePatterns, HttpGlobIsRefusedWithTheBraceForm) {

@@ -1841,6 +1841,29 @@ std::string stripFileUrl(const std::string &name) {
   return rest;
 }
 
+namespace {
+
+/// Whether a source's parameters name an s3:// URL anywhere (its `remote`
+/// block aside): only then are credentials looked for, so that an https://
+/// source on a host whose default profile signs in through SSO, or whose
+/// role cannot be had, reads as it did without them.
+bool namesS3(const Value &v) {
+  if (v.isString())
+    return startsWith(v.asString(), "s3://");
+  if (v.isList()) {
+    for (const Value &x : v.items())
+      if (namesS3(x))
+        return true;
+  } else if (v.isMap()) {
+    for (const auto &[key, x] : v.entries())
+      if (key != "remote" && namesS3(x))
+        return true;
+  }
+  return false;
+}
+
+} // namespace
+
 Expected<std::shared_ptr<const RemoteConfig>>
 remoteConfigFor(const std::string &kind, const Value &params,
                 const std::string &base) {
@@ -2021,7 +2044,9 @@ remoteConfigFor(const std::string &kind, const Value &params,
             "aws_access_key_id and aws_secret_access_key");
     return Status::ok();
   };
-  if (r["sign"].isBool() && !r["sign"].asBool()) {
+  if (!namesS3(params)) {
+    cfg->credentialSource = "none (no s3:// URL)";
+  } else if (r["sign"].isBool() && !r["sign"].asBool()) {
     if (explicitProfile)
       return Status::error(kind + ": remote.sign: false sends unsigned "
                                   "requests, and remote.profile names keys "
@@ -2226,6 +2251,7 @@ Expected<std::string> readRemoteHead(const std::string &kind,
   Value params = Value::map();
   if (remote.isMap())
     params.set("remote", remote);
+  params.set("url", Value::string(url)); // credentials for an s3:// one
   Expected<std::shared_ptr<const RemoteConfig>> made =
       remoteConfigFor(kind, params);
   if (!made)
