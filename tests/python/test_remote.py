@@ -874,6 +874,66 @@ def test_s3_listing_is_paginated(servers, tmp_path):
     assert [int(x) for x in b[0]["line"]] == list(range(1100))
 
 
+def test_image_folder_lists_its_classes_side_by_side(servers, tmp_path,
+                                                    monkeypatch):
+    """image_folder over s3:// lists its root one level deep, then each
+    class's keys with many listings in flight, each paged on its own (a
+    class of 1,100 keys is two pages): the same records as the flat
+    listing page after page (SLUICE_NO_PARALLEL_LISTING=1). A glob whose
+    pattern has no '/' after its prefix lists that level only."""
+    objects = {"tree/readme.jpg": b"at the root: no class"}
+    for c in range(12):
+        for i in range(1100 if c == 3 else 7):
+            objects["tree/c%02d/img%04d.jpg" % (c, i)] = b"%d-%d" % (c, i)
+    objects["tree/c05/deeper/more.jpg"] = b"nested"
+    objects["tree/empty/"] = b""
+    objects["tree/c07/note.txt"] = b"not a picture"
+    servers.put_s3(objects)
+    spec = tmp_path / "tree.yaml"
+    spec.write_text(
+        "pipeline: tree\nsource:\n  image_folder: {root: 's3://%s/tree', "
+        "extensions: [jpg], remote: {endpoint: %s}}\nsteps:\n"
+        "  - select: [path, label, data]\n"
+        "  - batch: {size: 4096, drop_remainder: false}\n"
+        % (BUCKET, servers.s3_proxy))
+
+    def records():
+        before = servers.proxy_stats(servers.s3_proxy)["requests"]
+        out = []
+        for b in sluice.Pipeline(str(spec)):
+            out += [(str(p), int(l), bytes(np.asarray(d)))
+                    for p, l, d in zip(b["path"], b["label"], b["data"])]
+        return out, servers.proxy_stats(servers.s3_proxy)["requests"] - before
+
+    side_by_side, requests = records()
+    monkeypatch.setenv("SLUICE_NO_PARALLEL_LISTING", "1")
+    flat, flat_requests = records()
+    assert side_by_side == flat
+    # The same objects fetched; a listing per class (13 prefixes) and a
+    # second page for the class of 1,100, against 2 flat pages.
+    assert requests - flat_requests >= 12, (requests, flat_requests)
+    assert len(flat) == 11 * 7 + 1100 + 1
+    assert ("s3://%s/tree/c05/deeper/more.jpg" % BUCKET, 5, b"nested") in flat
+    # A glob over one level, with deeper keys under its prefix.
+    monkeypatch.delenv("SLUICE_NO_PARALLEL_LISTING")
+    glob_spec = tmp_path / "glob.yaml"
+    glob_spec.write_text(
+        "pipeline: g\nsource:\n  files: {files: 's3://%s/tree/c0*/img000?.jpg"
+        "', remote: {endpoint: %s}}\nsteps:\n  - batch: {size: 1000, "
+        "drop_remainder: false}\n" % (BUCKET, servers.s3_endpoint))
+    one = tmp_path / "one.yaml"
+    one.write_text(glob_spec.read_text().replace("tree/c0*/img000?.jpg",
+                                                 "tree/c03/img10*.jpg"))
+    for path, want in ((glob_spec, 10 * 7 + 3), (one, 100)):
+        got = [bytes(np.asarray(d)) for b in sluice.Pipeline(str(path))
+               for d in b["data"]]
+        monkeypatch.setenv("SLUICE_NO_PARALLEL_LISTING", "1")
+        assert got == [bytes(np.asarray(d))
+                       for b in sluice.Pipeline(str(path)) for d in b["data"]]
+        monkeypatch.delenv("SLUICE_NO_PARALLEL_LISTING")
+        assert len(got) == want
+
+
 def test_s3_glob_that_matches_nothing(servers, tmp_path):
     spec = tmp_path / "none.yaml"
     spec.write_text("pipeline: n\nsource:\n  files: {files: 's3://%s/shards/*.zip',"

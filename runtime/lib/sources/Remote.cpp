@@ -2349,38 +2349,135 @@ std::vector<std::string> expandBraces(const std::string &pattern) {
 
 namespace {
 
-Expected<std::vector<std::string>> listKeys(const std::string &bucket,
+/// One page of a ListObjectsV2 listing under `prefix` (from `token`; with
+/// `delimited`, one level: the keys at it and the common prefixes below),
+/// on its way.
+std::shared_ptr<Transfer> listPage(const std::string &bucket,
+                                   const std::string &prefix,
+                                   const std::string &token, bool delimited,
+                                   const std::shared_ptr<RemoteConfig> &cfg) {
+  // Query parameters in SigV4's canonical (sorted) order.
+  std::string query;
+  if (!token.empty())
+    query += "continuation-token=" + uriEncode(token, false) + "&";
+  if (delimited)
+    query += "delimiter=%2F&";
+  query += "list-type=2&prefix=" + uriEncode(prefix, false);
+  auto t = std::make_shared<Transfer>();
+  t->cfg = cfg;
+  t->url = "s3://" + bucket + "/";
+  t->httpUrl = httpUrlOf(*cfg, "s3://" + bucket + "/") + "?" + query;
+  Client::get().submit(t);
+  return t;
+}
+
+/// The raw text inside each <tag>...</tag> of `xml` (not decoded).
+std::vector<std::string_view> xmlBlocks(std::string_view xml,
+                                        std::string_view tag) {
+  std::vector<std::string_view> out;
+  std::string open = "<" + std::string(tag) + ">";
+  std::string close = "</" + std::string(tag) + ">";
+  size_t at = 0;
+  while ((at = xml.find(open, at)) != std::string_view::npos) {
+    size_t b = at + open.size();
+    size_t e = xml.find(close, b);
+    if (e == std::string_view::npos)
+      break;
+    out.push_back(xml.substr(b, e - b));
+    at = e + close.size();
+  }
+  return out;
+}
+
+/// A page's keys (and common prefixes) appended; the next page's token,
+/// or empty after the last.
+Expected<std::string> takePage(Transfer &t, const std::string &what,
+                               std::vector<std::string> &keys,
+                               std::vector<std::string> *prefixes) {
+  Fetched &f = t.wait();
+  if (!f.ok)
+    return Status::error("cannot list " + what + ": " + f.error);
+  std::string_view body = f.body.view();
+  for (std::string_view c : xmlBlocks(body, "Contents"))
+    keys.push_back(xmlFirst(c, "Key"));
+  if (prefixes)
+    for (std::string_view c : xmlBlocks(body, "CommonPrefixes"))
+      prefixes->push_back(xmlFirst(c, "Prefix"));
+  if (xmlFirst(body, "IsTruncated") != "true")
+    return std::string();
+  std::string token = xmlFirst(body, "NextContinuationToken");
+  if (token.empty())
+    return Status::error("cannot list " + what +
+                         ": the listing is truncated but gives no "
+                         "continuation token");
+  return token;
+}
+
+/// Every key under `prefix`, page after page; with `delimited`, the keys at
+/// its level only, and the common prefixes below it in `prefixes`.
+Expected<std::vector<std::string>>
+listKeys(const std::string &bucket, const std::string &prefix,
+         const RemoteConfig &cfg, const std::string &what,
+         bool delimited = false, std::vector<std::string> *prefixes = nullptr) {
+  std::vector<std::string> keys;
+  auto shared = std::make_shared<RemoteConfig>(cfg);
+  std::string token;
+  do {
+    std::shared_ptr<Transfer> t =
+        listPage(bucket, prefix, token, delimited, shared);
+    Expected<std::string> next = takePage(*t, what, keys, prefixes);
+    if (!next)
+      return next.status();
+    token = next.take();
+  } while (!token.empty());
+  return keys;
+}
+
+/// Listings of an image folder's classes in flight at once.
+constexpr size_t kListingsInFlight = 32;
+
+/// Every key under `prefix`, the subtrees listed side by side: one level
+/// first (the keys at it, and its common prefixes: an image folder's
+/// classes), then each prefix's keys, up to kListingsInFlight listings in
+/// flight, each paged on its own. A flat listing is one page of 1,000 keys
+/// per round trip, one after the other: 1,281 pages (tens of seconds to
+/// minutes) for ImageNet's training set, where its 1,000 classes are 2
+/// pages each, 32 at a time. The same keys either way (sorted by the
+/// caller); SLUICE_NO_PARALLEL_LISTING=1 lists flat.
+Expected<std::vector<std::string>> listTree(const std::string &bucket,
                                             const std::string &prefix,
                                             const RemoteConfig &cfg,
                                             const std::string &what) {
-  std::vector<std::string> keys;
-  std::string token;
+  if (switchedOff("SLUICE_NO_PARALLEL_LISTING"))
+    return listKeys(bucket, prefix, cfg, what);
+  std::vector<std::string> prefixes;
+  Expected<std::vector<std::string>> top =
+      listKeys(bucket, prefix, cfg, what, /*delimited=*/true, &prefixes);
+  if (!top)
+    return top;
+  std::vector<std::string> keys = top.take();
   auto shared = std::make_shared<RemoteConfig>(cfg);
-  for (;;) {
-    // Query parameters in SigV4's canonical (sorted) order.
-    std::string query;
-    if (!token.empty())
-      query += "continuation-token=" + uriEncode(token, false) + "&";
-    query += "list-type=2&prefix=" + uriEncode(prefix, false);
-    auto t = std::make_shared<Transfer>();
-    t->cfg = shared;
-    t->url = "s3://" + bucket + "/";
-    std::string bucketUrl = httpUrlOf(cfg, "s3://" + bucket + "/");
-    t->httpUrl = bucketUrl + "?" + query;
-    Client::get().submit(t);
-    Fetched &f = t->wait();
-    if (!f.ok)
-      return Status::error("cannot list " + what + ": " + f.error);
-    for (std::string &k : xmlAll(f.body.view(), "Key"))
-      keys.push_back(std::move(k));
-    bool truncated = xmlFirst(f.body.view(), "IsTruncated") == "true";
-    token = xmlFirst(f.body.view(), "NextContinuationToken");
-    if (!truncated)
-      break;
-    if (token.empty())
-      return Status::error("cannot list " + what +
-                           ": the listing is truncated but gives no "
-                           "continuation token");
+  struct Listing {
+    size_t prefix;
+    std::shared_ptr<Transfer> page;
+  };
+  std::deque<Listing> inFlight;
+  size_t next = 0;
+  while (next < prefixes.size() || !inFlight.empty()) {
+    while (inFlight.size() < kListingsInFlight && next < prefixes.size()) {
+      inFlight.push_back(
+          {next, listPage(bucket, prefixes[next], "", false, shared)});
+      ++next;
+    }
+    Listing l = std::move(inFlight.front());
+    inFlight.pop_front();
+    Expected<std::string> token = takePage(*l.page, what, keys, nullptr);
+    if (!token)
+      return token.status(); // those in flight finish on their own
+    if (!token->empty())
+      inFlight.push_back(
+          {l.prefix,
+           listPage(bucket, prefixes[l.prefix], *token, false, shared)});
   }
   return keys;
 }
@@ -2396,7 +2493,7 @@ Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
   if (!key.empty() && key.back() != '/')
     key += '/';
   Expected<std::vector<std::string>> keys =
-      listKeys(bucket, key, cfg, "s3://" + bucket + "/" + key);
+      listTree(bucket, key, cfg, "s3://" + bucket + "/" + key);
   if (!keys)
     return keys.status();
   std::vector<std::string> out;
@@ -2424,8 +2521,14 @@ expandRemotePattern(const std::string &kind, const std::string &param,
           "files with a brace list instead, e.g. shard-{000000..000099}.tar "
           "or {train,val}.csv");
     std::string prefix = key.substr(0, key.find_first_of("*?["));
+    // `*`, `?` and `[...]` do not cross '/': a pattern with no '/' after
+    // its prefix matches keys at the prefix's level only, which a listing
+    // with a delimiter gives without paging through the levels below.
+    bool oneLevel = !switchedOff("SLUICE_NO_PARALLEL_LISTING") &&
+                    key.find('/', prefix.size()) == std::string::npos;
     Expected<std::vector<std::string>> keys =
-        listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix);
+        listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix,
+                 oneLevel);
     if (!keys)
       return Status::error(kind + ": " + param + ": '" + pattern +
                            "': " + keys.status().message());
