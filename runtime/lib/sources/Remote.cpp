@@ -2475,9 +2475,8 @@ Expected<std::vector<std::string>> listTree(const std::string &bucket,
     if (!token)
       return token.status(); // those in flight finish on their own
     if (!token->empty())
-      inFlight.push_back(
-          {l.prefix,
-           listPage(bucket, prefixes[l.prefix], *token, false, shared)});
+      inFlight.push_back({l.prefix, listPage(bucket, prefixes[l.prefix], *token,
+                                             false, shared)});
   }
   return keys;
 }
@@ -2526,9 +2525,8 @@ expandRemotePattern(const std::string &kind, const std::string &param,
     // with a delimiter gives without paging through the levels below.
     bool oneLevel = !switchedOff("SLUICE_NO_PARALLEL_LISTING") &&
                     key.find('/', prefix.size()) == std::string::npos;
-    Expected<std::vector<std::string>> keys =
-        listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix,
-                 oneLevel);
+    Expected<std::vector<std::string>> keys = listKeys(
+        bucket, prefix, cfg, "s3://" + bucket + "/" + prefix, oneLevel);
     if (!keys)
       return Status::error(kind + ": " + param + ": '" + pattern +
                            "': " + keys.status().message());
