@@ -311,6 +311,25 @@ def test_endpoint_from_the_environment(servers, tmp_path, monkeypatch):
                for a, b in zip(run_all(local), run_all(remote)))
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """The tests' own small servers: HTTP/1.1 keep-alive, quiet."""
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes: without this, Nagle's
+    # algorithm holds the body for the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+
+def start_server(handler):
+    """A ThreadingHTTPServer on 127.0.0.1 serving `handler` on a thread of
+    its own: the server and its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, "http://127.0.0.1:%d" % server.server_address[1]
+
+
 def sigv4_problem(method, target, headers, secret):
     """What is wrong with a request's AWS Signature Version 4, recomputed
     from AWS's documented algorithm with hashlib/hmac over the headers it
@@ -377,12 +396,7 @@ def test_requests_are_signed_as_aws_checks_them(tmp_path, signer):
     seen, problems = [], []
     token = "FQoGZXIvYXdzE+token/with=chars"
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out as separate writes: without this, Nagle's
-        # algorithm holds the body for the client's delayed ACK (~40 ms).
-        disable_nagle_algorithm = True
-
+    class Handler(QuietHandler):
         def do_GET(self):
             self.answer(True)
 
@@ -419,13 +433,8 @@ def test_requests_are_signed_as_aws_checks_them(tmp_path, signer):
             if with_body:
                 self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, endpoint = start_server(Handler)
     try:
-        endpoint = "http://127.0.0.1:%d" % server.server_address[1]
         remote = "{endpoint: %s, concurrency: 3, chunk_size: 4KiB}" % endpoint
         specs = {
             "files": "files: {files: 's3://bkt/d/f{0..2}.bin', remote: %s}"
@@ -493,12 +502,7 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
     text = b"".join(b"line %d\n" % i for i in range(50))
     seen, problems = [], []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out as separate writes: without this, Nagle's
-        # algorithm holds the body for the client's delayed ACK (~40 ms).
-        disable_nagle_algorithm = True
-
+    class Handler(QuietHandler):
         def do_GET(self):
             headers = {k.lower(): v for k, v in self.headers.items()}
             auth = headers.get("authorization", "")
@@ -532,11 +536,7 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, _ = start_server(Handler)
     try:
         conf = tmp_path / "config"
         conf.write_text(
@@ -603,12 +603,7 @@ class RoleServer:
         self.fail_issue = False
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out as separate writes: without this, Nagle's
-            # algorithm holds the body for the client's delayed ACK (~40 ms).
-            disable_nagle_algorithm = True
-
+        class Handler(QuietHandler):
             def do_PUT(self):
                 if self.path == "/latest/api/token" and self.headers.get(
                         "X-aws-ec2-metadata-token-ttl-seconds"):
@@ -692,12 +687,7 @@ class RoleServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = start_server(Handler)
 
     def close(self):
         self.server.shutdown()

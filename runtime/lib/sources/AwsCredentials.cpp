@@ -317,22 +317,6 @@ std::string readTrimmed(const std::string &path, std::string &error) {
   return s;
 }
 
-/// Percent-encodes a query string value.
-std::string queryEncode(const std::string &s) {
-  static const char *hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
-      out += static_cast<char>(c);
-    else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 } // namespace
 
 std::shared_ptr<CredentialProvider> containerCredentials() {
@@ -406,9 +390,9 @@ webIdentityCredentials(const std::string &region) {
             return false;
           std::string url =
               sts + "/?Action=AssumeRoleWithWebIdentity&Version=2011-06-15" +
-              "&RoleArn=" + queryEncode(role) +
-              "&RoleSessionName=" + queryEncode(session) +
-              "&WebIdentityToken=" + queryEncode(token);
+              "&RoleArn=" + uriEncode(role, false) +
+              "&RoleSessionName=" + uriEncode(session, false) +
+              "&WebIdentityToken=" + uriEncode(token, false);
           Answer a = call("GET", url, {}, 10000);
           if (!a.error.empty() || a.status != 200) {
             why = what(a);

@@ -93,24 +93,6 @@ bool splitS3(std::string_view url, std::string &bucket, std::string &key) {
   return !bucket.empty();
 }
 
-/// RFC 3986 percent-encoding of everything but unreserved characters (and
-/// '/' when keepSlash), as SigV4's canonical form wants it.
-std::string uriEncode(std::string_view s, bool keepSlash) {
-  static const char *hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
-        (keepSlash && c == '/'))
-      out += static_cast<char>(c);
-    else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 /// The HTTP URL a request for `url` goes to.
 std::string httpUrlOf(const RemoteConfig &cfg, const std::string &url,
                       std::string_view query = "") {
@@ -184,9 +166,10 @@ std::string xmlDecode(std::string_view s) {
   return out;
 }
 
-/// The decoded text of every <tag>...</tag> in `xml`, in order.
-std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
-  std::vector<std::string> out;
+/// The raw text inside each <tag>...</tag> of `xml` (not decoded).
+std::vector<std::string_view> xmlBlocks(std::string_view xml,
+                                        std::string_view tag) {
+  std::vector<std::string_view> out;
   std::string open = "<" + std::string(tag) + ">";
   std::string close = "</" + std::string(tag) + ">";
   size_t at = 0;
@@ -195,13 +178,39 @@ std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
     size_t e = xml.find(close, b);
     if (e == std::string_view::npos)
       break;
-    out.push_back(xmlDecode(xml.substr(b, e - b)));
+    out.push_back(xml.substr(b, e - b));
     at = e + close.size();
   }
   return out;
 }
 
+/// The decoded text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> out;
+  for (std::string_view b : xmlBlocks(xml, tag))
+    out.push_back(xmlDecode(b));
+  return out;
+}
+
 } // namespace
+
+/// RFC 3986 percent-encoding of everything but unreserved characters (and
+/// '/' when keepSlash), as SigV4's canonical form wants it.
+std::string uriEncode(std::string_view s, bool keepSlash) {
+  static const char *hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keepSlash && c == '/'))
+      out += static_cast<char>(c);
+    else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
 
 std::string xmlFirst(std::string_view xml, std::string_view tag) {
   std::vector<std::string> all = xmlAll(xml, tag);
@@ -2369,24 +2378,6 @@ std::shared_ptr<Transfer> listPage(const std::string &bucket,
   t->httpUrl = httpUrlOf(*cfg, "s3://" + bucket + "/") + "?" + query;
   Client::get().submit(t);
   return t;
-}
-
-/// The raw text inside each <tag>...</tag> of `xml` (not decoded).
-std::vector<std::string_view> xmlBlocks(std::string_view xml,
-                                        std::string_view tag) {
-  std::vector<std::string_view> out;
-  std::string open = "<" + std::string(tag) + ">";
-  std::string close = "</" + std::string(tag) + ">";
-  size_t at = 0;
-  while ((at = xml.find(open, at)) != std::string_view::npos) {
-    size_t b = at + open.size();
-    size_t e = xml.find(close, b);
-    if (e == std::string_view::npos)
-      break;
-    out.push_back(xml.substr(b, e - b));
-    at = e + close.size();
-  }
-  return out;
 }
 
 /// A page's keys (and common prefixes) appended; the next page's token,

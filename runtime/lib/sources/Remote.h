@@ -143,6 +143,10 @@ struct RemoteConfig {
   std::string caBundleFrom;
 };
 
+/// `s` percent-encoded as SigV4 wants it (every byte but A-Z a-z 0-9 - _ .
+/// ~, and '/' with keepSlash): S3 keys, query values.
+std::string uriEncode(std::string_view s, bool keepSlash);
+
 /// The text of the first <tag>...</tag> of an S3 or STS answer, entities
 /// decoded; empty when there is none.
 std::string xmlFirst(std::string_view xml, std::string_view tag);
