@@ -876,6 +876,7 @@ def test_image_folder_lists_its_classes_side_by_side(servers, tmp_path,
         for i in range(1100 if c == 3 else 7):
             objects["tree/c%02d/img%04d.jpg" % (c, i)] = b"%d-%d" % (c, i)
     objects["tree/c05/deeper/more.jpg"] = b"nested"
+    objects["tree/z \u00fcn\u00ef & co+1/img.jpg"] = b"escaped class"
     objects["tree/empty/"] = b""
     objects["tree/c07/note.txt"] = b"not a picture"
     servers.put_s3(objects)
@@ -902,8 +903,10 @@ def test_image_folder_lists_its_classes_side_by_side(servers, tmp_path,
     # The same objects fetched; a listing per class (13 prefixes) and a
     # second page for the class of 1,100, against 2 flat pages.
     assert requests - flat_requests >= 12, (requests, flat_requests)
-    assert len(flat) == 11 * 7 + 1100 + 1
+    assert len(flat) == 11 * 7 + 1100 + 2
     assert ("s3://%s/tree/c05/deeper/more.jpg" % BUCKET, 5, b"nested") in flat
+    assert ("s3://%s/tree/z \u00fcn\u00ef & co+1/img.jpg" % BUCKET, 13,
+            b"escaped class") in flat
     # A glob over one level, with deeper keys under its prefix.
     monkeypatch.delenv("SLUICE_NO_PARALLEL_LISTING")
     glob_spec = tmp_path / "glob.yaml"
