@@ -555,6 +555,17 @@ def main():
                       % (shown, rate, rate / base, cpu, scpu, per("faults"),
                          per("switches"), per("requests"),
                          per("bytes", 1e-3)))
+            for w in sorted({l.split()[2] for l in peers}):
+                got = [statistics.median(r["rate"] for r in
+                                         results.get((name, "peer %s %s"
+                                                      % (k, w)), []))
+                       for k in ("s3", "local")
+                       if (name, "peer %s %s" % (k, w)) in results]
+                if len(got) == 2:
+                    print("\nthe peer at %s workers over s3:// against its "
+                          "own local files: %.2f× (its rows' \"vs local\" "
+                          "are against sluice's local files)" % (
+                              w, got[0] / got[1]), end="")
             print("\ntuned / best of the sweep: %s\n" % ", ".join(
                 "%.2f" % (statistics.median(
                     r["rate"] for r in results[(name, t)]) / best)
