@@ -1234,6 +1234,9 @@ RunStats Engine::stats() const {
         static_cast<int64_t>(now.nextPassAhead - remoteBase_->nextPassAhead);
     r.remote.nextPassTaken =
         static_cast<int64_t>(now.nextPassTaken - remoteBase_->nextPassTaken);
+    r.remote.listRequests = source_->listing().requests;
+    r.remote.listedKeys = source_->listing().keys;
+    r.remote.listingSeconds = source_->listing().seconds;
     r.remote.unloadedLatencyMs = now.unloadedLatencyMs;
     r.remote.streams = static_cast<int64_t>(now.streams - remoteBase_->streams);
     r.remote.streamBytes =

@@ -153,6 +153,9 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"chunk_bytes", remote.chunkBytes},
             {"next_pass_ahead", remote.nextPassAhead},
             {"next_pass_taken", remote.nextPassTaken},
+            {"list_requests", remote.listRequests},
+            {"listed_keys", remote.listedKeys},
+            {"listing_seconds", remote.listingSeconds},
             {"unloaded_latency_ms", remote.unloadedLatencyMs},
             {"streams", remote.streams},
             {"stream_bytes", remote.streamBytes},
@@ -345,6 +348,12 @@ std::string RunStats::table() const {
         (remote.nextPassAhead > 0
              ? "; " + std::to_string(remote.nextPassAhead) +
                    " next-epoch shards asked for before their epoch"
+             : "") +
+        (remote.listRequests > 0
+             ? "; listed " + std::to_string(remote.listedKeys) + " keys in " +
+                   fmt("%.2f", remote.listingSeconds) + " s (" +
+                   std::to_string(remote.listRequests) +
+                   " list requests) before the run"
              : "") +
         "\n";
   if (remote.cache.hits + remote.cache.misses > 0)

@@ -891,18 +891,25 @@ def test_image_folder_lists_its_classes_side_by_side(servers, tmp_path,
     def records():
         before = servers.proxy_stats(servers.s3_proxy)["requests"]
         out = []
-        for b in sluice.Pipeline(str(spec)):
+        p = sluice.Pipeline(str(spec))
+        for b in p:
             out += [(str(p), int(l), bytes(np.asarray(d)))
                     for p, l, d in zip(b["path"], b["label"], b["data"])]
-        return out, servers.proxy_stats(servers.s3_proxy)["requests"] - before
+        return (out, servers.proxy_stats(servers.s3_proxy)["requests"] - before,
+                p.stats()["remote"])
 
-    side_by_side, requests = records()
+    side_by_side, requests, stats = records()
     monkeypatch.setenv("SLUICE_NO_PARALLEL_LISTING", "1")
-    flat, flat_requests = records()
+    flat, flat_requests, flat_stats = records()
     assert side_by_side == flat
     # The same objects fetched; a listing per class (13 prefixes) and a
-    # second page for the class of 1,100, against 2 flat pages.
+    # second page for the class of 1,100, against 2 flat pages; the stats
+    # count them, and the keys listed either way.
     assert requests - flat_requests >= 12, (requests, flat_requests)
+    assert stats["list_requests"] - flat_stats["list_requests"] == \
+        requests - flat_requests
+    assert stats["listed_keys"] == flat_stats["listed_keys"] == len(objects)
+    assert flat_stats["listing_seconds"] > 0
     assert len(flat) == 11 * 7 + 1100 + 2
     assert ("s3://%s/tree/c05/deeper/more.jpg" % BUCKET, 5, b"nested") in flat
     assert ("s3://%s/tree/z \u00fcn\u00ef & co+1/img.jpg" % BUCKET, 13,

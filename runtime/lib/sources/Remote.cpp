@@ -252,6 +252,7 @@ struct Counters {
   /// Fetches of the next pass's first shards started before the current
   /// pass ended, and those a reader of the next pass took.
   std::atomic<uint64_t> nextPassAhead{0}, nextPassTaken{0};
+  std::atomic<uint64_t> listRequests{0}, listedKeys{0}, listingNs{0};
   /// Streams (RemoteStream) opened over remote objects, and their objects'
   /// bytes: a sequential source's mean object (shard) size.
   std::atomic<uint64_t> streams{0}, streamBytes{0};
@@ -2220,6 +2221,9 @@ RemoteTotals remoteTotals() {
   t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;
   t.nextPassAhead = c.nextPassAhead.load();
   t.nextPassTaken = c.nextPassTaken.load();
+  t.listRequests = c.listRequests.load();
+  t.listedKeys = c.listedKeys.load();
+  t.listingSeconds = static_cast<double>(c.listingNs.load()) / 1e9;
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {
     if (d.empty())
@@ -2376,6 +2380,7 @@ std::shared_ptr<Transfer> listPage(const std::string &bucket,
   t->cfg = cfg;
   t->url = "s3://" + bucket + "/";
   t->httpUrl = httpUrlOf(*cfg, "s3://" + bucket + "/") + "?" + query;
+  counters().listRequests.fetch_add(1, std::memory_order_relaxed);
   Client::get().submit(t);
   return t;
 }
@@ -2472,6 +2477,22 @@ Expected<std::vector<std::string>> listTree(const std::string &bucket,
   return keys;
 }
 
+/// A listing, its time and keys counted (RemoteTotals::listingSeconds).
+template <typename List>
+Expected<std::vector<std::string>> timedListing(List list) {
+  Clock::time_point start = Clock::now();
+  Expected<std::vector<std::string>> keys = list();
+  counters().listingNs.fetch_add(
+      static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                               start)
+              .count()),
+      std::memory_order_relaxed);
+  if (keys)
+    counters().listedKeys.fetch_add(keys->size(), std::memory_order_relaxed);
+  return keys;
+}
+
 } // namespace
 
 Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
@@ -2482,8 +2503,8 @@ Expected<std::vector<std::string>> listRemotePrefix(const std::string &url,
                                "no listing)");
   if (!key.empty() && key.back() != '/')
     key += '/';
-  Expected<std::vector<std::string>> keys =
-      listTree(bucket, key, cfg, "s3://" + bucket + "/" + key);
+  Expected<std::vector<std::string>> keys = timedListing(
+      [&] { return listTree(bucket, key, cfg, "s3://" + bucket + "/" + key); });
   if (!keys)
     return keys.status();
   std::vector<std::string> out;
@@ -2516,8 +2537,10 @@ expandRemotePattern(const std::string &kind, const std::string &param,
     // with a delimiter gives without paging through the levels below.
     bool oneLevel = !switchedOff("SLUICE_NO_PARALLEL_LISTING") &&
                     key.find('/', prefix.size()) == std::string::npos;
-    Expected<std::vector<std::string>> keys = listKeys(
-        bucket, prefix, cfg, "s3://" + bucket + "/" + prefix, oneLevel);
+    Expected<std::vector<std::string>> keys = timedListing([&] {
+      return listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix,
+                      oneLevel);
+    });
     if (!keys)
       return Status::error(kind + ": " + param + ": '" + pattern +
                            "': " + keys.status().message());

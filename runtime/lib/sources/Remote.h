@@ -486,6 +486,12 @@ struct RemoteTotals {
   /// mean shard size).
   uint64_t streams = 0;
   uint64_t streamBytes = 0;
+  /// Listings of s3:// prefixes and patterns (a source being made): the
+  /// ListObjectsV2 requests, the keys they returned, and the seconds spent
+  /// waiting for them.
+  uint64_t listRequests = 0;
+  uint64_t listedKeys = 0;
+  double listingSeconds = 0;
 };
 RemoteTotals remoteTotals();
 /// Starts counting peakInFlight anew (a pipeline being built).

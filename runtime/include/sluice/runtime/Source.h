@@ -264,6 +264,17 @@ public:
   /// input files ("data/b.csv is empty (0 bytes): no records").
   const std::vector<std::string> &warnings() const { return warnings_; }
 
+  /// The listing create() made of s3:// prefixes and patterns (zeros when
+  /// it listed nothing): ListObjectsV2 requests, the keys they returned,
+  /// and the seconds they took. Counted process-wide while create() ran:
+  /// sources made at the same time count into each other's.
+  struct Listing {
+    int64_t requests = 0;
+    int64_t keys = 0;
+    double seconds = 0;
+  };
+  const Listing &listing() const { return listing_; }
+
 protected:
   Source() = default;
   std::string kind_;
@@ -274,6 +285,7 @@ protected:
   /// Position in type_ of each field of the reader's natural order.
   std::vector<int> slots_;
   OnError onError_ = OnError::Fail;
+  Listing listing_;
 };
 
 /// CRC-32C (Castagnoli), as used by TFRecord framing. Continues from

@@ -203,6 +203,12 @@ struct RunStats {
     /// the next pass's readers took.
     int64_t nextPassAhead = 0;
     int64_t nextPassTaken = 0;
+    /// The source's listing of s3:// prefixes and patterns as it was made
+    /// (Source::listing; before the run, and once for a source a tune and
+    /// its run share): requests, keys returned, seconds.
+    int64_t listRequests = 0;
+    int64_t listedKeys = 0;
+    double listingSeconds = 0;
     /// Median latency of recent requests during which no other response
     /// was arriving: the latency without queueing behind other requests.
     double unloadedLatencyMs = 0;
