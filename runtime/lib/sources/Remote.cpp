@@ -252,6 +252,9 @@ struct Counters {
   /// Fetches of the next pass's first shards started before the current
   /// pass ended, and those a reader of the next pass took.
   std::atomic<uint64_t> nextPassAhead{0}, nextPassTaken{0};
+  /// Listings of s3:// prefixes and patterns: ListObjectsV2 requests, the
+  /// keys the listings returned, and the time spent in them
+  /// (Source::listing).
   std::atomic<uint64_t> listRequests{0}, listedKeys{0}, listingNs{0};
   /// Streams (RemoteStream) opened over remote objects, and their objects'
   /// bytes: a sequential source's mean object (shard) size.
