@@ -53,11 +53,6 @@ namespace {
 
 using SysClock = std::chrono::system_clock;
 
-std::string env(const char *name) {
-  const char *v = std::getenv(name);
-  return v ? v : "";
-}
-
 struct Answer {
   long status = 0;
   std::string body;
@@ -320,14 +315,14 @@ std::string readTrimmed(const std::string &path, std::string &error) {
 } // namespace
 
 std::shared_ptr<CredentialProvider> containerCredentials() {
-  std::string relative = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-  std::string full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  std::string relative = envOr("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  std::string full = envOr("AWS_CONTAINER_CREDENTIALS_FULL_URI");
   if (relative.empty() && full.empty())
     return nullptr;
   std::string url =
       !relative.empty() ? "http://169.254.170.2" + relative : full;
-  std::string tokenFile = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-  std::string token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  std::string tokenFile = envOr("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+  std::string token = envOr("AWS_CONTAINER_AUTHORIZATION_TOKEN");
   std::string source =
       "the container credentials endpoint " + url +
       (!relative.empty() ? " (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)"
@@ -360,14 +355,14 @@ std::shared_ptr<CredentialProvider> containerCredentials() {
 
 std::shared_ptr<CredentialProvider>
 webIdentityCredentials(const std::string &region) {
-  std::string tokenFile = env("AWS_WEB_IDENTITY_TOKEN_FILE");
+  std::string tokenFile = envOr("AWS_WEB_IDENTITY_TOKEN_FILE");
   if (tokenFile.empty())
     return nullptr;
-  std::string role = env("AWS_ROLE_ARN");
-  std::string session = env("AWS_ROLE_SESSION_NAME");
+  std::string role = envOr("AWS_ROLE_ARN");
+  std::string session = envOr("AWS_ROLE_SESSION_NAME");
   if (session.empty())
     session = "sluice-" + std::to_string(::getpid());
-  std::string sts = env("AWS_ENDPOINT_URL_STS");
+  std::string sts = envOr("AWS_ENDPOINT_URL_STS");
   if (sts.empty())
     sts = "https://sts." + region + ".amazonaws.com";
   while (!sts.empty() && sts.back() == '/')
@@ -416,12 +411,12 @@ webIdentityCredentials(const std::string &region) {
 }
 
 std::shared_ptr<CredentialProvider> instanceCredentials() {
-  std::string disabled = env("AWS_EC2_METADATA_DISABLED");
+  std::string disabled = envOr("AWS_EC2_METADATA_DISABLED");
   for (char &c : disabled)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (disabled == "true")
     return nullptr;
-  std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  std::string base = envOr("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (base.empty())
     base = "http://169.254.169.254";
   while (!base.empty() && base.back() == '/')

@@ -72,11 +72,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char *kEmptyPayloadSha256 =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-std::string envOr(const char *name, const std::string &fallback = "") {
-  const char *v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
 bool startsWith(std::string_view s, std::string_view p) {
   return s.substr(0, p.size()) == p;
 }
@@ -193,6 +188,11 @@ std::vector<std::string> xmlAll(std::string_view xml, std::string_view tag) {
 }
 
 } // namespace
+
+std::string envOr(const char *name, const std::string &fallback) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
 
 /// RFC 3986 percent-encoding of everything but unreserved characters (and
 /// '/' when keepSlash), as SigV4's canonical form wants it.
@@ -774,6 +774,14 @@ struct Transfer final : PendingFetch {
   Client *owner = nullptr;
 
   Fetched &wait() override;
+  /// `result` is final: the waiters wake.
+  void markFinished() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      finished.store(true, std::memory_order_release);
+    }
+    cv.notify_all();
+  }
 };
 
 class Client {
@@ -851,11 +859,7 @@ public:
         t->result = Fetched();
         t->result.error = error;
         counters().failures.fetch_add(1, std::memory_order_relaxed);
-        {
-          std::lock_guard<std::mutex> lock(t->m);
-          t->finished.store(true, std::memory_order_release);
-        }
-        t->cv.notify_all();
+        t->markFinished();
         return;
       }
     }
@@ -1601,11 +1605,7 @@ private:
     }
     if (!onClientThread())
       counters().finishedByReaders.fetch_add(1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(t->m);
-      t->finished.store(true, std::memory_order_release);
-    }
-    t->cv.notify_all();
+    t->markFinished();
   }
 
   /// Starts what was submitted and the retries that are due: how long the

@@ -143,6 +143,10 @@ struct RemoteConfig {
   std::string caBundleFrom;
 };
 
+/// The environment variable `name`, or `fallback` when it is unset or
+/// empty.
+std::string envOr(const char *name, const std::string &fallback = "");
+
 /// `s` percent-encoded as SigV4 wants it (every byte but A-Z a-z 0-9 - _ .
 /// ~, and '/' with keepSlash): S3 keys, query values.
 std::string uriEncode(std::string_view s, bool keepSlash);
