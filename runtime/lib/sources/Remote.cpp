@@ -2206,6 +2206,12 @@ void clearRemoteBodyLimit(AllocationLimit *limit) {
 }
 size_t remoteBodiesKept() { return BodyPool::get().keptBytes(); }
 
+ListingTotals listingTotals() {
+  Counters &c = counters();
+  return {c.listRequests.load(), c.listedKeys.load(),
+          static_cast<double>(c.listingNs.load()) / 1e9};
+}
+
 RemoteTotals remoteTotals() {
   Counters &c = counters();
   RemoteTotals t;
@@ -2224,9 +2230,6 @@ RemoteTotals remoteTotals() {
   t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;
   t.nextPassAhead = c.nextPassAhead.load();
   t.nextPassTaken = c.nextPassTaken.load();
-  t.listRequests = c.listRequests.load();
-  t.listedKeys = c.listedKeys.load();
-  t.listingSeconds = static_cast<double>(c.listingNs.load()) / 1e9;
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {
     if (d.empty())
@@ -2480,7 +2483,7 @@ Expected<std::vector<std::string>> listTree(const std::string &bucket,
   return keys;
 }
 
-/// A listing, its time and keys counted (RemoteTotals::listingSeconds).
+/// A listing, its time and keys counted (listingTotals).
 template <typename List>
 Expected<std::vector<std::string>> timedListing(List list) {
   Clock::time_point start = Clock::now();

@@ -490,14 +490,18 @@ struct RemoteTotals {
   /// mean shard size).
   uint64_t streams = 0;
   uint64_t streamBytes = 0;
-  /// Listings of s3:// prefixes and patterns (a source being made): the
-  /// ListObjectsV2 requests, the keys they returned, and the seconds spent
-  /// waiting for them.
-  uint64_t listRequests = 0;
-  uint64_t listedKeys = 0;
-  double listingSeconds = 0;
 };
 RemoteTotals remoteTotals();
+/// The process's listings of s3:// prefixes and patterns so far: the
+/// ListObjectsV2 requests, the keys they returned, and the seconds spent
+/// waiting for them (three counters read, for Source::create's before and
+/// after; remoteTotals() also takes a lock and computes medians).
+struct ListingTotals {
+  uint64_t requests = 0;
+  uint64_t keys = 0;
+  double seconds = 0;
+};
+ListingTotals listingTotals();
 /// Starts counting peakInFlight anew (a pipeline being built).
 void resetRemotePeak();
 

@@ -164,18 +164,17 @@ Expected<std::unique_ptr<Source>> Source::create(const std::string &kind,
     if (parsed)
       onError = *parsed;
   }
-  detail::RemoteTotals before = detail::remoteTotals();
+  detail::ListingTotals before = detail::listingTotals();
   Expected<std::unique_ptr<Source>> made = it->second(kind, params, baseDir);
   if (!made)
     return made.status();
   std::unique_ptr<Source> src = made.take();
   src->kind_ = kind;
-  detail::RemoteTotals after = detail::remoteTotals();
+  detail::ListingTotals after = detail::listingTotals();
   src->listing_.requests =
-      static_cast<int64_t>(after.listRequests - before.listRequests);
-  src->listing_.keys =
-      static_cast<int64_t>(after.listedKeys - before.listedKeys);
-  src->listing_.seconds = after.listingSeconds - before.listingSeconds;
+      static_cast<int64_t>(after.requests - before.requests);
+  src->listing_.keys = static_cast<int64_t>(after.keys - before.keys);
+  src->listing_.seconds = after.seconds - before.seconds;
   // An empty file of a record format gives no records, which is almost
   // never meant (a failed download, a truncated copy): say so.
   if (const OpDef *def = Registry::instance().find(kind);
