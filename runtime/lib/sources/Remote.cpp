@@ -2020,16 +2020,19 @@ remoteConfigFor(const std::string &kind, const Value &params,
   // reads them, in its section of the config file.
   std::string credFile =
       envOr("AWS_SHARED_CREDENTIALS_FILE", homeDir() + "/.aws/credentials");
+  auto hasKeys =
+      [](const std::optional<std::map<std::string, std::string>> &sec) {
+        return sec && sec->count("aws_access_key_id") &&
+               sec->count("aws_secret_access_key");
+      };
   auto fromProfile = [&]() -> bool {
     auto sec = iniSection(credFile, profile);
     std::string from = "profile '" + profile + "' of " + credFile;
-    if (!sec || !sec->count("aws_access_key_id") ||
-        !sec->count("aws_secret_access_key")) {
+    if (!hasKeys(sec)) {
       sec = conf;
       from = confSource;
     }
-    if (!sec || !sec->count("aws_access_key_id") ||
-        !sec->count("aws_secret_access_key"))
+    if (!hasKeys(sec))
       return false;
     auto c = std::make_shared<Credentials>();
     c->accessKey = (*sec)["aws_access_key_id"];
