@@ -20,6 +20,8 @@
 //===----------------------------------------------------------------------===//
 #include <httplib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -30,6 +32,8 @@ namespace {
 struct Server {
   httplib::Server http;
   std::thread thread;
+  /// listen_after_bind() returned (the server stopped, or could not run).
+  std::atomic<bool> done{false};
 };
 
 } // namespace
@@ -54,7 +58,10 @@ sluice_metrics_http_start(const char *address, int port,
     return nullptr;
   }
   Server *raw = s.release();
-  raw->thread = std::thread([raw] { raw->http.listen_after_bind(); });
+  raw->thread = std::thread([raw] {
+    raw->http.listen_after_bind();
+    raw->done = true;
+  });
   return raw;
 }
 
@@ -63,6 +70,12 @@ sluice_metrics_http_stop(void *server) {
   auto *s = static_cast<Server *>(server);
   if (!s)
     return;
+  // cpp-httplib's stop() does nothing until the server's thread has marked
+  // it running (listen_internal sets is_running_ as it starts): a run that
+  // ends before then would join a thread that then waits in accept() for
+  // ever. Wait for the thread to start listening (or to have returned).
+  while (!s->http.is_running() && !s->done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   s->http.stop();
   if (s->thread.joinable())
     s->thread.join();

@@ -13,6 +13,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 using namespace sluice;
 using namespace sluice::rttest;
 
@@ -326,4 +331,27 @@ TEST(PrometheusTextTest, EscapesLabelsAndCarriesTheStallMeter) {
   for (std::string line; std::getline(lines, line);)
     EXPECT_TRUE(line.rfind("# ", 0) == 0 || line.rfind("sluice_", 0) == 0)
         << line;
+}
+
+// A run that ends right after it started its --metrics-port server stops
+// the server before the server's thread has begun listening: the stop must
+// still end that thread (it used to wait in accept() for ever).
+TEST(MetricsExporterTest, StopsAServerRightAfterStartingIt) {
+  for (int i = 0; i < 200; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len), 0);
+    ::close(fd);
+    auto exporter = sluice::runtime::MetricsExporter::start(
+        [] { return sluice::runtime::RunStats(); }, "127.0.0.1",
+        ntohs(a.sin_port), "", 0);
+    if (!exporter)
+      continue;        // the port was taken meanwhile
+    exporter->reset(); // stops the server; must return
+  }
 }
