@@ -403,12 +403,22 @@ MemoryBudget::Overrun MemoryBudget::firstOverrun() const {
 
 void MemoryBudget::add(int64_t bytes, const MemoryAccount *who) {
   int64_t next = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  // The carried free heap gives way to bytes already allocated as it does
+  // to a refused reservation (tryAdd): it is counted only while the budget
+  // has room for it, so a pipeline that fits without carrying never
+  // overruns because of it.
+  if (limit_ > 0 && next > limit_ &&
+      carried_.load(std::memory_order_relaxed) > 0 && trimCarriedHeap())
+    next = used_.load(std::memory_order_relaxed);
   if (limit_ > 0 && next > limit_ &&
       !overrun_.load(std::memory_order_relaxed)) {
+    // What held the memory then, for the error (usageSummary takes mu_).
+    std::string held = usageSummary();
     std::lock_guard<std::mutex> lock(mu_);
     if (!overrun_.load(std::memory_order_relaxed)) {
       firstOverrun_.account = who ? who->name() : std::string();
       firstOverrun_.total = next;
+      firstOverrun_.held = std::move(held);
       overrun_.store(true, std::memory_order_release);
     }
   }

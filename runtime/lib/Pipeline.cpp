@@ -1073,7 +1073,8 @@ Status Engine::overrunError() const {
       " (records larger than the budget leaves room for: a "
       "very long line or file, a large batch of them); make "
       "the records smaller (truncate, a smaller batch) or "
-      "raise budget.memory";
+      "raise budget.memory" +
+      (o.held.empty() ? std::string() : "; held then: " + o.held);
   return Status::error(msg);
 }
 

@@ -824,6 +824,55 @@ TEST(HeapCarryTest, SmallFreeHeapIsKeptPastTheGraceALargeOneReturned) {
   ::unsetenv("SLUICE_NO_SMALL_HEAP_KEEP");
 }
 
+/// A carried free heap and bytes already allocated (forceReserve: an output
+/// handed to Python, a record a step made) that fit the budget only without
+/// it, in a fresh process: "" or what failed.
+std::string carryGivesWayToForcedChecks() {
+#define CARRY_CHECK(cond)                                                      \
+  if (!(cond))                                                                 \
+    return std::string("failed: " #cond " (free above the reference ") +       \
+           std::to_string(runtime::freeHeapAboveBaseline()) + ")";
+  runtime::noteProcessBaseline();
+  void *pin = leaveFreeHeap(240); // 24 MiB
+  runtime::MemoryBudget budget(int64_t(64) << 20);
+  runtime::MemoryAccount *heap = budget.account("heap left free");
+  runtime::MemoryAccount *work = budget.account("work");
+  runtime::MemoryAccount *held = budget.account("outputs held by the caller");
+  const int64_t carried = budget.carryFreeHeap(heap);
+  CARRY_CHECK(carried >= int64_t(22) << 20);
+  // Reserved up to the limit: the last request trims the carried heap.
+  CARRY_CHECK(work->tryReserve(budget.limit() - carried - (int64_t(1) << 20)));
+  CARRY_CHECK(budget.carriedHeap() == carried);
+  // Bytes already allocated that the budget holds only without the carried
+  // heap: it is let go of, and the budget is not overrun.
+  held->forceReserve(int64_t(8) << 20);
+  CARRY_CHECK(budget.carriedHeap() == 0);
+  CARRY_CHECK(heap->used() == 0);
+  CARRY_CHECK(!budget.overrun());
+  CARRY_CHECK(budget.used() <= budget.limit());
+  // Past the limit even without it: an overrun, which names the account and
+  // what held the memory then.
+  held->forceReserve(budget.limit());
+  CARRY_CHECK(budget.overrun());
+  runtime::MemoryBudget::Overrun o = budget.firstOverrun();
+  CARRY_CHECK(o.account == "outputs held by the caller");
+  CARRY_CHECK(o.held.find("work") != std::string::npos);
+  CARRY_CHECK(o.held.find("outputs held by the caller") != std::string::npos);
+  std::free(pin);
+  return "";
+#undef CARRY_CHECK
+}
+
+TEST(HeapCarryTest, CarriedHeapGivesWayToBytesAlreadyAllocated) {
+  // A pipeline made after others in one Python process carries their free
+  // heap; an output handed to the caller that the budget holds only without
+  // it used to overrun budget.memory ("outputs held by the caller took the
+  // memory the pipeline holds to 256 MiB") instead of trimming it.
+  if (!runtime::heapCarryEnabled())
+    GTEST_SKIP() << "SLUICE_NO_HEAP_CARRY is set";
+  expectChecksInAFreshProcess(carryGivesWayToForcedChecks);
+}
+
 TEST(HeapCarryTest, TurnsOffByItsVariable) {
   ::setenv("SLUICE_NO_HEAP_CARRY", "1", 1);
   EXPECT_FALSE(runtime::heapCarryEnabled());

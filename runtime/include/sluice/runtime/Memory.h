@@ -216,6 +216,8 @@ public:
   struct Overrun {
     std::string account;
     int64_t total = 0;
+    /// The accounts holding memory then (usageSummary()).
+    std::string held;
   };
   bool overrun() const { return overrun_.load(std::memory_order_acquire); }
   Overrun firstOverrun() const;
@@ -236,7 +238,8 @@ public:
   /// SLUICE_NO_SMALL_HEAP_KEEP=1, keepSmallFreeHeap()), which is then
   /// checked once per kCarryKeepBytes reserved instead. When it is more than
   /// half the budget (it may be another live pipeline's), or the budget cannot
-  /// hold it, or a reservation is refused while some is carried, the heap's
+  /// hold it, or a reservation is refused (or bytes already allocated would
+  /// take the total past the limit) while some is carried, the heap's
   /// free pages are returned (malloc_trim) and nothing is carried, so the
   /// budget stays as hard as without it.
   /// Returns the bytes carried (0 below 1 MiB).
