@@ -333,8 +333,10 @@ bool MemoryAccount::tryReserve(int64_t bytes) {
 void MemoryAccount::forceReserve(int64_t bytes) {
   if (bytes <= 0)
     return;
-  budget_->add(bytes, this);
+  // The account first: an overrun's list of what held the memory
+  // (MemoryBudget::add) then includes these bytes.
   notePeak(used_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  budget_->add(bytes, this);
 }
 
 void MemoryAccount::release(int64_t bytes) {
