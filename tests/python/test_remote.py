@@ -330,15 +330,16 @@ def start_server(handler):
     return server, "http://127.0.0.1:%d" % server.server_address[1]
 
 
-def sigv4_problem(method, target, headers, secret):
+def sigv4_problem(method, target, headers, secret, service="s3"):
     """What is wrong with a request's AWS Signature Version 4, recomputed
     from AWS's documented algorithm with hashlib/hmac over the headers it
-    names as signed (None: nothing). The same computation gives AWS's
-    published GET Object example (checked below)."""
+    names as signed (None: nothing), for `service` (S3's, or STS's). The
+    same computation gives AWS's published GET Object example (checked
+    below)."""
     auth = headers.get("authorization", "")
-    m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/"
-                 r"aws4_request, ?SignedHeaders=([^,]+), ?Signature=([0-9a-f]"
-                 r"{64})$", auth)
+    m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/" +
+                 service + r"/aws4_request, ?SignedHeaders=([^,]+), "
+                 r"?Signature=([0-9a-f]{64})$", auth)
     if not m:
         return "no SigV4 Authorization header: %r" % auth
     _, day, region, signed, signature = m.groups()
@@ -353,12 +354,15 @@ def sigv4_problem(method, target, headers, secret):
     canonical = "\n".join(
         [method, path, canonical_query] +
         ["%s:%s" % (n, " ".join(headers.get(n, "").split())) for n in names] +
-        ["", signed, headers.get("x-amz-content-sha256", "UNSIGNED-PAYLOAD")])
+        ["", signed, headers.get(
+            "x-amz-content-sha256", "UNSIGNED-PAYLOAD" if service == "s3"
+            else hashlib.sha256(b"").hexdigest())])
     stamp = headers["x-amz-date"]
-    to_sign = "AWS4-HMAC-SHA256\n%s\n%s/%s/s3/aws4_request\n%s" % (
-        stamp, day, region, hashlib.sha256(canonical.encode()).hexdigest())
+    to_sign = "AWS4-HMAC-SHA256\n%s\n%s/%s/%s/aws4_request\n%s" % (
+        stamp, day, region, service,
+        hashlib.sha256(canonical.encode()).hexdigest())
     key = ("AWS4" + secret).encode()
-    for part in (day, region, "s3", "aws4_request"):
+    for part in (day, region, service, "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     want = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     return None if want == signature else "signature %s, want %s" % (
@@ -625,6 +629,22 @@ class RoleServer:
                     if h.get("authorization") != "pod-token-5":
                         return self.reply(401, b"")
                     return self.issue("json")
+                if path == "/" and "Action=AssumeRole&" in query:
+                    q = urllib.parse.parse_qs(query)
+                    why = sigv4_problem("GET", self.path, h, "src-secret-3",
+                                        service="sts")
+                    if not why and h.get("x-amz-security-token") != \
+                            "src-token-3":
+                        why = "source session token %r" % h.get(
+                            "x-amz-security-token")
+                    if why or q.get("RoleArn") != ["arn:aws:iam::1:role/t"] \
+                            or q.get("RoleSessionName") != ["train-run"]:
+                        outer.problems.append(why or query)
+                        return self.reply(403, b"<ErrorResponse><Error><Code>"
+                                          b"AccessDenied</Code><Message>not "
+                                          b"authorized</Message></Error>"
+                                          b"</ErrorResponse>")
+                    return self.issue("xml")
                 if path == "/" and "AssumeRoleWithWebIdentity" in query:
                     q = urllib.parse.parse_qs(query)
                     if (q.get("WebIdentityToken") != ["eyJ.web.token"] or
@@ -706,6 +726,58 @@ def role_env(kind, server, tmp_path, monkeypatch):
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI",
                            server.url + "/container/creds")
         monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", str(token))
+    elif kind == "process":
+        # A program that prints the keys (as aws-vault, granted or an SSO
+        # helper do), here fetched from the test's server; its path has a
+        # space, quoted in the profile as a shell would be.
+        d = tmp_path / "cred helper"
+        d.mkdir()
+        (d / "print keys.py").write_text(textwrap.dedent("""
+            import json, sys, urllib.request
+            r = urllib.request.Request(sys.argv[1] + "/container/creds",
+                                       headers={"Authorization": sys.argv[2]})
+            k = json.load(urllib.request.urlopen(r))
+            print(json.dumps({"Version": 1, "AccessKeyId": k["AccessKeyId"],
+                              "SecretAccessKey": k["SecretAccessKey"],
+                              "SessionToken": k["Token"],
+                              "Expiration": k["Expiration"]}))
+        """))
+        conf = tmp_path / "config"
+        conf.write_text("[profile train]\ncredential_process = %s "
+                        "\"%s\" %s 'pod-token-5'\n"
+                        % (sys.executable, d / "print keys.py", server.url))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+        monkeypatch.setenv("AWS_PROFILE", "train")
+    elif kind.startswith("assume"):
+        # A profile that assumes the role with another profile's keys, or
+        # with the environment's (credential_source).
+        creds = tmp_path / "credentials"
+        creds.write_text("[src]\naws_access_key_id = SRCKEY3\n"
+                         "aws_secret_access_key = src-secret-3\n"
+                         "aws_session_token = src-token-3\n")
+        source = "source_profile = src"
+        if kind == "assume-env":
+            source = "credential_source = Environment"
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", "SRCKEY3")
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "src-secret-3")
+            monkeypatch.setenv("AWS_SESSION_TOKEN", "src-token-3")
+        conf = tmp_path / "config"
+        conf.write_text("[profile train]\nrole_arn = arn:aws:iam::1:role/t\n"
+                        "%s\nrole_session_name = train-run\n" % source)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
+        if kind == "assume":
+            monkeypatch.setenv("AWS_PROFILE", "train")
+    elif kind == "profile-web":
+        token = tmp_path / "web-token"
+        token.write_text("eyJ.web.token")
+        conf = tmp_path / "config"
+        conf.write_text("[profile train]\nweb_identity_token_file = %s\n"
+                        "role_arn = arn:aws:iam::1:role/t\n" % token)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+        monkeypatch.setenv("AWS_PROFILE", "train")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
     else:
         token = tmp_path / "web-token"
         token.write_text("eyJ.web.token")
@@ -714,14 +786,18 @@ def role_env(kind, server, tmp_path, monkeypatch):
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
 
 
-@pytest.mark.parametrize("kind", ["instance", "container", "web"])
+@pytest.mark.parametrize("kind", ["instance", "container", "web", "process",
+                                  "assume", "assume-env", "profile-web"])
 def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     """Without keys of its own the host's role signs the requests: keys
     from the EC2 instance metadata service (IMDSv2), a container
     credentials endpoint (ECS, EKS Pod Identity) or STS for a web identity
-    token (EKS's roles for service accounts), fetched again before they
-    expire (here they expire 5 min + 2 s after each fetch, so within the
-    run), the records the same, the keys in no output."""
+    token (EKS's roles for service accounts); or the profile's: a
+    credential_process's, or a role it assumes with STS's AssumeRole signed
+    with its source_profile's keys or the environment's, or with its web
+    identity token file. Fetched again
+    before they expire (here they expire 5 min + 2 s after each fetch, so
+    within the run), the records the same, the keys in no output."""
     objects = {"/bkt/d/f%03d.bin" % i: bytes([i % 256]) * (100 + i)
                for i in range(240)}
     server = RoleServer(objects, valid=302)
@@ -730,8 +806,12 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
         spec = tmp_path / "role.yaml"
         spec.write_text(
             "pipeline: role\nsource:\n  files: {files: 's3://bkt/d/"
-            "f{000..239}.bin', remote: {endpoint: %s, concurrency: 2}}\n"
-            "steps:\n  - batch: {size: 1}\n" % server.url)
+            "f{000..239}.bin', remote: {endpoint: %s, concurrency: 2%s}}\n"
+            "steps:\n  - batch: {size: 1}\n" % (
+                server.url,
+                # The environment's keys come before AWS_PROFILE's profile
+                # (AWS's order): a profile named in the spec comes first.
+                ", profile: train" if kind == "assume-env" else ""))
         child = textwrap.dedent("""
             import os, pickle, sys, time, sluice
             got = []
@@ -751,7 +831,7 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
         out = tmp_path / "got.pickle"
         r = subprocess.run([sys.executable, "-c", child, str(out), str(spec)],
                            capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0, (r.stderr, server.problems[:3])
         got = pickle.load(open(out, "rb"))
     finally:
         server.close()
@@ -762,7 +842,8 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     assert server.used[0] == "ROLEKEY1" and server.used[-1] != "ROLEKEY1", \
         sorted(set(server.used))
     for secret in ("role-secret-", "role-token-", "pod-token-5",
-                   "eyJ.web.token", "imds-session-77"):
+                   "eyJ.web.token", "imds-session-77", "src-secret-3",
+                   "src-token-3"):
         assert secret not in r.stdout + r.stderr
 
 
@@ -790,6 +871,112 @@ def test_a_role_that_cannot_be_had_is_a_spec_error(tmp_path, monkeypatch,
                 "AssumeRoleWithWebIdentity at %s (AWS_WEB_IDENTITY_TOKEN_FILE "
                 % server.url) in out and "HTTP 403 (AccessDenied: no)" in out, \
             out
+
+
+PY = sys.executable
+#: Profiles that cannot give keys, and what the error says: (config file's
+#: [profile p] lines, what the message holds).
+PROFILE_ERRORS = {
+    "process-fails": (
+        "credential_process = %s -c \"import sys; sys.stderr.write("
+        "'helper: token expired\\n'); sys.exit(2)\"" % PY,
+        "cannot get credentials from the credential_process of profile 'p' "
+        "of {conf}: it exited with status 2 (what it wrote to stderr is "
+        "above)"),
+    "not-json": (
+        "credential_process = %s -c \"print('KEY secret-leak-1')\"" % PY,
+        "of {conf}: its output is not a JSON object"),
+    "version": (
+        "credential_process = %s -c 'print(\"{\\\"Version\\\": 2, "
+        "\\\"AccessKeyId\\\": \\\"K\\\", \\\"SecretAccessKey\\\": "
+        "\\\"secret-leak-1\\\"}\")'" % PY,
+        "its output's Version is not 1"),
+    "no-keys": (
+        "credential_process = %s -c 'print(\"{\\\"Version\\\": 1}\")'" % PY,
+        "its output holds no AccessKeyId and SecretAccessKey"),
+    "missing-program": (
+        "credential_process = /nonexistent/helper --profile p",
+        "cannot run /nonexistent/helper: No such file or directory"),
+    "unclosed-quote": (
+        "credential_process = helper 'p",
+        "cannot split its command into words: a single quote is not closed"),
+    "mfa": (
+        "role_arn = arn:aws:iam::1:role/t\nsource_profile = src\n"
+        "mfa_serial = arn:aws:iam::1:mfa/me",
+        "profile 'p' of {conf} assumes role arn:aws:iam::1:role/t with an "
+        "MFA code (mfa_serial), which sluice cannot ask for: export them "
+        "first (eval \"$(aws configure export-credentials --profile p "
+        "--format env)\")"),
+    "no-source": (
+        "role_arn = arn:aws:iam::1:role/t",
+        "assumes role arn:aws:iam::1:role/t without saying with which keys: "
+        "give it source_profile"),
+    "two-sources": (
+        "role_arn = arn:aws:iam::1:role/t\nsource_profile = src\n"
+        "credential_source = Environment",
+        "gives more than one of source_profile, credential_source and "
+        "web_identity_token_file: keep one"),
+    "bad-source": (
+        "role_arn = arn:aws:iam::1:role/t\ncredential_source = Ec2",
+        "credential_source is 'Ec2': give Environment, Ec2InstanceMetadata "
+        "or EcsContainer"),
+    "missing-source": (
+        "role_arn = arn:aws:iam::1:role/t\nsource_profile = nope",
+        "source_profile 'nope' is not a profile with credentials in"),
+    "cycle": (
+        "role_arn = arn:aws:iam::1:role/t\nsource_profile = q\n\n"
+        "[profile q]\nrole_arn = arn:aws:iam::1:role/q\nsource_profile = p",
+        "profile 'q' of {conf}: source_profile 'p' leads back to profile "
+        "'p' (a cycle)"),
+    "duration": (
+        "role_arn = arn:aws:iam::1:role/t\nsource_profile = src\n"
+        "duration_seconds = 60",
+        "duration_seconds is '60': give whole seconds from 900 to 43200"),
+    "denied": (
+        "role_arn = arn:aws:iam::1:role/other\nsource_profile = src\n"
+        "role_session_name = train-run",
+        "cannot get credentials from STS AssumeRole of "
+        "arn:aws:iam::1:role/other at {sts} (profile 'p' of {conf}, signed "
+        "with profile 'src' of {creds}): HTTP 403 (AccessDenied: not "
+        "authorized)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROFILE_ERRORS))
+def test_a_profile_that_cannot_give_keys_is_a_spec_error(tmp_path,
+                                                         monkeypatch, case):
+    """A profile whose credential_process fails (or prints what is not
+    AWS's JSON of Version 1 with keys), or whose role cannot be assumed as
+    it is written (an MFA code to type, no source or two, a cycle of source
+    profiles, STS refusing), is an error of the spec that names the profile
+    and what is wrong, before any object is asked for; what the process
+    printed is never quoted (its stderr is the user's)."""
+    lines, want = PROFILE_ERRORS[case]
+    server = RoleServer({}, valid=3600)
+    try:
+        conf, creds = tmp_path / "config", tmp_path / "credentials"
+        conf.write_text("[profile p]\n%s\n" % lines)
+        creds.write_text("[src]\naws_access_key_id = SRCKEY3\n"
+                         "aws_secret_access_key = src-secret-3\n"
+                         "aws_session_token = src-token-3\n")
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+        monkeypatch.setenv("AWS_PROFILE", "p")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
+        rc, out = error_of(one_file_spec(
+            tmp_path, "s3://bkt/t/a.txt", "{endpoint: %s}" % server.url))
+    finally:
+        server.close()
+    assert rc == 1, out
+    want = want.format(conf=conf, creds=creds, sts=server.url)
+    assert "one.yaml:3:3: source 'text_lines': text_lines: " in out, out
+    assert want in out, out
+    for secret in ("secret-leak-1", "src-secret-3", "src-token-3"):
+        assert secret not in out
+    if case == "process-fails":
+        assert "helper: token expired" in out
 
 
 def test_a_host_without_an_instance_role_reads_anonymously(tmp_path,

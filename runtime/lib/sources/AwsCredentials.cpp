@@ -1,4 +1,4 @@
-//===- AwsCredentials.cpp - Credentials that expire: roles ----------------===//
+//===- AwsCredentials.cpp - Credentials that expire: roles, processes ----===//
 //
 // On AWS a training host rarely has keys of its own: it runs with a role,
 // whose temporary keys a service hands out and renews. Three places give
@@ -22,6 +22,15 @@
 //    first fetch fails within a second and the requests go anonymous, as
 //    they did before (AWS_EC2_METADATA_DISABLED=true skips the question).
 //
+// A profile (Remote.cpp, profileCredentials) may also name a role to
+// assume with another profile's keys (role_arn and source_profile, or
+// credential_source: the environment, the instance's or the container's
+// role), which STS's AssumeRole exchanges for the role's (a request signed
+// with those keys, by libcurl's CURLOPT_AWS_SIGV4), or a command that
+// prints keys (credential_process: run without a shell, its JSON read from
+// its stdout; what it writes to stderr goes to the user's, as it may ask
+// for an MFA code there).
+//
 // Each place's provider is shared by the process, so its pipelines share
 // the keys and their renewal. The HTTP requests are libcurl's (an easy
 // handle per fetch, a few an hour), never through a proxy (the endpoints
@@ -41,12 +50,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sstream>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 namespace sluice::runtime::detail {
 namespace {
@@ -68,9 +84,13 @@ size_t collect(char *p, size_t size, size_t n, void *user) {
   return size * n;
 }
 
-/// One request, waited for: at most `timeoutMs`, no proxy, no redirect.
+/// One request, waited for: at most `timeoutMs`, no proxy, no redirect;
+/// signed (SigV4, libcurl's CURLOPT_AWS_SIGV4) for `signRegion`'s STS with
+/// `signer` when given.
 Answer call(const char *method, const std::string &url,
-            const std::vector<std::string> &headers, long timeoutMs) {
+            const std::vector<std::string> &headers, long timeoutMs,
+            const Credentials *signer = nullptr,
+            const std::string &signRegion = "") {
   Answer a;
   CURL *e = curl_easy_init();
   if (!e) {
@@ -80,6 +100,16 @@ Answer call(const char *method, const std::string &url,
   curl_slist *list = nullptr;
   for (const std::string &h : headers)
     list = curl_slist_append(list, h.c_str());
+  std::string sigv4 = "aws:amz:" + signRegion + ":sts";
+  if (signer) {
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(e, CURLOPT_USERNAME, signer->accessKey.c_str());
+    curl_easy_setopt(e, CURLOPT_PASSWORD, signer->secretKey.c_str());
+    // Signed with the rest: libcurl signs every header of the request.
+    if (!signer->sessionToken.empty())
+      list = curl_slist_append(
+          list, ("x-amz-security-token: " + signer->sessionToken).c_str());
+  }
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(e, CURLOPT_URL, url.c_str());
   curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
@@ -312,7 +342,272 @@ std::string readTrimmed(const std::string &path, std::string &error) {
   return s;
 }
 
+/// `command` split into words as a POSIX shell splits them: blanks
+/// separate words, single quotes keep everything, double quotes keep all
+/// but a backslash before " \ $ `, a backslash outside quotes keeps the
+/// next character; nothing is expanded. False (with `error`) on an
+/// unfinished quote.
+bool splitWords(const std::string &command, std::vector<std::string> &words,
+                std::string &error) {
+  std::string word;
+  bool inWord = false;
+  for (size_t i = 0; i < command.size(); ++i) {
+    char c = command[i];
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (inWord)
+        words.push_back(std::move(word));
+      word.clear();
+      inWord = false;
+      continue;
+    }
+    inWord = true;
+    if (c == '\\') {
+      if (++i < command.size())
+        word += command[i];
+    } else if (c == '\'') {
+      size_t end = command.find('\'', i + 1);
+      if (end == std::string::npos) {
+        error = "a single quote is not closed";
+        return false;
+      }
+      word += command.substr(i + 1, end - i - 1);
+      i = end;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        if (i >= command.size()) {
+          error = "a double quote is not closed";
+          return false;
+        }
+        if (command[i] == '"')
+          break;
+        if (command[i] == '\\' && i + 1 < command.size() &&
+            std::strchr("\"\\$`", command[i + 1]))
+          ++i;
+        word += command[i];
+      }
+    } else {
+      word += c;
+    }
+  }
+  if (inWord)
+    words.push_back(std::move(word));
+  if (words.empty())
+    error = "it is empty";
+  return error.empty();
+}
+
+/// How long a credential_process may take (it may ask for an MFA code on
+/// the terminal) before it is killed and the fetch fails.
+constexpr int kProcessTimeoutMs = 120 * 1000;
+
+/// Runs `words` (PATH searched) with stdin and stderr the caller's and its
+/// stdout read whole (1 MiB at most): true with `out` when it exits 0.
+bool runForOutput(const std::vector<std::string> &words, std::string &out,
+                  std::string &error) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    error = std::string("cannot make a pipe: ") + std::strerror(errno);
+    return false;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  std::vector<char *> argv;
+  for (const std::string &w : words)
+    argv.push_back(const_cast<char *>(w.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc =
+      ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    error = "cannot run " + words[0] + ": " + std::strerror(rc);
+    return false;
+  }
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(kProcessTimeoutMs);
+  bool tooLong = false, timedOut = false;
+  char buf[16384];
+  for (;;) {
+    int left =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count());
+    if (left <= 0) {
+      timedOut = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int n = ::poll(&p, 1, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      continue; // the deadline is checked above
+    ssize_t got = ::read(fds[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      break;
+    if (out.size() + static_cast<size_t>(got) > (size_t(1) << 20)) {
+      tooLong = true;
+      break;
+    }
+    out.append(buf, static_cast<size_t>(got));
+  }
+  ::close(fds[0]);
+  if (timedOut || tooLong)
+    ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (timedOut) {
+    error = "it did not finish within " +
+            std::to_string(kProcessTimeoutMs / 1000) + " s (killed)";
+    return false;
+  }
+  if (tooLong) {
+    error = "it wrote more than 1 MiB (killed)";
+    return false;
+  }
+  if (WIFSIGNALED(status)) {
+    error = "it was killed by signal " + std::to_string(WTERMSIG(status));
+    return false;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    error = "it exited with status " + std::to_string(WEXITSTATUS(status)) +
+            " (what it wrote to stderr is above)";
+    return false;
+  }
+  return true;
+}
+
+/// Keys of a profile, which do not expire.
+class StaticProvider final : public CredentialProvider {
+public:
+  StaticProvider(std::shared_ptr<const Credentials> c, std::string source)
+      : creds_(std::move(c)), source_(std::move(source)) {}
+  std::shared_ptr<const Credentials> get(std::string &) override {
+    return creds_;
+  }
+  std::string source() const override { return source_; }
+
+private:
+  const std::shared_ptr<const Credentials> creds_;
+  const std::string source_;
+};
+
 } // namespace
+
+std::shared_ptr<CredentialProvider>
+staticCredentials(std::shared_ptr<const Credentials> creds,
+                  std::string source) {
+  return std::make_shared<StaticProvider>(std::move(creds), std::move(source));
+}
+
+std::shared_ptr<CredentialProvider>
+processCredentials(const std::string &command, const std::string &where) {
+  std::string source = "the credential_process of " + where;
+  return shared("process " + command, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) {
+          std::vector<std::string> words;
+          if (!splitWords(command, words, why)) {
+            why = "cannot split its command into words: " + why;
+            return false;
+          }
+          std::string out;
+          if (!runForOutput(words, out, why))
+            return false;
+          // Never quoted in a message: the output holds the keys.
+          nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+          if (j.is_discarded() || !j.is_object()) {
+            why = "its output is not a JSON object";
+            return false;
+          }
+          if (!j.contains("Version") || j["Version"] != 1) {
+            why = "its output's Version is not 1 (the only version of the "
+                  "credential_process format)";
+            return false;
+          }
+          if (j.contains("SessionToken") && j["SessionToken"].is_string()) {
+            j["Token"] = j["SessionToken"];
+            j.erase("SessionToken");
+          }
+          j.erase("Version");
+          if (fromJson(j.dump(), f, why))
+            return true;
+          if (why.compare(0, 10, "the answer") == 0)
+            why = "its output" + why.substr(10);
+          return false;
+        },
+        /*lastResort=*/false);
+  });
+}
+
+namespace {
+
+/// One AssumeRole: the role's keys for `p.source`'s, from STS at `sts`.
+bool assumeRole(const AssumeRoleParams &p, const std::string &sts, Issued &f,
+                std::string &why) {
+  std::shared_ptr<const Credentials> keys = p.source->get(why);
+  if (!keys) {
+    if (why.empty())
+      why = p.source->source() + " gives no keys";
+    return false;
+  }
+  // The query in the order SigV4's canonical request sorts it: libcurl
+  // 7.88 signs the query as it is given.
+  std::string url = sts + "/?Action=AssumeRole";
+  if (p.durationSeconds > 0)
+    url += "&DurationSeconds=" + std::to_string(p.durationSeconds);
+  if (!p.externalId.empty())
+    url += "&ExternalId=" + uriEncode(p.externalId, false);
+  url += "&RoleArn=" + uriEncode(p.roleArn, false) +
+         "&RoleSessionName=" + uriEncode(p.sessionName, false) +
+         "&Version=2011-06-15";
+  Answer a = call("GET", url, {}, 10000, keys.get(), p.region);
+  if (!a.error.empty() || a.status != 200) {
+    why = what(a);
+    if (std::string code = xmlFirst(a.body, "Code"); !code.empty())
+      why += " (" + code + ": " + xmlFirst(a.body, "Message") + ")";
+    return false;
+  }
+  f.creds.accessKey = xmlFirst(a.body, "AccessKeyId");
+  f.creds.secretKey = xmlFirst(a.body, "SecretAccessKey");
+  f.creds.sessionToken = xmlFirst(a.body, "SessionToken");
+  if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
+    why = "the answer holds no AccessKeyId and SecretAccessKey";
+    return false;
+  }
+  std::string exp = xmlFirst(a.body, "Expiration");
+  f.expires = exp.empty() ? 0 : parseExpiry(exp);
+  return true;
+}
+
+} // namespace
+
+std::shared_ptr<CredentialProvider>
+assumeRoleCredentials(const AssumeRoleParams &p) {
+  std::string sts = envOr("AWS_ENDPOINT_URL_STS");
+  if (sts.empty())
+    sts = "https://sts." + p.region + ".amazonaws.com";
+  while (!sts.empty() && sts.back() == '/')
+    sts.pop_back();
+  std::string source = "STS AssumeRole of " + p.roleArn + " at " + sts + " (" +
+                       p.where + ", signed with " + p.source->source() + ")";
+  std::string key = "assume " + sts + " " + p.roleArn + " " + p.sessionName +
+                    " " + p.externalId + " " +
+                    std::to_string(p.durationSeconds) + " " + p.sourceKey;
+  return shared(key, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) { return assumeRole(p, sts, f, why); },
+        /*lastResort=*/false);
+  });
+}
 
 std::shared_ptr<CredentialProvider> containerCredentials() {
   std::string relative = envOr("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
@@ -354,12 +649,17 @@ std::shared_ptr<CredentialProvider> containerCredentials() {
 }
 
 std::shared_ptr<CredentialProvider>
-webIdentityCredentials(const std::string &region) {
-  std::string tokenFile = envOr("AWS_WEB_IDENTITY_TOKEN_FILE");
+webIdentityCredentials(const std::string &region, std::string tokenFile,
+                       std::string role, std::string session) {
+  // A profile's values, else the environment's.
+  bool fromProfile = !tokenFile.empty();
+  if (!fromProfile) {
+    tokenFile = envOr("AWS_WEB_IDENTITY_TOKEN_FILE");
+    role = envOr("AWS_ROLE_ARN");
+    session = envOr("AWS_ROLE_SESSION_NAME");
+  }
   if (tokenFile.empty())
     return nullptr;
-  std::string role = envOr("AWS_ROLE_ARN");
-  std::string session = envOr("AWS_ROLE_SESSION_NAME");
   if (session.empty())
     session = "sluice-" + std::to_string(::getpid());
   std::string sts = envOr("AWS_ENDPOINT_URL_STS");
@@ -367,9 +667,12 @@ webIdentityCredentials(const std::string &region) {
     sts = "https://sts." + region + ".amazonaws.com";
   while (!sts.empty() && sts.back() == '/')
     sts.pop_back();
-  std::string source = "STS AssumeRoleWithWebIdentity at " + sts +
-                       " (AWS_WEB_IDENTITY_TOKEN_FILE " + tokenFile +
-                       ", AWS_ROLE_ARN " + role + ")";
+  std::string source =
+      "STS AssumeRoleWithWebIdentity at " + sts +
+      (fromProfile
+           ? " (web_identity_token_file " + tokenFile + ", role_arn "
+           : " (AWS_WEB_IDENTITY_TOKEN_FILE " + tokenFile + ", AWS_ROLE_ARN ") +
+      role + ")";
   return shared("web " + sts + " " + tokenFile + " " + role, [=] {
     return std::make_shared<Provider>(
         source,

@@ -1875,6 +1875,206 @@ bool namesS3(const Value &v) {
   return false;
 }
 
+/// A profile's credentials: keys of its own, or a provider of keys that
+/// expire (a credential_process, an assumed role).
+struct ProfileCredentials {
+  std::shared_ptr<Credentials> keys;
+  std::shared_ptr<CredentialProvider> provider;
+  std::string source;    ///< for messages and stats: never the keys
+  std::string sourceKey; ///< tells sources apart (a key id, a place)
+};
+
+/// What to run instead when sluice cannot get a profile's keys itself.
+std::string exportHint(const std::string &profile) {
+  return "export them first (eval \"$(aws configure export-credentials "
+         "--profile " +
+         profile + " --format env)\")";
+}
+
+/// Profile `name`'s credentials, in the order AWS's SDKs take them within a
+/// profile: an assumed role (role_arn, with source_profile or
+/// credential_source, or with web_identity_token_file), then keys in the
+/// credentials file, then a credential_process (in either file), then keys
+/// in the config file. Values in the credentials file's section win over
+/// the config file's. Null when the profile gives none; an error when it
+/// names a way sluice does not take (SSO, an MFA code) or names it wrong.
+/// `chain`: the profiles whose source this one is (a role's
+/// source_profile may itself assume a role), to refuse a cycle.
+Expected<std::optional<ProfileCredentials>>
+profileCredentials(const std::string &kind, const std::string &name,
+                   const std::string &credFile, const std::string &configFile,
+                   const std::string &region, std::vector<std::string> chain) {
+  auto cred = iniSection(credFile, name);
+  auto conf = iniSection(configFile, name);
+  auto in = [](const std::optional<std::map<std::string, std::string>> &sec,
+               const char *key) -> const std::string * {
+    if (!sec)
+      return nullptr;
+    auto it = sec->find(key);
+    return it == sec->end() ? nullptr : &it->second;
+  };
+  auto value = [&](const char *key) -> std::string {
+    if (const std::string *v = in(cred, key))
+      return *v;
+    const std::string *v = in(conf, key);
+    return v ? *v : "";
+  };
+  auto where = [&](const char *key) {
+    return "profile '" + name + "' of " +
+           (in(cred, key) ? credFile : configFile);
+  };
+  auto keysIn =
+      [&](const std::optional<std::map<std::string, std::string>> &sec,
+          const std::string &file) -> std::optional<ProfileCredentials> {
+    const std::string *ak = in(sec, "aws_access_key_id");
+    const std::string *sk = in(sec, "aws_secret_access_key");
+    if (!ak || !sk)
+      return std::nullopt;
+    ProfileCredentials out;
+    out.keys = std::make_shared<Credentials>();
+    out.keys->accessKey = *ak;
+    out.keys->secretKey = *sk;
+    if (const std::string *t = in(sec, "aws_session_token"))
+      out.keys->sessionToken = *t;
+    out.source = "profile '" + name + "' of " + file;
+    out.sourceKey = "keys " + *ak;
+    return out;
+  };
+  auto fail = [&](const std::string &msg) {
+    return Status::error(kind + ": " + msg);
+  };
+
+  if (std::string role = value("role_arn"); !role.empty()) {
+    std::string at = where("role_arn");
+    if (chain.size() >= 8)
+      return fail(at + ": its role's source profiles go more than 8 deep");
+    if (!value("mfa_serial").empty())
+      return fail(at + " assumes role " + role +
+                  " with an MFA code (mfa_serial), which sluice cannot ask "
+                  "for: " +
+                  exportHint(name));
+    AssumeRoleParams ar;
+    ar.roleArn = role;
+    ar.region = region;
+    ar.where = at;
+    ar.externalId = value("external_id");
+    ar.sessionName = value("role_session_name");
+    if (ar.sessionName.empty())
+      ar.sessionName = "sluice-" + std::to_string(::getpid());
+    if (std::string d = value("duration_seconds"); !d.empty()) {
+      char *end = nullptr;
+      long v = std::strtol(d.c_str(), &end, 10);
+      if (*end != '\0' || v < 900 || v > 43200)
+        return fail(at + ": duration_seconds is '" + d +
+                    "': give whole seconds from 900 to 43200");
+      ar.durationSeconds = v;
+    }
+    std::string sourceProfile = value("source_profile");
+    std::string credSource = value("credential_source");
+    std::string tokenFile = value("web_identity_token_file");
+    int ways =
+        !sourceProfile.empty() + !credSource.empty() + !tokenFile.empty();
+    if (ways != 1)
+      return fail(at + " assumes role " + role +
+                  (ways == 0 ? " without saying with which keys: give it "
+                               "source_profile (a profile with keys) or "
+                               "credential_source (Environment, "
+                               "Ec2InstanceMetadata or EcsContainer)"
+                             : " and gives more than one of source_profile, "
+                               "credential_source and "
+                               "web_identity_token_file: keep one"));
+    ProfileCredentials out;
+    if (!tokenFile.empty()) {
+      out.provider = webIdentityCredentials(region, tokenFile, role,
+                                            value("role_session_name"));
+      out.source = out.provider->source() + " (" + at + ")";
+      out.sourceKey = "web " + tokenFile + " " + role;
+      return std::optional<ProfileCredentials>(std::move(out));
+    }
+    if (!sourceProfile.empty()) {
+      if (sourceProfile == name) {
+        // A profile may be its own source: its keys assume the role.
+        auto own = keysIn(cred, credFile);
+        if (!own)
+          own = keysIn(conf, configFile);
+        if (!own)
+          return fail(at + " names itself as source_profile but holds no "
+                           "aws_access_key_id and aws_secret_access_key");
+        ar.source = staticCredentials(own->keys, own->source);
+        ar.sourceKey = own->sourceKey;
+      } else {
+        chain.push_back(name);
+        if (std::find(chain.begin(), chain.end(), sourceProfile) != chain.end())
+          return fail(at + ": source_profile '" + sourceProfile +
+                      "' leads back to profile '" + sourceProfile +
+                      "' (a cycle)");
+        auto src = profileCredentials(kind, sourceProfile, credFile, configFile,
+                                      region, chain);
+        if (!src)
+          return src.status();
+        if (!*src)
+          return fail(at + ": source_profile '" + sourceProfile +
+                      "' is not a profile with credentials in " + credFile +
+                      " or " + configFile);
+        ProfileCredentials &sp = **src;
+        ar.source =
+            sp.keys ? staticCredentials(sp.keys, sp.source) : sp.provider;
+        ar.sourceKey = sp.sourceKey;
+      }
+    } else if (credSource == "Environment") {
+      auto keys = std::make_shared<Credentials>();
+      keys->accessKey = envOr("AWS_ACCESS_KEY_ID");
+      keys->secretKey = envOr("AWS_SECRET_ACCESS_KEY");
+      keys->sessionToken = envOr("AWS_SESSION_TOKEN");
+      if (keys->accessKey.empty() || keys->secretKey.empty())
+        return fail(at + ": credential_source is Environment, and "
+                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not "
+                         "both set");
+      ar.sourceKey = "keys " + keys->accessKey;
+      ar.source = staticCredentials(std::move(keys), "the environment");
+    } else if (credSource == "Ec2InstanceMetadata" ||
+               credSource == "EcsContainer") {
+      bool ec2 = credSource == "Ec2InstanceMetadata";
+      ar.source = ec2 ? instanceCredentials() : containerCredentials();
+      if (!ar.source)
+        return fail(at + ": credential_source is " + credSource + ", and " +
+                    (ec2 ? "AWS_EC2_METADATA_DISABLED is true"
+                         : "neither AWS_CONTAINER_CREDENTIALS_RELATIVE_URI "
+                           "nor AWS_CONTAINER_CREDENTIALS_FULL_URI is set"));
+      ar.sourceKey = ar.source->source();
+    } else {
+      return fail(at + ": credential_source is '" + credSource +
+                  "': give Environment, Ec2InstanceMetadata or EcsContainer");
+    }
+    out.provider = assumeRoleCredentials(ar);
+    out.source = out.provider->source();
+    out.sourceKey = "role " + role + " " + ar.sourceKey;
+    return std::optional<ProfileCredentials>(std::move(out));
+  }
+  // Single sign-on: sluice does not sign in, and anonymous requests would
+  // only be refused later, object by object.
+  for (const char *key : {"sso_session", "sso_start_url"})
+    if (!value(key).empty())
+      return fail(where(key) + " gets its credentials through " + key +
+                  ", which sluice does not run: " + exportHint(name) +
+                  ", or name a profile with aws_access_key_id and "
+                  "aws_secret_access_key");
+  if (auto own = keysIn(cred, credFile))
+    return own;
+  if (std::string command = value("credential_process"); !command.empty()) {
+    ProfileCredentials out;
+    out.provider = processCredentials(command, where("credential_process"));
+    out.source = out.provider->source();
+    out.sourceKey = "process " + command;
+    return std::optional<ProfileCredentials>(std::move(out));
+  }
+  if (!value("web_identity_token_file").empty())
+    return fail(where("web_identity_token_file") +
+                " gives web_identity_token_file without role_arn: name the "
+                "role to assume");
+  return keysIn(conf, configFile);
+}
+
 } // namespace
 
 Expected<std::shared_ptr<const RemoteConfig>>
@@ -2017,48 +2217,31 @@ remoteConfigFor(const std::string &kind, const Value &params,
   // (or the default) profile, else a container's credentials endpoint, else
   // the EC2 instance's role (AwsCredentials.cpp), else anonymous. A
   // profile's keys are in the credentials file or, as the AWS CLI also
-  // reads them, in its section of the config file.
+  // reads them, in its section of the config file; or it assumes a role, or
+  // runs a credential_process (profileCredentials).
   std::string credFile =
       envOr("AWS_SHARED_CREDENTIALS_FILE", homeDir() + "/.aws/credentials");
-  auto hasKeys =
-      [](const std::optional<std::map<std::string, std::string>> &sec) {
-        return sec && sec->count("aws_access_key_id") &&
-               sec->count("aws_secret_access_key");
-      };
-  auto fromProfile = [&]() -> bool {
-    auto sec = iniSection(credFile, profile);
-    std::string from = "profile '" + profile + "' of " + credFile;
-    if (!hasKeys(sec)) {
-      sec = conf;
-      from = confSource;
-    }
-    if (!hasKeys(sec))
+  // The profile's own way (profileCredentials). Keys that expire are
+  // fetched now, so that a role that cannot be had or a credential_process
+  // that fails is the spec's error, not each object's.
+  auto fromProfile = [&]() -> Expected<bool> {
+    auto pc = profileCredentials(kind, profile, credFile, configFile,
+                                 cfg->region, {});
+    if (!pc)
+      return pc.status();
+    if (!*pc)
       return false;
-    auto c = std::make_shared<Credentials>();
-    c->accessKey = (*sec)["aws_access_key_id"];
-    c->secretKey = (*sec)["aws_secret_access_key"];
-    if (sec->count("aws_session_token"))
-      c->sessionToken = (*sec)["aws_session_token"];
-    cfg->credentials = std::move(c);
-    cfg->credentialSource = from;
+    ProfileCredentials &c = **pc;
+    cfg->credentialSource = c.source;
+    if (c.keys) {
+      cfg->credentials = std::move(c.keys);
+      return true;
+    }
+    std::string error;
+    if (!c.provider->get(error))
+      return Status::error(kind + ": " + error);
+    cfg->provider = std::move(c.provider);
     return true;
-  };
-  // A profile whose keys another program makes (SSO, an assumed role, a
-  // credential_process): sluice runs none of them, and anonymous requests
-  // would only be refused later, object by object.
-  auto fromProgram = [&]() -> Status {
-    for (const char *key :
-         {"credential_process", "sso_session", "sso_start_url", "role_arn",
-          "web_identity_token_file"})
-      if (!confValue(key).empty())
-        return Status::error(
-            kind + ": " + confSource + " gets its credentials through " + key +
-            ", which sluice does not run: export them first (eval \"$(aws "
-            "configure export-credentials --profile " +
-            profile +
-            " --format env)\"), or name a profile with "
-            "aws_access_key_id and aws_secret_access_key");
-    return Status::ok();
   };
   if (!namesS3(params)) {
     cfg->credentialSource = "none (no s3:// URL)";
@@ -2070,12 +2253,14 @@ remoteConfigFor(const std::string &kind, const Value &params,
     cfg->credentialSource = "none (remote.sign: false)";
     cfg->unsigned_ = true;
   } else if (explicitProfile) {
-    if (!fromProfile()) {
-      if (Status st = fromProgram(); !st)
-        return st;
+    Expected<bool> found = fromProfile();
+    if (!found)
+      return found.status();
+    if (!*found) {
       return Status::error(kind + ": remote.profile: no profile '" + profile +
-                           "' with aws_access_key_id and "
-                           "aws_secret_access_key in " +
+                           "' with credentials (aws_access_key_id and "
+                           "aws_secret_access_key, role_arn or "
+                           "credential_process) in " +
                            credFile + " or " + configFile);
     }
   } else if (!envOr("AWS_ACCESS_KEY_ID").empty()) {
@@ -2097,15 +2282,16 @@ remoteConfigFor(const std::string &kind, const Value &params,
       return Status::error(kind + ": " + error);
     cfg->provider = std::move(web);
     cfg->credentialSource = cfg->provider->source();
-  } else if (!fromProfile()) {
-    if (Status st = fromProgram(); !st)
-      return st;
+  } else if (Expected<bool> found = fromProfile(); !found) {
+    return found.status();
+  } else if (!*found) {
     if (envOr("AWS_PROFILE").size())
       return Status::error(kind + ": AWS_PROFILE names profile '" + profile +
                            "', which neither " + credFile + " nor " +
                            configFile +
-                           " holds with aws_access_key_id and "
-                           "aws_secret_access_key");
+                           " holds with credentials (aws_access_key_id and "
+                           "aws_secret_access_key, role_arn or "
+                           "credential_process)");
     if (auto container = containerCredentials()) {
       std::string error;
       if (!container->get(error))

@@ -80,14 +80,43 @@ public:
 /// is set.
 std::shared_ptr<CredentialProvider> containerCredentials();
 /// The web identity provider (AWS_WEB_IDENTITY_TOKEN_FILE and
-/// AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME; STS at AWS_ENDPOINT_URL_STS, else
-/// https://sts.REGION.amazonaws.com); null when the token file is not set.
+/// AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME, or a profile's
+/// web_identity_token_file, role_arn and role_session_name given here; STS
+/// at AWS_ENDPOINT_URL_STS, else https://sts.REGION.amazonaws.com); null
+/// when no token file is set.
 std::shared_ptr<CredentialProvider>
-webIdentityCredentials(const std::string &region);
+webIdentityCredentials(const std::string &region, std::string tokenFile = "",
+                       std::string role = "", std::string session = "");
 /// The instance metadata service's provider
 /// (AWS_EC2_METADATA_SERVICE_ENDPOINT, else http://169.254.169.254); null
 /// when AWS_EC2_METADATA_DISABLED=true.
 std::shared_ptr<CredentialProvider> instanceCredentials();
+/// A profile's `credential_process`: `command` split into words as a POSIX
+/// shell splits them (quotes and backslashes; no expansion, no shell), run
+/// with the caller's stdin and stderr, its stdout read as AWS's JSON
+/// (Version 1, AccessKeyId, SecretAccessKey, SessionToken, Expiration).
+/// Run again 5 minutes before the keys expire; shared by the process.
+/// `where` names the profile, for messages.
+std::shared_ptr<CredentialProvider>
+processCredentials(const std::string &command, const std::string &where);
+/// Keys that do not expire (a profile's), as a provider: the source of an
+/// assumed role.
+std::shared_ptr<CredentialProvider>
+staticCredentials(std::shared_ptr<const Credentials> creds, std::string source);
+/// A profile's role_arn: STS AssumeRole, signed with `source`'s keys (its
+/// source_profile's or its credential_source's).
+struct AssumeRoleParams {
+  std::string roleArn, sessionName, externalId;
+  long durationSeconds = 0; ///< 0: STS's default (an hour)
+  std::string region;       ///< STS's, and the signature's
+  std::string where;        ///< the profile, for messages
+  std::shared_ptr<CredentialProvider> source;
+  /// Tells sources apart for sharing (a key id, a provider's place): the
+  /// same role from the same source is one provider per process.
+  std::string sourceKey;
+};
+std::shared_ptr<CredentialProvider>
+assumeRoleCredentials(const AssumeRoleParams &p);
 
 /// How a source reads remote objects: its `remote` parameter over the
 /// environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...,
