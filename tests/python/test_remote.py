@@ -604,6 +604,7 @@ class RoleServer:
     def __init__(self, objects, valid):
         self.objects, self.valid = objects, valid
         self.issued, self.used, self.problems, self.anonymous = [], [], [], 0
+        self.middle = 0
         self.fail_issue = False
         outer = self
 
@@ -637,6 +638,21 @@ class RoleServer:
                             "src-token-3":
                         why = "source session token %r" % h.get(
                             "x-amz-security-token")
+                    if not why and q.get("RoleArn") == [
+                            "arn:aws:iam::1:role/mid"]:
+                        # A role whose keys assume the next one (a chain of
+                        # source profiles): it hands out the source's keys
+                        # again, which the next AssumeRole is checked with.
+                        outer.middle += 1
+                        return self.reply(200, (
+                            "<AssumeRoleResponse><AssumeRoleResult>"
+                            "<Credentials><AccessKeyId>SRCKEY3</AccessKeyId>"
+                            "<SecretAccessKey>src-secret-3</SecretAccessKey>"
+                            "<SessionToken>src-token-3</SessionToken>"
+                            "<Expiration>%s</Expiration></Credentials>"
+                            "</AssumeRoleResult></AssumeRoleResponse>" %
+                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                                time.time() + 3600))).encode())
                     if why or q.get("RoleArn") != ["arn:aws:iam::1:role/t"] \
                             or q.get("RoleSessionName") != ["train-run"]:
                         outer.problems.append(why or query)
@@ -756,6 +772,10 @@ def role_env(kind, server, tmp_path, monkeypatch):
                          "aws_secret_access_key = src-secret-3\n"
                          "aws_session_token = src-token-3\n")
         source = "source_profile = src"
+        if kind == "assume-chain":
+            source = ("source_profile = mid\n\n[profile mid]\n"
+                      "role_arn = arn:aws:iam::1:role/mid\n"
+                      "source_profile = src")
         if kind == "assume-env":
             source = "credential_source = Environment"
             monkeypatch.setenv("AWS_ACCESS_KEY_ID", "SRCKEY3")
@@ -763,11 +783,11 @@ def role_env(kind, server, tmp_path, monkeypatch):
             monkeypatch.setenv("AWS_SESSION_TOKEN", "src-token-3")
         conf = tmp_path / "config"
         conf.write_text("[profile train]\nrole_arn = arn:aws:iam::1:role/t\n"
-                        "%s\nrole_session_name = train-run\n" % source)
+                        "role_session_name = train-run\n%s\n" % source)
         monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
         monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
-        if kind == "assume":
+        if kind != "assume-env":
             monkeypatch.setenv("AWS_PROFILE", "train")
     elif kind == "profile-web":
         token = tmp_path / "web-token"
@@ -787,15 +807,17 @@ def role_env(kind, server, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["instance", "container", "web", "process",
-                                  "assume", "assume-env", "profile-web"])
+                                  "assume", "assume-env", "assume-chain",
+                                  "profile-web"])
 def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     """Without keys of its own the host's role signs the requests: keys
     from the EC2 instance metadata service (IMDSv2), a container
     credentials endpoint (ECS, EKS Pod Identity) or STS for a web identity
     token (EKS's roles for service accounts); or the profile's: a
     credential_process's, or a role it assumes with STS's AssumeRole signed
-    with its source_profile's keys or the environment's, or with its web
-    identity token file. Fetched again
+    with its source_profile's keys (or those of the role its source profile
+    assumes) or the environment's, or with its web identity token file.
+    Fetched again
     before they expire (here they expire 5 min + 2 s after each fetch, so
     within the run), the records the same, the keys in no output."""
     objects = {"/bkt/d/f%03d.bin" % i: bytes([i % 256]) * (100 + i)
@@ -839,6 +861,7 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     assert not server.problems, server.problems[:3]
     assert server.anonymous == 0
     assert len(server.issued) >= 2, server.issued
+    assert (server.middle >= 1) == (kind == "assume-chain"), server.middle
     assert server.used[0] == "ROLEKEY1" and server.used[-1] != "ROLEKEY1", \
         sorted(set(server.used))
     for secret in ("role-secret-", "role-token-", "pod-token-5",
