@@ -1144,6 +1144,54 @@ def test_image_folder_lists_its_classes_side_by_side(servers, tmp_path,
         assert len(got) == want
 
 
+def test_a_glob_over_levels_lists_only_the_directories_it_names(
+        servers, tmp_path, monkeypatch):
+    """A glob whose wildcards span levels (`shards/part-*/train-*.tar`, a
+    directory per part) lists its levels one by one: the directories under
+    `shards/` that `part-*` matches, then in each (side by side) the keys
+    from `train-`, not the deep tree beside them page after page. The same
+    objects as the flat listing (SLUICE_NO_PARALLEL_LISTING=1); the stats
+    count fewer keys listed."""
+    objects = {}
+    for part in range(12):
+        for i in range(10):
+            objects["levels/part-%02d/train-%03d.tar" % (part, i)] = \
+                b"%d/%d" % (part, i)
+        objects["levels/part-%02d/val-000.tar" % part] = b"val"
+    for i in range(2100):
+        objects["levels/part-04/deep/junk-%04d.bin" % i] = b"j"
+    objects["levels/other-1/train-000.tar"] = b"not a part"
+    objects["levels/part-05x"] = b"a key, not a directory"
+    servers.put_s3(objects)
+    spec = tmp_path / "levels.yaml"
+    spec.write_text(
+        "pipeline: levels\nsource:\n  files: {files: 's3://%s/levels/"
+        "part-*/train-*.tar', remote: {endpoint: %s}}\nsteps:\n"
+        "  - batch: {size: 1000, drop_remainder: false}\n"
+        % (BUCKET, servers.s3_endpoint))
+
+    def records():
+        p = sluice.Pipeline(str(spec))
+        got = [(str(f), bytes(np.asarray(d))) for b in p
+               for f, d in zip(b["path"], b["data"])]
+        return got, p.stats()["remote"]
+
+    by_level, stats = records()
+    monkeypatch.setenv("SLUICE_NO_PARALLEL_LISTING", "1")
+    flat, flat_stats = records()
+    assert by_level == flat
+    assert len(flat) == 120
+    assert flat[0] == ("s3://%s/levels/part-00/train-000.tar" % BUCKET,
+                       b"0/0")
+    # By level: `levels/part-` one level deep (1 request), then each of the
+    # 12 parts from `train-` (12), 120 keys; flat: all 2,256 keys under
+    # `levels/part-`, 3 pages of 1,000.
+    assert stats["listed_keys"] == 120, stats
+    assert flat_stats["listed_keys"] == 12 * 11 + 2100 + 1, flat_stats
+    assert stats["list_requests"] == 13, stats
+    assert flat_stats["list_requests"] == 3, flat_stats
+
+
 def test_s3_glob_that_matches_nothing(servers, tmp_path):
     spec = tmp_path / "none.yaml"
     spec.write_text("pipeline: n\nsource:\n  files: {files: 's3://%s/shards/*.zip',"

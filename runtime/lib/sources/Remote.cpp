@@ -2624,16 +2624,49 @@ listKeys(const std::string &bucket, const std::string &prefix,
   return keys;
 }
 
-/// Listings of an image folder's classes in flight at once.
+/// Listings in flight at once (an image folder's classes, a glob's
+/// directories).
 constexpr size_t kListingsInFlight = 32;
+
+/// Every prefix in `prefixes` listed, up to kListingsInFlight listings in
+/// flight, each paged on its own: their keys appended to `keys` and, with
+/// `delimited` (one level each), their common prefixes to `below`.
+Status listMany(const std::string &bucket,
+                const std::vector<std::string> &prefixes,
+                const RemoteConfig &cfg, const std::string &what,
+                bool delimited, std::vector<std::string> &keys,
+                std::vector<std::string> *below) {
+  auto shared = std::make_shared<RemoteConfig>(cfg);
+  struct Listing {
+    size_t prefix;
+    std::shared_ptr<Transfer> page;
+  };
+  std::deque<Listing> inFlight;
+  size_t next = 0;
+  while (next < prefixes.size() || !inFlight.empty()) {
+    while (inFlight.size() < kListingsInFlight && next < prefixes.size()) {
+      inFlight.push_back(
+          {next, listPage(bucket, prefixes[next], "", delimited, shared)});
+      ++next;
+    }
+    Listing l = std::move(inFlight.front());
+    inFlight.pop_front();
+    Expected<std::string> token = takePage(*l.page, what, keys, below);
+    if (!token)
+      return token.status(); // those in flight finish on their own
+    if (!token->empty())
+      inFlight.push_back({l.prefix, listPage(bucket, prefixes[l.prefix],
+                                             *token, delimited, shared)});
+  }
+  return Status::ok();
+}
 
 /// Every key under `prefix`, the subtrees listed side by side: one level
 /// first (the keys at it, and its common prefixes: an image folder's
-/// classes), then each prefix's keys, up to kListingsInFlight listings in
-/// flight, each paged on its own. A flat listing is one page of 1,000 keys
-/// per round trip, one after the other: 1,281 pages (tens of seconds to
-/// minutes) for ImageNet's training set, where its 1,000 classes are 2
-/// pages each, 32 at a time. The same keys either way (sorted by the
+/// classes), then each prefix's keys (listMany). A flat listing is one page
+/// of 1,000 keys per round trip, one after the other: 1,281 pages (tens of
+/// seconds to minutes) for ImageNet's training set, where its 1,000 classes
+/// are 2 pages each, 32 at a time. The same keys either way (sorted by the
 /// caller); SLUICE_NO_PARALLEL_LISTING=1 lists flat.
 Expected<std::vector<std::string>> listTree(const std::string &bucket,
                                             const std::string &prefix,
@@ -2647,29 +2680,65 @@ Expected<std::vector<std::string>> listTree(const std::string &bucket,
   if (!top)
     return top;
   std::vector<std::string> keys = top.take();
-  auto shared = std::make_shared<RemoteConfig>(cfg);
-  struct Listing {
-    size_t prefix;
-    std::shared_ptr<Transfer> page;
-  };
-  std::deque<Listing> inFlight;
-  size_t next = 0;
-  while (next < prefixes.size() || !inFlight.empty()) {
-    while (inFlight.size() < kListingsInFlight && next < prefixes.size()) {
-      inFlight.push_back(
-          {next, listPage(bucket, prefixes[next], "", false, shared)});
-      ++next;
-    }
-    Listing l = std::move(inFlight.front());
-    inFlight.pop_front();
-    Expected<std::string> token = takePage(*l.page, what, keys, nullptr);
-    if (!token)
-      return token.status(); // those in flight finish on their own
-    if (!token->empty())
-      inFlight.push_back({l.prefix, listPage(bucket, prefixes[l.prefix], *token,
-                                             false, shared)});
-  }
+  if (Status st = listMany(bucket, prefixes, cfg, what, false, keys, nullptr);
+      !st)
+    return st;
   return keys;
+}
+
+/// The keys a glob's key pattern (`pattern`, after the bucket; its
+/// wildcards do not cross '/') can match, listed level by level: at each
+/// level of the pattern that has a wildcard, the directories reached so
+/// far are listed one level deep (side by side, listMany) and only the
+/// common prefixes that level's part matches are gone into; the last level
+/// gives the keys. A pattern over a deep tree (`shards/*/train-*.tar`, a
+/// directory per part) then lists the directories it names and not the
+/// rest of the tree, and many of them at once rather than page after page.
+/// What it returns still has to be matched against the whole pattern.
+Expected<std::vector<std::string>>
+listLevels(const std::string &bucket, const std::string &pattern,
+           const RemoteConfig &cfg, const std::string &what) {
+  std::vector<std::string> parts;
+  for (size_t from = 0;;) {
+    size_t slash = pattern.find('/', from);
+    parts.push_back(pattern.substr(from, slash - from));
+    if (slash == std::string::npos)
+      break;
+    from = slash + 1;
+  }
+  std::vector<std::string> frontier{""};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string &part = parts[i];
+    size_t meta = part.find_first_of("*?[");
+    bool last = i + 1 == parts.size();
+    if (meta == std::string::npos && !last) {
+      for (std::string &p : frontier)
+        p += part + "/";
+      continue;
+    }
+    // Listed from the part's literal start: `shard-*` lists `shard-`.
+    std::vector<std::string> prefixes;
+    for (const std::string &p : frontier)
+      prefixes.push_back(p + part.substr(0, meta));
+    std::vector<std::string> keys, below;
+    if (Status st = listMany(bucket, prefixes, cfg, what, true, keys,
+                             last ? nullptr : &below);
+        !st)
+      return st;
+    if (last)
+      return keys;
+    frontier.clear();
+    for (std::string &b : below) {
+      // "shards/part-007/": its last level, without the '/'.
+      std::string name = b.substr(0, b.size() - 1);
+      name = name.substr(name.rfind('/') + 1);
+      if (::fnmatch(part.c_str(), name.c_str(), FNM_PATHNAME) == 0)
+        frontier.push_back(std::move(b));
+    }
+    if (frontier.empty())
+      return std::vector<std::string>();
+  }
+  return std::vector<std::string>();
 }
 
 /// A listing, its time and keys counted (listingTotals).
@@ -2727,14 +2796,15 @@ expandRemotePattern(const std::string &kind, const std::string &param,
           "files with a brace list instead, e.g. shard-{000000..000099}.tar "
           "or {train,val}.csv");
     std::string prefix = key.substr(0, key.find_first_of("*?["));
-    // `*`, `?` and `[...]` do not cross '/': a pattern with no '/' after
-    // its prefix matches keys at the prefix's level only, which a listing
-    // with a delimiter gives without paging through the levels below.
-    bool oneLevel = !switchedOff("SLUICE_NO_PARALLEL_LISTING") &&
-                    key.find('/', prefix.size()) == std::string::npos;
+    // `*`, `?` and `[...]` do not cross '/': the pattern's levels are
+    // listed one by one (listLevels; a pattern with no '/' after its
+    // prefix is one listing of that level), not every key under the
+    // prefix page after page (SLUICE_NO_PARALLEL_LISTING=1).
+    bool byLevel = !switchedOff("SLUICE_NO_PARALLEL_LISTING");
+    std::string what = "s3://" + bucket + "/" + prefix;
     Expected<std::vector<std::string>> keys = timedListing([&] {
-      return listKeys(bucket, prefix, cfg, "s3://" + bucket + "/" + prefix,
-                      oneLevel);
+      return byLevel ? listLevels(bucket, key, cfg, what)
+                     : listKeys(bucket, prefix, cfg, what);
     });
     if (!keys)
       return Status::error(kind + ": " + param + ": '" + pattern +
