@@ -2655,8 +2655,8 @@ Status listMany(const std::string &bucket,
     if (!token)
       return token.status(); // those in flight finish on their own
     if (!token->empty())
-      inFlight.push_back({l.prefix, listPage(bucket, prefixes[l.prefix],
-                                             *token, delimited, shared)});
+      inFlight.push_back({l.prefix, listPage(bucket, prefixes[l.prefix], *token,
+                                             delimited, shared)});
   }
   return Status::ok();
 }
@@ -2695,9 +2695,10 @@ Expected<std::vector<std::string>> listTree(const std::string &bucket,
 /// directory per part) then lists the directories it names and not the
 /// rest of the tree, and many of them at once rather than page after page.
 /// What it returns still has to be matched against the whole pattern.
-Expected<std::vector<std::string>>
-listLevels(const std::string &bucket, const std::string &pattern,
-           const RemoteConfig &cfg, const std::string &what) {
+Expected<std::vector<std::string>> listLevels(const std::string &bucket,
+                                              const std::string &pattern,
+                                              const RemoteConfig &cfg,
+                                              const std::string &what) {
   std::vector<std::string> parts;
   for (size_t from = 0;;) {
     size_t slash = pattern.find('/', from);
