@@ -501,8 +501,8 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
     neither the spec nor the environment gives; AWS_REGION still wins. A
     bucket in another region is an error that names it (S3's 301
     PermanentRedirect with x-amz-bucket-region, its 400
-    AuthorizationHeaderMalformed with <Region>), and a profile whose keys
-    another program makes (SSO) is refused with what to run instead."""
+    AuthorizationHeaderMalformed with <Region>), and an SSO profile whose
+    sso-session is not there is an error that says so."""
     text = b"".join(b"line %d\n" % i for i in range(50))
     seen, problems = [], []
 
@@ -583,10 +583,8 @@ def test_region_endpoint_and_keys_from_the_config_file(tmp_path, monkeypatch):
         monkeypatch.setenv("AWS_PROFILE", "corp")
         rc, out = run("bkt")
         assert rc == 1
-        assert ("profile 'corp' of %s gets its credentials through "
-                "sso_session, which sluice does not run: export them first "
-                "(eval \"$(aws configure export-credentials --profile corp "
-                "--format env)\")" % conf) in out, out
+        assert ("profile 'corp' of %s names sso_session 'corp', and %s has "
+                "no [sso-session corp] section" % (conf, conf)) in out, out
         assert "conf-secret-9" not in out
     finally:
         server.shutdown()
@@ -630,6 +628,17 @@ class RoleServer:
                     if h.get("authorization") != "pod-token-5":
                         return self.reply(401, b"")
                     return self.issue("json")
+                if path == "/federation/credentials":
+                    # The SSO portal's GetRoleCredentials.
+                    q = urllib.parse.parse_qs(query)
+                    if h.get("x-amz-sso_bearer_token") != "sso-access-7":
+                        return self.reply(401, json.dumps({
+                            "message": "Session token not found or invalid"
+                        }).encode())
+                    if q.get("account_id") != ["111122223333"] or \
+                            q.get("role_name") != ["Train"]:
+                        return self.reply(403, b"{}")
+                    return self.issue("sso")
                 if path == "/" and "Action=AssumeRole&" in query:
                     q = urllib.parse.parse_qs(query)
                     why = sigv4_problem("GET", self.path, h, "src-secret-3",
@@ -698,7 +707,14 @@ class RoleServer:
                 outer.issued.append(n)
                 exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
                     time.time() + outer.valid))
-                if form == "json":
+                if form == "sso":
+                    body = json.dumps({"roleCredentials": {
+                        "accessKeyId": "ROLEKEY%d" % n,
+                        "secretAccessKey": "role-secret-%d" % n,
+                        "sessionToken": "role-token-%d" % n,
+                        "expiration": int((time.time() + outer.valid) * 1000)
+                    }}).encode()
+                elif form == "json":
                     body = json.dumps({
                         "Code": "Success", "Type": "AWS-HMAC",
                         "AccessKeyId": "ROLEKEY%d" % n,
@@ -728,6 +744,40 @@ class RoleServer:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def sso_profile(kind, tmp_path, monkeypatch, server, expires_in=3600,
+                token="sso-access-7", extra=""):
+    """A profile that signs in through IAM Identity Center, as `aws
+    configure sso` writes it (with an [sso-session], or of the older form
+    with the start URL in the profile), and the sign-in `aws sso login`
+    cached under HOME (named by the SHA-1 of the session's name, or of the
+    start URL)."""
+    url = "https://example.awsapps.com/start"
+    conf = tmp_path / "config"
+    if kind == "sso-legacy":
+        conf.write_text("[profile train]\nsso_start_url = %s\nsso_region = "
+                        "eu-west-1\nsso_account_id = 111122223333\n"
+                        "sso_role_name = Train\n%s" % (url, extra))
+        name = url
+    else:
+        conf.write_text("[profile train]\nsso_session = corp\n"
+                        "sso_account_id = 111122223333\nsso_role_name = Train"
+                        "\n%s\n[sso-session corp]\nsso_start_url = %s\n"
+                        "sso_region = eu-west-1\n" % (extra, url))
+        name = "corp"
+    cache = tmp_path / "home" / ".aws" / "sso" / "cache"
+    cache.mkdir(parents=True)
+    (cache / (hashlib.sha1(name.encode()).hexdigest() + ".json")).write_text(
+        json.dumps({"startUrl": url, "region": "eu-west-1",
+                    "accessToken": token, "expiresAt": time.strftime(
+                        "%Y-%m-%dT%H:%M:%SZ",
+                        time.gmtime(time.time() + expires_in))}))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("AWS_PROFILE", "train")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSO", server.url)
+    return cache
 
 
 def role_env(kind, server, tmp_path, monkeypatch):
@@ -789,6 +839,8 @@ def role_env(kind, server, tmp_path, monkeypatch):
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
         if kind != "assume-env":
             monkeypatch.setenv("AWS_PROFILE", "train")
+    elif kind.startswith("sso"):
+        sso_profile(kind, tmp_path, monkeypatch, server)
     elif kind == "profile-web":
         token = tmp_path / "web-token"
         token.write_text("eyJ.web.token")
@@ -808,7 +860,7 @@ def role_env(kind, server, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["instance", "container", "web", "process",
                                   "assume", "assume-env", "assume-chain",
-                                  "profile-web"])
+                                  "profile-web", "sso", "sso-legacy"])
 def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     """Without keys of its own the host's role signs the requests: keys
     from the EC2 instance metadata service (IMDSv2), a container
@@ -816,8 +868,9 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
     token (EKS's roles for service accounts); or the profile's: a
     credential_process's, or a role it assumes with STS's AssumeRole signed
     with its source_profile's keys (or those of the role its source profile
-    assumes) or the environment's, or with its web identity token file.
-    Fetched again
+    assumes) or the environment's, or with its web identity token file; or
+    the role IAM Identity Center (SSO) gives for the sign-in `aws sso login`
+    cached. Fetched again
     before they expire (here they expire 5 min + 2 s after each fetch, so
     within the run), the records the same, the keys in no output."""
     objects = {"/bkt/d/f%03d.bin" % i: bytes([i % 256]) * (100 + i)
@@ -866,7 +919,7 @@ def test_a_roles_keys_are_fetched_and_renewed(tmp_path, monkeypatch, kind):
         sorted(set(server.used))
     for secret in ("role-secret-", "role-token-", "pod-token-5",
                    "eyJ.web.token", "imds-session-77", "src-secret-3",
-                   "src-token-3"):
+                   "src-token-3", "sso-access-7"):
         assert secret not in r.stdout + r.stderr
 
 
@@ -1000,6 +1053,60 @@ def test_a_profile_that_cannot_give_keys_is_a_spec_error(tmp_path,
         assert secret not in out
     if case == "process-fails":
         assert "helper: token expired" in out
+
+
+@pytest.mark.parametrize("case", ["expired", "not-cached", "refused",
+                                  "no-role", "no-section"])
+def test_an_sso_profile_that_cannot_sign_in_is_a_spec_error(
+        tmp_path, monkeypatch, case):
+    """An SSO profile whose cached sign-in has expired, is not there, or is
+    refused by the portal says to sign in again (`aws sso login`); one
+    written without what it needs says what is missing. The token is in no
+    message."""
+    server = RoleServer({}, valid=3600)
+    try:
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        cache = sso_profile(
+            "sso", tmp_path, monkeypatch, server,
+            expires_in=-60 if case == "expired" else 3600,
+            token="stale-token-1" if case == "refused" else "sso-access-7")
+        conf = tmp_path / "config"
+        if case == "not-cached":
+            for f in cache.iterdir():
+                f.unlink()
+        elif case == "no-role":
+            conf.write_text(conf.read_text().replace(
+                "sso_role_name = Train\n", ""))
+        elif case == "no-section":
+            conf.write_text(conf.read_text().split("[sso-session")[0])
+        rc, out = error_of(one_file_spec(
+            tmp_path, "s3://bkt/t/a.txt", "{endpoint: %s}" % server.url))
+    finally:
+        server.close()
+    assert rc == 1, out
+    login = ": run `aws sso login --profile train`"
+    cached = cache / (hashlib.sha1(b"corp").hexdigest() + ".json")
+    source = ("cannot get credentials from the SSO portal at %s (profile "
+              "'train' of %s, account 111122223333, role Train): "
+              % (server.url, conf))
+    want = {
+        "expired": source + "the sign-in cached in %s expired at " % cached,
+        "not-cached": source + "no sign-in is cached for it (%s)%s"
+        % (cached, login),
+        "refused": source + "HTTP 401 (Session token not found or invalid)"
+        + login,
+        "no-role": "profile 'train' of %s signs in through SSO but gives no "
+        "sso_role_name (in the profile or its [sso-session corp] section): "
+        "add them as `aws configure sso` writes them" % conf,
+        "no-section": "profile 'train' of %s names sso_session 'corp', and "
+        "%s has no [sso-session corp] section" % (conf, conf),
+    }[case]
+    assert want in out, out
+    if case == "expired":
+        assert out.strip().endswith(login), out
+    for secret in ("sso-access-7", "stale-token-1"):
+        assert secret not in out
 
 
 def test_a_host_without_an_instance_role_reads_anonymously(tmp_path,

@@ -29,7 +29,11 @@
 // with those keys, by libcurl's CURLOPT_AWS_SIGV4), or a command that
 // prints keys (credential_process: run without a shell, its JSON read from
 // its stdout; what it writes to stderr goes to the user's, as it may ask
-// for an MFA code there).
+// for an MFA code there), or a role whose keys IAM Identity Center (SSO)
+// hands out for the access token `aws sso login` cached (the SSO portal's
+// GetRoleCredentials, in JSON; the token is read from its file at every
+// fetch, so a new `aws sso login` is picked up, and it is not refreshed
+// here: an expired one is an error that says to sign in again).
 //
 // Each place's provider is shared by the process, so its pipelines share
 // the keys and their renewal. The HTTP requests are libcurl's (an easy
@@ -605,6 +609,106 @@ assumeRoleCredentials(const AssumeRoleParams &p) {
     return std::make_shared<Provider>(
         source,
         [=](Issued &f, std::string &why) { return assumeRole(p, sts, f, why); },
+        /*lastResort=*/false);
+  });
+}
+
+namespace {
+
+/// One GetRoleCredentials: the role's keys for the access token that `aws
+/// sso login` cached, from the portal at `portal`.
+bool ssoRoleCredentials(const SsoParams &p, const std::string &portal,
+                        Issued &f, std::string &why) {
+  std::string login = "run `aws sso login --profile " + p.profile + "`";
+  std::string name;
+  if (!sha1Hex(p.session.empty() ? p.startUrl : p.session, name)) {
+    why = "libcrypto (OpenSSL 3) cannot be loaded to find the cached sign-in";
+    return false;
+  }
+  std::string file =
+      envOr("HOME", "/root") + "/.aws/sso/cache/" + name + ".json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    why = "no sign-in is cached for it (" + file + "): " + login;
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("accessToken") ||
+      !j["accessToken"].is_string() || !j.contains("expiresAt") ||
+      !j["expiresAt"].is_string()) {
+    why = "the cached sign-in " + file +
+          " holds no accessToken and expiresAt: " + login;
+    return false;
+  }
+  std::string expiresAt = j["expiresAt"].get<std::string>();
+  std::time_t tokenExpires = parseExpiry(expiresAt);
+  if (tokenExpires <= std::time(nullptr)) {
+    why = "the sign-in cached in " + file + " expired at " + expiresAt + ": " +
+          login;
+    return false;
+  }
+  std::string url = portal + "/federation/credentials?account_id=" +
+                    uriEncode(p.accountId, false) +
+                    "&role_name=" + uriEncode(p.roleName, false);
+  Answer a =
+      call("GET", url,
+           {"x-amz-sso_bearer_token: " + j["accessToken"].get<std::string>()},
+           10000);
+  if (!a.error.empty() || a.status != 200) {
+    why = what(a);
+    nlohmann::json e = nlohmann::json::parse(a.body, nullptr, false);
+    if (e.is_object() && e.contains("message") && e["message"].is_string())
+      why += " (" + e["message"].get<std::string>() + ")";
+    if (a.status == 401 || a.status == 403)
+      why += ": " + login;
+    return false;
+  }
+  nlohmann::json r = nlohmann::json::parse(a.body, nullptr, false);
+  const nlohmann::json *c = r.is_object() && r.contains("roleCredentials") &&
+                                    r["roleCredentials"].is_object()
+                                ? &r["roleCredentials"]
+                                : nullptr;
+  auto str = [&](const char *k) -> std::string {
+    return c && c->contains(k) && (*c)[k].is_string()
+               ? (*c)[k].get<std::string>()
+               : "";
+  };
+  f.creds.accessKey = str("accessKeyId");
+  f.creds.secretKey = str("secretAccessKey");
+  f.creds.sessionToken = str("sessionToken");
+  if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
+    why = "the answer holds no roleCredentials with accessKeyId and "
+          "secretAccessKey";
+    return false;
+  }
+  // Milliseconds since the epoch.
+  if (c->contains("expiration") && (*c)["expiration"].is_number())
+    f.expires =
+        static_cast<std::time_t>((*c)["expiration"].get<double>() / 1000);
+  return true;
+}
+
+} // namespace
+
+std::shared_ptr<CredentialProvider> ssoCredentials(const SsoParams &p) {
+  std::string portal = envOr("AWS_ENDPOINT_URL_SSO");
+  if (portal.empty())
+    portal = "https://portal.sso." + p.region + ".amazonaws.com";
+  while (!portal.empty() && portal.back() == '/')
+    portal.pop_back();
+  std::string source = "the SSO portal at " + portal + " (" + p.where +
+                       ", account " + p.accountId + ", role " + p.roleName +
+                       ")";
+  std::string key = "sso " + portal + " " + p.session + " " + p.startUrl + " " +
+                    p.accountId + " " + p.roleName;
+  return shared(key, [=] {
+    return std::make_shared<Provider>(
+        source,
+        [=](Issued &f, std::string &why) {
+          return ssoRoleCredentials(p, portal, f, why);
+        },
         /*lastResort=*/false);
   });
 }

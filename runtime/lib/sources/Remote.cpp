@@ -1893,11 +1893,12 @@ std::string exportHint(const std::string &profile) {
 
 /// Profile `name`'s credentials, in the order AWS's SDKs take them within a
 /// profile: an assumed role (role_arn, with source_profile or
-/// credential_source, or with web_identity_token_file), then keys in the
-/// credentials file, then a credential_process (in either file), then keys
-/// in the config file. Values in the credentials file's section win over
-/// the config file's. Null when the profile gives none; an error when it
-/// names a way sluice does not take (SSO, an MFA code) or names it wrong.
+/// credential_source, or with web_identity_token_file), then SSO (the keys
+/// of the role IAM Identity Center gives for a cached sign-in), then keys in
+/// the credentials file, then a credential_process (in either file), then
+/// keys in the config file. Values in the credentials file's section win
+/// over the config file's. Null when the profile gives none; an error when
+/// it names a way sluice does not take (an MFA code) or names it wrong.
 /// `chain`: the profiles whose source this one is (a role's
 /// source_profile may itself assume a role), to refuse a cycle.
 Expected<std::optional<ProfileCredentials>>
@@ -2051,14 +2052,51 @@ profileCredentials(const std::string &kind, const std::string &name,
     out.sourceKey = "role " + role + " " + ar.sourceKey;
     return std::optional<ProfileCredentials>(std::move(out));
   }
-  // Single sign-on: sluice does not sign in, and anonymous requests would
-  // only be refused later, object by object.
-  for (const char *key : {"sso_session", "sso_start_url"})
-    if (!value(key).empty())
-      return fail(where(key) + " gets its credentials through " + key +
-                  ", which sluice does not run: " + exportHint(name) +
-                  ", or name a profile with aws_access_key_id and "
-                  "aws_secret_access_key");
+  // Single sign-on (IAM Identity Center): the role's keys for the sign-in
+  // `aws sso login` cached; the sso_session's section (`[sso-session
+  // NAME]` in the config file) gives the start URL and region, or the
+  // profile itself does (the older form).
+  std::string session = value("sso_session");
+  if (!session.empty() || !value("sso_start_url").empty()) {
+    SsoParams sp;
+    sp.profile = name;
+    sp.where = where(session.empty() ? "sso_start_url" : "sso_session");
+    sp.accountId = value("sso_account_id");
+    sp.roleName = value("sso_role_name");
+    sp.session = session;
+    if (!session.empty()) {
+      auto sec = iniSection(configFile, "sso-session " + session);
+      if (!sec)
+        return fail(sp.where + " names sso_session '" + session + "', and " +
+                    configFile + " has no [sso-session " + session +
+                    "] section");
+      sp.startUrl = (*sec)["sso_start_url"];
+      sp.region = (*sec)["sso_region"];
+    } else {
+      sp.startUrl = value("sso_start_url");
+      sp.region = value("sso_region");
+    }
+    std::string missing;
+    for (const auto &[what, v] : {std::pair<const char *, const std::string &>{
+                                      "sso_start_url", sp.startUrl},
+                                  {"sso_region", sp.region},
+                                  {"sso_account_id", sp.accountId},
+                                  {"sso_role_name", sp.roleName}})
+      if (v.empty())
+        missing += (missing.empty() ? "" : ", ") + std::string(what);
+    if (!missing.empty())
+      return fail(sp.where + " signs in through SSO but gives no " + missing +
+                  (session.empty() ? ""
+                                   : " (in the profile or its [sso-session " +
+                                         session + "] section)") +
+                  ": add them as `aws configure sso` writes them");
+    ProfileCredentials out;
+    out.provider = ssoCredentials(sp);
+    out.source = out.provider->source();
+    out.sourceKey =
+        "sso " + sp.startUrl + " " + sp.accountId + " " + sp.roleName;
+    return std::optional<ProfileCredentials>(std::move(out));
+  }
   if (auto own = keysIn(cred, credFile))
     return own;
   if (std::string command = value("credential_process"); !command.empty()) {

@@ -117,6 +117,18 @@ struct AssumeRoleParams {
 };
 std::shared_ptr<CredentialProvider>
 assumeRoleCredentials(const AssumeRoleParams &p);
+/// A profile that signs in through IAM Identity Center (SSO): the role's
+/// keys from the SSO portal's GetRoleCredentials, with the access token
+/// `aws sso login` cached (~/.aws/sso/cache/SHA1.json, SHA1 of the
+/// sso_session's name, or of the start URL for a profile of the older
+/// form); the portal at AWS_ENDPOINT_URL_SSO, else
+/// https://portal.sso.REGION.amazonaws.com.
+struct SsoParams {
+  std::string profile, where;
+  std::string session; ///< the sso_session's name; empty: the older form
+  std::string startUrl, region, accountId, roleName;
+};
+std::shared_ptr<CredentialProvider> ssoCredentials(const SsoParams &p);
 
 /// How a source reads remote objects: its `remote` parameter over the
 /// environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...,
@@ -188,6 +200,11 @@ std::string xmlFirst(std::string_view xml, std::string_view tag);
 /// on first use); false with `why` saying what is missing and how to
 /// install it.
 bool curlLoadable(std::string &why);
+
+/// SigV4.cpp: the SHA-1 of `data` in lowercase hex (libcrypto's), as the
+/// AWS CLI names its cached SSO sign-ins; false when libcrypto cannot be
+/// loaded.
+bool sha1Hex(std::string_view data, std::string &out);
 
 /// SigV4.cpp: whether S3 object GETs are signed by sluice (libcrypto's
 /// SHA-256 and HMAC, the derived key kept for its day) rather than by

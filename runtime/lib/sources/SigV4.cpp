@@ -203,6 +203,30 @@ bool canonicalPathChar(char ch) {
 
 } // namespace
 
+bool sha1Hex(std::string_view data, std::string &out) {
+  // Apart from crypto(): needed whatever SLUICE_NO_REMOTE_OWN_SIGNING says,
+  // and only to name a file (a few times a run).
+  using Sha1 = const EVP_MD *(*)();
+  static Sha1 sha1 = nullptr;
+  static decltype(&::EVP_Digest) digest = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void *lib = ::dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+    if (lib &&
+        !(bind(lib, sha1, "EVP_sha1") && bind(lib, digest, "EVP_Digest")))
+      sha1 = nullptr;
+  });
+  if (!sha1 || !digest)
+    return false;
+  unsigned char md[20];
+  unsigned int len = 0;
+  if (digest(data.data(), data.size(), md, &len, sha1(), nullptr) != 1 ||
+      len != sizeof md)
+    return false;
+  out = hex(md, sizeof md);
+  return true;
+}
+
 bool ownSigningAvailable() { return crypto().ok; }
 
 bool signS3Get(std::string_view httpUrl, const Credentials &cred,
