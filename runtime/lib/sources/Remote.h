@@ -55,9 +55,10 @@ struct Credentials {
 /// Credentials that expire, fetched again before they do
 /// (AwsCredentials.cpp): a container's credentials endpoint (ECS, EKS Pod
 /// Identity), a web identity token exchanged with STS (EKS's IAM roles for
-/// service accounts), or the EC2 instance metadata service (IMDSv2). One
-/// per place for the whole process: its pipelines share the credentials
-/// and their refresh.
+/// service accounts), the EC2 instance metadata service (IMDSv2), or a
+/// profile's assumed role, SSO sign-in or credential_process. One per place
+/// for the whole process: its pipelines share the credentials and their
+/// refresh.
 class CredentialProvider {
 public:
   virtual ~CredentialProvider() = default;
