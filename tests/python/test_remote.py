@@ -1299,6 +1299,45 @@ def test_a_glob_over_levels_lists_only_the_directories_it_names(
     assert flat_stats["list_requests"] == 3, flat_stats
 
 
+@pytest.mark.parametrize("source,want", [
+    ("text_lines: {files: 's3:///key.txt'}",
+     "text_lines: files: 's3:///key.txt': an s3:// URL names its bucket "
+     "first: s3://BUCKET/KEY"),
+    ("text_lines: {files: 's3://bkt/'}",
+     "text_lines: files: 's3://bkt/': names bucket 'bkt' but no object in "
+     "it: s3://bkt/KEY, or a glob of keys (s3://bkt/shards/*.tar)"),
+    ("webdataset: {files: 'gs://bkt/s-{000..009}.tar', fields: [{ext: jpg, "
+     "name: data}]}",
+     "webdataset: files: 'gs://bkt/s-{000..009}.tar': gs:// URLs are not "
+     "read; sluice reads s3://, https://, http:// and file:// (Google Cloud "
+     "Storage: its S3-compatible API, as s3://BUCKET/KEY with remote: "
+     "{endpoint: https://storage.googleapis.com} and an HMAC key)"),
+    ("tfrecord: {files: 'S3://bkt/a.tfrecord', features: [{name: x, type: "
+     "bytes}]}",
+     "tfrecord: files: 'S3://bkt/a.tfrecord': write the scheme in lowercase "
+     "(s3://)"),
+    ("csv: {files: 'https:///a.csv', columns: [{name: x, type: i64}]}",
+     "csv: files: 'https:///a.csv': an https:// URL names its host first: "
+     "https://HOST/PATH"),
+    ("image_folder: {root: 'hdfs://nn/train'}",
+     "image_folder: root: 'hdfs://nn/train': hdfs:// URLs are not read"),
+    ("idx: {images: 'az://c/i.gz'}",
+     "idx: images: 'az://c/i.gz': az:// URLs are not read"),
+])
+def test_a_url_sluice_cannot_read_is_a_spec_error(tmp_path, source, want):
+    """A URL of a scheme sluice does not read (gs://, hdfs://, az://), an
+    s3:// URL without its bucket or object, an https:// one without its
+    host, or a known scheme in capitals is an error of the spec that says
+    what to write, before anything is read; not a missing local file, nor
+    libcurl's "Unsupported protocol" at the first record."""
+    spec = tmp_path / "url.yaml"
+    spec.write_text("pipeline: url\nsource:\n  %s\n" % source)
+    rc, out = error_of(str(spec))
+    assert rc == 1, out
+    assert "url.yaml:3:3: source '%s': %s" % (source.split(":")[0], want) \
+        in out, out
+
+
 def test_s3_glob_that_matches_nothing(servers, tmp_path):
     spec = tmp_path / "none.yaml"
     spec.write_text("pipeline: n\nsource:\n  files: {files: 's3://%s/shards/*.zip',"

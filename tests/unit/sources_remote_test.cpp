@@ -187,16 +187,16 @@ TEST(RemoteConfig, CredentialsAreLookedForOnlyForS3Urls) {
   TempDir dir;
   Env env;
   cleanAws(env, dir);
-  // A default profile that signs in through SSO: refused for s3://, which
-  // needs its keys, and no matter to an https:// source.
+  // A default profile that signs in through SSO without its sso-session
+  // section: an error for s3://, which needs its keys, and no matter to an
+  // https:// source.
   {
     std::ofstream f(dir / "config");
     f << "[default]\nsso_session = corp\nregion = eu-west-1\n";
   }
   auto s3 = remoteConfigFor("csv", params({{"files", str(kS3Url)}}));
   ASSERT_FALSE(s3);
-  EXPECT_NE(s3.status().message().find("gets its credentials through "
-                                       "sso_session"),
+  EXPECT_NE(s3.status().message().find("names sso_session 'corp', and"),
             std::string::npos)
       << s3.status().message();
   auto https = remoteConfigFor(

@@ -305,6 +305,8 @@ Expected<std::unique_ptr<Source>> createImageFolder(const std::string &kind,
     ext = lower(ext.substr(1));
     return std::find(exts.begin(), exts.end(), ext) != exts.end();
   };
+  if (Status st = checkSourceUrl(kind, "root", rootParam, false); !st)
+    return st;
   if (isRemoteUrl(src->root))
     return remoteImageFolder(kind, params, std::move(src), exts, wanted, base);
   std::error_code ec;

@@ -173,6 +173,11 @@ Expected<std::unique_ptr<Source>> createIdx(const std::string &kind,
                                 "e.g. t10k-images-idx3-ubyte.gz) is required");
   src->images = joinPath(base, images);
   std::string labels = stringParam(params, "labels", "");
+  for (const auto &[param, given] :
+       {std::pair<const char *, const std::string &>{"images", images},
+        {"labels", labels}})
+    if (Status st = checkSourceUrl(kind, param, given, true); !st)
+      return st;
   if (isRemoteUrl(images) || isRemoteUrl(labels)) {
     Expected<std::shared_ptr<const RemoteConfig>> cfg =
         remoteConfigFor(kind, params, base);

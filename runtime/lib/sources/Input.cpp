@@ -668,6 +668,9 @@ expandFiles(const std::string &kind, const Value &params,
   std::vector<std::string> files;
   std::shared_ptr<const RemoteConfig> cfg;
   for (const std::string &given : patterns) {
+    if (Status st = checkSourceUrl(kind, name, given, /*objectNeeded=*/true);
+        !st)
+      return st;
     if (isRemoteUrl(given)) {
       if (!cfg) {
         Expected<std::shared_ptr<const RemoteConfig>> made =

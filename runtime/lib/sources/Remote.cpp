@@ -1839,6 +1839,65 @@ iniSection(const std::string &path, const std::string &section) {
 
 PendingFetch::~PendingFetch() = default;
 
+Status checkSourceUrl(const std::string &kind, const std::string &param,
+                      const std::string &given, bool objectNeeded) {
+  // A scheme: a letter, then letters, digits, '+', '-' or '.', then "://".
+  size_t sep = given.find("://");
+  if (sep == std::string::npos || sep == 0 ||
+      !std::isalpha(static_cast<unsigned char>(given[0])))
+    return Status::ok();
+  for (size_t i = 0; i < sep; ++i) {
+    char c = given[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' &&
+        c != '.')
+      return Status::ok();
+  }
+  std::string scheme = given.substr(0, sep);
+  std::string lower = scheme;
+  for (char &c : lower)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string at = kind + ": " + param + ": '" + given + "': ";
+  bool known =
+      lower == "s3" || lower == "http" || lower == "https" || lower == "file";
+  if (known && scheme != lower)
+    return Status::error(at + "write the scheme in lowercase (" + lower +
+                         "://)");
+  if (!known) {
+    std::string hint;
+    if (lower == "gs" || lower == "gcs")
+      hint = " (Google Cloud Storage: its S3-compatible API, as s3://BUCKET/"
+             "KEY with remote: {endpoint: https://storage.googleapis.com} and "
+             "an HMAC key)";
+    else if (lower == "r2" || lower == "minio" || lower == "ceph")
+      hint = " (an S3-compatible store: s3://BUCKET/KEY with its "
+             "remote.endpoint)";
+    return Status::error(at + scheme +
+                         ":// URLs are not read; sluice reads s3://, "
+                         "https://, http:// and file://" +
+                         hint);
+  }
+  std::string rest = given.substr(sep + 3);
+  if (lower == "s3") {
+    size_t slash = rest.find('/');
+    std::string bucket = rest.substr(0, slash);
+    if (bucket.empty())
+      return Status::error(at + "an s3:// URL names its bucket first: "
+                                "s3://BUCKET/KEY");
+    if (objectNeeded &&
+        (slash == std::string::npos || slash + 1 == rest.size()))
+      return Status::error(at + "names bucket '" + bucket +
+                           "' but no object in it: s3://" + bucket +
+                           "/KEY, or a glob of keys (s3://" + bucket +
+                           "/shards/*.tar)");
+  } else if (lower == "http" || lower == "https") {
+    if (rest.empty() || rest[0] == '/')
+      return Status::error(at + "an " + lower +
+                           ":// URL names its host first: " + lower +
+                           "://HOST/PATH");
+  }
+  return Status::ok();
+}
+
 bool isRemoteUrl(std::string_view name) {
   return startsWith(name, "s3://") || startsWith(name, "http://") ||
          startsWith(name, "https://");

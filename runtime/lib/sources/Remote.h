@@ -37,6 +37,14 @@ namespace sluice::runtime::detail {
 
 /// True for s3://, http:// and https:// names (read through libcurl).
 bool isRemoteUrl(std::string_view name);
+/// Whether `given` (a source's file parameter, as written) can be read:
+/// an error naming `kind` and `param` for a URL of a scheme sluice does not
+/// read (gs://, hdfs://, ...; a known one in capitals), an s3:// URL
+/// without its bucket (or, with `objectNeeded`, without a key), or an
+/// http(s):// URL without its host. Plain paths pass.
+Status checkSourceUrl(const std::string &kind, const std::string &param,
+                      const std::string &given, bool objectNeeded);
+
 /// True for file:// names.
 inline bool isFileUrl(std::string_view name) {
   return name.substr(0, 7) == "file://";
