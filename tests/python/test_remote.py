@@ -970,6 +970,10 @@ PROFILE_ERRORS = {
     "no-keys": (
         "credential_process = %s -c 'print(\"{\\\"Version\\\": 1}\")'" % PY,
         "its output holds no AccessKeyId and SecretAccessKey"),
+    "process-hangs": (
+        "credential_process = %s -c \"import time; time.sleep(60)\"" % PY,
+        "of {conf}: it did not finish within 1 s (killed; "
+        "SLUICE_CREDENTIAL_PROCESS_TIMEOUT=SECONDS allows more)"),
     "missing-program": (
         "credential_process = /nonexistent/helper --profile p",
         "cannot run /nonexistent/helper: No such file or directory"),
@@ -1021,8 +1025,9 @@ PROFILE_ERRORS = {
 @pytest.mark.parametrize("case", sorted(PROFILE_ERRORS))
 def test_a_profile_that_cannot_give_keys_is_a_spec_error(tmp_path,
                                                          monkeypatch, case):
-    """A profile whose credential_process fails (or prints what is not
-    AWS's JSON of Version 1 with keys), or whose role cannot be assumed as
+    """A profile whose credential_process fails or hangs (killed after
+    SLUICE_CREDENTIAL_PROCESS_TIMEOUT seconds), or prints what is not AWS's
+    JSON of Version 1 with keys, or whose role cannot be assumed as
     it is written (an MFA code to type, no source or two, a cycle of source
     profiles, STS refusing), is an error of the spec that names the profile
     and what is wrong, before any object is asked for; what the process
@@ -1041,11 +1046,15 @@ def test_a_profile_that_cannot_give_keys_is_a_spec_error(tmp_path,
         monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
         monkeypatch.setenv("AWS_PROFILE", "p")
         monkeypatch.setenv("AWS_ENDPOINT_URL_STS", server.url)
+        monkeypatch.setenv("SLUICE_CREDENTIAL_PROCESS_TIMEOUT", "1")
+        start = time.monotonic()
         rc, out = error_of(one_file_spec(
             tmp_path, "s3://bkt/t/a.txt", "{endpoint: %s}" % server.url))
+        took = time.monotonic() - start
     finally:
         server.close()
     assert rc == 1, out
+    assert took < 20, took  # the hanging process is killed after 1 s
     want = want.format(conf=conf, creds=creds, sts=server.url)
     assert "one.yaml:3:3: source 'text_lines': text_lines: " in out, out
     assert want in out, out

@@ -401,8 +401,14 @@ bool splitWords(const std::string &command, std::vector<std::string> &words,
 }
 
 /// How long a credential_process may take (it may ask for an MFA code on
-/// the terminal) before it is killed and the fetch fails.
-constexpr int kProcessTimeoutMs = 120 * 1000;
+/// the terminal) before it is killed and the fetch fails: 120 s, or
+/// SLUICE_CREDENTIAL_PROCESS_TIMEOUT seconds (1 to 3600).
+int processTimeoutSeconds() {
+  std::string v = envOr("SLUICE_CREDENTIAL_PROCESS_TIMEOUT");
+  char *end = nullptr;
+  long n = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+  return n >= 1 && n <= 3600 && *end == '\0' ? static_cast<int>(n) : 120;
+}
 
 /// Runs `words` (PATH searched) with stdin and stderr the caller's and its
 /// stdout read whole (1 MiB at most): true with `out` when it exits 0.
@@ -430,8 +436,9 @@ bool runForOutput(const std::vector<std::string> &words, std::string &out,
     error = "cannot run " + words[0] + ": " + std::strerror(rc);
     return false;
   }
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(kProcessTimeoutMs);
+  const int timeout = processTimeoutSeconds();
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
   bool tooLong = false, timedOut = false;
   char buf[16384];
   for (;;) {
@@ -467,8 +474,9 @@ bool runForOutput(const std::vector<std::string> &words, std::string &out,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;
   if (timedOut) {
-    error = "it did not finish within " +
-            std::to_string(kProcessTimeoutMs / 1000) + " s (killed)";
+    error = "it did not finish within " + std::to_string(timeout) +
+            " s (killed; SLUICE_CREDENTIAL_PROCESS_TIMEOUT=SECONDS allows "
+            "more)";
     return false;
   }
   if (tooLong) {
