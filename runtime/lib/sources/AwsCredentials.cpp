@@ -190,6 +190,27 @@ bool fromJson(const std::string &body, Issued &out, std::string &error) {
   return true;
 }
 
+/// STS's answer to AssumeRole or AssumeRoleWithWebIdentity (XML): the
+/// keys, or `why` with its HTTP status and STS's error code and message.
+bool fromSts(const Answer &a, Issued &f, std::string &why) {
+  if (!a.error.empty() || a.status != 200) {
+    why = what(a);
+    if (std::string code = xmlFirst(a.body, "Code"); !code.empty())
+      why += " (" + code + ": " + xmlFirst(a.body, "Message") + ")";
+    return false;
+  }
+  f.creds.accessKey = xmlFirst(a.body, "AccessKeyId");
+  f.creds.secretKey = xmlFirst(a.body, "SecretAccessKey");
+  f.creds.sessionToken = xmlFirst(a.body, "SessionToken");
+  if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
+    why = "the answer holds no AccessKeyId and SecretAccessKey";
+    return false;
+  }
+  std::string exp = xmlFirst(a.body, "Expiration");
+  f.expires = exp.empty() ? 0 : parseExpiry(exp);
+  return true;
+}
+
 /// How many fork()s this process descends through: a child made while a
 /// thread of its parent held a provider's lock (a fetch takes up to
 /// seconds) would wait for it forever, so a child uses providers of its
@@ -580,23 +601,7 @@ bool assumeRole(const AssumeRoleParams &p, const std::string &sts, Issued &f,
   url += "&RoleArn=" + uriEncode(p.roleArn, false) +
          "&RoleSessionName=" + uriEncode(p.sessionName, false) +
          "&Version=2011-06-15";
-  Answer a = call("GET", url, {}, 10000, keys.get(), p.region);
-  if (!a.error.empty() || a.status != 200) {
-    why = what(a);
-    if (std::string code = xmlFirst(a.body, "Code"); !code.empty())
-      why += " (" + code + ": " + xmlFirst(a.body, "Message") + ")";
-    return false;
-  }
-  f.creds.accessKey = xmlFirst(a.body, "AccessKeyId");
-  f.creds.secretKey = xmlFirst(a.body, "SecretAccessKey");
-  f.creds.sessionToken = xmlFirst(a.body, "SessionToken");
-  if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
-    why = "the answer holds no AccessKeyId and SecretAccessKey";
-    return false;
-  }
-  std::string exp = xmlFirst(a.body, "Expiration");
-  f.expires = exp.empty() ? 0 : parseExpiry(exp);
-  return true;
+  return fromSts(call("GET", url, {}, 10000, keys.get(), p.region), f, why);
 }
 
 } // namespace
@@ -803,23 +808,7 @@ webIdentityCredentials(const std::string &region, std::string tokenFile,
               "&RoleArn=" + uriEncode(role, false) +
               "&RoleSessionName=" + uriEncode(session, false) +
               "&WebIdentityToken=" + uriEncode(token, false);
-          Answer a = call("GET", url, {}, 10000);
-          if (!a.error.empty() || a.status != 200) {
-            why = what(a);
-            if (std::string code = xmlFirst(a.body, "Code"); !code.empty())
-              why += " (" + code + ": " + xmlFirst(a.body, "Message") + ")";
-            return false;
-          }
-          f.creds.accessKey = xmlFirst(a.body, "AccessKeyId");
-          f.creds.secretKey = xmlFirst(a.body, "SecretAccessKey");
-          f.creds.sessionToken = xmlFirst(a.body, "SessionToken");
-          if (f.creds.accessKey.empty() || f.creds.secretKey.empty()) {
-            why = "the answer holds no AccessKeyId and SecretAccessKey";
-            return false;
-          }
-          std::string exp = xmlFirst(a.body, "Expiration");
-          f.expires = exp.empty() ? 0 : parseExpiry(exp);
-          return true;
+          return fromSts(call("GET", url, {}, 10000), f, why);
         },
         /*lastResort=*/false);
   });
