@@ -974,6 +974,10 @@ PROFILE_ERRORS = {
         "credential_process = %s -c \"import time; time.sleep(60)\"" % PY,
         "of {conf}: it did not finish within 1 s (killed; "
         "SLUICE_CREDENTIAL_PROCESS_TIMEOUT=SECONDS allows more)"),
+    "process-lingers": (
+        "credential_process = %s -c \"import os, time; os.close(1); "
+        "time.sleep(60)\"" % PY,
+        "of {conf}: it did not finish within 1 s (killed; "),
     "missing-program": (
         "credential_process = /nonexistent/helper --profile p",
         "cannot run /nonexistent/helper: No such file or directory"),
@@ -1026,7 +1030,8 @@ PROFILE_ERRORS = {
 def test_a_profile_that_cannot_give_keys_is_a_spec_error(tmp_path,
                                                          monkeypatch, case):
     """A profile whose credential_process fails or hangs (killed after
-    SLUICE_CREDENTIAL_PROCESS_TIMEOUT seconds), or prints what is not AWS's
+    SLUICE_CREDENTIAL_PROCESS_TIMEOUT seconds, also once it has closed its
+    stdout but does not exit), or prints what is not AWS's
     JSON of Version 1 with keys, or whose role cannot be assumed as
     it is written (an MFA code to type, no source or two, a cycle of source
     profiles, STS refusing), is an error of the spec that names the profile

@@ -64,6 +64,7 @@
 #include <spawn.h>
 #include <sstream>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 extern char **environ;
@@ -489,11 +490,22 @@ bool runForOutput(const std::vector<std::string> &words, std::string &out,
     out.append(buf, static_cast<size_t>(got));
   }
   ::close(fds[0]);
-  if (timedOut || tooLong)
-    ::kill(pid, SIGKILL);
+  // A process that closed its stdout is given until the deadline to exit.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    ;
+  while (!timedOut && !tooLong) {
+    pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR))
+      break;
+    if (std::chrono::steady_clock::now() >= deadline)
+      timedOut = true;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (timedOut || tooLong) {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR)
+      ;
+  }
   if (timedOut) {
     error = "it did not finish within " + std::to_string(timeout) +
             " s (killed; SLUICE_CREDENTIAL_PROCESS_TIMEOUT=SECONDS allows "
