@@ -556,6 +556,7 @@ static OpRegistration regUnbatch(unbatch());
 OpDef repeat() {
   OpDef op = record("repeat");
   op.traits.count = Cardinality::More;
+  op.traits.rerunsSource = true;
   op.traits.notServed = {"it runs the source again inside one epoch",
                          "run more epochs instead (`epochs:` or set_epoch)"};
   op.traits.noCacheAfter = "each pass after it is a new epoch for the steps "

@@ -119,6 +119,10 @@ struct Shared {
   /// current pass ends, so that an epoch boundary costs no round trip. 0
   /// with SLUICE_NO_NEXT_PASS_AHEAD=1.
   int64_t sourceEpochs = 0;
+  /// A `repeat` step reads the source more than once an epoch: the pass
+  /// after this one is then not known to be the next epoch's first (its
+  /// order may be this epoch's), so a positional source names none of it.
+  bool sourceRepeats = false;
   /// SLUICE_COARSE_BATCH_COUNT=1: `batch` counts a batch it builds in a new
   /// buffer by its records' bytes (tensor overhead included) instead of the
   /// buffer's own bytes, as before.

@@ -560,6 +560,9 @@ Status Engine::build() {
       cached = cached || caches(st);
     shared_.sourceEpochs =
         cached || switchedOff("SLUICE_NO_NEXT_PASS_AHEAD") ? 0 : epochs_;
+    for (const PlanStep &st : plan_.steps)
+      if (const OpTraits *t = opTraits(st.op); t && t->rerunsSource)
+        shared_.sourceRepeats = true;
   }
   shared_.timing = opts_.stageTiming == RunOptions::StageTiming::On ||
                    (opts_.stageTiming == RunOptions::StageTiming::Default &&

@@ -105,6 +105,7 @@ protected:
               " records");
     }
     prefetchFrom_ = next_;
+    nextNamed_ = 0;
     if (window_)
       window_->clear();
     windowFrom_ = next_;
@@ -126,12 +127,13 @@ protected:
     }
     if (!P.permute)
       return Status::ok();
-    perm_.resize(static_cast<size_t>(n_));
-    std::iota(perm_.begin(), perm_.end(), int64_t(0));
-    Rng rng(shared_.plan->seed, epoch, 0, kPermutationStream);
-    for (int64_t i = n_ - 1; i > 0; --i)
-      std::swap(perm_[static_cast<size_t>(i)],
-                perm_[static_cast<size_t>(rng.uniformInt(0, i + 1))]);
+    if (nextPermEpoch_ == static_cast<int64_t>(epoch)) {
+      // Computed as the last epoch ended (nameNextEpoch).
+      perm_.swap(nextPerm_);
+      nextPermEpoch_ = -1;
+    } else {
+      permutation(epoch, perm_);
+    }
     return Status::ok();
   }
 
@@ -196,10 +198,12 @@ protected:
         // order they will be opened.
         if (size_t depth = src.prefetchDepth()) {
           prefetchFrom_ = std::max(prefetchFrom_, next_);
-          int64_t until = std::min<int64_t>(
-              end_, next_ + static_cast<int64_t>(depth) * stride_);
+          const int64_t want = next_ + static_cast<int64_t>(depth) * stride_;
+          int64_t until = std::min<int64_t>(end_, want);
           for (; prefetchFrom_ < until; prefetchFrom_ += stride_)
             src.prefetch(static_cast<size_t>(idAt(prefetchFrom_)));
+          if (want > end_)
+            nameNextEpoch(src, (want - end_ + stride_ - 1) / stride_);
         }
         if (window_) {
           rr = takeFromWindow(step, static_cast<size_t>(id), out.rec);
@@ -243,6 +247,46 @@ protected:
 private:
   /// The global position read at step `step` of the walk (rank + k *
   /// world, or the k-th explicit position).
+  /// Near the pass's end, the next epoch's first `count` objects of this
+  /// rank are asked for (Source::prefetch with nextPass), as the sequential
+  /// source stage does: the epoch boundary then waits for no round trip.
+  /// Only where that walk is known now: a walk of the whole source (not a
+  /// resumed one, nor given positions, nor shuffle by position), the next
+  /// pass the next epoch's first (no `repeat`), and the next epoch's
+  /// permutation computed here once (kept for it: startWalk takes it).
+  void nameNextEpoch(const Source &src, int64_t count) {
+    const Shared::Positional &P = shared_.positional;
+    const int64_t e = shared_.sourceEpochs;
+    const bool follows =
+        e < 0 || (e > 0 && static_cast<int64_t>(epoch()) + 1 < e);
+    if (!follows || shared_.sourceRepeats || !perShard_ || P.positions ||
+        P.order || n_ <= 0)
+      return;
+    if (P.permute && nextPermEpoch_ != static_cast<int64_t>(epoch()) + 1) {
+      permutation(epoch() + 1, nextPerm_);
+      nextPermEpoch_ = static_cast<int64_t>(epoch()) + 1;
+    }
+    for (; nextNamed_ < count; ++nextNamed_) {
+      int64_t p = P.rank + nextNamed_ * P.world;
+      if (p >= n_)
+        break;
+      src.prefetch(static_cast<size_t>(
+                       P.permute ? nextPerm_[static_cast<size_t>(p)] : p),
+                   /*nextPass=*/true);
+    }
+  }
+
+  /// `shuffle: true`'s order of epoch `epoch`: a permutation derived from
+  /// (seed, epoch) alone.
+  void permutation(uint64_t epoch, std::vector<int64_t> &perm) const {
+    perm.resize(static_cast<size_t>(n_));
+    std::iota(perm.begin(), perm.end(), int64_t(0));
+    Rng rng(shared_.plan->seed, epoch, 0, kPermutationStream);
+    for (int64_t i = n_ - 1; i > 0; --i)
+      std::swap(perm[static_cast<size_t>(i)],
+                perm[static_cast<size_t>(rng.uniformInt(0, i + 1))]);
+  }
+
   int64_t positionAt(int64_t step) const {
     const Shared::Positional &P = shared_.positional;
     if (folded_)
@@ -390,6 +434,11 @@ private:
   int64_t windowFrom_ = 0;
   bool resumed_ = false;
   std::vector<int64_t> perm_;
+  /// The next epoch's permutation, made as this one ends (nameNextEpoch),
+  /// and its epoch (-1: none); the next epoch's first steps named so far.
+  std::vector<int64_t> nextPerm_;
+  int64_t nextPermEpoch_ = -1;
+  int64_t nextNamed_ = 0;
   /// Shuffle by position: this pass's walk in the shuffle step's order
   /// (steps of the walk; the order and the walk it was made from are
   /// counted in orderAccount_).

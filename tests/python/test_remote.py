@@ -2635,7 +2635,8 @@ def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
 
 @pytest.mark.parametrize("name,kind", [("webdataset", "http"),
                                        ("tfrecord", "s3"),
-                                       ("image_folder", "s3")])
+                                       ("image_folder", "s3"),
+                                       ("image_folder", "s3-shuffled")])
 def test_next_epochs_first_shards_are_asked_for_before_it(servers, tmp_path,
                                                           name, kind):
     """As an epoch reads its last shards, the first shards of the next one
@@ -2646,8 +2647,19 @@ def test_next_epochs_first_shards_are_asked_for_before_it(servers, tmp_path,
     with SLUICE_NO_NEXT_PASS_AHEAD=1 (read once per process: a child
     process), which asks for none ahead and gives the same records. A run
     stopped after the first epoch's last shard was opened (the next
-    epoch's first asked for) resumes with the same records."""
-    local, remote = local_and_remote(servers, tmp_path, name, kind)
+    epoch's first asked for) resumes with the same records. Shuffled
+    (`shuffle: true`: read by position, a permutation per epoch), the next
+    epoch's first objects in its own order."""
+    if kind == "s3-shuffled":
+        source, select = SOURCES[name]
+        source = source.replace("remote:", "shuffle: true, remote:")
+        local = spec_for(tmp_path, name, source, select,
+                         (servers.local, "local"), "{}")
+        remote = spec_for(tmp_path, name, source, select,
+                          ("s3://" + BUCKET, "s3"),
+                          REMOTE_OPTS % servers.s3_endpoint)
+    else:
+        local, remote = local_and_remote(servers, tmp_path, name, kind)
     want = run_all(local)
     child = textwrap.dedent("""
         import pickle, sys, sluice
@@ -2675,6 +2687,25 @@ def test_next_epochs_first_shards_are_asked_for_before_it(servers, tmp_path,
         assert abs(sent[0] - sent[1]) <= 2 * 3, sent
     else:
         assert sent[0] == sent[1], sent
+
+    if kind == "s3-shuffled":
+        # With a `repeat`, the pass after the first is this epoch's again
+        # (the same permutation): none of the next epoch's is named ahead.
+        source, select = SOURCES[name]
+        source = source.replace("remote:", "shuffle: true, remote:")
+        rep = []
+        for d, where, opts in (("l", (servers.local, "local"), "{}"),
+                               ("r", ("s3://" + BUCKET, "s3"),
+                                REMOTE_OPTS % servers.s3_endpoint)):
+            (tmp_path / d).mkdir()
+            rep.append(spec_for(tmp_path / d, name, source, select, where,
+                                opts, "  - repeat: 2\n"))
+        p = sluice.Pipeline(rep[1])
+        got = list(p)
+        assert p.stats()["remote"]["next_pass_ahead"] == 0
+        want_rep = run_all(rep[0])
+        assert len(got) == len(want_rep) > 0
+        assert all(batches_equal(a, b) for a, b in zip(want_rep, got))
 
     # Resume from the middle of the first epoch's last shard.
     per_epoch = len(want) // 2

@@ -268,6 +268,10 @@ struct OpTraits {
   /// Splits each record along its first dim into several (unbatch): the
   /// batches made before it never leave the pipeline whole.
   bool splitsRecords = false;
+  /// Runs the stream before it again within one epoch (repeat): the source
+  /// makes more than one pass an epoch, so the pass after this one is not
+  /// known to be the next epoch's first.
+  bool rerunsSource = false;
   /// Why a `sluice serve` worker cannot run the op, and what to write
   /// instead. A worker makes a chunk of outputs from their positions alone
   /// (remote/lib/Replay.h): it runs per-record steps, a shuffle whose order
