@@ -245,8 +245,6 @@ protected:
   }
 
 private:
-  /// The global position read at step `step` of the walk (rank + k *
-  /// world, or the k-th explicit position).
   /// Near the pass's end, the next epoch's first `count` objects of this
   /// rank are asked for (Source::prefetch with nextPass), as the sequential
   /// source stage does: the epoch boundary then waits for no round trip.
@@ -287,6 +285,8 @@ private:
                 perm[static_cast<size_t>(rng.uniformInt(0, i + 1))]);
   }
 
+  /// The global position read at step `step` of the walk (rank + k *
+  /// world, or the k-th explicit position).
   int64_t positionAt(int64_t step) const {
     const Shared::Positional &P = shared_.positional;
     if (folded_)
