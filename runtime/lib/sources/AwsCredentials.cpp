@@ -652,14 +652,13 @@ bool ssoRoleCredentials(const SsoParams &p, const std::string &portal,
   }
   std::string file =
       envOr("HOME", "/root") + "/.aws/sso/cache/" + name + ".json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
+  std::string unread;
+  std::string text = readTrimmed(file, unread);
+  if (text.empty() && unread.rfind("cannot read ", 0) == 0) {
     why = "no sign-in is cached for it (" + file + "): " + login;
     return false;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("accessToken") ||
       !j["accessToken"].is_string() || !j.contains("expiresAt") ||
       !j["expiresAt"].is_string()) {
