@@ -119,6 +119,12 @@ struct Shared {
   /// current pass ends, so that an epoch boundary costs no round trip. 0
   /// with SLUICE_NO_NEXT_PASS_AHEAD=1.
   int64_t sourceEpochs = 0;
+  /// Whether the source is read again in the epoch after `epoch`
+  /// (sourceEpochs): a pass may then name that epoch's first shards.
+  bool sourceReadAfter(uint64_t epoch) const {
+    return sourceEpochs < 0 ||
+           (sourceEpochs > 0 && static_cast<int64_t>(epoch) + 1 < sourceEpochs);
+  }
   /// A `repeat` step reads the source more than once an epoch: the pass
   /// after this one is then not known to be the next epoch's first (its
   /// order may be this epoch's), so a positional source names none of it.

@@ -254,11 +254,8 @@ private:
   /// permutation computed here once (kept for it: startWalk takes it).
   void nameNextEpoch(const Source &src, int64_t count) {
     const Shared::Positional &P = shared_.positional;
-    const int64_t e = shared_.sourceEpochs;
-    const bool follows =
-        e < 0 || (e > 0 && static_cast<int64_t>(epoch()) + 1 < e);
-    if (!follows || shared_.sourceRepeats || !perShard_ || P.positions ||
-        P.order || n_ <= 0)
+    if (!shared_.sourceReadAfter(epoch()) || shared_.sourceRepeats ||
+        !perShard_ || P.positions || P.order || n_ <= 0)
       return;
     if (P.permute && nextPermEpoch_ != static_cast<int64_t>(epoch()) + 1) {
       permutation(epoch() + 1, nextPerm_);

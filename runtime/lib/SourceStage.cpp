@@ -530,10 +530,7 @@ private:
   size_t nextPassNamed_ = 0;
   /// Whether the source is read again in the epoch after this one
   /// (Shared::sourceEpochs).
-  bool nextPassFollows() const {
-    const int64_t e = shared_.sourceEpochs;
-    return e < 0 || (e > 0 && static_cast<int64_t>(epoch()) + 1 < e);
-  }
+  bool nextPassFollows() const { return shared_.sourceReadAfter(epoch()); }
   size_t pos_ = 0;
   int64_t blockIndex_ = 0;
   int64_t open_ = 0;
