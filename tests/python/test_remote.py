@@ -6,6 +6,7 @@ certificate is refused; missing objects, 403s, 5xx (retried),
 truncated bodies and objects that change mid-read are located errors under
 on_error; resume states name the URLs; the secret key never appears in any
 output. The servers run on 127.0.0.1, started and stopped here."""
+import calendar
 import glob
 import hashlib
 import hmac
@@ -604,9 +605,42 @@ class RoleServer:
         self.issued, self.used, self.problems, self.anonymous = [], [], [], 0
         self.middle = 0
         self.fail_issue = False
+        # The SSO portal's valid access tokens, and SSO OIDC's renewals
+        # (CreateToken with a refresh token): those asked for, the refresh
+        # token it takes now, and how long it waits before answering.
+        self.sso_tokens = {"sso-access-7"}
+        self.renewals, self.refresh_token, self.renew_delay = 0, \
+            "sso-refresh-1", 0.0
         outer = self
 
         class Handler(QuietHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get(
+                    "Content-Length", "0")))
+                if self.path != "/token":
+                    return self.reply(404, b"")
+                # SSO OIDC's CreateToken, grant type refresh_token.
+                outer.renewals += 1
+                time.sleep(outer.renew_delay)
+                q = json.loads(body)
+                if q.get("grantType") != "refresh_token" or \
+                        q.get("clientId") != "sso-client-1" or \
+                        q.get("clientSecret") != "sso-client-secret-1":
+                    return self.reply(400, json.dumps({
+                        "error": "invalid_client"}).encode())
+                if q.get("refreshToken") != outer.refresh_token:
+                    return self.reply(400, json.dumps({
+                        "error": "invalid_grant",
+                        "error_description": "Invalid refresh token "
+                        "provided"}).encode())
+                token = "sso-access-r%d" % outer.renewals
+                outer.sso_tokens.add(token)
+                outer.refresh_token = "sso-refresh-%d" % (outer.renewals + 1)
+                self.reply(200, json.dumps({
+                    "accessToken": token, "expiresIn": 3600,
+                    "refreshToken": outer.refresh_token,
+                    "tokenType": "Bearer"}).encode())
+
             def do_PUT(self):
                 if self.path == "/latest/api/token" and self.headers.get(
                         "X-aws-ec2-metadata-token-ttl-seconds"):
@@ -631,7 +665,8 @@ class RoleServer:
                 if path == "/federation/credentials":
                     # The SSO portal's GetRoleCredentials.
                     q = urllib.parse.parse_qs(query)
-                    if h.get("x-amz-sso_bearer_token") != "sso-access-7":
+                    if h.get("x-amz-sso_bearer_token") not in \
+                            outer.sso_tokens:
                         return self.reply(401, json.dumps({
                             "message": "Session token not found or invalid"
                         }).encode())
@@ -747,12 +782,14 @@ class RoleServer:
 
 
 def sso_profile(kind, tmp_path, monkeypatch, server, expires_in=3600,
-                token="sso-access-7", extra=""):
+                token="sso-access-7", extra="", renewable=None):
     """A profile that signs in through IAM Identity Center, as `aws
     configure sso` writes it (with an [sso-session], or of the older form
     with the start URL in the profile), and the sign-in `aws sso login`
     cached under HOME (named by the SHA-1 of the session's name, or of the
-    start URL)."""
+    start URL). `renewable` (seconds the client registration has left):
+    the sign-in holds the refresh token and registration an sso-session's
+    login caches, and SSO OIDC is the test's server."""
     url = "https://example.awsapps.com/start"
     conf = tmp_path / "config"
     if kind == "sso-legacy":
@@ -768,11 +805,18 @@ def sso_profile(kind, tmp_path, monkeypatch, server, expires_in=3600,
         name = "corp"
     cache = tmp_path / "home" / ".aws" / "sso" / "cache"
     cache.mkdir(parents=True)
+    signin = {"startUrl": url, "region": "eu-west-1", "accessToken": token,
+              "expiresAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                  time.time() + expires_in))}
+    if renewable is not None:
+        signin.update({
+            "clientId": "sso-client-1", "clientSecret": "sso-client-secret-1",
+            "registrationExpiresAt": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + renewable)),
+            "refreshToken": "sso-refresh-1"})
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SSO_OIDC", server.url)
     (cache / (hashlib.sha1(name.encode()).hexdigest() + ".json")).write_text(
-        json.dumps({"startUrl": url, "region": "eu-west-1",
-                    "accessToken": token, "expiresAt": time.strftime(
-                        "%Y-%m-%dT%H:%M:%SZ",
-                        time.gmtime(time.time() + expires_in))}))
+        json.dumps(signin))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
     monkeypatch.setenv("AWS_PROFILE", "train")
@@ -1121,6 +1165,90 @@ def test_an_sso_profile_that_cannot_sign_in_is_a_spec_error(
         assert out.strip().endswith(login), out
     for secret in ("sso-access-7", "stale-token-1"):
         assert secret not in out
+
+
+@pytest.mark.parametrize("case", ["expiring", "expired", "fresh", "two",
+                                  "refused", "refused-expired",
+                                  "registration-expired", "legacy-expired"])
+def test_an_sso_sign_in_is_renewed_before_it_expires(tmp_path, monkeypatch,
+                                                      case):
+    """An sso-session's cached sign-in that expires within 15 minutes (or
+    has) is renewed with its refresh token (SSO OIDC's CreateToken), as
+    AWS's CLI renews it, and written back for the CLI and other processes:
+    a run longer than the access token's hour keeps reading. Two processes
+    renewing at once renew once. One that cannot be renewed goes on with
+    the token while it is valid, and is a spec error that says why and to
+    sign in again once it has expired. No token or secret in any output."""
+    objects = {"/bkt/t/a.txt": b"".join(b"l %d\n" % i for i in range(20))}
+    server = RoleServer(objects, valid=3600)
+    try:
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        expires_in = {"fresh": 3600, "expiring": 600, "two": 600,
+                      "refused": 600}.get(case, -60)
+        cache = sso_profile(
+            "sso-legacy" if case == "legacy-expired" else "sso", tmp_path,
+            monkeypatch, server, expires_in=expires_in,
+            renewable=-60 if case == "registration-expired" else 86400)
+        if case.startswith("refused"):
+            server.refresh_token = "sso-refresh-0"  # the one given retired
+        [cached] = cache.iterdir()
+        before = json.loads(cached.read_text())
+        spec = one_file_spec(tmp_path, "s3://bkt/t/a.txt",
+                             "{endpoint: %s}" % server.url)
+        cmd = [SLUICE_BIN, "run", str(spec), "--sink", "null", "--stats"]
+        if case == "two":
+            server.renew_delay = 0.5  # both processes find it expiring
+            runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+                    for _ in range(2)]
+            outs = [p.communicate(timeout=60) for p in runs]
+            rcs = [p.returncode for p in runs]
+            out = "".join(o for o, _ in outs)
+        else:
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=60)
+            rcs, out = [r.returncode], r.stdout + r.stderr
+    finally:
+        server.close()
+    after = json.loads(cached.read_text())
+    renewed = case in ("expiring", "expired", "two")
+    if case in ("refused-expired", "registration-expired", "legacy-expired"):
+        assert rcs == [1], out
+        why = {
+            "refused-expired": " and cannot be renewed: SSO OIDC at %s "
+            "answered HTTP 400 (invalid_grant: Invalid refresh token "
+            "provided)" % server.url,
+            "registration-expired": " and cannot be renewed: its client "
+            "registration expired at %s" % before["registrationExpiresAt"],
+            "legacy-expired": "",
+        }[case]
+        assert ("the sign-in cached in %s expired at %s%s: run `aws sso "
+                "login --profile train`" % (cached, before["expiresAt"],
+                                            why)) in out, out
+    else:
+        assert rcs == [0] * len(rcs), out
+        assert out.count("text_lines  read 20 = emitted 20 ") == len(rcs), out
+    assert server.renewals == {"expiring": 1, "expired": 1, "two": 1,
+                               "refused": 1, "refused-expired": 1}.get(
+                                   case, 0), server.renewals
+    if renewed:
+        assert after["accessToken"] == "sso-access-r1", after
+        assert after["refreshToken"] == "sso-refresh-2", after
+        left = calendar.timegm(time.strptime(
+            after["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.time()
+        assert 3500 < left <= 3600, after
+        # What the login cached beside the token is kept.
+        for k in ("startUrl", "region", "clientId", "clientSecret",
+                  "registrationExpiresAt"):
+            assert after[k] == before[k], (k, after)
+        assert cached.stat().st_mode & 0o777 == 0o600
+        assert sorted(p.name for p in cache.iterdir()) == [cached.name]
+    else:
+        assert after == before, after
+    for secret in ("sso-access-7", "sso-access-r1", "sso-refresh-",
+                   "sso-client-secret-1", "role-secret-", "role-token-"):
+        assert secret not in out, (secret, out)
 
 
 def test_a_host_without_an_instance_role_reads_anonymously(tmp_path,

@@ -32,8 +32,12 @@
 // for an MFA code there), or a role whose keys IAM Identity Center (SSO)
 // hands out for the access token `aws sso login` cached (the SSO portal's
 // GetRoleCredentials, in JSON; the token is read from its file at every
-// fetch, so a new `aws sso login` is picked up, and it is not refreshed
-// here: an expired one is an error that says to sign in again).
+// fetch, so a new `aws sso login` is picked up). An sso-session's token is
+// renewed with the refresh token cached beside it (SSO OIDC's CreateToken)
+// within 15 minutes of its expiry, as AWS's CLI and SDKs renew it, and
+// written back for them; one that cannot be renewed (the older form, which
+// has no refresh token, or a refused renewal) and has expired is an error
+// that says to sign in again.
 //
 // Each place's provider is shared by the process, so its pipelines share
 // the keys and their renewal. The HTTP requests are libcurl's (an easy
@@ -63,6 +67,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -91,11 +96,12 @@ size_t collect(char *p, size_t size, size_t n, void *user) {
 
 /// One request, waited for: at most `timeoutMs`, no proxy, no redirect;
 /// signed (SigV4, libcurl's CURLOPT_AWS_SIGV4) for `signRegion`'s STS with
-/// `signer` when given.
+/// `signer` when given; `body` sent as the request's body when given.
 Answer call(const char *method, const std::string &url,
             const std::vector<std::string> &headers, long timeoutMs,
             const Credentials *signer = nullptr,
-            const std::string &signRegion = "") {
+            const std::string &signRegion = "",
+            const std::string *body = nullptr) {
   Answer a;
   CURL *e = curl_easy_init();
   if (!e) {
@@ -118,6 +124,11 @@ Answer call(const char *method, const std::string &url,
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(e, CURLOPT_URL, url.c_str());
   curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+  if (body) {
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body->data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(body->size()));
+  }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, list);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &collect);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, &a.body);
@@ -158,15 +169,18 @@ struct Issued {
   std::time_t expires = 0;
 };
 
+/// A string member of a JSON object, or "".
+std::string member(const nlohmann::json &j, const char *k) {
+  return j.is_object() && j.contains(k) && j[k].is_string()
+             ? j[k].get<std::string>()
+             : "";
+}
+
 /// The JSON document of the container endpoint and of the instance
 /// metadata service: AccessKeyId, SecretAccessKey, Token, Expiration.
 bool fromJson(const std::string &body, Issued &out, std::string &error) {
   nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  auto str = [&](const char *k) -> std::string {
-    if (!j.is_object() || !j.contains(k) || !j[k].is_string())
-      return "";
-    return j[k].get<std::string>();
-  };
+  auto str = [&](const char *k) { return member(j, k); };
   if (j.is_discarded() || !j.is_object()) {
     error = "the answer is not a JSON object";
     return false;
@@ -640,8 +654,158 @@ assumeRoleCredentials(const AssumeRoleParams &p) {
 
 namespace {
 
+/// How long before the cached sign-in expires it is renewed (AWS's CLI and
+/// SDKs renew within 15 minutes too).
+constexpr std::time_t kSignInRenewSeconds = 15 * 60;
+
+/// "2026-12-01T07:00:00Z", as the CLI writes expiresAt.
+std::string isoTime(std::time_t t) {
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// Holds an exclusive flock on a directory (the SSO cache's) while alive:
+/// the processes renewing one sign-in take turns. Given up after 30 s (a
+/// holder that hangs does not stop the run; the renewal goes on unlocked).
+class DirectoryLock {
+public:
+  explicit DirectoryLock(const std::string &dir)
+      : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    for (int i = 0; fd_ >= 0 && i < 600; ++i) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0)
+        return;
+      if (errno != EWOULDBLOCK && errno != EINTR)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0)
+      ::close(fd_); // releases the lock
+  }
+  DirectoryLock(const DirectoryLock &) = delete;
+  DirectoryLock &operator=(const DirectoryLock &) = delete;
+
+private:
+  int fd_;
+};
+
+/// Writes `text` to `file` whole or not at all: a temporary file (mode
+/// 0600: it holds tokens) in the same directory, renamed over it.
+bool replaceFile(const std::string &file, const std::string &text) {
+  std::string temp = file + ".sluice-" + std::to_string(::getpid()) + ".tmp";
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return false;
+  bool ok = true;
+  for (size_t done = 0; ok && done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    ok = n > 0;
+    done += ok ? static_cast<size_t>(n) : 0;
+  }
+  ok = ::fsync(fd) == 0 && ok;
+  ok = ::close(fd) == 0 && ok;
+  if (ok && ::rename(temp.c_str(), file.c_str()) == 0)
+    return true;
+  ::unlink(temp.c_str());
+  return false;
+}
+
+/// An sso-session's cached sign-in `j` (read from `file`) renewed as AWS's
+/// CLI and SDKs renew it: SSO OIDC's CreateToken with grant type
+/// refresh_token and the client registration `aws sso login` cached beside
+/// the token, at AWS_ENDPOINT_URL_SSO_OIDC, else
+/// https://oidc.REGION.amazonaws.com (unsigned: the client secret and the
+/// refresh token are the proof). The renewed sign-in replaces `j` and is
+/// written back to `file`, so the CLI and other processes use it (the
+/// server may have retired the old refresh token). Processes renewing at
+/// once take turns (DirectoryLock); one that finds the file renewed
+/// meanwhile takes that. False, with `why` (never a token), when it cannot
+/// be renewed.
+bool renewSignIn(const SsoParams &p, const std::string &file, nlohmann::json &j,
+                 std::string &why) {
+  std::string refresh = member(j, "refreshToken"),
+              clientId = member(j, "clientId"),
+              secret = member(j, "clientSecret"),
+              registered = member(j, "registrationExpiresAt");
+  if (refresh.empty() || clientId.empty() || secret.empty()) {
+    why = "it holds no refreshToken, clientId and clientSecret to renew it "
+          "with";
+    return false;
+  }
+  if (!registered.empty() && parseExpiry(registered) <= std::time(nullptr)) {
+    why = "its client registration expired at " + registered;
+    return false;
+  }
+  DirectoryLock lock(file.substr(0, file.rfind('/')));
+  std::string unread;
+  nlohmann::json now =
+      nlohmann::json::parse(readTrimmed(file, unread), nullptr, false);
+  if (member(now, "accessToken") != member(j, "accessToken") &&
+      parseExpiry(member(now, "expiresAt")) >
+          std::time(nullptr) + kSignInRenewSeconds) {
+    j = std::move(now); // renewed by another process meanwhile
+    return true;
+  }
+  if (now.is_object() && !member(now, "refreshToken").empty())
+    refresh = member(now, "refreshToken");
+  std::string oidc = envOr("AWS_ENDPOINT_URL_SSO_OIDC");
+  if (oidc.empty())
+    oidc = "https://oidc." + p.region + ".amazonaws.com";
+  while (!oidc.empty() && oidc.back() == '/')
+    oidc.pop_back();
+  std::string body = nlohmann::json{
+      {"clientId", clientId},
+      {"clientSecret", secret},
+      {"grantType", "refresh_token"},
+      {"refreshToken",
+       refresh}}.dump();
+  Answer a = call("POST", oidc + "/token", {"Content-Type: application/json"},
+                  10000, nullptr, "", &body);
+  nlohmann::json r = nlohmann::json::parse(a.body, nullptr, false);
+  std::string token = member(r, "accessToken");
+  if (!a.error.empty() || a.status != 200) {
+    why = "SSO OIDC at " + oidc + " answered " + what(a);
+    std::string code = member(r, "error");
+    if (code.empty())
+      code = member(r, "__type");
+    std::string text = member(r, "error_description");
+    if (text.empty())
+      text = member(r, "message");
+    if (!code.empty() || !text.empty())
+      why +=
+          " (" + code + (code.empty() || text.empty() ? "" : ": ") + text + ")";
+    return false;
+  }
+  if (token.empty() || !r.contains("expiresIn") ||
+      !r["expiresIn"].is_number() || r["expiresIn"].get<double>() <= 0) {
+    why = "the answer of SSO OIDC at " + oidc +
+          " holds no accessToken and expiresIn";
+    return false;
+  }
+  j["accessToken"] = token;
+  j["expiresAt"] =
+      isoTime(std::time(nullptr) +
+              static_cast<std::time_t>(r["expiresIn"].get<double>()));
+  if (std::string next = member(r, "refreshToken"); !next.empty())
+    j["refreshToken"] = next;
+  // Where it cannot be written back (a read-only cache), this process goes
+  // on with it all the same.
+  replaceFile(file, j.dump());
+  return true;
+}
+
 /// One GetRoleCredentials: the role's keys for the access token that `aws
-/// sso login` cached, from the portal at `portal`.
+/// sso login` cached (renewed first when it expires within
+/// kSignInRenewSeconds and can be), from the portal at `portal`.
 bool ssoRoleCredentials(const SsoParams &p, const std::string &portal,
                         Issued &f, std::string &why) {
   std::string login = "run `aws sso login --profile " + p.profile + "`";
@@ -668,9 +832,17 @@ bool ssoRoleCredentials(const SsoParams &p, const std::string &portal,
   }
   std::string expiresAt = j["expiresAt"].get<std::string>();
   std::time_t tokenExpires = parseExpiry(expiresAt);
+  std::string unrenewed; // why renewing failed
+  if (!p.session.empty() &&
+      tokenExpires < std::time(nullptr) + kSignInRenewSeconds &&
+      renewSignIn(p, file, j, unrenewed)) {
+    expiresAt = member(j, "expiresAt");
+    tokenExpires = parseExpiry(expiresAt);
+  }
   if (tokenExpires <= std::time(nullptr)) {
-    why = "the sign-in cached in " + file + " expired at " + expiresAt + ": " +
-          login;
+    why = "the sign-in cached in " + file + " expired at " + expiresAt +
+          (unrenewed.empty() ? "" : " and cannot be renewed: " + unrenewed) +
+          ": " + login;
     return false;
   }
   std::string url = portal + "/federation/credentials?account_id=" +
@@ -694,11 +866,7 @@ bool ssoRoleCredentials(const SsoParams &p, const std::string &portal,
                                     r["roleCredentials"].is_object()
                                 ? &r["roleCredentials"]
                                 : nullptr;
-  auto str = [&](const char *k) -> std::string {
-    return c && c->contains(k) && (*c)[k].is_string()
-               ? (*c)[k].get<std::string>()
-               : "";
-  };
+  auto str = [&](const char *k) { return c ? member(*c, k) : ""; };
   f.creds.accessKey = str("accessKeyId");
   f.creds.secretKey = str("secretAccessKey");
   f.creds.sessionToken = str("sessionToken");
