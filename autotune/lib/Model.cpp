@@ -30,6 +30,7 @@ constexpr double kMemoryCacheBytesPerSecond = 4e9;
 } // namespace
 
 bool cacheTouchCostOn() { return !switchedOff("SLUICE_NO_CACHE_TOUCH_COST"); }
+bool requestBurstsOn() { return !switchedOff("SLUICE_NO_REQUEST_BURSTS"); }
 
 double Usl::speedup(double p) const {
   if (p <= 1)
@@ -859,12 +860,20 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
       "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
       "per request of %s, %.3g requests per record): Little's law gives "
       "%.1f in flight for the %.0f records/s the rest sustains%s, x%.1f "
-      "headroom%s",
+      "headroom%s%s",
       static_cast<long long>(chosen), r.latencySeconds * 1e3,
       r.requestSeconds * 1e3,
       runtime::formatBytes(static_cast<int64_t>(r.bytesPerRequest)).c_str(),
       r.requestsPerRecord, rate * r.requestsPerRecord * r.requestSeconds, rate,
-      rateNote.c_str(), kInFlightHeadroom, memoryNote);
+      rateNote.c_str(), kInFlightHeadroom,
+      requestBurstsOn() && r.requestsPerRecord >= 0.5 &&
+              wanted == kBurstInFlight &&
+              rate * r.requestsPerRecord * r.requestSeconds *
+                      kInFlightHeadroom <
+                  static_cast<double>(kBurstInFlight)
+          ? "; at least 32, so requests go in bursts"
+          : "",
+      memoryNote);
   return buf;
 }
 
@@ -877,8 +886,11 @@ int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes) {
                     ? rate * p.remote.requestsPerRecord *
                           p.remote.requestSeconds * kInFlightHeadroom
                     : static_cast<double>(kMaxInFlight);
-  int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(need)), 1,
-                                  kMaxInFlight);
+  // About a request a record: a per-file source, whose window of objects
+  // ahead goes out in bursts.
+  const bool bursts = requestBurstsOn() && p.remote.requestsPerRecord >= 0.5;
+  int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(need)),
+                                  bursts ? kBurstInFlight : 1, kMaxInFlight);
   if (memoryBytes > 0 && p.remote.bytesPerRequest > 0)
     n = std::clamp<int64_t>(
         static_cast<int64_t>(static_cast<double>(memoryBytes) /

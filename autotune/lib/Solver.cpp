@@ -127,7 +127,8 @@ std::string solverRulesKey() {
   return std::string("ties ") + (tiesToFewerWorkers() ? "fewer" : "more") +
          " touch-cap " + (prefetchTouchCapOn() ? "1" : "0") + " cache-touch " +
          (cacheTouchCostOn() ? "1" : "0") + " in-flight-raw " +
-         (uncalibratedInFlightOn() ? "1" : "0");
+         (uncalibratedInFlightOn() ? "1" : "0") + " bursts " +
+         (requestBurstsOn() ? "1" : "0");
 }
 
 namespace {

@@ -1245,6 +1245,11 @@ RunStats Engine::stats() const {
     r.remote.streams = static_cast<int64_t>(now.streams - remoteBase_->streams);
     r.remote.streamBytes =
         static_cast<int64_t>(now.streamBytes - remoteBase_->streamBytes);
+    r.remote.bursts = static_cast<int64_t>(now.bursts - remoteBase_->bursts);
+    r.remote.burstRequests =
+        static_cast<int64_t>(now.burstRequests - remoteBase_->burstRequests);
+    r.remote.readerStalls =
+        static_cast<int64_t>(now.readerStalls - remoteBase_->readerStalls);
     ObjectCacheTotals c = objectCacheTotals();
     auto d = [](uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b); };
     r.remote.cache.hits = d(c.hits, cacheBase_.hits);

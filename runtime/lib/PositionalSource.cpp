@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 #include "FileWindow.h"
+#include "sources/Remote.h"
 
 #include "sluice/ops/Random.h"
 
@@ -195,14 +196,22 @@ protected:
       ReadResult rr = ReadResult::end();
       if (perShard_) {
         // Remote objects: the next positions' GETs go out now, in the
-        // order they will be opened.
+        // order they will be opened, in bursts when there is latency to
+        // spare (RequestBursts); the next position's always.
         if (size_t depth = src.prefetchDepth()) {
           prefetchFrom_ = std::max(prefetchFrom_, next_);
           const int64_t want = next_ + static_cast<int64_t>(depth) * stride_;
           int64_t until = std::min<int64_t>(end_, want);
-          for (; prefetchFrom_ < until; prefetchFrom_ += stride_)
-            src.prefetch(static_cast<size_t>(idAt(prefetchFrom_)));
-          if (want > end_)
+          SubmitBatch batch;
+          const bool topUp =
+              bursts_.topUp(
+                  depth, static_cast<size_t>((want - prefetchFrom_) / stride_),
+                  readerStalls()) ||
+              prefetchFrom_ == next_;
+          if (topUp)
+            for (; prefetchFrom_ < until; prefetchFrom_ += stride_)
+              src.prefetch(static_cast<size_t>(idAt(prefetchFrom_)));
+          if (topUp && want > end_)
             nameNextEpoch(src, (want - end_ + stride_ - 1) / stride_);
         }
         if (window_) {
@@ -426,6 +435,7 @@ private:
   int64_t stride_ = 1;
   int64_t end_ = -1;
   int64_t prefetchFrom_ = 0; ///< the next position to prefetch
+  RequestBursts bursts_;     ///< when the window of prefetches is topped up
   /// The file window (FileWindow.h), and the next position to name to it.
   std::unique_ptr<FileWindow> window_;
   int64_t windowFrom_ = 0;

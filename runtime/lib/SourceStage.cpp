@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 #include "Engine.h"
 #include "FileWindow.h"
+#include "sources/Remote.h"
 
 #include <condition_variable>
 #include <deque>
@@ -157,17 +158,26 @@ protected:
           // for the same way (the fetch is taken at once): a sequential
           // source's first request then covers a window of chunks, not
           // one chunk that a second round trip follows (FetchAhead).
+          // A per-file source's window is topped up in bursts when there
+          // is latency to spare (RequestBursts); the shard opened now is
+          // always asked for.
           if (const size_t depth = src.prefetchDepth(); depth > 0) {
             const size_t n = src.numShards(), until = s.shard + 1 + depth;
-            for (; prefetched_ < std::min(n, until); ++prefetched_)
-              if (prefetched_ >= s.shard)
+            prefetched_ = std::max(prefetched_, s.shard);
+            SubmitBatch batch;
+            const bool topUp =
+                !src.oneRecordPerShard() ||
+                bursts_.topUp(depth, until - prefetched_, readerStalls()) ||
+                prefetched_ == s.shard;
+            if (topUp)
+              for (; prefetched_ < std::min(n, until); ++prefetched_)
                 src.prefetch(prefetched_);
             // Near the pass's end, the next epoch's first shards (those
             // this pass has opened already): the boundary then costs no
             // round trip. The same objects as the next pass would ask for
             // at its start, taken by its readers (shard k is the same
             // object in every pass).
-            if (until > n && nextPassFollows())
+            if (topUp && until > n && nextPassFollows())
               for (; nextPassNamed_ < std::min(until - n, s.shard);
                    ++nextPassNamed_)
                 src.prefetch(nextPassNamed_, /*nextPass=*/true);
@@ -526,6 +536,7 @@ private:
   size_t pendingShard_ = 0;
   size_t nextShard_ = 0;
   size_t prefetched_ = 0; ///< shards before it were named to prefetch()
+  RequestBursts bursts_;  ///< when the window of prefetch()es is topped up
   /// The next pass's first shards named so far (prefetch(k, nextPass)).
   size_t nextPassNamed_ = 0;
   /// Whether the source is read again in the epoch after this one

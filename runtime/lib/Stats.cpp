@@ -159,6 +159,9 @@ nlohmann::ordered_json RunStats::toJson() const {
             {"unloaded_latency_ms", remote.unloadedLatencyMs},
             {"streams", remote.streams},
             {"stream_bytes", remote.streamBytes},
+            {"bursts", remote.bursts},
+            {"burst_requests", remote.burstRequests},
+            {"reader_stalls", remote.readerStalls},
             {"cache",
              {{"hits", remote.cache.hits},
               {"misses", remote.cache.misses},
@@ -348,6 +351,13 @@ std::string RunStats::table() const {
         (remote.nextPassAhead > 0
              ? "; " + std::to_string(remote.nextPassAhead) +
                    " next-epoch shards asked for before their epoch"
+             : "") +
+        (remote.bursts > 0
+             ? "; sent " +
+                   fmt("%.1f", static_cast<double>(remote.burstRequests) /
+                                   static_cast<double>(remote.bursts)) +
+                   " at a time (" + std::to_string(remote.readerStalls) +
+                   " reader stalls)"
              : "") +
         (remote.listRequests > 0
              ? "; listed " + std::to_string(remote.listedKeys) + " keys in " +

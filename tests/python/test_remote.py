@@ -2761,6 +2761,50 @@ def test_client_optimizations_off_give_the_same_bytes(servers, tmp_path, off):
     assert got[-1][1]["retries"] == 2, got[-1][1]
 
 
+@pytest.mark.parametrize("kind", ["s3", "s3-shuffled"])
+def test_a_per_file_sources_requests_go_in_bursts(servers, tmp_path, kind):
+    """image_folder over s3:// (16 objects ahead, read in order or shuffled)
+    tops its window up in bursts, sent together (one pass of the client):
+    counted in remote.bursts and burst_requests, the stats' line says how
+    many at a time. The same records as local files, and the same requests,
+    as with SLUICE_NO_REQUEST_BURSTS=1 (read once per process: a child
+    process), which sends them one at a time and counts no burst."""
+    source, select = SOURCES["image_folder"]
+    if kind == "s3-shuffled":
+        source = source.replace("remote:", "shuffle: true, remote:")
+    opts = (REMOTE_OPTS % servers.s3_endpoint).replace("concurrency: 3",
+                                                       "concurrency: 16")
+    local = spec_for(tmp_path, "image_folder", source, select,
+                     (servers.local, "local"), "{}")
+    remote = spec_for(tmp_path, "image_folder", source, select,
+                      ("s3://" + BUCKET, "s3"), opts)
+    want = run_all(local)
+    child = textwrap.dedent("""
+        import pickle, sys, sluice
+        p = sluice.Pipeline(sys.argv[1])
+        pickle.dump((list(p), p.stats()["remote"]), open(sys.argv[2], "wb"))
+    """)
+    runs = child_runs_on_and_off(tmp_path, child, remote,
+                                 "SLUICE_NO_REQUEST_BURSTS")
+    for switch, (got, st) in runs.items():
+        assert len(got) == len(want) > 0, switch
+        assert all(batches_equal(a, b) for a, b in zip(want, got)), switch
+        assert st["failures"] == 0 and st["reader_stalls"] >= 0, st
+    on, off = runs["0"][1], runs["1"][1]
+    assert [s["requests"] - s["retries"] for s in (on, off)] == \
+        [2 * 48] * 2, (on, off)
+    # The first window (16 objects) goes in one burst; the reader here
+    # (no decoding) outruns the server, so the rest mostly go one at a time.
+    assert on["bursts"] >= 1 and 16 <= on["burst_requests"] <= 96, on
+    assert on["burst_requests"] >= on["bursts"] + 15, on
+    assert off["bursts"] == off["burst_requests"] == 0, off
+    r = subprocess.run([SLUICE_BIN, "run", remote, "--sink", "null",
+                        "--stats"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"; sent \d+\.\d at a time \(\d+ reader stalls\)",
+                     r.stdout + r.stderr), r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("name,kind", [("webdataset", "http"),
                                        ("tfrecord", "s3"),
                                        ("image_folder", "s3"),

@@ -90,6 +90,8 @@ TEST(AutotuneRemote, CapacityIsLittlesLaw) {
 }
 
 TEST(AutotuneRemote, InFlightForARateWithHeadroomAndBounds) {
+  // Without the floor for bursts (APerFileSourceKeepsAWindowForBursts).
+  ::setenv("SLUICE_NO_REQUEST_BURSTS", "1", 1);
   Profile p = remotePipeline();
   // 1000 records/s x 1 request x 20 ms = 20 in flight on average, x1.5.
   EXPECT_EQ(inFlightFor(p, 1000), 30);
@@ -103,6 +105,28 @@ TEST(AutotuneRemote, InFlightForARateWithHeadroomAndBounds) {
   // Chunks of 40 records each need 40 times fewer requests.
   p.remote.requestsPerRecord = 1.0 / 40;
   EXPECT_EQ(inFlightFor(p, 1000), 1); // 0.75 rounds up
+  EXPECT_EQ(inFlightFor(p, 8000), 6);
+  ::unsetenv("SLUICE_NO_REQUEST_BURSTS");
+}
+
+TEST(AutotuneRemote, APerFileSourceKeepsAWindowForBursts) {
+  Profile p = remotePipeline();
+  ASSERT_TRUE(requestBurstsOn());
+  // Little's law asks for 1 and for 30: the window stays deep enough for
+  // the runtime to send its requests in bursts.
+  EXPECT_EQ(inFlightFor(p, 1), kBurstInFlight);
+  EXPECT_EQ(inFlightFor(p, 1000), kBurstInFlight);
+  EXPECT_NE(describeInFlight(p, 1000, kBurstInFlight, kBurstInFlight, "")
+                .find("at least 32, so requests go in bursts"),
+            std::string::npos);
+  // Above the floor, Little's law as before.
+  EXPECT_EQ(inFlightFor(p, 2000), 60);
+  EXPECT_EQ(describeInFlight(p, 2000, 60, 60, "").find("at least 32"),
+            std::string::npos);
+  // The budget still bounds it: 1 MB holds 10 objects of 100 KB.
+  EXPECT_EQ(inFlightFor(p, 1000, 1000000), 10);
+  // Many records a request (not a per-file source): no floor.
+  p.remote.requestsPerRecord = 1.0 / 40;
   EXPECT_EQ(inFlightFor(p, 8000), 6);
 }
 

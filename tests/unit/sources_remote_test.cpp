@@ -349,6 +349,39 @@ namespace {
 // documented example's request without its Range header (sluice signs
 // host, x-amz-content-sha256 and x-amz-date), and a path-style request to
 // an endpoint with a port, an encoded key and a session token.
+TEST(RequestBursts, GrowWhileNoReaderStallsAndHalveAtAStall) {
+  ASSERT_TRUE(RequestBursts::on());
+  RequestBursts b;
+  uint64_t stalls = 7;
+  // Taken records, each with `unasked` slots of a window of 16 free; the
+  // stalls before the first are not the window's.
+  auto take = [&](size_t unasked) { return b.topUp(16, unasked, stalls); };
+  // Bursts of 1 (one at a time, as without bursts) for 15 records.
+  for (int i = 0; i < 15; ++i)
+    EXPECT_TRUE(take(1));
+  EXPECT_FALSE(take(1)) << "the 16th calm record doubles the burst: one "
+                           "free slot waits for a second";
+  EXPECT_EQ(b.burst(), 2u);
+  EXPECT_TRUE(take(2));
+  for (int i = 0; i < 16 * 4; ++i)
+    take(15);
+  EXPECT_EQ(b.burst(), 15u) << "at most the depth - 1";
+  EXPECT_FALSE(take(14));
+  EXPECT_TRUE(take(15));
+  ++stalls; // a reader found its object not yet arrived
+  EXPECT_FALSE(take(6));
+  EXPECT_EQ(b.burst(), 7u);
+  stalls += 3; // more stalls since: one halving a record that sees them
+  take(1);
+  EXPECT_EQ(b.burst(), 3u);
+  take(1);
+  EXPECT_EQ(b.burst(), 3u) << "no new stall, not a whole calm window yet";
+  // A window of 1 (or 0) is always topped up when a slot is free.
+  RequestBursts one;
+  EXPECT_TRUE(one.topUp(1, 1, 0));
+  EXPECT_FALSE(one.topUp(1, 0, 0));
+}
+
 TEST(SigV4, SignsAnObjectGetAsAwsDocumentsIt) {
   if (!ownSigningAvailable())
     GTEST_SKIP() << "libcrypto.so.3 could not be loaded";

@@ -259,6 +259,8 @@ struct Counters {
   /// Streams (RemoteStream) opened over remote objects, and their objects'
   /// bytes: a sequential source's mean object (shard) size.
   std::atomic<uint64_t> streams{0}, streamBytes{0};
+  /// SubmitBatch's batches and their requests; RequestBursts' stalls.
+  std::atomic<uint64_t> bursts{0}, burstRequests{0}, readerStalls{0};
   std::mutex m;
   std::deque<double> latencies; // the last 1024, guarded by m
   /// Latencies of requests during which no other response was arriving
@@ -738,6 +740,23 @@ struct EasyHandle {
 
 class Client;
 
+/// What a SubmitBatch on this thread holds back: the clients its requests
+/// went to (sent as the outermost batch ends) and how many requests.
+struct HeldBack {
+  int depth = 0;
+  size_t requests = 0;
+  std::vector<Client *> clients;
+};
+HeldBack &heldBack() {
+  static thread_local HeldBack h;
+  return h;
+}
+/// SubmitBatch and RequestBursts are on (SLUICE_NO_REQUEST_BURSTS unset).
+bool burstsOn() {
+  static const bool on = !switchedOff("SLUICE_NO_REQUEST_BURSTS");
+  return on;
+}
+
 struct Transfer final : PendingFetch {
   std::shared_ptr<const RemoteConfig> cfg;
   std::string url;     // as named (s3://, https://): for messages
@@ -871,21 +890,40 @@ public:
       wake = incoming_.empty();
       incoming_.push_back(std::move(t));
     }
-    if (drives_) {
-      // Nobody drives the transfers now (the client thread waits): this
-      // thread sends the request itself instead of waking it.
-      std::unique_lock<std::mutex> drive(drive_, std::try_to_lock);
-      if (drive.owns_lock()) {
-        startReady();
-        runTimer();
-        finishDone();
-        ++passes_;
-        stepAside(drive);
-        return;
-      }
+    if (HeldBack &h = heldBack(); h.depth > 0) {
+      // Sent with the rest of the batch (sendHeldBack).
+      ++h.requests;
+      if (std::find(h.clients.begin(), h.clients.end(), this) ==
+          h.clients.end())
+        h.clients.push_back(this);
+      return;
     }
+    if (drives_ && sendNow())
+      return;
     if (wake || !sw_.socketEvents)
       wakeUp();
+  }
+
+  /// The requests a SubmitBatch held back: sent by this thread when no
+  /// other drives the transfers, else by the client thread, woken.
+  void sendHeldBack() {
+    if (!drives_ || !sendNow())
+      wakeUp();
+  }
+
+  /// Nobody drives the transfers now (the client thread waits): this
+  /// thread sends the queued requests itself instead of waking it, and
+  /// true. False when another thread drives.
+  bool sendNow() {
+    std::unique_lock<std::mutex> drive(drive_, std::try_to_lock);
+    if (!drive.owns_lock())
+      return false;
+    startReady();
+    runTimer();
+    finishDone();
+    ++passes_;
+    stepAside(drive);
+    return true;
   }
 
   /// Transfer::wait of a transfer not done yet (ClientSwitches::
@@ -910,8 +948,16 @@ public:
       return false;
     sleepers_.fetch_sub(1);
     epoll_event events[64];
+    bool first = true;
     while (!t.finished.load(std::memory_order_acquire)) {
-      int n = ::epoll_wait(epoll_, events, 64, waitBound(startReady()));
+      int n =
+          ::epoll_wait(epoll_, events, 64, first ? 0 : waitBound(startReady()));
+      if (first && n == 0) {
+        // Nothing has arrived: the reader stalls (RequestBursts).
+        counters().readerStalls.fetch_add(1, std::memory_order_relaxed);
+        n = ::epoll_wait(epoll_, events, 64, waitBound(startReady()));
+      }
+      first = false;
       dispatch(events, n);
       runTimer();
       finishDone();
@@ -1788,7 +1834,12 @@ Fetched &Transfer::wait() {
     slept = !owner->lead(*this);
     lock.lock();
   }
-  cv.wait(lock, [&] { return finished.load(std::memory_order_acquire); });
+  if (!finished.load(std::memory_order_acquire)) {
+    const Clock::time_point from = Clock::now();
+    cv.wait(lock, [&] { return finished.load(std::memory_order_acquire); });
+    if (Clock::now() - from > std::chrono::milliseconds(1))
+      counters().readerStalls.fetch_add(1, std::memory_order_relaxed);
+  }
   if (slept)
     owner->sleeperDone();
   return result;
@@ -1836,6 +1887,54 @@ iniSection(const std::string &path, const std::string &section) {
 }
 
 } // namespace
+
+SubmitBatch::SubmitBatch() {
+  if (burstsOn())
+    ++heldBack().depth;
+}
+
+SubmitBatch::~SubmitBatch() {
+  if (!burstsOn())
+    return;
+  HeldBack &h = heldBack();
+  if (--h.depth > 0)
+    return;
+  if (h.requests > 0) {
+    counters().bursts.fetch_add(1, std::memory_order_relaxed);
+    counters().burstRequests.fetch_add(h.requests, std::memory_order_relaxed);
+  }
+  h.requests = 0;
+  std::vector<Client *> clients;
+  clients.swap(h.clients);
+  for (Client *c : clients)
+    c->sendHeldBack();
+}
+
+bool RequestBursts::on() { return burstsOn(); }
+
+bool RequestBursts::topUp(size_t depth, size_t unasked, uint64_t stalls) {
+  if (!burstsOn() || depth <= 1)
+    return unasked > 0;
+  if (!started_) {
+    // The process's stalls so far are not this window's.
+    started_ = true;
+    stallsSeen_ = stalls;
+  }
+  if (stalls != stallsSeen_) {
+    stallsSeen_ = stalls;
+    burst_ = std::max<size_t>(1, burst_ / 2);
+    calm_ = 0;
+  } else if (++calm_ >= depth) {
+    calm_ = 0;
+    burst_ *= 2;
+  }
+  burst_ = std::min(burst_, depth - 1);
+  return unasked >= burst_;
+}
+
+uint64_t readerStalls() {
+  return counters().readerStalls.load(std::memory_order_relaxed);
+}
 
 PendingFetch::~PendingFetch() = default;
 
@@ -2515,6 +2614,9 @@ RemoteTotals remoteTotals() {
   t.peakInFlight = c.peakInFlight.load();
   t.receiveSeconds = static_cast<double>(c.receiveNs.load()) / 1e9;
   t.nextPassAhead = c.nextPassAhead.load();
+  t.bursts = c.bursts.load();
+  t.burstRequests = c.burstRequests.load();
+  t.readerStalls = c.readerStalls.load();
   t.nextPassTaken = c.nextPassTaken.load();
   std::lock_guard<std::mutex> lock(c.m);
   auto median = [](const std::deque<double> &d) {

@@ -94,7 +94,8 @@ Config naiveConfig(const Profile &p);
 
 /// The solver's rule switches in effect (SLUICE_TIES_TO_FEWER_WORKERS,
 /// SLUICE_NO_PREFETCH_TOUCH_CAP, SLUICE_NO_IN_FLIGHT_UNCALIBRATED, and the
-/// model's SLUICE_NO_CACHE_TOUCH_COST), read where the solver reads them and
+/// model's SLUICE_NO_CACHE_TOUCH_COST and SLUICE_NO_REQUEST_BURSTS), read
+/// where the solver reads them and
 /// spelled for the schedule cache's key: another rule is another key.
 bool tiesToFewerWorkers();
 bool prefetchTouchCapOn();

@@ -215,6 +215,12 @@ struct RunStats {
     /// Ranged streams opened over remote objects and their objects' bytes.
     int64_t streams = 0;
     int64_t streamBytes = 0;
+    /// Requests sent together (a per-file source's window topped up in a
+    /// burst): batches and their requests; and the reader's waits for a
+    /// response that had not arrived, which shrink the bursts.
+    int64_t bursts = 0;
+    int64_t burstRequests = 0;
+    int64_t readerStalls = 0;
     /// The on-disk cache of fetched objects (remote.cache): objects read
     /// from it (the server said 304 Not Modified), fetched (and stored),
     /// fetched again because their ETag changed, bytes read from it and
