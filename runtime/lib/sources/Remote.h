@@ -351,12 +351,12 @@ public:
 /// When a per-file source (image_folder, files over remote objects) tops up
 /// its window of objects asked for ahead (SourceStage, PositionalSource):
 /// once `burst` of its `depth` slots are free, all at once (in a
-/// SubmitBatch), rather than one request per record taken. Each request
-/// costs the client's code run cold between two decodes and a wake-up of
-/// the server's connection; a burst of k pays them about once
-/// (bench/results.md: image_folder over s3:// with no added latency, 32
-/// in flight, 0.95x local by CPU in bursts of 16, 0.96x in bursts of 28,
-/// against 0.91x one at a time). The lead then falls to depth - burst
+/// SubmitBatch), rather than one request per record taken: one pass of the
+/// client (its code run once between two decodes, not cold for each
+/// request) and the server's connections woken together
+/// (bench/results.md, nineteenth session: image_folder over s3:// with no
+/// added latency, 32 in flight, 0.94-0.96x local's CPU per record against
+/// 0.91-0.94x one at a time). The lead then falls to depth - burst
 /// objects before a top-up, so the burst adapts as TCP's window does: it
 /// doubles after each window of records during which no reader stalled
 /// (found its object not yet arrived; RemoteTotals::readerStalls) and

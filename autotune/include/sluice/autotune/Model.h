@@ -88,12 +88,11 @@ constexpr int64_t kMaxInFlight = 256;
 /// Fewest requests in flight the tuner gives a per-file remote source
 /// (image_folder, files over s3:// or http(s)://; in the profile, about a
 /// request a record, RemoteProfile::requestsPerRecord >= 0.5): a window
-/// that deep lets
-/// the source send its requests in bursts however little latency there is
-/// to hide (the runtime's RequestBursts: with no added latency,
-/// image_folder over s3:// spent 0.94-0.95x local's CPU per record at 32
-/// against 0.93x at 8 and 16, bench/results.md). A budget that holds fewer
-/// objects still bounds it.
+/// that deep lets the source send its requests in bursts however little
+/// latency there is to hide (the runtime's RequestBursts: with no added
+/// latency, image_folder over s3:// spent 0.94-0.96x local's CPU per
+/// record at 16 and 32 against 0.93-0.94x at 8, bench/results.md). A
+/// budget that holds fewer objects still bounds it.
 constexpr int64_t kBurstInFlight = 32;
 /// Whether that floor applies: the runtime sends requests in bursts
 /// (SLUICE_NO_REQUEST_BURSTS unset).
