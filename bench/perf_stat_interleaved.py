@@ -12,7 +12,7 @@ the bench's S3 keys are set.
 Usage: perf_stat_interleaved.py REPEATS LABEL=BINARY@SPEC@RECORDS[@K=V,K=V] ...
 e.g.   perf_stat_interleaved.py 5 before=/main/build/bin/sluice@ima_8.yaml@4000 \\
            after=build/bin/sluice@ima_8.yaml@4000 \\
-           off=build/bin/sluice@ima_8.yaml@4000@SLUICE_NO_REMOTE_WAITER_DRIVES=1
+           off=build/bin/sluice@ima_8.yaml@4000@SLUICE_REMOTE_WAITER_DRIVES=1
 Prints a Markdown table and the load average before and after.
 """
 import os

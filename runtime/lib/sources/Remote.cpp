@@ -338,9 +338,19 @@ struct ClientSwitches {
   /// receives it itself (Client::lead), and a request is sent by the
   /// thread that makes it when no other thread is driving the transfers:
   /// the client thread steps aside while readers drive (with socketEvents).
-  /// Off: SLUICE_NO_REMOTE_WAITER_DRIVES (the client thread sends and
-  /// receives everything, and a reader sleeps until it is woken).
-  bool waiterDrives = true;
+  /// Off by default, on with SLUICE_REMOTE_WAITER_DRIVES=1: the reader is
+  /// the source's thread, one for the whole pipeline, and driving put the
+  /// client's work for every response that had arrived on it. Measured
+  /// with requests in bursts (bench/results.md, nineteenth session; no
+  /// added latency, not pinned), the source stage's CPU per record was
+  /// 35-40 us driving against 16-19 without for image_folder over s3:// at
+  /// 32 in flight (48-56 against 30-31 at 8; local files 14-17) and 35-38
+  /// against 11-12 for webdataset over http:// (local 13): at 16 cores,
+  /// where 16 decoders take ~29,000 records/s, 40 us of serial work caps
+  /// the source at ~25,000. The whole run's CPU on one core was no higher
+  /// without (image_folder 0.930x local at 8 in flight against 0.926x
+  /// driving, 0.954x at 32 against 0.946x; webdataset within the noise).
+  bool waiterDrives = false;
   /// A fresh ranged chunk's body of about 2 MiB or more is a mapping of
   /// huge pages of its own (Body::reserveMapped). Off:
   /// SLUICE_NO_REMOTE_HUGE_BODIES (a std::string, as a whole object's).
@@ -360,7 +370,7 @@ struct ClientSwitches {
       // anything but "" or "0" turns it on.
       w.keepCurlBuffers = off("SLUICE_REMOTE_CURL_BUFFER_REUSE");
       w.lazySockets = !off("SLUICE_NO_REMOTE_LAZY_SOCKETS");
-      w.waiterDrives = !off("SLUICE_NO_REMOTE_WAITER_DRIVES");
+      w.waiterDrives = off("SLUICE_REMOTE_WAITER_DRIVES"); // on when set
       w.hugeBodies = !off("SLUICE_NO_REMOTE_HUGE_BODIES");
       return w;
     }();

@@ -175,7 +175,7 @@ struct RunStats {
     int64_t socketUpdates = 0;
     /// Transfers finished by the pipeline's own threads (a reader that
     /// waited for its response received it) rather than by the client
-    /// thread (SLUICE_NO_REMOTE_WAITER_DRIVES: none).
+    /// thread (none unless SLUICE_REMOTE_WAITER_DRIVES=1).
     int64_t finishedByReaders = 0;
     /// Client threads the process runs (each its own libcurl multi handle
     /// and connections): one per 12 host cores, or
