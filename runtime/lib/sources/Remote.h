@@ -594,9 +594,10 @@ struct RemoteTotals {
   /// requests.
   uint64_t bursts = 0;
   uint64_t burstRequests = 0;
-  /// Waits of a reader for a response that had not arrived: epoll had
-  /// nothing for the reader that drives, or a reader that slept while
-  /// another thread drove slept over a millisecond (RequestBursts).
+  /// Waits of a reader for a response that had not arrived: a reader that
+  /// slept until another thread (the client's) received it slept over a
+  /// millisecond, or, where readers drive (SLUICE_REMOTE_WAITER_DRIVES=1),
+  /// epoll had nothing for the one that drove (RequestBursts).
   uint64_t readerStalls = 0;
 };
 RemoteTotals remoteTotals();
