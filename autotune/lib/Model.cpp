@@ -32,6 +32,22 @@ constexpr double kMemoryCacheBytesPerSecond = 4e9;
 bool cacheTouchCostOn() { return !switchedOff("SLUICE_NO_CACHE_TOUCH_COST"); }
 bool requestBurstsOn() { return !switchedOff("SLUICE_NO_REQUEST_BURSTS"); }
 
+namespace {
+/// The requests in flight Little's law gives a per-record remote source at
+/// `rate` records/s, with headroom (kMaxInFlight for an unknown rate).
+double littlesInFlight(const RemoteProfile &r, double rate) {
+  return std::isfinite(rate) && rate > 0
+             ? rate * r.requestsPerRecord * r.requestSeconds * kInFlightHeadroom
+             : static_cast<double>(kMaxInFlight);
+}
+/// The fewest requests in flight it is given: kBurstInFlight for a per-file
+/// source (about a request a record, its window of objects ahead sent in
+/// bursts) while bursts are on, else 1.
+int64_t inFlightFloor(const RemoteProfile &r) {
+  return requestBurstsOn() && r.requestsPerRecord >= 0.5 ? kBurstInFlight : 1;
+}
+} // namespace
+
 double Usl::speedup(double p) const {
   if (p <= 1)
     return std::max(p, 0.0);
@@ -855,6 +871,12 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
         memoryNote);
     return buf;
   }
+  const int64_t least = inFlightFloor(r);
+  const std::string burstNote =
+      least > 1 && wanted == least &&
+              std::ceil(littlesInFlight(r, rate)) < static_cast<double>(least)
+          ? "; at least " + std::to_string(least) + ", so requests go in bursts"
+          : "";
   std::snprintf(
       buf, sizeof buf,
       "source: %lld requests in flight, %.0f ms median latency (%.0f ms "
@@ -865,15 +887,7 @@ std::string describeInFlight(const Profile &p, double rate, int64_t chosen,
       r.requestSeconds * 1e3,
       runtime::formatBytes(static_cast<int64_t>(r.bytesPerRequest)).c_str(),
       r.requestsPerRecord, rate * r.requestsPerRecord * r.requestSeconds, rate,
-      rateNote.c_str(), kInFlightHeadroom,
-      requestBurstsOn() && r.requestsPerRecord >= 0.5 &&
-              wanted == kBurstInFlight &&
-              rate * r.requestsPerRecord * r.requestSeconds *
-                      kInFlightHeadroom <
-                  static_cast<double>(kBurstInFlight)
-          ? "; at least 32, so requests go in bursts"
-          : "",
-      memoryNote);
+      rateNote.c_str(), kInFlightHeadroom, burstNote.c_str(), memoryNote);
   return buf;
 }
 
@@ -882,15 +896,9 @@ int64_t inFlightFor(const Profile &p, double rate, int64_t memoryBytes) {
     return 0;
   if (p.remote.windowed())
     return windowedInFlightFor(p, rate, memoryBytes);
-  double need = std::isfinite(rate) && rate > 0
-                    ? rate * p.remote.requestsPerRecord *
-                          p.remote.requestSeconds * kInFlightHeadroom
-                    : static_cast<double>(kMaxInFlight);
-  // About a request a record: a per-file source, whose window of objects
-  // ahead goes out in bursts.
-  const bool bursts = requestBurstsOn() && p.remote.requestsPerRecord >= 0.5;
-  int64_t n = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(need)),
-                                  bursts ? kBurstInFlight : 1, kMaxInFlight);
+  int64_t n = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(littlesInFlight(p.remote, rate))),
+      inFlightFloor(p.remote), kMaxInFlight);
   if (memoryBytes > 0 && p.remote.bytesPerRequest > 0)
     n = std::clamp<int64_t>(
         static_cast<int64_t>(static_cast<double>(memoryBytes) /
