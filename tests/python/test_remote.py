@@ -323,6 +323,15 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+#: How AWS writes a time (expiresAt, Expiration): 2026-12-01T07:00:00Z.
+AWS_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def aws_time_in(seconds):
+    """The time `seconds` from now as AWS writes it."""
+    return time.strftime(AWS_TIME, time.gmtime(time.time() + seconds))
+
+
 def start_server(handler):
     """A ThreadingHTTPServer on 127.0.0.1 serving `handler` on a thread of
     its own: the server and its base URL."""
@@ -695,8 +704,7 @@ class RoleServer:
                             "<SessionToken>src-token-3</SessionToken>"
                             "<Expiration>%s</Expiration></Credentials>"
                             "</AssumeRoleResult></AssumeRoleResponse>" %
-                            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
-                                time.time() + 3600))).encode())
+                            aws_time_in(3600)).encode())
                     if why or q.get("RoleArn") != ["arn:aws:iam::1:role/t"] \
                             or q.get("RoleSessionName") != ["train-run"]:
                         outer.problems.append(why or query)
@@ -740,8 +748,7 @@ class RoleServer:
                     return self.reply(500, b"")
                 n = len(outer.issued) + 1
                 outer.issued.append(n)
-                exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
-                    time.time() + outer.valid))
+                exp = aws_time_in(outer.valid)
                 if form == "sso":
                     body = json.dumps({"roleCredentials": {
                         "accessKeyId": "ROLEKEY%d" % n,
@@ -806,13 +813,11 @@ def sso_profile(kind, tmp_path, monkeypatch, server, expires_in=3600,
     cache = tmp_path / "home" / ".aws" / "sso" / "cache"
     cache.mkdir(parents=True)
     signin = {"startUrl": url, "region": "eu-west-1", "accessToken": token,
-              "expiresAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
-                  time.time() + expires_in))}
+              "expiresAt": aws_time_in(expires_in)}
     if renewable is not None:
         signin.update({
             "clientId": "sso-client-1", "clientSecret": "sso-client-secret-1",
-            "registrationExpiresAt": time.strftime(
-                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + renewable)),
+            "registrationExpiresAt": aws_time_in(renewable),
             "refreshToken": "sso-refresh-1"})
         monkeypatch.setenv("AWS_ENDPOINT_URL_SSO_OIDC", server.url)
     (cache / (hashlib.sha1(name.encode()).hexdigest() + ".json")).write_text(
@@ -1236,7 +1241,7 @@ def test_an_sso_sign_in_is_renewed_before_it_expires(tmp_path, monkeypatch,
         assert after["accessToken"] == "sso-access-r1", after
         assert after["refreshToken"] == "sso-refresh-2", after
         left = calendar.timegm(time.strptime(
-            after["expiresAt"], "%Y-%m-%dT%H:%M:%SZ")) - time.time()
+            after["expiresAt"], AWS_TIME)) - time.time()
         assert 3500 < left <= 3600, after
         # What the login cached beside the token is kept.
         for k in ("startUrl", "region", "clientId", "clientSecret",

@@ -755,8 +755,8 @@ bool renewSignIn(const SsoParams &p, const std::string &file, nlohmann::json &j,
     j = std::move(now); // renewed by another process meanwhile
     return true;
   }
-  if (now.is_object() && !member(now, "refreshToken").empty())
-    refresh = member(now, "refreshToken");
+  if (std::string latest = member(now, "refreshToken"); !latest.empty())
+    refresh = latest; // the file's own, should another process have renewed
   std::string oidc = envOr("AWS_ENDPOINT_URL_SSO_OIDC");
   if (oidc.empty())
     oidc = "https://oidc." + p.region + ".amazonaws.com";
